@@ -1,0 +1,100 @@
+//! Control-plane operations on a pipe, and their errors.
+//!
+//! These are what P4Runtime Write/Read map to. A pipe applies them between packet batches,
+//! the way a switch's driver updates tables between packets, so the packet path never
+//! takes a lock.
+
+use serde::Serialize;
+
+use crate::packet::PortId;
+use crate::table::{Entry, FieldMatch};
+
+/// Why a control-plane operation failed; the kinds follow gRPC's status codes.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ControlError {
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    #[error("not found: {0}")]
+    NotFound(String),
+    #[error("already exists: {0}")]
+    AlreadyExists(String),
+    #[error("resource exhausted: {0}")]
+    ResourceExhausted(String),
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
+    #[error("out of range: {0}")]
+    OutOfRange(String),
+    #[error("unimplemented: {0}")]
+    Unimplemented(String),
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+}
+
+impl ControlError {
+    /// The gRPC status code number (google.rpc.Code).
+    pub fn grpc_code(&self) -> u32 {
+        match self {
+            ControlError::InvalidArgument(_) => 3,
+            ControlError::NotFound(_) => 5,
+            ControlError::AlreadyExists(_) => 6,
+            ControlError::PermissionDenied(_) => 7,
+            ControlError::ResourceExhausted(_) => 8,
+            ControlError::OutOfRange(_) => 11,
+            ControlError::Unimplemented(_) => 12,
+            ControlError::Unavailable(_) => 14,
+        }
+    }
+}
+
+/// Insert, modify or delete.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteOp {
+    Insert,
+    Modify,
+    Delete,
+}
+
+/// One replica of a multicast group or clone session: a port and an instance (replication id).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Replica {
+    pub port: PortId,
+    pub rid: u16,
+}
+
+/// A clone (mirror) session: where copies go and how much of the packet they keep.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CloneSession {
+    pub replicas: Vec<Replica>,
+    /// Truncate copies to this many bytes (0: whole packet).
+    pub truncate_len: u32,
+}
+
+/// A control-plane operation, addressed by P4Runtime ids.
+#[derive(Clone, Debug)]
+pub enum ControlOp {
+    TableWrite { table_id: u32, op: WriteOp, matches: Vec<FieldMatch>, priority: i32, action_id: u32, params: Vec<(u32, Vec<u8>)> },
+    TableSetDefault { table_id: u32, action_id: u32, params: Vec<(u32, Vec<u8>)> },
+    TableResetDefault { table_id: u32 },
+    TableRead { table_id: u32 },
+    TableClear { table_id: u32 },
+    RegisterRead { register_id: u32, index: Option<u32> },
+    RegisterWrite { register_id: u32, index: Option<u32>, value: u64 },
+    McastGroupWrite { op: WriteOp, group: u16, replicas: Vec<Replica> },
+    McastGroupRead { group: Option<u16> },
+    CloneSessionWrite { op: WriteOp, session: u16, session_cfg: CloneSession },
+    CloneSessionRead { session: Option<u16> },
+    /// Enable or disable delivery of a digest to the control plane.
+    DigestConfig { digest_id: u32, enabled: bool },
+    /// Change a packet generator's period (0 disables it).
+    PktGenConfig { program: String, name: String, period_ns: u64 },
+}
+
+/// What a read returns.
+#[derive(Clone, Debug)]
+pub enum ControlReply {
+    Done,
+    TableEntries { entries: Vec<Entry>, default_action: u16, default_params: Vec<u64> },
+    RegisterCells(Vec<(u32, u64)>),
+    McastGroups(Vec<(u16, Vec<Replica>)>),
+    CloneSessions(Vec<(u16, CloneSession)>),
+}

@@ -1,0 +1,584 @@
+//! Program declarations: everything a data-plane program places on the switch (parser,
+//! register arrays and their actions, match tables, hash units, digests, packet
+//! generators), each with the stage and gress it lives in.
+//!
+//! A program builds its declaration once with [`ProgramBuilder`] and keeps the returned
+//! handles; the resource report, the P4Info and the runtime checks all come from it.
+
+use serde::{Deserialize, Serialize};
+
+use crate::hash::HashAlgo;
+use crate::register::{Cell, Register, RegisterAction, SaluValue};
+use crate::table::MatchKind;
+
+/// Ingress or egress: the two threads of the match-action pipeline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Gress {
+    Ingress,
+    Egress,
+}
+
+/// Where a stateful or table object sits, and its bit in the per-pass access set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ObjRef {
+    pub(crate) id: u16,
+    pub(crate) stage: u8,
+    pub(crate) gress: Gress,
+}
+
+impl ObjRef {
+    pub fn stage(&self) -> u8 {
+        self.stage
+    }
+    pub fn gress(&self) -> Gress {
+        self.gress
+    }
+}
+
+/// Most objects (tables, register arrays, hash units, digests) one program may declare:
+/// the size of the per-pass access set.
+pub const MAX_OBJECTS: usize = 256;
+/// Most parameters an action may have.
+pub const MAX_ACTION_PARAMS: usize = 6;
+/// Widest action parameter, in bits.
+pub const MAX_PARAM_BITS: u32 = 64;
+
+/// Which packets a program owns. All present fields must match.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClassifyRule {
+    pub ethertype: Option<u16>,
+    /// IPv4 `(tos & mask) == value`.
+    pub ipv4_tos: Option<(u8, u8)>,
+    pub ip_protocol: Option<u8>,
+    /// Inclusive range of UDP destination ports.
+    pub udp_dst_port: Option<(u16, u16)>,
+}
+
+impl ClassifyRule {
+    /// IPv4/UDP to one destination port.
+    pub fn udp_port(port: u16) -> Self {
+        ClassifyRule { ethertype: Some(0x0800), ip_protocol: Some(17), udp_dst_port: Some((port, port)), ..Default::default() }
+    }
+    /// IPv4 packets whose ToS byte has `bit` set (the reserved-bit marking of NetSHa).
+    pub fn ipv4_tos_bit(bit: u8) -> Self {
+        ClassifyRule { ethertype: Some(0x0800), ipv4_tos: Some((bit, bit)), ..Default::default() }
+    }
+    /// Frames of one EtherType.
+    pub fn ethertype(et: u16) -> Self {
+        ClassifyRule { ethertype: Some(et), ..Default::default() }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct HeaderDecl {
+    pub name: String,
+    pub bits: u32,
+}
+
+/// What the parser extracts: `depth_bytes` is the furthest byte it reaches.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ParserDecl {
+    pub depth_bytes: u32,
+    pub headers: Vec<HeaderDecl>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RegisterActionDecl {
+    pub name: String,
+    pub in_bits: u32,
+    pub out_bits: u32,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RegisterDecl {
+    pub name: String,
+    pub doc: String,
+    pub gress: Gress,
+    pub stage: u8,
+    pub size: u32,
+    pub cell_bits: u32,
+    pub actions: Vec<RegisterActionDecl>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ParamDecl {
+    pub name: String,
+    pub bits: u32,
+}
+
+/// A table action: its name and the parameters the control plane supplies per entry.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ActionDecl {
+    pub name: String,
+    pub doc: String,
+    pub params: Vec<ParamDecl>,
+}
+
+impl ActionDecl {
+    pub fn param_bits(&self) -> u32 {
+        self.params.iter().map(|p| p.bits).sum()
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct KeyDecl {
+    pub name: String,
+    pub bits: u32,
+    pub kind: MatchKind,
+}
+
+impl KeyDecl {
+    pub fn bytes(&self) -> usize {
+        self.bits.div_ceil(8) as usize
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TableDecl {
+    pub name: String,
+    pub doc: String,
+    pub gress: Gress,
+    pub stage: u8,
+    pub size: u32,
+    pub keys: Vec<KeyDecl>,
+    /// Indexes into the program's action list.
+    pub actions: Vec<u16>,
+    pub default_action: u16,
+    pub default_params: Vec<u64>,
+    /// The default action cannot be changed by the control plane.
+    pub const_default: bool,
+}
+
+impl TableDecl {
+    pub fn key_bits(&self) -> u32 {
+        self.keys.iter().map(|k| k.bits).sum()
+    }
+    pub fn key_bytes(&self) -> usize {
+        self.keys.iter().map(|k| k.bytes()).sum()
+    }
+    /// Tables whose keys are all exact live in SRAM; any other kind needs TCAM.
+    pub fn is_exact(&self) -> bool {
+        self.keys.iter().all(|k| k.kind == MatchKind::Exact)
+    }
+    /// A priority is required on entries of tables with ternary or optional fields.
+    pub fn needs_priority(&self) -> bool {
+        self.keys.iter().any(|k| matches!(k.kind, MatchKind::Ternary | MatchKind::Optional))
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct HashDecl {
+    pub name: String,
+    pub gress: Gress,
+    pub stage: u8,
+    pub algo: HashAlgo,
+    pub out_bits: u32,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DigestDecl {
+    pub name: String,
+    pub doc: String,
+    pub fields: Vec<ParamDecl>,
+}
+
+impl DigestDecl {
+    pub fn bytes(&self) -> usize {
+        self.fields.iter().map(|f| f.bits.div_ceil(8) as usize).sum()
+    }
+}
+
+/// A periodic packet generator (Tofino's pktgen timer application): the only way the
+/// switch gets packets it did not receive.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PktGenDecl {
+    pub name: String,
+    pub period_ns: u64,
+    pub packet: Vec<u8>,
+}
+
+/// Everything a program declares. Built by [`ProgramBuilder`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ProgramDecl {
+    pub name: String,
+    pub doc: String,
+    pub parser: ParserDecl,
+    /// Bits of metadata the program keeps in the PHV beside the parsed headers.
+    pub metadata_bits: u32,
+    /// Bytes of metadata carried from ingress to egress.
+    pub bridged_bytes: u32,
+    /// Packets this program owns; empty means the base program (ordinary traffic).
+    pub classify: Vec<ClassifyRule>,
+    pub registers: Vec<RegisterDecl>,
+    pub actions: Vec<ActionDecl>,
+    pub tables: Vec<TableDecl>,
+    pub hash_units: Vec<HashDecl>,
+    pub digests: Vec<DigestDecl>,
+    pub packet_generators: Vec<PktGenDecl>,
+    /// Most recirculations one packet may make (a recirculated pass beyond it is dropped).
+    /// `None`: a perpetual packet (e.g. a timer packet), bounded only by the recirculation port.
+    pub max_recirculations: Option<u32>,
+    /// Names of program-specific drop reasons, codes `DropCode::FIRST_PROGRAM..`.
+    pub drop_reasons: Vec<String>,
+    /// Notes the program wants shown with its resource report (e.g. what it leaves out).
+    pub notes: Vec<String>,
+}
+
+impl ProgramDecl {
+    /// Deepest stage any object uses, plus one.
+    pub fn stages_used(&self) -> u32 {
+        let r = self.registers.iter().map(|r| r.stage);
+        let t = self.tables.iter().map(|t| t.stage);
+        let h = self.hash_units.iter().map(|h| h.stage);
+        r.chain(t).chain(h).map(|s| s as u32 + 1).max().unwrap_or(0)
+    }
+}
+
+/// Errors in a declaration itself (independent of any target).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DeclError {
+    #[error("duplicate {kind} name `{name}`")]
+    Duplicate { kind: &'static str, name: String },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Handle to a match table.
+#[derive(Clone, Copy, Debug)]
+pub struct Table {
+    pub(crate) obj: ObjRef,
+    pub(crate) idx: u16,
+}
+
+impl Table {
+    pub fn index(&self) -> usize {
+        self.idx as usize
+    }
+}
+
+/// Handle to a table action (program-local index).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct ActionId(pub u16);
+
+/// Handle to a hash unit.
+#[derive(Clone, Copy, Debug)]
+pub struct HashUnit {
+    pub(crate) obj: ObjRef,
+    pub(crate) algo: HashAlgo,
+    pub(crate) mask: u32,
+}
+
+/// Handle to a digest.
+#[derive(Clone, Copy, Debug)]
+pub struct Digest {
+    pub(crate) obj: u16,
+    pub(crate) idx: u16,
+    pub(crate) bytes: u16,
+}
+
+/// A reason a packet was dropped. Codes below [`DropCode::FIRST_PROGRAM`] are the switch's
+/// own; programs declare theirs with [`ProgramBuilder::drop_reason`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DropCode(pub u8);
+
+impl DropCode {
+    /// The program decided to drop (no particular reason).
+    pub const PROGRAM: DropCode = DropCode(1);
+    /// The packet's headers are malformed or truncated.
+    pub const MALFORMED: DropCode = DropCode(2);
+    /// The program reached for a table or register against the hardware rules.
+    pub const VIOLATION: DropCode = DropCode(3);
+    /// No egress port or multicast group was chosen.
+    pub const NO_ROUTE: DropCode = DropCode(4);
+    /// The egress queue of the chosen port was full.
+    pub const QUEUE_FULL: DropCode = DropCode(5);
+    /// The packet recirculated more often than its program allows.
+    pub const RECIRC_LIMIT: DropCode = DropCode(6);
+    /// The recirculation queue was full.
+    pub const RECIRC_FULL: DropCode = DropCode(7);
+    /// A multicast group or clone session that does not exist.
+    pub const NO_GROUP: DropCode = DropCode(8);
+    /// The queue towards the controller (PacketIn) was full.
+    pub const CPU_FULL: DropCode = DropCode(9);
+    /// No program owns the packet and no base program forwards ordinary traffic.
+    pub const NO_PROGRAM: DropCode = DropCode(10);
+    /// A header grew past the parse depth or the buffer.
+    pub const TOO_LARGE: DropCode = DropCode(11);
+    /// Egress port does not exist.
+    pub const BAD_PORT: DropCode = DropCode(12);
+    pub const FIRST_PROGRAM: u8 = 32;
+    pub const MAX: usize = 64;
+
+    pub fn builtin_name(self) -> Option<&'static str> {
+        Some(match self.0 {
+            1 => "program",
+            2 => "malformed",
+            3 => "violation",
+            4 => "no_route",
+            5 => "queue_full",
+            6 => "recirc_limit",
+            7 => "recirc_full",
+            8 => "no_group",
+            9 => "cpu_full",
+            10 => "no_program",
+            11 => "too_large",
+            12 => "bad_port",
+            _ => return None,
+        })
+    }
+}
+
+/// Builds a [`ProgramDecl`] and hands out the handles the program uses at run time.
+pub struct ProgramBuilder {
+    decl: ProgramDecl,
+    next_obj: u16,
+    errors: Vec<DeclError>,
+}
+
+impl ProgramBuilder {
+    pub fn new(name: &str, doc: &str) -> Self {
+        ProgramBuilder {
+            decl: ProgramDecl {
+                name: name.to_string(),
+                doc: doc.to_string(),
+                parser: ParserDecl::default(),
+                metadata_bits: 0,
+                bridged_bytes: 0,
+                classify: Vec::new(),
+                registers: Vec::new(),
+                actions: Vec::new(),
+                tables: Vec::new(),
+                hash_units: Vec::new(),
+                digests: Vec::new(),
+                packet_generators: Vec::new(),
+                max_recirculations: Some(0),
+                drop_reasons: Vec::new(),
+                notes: Vec::new(),
+            },
+            next_obj: 0,
+            errors: Vec::new(),
+        }
+    }
+
+    fn obj(&mut self, stage: u8, gress: Gress) -> ObjRef {
+        let id = self.next_obj;
+        if id as usize >= MAX_OBJECTS {
+            self.errors.push(DeclError::Invalid(format!("more than {MAX_OBJECTS} objects in one program")));
+        }
+        self.next_obj = self.next_obj.saturating_add(1);
+        ObjRef { id: id.min(MAX_OBJECTS as u16 - 1), stage, gress }
+    }
+
+    fn check_name(&mut self, kind: &'static str, name: &str, taken: bool) {
+        if taken {
+            self.errors.push(DeclError::Duplicate { kind, name: name.to_string() });
+        }
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.') {
+            self.errors.push(DeclError::Invalid(format!("{kind} name `{name}` must be [A-Za-z0-9_.]+")));
+        }
+    }
+
+    /// The parser reaches `depth_bytes` into the packet and extracts these headers.
+    pub fn parser(&mut self, depth_bytes: u32, headers: &[(&str, u32)]) -> &mut Self {
+        self.decl.parser = ParserDecl {
+            depth_bytes,
+            headers: headers.iter().map(|(n, b)| HeaderDecl { name: n.to_string(), bits: *b }).collect(),
+        };
+        self
+    }
+
+    pub fn metadata_bits(&mut self, bits: u32) -> &mut Self {
+        self.decl.metadata_bits = bits;
+        self
+    }
+
+    pub fn bridged_bytes(&mut self, bytes: u32) -> &mut Self {
+        if bytes as usize > crate::pass::BRIDGED_BYTES {
+            self.errors.push(DeclError::Invalid(format!("bridged metadata is at most {} bytes", crate::pass::BRIDGED_BYTES)));
+        }
+        self.decl.bridged_bytes = bytes;
+        self
+    }
+
+    pub fn classify(&mut self, rule: ClassifyRule) -> &mut Self {
+        self.decl.classify.push(rule);
+        self
+    }
+
+    pub fn max_recirculations(&mut self, n: Option<u32>) -> &mut Self {
+        self.decl.max_recirculations = n;
+        self
+    }
+
+    pub fn note(&mut self, note: &str) -> &mut Self {
+        self.decl.notes.push(note.to_string());
+        self
+    }
+
+    /// A program-specific drop reason, counted separately in the switch's metrics.
+    pub fn drop_reason(&mut self, name: &str) -> DropCode {
+        let code = DropCode::FIRST_PROGRAM as usize + self.decl.drop_reasons.len();
+        if code >= DropCode::MAX {
+            self.errors.push(DeclError::Invalid("too many drop reasons".into()));
+        }
+        self.decl.drop_reasons.push(name.to_string());
+        DropCode(code.min(DropCode::MAX - 1) as u8)
+    }
+
+    /// A register array of `size` cells of type `T` in `stage` of `gress`.
+    pub fn register<T: Cell>(&mut self, name: &str, gress: Gress, stage: u8, size: u32, doc: &str) -> Register<T> {
+        let taken = self.decl.registers.iter().any(|r| r.name == name);
+        self.check_name("register", name, taken);
+        if size == 0 {
+            self.errors.push(DeclError::Invalid(format!("register `{name}` has size 0")));
+        }
+        let obj = self.obj(stage, gress);
+        let idx = self.decl.registers.len() as u16;
+        self.decl.registers.push(RegisterDecl {
+            name: name.to_string(),
+            doc: doc.to_string(),
+            gress,
+            stage,
+            size,
+            cell_bits: T::BITS,
+            actions: Vec::new(),
+        });
+        Register::new(obj, idx, size)
+    }
+
+    /// A register action on `reg`: the stateful ALU program a packet can run on one cell.
+    pub fn register_action<T: Cell, I: SaluValue, O: SaluValue>(
+        &mut self,
+        reg: Register<T>,
+        name: &str,
+        f: fn(&mut T, I) -> O,
+    ) -> RegisterAction<T, I, O> {
+        let r = &mut self.decl.registers[reg.idx as usize];
+        let taken = r.actions.iter().any(|a| a.name == name);
+        r.actions.push(RegisterActionDecl { name: name.to_string(), in_bits: I::BITS, out_bits: O::BITS });
+        self.check_name("register action", name, taken);
+        RegisterAction { reg, f }
+    }
+
+    /// A table action with control-plane parameters `(name, bits)`.
+    pub fn action(&mut self, name: &str, params: &[(&str, u32)], doc: &str) -> ActionId {
+        let taken = self.decl.actions.iter().any(|a| a.name == name);
+        self.check_name("action", name, taken);
+        if params.len() > MAX_ACTION_PARAMS {
+            self.errors.push(DeclError::Invalid(format!("action `{name}` has more than {MAX_ACTION_PARAMS} parameters")));
+        }
+        for (p, bits) in params {
+            if *bits == 0 || *bits > MAX_PARAM_BITS {
+                self.errors.push(DeclError::Invalid(format!("parameter `{p}` of `{name}` must be 1..={MAX_PARAM_BITS} bits")));
+            }
+        }
+        self.decl.actions.push(ActionDecl {
+            name: name.to_string(),
+            doc: doc.to_string(),
+            params: params.iter().map(|(n, b)| ParamDecl { name: n.to_string(), bits: *b }).collect(),
+        });
+        ActionId(self.decl.actions.len() as u16 - 1)
+    }
+
+    /// A match-action table.
+    pub fn table(&mut self, spec: TableSpec<'_>) -> Table {
+        let taken = self.decl.tables.iter().any(|t| t.name == spec.name);
+        self.check_name("table", spec.name, taken);
+        if spec.keys.is_empty() {
+            self.errors.push(DeclError::Invalid(format!("table `{}` has no key", spec.name)));
+        }
+        let lpm = spec.keys.iter().filter(|k| k.2 == MatchKind::Lpm).count();
+        if lpm > 1 {
+            self.errors.push(DeclError::Invalid(format!("table `{}` has more than one LPM field", spec.name)));
+        }
+        if spec.keys.iter().any(|k| k.2 == MatchKind::Lpm && k.1 > 128) {
+            self.errors.push(DeclError::Invalid(format!("table `{}`: LPM fields are at most 128 bits", spec.name)));
+        }
+        if !spec.actions.contains(&spec.default_action.0) {
+            self.errors.push(DeclError::Invalid(format!("table `{}`: default action is not one of its actions", spec.name)));
+        }
+        let nparams = self.decl.actions.get(spec.default_action.0 .0 as usize).map(|a| a.params.len());
+        if nparams != Some(spec.default_action.1.len()) {
+            self.errors.push(DeclError::Invalid(format!("table `{}`: default action parameters do not match", spec.name)));
+        }
+        if spec.size == 0 {
+            self.errors.push(DeclError::Invalid(format!("table `{}` has size 0", spec.name)));
+        }
+        let obj = self.obj(spec.stage, spec.gress);
+        let idx = self.decl.tables.len() as u16;
+        self.decl.tables.push(TableDecl {
+            name: spec.name.to_string(),
+            doc: spec.doc.to_string(),
+            gress: spec.gress,
+            stage: spec.stage,
+            size: spec.size,
+            keys: spec.keys.iter().map(|(n, b, k)| KeyDecl { name: n.to_string(), bits: *b, kind: *k }).collect(),
+            actions: spec.actions.iter().map(|a| a.0).collect(),
+            default_action: spec.default_action.0 .0,
+            default_params: spec.default_action.1.to_vec(),
+            const_default: spec.const_default,
+        });
+        Table { obj, idx }
+    }
+
+    /// A hash unit computing `algo` over packet fields, keeping the low `out_bits`.
+    pub fn hash_unit(&mut self, name: &str, gress: Gress, stage: u8, algo: HashAlgo, out_bits: u32) -> HashUnit {
+        let taken = self.decl.hash_units.iter().any(|h| h.name == name);
+        self.check_name("hash unit", name, taken);
+        if out_bits == 0 || out_bits > algo.width() {
+            self.errors.push(DeclError::Invalid(format!("hash unit `{name}`: out_bits must be 1..={}", algo.width())));
+        }
+        let obj = self.obj(stage, gress);
+        self.decl.hash_units.push(HashDecl { name: name.to_string(), gress, stage, algo, out_bits });
+        let mask = if out_bits >= 32 { u32::MAX } else { (1u32 << out_bits) - 1 };
+        HashUnit { obj, algo, mask }
+    }
+
+    /// A digest: a small record sent to the control plane (at most one per packet pass).
+    pub fn digest(&mut self, name: &str, fields: &[(&str, u32)], doc: &str) -> Digest {
+        let taken = self.decl.digests.iter().any(|d| d.name == name);
+        self.check_name("digest", name, taken);
+        let obj = self.obj(0, Gress::Ingress);
+        let d = DigestDecl {
+            name: name.to_string(),
+            doc: doc.to_string(),
+            fields: fields.iter().map(|(n, b)| ParamDecl { name: n.to_string(), bits: *b }).collect(),
+        };
+        let bytes = d.bytes() as u16;
+        self.decl.digests.push(d);
+        Digest { obj: obj.id, idx: self.decl.digests.len() as u16 - 1, bytes }
+    }
+
+    /// A periodic packet generator injecting `packet` every `period_ns` into ingress.
+    pub fn packet_generator(&mut self, name: &str, period_ns: u64, packet: Vec<u8>) -> &mut Self {
+        if period_ns == 0 {
+            self.errors.push(DeclError::Invalid(format!("packet generator `{name}` has period 0")));
+        }
+        self.decl.packet_generators.push(PktGenDecl { name: name.to_string(), period_ns, packet });
+        self
+    }
+
+    /// Finish: the declaration, or every structural error found.
+    pub fn build(self) -> Result<ProgramDecl, Vec<DeclError>> {
+        if self.errors.is_empty() {
+            Ok(self.decl)
+        } else {
+            Err(self.errors)
+        }
+    }
+}
+
+/// Arguments of [`ProgramBuilder::table`].
+pub struct TableSpec<'a> {
+    pub name: &'a str,
+    pub doc: &'a str,
+    pub gress: Gress,
+    pub stage: u8,
+    pub size: u32,
+    /// `(field name, bits, match kind)` in key order.
+    pub keys: &'a [(&'a str, u32, MatchKind)],
+    pub actions: &'a [ActionId],
+    pub default_action: (ActionId, &'a [u64]),
+    pub const_default: bool,
+}

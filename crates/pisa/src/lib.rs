@@ -1,0 +1,41 @@
+//! pisa: a model of a PISA (RMT, Tofino-class) switch.
+//!
+//! - [`decl`]: what a program declares (parser, registers, tables, hash units, digests,
+//!   packet generators), built with [`decl::ProgramBuilder`].
+//! - [`pass`]: one packet's pass through a control block, with the hardware rules enforced.
+//! - [`program`]: the [`program::Program`] trait and program sets sharing one pipeline.
+//! - [`pipe`]: ingress, traffic manager and egress of one pipe; [`switch`]: all pipes in
+//!   one thread.
+//! - [`target`] and [`resources`]: target limits and the resource report.
+//! - [`control`]: control-plane operations (what P4Runtime maps to).
+//!
+//! Sans-IO: nothing here opens a socket, spawns a thread or reads a clock.
+#![forbid(unsafe_code)]
+
+pub mod control;
+pub mod counters;
+pub mod decl;
+pub mod hash;
+pub mod packet;
+pub mod pass;
+pub mod pipe;
+pub mod program;
+pub mod register;
+pub mod resources;
+pub mod switch;
+pub mod table;
+pub mod target;
+pub mod tm;
+
+pub use control::{CloneSession, ControlError, ControlOp, ControlReply, Replica, WriteOp};
+pub use decl::{ActionId, ClassifyRule, Digest, DropCode, Gress, HashUnit, ProgramBuilder, ProgramDecl, Table, TableSpec};
+pub use hash::HashAlgo;
+pub use packet::{BufPool, PacketBuf, PortId, PORT_CPU, PORT_NONE, PORT_PKTGEN, PORT_RECIRC};
+pub use pass::{Pass, Violation};
+pub use pipe::{Handoff, Pipe, PipeConfig, PortMap};
+pub use program::{Program, ProgramSet};
+pub use register::{Cell, Pair, Register, RegisterAction};
+pub use resources::ResourceReport;
+pub use switch::Switch;
+pub use table::{FieldMatch, MatchKind, TableResult};
+pub use target::Target;

@@ -1,0 +1,693 @@
+//! A pipe: ingress, traffic manager and egress for the ports mapped to it, with its own
+//! register state (as on a real multi-pipe switch).
+//!
+//! Sans-IO: a pipe is driven with batches of received packets and the current time and
+//! produces packets per egress port, PacketIn messages and digests. It never reads a
+//! clock, opens a socket or spawns a thread; the driver in `ports` (threads and real
+//! ports) and the single-threaded [`crate::switch::Switch`] (tests, benchmarks,
+//! simulation) both drive this same code.
+//!
+//! Multi-pipe: a packet's ingress runs in the pipe of its ingress port, its egress in the
+//! pipe of its egress port. Ingress output goes into a [`Handoff`] with one vector per
+//! destination pipe; the driver passes each vector to that pipe's [`Pipe::enqueue`].
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use crate::control::{ControlError, ControlOp, ControlReply, Replica, WriteOp};
+use crate::counters::Counters;
+use crate::decl::{DropCode, Gress};
+use crate::packet::{BufPool, PacketBuf, PortId, PORT_CPU, PORT_NONE, PORT_PKTGEN, PORT_RECIRC};
+use crate::pass::{DigestMsg, PacketMeta, Pass, ProgramState};
+use crate::program::{id_prefix, ProgramSet};
+use crate::table::params_from_bytes;
+use crate::tm::{PortQueue, Pre, Queued};
+
+/// Which pipe each front-panel port belongs to.
+#[derive(Clone, Debug)]
+pub struct PortMap {
+    pipe_of: Vec<u8>,
+    pipes: u8,
+}
+
+impl PortMap {
+    /// `ports` ports split into `pipes` contiguous groups.
+    pub fn contiguous(ports: u16, pipes: u8) -> PortMap {
+        let pipes = pipes.max(1);
+        let per = (ports as usize).div_ceil(pipes as usize).max(1);
+        PortMap { pipe_of: (0..ports as usize).map(|p| (p / per) as u8).collect(), pipes }
+    }
+    #[inline]
+    pub fn pipe_of(&self, port: PortId) -> Option<u8> {
+        self.pipe_of.get(port as usize).copied()
+    }
+    pub fn num_ports(&self) -> u16 {
+        self.pipe_of.len() as u16
+    }
+    pub fn pipes(&self) -> u8 {
+        self.pipes
+    }
+    /// The ports of pipe `p`.
+    pub fn ports_of(&self, p: u8) -> Vec<PortId> {
+        (0..self.pipe_of.len()).filter(|&i| self.pipe_of[i] == p).map(|i| i as PortId).collect()
+    }
+}
+
+/// Sizes and rates of a pipe's queues.
+#[derive(Clone, Debug)]
+pub struct PipeConfig {
+    /// Packets per egress port queue.
+    pub queue_capacity: usize,
+    /// Packets waiting to recirculate.
+    pub recirc_capacity: usize,
+    /// Recirculated packets admitted per ingress batch (the recirculation port's bandwidth).
+    pub recirc_per_batch: usize,
+    /// PacketIn messages waiting for the controller.
+    pub cpu_capacity: usize,
+    /// Digests waiting for the controller.
+    pub digest_capacity: usize,
+    /// Packet buffer size in bytes.
+    pub buf_capacity: usize,
+    /// Port line rate for egress shaping; None sends as fast as the port takes packets.
+    pub port_rate_bps: Option<u64>,
+    /// Most packets sent per port per egress call.
+    pub egress_budget: usize,
+}
+
+impl Default for PipeConfig {
+    fn default() -> Self {
+        PipeConfig {
+            queue_capacity: 4096,
+            recirc_capacity: 4096,
+            recirc_per_batch: 256,
+            cpu_capacity: 4096,
+            digest_capacity: 4096,
+            buf_capacity: crate::packet::DEFAULT_BUF_CAPACITY,
+            port_rate_bps: None,
+            egress_budget: 256,
+        }
+    }
+}
+
+/// Ingress output, one vector per destination pipe.
+pub struct Handoff {
+    pub per_pipe: Vec<Vec<Queued>>,
+}
+
+impl Handoff {
+    pub fn new(pipes: u8) -> Self {
+        Handoff { per_pipe: (0..pipes.max(1)).map(|_| Vec::new()).collect() }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.per_pipe.iter().all(|v| v.is_empty())
+    }
+}
+
+/// A packet for the controller.
+pub struct PacketIn {
+    pub pkt: PacketBuf,
+    pub ingress_port: PortId,
+}
+
+struct PktGen {
+    program: usize,
+    name: String,
+    period_ns: u64,
+    next_ns: Option<u64>,
+    packet: Vec<u8>,
+}
+
+/// One pipe of the switch.
+pub struct Pipe {
+    id: u8,
+    set: Arc<ProgramSet>,
+    states: Vec<ProgramState>,
+    pre: Pre,
+    map: PortMap,
+    cfg: PipeConfig,
+    queues: Vec<PortQueue>,
+    recirc: VecDeque<Queued>,
+    cpu: VecDeque<PacketIn>,
+    digests: Vec<DigestMsg>,
+    pktgens: Vec<PktGen>,
+    pool: BufPool,
+    counters: Counters,
+}
+
+impl Pipe {
+    pub fn new(id: u8, set: Arc<ProgramSet>, map: PortMap, cfg: PipeConfig) -> Pipe {
+        let states = set.programs().iter().map(|p| ProgramState::new(p.decl())).collect();
+        let pktgens = set
+            .programs()
+            .iter()
+            .enumerate()
+            .flat_map(|(i, p)| p.decl().packet_generators.iter().map(move |g| PktGen { program: i, name: g.name.clone(), period_ns: g.period_ns, next_ns: None, packet: g.packet.clone() }))
+            .collect();
+        let n = map.num_ports() as usize;
+        Pipe {
+            id,
+            counters: Counters::new(n, set.len()),
+            states,
+            pre: Pre::default(),
+            queues: (0..n).map(|_| PortQueue::new()).collect(),
+            recirc: VecDeque::new(),
+            cpu: VecDeque::new(),
+            digests: Vec::new(),
+            pktgens,
+            pool: BufPool::new(cfg.buf_capacity, 0),
+            map,
+            cfg,
+            set,
+        }
+    }
+
+    pub fn id(&self) -> u8 {
+        self.id
+    }
+    pub fn set(&self) -> &Arc<ProgramSet> {
+        &self.set
+    }
+    pub fn port_map(&self) -> &PortMap {
+        &self.map
+    }
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+    pub fn pool(&mut self) -> &mut BufPool {
+        &mut self.pool
+    }
+    pub fn state(&self, program: usize) -> &ProgramState {
+        &self.states[program]
+    }
+    pub fn state_mut(&mut self, program: usize) -> &mut ProgramState {
+        &mut self.states[program]
+    }
+    pub fn config(&self) -> &PipeConfig {
+        &self.cfg
+    }
+
+    /// Packets waiting in this pipe's queues (egress, recirculation).
+    pub fn pending(&self) -> usize {
+        self.recirc.len() + self.map.ports_of(self.id).iter().map(|&p| self.queues[p as usize].q.len()).sum::<usize>()
+    }
+
+    /// When the pipe next has work without new input (packet generator, shaped queue).
+    pub fn next_deadline(&self) -> Option<u64> {
+        let g = self.pktgens.iter().filter(|g| g.period_ns > 0).filter_map(|g| g.next_ns).min();
+        let q = if self.cfg.port_rate_bps.is_some() {
+            self.queues.iter().filter(|q| !q.q.is_empty()).map(|q| q.next_free_ns()).min()
+        } else {
+            None
+        };
+        match (g, q) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    // ---- ingress ------------------------------------------------------------------------
+
+    /// Run ingress on received packets (draining `rx`), on packets due to recirculate and
+    /// on generated packets; results go to `out` by destination pipe.
+    pub fn ingress(&mut self, rx: &mut Vec<PacketBuf>, now: u64, out: &mut Handoff) {
+        self.counters.batches += 1;
+        self.run_pktgens(now, out);
+        let n = self.recirc.len().min(self.cfg.recirc_per_batch);
+        for _ in 0..n {
+            let Some(Queued { pkt, mut meta }) = self.recirc.pop_front() else { break };
+            meta.recirculations = meta.recirculations.saturating_add(1);
+            self.counters.recirculations += 1;
+            self.ingress_one(pkt, meta, now, out);
+        }
+        for pkt in rx.drain(..) {
+            let port = pkt.port;
+            if let Some(c) = self.counters.ports.get_mut(port as usize) {
+                c.rx_packets += 1;
+                c.rx_bytes += pkt.len() as u64;
+            }
+            let meta = PacketMeta::new(port, pkt.ts_ns);
+            // Reborrow dance: ingress_one needs &mut self.
+            self.ingress_one(pkt, meta, now, out);
+        }
+    }
+
+    fn run_pktgens(&mut self, now: u64, out: &mut Handoff) {
+        for i in 0..self.pktgens.len() {
+            let g = &mut self.pktgens[i];
+            if g.period_ns == 0 {
+                continue;
+            }
+            let next = *g.next_ns.get_or_insert(now + g.period_ns);
+            if now < next {
+                continue;
+            }
+            // One packet per period; if the driver fell behind, do not burst to catch up.
+            g.next_ns = Some(if now - next >= g.period_ns { now + g.period_ns } else { next + g.period_ns });
+            let mut pkt = self.pool.get();
+            if !pkt.copy_from(&self.pktgens[i].packet) {
+                self.pool.put(pkt);
+                continue;
+            }
+            pkt.port = PORT_PKTGEN;
+            pkt.ts_ns = now;
+            self.counters.pktgen_packets += 1;
+            self.ingress_one(pkt, PacketMeta::new(PORT_PKTGEN, now), now, out);
+        }
+    }
+
+    fn ingress_one(&mut self, mut pkt: PacketBuf, mut meta: PacketMeta, now: u64, out: &mut Handoff) {
+        let set = &*self.set;
+        let owner = set.classify(pkt.data());
+        meta.owner = owner.unwrap_or(0xFF);
+        let base = set.base();
+        let mut blame: Option<u8> = None;
+        for prog in [base, owner.filter(|o| Some(*o) != base)].into_iter().flatten() {
+            let i = prog as usize;
+            let depth = set.decl(i).parser.depth_bytes as usize;
+            let mut pass = Pass::new(&mut pkt, depth, &mut self.states[i], &mut meta, Gress::Ingress, now, prog, &mut self.digests, self.cfg.digest_capacity);
+            set.program(i).ingress(&mut pass);
+            let v = pass.violation();
+            self.counters.programs[i].ingress_passes += 1;
+            if let Some(v) = v {
+                self.counters.programs[i].violations[v.index()] += 1;
+                meta.drop = Some(DropCode::VIOLATION);
+                blame = Some(prog);
+                break;
+            }
+            if meta.drop.is_some() {
+                blame = Some(prog);
+            }
+        }
+        if base.is_none() && owner.is_none() {
+            meta.drop = Some(DropCode::NO_PROGRAM);
+        }
+        let recirc_limit = set.decl(owner.or(base).unwrap_or(0) as usize).max_recirculations;
+        self.dispose_ingress(pkt, meta, blame, recirc_limit, out);
+    }
+
+    fn count_drop(&mut self, code: DropCode, blame: Option<u8>) {
+        self.counters.drops[code.0 as usize] += 1;
+        if let Some(p) = blame {
+            if let Some(c) = self.counters.programs.get_mut(p as usize) {
+                c.drops[code.0 as usize] += 1;
+            }
+        }
+    }
+
+    fn dispose_ingress(&mut self, pkt: PacketBuf, meta: PacketMeta, blame: Option<u8>, recirc_limit: Option<u32>, out: &mut Handoff) {
+        // Mirroring is independent of the drop decision, as on Tofino.
+        if meta.clone_session != 0 && meta.drop != Some(DropCode::VIOLATION) {
+            self.clone_to_session(&pkt, &meta, meta.clone_session, out);
+        }
+        if let Some(code) = meta.drop {
+            self.count_drop(code, blame);
+            self.pool.put(pkt);
+            return;
+        }
+        if meta.mcast_grp != 0 {
+            let Some(replicas) = self.pre.group(meta.mcast_grp) else {
+                self.count_drop(DropCode::NO_GROUP, None);
+                self.pool.put(pkt);
+                return;
+            };
+            // Copy for all but the last replica, which takes the original buffer.
+            let targets: smallvec_like::Targets = replicas.iter().filter(|r| r.port != meta.mcast_prune_port).copied().collect();
+            let n = targets.len();
+            if n == 0 {
+                self.pool.put(pkt);
+                return;
+            }
+            self.counters.mcast_replicas += n as u64;
+            for r in &targets.as_slice()[..n - 1] {
+                let copy = self.pool.copy_of(&pkt);
+                let m = PacketMeta { egress_port: r.port, rid: r.rid, mcast_grp: 0, ..meta };
+                self.route(copy, m, recirc_limit, out);
+            }
+            let r = targets.as_slice()[n - 1];
+            let m = PacketMeta { egress_port: r.port, rid: r.rid, mcast_grp: 0, ..meta };
+            self.route(pkt, m, recirc_limit, out);
+            return;
+        }
+        if meta.egress_port == PORT_NONE {
+            self.count_drop(DropCode::NO_ROUTE, blame);
+            self.pool.put(pkt);
+            return;
+        }
+        self.route(pkt, meta, recirc_limit, out);
+    }
+
+    /// Send one packet towards its egress port (in whichever pipe owns it).
+    fn route(&mut self, pkt: PacketBuf, meta: PacketMeta, recirc_limit: Option<u32>, out: &mut Handoff) {
+        match meta.egress_port {
+            PORT_CPU => {
+                if self.cpu.len() >= self.cfg.cpu_capacity {
+                    self.count_drop(DropCode::CPU_FULL, None);
+                    self.pool.put(pkt);
+                } else {
+                    self.counters.packet_in += 1;
+                    self.cpu.push_back(PacketIn { pkt, ingress_port: meta.ingress_port });
+                }
+            }
+            PORT_RECIRC => {
+                let over = recirc_limit.is_some_and(|l| meta.recirculations as u32 >= l);
+                if over {
+                    self.count_drop(DropCode::RECIRC_LIMIT, Some(meta.owner));
+                    self.pool.put(pkt);
+                } else if self.recirc.len() >= self.cfg.recirc_capacity {
+                    self.count_drop(DropCode::RECIRC_FULL, None);
+                    self.pool.put(pkt);
+                } else {
+                    // The recirculation port loops back into this pipe's ingress; its egress
+                    // control is not run (a simplification: no program here needs it).
+                    let m = PacketMeta { ingress_port: PORT_RECIRC, egress_port: PORT_NONE, mcast_grp: 0, clone_session: 0, drop: None, is_clone: false, ..meta };
+                    self.recirc.push_back(Queued { pkt, meta: m });
+                }
+            }
+            port => match self.map.pipe_of(port) {
+                Some(p) => out.per_pipe[p as usize].push(Queued { pkt, meta }),
+                None => {
+                    self.count_drop(DropCode::BAD_PORT, None);
+                    self.pool.put(pkt);
+                }
+            },
+        }
+    }
+
+    fn clone_to_session(&mut self, pkt: &PacketBuf, meta: &PacketMeta, session: u16, out: &mut Handoff) {
+        let Some(s) = self.pre.session(session) else {
+            self.count_drop(DropCode::NO_GROUP, None);
+            return;
+        };
+        let replicas: smallvec_like::Targets = s.replicas.iter().copied().collect();
+        let trunc = s.truncate_len;
+        for r in replicas.as_slice() {
+            let mut copy = self.pool.copy_of(pkt);
+            if trunc > 0 && copy.len() > trunc as usize {
+                copy.set_len(trunc as usize);
+            }
+            self.counters.clones += 1;
+            let m = PacketMeta { egress_port: r.port, rid: r.rid, is_clone: true, clone_session: 0, e2e_clone_session: 0, mcast_grp: 0, drop: None, truncate_len: trunc, ..*meta };
+            self.route(copy, m, Some(u32::MAX), out);
+        }
+    }
+
+    // ---- traffic manager ------------------------------------------------------------------
+
+    /// Put packets from any pipe's ingress into this pipe's egress queues.
+    pub fn enqueue(&mut self, items: &mut Vec<Queued>) {
+        for it in items.drain(..) {
+            let port = it.meta.egress_port as usize;
+            let q = &mut self.queues[port];
+            if q.q.len() >= self.cfg.queue_capacity {
+                self.counters.ports[port].queue_drops += 1;
+                self.counters.drops[DropCode::QUEUE_FULL.0 as usize] += 1;
+                self.pool.put(it.pkt);
+                continue;
+            }
+            q.q.push_back(it);
+            let d = q.q.len() as u64;
+            let c = &mut self.counters.ports[port];
+            if d > c.queue_depth_max {
+                c.queue_depth_max = d;
+            }
+        }
+    }
+
+    // ---- egress ---------------------------------------------------------------------------
+
+    /// Dequeue from this pipe's ports and run egress; frames to send go to `tx[port]`,
+    /// egress clones to `out`.
+    pub fn egress(&mut self, now: u64, tx: &mut [Vec<PacketBuf>], out: &mut Handoff) {
+        let set = self.set.clone();
+        let base = set.base();
+        for port in 0..self.queues.len() {
+            if self.queues[port].q.is_empty() || self.map.pipe_of(port as PortId) != Some(self.id) {
+                continue;
+            }
+            for _ in 0..self.cfg.egress_budget {
+                let q = &mut self.queues[port];
+                let Some(head) = q.q.front() else { break };
+                if !q.admit(now, self.cfg.port_rate_bps, head.pkt.len()) {
+                    break;
+                }
+                let Queued { mut pkt, mut meta } = q.q.pop_front().expect("front exists");
+                let owner = if meta.owner == 0xFF { None } else { Some(meta.owner) };
+                let mut blame = None;
+                for prog in [base, owner.filter(|o| Some(*o) != base)].into_iter().flatten() {
+                    let i = prog as usize;
+                    let depth = set.decl(i).parser.depth_bytes as usize;
+                    let mut pass = Pass::new(&mut pkt, depth, &mut self.states[i], &mut meta, Gress::Egress, now, prog, &mut self.digests, self.cfg.digest_capacity);
+                    set.program(i).egress(&mut pass);
+                    let v = pass.violation();
+                    self.counters.programs[i].egress_passes += 1;
+                    if let Some(v) = v {
+                        self.counters.programs[i].violations[v.index()] += 1;
+                        meta.drop = Some(DropCode::VIOLATION);
+                        blame = Some(prog);
+                        break;
+                    }
+                    if meta.drop.is_some() {
+                        blame = Some(prog);
+                    }
+                }
+                if meta.e2e_clone_session != 0 && meta.drop != Some(DropCode::VIOLATION) {
+                    let s = meta.e2e_clone_session;
+                    self.clone_to_session(&pkt, &meta, s, out);
+                }
+                if let Some(code) = meta.drop {
+                    self.count_drop(code, blame);
+                    self.pool.put(pkt);
+                    continue;
+                }
+                if meta.truncate_len > 0 && pkt.len() > meta.truncate_len as usize {
+                    pkt.set_len(meta.truncate_len as usize);
+                }
+                let c = &mut self.counters.ports[port];
+                c.tx_packets += 1;
+                c.tx_bytes += pkt.len() as u64;
+                pkt.port = port as PortId;
+                tx[port].push(pkt);
+            }
+        }
+    }
+
+    // ---- controller packets -------------------------------------------------------------------
+
+    /// A PacketOut: with an egress port it goes straight to that port's queue (bypassing
+    /// ingress, as the usual packet-out header does); without one it enters ingress from
+    /// the CPU port.
+    pub fn packet_out(&mut self, bytes: &[u8], egress: Option<PortId>, now: u64, out: &mut Handoff) -> Result<(), ControlError> {
+        let mut pkt = self.pool.get();
+        if !pkt.copy_from(bytes) {
+            self.pool.put(pkt);
+            return Err(ControlError::InvalidArgument(format!("packet of {} bytes exceeds the buffer size {}", bytes.len(), self.cfg.buf_capacity)));
+        }
+        pkt.port = PORT_CPU;
+        pkt.ts_ns = now;
+        self.counters.packet_out += 1;
+        let meta = PacketMeta::new(PORT_CPU, now);
+        match egress {
+            Some(p) => {
+                if self.map.pipe_of(p).is_none() {
+                    self.pool.put(pkt);
+                    return Err(ControlError::InvalidArgument(format!("no port {p}")));
+                }
+                self.route(pkt, PacketMeta { egress_port: p, ..meta }, Some(0), out);
+            }
+            None => self.ingress_one(pkt, meta, now, out),
+        }
+        Ok(())
+    }
+
+    /// Move PacketIn messages out (oldest first).
+    pub fn take_packet_ins(&mut self, out: &mut Vec<PacketIn>) {
+        out.extend(self.cpu.drain(..));
+    }
+
+    /// Move digests out (oldest first).
+    pub fn take_digests(&mut self, out: &mut Vec<DigestMsg>) {
+        self.counters.digests += self.digests.len() as u64;
+        out.append(&mut self.digests);
+    }
+
+    /// Return a buffer to this pipe's pool (after transmission).
+    pub fn recycle(&mut self, pkt: PacketBuf) {
+        self.pool.put(pkt);
+    }
+
+    // ---- control plane -----------------------------------------------------------------------
+
+    /// Apply a control-plane operation.
+    pub fn control(&mut self, op: &ControlOp) -> Result<ControlReply, ControlError> {
+        let set = self.set.clone();
+        let table = |id: u32| set.resolve(id, id_prefix::TABLE).ok_or_else(|| ControlError::NotFound(format!("no table with id {id:#x}")));
+        let action_of = |prog: u8, table_idx: usize, id: u32| -> Result<u16, ControlError> {
+            let a = set.resolve(id, id_prefix::ACTION).filter(|a| a.program == prog).ok_or_else(|| ControlError::NotFound(format!("no action with id {id:#x} in this program")))?;
+            let t = &set.decl(prog as usize).tables[table_idx];
+            if !t.actions.contains(&a.index) {
+                return Err(ControlError::InvalidArgument(format!("action {} is not an action of table {}", set.decl(prog as usize).actions[a.index as usize].name, t.name)));
+            }
+            Ok(a.index)
+        };
+        match op {
+            ControlOp::TableWrite { table_id, op, matches, priority, action_id, params } => {
+                let t = table(*table_id)?;
+                let st = &mut self.states[t.program as usize].tables[t.index as usize];
+                let (key, mask) = st.normalize(matches)?;
+                match op {
+                    WriteOp::Delete => st.delete(&key, &mask, *priority)?,
+                    WriteOp::Insert | WriteOp::Modify => {
+                        let a = action_of(t.program, t.index as usize, *action_id)?;
+                        let p = params_from_bytes(&set.decl(t.program as usize).actions[a as usize], params)?;
+                        self.states[t.program as usize].tables[t.index as usize].write(key, mask, *priority, crate::decl::ActionId(a), &p, *op == WriteOp::Modify)?;
+                    }
+                }
+                Ok(ControlReply::Done)
+            }
+            ControlOp::TableSetDefault { table_id, action_id, params } => {
+                let t = table(*table_id)?;
+                let a = action_of(t.program, t.index as usize, *action_id)?;
+                let p = params_from_bytes(&set.decl(t.program as usize).actions[a as usize], params)?;
+                self.states[t.program as usize].tables[t.index as usize].set_default(crate::decl::ActionId(a), &p)?;
+                Ok(ControlReply::Done)
+            }
+            ControlOp::TableResetDefault { table_id } => {
+                let t = table(*table_id)?;
+                self.states[t.program as usize].tables[t.index as usize].reset_default();
+                Ok(ControlReply::Done)
+            }
+            ControlOp::TableClear { table_id } => {
+                let t = table(*table_id)?;
+                self.states[t.program as usize].tables[t.index as usize].clear();
+                Ok(ControlReply::Done)
+            }
+            ControlOp::TableRead { table_id } => {
+                let t = table(*table_id)?;
+                let decl = set.decl(t.program as usize);
+                let st = &self.states[t.program as usize].tables[t.index as usize];
+                let entries = st.entries(|a| decl.actions.get(a.0 as usize).map_or(0, |a| a.params.len()));
+                let (da, dp) = st.default_action();
+                let np = decl.actions.get(da.0 as usize).map_or(0, |a| a.params.len());
+                Ok(ControlReply::TableEntries { entries, default_action: da.0, default_params: dp[..np].to_vec() })
+            }
+            ControlOp::RegisterRead { register_id, index } => {
+                let r = set.resolve(*register_id, id_prefix::REGISTER).ok_or_else(|| ControlError::NotFound(format!("no register with id {register_id:#x}")))?;
+                let cells = &self.states[r.program as usize].regs[r.index as usize];
+                match index {
+                    Some(i) => {
+                        let v = cells.get(*i as usize).ok_or_else(|| ControlError::OutOfRange(format!("index {i} >= size {}", cells.len())))?;
+                        Ok(ControlReply::RegisterCells(vec![(*i, *v)]))
+                    }
+                    None => Ok(ControlReply::RegisterCells(cells.iter().enumerate().map(|(i, v)| (i as u32, *v)).collect())),
+                }
+            }
+            ControlOp::RegisterWrite { register_id, index, value } => {
+                let r = set.resolve(*register_id, id_prefix::REGISTER).ok_or_else(|| ControlError::NotFound(format!("no register with id {register_id:#x}")))?;
+                let bits = set.decl(r.program as usize).registers[r.index as usize].cell_bits;
+                if bits < 64 && *value >> bits != 0 {
+                    return Err(ControlError::InvalidArgument(format!("value {value:#x} does not fit in a {bits}-bit cell")));
+                }
+                let cells = &mut self.states[r.program as usize].regs[r.index as usize];
+                match index {
+                    Some(i) => {
+                        let n = cells.len();
+                        *cells.get_mut(*i as usize).ok_or_else(|| ControlError::OutOfRange(format!("index {i} >= size {n}")))? = *value;
+                    }
+                    None => cells.fill(*value),
+                }
+                Ok(ControlReply::Done)
+            }
+            ControlOp::McastGroupWrite { op, group, replicas } => {
+                self.check_replicas(replicas)?;
+                self.pre.write_group(*op, *group, replicas.clone())?;
+                Ok(ControlReply::Done)
+            }
+            ControlOp::McastGroupRead { group } => {
+                let v: Vec<_> = self.pre.groups().filter(|(g, _)| group.is_none_or(|x| x == *g)).map(|(g, r)| (g, r.clone())).collect();
+                if group.is_some() && v.is_empty() {
+                    return Err(ControlError::NotFound(format!("multicast group {}", group.unwrap_or(0))));
+                }
+                Ok(ControlReply::McastGroups(v))
+            }
+            ControlOp::CloneSessionWrite { op, session, session_cfg } => {
+                self.check_replicas(&session_cfg.replicas)?;
+                self.pre.write_session(*op, *session, session_cfg.clone())?;
+                Ok(ControlReply::Done)
+            }
+            ControlOp::CloneSessionRead { session } => {
+                let v: Vec<_> = self.pre.sessions().filter(|(s, _)| session.is_none_or(|x| x == *s)).map(|(s, c)| (s, c.clone())).collect();
+                if session.is_some() && v.is_empty() {
+                    return Err(ControlError::NotFound(format!("clone session {}", session.unwrap_or(0))));
+                }
+                Ok(ControlReply::CloneSessions(v))
+            }
+            ControlOp::DigestConfig { digest_id, enabled } => {
+                let d = set.resolve(*digest_id, id_prefix::DIGEST).ok_or_else(|| ControlError::NotFound(format!("no digest with id {digest_id:#x}")))?;
+                self.states[d.program as usize].digest_enabled[d.index as usize] = *enabled;
+                Ok(ControlReply::Done)
+            }
+            ControlOp::PktGenConfig { program, name, period_ns } => {
+                let pi = set.index_of(program).ok_or_else(|| ControlError::NotFound(format!("no program {program}")))?;
+                let g = self.pktgens.iter_mut().find(|g| g.program == pi && g.name == *name).ok_or_else(|| ControlError::NotFound(format!("no packet generator {program}.{name}")))?;
+                g.period_ns = *period_ns;
+                g.next_ns = None;
+                Ok(ControlReply::Done)
+            }
+        }
+    }
+
+    fn check_replicas(&self, replicas: &[Replica]) -> Result<(), ControlError> {
+        for r in replicas {
+            if r.port != PORT_RECIRC && r.port != PORT_CPU && self.map.pipe_of(r.port).is_none() {
+                return Err(ControlError::InvalidArgument(format!("replica port {} does not exist", r.port)));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A tiny inline vector of replicas so replication does not allocate for small groups.
+mod smallvec_like {
+    use crate::control::Replica;
+
+    pub struct Targets {
+        inline: [Replica; 16],
+        n: usize,
+        spill: Vec<Replica>,
+    }
+
+    impl Targets {
+        pub fn len(&self) -> usize {
+            if self.spill.is_empty() {
+                self.n
+            } else {
+                self.spill.len()
+            }
+        }
+        pub fn as_slice(&self) -> &[Replica] {
+            if self.spill.is_empty() {
+                &self.inline[..self.n]
+            } else {
+                &self.spill
+            }
+        }
+    }
+
+    impl FromIterator<Replica> for Targets {
+        fn from_iter<I: IntoIterator<Item = Replica>>(iter: I) -> Self {
+            let mut t = Targets { inline: [Replica { port: 0, rid: 0 }; 16], n: 0, spill: Vec::new() };
+            for r in iter {
+                if t.spill.is_empty() && t.n < 16 {
+                    t.inline[t.n] = r;
+                    t.n += 1;
+                } else {
+                    if t.spill.is_empty() {
+                        t.spill.extend_from_slice(&t.inline[..t.n]);
+                    }
+                    t.spill.push(r);
+                }
+            }
+            t
+        }
+    }
+}

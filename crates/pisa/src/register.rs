@@ -1,0 +1,153 @@
+//! Register arrays and register actions (Tofino's `Register` and `RegisterAction`).
+//!
+//! A register array lives in one stage and one gress and has one stateful ALU. A packet
+//! may run one of the array's register actions on one index per pass: a read-modify-write
+//! of one cell that can return one value. The action body is a plain `fn` (no captured
+//! state), which is what a stateful ALU is: it sees the cell and the operands the packet
+//! brings, nothing else. Keep bodies to what a stateful ALU can do (two comparisons, two
+//! updates per 32-bit half, one output); the model cannot check the body's arithmetic,
+//! only its shape and how often it runs.
+
+use std::marker::PhantomData;
+
+use crate::decl::ObjRef;
+
+/// A value a register cell can hold. Cells are stored as `u64` bit patterns.
+pub trait Cell: Copy + Default + Send + Sync + 'static {
+    /// Width in bits (1, 8, 16, 32, or 64 for a pair of 32-bit halves).
+    const BITS: u32;
+    fn from_bits(v: u64) -> Self;
+    fn to_bits(self) -> u64;
+}
+
+/// A value a register action takes from or returns to the packet: its width is counted.
+pub trait SaluValue {
+    const BITS: u32;
+}
+
+macro_rules! uint_cell {
+    ($t:ty, $bits:expr) => {
+        impl Cell for $t {
+            const BITS: u32 = $bits;
+            #[inline(always)]
+            fn from_bits(v: u64) -> Self {
+                v as $t
+            }
+            #[inline(always)]
+            fn to_bits(self) -> u64 {
+                self as u64
+            }
+        }
+        impl SaluValue for $t {
+            const BITS: u32 = $bits;
+        }
+    };
+}
+uint_cell!(u8, 8);
+uint_cell!(u16, 16);
+uint_cell!(u32, 32);
+
+impl Cell for bool {
+    const BITS: u32 = 1;
+    #[inline(always)]
+    fn from_bits(v: u64) -> Self {
+        v & 1 != 0
+    }
+    #[inline(always)]
+    fn to_bits(self) -> u64 {
+        self as u64
+    }
+}
+impl SaluValue for bool {
+    const BITS: u32 = 1;
+}
+impl SaluValue for () {
+    const BITS: u32 = 0;
+}
+impl SaluValue for i32 {
+    const BITS: u32 = 32;
+}
+impl SaluValue for u64 {
+    const BITS: u32 = 64;
+}
+
+/// A 64-bit cell made of two 32-bit halves, as Tofino's paired stateful ALU sees it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Pair {
+    pub lo: u32,
+    pub hi: u32,
+}
+
+impl Pair {
+    pub const fn new(lo: u32, hi: u32) -> Pair {
+        Pair { lo, hi }
+    }
+}
+
+impl Cell for Pair {
+    const BITS: u32 = 64;
+    #[inline(always)]
+    fn from_bits(v: u64) -> Self {
+        Pair { lo: v as u32, hi: (v >> 32) as u32 }
+    }
+    #[inline(always)]
+    fn to_bits(self) -> u64 {
+        ((self.hi as u64) << 32) | self.lo as u64
+    }
+}
+impl SaluValue for Pair {
+    const BITS: u32 = 64;
+}
+
+impl<A: SaluValue, B: SaluValue> SaluValue for (A, B) {
+    const BITS: u32 = A::BITS + B::BITS;
+}
+
+/// Handle to a register array of cells `T`, returned by the program builder.
+pub struct Register<T: Cell> {
+    pub(crate) obj: ObjRef,
+    pub(crate) idx: u16,
+    pub(crate) size: u32,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T: Cell> Clone for Register<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T: Cell> Copy for Register<T> {}
+
+impl<T: Cell> Register<T> {
+    pub(crate) fn new(obj: ObjRef, idx: u16, size: u32) -> Self {
+        Register { obj, idx, size, _t: PhantomData }
+    }
+    /// Number of cells.
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+    /// Index of this array in its program's register list (control-plane order).
+    pub fn index(&self) -> usize {
+        self.idx as usize
+    }
+}
+
+/// Handle to one register action of a register array: what the stateful ALU does when a
+/// packet executes it.
+pub struct RegisterAction<T: Cell, I, O> {
+    pub(crate) reg: Register<T>,
+    pub(crate) f: fn(&mut T, I) -> O,
+}
+
+impl<T: Cell, I, O> Clone for RegisterAction<T, I, O> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T: Cell, I, O> Copy for RegisterAction<T, I, O> {}
+
+impl<T: Cell, I, O> RegisterAction<T, I, O> {
+    pub fn register(&self) -> Register<T> {
+        self.reg
+    }
+}

@@ -1,0 +1,177 @@
+//! Target profiles: the limits a program must respect to fit a real switch.
+//!
+//! Numbers for Tofino come from the open-sourced Tofino compiler (p4lang/p4c,
+//! `backends/tofino`); see `docs/tofino-numbers.md` for each number and where it is from.
+//! `unbounded` has no limits and is what the software switch itself needs: every program
+//! runs on it, the report then says what a real chip would be missing.
+
+use serde::Serialize;
+
+/// What a target offers per pipe and per stage.
+#[derive(Clone, Debug, Serialize)]
+pub struct Target {
+    pub name: &'static str,
+    pub description: &'static str,
+    /// Match-action stages per pipe (ingress and egress share them).
+    pub stages: u32,
+    /// Pipes per chip (each with its own register state).
+    pub pipes: u32,
+    /// Stateful ALUs per stage: each register array needs one in its stage.
+    pub salus_per_stage: u32,
+    /// SRAM blocks per stage, each `sram_block_words` x `sram_word_bits`.
+    pub sram_blocks_per_stage: u32,
+    pub sram_block_words: u32,
+    pub sram_word_bits: u32,
+    /// TCAM blocks per stage, each `tcam_block_entries` x `tcam_block_bits`.
+    pub tcam_blocks_per_stage: u32,
+    pub tcam_block_entries: u32,
+    pub tcam_block_bits: u32,
+    /// Logical match tables per stage.
+    pub logical_tables_per_stage: u32,
+    /// Hash distribution units per stage: the hash outputs a stage can turn into register
+    /// or table indexes (2 units x 3 slices of 16 bits on Tofino; the 8 x 52-bit hash
+    /// functions behind them feed exact-match tables too).
+    pub hash_units_per_stage: u32,
+    /// Widest register cell (bits) a stateful ALU reads and writes: 64 is a pair of 32-bit
+    /// halves on Tofino 1; Tofino 2 takes up to 128.
+    pub max_register_cell_bits: u32,
+    /// Register actions one register array may have.
+    pub max_register_actions: u32,
+    /// Bits a register action can return to the PHV.
+    pub salu_output_bits: u32,
+    /// SRAM blocks one register array may span (the stateful ALU's reach).
+    pub max_blocks_per_register: u32,
+    /// Extra SRAM blocks the compiler spends per register array.
+    pub register_spare_blocks: u32,
+    /// Bits of match key an exact-match stage can feed (input crossbar).
+    pub exact_key_bits_per_stage: u32,
+    /// Bits of match key a ternary table can use.
+    pub ternary_key_bits_per_stage: u32,
+    /// Bytes of packet the parser can reach. Tofino's overall depth is not published; the
+    /// value is the estimate stated in `docs/tofino-numbers.md` (parser section).
+    pub parse_depth_bytes: u32,
+    /// Bits of packet header vector the match-action stages can use (parsed headers and
+    /// metadata). Tofino 1's 2048 tagalong bits, which only carry headers through, are not
+    /// counted.
+    pub phv_bits: u32,
+    /// Largest digest, in bytes.
+    pub max_digest_bytes: u32,
+    /// Packet generator applications per pipe.
+    pub pktgen_apps: u32,
+}
+
+const UNLIMITED: u32 = u32::MAX;
+
+impl Target {
+    /// Tofino 1 (Barefoot/Intel BFN-T10).
+    pub fn tofino1() -> Target {
+        Target {
+            name: "tofino1",
+            description: "Intel Tofino 1: 12 MAU stages per pipe, 4 pipes",
+            stages: 12,
+            pipes: 4,
+            salus_per_stage: 4,
+            sram_blocks_per_stage: 80,
+            sram_block_words: 1024,
+            sram_word_bits: 128,
+            tcam_blocks_per_stage: 24,
+            tcam_block_entries: 512,
+            tcam_block_bits: 44,
+            logical_tables_per_stage: 16,
+            hash_units_per_stage: 6,
+            max_register_cell_bits: 64,
+            max_register_actions: 4,
+            salu_output_bits: 32,
+            max_blocks_per_register: 35,
+            register_spare_blocks: 1,
+            exact_key_bits_per_stage: 1024,
+            ternary_key_bits_per_stage: 528,
+            parse_depth_bytes: 256,
+            phv_bits: 4096,
+            max_digest_bytes: 48,
+            pktgen_apps: 8,
+        }
+    }
+
+    /// Tofino 2 (JBay): more stages, otherwise similar per-stage resources.
+    pub fn tofino2() -> Target {
+        Target {
+            name: "tofino2",
+            description: "Intel Tofino 2: 20 MAU stages per pipe, 4 pipes",
+            stages: 20,
+            pipes: 4,
+            salus_per_stage: 4,
+            sram_blocks_per_stage: 80,
+            sram_block_words: 1024,
+            sram_word_bits: 128,
+            tcam_blocks_per_stage: 24,
+            tcam_block_entries: 512,
+            tcam_block_bits: 44,
+            logical_tables_per_stage: 16,
+            hash_units_per_stage: 6,
+            max_register_cell_bits: 128,
+            max_register_actions: 4,
+            salu_output_bits: 128,
+            max_blocks_per_register: 23,
+            register_spare_blocks: 1,
+            exact_key_bits_per_stage: 1024,
+            ternary_key_bits_per_stage: 528,
+            parse_depth_bytes: 384,
+            phv_bits: 5120,
+            max_digest_bytes: 48,
+            pktgen_apps: 16,
+        }
+    }
+
+    /// No limits: what the software switch runs.
+    pub fn unbounded() -> Target {
+        Target {
+            name: "unbounded",
+            description: "no hardware limits (the software switch itself)",
+            stages: UNLIMITED,
+            pipes: UNLIMITED,
+            salus_per_stage: UNLIMITED,
+            sram_blocks_per_stage: UNLIMITED,
+            sram_block_words: 1024,
+            sram_word_bits: 128,
+            tcam_blocks_per_stage: UNLIMITED,
+            tcam_block_entries: 512,
+            tcam_block_bits: 44,
+            logical_tables_per_stage: UNLIMITED,
+            hash_units_per_stage: UNLIMITED,
+            max_register_cell_bits: 64,
+            max_register_actions: UNLIMITED,
+            salu_output_bits: UNLIMITED,
+            max_blocks_per_register: UNLIMITED,
+            register_spare_blocks: 0,
+            exact_key_bits_per_stage: UNLIMITED,
+            ternary_key_bits_per_stage: UNLIMITED,
+            parse_depth_bytes: UNLIMITED,
+            phv_bits: UNLIMITED,
+            max_digest_bytes: UNLIMITED,
+            pktgen_apps: UNLIMITED,
+        }
+    }
+
+    /// Names accepted by [`Target::by_name`].
+    pub const NAMES: &'static [&'static str] = &["tofino1", "tofino2", "unbounded"];
+
+    pub fn by_name(name: &str) -> Option<Target> {
+        match name {
+            "tofino1" | "tofino" | "tf1" => Some(Target::tofino1()),
+            "tofino2" | "tf2" | "jbay" => Some(Target::tofino2()),
+            "unbounded" | "software" => Some(Target::unbounded()),
+            _ => None,
+        }
+    }
+
+    /// Bits in one SRAM block.
+    pub fn sram_block_bits(&self) -> u64 {
+        self.sram_block_words as u64 * self.sram_word_bits as u64
+    }
+}
+
+/// True when `v` is the "no limit" value.
+pub fn is_unlimited(v: u32) -> bool {
+    v == UNLIMITED
+}

@@ -1,0 +1,556 @@
+//! The data-plane driver: one thread per pipe, each owning its ports and its [`Pipe`],
+//! moving batches between ports and the pipeline. This is the I/O loop around the sans-IO
+//! core; the control plane talks to it through [`Dataplane`] (commands applied between
+//! batches, PacketIn and digests delivered through queues).
+//!
+//! A pipe thread sleeps in epoll on its ports' fds and a doorbell when it has nothing to
+//! do, so an idle switch uses no CPU (the machines this runs on have two cores, shared
+//! with the hosts).
+
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use pisa::control::{ControlError, ControlOp, ControlReply};
+use pisa::counters::Counters;
+use pisa::pass::DigestMsg;
+use pisa::pipe::{Handoff, PacketIn, Pipe, PipeConfig, PortMap};
+use pisa::tm::Queued;
+use pisa::{PacketBuf, PortId, ProgramSet};
+
+use crate::port::Port;
+use crate::stats::PortStats;
+use crate::sys::{monotonic_ns, EventFd};
+
+/// How the driver runs.
+#[derive(Clone, Debug)]
+pub struct DataplaneOptions {
+    /// Pipes (threads); ports are split among them contiguously.
+    pub pipes: u8,
+    /// Queue sizes and rates of every pipe.
+    pub pipe: PipeConfig,
+    /// Frames read per port per loop iteration.
+    pub batch: usize,
+    /// Most PacketIn messages / digests held for the controller before new ones are dropped.
+    pub event_capacity: usize,
+}
+
+impl Default for DataplaneOptions {
+    fn default() -> Self {
+        DataplaneOptions {
+            pipes: 1,
+            pipe: PipeConfig::default(),
+            batch: 64,
+            event_capacity: 65536,
+        }
+    }
+}
+
+type Reply<T> = Sender<T>;
+
+enum Cmd {
+    Control(ControlOp, Reply<Result<ControlReply, ControlError>>),
+    PacketOut(Vec<u8>, Option<PortId>, Reply<Result<(), ControlError>>),
+    Counters(Reply<Counters>),
+    Replace(Arc<ProgramSet>, Reply<()>),
+    Handoff(Vec<Queued>),
+}
+
+/// A queue the controller waits on (each queue has its own condition variable).
+struct EventQueue<T> {
+    q: Mutex<VecDeque<T>>,
+    cv: Condvar,
+}
+
+impl<T> EventQueue<T> {
+    fn new() -> Self {
+        EventQueue {
+            q: Mutex::new(VecDeque::new()),
+            cv: Condvar::new(),
+        }
+    }
+}
+
+/// Events for the controller, filled by pipe threads.
+struct Events {
+    packet_ins: EventQueue<(Vec<u8>, PortId)>,
+    digests: EventQueue<DigestMsg>,
+    dropped: std::sync::atomic::AtomicU64,
+    capacity: usize,
+}
+
+struct PipeHandle {
+    tx: Sender<Cmd>,
+    bell: Arc<EventFd>,
+}
+
+impl PipeHandle {
+    fn send(&self, c: Cmd) -> Result<(), ControlError> {
+        self.tx
+            .send(c)
+            .map_err(|_| ControlError::Unavailable("the data plane has stopped".into()))?;
+        self.bell.signal();
+        Ok(())
+    }
+}
+
+/// A running data plane.
+pub struct Dataplane {
+    pipes: Vec<PipeHandle>,
+    threads: Vec<JoinHandle<()>>,
+    stop: Arc<AtomicBool>,
+    events: Arc<Events>,
+    port_stats: Vec<(String, Arc<PortStats>)>,
+    set: Mutex<Arc<ProgramSet>>,
+    map: PortMap,
+}
+
+fn recv_reply<T>(rx: Receiver<T>) -> Result<T, ControlError> {
+    rx.recv_timeout(Duration::from_secs(10))
+        .map_err(|_| ControlError::Unavailable("the data plane did not answer".into()))
+}
+
+impl Dataplane {
+    /// Start one thread per pipe over `ports` (whose ids must be 0..N).
+    pub fn start(
+        set: Arc<ProgramSet>,
+        ports: Vec<Box<dyn Port>>,
+        opts: DataplaneOptions,
+    ) -> io::Result<Dataplane> {
+        let n = ports.len();
+        for (i, p) in ports.iter().enumerate() {
+            if p.id() as usize != i {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("port {} has id {}, expected {i}", p.name(), p.id()),
+                ));
+            }
+        }
+        let map = PortMap::contiguous(n as u16, opts.pipes.max(1));
+        let port_stats = ports
+            .iter()
+            .map(|p| (p.name().to_string(), p.stats()))
+            .collect();
+        let stop = Arc::new(AtomicBool::new(false));
+        let events = Arc::new(Events {
+            packet_ins: EventQueue::new(),
+            digests: EventQueue::new(),
+            dropped: Default::default(),
+            capacity: opts.event_capacity,
+        });
+        let mut per_pipe: Vec<Vec<Box<dyn Port>>> = (0..map.pipes()).map(|_| Vec::new()).collect();
+        for p in ports {
+            let pipe = map.pipe_of(p.id()).unwrap_or(0) as usize;
+            per_pipe[pipe].push(p);
+        }
+        let mut handles = Vec::new();
+        let mut receivers = Vec::new();
+        for _ in 0..map.pipes() {
+            let (tx, rx) = channel();
+            handles.push(PipeHandle {
+                tx,
+                bell: Arc::new(EventFd::new()?),
+            });
+            receivers.push(rx);
+        }
+        let peers: Vec<(Sender<Cmd>, Arc<EventFd>)> = handles
+            .iter()
+            .map(|h| (h.tx.clone(), h.bell.clone()))
+            .collect();
+        let mut threads = Vec::new();
+        for (i, (ports, rx)) in per_pipe.into_iter().zip(receivers).enumerate() {
+            let pipe = Pipe::new(i as u8, set.clone(), map.clone(), opts.pipe.clone());
+            let worker = Worker {
+                pipe,
+                ports,
+                rx,
+                bell: handles[i].bell.clone(),
+                peers: peers.clone(),
+                stop: stop.clone(),
+                events: events.clone(),
+                batch: opts.batch.max(1),
+                map: map.clone(),
+                cfg: opts.pipe.clone(),
+            };
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("pipe{i}"))
+                    .spawn(move || worker.run())?,
+            );
+        }
+        Ok(Dataplane {
+            pipes: handles,
+            threads,
+            stop,
+            events,
+            port_stats,
+            set: Mutex::new(set),
+            map,
+        })
+    }
+
+    /// Front-panel ports.
+    pub fn num_ports(&self) -> u16 {
+        self.map.num_ports()
+    }
+    /// Pipes (threads).
+    pub fn num_pipes(&self) -> u8 {
+        self.map.pipes()
+    }
+    /// Which pipe each port belongs to.
+    pub fn port_map(&self) -> &PortMap {
+        &self.map
+    }
+    /// The program set now loaded.
+    pub fn program_set(&self) -> Arc<ProgramSet> {
+        self.set.lock().expect("set lock").clone()
+    }
+
+    /// Apply a control operation: writes go to every pipe (state is kept symmetric), reads
+    /// are answered by pipe 0.
+    pub fn control(&self, op: ControlOp) -> Result<ControlReply, ControlError> {
+        if pisa::switch::is_read(&op) {
+            return self.control_pipe(0, op);
+        }
+        let mut rxs = Vec::new();
+        for h in &self.pipes {
+            let (tx, rx) = channel();
+            h.send(Cmd::Control(op.clone(), tx))?;
+            rxs.push(rx);
+        }
+        let mut result = Ok(ControlReply::Done);
+        for rx in rxs {
+            let r = recv_reply(rx)?;
+            if r.is_err() {
+                result = r;
+            }
+        }
+        result
+    }
+
+    /// Apply a control operation on one pipe only (e.g. read that pipe's registers).
+    pub fn control_pipe(&self, pipe: u8, op: ControlOp) -> Result<ControlReply, ControlError> {
+        let h = self
+            .pipes
+            .get(pipe as usize)
+            .ok_or_else(|| ControlError::InvalidArgument(format!("no pipe {pipe}")))?;
+        let (tx, rx) = channel();
+        h.send(Cmd::Control(op, tx))?;
+        recv_reply(rx)?
+    }
+
+    /// Load a new program set: every pipe starts over with empty tables, registers and
+    /// replication configuration (P4Runtime's SetForwardingPipelineConfig).
+    pub fn replace_program_set(&self, set: Arc<ProgramSet>) -> Result<(), ControlError> {
+        let mut rxs = Vec::new();
+        for h in &self.pipes {
+            let (tx, rx) = channel();
+            h.send(Cmd::Replace(set.clone(), tx))?;
+            rxs.push(rx);
+        }
+        for rx in rxs {
+            recv_reply(rx)?;
+        }
+        *self.set.lock().expect("set lock") = set;
+        Ok(())
+    }
+
+    /// Send a packet from the controller.
+    pub fn packet_out(&self, bytes: Vec<u8>, egress: Option<PortId>) -> Result<(), ControlError> {
+        let (tx, rx) = channel();
+        self.pipes[0].send(Cmd::PacketOut(bytes, egress, tx))?;
+        recv_reply(rx)?
+    }
+
+    /// Wait up to `timeout` for PacketIn messages; returns at most `max`.
+    pub fn wait_packet_ins(&self, timeout: Duration, max: usize) -> Vec<(Vec<u8>, PortId)> {
+        self.wait(&self.events.packet_ins, timeout, max)
+    }
+
+    /// Wait up to `timeout` for digests; returns at most `max`.
+    pub fn wait_digests(&self, timeout: Duration, max: usize) -> Vec<DigestMsg> {
+        self.wait(&self.events.digests, timeout, max)
+    }
+
+    fn wait<T>(&self, eq: &EventQueue<T>, timeout: Duration, max: usize) -> Vec<T> {
+        let deadline = Instant::now() + timeout;
+        let mut g = eq.q.lock().expect("event lock");
+        loop {
+            if !g.is_empty() || self.stop.load(Ordering::Relaxed) {
+                let n = g.len().min(max);
+                return g.drain(..n).collect();
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Vec::new();
+            }
+            g = eq.cv.wait_timeout(g, deadline - now).expect("event lock").0;
+        }
+    }
+
+    /// Events dropped because the controller did not collect them in time.
+    pub fn events_dropped(&self) -> u64 {
+        self.events.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Counters of every pipe.
+    pub fn counters_per_pipe(&self) -> Result<Vec<Counters>, ControlError> {
+        let mut rxs = Vec::new();
+        for h in &self.pipes {
+            let (tx, rx) = channel();
+            h.send(Cmd::Counters(tx))?;
+            rxs.push(rx);
+        }
+        rxs.into_iter().map(recv_reply).collect()
+    }
+
+    /// Counters summed over pipes.
+    pub fn counters(&self) -> Result<Counters, ControlError> {
+        let mut c = Counters::default();
+        for p in self.counters_per_pipe()? {
+            c.merge(&p);
+        }
+        Ok(c)
+    }
+
+    /// Per-port I/O counters (name and shared stats).
+    pub fn port_stats(&self) -> &[(String, Arc<PortStats>)] {
+        &self.port_stats
+    }
+
+    /// Stop the threads and wait for them.
+    pub fn stop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for h in &self.pipes {
+            h.bell.signal();
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        self.events.packet_ins.cv.notify_all();
+        self.events.digests.cv.notify_all();
+    }
+}
+
+impl Drop for Dataplane {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+struct Worker {
+    pipe: Pipe,
+    ports: Vec<Box<dyn Port>>,
+    rx: Receiver<Cmd>,
+    bell: Arc<EventFd>,
+    peers: Vec<(Sender<Cmd>, Arc<EventFd>)>,
+    stop: Arc<AtomicBool>,
+    events: Arc<Events>,
+    batch: usize,
+    map: PortMap,
+    cfg: PipeConfig,
+}
+
+/// epoll set of a worker's fds.
+struct Epoll {
+    fd: RawFd,
+    polls_all: bool,
+}
+
+impl Epoll {
+    fn new(fds: &[Option<RawFd>]) -> io::Result<Epoll> {
+        // SAFETY: epoll_create1 takes no pointers.
+        let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if ep < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        for fd in fds.iter().flatten() {
+            let mut ev = libc::epoll_event {
+                events: libc::EPOLLIN as u32,
+                u64: *fd as u64,
+            };
+            // SAFETY: `ev` is a valid epoll_event for the duration of the call.
+            if unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, *fd, &mut ev) } < 0 {
+                let e = io::Error::last_os_error();
+                // SAFETY: closing the epoll fd we created.
+                unsafe { libc::close(ep) };
+                return Err(e);
+            }
+        }
+        Ok(Epoll {
+            fd: ep,
+            polls_all: fds.iter().all(|f| f.is_some()),
+        })
+    }
+
+    fn wait(&self, timeout: Duration) {
+        let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 16];
+        // Ports without a fd are polled every millisecond.
+        let t = if self.polls_all {
+            timeout
+        } else {
+            timeout.min(Duration::from_millis(1))
+        };
+        let ms = t.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: `evs` is a valid array of 16 events.
+        unsafe {
+            libc::epoll_wait(
+                self.fd,
+                evs.as_mut_ptr(),
+                evs.len() as i32,
+                ms.max(if t.is_zero() { 0 } else { 1 }),
+            )
+        };
+    }
+}
+
+impl Drop for Epoll {
+    fn drop(&mut self) {
+        // SAFETY: closing the epoll fd we own.
+        unsafe { libc::close(self.fd) };
+    }
+}
+
+impl Worker {
+    fn run(mut self) {
+        let mut fds: Vec<Option<RawFd>> = self.ports.iter().map(|p| p.poll_fd()).collect();
+        fds.push(Some(self.bell.raw()));
+        let epoll = match Epoll::new(&fds) {
+            Ok(e) => e,
+            Err(e) => {
+                eprintln!("pipe {}: epoll failed: {e}", self.pipe.id());
+                return;
+            }
+        };
+        let npipes = self.map.pipes() as usize;
+        let mut handoff = Handoff::new(self.map.pipes());
+        let mut rx_batch: Vec<PacketBuf> = Vec::with_capacity(self.batch * self.ports.len().max(1));
+        let mut tx: Vec<Vec<PacketBuf>> = (0..self.map.num_ports()).map(|_| Vec::new()).collect();
+        let mut pins: Vec<PacketIn> = Vec::new();
+        let mut digests: Vec<DigestMsg> = Vec::new();
+        let me = self.pipe.id() as usize;
+        while !self.stop.load(Ordering::Relaxed) {
+            self.bell.clear();
+            let mut busy = false;
+            // Commands and packets handed over by other pipes.
+            while let Ok(cmd) = self.rx.try_recv() {
+                busy = true;
+                self.command(cmd, &mut handoff);
+            }
+            // Receive.
+            let mut full = false;
+            for p in &mut self.ports {
+                let got = p.recv_batch(self.pipe.pool(), &mut rx_batch, self.batch);
+                full |= got >= self.batch;
+            }
+            busy |= !rx_batch.is_empty();
+            let now = monotonic_ns();
+            self.pipe.ingress(&mut rx_batch, now, &mut handoff);
+            // The traffic manager: local packets to our queues, others to their pipe.
+            for q in 0..npipes {
+                if handoff.per_pipe[q].is_empty() {
+                    continue;
+                }
+                if q == me {
+                    self.pipe.enqueue(&mut handoff.per_pipe[q]);
+                } else {
+                    let v = std::mem::take(&mut handoff.per_pipe[q]);
+                    let (tx, bell) = &self.peers[q];
+                    if tx.send(Cmd::Handoff(v)).is_ok() {
+                        bell.signal();
+                    }
+                }
+            }
+            self.pipe.egress(now, &mut tx, &mut handoff);
+            for p in &mut self.ports {
+                let v = &mut tx[p.id() as usize];
+                if !v.is_empty() {
+                    p.send_batch(v, self.pipe.pool());
+                }
+            }
+            self.deliver(&mut pins, &mut digests);
+            let pending = self.pipe.pending() > 0 || !handoff.is_empty();
+            if busy || full || pending {
+                if !busy && !full {
+                    // Only shaped or recirculating packets wait: sleep until they are due.
+                    let wait = self
+                        .pipe
+                        .next_deadline()
+                        .map_or(Duration::from_micros(50), |d| {
+                            Duration::from_nanos(d.saturating_sub(monotonic_ns()).min(1_000_000))
+                        });
+                    if self.pipe.pending() > 0 && self.cfg.port_rate_bps.is_some() {
+                        std::thread::sleep(wait);
+                    }
+                }
+                continue;
+            }
+            let timeout = match self.pipe.next_deadline() {
+                Some(d) => Duration::from_nanos(d.saturating_sub(monotonic_ns())),
+                None => Duration::from_millis(200),
+            };
+            epoll.wait(timeout);
+        }
+    }
+
+    fn command(&mut self, cmd: Cmd, handoff: &mut Handoff) {
+        match cmd {
+            Cmd::Control(op, reply) => {
+                let _ = reply.send(self.pipe.control(&op));
+            }
+            Cmd::PacketOut(bytes, egress, reply) => {
+                let _ = reply.send(
+                    self.pipe
+                        .packet_out(&bytes, egress, monotonic_ns(), handoff),
+                );
+            }
+            Cmd::Counters(reply) => {
+                let _ = reply.send(self.pipe.counters().clone());
+            }
+            Cmd::Replace(set, reply) => {
+                self.pipe = Pipe::new(self.pipe.id(), set, self.map.clone(), self.cfg.clone());
+                let _ = reply.send(());
+            }
+            Cmd::Handoff(mut v) => self.pipe.enqueue(&mut v),
+        }
+    }
+
+    fn deliver(&mut self, pins: &mut Vec<PacketIn>, digests: &mut Vec<DigestMsg>) {
+        self.pipe.take_packet_ins(pins);
+        self.pipe.take_digests(digests);
+        if pins.is_empty() && digests.is_empty() {
+            return;
+        }
+        let cap = self.events.capacity;
+        if !pins.is_empty() {
+            let mut q = self.events.packet_ins.q.lock().expect("event lock");
+            for p in pins.drain(..) {
+                if q.len() < cap {
+                    q.push_back((p.pkt.data().to_vec(), p.ingress_port));
+                } else {
+                    self.events.dropped.fetch_add(1, Ordering::Relaxed);
+                }
+                self.pipe.recycle(p.pkt);
+            }
+            drop(q);
+            self.events.packet_ins.cv.notify_all();
+        }
+        if !digests.is_empty() {
+            let mut q = self.events.digests.q.lock().expect("event lock");
+            for d in digests.drain(..) {
+                if q.len() < cap {
+                    q.push_back(d);
+                } else {
+                    self.events.dropped.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            drop(q);
+            self.events.digests.cv.notify_all();
+        }
+    }
+}

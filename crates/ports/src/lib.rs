@@ -1,0 +1,42 @@
+//! ports: packet I/O for the inswitch data plane.
+//!
+//! A switch port is anything implementing [`Port`]: it receives and transmits batches of
+//! Ethernet frames in [`PacketBuf`](pisa::packet::PacketBuf)s taken from and returned to the
+//! data plane's [`BufPool`](pisa::packet::BufPool), never blocks, and counts everything it
+//! drops in its [`PortStats`]. Implementations:
+//!
+//! - [`MemoryPort`] — in-memory fabric (tests, benchmarks, single-process runs);
+//! - [`UdpPort`] — one UDP socket per port on loopback, one frame per datagram (no root);
+//! - [`AfPacketPort`] — AF_PACKET with a PACKET_MMAP ring on a real interface, typically the
+//!   switch end of a veth pair (root);
+//!
+//! and wrappers: [`CapturePort`] (pcapng capture) and [`FaultPort`] (loss, duplication,
+//! reordering). [`PortSpec`] and [`open_ports`] build a set of ports from a string such as
+//! `"veth:s1,s2,s3"`; [`traffic`] has the UDP blaster and sink used in benchmarks, and
+//! [`netns`] the namespace + veth fixture the tests and benchmarks use.
+
+#![warn(missing_docs)]
+
+pub mod afpacket;
+pub mod dataplane;
+pub mod fault;
+pub mod memory;
+pub mod netns;
+pub mod pcap;
+pub mod port;
+pub mod spec;
+pub mod stats;
+mod sys;
+pub mod traffic;
+pub mod udp;
+
+pub use afpacket::{complete_l4_checksum, AfPacketConfig, AfPacketPort, TxMode};
+pub use fault::{FaultConfig, FaultPort, FaultStats};
+pub use memory::{memory_pair, memory_pair_with, MemoryConfig, MemoryPeer, MemoryPort};
+pub use pcap::{CapturePort, Direction, PcapngWriter};
+pub use port::Port;
+pub use spec::{open_ports, OpenOptions, OpenedPorts, PortError, PortSpec, SpecError, MAX_PORTS};
+pub use stats::{PortStats, PortStatsSnapshot, DROP_REASONS};
+pub use sys::{monotonic_ns, realtime_ns};
+pub use traffic::{udp_blast, udp_sink, BlastReport, SinkReport};
+pub use udp::{UdpConfig, UdpPort, UdpTunnelHost};

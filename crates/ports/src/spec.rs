@@ -1,0 +1,445 @@
+//! Port specs: the one-line description of a switch's ports that the CLI and switchd accept,
+//! and [`open_ports`], which turns one into live ports.
+//!
+//! ```text
+//! memory:N                   N in-memory ports (hosts attach through MemoryPeer handles)
+//! udp:BASEPORT:N             N UDP tunnel ports on 127.0.0.1:BASEPORT .. BASEPORT+N-1
+//! udp:HOST:BASEPORT:N        the same on another local IPv4 address
+//! veth:IF1,IF2,...           AF_PACKET on existing interfaces; port i is the i-th name
+//! ```
+
+use std::fmt;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use pisa::packet::{PortId, DEFAULT_BUF_CAPACITY};
+
+use crate::afpacket::{AfPacketConfig, AfPacketPort, TxMode};
+use crate::fault::{FaultConfig, FaultPort};
+use crate::memory::{memory_pair_with, MemoryConfig, MemoryPeer, DEFAULT_QUEUE_DEPTH};
+use crate::pcap::CapturePort;
+use crate::port::Port;
+use crate::udp::{UdpConfig, UdpPort, DEFAULT_SOCK_BUF};
+
+/// Most ports one spec may declare (a large switch has a few hundred front-panel ports).
+pub const MAX_PORTS: usize = 1024;
+
+const ACCEPTED: &str =
+    "accepted forms: memory:N | udp:BASEPORT:N | udp:HOST:BASEPORT:N | veth:IF1,IF2,... (N from 1 to 1024)";
+
+/// A parsed port spec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PortSpec {
+    /// `memory:N`
+    Memory {
+        /// Number of ports.
+        count: u16,
+    },
+    /// `udp:[HOST:]BASEPORT:N`
+    Udp {
+        /// Address the sockets bind to (127.0.0.1 unless given).
+        host: Ipv4Addr,
+        /// UDP port of switch port 0; port i uses `base + i`.
+        base: u16,
+        /// Number of ports.
+        count: u16,
+    },
+    /// `veth:IF1,IF2,...`
+    Veth {
+        /// Interface of each port, in port order.
+        ifaces: Vec<String>,
+    },
+}
+
+/// Why a port spec was rejected. Every message ends with the accepted forms.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    /// Nothing given.
+    #[error("empty port spec; {ACCEPTED}")]
+    Empty,
+    /// The part before the first `:` is not a known kind.
+    #[error("unknown port kind {0:?}; {ACCEPTED}")]
+    UnknownKind(String),
+    /// A known kind with bad arguments.
+    #[error("bad port spec {spec:?}: {why}; {ACCEPTED}")]
+    Invalid {
+        /// The spec as given.
+        spec: String,
+        /// What is wrong with it.
+        why: String,
+    },
+}
+
+impl PortSpec {
+    /// Parse a spec string (see the module docs for the forms).
+    pub fn parse(s: &str) -> Result<PortSpec, SpecError> {
+        let s = s.trim();
+        if s.is_empty() {
+            return Err(SpecError::Empty);
+        }
+        let bad = |why: String| SpecError::Invalid {
+            spec: s.to_string(),
+            why,
+        };
+        let (kind, rest) = s.split_once(':').unwrap_or((s, ""));
+        match kind {
+            "memory" | "mem" => Ok(PortSpec::Memory {
+                count: parse_count(rest).map_err(bad)?,
+            }),
+            "udp" => {
+                let parts: Vec<&str> = rest.split(':').collect();
+                let (host, base, count) = match parts.as_slice() {
+                    [base, count] => (Ipv4Addr::LOCALHOST, *base, *count),
+                    [host, base, count] => (parse_host(host).map_err(bad)?, *base, *count),
+                    _ => return Err(bad("expected udp:BASEPORT:N or udp:HOST:BASEPORT:N".into())),
+                };
+                let count = parse_count(count).map_err(bad)?;
+                let base: u32 = base
+                    .parse()
+                    .map_err(|_| bad(format!("BASEPORT {base:?} is not a number")))?;
+                if !(1..=65535).contains(&base) {
+                    return Err(bad(format!("BASEPORT {base} is outside 1-65535")));
+                }
+                let last = base + count as u32 - 1;
+                if last > 65535 {
+                    return Err(bad(format!("ports {base}..{last} go past UDP port 65535")));
+                }
+                Ok(PortSpec::Udp {
+                    host,
+                    base: base as u16,
+                    count,
+                })
+            }
+            "veth" | "afpacket" | "if" => {
+                let ifaces: Vec<String> = rest.split(',').map(str::to_string).collect();
+                for (i, name) in ifaces.iter().enumerate() {
+                    check_ifname(name)
+                        .map_err(|why| bad(format!("interface {} {name:?}: {why}", i + 1)))?;
+                    if ifaces[..i].contains(name) {
+                        return Err(bad(format!("interface {name:?} listed twice")));
+                    }
+                }
+                if ifaces.len() > MAX_PORTS {
+                    return Err(bad(format!(
+                        "{} interfaces, at most {MAX_PORTS}",
+                        ifaces.len()
+                    )));
+                }
+                Ok(PortSpec::Veth { ifaces })
+            }
+            other => Err(SpecError::UnknownKind(other.to_string())),
+        }
+    }
+
+    /// Number of ports the spec declares.
+    pub fn count(&self) -> usize {
+        match self {
+            PortSpec::Memory { count } | PortSpec::Udp { count, .. } => *count as usize,
+            PortSpec::Veth { ifaces } => ifaces.len(),
+        }
+    }
+}
+
+fn parse_count(s: &str) -> Result<u16, String> {
+    let n: usize = s
+        .parse()
+        .map_err(|_| format!("port count {s:?} is not a number"))?;
+    if n == 0 || n > MAX_PORTS {
+        return Err(format!("port count {n} is outside 1-{MAX_PORTS}"));
+    }
+    Ok(n as u16)
+}
+
+fn parse_host(s: &str) -> Result<Ipv4Addr, String> {
+    if s == "localhost" {
+        return Ok(Ipv4Addr::LOCALHOST);
+    }
+    s.parse()
+        .map_err(|_| format!("HOST {s:?} is not an IPv4 address"))
+}
+
+/// The kernel's rules for interface names (`dev_valid_name`).
+fn check_ifname(name: &str) -> Result<(), &'static str> {
+    if name.is_empty() {
+        return Err("empty name");
+    }
+    if name.len() > 15 {
+        return Err("longer than 15 bytes");
+    }
+    if name == "."
+        || name == ".."
+        || name
+            .chars()
+            .any(|c| c == '/' || c == ':' || c.is_whitespace())
+    {
+        return Err("not a valid interface name");
+    }
+    Ok(())
+}
+
+impl FromStr for PortSpec {
+    type Err = SpecError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        PortSpec::parse(s)
+    }
+}
+
+impl fmt::Display for PortSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PortSpec::Memory { count } => write!(f, "memory:{count}"),
+            PortSpec::Udp { host, base, count } if *host == Ipv4Addr::LOCALHOST => {
+                write!(f, "udp:{base}:{count}")
+            }
+            PortSpec::Udp { host, base, count } => write!(f, "udp:{host}:{base}:{count}"),
+            PortSpec::Veth { ifaces } => write!(f, "veth:{}", ifaces.join(",")),
+        }
+    }
+}
+
+/// Settings for [`open_ports`].
+#[derive(Debug, Clone)]
+pub struct OpenOptions {
+    /// Buffer capacity of the data plane's pool (largest frame accepted).
+    pub buf_capacity: usize,
+    /// If set, capture every port's traffic into `DIR/port{ID}.pcapng`.
+    pub pcap_dir: Option<PathBuf>,
+    /// AF_PACKET receive ring slots per port.
+    pub rx_ring_frames: usize,
+    /// AF_PACKET transmit ring slots per port.
+    pub tx_ring_frames: usize,
+    /// How AF_PACKET ports transmit.
+    pub tx_mode: TxMode,
+    /// In-memory queue depth per direction.
+    pub memory_queue_depth: usize,
+    /// UDP socket buffer size per direction.
+    pub udp_sock_buf: usize,
+    /// If set, inject faults on every port; port `i` uses seed `seed + i` so ports differ.
+    pub fault: Option<FaultConfig>,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        let af = AfPacketConfig::default();
+        OpenOptions {
+            buf_capacity: DEFAULT_BUF_CAPACITY,
+            pcap_dir: None,
+            rx_ring_frames: af.rx_ring_frames,
+            tx_ring_frames: af.tx_ring_frames,
+            tx_mode: af.tx_mode,
+            memory_queue_depth: DEFAULT_QUEUE_DEPTH,
+            udp_sock_buf: DEFAULT_SOCK_BUF,
+            fault: None,
+        }
+    }
+}
+
+/// Why [`open_ports`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PortError {
+    /// The spec string was bad.
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    /// A port could not be opened (missing interface, address in use, not root, ...).
+    #[error("cannot open switch port {id} ({what}): {source}")]
+    Open {
+        /// The switch port number.
+        id: PortId,
+        /// What was being opened (interface name or address).
+        what: String,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// What [`open_ports`] returns: the ports, in port order, and for `memory:N` the host end of
+/// each (empty for other kinds).
+pub type OpenedPorts = (Vec<Box<dyn Port>>, Vec<MemoryPeer>);
+
+/// Open every port of `spec`, numbered from 0, wrapped in fault injection and capture as `opts`
+/// asks.
+pub fn open_ports(spec: &PortSpec, opts: &OpenOptions) -> Result<OpenedPorts, PortError> {
+    let mut ports: Vec<Box<dyn Port>> = Vec::with_capacity(spec.count());
+    let mut peers = Vec::new();
+    let open_err =
+        |id: PortId, what: String| move |source: io::Error| PortError::Open { id, what, source };
+    for i in 0..spec.count() {
+        let id = i as PortId;
+        let port: Box<dyn Port> = match spec {
+            PortSpec::Memory { .. } => {
+                let cfg = MemoryConfig {
+                    queue_depth: opts.memory_queue_depth,
+                    buf_capacity: opts.buf_capacity,
+                };
+                let (port, peer) =
+                    memory_pair_with(id, cfg).map_err(open_err(id, format!("mem{id}")))?;
+                peers.push(peer);
+                Box::new(port)
+            }
+            PortSpec::Udp { host, base, .. } => {
+                let addr = SocketAddrV4::new(*host, base + id);
+                let cfg = UdpConfig {
+                    sock_buf: opts.udp_sock_buf,
+                    ..UdpConfig::new(addr)
+                };
+                Box::new(UdpPort::open(id, &cfg).map_err(open_err(id, format!("udp:{addr}")))?)
+            }
+            PortSpec::Veth { ifaces } => {
+                let cfg = AfPacketConfig {
+                    buf_capacity: opts.buf_capacity,
+                    rx_ring_frames: opts.rx_ring_frames,
+                    tx_ring_frames: opts.tx_ring_frames,
+                    tx_mode: opts.tx_mode,
+                    ..AfPacketConfig::default()
+                };
+                Box::new(
+                    AfPacketPort::open(id, &ifaces[i], &cfg)
+                        .map_err(open_err(id, ifaces[i].clone()))?,
+                )
+            }
+        };
+        let port: Box<dyn Port> = match &opts.fault {
+            Some(f) => Box::new(FaultPort::new(
+                port,
+                FaultConfig {
+                    seed: f.seed.wrapping_add(i as u64),
+                    ..f.clone()
+                },
+            )),
+            None => port,
+        };
+        let port: Box<dyn Port> = match &opts.pcap_dir {
+            Some(dir) => Box::new(
+                CapturePort::new(port, dir)
+                    .map_err(open_err(id, format!("capture in {}", dir.display())))?,
+            ),
+            None => port,
+        };
+        ports.push(port);
+    }
+    Ok((ports, peers))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pisa::packet::BufPool;
+
+    #[test]
+    fn parses_every_form_and_round_trips() {
+        for (s, want) in [
+            ("memory:4", PortSpec::Memory { count: 4 }),
+            (
+                "udp:40000:8",
+                PortSpec::Udp {
+                    host: Ipv4Addr::LOCALHOST,
+                    base: 40000,
+                    count: 8,
+                },
+            ),
+            (
+                "udp:10.0.0.1:5000:2",
+                PortSpec::Udp {
+                    host: Ipv4Addr::new(10, 0, 0, 1),
+                    base: 5000,
+                    count: 2,
+                },
+            ),
+            (
+                "veth:s1,s2,eth0.100",
+                PortSpec::Veth {
+                    ifaces: vec!["s1".into(), "s2".into(), "eth0.100".into()],
+                },
+            ),
+        ] {
+            let got = PortSpec::parse(s).unwrap();
+            assert_eq!(got, want);
+            assert_eq!(got.to_string(), s);
+            assert_eq!(s.parse::<PortSpec>().unwrap(), want);
+        }
+        assert_eq!(PortSpec::parse("udp:65535:1").unwrap().count(), 1);
+    }
+
+    #[test]
+    fn rejects_bad_specs_with_helpful_messages() {
+        let err = |s: &str| PortSpec::parse(s).unwrap_err().to_string();
+        for s in [
+            "memory:0",
+            "memory:x",
+            "memory:5000",
+            "udp:70000:2",
+            "udp:0:2",
+            "udp:65535:2",
+            "udp:40000",
+            "udp:a.b.c.d:40000:2",
+            "udp:1:2:3:4",
+            "veth:",
+            "veth:a,,b",
+            "veth:a,a",
+            "veth:has space",
+            "veth:waytoolonginterfacename",
+            "",
+            "tap:3",
+        ] {
+            let e = err(s);
+            assert!(e.contains("accepted forms: memory:N"), "{s:?}: {e}");
+        }
+        assert!(err("udp:70000:2").contains("70000 is outside 1-65535"));
+        assert!(err("memory:0").contains("port count 0"));
+        assert!(err("veth:a,,b").contains("interface 2 \"\": empty name"));
+        assert!(err("tap:3").starts_with("unknown port kind \"tap\""));
+    }
+
+    #[test]
+    fn opens_memory_ports_with_capture_and_faults() {
+        let dir = std::env::temp_dir().join(format!(
+            "ports-open-{}-{}",
+            std::process::id(),
+            crate::monotonic_ns()
+        ));
+        let opts = OpenOptions {
+            pcap_dir: Some(dir.clone()),
+            fault: Some(FaultConfig {
+                loss: 0.0,
+                ..FaultConfig::default()
+            }),
+            ..OpenOptions::default()
+        };
+        let (mut ports, peers) = open_ports(&PortSpec::parse("memory:3").unwrap(), &opts).unwrap();
+        assert_eq!((ports.len(), peers.len()), (3, 3));
+        let mut pool = BufPool::new(DEFAULT_BUF_CAPACITY, 8);
+        peers[2].send(&[7u8; 60]);
+        let mut v = Vec::new();
+        assert_eq!(ports[2].recv_batch(&mut pool, &mut v, 8), 1);
+        assert_eq!((ports[2].id(), ports[2].name(), v[0].port), (2, "mem2", 2));
+        drop(ports);
+        assert!(dir.join("port2.pcapng").exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn opens_udp_ports_and_reports_which_failed() {
+        // Find a free base by binding port 0, then open two ports there.
+        let probe = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let taken = probe.local_addr().unwrap().port();
+        let spec = PortSpec::Udp {
+            host: Ipv4Addr::LOCALHOST,
+            base: taken,
+            count: 1,
+        };
+        let e = open_ports(&spec, &OpenOptions::default()).err().unwrap();
+        assert!(matches!(e, PortError::Open { id: 0, .. }), "{e}");
+        assert!(e.to_string().contains(&format!("udp:127.0.0.1:{taken}")));
+
+        let e = open_ports(
+            &PortSpec::parse("veth:nosuchif9").unwrap(),
+            &OpenOptions::default(),
+        )
+        .err()
+        .unwrap();
+        assert!(e.to_string().contains("nosuchif9"), "{e}");
+    }
+}

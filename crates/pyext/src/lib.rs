@@ -1,0 +1,405 @@
+//! `inswitch._native`: the data plane, programs and targets as seen from Python.
+//!
+//! Python gets coarse operations: start a data plane over ports, control-plane writes and
+//! reads addressed by P4Runtime ids, batches of frames for in-memory ports, JSON for
+//! declarations, counters and reports. Nothing here runs per packet in Python; calls that
+//! wait release the GIL.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use pyo3::create_exception;
+use pyo3::exceptions::{PyException, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyTuple};
+
+use pisa::control::{CloneSession, ControlError, ControlOp, ControlReply, Replica, WriteOp};
+use pisa::table::{canonical_bytes, FieldMatch};
+use pisa::{PortId, ProgramSet, ResourceReport, Target};
+use ports::dataplane::{Dataplane as RsDataplane, DataplaneOptions};
+use ports::spec::{open_ports, OpenOptions, PortSpec};
+use ports::MemoryPeer;
+
+create_exception!(_native, ControlPlaneError, PyException, "A control-plane operation failed; args are (grpc_code, message).");
+
+fn control_err(e: ControlError) -> PyErr {
+    ControlPlaneError::new_err((e.grpc_code(), e.to_string()))
+}
+
+fn value_err(e: impl ToString) -> PyErr {
+    PyValueError::new_err(e.to_string())
+}
+
+fn program_set(names: &[String]) -> PyResult<Arc<ProgramSet>> {
+    if names.is_empty() {
+        return Err(value_err("no programs given"));
+    }
+    let progs = programs::instantiate(names).map_err(value_err)?;
+    Ok(Arc::new(ProgramSet::new(progs).map_err(value_err)?))
+}
+
+/// Names of the data-plane programs this build has.
+#[pyfunction]
+fn program_names() -> Vec<&'static str> {
+    programs::NAMES.to_vec()
+}
+
+/// Names of the resource-report targets.
+#[pyfunction]
+fn target_names() -> Vec<&'static str> {
+    Target::NAMES.to_vec()
+}
+
+/// Declarations and P4Runtime ids of a program set, as JSON.
+#[pyfunction]
+fn program_set_json(programs: Vec<String>) -> PyResult<String> {
+    Ok(program_set(&programs)?.to_json().to_string())
+}
+
+/// The resource report of a program set against a target, as JSON.
+#[pyfunction]
+fn resources_json(programs: Vec<String>, target: &str) -> PyResult<String> {
+    let t = Target::by_name(target).ok_or_else(|| value_err(format!("unknown target `{target}` (known: {})", Target::NAMES.join(", "))))?;
+    let set = program_set(&programs)?;
+    let decls: Vec<_> = (0..set.len()).map(|i| set.decl(i)).collect();
+    serde_json::to_string(&ResourceReport::new(&decls, &t)).map_err(value_err)
+}
+
+fn write_op(op: &str) -> PyResult<WriteOp> {
+    match op {
+        "insert" => Ok(WriteOp::Insert),
+        "modify" => Ok(WriteOp::Modify),
+        "delete" => Ok(WriteOp::Delete),
+        _ => Err(value_err(format!("write op must be insert, modify or delete, not `{op}`"))),
+    }
+}
+
+/// Parse Python match tuples: ("exact", field_id, value) | ("ternary", fid, value, mask) |
+/// ("lpm", fid, value, prefix_len) | ("optional", fid, value); field ids are 1-based.
+fn parse_matches(matches: &Bound<'_, PyList>) -> PyResult<Vec<FieldMatch>> {
+    let mut out = Vec::new();
+    for m in matches.iter() {
+        let t = m.cast::<PyTuple>().map_err(|_| value_err("a match is a tuple"))?;
+        let kind: String = t.get_item(0)?.extract()?;
+        let fid: usize = t.get_item(1)?.extract()?;
+        let field = fid.checked_sub(1).ok_or_else(|| value_err("match field ids start at 1"))?;
+        let value: Vec<u8> = t.get_item(2)?.extract()?;
+        out.push(match kind.as_str() {
+            "exact" => FieldMatch::Exact { field, value },
+            "optional" => FieldMatch::Optional { field, value },
+            "ternary" => FieldMatch::Ternary { field, value, mask: t.get_item(3)?.extract()? },
+            "lpm" => FieldMatch::Lpm { field, value, prefix_len: t.get_item(3)?.extract()? },
+            k => return Err(value_err(format!("unknown match kind `{k}`"))),
+        });
+    }
+    Ok(out)
+}
+
+fn match_tuple<'py>(py: Python<'py>, m: &FieldMatch) -> PyResult<Bound<'py, PyTuple>> {
+    let b = |v: &[u8]| PyBytes::new(py, &canonical_bytes(v));
+    match m {
+        FieldMatch::Exact { field, value } => ("exact", field + 1, b(value)).into_pyobject(py),
+        FieldMatch::Optional { field, value } => ("optional", field + 1, b(value)).into_pyobject(py),
+        FieldMatch::Ternary { field, value, mask } => ("ternary", field + 1, b(value), b(mask)).into_pyobject(py),
+        FieldMatch::Lpm { field, value, prefix_len } => ("lpm", field + 1, b(value), *prefix_len).into_pyobject(py),
+    }
+}
+
+/// A running software switch data plane: one thread per pipe over real or in-memory ports.
+#[pyclass(module = "inswitch._native")]
+struct Dataplane {
+    inner: Option<RsDataplane>,
+    peers: Vec<MemoryPeer>,
+}
+
+impl Dataplane {
+    fn dp(&self) -> PyResult<&RsDataplane> {
+        self.inner.as_ref().ok_or_else(|| value_err("the data plane is stopped"))
+    }
+    fn control(&self, py: Python<'_>, op: ControlOp) -> PyResult<ControlReply> {
+        let dp = self.dp()?;
+        py.detach(|| dp.control(op)).map_err(control_err)
+    }
+    fn peer(&self, port: u16) -> PyResult<&MemoryPeer> {
+        self.peers.iter().find(|p| p.port_id() == port).ok_or_else(|| value_err(format!("port {port} is not an in-memory port")))
+    }
+}
+
+fn replicas(v: Vec<(u16, u16)>) -> Vec<Replica> {
+    v.into_iter().map(|(port, rid)| Replica { port, rid }).collect()
+}
+
+#[pymethods]
+impl Dataplane {
+    /// Start a data plane running `programs` over the ports of `ports` (e.g. "memory:4",
+    /// "udp:40000:4", "veth:s1,s2").
+    #[new]
+    #[pyo3(signature = (programs, ports, pipes=1, pcap_dir=None, queue_capacity=4096, port_rate_bps=None, buf_capacity=2048, batch=64))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(py: Python<'_>, programs: Vec<String>, ports: &str, pipes: u8, pcap_dir: Option<String>, queue_capacity: usize, port_rate_bps: Option<u64>, buf_capacity: usize, batch: usize) -> PyResult<Self> {
+        let set = program_set(&programs)?;
+        let spec = PortSpec::parse(ports).map_err(value_err)?;
+        let opts = OpenOptions { buf_capacity, pcap_dir: pcap_dir.map(Into::into), ..OpenOptions::default() };
+        let (ports, peers) = open_ports(&spec, &opts).map_err(value_err)?;
+        if pipes == 0 || pipes as usize > ports.len().max(1) {
+            return Err(value_err(format!("pipes must be 1..={}", ports.len().max(1))));
+        }
+        let mut dopts = DataplaneOptions { pipes, batch, ..DataplaneOptions::default() };
+        dopts.pipe.queue_capacity = queue_capacity;
+        dopts.pipe.port_rate_bps = port_rate_bps;
+        dopts.pipe.buf_capacity = buf_capacity;
+        let inner = py.detach(|| RsDataplane::start(set, ports, dopts)).map_err(value_err)?;
+        Ok(Dataplane { inner: Some(inner), peers })
+    }
+
+    #[getter]
+    fn num_ports(&self) -> PyResult<u16> {
+        Ok(self.dp()?.num_ports())
+    }
+    #[getter]
+    fn num_pipes(&self) -> PyResult<u8> {
+        Ok(self.dp()?.num_pipes())
+    }
+    /// Names of the loaded programs, in set order.
+    fn program_names(&self) -> PyResult<Vec<String>> {
+        Ok(self.dp()?.program_set().names())
+    }
+    /// Declarations and P4Runtime ids of the loaded set, as JSON.
+    fn program_set_json(&self) -> PyResult<String> {
+        Ok(self.dp()?.program_set().to_json().to_string())
+    }
+    /// Load another program set; all tables, registers and replication state start over.
+    fn set_programs(&self, py: Python<'_>, programs: Vec<String>) -> PyResult<()> {
+        let set = program_set(&programs)?;
+        let dp = self.dp()?;
+        py.detach(|| dp.replace_program_set(set)).map_err(control_err)
+    }
+
+    /// Insert, modify or delete a table entry.
+    #[pyo3(signature = (op, table_id, matches, priority=0, action_id=0, params=Vec::new()))]
+    fn table_write(&self, py: Python<'_>, op: &str, table_id: u32, matches: &Bound<'_, PyList>, priority: i32, action_id: u32, params: Vec<(u32, Vec<u8>)>) -> PyResult<()> {
+        let op = ControlOp::TableWrite { table_id, op: write_op(op)?, matches: parse_matches(matches)?, priority, action_id, params };
+        self.control(py, op).map(|_| ())
+    }
+    fn table_set_default(&self, py: Python<'_>, table_id: u32, action_id: u32, params: Vec<(u32, Vec<u8>)>) -> PyResult<()> {
+        self.control(py, ControlOp::TableSetDefault { table_id, action_id, params }).map(|_| ())
+    }
+    fn table_reset_default(&self, py: Python<'_>, table_id: u32) -> PyResult<()> {
+        self.control(py, ControlOp::TableResetDefault { table_id }).map(|_| ())
+    }
+    fn table_clear(&self, py: Python<'_>, table_id: u32) -> PyResult<()> {
+        self.control(py, ControlOp::TableClear { table_id }).map(|_| ())
+    }
+    /// Entries of a table: (list of (matches, priority, action_id, params), (default action_id, params)).
+    /// Values are canonical byte strings (no leading zero bytes), as P4Runtime returns them.
+    #[allow(clippy::type_complexity)]
+    fn table_read<'py>(&self, py: Python<'py>, table_id: u32) -> PyResult<(Vec<(Vec<Bound<'py, PyTuple>>, i32, u32, Vec<(u32, Bound<'py, PyBytes>)>)>, (u32, Vec<(u32, Bound<'py, PyBytes>)>))> {
+        let dp = self.dp()?;
+        let set = dp.program_set();
+        let reply = self.control(py, ControlOp::TableRead { table_id })?;
+        let ControlReply::TableEntries { entries, default_action, default_params } = reply else { return Err(value_err("unexpected reply")) };
+        let addr = set.resolve(table_id, pisa::program::id_prefix::TABLE).ok_or_else(|| value_err("table vanished"))?;
+        let decl = set.decl(addr.program as usize);
+        let tdecl = &decl.tables[addr.index as usize];
+        let state = pisa::table::TableState::new(tdecl);
+        let aid = |a: u16| set.ids(addr.program as usize).actions[a as usize];
+        let params = |a: u16, p: &[u64]| -> Vec<(u32, Bound<'py, PyBytes>)> {
+            let ad = &decl.actions[a as usize];
+            ad.params.iter().zip(p).enumerate().map(|(i, (pd, v))| ((i + 1) as u32, PyBytes::new(py, &canonical_bytes(&v.to_be_bytes()[8 - pd.bits.div_ceil(8) as usize..])))).collect()
+        };
+        let mut out = Vec::new();
+        for e in &entries {
+            let ms = state.field_matches(e).iter().map(|m| match_tuple(py, m)).collect::<PyResult<Vec<_>>>()?;
+            out.push((ms, e.priority, aid(e.action.0), params(e.action.0, &e.params)));
+        }
+        Ok((out, (aid(default_action), params(default_action, &default_params))))
+    }
+
+    /// Cells of a register: `[(index, value)]`, all cells when `index` is None. Values are
+    /// the cell's bits (a pair register's high half in bits 32..64). Reads come from `pipe`.
+    #[pyo3(signature = (register_id, index=None, pipe=0))]
+    fn register_read(&self, py: Python<'_>, register_id: u32, index: Option<u32>, pipe: u8) -> PyResult<Vec<(u32, u64)>> {
+        let dp = self.dp()?;
+        match py.detach(|| dp.control_pipe(pipe, ControlOp::RegisterRead { register_id, index })).map_err(control_err)? {
+            ControlReply::RegisterCells(v) => Ok(v),
+            _ => Err(value_err("unexpected reply")),
+        }
+    }
+    /// Write one cell, or every cell when `index` is None, in every pipe.
+    #[pyo3(signature = (register_id, index, value))]
+    fn register_write(&self, py: Python<'_>, register_id: u32, index: Option<u32>, value: u64) -> PyResult<()> {
+        self.control(py, ControlOp::RegisterWrite { register_id, index, value }).map(|_| ())
+    }
+
+    fn mcast_group_write(&self, py: Python<'_>, op: &str, group: u16, replicas_: Vec<(u16, u16)>) -> PyResult<()> {
+        self.control(py, ControlOp::McastGroupWrite { op: write_op(op)?, group, replicas: replicas(replicas_) }).map(|_| ())
+    }
+    #[pyo3(signature = (group=None))]
+    fn mcast_group_read(&self, py: Python<'_>, group: Option<u16>) -> PyResult<Vec<(u16, Vec<(u16, u16)>)>> {
+        match self.control(py, ControlOp::McastGroupRead { group })? {
+            ControlReply::McastGroups(v) => Ok(v.into_iter().map(|(g, r)| (g, r.into_iter().map(|x| (x.port, x.rid)).collect())).collect()),
+            _ => Err(value_err("unexpected reply")),
+        }
+    }
+    #[pyo3(signature = (op, session, replicas_, truncate_len=0))]
+    fn clone_session_write(&self, py: Python<'_>, op: &str, session: u16, replicas_: Vec<(u16, u16)>, truncate_len: u32) -> PyResult<()> {
+        let cfg = CloneSession { replicas: replicas(replicas_), truncate_len };
+        self.control(py, ControlOp::CloneSessionWrite { op: write_op(op)?, session, session_cfg: cfg }).map(|_| ())
+    }
+    #[pyo3(signature = (session=None))]
+    #[allow(clippy::type_complexity)]
+    fn clone_session_read(&self, py: Python<'_>, session: Option<u16>) -> PyResult<Vec<(u16, Vec<(u16, u16)>, u32)>> {
+        match self.control(py, ControlOp::CloneSessionRead { session })? {
+            ControlReply::CloneSessions(v) => Ok(v.into_iter().map(|(s, c)| (s, c.replicas.into_iter().map(|x| (x.port, x.rid)).collect(), c.truncate_len)).collect()),
+            _ => Err(value_err("unexpected reply")),
+        }
+    }
+    /// Enable or disable delivery of a digest (by P4Runtime id).
+    fn digest_config(&self, py: Python<'_>, digest_id: u32, enabled: bool) -> PyResult<()> {
+        self.control(py, ControlOp::DigestConfig { digest_id, enabled }).map(|_| ())
+    }
+    /// Change a packet generator's period (0 disables it).
+    fn pktgen_config(&self, py: Python<'_>, program: String, name: String, period_ns: u64) -> PyResult<()> {
+        self.control(py, ControlOp::PktGenConfig { program, name, period_ns }).map(|_| ())
+    }
+
+    /// Send a frame from the controller; with `egress_port` it goes straight out of that port.
+    #[pyo3(signature = (frame, egress_port=None))]
+    fn packet_out(&self, py: Python<'_>, frame: Vec<u8>, egress_port: Option<u16>) -> PyResult<()> {
+        let dp = self.dp()?;
+        py.detach(|| dp.packet_out(frame, egress_port)).map_err(control_err)
+    }
+    /// Frames the data plane sent to the controller: `[(frame, ingress_port)]`, waiting up to `timeout` seconds.
+    #[pyo3(signature = (timeout=0.0, max=1024))]
+    fn wait_packet_ins<'py>(&self, py: Python<'py>, timeout: f64, max: usize) -> PyResult<Vec<(Bound<'py, PyBytes>, u16)>> {
+        let dp = self.dp()?;
+        let v = py.detach(|| dp.wait_packet_ins(Duration::from_secs_f64(timeout.max(0.0)), max));
+        Ok(v.into_iter().map(|(b, p)| (PyBytes::new(py, &b), p)).collect())
+    }
+    /// Digests: `[(digest_p4_id, data)]`, waiting up to `timeout` seconds.
+    #[pyo3(signature = (timeout=0.0, max=1024))]
+    fn wait_digests<'py>(&self, py: Python<'py>, timeout: f64, max: usize) -> PyResult<Vec<(u32, Bound<'py, PyBytes>)>> {
+        let dp = self.dp()?;
+        let set = dp.program_set();
+        let v = py.detach(|| dp.wait_digests(Duration::from_secs_f64(timeout.max(0.0)), max));
+        Ok(v.into_iter().map(|d| (set.ids(d.program as usize).digests[d.digest as usize], PyBytes::new(py, &d.data))).collect())
+    }
+
+    /// Counters as JSON: per port (pipeline and I/O), per program (drops and violations by
+    /// name), switch-wide drops by reason, recirculations, controller traffic.
+    fn counters_json(&self, py: Python<'_>) -> PyResult<String> {
+        let dp = self.dp()?;
+        let c = py.detach(|| dp.counters()).map_err(control_err)?;
+        let set = dp.program_set();
+        let drop_name = |code: usize, prog: Option<usize>| -> Option<String> {
+            if let Some(n) = pisa::DropCode(code as u8).builtin_name() {
+                return Some(n.to_string());
+            }
+            let i = code.checked_sub(pisa::DropCode::FIRST_PROGRAM as usize)?;
+            match prog {
+                Some(p) => set.decl(p).drop_reasons.get(i).cloned(),
+                None => None,
+            }
+        };
+        let named = |v: &[u64], prog: Option<usize>| -> serde_json::Map<String, serde_json::Value> {
+            v.iter().enumerate().filter(|(_, n)| **n > 0).map(|(i, n)| (drop_name(i, prog).unwrap_or_else(|| format!("code{i}")), (*n).into())).collect()
+        };
+        let mut programs = serde_json::Map::new();
+        for (i, p) in c.programs.iter().enumerate() {
+            let violations: serde_json::Map<_, _> = pisa::Violation::ALL.iter().map(|v| (v.name().to_string(), p.violations[v.index()].into())).collect();
+            programs.insert(set.decl(i).name.clone(), serde_json::json!({
+                "ingress_passes": p.ingress_passes, "egress_passes": p.egress_passes,
+                "drops": named(&p.drops, Some(i)), "violations": violations,
+            }));
+        }
+        // Switch-wide drops: program-specific codes are attributed through the programs.
+        let mut drops = named(&c.drops, None);
+        drops.retain(|k, _| !k.starts_with("code"));
+        for p in programs.values() {
+            for (k, v) in p["drops"].as_object().into_iter().flatten() {
+                if pisa::DropCode::FIRST_PROGRAM as usize <= 64 && !drops.contains_key(k) {
+                    drops.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        let ports: Vec<_> = c
+            .ports
+            .iter()
+            .enumerate()
+            .map(|(i, pc)| {
+                let (name, io) = dp.port_stats().get(i).map(|(n, s)| (n.clone(), s.snapshot())).unzip();
+                let io = io.map(|s| {
+                    let mut m: serde_json::Map<String, serde_json::Value> = s.traffic().into_iter().map(|(k, v)| (k.to_string(), v.into())).collect();
+                    m.insert("drops".into(), s.drops().into_iter().map(|(k, v)| (k.to_string(), serde_json::Value::from(v))).collect::<serde_json::Map<_, _>>().into());
+                    m
+                });
+                serde_json::json!({
+                    "port": i, "name": name, "rx_packets": pc.rx_packets, "rx_bytes": pc.rx_bytes,
+                    "tx_packets": pc.tx_packets, "tx_bytes": pc.tx_bytes, "queue_drops": pc.queue_drops,
+                    "queue_depth_max": pc.queue_depth_max, "io": io,
+                })
+            })
+            .collect();
+        Ok(serde_json::json!({
+            "ports": ports, "programs": programs, "drops": drops,
+            "recirculations": c.recirculations, "pktgen_packets": c.pktgen_packets,
+            "packet_in": c.packet_in, "packet_out": c.packet_out, "digests": c.digests,
+            "clones": c.clones, "mcast_replicas": c.mcast_replicas, "batches": c.batches,
+            "events_dropped": dp.events_dropped(),
+        })
+        .to_string())
+    }
+
+    /// Put a frame into an in-memory port (as if a host sent it). False if the port's queue is full.
+    fn inject(&self, port: u16, frame: &[u8]) -> PyResult<bool> {
+        Ok(self.peer(port)?.send(frame))
+    }
+    /// Put many frames into an in-memory port; returns how many were accepted.
+    fn inject_many(&self, port: u16, frames: Vec<Vec<u8>>) -> PyResult<usize> {
+        let p = self.peer(port)?;
+        let refs: Vec<&[u8]> = frames.iter().map(|f| f.as_slice()).collect();
+        Ok(p.send_batch(&refs))
+    }
+    /// Frames the switch sent out of an in-memory port, waiting up to `timeout` seconds for the first.
+    #[pyo3(signature = (port, timeout=0.0, max=1_000_000))]
+    fn drain<'py>(&self, py: Python<'py>, port: u16, timeout: f64, max: usize) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+        let p = self.peer(port)?;
+        let mut out = Vec::new();
+        if timeout > 0.0 {
+            if let Some(f) = py.detach(|| p.recv_timeout(Duration::from_secs_f64(timeout))) {
+                out.push(PyBytes::new(py, &f));
+            }
+        }
+        while out.len() < max {
+            match p.recv_with(|f| PyBytes::new(py, f)) {
+                Some(b) => out.push(b),
+                None => break,
+            }
+        }
+        Ok(out)
+    }
+
+    /// Stop the data-plane threads (also done when the object is collected).
+    fn stop(&mut self, py: Python<'_>) {
+        if let Some(mut dp) = self.inner.take() {
+            py.detach(move || dp.stop());
+        }
+    }
+}
+
+/// PortId re-export check (keeps the type in the public signature list honest).
+#[allow(dead_code)]
+fn _port(p: PortId) -> PortId {
+    p
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("ControlPlaneError", m.py().get_type::<ControlPlaneError>())?;
+    m.add_function(wrap_pyfunction!(program_names, m)?)?;
+    m.add_function(wrap_pyfunction!(target_names, m)?)?;
+    m.add_function(wrap_pyfunction!(program_set_json, m)?)?;
+    m.add_function(wrap_pyfunction!(resources_json, m)?)?;
+    m.add_class::<Dataplane>()?;
+    Ok(())
+}

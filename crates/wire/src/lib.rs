@@ -1,0 +1,112 @@
+//! Zero-copy packet views and their parsed forms.
+//!
+//! Every protocol has two halves:
+//!
+//! - a **view** (`EthernetFrame<T>`, `Ipv4Packet<T>`, ...) over any `T: AsRef<[u8]>`, with
+//!   getters that read fields in place and, when `T: AsMut<[u8]>`, setters that write them
+//!   in place. Views never allocate and never copy the buffer; the switch pipeline uses them
+//!   on every packet. `new_checked` validates every length the getters rely on, so after it
+//!   succeeds no getter can index out of bounds; `new_unchecked` skips that for callers that
+//!   already know (its getters may panic on a short buffer).
+//! - a **repr** (`EthernetRepr`, `Ipv4Repr`, ...): a plain value holding the fields that
+//!   matter, with `parse` (view to value, validating semantics and checksums), `buffer_len`
+//!   and `emit` (value to bytes, filling checksums). Host code builds packets with reprs.
+//!
+//! Malformed bytes produce an [`Error`], never a panic; the `fuzz/` project at the
+//! workspace root checks that.
+//!
+//! The style follows the `wire` module of smoltcp.
+//!
+//! ```
+//! use wire::{EtherType, EthernetAddress, EthernetFrame, EthernetRepr, IpProtocol};
+//! use wire::{Ipv4Address, Ipv4Packet, Ipv4Repr, UdpPacket, UdpRepr};
+//!
+//! // Build Ethernet / IPv4 / UDP carrying "hi".
+//! let (src, dst) = (Ipv4Address::new(10, 0, 0, 1), Ipv4Address::new(10, 0, 0, 2));
+//! let eth = EthernetRepr {
+//!     src_addr: EthernetAddress([2, 0, 0, 0, 0, 1]),
+//!     dst_addr: EthernetAddress([2, 0, 0, 0, 0, 2]),
+//!     ethertype: EtherType::Ipv4,
+//! };
+//! let udp = UdpRepr { src_port: 5000, dst_port: 9000 };
+//! let ip = Ipv4Repr {
+//!     src_addr: src,
+//!     dst_addr: dst,
+//!     next_header: IpProtocol::Udp,
+//!     payload_len: udp.buffer_len() + 2,
+//!     hop_limit: 64,
+//!     tos: 0,
+//! };
+//! let mut buf = vec![0u8; eth.buffer_len() + ip.buffer_len() + ip.payload_len];
+//! let mut frame = EthernetFrame::new_unchecked(&mut buf[..]);
+//! eth.emit(&mut frame);
+//! let mut packet = Ipv4Packet::new_unchecked(frame.payload_mut());
+//! ip.emit(&mut packet);
+//! let mut datagram = UdpPacket::new_unchecked(packet.payload_mut());
+//! udp.emit(&mut datagram, src, dst, 2, |p| p.copy_from_slice(b"hi"));
+//!
+//! // Forward it: view in place, decrement the TTL with an incremental checksum update.
+//! let mut frame = EthernetFrame::new_checked(&mut buf[..]).unwrap();
+//! let mut packet = Ipv4Packet::new_checked(frame.payload_mut()).unwrap();
+//! assert_eq!(packet.decrement_hop_limit(), Some(63));
+//! assert!(packet.verify_checksum());
+//! let datagram = UdpPacket::new_checked(packet.payload()).unwrap();
+//! assert_eq!(datagram.dst_port(), 9000);
+//! assert_eq!(datagram.payload(), b"hi");
+//! ```
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod arp;
+pub mod checksum;
+pub mod error;
+pub mod ethernet;
+pub mod icmpv4;
+pub mod ipv4;
+pub mod udp;
+
+pub use arp::{ArpOperation, ArpPacket, ArpRepr};
+pub use error::{Error, Result};
+pub use ethernet::{EtherType, EthernetAddress, EthernetFrame, EthernetRepr};
+pub use icmpv4::{Icmpv4Message, Icmpv4Packet, Icmpv4Repr};
+pub use ipv4::{Ipv4Address, Ipv4Cidr, Ipv4Packet, Ipv4Repr, Protocol as IpProtocol};
+pub use udp::{UdpPacket, UdpRepr};
+
+/// Big-endian field access shared by the views. Callers guarantee the bounds (the checked
+/// constructors validate them once).
+pub(crate) mod bytes {
+    #[inline]
+    pub(crate) fn get_u16(data: &[u8], at: usize) -> u16 {
+        u16::from_be_bytes([data[at], data[at + 1]])
+    }
+
+    #[inline]
+    pub(crate) fn set_u16(data: &mut [u8], at: usize, value: u16) {
+        data[at..at + 2].copy_from_slice(&value.to_be_bytes());
+    }
+
+    #[inline]
+    pub(crate) fn get_array<const N: usize>(data: &[u8], at: usize) -> [u8; N] {
+        let mut out = [0u8; N];
+        out.copy_from_slice(&data[at..at + N]);
+        out
+    }
+
+    /// `data[start..end]` clamped to the buffer, so a view whose length fields were
+    /// rewritten after the checked constructor yields a shorter slice instead of panicking.
+    #[inline]
+    pub(crate) fn clamped(data: &[u8], start: usize, end: usize) -> &[u8] {
+        let end = end.min(data.len());
+        let start = start.min(end);
+        &data[start..end]
+    }
+
+    /// Mutable counterpart of [`clamped`].
+    #[inline]
+    pub(crate) fn clamped_mut(data: &mut [u8], start: usize, end: usize) -> &mut [u8] {
+        let end = end.min(data.len());
+        let start = start.min(end);
+        &mut data[start..end]
+    }
+}

@@ -1,0 +1,3 @@
+from inswitch.cli import main
+
+main()

@@ -1,0 +1,110 @@
+"""`inswitch resources`: what a program (or a set of programs) uses, stage by stage, against
+a target's limits, and whether it fits."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from inswitch import native
+
+UNLIMITED = 2**32 - 1
+
+
+def _lim(v: int) -> str:
+    return "∞" if v >= UNLIMITED else str(v)
+
+
+def _cell(used: int, limit: int) -> str:
+    text = f"{used}/{_lim(limit)}"
+    return f"[red]{text}[/red]" if limit < UNLIMITED and used > limit else text
+
+
+def render(report: dict[str, Any], console: Console) -> None:
+    t = report["target"]
+    names = ", ".join(p["name"] for p in report["programs"])
+    console.print(f"[bold]{names}[/bold] on [bold]{t['name']}[/bold] ({t['description']})")
+    st = Table(title="Stages", show_lines=False)
+    for col in ("stage", "stateful ALUs", "SRAM blocks", "map RAMs", "TCAM blocks", "logical tables", "hash units", "exact key bits"):
+        st.add_column(col)
+    for s in report["stages"]:
+        st.add_row(
+            str(s["stage"]),
+            _cell(s["stateful_alus"], t["salus_per_stage"]),
+            _cell(s["sram_blocks"], t["sram_blocks_per_stage"]),
+            str(s["map_rams"]),
+            _cell(s["tcam_blocks"], t["tcam_blocks_per_stage"]),
+            _cell(s["logical_tables"], t["logical_tables_per_stage"]),
+            _cell(s["hash_units"], t["hash_units_per_stage"]),
+            _cell(s["exact_key_bits"], t["exact_key_bits_per_stage"]),
+        )
+    console.print(st)
+    for s in report["stages"]:
+        console.print(f"  stage {s['stage']}: " + "; ".join(s["objects"]), soft_wrap=True)
+    if report["registers"]:
+        rt = Table(title="Register arrays")
+        rt.add_column("register", no_wrap=True)
+        for col in ( "gress", "stage", "cells", "cell bits", "bits", "SRAM blocks", "actions", "output bits"):
+            rt.add_column(col)
+        for r in report["registers"]:
+            rt.add_row(r["name"], r["gress"], str(r["stage"]), str(r["cells"]), str(r["cell_bits"]), str(r["bits"]), str(r["sram_blocks"]), f'{r["register_actions"]}/{_lim(t["max_register_actions"])}', str(r["max_action_out_bits"]))
+        console.print(rt)
+    if report["tables"]:
+        tt = Table(title="Match tables")
+        tt.add_column("table", no_wrap=True)
+        for col in ( "gress", "stage", "match", "entries", "key bits", "action data bits", "SRAM", "TCAM"):
+            tt.add_column(col)
+        for x in report["tables"]:
+            tt.add_row(x["name"], x["gress"], str(x["stage"]), ",".join(x["match_kinds"]), str(x["entries"]), str(x["key_bits"]), str(x["action_data_bits"]), str(x["sram_blocks"]), str(x["tcam_blocks"]))
+        console.print(tt)
+    console.print(
+        f"stages used {_cell(report['stages_used'], t['stages'])}   "
+        f"parse depth {_cell(report['parse_depth_bytes'], t['parse_depth_bytes'])} B   "
+        f"PHV {_cell(report['phv_bits'], t['phv_bits'])} bits   "
+        f"register bits {report['register_bits_total']}   "
+        f"SRAM {report['sram_blocks_total']}   TCAM {report['tcam_blocks_total']}   "
+        f"stateful ALUs {report['stateful_alus_total']}   hash units {report['hash_units_total']}"
+    )
+    for p in report["programs"]:
+        recirc = "unbounded (perpetual packet)" if p["recirculations_per_packet"] is None else str(p["recirculations_per_packet"])
+        digests = ", ".join(f"{n} ({b} B)" for n, b in p["digests"]) or "none"
+        console.print(f"  {p['name']}: {p['stages']} stages, parse {p['parse_depth_bytes']} B, recirculations/packet {recirc}, packet generators {p['packet_generators']}, digests {digests}")
+        for note in p["notes"]:
+            console.print(f"    note: {note}")
+    if report["fits"]:
+        console.print(f"[bold green]FITS[/bold green] {t['name']}")
+    else:
+        console.print(f"[bold red]DOES NOT FIT[/bold red] {t['name']}:")
+        for prob in report["problems"]:
+            console.print(f"  - {prob}")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("resources")
+    def resources_cmd(
+        program: str = typer.Argument(..., help="Program name, or several joined by commas (loaded together)."),
+        target: str = typer.Option("tofino1", "--target", "-t", help="tofino1, tofino2 or unbounded."),
+        as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+        out: Optional[str] = typer.Option(None, "--out", help="Also write the JSON report to this file."),
+    ) -> None:
+        """Stages, register bits, stateful ALUs, table entries, hash units and parse depth a
+        program uses against a target's limits, and whether it fits."""
+        console = Console()
+        try:
+            names = native.split_programs(program)
+            report = native.resources(names, target)
+        except ValueError as e:
+            console.print(f"[red]error:[/red] {e}")
+            raise typer.Exit(2)
+        if out:
+            with open(out, "w") as f:
+                json.dump(report, f, indent=2)
+        if as_json:
+            print(json.dumps(report, indent=2))
+        else:
+            render(report, console)
+        raise typer.Exit(0 if report["fits"] else 1)

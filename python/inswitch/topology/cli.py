@@ -1,0 +1,147 @@
+"""`inswitch rack ...`: build a rack of hosts around one inswitch switch, look at it, run
+commands in its hosts and take it down. Failures print one clear line (no traceback)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from inswitch.topology.errors import RackError
+from inswitch.topology.rack import DEFAULT_NAME, Rack, RackStatus
+
+console = Console()
+err_console = Console(stderr=True)
+
+NAME_OPT = typer.Option(DEFAULT_NAME, "--name", "-n", help="Rack name (prefixes its namespaces and interfaces).")
+
+
+def _fail(e: BaseException, code: int = 1) -> typer.Exit:
+    err_console.print(Text("error: ", style="red") + Text(str(e)), soft_wrap=True, highlight=False)
+    for note in getattr(e, "__notes__", []):
+        err_console.print(f"  {note}", soft_wrap=True, highlight=False, markup=False)
+    return typer.Exit(code)
+
+
+def _render_status(s: RackStatus) -> None:
+    st = s.state
+    alive = "[green]alive[/green]" if s.switch_alive else "[red]not running[/red]"
+    console.print(f"rack [bold]{st.name}[/bold] ({st.mode} mode, {len(st.hosts)} hosts, subnet {st.subnet}, "
+                  f"programs {','.join(st.programs)})")
+    console.print(f"switch pid {st.switch.pid} {alive}  P4Runtime {st.switch.p4runtime}  "
+                  f"metrics http://{st.switch.metrics}/metrics  log {st.switch.log}", soft_wrap=True)
+    t = Table(title="Hosts and switch ports")
+    for col in ("host", "ip", "mac", "port", "attached as", "present", "rx pkts", "rx bytes", "tx pkts", "tx bytes"):
+        t.add_column(col, justify="right" if col.startswith(("rx", "tx", "port")) else "left")
+    for h in st.hosts:
+        c = (s.counters or {}).get(h.port, {})
+        where = f"{h.netns}/{h.ifname} ↔ {h.switch_if}" if st.mode == "netns" else f"udp {h.tunnel}"
+        present = "yes" if s.host_present.get(h.name) else "[red]no[/red]"
+        t.add_row(h.name, h.ip, h.mac, str(h.port), where, present,
+                  *(str(c[k]) if k in c else "-" for k in ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes")))
+    console.print(t)
+    if s.counters_error:
+        console.print(f"[yellow]counters unavailable:[/yellow] {s.counters_error}", soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    rack_app = typer.Typer(name="rack", help="A rack of hosts (network namespaces, or UDP tunnels without root) around one switch.",
+                           no_args_is_help=True)
+    app.add_typer(rack_app, name="rack")
+
+    @rack_app.command("up")
+    def up_cmd(
+        hosts: int = typer.Option(..., "--hosts", help="Number of hosts (1-250)."),
+        name: str = NAME_OPT,
+        program: str = typer.Option("forward", "--program", help="Program(s) the switch runs, comma separated."),
+        p4runtime: str = typer.Option("127.0.0.1:9559", "--p4runtime", help="Where the switch serves P4Runtime."),
+        metrics: str = typer.Option("127.0.0.1:9100", "--metrics", help="Where the switch serves /metrics."),
+        subnet: str = typer.Option("10.0.0.0/24", "--subnet", help="Host i gets the i-th address."),
+        pcap: Optional[str] = typer.Option(None, "--pcap", help="Capture every port to pcapng files in this directory."),
+        mode: str = typer.Option("auto", "--mode", help="auto (netns if root, else udp), netns or udp."),
+        udp_base: Optional[int] = typer.Option(None, "--udp-base", help="UDP mode: tunnel port of switch port 0 (default: a free range)."),
+    ) -> None:
+        """Create the hosts, start the switch and fill its MAC table."""
+        try:
+            st = Rack().up(hosts, name=name, programs=program, p4runtime=p4runtime, metrics=metrics,
+                           subnet=subnet, pcap=pcap, mode=mode, udp_base=udp_base)  # type: ignore[arg-type]
+        except KeyboardInterrupt:
+            err_console.print("interrupted; everything `up` had made was removed")
+            raise typer.Exit(130)
+        except RackError as e:
+            raise _fail(e)
+        console.print(f"[green]rack {st.name} is up[/green]: {len(st.hosts)} hosts ({st.mode} mode), "
+                      f"switch pid {st.switch.pid}, P4Runtime {st.switch.p4runtime}, metrics {st.switch.metrics}")
+        for h in st.hosts:
+            where = h.netns if st.mode == "netns" else f"udp {h.tunnel}"
+            console.print(f"  {h.name}  {h.ip:<15} {h.mac}  port {h.port}  {where}")
+        if st.mode == "netns":
+            console.print(f"try: inswitch rack exec h1 -- ping -c1 h2{'' if name == DEFAULT_NAME else ' --name ' + name}")
+
+    @rack_app.command("down")
+    def down_cmd(name: str = NAME_OPT) -> None:
+        """Stop the switch and remove the rack's namespaces, interfaces and state (works after crashes too)."""
+        try:
+            rep = Rack().down(name)
+        except RackError as e:
+            raise _fail(e)
+        if not rep.found:
+            console.print(f"no rack named {name!r}; nothing to do")
+            return
+        stopped = f"stopped switch pid {', '.join(map(str, rep.stopped))}" if rep.stopped else "switch was not running"
+        console.print(f"[green]rack {name} is down[/green]: {stopped}; removed {len(rep.removed)} objects")
+
+    @rack_app.command("status")
+    def status_cmd(name: str = NAME_OPT,
+                   as_json: bool = typer.Option(False, "--json", help="Print the status as JSON.")) -> None:
+        """Hosts, whether the switch is alive, and per-port counters read through P4Runtime."""
+        try:
+            s = Rack().status(name)
+        except RackError as e:
+            raise _fail(e)
+        if as_json:
+            print(json.dumps({"state": asdict(s.state), "switch_alive": s.switch_alive,
+                              "host_present": s.host_present, "counters": s.counters,
+                              "counters_error": s.counters_error}, indent=2))
+        else:
+            _render_status(s)
+        if not s.switch_alive:
+            raise typer.Exit(1)
+
+    @rack_app.command("exec", context_settings={"allow_interspersed_args": False})
+    def exec_cmd(
+        host: str = typer.Argument(..., help="h1, or isw-h1 (rack named in the host)."),
+        command: List[str] = typer.Argument(..., help="The command, after `--`."),
+        name: Optional[str] = typer.Option(None, "--name", "-n", help="Rack name (default: from HOST, else isw)."),
+    ) -> None:
+        """Run a command inside a host's namespace; exits with the command's exit code."""
+        try:
+            cp = Rack().exec(host, command, name=name)
+        except RackError as e:
+            raise _fail(e)
+        raise typer.Exit(cp.returncode)
+
+    @rack_app.command("ping")
+    def ping_cmd(
+        src: str = typer.Argument(..., help="Sending host (h1)."),
+        dst: str = typer.Argument(..., help="Destination host (h2)."),
+        count: int = typer.Option(3, "--count", "-c", help="Echo requests to send."),
+        timeout: float = typer.Option(2.0, "--timeout", "-W", help="Seconds to wait for each reply."),
+        name: Optional[str] = typer.Option(None, "--name", "-n", help="Rack name (default: from SRC, else isw)."),
+    ) -> None:
+        """Ping one host from another through the switch (both modes)."""
+        try:
+            res, out = Rack().ping(src, dst, name=name, count=count, timeout=timeout)
+        except RackError as e:
+            raise _fail(e)
+        if out:
+            console.print(out.rstrip(), highlight=False, markup=False)
+        else:
+            rtt = f", rtt avg {sum(res.rtts_ms) / len(res.rtts_ms):.3f} ms" if res.rtts_ms else ""
+            console.print(f"{src} -> {dst}: {res.received}/{res.transmitted} replies{rtt}")
+        raise typer.Exit(0 if res.received == res.transmitted else 1)

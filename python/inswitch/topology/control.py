@@ -1,0 +1,125 @@
+"""The rack's use of the switch's control plane: fill the forwarding tables through P4Runtime
+(as any controller would, so the rack exercises the same path), read the per-port counter
+registers, and read the Prometheus `/metrics` endpoint.
+
+Only the `forward` program's tables are touched: `l2_dmac` (host MAC -> its port),
+`l2_smac` (host MAC -> nop, so known hosts raise no learning digests) and multicast group 1
+(all ports: unknown destinations and ARP broadcasts flood, the ingress port pruned by the
+program). No static ARP: address resolution must cross the switch like any broadcast.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from inswitch.topology.errors import RackError
+from inswitch.topology.state import Host
+
+#: The group the forward program floods to on an `l2_dmac` miss.
+FLOOD_GROUP = 1
+COUNTER_REGISTERS = ("rx_port_counters", "tx_port_counters")
+
+
+def _client_class() -> Any:
+    try:
+        from inswitch.p4rt.client import SwitchClient
+    except ModuleNotFoundError as e:
+        raise RackError(f"the P4Runtime client (inswitch.p4rt.client) is not available: {e}") from e
+    return SwitchClient
+
+
+@contextmanager
+def connect(address: str, retries_s: float = 5.0) -> Iterator[Any]:
+    """A SwitchClient on `address`, closed on exit. Retries briefly: the ready file is written
+    once the server listens, but a loaded machine may still refuse the first attempt."""
+    cls = _client_class()
+    deadline = time.monotonic() + retries_s
+    while True:
+        try:
+            client = cls(address, device_id=1, election_id=(0, 1))
+            break
+        except Exception as e:  # grpc raises its own error types; all mean "not reachable yet"
+            if time.monotonic() > deadline:
+                raise RackError(f"cannot reach the switch's P4Runtime server at {address}: {e}") from e
+            time.sleep(0.1)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def program_forwarding(address: str, hosts: list[Host], num_ports: int) -> None:
+    """Install the static L2 view of the rack (see the module docstring)."""
+    with connect(address) as c:
+        try:
+            for h in hosts:
+                c.insert_entry("l2_dmac", {"hdr.ethernet.dst_addr": h.mac}, "l2_forward", {"port": h.port})
+                c.insert_entry("l2_smac", {"hdr.ethernet.src_addr": h.mac}, "nop", {})
+            c.set_multicast_group(FLOOD_GROUP, list(range(num_ports)))
+        except RackError:
+            raise
+        except Exception as e:
+            raise RackError(f"programming the switch through P4Runtime ({address}) failed: {e}") from e
+
+
+def _cells(values: Any) -> dict[int, int]:
+    """Normalise `read_register` output: {index: value} or [(index, value)] or [value, ...]."""
+    if isinstance(values, dict):
+        return {int(k): int(v) for k, v in values.items()}
+    out: dict[int, int] = {}
+    for i, v in enumerate(values):
+        if isinstance(v, (tuple, list)):
+            out[int(v[0])] = int(v[1])
+        else:
+            out[i] = int(v)
+    return out
+
+
+def read_port_counters(address: str, ports: list[int]) -> dict[int, dict[str, int]]:
+    """Per-port `{rx_packets, rx_bytes, tx_packets, tx_bytes}` from the forward program's pair
+    registers (packets in the low 32 bits of a cell, bytes in the high 32)."""
+    out: dict[int, dict[str, int]] = {p: {} for p in ports}
+    with connect(address) as c:
+        for reg in COUNTER_REGISTERS:
+            cells = _cells(c.read_register(reg))
+            side = reg.split("_", 1)[0]
+            for p in ports:
+                v = cells.get(p, 0)
+                out[p][f"{side}_packets"] = v & 0xFFFF_FFFF
+                out[p][f"{side}_bytes"] = v >> 32
+    return out
+
+
+_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)')
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_prometheus(text: str) -> list[tuple[str, dict[str, str], float]]:
+    """Samples of a Prometheus text exposition: (metric name, labels, value)."""
+    out = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        if m:
+            labels = dict(_LABEL.findall(m.group(3) or ""))
+            try:
+                out.append((m.group(1), labels, float(m.group(4))))
+            except ValueError:
+                continue
+    return out
+
+
+def scrape_metrics(address: str, timeout: float = 5.0) -> list[tuple[str, dict[str, str], float]]:
+    """GET http://ADDRESS/metrics and parse it."""
+    url = f"http://{address}/metrics"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return parse_prometheus(r.read().decode())
+    except OSError as e:
+        raise RackError(f"cannot read {url}: {e}") from e

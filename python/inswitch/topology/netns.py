@@ -1,0 +1,231 @@
+"""Thin, checked wrappers around `ip`, `ethtool` and `sysctl` for building a rack of network
+namespaces joined by veth pairs.
+
+Everything goes through [`run`], which always has a timeout and turns a non-zero exit into a
+[`CommandError`] naming the command and its stderr: on a shared machine a half-made namespace
+is worse than a loud failure, and the message is what the user debugs from.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from inswitch.topology.errors import CommandError, RackError
+
+#: Where `ip netns exec` looks for per-namespace replacements of files in /etc.
+ETC_NETNS = Path("/etc/netns")
+
+#: Offloads turned off on both veth ends. A veth never computes checksums or segments, so
+#: with these on the kernel hands AF_PACKET frames with partial checksums or 64 KB "super
+#: frames", which a real switch port would never see and a receiver would drop.
+OFFLOADS = ("tx", "rx", "tso", "gso", "gro", "lro", "rxvlan", "txvlan")
+
+#: Offloads that must be off inside the host namespace; the rest are best effort.
+REQUIRED_NS_OFFLOADS = ("tx",)
+
+DEFAULT_TIMEOUT = 10.0
+
+
+def run(argv: list[str], *, timeout: float = DEFAULT_TIMEOUT, check: bool = True,
+        input: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a command to completion, capturing text output. Raises [`CommandError`] when it
+    cannot start, times out, or (with `check`) exits non-zero."""
+    try:
+        cp = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, input=input,
+                            stdin=None if input is not None else subprocess.DEVNULL)
+    except FileNotFoundError as e:
+        raise CommandError(argv, None, str(e), why="could not start (is it installed?)") from e
+    except subprocess.TimeoutExpired as e:
+        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+        raise CommandError(argv, None, err, why=f"timed out after {timeout:g} s") from e
+    if check and cp.returncode != 0:
+        raise CommandError(argv, cp.returncode, cp.stderr or cp.stdout)
+    return cp
+
+
+def ip(*args: str, netns: str | None = None, timeout: float = DEFAULT_TIMEOUT,
+       check: bool = True) -> subprocess.CompletedProcess[str]:
+    """`ip [-n NETNS] ARGS...`."""
+    argv = ["ip"] + (["-n", netns] if netns else []) + list(args)
+    return run(argv, timeout=timeout, check=check)
+
+
+def in_netns(netns: str, argv: list[str]) -> list[str]:
+    """The argv that runs `argv` inside `netns` (with its /etc/netns files bind-mounted)."""
+    return ["ip", "netns", "exec", netns, *argv]
+
+
+def netns_list() -> list[str]:
+    """Names of all named network namespaces (`ip netns list`)."""
+    out = ip("netns", "list").stdout
+    return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+def link_names(netns: str | None = None) -> list[str]:
+    """Interface names in the root namespace (or `netns`), without the `@peer` suffix."""
+    out = ip("-o", "link", "show", netns=netns).stdout
+    names = []
+    for line in out.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) >= 2:
+            names.append(parts[1].strip().split("@", 1)[0])
+    return names
+
+
+def link_master(dev: str) -> str | None:
+    """The bridge/bond an interface is enslaved to, if any (`master X` in `ip -o link`)."""
+    words = ip("-o", "link", "show", "dev", dev).stdout.split()
+    return words[words.index("master") + 1] if "master" in words else None
+
+
+def write_sysctl_root(key: str, value: str) -> None:
+    """Set a sysctl of the root namespace through /proc/sys (no process to spawn)."""
+    path = Path("/proc/sys") / key.replace(".", "/")
+    try:
+        path.write_text(value)
+    except OSError as e:
+        raise RackError(f"could not set {key}={value} ({path}): {e}") from e
+
+
+def sysctl_netns(netns: str, settings: dict[str, str]) -> None:
+    """Set sysctls inside `netns` (network sysctls are per namespace, so this must run there)."""
+    args = [f"{k}={v}" for k, v in settings.items()]
+    run(in_netns(netns, ["sysctl", "-q", "-w", *args]))
+
+
+def offloads_off(dev: str, netns: str | None = None,
+                 required: tuple[str, ...] = ()) -> list[str]:
+    """Turn [`OFFLOADS`] off on `dev`. Tries all at once, then one by one (a driver may refuse
+    some); fails only if a `required` one cannot be turned off. Returns the ones that failed."""
+    def ethtool(features: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
+        argv = ["ethtool", "-K", dev] + [w for f in features for w in (f, "off")]
+        return run(in_netns(netns, argv) if netns else argv, check=False)
+
+    if ethtool(OFFLOADS).returncode == 0:
+        return []
+    failed = []
+    for f in OFFLOADS:
+        cp = ethtool((f,))
+        if cp.returncode != 0:
+            if f in required:
+                raise CommandError(cp.args, cp.returncode, cp.stderr,
+                                   why=f"could not turn {f} offload off (frames would carry partial checksums)")
+            failed.append(f)
+    return failed
+
+
+@dataclass(frozen=True)
+class VethHost:
+    """One host of the rack: a namespace holding `eth0`, whose peer `switch_if` is a switch port."""
+
+    netns: str
+    switch_if: str
+    mac: str
+    ip: str
+    prefix_len: int
+    ifname: str = "eth0"
+    mtu: int = 1500
+
+
+def create_veth_host(h: VethHost) -> None:
+    """Build one host. The order matters: IPv6 is disabled on the switch end before it goes up
+    so it never sends router solicitations or DAD probes (noise the switch would count and
+    flood), and the host interface gets its MAC before it is up for the same reason."""
+    ip("netns", "add", h.netns)
+    ip("link", "add", h.switch_if, "type", "veth", "peer", "name", h.ifname, "netns", h.netns)
+    write_sysctl_root(f"net.ipv6.conf.{h.switch_if}.disable_ipv6", "1")
+    offloads_off(h.switch_if)
+    ip("link", "set", "dev", h.switch_if, "mtu", str(h.mtu), "promisc", "on", "up")
+    sysctl_netns(h.netns, {"net.ipv6.conf.all.disable_ipv6": "1",
+                           "net.ipv6.conf.default.disable_ipv6": "1"})
+    offloads_off(h.ifname, netns=h.netns, required=REQUIRED_NS_OFFLOADS)
+    ip("link", "set", "dev", h.ifname, "address", h.mac, "mtu", str(h.mtu), netns=h.netns)
+    ip("addr", "add", f"{h.ip}/{h.prefix_len}", "dev", h.ifname, netns=h.netns)
+    ip("link", "set", "dev", h.ifname, "up", netns=h.netns)
+    ip("link", "set", "dev", "lo", "up", netns=h.netns)
+
+
+def write_hosts_file(netns: str, entries: list[tuple[str, list[str]]]) -> Path:
+    """Write /etc/netns/NETNS/hosts so names resolve inside `ip netns exec NETNS ...`."""
+    d = ETC_NETNS / netns
+    d.mkdir(parents=True, exist_ok=True)
+    lines = ["127.0.0.1\tlocalhost"] + [f"{addr}\t{' '.join(names)}" for addr, names in entries]
+    path = d / "hosts"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def netns_pids(netns: str) -> list[int]:
+    """Processes running inside `netns` (empty if it is gone)."""
+    cp = ip("netns", "pids", netns, check=False)
+    return [int(w) for w in cp.stdout.split() if w.isdigit()]
+
+
+def _gone(cp: subprocess.CompletedProcess[str]) -> bool:
+    err = (cp.stderr or "").lower()
+    return any(s in err for s in ("cannot find device", "no such file", "does not exist", "not found"))
+
+
+def delete_by_prefix(prefix: str, timeout: float = 10.0) -> list[str]:
+    """Delete every namespace, root-namespace interface and /etc/netns entry whose name starts
+    with `prefix`; returns what was removed. Works from names alone, so it cleans up after a
+    crash, a lost state file or an interrupted `up`. Processes still running inside the
+    namespaces (started there with `rack exec`) are stopped first, or they would keep the
+    namespace alive."""
+    removed: list[str] = []
+    spaces = [n for n in netns_list() if n.startswith(prefix)]
+    for ns in spaces:
+        for pid in netns_pids(ns):
+            _signal(pid, signal.SIGKILL)
+    for ns in spaces:
+        cp = ip("netns", "del", ns, check=False)
+        if cp.returncode != 0 and not _gone(cp):
+            raise CommandError(cp.args, cp.returncode, cp.stderr)
+        removed.append(ns)
+    # Deleting a namespace destroys its veth ends, but asynchronously; delete the root ends
+    # ourselves too (either end takes the pair down) and tolerate "already gone".
+    for dev in [d for d in link_names() if d.startswith(prefix)]:
+        cp = ip("link", "del", "dev", dev, check=False)
+        if cp.returncode != 0 and not _gone(cp):
+            raise CommandError(cp.args, cp.returncode, cp.stderr)
+        removed.append(dev)
+    if ETC_NETNS.is_dir():
+        for d in ETC_NETNS.iterdir():
+            if d.name.startswith(prefix):
+                shutil.rmtree(d, ignore_errors=True)
+                removed.append(str(d))
+    _wait_all_gone(prefix, timeout)
+    return removed
+
+
+def leftovers(prefix: str) -> list[str]:
+    """Namespaces, interfaces and /etc/netns entries still named with `prefix`."""
+    left = [n for n in netns_list() if n.startswith(prefix)]
+    left += [d for d in link_names() if d.startswith(prefix)]
+    if ETC_NETNS.is_dir():
+        left += [str(d) for d in ETC_NETNS.iterdir() if d.name.startswith(prefix)]
+    return left
+
+
+def _wait_all_gone(prefix: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        left = leftovers(prefix)
+        if not left:
+            return
+        if time.monotonic() > deadline:
+            raise RackError(f"still present after {timeout:g} s: {', '.join(left)}")
+        time.sleep(0.05)
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass

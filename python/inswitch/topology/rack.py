@@ -1,0 +1,288 @@
+"""A rack: N hosts and one inswitch switch between them, as real as this machine allows.
+
+As root (netns mode) each host is a network namespace `{name}-h{i}` whose `eth0` is one end
+of a veth pair; the other end `{name}-s{i}` stays in the root namespace and is switch port
+i-1, opened by the switch process with AF_PACKET. Host processes are ordinary processes with
+ordinary sockets (`inswitch rack exec h1 -- ...`), and every frame between them crosses the
+switch's pipeline: there is no kernel bridge.
+
+Without root (UDP mode) the switch's ports are UDP tunnels on loopback and a host is a
+userspace stack attached to its port (see `tunnel.py`).
+
+Either way the switch is `python -m inswitch switch ...`, started detached and programmed
+through P4Runtime like any other controller would; the rack's state lives in
+`/run/inswitch/{name}/` (state.json, the switch log and ready file).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from inswitch.topology import control, netns, switchproc, tunnel
+from inswitch.topology.errors import CommandError, RackError
+from inswitch.topology.state import (
+    Host, Mode, RackState, SwitchInfo, check_name, load_state, plan_hosts, state_dir)
+
+ModeArg = Literal["auto", "netns", "udp"]
+DEFAULT_NAME = "isw"
+
+
+def is_root() -> bool:
+    return os.geteuid() == 0
+
+
+def resolve_mode(mode: str) -> Mode:
+    """`auto` means netns when root, else the UDP fallback; netns without root is an error
+    rather than a silent downgrade, because the user asked for real namespaces."""
+    if mode == "auto":
+        return "netns" if is_root() else "udp"
+    if mode == "netns":
+        if not is_root():
+            raise RackError("netns mode needs root (network namespaces, veth pairs and raw sockets); "
+                            "run as root, or use --mode udp for the unprivileged UDP-tunnel rack")
+        return "netns"
+    if mode == "udp":
+        return "udp"
+    raise RackError(f"mode must be auto, netns or udp, not {mode!r}")
+
+
+def check_addr(what: str, addr: str) -> str:
+    host, sep, port = addr.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise RackError(f"{what} must be HOST:PORT (e.g. 127.0.0.1:9559), not {addr!r}")
+    return addr
+
+
+def ready_marker(name: str) -> str:
+    """The switch's ready-file path: unique to the rack and on the switch's command line, so it
+    identifies the rack's switch process even without a state file."""
+    return str(state_dir(name) / "ready.json")
+
+
+@dataclass
+class DownReport:
+    name: str
+    found: bool
+    stopped: list[int] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RackStatus:
+    state: RackState
+    switch_alive: bool
+    host_present: dict[str, bool]
+    counters: dict[int, dict[str, int]] | None
+    counters_error: str | None = None
+
+
+class Rack:
+    """Builds, inspects and removes racks. Stateless between calls: everything it needs is in
+    the rack's state directory or derivable from the rack's name."""
+
+    def __init__(self, ready_timeout: float = 30.0, stop_timeout: float = 5.0,
+                 python: str | None = None) -> None:
+        self.ready_timeout = ready_timeout
+        self.stop_timeout = stop_timeout
+        self.python = python
+
+    # ----- up -------------------------------------------------------------------------
+
+    def up(self, hosts: int, name: str = DEFAULT_NAME, programs: str = "forward",
+           p4runtime: str = "127.0.0.1:9559", metrics: str = "127.0.0.1:9100",
+           subnet: str = "10.0.0.0/24", pcap: str | None = None, mode: ModeArg = "auto",
+           udp_base: int | None = None) -> RackState:
+        """Build the rack and start its switch. Everything is validated before anything is
+        made; once making starts, any failure or Ctrl-C undoes all of it (by name) and re-raises."""
+        check_name(name)
+        m = resolve_mode(mode)
+        check_addr("--p4runtime", p4runtime)
+        check_addr("--metrics", metrics)
+        if m == "udp" and udp_base is None:
+            udp_base = tunnel.free_udp_base(hosts) if 1 <= hosts <= 250 else 0
+        planned = plan_hosts(name, hosts, subnet, m, udp_base)
+        self._refuse_existing(name, m)
+        if importlib.util.find_spec("inswitch.switchd") is None:
+            raise RackError("the switch daemon (inswitch.switchd) is not in this build yet")
+        try:
+            return self._build(name, m, planned, programs, p4runtime, metrics, subnet, pcap)
+        except BaseException as e:  # KeyboardInterrupt included: never leave half a rack
+            try:
+                self.down(name)
+            except Exception as cleanup_err:  # report both, the original first
+                e.add_note(f"cleanup after the failed `up` also failed: {cleanup_err}")
+            raise
+
+    def _refuse_existing(self, name: str, mode: Mode) -> None:
+        if state_dir(name).exists():
+            raise RackError(f"a rack named {name!r} exists ({state_dir(name)}); "
+                            f"run `inswitch rack down --name {name}` first")
+        if mode == "netns":
+            left = netns.leftovers(f"{name}-")
+            if left:
+                raise RackError(f"objects of a rack named {name!r} exist ({', '.join(left[:5])}); "
+                                f"run `inswitch rack down --name {name}` first")
+
+    def _build(self, name: str, mode: Mode, hosts: list[Host], programs: str, p4runtime: str,
+               metrics: str, subnet: str, pcap: str | None) -> RackState:
+        sdir = state_dir(name)
+        sdir.mkdir(parents=True, mode=0o755)
+        if mode == "netns":
+            self._make_hosts(name, hosts)
+            ports = "veth:" + ",".join(h.switch_if or "" for h in hosts)
+        else:
+            base = int(tunnel.split_addr(hosts[0].tunnel or "")[1])
+            ports = f"udp:{base}:{len(hosts)}"
+        if pcap:
+            Path(pcap).mkdir(parents=True, exist_ok=True)
+        ready_file, log = Path(ready_marker(name)), sdir / "switch.log"
+        argv = switchproc.switch_argv(programs, ports, p4runtime, metrics, ready_file, pcap, self.python)
+        st = RackState(name=name, mode=mode, programs=programs.split(","), subnet=subnet, hosts=hosts,
+                       switch=SwitchInfo(pid=None, argv=argv, ports=ports, p4runtime=p4runtime,
+                                         metrics=metrics, log=str(log), ready_file=str(ready_file), pcap=pcap),
+                       state_dir=str(sdir), created=time.time(), extra={"ready": False})
+        st.switch.pid = switchproc.launch(argv, log, sdir)
+        st.save()  # from here on, `down` in another terminal finds the switch by pid
+        ready = switchproc.wait_ready(st.switch.pid, ready_file, log, self.ready_timeout)
+        st.switch.p4runtime = str(ready.get("p4runtime") or p4runtime)
+        st.switch.metrics = str(ready.get("metrics") or metrics)
+        control.program_forwarding(st.switch.p4runtime, hosts, len(hosts))
+        st.extra["ready"] = True
+        st.save()
+        return st
+
+    def _make_hosts(self, name: str, hosts: list[Host]) -> None:
+        for h in hosts:
+            assert h.netns and h.switch_if and h.ifname
+            netns.create_veth_host(netns.VethHost(netns=h.netns, switch_if=h.switch_if, mac=h.mac,
+                                                  ip=h.ip, prefix_len=h.prefix_len, ifname=h.ifname))
+        names = [(h.ip, [h.name, f"{name}-{h.name}"]) for h in hosts]
+        for h in hosts:
+            assert h.netns
+            netns.write_hosts_file(h.netns, names)
+
+    # ----- down -----------------------------------------------------------------------
+
+    def down(self, name: str = DEFAULT_NAME) -> DownReport:
+        """Stop the switch and remove everything named `{name}-` plus the state directory.
+        Works from names alone, so it also cleans up after a crashed switch, a lost state file
+        or an interrupted `up`. Idempotent: `found` says whether there was anything."""
+        check_name(name)
+        rep = DownReport(name=name, found=False)
+        try:
+            st = load_state(name)
+        except RackError:
+            st = None  # unreadable: fall back to names
+        marker = ready_marker(name)
+        pids = set(switchproc.find_by_marker(marker))
+        if st and st.switch.pid:
+            pids.add(st.switch.pid)
+        for pid in sorted(pids):
+            if switchproc.stop(pid, marker, self.stop_timeout):
+                rep.stopped.append(pid)
+        rep.removed += self._remove_netns(name)
+        sdir = state_dir(name)
+        if sdir.exists():
+            shutil.rmtree(sdir)
+            rep.removed.append(str(sdir))
+        rep.found = bool(st or rep.stopped or rep.removed)
+        return rep
+
+    def _remove_netns(self, name: str) -> list[str]:
+        prefix = f"{name}-"
+        try:
+            left = netns.leftovers(prefix)
+        except CommandError:
+            return []  # no `ip` here: this machine never had a netns rack
+        if not left:
+            return []
+        if not is_root():
+            raise RackError(f"removing {', '.join(left[:5])} needs root; run `sudo inswitch rack down --name {name}`")
+        return netns.delete_by_prefix(prefix)
+
+    # ----- status, exec, ping ---------------------------------------------------------
+
+    def state(self, name: str = DEFAULT_NAME) -> RackState:
+        """The rack's state, or a clear error if there is no such rack."""
+        check_name(name)
+        st = load_state(name)
+        if st is None:
+            raise RackError(f"no rack named {name!r} (no {state_dir(name) / 'state.json'}); "
+                            f"start one with `inswitch rack up --name {name} --hosts N`")
+        return st
+
+    def status(self, name: str = DEFAULT_NAME) -> RackStatus:
+        st = self.state(name)
+        alive = switchproc.is_alive(st.switch.pid, st.switch.ready_file)
+        present = {h.name: True for h in st.hosts}
+        if st.mode == "netns":
+            spaces = set(netns.netns_list())
+            present = {h.name: h.netns in spaces for h in st.hosts}
+        counters, err = None, None
+        if alive:
+            try:
+                counters = control.read_port_counters(st.switch.p4runtime, [h.port for h in st.hosts])
+            except RackError as e:
+                err = str(e)
+        else:
+            err = "the switch is not running"
+        return RackStatus(state=st, switch_alive=alive, host_present=present, counters=counters,
+                          counters_error=err)
+
+    def resolve_host(self, ref: str, name: str | None = None) -> tuple[RackState, Host]:
+        """`h1` (in rack `name`, default isw) or `isw-h1` (rack named in the reference)."""
+        if name is None:
+            rack, sep, rest = ref.rpartition("-")
+            name, ref = (rack, rest) if sep else (DEFAULT_NAME, ref)
+        st = self.state(name)
+        return st, st.host(ref)
+
+    def exec(self, host: str, argv: list[str], name: str | None = None, capture: bool = False,
+             timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+        """Run `argv` inside a host's namespace (stdio inherited unless `capture`). The caller
+        gets the command's own exit code; only a failure to start it raises."""
+        if not argv:
+            raise RackError("nothing to run: give a command after `--`")
+        st, h = self.resolve_host(host, name)
+        if st.mode != "netns":
+            raise RackError(f"rack {st.name!r} runs in UDP-tunnel mode: its hosts are userspace stacks, "
+                            "not namespaces, so there is nothing to exec in (use `inswitch rack ping`, "
+                            "or recreate the rack as root with --mode netns)")
+        assert h.netns
+        if h.netns not in netns.netns_list():
+            raise RackError(f"namespace {h.netns} is gone; run `inswitch rack down --name {st.name}` and up again")
+        try:
+            return subprocess.run(netns.in_netns(h.netns, argv), capture_output=capture, text=True,
+                                  timeout=timeout)
+        except FileNotFoundError as e:
+            raise RackError(f"cannot run {argv[0]!r} in {h.netns}: {e}") from e
+
+    def ping(self, src: str, dst: str, name: str | None = None, count: int = 3,
+             timeout: float = 2.0) -> tuple[tunnel.PingResult, str]:
+        """Ping host `dst` from host `src` through the switch; returns the result and, in netns
+        mode, ping's own output."""
+        st, s = self.resolve_host(src, name)
+        d = st.host(dst.rpartition("-")[2] if dst.startswith(f"{st.name}-") else dst)
+        if st.mode == "udp":
+            return tunnel.tunnel_ping(s, d, count, timeout), ""
+        cp = self.exec(src, ["ping", "-n", "-c", str(count), "-W", f"{timeout:g}", "-i", "0.2", d.ip],
+                       name=st.name, capture=True, timeout=count * (timeout + 1) + 5)
+        return _parse_ping(cp.stdout, count), cp.stdout + cp.stderr
+
+
+def _parse_ping(out: str, count: int) -> tunnel.PingResult:
+    received, rtts = 0, []
+    for line in out.splitlines():
+        if " packets transmitted" in line:
+            parts = [p.strip() for p in line.split(",")]
+            received = int(parts[1].split()[0])
+        elif "time=" in line:
+            rtts.append(float(line.split("time=", 1)[1].split()[0]))
+    return tunnel.PingResult(transmitted=count, received=received, rtts_ms=rtts)

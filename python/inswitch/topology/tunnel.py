@@ -1,0 +1,97 @@
+"""The UDP-tunnel fallback: a rack for machines where we are not root. The switch's ports are
+UDP sockets on loopback (`udp:BASE:N`, one Ethernet frame per datagram) and a host is any
+process that attaches to "its" port's address with a userspace network stack
+(`inswitch._native.TunnelHost`: ARP, ICMP echo, UDP). There are no namespaces, so nothing
+here needs privileges and nothing survives the switch but the state directory.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from inswitch.topology.errors import RackError
+from inswitch.topology.state import Host
+
+#: Where the search for free tunnel ports starts and ends (below the ephemeral range, where
+#: the kernel hands out ports of its own).
+PORT_RANGE = (20000, 32000)
+
+
+def free_udp_base(count: int, host: str = "127.0.0.1", attempts: int = 50) -> int:
+    """A base port such that BASE .. BASE+count-1 are all free on `host`. Bound and released
+    here, so another process could still grab one before the switch binds it; the switch then
+    fails to start and says which port, and `up` can simply be run again."""
+    lo, hi = PORT_RANGE
+    rng = random.Random()
+    for _ in range(attempts):
+        base = rng.randrange(lo, hi - count)
+        socks: list[socket.socket] = []
+        try:
+            for i in range(count):
+                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                socks.append(s)
+                s.bind((host, base + i))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RackError(f"found no {count} consecutive free UDP ports in {lo}-{hi} on {host}")
+
+
+def split_addr(addr: str) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    return host, int(port)
+
+
+def tunnel_host_class() -> Any | None:
+    """`inswitch._native.TunnelHost` if this build has it."""
+    from inswitch import _native
+
+    return getattr(_native, "TunnelHost", None)
+
+
+@dataclass
+class PingResult:
+    transmitted: int
+    received: int
+    rtts_ms: list[float]
+
+    @property
+    def ok(self) -> bool:
+        return self.received > 0
+
+
+def tunnel_ping(src: Host, dst: Host, count: int, timeout: float) -> PingResult:
+    """Ping `dst` from `src` across the switch with two userspace hosts attached to their
+    tunnel ports in this process: `dst` answers ARP and echo requests, `src` resolves `dst`
+    by ARP broadcast (through the switch's flood group) and sends the echoes.
+
+    Assumed TunnelHost API (to be checked against the lead's implementation):
+    `TunnelHost(switch_addr: str, mac: str, ip: str, prefix_len: int)` serving ARP/ICMP in
+    the background, and `.ping(dst_ip: str, count: int, timeout: float)` returning a list of
+    round-trip times in seconds (None for a lost echo)."""
+    cls = tunnel_host_class()
+    if cls is None:
+        raise RackError("ping in UDP-tunnel mode needs inswitch._native.TunnelHost (a userspace host "
+                        "stack over the tunnel), which this build does not have yet")
+    assert src.tunnel and dst.tunnel
+    try:
+        responder = cls(dst.tunnel, dst.mac, dst.ip, dst.prefix_len)
+        pinger = cls(src.tunnel, src.mac, src.ip, src.prefix_len)
+        time.sleep(0.05)  # let both register with their switch ports
+        rtts = list(pinger.ping(dst.ip, count, timeout))
+    except (TypeError, AttributeError) as e:
+        raise RackError(f"inswitch._native.TunnelHost does not have the API the rack expects: {e}") from e
+    finally:
+        for h in ("pinger", "responder"):
+            obj = locals().get(h)
+            if obj is not None and hasattr(obj, "close"):
+                obj.close()
+    got = [r * 1000.0 for r in rtts if r is not None]
+    return PingResult(transmitted=count, received=len(got), rtts_ms=got)
