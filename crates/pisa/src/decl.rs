@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::hash::HashAlgo;
-use crate::register::{Cell, Register, RegisterAction, SaluValue};
+use crate::register::{Cell, Register, RegisterAction, SaluFn, SaluValue};
 use crate::table::MatchKind;
 
 /// Ingress or egress: the two threads of the match-action pipeline.
@@ -452,7 +452,7 @@ impl ProgramBuilder {
         &mut self,
         reg: Register<T>,
         name: &str,
-        f: fn(&mut T, I) -> O,
+        f: SaluFn<T, I, O>,
     ) -> RegisterAction<T, I, O> {
         let r = &mut self.decl.registers[reg.idx as usize];
         let taken = r.actions.iter().any(|a| a.name == name);

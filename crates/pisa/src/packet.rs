@@ -1,7 +1,14 @@
 //! Packet buffers and the pool that recycles them.
 //!
+//! A [`PacketBuf`] is a pointer-sized handle: the frame's bytes and the intrinsic
+//! metadata that travels with it ([`PacketMeta`]) live behind it, so queues and batches
+//! move 8 bytes per packet, like the descriptor rings of a hardware switch or DPDK's mbufs.
 //! The data plane never allocates on the per-packet path: every buffer comes from a
 //! [`BufPool`] and goes back to it when the packet leaves the switch or is dropped.
+
+use std::ops::{Deref, DerefMut};
+
+use crate::decl::DropCode;
 
 /// A switch port number. Front-panel ports are `0..N`; a few numbers are reserved for the
 /// internal ports every PISA switch has.
@@ -21,31 +28,112 @@ pub const PORT_NONE: PortId = 0xFFFF;
 /// Default buffer capacity: a 1500-byte MTU frame plus headers, rounded up.
 pub const DEFAULT_BUF_CAPACITY: usize = 2048;
 
-/// One packet: a fixed-capacity byte buffer, the number of bytes in use, and the port it
-/// arrived on (on receive) or leaves by (on transmit).
+/// Bytes of metadata the ingress can bridge to the egress.
+pub const BRIDGED_BYTES: usize = 16;
+
+/// Intrinsic metadata that travels with a packet through ingress, the traffic manager and
+/// egress (Tofino's ig_intr_md, ig_intr_md_for_tm, eg_intr_md and bridged metadata).
+///
+/// Laid out widest field first so that copying it between queues moves aligned words.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct PacketMeta {
+    pub bridged: [u8; BRIDGED_BYTES],
+    /// Truncate to this many bytes when leaving (0: no truncation): clone sessions set it.
+    pub truncate_len: u32,
+    pub ingress_port: PortId,
+    /// Unicast destination (PORT_NONE: none chosen).
+    pub egress_port: PortId,
+    /// Multicast group (0: none).
+    pub mcast_grp: u16,
+    /// Multicast replicas to this port are pruned (Tofino's L2 exclusion of the source).
+    pub mcast_prune_port: PortId,
+    /// Ingress-to-egress clone session (0: none).
+    pub clone_session: u16,
+    /// Egress-to-egress clone session (0: none).
+    pub e2e_clone_session: u16,
+    /// Replication id (multicast instance or clone replica) seen by egress.
+    pub rid: u16,
+    /// Set when the packet is to be dropped.
+    pub drop: Option<DropCode>,
+    /// Recirculations so far (0 on the first pass).
+    pub recirculations: u8,
+    /// Index of the program that owns the packet in the program set (0xFF: none).
+    pub owner: u8,
+    /// This packet is a clone.
+    pub is_clone: bool,
+    /// Unused: rounds the struct up to whole 16-byte words, so copying it is a few aligned
+    /// vector moves.
+    pub(crate) _reserved: [u8; 9],
+}
+
+impl PacketMeta {
+    pub fn new(ingress_port: PortId) -> Self {
+        PacketMeta {
+            bridged: [0; BRIDGED_BYTES],
+            truncate_len: 0,
+            ingress_port,
+            egress_port: PORT_NONE,
+            mcast_grp: 0,
+            mcast_prune_port: PORT_NONE,
+            clone_session: 0,
+            e2e_clone_session: 0,
+            rid: 0,
+            drop: None,
+            recirculations: 0,
+            owner: 0xFF,
+            is_clone: false,
+            _reserved: [0; 9],
+        }
+    }
+}
+
+const _: () = assert!(std::mem::size_of::<PacketMeta>() % 16 == 0);
+
+
+/// What a [`PacketBuf`] points to: the bytes, how many are in use, where the packet came
+/// from or goes, and its metadata.
 #[derive(Clone)]
-pub struct PacketBuf {
+pub struct PacketInner {
     buf: Box<[u8]>,
     len: usize,
-    /// Ingress port on receive; egress port on transmit.
+    /// Ingress port on receive; egress port on transmit (set by whoever moves it).
     pub port: PortId,
     /// Time of arrival in nanoseconds, on the driver's clock.
     pub ts_ns: u64,
+    /// Intrinsic metadata, valid while the packet is inside the switch.
+    pub meta: PacketMeta,
+}
+
+/// One packet: a handle to its bytes and metadata. Fields and methods of [`PacketInner`]
+/// are reached through it (`pkt.port`, `pkt.data()`).
+#[derive(Clone)]
+pub struct PacketBuf(Box<PacketInner>);
+
+impl Deref for PacketBuf {
+    type Target = PacketInner;
+    #[inline(always)]
+    fn deref(&self) -> &PacketInner {
+        &self.0
+    }
+}
+
+impl DerefMut for PacketBuf {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut PacketInner {
+        &mut self.0
+    }
 }
 
 impl std::fmt::Debug for PacketBuf {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PacketBuf")
-            .field("len", &self.len)
-            .field("port", &self.port)
-            .field("ts_ns", &self.ts_ns)
-            .finish()
+        f.debug_struct("PacketBuf").field("len", &self.len).field("port", &self.port).field("ts_ns", &self.ts_ns).finish()
     }
 }
 
 impl PacketBuf {
     pub fn with_capacity(capacity: usize) -> Self {
-        PacketBuf { buf: vec![0u8; capacity].into_boxed_slice(), len: 0, port: PORT_NONE, ts_ns: 0 }
+        PacketBuf(Box::new(PacketInner { buf: vec![0u8; capacity].into_boxed_slice(), len: 0, port: PORT_NONE, ts_ns: 0, meta: PacketMeta::new(PORT_NONE) }))
     }
 
     /// A buffer holding a copy of `bytes` (tests and control-plane injection; allocates).
@@ -56,7 +144,9 @@ impl PacketBuf {
         p.port = port;
         p
     }
+}
 
+impl PacketInner {
     #[inline]
     pub fn capacity(&self) -> usize {
         self.buf.len()
@@ -136,7 +226,7 @@ impl BufPool {
         }
     }
 
-    /// A buffer holding a copy of `src` (used for clones and multicast replicas).
+    /// A buffer holding a copy of `src`, metadata included (clones, multicast replicas).
     #[inline]
     pub fn copy_of(&mut self, src: &PacketBuf) -> PacketBuf {
         let mut p = self.get();
@@ -147,6 +237,7 @@ impl BufPool {
         p.len = src.len;
         p.port = src.port;
         p.ts_ns = src.ts_ns;
+        p.meta = src.meta;
         p
     }
 
@@ -203,5 +294,10 @@ mod tests {
         assert!(!p.copy_from(&[0u8; 9]));
         assert!(p.copy_from(&[1, 2, 3]));
         assert_eq!(p.data(), &[1, 2, 3]);
+    }
+
+    #[test]
+    fn handle_is_pointer_sized() {
+        assert_eq!(std::mem::size_of::<PacketBuf>(), std::mem::size_of::<usize>());
     }
 }

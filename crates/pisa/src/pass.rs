@@ -16,12 +16,10 @@
 use serde::Serialize;
 
 use crate::decl::{Digest, DropCode, Gress, HashUnit, ObjRef, Table};
+pub use crate::packet::{PacketMeta, BRIDGED_BYTES};
 use crate::packet::{PacketBuf, PortId, PORT_CPU, PORT_NONE, PORT_RECIRC};
 use crate::register::{Cell, RegisterAction};
 use crate::table::{TableResult, TableState};
-
-/// Bytes of metadata the ingress can bridge to the egress.
-pub const BRIDGED_BYTES: usize = 16;
 
 /// Kinds of hardware-rule violations a program can commit at run time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -52,58 +50,6 @@ impl Violation {
     }
     pub fn index(self) -> usize {
         self as usize
-    }
-}
-
-/// Intrinsic metadata that travels with a packet through ingress, the traffic manager and
-/// egress (Tofino's ig_intr_md, ig_intr_md_for_tm, eg_intr_md and bridged metadata).
-#[derive(Clone, Copy, Debug)]
-pub struct PacketMeta {
-    pub ingress_port: PortId,
-    pub ingress_ts_ns: u64,
-    /// Recirculations so far (0 on the first pass).
-    pub recirculations: u8,
-    /// Index of the program that owns the packet in the program set (0xFF: none).
-    pub owner: u8,
-    /// Unicast destination (PORT_NONE: none chosen).
-    pub egress_port: PortId,
-    /// Multicast group (0: none).
-    pub mcast_grp: u16,
-    /// Multicast replicas to this port are pruned (Tofino's L2 exclusion of the source).
-    pub mcast_prune_port: PortId,
-    /// Set when the packet is to be dropped.
-    pub drop: Option<DropCode>,
-    /// Ingress-to-egress clone session (0: none).
-    pub clone_session: u16,
-    /// Egress-to-egress clone session (0: none).
-    pub e2e_clone_session: u16,
-    /// Replication id (multicast instance or clone replica) seen by egress.
-    pub rid: u16,
-    /// This packet is a clone.
-    pub is_clone: bool,
-    /// Truncate to this many bytes when leaving (0: no truncation): clone sessions set it.
-    pub truncate_len: u32,
-    pub bridged: [u8; BRIDGED_BYTES],
-}
-
-impl PacketMeta {
-    pub fn new(ingress_port: PortId, ts_ns: u64) -> Self {
-        PacketMeta {
-            ingress_port,
-            ingress_ts_ns: ts_ns,
-            recirculations: 0,
-            owner: 0xFF,
-            egress_port: PORT_NONE,
-            mcast_grp: 0,
-            mcast_prune_port: PORT_NONE,
-            drop: None,
-            clone_session: 0,
-            e2e_clone_session: 0,
-            rid: 0,
-            is_clone: false,
-            truncate_len: 0,
-            bridged: [0; BRIDGED_BYTES],
-        }
     }
 }
 
@@ -182,7 +128,6 @@ pub struct Pass<'a> {
     hdr_len: usize,
     depth: usize,
     state: &'a mut ProgramState,
-    meta: &'a mut PacketMeta,
     guard: Guard,
     now_ns: u64,
     program: u8,
@@ -196,7 +141,6 @@ impl<'a> Pass<'a> {
         pkt: &'a mut PacketBuf,
         depth: usize,
         state: &'a mut ProgramState,
-        meta: &'a mut PacketMeta,
         gress: Gress,
         now_ns: u64,
         program: u8,
@@ -204,7 +148,7 @@ impl<'a> Pass<'a> {
         digest_cap: usize,
     ) -> Self {
         let hdr_len = depth.min(pkt.len());
-        Pass { pkt, hdr_len, depth, state, meta, guard: Guard { gress, stage: 0, touched: [0; 4], violation: None }, now_ns, program, digests, digest_cap }
+        Pass { pkt, hdr_len, depth, state, guard: Guard { gress, stage: 0, touched: [0; 4], violation: None }, now_ns, program, digests, digest_cap }
     }
 
     /// The violation committed in this pass, if any.
@@ -268,7 +212,7 @@ impl<'a> Pass<'a> {
 
     #[inline]
     pub fn ingress_port(&self) -> PortId {
-        self.meta.ingress_port
+        self.pkt.meta.ingress_port
     }
     #[inline]
     pub fn now_ns(&self) -> u64 {
@@ -277,63 +221,63 @@ impl<'a> Pass<'a> {
     /// Recirculations this packet has made.
     #[inline]
     pub fn recirculations(&self) -> u8 {
-        self.meta.recirculations
+        self.pkt.meta.recirculations
     }
     /// Egress: the port this copy leaves by.
     #[inline]
     pub fn egress_port(&self) -> PortId {
-        self.meta.egress_port
+        self.pkt.meta.egress_port
     }
     /// Egress: replication id of this copy (multicast instance / clone replica).
     #[inline]
     pub fn replication_id(&self) -> u16 {
-        self.meta.rid
+        self.pkt.meta.rid
     }
     #[inline]
     pub fn is_clone(&self) -> bool {
-        self.meta.is_clone
+        self.pkt.meta.is_clone
     }
     #[inline]
     pub fn bridged(&self) -> &[u8; BRIDGED_BYTES] {
-        &self.meta.bridged
+        &self.pkt.meta.bridged
     }
     #[inline]
     pub fn bridged_mut(&mut self) -> &mut [u8; BRIDGED_BYTES] {
-        &mut self.meta.bridged
+        &mut self.pkt.meta.bridged
     }
     /// The forwarding decision so far (set by the base program or this one).
     #[inline]
     pub fn decision(&self) -> (PortId, u16) {
-        (self.meta.egress_port, self.meta.mcast_grp)
+        (self.pkt.meta.egress_port, self.pkt.meta.mcast_grp)
     }
 
     /// Send to one port (clears any multicast choice).
     #[inline]
     pub fn forward(&mut self, port: PortId) {
-        self.meta.egress_port = port;
-        self.meta.mcast_grp = 0;
-        self.meta.drop = None;
+        self.pkt.meta.egress_port = port;
+        self.pkt.meta.mcast_grp = 0;
+        self.pkt.meta.drop = None;
     }
     /// Replicate to a multicast group, optionally pruning one port (usually the source).
     #[inline]
     pub fn multicast(&mut self, group: u16, prune: Option<PortId>) {
-        self.meta.mcast_grp = group;
-        self.meta.egress_port = PORT_NONE;
-        self.meta.mcast_prune_port = prune.unwrap_or(PORT_NONE);
-        self.meta.drop = None;
+        self.pkt.meta.mcast_grp = group;
+        self.pkt.meta.egress_port = PORT_NONE;
+        self.pkt.meta.mcast_prune_port = prune.unwrap_or(PORT_NONE);
+        self.pkt.meta.drop = None;
     }
     #[inline]
     pub fn drop(&mut self, code: DropCode) {
-        self.meta.drop = Some(code);
+        self.pkt.meta.drop = Some(code);
     }
     /// Undo a drop decision (e.g. a later program takes the packet over).
     #[inline]
     pub fn undrop(&mut self) {
-        self.meta.drop = None;
+        self.pkt.meta.drop = None;
     }
     #[inline]
     pub fn is_dropped(&self) -> bool {
-        self.meta.drop.is_some()
+        self.pkt.meta.drop.is_some()
     }
     /// Send the packet around again: a new, counted pass through this pipe.
     #[inline]
@@ -348,12 +292,12 @@ impl<'a> Pass<'a> {
     /// Ingress: also send a copy through clone session `session` (ingress-to-egress mirror).
     #[inline]
     pub fn clone_ingress(&mut self, session: u16) {
-        self.meta.clone_session = session;
+        self.pkt.meta.clone_session = session;
     }
     /// Egress: also send a copy of the packet as it leaves egress through `session`.
     #[inline]
     pub fn clone_egress(&mut self, session: u16) {
-        self.meta.e2e_clone_session = session;
+        self.pkt.meta.e2e_clone_session = session;
     }
 
     // ---- tables, registers, hashes, digests ---------------------------------------------
@@ -384,8 +328,7 @@ impl<'a> Pass<'a> {
         }
         match self.state.regs[a.reg.idx as usize].get_mut(index as usize) {
             Some(slot) => {
-                let mut c = T::from_bits(*slot);
-                let out = (a.f)(&mut c, input);
+                let (c, out) = (a.f)(T::from_bits(*slot), input);
                 *slot = c.to_bits();
                 out
             }

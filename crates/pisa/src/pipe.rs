@@ -18,10 +18,11 @@ use crate::control::{ControlError, ControlOp, ControlReply, Replica, WriteOp};
 use crate::counters::Counters;
 use crate::decl::{DropCode, Gress};
 use crate::packet::{BufPool, PacketBuf, PortId, PORT_CPU, PORT_NONE, PORT_PKTGEN, PORT_RECIRC};
-use crate::pass::{DigestMsg, PacketMeta, Pass, ProgramState};
+use crate::packet::PacketMeta;
+use crate::pass::{DigestMsg, Pass, ProgramState};
 use crate::program::{id_prefix, ProgramSet};
 use crate::table::params_from_bytes;
-use crate::tm::{PortQueue, Pre, Queued};
+use crate::tm::{PortQueue, Pre};
 
 /// Which pipe each front-panel port belongs to.
 #[derive(Clone, Debug)]
@@ -91,7 +92,7 @@ impl Default for PipeConfig {
 
 /// Ingress output, one vector per destination pipe.
 pub struct Handoff {
-    pub per_pipe: Vec<Vec<Queued>>,
+    pub per_pipe: Vec<Vec<PacketBuf>>,
 }
 
 impl Handoff {
@@ -126,7 +127,7 @@ pub struct Pipe {
     map: PortMap,
     cfg: PipeConfig,
     queues: Vec<PortQueue>,
-    recirc: VecDeque<Queued>,
+    recirc: VecDeque<PacketBuf>,
     cpu: VecDeque<PacketIn>,
     digests: Vec<DigestMsg>,
     pktgens: Vec<PktGen>,
@@ -208,26 +209,30 @@ impl Pipe {
     // ---- ingress ------------------------------------------------------------------------
 
     /// Run ingress on received packets (draining `rx`), on packets due to recirculate and
-    /// on generated packets; results go to `out` by destination pipe.
+    /// on generated packets; results go to this pipe's queues or to `out` by destination pipe.
     pub fn ingress(&mut self, rx: &mut Vec<PacketBuf>, now: u64, out: &mut Handoff) {
         self.counters.batches += 1;
-        self.run_pktgens(now, out);
+        if !self.pktgens.is_empty() {
+            self.run_pktgens(now, out);
+        }
         let n = self.recirc.len().min(self.cfg.recirc_per_batch);
         for _ in 0..n {
-            let Some(Queued { pkt, mut meta }) = self.recirc.pop_front() else { break };
-            meta.recirculations = meta.recirculations.saturating_add(1);
+            let Some(mut pkt) = self.recirc.pop_front() else { break };
+            // A new pass: the intrinsic metadata starts over except what a recirculated
+            // packet carries (its count and bridged bytes).
+            let m = pkt.meta;
+            pkt.meta = PacketMeta { recirculations: m.recirculations.saturating_add(1), bridged: m.bridged, ..PacketMeta::new(PORT_RECIRC) };
             self.counters.recirculations += 1;
-            self.ingress_one(pkt, meta, now, out);
+            self.ingress_one(pkt, now, out);
         }
-        for pkt in rx.drain(..) {
+        for mut pkt in rx.drain(..) {
             let port = pkt.port;
             if let Some(c) = self.counters.ports.get_mut(port as usize) {
                 c.rx_packets += 1;
                 c.rx_bytes += pkt.len() as u64;
             }
-            let meta = PacketMeta::new(port, pkt.ts_ns);
-            // Reborrow dance: ingress_one needs &mut self.
-            self.ingress_one(pkt, meta, now, out);
+            pkt.meta = PacketMeta::new(port);
+            self.ingress_one(pkt, now, out);
         }
     }
 
@@ -250,39 +255,54 @@ impl Pipe {
             }
             pkt.port = PORT_PKTGEN;
             pkt.ts_ns = now;
+            pkt.meta = PacketMeta::new(PORT_PKTGEN);
             self.counters.pktgen_packets += 1;
-            self.ingress_one(pkt, PacketMeta::new(PORT_PKTGEN, now), now, out);
+            self.ingress_one(pkt, now, out);
         }
     }
 
-    fn ingress_one(&mut self, mut pkt: PacketBuf, mut meta: PacketMeta, now: u64, out: &mut Handoff) {
+    fn ingress_one(&mut self, mut pkt: PacketBuf, now: u64, out: &mut Handoff) {
+        let owner = self.set.classify(pkt.data());
+        pkt.meta.owner = owner.unwrap_or(0xFF);
+        let base = self.set.base();
+        // The base program first, then the owning application (if another program).
+        let mut blame = match base {
+            Some(b) => self.run_pass(&mut pkt, b, Gress::Ingress, now),
+            None => None,
+        };
+        if let Some(o) = owner {
+            if Some(o) != base && pkt.meta.drop != Some(DropCode::VIOLATION) {
+                blame = self.run_pass(&mut pkt, o, Gress::Ingress, now).or(blame);
+            }
+        } else if base.is_none() {
+            pkt.meta.drop = Some(DropCode::NO_PROGRAM);
+        }
+        let recirc_limit = self.set.recirc_limit(owner.or(base).unwrap_or(0) as usize);
+        self.dispose_ingress(pkt, blame, recirc_limit, out);
+    }
+
+    /// One program's pass over a packet; returns the program's index if its pass decided
+    /// to drop the packet (a violation drops it too, and is counted by kind).
+    #[inline]
+    fn run_pass(&mut self, pkt: &mut PacketBuf, prog: u8, gress: Gress, now: u64) -> Option<u8> {
+        let i = prog as usize;
         let set = &*self.set;
-        let owner = set.classify(pkt.data());
-        meta.owner = owner.unwrap_or(0xFF);
-        let base = set.base();
-        let mut blame: Option<u8> = None;
-        for prog in [base, owner.filter(|o| Some(*o) != base)].into_iter().flatten() {
-            let i = prog as usize;
-            let depth = set.decl(i).parser.depth_bytes as usize;
-            let mut pass = Pass::new(&mut pkt, depth, &mut self.states[i], &mut meta, Gress::Ingress, now, prog, &mut self.digests, self.cfg.digest_capacity);
-            set.program(i).ingress(&mut pass);
-            let v = pass.violation();
-            self.counters.programs[i].ingress_passes += 1;
-            if let Some(v) = v {
-                self.counters.programs[i].violations[v.index()] += 1;
-                meta.drop = Some(DropCode::VIOLATION);
-                blame = Some(prog);
-                break;
-            }
-            if meta.drop.is_some() {
-                blame = Some(prog);
-            }
+        let mut pass = Pass::new(pkt, set.parse_depth(i), &mut self.states[i], gress, now, prog, &mut self.digests, self.cfg.digest_capacity);
+        match gress {
+            Gress::Ingress => set.program(i).ingress(&mut pass),
+            Gress::Egress => set.program(i).egress(&mut pass),
         }
-        if base.is_none() && owner.is_none() {
-            meta.drop = Some(DropCode::NO_PROGRAM);
+        let v = pass.violation();
+        let c = &mut self.counters.programs[i];
+        match gress {
+            Gress::Ingress => c.ingress_passes += 1,
+            Gress::Egress => c.egress_passes += 1,
         }
-        let recirc_limit = set.decl(owner.or(base).unwrap_or(0) as usize).max_recirculations;
-        self.dispose_ingress(pkt, meta, blame, recirc_limit, out);
+        if let Some(v) = v {
+            c.violations[v.index()] += 1;
+            pkt.meta.drop = Some(DropCode::VIOLATION);
+        }
+        pkt.meta.drop.map(|_| prog)
     }
 
     fn count_drop(&mut self, code: DropCode, blame: Option<u8>) {
@@ -294,11 +314,14 @@ impl Pipe {
         }
     }
 
-    fn dispose_ingress(&mut self, pkt: PacketBuf, meta: PacketMeta, blame: Option<u8>, recirc_limit: Option<u32>, out: &mut Handoff) {
+    fn dispose_ingress(&mut self, pkt: PacketBuf, blame: Option<u8>, recirc_limit: Option<u32>, out: &mut Handoff) {
+        let meta = &pkt.meta;
         // Mirroring is independent of the drop decision, as on Tofino.
         if meta.clone_session != 0 && meta.drop != Some(DropCode::VIOLATION) {
-            self.clone_to_session(&pkt, &meta, meta.clone_session, out);
+            let s = meta.clone_session;
+            self.clone_to_session(&pkt, s, out);
         }
+        let meta = &pkt.meta;
         if let Some(code) = meta.drop {
             self.count_drop(code, blame);
             self.pool.put(pkt);
@@ -311,7 +334,8 @@ impl Pipe {
                 return;
             };
             // Copy for all but the last replica, which takes the original buffer.
-            let targets: smallvec_like::Targets = replicas.iter().filter(|r| r.port != meta.mcast_prune_port).copied().collect();
+            let prune = meta.mcast_prune_port;
+            let targets: smallvec_like::Targets = replicas.iter().filter(|r| r.port != prune).copied().collect();
             let n = targets.len();
             if n == 0 {
                 self.pool.put(pkt);
@@ -319,13 +343,18 @@ impl Pipe {
             }
             self.counters.mcast_replicas += n as u64;
             for r in &targets.as_slice()[..n - 1] {
-                let copy = self.pool.copy_of(&pkt);
-                let m = PacketMeta { egress_port: r.port, rid: r.rid, mcast_grp: 0, ..meta };
-                self.route(copy, m, recirc_limit, out);
+                let mut copy = self.pool.copy_of(&pkt);
+                copy.meta.egress_port = r.port;
+                copy.meta.rid = r.rid;
+                copy.meta.mcast_grp = 0;
+                self.route(copy, recirc_limit, out);
             }
             let r = targets.as_slice()[n - 1];
-            let m = PacketMeta { egress_port: r.port, rid: r.rid, mcast_grp: 0, ..meta };
-            self.route(pkt, m, recirc_limit, out);
+            let mut pkt = pkt;
+            pkt.meta.egress_port = r.port;
+            pkt.meta.rid = r.rid;
+            pkt.meta.mcast_grp = 0;
+            self.route(pkt, recirc_limit, out);
             return;
         }
         if meta.egress_port == PORT_NONE {
@@ -333,25 +362,28 @@ impl Pipe {
             self.pool.put(pkt);
             return;
         }
-        self.route(pkt, meta, recirc_limit, out);
+        self.route(pkt, recirc_limit, out);
     }
 
     /// Send one packet towards its egress port (in whichever pipe owns it).
-    fn route(&mut self, pkt: PacketBuf, meta: PacketMeta, recirc_limit: Option<u32>, out: &mut Handoff) {
-        match meta.egress_port {
+    #[inline]
+    fn route(&mut self, mut pkt: PacketBuf, recirc_limit: Option<u32>, out: &mut Handoff) {
+        match pkt.meta.egress_port {
             PORT_CPU => {
                 if self.cpu.len() >= self.cfg.cpu_capacity {
                     self.count_drop(DropCode::CPU_FULL, None);
                     self.pool.put(pkt);
                 } else {
                     self.counters.packet_in += 1;
-                    self.cpu.push_back(PacketIn { pkt, ingress_port: meta.ingress_port });
+                    let ingress_port = pkt.meta.ingress_port;
+                    self.cpu.push_back(PacketIn { pkt, ingress_port });
                 }
             }
             PORT_RECIRC => {
-                let over = recirc_limit.is_some_and(|l| meta.recirculations as u32 >= l);
+                let over = recirc_limit.is_some_and(|l| pkt.meta.recirculations as u32 >= l);
                 if over {
-                    self.count_drop(DropCode::RECIRC_LIMIT, Some(meta.owner));
+                    let owner = pkt.meta.owner;
+                    self.count_drop(DropCode::RECIRC_LIMIT, Some(owner));
                     self.pool.put(pkt);
                 } else if self.recirc.len() >= self.cfg.recirc_capacity {
                     self.count_drop(DropCode::RECIRC_FULL, None);
@@ -359,12 +391,14 @@ impl Pipe {
                 } else {
                     // The recirculation port loops back into this pipe's ingress; its egress
                     // control is not run (a simplification: no program here needs it).
-                    let m = PacketMeta { ingress_port: PORT_RECIRC, egress_port: PORT_NONE, mcast_grp: 0, clone_session: 0, drop: None, is_clone: false, ..meta };
-                    self.recirc.push_back(Queued { pkt, meta: m });
+                    pkt.meta.is_clone = false;
+                    self.recirc.push_back(pkt);
                 }
             }
             port => match self.map.pipe_of(port) {
-                Some(p) => out.per_pipe[p as usize].push(Queued { pkt, meta }),
+                // Our own port: straight into its queue, no handoff.
+                Some(p) if p == self.id => self.enqueue_one(pkt),
+                Some(p) => out.per_pipe[p as usize].push(pkt),
                 None => {
                     self.count_drop(DropCode::BAD_PORT, None);
                     self.pool.put(pkt);
@@ -373,7 +407,7 @@ impl Pipe {
         }
     }
 
-    fn clone_to_session(&mut self, pkt: &PacketBuf, meta: &PacketMeta, session: u16, out: &mut Handoff) {
+    fn clone_to_session(&mut self, pkt: &PacketBuf, session: u16, out: &mut Handoff) {
         let Some(s) = self.pre.session(session) else {
             self.count_drop(DropCode::NO_GROUP, None);
             return;
@@ -386,30 +420,43 @@ impl Pipe {
                 copy.set_len(trunc as usize);
             }
             self.counters.clones += 1;
-            let m = PacketMeta { egress_port: r.port, rid: r.rid, is_clone: true, clone_session: 0, e2e_clone_session: 0, mcast_grp: 0, drop: None, truncate_len: trunc, ..*meta };
-            self.route(copy, m, Some(u32::MAX), out);
+            let m = &mut copy.meta;
+            m.egress_port = r.port;
+            m.rid = r.rid;
+            m.is_clone = true;
+            m.clone_session = 0;
+            m.e2e_clone_session = 0;
+            m.mcast_grp = 0;
+            m.drop = None;
+            m.truncate_len = trunc;
+            self.route(copy, Some(u32::MAX), out);
         }
     }
 
     // ---- traffic manager ------------------------------------------------------------------
 
     /// Put packets from any pipe's ingress into this pipe's egress queues.
-    pub fn enqueue(&mut self, items: &mut Vec<Queued>) {
+    pub fn enqueue(&mut self, items: &mut Vec<PacketBuf>) {
         for it in items.drain(..) {
-            let port = it.meta.egress_port as usize;
-            let q = &mut self.queues[port];
-            if q.q.len() >= self.cfg.queue_capacity {
-                self.counters.ports[port].queue_drops += 1;
-                self.counters.drops[DropCode::QUEUE_FULL.0 as usize] += 1;
-                self.pool.put(it.pkt);
-                continue;
-            }
-            q.q.push_back(it);
-            let d = q.q.len() as u64;
-            let c = &mut self.counters.ports[port];
-            if d > c.queue_depth_max {
-                c.queue_depth_max = d;
-            }
+            self.enqueue_one(it);
+        }
+    }
+
+    #[inline]
+    fn enqueue_one(&mut self, pkt: PacketBuf) {
+        let port = pkt.meta.egress_port as usize;
+        let q = &mut self.queues[port];
+        if q.q.len() >= self.cfg.queue_capacity {
+            self.counters.ports[port].queue_drops += 1;
+            self.counters.drops[DropCode::QUEUE_FULL.0 as usize] += 1;
+            self.pool.put(pkt);
+            return;
+        }
+        q.q.push_back(pkt);
+        let d = q.q.len() as u64;
+        let c = &mut self.counters.ports[port];
+        if d > c.queue_depth_max {
+            c.queue_depth_max = d;
         }
     }
 
@@ -418,8 +465,7 @@ impl Pipe {
     /// Dequeue from this pipe's ports and run egress; frames to send go to `tx[port]`,
     /// egress clones to `out`.
     pub fn egress(&mut self, now: u64, tx: &mut [Vec<PacketBuf>], out: &mut Handoff) {
-        let set = self.set.clone();
-        let base = set.base();
+        let base = self.set.base();
         for port in 0..self.queues.len() {
             if self.queues[port].q.is_empty() || self.map.pipe_of(port as PortId) != Some(self.id) {
                 continue;
@@ -427,40 +473,30 @@ impl Pipe {
             for _ in 0..self.cfg.egress_budget {
                 let q = &mut self.queues[port];
                 let Some(head) = q.q.front() else { break };
-                if !q.admit(now, self.cfg.port_rate_bps, head.pkt.len()) {
+                if !q.admit(now, self.cfg.port_rate_bps, head.len()) {
                     break;
                 }
-                let Queued { mut pkt, mut meta } = q.q.pop_front().expect("front exists");
-                let owner = if meta.owner == 0xFF { None } else { Some(meta.owner) };
-                let mut blame = None;
-                for prog in [base, owner.filter(|o| Some(*o) != base)].into_iter().flatten() {
-                    let i = prog as usize;
-                    let depth = set.decl(i).parser.depth_bytes as usize;
-                    let mut pass = Pass::new(&mut pkt, depth, &mut self.states[i], &mut meta, Gress::Egress, now, prog, &mut self.digests, self.cfg.digest_capacity);
-                    set.program(i).egress(&mut pass);
-                    let v = pass.violation();
-                    self.counters.programs[i].egress_passes += 1;
-                    if let Some(v) = v {
-                        self.counters.programs[i].violations[v.index()] += 1;
-                        meta.drop = Some(DropCode::VIOLATION);
-                        blame = Some(prog);
-                        break;
-                    }
-                    if meta.drop.is_some() {
-                        blame = Some(prog);
-                    }
+                let mut pkt = q.q.pop_front().expect("front exists");
+                let owner = pkt.meta.owner;
+                let mut blame = match base {
+                    Some(b) => self.run_pass(&mut pkt, b, Gress::Egress, now),
+                    None => None,
+                };
+                if owner != 0xFF && Some(owner) != base && pkt.meta.drop != Some(DropCode::VIOLATION) {
+                    blame = self.run_pass(&mut pkt, owner, Gress::Egress, now).or(blame);
                 }
-                if meta.e2e_clone_session != 0 && meta.drop != Some(DropCode::VIOLATION) {
-                    let s = meta.e2e_clone_session;
-                    self.clone_to_session(&pkt, &meta, s, out);
+                if pkt.meta.e2e_clone_session != 0 && pkt.meta.drop != Some(DropCode::VIOLATION) {
+                    let s = pkt.meta.e2e_clone_session;
+                    self.clone_to_session(&pkt, s, out);
                 }
-                if let Some(code) = meta.drop {
+                if let Some(code) = pkt.meta.drop {
                     self.count_drop(code, blame);
                     self.pool.put(pkt);
                     continue;
                 }
-                if meta.truncate_len > 0 && pkt.len() > meta.truncate_len as usize {
-                    pkt.set_len(meta.truncate_len as usize);
+                let t = pkt.meta.truncate_len as usize;
+                if t > 0 && pkt.len() > t {
+                    pkt.set_len(t);
                 }
                 let c = &mut self.counters.ports[port];
                 c.tx_packets += 1;
@@ -484,17 +520,18 @@ impl Pipe {
         }
         pkt.port = PORT_CPU;
         pkt.ts_ns = now;
+        pkt.meta = PacketMeta::new(PORT_CPU);
         self.counters.packet_out += 1;
-        let meta = PacketMeta::new(PORT_CPU, now);
         match egress {
             Some(p) => {
                 if self.map.pipe_of(p).is_none() {
                     self.pool.put(pkt);
                     return Err(ControlError::InvalidArgument(format!("no port {p}")));
                 }
-                self.route(pkt, PacketMeta { egress_port: p, ..meta }, Some(0), out);
+                pkt.meta.egress_port = p;
+                self.route(pkt, Some(0), out);
             }
-            None => self.ingress_one(pkt, meta, now, out),
+            None => self.ingress_one(pkt, now, out),
         }
         Ok(())
     }

@@ -57,6 +57,10 @@ pub struct ProgramSet {
     ids: Vec<ProgramIds>,
     by_id: HashMap<u32, ObjAddr>,
     max_depth: usize,
+    /// Per-program constants the packet path needs, copied out of the declarations so the
+    /// hot path does not reach through the trait object for them.
+    depth: Vec<usize>,
+    recirc_limit: Vec<Option<u32>>,
 }
 
 /// Why a set of programs cannot be loaded together.
@@ -125,8 +129,10 @@ impl ProgramSet {
             }
             ids.push(pid);
         }
-        let max_depth = programs.iter().map(|p| p.decl().parser.depth_bytes as usize).max().unwrap_or(0);
-        Ok(ProgramSet { programs, base, rules, ids, by_id, max_depth })
+        let depth: Vec<usize> = programs.iter().map(|p| p.decl().parser.depth_bytes as usize).collect();
+        let recirc_limit = programs.iter().map(|p| p.decl().max_recirculations).collect();
+        let max_depth = depth.iter().copied().max().unwrap_or(0);
+        Ok(ProgramSet { programs, base, rules, ids, by_id, max_depth, depth, recirc_limit })
     }
 
     pub fn len(&self) -> usize {
@@ -155,6 +161,16 @@ impl ProgramSet {
     }
     pub fn index_of(&self, name: &str) -> Option<usize> {
         self.programs.iter().position(|p| p.decl().name == name)
+    }
+    /// Parse depth of program `i`, in bytes.
+    #[inline]
+    pub fn parse_depth(&self, i: usize) -> usize {
+        self.depth[i]
+    }
+    /// Most recirculations a packet of program `i` may make (None: unbounded).
+    #[inline]
+    pub fn recirc_limit(&self, i: usize) -> Option<u32> {
+        self.recirc_limit[i]
     }
     /// Deepest parse among the programs.
     pub fn max_parse_depth(&self) -> usize {

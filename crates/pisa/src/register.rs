@@ -3,10 +3,11 @@
 //! A register array lives in one stage and one gress and has one stateful ALU. A packet
 //! may run one of the array's register actions on one index per pass: a read-modify-write
 //! of one cell that can return one value. The action body is a plain `fn` (no captured
-//! state), which is what a stateful ALU is: it sees the cell and the operands the packet
-//! brings, nothing else. Keep bodies to what a stateful ALU can do (two comparisons, two
-//! updates per 32-bit half, one output); the model cannot check the body's arithmetic,
-//! only its shape and how often it runs.
+//! state), which is what a stateful ALU is: it takes the cell's value and the operands the
+//! packet brings and returns the cell's new value and its output, nothing else. Keep
+//! bodies to what a stateful ALU can do (two comparisons, two updates per 32-bit half, one
+//! output); the model cannot check the body's arithmetic, only its shape and how often it
+//! runs.
 
 use std::marker::PhantomData;
 
@@ -132,11 +133,15 @@ impl<T: Cell> Register<T> {
     }
 }
 
+/// The body of a register action: old cell value and packet operand in, new cell value
+/// and output out. (By value, so the cell stays in registers across the call.)
+pub type SaluFn<T, I, O> = fn(T, I) -> (T, O);
+
 /// Handle to one register action of a register array: what the stateful ALU does when a
 /// packet executes it.
 pub struct RegisterAction<T: Cell, I, O> {
     pub(crate) reg: Register<T>,
-    pub(crate) f: fn(&mut T, I) -> O,
+    pub(crate) f: SaluFn<T, I, O>,
 }
 
 impl<T: Cell, I, O> Clone for RegisterAction<T, I, O> {

@@ -5,13 +5,6 @@ use std::collections::{BTreeMap, VecDeque};
 
 use crate::control::{CloneSession, ControlError, Replica, WriteOp};
 use crate::packet::PacketBuf;
-use crate::pass::PacketMeta;
-
-/// A packet with its metadata, between ingress and egress.
-pub struct Queued {
-    pub pkt: PacketBuf,
-    pub meta: PacketMeta,
-}
 
 /// Largest clone session id (Tofino 1's mirror session ids are 10 bits).
 pub const MAX_CLONE_SESSION: u16 = 1023;
@@ -78,7 +71,7 @@ fn write<V>(m: &mut BTreeMap<u16, V>, op: WriteOp, k: u16, v: V, what: &str) -> 
 
 /// One egress port's queue.
 pub struct PortQueue {
-    pub q: VecDeque<Queued>,
+    pub q: VecDeque<PacketBuf>,
     /// Earliest time the port can start sending its next packet (shaping).
     next_free_ns: u64,
 }

@@ -33,12 +33,12 @@ struct Probe {
     digest: Digest,
 }
 
-fn add(c: &mut u32, x: u32) -> u32 {
-    *c = c.wrapping_add(x);
-    *c
+fn add(c: u32, x: u32) -> (u32, u32) {
+    let n = c.wrapping_add(x);
+    (n, n)
 }
-fn read(c: &mut u32, _: ()) -> u32 {
-    *c
+fn read(c: u32, _: ()) -> (u32, u32) {
+    (c, c)
 }
 
 impl Probe {

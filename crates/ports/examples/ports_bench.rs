@@ -272,9 +272,9 @@ fn afpacket_forward(secs: Duration, payload: usize, pps: Option<u64>) {
         .unwrap();
     let s = sink.join().unwrap();
     println!(
-        "baseline udp over one veth pair, no switch ({payload} B payload, {rate}): sent {:.2} Mpps, received {:.2} Mpps, lat avg {} us",
-        b.pps() / 1e6,
-        s.pps() / 1e6,
+        "baseline udp over one veth pair, no switch ({payload} B payload, {rate}): sent {:.1} kpps, received {:.1} kpps, lat avg {} us",
+        b.pps() / 1e3,
+        s.pps() / 1e3,
         s.latency_avg_ns.unwrap_or(0) / 1000
     );
     drop(base);
@@ -349,10 +349,10 @@ fn afpacket_forward(secs: Duration, payload: usize, pps: Option<u64>) {
     stop.store(true, Ordering::Relaxed);
     let (n, sa, sb) = fwd.join().unwrap();
     println!(
-        "udp through 2 af_packet ports, forward-only ({payload} B payload, {rate}): sent {:.2} Mpps, forwarded {}, received {:.2} Mpps, lat avg {} us; port A rx_full {} port B tx_full {}",
-        bl.pps() / 1e6,
+        "udp through 2 af_packet ports, forward-only ({payload} B payload, {rate}): sent {:.1} kpps, forwarded {}, received {:.1} kpps, lat avg {} us; port A rx_full {} port B tx_full {}",
+        bl.pps() / 1e3,
         n,
-        s.pps() / 1e6,
+        s.pps() / 1e3,
         s.latency_avg_ns.unwrap_or(0) / 1000,
         sa.rx_full,
         sb.tx_full

@@ -446,6 +446,12 @@ impl AfPacketPort {
                     PortStats::count(&self.stats.tx_full, (k - off) as u64);
                     break;
                 }
+                if e == libc::ENETDOWN || e == libc::ENXIO || e == libc::ENODEV {
+                    // Interface down or gone: the rest of the chunk would fail the same way.
+                    PortStats::count(&self.stats.tx_error, (k - off) as u64);
+                    break;
+                }
+                // This one frame is bad (e.g. EMSGSIZE, larger than the MTU): skip it.
                 PortStats::count(&self.stats.tx_error, 1);
                 off += 1;
             }
@@ -466,7 +472,7 @@ impl Port for AfPacketPort {
     fn recv_batch(&mut self, pool: &mut BufPool, out: &mut Vec<PacketBuf>, max: usize) -> usize {
         let cap = pool.buf_capacity();
         let ts = monotonic_ns();
-        let (mut n, mut bytes, mut oversize) = (0usize, 0u64, 0u64);
+        let (mut n, mut bytes, mut oversize, mut runts) = (0usize, 0u64, 0u64, 0u64);
         let mut losing = false;
         while n < max {
             let i = self.rx.next;
@@ -482,7 +488,10 @@ impl Port for AfPacketPort {
             let (len, snap, mac) = (h.tp_len as usize, h.tp_snaplen as usize, h.tp_mac as usize);
             let vlan = status & libc::TP_STATUS_VLAN_VALID != 0 || h.tp_vlan_tci != 0;
             let wire_len = len + if vlan { 4 } else { 0 };
-            if snap < len || wire_len > cap || mac + snap > self.rx.frame_size || snap < 14 {
+            if snap < 14 || mac + snap > self.rx.frame_size {
+                // A runt, or a header we cannot trust: nothing to forward.
+                runts += 1;
+            } else if snap < len || wire_len > cap {
                 oversize += 1;
             } else {
                 // SAFETY: mac + snap <= frame_size (checked), so the frame lies inside the slot.
@@ -523,6 +532,7 @@ impl Port for AfPacketPort {
         }
         self.stats.add_rx(n as u64, bytes);
         PortStats::count(&self.stats.rx_oversize, oversize);
+        PortStats::count(&self.stats.rx_error, runts);
         n
     }
 

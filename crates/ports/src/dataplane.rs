@@ -20,7 +20,6 @@ use pisa::control::{ControlError, ControlOp, ControlReply};
 use pisa::counters::Counters;
 use pisa::pass::DigestMsg;
 use pisa::pipe::{Handoff, PacketIn, Pipe, PipeConfig, PortMap};
-use pisa::tm::Queued;
 use pisa::{PacketBuf, PortId, ProgramSet};
 
 use crate::port::Port;
@@ -58,7 +57,7 @@ enum Cmd {
     PacketOut(Vec<u8>, Option<PortId>, Reply<Result<(), ControlError>>),
     Counters(Reply<Counters>),
     Replace(Arc<ProgramSet>, Reply<()>),
-    Handoff(Vec<Queued>),
+    Handoff(Vec<PacketBuf>),
 }
 
 /// A queue the controller waits on (each queue has its own condition variable).

@@ -18,6 +18,7 @@
 #![warn(missing_docs)]
 
 pub mod afpacket;
+pub mod bench;
 pub mod dataplane;
 pub mod fault;
 pub mod memory;
@@ -40,3 +41,23 @@ pub use stats::{PortStats, PortStatsSnapshot, DROP_REASONS};
 pub use sys::{monotonic_ns, realtime_ns};
 pub use traffic::{udp_blast, udp_sink, BlastReport, SinkReport};
 pub use udp::{UdpConfig, UdpPort, UdpTunnelHost};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The data plane moves ports to its threads and hands peers to host threads.
+    #[test]
+    fn ports_are_send_and_peers_are_shareable() {
+        fn send<T: Send>() {}
+        fn send_sync<T: Send + Sync>() {}
+        send::<MemoryPort>();
+        send::<UdpPort>();
+        send::<AfPacketPort>();
+        send::<CapturePort<Box<dyn Port>>>();
+        send::<FaultPort<Box<dyn Port>>>();
+        send_sync::<MemoryPeer>();
+        send_sync::<PortStats>();
+        send::<UdpTunnelHost>();
+    }
+}

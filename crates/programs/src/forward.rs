@@ -39,9 +39,8 @@ pub struct Forward {
 
 /// Count one packet of `bytes` bytes: packets in the low half, bytes in the high half
 /// (both wrap at 2^32, as 32-bit hardware counters do).
-fn count(c: &mut Pair, bytes: u32) {
-    c.lo = c.lo.wrapping_add(1);
-    c.hi = c.hi.wrapping_add(bytes);
+fn count(c: Pair, bytes: u32) -> (Pair, ()) {
+    (Pair::new(c.lo.wrapping_add(1), c.hi.wrapping_add(bytes)), ())
 }
 
 impl Forward {

@@ -265,8 +265,17 @@ def first_difference(expected: p4info_pb2.P4Info, given: p4info_pb2.P4Info) -> s
             return f"{kind} id 0x{eid:08x} is named {gname!r} in the P4Info but {name!r} on the switch"
         for (what, mine), (_, yours) in zip(details, gdetails):
             if mine != yours:
-                return f"{kind} {name!r}: {what} differ (P4Info has {yours}, the switch has {mine})"
+                return f"{kind} {name!r}: {what} differ ({_first_mismatch(yours, mine)})"
     if theirs:
         (kind, eid), (name, _) = next(iter(theirs.items()))
         return f"the P4Info has {kind} {name!r} (id 0x{eid:08x}) which the switch's programs do not have"
     return None
+
+
+def _first_mismatch(theirs: Any, ours: Any) -> str:
+    """For tuples of per-item tuples (fields, params), name the first item that differs."""
+    if isinstance(theirs, tuple) and isinstance(ours, tuple) and len(theirs) == len(ours):
+        for a, b in zip(theirs, ours):
+            if a != b:
+                return f"P4Info has {a}, the switch has {b}"
+    return f"P4Info has {theirs}, the switch has {ours}"

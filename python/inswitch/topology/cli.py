@@ -8,6 +8,7 @@ from dataclasses import asdict
 from typing import List, Optional
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -35,16 +36,19 @@ def _render_status(s: RackStatus) -> None:
                   f"programs {','.join(st.programs)})")
     console.print(f"switch pid {st.switch.pid} {alive}  P4Runtime {st.switch.p4runtime}  "
                   f"metrics http://{st.switch.metrics}/metrics  log {st.switch.log}", soft_wrap=True)
-    t = Table(title="Hosts and switch ports")
-    for col in ("host", "ip", "mac", "port", "attached as", "present", "rx pkts", "rx bytes", "tx pkts", "tx bytes"):
-        t.add_column(col, justify="right" if col.startswith(("rx", "tx", "port")) else "left")
+    t = Table(title="Hosts and switch ports", box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 0))
+    for col in ("host", "ip", "mac", "port", "rx pkts", "rx bytes", "tx pkts", "tx bytes"):
+        t.add_column(col, no_wrap=True, justify="right" if col.startswith(("rx", "tx", "port")) else "left")
     for h in st.hosts:
         c = (s.counters or {}).get(h.port, {})
-        where = f"{h.netns}/{h.ifname} ↔ {h.switch_if}" if st.mode == "netns" else f"udp {h.tunnel}"
-        present = "yes" if s.host_present.get(h.name) else "[red]no[/red]"
-        t.add_row(h.name, h.ip, h.mac, str(h.port), where, present,
+        label = h.name if s.host_present.get(h.name) else f"[red]{h.name} (missing)[/red]"
+        t.add_row(label, h.ip, h.mac, str(h.port),
                   *(str(c[k]) if k in c else "-" for k in ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes")))
     console.print(t)
+    if st.mode == "netns":
+        console.print(f"host hN is namespace {st.name}-hN (eth0), cabled to switch port N-1 ({st.name}-sN)")
+    else:
+        console.print(f"host hN attaches to switch port N-1 at UDP {st.hosts[0].tunnel} + (N-1)")
     if s.counters_error:
         console.print(f"[yellow]counters unavailable:[/yellow] {s.counters_error}", soft_wrap=True)
 
@@ -81,7 +85,7 @@ def register(app: typer.Typer) -> None:
             where = h.netns if st.mode == "netns" else f"udp {h.tunnel}"
             console.print(f"  {h.name}  {h.ip:<15} {h.mac}  port {h.port}  {where}")
         if st.mode == "netns":
-            console.print(f"try: inswitch rack exec h1 -- ping -c1 h2{'' if name == DEFAULT_NAME else ' --name ' + name}")
+            console.print(f"try: inswitch rack exec {st.name}-h1 -- ping -c1 h2")
 
     @rack_app.command("down")
     def down_cmd(name: str = NAME_OPT) -> None:
@@ -113,13 +117,15 @@ def register(app: typer.Typer) -> None:
         if not s.switch_alive:
             raise typer.Exit(1)
 
-    @rack_app.command("exec", context_settings={"allow_interspersed_args": False})
+    @rack_app.command("exec")
     def exec_cmd(
         host: str = typer.Argument(..., help="h1, or isw-h1 (rack named in the host)."),
         command: List[str] = typer.Argument(..., help="The command, after `--`."),
         name: Optional[str] = typer.Option(None, "--name", "-n", help="Rack name (default: from HOST, else isw)."),
     ) -> None:
         """Run a command inside a host's namespace; exits with the command's exit code."""
+        if command[:1] == ["--"]:
+            command = command[1:]
         try:
             cp = Rack().exec(host, command, name=name)
         except RackError as e:

@@ -11,7 +11,6 @@ program). No static ARP: address resolution must cross the switch like any broad
 from __future__ import annotations
 
 import re
-import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,19 +33,14 @@ def _client_class() -> Any:
 
 
 @contextmanager
-def connect(address: str, retries_s: float = 5.0) -> Iterator[Any]:
-    """A SwitchClient on `address`, closed on exit. Retries briefly: the ready file is written
-    once the server listens, but a loaded machine may still refuse the first attempt."""
+def connect(address: str, read_only: bool = False, wait_s: float = 5.0) -> Iterator[Any]:
+    """A SwitchClient on `address`, closed on exit. Writers arbitrate as primary with election
+    id (0, 1); readers (`status`) take a backup session so they work whoever is primary."""
     cls = _client_class()
-    deadline = time.monotonic() + retries_s
-    while True:
-        try:
-            client = cls(address, device_id=1, election_id=(0, 1))
-            break
-        except Exception as e:  # grpc raises its own error types; all mean "not reachable yet"
-            if time.monotonic() > deadline:
-                raise RackError(f"cannot reach the switch's P4Runtime server at {address}: {e}") from e
-            time.sleep(0.1)
+    try:
+        client = cls(address, device_id=1, election_id=(0, 1), timeout=wait_s, require_primary=not read_only)
+    except ConnectionError as e:
+        raise RackError(f"cannot use the switch's P4Runtime server at {address}: {e}") from e
     try:
         yield client
     finally:
@@ -54,16 +48,15 @@ def connect(address: str, retries_s: float = 5.0) -> Iterator[Any]:
 
 
 def program_forwarding(address: str, hosts: list[Host], num_ports: int) -> None:
-    """Install the static L2 view of the rack (see the module docstring)."""
+    """Install the static L2 view of the rack (see the module docstring), in one Write."""
     with connect(address) as c:
         try:
-            for h in hosts:
-                c.insert_entry("l2_dmac", {"hdr.ethernet.dst_addr": h.mac}, "l2_forward", {"port": h.port})
-                c.insert_entry("l2_smac", {"hdr.ethernet.src_addr": h.mac}, "nop", {})
+            with c.batch():
+                for h in hosts:
+                    c.insert_entry("l2_dmac", {"hdr.ethernet.dst_addr": h.mac}, "l2_forward", {"port": h.port})
+                    c.insert_entry("l2_smac", {"hdr.ethernet.src_addr": h.mac}, "nop", {})
             c.set_multicast_group(FLOOD_GROUP, list(range(num_ports)))
-        except RackError:
-            raise
-        except Exception as e:
+        except Exception as e:  # P4RuntimeError, KeyError for a program without these tables
             raise RackError(f"programming the switch through P4Runtime ({address}) failed: {e}") from e
 
 
@@ -84,9 +77,12 @@ def read_port_counters(address: str, ports: list[int]) -> dict[int, dict[str, in
     """Per-port `{rx_packets, rx_bytes, tx_packets, tx_bytes}` from the forward program's pair
     registers (packets in the low 32 bits of a cell, bytes in the high 32)."""
     out: dict[int, dict[str, int]] = {p: {} for p in ports}
-    with connect(address) as c:
+    with connect(address, read_only=True) as c:
         for reg in COUNTER_REGISTERS:
-            cells = _cells(c.read_register(reg))
+            try:
+                cells = _cells(c.read_register(reg))
+            except Exception as e:  # P4RuntimeError, or KeyError without the forward program
+                raise RackError(f"reading register {reg} through P4Runtime ({address}) failed: {e}") from e
             side = reg.split("_", 1)[0]
             for p in ports:
                 v = cells.get(p, 0)

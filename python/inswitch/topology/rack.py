@@ -53,6 +53,12 @@ def resolve_mode(mode: str) -> Mode:
     raise RackError(f"mode must be auto, netns or udp, not {mode!r}")
 
 
+def switchd_available() -> bool:
+    """Whether `python -m inswitch switch` exists (checked up front: better than a switch
+    that dies at once and a log that says "No such command")."""
+    return importlib.util.find_spec("inswitch.switchd.cli") is not None
+
+
 def check_addr(what: str, addr: str) -> str:
     host, sep, port = addr.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
@@ -103,14 +109,15 @@ class Rack:
         made; once making starts, any failure or Ctrl-C undoes all of it (by name) and re-raises."""
         check_name(name)
         m = resolve_mode(mode)
+        pcap = str(Path(pcap).resolve()) if pcap else None  # the switch runs in the state dir
         check_addr("--p4runtime", p4runtime)
         check_addr("--metrics", metrics)
         if m == "udp" and udp_base is None:
             udp_base = tunnel.free_udp_base(hosts) if 1 <= hosts <= 250 else 0
         planned = plan_hosts(name, hosts, subnet, m, udp_base)
         self._refuse_existing(name, m)
-        if importlib.util.find_spec("inswitch.switchd") is None:
-            raise RackError("the switch daemon (inswitch.switchd) is not in this build yet")
+        if not switchd_available():
+            raise RackError("the switch daemon (`inswitch switch`, inswitch.switchd) is not in this build yet")
         try:
             return self._build(name, m, planned, programs, p4runtime, metrics, subnet, pcap)
         except BaseException as e:  # KeyboardInterrupt included: never leave half a rack
@@ -274,10 +281,11 @@ class Rack:
             return tunnel.tunnel_ping(s, d, count, timeout), ""
         cp = self.exec(src, ["ping", "-n", "-c", str(count), "-W", f"{timeout:g}", "-i", "0.2", d.ip],
                        name=st.name, capture=True, timeout=count * (timeout + 1) + 5)
-        return _parse_ping(cp.stdout, count), cp.stdout + cp.stderr
+        return parse_ping(cp.stdout, count), cp.stdout + cp.stderr
 
 
-def _parse_ping(out: str, count: int) -> tunnel.PingResult:
+def parse_ping(out: str, count: int) -> tunnel.PingResult:
+    """Replies and round-trip times from iputils ping's output."""
     received, rtts = 0, []
     for line in out.splitlines():
         if " packets transmitted" in line:

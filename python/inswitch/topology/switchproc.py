@@ -58,11 +58,19 @@ def log_tail(log: Path | str, lines: int = 25) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:]) or "(log is empty)"
 
 
-def _cmdline(pid: int) -> str | None:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return None
+def _cmdline(pid: int, settle_s: float = 0.2) -> str | None:
+    """The process's command line, None if it is gone. A process in the middle of `execve`
+    (just launched) shows an empty one for a moment: wait that out rather than conclude
+    "not our switch"."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        try:
+            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return None
+        if raw or time.monotonic() > deadline:
+            return raw.replace(b"\0", b" ").decode(errors="replace")
+        time.sleep(0.005)
 
 
 def _is_zombie(pid: int) -> bool:
@@ -96,7 +104,7 @@ def find_by_marker(marker: str) -> list[int]:
     pids = []
     for d in Path("/proc").iterdir():
         if d.name.isdigit() and int(d.name) != me:
-            cmd = _cmdline(int(d.name))
+            cmd = _cmdline(int(d.name), settle_s=0)  # kernel threads have none: no waiting
             if cmd and marker in cmd and "inswitch" in cmd and not _is_zombie(int(d.name)):
                 pids.append(int(d.name))
     return pids

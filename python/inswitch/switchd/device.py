@@ -1,0 +1,678 @@
+"""The data plane as P4Runtime sees it: entities in, native calls out.
+
+Every update and read request is checked against the P4Info first (ids exist, widths fit,
+don't-care rules, priorities) so a malformed request gets the status code the spec names
+for it rather than whatever the data plane would say; what the data plane still refuses
+(duplicates, a full table, a missing entry) comes back as its own ControlPlaneError code.
+
+What P4Runtime asks the server to remember but the data plane has no room for (entry
+cookies and metadata, how a replica's port was spelled, digest delivery settings) is kept
+here, keyed the way the entity is, and forgotten when the pipeline changes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Optional, Sequence
+
+import grpc
+from p4.config.v1 import p4info_pb2
+from p4.v1 import p4runtime_pb2
+
+from inswitch import native
+from inswitch.p4rt import bytestrings
+from inswitch.p4rt.bytestrings import BitstringError
+from inswitch.p4rt.schema import DigestInfo, RegisterInfo, TableInfo
+
+from .opstats import OpStats
+from .pipeline import Pipeline
+from .status import P4RTError, invalid, not_found, status_code
+
+Update = p4runtime_pb2.Update
+DpMatch = tuple  # ("exact", fid, value) | ("lpm", fid, value, plen) | ("ternary", fid, value, mask) | ("optional", fid, value)
+EntryKey = tuple[int, tuple[DpMatch, ...], int]  # (table id, matches sorted by field id, priority)
+
+#: P4Runtime's reserved SDN port numbers, mapped to the data plane's internal ports.
+SDN_PORT_CPU = 0xFFFFFFFD
+SDN_PORT_RECIRCULATE = 0xFFFFFFFA
+PORT_CPU = 0xFFF0
+PORT_RECIRC = 0xFFF1
+_SDN_PORTS = {SDN_PORT_CPU: PORT_CPU, SDN_PORT_RECIRCULATE: PORT_RECIRC}
+
+_OP_NAMES = {Update.INSERT: "insert", Update.MODIFY: "modify", Update.DELETE: "delete"}
+
+
+@dataclass
+class _PreMeta:
+    """What a PRE entry carried besides its replicas: how ports were spelled (the 1.4 `port`
+    bytes or the older `egress_port` number, plus reserved SDN numbers), and opaque data."""
+
+    bytes_ports: bool = False
+    port_names: dict[int, int] = field(default_factory=dict)  # data-plane port -> port as written
+    metadata: bytes = b""
+    class_of_service: int = 0
+
+
+def _bits(data: bytes, bitwidth: int, what: str) -> int:
+    try:
+        return bytestrings.check(data, bitwidth)
+    except BitstringError as e:
+        raise invalid(f"{what}: {e}") from None
+
+
+class Device:
+    """One P4Runtime device over a native Dataplane. Writes and pipeline changes hold
+    `lock`, so Write batches, reads and SetForwardingPipelineConfig are serialized (the spec
+    asks for strict serializability; the data plane applies one control op at a time anyway)."""
+
+    def __init__(self, dp: Any, pipeline: Pipeline, stats: OpStats) -> None:
+        self.dp = dp
+        self.pipeline = pipeline
+        self.stats = stats
+        self.lock = threading.RLock()
+        self.digest_configs: dict[int, p4runtime_pb2.DigestEntry.Config] = {}
+        self._entry_meta: dict[EntryKey, tuple[int, bytes]] = {}
+        self._default_meta: dict[int, tuple[int, bytes]] = {}
+        self._pre_meta: dict[tuple[str, int], _PreMeta] = {}
+        #: Called (under `lock`) after the pipeline or digest configuration changes.
+        self.on_change: list[Callable[[], None]] = []
+
+    # ---- native calls --------------------------------------------------------------------------
+
+    def _dp(self, fn: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except native.ControlPlaneError as e:
+            code, msg = e.args if len(e.args) == 2 else (2, str(e))
+            raise P4RTError(status_code(code), str(msg)) from None
+        except (ValueError, TypeError, OverflowError) as e:
+            raise invalid(str(e)) from None
+
+    # ---- lookups -------------------------------------------------------------------------------
+
+    def _table(self, tid: int) -> TableInfo:
+        t = self.pipeline.index.tables.by_id.get(tid)
+        if t is None:
+            raise not_found(f"no table with id 0x{tid:08x}")
+        return t
+
+    def _register(self, rid: int) -> RegisterInfo:
+        r = self.pipeline.index.registers.by_id.get(rid)
+        if r is None:
+            raise not_found(f"no register with id 0x{rid:08x}")
+        return r
+
+    def _digest(self, did: int) -> DigestInfo:
+        d = self.pipeline.index.digests.by_id.get(did)
+        if d is None:
+            raise not_found(f"no digest with id 0x{did:08x}")
+        return d
+
+    # ---- batches -------------------------------------------------------------------------------
+
+    def write_batch(self, updates: Sequence[Update]) -> list[Optional[P4RTError]]:
+        """Apply every update in order (CONTINUE_ON_ERROR); one error or None per update."""
+        errors: list[Optional[P4RTError]] = []
+        with self.lock:
+            for u in updates:
+                kind = u.entity.WhichOneof("entity") or "none"
+                t0 = time.perf_counter()
+                err: Optional[P4RTError] = None
+                try:
+                    self.write(u)
+                except P4RTError as e:
+                    err = e
+                self.stats.record(f"write.{kind}.{_OP_NAMES.get(u.type, 'unspecified')}", time.perf_counter() - t0, err is None)
+                errors.append(err)
+        return errors
+
+    def read_batch(self, entities: Sequence[p4runtime_pb2.Entity]) -> tuple[list[p4runtime_pb2.Entity], list[Optional[P4RTError]]]:
+        """Everything the requests select, and one error or None per request."""
+        out: list[p4runtime_pb2.Entity] = []
+        errors: list[Optional[P4RTError]] = []
+        with self.lock:
+            for ent in entities:
+                kind = ent.WhichOneof("entity") or "none"
+                t0 = time.perf_counter()
+                err: Optional[P4RTError] = None
+                got: list[p4runtime_pb2.Entity] = []
+                try:
+                    got = list(self.read(ent))
+                except P4RTError as e:
+                    err = e
+                self.stats.record(f"read.{kind}", time.perf_counter() - t0, err is None)
+                out.extend(got)
+                errors.append(err)
+        return out, errors
+
+    # ---- writes --------------------------------------------------------------------------------
+
+    def write(self, u: Update) -> None:
+        if u.type not in _OP_NAMES:
+            raise invalid("the update type must be INSERT, MODIFY or DELETE")
+        kind = u.entity.WhichOneof("entity")
+        e = u.entity
+        if kind == "table_entry":
+            self._write_table(u.type, e.table_entry)
+        elif kind == "register_entry":
+            self._write_register(u.type, e.register_entry)
+        elif kind == "packet_replication_engine_entry":
+            self._write_pre(u.type, e.packet_replication_engine_entry)
+        elif kind == "digest_entry":
+            self._write_digest(u.type, e.digest_entry)
+        elif kind is None:
+            raise invalid("the update has no entity")
+        else:
+            self._absent_entity(kind, e)
+
+    def _absent_entity(self, kind: str, e: p4runtime_pb2.Entity) -> None:
+        """Entity kinds P4Runtime has but our programs never declare (counters, meters,
+        action profiles, value sets, externs): every id names nothing."""
+        if kind in ("direct_counter_entry", "direct_meter_entry"):
+            t = self._table(getattr(e, kind).table_entry.table_id)
+            raise invalid(f"table {t.name} has no direct {kind.split('_')[1]}")
+        id_field = {"counter_entry": "counter_id", "meter_entry": "meter_id", "action_profile_member": "action_profile_id", "action_profile_group": "action_profile_id", "value_set_entry": "value_set_id", "extern_entry": "extern_id"}.get(kind)
+        oid = getattr(getattr(e, kind), id_field) if id_field else 0
+        raise not_found(f"no {kind.replace('_', ' ')} object with id 0x{oid:08x}: the loaded programs declare none")
+
+    # ---- table entries -------------------------------------------------------------------------
+
+    def _matches(self, t: TableInfo, fms: Sequence[p4runtime_pb2.FieldMatch]) -> tuple[DpMatch, ...]:
+        """Check field matches against the table and return them as data-plane tuples in
+        canonical form (sorted by field id; canonical bytes), which is also how reads return
+        them, so they double as the entry's key."""
+        out: list[DpMatch] = []
+        seen: set[int] = set()
+        for fm in fms:
+            f = t.field_by_id(fm.field_id)
+            if f is None:
+                raise invalid(f"table {t.name} has no match field with id {fm.field_id}")
+            if f.id in seen:
+                raise invalid(f"match field {f.name} is given twice")
+            seen.add(f.id)
+            kind = fm.WhichOneof("field_match_type")
+            if kind is None:
+                raise invalid(f"match field {f.name} sets no match type")
+            if kind != f.kind:
+                raise invalid(f"match field {f.name} is {f.kind}, not {kind}")
+            what = f"match field {f.name}"
+            if kind == "exact":
+                v = _bits(fm.exact.value, f.bitwidth, what)
+                out.append(("exact", f.id, bytestrings.from_int(v, f.bitwidth)))
+            elif kind == "optional":
+                v = _bits(fm.optional.value, f.bitwidth, what)
+                out.append(("optional", f.id, bytestrings.from_int(v, f.bitwidth)))
+            elif kind == "lpm":
+                plen = fm.lpm.prefix_len
+                if plen <= 0:
+                    raise invalid(f"{what}: a prefix length of 0 is a don't-care match and must be omitted")
+                if plen > f.bitwidth:
+                    raise invalid(f"{what}: prefix length {plen} exceeds the field's {f.bitwidth} bits")
+                v = _bits(fm.lpm.value, f.bitwidth, what)
+                if v & ~bytestrings.prefix_mask(plen, f.bitwidth):
+                    raise invalid(f"{what}: the value has bits set beyond the /{plen} prefix")
+                out.append(("lpm", f.id, bytestrings.from_int(v, f.bitwidth), plen))
+            elif kind == "ternary":
+                v = _bits(fm.ternary.value, f.bitwidth, what + " value")
+                m = _bits(fm.ternary.mask, f.bitwidth, what + " mask")
+                if m == 0:
+                    raise invalid(f"{what}: a zero mask is a don't-care match and must be omitted")
+                if v & ~m:
+                    raise invalid(f"{what}: the value has bits set outside the mask")
+                out.append(("ternary", f.id, bytestrings.from_int(v, f.bitwidth), bytestrings.from_int(m, f.bitwidth)))
+            else:
+                raise invalid(f"{what}: {kind} matches are not supported")
+        for f in t.fields:
+            if f.kind == "exact" and f.id not in seen:
+                raise invalid(f"exact match field {f.name} is missing (exact fields cannot be don't-care)")
+        out.sort(key=lambda m: m[1])
+        return tuple(out)
+
+    def _action(self, t: TableInfo, ta: p4runtime_pb2.TableAction, default: bool) -> tuple[int, list[tuple[int, bytes]]]:
+        kind = ta.WhichOneof("type")
+        if kind != "action":
+            raise invalid(f"table {t.name} is a direct table: its entries take an action, not {kind or 'nothing'}")
+        a = ta.action
+        index = self.pipeline.index
+        if a.action_id not in t.actions:
+            if a.action_id in index.actions:
+                raise invalid(f"action {index.actions.by_id[a.action_id].name} is not an action of table {t.name}")
+            raise invalid(f"no action with id 0x{a.action_id:08x}")
+        scope = t.actions[a.action_id]
+        info = index.actions.by_id[a.action_id]
+        if default and scope == p4info_pb2.ActionRef.TABLE_ONLY:
+            raise P4RTError(grpc.StatusCode.PERMISSION_DENIED, f"action {info.name} cannot be the default action of {t.name}")
+        if not default and scope == p4info_pb2.ActionRef.DEFAULT_ONLY:
+            raise P4RTError(grpc.StatusCode.PERMISSION_DENIED, f"action {info.name} can only be the default action of {t.name}")
+        params: list[tuple[int, bytes]] = []
+        given: set[int] = set()
+        for p in a.params:
+            pi = next((x for x in info.params if x.id == p.param_id), None)
+            if pi is None:
+                raise invalid(f"action {info.name} has no parameter with id {p.param_id}")
+            if pi.id in given:
+                raise invalid(f"parameter {pi.name} of action {info.name} is given twice")
+            given.add(pi.id)
+            v = _bits(p.value, pi.bitwidth, f"parameter {pi.name} of action {info.name}")
+            params.append((pi.id, bytestrings.from_int(v, pi.bitwidth)))
+        missing = [p.name for p in info.params if p.id not in given]
+        if missing:
+            raise invalid(f"action {info.name} is missing parameter {missing[0]}")
+        return a.action_id, params
+
+    @staticmethod
+    def _meta_of(te: p4runtime_pb2.TableEntry) -> Optional[tuple[int, bytes]]:
+        if te.controller_metadata or te.metadata:
+            return (te.controller_metadata, bytes(te.metadata))
+        return None
+
+    def _write_table(self, op: int, te: p4runtime_pb2.TableEntry) -> None:
+        t = self._table(te.table_id)
+        if te.is_const:
+            raise invalid("is_const must be false in writes")
+        if te.is_default_action:
+            self._write_default(op, t, te)
+            return
+        if te.HasField("meter_config") or te.HasField("counter_data") or te.HasField("meter_counter_data"):
+            raise invalid(f"table {t.name} has no direct counter or meter")
+        if te.idle_timeout_ns:
+            raise invalid(f"table {t.name} does not support idle timeouts")
+        if not t.fields and op == Update.INSERT:
+            raise invalid(f"table {t.name} has no key: set its default action instead")
+        matches = self._matches(t, te.match)
+        if te.priority < 0:
+            raise invalid("priority must not be negative")
+        if t.needs_priority and te.priority == 0:
+            raise invalid(f"table {t.name} has ternary/optional fields: entries need a priority > 0")
+        if not t.needs_priority and te.priority != 0:
+            raise invalid(f"table {t.name} has only exact/LPM fields: entries take no priority")
+        key: EntryKey = (t.id, matches, te.priority)
+        if op == Update.DELETE:
+            self._dp(self.dp.table_write, "delete", t.id, list(matches), te.priority, 0, [])
+            self._entry_meta.pop(key, None)
+            return
+        if op == Update.INSERT:
+            if not te.HasField("action"):
+                raise invalid("an INSERT needs an action")
+            aid, params = self._action(t, te.action, default=False)
+            self._dp(self.dp.table_write, "insert", t.id, list(matches), te.priority, aid, params)
+        elif te.HasField("action"):
+            aid, params = self._action(t, te.action, default=False)
+            self._dp(self.dp.table_write, "modify", t.id, list(matches), te.priority, aid, params)
+        elif not any(self._entry_key(t, m, p) == key for m, p, _, _ in self._dp(self.dp.table_read, t.id)[0]):
+            raise not_found(f"table {t.name}: no such entry")
+        meta = self._meta_of(te)
+        if meta:
+            self._entry_meta[key] = meta
+        else:
+            self._entry_meta.pop(key, None)
+
+    @staticmethod
+    def _entry_key(t: TableInfo, matches: Sequence[DpMatch], priority: int) -> EntryKey:
+        return (t.id, tuple(sorted((tuple(m) for m in matches), key=lambda m: m[1])), priority)
+
+    def _write_default(self, op: int, t: TableInfo, te: p4runtime_pb2.TableEntry) -> None:
+        if op != Update.MODIFY:
+            raise invalid("the default entry always exists: it can only be modified (MODIFY)")
+        if len(te.match) or te.priority:
+            raise invalid("the default entry has no match and no priority")
+        if t.const_default_action_id:
+            raise P4RTError(grpc.StatusCode.PERMISSION_DENIED, f"the default action of table {t.name} is constant")
+        if te.HasField("action"):
+            aid, params = self._action(t, te.action, default=True)
+            self._dp(self.dp.table_set_default, t.id, aid, params)
+            meta = self._meta_of(te)
+            if meta:
+                self._default_meta[t.id] = meta
+            else:
+                self._default_meta.pop(t.id, None)
+        else:
+            self._dp(self.dp.table_reset_default, t.id)
+            self._default_meta.pop(t.id, None)
+
+    # ---- registers -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _register_index(r: RegisterInfo, re: p4runtime_pb2.RegisterEntry) -> Optional[int]:
+        if not re.HasField("index"):
+            return None
+        i = re.index.index
+        if i < 0:
+            raise invalid(f"register index {i} is negative")
+        if i >= r.size:
+            raise P4RTError(grpc.StatusCode.OUT_OF_RANGE, f"register {r.name} has {r.size} cells; index {i} is out of range")
+        return i
+
+    def _write_register(self, op: int, re: p4runtime_pb2.RegisterEntry) -> None:
+        if op != Update.MODIFY:
+            raise invalid("register cells always exist: write them with MODIFY")
+        r = self._register(re.register_id)
+        idx = self._register_index(r, re)
+        if not re.HasField("data") or re.data.WhichOneof("data") != "bitstring":
+            raise invalid(f"register {r.name} holds bit<{r.bitwidth}>: data must be a bitstring")
+        v = _bits(re.data.bitstring, r.bitwidth, f"data for register {r.name}")
+        self._dp(self.dp.register_write, r.id, idx, v)
+
+    # ---- packet replication engine -------------------------------------------------------------
+
+    def _replicas(self, reps: Sequence[p4runtime_pb2.Replica]) -> tuple[list[tuple[int, int]], _PreMeta]:
+        out: list[tuple[int, int]] = []
+        meta = _PreMeta()
+        seen: set[tuple[int, int]] = set()
+        for r in reps:
+            kind = r.WhichOneof("port_kind")
+            if kind == "port":
+                written = _bits(r.port, 32, "replica port")
+                meta.bytes_ports = True
+            elif kind == "egress_port":
+                written = r.egress_port
+            else:
+                raise invalid("a replica needs a port")
+            port = _SDN_PORTS.get(written, written)
+            if port > 0xFFFF:
+                raise invalid(f"there is no port {written}")
+            if port != written:
+                meta.port_names[port] = written
+            if r.instance > 0xFFFF:
+                raise invalid(f"replica instance {r.instance} exceeds 16 bits")
+            if (port, r.instance) in seen:
+                raise invalid(f"replica (port {written}, instance {r.instance}) is given twice")
+            seen.add((port, r.instance))
+            out.append((port, r.instance))
+        return out, meta
+
+    @staticmethod
+    def _pre_id(value: int, what: str) -> int:
+        if value == 0:
+            raise invalid(f"{what} 0 is reserved (it means 'all' in reads)")
+        if value > 0xFFFF:
+            raise invalid(f"{what} {value} exceeds the switch's 16-bit range")
+        return value
+
+    def _write_pre(self, op: int, pre: p4runtime_pb2.PacketReplicationEngineEntry) -> None:
+        kind = pre.WhichOneof("type")
+        opname = _OP_NAMES[op]
+        if kind == "multicast_group_entry":
+            mg = pre.multicast_group_entry
+            gid = self._pre_id(mg.multicast_group_id, "multicast group id")
+            if op == Update.DELETE:
+                self._dp(self.dp.mcast_group_write, "delete", gid, [])
+                self._pre_meta.pop(("mc", gid), None)
+                return
+            reps, meta = self._replicas(mg.replicas)
+            meta.metadata = bytes(mg.metadata)
+            self._dp(self.dp.mcast_group_write, opname, gid, reps)
+            self._pre_meta[("mc", gid)] = meta
+        elif kind == "clone_session_entry":
+            cs = pre.clone_session_entry
+            sid = self._pre_id(cs.session_id, "clone session id")
+            if op == Update.DELETE:
+                self._dp(self.dp.clone_session_write, "delete", sid, [], 0)
+                self._pre_meta.pop(("clone", sid), None)
+                return
+            if cs.packet_length_bytes < 0:
+                raise invalid("packet_length_bytes must not be negative")
+            reps, meta = self._replicas(cs.replicas)
+            meta.class_of_service = cs.class_of_service
+            self._dp(self.dp.clone_session_write, opname, sid, reps, cs.packet_length_bytes)
+            self._pre_meta[("clone", sid)] = meta
+        else:
+            raise invalid("the PacketReplicationEngineEntry sets neither a multicast group nor a clone session")
+
+    def _fill_replicas(self, msg: Any, reps: Sequence[tuple[int, int]], meta: _PreMeta) -> None:
+        for port, rid in reps:
+            r = msg.replicas.add()
+            written = meta.port_names.get(port, port)
+            if meta.bytes_ports:
+                r.port = bytestrings.from_int(written, 32)
+            else:
+                r.egress_port = written
+            r.instance = rid
+
+    # ---- digests -------------------------------------------------------------------------------
+
+    def _write_digest(self, op: int, de: p4runtime_pb2.DigestEntry) -> None:
+        d = self._digest(de.digest_id)
+        cfg = de.config
+        if cfg.max_timeout_ns < 0 or cfg.max_list_size < 0 or cfg.ack_timeout_ns < 0:
+            raise invalid("digest config values must not be negative")
+        configured = d.id in self.digest_configs
+        if op == Update.INSERT:
+            if configured:
+                raise P4RTError(grpc.StatusCode.ALREADY_EXISTS, f"digest {d.name} is already enabled")
+            self._dp(self.dp.digest_config, d.id, True)
+        elif not configured:
+            raise not_found(f"digest {d.name} is not enabled")
+        if op == Update.DELETE:
+            self._dp(self.dp.digest_config, d.id, False)
+            del self.digest_configs[d.id]
+        else:
+            c = p4runtime_pb2.DigestEntry.Config()
+            c.CopyFrom(cfg)
+            self.digest_configs[d.id] = c
+        for hook in self.on_change:
+            hook()
+
+    # ---- reads ---------------------------------------------------------------------------------
+
+    def read(self, ent: p4runtime_pb2.Entity) -> Iterator[p4runtime_pb2.Entity]:
+        kind = ent.WhichOneof("entity")
+        if kind == "table_entry":
+            yield from self._read_table(ent.table_entry)
+        elif kind == "register_entry":
+            yield from self._read_register(ent.register_entry)
+        elif kind == "packet_replication_engine_entry":
+            yield from self._read_pre(ent.packet_replication_engine_entry)
+        elif kind == "digest_entry":
+            yield from self._read_digest(ent.digest_entry)
+        elif kind is None:
+            raise invalid("a read request must set an entity")
+        else:
+            # Wildcard reads of kinds our programs never declare select nothing; a specific
+            # id names an object that does not exist.
+            sub = getattr(ent, kind)
+            if kind in ("direct_counter_entry", "direct_meter_entry"):
+                if sub.table_entry.table_id:
+                    self._absent_entity(kind, ent)
+            elif any(getattr(sub, f, 0) for f in ("counter_id", "meter_id", "action_profile_id", "value_set_id", "extern_type_id")):
+                self._absent_entity(kind, ent)
+
+    def _read_table(self, te: p4runtime_pb2.TableEntry) -> Iterator[p4runtime_pb2.Entity]:
+        index = self.pipeline.index
+        if te.table_id == 0:
+            if len(te.match) or te.priority or te.is_default_action or te.HasField("action") or te.controller_metadata or te.metadata:
+                raise invalid("a read of all tables (table_id 0) takes no other filter")
+            tables = list(index.tables)
+        else:
+            tables = [self._table(te.table_id)]
+        want = self._matches(tables[0], te.match) if len(te.match) else None
+        want_action = te.action.action.action_id if te.action.WhichOneof("type") == "action" else 0
+        for t in tables:
+            entries, (daid, dparams) = self._dp(self.dp.table_read, t.id)
+            if te.is_default_action:
+                ent = p4runtime_pb2.Entity()
+                e = ent.table_entry
+                e.table_id = t.id
+                e.is_default_action = True
+                self._fill_action(e, daid, dparams)
+                self._fill_meta(e, self._default_meta.get(t.id))
+                yield ent
+                continue
+            for matches, prio, aid, params in entries:
+                key = self._entry_key(t, matches, prio)
+                if want is not None and key[1] != want:
+                    continue
+                if te.priority and prio != te.priority:
+                    continue
+                if want_action and aid != want_action:
+                    continue
+                meta = self._entry_meta.get(key)
+                if te.controller_metadata and (meta is None or meta[0] != te.controller_metadata):
+                    continue
+                if te.metadata and (meta is None or meta[1] != te.metadata):
+                    continue
+                ent = p4runtime_pb2.Entity()
+                e = ent.table_entry
+                e.table_id = t.id
+                for m in key[1]:
+                    fm = e.match.add()
+                    fm.field_id = m[1]
+                    if m[0] == "exact":
+                        fm.exact.value = m[2]
+                    elif m[0] == "optional":
+                        fm.optional.value = m[2]
+                    elif m[0] == "lpm":
+                        fm.lpm.value, fm.lpm.prefix_len = m[2], m[3]
+                    elif m[0] == "ternary":
+                        fm.ternary.value, fm.ternary.mask = m[2], m[3]
+                e.priority = prio
+                self._fill_action(e, aid, params)
+                self._fill_meta(e, meta)
+                yield ent
+
+    @staticmethod
+    def _fill_action(e: p4runtime_pb2.TableEntry, aid: int, params: Sequence[tuple[int, bytes]]) -> None:
+        a = e.action.action
+        a.action_id = aid
+        for pid, value in params:
+            p = a.params.add()
+            p.param_id = pid
+            p.value = value
+
+    @staticmethod
+    def _fill_meta(e: p4runtime_pb2.TableEntry, meta: Optional[tuple[int, bytes]]) -> None:
+        if meta:
+            e.controller_metadata, e.metadata = meta
+
+    def _read_register(self, re: p4runtime_pb2.RegisterEntry) -> Iterator[p4runtime_pb2.Entity]:
+        if re.register_id == 0:
+            if re.HasField("index"):
+                raise invalid("a read of all registers (register_id 0) cannot select an index")
+            regs = list(self.pipeline.index.registers)
+        else:
+            regs = [self._register(re.register_id)]
+        for r in regs:
+            idx = self._register_index(r, re)
+            for i, v in self._dp(self.dp.register_read, r.id, idx):
+                ent = p4runtime_pb2.Entity()
+                out = ent.register_entry
+                out.register_id = r.id
+                out.index.index = i
+                out.data.bitstring = bytestrings.from_int(v, max(r.bitwidth, v.bit_length()))
+                yield ent
+
+    def _read_pre(self, pre: p4runtime_pb2.PacketReplicationEngineEntry) -> Iterator[p4runtime_pb2.Entity]:
+        kind = pre.WhichOneof("type")
+        if kind == "multicast_group_entry":
+            gid = pre.multicast_group_entry.multicast_group_id
+            if gid > 0xFFFF:
+                raise not_found(f"multicast group {gid}")
+            for g, reps in self._dp(self.dp.mcast_group_read, gid or None):
+                ent = p4runtime_pb2.Entity()
+                mg = ent.packet_replication_engine_entry.multicast_group_entry
+                mg.multicast_group_id = g
+                meta = self._pre_meta.get(("mc", g), _PreMeta())
+                self._fill_replicas(mg, reps, meta)
+                mg.metadata = meta.metadata
+                yield ent
+        elif kind == "clone_session_entry":
+            sid = pre.clone_session_entry.session_id
+            if sid > 0xFFFF:
+                raise not_found(f"clone session {sid}")
+            for s, reps, trunc in self._dp(self.dp.clone_session_read, sid or None):
+                ent = p4runtime_pb2.Entity()
+                cs = ent.packet_replication_engine_entry.clone_session_entry
+                cs.session_id = s
+                meta = self._pre_meta.get(("clone", s), _PreMeta())
+                self._fill_replicas(cs, reps, meta)
+                cs.class_of_service = meta.class_of_service
+                cs.packet_length_bytes = trunc
+                yield ent
+        else:
+            raise invalid("the PacketReplicationEngineEntry sets neither a multicast group nor a clone session")
+
+    def _read_digest(self, de: p4runtime_pb2.DigestEntry) -> Iterator[p4runtime_pb2.Entity]:
+        if de.digest_id:
+            ids = [self._digest(de.digest_id).id]
+        else:
+            ids = [d.id for d in self.pipeline.index.digests]
+        for did in ids:
+            cfg = self.digest_configs.get(did)
+            if cfg is None:
+                continue
+            ent = p4runtime_pb2.Entity()
+            ent.digest_entry.digest_id = did
+            ent.digest_entry.config.CopyFrom(cfg)
+            yield ent
+
+    # ---- pipeline changes ----------------------------------------------------------------------
+
+    def replace_pipeline(self, new: Pipeline, reconcile: bool) -> None:
+        """Load `new`. Without `reconcile` all forwarding state starts over (VERIFY_AND_COMMIT).
+        With it, the same program set keeps everything; another set keeps the table entries
+        and defaults of the programs it shares with the old one, the multicast groups, clone
+        sessions and digest settings (registers start over)."""
+        with self.lock:
+            if reconcile and new.programs == self.pipeline.programs:
+                self.pipeline = new
+                return
+            saved = self._snapshot(new) if reconcile else None
+            self._dp(self.dp.set_programs, list(new.programs))
+            self.pipeline = new
+            self._entry_meta.clear()
+            self._default_meta.clear()
+            self._pre_meta.clear()
+            self.digest_configs.clear()
+            try:
+                if saved is not None:
+                    self._restore(saved)
+            finally:
+                for hook in self.on_change:
+                    hook()
+
+    def _snapshot(self, new: Pipeline) -> dict[str, Any]:
+        old = self.pipeline.index
+        keep_tables = [t for t in old.tables if t.id in new.index.tables and new.index.tables.by_id[t.id].name == t.name]
+        tables = {t.id: self._dp(self.dp.table_read, t.id) for t in keep_tables}
+        return {
+            "tables": tables,
+            "defaults_set": {tid for tid in tables if tid in self._default_meta} | self._changed_defaults(keep_tables, tables),
+            "entry_meta": dict(self._entry_meta),
+            "default_meta": dict(self._default_meta),
+            "mcast": self._dp(self.dp.mcast_group_read, None),
+            "clone": self._dp(self.dp.clone_session_read, None),
+            "pre_meta": dict(self._pre_meta),
+            "digests": {d: c for d, c in self.digest_configs.items() if d in new.index.digests},
+        }
+
+    def _changed_defaults(self, tables: Sequence[TableInfo], reads: dict[int, Any]) -> set[int]:
+        """Tables whose default action differs from the P4Info's initial one."""
+        out = set()
+        for t in tables:
+            init = next(x for x in self.pipeline.p4info.tables if x.preamble.id == t.id).initial_default_action
+            daid, dparams = reads[t.id][1]
+            if daid != init.action_id or [v for _, v in dparams] != [a.value for a in init.arguments]:
+                out.add(t.id)
+        return out
+
+    def _restore(self, s: dict[str, Any]) -> None:
+        try:
+            for tid, (entries, (daid, dparams)) in s["tables"].items():
+                for matches, prio, aid, params in entries:
+                    self._dp(self.dp.table_write, "insert", tid, list(matches), prio, aid, list(params))
+                if tid in s["defaults_set"]:
+                    self._dp(self.dp.table_set_default, tid, daid, list(dparams))
+            for gid, reps in s["mcast"]:
+                self._dp(self.dp.mcast_group_write, "insert", gid, list(reps))
+            for sid, reps, trunc in s["clone"]:
+                self._dp(self.dp.clone_session_write, "insert", sid, list(reps), trunc)
+            for did, cfg in s["digests"].items():
+                self._dp(self.dp.digest_config, did, True)
+                self.digest_configs[did] = cfg
+        except P4RTError as e:
+            raise invalid(f"the forwarding state could not be carried over to the new pipeline: {e.message}") from None
+        self._entry_meta.update({k: v for k, v in s["entry_meta"].items() if k[0] in s["tables"]})
+        self._default_meta.update({k: v for k, v in s["default_meta"].items() if k in s["tables"]})
+        self._pre_meta.update(s["pre_meta"])
