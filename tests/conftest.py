@@ -151,6 +151,9 @@ def switchd_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callab
         return sw
 
     yield make
+    for sw in started:  # signal all first, then wait: they stop in parallel
+        if sw.proc.poll() is None:
+            sw.proc.terminate()
     for sw in started:
         sw.stop()
 

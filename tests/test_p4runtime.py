@@ -3,6 +3,7 @@ client, fed the files `inswitch p4info` writes) and with our SwitchClient."""
 
 from __future__ import annotations
 
+import random
 import socket
 import subprocess
 import sys
@@ -321,6 +322,82 @@ def test_client_raw_writes_are_checked(client: SwitchClient) -> None:
     assert client.read_entries("l2_dmac") == []
 
 
+def random_update(rng: random.Random) -> p4runtime_pb2.Update:
+    """A random, mostly malformed, update: odd ids, byte strings of odd lengths, wrong match
+    kinds, missing or extra parameters, negative or huge indexes."""
+    def rb() -> bytes:
+        return bytes(rng.randrange(256) for _ in range(rng.choice([0, 1, 2, 6, 7, 9])))
+
+    u = p4runtime_pb2.Update(type=rng.choice([0, 1, 2, 3]))
+    k = rng.random()
+    if k < 0.6:
+        te = u.entity.table_entry
+        te.table_id = rng.choice([t.id for t in FWD.tables] + [0, 0x02000001])
+        for _ in range(rng.choice([0, 1, 1, 2])):
+            fm = te.match.add(field_id=rng.choice([0, 1, 2]))
+            kind = rng.choice(["exact", "lpm", "ternary", "optional", "range", "none"])
+            if kind == "exact":
+                fm.exact.value = rb()
+            elif kind == "lpm":
+                fm.lpm.value, fm.lpm.prefix_len = rb(), rng.choice([-1, 0, 8, 32, 48, 49])
+            elif kind == "ternary":
+                fm.ternary.value, fm.ternary.mask = rb(), rb()
+            elif kind == "optional":
+                fm.optional.value = rb()
+            elif kind == "range":
+                fm.range.low, fm.range.high = rb(), rb()
+        te.priority = rng.choice([0, 0, 1, -5])
+        te.is_default_action = rng.random() < 0.1
+        if rng.random() < 0.8:
+            a = te.action.action
+            a.action_id = rng.choice([x.id for x in FWD.actions] + [0, 0x01000001])
+            for _ in range(rng.choice([0, 1, 2, 3, 4])):
+                a.params.add(param_id=rng.choice([0, 1, 2, 3, 4]), value=rb())
+    elif k < 0.75:
+        re_ = u.entity.register_entry
+        re_.register_id = rng.choice([r.id for r in FWD.registers] + [0, 5])
+        if rng.random() < 0.7:
+            re_.index.index = rng.choice([-1, 0, 511, 512, 1 << 40])
+        if rng.random() < 0.8:
+            re_.data.bitstring = rb()
+    elif k < 0.9:
+        mg = u.entity.packet_replication_engine_entry.multicast_group_entry
+        mg.multicast_group_id = rng.choice([0, 1, 2, 70000])
+        for _ in range(rng.choice([0, 1, 3])):
+            rep = mg.replicas.add(instance=rng.choice([0, 1, 70000]))
+            if rng.random() < 0.5:
+                rep.egress_port = rng.choice([0, 1, 3, 4, 0xFFFFFFFD, 1 << 31])
+            else:
+                rep.port = rb()
+    else:
+        de = u.entity.digest_entry
+        de.digest_id = rng.choice([d.id for d in FWD.digests] + [0])
+        de.config.max_list_size = rng.choice([-1, 0, 5])
+    return u
+
+
+def test_random_requests_get_spec_codes(client: SwitchClient) -> None:
+    """Hundreds of random, mostly malformed updates and reads: each gets a status the spec
+    names for a bad request, and the switch keeps serving."""
+    rng = random.Random(7)
+    allowed = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.RESOURCE_EXHAUSTED}
+    updates = [random_update(rng) for _ in range(400)]
+    seen = set()
+    for k in range(0, len(updates), 100):
+        try:
+            client.write(updates[k : k + 100])
+        except P4RuntimeError as e:
+            seen |= {err.code for err in e.errors}
+    for u in updates[:100]:
+        try:
+            client.read([u.entity])
+        except P4RuntimeError as e:
+            seen.add(e.code)
+    assert seen <= allowed and grpc.StatusCode.INVALID_ARGUMENT in seen
+    assert client.capabilities() == "1.4.1"
+    client.set_pipeline(["forward"])  # start over for the tests that follow
+
+
 def test_client_registers(client: SwitchClient) -> None:
     client.write_register("rx_port_counters", 2, 0xDEADBEEF00000005)
     assert client.read_register("rx_port_counters", 2) == [(2, 0xDEADBEEF00000005)]
@@ -439,6 +516,47 @@ def test_write_rate(client: SwitchClient) -> None:
     client.set_pipeline(["forward"])
 
 
+def test_malformed_reads_and_stream_messages(client: SwitchClient) -> None:
+    ent = p4runtime_pb2.Entity()
+    ent.table_entry.table_id = 0x02000001
+    with pytest.raises(P4RuntimeError) as ei:
+        client.read([ent])
+    assert ei.value.code == grpc.StatusCode.NOT_FOUND and ei.value.rpc_code == grpc.StatusCode.UNKNOWN
+    with pytest.raises(P4RuntimeError) as ei:
+        client.read([p4runtime_pb2.Entity()])
+    assert ei.value.code == INVALID
+    assert client.read([p4runtime_pb2.Entity(counter_entry=p4runtime_pb2.CounterEntry())]) == []  # no counters: nothing
+    # A PacketOut with metadata the P4Info does not declare is dropped and reported.
+    client.stream_errors.clear()
+    req = p4runtime_pb2.StreamMessageRequest()
+    req.packet.payload = frame("02:00:00:00:00:01", "02:00:00:00:00:02")
+    req.packet.metadata.add(metadata_id=7, value=b"\x01")
+    client._out.put(req)
+    err = wait_for(lambda: list(client.stream_errors))[0]
+    assert err.canonical_code == INVALID.value[0] and err.WhichOneof("details") == "packet_out"
+    with pytest.raises(ConnectionError, match="NOT_FOUND"):
+        SwitchClient(client.address, device_id=2, timeout=5)
+
+
+def test_registers_of_a_two_pipe_switch(switchd_factory: Callable[..., SwitchProcess]) -> None:
+    """Ports 0-1 are in pipe 0 and ports 2-3 in pipe 1; each pipe counts its own ports, and
+    a read shows every port's count."""
+    sw = switchd_factory("--program", "forward", "--ports", "memory:4", "--pipes", "2")
+    with SwitchClient(sw.p4runtime) as c:
+        f = frame("02:00:00:00:00:01", "02:00:00:00:00:02")
+        for port in (1, 3, 3):
+            c.packet_out(f, egress_port=port)
+
+        def counts() -> dict[int, int] | None:
+            cells = dict(c.read_register("tx_port_counters"))
+            return cells if cells[3] & 0xFFFFFFFF == 2 else None
+
+        cells = wait_for(counts)
+        assert cells[1] & 0xFFFFFFFF == 1 and cells[3] & 0xFFFFFFFF == 2 and cells[0] == cells[2] == 0
+        c.write_register("tx_port_counters", None, 5)  # writes reach every pipe
+        assert set(dict(c.read_register("tx_port_counters")).values()) == {5}
+
+
 # ---- arbitration -----------------------------------------------------------------------------
 
 
@@ -511,6 +629,21 @@ def test_digest_reports_unknown_source_once(udp_switch: tuple[SwitchClient, sock
     ent.digest_entry.digest_id = FWD.digests.get("mac_learn").id
     [cfg] = c.read([ent])
     assert cfg.digest_entry.config.max_list_size == 1
+    c.disable_digest("mac_learn")
+
+
+def test_digest_lists_batch_until_timeout(udp_switch: tuple[SwitchClient, socket.socket, int]) -> None:
+    """With no size limit and a 300 ms buffering delay, three distinct reports and one
+    duplicate sent together arrive as one list of three."""
+    c, host, base = udp_switch
+    c.enable_digest("mac_learn", max_timeout_ns=300_000_000, max_list_size=0)
+    sources = [f"02:00:00:00:bb:0{i}" for i in range(3)]
+    t0 = time.monotonic()
+    for src in sources + sources[:1]:
+        host.sendto(frame("ff:ff:ff:ff:ff:ff", src), ("127.0.0.1", base))
+    [(name, records)] = c.digest_records(timeout=3.0)
+    assert time.monotonic() - t0 >= 0.25
+    assert sorted(r["src_addr"] for r in records) == [int(s.replace(":", ""), 16) for s in sources]
     c.disable_digest("mac_learn")
 
 

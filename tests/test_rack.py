@@ -7,14 +7,14 @@ Needs root (namespaces, veth, AF_PACKET). Every rack is made through `rack_facto
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import select
+import queue
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -144,7 +144,7 @@ GARBAGE = textwrap.dedent('''
             f[12:14] = rng.choice([b"\\x88\\xb5", b"\\xff\\xff", b"\\x00\\x01", b"\\x08\\x00", b"\\x08\\x06", b"\\x81\\x00"])
         try:
             s.send(bytes(f)); res["sent"] += 1; res["sent_bytes"] += len(f)
-            res["short_vlan"] += f[12:14] in (b"\\x81\\x00", b"\\x88\\xa8") and len(f) < 18
+            res["short_vlan"] += f[12:14] in (b"\\x81\\x00", b"\\x88\\xa8") and len(f) < 20
         except OSError as e:
             key = {errno.EINVAL: "runt_refused", errno.EMSGSIZE: "oversize_refused"}.get(e.errno, "other_errors")
             res[key] += 1
@@ -174,22 +174,42 @@ def run_in(st: RackState, host: str, argv: list[str], timeout: float = 30) -> su
     return cp
 
 
-def start_in(st: RackState, host: str, argv: list[str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(in_host(st, host, argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+class Helper:
+    """A helper program running in a host, its stdout read line by line by a thread (so a
+    wait for a line has a timeout and never misses one already buffered)."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout
+        for line in self.proc.stdout:
+            self.lines.put(line.strip())
+        self.lines.put(None)
+
+    def line(self, timeout: float) -> str:
+        """The next line of output, or a test failure naming the program and its stderr."""
+        try:
+            line = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            self.stop()
+            pytest.fail(f"no output from {self.proc.args!r} within {timeout} s; stderr: {self._stderr()}")
+        if line is None:
+            pytest.fail(f"{self.proc.args!r} exited ({self.proc.wait(5)}) without output; stderr: {self._stderr()}")
+        return line
+
+    def _stderr(self) -> str:
+        return self.proc.stderr.read() if self.proc.stderr and self.proc.poll() is not None else ""
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
 
 
-def read_line(p: subprocess.Popen[str], timeout: float) -> str:
-    """One line of a helper's stdout, or a failure naming its stderr (never a hang)."""
-    assert p.stdout
-    ready, _, _ = select.select([p.stdout], [], [], timeout)
-    if not ready:
-        p.kill()
-        pytest.fail(f"no output from {p.args} within {timeout} s; stderr: {p.stderr.read() if p.stderr else ''}")
-    line = p.stdout.readline().strip()
-    if not line:
-        p.wait(5)
-        pytest.fail(f"{p.args} exited ({p.returncode}) without output; stderr: {p.stderr.read() if p.stderr else ''}")
-    return line
+def start_in(st: RackState, host: str, argv: list[str]) -> Helper:
+    return Helper(in_host(st, host, argv))
 
 
 def snmp(st: RackState, host: str) -> dict[str, dict[str, int]]:
@@ -229,7 +249,7 @@ def test_up_validates_before_making_anything(kw: dict, msg: str) -> None:
     kw.setdefault("name", "tval")
     with pytest.raises(RackError, match=msg):
         Rack().up(mode="udp", **kw)
-    assert not state_mod.state_dir(kw["name"]).exists() or kw["name"] != "tval"
+    assert not state_mod.state_dir(kw["name"]).exists()
 
 
 def test_netns_mode_without_root_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -273,6 +293,7 @@ def test_state_and_hosts_are_as_planned(rack4: RackState) -> None:
         assert h.switch_if and "PROMISC" in netns.ip("-o", "link", "show", h.switch_if).stdout
         assert Path(f"/proc/sys/net/ipv6/conf/{h.switch_if}/disable_ipv6").read_text().strip() == "1"
         assert "h4" in Path(f"/etc/netns/{h.netns}/hosts").read_text()
+        assert "PERMANENT" not in run_in(st, h.name, ["ip", "neigh", "show"]).stdout  # ARP crosses the switch
     with pytest.raises(RackError, match="rack down"):
         Rack().up(2, name=rack4.name)
 
@@ -309,17 +330,17 @@ def test_udp_transfer_h1_to_h2_is_intact(rack4: RackState, tmp_path: Path) -> No
     size = 4 << 20
     recv = start_in(rack4, "h2", [PY, str(write_script(tmp_path, "urecv.py", UDP_RECV)), "9000", "40"])
     try:
-        assert read_line(recv, 10) == "READY"
+        assert recv.line(10) == "READY"
         before = csum_errors(rack4, "h2")
         sent = run_in(rack4, "h1", [PY, str(write_script(tmp_path, "usend.py", UDP_SEND)), "10.0.0.2", "9000", str(size)], timeout=60)
-        got = read_line(recv, 20).split()
+        got = recv.line(20).split()
         sha, n, rounds, min_rounds = sent.stdout.split()
         assert got == [sha, str(size)] and int(n) == size
-        assert int(rounds) <= 2 * int(min_rounds), f"too many resends: {rounds} rounds for {min_rounds} windows"
+        # resends are allowed (a loaded machine may drop a burst) but must stay the exception
+        assert int(rounds) <= 3 * int(min_rounds) + 5, f"too many resends: {rounds} rounds for {min_rounds} windows"
         assert csum_errors(rack4, "h2") == before
     finally:
-        recv.kill()
-        recv.wait()
+        recv.stop()
 
 
 @needs_root
@@ -328,19 +349,18 @@ def test_tcp_transfer_h1_to_h3_is_intact_with_good_checksums(rack4: RackState, t
     size = 20 << 20
     srv = start_in(rack4, "h3", [PY, str(write_script(tmp_path, "trecv.py", TCP_RECV)), "9001", "30"])
     try:
-        assert read_line(srv, 10) == "READY"
+        assert srv.line(10) == "READY"
         before = {h: csum_errors(rack4, h) for h in ("h1", "h3")}
         segs_before = snmp(rack4, "h3")["Tcp"]["InSegs"]
         sent = run_in(rack4, "h1", [PY, str(write_script(tmp_path, "tsend.py", TCP_SEND)), "h3", "9001", str(size)], timeout=60)
-        got = read_line(srv, 30).split()
+        got = srv.line(30).split()
         assert got == sent.stdout.split() and int(got[1]) == size
         # The receiver's kernel verified every checksum (offloads are off on the veth, so a bad
         # one would be counted and the segment dropped): none may have failed.
         assert {h: csum_errors(rack4, h) for h in ("h1", "h3")} == before
         assert snmp(rack4, "h3")["Tcp"]["InSegs"] - segs_before >= size // 1500
     finally:
-        srv.kill()
-        srv.wait()
+        srv.stop()
 
 
 @needs_root
@@ -353,18 +373,17 @@ def test_garbage_frames_do_not_disturb_forwarding(rack4: RackState, tmp_path: Pa
     c_before = counters(rack4)
     junk = start_in(rack4, "h4", [PY, str(write_script(tmp_path, "junk.py", GARBAGE)), str(duration), str(rate), "3"])
     try:
-        assert read_line(junk, 10) == "START"
+        assert junk.line(10) == "START"
         # flood ping for most of the garbage's duration (-w: a deadline, not a count)
         flood = subprocess.run(in_host(rack4, "h1", ["ping", "-n", "-q", "-f", "-w", "2", "10.0.0.2"]),
                                capture_output=True, text=True, timeout=30)
-        res = json.loads(read_line(junk, 30))
+        res = json.loads(junk.line(30))
     finally:
-        junk.kill()
-        junk.wait()
+        junk.stop()
     assert res["sent"] > duration * rate * 0.5 and res["other_errors"] == 0, res
     tx, rx = ping_counts(flood.stdout)
-    # At the deadline one echo may still be in flight; beyond that allow 0.1 %.
-    assert tx > 1000 and tx - rx <= 1 + tx // 1000, flood.stdout
+    # At the deadline an echo may still be in flight; beyond that allow 0.5 %.
+    assert tx > 1000 and tx - rx <= 2 + tx // 200, flood.stdout
     assert switchproc.is_alive(rack4.switch.pid, rack4.switch.ready_file), switchproc.log_tail(rack4.switch.log)
     c_after = counters(rack4)
     port4 = rack4.host("h4").port

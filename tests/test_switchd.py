@@ -114,6 +114,16 @@ def test_metrics_exposition_and_counters(switchd: SwitchProcess) -> None:
     assert status == 200 and body == "ok\n"
 
 
+def test_label_values_are_escaped() -> None:
+    from inswitch.switchd.metrics import render
+
+    odd = 'port "a"\\b\nc'
+    text = render({"ports": [{"port": 0, "name": odd, "rx_packets": 3}], "programs": {}, "drops": {"x": 1}})
+    samples = parse_exposition(text)
+    assert sample(samples, "inswitch_port_rx_packets_total", port="0", name='port \\"a\\"\\\\b\\nc') == 3
+    assert sample(samples, "inswitch_drops_total", reason="x") == 1
+
+
 def run_cli(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "inswitch", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

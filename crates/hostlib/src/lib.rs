@@ -1,4 +1,12 @@
 //! hostlib: end-host protocol logic, sans-IO (packets and time in, packets and deadlines
-//! out). The in-network applications add their host sides here: aggregation mappers and
+//! out).
+//!
+//! - [`netstack`]: a minimal IPv4 host (ARP, ICMP echo, UDP) for processes that reach the
+//!   switch without a kernel interface (the rack's UDP-tunnel mode).
+//!
+//! The in-network applications add their host sides here: aggregation mappers and
 //! reducers (DAIET, SwitchAgg), search servers and agent (NetSHa), KV and lock clients and
 //! servers (Hare), tenant adapters and the goalkeeper (INaaS).
+#![forbid(unsafe_code)]
+
+pub mod netstack;

@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::hash::HashAlgo;
-use crate::register::{Cell, Register, RegisterAction, SaluFn, SaluValue};
+use crate::register::{Cell, Register, RegisterAction, SaluBody, SaluFn, SaluValue};
 use crate::table::MatchKind;
 
 /// Ingress or egress: the two threads of the match-action pipeline.
@@ -22,18 +22,36 @@ pub enum Gress {
 /// Where a stateful or table object sits, and its bit in the per-pass access set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ObjRef {
-    pub(crate) id: u16,
-    pub(crate) stage: u8,
-    pub(crate) gress: Gress,
+    /// Its bit in the per-pass access set (`1 << (id % 64)` of word `id / 64`), worked out
+    /// once here rather than on every access.
+    pub(crate) bit: u64,
+    pub(crate) word: u8,
+    /// Gress and stage as one number, `gress << 8 | stage`, so the pass guard checks
+    /// "same gress, not an earlier stage" with two compares (see `pass::Guard`).
+    pub(crate) pos: u16,
 }
 
 impl ObjRef {
+    #[inline]
+    pub(crate) fn new(id: u16, stage: u8, gress: Gress) -> ObjRef {
+        ObjRef { bit: 1u64 << (id & 63), word: ((id >> 6) & 3) as u8, pos: pos(stage, gress) }
+    }
     pub fn stage(&self) -> u8 {
-        self.stage
+        self.pos as u8
     }
     pub fn gress(&self) -> Gress {
-        self.gress
+        if self.pos >> 8 == 0 {
+            Gress::Ingress
+        } else {
+            Gress::Egress
+        }
     }
+}
+
+/// `gress << 8 | stage`: the order in which a pass may reach objects.
+#[inline]
+pub(crate) fn pos(stage: u8, gress: Gress) -> u16 {
+    ((gress as u16) << 8) | stage as u16
 }
 
 /// Most objects (tables, register arrays, hash units, digests) one program may declare:
@@ -272,7 +290,8 @@ pub struct HashUnit {
 /// Handle to a digest.
 #[derive(Clone, Copy, Debug)]
 pub struct Digest {
-    pub(crate) obj: u16,
+    /// Its access bit; the pass supplies the position (a digest goes with any stage).
+    pub(crate) obj: ObjRef,
     pub(crate) idx: u16,
     pub(crate) bytes: u16,
 }
@@ -367,7 +386,7 @@ impl ProgramBuilder {
             self.errors.push(DeclError::Invalid(format!("more than {MAX_OBJECTS} objects in one program")));
         }
         self.next_obj = self.next_obj.saturating_add(1);
-        ObjRef { id: id.min(MAX_OBJECTS as u16 - 1), stage, gress }
+        ObjRef::new(id.min(MAX_OBJECTS as u16 - 1), stage, gress)
     }
 
     fn check_name(&mut self, kind: &'static str, name: &str, taken: bool) {
@@ -454,11 +473,22 @@ impl ProgramBuilder {
         name: &str,
         f: SaluFn<T, I, O>,
     ) -> RegisterAction<T, I, O> {
+        self.register_action_body(reg, name, f)
+    }
+
+    /// A register action whose body is a [`SaluBody`] type, typically zero-sized so the
+    /// compiler can inline it (see [`SaluBody`]).
+    pub fn register_action_body<T: Cell, I: SaluValue, O: SaluValue, B: SaluBody<T, I, O>>(
+        &mut self,
+        reg: Register<T>,
+        name: &str,
+        body: B,
+    ) -> RegisterAction<T, I, O, B> {
         let r = &mut self.decl.registers[reg.idx as usize];
         let taken = r.actions.iter().any(|a| a.name == name);
         r.actions.push(RegisterActionDecl { name: name.to_string(), in_bits: I::BITS, out_bits: O::BITS });
         self.check_name("register action", name, taken);
-        RegisterAction { reg, f }
+        RegisterAction::new(reg, body)
     }
 
     /// A table action with control-plane parameters `(name, bits)`.
@@ -547,7 +577,7 @@ impl ProgramBuilder {
         };
         let bytes = d.bytes() as u16;
         self.decl.digests.push(d);
-        Digest { obj: obj.id, idx: self.decl.digests.len() as u16 - 1, bytes }
+        Digest { obj, idx: self.decl.digests.len() as u16 - 1, bytes }
     }
 
     /// A periodic packet generator injecting `packet` every `period_ns` into ingress.

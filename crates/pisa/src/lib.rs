@@ -34,7 +34,7 @@ pub use packet::{BufPool, PacketBuf, PortId, PORT_CPU, PORT_NONE, PORT_PKTGEN, P
 pub use pass::{Pass, Violation};
 pub use pipe::{Handoff, Pipe, PipeConfig, PortMap};
 pub use program::{Program, ProgramSet};
-pub use register::{Cell, Pair, Register, RegisterAction};
+pub use register::{Cell, Pair, Register, RegisterAction, SaluBody, SaluFn};
 pub use resources::ResourceReport;
 pub use switch::Switch;
 pub use table::{FieldMatch, MatchKind, TableResult};

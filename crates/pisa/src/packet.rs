@@ -168,6 +168,15 @@ impl PacketInner {
     pub fn data_mut(&mut self) -> &mut [u8] {
         &mut self.buf[..self.len]
     }
+    /// The first `n` bytes (`n <= len`, which the pass keeps true for its header region).
+    #[inline(always)]
+    pub(crate) fn head(&self, n: usize) -> &[u8] {
+        &self.buf[..n]
+    }
+    #[inline(always)]
+    pub(crate) fn head_mut(&mut self, n: usize) -> &mut [u8] {
+        &mut self.buf[..n]
+    }
     /// The whole buffer, for receive calls that fill it; follow with [`set_len`](Self::set_len).
     #[inline]
     pub fn raw_mut(&mut self) -> &mut [u8] {

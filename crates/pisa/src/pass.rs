@@ -13,12 +13,14 @@
 //! A violation does not panic: the access has no effect, returns a default value, and the
 //! packet is dropped at the end of the pass and counted by kind.
 
+use std::cell::RefCell;
+
 use serde::Serialize;
 
 use crate::decl::{Digest, DropCode, Gress, HashUnit, ObjRef, Table};
 pub use crate::packet::{PacketMeta, BRIDGED_BYTES};
 use crate::packet::{PacketBuf, PortId, PORT_CPU, PORT_NONE, PORT_RECIRC};
-use crate::register::{Cell, RegisterAction};
+use crate::register::{Cell, RegisterAction, SaluBody};
 use crate::table::{TableResult, TableState};
 
 /// Kinds of hardware-rule violations a program can commit at run time.
@@ -64,16 +66,32 @@ pub struct DigestMsg {
 /// A program's state in one pipe: its register arrays and tables.
 pub struct ProgramState {
     pub(crate) regs: Vec<Box<[u64]>>,
+    /// What a pass only reads, apart from the registers it writes: a pass borrows the two
+    /// halves separately (one pointer each), and table results borrow the read-only half
+    /// for the whole pass.
+    pub(crate) ro: ProgramRo,
+}
+
+/// The read-only (on the packet path) part of a program's state, and its constants.
+pub(crate) struct ProgramRo {
     pub(crate) tables: Vec<TableState>,
     pub(crate) digest_enabled: Vec<bool>,
+    /// Parse depth in bytes.
+    depth: usize,
+    /// Index of the program in its set.
+    program: u8,
 }
 
 impl ProgramState {
-    pub(crate) fn new(decl: &crate::decl::ProgramDecl) -> Self {
+    pub(crate) fn new(decl: &crate::decl::ProgramDecl, program: u8) -> Self {
         ProgramState {
             regs: decl.registers.iter().map(|r| vec![0u64; r.size as usize].into_boxed_slice()).collect(),
-            tables: decl.tables.iter().map(TableState::new).collect(),
-            digest_enabled: vec![false; decl.digests.len()],
+            ro: ProgramRo {
+                tables: decl.tables.iter().map(TableState::new).collect(),
+                digest_enabled: vec![false; decl.digests.len()],
+                depth: decl.parser.depth_bytes as usize,
+                program,
+            },
         }
     }
     pub fn register(&self, idx: usize) -> &[u64] {
@@ -83,91 +101,163 @@ impl ProgramState {
         &mut self.regs[idx]
     }
     pub fn table(&self, idx: usize) -> &TableState {
-        &self.tables[idx]
+        &self.ro.tables[idx]
     }
     pub fn table_mut(&mut self, idx: usize) -> &mut TableState {
-        &mut self.tables[idx]
+        &mut self.ro.tables[idx]
     }
 }
 
+/// What all passes in a pipe share: the time and the digests waiting for the control
+/// plane (one pointer in each pass instead of three fields to fill). Shared, not
+/// exclusive, so that a pass of an application can run while the base program's pass is
+/// held open (see [`Pass::load`]).
+pub(crate) struct PassEnv {
+    pub(crate) now_ns: u64,
+    pub(crate) digests: RefCell<Vec<DigestMsg>>,
+    pub(crate) digest_cap: usize,
+}
+
 /// The per-pass access set and stage cursor.
+///
+/// Positions are `gress << 8 | stage` (see [`ObjRef`]). An access is allowed when the
+/// object's position lies in `pos..end` (same gress, not an earlier stage than the last
+/// object reached) and its bit is clear; that is the whole fast path. The first violation
+/// sets `end` to 0, so every later access fails the same check and lands in the cold
+/// path, which records only the first violation.
 #[derive(Clone, Copy)]
 struct Guard {
-    gress: Gress,
-    stage: u8,
     touched: [u64; 4],
+    pos: u16,
+    end: u16,
     violation: Option<Violation>,
+    /// Position of stage 0 of this pass's gress.
+    start: u16,
 }
 
 impl Guard {
     #[inline(always)]
+    fn new(gress: Gress) -> Guard {
+        Guard::new_at(crate::decl::pos(0, gress))
+    }
+
+    /// As new, for the next pass in the same gress.
+    #[inline(always)]
+    fn reset(&mut self) {
+        *self = Guard::new_at(self.start);
+    }
+
+    #[inline(always)]
+    fn new_at(start: u16) -> Guard {
+        Guard { touched: [0; 4], pos: start, end: start + 256, violation: None, start }
+    }
+
+    #[inline(always)]
     fn enter(&mut self, o: ObjRef) -> bool {
-        if self.violation.is_some() {
-            return false;
-        }
-        let (w, b) = ((o.id >> 6) as usize & 3, o.id & 63);
-        let v = if o.gress != self.gress {
-            Violation::WrongGress
-        } else if o.stage < self.stage {
-            Violation::StageOrder
-        } else if self.touched[w] & (1u64 << b) != 0 {
-            Violation::DoubleAccess
-        } else {
-            self.touched[w] |= 1u64 << b;
-            self.stage = o.stage;
+        let (w, bit) = (o.word as usize & 3, o.bit);
+        if o.pos >= self.pos && o.pos < self.end && self.touched[w] & bit == 0 {
+            self.touched[w] |= bit;
+            self.pos = o.pos;
             return true;
-        };
-        self.violation = Some(v);
+        }
+        // Returning `false` here rather than `reject`'s result lets the compiler see that
+        // nothing after a rejection needs the caller's registers.
+        self.reject(o);
         false
+    }
+
+    /// Why `o` may not be reached (kept out of line: it never runs in a correct program).
+    #[cold]
+    #[inline(never)]
+    fn reject(&mut self, o: ObjRef) {
+        if self.violation.is_none() {
+            let gress_start = self.end.wrapping_sub(256);
+            let v = if o.pos >> 8 != gress_start >> 8 {
+                Violation::WrongGress
+            } else if o.pos < self.pos {
+                Violation::StageOrder
+            } else {
+                Violation::DoubleAccess
+            };
+            self.fail(v);
+        }
+    }
+
+    /// Record `v` unless an earlier violation is recorded; no access succeeds afterwards.
+    #[cold]
+    fn fail(&mut self, v: Violation) {
+        if self.violation.is_none() {
+            self.violation = Some(v);
+            self.end = 0;
+        }
+    }
+
+    /// The stage of the last object reached.
+    #[inline]
+    fn stage(&self) -> u8 {
+        self.pos as u8
     }
 }
 
 /// One packet's pass through one program's control block.
+///
+/// It holds the packet (moved in, a pointer) and little else that changes per packet,
+/// so that a batch loop can keep one pass open on a program and move packets through it
+/// ([`Pass::load`], [`Pass::unload`]) instead of building a pass per packet.
 pub struct Pass<'a> {
-    pkt: &'a mut PacketBuf,
+    pkt: PacketBuf,
     hdr_len: usize,
-    depth: usize,
-    state: &'a mut ProgramState,
+    regs: &'a mut Vec<Box<[u64]>>,
+    ro: &'a ProgramRo,
+    env: &'a PassEnv,
     guard: Guard,
-    now_ns: u64,
-    program: u8,
-    digests: &'a mut Vec<DigestMsg>,
-    digest_cap: usize,
 }
 
 impl<'a> Pass<'a> {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        pkt: &'a mut PacketBuf,
-        depth: usize,
-        state: &'a mut ProgramState,
-        gress: Gress,
-        now_ns: u64,
-        program: u8,
-        digests: &'a mut Vec<DigestMsg>,
-        digest_cap: usize,
-    ) -> Self {
-        let hdr_len = depth.min(pkt.len());
-        Pass { pkt, hdr_len, depth, state, guard: Guard { gress, stage: 0, touched: [0; 4], violation: None }, now_ns, program, digests, digest_cap }
+    #[inline(always)]
+    pub(crate) fn new(pkt: PacketBuf, state: &'a mut ProgramState, gress: Gress, env: &'a PassEnv) -> Self {
+        let ProgramState { regs, ro } = state;
+        let hdr_len = ro.depth.min(pkt.len());
+        Pass { pkt, hdr_len, regs, ro, env, guard: Guard::new(gress) }
     }
 
-    /// The violation committed in this pass, if any.
-    pub(crate) fn violation(&self) -> Option<Violation> {
+    /// Start a new pass (same program, same gress) over `pkt`: the packet is swapped in,
+    /// and the one held so far comes out in `pkt`. A pass starts as if new: header region
+    /// from the parse depth, no object reached, no violation.
+    #[inline(always)]
+    pub(crate) fn load(&mut self, pkt: &mut PacketBuf) {
+        std::mem::swap(&mut self.pkt, pkt);
+        self.hdr_len = self.ro.depth.min(self.pkt.len());
+        self.guard.reset();
+    }
+
+    /// End the pass: the packet is swapped out into `pkt` (and what `pkt` held goes back
+    /// in); returns the violation committed, if any.
+    #[inline(always)]
+    pub(crate) fn unload(&mut self, pkt: &mut PacketBuf) -> Option<Violation> {
+        std::mem::swap(&mut self.pkt, pkt);
         self.guard.violation
     }
+
+    /// End the pass: the packet, and the violation committed, if any.
+    #[inline(always)]
+    pub(crate) fn finish(self) -> (PacketBuf, Option<Violation>) {
+        (self.pkt, self.guard.violation)
+    }
+
 
     // ---- packet bytes -------------------------------------------------------------
 
     /// The header bytes the parser reaches (at most the declared parse depth).
     #[inline]
     pub fn hdr(&self) -> &[u8] {
-        &self.pkt.data()[..self.hdr_len]
+        self.pkt.head(self.hdr_len)
     }
     /// The header bytes, writable: what the deparser emits.
     #[inline]
     pub fn hdr_mut(&mut self) -> &mut [u8] {
         let n = self.hdr_len;
-        &mut self.pkt.data_mut()[..n]
+        self.pkt.head_mut(n)
     }
     /// Whole packet length in bytes (headers and payload).
     #[inline]
@@ -184,8 +274,8 @@ impl<'a> Pass<'a> {
     /// are zero. Fails, as a violation, beyond the parse depth or the buffer.
     pub fn resize_hdr(&mut self, n: usize) -> bool {
         let payload = self.pkt.len() - self.hdr_len;
-        if n > self.depth || n + payload > self.pkt.capacity() {
-            self.guard.violation.get_or_insert(Violation::HeaderTooLarge);
+        if n > self.ro.depth || n + payload > self.pkt.capacity() {
+            self.guard.fail(Violation::HeaderTooLarge);
             return false;
         }
         let old = self.hdr_len;
@@ -216,7 +306,7 @@ impl<'a> Pass<'a> {
     }
     #[inline]
     pub fn now_ns(&self) -> u64 {
-        self.now_ns
+        self.env.now_ns
     }
     /// Recirculations this packet has made.
     #[inline]
@@ -304,36 +394,38 @@ impl<'a> Pass<'a> {
 
     /// Apply a table to a key in its layout. On a rule violation returns a miss with no action.
     #[inline]
-    pub fn apply(&mut self, t: &Table, key: &[u8]) -> TableResult {
+    pub fn apply(&mut self, t: &Table, key: &[u8]) -> TableResult<'a> {
         if !self.guard.enter(t.obj) {
             return TableResult::NONE;
         }
-        self.state.tables[t.idx as usize].lookup(key)
+        let ro: &'a ProgramRo = self.ro;
+        ro.tables[t.idx as usize].lookup(key)
     }
 
     /// Apply a table whose key fits in 8 bytes, given as a big-endian number.
-    #[inline]
-    pub fn apply_u64(&mut self, t: &Table, key: u64) -> TableResult {
+    #[inline(always)]
+    pub fn apply_u64(&mut self, t: &Table, key: u64) -> TableResult<'a> {
         if !self.guard.enter(t.obj) {
             return TableResult::NONE;
         }
-        self.state.tables[t.idx as usize].lookup_u64(key)
+        let ro: &'a ProgramRo = self.ro;
+        ro.tables[t.idx as usize].lookup_u64(key)
     }
 
     /// Run a register action on cell `index` with operand `input`; returns its output.
     #[inline]
-    pub fn execute<T: Cell, I, O: Default>(&mut self, a: &RegisterAction<T, I, O>, index: u32, input: I) -> O {
+    pub fn execute<T: Cell, I, O: Default, B: SaluBody<T, I, O>>(&mut self, a: &RegisterAction<T, I, O, B>, index: u32, input: I) -> O {
         if !self.guard.enter(a.reg.obj) {
             return O::default();
         }
-        match self.state.regs[a.reg.idx as usize].get_mut(index as usize) {
+        match self.regs[a.reg.idx as usize].get_mut(index as usize) {
             Some(slot) => {
-                let (c, out) = (a.f)(T::from_bits(*slot), input);
+                let (c, out) = a.body.run(T::from_bits(*slot), input);
                 *slot = c.to_bits();
                 out
             }
             None => {
-                self.guard.violation = Some(Violation::IndexOutOfRange);
+                self.guard.fail(Violation::IndexOutOfRange);
                 O::default()
             }
         }
@@ -351,17 +443,18 @@ impl<'a> Pass<'a> {
     /// Send a digest to the control plane (if the control plane enabled it). `data` is the
     /// digest's fields packed as declared; it is cut or zero-padded to the declared size.
     pub fn digest(&mut self, d: &Digest, data: &[u8]) {
-        let o = ObjRef { id: d.obj, stage: self.guard.stage, gress: Gress::Ingress };
+        let o = ObjRef { pos: crate::decl::pos(self.guard.stage(), Gress::Ingress), ..d.obj };
         if !self.guard.enter(o) {
             return;
         }
-        if !self.state.digest_enabled.get(d.idx as usize).copied().unwrap_or(false) || self.digests.len() >= self.digest_cap {
+        let mut digests = self.env.digests.borrow_mut();
+        if !self.ro.digest_enabled.get(d.idx as usize).copied().unwrap_or(false) || digests.len() >= self.env.digest_cap {
             return;
         }
         let mut v = vec![0u8; d.bytes as usize];
         let n = data.len().min(v.len());
         v[..n].copy_from_slice(&data[..n]);
-        self.digests.push(DigestMsg { program: self.program, digest: d.idx, data: v.into_boxed_slice() });
+        digests.push(DigestMsg { program: self.ro.program, digest: d.idx, data: v.into_boxed_slice() });
     }
 }
 
@@ -370,24 +463,24 @@ mod tests {
     use super::*;
 
     fn obj(id: u16, stage: u8, gress: Gress) -> ObjRef {
-        ObjRef { id, stage, gress }
+        ObjRef::new(id, stage, gress)
     }
 
     #[test]
     fn guard_enforces_order_and_single_access() {
-        let mut g = Guard { gress: Gress::Ingress, stage: 0, touched: [0; 4], violation: None };
+        let mut g = Guard::new(Gress::Ingress);
         assert!(g.enter(obj(0, 0, Gress::Ingress)));
         assert!(g.enter(obj(1, 0, Gress::Ingress)), "two objects in one stage are fine");
         assert!(g.enter(obj(2, 3, Gress::Ingress)));
         assert!(!g.enter(obj(3, 1, Gress::Ingress)));
         assert_eq!(g.violation, Some(Violation::StageOrder));
 
-        let mut g = Guard { gress: Gress::Ingress, stage: 0, touched: [0; 4], violation: None };
+        let mut g = Guard::new(Gress::Ingress);
         assert!(g.enter(obj(200, 2, Gress::Ingress)));
         assert!(!g.enter(obj(200, 2, Gress::Ingress)));
         assert_eq!(g.violation, Some(Violation::DoubleAccess));
 
-        let mut g = Guard { gress: Gress::Egress, stage: 0, touched: [0; 4], violation: None };
+        let mut g = Guard::new(Gress::Egress);
         assert!(!g.enter(obj(0, 0, Gress::Ingress)));
         assert_eq!(g.violation, Some(Violation::WrongGress));
     }

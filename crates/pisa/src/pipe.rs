@@ -11,6 +11,7 @@
 //! pipe of its egress port. Ingress output goes into a [`Handoff`] with one vector per
 //! destination pipe; the driver passes each vector to that pipe's [`Pipe::enqueue`].
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -19,8 +20,8 @@ use crate::counters::Counters;
 use crate::decl::{DropCode, Gress};
 use crate::packet::{BufPool, PacketBuf, PortId, PORT_CPU, PORT_NONE, PORT_PKTGEN, PORT_RECIRC};
 use crate::packet::PacketMeta;
-use crate::pass::{DigestMsg, Pass, ProgramState};
-use crate::program::{id_prefix, ProgramSet};
+use crate::pass::{DigestMsg, Pass, PassEnv, ProgramState, Violation};
+use crate::program::{id_prefix, Program, ProgramSet};
 use crate::table::params_from_bytes;
 use crate::tm::{PortQueue, Pre};
 
@@ -118,26 +119,56 @@ struct PktGen {
     packet: Vec<u8>,
 }
 
+/// One program as the packet path sees it: the program and its state in this pipe side
+/// by side, so a pass indexes one vector once and does not go through the program set's
+/// `Arc` for them.
+struct ProgSlot {
+    program: Arc<dyn Program>,
+    state: ProgramState,
+}
+
 /// One pipe of the switch.
 pub struct Pipe {
     id: u8,
     set: Arc<ProgramSet>,
-    states: Vec<ProgramState>,
+    progs: Vec<ProgSlot>,
+    /// The base program (copied from the set for the packet path).
+    base: Option<u8>,
+    /// Whether any program has classification rules (if not, the parser has nothing to do).
+    classifies: bool,
+    /// Time and digests, shared by all passes.
+    env: PassEnv,
+    pktgens: Vec<PktGen>,
+    /// What the long-lived pass of a batch loop holds between two packets (see
+    /// [`Pass::load`]); a zero-capacity buffer, never sent.
+    spare: Option<PacketBuf>,
+    tm: Tm,
+}
+
+/// The traffic manager and what it needs: replication engine, queues, the recirculation
+/// and CPU ports, buffers and counters. Apart from the passes, so that a batch loop can
+/// keep a pass open on a program's state while it hands packets to the traffic manager.
+struct Tm {
+    id: u8,
     pre: Pre,
     map: PortMap,
     cfg: PipeConfig,
     queues: Vec<PortQueue>,
     recirc: VecDeque<PacketBuf>,
     cpu: VecDeque<PacketIn>,
-    digests: Vec<DigestMsg>,
-    pktgens: Vec<PktGen>,
     pool: BufPool,
     counters: Counters,
 }
 
 impl Pipe {
     pub fn new(id: u8, set: Arc<ProgramSet>, map: PortMap, cfg: PipeConfig) -> Pipe {
-        let states = set.programs().iter().map(|p| ProgramState::new(p.decl())).collect();
+        let progs = set
+            .programs()
+            .iter()
+            .enumerate()
+            .map(|(i, p)| ProgSlot { program: p.clone(), state: ProgramState::new(p.decl(), i as u8) })
+            .collect();
+        let classifies = set.programs().iter().any(|p| !p.decl().classify.is_empty());
         let pktgens = set
             .programs()
             .iter()
@@ -147,17 +178,23 @@ impl Pipe {
         let n = map.num_ports() as usize;
         Pipe {
             id,
-            counters: Counters::new(n, set.len()),
-            states,
-            pre: Pre::default(),
-            queues: (0..n).map(|_| PortQueue::new()).collect(),
-            recirc: VecDeque::new(),
-            cpu: VecDeque::new(),
-            digests: Vec::new(),
+            progs,
+            base: set.base(),
+            classifies,
+            env: PassEnv { now_ns: 0, digests: RefCell::new(Vec::new()), digest_cap: cfg.digest_capacity },
             pktgens,
-            pool: BufPool::new(cfg.buf_capacity, 0),
-            map,
-            cfg,
+            spare: Some(PacketBuf::with_capacity(0)),
+            tm: Tm {
+                id,
+                counters: Counters::new(n, set.len()),
+                pre: Pre::default(),
+                queues: (0..n).map(|_| PortQueue::new()).collect(),
+                recirc: VecDeque::new(),
+                cpu: VecDeque::new(),
+                pool: BufPool::new(cfg.buf_capacity, 0),
+                map,
+                cfg,
+            },
             set,
         }
     }
@@ -169,34 +206,34 @@ impl Pipe {
         &self.set
     }
     pub fn port_map(&self) -> &PortMap {
-        &self.map
+        &self.tm.map
     }
     pub fn counters(&self) -> &Counters {
-        &self.counters
+        &self.tm.counters
     }
     pub fn pool(&mut self) -> &mut BufPool {
-        &mut self.pool
+        &mut self.tm.pool
     }
     pub fn state(&self, program: usize) -> &ProgramState {
-        &self.states[program]
+        &self.progs[program].state
     }
     pub fn state_mut(&mut self, program: usize) -> &mut ProgramState {
-        &mut self.states[program]
+        &mut self.progs[program].state
     }
     pub fn config(&self) -> &PipeConfig {
-        &self.cfg
+        &self.tm.cfg
     }
 
     /// Packets waiting in this pipe's queues (egress, recirculation).
     pub fn pending(&self) -> usize {
-        self.recirc.len() + self.map.ports_of(self.id).iter().map(|&p| self.queues[p as usize].q.len()).sum::<usize>()
+        self.tm.recirc.len() + self.tm.map.ports_of(self.id).iter().map(|&p| self.tm.queues[p as usize].q.len()).sum::<usize>()
     }
 
     /// When the pipe next has work without new input (packet generator, shaped queue).
     pub fn next_deadline(&self) -> Option<u64> {
         let g = self.pktgens.iter().filter(|g| g.period_ns > 0).filter_map(|g| g.next_ns).min();
-        let q = if self.cfg.port_rate_bps.is_some() {
-            self.queues.iter().filter(|q| !q.q.is_empty()).map(|q| q.next_free_ns()).min()
+        let q = if self.tm.cfg.port_rate_bps.is_some() {
+            self.tm.queues.iter().filter(|q| !q.q.is_empty()).map(|q| q.next_free_ns()).min()
         } else {
             None
         };
@@ -211,29 +248,36 @@ impl Pipe {
     /// Run ingress on received packets (draining `rx`), on packets due to recirculate and
     /// on generated packets; results go to this pipe's queues or to `out` by destination pipe.
     pub fn ingress(&mut self, rx: &mut Vec<PacketBuf>, now: u64, out: &mut Handoff) {
-        self.counters.batches += 1;
+        self.env.now_ns = now;
+        self.tm.counters.batches += 1;
         if !self.pktgens.is_empty() {
             self.run_pktgens(now, out);
         }
-        let n = self.recirc.len().min(self.cfg.recirc_per_batch);
+        let n = self.tm.recirc.len().min(self.tm.cfg.recirc_per_batch);
+        if n == 0 && rx.is_empty() {
+            return;
+        }
+        let Pipe { progs, env, tm, set, base, classifies, spare, .. } = self;
+        let mut passes = Passes::open(progs, *base, Gress::Ingress, env, spare);
         for _ in 0..n {
-            let Some(mut pkt) = self.recirc.pop_front() else { break };
+            let Some(mut pkt) = tm.recirc.pop_front() else { break };
             // A new pass: the intrinsic metadata starts over except what a recirculated
             // packet carries (its count and bridged bytes).
             let m = pkt.meta;
             pkt.meta = PacketMeta { recirculations: m.recirculations.saturating_add(1), bridged: m.bridged, ..PacketMeta::new(PORT_RECIRC) };
-            self.counters.recirculations += 1;
-            self.ingress_one(pkt, now, out);
+            tm.counters.recirculations += 1;
+            ingress_packet(&mut passes, tm, set, *classifies, pkt, out);
         }
         for mut pkt in rx.drain(..) {
             let port = pkt.port;
-            if let Some(c) = self.counters.ports.get_mut(port as usize) {
+            if let Some(c) = tm.counters.ports.get_mut(port as usize) {
                 c.rx_packets += 1;
                 c.rx_bytes += pkt.len() as u64;
             }
             pkt.meta = PacketMeta::new(port);
-            self.ingress_one(pkt, now, out);
+            ingress_packet(&mut passes, tm, set, *classifies, pkt, out);
         }
+        passes.close(&mut tm.counters, spare);
     }
 
     fn run_pktgens(&mut self, now: u64, out: &mut Handoff) {
@@ -248,63 +292,404 @@ impl Pipe {
             }
             // One packet per period; if the driver fell behind, do not burst to catch up.
             g.next_ns = Some(if now - next >= g.period_ns { now + g.period_ns } else { next + g.period_ns });
-            let mut pkt = self.pool.get();
+            let mut pkt = self.tm.pool.get();
             if !pkt.copy_from(&self.pktgens[i].packet) {
-                self.pool.put(pkt);
+                self.tm.pool.put(pkt);
                 continue;
             }
             pkt.port = PORT_PKTGEN;
             pkt.ts_ns = now;
             pkt.meta = PacketMeta::new(PORT_PKTGEN);
-            self.counters.pktgen_packets += 1;
-            self.ingress_one(pkt, now, out);
+            self.tm.counters.pktgen_packets += 1;
+            self.ingress_one(pkt, out);
         }
     }
 
-    fn ingress_one(&mut self, mut pkt: PacketBuf, now: u64, out: &mut Handoff) {
-        let owner = self.set.classify(pkt.data());
-        pkt.meta.owner = owner.unwrap_or(0xFF);
-        let base = self.set.base();
-        // The base program first, then the owning application (if another program).
-        let mut blame = match base {
-            Some(b) => self.run_pass(&mut pkt, b, Gress::Ingress, now),
-            None => None,
-        };
-        if let Some(o) = owner {
-            if Some(o) != base && pkt.meta.drop != Some(DropCode::VIOLATION) {
-                blame = self.run_pass(&mut pkt, o, Gress::Ingress, now).or(blame);
+    /// Ingress of a single packet (generated, or a PacketOut).
+    fn ingress_one(&mut self, pkt: PacketBuf, out: &mut Handoff) {
+        let Pipe { progs, env, tm, set, base, classifies, spare, .. } = self;
+        let mut passes = Passes::open(progs, *base, Gress::Ingress, env, spare);
+        ingress_packet(&mut passes, tm, set, *classifies, pkt, out);
+        passes.close(&mut tm.counters, spare);
+    }
+
+    // ---- traffic manager ------------------------------------------------------------------
+
+    /// Put packets from any pipe's ingress into this pipe's egress queues.
+    pub fn enqueue(&mut self, items: &mut Vec<PacketBuf>) {
+        for it in items.drain(..) {
+            self.tm.enqueue_one(it);
+        }
+    }
+
+    // ---- egress ---------------------------------------------------------------------------
+
+    /// Dequeue from this pipe's ports and run egress; frames to send go to `tx[port]`,
+    /// egress clones to `out`.
+    pub fn egress(&mut self, now: u64, tx: &mut [Vec<PacketBuf>], out: &mut Handoff) {
+        self.env.now_ns = now;
+        let Pipe { progs, env, tm, base, spare, .. } = self;
+        let shaped = tm.cfg.port_rate_bps.is_some();
+        let mut passes = Passes::open(progs, *base, Gress::Egress, env, spare);
+        for port in 0..tm.queues.len() {
+            if tm.queues[port].q.is_empty() || tm.map.pipe_of(port as PortId) != Some(tm.id) {
+                continue;
             }
-        } else if base.is_none() {
-            pkt.meta.drop = Some(DropCode::NO_PROGRAM);
+            let txq = &mut tx[port];
+            // Sent-frame counters are added once per port, not per packet.
+            let (mut tx_packets, mut tx_bytes) = (0u64, 0u64);
+            for _ in 0..tm.cfg.egress_budget {
+                let q = &mut tm.queues[port];
+                // Without shaping every head packet may leave: skip the shaper's look at it.
+                if shaped {
+                    let Some(head) = q.q.front() else { break };
+                    if !q.admit(now, tm.cfg.port_rate_bps, head.len()) {
+                        break;
+                    }
+                }
+                // Re-read each time: an egress clone may have joined this very queue.
+                let Some(pkt) = q.q.pop_front() else { break };
+                let Some(mut pkt) = egress_packet(&mut passes, tm, pkt, out) else { continue };
+                let t = pkt.meta.truncate_len as usize;
+                if t > 0 && pkt.len() > t {
+                    pkt.set_len(t);
+                }
+                tx_packets += 1;
+                tx_bytes += pkt.len() as u64;
+                pkt.port = port as PortId;
+                txq.push(pkt);
+            }
+            let c = &mut tm.counters.ports[port];
+            c.tx_packets += tx_packets;
+            c.tx_bytes += tx_bytes;
         }
-        let recirc_limit = self.set.recirc_limit(owner.or(base).unwrap_or(0) as usize);
-        self.dispose_ingress(pkt, blame, recirc_limit, out);
+        passes.close(&mut tm.counters, spare);
     }
 
-    /// One program's pass over a packet; returns the program's index if its pass decided
-    /// to drop the packet (a violation drops it too, and is counted by kind).
-    #[inline]
-    fn run_pass(&mut self, pkt: &mut PacketBuf, prog: u8, gress: Gress, now: u64) -> Option<u8> {
-        let i = prog as usize;
-        let set = &*self.set;
-        let mut pass = Pass::new(pkt, set.parse_depth(i), &mut self.states[i], gress, now, prog, &mut self.digests, self.cfg.digest_capacity);
-        match gress {
-            Gress::Ingress => set.program(i).ingress(&mut pass),
-            Gress::Egress => set.program(i).egress(&mut pass),
+    // ---- controller packets -------------------------------------------------------------------
+
+    /// A PacketOut: with an egress port it goes straight to that port's queue (bypassing
+    /// ingress, as the usual packet-out header does); without one it enters ingress from
+    /// the CPU port.
+    pub fn packet_out(&mut self, bytes: &[u8], egress: Option<PortId>, now: u64, out: &mut Handoff) -> Result<(), ControlError> {
+        self.env.now_ns = now;
+        let mut pkt = self.tm.pool.get();
+        if !pkt.copy_from(bytes) {
+            self.tm.pool.put(pkt);
+            return Err(ControlError::InvalidArgument(format!("packet of {} bytes exceeds the buffer size {}", bytes.len(), self.tm.cfg.buf_capacity)));
         }
-        let v = pass.violation();
-        let c = &mut self.counters.programs[i];
-        match gress {
+        pkt.port = PORT_CPU;
+        pkt.ts_ns = now;
+        pkt.meta = PacketMeta::new(PORT_CPU);
+        self.tm.counters.packet_out += 1;
+        match egress {
+            Some(p) => {
+                if self.tm.map.pipe_of(p).is_none() {
+                    self.tm.pool.put(pkt);
+                    return Err(ControlError::InvalidArgument(format!("no port {p}")));
+                }
+                pkt.meta.egress_port = p;
+                self.tm.route(pkt, Some(0), out);
+            }
+            None => self.ingress_one(pkt, out),
+        }
+        Ok(())
+    }
+
+    /// Move PacketIn messages out (oldest first).
+    pub fn take_packet_ins(&mut self, out: &mut Vec<PacketIn>) {
+        out.extend(self.tm.cpu.drain(..));
+    }
+
+    /// Move digests out (oldest first).
+    pub fn take_digests(&mut self, out: &mut Vec<DigestMsg>) {
+        let d = self.env.digests.get_mut();
+        self.tm.counters.digests += d.len() as u64;
+        out.append(d);
+    }
+
+    /// Return a buffer to this pipe's pool (after transmission).
+    pub fn recycle(&mut self, pkt: PacketBuf) {
+        self.tm.pool.put(pkt);
+    }
+
+    // ---- control plane -----------------------------------------------------------------------
+
+    /// Apply a control-plane operation.
+    pub fn control(&mut self, op: &ControlOp) -> Result<ControlReply, ControlError> {
+        let set = self.set.clone();
+        let table = |id: u32| set.resolve(id, id_prefix::TABLE).ok_or_else(|| ControlError::NotFound(format!("no table with id {id:#x}")));
+        let action_of = |prog: u8, table_idx: usize, id: u32| -> Result<u16, ControlError> {
+            let a = set.resolve(id, id_prefix::ACTION).filter(|a| a.program == prog).ok_or_else(|| ControlError::NotFound(format!("no action with id {id:#x} in this program")))?;
+            let t = &set.decl(prog as usize).tables[table_idx];
+            if !t.actions.contains(&a.index) {
+                return Err(ControlError::InvalidArgument(format!("action {} is not an action of table {}", set.decl(prog as usize).actions[a.index as usize].name, t.name)));
+            }
+            Ok(a.index)
+        };
+        match op {
+            ControlOp::TableWrite { table_id, op, matches, priority, action_id, params } => {
+                let t = table(*table_id)?;
+                let st = &mut self.progs[t.program as usize].state.ro.tables[t.index as usize];
+                let (key, mask) = st.normalize(matches)?;
+                match op {
+                    WriteOp::Delete => st.delete(&key, &mask, *priority)?,
+                    WriteOp::Insert | WriteOp::Modify => {
+                        let a = action_of(t.program, t.index as usize, *action_id)?;
+                        let p = params_from_bytes(&set.decl(t.program as usize).actions[a as usize], params)?;
+                        self.progs[t.program as usize].state.ro.tables[t.index as usize].write(key, mask, *priority, crate::decl::ActionId(a), &p, *op == WriteOp::Modify)?;
+                    }
+                }
+                Ok(ControlReply::Done)
+            }
+            ControlOp::TableSetDefault { table_id, action_id, params } => {
+                let t = table(*table_id)?;
+                let a = action_of(t.program, t.index as usize, *action_id)?;
+                let p = params_from_bytes(&set.decl(t.program as usize).actions[a as usize], params)?;
+                self.progs[t.program as usize].state.ro.tables[t.index as usize].set_default(crate::decl::ActionId(a), &p)?;
+                Ok(ControlReply::Done)
+            }
+            ControlOp::TableResetDefault { table_id } => {
+                let t = table(*table_id)?;
+                self.progs[t.program as usize].state.ro.tables[t.index as usize].reset_default();
+                Ok(ControlReply::Done)
+            }
+            ControlOp::TableClear { table_id } => {
+                let t = table(*table_id)?;
+                self.progs[t.program as usize].state.ro.tables[t.index as usize].clear();
+                Ok(ControlReply::Done)
+            }
+            ControlOp::TableRead { table_id } => {
+                let t = table(*table_id)?;
+                let decl = set.decl(t.program as usize);
+                let st = &self.progs[t.program as usize].state.ro.tables[t.index as usize];
+                let entries = st.entries(|a| decl.actions.get(a.0 as usize).map_or(0, |a| a.params.len()));
+                let (da, dp) = st.default_action();
+                let np = decl.actions.get(da.0 as usize).map_or(0, |a| a.params.len());
+                Ok(ControlReply::TableEntries { entries, default_action: da.0, default_params: dp[..np].to_vec() })
+            }
+            ControlOp::RegisterRead { register_id, index } => {
+                let r = set.resolve(*register_id, id_prefix::REGISTER).ok_or_else(|| ControlError::NotFound(format!("no register with id {register_id:#x}")))?;
+                let cells = &self.progs[r.program as usize].state.regs[r.index as usize];
+                match index {
+                    Some(i) => {
+                        let v = cells.get(*i as usize).ok_or_else(|| ControlError::OutOfRange(format!("index {i} >= size {}", cells.len())))?;
+                        Ok(ControlReply::RegisterCells(vec![(*i, *v)]))
+                    }
+                    None => Ok(ControlReply::RegisterCells(cells.iter().enumerate().map(|(i, v)| (i as u32, *v)).collect())),
+                }
+            }
+            ControlOp::RegisterWrite { register_id, index, value } => {
+                let r = set.resolve(*register_id, id_prefix::REGISTER).ok_or_else(|| ControlError::NotFound(format!("no register with id {register_id:#x}")))?;
+                let bits = set.decl(r.program as usize).registers[r.index as usize].cell_bits;
+                if bits < 64 && *value >> bits != 0 {
+                    return Err(ControlError::InvalidArgument(format!("value {value:#x} does not fit in a {bits}-bit cell")));
+                }
+                let cells = &mut self.progs[r.program as usize].state.regs[r.index as usize];
+                match index {
+                    Some(i) => {
+                        let n = cells.len();
+                        *cells.get_mut(*i as usize).ok_or_else(|| ControlError::OutOfRange(format!("index {i} >= size {n}")))? = *value;
+                    }
+                    None => cells.fill(*value),
+                }
+                Ok(ControlReply::Done)
+            }
+            ControlOp::McastGroupWrite { op, group, replicas } => {
+                self.check_replicas(replicas)?;
+                self.tm.pre.write_group(*op, *group, replicas.clone())?;
+                Ok(ControlReply::Done)
+            }
+            ControlOp::McastGroupRead { group } => {
+                let v: Vec<_> = self.tm.pre.groups().filter(|(g, _)| group.is_none_or(|x| x == *g)).map(|(g, r)| (g, r.clone())).collect();
+                if group.is_some() && v.is_empty() {
+                    return Err(ControlError::NotFound(format!("multicast group {}", group.unwrap_or(0))));
+                }
+                Ok(ControlReply::McastGroups(v))
+            }
+            ControlOp::CloneSessionWrite { op, session, session_cfg } => {
+                self.check_replicas(&session_cfg.replicas)?;
+                self.tm.pre.write_session(*op, *session, session_cfg.clone())?;
+                Ok(ControlReply::Done)
+            }
+            ControlOp::CloneSessionRead { session } => {
+                let v: Vec<_> = self.tm.pre.sessions().filter(|(s, _)| session.is_none_or(|x| x == *s)).map(|(s, c)| (s, c.clone())).collect();
+                if session.is_some() && v.is_empty() {
+                    return Err(ControlError::NotFound(format!("clone session {}", session.unwrap_or(0))));
+                }
+                Ok(ControlReply::CloneSessions(v))
+            }
+            ControlOp::DigestConfig { digest_id, enabled } => {
+                let d = set.resolve(*digest_id, id_prefix::DIGEST).ok_or_else(|| ControlError::NotFound(format!("no digest with id {digest_id:#x}")))?;
+                self.progs[d.program as usize].state.ro.digest_enabled[d.index as usize] = *enabled;
+                Ok(ControlReply::Done)
+            }
+            ControlOp::PktGenConfig { program, name, period_ns } => {
+                let pi = set.index_of(program).ok_or_else(|| ControlError::NotFound(format!("no program {program}")))?;
+                let g = self.pktgens.iter_mut().find(|g| g.program == pi && g.name == *name).ok_or_else(|| ControlError::NotFound(format!("no packet generator {program}.{name}")))?;
+                g.period_ns = *period_ns;
+                g.next_ns = None;
+                Ok(ControlReply::Done)
+            }
+        }
+    }
+
+    fn check_replicas(&self, replicas: &[Replica]) -> Result<(), ControlError> {
+        for r in replicas {
+            if r.port != PORT_RECIRC && r.port != PORT_CPU && self.tm.map.pipe_of(r.port).is_none() {
+                return Err(ControlError::InvalidArgument(format!("replica port {} does not exist", r.port)));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The passes of a batch loop. The base program runs on every packet, so its pass stays
+/// open for the whole loop and packets are moved through it (see [`Pass::load`]): per
+/// packet that is a pointer swap and a fresh guard instead of building a pass, and the
+/// program's trait object is looked up once. Another program's pass (an application
+/// owning the packet) is opened per packet on its own state, beside the open one.
+struct Passes<'a> {
+    gress: Gress,
+    open: Option<(Pass<'a>, &'a dyn Program, u8)>,
+    /// Passes run through the open pass, added to its program's counters on close.
+    count: u64,
+    /// The other programs: those before the base program, and those after it.
+    before: &'a mut [ProgSlot],
+    after: &'a mut [ProgSlot],
+    env: &'a PassEnv,
+}
+
+impl<'a> Passes<'a> {
+    /// `spare` is what the open pass holds between packets; `close` gives it back.
+    fn open(progs: &'a mut [ProgSlot], base: Option<u8>, gress: Gress, env: &'a PassEnv, spare: &mut Option<PacketBuf>) -> Self {
+        let split = base.map_or(0, |b| b as usize).min(progs.len());
+        let (before, rest) = progs.split_at_mut(split);
+        match base {
+            Some(b) if !rest.is_empty() => {
+                let (slot, after) = rest.split_at_mut(1);
+                let slot = &mut slot[0];
+                let held = spare.take().unwrap_or_else(|| PacketBuf::with_capacity(0));
+                let pass = Pass::new(held, &mut slot.state, gress, env);
+                Passes { gress, open: Some((pass, &*slot.program, b)), count: 0, before, after, env }
+            }
+            _ => Passes { gress, open: None, count: 0, before, after: rest, env },
+        }
+    }
+
+    /// The base program's pass over `pkt`; the program's index if it dropped the packet.
+    #[inline(always)]
+    fn base(&mut self, pkt: &mut PacketBuf, counters: &mut Counters) -> Option<u8> {
+        let (pass, program, b) = self.open.as_mut()?;
+        pass.load(pkt);
+        match self.gress {
+            Gress::Ingress => program.ingress(pass),
+            Gress::Egress => program.egress(pass),
+        }
+        let v = pass.unload(pkt);
+        self.count += 1;
+        judge(pkt, *b, v, counters)
+    }
+
+    fn base_id(&self) -> Option<u8> {
+        self.open.as_ref().map(|o| o.2)
+    }
+
+    /// Program `prog`'s pass (not the base program) over `pkt`, opened and closed here.
+    fn other(&mut self, pkt: PacketBuf, prog: u8, counters: &mut Counters) -> (PacketBuf, Option<u8>) {
+        let i = prog as usize;
+        let slot = if i < self.before.len() { &mut self.before[i] } else { &mut self.after[i - self.before.len() - usize::from(self.open.is_some())] };
+        let mut pass = Pass::new(pkt, &mut slot.state, self.gress, self.env);
+        match self.gress {
+            Gress::Ingress => slot.program.ingress(&mut pass),
+            Gress::Egress => slot.program.egress(&mut pass),
+        }
+        let (mut pkt, v) = pass.finish();
+        let c = &mut counters.programs[i];
+        match self.gress {
             Gress::Ingress => c.ingress_passes += 1,
             Gress::Egress => c.egress_passes += 1,
         }
-        if let Some(v) = v {
-            c.violations[v.index()] += 1;
-            pkt.meta.drop = Some(DropCode::VIOLATION);
-        }
-        pkt.meta.drop.map(|_| prog)
+        let blame = judge(&mut pkt, prog, v, counters);
+        (pkt, blame)
     }
 
+    /// Count the open pass's passes and put its held packet back into `spare`.
+    fn close(self, counters: &mut Counters, spare: &mut Option<PacketBuf>) {
+        if let Some((pass, _, b)) = self.open {
+            let c = &mut counters.programs[b as usize];
+            match self.gress {
+                Gress::Ingress => c.ingress_passes += self.count,
+                Gress::Egress => c.egress_passes += self.count,
+            }
+            *spare = Some(pass.finish().0);
+        }
+    }
+}
+
+/// After program `prog`'s pass: count its violation, if any (the packet is then dropped),
+/// and return `prog` if the packet is now to be dropped (who to blame for the drop).
+#[inline(always)]
+fn judge(pkt: &mut PacketBuf, prog: u8, v: Option<Violation>, counters: &mut Counters) -> Option<u8> {
+    if let Some(v) = v {
+        counters.programs[prog as usize].violations[v.index()] += 1;
+        pkt.meta.drop = Some(DropCode::VIOLATION);
+    }
+    pkt.meta.drop.map(|_| prog)
+}
+
+/// Ingress of one packet: the base program, then the owning application (if another
+/// program), then the traffic manager.
+#[inline(always)]
+fn ingress_packet(passes: &mut Passes<'_>, tm: &mut Tm, set: &ProgramSet, classifies: bool, mut pkt: PacketBuf, out: &mut Handoff) {
+    let owner = if classifies { set.classify(pkt.data()) } else { None };
+    pkt.meta.owner = owner.unwrap_or(0xFF);
+    let base = passes.base_id();
+    let mut blame = passes.base(&mut pkt, &mut tm.counters);
+    if let Some(o) = owner {
+        if Some(o) != base && pkt.meta.drop != Some(DropCode::VIOLATION) {
+            let (p, b) = passes.other(pkt, o, &mut tm.counters);
+            pkt = p;
+            blame = b.or(blame);
+        }
+    } else if base.is_none() {
+        pkt.meta.drop = Some(DropCode::NO_PROGRAM);
+    }
+    // The common case, unicast to a port of this pipe with no mirror, decided here;
+    // `dispose_ingress` makes the same decision for it, only later.
+    let m = &pkt.meta;
+    if m.clone_session == 0 && m.drop.is_none() && m.mcast_grp == 0 && m.egress_port < PORT_CPU && tm.map.pipe_of(m.egress_port) == Some(tm.id) {
+        tm.enqueue_one(pkt);
+        return;
+    }
+    let recirc_limit = set.recirc_limit(owner.or(base).unwrap_or(0) as usize);
+    tm.dispose_ingress(pkt, blame, recirc_limit, out);
+}
+
+/// Egress passes of one packet (base program, then its owner) and its egress clone; the
+/// packet to send, or None if it was dropped (counted and recycled here).
+#[inline(always)]
+fn egress_packet(passes: &mut Passes<'_>, tm: &mut Tm, mut pkt: PacketBuf, out: &mut Handoff) -> Option<PacketBuf> {
+    let owner = pkt.meta.owner;
+    let mut blame = passes.base(&mut pkt, &mut tm.counters);
+    if owner != 0xFF && Some(owner) != passes.base_id() && pkt.meta.drop != Some(DropCode::VIOLATION) {
+        let (p, b) = passes.other(pkt, owner, &mut tm.counters);
+        pkt = p;
+        blame = b.or(blame);
+    }
+    if pkt.meta.e2e_clone_session != 0 && pkt.meta.drop != Some(DropCode::VIOLATION) {
+        let s = pkt.meta.e2e_clone_session;
+        tm.clone_to_session(&pkt, s, out);
+    }
+    if let Some(code) = pkt.meta.drop {
+        tm.count_drop(code, blame);
+        tm.pool.put(pkt);
+        return None;
+    }
+    Some(pkt)
+}
+
+impl Tm {
     fn count_drop(&mut self, code: DropCode, blame: Option<u8>) {
         self.counters.drops[code.0 as usize] += 1;
         if let Some(p) = blame {
@@ -314,6 +699,7 @@ impl Pipe {
         }
     }
 
+    #[inline(never)]
     fn dispose_ingress(&mut self, pkt: PacketBuf, blame: Option<u8>, recirc_limit: Option<u32>, out: &mut Handoff) {
         let meta = &pkt.meta;
         // Mirroring is independent of the drop decision, as on Tofino.
@@ -433,16 +819,7 @@ impl Pipe {
         }
     }
 
-    // ---- traffic manager ------------------------------------------------------------------
-
-    /// Put packets from any pipe's ingress into this pipe's egress queues.
-    pub fn enqueue(&mut self, items: &mut Vec<PacketBuf>) {
-        for it in items.drain(..) {
-            self.enqueue_one(it);
-        }
-    }
-
-    #[inline]
+    #[inline(always)]
     fn enqueue_one(&mut self, pkt: PacketBuf) {
         let port = pkt.meta.egress_port as usize;
         let q = &mut self.queues[port];
@@ -458,228 +835,6 @@ impl Pipe {
         if d > c.queue_depth_max {
             c.queue_depth_max = d;
         }
-    }
-
-    // ---- egress ---------------------------------------------------------------------------
-
-    /// Dequeue from this pipe's ports and run egress; frames to send go to `tx[port]`,
-    /// egress clones to `out`.
-    pub fn egress(&mut self, now: u64, tx: &mut [Vec<PacketBuf>], out: &mut Handoff) {
-        let base = self.set.base();
-        for port in 0..self.queues.len() {
-            if self.queues[port].q.is_empty() || self.map.pipe_of(port as PortId) != Some(self.id) {
-                continue;
-            }
-            for _ in 0..self.cfg.egress_budget {
-                let q = &mut self.queues[port];
-                let Some(head) = q.q.front() else { break };
-                if !q.admit(now, self.cfg.port_rate_bps, head.len()) {
-                    break;
-                }
-                let mut pkt = q.q.pop_front().expect("front exists");
-                let owner = pkt.meta.owner;
-                let mut blame = match base {
-                    Some(b) => self.run_pass(&mut pkt, b, Gress::Egress, now),
-                    None => None,
-                };
-                if owner != 0xFF && Some(owner) != base && pkt.meta.drop != Some(DropCode::VIOLATION) {
-                    blame = self.run_pass(&mut pkt, owner, Gress::Egress, now).or(blame);
-                }
-                if pkt.meta.e2e_clone_session != 0 && pkt.meta.drop != Some(DropCode::VIOLATION) {
-                    let s = pkt.meta.e2e_clone_session;
-                    self.clone_to_session(&pkt, s, out);
-                }
-                if let Some(code) = pkt.meta.drop {
-                    self.count_drop(code, blame);
-                    self.pool.put(pkt);
-                    continue;
-                }
-                let t = pkt.meta.truncate_len as usize;
-                if t > 0 && pkt.len() > t {
-                    pkt.set_len(t);
-                }
-                let c = &mut self.counters.ports[port];
-                c.tx_packets += 1;
-                c.tx_bytes += pkt.len() as u64;
-                pkt.port = port as PortId;
-                tx[port].push(pkt);
-            }
-        }
-    }
-
-    // ---- controller packets -------------------------------------------------------------------
-
-    /// A PacketOut: with an egress port it goes straight to that port's queue (bypassing
-    /// ingress, as the usual packet-out header does); without one it enters ingress from
-    /// the CPU port.
-    pub fn packet_out(&mut self, bytes: &[u8], egress: Option<PortId>, now: u64, out: &mut Handoff) -> Result<(), ControlError> {
-        let mut pkt = self.pool.get();
-        if !pkt.copy_from(bytes) {
-            self.pool.put(pkt);
-            return Err(ControlError::InvalidArgument(format!("packet of {} bytes exceeds the buffer size {}", bytes.len(), self.cfg.buf_capacity)));
-        }
-        pkt.port = PORT_CPU;
-        pkt.ts_ns = now;
-        pkt.meta = PacketMeta::new(PORT_CPU);
-        self.counters.packet_out += 1;
-        match egress {
-            Some(p) => {
-                if self.map.pipe_of(p).is_none() {
-                    self.pool.put(pkt);
-                    return Err(ControlError::InvalidArgument(format!("no port {p}")));
-                }
-                pkt.meta.egress_port = p;
-                self.route(pkt, Some(0), out);
-            }
-            None => self.ingress_one(pkt, now, out),
-        }
-        Ok(())
-    }
-
-    /// Move PacketIn messages out (oldest first).
-    pub fn take_packet_ins(&mut self, out: &mut Vec<PacketIn>) {
-        out.extend(self.cpu.drain(..));
-    }
-
-    /// Move digests out (oldest first).
-    pub fn take_digests(&mut self, out: &mut Vec<DigestMsg>) {
-        self.counters.digests += self.digests.len() as u64;
-        out.append(&mut self.digests);
-    }
-
-    /// Return a buffer to this pipe's pool (after transmission).
-    pub fn recycle(&mut self, pkt: PacketBuf) {
-        self.pool.put(pkt);
-    }
-
-    // ---- control plane -----------------------------------------------------------------------
-
-    /// Apply a control-plane operation.
-    pub fn control(&mut self, op: &ControlOp) -> Result<ControlReply, ControlError> {
-        let set = self.set.clone();
-        let table = |id: u32| set.resolve(id, id_prefix::TABLE).ok_or_else(|| ControlError::NotFound(format!("no table with id {id:#x}")));
-        let action_of = |prog: u8, table_idx: usize, id: u32| -> Result<u16, ControlError> {
-            let a = set.resolve(id, id_prefix::ACTION).filter(|a| a.program == prog).ok_or_else(|| ControlError::NotFound(format!("no action with id {id:#x} in this program")))?;
-            let t = &set.decl(prog as usize).tables[table_idx];
-            if !t.actions.contains(&a.index) {
-                return Err(ControlError::InvalidArgument(format!("action {} is not an action of table {}", set.decl(prog as usize).actions[a.index as usize].name, t.name)));
-            }
-            Ok(a.index)
-        };
-        match op {
-            ControlOp::TableWrite { table_id, op, matches, priority, action_id, params } => {
-                let t = table(*table_id)?;
-                let st = &mut self.states[t.program as usize].tables[t.index as usize];
-                let (key, mask) = st.normalize(matches)?;
-                match op {
-                    WriteOp::Delete => st.delete(&key, &mask, *priority)?,
-                    WriteOp::Insert | WriteOp::Modify => {
-                        let a = action_of(t.program, t.index as usize, *action_id)?;
-                        let p = params_from_bytes(&set.decl(t.program as usize).actions[a as usize], params)?;
-                        self.states[t.program as usize].tables[t.index as usize].write(key, mask, *priority, crate::decl::ActionId(a), &p, *op == WriteOp::Modify)?;
-                    }
-                }
-                Ok(ControlReply::Done)
-            }
-            ControlOp::TableSetDefault { table_id, action_id, params } => {
-                let t = table(*table_id)?;
-                let a = action_of(t.program, t.index as usize, *action_id)?;
-                let p = params_from_bytes(&set.decl(t.program as usize).actions[a as usize], params)?;
-                self.states[t.program as usize].tables[t.index as usize].set_default(crate::decl::ActionId(a), &p)?;
-                Ok(ControlReply::Done)
-            }
-            ControlOp::TableResetDefault { table_id } => {
-                let t = table(*table_id)?;
-                self.states[t.program as usize].tables[t.index as usize].reset_default();
-                Ok(ControlReply::Done)
-            }
-            ControlOp::TableClear { table_id } => {
-                let t = table(*table_id)?;
-                self.states[t.program as usize].tables[t.index as usize].clear();
-                Ok(ControlReply::Done)
-            }
-            ControlOp::TableRead { table_id } => {
-                let t = table(*table_id)?;
-                let decl = set.decl(t.program as usize);
-                let st = &self.states[t.program as usize].tables[t.index as usize];
-                let entries = st.entries(|a| decl.actions.get(a.0 as usize).map_or(0, |a| a.params.len()));
-                let (da, dp) = st.default_action();
-                let np = decl.actions.get(da.0 as usize).map_or(0, |a| a.params.len());
-                Ok(ControlReply::TableEntries { entries, default_action: da.0, default_params: dp[..np].to_vec() })
-            }
-            ControlOp::RegisterRead { register_id, index } => {
-                let r = set.resolve(*register_id, id_prefix::REGISTER).ok_or_else(|| ControlError::NotFound(format!("no register with id {register_id:#x}")))?;
-                let cells = &self.states[r.program as usize].regs[r.index as usize];
-                match index {
-                    Some(i) => {
-                        let v = cells.get(*i as usize).ok_or_else(|| ControlError::OutOfRange(format!("index {i} >= size {}", cells.len())))?;
-                        Ok(ControlReply::RegisterCells(vec![(*i, *v)]))
-                    }
-                    None => Ok(ControlReply::RegisterCells(cells.iter().enumerate().map(|(i, v)| (i as u32, *v)).collect())),
-                }
-            }
-            ControlOp::RegisterWrite { register_id, index, value } => {
-                let r = set.resolve(*register_id, id_prefix::REGISTER).ok_or_else(|| ControlError::NotFound(format!("no register with id {register_id:#x}")))?;
-                let bits = set.decl(r.program as usize).registers[r.index as usize].cell_bits;
-                if bits < 64 && *value >> bits != 0 {
-                    return Err(ControlError::InvalidArgument(format!("value {value:#x} does not fit in a {bits}-bit cell")));
-                }
-                let cells = &mut self.states[r.program as usize].regs[r.index as usize];
-                match index {
-                    Some(i) => {
-                        let n = cells.len();
-                        *cells.get_mut(*i as usize).ok_or_else(|| ControlError::OutOfRange(format!("index {i} >= size {n}")))? = *value;
-                    }
-                    None => cells.fill(*value),
-                }
-                Ok(ControlReply::Done)
-            }
-            ControlOp::McastGroupWrite { op, group, replicas } => {
-                self.check_replicas(replicas)?;
-                self.pre.write_group(*op, *group, replicas.clone())?;
-                Ok(ControlReply::Done)
-            }
-            ControlOp::McastGroupRead { group } => {
-                let v: Vec<_> = self.pre.groups().filter(|(g, _)| group.is_none_or(|x| x == *g)).map(|(g, r)| (g, r.clone())).collect();
-                if group.is_some() && v.is_empty() {
-                    return Err(ControlError::NotFound(format!("multicast group {}", group.unwrap_or(0))));
-                }
-                Ok(ControlReply::McastGroups(v))
-            }
-            ControlOp::CloneSessionWrite { op, session, session_cfg } => {
-                self.check_replicas(&session_cfg.replicas)?;
-                self.pre.write_session(*op, *session, session_cfg.clone())?;
-                Ok(ControlReply::Done)
-            }
-            ControlOp::CloneSessionRead { session } => {
-                let v: Vec<_> = self.pre.sessions().filter(|(s, _)| session.is_none_or(|x| x == *s)).map(|(s, c)| (s, c.clone())).collect();
-                if session.is_some() && v.is_empty() {
-                    return Err(ControlError::NotFound(format!("clone session {}", session.unwrap_or(0))));
-                }
-                Ok(ControlReply::CloneSessions(v))
-            }
-            ControlOp::DigestConfig { digest_id, enabled } => {
-                let d = set.resolve(*digest_id, id_prefix::DIGEST).ok_or_else(|| ControlError::NotFound(format!("no digest with id {digest_id:#x}")))?;
-                self.states[d.program as usize].digest_enabled[d.index as usize] = *enabled;
-                Ok(ControlReply::Done)
-            }
-            ControlOp::PktGenConfig { program, name, period_ns } => {
-                let pi = set.index_of(program).ok_or_else(|| ControlError::NotFound(format!("no program {program}")))?;
-                let g = self.pktgens.iter_mut().find(|g| g.program == pi && g.name == *name).ok_or_else(|| ControlError::NotFound(format!("no packet generator {program}.{name}")))?;
-                g.period_ns = *period_ns;
-                g.next_ns = None;
-                Ok(ControlReply::Done)
-            }
-        }
-    }
-
-    fn check_replicas(&self, replicas: &[Replica]) -> Result<(), ControlError> {
-        for r in replicas {
-            if r.port != PORT_RECIRC && r.port != PORT_CPU && self.map.pipe_of(r.port).is_none() {
-                return Err(ControlError::InvalidArgument(format!("replica port {} does not exist", r.port)));
-            }
-        }
-        Ok(())
     }
 }
 

@@ -22,7 +22,7 @@ pub trait Cell: Copy + Default + Send + Sync + 'static {
 }
 
 /// A value a register action takes from or returns to the packet: its width is counted.
-pub trait SaluValue {
+pub trait SaluValue: 'static {
     const BITS: u32;
 }
 
@@ -137,21 +137,49 @@ impl<T: Cell> Register<T> {
 /// and output out. (By value, so the cell stays in registers across the call.)
 pub type SaluFn<T, I, O> = fn(T, I) -> (T, O);
 
-/// Handle to one register action of a register array: what the stateful ALU does when a
-/// packet executes it.
-pub struct RegisterAction<T: Cell, I, O> {
-    pub(crate) reg: Register<T>,
-    pub(crate) f: SaluFn<T, I, O>,
+/// What a register action's stateful ALU computes. A plain [`SaluFn`] is one (called
+/// through a pointer); a zero-sized type implementing this trait is another, and the
+/// compiler can inline it into the pass, which matters for actions run on every packet:
+///
+/// ```ignore
+/// #[derive(Clone, Copy)]
+/// struct Count;
+/// impl SaluBody<Pair, u32, ()> for Count {
+///     fn run(self, c: Pair, bytes: u32) -> (Pair, ()) {
+///         (Pair::new(c.lo.wrapping_add(1), c.hi.wrapping_add(bytes)), ())
+///     }
+/// }
+/// ```
+pub trait SaluBody<T, I, O>: Copy + Send + Sync + 'static {
+    fn run(self, cell: T, input: I) -> (T, O);
 }
 
-impl<T: Cell, I, O> Clone for RegisterAction<T, I, O> {
+impl<T: 'static, I: 'static, O: 'static> SaluBody<T, I, O> for SaluFn<T, I, O> {
+    #[inline(always)]
+    fn run(self, cell: T, input: I) -> (T, O) {
+        self(cell, input)
+    }
+}
+
+/// Handle to one register action of a register array: what the stateful ALU does when a
+/// packet executes it. `B` is the body: a `fn` by default, or a zero-sized [`SaluBody`].
+pub struct RegisterAction<T: Cell, I, O, B = SaluFn<T, I, O>> {
+    pub(crate) reg: Register<T>,
+    pub(crate) body: B,
+    _io: PhantomData<fn(I) -> O>,
+}
+
+impl<T: Cell, I, O, B: Copy> Clone for RegisterAction<T, I, O, B> {
     fn clone(&self) -> Self {
         *self
     }
 }
-impl<T: Cell, I, O> Copy for RegisterAction<T, I, O> {}
+impl<T: Cell, I, O, B: Copy> Copy for RegisterAction<T, I, O, B> {}
 
-impl<T: Cell, I, O> RegisterAction<T, I, O> {
+impl<T: Cell, I, O, B> RegisterAction<T, I, O, B> {
+    pub(crate) fn new(reg: Register<T>, body: B) -> Self {
+        RegisterAction { reg, body, _io: PhantomData }
+    }
     pub fn register(&self) -> Register<T> {
         self.reg
     }

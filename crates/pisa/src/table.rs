@@ -25,20 +25,22 @@ pub enum MatchKind {
 }
 
 /// A lookup's outcome: whether an entry matched, and the action to run with its data.
+/// The data is borrowed from the table (tables do not change during a pass), so a
+/// result is two registers wide instead of a 56-byte copy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TableResult {
+pub struct TableResult<'a> {
     pub hit: bool,
     pub action: ActionId,
-    pub params: [u64; MAX_ACTION_PARAMS],
+    pub params: &'a [u64; MAX_ACTION_PARAMS],
 }
 
-impl TableResult {
+impl TableResult<'_> {
     /// Parameter `i` of the action (0 if absent).
     #[inline]
     pub fn param(&self, i: usize) -> u64 {
         self.params.get(i).copied().unwrap_or(0)
     }
-    pub(crate) const NONE: TableResult = TableResult { hit: false, action: ActionId(u16::MAX), params: [0; MAX_ACTION_PARAMS] };
+    pub(crate) const NONE: TableResult<'static> = TableResult { hit: false, action: ActionId(u16::MAX), params: &[0; MAX_ACTION_PARAMS] };
 }
 
 /// One field of a control-plane match, as P4Runtime sends it (0-based field index; values
@@ -69,9 +71,130 @@ struct Act {
 }
 
 impl Act {
-    #[inline]
-    fn result(&self, hit: bool) -> TableResult {
-        TableResult { hit, action: self.action, params: self.params }
+    #[inline(always)]
+    fn result(&self, hit: bool) -> TableResult<'_> {
+        TableResult { hit, action: self.action, params: &self.params }
+    }
+}
+
+/// Marks a free slot of a [`NarrowMap`] (no program has 65535 actions).
+const NO_ACTION: ActionId = ActionId(u16::MAX);
+
+/// One slot of a [`NarrowMap`]: key and action together in one cache line.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Slot {
+    key: u64,
+    act: Act,
+}
+
+const EMPTY_SLOT: Slot = Slot { key: 0, act: Act { action: NO_ACTION, params: [0; MAX_ACTION_PARAMS] } };
+
+/// Exact match on keys of at most 8 bytes (MAC addresses, ports, ids): the common lookup
+/// on the packet path, so it gets its own map instead of a general hash map. Open
+/// addressing with linear probing over one power-of-two array kept at most half full;
+/// a Fibonacci (multiply-shift) hash picks the home slot. A hit is usually one multiply
+/// and one cache line; a miss stops at the first free slot. It grows only on control-plane
+/// inserts.
+struct NarrowMap {
+    slots: Box<[Slot]>,
+    /// `64 - log2(slots.len())`: the multiply-shift keeps the hash's top bits.
+    shift: u32,
+    len: usize,
+}
+
+impl NarrowMap {
+    const MIN_SLOTS: usize = 16;
+
+    fn new() -> Self {
+        Self::with_slots(Self::MIN_SLOTS)
+    }
+
+    fn with_slots(n: usize) -> Self {
+        debug_assert!(n.is_power_of_two());
+        NarrowMap { slots: vec![EMPTY_SLOT; n].into_boxed_slice(), shift: 64 - n.trailing_zeros(), len: 0 }
+    }
+
+    #[inline(always)]
+    fn home(&self, key: u64) -> usize {
+        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
+    }
+
+    /// The slot holding `key`, or the free slot where it would go.
+    #[inline(always)]
+    fn probe(&self, key: u64) -> usize {
+        let mask = self.slots.len() - 1;
+        let mut i = self.home(key);
+        loop {
+            let s = &self.slots[i];
+            if s.act.action == NO_ACTION || s.key == key {
+                return i;
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    #[inline(always)]
+    fn get(&self, key: u64) -> Option<&Act> {
+        let s = &self.slots[self.probe(key)];
+        (s.act.action != NO_ACTION).then_some(&s.act)
+    }
+
+    fn get_mut(&mut self, key: u64) -> Option<&mut Act> {
+        let i = self.probe(key);
+        let s = &mut self.slots[i];
+        (s.act.action != NO_ACTION).then_some(&mut s.act)
+    }
+
+    fn insert(&mut self, key: u64, act: Act) {
+        debug_assert!(act.action != NO_ACTION);
+        if (self.len + 1) * 2 > self.slots.len() {
+            let mut bigger = Self::with_slots(self.slots.len() * 2);
+            for s in self.slots.iter().filter(|s| s.act.action != NO_ACTION) {
+                bigger.insert(s.key, s.act);
+            }
+            *self = bigger;
+        }
+        let i = self.probe(key);
+        if self.slots[i].act.action == NO_ACTION {
+            self.len += 1;
+        }
+        self.slots[i] = Slot { key, act };
+    }
+
+    /// Remove `key`; entries after it in its probe run move back so lookups never stop
+    /// early at the hole (backward-shift deletion, no tombstones).
+    fn remove(&mut self, key: u64) -> bool {
+        let mask = self.slots.len() - 1;
+        let mut hole = self.probe(key);
+        if self.slots[hole].act.action == NO_ACTION {
+            return false;
+        }
+        let mut j = hole;
+        loop {
+            j = (j + 1) & mask;
+            let s = self.slots[j];
+            if s.act.action == NO_ACTION {
+                break;
+            }
+            // `s` may fill the hole if its home is not cyclically inside (hole, j].
+            let home = self.home(s.key);
+            if (j.wrapping_sub(home) & mask) >= (j.wrapping_sub(hole) & mask) {
+                self.slots[hole] = s;
+                hole = j;
+            }
+        }
+        self.slots[hole] = EMPTY_SLOT;
+        self.len -= 1;
+        true
+    }
+
+    fn clear(&mut self) {
+        *self = Self::new();
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (u64, &Act)> {
+        self.slots.iter().filter(|s| s.act.action != NO_ACTION).map(|s| (s.key, &s.act))
     }
 }
 
@@ -84,7 +207,7 @@ struct TernaryEntry {
 
 enum Store {
     /// All-exact key of at most 8 bytes: the key as a big-endian u64.
-    ExactNarrow(HashMap<u64, Act, FxBuildHasher>),
+    ExactNarrow(NarrowMap),
     ExactWide(HashMap<Box<[u8]>, Act, FxBuildHasher>),
     /// A single LPM field of at most 128 bits: one hash map per prefix length in use.
     Lpm { bits: u32, lens: Vec<u32>, maps: Vec<HashMap<u128, Act, FxBuildHasher>> },
@@ -133,7 +256,7 @@ impl TableState {
         let all_exact = decl.keys.iter().all(|k| k.kind == MatchKind::Exact);
         let single_lpm = decl.keys.len() == 1 && decl.keys[0].kind == MatchKind::Lpm;
         let store = if all_exact && key_bytes <= 8 {
-            Store::ExactNarrow(HashMap::with_capacity_and_hasher(decl.size.min(1 << 16) as usize, FxBuildHasher))
+            Store::ExactNarrow(NarrowMap::new())
         } else if all_exact {
             Store::ExactWide(HashMap::with_capacity_and_hasher(decl.size.min(1 << 16) as usize, FxBuildHasher))
         } else if single_lpm {
@@ -172,12 +295,12 @@ impl TableState {
 
     /// Look up a key built in the table's key layout. A key of the wrong length misses.
     #[inline]
-    pub fn lookup(&self, key: &[u8]) -> TableResult {
+    pub fn lookup(&self, key: &[u8]) -> TableResult<'_> {
         if key.len() != self.key_bytes {
             return self.default.result(false);
         }
         let hit = match &self.store {
-            Store::ExactNarrow(m) => m.get(&be_u64(key)),
+            Store::ExactNarrow(m) => m.get(be_u64(key)),
             Store::ExactWide(m) => m.get(key),
             Store::Lpm { bits, lens, maps } => {
                 let k = be_u128(key);
@@ -199,18 +322,23 @@ impl TableState {
     }
 
     /// Fast path for keys of at most 8 bytes given as a big-endian number.
-    #[inline]
-    pub fn lookup_u64(&self, key: u64) -> TableResult {
+    #[inline(always)]
+    pub fn lookup_u64(&self, key: u64) -> TableResult<'_> {
         match &self.store {
-            Store::ExactNarrow(m) => match m.get(&key) {
+            Store::ExactNarrow(m) => match m.get(key) {
                 Some(a) => a.result(true),
                 None => self.default.result(false),
             },
-            _ => {
-                let b = key.to_be_bytes();
-                self.lookup(&b[8usize.saturating_sub(self.key_bytes).min(8)..])
-            }
+            _ => self.lookup_u64_slow(key),
         }
+    }
+
+    /// Other stores through the byte-key path (kept out of line so the narrow exact path
+    /// stays small enough to inline into programs).
+    #[inline(never)]
+    fn lookup_u64_slow(&self, key: u64) -> TableResult<'_> {
+        let b = key.to_be_bytes();
+        self.lookup(&b[8usize.saturating_sub(self.key_bytes).min(8)..])
     }
 
     /// Turn P4Runtime field matches into a normalized key and mask.
@@ -287,6 +415,9 @@ impl TableState {
     /// Insert (`modify == false`) or modify an entry.
     pub fn write(&mut self, key: Box<[u8]>, mask: Box<[u8]>, priority: i32, action: ActionId, params: &[u64], modify: bool) -> Result<(), ControlError> {
         self.check_priority(priority)?;
+        if action == NO_ACTION {
+            return Err(ControlError::InvalidArgument(format!("table {}: action id {} is reserved", self.name, action.0)));
+        }
         let act = Self::act(action, params);
         let name = &self.name;
         let full = self.len as u32 >= self.size;
@@ -297,7 +428,7 @@ impl TableState {
         match &mut self.store {
             Store::ExactNarrow(m) => {
                 let k = be_u64(&key);
-                match (m.get_mut(&k), modify) {
+                match (m.get_mut(k), modify) {
                     (Some(a), true) => *a = act,
                     (Some(_), false) => return Err(exists_err()),
                     (None, true) => return Err(missing_err()),
@@ -366,7 +497,7 @@ impl TableState {
     /// Delete the entry with this key, mask and priority.
     pub fn delete(&mut self, key: &[u8], mask: &[u8], priority: i32) -> Result<(), ControlError> {
         let removed = match &mut self.store {
-            Store::ExactNarrow(m) => m.remove(&be_u64(key)).is_some(),
+            Store::ExactNarrow(m) => m.remove(be_u64(key)),
             Store::ExactWide(m) => m.remove(key).is_some(),
             Store::Lpm { lens, maps, .. } => {
                 let len = be_u128(mask).count_ones();

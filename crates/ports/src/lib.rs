@@ -29,6 +29,7 @@ pub mod spec;
 pub mod stats;
 mod sys;
 pub mod traffic;
+pub mod tunnelhost;
 pub mod udp;
 
 pub use afpacket::{complete_l4_checksum, AfPacketConfig, AfPacketPort, TxMode};

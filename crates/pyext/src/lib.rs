@@ -15,7 +15,7 @@ use pyo3::types::{PyBytes, PyList, PyTuple};
 
 use pisa::control::{CloneSession, ControlError, ControlOp, ControlReply, Replica, WriteOp};
 use pisa::table::{canonical_bytes, FieldMatch};
-use pisa::{PortId, ProgramSet, ResourceReport, Target};
+use pisa::{ProgramSet, ResourceReport, Target};
 use ports::dataplane::{Dataplane as RsDataplane, DataplaneOptions};
 use ports::spec::{open_ports, OpenOptions, PortSpec};
 use ports::MemoryPeer;
@@ -387,11 +387,122 @@ impl Dataplane {
     }
 }
 
-/// PortId re-export check (keeps the type in the public signature list honest).
-#[allow(dead_code)]
-fn _port(p: PortId) -> PortId {
-    p
+fn parse_ip(s: &str) -> PyResult<wire::ipv4::Ipv4Address> {
+    s.parse().map_err(|_| value_err(format!("not an IPv4 address: {s:?}")))
 }
+
+fn parse_sockaddr(s: &str) -> PyResult<std::net::SocketAddrV4> {
+    s.parse().map_err(|_| value_err(format!("not an IPv4 HOST:PORT address: {s:?}")))
+}
+
+/// A host on the switch without a kernel interface: ARP, ping and UDP over a UDP-tunnel
+/// switch port (the rack's no-root mode). Frames are handled by a native thread.
+#[pyclass(module = "inswitch._native")]
+struct TunnelHost {
+    inner: Option<ports::tunnelhost::TunnelHost>,
+}
+
+impl TunnelHost {
+    fn host(&self) -> PyResult<&ports::tunnelhost::TunnelHost> {
+        self.inner.as_ref().ok_or_else(|| value_err("the host is closed"))
+    }
+}
+
+#[pymethods]
+impl TunnelHost {
+    #[new]
+    #[pyo3(signature = (switch_addr, mac, ip, prefix_len=24, gateway=None))]
+    fn new(switch_addr: &str, mac: &str, ip: &str, prefix_len: u8, gateway: Option<&str>) -> PyResult<Self> {
+        let mac: wire::ethernet::EthernetAddress = mac.parse().map_err(|_| value_err(format!("not a MAC address: {mac:?}")))?;
+        let gw = gateway.map(parse_ip).transpose()?;
+        let h = ports::tunnelhost::TunnelHost::start(parse_sockaddr(switch_addr)?, mac, parse_ip(ip)?, prefix_len, gw).map_err(value_err)?;
+        Ok(TunnelHost { inner: Some(h) })
+    }
+    /// Accept datagrams to `port`.
+    fn udp_bind(&self, port: u16) -> PyResult<()> {
+        self.host()?.bind_udp(port);
+        Ok(())
+    }
+    fn udp_send(&self, py: Python<'_>, dst_ip: &str, dst_port: u16, src_port: u16, payload: Vec<u8>) -> PyResult<()> {
+        let dst = parse_ip(dst_ip)?;
+        let h = self.host()?;
+        py.detach(|| h.send_udp(dst, src_port, dst_port, &payload)).map_err(value_err)
+    }
+    /// `[(src_ip, src_port, payload)]` that arrived on `port`, waiting up to `timeout` s.
+    #[pyo3(signature = (port, timeout=1.0, max=1024))]
+    fn udp_recv<'py>(&self, py: Python<'py>, port: u16, timeout: f64, max: usize) -> PyResult<Vec<(String, u16, Bound<'py, PyBytes>)>> {
+        let h = self.host()?;
+        let v = py.detach(|| h.recv_udp(port, Duration::from_secs_f64(timeout.max(0.0)), max));
+        Ok(v.into_iter().map(|(a, p, b)| (a.to_string(), p, PyBytes::new(py, &b))).collect())
+    }
+    /// Round-trip times in seconds (None when lost).
+    #[pyo3(signature = (dst_ip, count=1, timeout=1.0, interval=0.2))]
+    fn ping(&self, py: Python<'_>, dst_ip: &str, count: u16, timeout: f64, interval: f64) -> PyResult<Vec<Option<f64>>> {
+        let dst = parse_ip(dst_ip)?;
+        let h = self.host()?;
+        py.detach(|| h.ping(dst, count, Duration::from_secs_f64(timeout.max(0.0)), Duration::from_secs_f64(interval.max(0.0)))).map_err(value_err)
+    }
+    /// The host stack's counters.
+    fn stats(&self) -> PyResult<std::collections::BTreeMap<&'static str, u64>> {
+        let h = self.host()?;
+        let s = h.stats();
+        Ok([
+            ("rx_frames", s.rx_frames),
+            ("tx_frames", s.tx_frames),
+            ("rx_malformed", s.rx_malformed),
+            ("rx_not_for_us", s.rx_not_for_us),
+            ("rx_unbound_port", s.rx_unbound_port),
+            ("rx_unsupported", s.rx_unsupported),
+            ("arp_unresolved_drops", s.arp_unresolved_drops),
+            ("rx_queue_drops", h.rx_queue_drops()),
+        ]
+        .into_iter()
+        .collect())
+    }
+    fn close(&mut self, py: Python<'_>) {
+        if let Some(mut h) = self.inner.take() {
+            py.detach(move || h.close());
+        }
+    }
+}
+
+/// Send UDP datagrams of `payload_len` bytes to `dst` ("IP:PORT") for `duration` seconds,
+/// as fast as possible or at `pps`. Returns counts (sent, bytes, enobufs, eagain, errors, seconds).
+#[pyfunction]
+#[pyo3(signature = (dst, payload_len, duration, pps=None))]
+fn udp_blast(py: Python<'_>, dst: &str, payload_len: usize, duration: f64, pps: Option<u64>) -> PyResult<std::collections::BTreeMap<&'static str, f64>> {
+    let dst = parse_sockaddr(dst)?;
+    let r = py.detach(|| ports::traffic::udp_blast(dst, payload_len, Duration::from_secs_f64(duration.max(0.0)), pps)).map_err(value_err)?;
+    Ok([("sent", r.sent as f64), ("bytes", r.bytes as f64), ("enobufs", r.enobufs as f64), ("eagain", r.eagain as f64), ("errors", r.errors as f64), ("seconds", r.elapsed.as_secs_f64()), ("pps", r.pps())].into_iter().collect())
+}
+
+/// Count UDP datagrams arriving at `bind` ("IP:PORT") for up to `duration` seconds (or until
+/// `idle` seconds pass without one after the first). Returns counts and the rate over the
+/// active interval.
+#[pyfunction]
+#[pyo3(signature = (bind, duration, idle=1.0))]
+fn udp_sink(py: Python<'_>, bind: &str, duration: f64, idle: f64) -> PyResult<std::collections::BTreeMap<&'static str, f64>> {
+    let bind = parse_sockaddr(bind)?;
+    let r = py.detach(|| ports::traffic::udp_sink(bind, Duration::from_secs_f64(duration.max(0.0)), Duration::from_secs_f64(idle.max(0.0)))).map_err(value_err)?;
+    let mut m: std::collections::BTreeMap<&'static str, f64> = [("packets", r.packets as f64), ("bytes", r.bytes as f64), ("seconds", r.elapsed.as_secs_f64()), ("pps", r.pps())].into_iter().collect();
+    if let Some(s) = r.max_seq {
+        m.insert("max_seq", s as f64);
+    }
+    if let Some(l) = r.latency_avg_ns {
+        m.insert("latency_avg_ns", l as f64);
+    }
+    Ok(m)
+}
+
+/// Packets per second one core pushes through the `forward` pipeline in memory:
+/// `(packets, seconds, mpps)`.
+#[pyfunction]
+#[pyo3(signature = (frame_len=64, batch=32, duration=2.0))]
+fn bench_forward_pipeline(py: Python<'_>, frame_len: usize, batch: usize, duration: f64) -> (u64, f64, f64) {
+    let r = py.detach(|| ports::bench::forward_pipeline(frame_len, batch.max(1), Duration::from_secs_f64(duration.max(0.1))));
+    (r.packets, r.seconds, r.mpps)
+}
+
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -401,5 +512,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(program_set_json, m)?)?;
     m.add_function(wrap_pyfunction!(resources_json, m)?)?;
     m.add_class::<Dataplane>()?;
+    m.add_class::<TunnelHost>()?;
+    m.add_function(wrap_pyfunction!(udp_blast, m)?)?;
+    m.add_function(wrap_pyfunction!(udp_sink, m)?)?;
+    m.add_function(wrap_pyfunction!(bench_forward_pipeline, m)?)?;
     Ok(())
 }

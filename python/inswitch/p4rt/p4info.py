@@ -18,6 +18,7 @@ from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2, p4types_pb2
 
 import inswitch
+from inswitch import native
 from inswitch.native import ProgramSetInfo
 
 from . import bytestrings
@@ -159,9 +160,7 @@ def build_p4info(info: ProgramSetInfo) -> p4info_pb2.P4Info:
 
 
 def p4info_for(programs: list[str]) -> p4info_pb2.P4Info:
-    """The P4Info of the named programs (needs the native module for their declarations)."""
-    from inswitch import native
-
+    """The P4Info of the named programs."""
     return build_p4info(native.program_set_info(programs))
 
 

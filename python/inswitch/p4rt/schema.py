@@ -8,7 +8,7 @@ only the P4Info, so it works for any P4Info, not only ones inswitch generated.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Generic, Iterable, TypeVar
+from typing import Generic, Iterable, Iterator, TypeVar
 
 from p4.config.v1 import p4info_pb2, p4types_pb2
 
@@ -132,7 +132,7 @@ class _Kind(Generic[T]):
             raise KeyError(f"{self.label} name {key!r} is ambiguous: {', '.join(o.name for o in hits)}")
         raise KeyError(f"no {self.label} {key!r} (known: {', '.join(sorted(o.name for o in self.by_id.values())) or 'none'})")
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[T]:
         return iter(self.by_id.values())
 
     def __contains__(self, key: int) -> bool:

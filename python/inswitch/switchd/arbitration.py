@@ -70,11 +70,24 @@ class Session:
     def terminate(self, error: P4RTError) -> None:
         """End the stream with an error status (arbitration errors end the stream)."""
         self.closed.set()
-        self.queue.put(error)
+        self._put_last(error)
 
     def close(self) -> None:
         self.closed.set()
-        self.queue.put(None)
+        self._put_last(None)
+
+    def _put_last(self, item: object) -> None:
+        """Queue the stream's last item even if the queue is full (the stream is ending, so
+        undelivered messages can go)."""
+        while True:
+            try:
+                self.queue.put_nowait(item)
+                return
+            except queue.Full:
+                try:
+                    self.queue.get_nowait()
+                except queue.Empty:
+                    pass
 
 
 @dataclass

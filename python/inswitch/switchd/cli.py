@@ -50,6 +50,7 @@ def check_programs(spec: str) -> list[str]:
 
 def write_ready_file(path: Path, doc: dict[str, Any]) -> None:
     """Write atomically, so a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(doc, indent=2) + "\n")
     os.replace(tmp, path)

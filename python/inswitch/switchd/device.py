@@ -26,6 +26,7 @@ from inswitch.p4rt import bytestrings
 from inswitch.p4rt.bytestrings import BitstringError
 from inswitch.p4rt.schema import DigestInfo, RegisterInfo, TableInfo
 
+from . import reconcile as reconcile_mod
 from .opstats import OpStats
 from .pipeline import Pipeline
 from .status import P4RTError, invalid, not_found, status_code
@@ -45,7 +46,7 @@ _OP_NAMES = {Update.INSERT: "insert", Update.MODIFY: "modify", Update.DELETE: "d
 
 
 @dataclass
-class _PreMeta:
+class PreMeta:
     """What a PRE entry carried besides its replicas: how ports were spelled (the 1.4 `port`
     bytes or the older `egress_port` number, plus reserved SDN numbers), and opaque data."""
 
@@ -73,15 +74,16 @@ class Device:
         self.stats = stats
         self.lock = threading.RLock()
         self.digest_configs: dict[int, p4runtime_pb2.DigestEntry.Config] = {}
-        self._entry_meta: dict[EntryKey, tuple[int, bytes]] = {}
-        self._default_meta: dict[int, tuple[int, bytes]] = {}
-        self._pre_meta: dict[tuple[str, int], _PreMeta] = {}
+        self.entry_meta: dict[EntryKey, tuple[int, bytes]] = {}
+        self.default_meta: dict[int, tuple[int, bytes]] = {}
+        self.pre_meta: dict[tuple[str, int], PreMeta] = {}
         #: Called (under `lock`) after the pipeline or digest configuration changes.
         self.on_change: list[Callable[[], None]] = []
 
     # ---- native calls --------------------------------------------------------------------------
 
-    def _dp(self, fn: Callable[..., Any], *args: Any) -> Any:
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Call the data plane, turning its errors into P4RTError with the same code."""
         try:
             return fn(*args)
         except native.ControlPlaneError as e:
@@ -124,6 +126,8 @@ class Device:
                     self.write(u)
                 except P4RTError as e:
                     err = e
+                except Exception as e:  # a bug here must fail this update, not the switch
+                    err = P4RTError(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
                 self.stats.record(f"write.{kind}.{_OP_NAMES.get(u.type, 'unspecified')}", time.perf_counter() - t0, err is None)
                 errors.append(err)
         return errors
@@ -142,6 +146,8 @@ class Device:
                     got = list(self.read(ent))
                 except P4RTError as e:
                     err = e
+                except Exception as e:
+                    err = P4RTError(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
                 self.stats.record(f"read.{kind}", time.perf_counter() - t0, err is None)
                 out.extend(got)
                 errors.append(err)
@@ -290,24 +296,24 @@ class Device:
             raise invalid(f"table {t.name} has only exact/LPM fields: entries take no priority")
         key: EntryKey = (t.id, matches, te.priority)
         if op == Update.DELETE:
-            self._dp(self.dp.table_write, "delete", t.id, list(matches), te.priority, 0, [])
-            self._entry_meta.pop(key, None)
+            self.call(self.dp.table_write, "delete", t.id, list(matches), te.priority, 0, [])
+            self.entry_meta.pop(key, None)
             return
         if op == Update.INSERT:
             if not te.HasField("action"):
                 raise invalid("an INSERT needs an action")
             aid, params = self._action(t, te.action, default=False)
-            self._dp(self.dp.table_write, "insert", t.id, list(matches), te.priority, aid, params)
+            self.call(self.dp.table_write, "insert", t.id, list(matches), te.priority, aid, params)
         elif te.HasField("action"):
             aid, params = self._action(t, te.action, default=False)
-            self._dp(self.dp.table_write, "modify", t.id, list(matches), te.priority, aid, params)
-        elif not any(self._entry_key(t, m, p) == key for m, p, _, _ in self._dp(self.dp.table_read, t.id)[0]):
+            self.call(self.dp.table_write, "modify", t.id, list(matches), te.priority, aid, params)
+        elif not any(self._entry_key(t, m, p) == key for m, p, _, _ in self.call(self.dp.table_read, t.id)[0]):
             raise not_found(f"table {t.name}: no such entry")
         meta = self._meta_of(te)
         if meta:
-            self._entry_meta[key] = meta
+            self.entry_meta[key] = meta
         else:
-            self._entry_meta.pop(key, None)
+            self.entry_meta.pop(key, None)
 
     @staticmethod
     def _entry_key(t: TableInfo, matches: Sequence[DpMatch], priority: int) -> EntryKey:
@@ -322,15 +328,15 @@ class Device:
             raise P4RTError(grpc.StatusCode.PERMISSION_DENIED, f"the default action of table {t.name} is constant")
         if te.HasField("action"):
             aid, params = self._action(t, te.action, default=True)
-            self._dp(self.dp.table_set_default, t.id, aid, params)
+            self.call(self.dp.table_set_default, t.id, aid, params)
             meta = self._meta_of(te)
             if meta:
-                self._default_meta[t.id] = meta
+                self.default_meta[t.id] = meta
             else:
-                self._default_meta.pop(t.id, None)
+                self.default_meta.pop(t.id, None)
         else:
-            self._dp(self.dp.table_reset_default, t.id)
-            self._default_meta.pop(t.id, None)
+            self.call(self.dp.table_reset_default, t.id)
+            self.default_meta.pop(t.id, None)
 
     # ---- registers -----------------------------------------------------------------------------
 
@@ -353,13 +359,13 @@ class Device:
         if not re.HasField("data") or re.data.WhichOneof("data") != "bitstring":
             raise invalid(f"register {r.name} holds bit<{r.bitwidth}>: data must be a bitstring")
         v = _bits(re.data.bitstring, r.bitwidth, f"data for register {r.name}")
-        self._dp(self.dp.register_write, r.id, idx, v)
+        self.call(self.dp.register_write, r.id, idx, v)
 
     # ---- packet replication engine -------------------------------------------------------------
 
-    def _replicas(self, reps: Sequence[p4runtime_pb2.Replica]) -> tuple[list[tuple[int, int]], _PreMeta]:
+    def _replicas(self, reps: Sequence[p4runtime_pb2.Replica]) -> tuple[list[tuple[int, int]], PreMeta]:
         out: list[tuple[int, int]] = []
-        meta = _PreMeta()
+        meta = PreMeta()
         seen: set[tuple[int, int]] = set()
         for r in reps:
             kind = r.WhichOneof("port_kind")
@@ -398,30 +404,30 @@ class Device:
             mg = pre.multicast_group_entry
             gid = self._pre_id(mg.multicast_group_id, "multicast group id")
             if op == Update.DELETE:
-                self._dp(self.dp.mcast_group_write, "delete", gid, [])
-                self._pre_meta.pop(("mc", gid), None)
+                self.call(self.dp.mcast_group_write, "delete", gid, [])
+                self.pre_meta.pop(("mc", gid), None)
                 return
             reps, meta = self._replicas(mg.replicas)
             meta.metadata = bytes(mg.metadata)
-            self._dp(self.dp.mcast_group_write, opname, gid, reps)
-            self._pre_meta[("mc", gid)] = meta
+            self.call(self.dp.mcast_group_write, opname, gid, reps)
+            self.pre_meta[("mc", gid)] = meta
         elif kind == "clone_session_entry":
             cs = pre.clone_session_entry
             sid = self._pre_id(cs.session_id, "clone session id")
             if op == Update.DELETE:
-                self._dp(self.dp.clone_session_write, "delete", sid, [], 0)
-                self._pre_meta.pop(("clone", sid), None)
+                self.call(self.dp.clone_session_write, "delete", sid, [], 0)
+                self.pre_meta.pop(("clone", sid), None)
                 return
             if cs.packet_length_bytes < 0:
                 raise invalid("packet_length_bytes must not be negative")
             reps, meta = self._replicas(cs.replicas)
             meta.class_of_service = cs.class_of_service
-            self._dp(self.dp.clone_session_write, opname, sid, reps, cs.packet_length_bytes)
-            self._pre_meta[("clone", sid)] = meta
+            self.call(self.dp.clone_session_write, opname, sid, reps, cs.packet_length_bytes)
+            self.pre_meta[("clone", sid)] = meta
         else:
             raise invalid("the PacketReplicationEngineEntry sets neither a multicast group nor a clone session")
 
-    def _fill_replicas(self, msg: Any, reps: Sequence[tuple[int, int]], meta: _PreMeta) -> None:
+    def _fill_replicas(self, msg: Any, reps: Sequence[tuple[int, int]], meta: PreMeta) -> None:
         for port, rid in reps:
             r = msg.replicas.add()
             written = meta.port_names.get(port, port)
@@ -442,11 +448,11 @@ class Device:
         if op == Update.INSERT:
             if configured:
                 raise P4RTError(grpc.StatusCode.ALREADY_EXISTS, f"digest {d.name} is already enabled")
-            self._dp(self.dp.digest_config, d.id, True)
+            self.call(self.dp.digest_config, d.id, True)
         elif not configured:
             raise not_found(f"digest {d.name} is not enabled")
         if op == Update.DELETE:
-            self._dp(self.dp.digest_config, d.id, False)
+            self.call(self.dp.digest_config, d.id, False)
             del self.digest_configs[d.id]
         else:
             c = p4runtime_pb2.DigestEntry.Config()
@@ -490,14 +496,14 @@ class Device:
         want = self._matches(tables[0], te.match) if len(te.match) else None
         want_action = te.action.action.action_id if te.action.WhichOneof("type") == "action" else 0
         for t in tables:
-            entries, (daid, dparams) = self._dp(self.dp.table_read, t.id)
+            entries, (daid, dparams) = self.call(self.dp.table_read, t.id)
             if te.is_default_action:
                 ent = p4runtime_pb2.Entity()
                 e = ent.table_entry
                 e.table_id = t.id
                 e.is_default_action = True
                 self._fill_action(e, daid, dparams)
-                self._fill_meta(e, self._default_meta.get(t.id))
+                self._fill_meta(e, self.default_meta.get(t.id))
                 yield ent
                 continue
             for matches, prio, aid, params in entries:
@@ -508,7 +514,7 @@ class Device:
                     continue
                 if want_action and aid != want_action:
                     continue
-                meta = self._entry_meta.get(key)
+                meta = self.entry_meta.get(key)
                 if te.controller_metadata and (meta is None or meta[0] != te.controller_metadata):
                     continue
                 if te.metadata and (meta is None or meta[1] != te.metadata):
@@ -555,7 +561,7 @@ class Device:
             regs = [self._register(re.register_id)]
         for r in regs:
             idx = self._register_index(r, re)
-            for i, v in self._dp(self.dp.register_read, r.id, idx):
+            for i, v in self._register_cells(r.id, idx):
                 ent = p4runtime_pb2.Entity()
                 out = ent.register_entry
                 out.register_id = r.id
@@ -563,17 +569,34 @@ class Device:
                 out.data.bitstring = bytestrings.from_int(v, max(r.bitwidth, v.bit_length()))
                 yield ent
 
+    def _register_cells(self, rid: int, idx: Optional[int]) -> list[tuple[int, int]]:
+        """A register's cells as one array. Each pipe of a multi-pipe switch has its own
+        copy (packets only touch their pipe's), while P4Runtime has one value per index: we
+        report, per index, the first pipe's non-zero value. That is the owning pipe's count
+        for per-port counters, the touched pipe's value for state sharded by port, and what
+        was written (writes go to every pipe)."""
+        pipes = self.dp.num_pipes
+        cells = self.call(self.dp.register_read, rid, idx, 0)
+        if pipes <= 1:
+            return cells
+        merged = dict(cells)
+        for pipe in range(1, pipes):
+            for i, v in self.call(self.dp.register_read, rid, idx, pipe):
+                if not merged.get(i):
+                    merged[i] = v
+        return sorted(merged.items())
+
     def _read_pre(self, pre: p4runtime_pb2.PacketReplicationEngineEntry) -> Iterator[p4runtime_pb2.Entity]:
         kind = pre.WhichOneof("type")
         if kind == "multicast_group_entry":
             gid = pre.multicast_group_entry.multicast_group_id
             if gid > 0xFFFF:
                 raise not_found(f"multicast group {gid}")
-            for g, reps in self._dp(self.dp.mcast_group_read, gid or None):
+            for g, reps in self.call(self.dp.mcast_group_read, gid or None):
                 ent = p4runtime_pb2.Entity()
                 mg = ent.packet_replication_engine_entry.multicast_group_entry
                 mg.multicast_group_id = g
-                meta = self._pre_meta.get(("mc", g), _PreMeta())
+                meta = self.pre_meta.get(("mc", g), PreMeta())
                 self._fill_replicas(mg, reps, meta)
                 mg.metadata = meta.metadata
                 yield ent
@@ -581,11 +604,11 @@ class Device:
             sid = pre.clone_session_entry.session_id
             if sid > 0xFFFF:
                 raise not_found(f"clone session {sid}")
-            for s, reps, trunc in self._dp(self.dp.clone_session_read, sid or None):
+            for s, reps, trunc in self.call(self.dp.clone_session_read, sid or None):
                 ent = p4runtime_pb2.Entity()
                 cs = ent.packet_replication_engine_entry.clone_session_entry
                 cs.session_id = s
-                meta = self._pre_meta.get(("clone", s), _PreMeta())
+                meta = self.pre_meta.get(("clone", s), PreMeta())
                 self._fill_replicas(cs, reps, meta)
                 cs.class_of_service = meta.class_of_service
                 cs.packet_length_bytes = trunc
@@ -618,61 +641,16 @@ class Device:
             if reconcile and new.programs == self.pipeline.programs:
                 self.pipeline = new
                 return
-            saved = self._snapshot(new) if reconcile else None
-            self._dp(self.dp.set_programs, list(new.programs))
+            saved = reconcile_mod.take(self, new) if reconcile else None
+            self.call(self.dp.set_programs, list(new.programs))
             self.pipeline = new
-            self._entry_meta.clear()
-            self._default_meta.clear()
-            self._pre_meta.clear()
+            self.entry_meta.clear()
+            self.default_meta.clear()
+            self.pre_meta.clear()
             self.digest_configs.clear()
             try:
                 if saved is not None:
-                    self._restore(saved)
+                    reconcile_mod.give(self, saved)
             finally:
                 for hook in self.on_change:
                     hook()
-
-    def _snapshot(self, new: Pipeline) -> dict[str, Any]:
-        old = self.pipeline.index
-        keep_tables = [t for t in old.tables if t.id in new.index.tables and new.index.tables.by_id[t.id].name == t.name]
-        tables = {t.id: self._dp(self.dp.table_read, t.id) for t in keep_tables}
-        return {
-            "tables": tables,
-            "defaults_set": {tid for tid in tables if tid in self._default_meta} | self._changed_defaults(keep_tables, tables),
-            "entry_meta": dict(self._entry_meta),
-            "default_meta": dict(self._default_meta),
-            "mcast": self._dp(self.dp.mcast_group_read, None),
-            "clone": self._dp(self.dp.clone_session_read, None),
-            "pre_meta": dict(self._pre_meta),
-            "digests": {d: c for d, c in self.digest_configs.items() if d in new.index.digests},
-        }
-
-    def _changed_defaults(self, tables: Sequence[TableInfo], reads: dict[int, Any]) -> set[int]:
-        """Tables whose default action differs from the P4Info's initial one."""
-        out = set()
-        for t in tables:
-            init = next(x for x in self.pipeline.p4info.tables if x.preamble.id == t.id).initial_default_action
-            daid, dparams = reads[t.id][1]
-            if daid != init.action_id or [v for _, v in dparams] != [a.value for a in init.arguments]:
-                out.add(t.id)
-        return out
-
-    def _restore(self, s: dict[str, Any]) -> None:
-        try:
-            for tid, (entries, (daid, dparams)) in s["tables"].items():
-                for matches, prio, aid, params in entries:
-                    self._dp(self.dp.table_write, "insert", tid, list(matches), prio, aid, list(params))
-                if tid in s["defaults_set"]:
-                    self._dp(self.dp.table_set_default, tid, daid, list(dparams))
-            for gid, reps in s["mcast"]:
-                self._dp(self.dp.mcast_group_write, "insert", gid, list(reps))
-            for sid, reps, trunc in s["clone"]:
-                self._dp(self.dp.clone_session_write, "insert", sid, list(reps), trunc)
-            for did, cfg in s["digests"].items():
-                self._dp(self.dp.digest_config, did, True)
-                self.digest_configs[did] = cfg
-        except P4RTError as e:
-            raise invalid(f"the forwarding state could not be carried over to the new pipeline: {e.message}") from None
-        self._entry_meta.update({k: v for k, v in s["entry_meta"].items() if k[0] in s["tables"]})
-        self._default_meta.update({k: v for k, v in s["default_meta"].items() if k in s["tables"]})
-        self._pre_meta.update(s["pre_meta"])

@@ -74,7 +74,11 @@ def register(app: typer.Typer) -> None:
         try:
             st = Rack().up(hosts, name=name, programs=program, p4runtime=p4runtime, metrics=metrics,
                            subnet=subnet, pcap=pcap, mode=mode, udp_base=udp_base)  # type: ignore[arg-type]
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as e:
+            notes = getattr(e, "__notes__", [])
+            if notes:
+                err_console.print("interrupted; " + " ".join(notes), soft_wrap=True, highlight=False, markup=False)
+                raise typer.Exit(130)
             err_console.print("interrupted; everything `up` had made was removed")
             raise typer.Exit(130)
         except RackError as e:

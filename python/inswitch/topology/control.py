@@ -11,6 +11,8 @@ program). No static ARP: address resolution must cross the switch like any broad
 from __future__ import annotations
 
 import re
+import signal
+import threading
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,6 +35,25 @@ def _client_class() -> Any:
 
 
 @contextmanager
+def sigint_deferred() -> Iterator[None]:
+    """Hold Ctrl-C until the block ends, then raise KeyboardInterrupt. A KeyboardInterrupt
+    raised inside grpc's Python code can leave one of its locks held, and the channel's
+    finalizer then waits for that lock forever (seen: `rack up` hung at exit). The block is a
+    few short RPCs, so deferring costs nothing noticeable. No-op outside the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        raise KeyboardInterrupt
+
+
+@contextmanager
 def connect(address: str, read_only: bool = False, wait_s: float = 5.0) -> Iterator[Any]:
     """A SwitchClient on `address`, closed on exit. Writers arbitrate as primary with election
     id (0, 1); readers (`status`) take a backup session so they work whoever is primary."""
@@ -49,7 +70,7 @@ def connect(address: str, read_only: bool = False, wait_s: float = 5.0) -> Itera
 
 def program_forwarding(address: str, hosts: list[Host], num_ports: int) -> None:
     """Install the static L2 view of the rack (see the module docstring), in one Write."""
-    with connect(address) as c:
+    with sigint_deferred(), connect(address) as c:
         try:
             with c.batch():
                 for h in hosts:
@@ -77,7 +98,7 @@ def read_port_counters(address: str, ports: list[int]) -> dict[int, dict[str, in
     """Per-port `{rx_packets, rx_bytes, tx_packets, tx_bytes}` from the forward program's pair
     registers (packets in the low 32 bits of a cell, bytes in the high 32)."""
     out: dict[int, dict[str, int]] = {p: {} for p in ports}
-    with connect(address, read_only=True) as c:
+    with sigint_deferred(), connect(address, read_only=True) as c:
         for reg in COUNTER_REGISTERS:
             try:
                 cells = _cells(c.read_register(reg))

@@ -200,6 +200,10 @@ def delete_by_prefix(prefix: str, timeout: float = 10.0) -> list[str]:
             if d.name.startswith(prefix):
                 shutil.rmtree(d, ignore_errors=True)
                 removed.append(str(d))
+        try:
+            ETC_NETNS.rmdir()  # only if empty: it did not exist before racks made it
+        except OSError:
+            pass
     _wait_all_gone(prefix, timeout)
     return removed
 

@@ -122,9 +122,9 @@ def wait_ready(pid: int, ready_file: Path, log: Path, timeout: float) -> dict[st
         except (FileNotFoundError, ValueError):
             pass  # not written yet, or written only in part
         if not is_alive(pid, str(ready_file)):
-            raise RackError(f"the switch exited before it was ready; its log ({log}):\n{log_tail(log)}")
+            raise RackError(f"the switch exited before it was ready; the end of its log:\n{log_tail(log)}")
         if time.monotonic() > deadline:
-            raise RackError(f"the switch was not ready after {timeout:g} s; its log ({log}):\n{log_tail(log)}")
+            raise RackError(f"the switch was not ready after {timeout:g} s; the end of its log:\n{log_tail(log)}")
         time.sleep(0.05)
 
 

@@ -7,9 +7,10 @@ here needs privileges and nothing survives the switch but the state directory.
 
 from __future__ import annotations
 
+import importlib
 import random
 import socket
-import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,9 +52,7 @@ def split_addr(addr: str) -> tuple[str, int]:
 
 def tunnel_host_class() -> Any | None:
     """`inswitch._native.TunnelHost` if this build has it."""
-    from inswitch import _native
-
-    return getattr(_native, "TunnelHost", None)
+    return getattr(importlib.import_module("inswitch._native"), "TunnelHost", None)
 
 
 @dataclass
@@ -69,29 +68,28 @@ class PingResult:
 
 def tunnel_ping(src: Host, dst: Host, count: int, timeout: float) -> PingResult:
     """Ping `dst` from `src` across the switch with two userspace hosts attached to their
-    tunnel ports in this process: `dst` answers ARP and echo requests, `src` resolves `dst`
-    by ARP broadcast (through the switch's flood group) and sends the echoes.
+    tunnel ports in this process: `dst` answers ARP and echo requests in its native thread,
+    `src` resolves `dst` by ARP broadcast (through the switch's flood group) and pings.
 
-    Assumed TunnelHost API (to be checked against the lead's implementation):
-    `TunnelHost(switch_addr: str, mac: str, ip: str, prefix_len: int)` serving ARP/ICMP in
-    the background, and `.ping(dst_ip: str, count: int, timeout: float)` returning a list of
-    round-trip times in seconds (None for a lost echo)."""
+    Uses `TunnelHost(switch_addr, mac, ip, prefix_len)` and `.ping(dst_ip, count, timeout)`
+    (round-trip seconds per echo, None when lost). Attaching re-points the switch port at
+    this process (the port learns its peer from the latest datagram), which is what a host
+    "being" h1 means in this mode."""
     cls = tunnel_host_class()
     if cls is None:
         raise RackError("ping in UDP-tunnel mode needs inswitch._native.TunnelHost (a userspace host "
                         "stack over the tunnel), which this build does not have yet")
     assert src.tunnel and dst.tunnel
-    try:
-        responder = cls(dst.tunnel, dst.mac, dst.ip, dst.prefix_len)
-        pinger = cls(src.tunnel, src.mac, src.ip, src.prefix_len)
-        time.sleep(0.05)  # let both register with their switch ports
-        rtts = list(pinger.ping(dst.ip, count, timeout))
-    except (TypeError, AttributeError) as e:
-        raise RackError(f"inswitch._native.TunnelHost does not have the API the rack expects: {e}") from e
-    finally:
-        for h in ("pinger", "responder"):
-            obj = locals().get(h)
-            if obj is not None and hasattr(obj, "close"):
-                obj.close()
+    with ExitStack() as stack:
+        try:
+            responder = cls(dst.tunnel, dst.mac, dst.ip, dst.prefix_len)
+            stack.callback(responder.close)
+            pinger = cls(src.tunnel, src.mac, src.ip, src.prefix_len)
+            stack.callback(pinger.close)
+            rtts = list(pinger.ping(dst.ip, count, timeout))
+        except (TypeError, AttributeError) as e:
+            raise RackError(f"inswitch._native.TunnelHost does not have the API the rack expects: {e}") from e
+        except (ValueError, OSError) as e:
+            raise RackError(f"ping {src.name} -> {dst.name} over the tunnel failed: {e}") from e
     got = [r * 1000.0 for r in rtts if r is not None]
     return PingResult(transmitted=count, received=len(got), rtts_ms=got)

@@ -1,0 +1,46 @@
+"""`inswitch bench ...` commands."""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+bench_app = typer.Typer(help="Benchmarks; each prints ratios against a baseline measured in the same run.", no_args_is_help=True)
+
+
+@bench_app.command("forward")
+def forward_cmd(
+    duration: float = typer.Option(3.0, help="Seconds per measurement."),
+    json_out: Optional[str] = typer.Option(None, "--json", help="Write the results to this file."),
+) -> None:
+    """Forwarding rate: in memory on one core, and between two namespaces over veth against
+    the Linux kernel bridge (same namespaces, same run)."""
+    from inswitch.bench import forward
+
+    console = Console()
+    with console.status("measuring") as st:
+        r = forward.run(duration=duration, progress=lambda s: st.update(f"measuring: {s}"))
+    t = Table(title="inswitch bench forward")
+    t.add_column("measurement")
+    t.add_column("result", justify="right")
+    t.add_row("in-memory pipeline, 64 B frames, 1 core", f"{r['in_memory_mpps']:.2f} Mpps")
+    if "veth_pps" in r:
+        t.add_row("veth through inswitch (received)", f"{r['veth_pps']:,} pps")
+        t.add_row("veth through Linux bridge (received)", f"{r['bridge_pps']:,} pps")
+        t.add_row("ratio inswitch / bridge", f"{r['veth_bridge_ratio']:.2f}")
+        t.add_row("loss through inswitch / bridge", f"{r['veth']['loss']:.1%} / {r['bridge']['loss']:.1%}")
+    else:
+        t.add_row("veth", r.get("veth_skipped", "skipped"))
+    console.print(t)
+    if json_out:
+        with open(json_out, "w") as f:
+            json.dump(r, f, indent=2)
+        console.print(f"wrote {json_out}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(bench_app, name="bench")

@@ -1,0 +1,135 @@
+"""`inswitch bench forward`: the switch's forwarding rate, (a) in memory on one core and
+(b) between two network namespaces over veth, against the Linux kernel bridge forwarding
+between the same two namespaces in the same run."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from inswitch import _native, native
+from inswitch.topology import netns as nx
+
+#: Frames of 64 bytes on the wire: 14 Ethernet + 20 IPv4 + 8 UDP + 18 payload + 4 FCS.
+PAYLOAD_64B = 18
+SINK_PORT = 9000
+
+
+@dataclass(frozen=True)
+class Pair:
+    """Two hosts, one veth each; `s1`/`s2` are the switch-side ends."""
+
+    prefix: str
+
+    def host(self, i: int) -> nx.VethHost:
+        return nx.VethHost(netns=f"{self.prefix}h{i}", switch_if=f"{self.prefix}s{i}", mac=f"02:00:00:00:99:{i:02x}", ip=f"10.99.0.{i}", prefix_len=24)
+
+
+def _py_in(netns: str, args: list[str]) -> list[str]:
+    return nx.in_netns(netns, [sys.executable, "-m", "inswitch.bench.traffic", *args])
+
+
+def measure_flow(pair: Pair, duration: float, payload: int) -> dict[str, float]:
+    """Blast UDP from h1 to h2 for `duration` s; the rate h2 received is the result."""
+    h1, h2 = pair.host(1), pair.host(2)
+    sink = subprocess.Popen(_py_in(h2.netns, ["sink", "--bind", f"{h2.ip}:{SINK_PORT}", "--duration", str(duration + 5), "--idle", "1.0"]), stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.3)  # the sink binds before traffic starts
+        blast = nx.run(_py_in(h1.netns, ["blast", "--dst", f"{h2.ip}:{SINK_PORT}", "--payload", str(payload), "--duration", str(duration)]), timeout=duration + 30)
+        sent = json.loads(blast.stdout.strip().splitlines()[-1])
+        out, _ = sink.communicate(timeout=duration + 30)
+        got = json.loads(out.strip().splitlines()[-1])
+    finally:
+        if sink.poll() is None:
+            sink.kill()
+            sink.wait()
+    return {"sent": sent["sent"], "sent_pps": sent["pps"], "received": got["packets"], "pps": got["pps"], "loss": 1 - got["packets"] / max(sent["sent"], 1)}
+
+
+def _setup(pair: Pair) -> None:
+    hosts = [pair.host(1), pair.host(2)]
+    for h in hosts:
+        nx.create_veth_host(h)
+    # Static neighbours: the measurement is forwarding, not ARP.
+    for a, b in ((hosts[0], hosts[1]), (hosts[1], hosts[0])):
+        nx.ip("neigh", "replace", b.ip, "lladdr", b.mac, "dev", a.ifname, netns=a.netns)
+
+
+def _through_switch(pair: Pair, duration: float, payload: int) -> dict[str, Any]:
+    h1, h2 = pair.host(1), pair.host(2)
+    dp = _native.Dataplane(["forward"], f"veth:{h1.switch_if},{h2.switch_if}")
+    try:
+        info = native.program_set_info(["forward"])
+        for port, h in enumerate((h1, h2)):
+            mac = bytes.fromhex(h.mac.replace(":", ""))
+            dp.table_write("insert", info.table_id("l2_dmac"), [("exact", 1, mac)], 0, info.action_id("l2_forward"), [(1, bytes([port]))])
+            dp.table_write("insert", info.table_id("l2_smac"), [("exact", 1, mac)], 0, info.action_id("nop"), [])
+        r = measure_flow(pair, duration, payload)
+        c = json.loads(dp.counters_json())
+        r["switch_rx"] = c["ports"][0]["rx_packets"]
+        r["switch_tx"] = c["ports"][1]["tx_packets"]
+        r["switch_drops"] = c["drops"]
+        r["port_io_drops"] = {p["name"]: p["io"]["drops"] for p in c["ports"] if p["io"]}
+        return r
+    finally:
+        dp.stop()
+
+
+def _through_bridge(pair: Pair, duration: float, payload: int) -> dict[str, Any]:
+    br = f"{pair.prefix}br"
+    nx.ip("link", "add", br, "type", "bridge")
+    try:
+        nx.write_sysctl_root(f"net.ipv6.conf.{br}.disable_ipv6", "1")
+        for i in (1, 2):
+            nx.ip("link", "set", pair.host(i).switch_if, "master", br)
+        nx.ip("link", "set", br, "up")
+        return measure_flow(pair, duration, payload)
+    finally:
+        nx.ip("link", "del", br, check=False)
+
+
+def machine() -> dict[str, Any]:
+    cpu = ""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version()}
+
+
+def run(duration: float = 3.0, payload: int = PAYLOAD_64B, progress: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+    """Both measurements; the veth one needs root (skipped with a reason otherwise)."""
+    progress("in-memory pipeline")
+    pkts, secs, mpps = _native.bench_forward_pipeline(64, 32, max(duration, 1.0))
+    out: dict[str, Any] = {"in_memory_mpps": round(mpps, 3), "in_memory": {"packets": pkts, "seconds": secs, "frame_bytes": 64, "batch": 32}, "machine": machine()}
+    if os.geteuid() != 0:
+        out["veth_skipped"] = "needs root for network namespaces"
+        return out
+    pair = Pair(prefix=f"iswb{os.getpid() % 10000}-")
+    try:
+        _setup(pair)
+        progress("veth through the inswitch data plane")
+        sw = _through_switch(pair, duration, payload)
+        progress("veth through the Linux bridge")
+        br = _through_bridge(pair, duration, payload)
+    finally:
+        nx.delete_by_prefix(pair.prefix)
+    out.update({
+        "veth_pps": round(sw["pps"]),
+        "bridge_pps": round(br["pps"]),
+        "veth_bridge_ratio": round(sw["pps"] / br["pps"], 3) if br["pps"] else None,
+        "veth": sw,
+        "bridge": br,
+        "duration_s": duration,
+        "frame_bytes": payload + 46,
+    })
+    return out
