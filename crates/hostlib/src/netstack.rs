@@ -135,7 +135,13 @@ impl HostStack {
     }
 
     fn send_arp(&mut self, op: ArpOperation, target_mac: EthernetAddress, target_ip: Ipv4Address, dst: EthernetAddress) {
-        let repr = ArpRepr::EthernetIpv4 { operation: op, source_hardware_addr: self.mac, source_protocol_addr: self.ip, target_hardware_addr: target_mac, target_protocol_addr: target_ip };
+        let repr = ArpRepr::EthernetIpv4 {
+            operation: op,
+            source_hardware_addr: self.mac,
+            source_protocol_addr: self.ip,
+            target_hardware_addr: target_mac,
+            target_protocol_addr: target_ip,
+        };
         self.push_frame(dst, EtherType::Arp, repr.buffer_len(), |b| repr.emit(&mut ArpPacket::new_unchecked(b)));
     }
 
@@ -230,7 +236,9 @@ impl HostStack {
             self.stats.rx_malformed += 1;
             return;
         };
-        let Ok(ArpRepr::EthernetIpv4 { operation, source_hardware_addr, source_protocol_addr, target_protocol_addr, .. }) = ArpRepr::parse(&pkt) else {
+        let Ok(ArpRepr::EthernetIpv4 { operation, source_hardware_addr, source_protocol_addr, target_protocol_addr, .. }) =
+            ArpRepr::parse(&pkt)
+        else {
             self.stats.rx_unsupported += 1;
             return;
         };
@@ -275,7 +283,12 @@ impl HostStack {
                     self.stats.rx_unbound_port += 1;
                     return;
                 }
-                self.events.push_back(Event::Udp { src: ip.src_addr, src_port: udp.src_port(), dst_port: udp.dst_port(), payload: udp.payload().to_vec() });
+                self.events.push_back(Event::Udp {
+                    src: ip.src_addr,
+                    src_port: udp.src_port(),
+                    dst_port: udp.dst_port(),
+                    payload: udp.payload().to_vec(),
+                });
             }
             Protocol::Icmp => {
                 let Ok(icmp) = Icmpv4Packet::new_checked(pkt.payload()) else {
@@ -289,7 +302,9 @@ impl HostStack {
                         reply.emit(&mut Icmpv4Packet::new_unchecked(&mut l4[..]));
                         let _ = self.send_ip(ip.src_addr, Protocol::Icmp, l4, now);
                     }
-                    Ok(Icmpv4Repr::EchoReply { ident, seq_no, .. }) => self.events.push_back(Event::EchoReply { src: ip.src_addr, ident, seq: seq_no, at_ns: now }),
+                    Ok(Icmpv4Repr::EchoReply { ident, seq_no, .. }) => {
+                        self.events.push_back(Event::EchoReply { src: ip.src_addr, ident, seq: seq_no, at_ns: now })
+                    }
                     Err(_) => self.stats.rx_unsupported += 1,
                 }
             }

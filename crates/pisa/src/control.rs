@@ -72,21 +72,64 @@ pub struct CloneSession {
 /// A control-plane operation, addressed by P4Runtime ids.
 #[derive(Clone, Debug)]
 pub enum ControlOp {
-    TableWrite { table_id: u32, op: WriteOp, matches: Vec<FieldMatch>, priority: i32, action_id: u32, params: Vec<(u32, Vec<u8>)> },
-    TableSetDefault { table_id: u32, action_id: u32, params: Vec<(u32, Vec<u8>)> },
-    TableResetDefault { table_id: u32 },
-    TableRead { table_id: u32 },
-    TableClear { table_id: u32 },
-    RegisterRead { register_id: u32, index: Option<u32> },
-    RegisterWrite { register_id: u32, index: Option<u32>, value: u64 },
-    McastGroupWrite { op: WriteOp, group: u16, replicas: Vec<Replica> },
-    McastGroupRead { group: Option<u16> },
-    CloneSessionWrite { op: WriteOp, session: u16, session_cfg: CloneSession },
-    CloneSessionRead { session: Option<u16> },
+    TableWrite {
+        table_id: u32,
+        op: WriteOp,
+        matches: Vec<FieldMatch>,
+        priority: i32,
+        action_id: u32,
+        params: Vec<(u32, Vec<u8>)>,
+    },
+    TableSetDefault {
+        table_id: u32,
+        action_id: u32,
+        params: Vec<(u32, Vec<u8>)>,
+    },
+    TableResetDefault {
+        table_id: u32,
+    },
+    TableRead {
+        table_id: u32,
+    },
+    TableClear {
+        table_id: u32,
+    },
+    RegisterRead {
+        register_id: u32,
+        index: Option<u32>,
+    },
+    RegisterWrite {
+        register_id: u32,
+        index: Option<u32>,
+        value: u64,
+    },
+    McastGroupWrite {
+        op: WriteOp,
+        group: u16,
+        replicas: Vec<Replica>,
+    },
+    McastGroupRead {
+        group: Option<u16>,
+    },
+    CloneSessionWrite {
+        op: WriteOp,
+        session: u16,
+        session_cfg: CloneSession,
+    },
+    CloneSessionRead {
+        session: Option<u16>,
+    },
     /// Enable or disable delivery of a digest to the control plane.
-    DigestConfig { digest_id: u32, enabled: bool },
+    DigestConfig {
+        digest_id: u32,
+        enabled: bool,
+    },
     /// Change a packet generator's period (0 disables it).
-    PktGenConfig { program: String, name: String, period_ns: u64 },
+    PktGenConfig {
+        program: String,
+        name: String,
+        period_ns: u64,
+    },
 }
 
 /// What a read returns.

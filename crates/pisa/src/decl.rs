@@ -22,19 +22,20 @@ pub enum Gress {
 /// Where a stateful or table object sits, and its bit in the per-pass access set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ObjRef {
-    /// Its bit in the per-pass access set (`1 << (id % 64)` of word `id / 64`), worked out
-    /// once here rather than on every access.
+    /// Its bit among the objects of its stage (of its gress). A pass only needs to know
+    /// which objects of its current stage it has used: an earlier stage's objects are out
+    /// of reach anyway, and a later stage's cannot have been used yet.
     pub(crate) bit: u64,
-    pub(crate) word: u8,
-    /// Gress and stage as one number, `gress << 8 | stage`, so the pass guard checks
-    /// "same gress, not an earlier stage" with two compares (see `pass::Guard`).
+    /// Gress and stage as one number, `gress << 8 | stage`: the order in which a pass may
+    /// reach objects (see `pass::Guard`).
     pub(crate) pos: u16,
 }
 
 impl ObjRef {
+    /// The object with index `local` (below [`MAX_STAGE_OBJECTS`]) in its stage.
     #[inline]
-    pub(crate) fn new(id: u16, stage: u8, gress: Gress) -> ObjRef {
-        ObjRef { bit: 1u64 << (id & 63), word: ((id >> 6) & 3) as u8, pos: pos(stage, gress) }
+    pub(crate) fn new(local: u8, stage: u8, gress: Gress) -> ObjRef {
+        ObjRef { bit: 1u64 << (local & 63), pos: pos(stage, gress) }
     }
     pub fn stage(&self) -> u8 {
         self.pos as u8
@@ -54,9 +55,14 @@ pub(crate) fn pos(stage: u8, gress: Gress) -> u16 {
     ((gress as u16) << 8) | stage as u16
 }
 
-/// Most objects (tables, register arrays, hash units, digests) one program may declare:
-/// the size of the per-pass access set.
+/// Most objects (tables, register arrays, hash units, digests) one program may declare.
 pub const MAX_OBJECTS: usize = 256;
+/// Most tables, register arrays and hash units one program may place in one stage of one
+/// gress (far above any target's per-stage resources): the width of the pass guard's
+/// per-stage access set.
+pub const MAX_STAGE_OBJECTS: usize = 64;
+/// Most digests one program may declare (Tofino's digest type is 3 bits).
+pub const MAX_DIGESTS: usize = 64;
 /// Most parameters an action may have.
 pub const MAX_ACTION_PARAMS: usize = 6;
 /// Widest action parameter, in bits.
@@ -290,8 +296,9 @@ pub struct HashUnit {
 /// Handle to a digest.
 #[derive(Clone, Copy, Debug)]
 pub struct Digest {
-    /// Its access bit; the pass supplies the position (a digest goes with any stage).
-    pub(crate) obj: ObjRef,
+    /// Its bit in the pass's set of digests sent (a digest goes with any stage, so it is
+    /// tracked apart from the staged objects).
+    pub(crate) bit: u64,
     pub(crate) idx: u16,
     pub(crate) bytes: u16,
 }
@@ -352,6 +359,8 @@ impl DropCode {
 pub struct ProgramBuilder {
     decl: ProgramDecl,
     next_obj: u16,
+    /// Objects declared so far in each stage of each gress (by `pos`).
+    stage_objs: Vec<u8>,
     errors: Vec<DeclError>,
 }
 
@@ -376,17 +385,30 @@ impl ProgramBuilder {
                 notes: Vec::new(),
             },
             next_obj: 0,
+            stage_objs: vec![0; 512],
             errors: Vec::new(),
         }
     }
 
-    fn obj(&mut self, stage: u8, gress: Gress) -> ObjRef {
-        let id = self.next_obj;
-        if id as usize >= MAX_OBJECTS {
+    /// Count one more object against [`MAX_OBJECTS`].
+    fn count_obj(&mut self) {
+        if self.next_obj as usize >= MAX_OBJECTS {
             self.errors.push(DeclError::Invalid(format!("more than {MAX_OBJECTS} objects in one program")));
         }
         self.next_obj = self.next_obj.saturating_add(1);
-        ObjRef::new(id.min(MAX_OBJECTS as u16 - 1), stage, gress)
+    }
+
+    fn obj(&mut self, stage: u8, gress: Gress) -> ObjRef {
+        self.count_obj();
+        let n = &mut self.stage_objs[pos(stage, gress) as usize];
+        let local = *n;
+        *n = n.saturating_add(1);
+        if local as usize == MAX_STAGE_OBJECTS {
+            self.errors.push(DeclError::Invalid(format!(
+                "more than {MAX_STAGE_OBJECTS} tables, register arrays and hash units in {gress:?} stage {stage}"
+            )));
+        }
+        ObjRef::new(local.min(MAX_STAGE_OBJECTS as u8 - 1), stage, gress)
     }
 
     fn check_name(&mut self, kind: &'static str, name: &str, taken: bool) {
@@ -400,10 +422,8 @@ impl ProgramBuilder {
 
     /// The parser reaches `depth_bytes` into the packet and extracts these headers.
     pub fn parser(&mut self, depth_bytes: u32, headers: &[(&str, u32)]) -> &mut Self {
-        self.decl.parser = ParserDecl {
-            depth_bytes,
-            headers: headers.iter().map(|(n, b)| HeaderDecl { name: n.to_string(), bits: *b }).collect(),
-        };
+        self.decl.parser =
+            ParserDecl { depth_bytes, headers: headers.iter().map(|(n, b)| HeaderDecl { name: n.to_string(), bits: *b }).collect() };
         self
     }
 
@@ -569,7 +589,11 @@ impl ProgramBuilder {
     pub fn digest(&mut self, name: &str, fields: &[(&str, u32)], doc: &str) -> Digest {
         let taken = self.decl.digests.iter().any(|d| d.name == name);
         self.check_name("digest", name, taken);
-        let obj = self.obj(0, Gress::Ingress);
+        self.count_obj();
+        let idx = self.decl.digests.len();
+        if idx == MAX_DIGESTS {
+            self.errors.push(DeclError::Invalid(format!("more than {MAX_DIGESTS} digests in one program")));
+        }
         let d = DigestDecl {
             name: name.to_string(),
             doc: doc.to_string(),
@@ -577,7 +601,7 @@ impl ProgramBuilder {
         };
         let bytes = d.bytes() as u16;
         self.decl.digests.push(d);
-        Digest { obj, idx: self.decl.digests.len() as u16 - 1, bytes }
+        Digest { bit: 1u64 << (idx % MAX_DIGESTS), idx: idx as u16, bytes }
     }
 
     /// A periodic packet generator injecting `packet` every `period_ns` into ingress.

@@ -68,28 +68,40 @@ pub struct PacketMeta {
 }
 
 impl PacketMeta {
+    #[inline]
     pub fn new(ingress_port: PortId) -> Self {
-        PacketMeta {
-            bridged: [0; BRIDGED_BYTES],
-            truncate_len: 0,
-            ingress_port,
-            egress_port: PORT_NONE,
-            mcast_grp: 0,
-            mcast_prune_port: PORT_NONE,
-            clone_session: 0,
-            e2e_clone_session: 0,
-            rid: 0,
-            drop: None,
-            recirculations: 0,
-            owner: 0xFF,
-            is_clone: false,
-            _reserved: [0; 9],
-        }
+        let mut m = Self::BLANK;
+        m.ingress_port = ingress_port;
+        m
     }
+
+    /// Reset to a new packet's metadata in place: a copy of one constant (a few wide
+    /// moves), then the port.
+    #[inline]
+    pub(crate) fn reset(&mut self, ingress_port: PortId) {
+        *self = Self::BLANK;
+        self.ingress_port = ingress_port;
+    }
+
+    const BLANK: PacketMeta = PacketMeta {
+        bridged: [0; BRIDGED_BYTES],
+        truncate_len: 0,
+        ingress_port: PORT_NONE,
+        egress_port: PORT_NONE,
+        mcast_grp: 0,
+        mcast_prune_port: PORT_NONE,
+        clone_session: 0,
+        e2e_clone_session: 0,
+        rid: 0,
+        drop: None,
+        recirculations: 0,
+        owner: 0xFF,
+        is_clone: false,
+        _reserved: [0; 9],
+    };
 }
 
-const _: () = assert!(std::mem::size_of::<PacketMeta>() % 16 == 0);
-
+const _: () = assert!(std::mem::size_of::<PacketMeta>().is_multiple_of(16));
 
 /// What a [`PacketBuf`] points to: the bytes, how many are in use, where the packet came
 /// from or goes, and its metadata.
@@ -133,7 +145,13 @@ impl std::fmt::Debug for PacketBuf {
 
 impl PacketBuf {
     pub fn with_capacity(capacity: usize) -> Self {
-        PacketBuf(Box::new(PacketInner { buf: vec![0u8; capacity].into_boxed_slice(), len: 0, port: PORT_NONE, ts_ns: 0, meta: PacketMeta::new(PORT_NONE) }))
+        PacketBuf(Box::new(PacketInner {
+            buf: vec![0u8; capacity].into_boxed_slice(),
+            len: 0,
+            port: PORT_NONE,
+            ts_ns: 0,
+            meta: PacketMeta::new(PORT_NONE),
+        }))
     }
 
     /// A buffer holding a copy of `bytes` (tests and control-plane injection; allocates).

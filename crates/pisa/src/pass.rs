@@ -18,8 +18,8 @@ use std::cell::RefCell;
 use serde::Serialize;
 
 use crate::decl::{Digest, DropCode, Gress, HashUnit, ObjRef, Table};
-pub use crate::packet::{PacketMeta, BRIDGED_BYTES};
 use crate::packet::{PacketBuf, PortId, PORT_CPU, PORT_NONE, PORT_RECIRC};
+pub use crate::packet::{PacketMeta, BRIDGED_BYTES};
 use crate::register::{Cell, RegisterAction, SaluBody};
 use crate::table::{TableResult, TableState};
 
@@ -40,7 +40,8 @@ pub enum Violation {
 }
 
 impl Violation {
-    pub const ALL: [Violation; 5] = [Violation::DoubleAccess, Violation::StageOrder, Violation::WrongGress, Violation::IndexOutOfRange, Violation::HeaderTooLarge];
+    pub const ALL: [Violation; 5] =
+        [Violation::DoubleAccess, Violation::StageOrder, Violation::WrongGress, Violation::IndexOutOfRange, Violation::HeaderTooLarge];
     pub fn name(self) -> &'static str {
         match self {
             Violation::DoubleAccess => "double_access",
@@ -120,67 +121,90 @@ pub(crate) struct PassEnv {
 
 /// The per-pass access set and stage cursor.
 ///
-/// Positions are `gress << 8 | stage` (see [`ObjRef`]). An access is allowed when the
-/// object's position lies in `pos..end` (same gress, not an earlier stage than the last
-/// object reached) and its bit is clear; that is the whole fast path. The first violation
-/// sets `end` to 0, so every later access fails the same check and lands in the cold
-/// path, which records only the first violation.
+/// Positions are `gress << 8 | stage` (see [`ObjRef`]). A pass reaches objects in
+/// non-decreasing position within its gress, so only the objects of the current position
+/// can be reached twice: the set holds just those (one bit each), and moving on to a later
+/// stage starts it afresh. The fast path is one compare for an object of the current stage
+/// (plus its bit), two for a later one. The first violation moves the cursor past every
+/// position, so every later access fails the same checks and lands in the cold path,
+/// which records only the first violation.
 #[derive(Clone, Copy)]
 struct Guard {
-    touched: [u64; 4],
+    /// Objects of the current stage reached so far.
+    touched: u64,
+    /// Digests sent so far (a digest is not tied to a stage).
+    digests: u64,
     pos: u16,
     end: u16,
     violation: Option<Violation>,
-    /// Position of stage 0 of this pass's gress.
+    /// Position of stage 0 of this pass's gress (where `pos` starts).
     start: u16,
+}
+
+/// The cursor after a violation: beyond every position.
+const VIOLATED: u16 = u16::MAX;
+
+/// Why `o` may not be reached by a guard at `pos` in the gress ending at `end` (out of
+/// line: it never runs in a correct program); the violation to record.
+#[cold]
+#[inline(never)]
+fn why(pos: u16, end: u16, o: ObjRef) -> Violation {
+    if o.pos >> 8 != (end - 1) >> 8 {
+        Violation::WrongGress
+    } else if o.pos < pos {
+        Violation::StageOrder
+    } else {
+        Violation::DoubleAccess
+    }
 }
 
 impl Guard {
     #[inline(always)]
     fn new(gress: Gress) -> Guard {
-        Guard::new_at(crate::decl::pos(0, gress))
+        let start = crate::decl::pos(0, gress);
+        Guard { touched: 0, digests: 0, pos: start, end: start + 256, violation: None, start }
     }
 
     /// As new, for the next pass in the same gress.
     #[inline(always)]
     fn reset(&mut self) {
-        *self = Guard::new_at(self.start);
-    }
-
-    #[inline(always)]
-    fn new_at(start: u16) -> Guard {
-        Guard { touched: [0; 4], pos: start, end: start + 256, violation: None, start }
+        (self.touched, self.digests, self.pos, self.violation) = (0, 0, self.start, None);
     }
 
     #[inline(always)]
     fn enter(&mut self, o: ObjRef) -> bool {
-        let (w, bit) = (o.word as usize & 3, o.bit);
-        if o.pos >= self.pos && o.pos < self.end && self.touched[w] & bit == 0 {
-            self.touched[w] |= bit;
+        if o.pos == self.pos {
+            if self.touched & o.bit == 0 {
+                self.touched |= o.bit;
+                return true;
+            }
+        } else if o.pos > self.pos && o.pos < self.end {
             self.pos = o.pos;
+            self.touched = o.bit;
             return true;
         }
-        // Returning `false` here rather than `reject`'s result lets the compiler see that
-        // nothing after a rejection needs the caller's registers.
-        self.reject(o);
+        if self.violation.is_none() {
+            self.fail(why(self.pos, self.end, o));
+        }
         false
     }
 
-    /// Why `o` may not be reached (kept out of line: it never runs in a correct program).
-    #[cold]
-    #[inline(never)]
-    fn reject(&mut self, o: ObjRef) {
-        if self.violation.is_none() {
-            let gress_start = self.end.wrapping_sub(256);
-            let v = if o.pos >> 8 != gress_start >> 8 {
-                Violation::WrongGress
-            } else if o.pos < self.pos {
-                Violation::StageOrder
-            } else {
-                Violation::DoubleAccess
-            };
-            self.fail(v);
+    /// The digest with bit `bit`: any stage of ingress, once per pass.
+    #[inline]
+    fn enter_digest(&mut self, bit: u64) -> bool {
+        if self.violation.is_some() {
+            return false;
         }
+        if self.end != 256 {
+            self.fail(Violation::WrongGress);
+            return false;
+        }
+        if self.digests & bit != 0 {
+            self.fail(Violation::DoubleAccess);
+            return false;
+        }
+        self.digests |= bit;
+        true
     }
 
     /// Record `v` unless an earlier violation is recorded; no access succeeds afterwards.
@@ -188,14 +212,8 @@ impl Guard {
     fn fail(&mut self, v: Violation) {
         if self.violation.is_none() {
             self.violation = Some(v);
-            self.end = 0;
+            self.pos = VIOLATED;
         }
-    }
-
-    /// The stage of the last object reached.
-    #[inline]
-    fn stage(&self) -> u8 {
-        self.pos as u8
     }
 }
 
@@ -244,7 +262,6 @@ impl<'a> Pass<'a> {
     pub(crate) fn finish(self) -> (PacketBuf, Option<Violation>) {
         (self.pkt, self.guard.violation)
     }
-
 
     // ---- packet bytes -------------------------------------------------------------
 
@@ -443,8 +460,7 @@ impl<'a> Pass<'a> {
     /// Send a digest to the control plane (if the control plane enabled it). `data` is the
     /// digest's fields packed as declared; it is cut or zero-padded to the declared size.
     pub fn digest(&mut self, d: &Digest, data: &[u8]) {
-        let o = ObjRef { pos: crate::decl::pos(self.guard.stage(), Gress::Ingress), ..d.obj };
-        if !self.guard.enter(o) {
+        if !self.guard.enter_digest(d.bit) {
             return;
         }
         let mut digests = self.env.digests.borrow_mut();
@@ -462,8 +478,8 @@ impl<'a> Pass<'a> {
 mod tests {
     use super::*;
 
-    fn obj(id: u16, stage: u8, gress: Gress) -> ObjRef {
-        ObjRef::new(id, stage, gress)
+    fn obj(local: u8, stage: u8, gress: Gress) -> ObjRef {
+        ObjRef::new(local, stage, gress)
     }
 
     #[test]
@@ -471,17 +487,49 @@ mod tests {
         let mut g = Guard::new(Gress::Ingress);
         assert!(g.enter(obj(0, 0, Gress::Ingress)));
         assert!(g.enter(obj(1, 0, Gress::Ingress)), "two objects in one stage are fine");
-        assert!(g.enter(obj(2, 3, Gress::Ingress)));
+        assert!(g.enter(obj(0, 3, Gress::Ingress)), "the same local index in another stage is another object");
         assert!(!g.enter(obj(3, 1, Gress::Ingress)));
         assert_eq!(g.violation, Some(Violation::StageOrder));
+        assert!(!g.enter(obj(1, 3, Gress::Ingress)), "nothing succeeds after a violation");
+        assert_eq!(g.violation, Some(Violation::StageOrder), "the first violation is kept");
 
         let mut g = Guard::new(Gress::Ingress);
-        assert!(g.enter(obj(200, 2, Gress::Ingress)));
-        assert!(!g.enter(obj(200, 2, Gress::Ingress)));
+        assert!(g.enter(obj(63, 2, Gress::Ingress)));
+        assert!(!g.enter(obj(63, 2, Gress::Ingress)));
         assert_eq!(g.violation, Some(Violation::DoubleAccess));
+
+        let mut g = Guard::new(Gress::Ingress);
+        assert!(g.enter(obj(5, 2, Gress::Ingress)));
+        assert!(g.enter(obj(5, 4, Gress::Ingress)));
+        assert!(!g.enter(obj(5, 2, Gress::Ingress)), "an earlier stage stays out of reach");
+        assert_eq!(g.violation, Some(Violation::StageOrder));
 
         let mut g = Guard::new(Gress::Egress);
         assert!(!g.enter(obj(0, 0, Gress::Ingress)));
         assert_eq!(g.violation, Some(Violation::WrongGress));
+
+        let mut g = Guard::new(Gress::Ingress);
+        assert!(!g.enter(obj(0, 0, Gress::Egress)));
+        assert_eq!(g.violation, Some(Violation::WrongGress));
+    }
+
+    #[test]
+    fn guard_digests_once_per_ingress_pass() {
+        let mut g = Guard::new(Gress::Ingress);
+        assert!(g.enter(obj(0, 5, Gress::Ingress)));
+        assert!(g.enter_digest(1 << 3));
+        assert!(g.enter(obj(0, 7, Gress::Ingress)));
+        assert!(g.enter_digest(1 << 4));
+        assert!(!g.enter_digest(1 << 3), "a digest at a later stage is still the same digest");
+        assert_eq!(g.violation, Some(Violation::DoubleAccess));
+        g.reset();
+        assert_eq!(g.violation, None);
+        assert!(g.enter_digest(1 << 3), "a new pass starts with no digest sent");
+
+        let mut g = Guard::new(Gress::Egress);
+        assert!(!g.enter_digest(1));
+        assert_eq!(g.violation, Some(Violation::WrongGress));
+        g.reset();
+        assert!(g.enter(obj(0, 0, Gress::Egress)), "reset keeps the gress");
     }
 }

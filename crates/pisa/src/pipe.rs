@@ -18,8 +18,8 @@ use std::sync::Arc;
 use crate::control::{ControlError, ControlOp, ControlReply, Replica, WriteOp};
 use crate::counters::Counters;
 use crate::decl::{DropCode, Gress};
-use crate::packet::{BufPool, PacketBuf, PortId, PORT_CPU, PORT_NONE, PORT_PKTGEN, PORT_RECIRC};
 use crate::packet::PacketMeta;
+use crate::packet::{BufPool, PacketBuf, PortId, PORT_CPU, PORT_NONE, PORT_PKTGEN, PORT_RECIRC};
 use crate::pass::{DigestMsg, Pass, PassEnv, ProgramState, Violation};
 use crate::program::{id_prefix, Program, ProgramSet};
 use crate::table::params_from_bytes;
@@ -173,7 +173,15 @@ impl Pipe {
             .programs()
             .iter()
             .enumerate()
-            .flat_map(|(i, p)| p.decl().packet_generators.iter().map(move |g| PktGen { program: i, name: g.name.clone(), period_ns: g.period_ns, next_ns: None, packet: g.packet.clone() }))
+            .flat_map(|(i, p)| {
+                p.decl().packet_generators.iter().map(move |g| PktGen {
+                    program: i,
+                    name: g.name.clone(),
+                    period_ns: g.period_ns,
+                    next_ns: None,
+                    packet: g.packet.clone(),
+                })
+            })
             .collect();
         let n = map.num_ports() as usize;
         Pipe {
@@ -226,14 +234,14 @@ impl Pipe {
 
     /// Packets waiting in this pipe's queues (egress, recirculation).
     pub fn pending(&self) -> usize {
-        self.tm.recirc.len() + self.tm.map.ports_of(self.id).iter().map(|&p| self.tm.queues[p as usize].q.len()).sum::<usize>()
+        self.tm.recirc.len() + self.tm.map.ports_of(self.id).iter().map(|&p| self.tm.queues[p as usize].len()).sum::<usize>()
     }
 
     /// When the pipe next has work without new input (packet generator, shaped queue).
     pub fn next_deadline(&self) -> Option<u64> {
         let g = self.pktgens.iter().filter(|g| g.period_ns > 0).filter_map(|g| g.next_ns).min();
         let q = if self.tm.cfg.port_rate_bps.is_some() {
-            self.tm.queues.iter().filter(|q| !q.q.is_empty()).map(|q| q.next_free_ns()).min()
+            self.tm.queues.iter().filter(|q| !q.is_empty()).map(|q| q.next_free_ns()).min()
         } else {
             None
         };
@@ -264,7 +272,8 @@ impl Pipe {
             // A new pass: the intrinsic metadata starts over except what a recirculated
             // packet carries (its count and bridged bytes).
             let m = pkt.meta;
-            pkt.meta = PacketMeta { recirculations: m.recirculations.saturating_add(1), bridged: m.bridged, ..PacketMeta::new(PORT_RECIRC) };
+            pkt.meta =
+                PacketMeta { recirculations: m.recirculations.saturating_add(1), bridged: m.bridged, ..PacketMeta::new(PORT_RECIRC) };
             tm.counters.recirculations += 1;
             ingress_packet(&mut passes, tm, set, *classifies, pkt, out);
         }
@@ -274,7 +283,7 @@ impl Pipe {
                 c.rx_packets += 1;
                 c.rx_bytes += pkt.len() as u64;
             }
-            pkt.meta = PacketMeta::new(port);
+            pkt.meta.reset(port);
             ingress_packet(&mut passes, tm, set, *classifies, pkt, out);
         }
         passes.close(&mut tm.counters, spare);
@@ -331,37 +340,72 @@ impl Pipe {
         let Pipe { progs, env, tm, base, spare, .. } = self;
         let shaped = tm.cfg.port_rate_bps.is_some();
         let mut passes = Passes::open(progs, *base, Gress::Egress, env, spare);
+        // The port number indexes the queues, the transmit vectors and the counters alike.
+        #[allow(clippy::needless_range_loop)]
         for port in 0..tm.queues.len() {
-            if tm.queues[port].q.is_empty() || tm.map.pipe_of(port as PortId) != Some(tm.id) {
+            if tm.queues[port].is_empty() || tm.map.pipe_of(port as PortId) != Some(tm.id) {
                 continue;
             }
             let txq = &mut tx[port];
-            // Sent-frame counters are added once per port, not per packet.
-            let (mut tx_packets, mut tx_bytes) = (0u64, 0u64);
-            for _ in 0..tm.cfg.egress_budget {
+            // Sent-frame counters are added once per port: packets are what the port's
+            // transmit vector gained, bytes are summed as they go.
+            let (sent_before, mut sent_bytes) = (txq.len(), 0u64);
+            let mut left = tm.cfg.egress_budget;
+            'port: while left > 0 {
                 let q = &mut tm.queues[port];
-                // Without shaping every head packet may leave: skip the shaper's look at it.
-                if shaped {
-                    let Some(head) = q.q.front() else { break };
-                    if !q.admit(now, tm.cfg.port_rate_bps, head.len()) {
-                        break;
+                // The backlog first, one packet at a time. (The queue is re-read for every
+                // packet: an egress clone may join this very queue.)
+                if !q.q.is_empty() {
+                    // Without shaping every head packet may leave: skip the shaper's look.
+                    if shaped {
+                        let Some(head) = q.q.front() else { break };
+                        if !q.admit(now, tm.cfg.port_rate_bps, head.len()) {
+                            break;
+                        }
                     }
+                    let Some(pkt) = q.q.pop_front() else { break };
+                    left -= 1;
+                    send(&mut passes, tm, pkt, out, port, 0, txq, &mut sent_bytes);
+                    continue;
                 }
-                // Re-read each time: an egress clone may have joined this very queue.
-                let Some(pkt) = q.q.pop_front() else { break };
-                let Some(mut pkt) = egress_packet(&mut passes, tm, pkt, out) else { continue };
-                let t = pkt.meta.truncate_len as usize;
-                if t > 0 && pkt.len() > t {
-                    pkt.set_len(t);
+                if q.fresh.is_empty() {
+                    break;
                 }
-                tx_packets += 1;
-                tx_bytes += pkt.len() as u64;
-                pkt.port = port as PortId;
-                txq.push(pkt);
+                // Then what arrived since, as a batch.
+                let mut fresh = std::mem::take(&mut q.fresh);
+                let mut batch = fresh.drain(..);
+                let mut blocked = false;
+                while left > 0 {
+                    if shaped {
+                        let Some(head) = batch.as_slice().first() else { break };
+                        if !tm.queues[port].admit(now, tm.cfg.port_rate_bps, head.len()) {
+                            blocked = true;
+                            break;
+                        }
+                    }
+                    let Some(pkt) = batch.next() else { break };
+                    left -= 1;
+                    // The rest of the batch is still queued, for any clone queued meanwhile.
+                    send(&mut passes, tm, pkt, out, port, batch.len(), txq, &mut sent_bytes);
+                }
+                // What could not be sent stays queued, ahead of anything queued meanwhile.
+                let q = &mut tm.queues[port];
+                if batch.len() > 0 {
+                    q.q.extend(batch);
+                    q.q.extend(q.fresh.drain(..));
+                } else {
+                    drop(batch);
+                }
+                if q.fresh.is_empty() {
+                    q.fresh = fresh; // keep the allocation
+                }
+                if blocked {
+                    break 'port;
+                }
             }
             let c = &mut tm.counters.ports[port];
-            c.tx_packets += tx_packets;
-            c.tx_bytes += tx_bytes;
+            c.tx_packets += (txq.len() - sent_before) as u64;
+            c.tx_bytes += sent_bytes;
         }
         passes.close(&mut tm.counters, spare);
     }
@@ -376,7 +420,11 @@ impl Pipe {
         let mut pkt = self.tm.pool.get();
         if !pkt.copy_from(bytes) {
             self.tm.pool.put(pkt);
-            return Err(ControlError::InvalidArgument(format!("packet of {} bytes exceeds the buffer size {}", bytes.len(), self.tm.cfg.buf_capacity)));
+            return Err(ControlError::InvalidArgument(format!(
+                "packet of {} bytes exceeds the buffer size {}",
+                bytes.len(),
+                self.tm.cfg.buf_capacity
+            )));
         }
         pkt.port = PORT_CPU;
         pkt.ts_ns = now;
@@ -420,10 +468,17 @@ impl Pipe {
         let set = self.set.clone();
         let table = |id: u32| set.resolve(id, id_prefix::TABLE).ok_or_else(|| ControlError::NotFound(format!("no table with id {id:#x}")));
         let action_of = |prog: u8, table_idx: usize, id: u32| -> Result<u16, ControlError> {
-            let a = set.resolve(id, id_prefix::ACTION).filter(|a| a.program == prog).ok_or_else(|| ControlError::NotFound(format!("no action with id {id:#x} in this program")))?;
+            let a = set
+                .resolve(id, id_prefix::ACTION)
+                .filter(|a| a.program == prog)
+                .ok_or_else(|| ControlError::NotFound(format!("no action with id {id:#x} in this program")))?;
             let t = &set.decl(prog as usize).tables[table_idx];
             if !t.actions.contains(&a.index) {
-                return Err(ControlError::InvalidArgument(format!("action {} is not an action of table {}", set.decl(prog as usize).actions[a.index as usize].name, t.name)));
+                return Err(ControlError::InvalidArgument(format!(
+                    "action {} is not an action of table {}",
+                    set.decl(prog as usize).actions[a.index as usize].name,
+                    t.name
+                )));
             }
             Ok(a.index)
         };
@@ -437,7 +492,14 @@ impl Pipe {
                     WriteOp::Insert | WriteOp::Modify => {
                         let a = action_of(t.program, t.index as usize, *action_id)?;
                         let p = params_from_bytes(&set.decl(t.program as usize).actions[a as usize], params)?;
-                        self.progs[t.program as usize].state.ro.tables[t.index as usize].write(key, mask, *priority, crate::decl::ActionId(a), &p, *op == WriteOp::Modify)?;
+                        self.progs[t.program as usize].state.ro.tables[t.index as usize].write(
+                            key,
+                            mask,
+                            *priority,
+                            crate::decl::ActionId(a),
+                            &p,
+                            *op == WriteOp::Modify,
+                        )?;
                     }
                 }
                 Ok(ControlReply::Done)
@@ -469,18 +531,23 @@ impl Pipe {
                 Ok(ControlReply::TableEntries { entries, default_action: da.0, default_params: dp[..np].to_vec() })
             }
             ControlOp::RegisterRead { register_id, index } => {
-                let r = set.resolve(*register_id, id_prefix::REGISTER).ok_or_else(|| ControlError::NotFound(format!("no register with id {register_id:#x}")))?;
+                let r = set
+                    .resolve(*register_id, id_prefix::REGISTER)
+                    .ok_or_else(|| ControlError::NotFound(format!("no register with id {register_id:#x}")))?;
                 let cells = &self.progs[r.program as usize].state.regs[r.index as usize];
                 match index {
                     Some(i) => {
-                        let v = cells.get(*i as usize).ok_or_else(|| ControlError::OutOfRange(format!("index {i} >= size {}", cells.len())))?;
+                        let v =
+                            cells.get(*i as usize).ok_or_else(|| ControlError::OutOfRange(format!("index {i} >= size {}", cells.len())))?;
                         Ok(ControlReply::RegisterCells(vec![(*i, *v)]))
                     }
                     None => Ok(ControlReply::RegisterCells(cells.iter().enumerate().map(|(i, v)| (i as u32, *v)).collect())),
                 }
             }
             ControlOp::RegisterWrite { register_id, index, value } => {
-                let r = set.resolve(*register_id, id_prefix::REGISTER).ok_or_else(|| ControlError::NotFound(format!("no register with id {register_id:#x}")))?;
+                let r = set
+                    .resolve(*register_id, id_prefix::REGISTER)
+                    .ok_or_else(|| ControlError::NotFound(format!("no register with id {register_id:#x}")))?;
                 let bits = set.decl(r.program as usize).registers[r.index as usize].cell_bits;
                 if bits < 64 && *value >> bits != 0 {
                     return Err(ControlError::InvalidArgument(format!("value {value:#x} does not fit in a {bits}-bit cell")));
@@ -513,20 +580,27 @@ impl Pipe {
                 Ok(ControlReply::Done)
             }
             ControlOp::CloneSessionRead { session } => {
-                let v: Vec<_> = self.tm.pre.sessions().filter(|(s, _)| session.is_none_or(|x| x == *s)).map(|(s, c)| (s, c.clone())).collect();
+                let v: Vec<_> =
+                    self.tm.pre.sessions().filter(|(s, _)| session.is_none_or(|x| x == *s)).map(|(s, c)| (s, c.clone())).collect();
                 if session.is_some() && v.is_empty() {
                     return Err(ControlError::NotFound(format!("clone session {}", session.unwrap_or(0))));
                 }
                 Ok(ControlReply::CloneSessions(v))
             }
             ControlOp::DigestConfig { digest_id, enabled } => {
-                let d = set.resolve(*digest_id, id_prefix::DIGEST).ok_or_else(|| ControlError::NotFound(format!("no digest with id {digest_id:#x}")))?;
+                let d = set
+                    .resolve(*digest_id, id_prefix::DIGEST)
+                    .ok_or_else(|| ControlError::NotFound(format!("no digest with id {digest_id:#x}")))?;
                 self.progs[d.program as usize].state.ro.digest_enabled[d.index as usize] = *enabled;
                 Ok(ControlReply::Done)
             }
             ControlOp::PktGenConfig { program, name, period_ns } => {
                 let pi = set.index_of(program).ok_or_else(|| ControlError::NotFound(format!("no program {program}")))?;
-                let g = self.pktgens.iter_mut().find(|g| g.program == pi && g.name == *name).ok_or_else(|| ControlError::NotFound(format!("no packet generator {program}.{name}")))?;
+                let g = self
+                    .pktgens
+                    .iter_mut()
+                    .find(|g| g.program == pi && g.name == *name)
+                    .ok_or_else(|| ControlError::NotFound(format!("no packet generator {program}.{name}")))?;
                 g.period_ns = *period_ns;
                 g.next_ns = None;
                 Ok(ControlReply::Done)
@@ -598,7 +672,11 @@ impl<'a> Passes<'a> {
     /// Program `prog`'s pass (not the base program) over `pkt`, opened and closed here.
     fn other(&mut self, pkt: PacketBuf, prog: u8, counters: &mut Counters) -> (PacketBuf, Option<u8>) {
         let i = prog as usize;
-        let slot = if i < self.before.len() { &mut self.before[i] } else { &mut self.after[i - self.before.len() - usize::from(self.open.is_some())] };
+        let slot = if i < self.before.len() {
+            &mut self.before[i]
+        } else {
+            &mut self.after[i - self.before.len() - usize::from(self.open.is_some())]
+        };
         let mut pass = Pass::new(pkt, &mut slot.state, self.gress, self.env);
         match self.gress {
             Gress::Ingress => slot.program.ingress(&mut pass),
@@ -658,7 +736,12 @@ fn ingress_packet(passes: &mut Passes<'_>, tm: &mut Tm, set: &ProgramSet, classi
     // The common case, unicast to a port of this pipe with no mirror, decided here;
     // `dispose_ingress` makes the same decision for it, only later.
     let m = &pkt.meta;
-    if m.clone_session == 0 && m.drop.is_none() && m.mcast_grp == 0 && m.egress_port < PORT_CPU && tm.map.pipe_of(m.egress_port) == Some(tm.id) {
+    if m.clone_session == 0
+        && m.drop.is_none()
+        && m.mcast_grp == 0
+        && m.egress_port < PORT_CPU
+        && tm.map.pipe_of(m.egress_port) == Some(tm.id)
+    {
         tm.enqueue_one(pkt);
         return;
     }
@@ -666,10 +749,42 @@ fn ingress_packet(passes: &mut Passes<'_>, tm: &mut Tm, set: &ProgramSet, classi
     tm.dispose_ingress(pkt, blame, recirc_limit, out);
 }
 
+/// Egress of one packet dequeued from `port`; unless it is dropped, onto the port's
+/// transmit vector, its bytes counted in `sent_bytes`. `draining`: packets taken out of
+/// the port's queue with it and not yet sent (see [`PortQueue`]).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn send(
+    passes: &mut Passes<'_>,
+    tm: &mut Tm,
+    pkt: PacketBuf,
+    out: &mut Handoff,
+    port: usize,
+    draining: usize,
+    txq: &mut Vec<PacketBuf>,
+    sent_bytes: &mut u64,
+) {
+    let Some(mut pkt) = egress_packet(passes, tm, pkt, out, port, draining) else { return };
+    let t = pkt.meta.truncate_len as usize;
+    if t > 0 && pkt.len() > t {
+        pkt.set_len(t);
+    }
+    *sent_bytes += pkt.len() as u64;
+    pkt.port = port as PortId;
+    txq.push(pkt);
+}
+
 /// Egress passes of one packet (base program, then its owner) and its egress clone; the
 /// packet to send, or None if it was dropped (counted and recycled here).
 #[inline(always)]
-fn egress_packet(passes: &mut Passes<'_>, tm: &mut Tm, mut pkt: PacketBuf, out: &mut Handoff) -> Option<PacketBuf> {
+fn egress_packet(
+    passes: &mut Passes<'_>,
+    tm: &mut Tm,
+    mut pkt: PacketBuf,
+    out: &mut Handoff,
+    port: usize,
+    draining: usize,
+) -> Option<PacketBuf> {
     let owner = pkt.meta.owner;
     let mut blame = passes.base(&mut pkt, &mut tm.counters);
     if owner != 0xFF && Some(owner) != passes.base_id() && pkt.meta.drop != Some(DropCode::VIOLATION) {
@@ -679,7 +794,10 @@ fn egress_packet(passes: &mut Passes<'_>, tm: &mut Tm, mut pkt: PacketBuf, out: 
     }
     if pkt.meta.e2e_clone_session != 0 && pkt.meta.drop != Some(DropCode::VIOLATION) {
         let s = pkt.meta.e2e_clone_session;
+        // A copy may join this very queue: it must see the packets still waiting.
+        tm.queues[port].draining = draining;
         tm.clone_to_session(&pkt, s, out);
+        tm.queues[port].draining = 0;
     }
     if let Some(code) = pkt.meta.drop {
         tm.count_drop(code, blame);
@@ -823,14 +941,15 @@ impl Tm {
     fn enqueue_one(&mut self, pkt: PacketBuf) {
         let port = pkt.meta.egress_port as usize;
         let q = &mut self.queues[port];
-        if q.q.len() >= self.cfg.queue_capacity {
+        let n = q.len();
+        if n >= self.cfg.queue_capacity {
             self.counters.ports[port].queue_drops += 1;
             self.counters.drops[DropCode::QUEUE_FULL.0 as usize] += 1;
             self.pool.put(pkt);
             return;
         }
-        q.q.push_back(pkt);
-        let d = q.q.len() as u64;
+        q.push(pkt);
+        let d = n as u64 + 1;
         let c = &mut self.counters.ports[port];
         if d > c.queue_depth_max {
             c.queue_depth_max = d;

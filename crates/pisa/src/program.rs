@@ -232,12 +232,8 @@ impl ProgramSet {
 
     /// The declarations and ids as JSON: what the control plane turns into a P4Info.
     pub fn to_json(&self) -> serde_json::Value {
-        let progs: Vec<_> = self
-            .programs
-            .iter()
-            .enumerate()
-            .map(|(i, p)| serde_json::json!({ "decl": p.decl(), "ids": self.ids[i] }))
-            .collect();
+        let progs: Vec<_> =
+            self.programs.iter().enumerate().map(|(i, p)| serde_json::json!({ "decl": p.decl(), "ids": self.ids[i] })).collect();
         serde_json::json!({
             "programs": progs,
             "base": self.base.map(|b| self.programs[b as usize].decl().name.clone()),

@@ -2,8 +2,9 @@
 //!
 //! A register array lives in one stage and one gress and has one stateful ALU. A packet
 //! may run one of the array's register actions on one index per pass: a read-modify-write
-//! of one cell that can return one value. The action body is a plain `fn` (no captured
-//! state), which is what a stateful ALU is: it takes the cell's value and the operands the
+//! of one cell that can return one value. The action body is a plain `fn`, or a unit
+//! struct implementing [`SaluBody`] (no captured state either way), which is what a
+//! stateful ALU is: it takes the cell's value and the operands the
 //! packet brings and returns the cell's new value and its output, nothing else. Keep
 //! bodies to what a stateful ALU can do (two comparisons, two updates per 32-bit half, one
 //! output); the model cannot check the body's arithmetic, only its shape and how often it
@@ -138,8 +139,8 @@ impl<T: Cell> Register<T> {
 pub type SaluFn<T, I, O> = fn(T, I) -> (T, O);
 
 /// What a register action's stateful ALU computes. A plain [`SaluFn`] is one (called
-/// through a pointer); a zero-sized type implementing this trait is another, and the
-/// compiler can inline it into the pass, which matters for actions run on every packet:
+/// through a pointer); a unit struct implementing this trait is another, and the compiler
+/// can inline it into the pass, which matters for actions run on every packet:
 ///
 /// ```ignore
 /// #[derive(Clone, Copy)]

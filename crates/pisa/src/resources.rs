@@ -129,7 +129,8 @@ fn table_blocks(table: &TableDecl, decl: &ProgramDecl, t: &Target) -> (u32, u32)
     if table.is_exact() {
         let entry_bits = key_bits + 4 + instr + immediate;
         let word = t.sram_word_bits;
-        let (width, per_word) = if entry_bits <= word { (1, (word / entry_bits.max(1)).clamp(1, 5)) } else { (entry_bits.div_ceil(word), 1) };
+        let (width, per_word) =
+            if entry_bits <= word { (1, (word / entry_bits.max(1)).clamp(1, 5)) } else { (entry_bits.div_ceil(word), 1) };
         let mut depth = table.size.div_ceil(per_word * t.sram_block_words);
         if key_bits > 10 {
             depth = depth.max(4); // at least four cuckoo ways
@@ -139,7 +140,15 @@ fn table_blocks(table: &TableDecl, decl: &ProgramDecl, t: &Target) -> (u32, u32)
         let depth = table.size.div_ceil(t.tcam_block_entries);
         let key_bytes = key_bits.div_ceil(8);
         let rem = key_bytes % 11;
-        let width = (2 * (key_bytes / 11) + if rem > 6 { 2 } else if rem > 0 { 1 } else { 0 }).max(1);
+        let width = (2 * (key_bytes / 11)
+            + if rem > 6 {
+                2
+            } else if rem > 0 {
+                1
+            } else {
+                0
+            })
+        .max(1);
         let overhead = (instr + immediate).clamp(8, 64);
         let per_word = (t.sram_word_bits >> log2_ceil(overhead)).max(1);
         let indirection = table.size.div_ceil(t.sram_block_words * per_word);
@@ -170,16 +179,34 @@ impl ResourceReport {
                 st.objects.push(format!("{}.{} (register {}x{}b)", d.name, r.name, r.size, r.cell_bits));
                 let out = r.actions.iter().map(|a| a.out_bits).max().unwrap_or(0);
                 if r.cell_bits > target.max_register_cell_bits {
-                    problems.push(format!("{}.{}: {}-bit cells exceed the {}-bit stateful ALU", d.name, r.name, r.cell_bits, target.max_register_cell_bits));
+                    problems.push(format!(
+                        "{}.{}: {}-bit cells exceed the {}-bit stateful ALU",
+                        d.name, r.name, r.cell_bits, target.max_register_cell_bits
+                    ));
                 }
                 if r.actions.len() as u32 > target.max_register_actions {
-                    problems.push(format!("{}.{}: {} register actions, at most {}", d.name, r.name, r.actions.len(), target.max_register_actions));
+                    problems.push(format!(
+                        "{}.{}: {} register actions, at most {}",
+                        d.name,
+                        r.name,
+                        r.actions.len(),
+                        target.max_register_actions
+                    ));
                 }
                 if out > target.salu_output_bits {
-                    problems.push(format!("{}.{}: a register action returns {} bits, the stateful ALU returns at most {}", d.name, r.name, out, target.salu_output_bits));
+                    problems.push(format!(
+                        "{}.{}: a register action returns {} bits, the stateful ALU returns at most {}",
+                        d.name, r.name, out, target.salu_output_bits
+                    ));
                 }
                 if !is_unlimited(target.max_blocks_per_register) && blocks - target.register_spare_blocks > target.max_blocks_per_register {
-                    problems.push(format!("{}.{}: {} SRAM blocks, one stateful ALU reaches at most {}", d.name, r.name, blocks - target.register_spare_blocks, target.max_blocks_per_register));
+                    problems.push(format!(
+                        "{}.{}: {} SRAM blocks, one stateful ALU reaches at most {}",
+                        d.name,
+                        r.name,
+                        blocks - target.register_spare_blocks,
+                        target.max_blocks_per_register
+                    ));
                 }
                 registers.push(RegisterUsage {
                     name: format!("{}.{}", d.name, r.name),
@@ -204,7 +231,13 @@ impl ResourceReport {
                 } else {
                     st.ternary_key_bits += tb.key_bits();
                 }
-                let kind = if tb.is_exact() { "exact" } else if tb.keys.iter().any(|k| k.kind == MatchKind::Lpm) { "lpm" } else { "ternary" };
+                let kind = if tb.is_exact() {
+                    "exact"
+                } else if tb.keys.iter().any(|k| k.kind == MatchKind::Lpm) {
+                    "lpm"
+                } else {
+                    "ternary"
+                };
                 st.objects.push(format!("{}.{} ({kind} table, {} entries)", d.name, tb.name, tb.size));
                 tables.push(TableUsage {
                     name: format!("{}.{}", d.name, tb.name),
@@ -226,7 +259,10 @@ impl ResourceReport {
             }
             let phv = d.parser.depth_bytes * 8 + d.metadata_bits + d.bridged_bytes * 8;
             if d.parser.depth_bytes > target.parse_depth_bytes {
-                problems.push(format!("{}: the parser reaches {} bytes, the target's parser about {}", d.name, d.parser.depth_bytes, target.parse_depth_bytes));
+                problems.push(format!(
+                    "{}: the parser reaches {} bytes, the target's parser about {}",
+                    d.name, d.parser.depth_bytes, target.parse_depth_bytes
+                ));
             }
             for g in &d.digests {
                 if g.bytes() as u32 > target.max_digest_bytes {
@@ -234,7 +270,12 @@ impl ResourceReport {
                 }
             }
             if d.packet_generators.len() as u32 > target.pktgen_apps {
-                problems.push(format!("{}: {} packet generators, at most {} per pipe", d.name, d.packet_generators.len(), target.pktgen_apps));
+                problems.push(format!(
+                    "{}: {} packet generators, at most {} per pipe",
+                    d.name,
+                    d.packet_generators.len(),
+                    target.pktgen_apps
+                ));
             }
             programs.push(ProgramUsage {
                 name: d.name.clone(),

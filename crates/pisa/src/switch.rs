@@ -172,5 +172,11 @@ impl Switch {
 
 /// Reads are answered by one pipe; writes go to all.
 pub fn is_read(op: &ControlOp) -> bool {
-    matches!(op, ControlOp::TableRead { .. } | ControlOp::RegisterRead { .. } | ControlOp::McastGroupRead { .. } | ControlOp::CloneSessionRead { .. })
+    matches!(
+        op,
+        ControlOp::TableRead { .. }
+            | ControlOp::RegisterRead { .. }
+            | ControlOp::McastGroupRead { .. }
+            | ControlOp::CloneSessionRead { .. }
+    )
 }

@@ -54,6 +54,9 @@ pub enum FieldMatch {
     Optional { field: usize, value: Vec<u8> },
 }
 
+/// A normalized key and mask, as [`TableState::normalize`] returns them.
+pub type KeyMask = (Box<[u8]>, Box<[u8]>);
+
 /// A stored entry in normalized form: full-width key and mask, priority, action.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Entry {
@@ -210,7 +213,11 @@ enum Store {
     ExactNarrow(NarrowMap),
     ExactWide(HashMap<Box<[u8]>, Act, FxBuildHasher>),
     /// A single LPM field of at most 128 bits: one hash map per prefix length in use.
-    Lpm { bits: u32, lens: Vec<u32>, maps: Vec<HashMap<u128, Act, FxBuildHasher>> },
+    Lpm {
+        bits: u32,
+        lens: Vec<u32>,
+        maps: Vec<HashMap<u128, Act, FxBuildHasher>>,
+    },
     /// Anything else, sorted by priority (highest first), ties by insertion order.
     Ternary(Vec<TernaryEntry>),
 }
@@ -313,7 +320,9 @@ impl TableState {
                 }
                 found
             }
-            Store::Ternary(v) => v.iter().find(|e| e.value.iter().zip(e.mask.iter()).zip(key).all(|((v, m), k)| k & m == *v)).map(|e| &e.act),
+            Store::Ternary(v) => {
+                v.iter().find(|e| e.value.iter().zip(e.mask.iter()).zip(key).all(|((v, m), k)| k & m == *v)).map(|e| &e.act)
+            }
         };
         match hit {
             Some(a) => a.result(true),
@@ -342,13 +351,16 @@ impl TableState {
     }
 
     /// Turn P4Runtime field matches into a normalized key and mask.
-    pub fn normalize(&self, matches: &[FieldMatch]) -> Result<(Box<[u8]>, Box<[u8]>), ControlError> {
+    pub fn normalize(&self, matches: &[FieldMatch]) -> Result<KeyMask, ControlError> {
         let mut key = vec![0u8; self.key_bytes];
         let mut mask = vec![0u8; self.key_bytes];
         let mut seen = vec![false; self.fields.len()];
         for m in matches {
             let idx = match m {
-                FieldMatch::Exact { field, .. } | FieldMatch::Ternary { field, .. } | FieldMatch::Lpm { field, .. } | FieldMatch::Optional { field, .. } => *field,
+                FieldMatch::Exact { field, .. }
+                | FieldMatch::Ternary { field, .. }
+                | FieldMatch::Lpm { field, .. }
+                | FieldMatch::Optional { field, .. } => *field,
             };
             let &(off, nbytes, bits, kind) = self
                 .fields
@@ -357,7 +369,11 @@ impl TableState {
             if std::mem::replace(&mut seen[idx], true) {
                 return Err(ControlError::InvalidArgument(format!("table {}: field {} given twice", self.name, idx + 1)));
             }
-            let fit = |v: &[u8], what: &str| -> Result<Vec<u8>, ControlError> { fit_field(v, nbytes, bits).ok_or_else(|| ControlError::InvalidArgument(format!("table {}: {what} of field {} does not fit in {bits} bits", self.name, idx + 1))) };
+            let fit = |v: &[u8], what: &str| -> Result<Vec<u8>, ControlError> {
+                fit_field(v, nbytes, bits).ok_or_else(|| {
+                    ControlError::InvalidArgument(format!("table {}: {what} of field {} does not fit in {bits} bits", self.name, idx + 1))
+                })
+            };
             let full = field_full_mask(nbytes, bits);
             let (v, mk) = match (m, kind) {
                 (FieldMatch::Exact { value, .. }, MatchKind::Exact) => (fit(value, "value")?, full),
@@ -366,7 +382,11 @@ impl TableState {
                     let v = fit(value, "value")?;
                     let mk = fit(mask, "mask")?;
                     if v.iter().zip(&mk).any(|(a, b)| a & !b != 0) {
-                        return Err(ControlError::InvalidArgument(format!("table {}: field {} has value bits outside its mask", self.name, idx + 1)));
+                        return Err(ControlError::InvalidArgument(format!(
+                            "table {}: field {} has value bits outside its mask",
+                            self.name,
+                            idx + 1
+                        )));
                     }
                     (v, mk)
                 }
@@ -381,7 +401,14 @@ impl TableState {
                     }
                     (v, mk)
                 }
-                _ => return Err(ControlError::InvalidArgument(format!("table {}: wrong match kind for field {} (expected {:?})", self.name, idx + 1, kind))),
+                _ => {
+                    return Err(ControlError::InvalidArgument(format!(
+                        "table {}: wrong match kind for field {} (expected {:?})",
+                        self.name,
+                        idx + 1,
+                        kind
+                    )))
+                }
             };
             key[off..off + nbytes].copy_from_slice(&v);
             mask[off..off + nbytes].copy_from_slice(&mk);
@@ -413,7 +440,15 @@ impl TableState {
     }
 
     /// Insert (`modify == false`) or modify an entry.
-    pub fn write(&mut self, key: Box<[u8]>, mask: Box<[u8]>, priority: i32, action: ActionId, params: &[u64], modify: bool) -> Result<(), ControlError> {
+    pub fn write(
+        &mut self,
+        key: Box<[u8]>,
+        mask: Box<[u8]>,
+        priority: i32,
+        action: ActionId,
+        params: &[u64],
+        modify: bool,
+    ) -> Result<(), ControlError> {
         self.check_priority(priority)?;
         if action == NO_ACTION {
             return Err(ControlError::InvalidArgument(format!("table {}: action id {} is reserved", self.name, action.0)));
@@ -623,9 +658,17 @@ pub fn params_from_bytes(action: &ActionDecl, params: &[(u32, Vec<u8>)]) -> Resu
     let mut out = vec![0u64; action.params.len()];
     let mut seen = vec![false; action.params.len()];
     for (pid, bytes) in params {
-        let i = (*pid as usize).checked_sub(1).filter(|i| *i < action.params.len()).ok_or_else(|| ControlError::InvalidArgument(format!("action {}: no parameter {pid}", action.name)))?;
+        let i = (*pid as usize)
+            .checked_sub(1)
+            .filter(|i| *i < action.params.len())
+            .ok_or_else(|| ControlError::InvalidArgument(format!("action {}: no parameter {pid}", action.name)))?;
         let bits = action.params[i].bits;
-        let v = fit_field(bytes, bits.div_ceil(8) as usize, bits).ok_or_else(|| ControlError::InvalidArgument(format!("action {}: parameter {} does not fit in {bits} bits", action.name, action.params[i].name)))?;
+        let v = fit_field(bytes, bits.div_ceil(8) as usize, bits).ok_or_else(|| {
+            ControlError::InvalidArgument(format!(
+                "action {}: parameter {} does not fit in {bits} bits",
+                action.name, action.params[i].name
+            ))
+        })?;
         if std::mem::replace(&mut seen[i], true) {
             return Err(ControlError::InvalidArgument(format!("action {}: parameter {} given twice", action.name, action.params[i].name)));
         }
@@ -672,4 +715,66 @@ fn prefix_mask_bytes(nbytes: usize, bits: u32, len: u32) -> Vec<u8> {
 pub fn canonical_bytes(v: &[u8]) -> Vec<u8> {
     let start = v.iter().position(|b| *b != 0).unwrap_or(v.len().saturating_sub(1));
     v[start..].to_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn act(v: u64) -> Act {
+        Act { action: ActionId(1), params: [v, 0, 0, 0, 0, 0] }
+    }
+
+    /// The narrow map against std's HashMap, through growth and many deletions in dense
+    /// probe runs (keys from a small space, so runs form and wrap around the array).
+    #[test]
+    fn narrow_map_matches_a_hash_map() {
+        let mut rng = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for round in 0..200 {
+            let space = 4 + round % 60;
+            let mut m = NarrowMap::new();
+            let mut r = std::collections::HashMap::new();
+            for _ in 0..400 {
+                let k = next() % space * 0x0100_0000_0001; // spread over the word
+                match next() % 3 {
+                    0 => {
+                        let v = next();
+                        m.insert(k, act(v));
+                        r.insert(k, v);
+                    }
+                    1 => assert_eq!(m.remove(k), r.remove(&k).is_some()),
+                    _ => assert_eq!(m.get(k).map(|a| a.params[0]), r.get(&k).copied()),
+                }
+                assert_eq!(m.len, r.len());
+                assert!(m.len * 2 <= m.slots.len());
+            }
+            for (k, v) in &r {
+                assert_eq!(m.get(*k).map(|a| a.params[0]), Some(*v));
+            }
+            let mut keys: Vec<u64> = m.iter().map(|(k, _)| k).collect();
+            keys.sort_unstable();
+            let mut want: Vec<u64> = r.keys().copied().collect();
+            want.sort_unstable();
+            assert_eq!(keys, want);
+        }
+    }
+
+    #[test]
+    fn narrow_map_keeps_key_zero_and_all_ones() {
+        let mut m = NarrowMap::new();
+        assert!(m.get(0).is_none());
+        m.insert(0, act(5));
+        m.insert(u64::MAX, act(6));
+        assert_eq!(m.get(0).map(|a| a.params[0]), Some(5));
+        assert_eq!(m.get(u64::MAX).map(|a| a.params[0]), Some(6));
+        assert!(m.remove(0));
+        assert!(m.get(0).is_none());
+        assert!(!m.remove(0));
+    }
 }

@@ -69,16 +69,46 @@ fn write<V>(m: &mut BTreeMap<u16, V>, op: WriteOp, k: u16, v: V, what: &str) -> 
     Ok(())
 }
 
-/// One egress port's queue.
+/// One egress port's queue, FIFO, in two parts. `q` holds what earlier egress calls left
+/// (budget, shaping); `fresh` what arrived while `q` was empty, in order. Most packets
+/// arrive to an empty queue and leave at the next egress call, and a plain vector is
+/// cheaper to fill and to drain as a batch than the ring; the ring keeps the backlog.
+/// Whenever `fresh` holds packets, `q` is empty (so `q` then `fresh` is the FIFO order),
+/// except while egress drains `fresh` and puts back what it could not send.
 pub struct PortQueue {
     pub q: VecDeque<PacketBuf>,
+    pub(crate) fresh: Vec<PacketBuf>,
+    /// While egress queues a packet's clones: the packets it took out of `fresh` with it
+    /// and has not sent yet, which count as still queued.
+    pub(crate) draining: usize,
     /// Earliest time the port can start sending its next packet (shaping).
     next_free_ns: u64,
 }
 
 impl PortQueue {
     pub fn new() -> Self {
-        PortQueue { q: VecDeque::new(), next_free_ns: 0 }
+        PortQueue { q: VecDeque::new(), fresh: Vec::new(), draining: 0, next_free_ns: 0 }
+    }
+
+    /// Packets queued.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.q.len() + self.fresh.len() + self.draining
+    }
+
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Queue a packet at the tail.
+    #[inline]
+    pub(crate) fn push(&mut self, pkt: PacketBuf) {
+        if self.q.is_empty() {
+            self.fresh.push(pkt);
+        } else {
+            self.q.push_back(pkt);
+        }
     }
 
     /// May the head packet leave at `now` on a port of `rate_bps`? If yes, account for it.

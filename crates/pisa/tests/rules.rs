@@ -169,7 +169,16 @@ fn legal_accesses_forward_and_count() {
 #[test]
 fn violations_drop_and_are_counted_by_kind() {
     let (mut sw, set) = switch(4, 1);
-    let out = send(&mut sw, vec![frame(OP_TWICE, 1, 0), frame(OP_BACKWARDS, 1, 0), frame(OP_OUT_OF_RANGE, 1, 0), frame(OP_WRONG_GRESS, 1, 0), frame(OP_TABLE_TWICE, 1, 0)]);
+    let out = send(
+        &mut sw,
+        vec![
+            frame(OP_TWICE, 1, 0),
+            frame(OP_BACKWARDS, 1, 0),
+            frame(OP_OUT_OF_RANGE, 1, 0),
+            frame(OP_WRONG_GRESS, 1, 0),
+            frame(OP_TABLE_TWICE, 1, 0),
+        ],
+    );
     assert!(out.is_empty(), "every violating packet is dropped");
     let c = sw.counters();
     let v = &c.programs[0].violations;
@@ -205,13 +214,23 @@ fn recirculation_is_counted_and_bounded() {
 #[test]
 fn clone_multicast_cpu_and_digest() {
     let (mut sw, set) = switch(4, 1);
-    sw.control(&ControlOp::CloneSessionWrite { op: WriteOp::Insert, session: 5, session_cfg: CloneSession { replicas: vec![Replica { port: 3, rid: 9 }], truncate_len: 20 } }).unwrap();
+    sw.control(&ControlOp::CloneSessionWrite {
+        op: WriteOp::Insert,
+        session: 5,
+        session_cfg: CloneSession { replicas: vec![Replica { port: 3, rid: 9 }], truncate_len: 20 },
+    })
+    .unwrap();
     let out = send(&mut sw, vec![frame(OP_CLONE, 1, 0)]);
     let mut ports: Vec<_> = out.iter().map(|(p, b)| (*p, b.len())).collect();
     ports.sort();
     assert_eq!(ports, vec![(1, 60), (3, 20)], "original to 1, truncated clone to 3");
 
-    sw.control(&ControlOp::McastGroupWrite { op: WriteOp::Insert, group: 7, replicas: (0..4).map(|p| Replica { port: p, rid: p }).collect() }).unwrap();
+    sw.control(&ControlOp::McastGroupWrite {
+        op: WriteOp::Insert,
+        group: 7,
+        replicas: (0..4).map(|p| Replica { port: p, rid: p }).collect(),
+    })
+    .unwrap();
     let out = send(&mut sw, vec![frame(OP_MCAST, 0, 2)]);
     let mut ports: Vec<_> = out.iter().map(|o| o.0).collect();
     ports.sort();
@@ -250,7 +269,14 @@ fn tables_from_the_control_plane() {
     let tid = set.ids(0).tables[0];
     let set_port = set.ids(0).actions[0];
     let write = |sw: &mut Switch, op, k: u8, port: u8| {
-        sw.control(&ControlOp::TableWrite { table_id: tid, op, matches: vec![FieldMatch::Exact { field: 0, value: vec![k] }], priority: 0, action_id: set_port, params: vec![(1, vec![port])] })
+        sw.control(&ControlOp::TableWrite {
+            table_id: tid,
+            op,
+            matches: vec![FieldMatch::Exact { field: 0, value: vec![k] }],
+            priority: 0,
+            action_id: set_port,
+            params: vec![(1, vec![port])],
+        })
     };
     write(&mut sw, WriteOp::Insert, 7, 3).unwrap();
     assert!(matches!(write(&mut sw, WriteOp::Insert, 7, 3), Err(ControlError::AlreadyExists(_))));
@@ -268,10 +294,24 @@ fn tables_from_the_control_plane() {
     }
     assert!(matches!(write(&mut sw, WriteOp::Insert, 100, 1), Err(ControlError::ResourceExhausted(_))));
     // Parameter wider than declared (9 bits) is refused.
-    let r = sw.control(&ControlOp::TableWrite { table_id: tid, op: WriteOp::Modify, matches: vec![FieldMatch::Exact { field: 0, value: vec![7] }], priority: 0, action_id: set_port, params: vec![(1, vec![0x02, 0x00])] });
+    let r = sw.control(&ControlOp::TableWrite {
+        table_id: tid,
+        op: WriteOp::Modify,
+        matches: vec![FieldMatch::Exact { field: 0, value: vec![7] }],
+        priority: 0,
+        action_id: set_port,
+        params: vec![(1, vec![0x02, 0x00])],
+    });
     assert!(matches!(r, Err(ControlError::InvalidArgument(_))), "{r:?}");
     // A priority on an exact table is refused.
-    let r = sw.control(&ControlOp::TableWrite { table_id: tid, op: WriteOp::Insert, matches: vec![FieldMatch::Exact { field: 0, value: vec![9] }], priority: 5, action_id: set_port, params: vec![(1, vec![1])] });
+    let r = sw.control(&ControlOp::TableWrite {
+        table_id: tid,
+        op: WriteOp::Insert,
+        matches: vec![FieldMatch::Exact { field: 0, value: vec![9] }],
+        priority: 5,
+        action_id: set_port,
+        params: vec![(1, vec![1])],
+    });
     assert!(matches!(r, Err(ControlError::InvalidArgument(_))));
     write(&mut sw, WriteOp::Delete, 7, 0).unwrap();
     assert!(matches!(write(&mut sw, WriteOp::Delete, 7, 0), Err(ControlError::NotFound(_))));
@@ -285,14 +325,22 @@ fn pipes_keep_their_own_registers_and_forward_across() {
     // Port 0 is in pipe 0, port 3 in pipe 1.
     let out = send(&mut sw, vec![frame(OP_OK, 3, 0), frame(OP_OK, 0, 3), frame(OP_OK, 0, 3)]);
     assert_eq!(out.len(), 3);
-    let read_pipe = |sw: &mut Switch, pipe: usize| match sw.pipe_mut(pipe).control(&ControlOp::RegisterRead { register_id: set.ids(0).registers[0], index: Some(0) }).unwrap() {
+    let read_pipe = |sw: &mut Switch, pipe: usize| match sw
+        .pipe_mut(pipe)
+        .control(&ControlOp::RegisterRead { register_id: set.ids(0).registers[0], index: Some(0) })
+        .unwrap()
+    {
         ControlReply::RegisterCells(v) => v[0].1,
         _ => unreachable!(),
     };
     assert_eq!(read_pipe(&mut sw, 0), 1);
     assert_eq!(read_pipe(&mut sw, 1), 2);
     // Egress runs in the egress port's pipe.
-    let eg = |sw: &mut Switch, pipe: usize, port: u32| match sw.pipe_mut(pipe).control(&ControlOp::RegisterRead { register_id: set.ids(0).registers[2], index: Some(port) }).unwrap() {
+    let eg = |sw: &mut Switch, pipe: usize, port: u32| match sw
+        .pipe_mut(pipe)
+        .control(&ControlOp::RegisterRead { register_id: set.ids(0).registers[2], index: Some(port) })
+        .unwrap()
+    {
         ControlReply::RegisterCells(v) => v[0].1,
         _ => unreachable!(),
     };
@@ -347,4 +395,109 @@ fn packet_generator_injects_periodically() {
     sw.control(&ControlOp::PktGenConfig { program: "gen".into(), name: "tick".into(), period_ns: 0 }).unwrap();
     sw.tick(100_000);
     assert!(sw.drain_all().is_empty());
+}
+
+/// Egress clones into the port being served join its queue behind the packets still
+/// waiting, count against its capacity with them, and leave in the same call if the budget
+/// allows: the queue behaves as one FIFO however it is stored.
+#[test]
+fn egress_clones_queue_behind_waiting_packets() {
+    struct Mirror(ProgramDecl);
+    impl Program for Mirror {
+        fn decl(&self) -> &ProgramDecl {
+            &self.0
+        }
+        fn ingress(&self, p: &mut Pass<'_>) {
+            p.forward(1);
+        }
+        fn egress(&self, p: &mut Pass<'_>) {
+            // Packet 1 (first byte) mirrors itself, through a session with two copies to
+            // its own port; copies carry their replication id in byte 1.
+            if p.is_clone() {
+                let rid = p.replication_id() as u8;
+                p.hdr_mut()[1] = rid;
+            } else if p.hdr()[0] == 1 {
+                p.clone_egress(1);
+            }
+        }
+    }
+    let run = |budget: usize| {
+        let mut b = ProgramBuilder::new("mirror", "");
+        b.parser(14, &[]);
+        let set = Arc::new(ProgramSet::new(vec![Arc::new(Mirror(b.build().unwrap()))]).unwrap());
+        let cfg = PipeConfig { queue_capacity: 3, egress_budget: budget, ..PipeConfig::default() };
+        let mut sw = Switch::new(set, 2, 1, cfg);
+        let session = CloneSession { replicas: vec![Replica { port: 1, rid: 7 }, Replica { port: 1, rid: 8 }], truncate_len: 0 };
+        sw.control(&ControlOp::CloneSessionWrite { op: WriteOp::Insert, session: 1, session_cfg: session }).unwrap();
+        let pkts = (1..=3u8).map(|i| PacketBuf::from_slice(&[i, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], 0)).collect();
+        let first: Vec<_> = send(&mut sw, pkts).into_iter().map(|(port, b)| (port, b[0], b[1])).collect();
+        let c = sw.counters();
+        sw.tick(2_000);
+        let later: Vec<_> = sw.drain_all().into_iter().map(|(port, b)| (port, b[0], b[1])).collect();
+        (first, later, c)
+    };
+    // Packet 1 leaves; packets 2 and 3 still wait, so of its two copies the first fills the
+    // queue (3) and the second finds it full.
+    let (first, later, c) = run(4);
+    assert_eq!(first, vec![(1, 1, 0), (1, 2, 0), (1, 3, 0), (1, 1, 7)], "the copy leaves after the packets before it, in the same call");
+    assert!(later.is_empty());
+    assert_eq!(c.ports[1].queue_drops, 1);
+    assert_eq!(c.ports[1].queue_depth_max, 3);
+    assert_eq!(c.clones, 2);
+    // With a budget of 3 the copy waits for the next call.
+    let (first, later, c) = run(3);
+    assert_eq!(first, vec![(1, 1, 0), (1, 2, 0), (1, 3, 0)]);
+    assert_eq!(later, vec![(1, 1, 7)]);
+    assert_eq!(c.ports[1].queue_drops, 1);
+}
+
+/// Packets left over by the budget stay ahead of later arrivals.
+#[test]
+fn leftovers_leave_before_later_packets() {
+    let set = Arc::new(ProgramSet::new(vec![Arc::new(Probe::new())]).unwrap());
+    let cfg = PipeConfig { queue_capacity: 16, egress_budget: 3, ..PipeConfig::default() };
+    let mut sw = Switch::new(set, 2, 1, cfg);
+    let batch = |from: u8| {
+        (from..from + 5)
+            .map(|i| {
+                let mut f = frame(OP_OK, 1, 0);
+                f.raw_mut()[2] = i;
+                f
+            })
+            .collect::<Vec<_>>()
+    };
+    let ids = |v: Vec<(PortId, Vec<u8>)>| v.into_iter().map(|(_, b)| b[2]).collect::<Vec<_>>();
+    assert_eq!(ids(send(&mut sw, batch(0))), vec![0, 1, 2]);
+    assert_eq!(ids(send(&mut sw, batch(10))), vec![3, 4, 10]);
+    assert_eq!(ids(send(&mut sw, vec![])), vec![11, 12, 13]);
+    assert_eq!(ids(send(&mut sw, vec![])), vec![14]);
+    assert_eq!(sw.counters().ports[1].queue_depth_max, 7);
+}
+
+/// The pass guard tracks up to 64 tables, register arrays and hash units per stage and gress,
+/// and 64 digests per program; a declaration beyond that is refused.
+#[test]
+fn per_stage_and_digest_limits() {
+    let mut b = ProgramBuilder::new("wide", "");
+    for i in 0..decl::MAX_STAGE_OBJECTS {
+        b.register::<u32>(&format!("r{i}"), Gress::Ingress, 3, 1, "");
+    }
+    b.register::<u32>("other_stage", Gress::Ingress, 4, 1, "");
+    b.register::<u32>("other_gress", Gress::Egress, 3, 1, "");
+    for i in 0..decl::MAX_DIGESTS {
+        b.digest(&format!("d{i}"), &[("x", 8)], "");
+    }
+    assert!(b.build().is_ok());
+
+    let mut b = ProgramBuilder::new("too_wide", "");
+    for i in 0..=decl::MAX_STAGE_OBJECTS {
+        b.register::<u32>(&format!("r{i}"), Gress::Ingress, 3, 1, "");
+    }
+    assert_eq!(b.build().unwrap_err().len(), 1);
+
+    let mut b = ProgramBuilder::new("too_many_digests", "");
+    for i in 0..=decl::MAX_DIGESTS {
+        b.digest(&format!("d{i}"), &[("x", 8)], "");
+    }
+    assert_eq!(b.build().unwrap_err().len(), 1);
 }

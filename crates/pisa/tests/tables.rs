@@ -172,11 +172,23 @@ proptest! {
 fn normalize_checks_widths_masks_and_prefixes() {
     let t = TableState::new(&decl(&[(12, MatchKind::Exact), (32, MatchKind::Lpm)], 4));
     // 12-bit field: 0x1000 does not fit.
-    assert!(t.normalize(&[FieldMatch::Exact { field: 0, value: vec![0x10, 0x00] }, FieldMatch::Lpm { field: 1, value: vec![10, 0, 0, 0], prefix_len: 8 }]).is_err());
+    assert!(t
+        .normalize(&[
+            FieldMatch::Exact { field: 0, value: vec![0x10, 0x00] },
+            FieldMatch::Lpm { field: 1, value: vec![10, 0, 0, 0], prefix_len: 8 }
+        ])
+        .is_err());
     // Leading zero bytes are fine.
-    assert!(t.normalize(&[FieldMatch::Exact { field: 0, value: vec![0, 0, 0x0F, 0xFF] }, FieldMatch::Lpm { field: 1, value: vec![10, 0, 0, 0], prefix_len: 8 }]).is_ok());
+    assert!(t
+        .normalize(&[
+            FieldMatch::Exact { field: 0, value: vec![0, 0, 0x0F, 0xFF] },
+            FieldMatch::Lpm { field: 1, value: vec![10, 0, 0, 0], prefix_len: 8 }
+        ])
+        .is_ok());
     // Bits beyond the prefix are refused.
-    assert!(t.normalize(&[FieldMatch::Exact { field: 0, value: vec![1] }, FieldMatch::Lpm { field: 1, value: vec![10, 0, 0, 1], prefix_len: 8 }]).is_err());
+    assert!(t
+        .normalize(&[FieldMatch::Exact { field: 0, value: vec![1] }, FieldMatch::Lpm { field: 1, value: vec![10, 0, 0, 1], prefix_len: 8 }])
+        .is_err());
     // Missing exact field.
     assert!(t.normalize(&[FieldMatch::Lpm { field: 1, value: vec![10, 0, 0, 0], prefix_len: 8 }]).is_err());
     // Unknown field, wrong kind, duplicate field.

@@ -28,10 +28,7 @@ fn eth_frame(len: usize) -> Vec<u8> {
 
 /// CPU time this thread has used, in ns (robust to other load on the machine, unlike rates).
 fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `ts` is a valid timespec for clock_gettime to fill.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -60,11 +57,7 @@ fn memory_single_thread(secs: Duration) {
         }
     }
     let d = start.elapsed();
-    println!(
-        "memory, 1 thread, host->switch->host round trips: {} ({} port crossings/s)",
-        mpps(n, d),
-        mpps(2 * n, d)
-    );
+    println!("memory, 1 thread, host->switch->host round trips: {} ({} port crossings/s)", mpps(n, d), mpps(2 * n, d));
 }
 
 /// Memory port, two threads: a host thread keeps the port fed while the switch thread receives
@@ -97,20 +90,12 @@ fn memory_two_threads(secs: Duration) {
     let d = start.elapsed();
     stop.store(true, Ordering::Relaxed);
     let back = host.join().unwrap();
-    println!(
-        "memory, 2 threads, switch rx+tx: {} (host got back {})",
-        mpps(n, d),
-        mpps(back, d)
-    );
+    println!("memory, 2 threads, switch rx+tx: {} (host got back {})", mpps(n, d), mpps(back, d));
 }
 
 /// UDP tunnel on loopback: a host blasts frames with sendmmsg, the switch port receives.
 fn udp_rx(secs: Duration) {
-    let mut port = UdpPort::open(
-        0,
-        &ports::UdpConfig::new(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0)),
-    )
-    .unwrap();
+    let mut port = UdpPort::open(0, &ports::UdpConfig::new(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))).unwrap();
     let host = UdpTunnelHost::connect(port.local_addr()).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = stop.clone();
@@ -133,11 +118,7 @@ fn udp_rx(secs: Duration) {
     let d = start.elapsed();
     stop.store(true, Ordering::Relaxed);
     let sent = tx.join().unwrap();
-    println!(
-        "udp tunnel, host sendmmsg -> switch recvmmsg: {} received (host sent {})",
-        mpps(n, d),
-        mpps(sent, d)
-    );
+    println!("udp tunnel, host sendmmsg -> switch recvmmsg: {} received (host sent {})", mpps(n, d), mpps(sent, d));
 }
 
 /// AF_PACKET receive: a sender in the namespace writes 64-byte frames into its veth end as
@@ -202,10 +183,7 @@ fn afpacket_rx(secs: Duration) {
 /// the namespace counts arrivals.
 fn afpacket_tx(secs: Duration, mode: TxMode) {
     let env = VethNs::create("ispb").unwrap();
-    let cfg = AfPacketConfig {
-        tx_mode: mode,
-        ..AfPacketConfig::default()
-    };
+    let cfg = AfPacketConfig { tx_mode: mode, ..AfPacketConfig::default() };
     let mut sw = AfPacketPort::open(0, &env.root_if, &cfg).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = stop.clone();
@@ -259,17 +237,12 @@ fn afpacket_forward(secs: Duration, payload: usize, pps: Option<u64>) {
     let rate = pps.map_or("max rate".to_string(), |r| format!("paced {r} pps"));
     // Baseline: ns -> root over one veth pair, kernel only.
     let base = VethNs::create("ispf").unwrap();
-    base.ip_in_ns(&["addr", "add", "10.231.0.1/24", "dev", &base.ns_if])
-        .unwrap();
+    base.ip_in_ns(&["addr", "add", "10.231.0.1/24", "dev", &base.ns_if]).unwrap();
     ip(&["addr", "add", "10.231.0.2/24", "dev", &base.root_if]).unwrap();
     let sink_sock = std::net::UdpSocket::bind("10.231.0.2:9000").unwrap();
-    let sink = std::thread::spawn(move || {
-        ports::traffic::udp_sink_on(sink_sock, secs * 3, Duration::from_millis(300)).unwrap()
-    });
+    let sink = std::thread::spawn(move || ports::traffic::udp_sink_on(sink_sock, secs * 3, Duration::from_millis(300)).unwrap());
     let dst = SocketAddrV4::new(Ipv4Addr::new(10, 231, 0, 2), 9000);
-    let b = base
-        .run_in_ns(move || ports::udp_blast(dst, payload, secs, pps).unwrap())
-        .unwrap();
+    let b = base.run_in_ns(move || ports::udp_blast(dst, payload, secs, pps).unwrap()).unwrap();
     let s = sink.join().unwrap();
     println!(
         "baseline udp over one veth pair, no switch ({payload} B payload, {rate}): sent {:.1} kpps, received {:.1} kpps, lat avg {} us",
@@ -282,26 +255,11 @@ fn afpacket_forward(secs: Duration, payload: usize, pps: Option<u64>) {
     // Through two AF_PACKET ports forwarding A -> B.
     let a = VethNs::create("ispf").unwrap();
     let bns = VethNs::create("ispf").unwrap();
-    a.ip_in_ns(&["addr", "add", "10.232.0.1/24", "dev", &a.ns_if])
-        .unwrap();
-    bns.ip_in_ns(&["addr", "add", "10.232.0.2/24", "dev", &bns.ns_if])
-        .unwrap();
+    a.ip_in_ns(&["addr", "add", "10.232.0.1/24", "dev", &a.ns_if]).unwrap();
+    bns.ip_in_ns(&["addr", "add", "10.232.0.2/24", "dev", &bns.ns_if]).unwrap();
     let bmac = bns.ns_mac().unwrap();
-    let mac = bmac
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":");
-    a.ip_in_ns(&[
-        "neigh",
-        "add",
-        "10.232.0.2",
-        "lladdr",
-        &mac,
-        "dev",
-        &a.ns_if,
-    ])
-    .unwrap();
+    let mac = bmac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":");
+    a.ip_in_ns(&["neigh", "add", "10.232.0.2", "lladdr", &mac, "dev", &a.ns_if]).unwrap();
     let mut pa = AfPacketPort::open(0, &a.root_if, &AfPacketConfig::default()).unwrap();
     let mut pb = AfPacketPort::open(1, &bns.root_if, &AfPacketConfig::default()).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
@@ -319,11 +277,7 @@ fn afpacket_forward(secs: Duration, payload: usize, pps: Option<u64>) {
             if k < 64 {
                 // Sleep until the ring has frames, as the data-plane driver does with epoll,
                 // so a spinning forwarder does not starve the hosts of CPU.
-                let mut pfd = libc::pollfd {
-                    fd,
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
+                let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
                 // SAFETY: one valid pollfd; 10 ms timeout so `stop` is noticed.
                 unsafe { libc::poll(&mut pfd, 1, 10) };
             }
@@ -331,20 +285,11 @@ fn afpacket_forward(secs: Duration, payload: usize, pps: Option<u64>) {
         (n, pa.stats().snapshot(), pb.stats().snapshot())
     });
     let sink = bns
-        .spawn_in_ns(move || {
-            ports::udp_sink(
-                SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 9000),
-                secs * 3,
-                Duration::from_millis(300),
-            )
-            .unwrap()
-        })
+        .spawn_in_ns(move || ports::udp_sink(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 9000), secs * 3, Duration::from_millis(300)).unwrap())
         .unwrap();
     std::thread::sleep(Duration::from_millis(100));
     let dst = SocketAddrV4::new(Ipv4Addr::new(10, 232, 0, 2), 9000);
-    let bl = a
-        .run_in_ns(move || ports::udp_blast(dst, payload, secs, pps).unwrap())
-        .unwrap();
+    let bl = a.run_in_ns(move || ports::udp_blast(dst, payload, secs, pps).unwrap()).unwrap();
     let s = sink.join().unwrap();
     stop.store(true, Ordering::Relaxed);
     let (n, sa, sb) = fwd.join().unwrap();

@@ -149,10 +149,7 @@ fn ring_req(frames: usize, frame_size: usize) -> libc::tpacket_req {
 fn ring_offsets(req: &libc::tpacket_req) -> Vec<usize> {
     let per_block = (req.tp_block_size / req.tp_frame_size) as usize;
     (0..req.tp_frame_nr as usize)
-        .map(|i| {
-            (i / per_block) * req.tp_block_size as usize
-                + (i % per_block) * req.tp_frame_size as usize
-        })
+        .map(|i| (i / per_block) * req.tp_block_size as usize + (i % per_block) * req.tp_frame_size as usize)
         .collect()
 }
 
@@ -180,84 +177,43 @@ unsafe impl Send for AfPacketPort {}
 impl AfPacketPort {
     /// Open switch port `id` on interface `ifname` (which must exist; it need not be up).
     pub fn open(id: PortId, ifname: &str, cfg: &AfPacketConfig) -> io::Result<Self> {
-        let cname = CString::new(ifname)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in name"))?;
+        let cname = CString::new(ifname).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in name"))?;
         // SAFETY: `cname` is a valid NUL-terminated string.
         let ifindex = unsafe { libc::if_nametoindex(cname.as_ptr()) } as i32;
         if ifindex == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::NotFound,
-                format!("no interface named {ifname:?}"),
-            ));
+            return Err(io::Error::new(io::ErrorKind::NotFound, format!("no interface named {ifname:?}")));
         }
         // Protocol 0: receive nothing until the rings exist and we bind, so no frame from another
         // interface is ever queued.
         // SAFETY: plain socket(2) call; the result is checked before use.
-        let raw = cvt(unsafe {
-            libc::socket(
-                libc::AF_PACKET,
-                libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                0,
-            )
-        })
-        .map_err(|e| annotate(e, "socket(AF_PACKET) (needs root / CAP_NET_RAW)"))?;
+        let raw = cvt(unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) })
+            .map_err(|e| annotate(e, "socket(AF_PACKET) (needs root / CAP_NET_RAW)"))?;
         // SAFETY: `raw` is a fresh descriptor owned by nobody else.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         let s = fd.as_raw_fd();
-        setsockopt_int(
-            s,
-            libc::SOL_PACKET,
-            libc::PACKET_VERSION,
-            libc::tpacket_versions::TPACKET_V2 as i32,
-        )
-        .map_err(|e| annotate(e, "PACKET_VERSION"))?;
+        setsockopt_int(s, libc::SOL_PACKET, libc::PACKET_VERSION, libc::tpacket_versions::TPACKET_V2 as i32)
+            .map_err(|e| annotate(e, "PACKET_VERSION"))?;
 
-        let frame_size =
-            (RX_SLOT_OVERHEAD + 4 + cfg.buf_capacity).next_multiple_of(libc::TPACKET_ALIGNMENT);
+        let frame_size = (RX_SLOT_OVERHEAD + 4 + cfg.buf_capacity).next_multiple_of(libc::TPACKET_ALIGNMENT);
         let rx_req = ring_req(cfg.rx_ring_frames, frame_size);
-        setsockopt_raw(s, libc::SOL_PACKET, libc::PACKET_RX_RING, &rx_req)
-            .map_err(|e| annotate(e, "PACKET_RX_RING"))?;
-        let tx_req =
-            (cfg.tx_mode == TxMode::Ring).then(|| ring_req(cfg.tx_ring_frames, frame_size));
+        setsockopt_raw(s, libc::SOL_PACKET, libc::PACKET_RX_RING, &rx_req).map_err(|e| annotate(e, "PACKET_RX_RING"))?;
+        let tx_req = (cfg.tx_mode == TxMode::Ring).then(|| ring_req(cfg.tx_ring_frames, frame_size));
         if let Some(req) = &tx_req {
-            setsockopt_raw(s, libc::SOL_PACKET, libc::PACKET_TX_RING, req)
-                .map_err(|e| annotate(e, "PACKET_TX_RING"))?;
+            setsockopt_raw(s, libc::SOL_PACKET, libc::PACKET_TX_RING, req).map_err(|e| annotate(e, "PACKET_TX_RING"))?;
         }
         let ring_len = |r: &libc::tpacket_req| r.tp_block_size as usize * r.tp_block_nr as usize;
         let rx_len = ring_len(&rx_req);
         let map_len = rx_len + tx_req.as_ref().map_or(0, ring_len);
         // SAFETY: maps the rings the kernel just allocated for this socket (RX then TX, as the
         // kernel lays them out); the result is checked against MAP_FAILED.
-        let map = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                map_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                s,
-                0,
-            )
-        };
+        let map = unsafe { libc::mmap(std::ptr::null_mut(), map_len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, s, 0) };
         if map == libc::MAP_FAILED {
-            return Err(annotate(
-                io::Error::last_os_error(),
-                "mmap of the packet rings",
-            ));
+            return Err(annotate(io::Error::last_os_error(), "mmap of the packet rings"));
         }
         let map = map as *mut u8;
-        let rx = Ring {
-            base: map,
-            frame_size,
-            offsets: ring_offsets(&rx_req),
-            next: 0,
-        };
+        let rx = Ring { base: map, frame_size, offsets: ring_offsets(&rx_req), next: 0 };
         // SAFETY: rx_len < map_len when a TX ring exists, so this stays inside the mapping.
-        let tx = tx_req.map(|req| Ring {
-            base: unsafe { map.add(rx_len) },
-            frame_size,
-            offsets: ring_offsets(&req),
-            next: 0,
-        });
+        let tx = tx_req.map(|req| Ring { base: unsafe { map.add(rx_len) }, frame_size, offsets: ring_offsets(&req), next: 0 });
 
         let batch = cfg.batch.max(1);
         // SAFETY: all-zero iovec/mmsghdr are valid; pointers are filled in per call.
@@ -281,8 +237,7 @@ impl AfPacketPort {
         // Our own transmissions must not come back to us as receptions (kernel >= 4.20).
         let _ = setsockopt_int(s, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, 1);
         if cfg.qdisc_bypass {
-            setsockopt_int(s, libc::SOL_PACKET, libc::PACKET_QDISC_BYPASS, 1)
-                .map_err(|e| annotate(e, "PACKET_QDISC_BYPASS"))?;
+            setsockopt_int(s, libc::SOL_PACKET, libc::PACKET_QDISC_BYPASS, 1).map_err(|e| annotate(e, "PACKET_QDISC_BYPASS"))?;
         }
         // SAFETY: all-zero is a valid sockaddr_ll; we fill in the fields bind needs.
         let mut sll: libc::sockaddr_ll = unsafe { zeroed() };
@@ -290,14 +245,8 @@ impl AfPacketPort {
         sll.sll_protocol = ETH_P_ALL.to_be();
         sll.sll_ifindex = ifindex;
         // SAFETY: `sll` is a valid sockaddr_ll and we pass its exact size.
-        cvt(unsafe {
-            libc::bind(
-                s,
-                &sll as *const _ as *const libc::sockaddr,
-                size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-            )
-        })
-        .map_err(|e| annotate(e, "bind to interface"))?;
+        cvt(unsafe { libc::bind(s, &sll as *const _ as *const libc::sockaddr, size_of::<libc::sockaddr_ll>() as libc::socklen_t) })
+            .map_err(|e| annotate(e, "bind to interface"))?;
         if cfg.promisc {
             // SAFETY: all-zero is a valid packet_mreq.
             let mut mreq: libc::packet_mreq = unsafe { zeroed() };
@@ -305,8 +254,7 @@ impl AfPacketPort {
             mreq.mr_type = libc::PACKET_MR_PROMISC as u16;
             // A membership (not IFF_PROMISC) is reference-counted by the kernel and undone when
             // the socket closes, so a crash never leaves the interface promiscuous.
-            setsockopt_raw(s, libc::SOL_PACKET, libc::PACKET_ADD_MEMBERSHIP, &mreq)
-                .map_err(|e| annotate(e, "PACKET_MR_PROMISC"))?;
+            setsockopt_raw(s, libc::SOL_PACKET, libc::PACKET_ADD_MEMBERSHIP, &mreq).map_err(|e| annotate(e, "PACKET_MR_PROMISC"))?;
         }
         Ok(port)
     }
@@ -369,8 +317,7 @@ impl AfPacketPort {
                 (*hdr).tp_len = p.len() as u32;
                 (*hdr).tp_snaplen = p.len() as u32;
             }
-            tx.status(i)
-                .store(libc::TP_STATUS_SEND_REQUEST, Ordering::Release);
+            tx.status(i).store(libc::TP_STATUS_SEND_REQUEST, Ordering::Release);
             tx.advance();
             queued += 1;
             bytes += p.len() as u64;
@@ -379,9 +326,7 @@ impl AfPacketPort {
             loop {
                 // SAFETY: a zero-length send on a socket with a TX ring asks the kernel to
                 // transmit every slot marked SEND_REQUEST; no user memory is passed.
-                let r = unsafe {
-                    libc::send(self.fd.as_raw_fd(), std::ptr::null(), 0, libc::MSG_DONTWAIT)
-                };
+                let r = unsafe { libc::send(self.fd.as_raw_fd(), std::ptr::null(), 0, libc::MSG_DONTWAIT) };
                 if r >= 0 {
                     break;
                 }
@@ -408,10 +353,7 @@ impl AfPacketPort {
         for chunk in pkts.chunks(self.batch) {
             let k = chunk.len();
             for (i, p) in chunk.iter().enumerate() {
-                self.tx_iov[i] = libc::iovec {
-                    iov_base: p.data().as_ptr() as *mut libc::c_void,
-                    iov_len: p.len(),
-                };
+                self.tx_iov[i] = libc::iovec { iov_base: p.data().as_ptr() as *mut libc::c_void, iov_len: p.len() };
                 let h = &mut self.tx_msgs[i].msg_hdr;
                 h.msg_iov = &mut self.tx_iov[i];
                 h.msg_iovlen = 1;
@@ -421,19 +363,11 @@ impl AfPacketPort {
                 // SAFETY: msgs[off..k] point at iovecs over frames in `chunk`, alive for the
                 // call; the socket is bound, so no destination address is needed.
                 let r = unsafe {
-                    libc::sendmmsg(
-                        self.fd.as_raw_fd(),
-                        self.tx_msgs.as_mut_ptr().add(off),
-                        (k - off) as libc::c_uint,
-                        libc::MSG_DONTWAIT,
-                    )
+                    libc::sendmmsg(self.fd.as_raw_fd(), self.tx_msgs.as_mut_ptr().add(off), (k - off) as libc::c_uint, libc::MSG_DONTWAIT)
                 };
                 if r > 0 {
                     let r = r as usize;
-                    bytes += chunk[off..off + r]
-                        .iter()
-                        .map(|p| p.len() as u64)
-                        .sum::<u64>();
+                    bytes += chunk[off..off + r].iter().map(|p| p.len() as u64).sum::<u64>();
                     sent += r as u64;
                     off += r;
                     continue;
@@ -500,11 +434,7 @@ impl Port for AfPacketPort {
                 let dst = b.raw_mut();
                 if vlan {
                     let tpid =
-                        if status & libc::TP_STATUS_VLAN_TPID_VALID != 0 && h.tp_vlan_tpid != 0 {
-                            h.tp_vlan_tpid
-                        } else {
-                            ETH_P_8021Q
-                        };
+                        if status & libc::TP_STATUS_VLAN_TPID_VALID != 0 && h.tp_vlan_tpid != 0 { h.tp_vlan_tpid } else { ETH_P_8021Q };
                     dst[..12].copy_from_slice(&data[..12]);
                     dst[12..14].copy_from_slice(&tpid.to_be_bytes());
                     dst[14..16].copy_from_slice(&h.tp_vlan_tci.to_be_bytes());
@@ -522,9 +452,7 @@ impl Port for AfPacketPort {
                 out.push(b);
                 n += 1;
             }
-            self.rx
-                .status(i)
-                .store(libc::TP_STATUS_KERNEL, Ordering::Release);
+            self.rx.status(i).store(libc::TP_STATUS_KERNEL, Ordering::Release);
             self.rx.advance();
         }
         if losing {
@@ -537,11 +465,7 @@ impl Port for AfPacketPort {
     }
 
     fn send_batch(&mut self, pkts: &mut Vec<PacketBuf>, pool: &mut BufPool) -> usize {
-        let (sent, bytes) = if self.tx.is_some() {
-            self.send_ring(pkts)
-        } else {
-            self.send_mmsg(pkts)
-        };
+        let (sent, bytes) = if self.tx.is_some() { self.send_ring(pkts) } else { self.send_mmsg(pkts) };
         pkts.drain(..).for_each(|p| pool.put(p));
         self.stats.add_tx(sent, bytes);
         sent as usize
@@ -648,9 +572,7 @@ mod tests {
         // (partial) checksum 0xabcd.
         let mut f = vec![0u8; 14];
         f[12..14].copy_from_slice(&[0x08, 0x00]);
-        f.extend_from_slice(&[
-            0x45, 0, 0, 30, 0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
-        ]);
+        f.extend_from_slice(&[0x45, 0, 0, 30, 0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2]);
         f.extend_from_slice(&[0x04, 0xd2, 0x00, 0x50, 0x00, 0x0a, 0xab, 0xcd, b'h', b'i']);
         assert!(complete_l4_checksum(&mut f));
         let got = u16::from_be_bytes([f[40], f[41]]);
@@ -671,9 +593,7 @@ mod tests {
 
     #[test]
     fn missing_interface_is_a_clear_error() {
-        let e = AfPacketPort::open(0, "nosuchif0", &AfPacketConfig::default())
-            .err()
-            .unwrap();
+        let e = AfPacketPort::open(0, "nosuchif0", &AfPacketConfig::default()).err().unwrap();
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
         assert!(e.to_string().contains("nosuchif0"));
     }

@@ -31,8 +31,22 @@ fn forward_rig(frame_len: usize, batch: usize) -> (Switch, Vec<PacketBuf>) {
     let mac = |i: u8| vec![2, 0, 0, 0, 0, i];
     for i in 0..2u8 {
         let m = |v| vec![FieldMatch::Exact { field: 0, value: v }];
-        let fwd = ControlOp::TableWrite { table_id: t("l2_dmac"), op: WriteOp::Insert, matches: m(mac(i)), priority: 0, action_id: a("l2_forward"), params: vec![(1, vec![i])] };
-        let known = ControlOp::TableWrite { table_id: t("l2_smac"), op: WriteOp::Insert, matches: m(mac(i)), priority: 0, action_id: a("nop"), params: vec![] };
+        let fwd = ControlOp::TableWrite {
+            table_id: t("l2_dmac"),
+            op: WriteOp::Insert,
+            matches: m(mac(i)),
+            priority: 0,
+            action_id: a("l2_forward"),
+            params: vec![(1, vec![i])],
+        };
+        let known = ControlOp::TableWrite {
+            table_id: t("l2_smac"),
+            op: WriteOp::Insert,
+            matches: m(mac(i)),
+            priority: 0,
+            action_id: a("nop"),
+            params: vec![],
+        };
         sw.control(&fwd).expect("entry");
         sw.control(&known).expect("entry");
     }

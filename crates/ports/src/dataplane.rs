@@ -41,12 +41,7 @@ pub struct DataplaneOptions {
 
 impl Default for DataplaneOptions {
     fn default() -> Self {
-        DataplaneOptions {
-            pipes: 1,
-            pipe: PipeConfig::default(),
-            batch: 64,
-            event_capacity: 65536,
-        }
+        DataplaneOptions { pipes: 1, pipe: PipeConfig::default(), batch: 64, event_capacity: 65536 }
     }
 }
 
@@ -68,10 +63,7 @@ struct EventQueue<T> {
 
 impl<T> EventQueue<T> {
     fn new() -> Self {
-        EventQueue {
-            q: Mutex::new(VecDeque::new()),
-            cv: Condvar::new(),
-        }
+        EventQueue { q: Mutex::new(VecDeque::new()), cv: Condvar::new() }
     }
 }
 
@@ -90,9 +82,7 @@ struct PipeHandle {
 
 impl PipeHandle {
     fn send(&self, c: Cmd) -> Result<(), ControlError> {
-        self.tx
-            .send(c)
-            .map_err(|_| ControlError::Unavailable("the data plane has stopped".into()))?;
+        self.tx.send(c).map_err(|_| ControlError::Unavailable("the data plane has stopped".into()))?;
         self.bell.signal();
         Ok(())
     }
@@ -110,31 +100,20 @@ pub struct Dataplane {
 }
 
 fn recv_reply<T>(rx: Receiver<T>) -> Result<T, ControlError> {
-    rx.recv_timeout(Duration::from_secs(10))
-        .map_err(|_| ControlError::Unavailable("the data plane did not answer".into()))
+    rx.recv_timeout(Duration::from_secs(10)).map_err(|_| ControlError::Unavailable("the data plane did not answer".into()))
 }
 
 impl Dataplane {
     /// Start one thread per pipe over `ports` (whose ids must be 0..N).
-    pub fn start(
-        set: Arc<ProgramSet>,
-        ports: Vec<Box<dyn Port>>,
-        opts: DataplaneOptions,
-    ) -> io::Result<Dataplane> {
+    pub fn start(set: Arc<ProgramSet>, ports: Vec<Box<dyn Port>>, opts: DataplaneOptions) -> io::Result<Dataplane> {
         let n = ports.len();
         for (i, p) in ports.iter().enumerate() {
             if p.id() as usize != i {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!("port {} has id {}, expected {i}", p.name(), p.id()),
-                ));
+                return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("port {} has id {}, expected {i}", p.name(), p.id())));
             }
         }
         let map = PortMap::contiguous(n as u16, opts.pipes.max(1));
-        let port_stats = ports
-            .iter()
-            .map(|p| (p.name().to_string(), p.stats()))
-            .collect();
+        let port_stats = ports.iter().map(|p| (p.name().to_string(), p.stats())).collect();
         let stop = Arc::new(AtomicBool::new(false));
         let events = Arc::new(Events {
             packet_ins: EventQueue::new(),
@@ -151,16 +130,10 @@ impl Dataplane {
         let mut receivers = Vec::new();
         for _ in 0..map.pipes() {
             let (tx, rx) = channel();
-            handles.push(PipeHandle {
-                tx,
-                bell: Arc::new(EventFd::new()?),
-            });
+            handles.push(PipeHandle { tx, bell: Arc::new(EventFd::new()?) });
             receivers.push(rx);
         }
-        let peers: Vec<(Sender<Cmd>, Arc<EventFd>)> = handles
-            .iter()
-            .map(|h| (h.tx.clone(), h.bell.clone()))
-            .collect();
+        let peers: Vec<(Sender<Cmd>, Arc<EventFd>)> = handles.iter().map(|h| (h.tx.clone(), h.bell.clone())).collect();
         let mut threads = Vec::new();
         for (i, (ports, rx)) in per_pipe.into_iter().zip(receivers).enumerate() {
             let pipe = Pipe::new(i as u8, set.clone(), map.clone(), opts.pipe.clone());
@@ -176,21 +149,9 @@ impl Dataplane {
                 map: map.clone(),
                 cfg: opts.pipe.clone(),
             };
-            threads.push(
-                std::thread::Builder::new()
-                    .name(format!("pipe{i}"))
-                    .spawn(move || worker.run())?,
-            );
+            threads.push(std::thread::Builder::new().name(format!("pipe{i}")).spawn(move || worker.run())?);
         }
-        Ok(Dataplane {
-            pipes: handles,
-            threads,
-            stop,
-            events,
-            port_stats,
-            set: Mutex::new(set),
-            map,
-        })
+        Ok(Dataplane { pipes: handles, threads, stop, events, port_stats, set: Mutex::new(set), map })
     }
 
     /// Front-panel ports.
@@ -234,10 +195,7 @@ impl Dataplane {
 
     /// Apply a control operation on one pipe only (e.g. read that pipe's registers).
     pub fn control_pipe(&self, pipe: u8, op: ControlOp) -> Result<ControlReply, ControlError> {
-        let h = self
-            .pipes
-            .get(pipe as usize)
-            .ok_or_else(|| ControlError::InvalidArgument(format!("no pipe {pipe}")))?;
+        let h = self.pipes.get(pipe as usize).ok_or_else(|| ControlError::InvalidArgument(format!("no pipe {pipe}")))?;
         let (tx, rx) = channel();
         h.send(Cmd::Control(op, tx))?;
         recv_reply(rx)?
@@ -369,10 +327,7 @@ impl Epoll {
             return Err(io::Error::last_os_error());
         }
         for fd in fds.iter().flatten() {
-            let mut ev = libc::epoll_event {
-                events: libc::EPOLLIN as u32,
-                u64: *fd as u64,
-            };
+            let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: *fd as u64 };
             // SAFETY: `ev` is a valid epoll_event for the duration of the call.
             if unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, *fd, &mut ev) } < 0 {
                 let e = io::Error::last_os_error();
@@ -381,30 +336,16 @@ impl Epoll {
                 return Err(e);
             }
         }
-        Ok(Epoll {
-            fd: ep,
-            polls_all: fds.iter().all(|f| f.is_some()),
-        })
+        Ok(Epoll { fd: ep, polls_all: fds.iter().all(|f| f.is_some()) })
     }
 
     fn wait(&self, timeout: Duration) {
         let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 16];
         // Ports without a fd are polled every millisecond.
-        let t = if self.polls_all {
-            timeout
-        } else {
-            timeout.min(Duration::from_millis(1))
-        };
+        let t = if self.polls_all { timeout } else { timeout.min(Duration::from_millis(1)) };
         let ms = t.as_millis().min(i32::MAX as u128) as i32;
         // SAFETY: `evs` is a valid array of 16 events.
-        unsafe {
-            libc::epoll_wait(
-                self.fd,
-                evs.as_mut_ptr(),
-                evs.len() as i32,
-                ms.max(if t.is_zero() { 0 } else { 1 }),
-            )
-        };
+        unsafe { libc::epoll_wait(self.fd, evs.as_mut_ptr(), evs.len() as i32, ms.max(if t.is_zero() { 0 } else { 1 })) };
     }
 }
 
@@ -480,9 +421,7 @@ impl Worker {
                     let wait = self
                         .pipe
                         .next_deadline()
-                        .map_or(Duration::from_micros(50), |d| {
-                            Duration::from_nanos(d.saturating_sub(monotonic_ns()).min(1_000_000))
-                        });
+                        .map_or(Duration::from_micros(50), |d| Duration::from_nanos(d.saturating_sub(monotonic_ns()).min(1_000_000)));
                     if self.pipe.pending() > 0 && self.cfg.port_rate_bps.is_some() {
                         std::thread::sleep(wait);
                     }
@@ -503,10 +442,7 @@ impl Worker {
                 let _ = reply.send(self.pipe.control(&op));
             }
             Cmd::PacketOut(bytes, egress, reply) => {
-                let _ = reply.send(
-                    self.pipe
-                        .packet_out(&bytes, egress, monotonic_ns(), handoff),
-                );
+                let _ = reply.send(self.pipe.packet_out(&bytes, egress, monotonic_ns(), handoff));
             }
             Cmd::Counters(reply) => {
                 let _ = reply.send(self.pipe.counters().clone());

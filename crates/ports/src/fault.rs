@@ -41,14 +41,7 @@ pub struct FaultConfig {
 
 impl Default for FaultConfig {
     fn default() -> Self {
-        FaultConfig {
-            seed: 1,
-            loss: 0.0,
-            duplicate: 0.0,
-            reorder: 0.0,
-            reorder_gap: 1,
-            on_tx: false,
-        }
+        FaultConfig { seed: 1, loss: 0.0, duplicate: 0.0, reorder: 0.0, reorder_gap: 1, on_tx: false }
     }
 }
 
@@ -109,26 +102,12 @@ struct Counters<'a> {
 
 impl Injector {
     fn new(seed: u64) -> Self {
-        Injector {
-            rng: SplitMix64(seed),
-            held: VecDeque::new(),
-        }
+        Injector { rng: SplitMix64(seed), held: VecDeque::new() }
     }
 
     /// Decide the fate of `f`, appending whatever is delivered now to `out`.
-    fn process(
-        &mut self,
-        cfg: &FaultConfig,
-        f: PacketBuf,
-        pool: &mut BufPool,
-        out: &mut VecDeque<PacketBuf>,
-        c: &Counters,
-    ) {
-        let (u_loss, u_dup, u_reorder) = (
-            self.rng.next_f64(),
-            self.rng.next_f64(),
-            self.rng.next_f64(),
-        );
+    fn process(&mut self, cfg: &FaultConfig, f: PacketBuf, pool: &mut BufPool, out: &mut VecDeque<PacketBuf>, c: &Counters) {
+        let (u_loss, u_dup, u_reorder) = (self.rng.next_f64(), self.rng.next_f64(), self.rng.next_f64());
         if u_loss < cfg.loss {
             c.lost.fetch_add(1, Relaxed);
             c.port_drop.fetch_add(1, Relaxed);
@@ -290,11 +269,7 @@ mod tests {
 
     /// The documented semantics, written independently over plain ids.
     /// Returns (delivered, still held at the end, [lost, duplicated, reordered]).
-    fn model(
-        cfg: &FaultConfig,
-        seed: u64,
-        ids: impl Iterator<Item = u32>,
-    ) -> (Vec<u32>, Vec<u32>, [u64; 3]) {
+    fn model(cfg: &FaultConfig, seed: u64, ids: impl Iterator<Item = u32>) -> (Vec<u32>, Vec<u32>, [u64; 3]) {
         let mut rng = SplitMix64(seed);
         let (mut out, mut held, mut n) = (Vec::new(), VecDeque::<(u32, usize)>::new(), [0u64; 3]);
         for id in ids {
@@ -343,14 +318,7 @@ mod tests {
 
     #[test]
     fn faults_match_the_model_and_repeat_for_a_seed() {
-        let cfg = FaultConfig {
-            seed: 42,
-            loss: 0.1,
-            duplicate: 0.05,
-            reorder: 0.05,
-            reorder_gap: 3,
-            on_tx: false,
-        };
+        let cfg = FaultConfig { seed: 42, loss: 0.1, duplicate: 0.05, reorder: 0.05, reorder_gap: 3, on_tx: false };
         let (got, fs, port_drops) = run(&cfg, 2000, 32);
         let (want, _, n) = model(&cfg, 42, 0..2000);
         assert_eq!(got, want, "delivered frames, in order, as predicted");
@@ -360,64 +328,26 @@ mod tests {
         assert_eq!(port_drops, n[0]);
         // The rates are about right (binomial, 2000 trials).
         assert!((150..250).contains(&n[0]), "loss count {}", n[0]);
-        assert!(
-            (60..150).contains(&n[1]) && (60..150).contains(&n[2]),
-            "{n:?}"
-        );
+        assert!((60..150).contains(&n[1]) && (60..150).contains(&n[2]), "{n:?}");
         // Batch boundaries do not matter; the seed does.
         assert_eq!(run(&cfg, 2000, 7).0, got);
-        assert_ne!(
-            run(
-                &FaultConfig {
-                    seed: 43,
-                    ..cfg.clone()
-                },
-                2000,
-                32
-            )
-            .0,
-            got
-        );
+        assert_ne!(run(&FaultConfig { seed: 43, ..cfg.clone() }, 2000, 32).0, got);
     }
 
     #[test]
     fn reorder_gap_is_exact() {
         // Hold the first frame for certain, let the next three pass: it comes out after two.
-        let cfg = FaultConfig {
-            reorder: 1.0,
-            reorder_gap: 2,
-            ..FaultConfig::default()
-        };
+        let cfg = FaultConfig { reorder: 1.0, reorder_gap: 2, ..FaultConfig::default() };
         let mut inj = Injector::new(1);
         let mut pool = BufPool::new(64, 8);
         let mut out = VecDeque::new();
         let (a, b, c) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
         let d = AtomicU64::new(0);
-        let cnt = Counters {
-            lost: &a,
-            duplicated: &b,
-            reordered: &c,
-            port_drop: &d,
-        };
-        inj.process(
-            &cfg,
-            PacketBuf::from_slice(&[0, 0, 0, 1], 0),
-            &mut pool,
-            &mut out,
-            &cnt,
-        );
-        let pass = FaultConfig {
-            reorder: 0.0,
-            ..cfg.clone()
-        };
+        let cnt = Counters { lost: &a, duplicated: &b, reordered: &c, port_drop: &d };
+        inj.process(&cfg, PacketBuf::from_slice(&[0, 0, 0, 1], 0), &mut pool, &mut out, &cnt);
+        let pass = FaultConfig { reorder: 0.0, ..cfg.clone() };
         for i in 2..=4u32 {
-            inj.process(
-                &pass,
-                PacketBuf::from_slice(&i.to_be_bytes(), 0),
-                &mut pool,
-                &mut out,
-                &cnt,
-            );
+            inj.process(&pass, PacketBuf::from_slice(&i.to_be_bytes(), 0), &mut pool, &mut out, &cnt);
         }
         let ids: Vec<u32> = out.iter().map(|p| id_of(p.data())).collect();
         assert_eq!(ids, vec![2, 3, 1, 4]);
@@ -426,19 +356,10 @@ mod tests {
     #[test]
     fn tx_faults_and_release_held() {
         let (port, peer) = memory_pair(0, 4096);
-        let cfg = FaultConfig {
-            seed: 9,
-            loss: 0.2,
-            reorder: 0.1,
-            reorder_gap: 4,
-            on_tx: true,
-            ..FaultConfig::default()
-        };
+        let cfg = FaultConfig { seed: 9, loss: 0.2, reorder: 0.1, reorder_gap: 4, on_tx: true, ..FaultConfig::default() };
         let mut port = FaultPort::new(port, cfg.clone());
         let mut pool = BufPool::new(DEFAULT_BUF_CAPACITY, 64);
-        let mut v: Vec<PacketBuf> = (0..500u32)
-            .map(|i| PacketBuf::from_slice(&i.to_be_bytes(), 0))
-            .collect();
+        let mut v: Vec<PacketBuf> = (0..500u32).map(|i| PacketBuf::from_slice(&i.to_be_bytes(), 0)).collect();
         port.send_batch(&mut v, &mut pool);
         port.release_held(&mut pool);
         let got: Vec<u32> = peer.recv_all().iter().map(|d| id_of(d)).collect();

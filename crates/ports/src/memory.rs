@@ -37,10 +37,7 @@ pub struct MemoryConfig {
 
 impl Default for MemoryConfig {
     fn default() -> Self {
-        MemoryConfig {
-            queue_depth: DEFAULT_QUEUE_DEPTH,
-            buf_capacity: DEFAULT_BUF_CAPACITY,
-        }
+        MemoryConfig { queue_depth: DEFAULT_QUEUE_DEPTH, buf_capacity: DEFAULT_BUF_CAPACITY }
     }
 }
 
@@ -58,11 +55,7 @@ struct Direction {
 
 impl Direction {
     fn new(depth: usize) -> io::Result<Self> {
-        Ok(Direction {
-            q: ArrayQueue::new(depth),
-            signalled: AtomicBool::new(false),
-            efd: EventFd::new()?,
-        })
+        Ok(Direction { q: ArrayQueue::new(depth), signalled: AtomicBool::new(false), efd: EventFd::new()? })
     }
 
     /// Called by a producer after it pushed one or more frames.
@@ -129,14 +122,8 @@ impl Shared {
 ///
 /// `capacity` is the depth of each direction's queue, in frames.
 pub fn memory_pair(id: PortId, capacity: usize) -> (MemoryPort, MemoryPeer) {
-    memory_pair_with(
-        id,
-        MemoryConfig {
-            queue_depth: capacity,
-            ..MemoryConfig::default()
-        },
-    )
-    .expect("eventfd creation failed (out of file descriptors?)")
+    memory_pair_with(id, MemoryConfig { queue_depth: capacity, ..MemoryConfig::default() })
+        .expect("eventfd creation failed (out of file descriptors?)")
 }
 
 /// [`memory_pair`] with every size configurable; fails only if eventfds cannot be created.
@@ -154,14 +141,7 @@ pub fn memory_pair_with(id: PortId, cfg: MemoryConfig) -> io::Result<(MemoryPort
         host_received: AtomicU64::new(0),
         host_allocated: AtomicU64::new(0),
     });
-    Ok((
-        MemoryPort {
-            id,
-            name: format!("mem{id}"),
-            shared: shared.clone(),
-        },
-        MemoryPeer { shared },
-    ))
+    Ok((MemoryPort { id, name: format!("mem{id}"), shared: shared.clone() }, MemoryPeer { shared }))
 }
 
 /// The switch side of an in-memory port.
@@ -455,10 +435,7 @@ mod tests {
         assert_eq!(peer.recv_with(|d| d.len()), Some(1514));
         assert_eq!(peer.recv(), None);
         let s = port.stats().snapshot();
-        assert_eq!(
-            (s.rx_packets, s.tx_packets, s.rx_bytes),
-            (3, 3, 60 + 100 + 1514)
-        );
+        assert_eq!((s.rx_packets, s.tx_packets, s.rx_bytes), (3, 3, 60 + 100 + 1514));
         assert_eq!((peer.sent(), peer.received()), (3, 3));
     }
 
@@ -474,10 +451,7 @@ mod tests {
         // `max` is honoured.
         assert_eq!(port.recv_batch(&mut pool, &mut got, 3), 3);
         assert_eq!(port.recv_batch(&mut pool, &mut got, 3), 1);
-        let first: Vec<u32> = got
-            .iter()
-            .map(|p| u32::from_be_bytes(p.data()[..4].try_into().unwrap()))
-            .collect();
+        let first: Vec<u32> = got.iter().map(|p| u32::from_be_bytes(p.data()[..4].try_into().unwrap())).collect();
         assert_eq!(first, vec![0, 1, 2, 3]);
         got.extend((0..6).map(|i| PacketBuf::from_slice(&frame(100 + i, 64), 0)));
         assert_eq!(port.send_batch(&mut got, &mut pool), 4);
@@ -615,10 +589,7 @@ mod tests {
             if got < 64 && next < N {
                 // Sleep on the doorbell: a lost wake-up would hang here until the timeout.
                 let fd = port.poll_fd().unwrap();
-                assert!(
-                    poll_readable(fd, Some(Duration::from_secs(5))).unwrap(),
-                    "lost wake-up"
-                );
+                assert!(poll_readable(fd, Some(Duration::from_secs(5))).unwrap(), "lost wake-up");
             }
         }
         h.join().unwrap();

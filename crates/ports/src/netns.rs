@@ -25,11 +25,7 @@ pub fn ip(args: &[&str]) -> io::Result<()> {
     if out.status.success() {
         Ok(())
     } else {
-        Err(io::Error::other(format!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )))
+        Err(io::Error::other(format!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim())))
     }
 }
 
@@ -52,35 +48,12 @@ impl VethNs {
     pub fn create(tag: &str) -> io::Result<Self> {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let base = format!(
-            "{}{}{}",
-            &tag[..tag.len().min(4)],
-            std::process::id() % 1_000_000,
-            n
-        );
-        let me = VethNs {
-            ns: format!("{base}ns"),
-            root_if: format!("{base}a"),
-            ns_if: format!("{base}b"),
-        };
+        let base = format!("{}{}{}", &tag[..tag.len().min(4)], std::process::id() % 1_000_000, n);
+        let me = VethNs { ns: format!("{base}ns"), root_if: format!("{base}a"), ns_if: format!("{base}b") };
         // From here on, Drop cleans up whatever part was made.
         ip(&["netns", "add", &me.ns])?;
-        ip(&[
-            "link",
-            "add",
-            &me.root_if,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            &me.ns_if,
-            "netns",
-            &me.ns,
-        ])?;
-        let _ = std::fs::write(
-            format!("/proc/sys/net/ipv6/conf/{}/disable_ipv6", me.root_if),
-            "1",
-        );
+        ip(&["link", "add", &me.root_if, "type", "veth", "peer", "name", &me.ns_if, "netns", &me.ns])?;
+        let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{}/disable_ipv6", me.root_if), "1");
         ip(&["link", "set", &me.root_if, "up"])?;
         me.run_in_ns(|| {
             // /proc/sys/net shows the namespace of the thread that opens it.
@@ -100,20 +73,13 @@ impl VethNs {
 
     /// Run `f` on a new thread that has entered the namespace (sockets it opens live there),
     /// and wait for its result.
-    pub fn run_in_ns<T: Send + 'static>(
-        &self,
-        f: impl FnOnce() -> T + Send + 'static,
-    ) -> io::Result<T> {
+    pub fn run_in_ns<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> io::Result<T> {
         let h = self.spawn_in_ns(f)?;
-        h.join()
-            .map_err(|_| io::Error::other("thread in namespace panicked"))
+        h.join().map_err(|_| io::Error::other("thread in namespace panicked"))
     }
 
     /// Start `f` on a new thread inside the namespace and return its handle.
-    pub fn spawn_in_ns<T: Send + 'static>(
-        &self,
-        f: impl FnOnce() -> T + Send + 'static,
-    ) -> io::Result<std::thread::JoinHandle<T>> {
+    pub fn spawn_in_ns<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> io::Result<std::thread::JoinHandle<T>> {
         let nsfile = File::open(format!("/var/run/netns/{}", self.ns))?;
         Ok(std::thread::spawn(move || {
             // SAFETY: setns on a namespace fd we opened; it changes only this thread's network
@@ -126,9 +92,7 @@ impl VethNs {
 
     /// MAC address of the namespace end.
     pub fn ns_mac(&self) -> io::Result<[u8; 6]> {
-        let out = Command::new("ip")
-            .args(["-n", &self.ns, "-o", "link", "show", &self.ns_if])
-            .output()?;
+        let out = Command::new("ip").args(["-n", &self.ns, "-o", "link", "show", &self.ns_if]).output()?;
         let text = String::from_utf8_lossy(&out.stdout);
         let mac = text
             .split_whitespace()

@@ -160,12 +160,7 @@ impl<P: Port> CapturePort<P> {
         std::fs::create_dir_all(dir.as_ref())?;
         let path = dir.as_ref().join(format!("port{}.pcapng", inner.id()));
         let writer = PcapngWriter::create(&path, inner.name())?;
-        Ok(CapturePort {
-            inner,
-            writer: Some(writer),
-            path,
-            write_errors: Arc::new(AtomicU64::new(0)),
-        })
+        Ok(CapturePort { inner, writer: Some(writer), path, write_errors: Arc::new(AtomicU64::new(0)) })
     }
 
     /// The capture file.
@@ -221,10 +216,7 @@ impl<P: Port> Port for CapturePort<P> {
     fn recv_batch(&mut self, pool: &mut BufPool, out: &mut Vec<PacketBuf>, max: usize) -> usize {
         let start = out.len();
         let n = self.inner.recv_batch(pool, out, max);
-        self.record(
-            out[start..].iter().map(|p| (p.data(), p.ts_ns)),
-            Direction::Inbound,
-        );
+        self.record(out[start..].iter().map(|p| (p.data(), p.ts_ns)), Direction::Inbound);
         n
     }
 
@@ -289,23 +281,14 @@ pub(crate) mod reader {
 
     /// Parse a whole file; panics on anything malformed (it is a test helper).
     pub fn parse(b: &[u8]) -> Capture {
-        let mut cap = Capture {
-            linktype: 0,
-            tsresol: 6,
-            if_name: String::new(),
-            records: Vec::new(),
-        };
+        let mut cap = Capture { linktype: 0, tsresol: 6, if_name: String::new(), records: Vec::new() };
         let mut o = 0;
         assert_eq!(u32le(b, 0), super::SHB, "starts with a section header");
         while o < b.len() {
             let kind = u32le(b, o);
             let total = u32le(b, o + 4) as usize;
             assert_eq!(total % 4, 0);
-            assert_eq!(
-                u32le(b, o + total - 4) as usize,
-                total,
-                "trailing length matches"
-            );
+            assert_eq!(u32le(b, o + total - 4) as usize, total, "trailing length matches");
             let body = &b[o + 8..o + total - 4];
             match kind {
                 super::SHB => assert_eq!(u32le(body, 0), super::BYTE_ORDER_MAGIC),
@@ -328,11 +311,7 @@ pub(crate) mod reader {
                         .into_iter()
                         .find(|(c, _)| *c == super::OPT_EPB_FLAGS)
                         .map(|(_, v)| u32::from_le_bytes(v[..4].try_into().unwrap()));
-                    cap.records.push(Record {
-                        ts_ns: ts,
-                        data,
-                        flags,
-                    });
+                    cap.records.push(Record { ts_ns: ts, data, flags });
                 }
                 other => panic!("unexpected block type {other:#x}"),
             }
@@ -349,11 +328,7 @@ mod tests {
     use pisa::packet::DEFAULT_BUF_CAPACITY;
 
     fn tmpdir(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!(
-            "ports-{tag}-{}-{}",
-            std::process::id(),
-            monotonic_ns()
-        ));
+        let d = std::env::temp_dir().join(format!("ports-{tag}-{}-{}", std::process::id(), monotonic_ns()));
         let _ = std::fs::remove_dir_all(&d);
         d
     }
@@ -363,15 +338,11 @@ mod tests {
         let mut buf = Vec::new();
         {
             let mut w = PcapngWriter::new(&mut buf, "sw0").unwrap();
-            w.write_frame(&[1, 2, 3, 4, 5], 1_000, Direction::Inbound)
-                .unwrap();
+            w.write_frame(&[1, 2, 3, 4, 5], 1_000, Direction::Inbound).unwrap();
             w.write_frame(&[9; 64], 2_000, Direction::Outbound).unwrap();
         }
         let cap = reader::parse(&buf);
-        assert_eq!(
-            (cap.linktype, cap.tsresol, cap.if_name.as_str()),
-            (1, 9, "sw0")
-        );
+        assert_eq!((cap.linktype, cap.tsresol, cap.if_name.as_str()), (1, 9, "sw0"));
         assert_eq!(cap.records.len(), 2);
         assert_eq!(cap.records[0].data, vec![1, 2, 3, 4, 5]);
         assert_eq!(cap.records[0].flags, Some(1));
@@ -401,32 +372,15 @@ mod tests {
         let cap = reader::parse(&std::fs::read(&path).unwrap());
         assert_eq!(cap.if_name, "mem7");
         assert_eq!(cap.records.len(), 14);
-        let inbound: Vec<_> = cap
-            .records
-            .iter()
-            .filter(|r| r.flags == Some(1))
-            .map(|r| r.data.clone())
-            .collect();
+        let inbound: Vec<_> = cap.records.iter().filter(|r| r.flags == Some(1)).map(|r| r.data.clone()).collect();
         assert_eq!(inbound, frames);
-        let outbound: Vec<_> = cap
-            .records
-            .iter()
-            .filter(|r| r.flags == Some(2))
-            .map(|r| r.data.clone())
-            .collect();
+        let outbound: Vec<_> = cap.records.iter().filter(|r| r.flags == Some(2)).map(|r| r.data.clone()).collect();
         assert_eq!(outbound, frames[..4].to_vec());
         drop(port);
 
         // tshark, if installed, must read the file and see every frame with its length.
         match std::process::Command::new("tshark")
-            .args([
-                "-r",
-                path.to_str().unwrap(),
-                "-T",
-                "fields",
-                "-e",
-                "frame.len",
-            ])
+            .args(["-r", path.to_str().unwrap(), "-T", "fields", "-e", "frame.len"])
             .args(["-e", "frame.packet_flags_direction"])
             .output()
         {

@@ -26,8 +26,7 @@ use crate::udp::{UdpConfig, UdpPort, DEFAULT_SOCK_BUF};
 /// Most ports one spec may declare (a large switch has a few hundred front-panel ports).
 pub const MAX_PORTS: usize = 1024;
 
-const ACCEPTED: &str =
-    "accepted forms: memory:N | udp:BASEPORT:N | udp:HOST:BASEPORT:N | veth:IF1,IF2,... (N from 1 to 1024)";
+const ACCEPTED: &str = "accepted forms: memory:N | udp:BASEPORT:N | udp:HOST:BASEPORT:N | veth:IF1,IF2,... (N from 1 to 1024)";
 
 /// A parsed port spec.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,15 +78,10 @@ impl PortSpec {
         if s.is_empty() {
             return Err(SpecError::Empty);
         }
-        let bad = |why: String| SpecError::Invalid {
-            spec: s.to_string(),
-            why,
-        };
+        let bad = |why: String| SpecError::Invalid { spec: s.to_string(), why };
         let (kind, rest) = s.split_once(':').unwrap_or((s, ""));
         match kind {
-            "memory" | "mem" => Ok(PortSpec::Memory {
-                count: parse_count(rest).map_err(bad)?,
-            }),
+            "memory" | "mem" => Ok(PortSpec::Memory { count: parse_count(rest).map_err(bad)? }),
             "udp" => {
                 let parts: Vec<&str> = rest.split(':').collect();
                 let (host, base, count) = match parts.as_slice() {
@@ -96,9 +90,7 @@ impl PortSpec {
                     _ => return Err(bad("expected udp:BASEPORT:N or udp:HOST:BASEPORT:N".into())),
                 };
                 let count = parse_count(count).map_err(bad)?;
-                let base: u32 = base
-                    .parse()
-                    .map_err(|_| bad(format!("BASEPORT {base:?} is not a number")))?;
+                let base: u32 = base.parse().map_err(|_| bad(format!("BASEPORT {base:?} is not a number")))?;
                 if !(1..=65535).contains(&base) {
                     return Err(bad(format!("BASEPORT {base} is outside 1-65535")));
                 }
@@ -106,26 +98,18 @@ impl PortSpec {
                 if last > 65535 {
                     return Err(bad(format!("ports {base}..{last} go past UDP port 65535")));
                 }
-                Ok(PortSpec::Udp {
-                    host,
-                    base: base as u16,
-                    count,
-                })
+                Ok(PortSpec::Udp { host, base: base as u16, count })
             }
             "veth" | "afpacket" | "if" => {
                 let ifaces: Vec<String> = rest.split(',').map(str::to_string).collect();
                 for (i, name) in ifaces.iter().enumerate() {
-                    check_ifname(name)
-                        .map_err(|why| bad(format!("interface {} {name:?}: {why}", i + 1)))?;
+                    check_ifname(name).map_err(|why| bad(format!("interface {} {name:?}: {why}", i + 1)))?;
                     if ifaces[..i].contains(name) {
                         return Err(bad(format!("interface {name:?} listed twice")));
                     }
                 }
                 if ifaces.len() > MAX_PORTS {
-                    return Err(bad(format!(
-                        "{} interfaces, at most {MAX_PORTS}",
-                        ifaces.len()
-                    )));
+                    return Err(bad(format!("{} interfaces, at most {MAX_PORTS}", ifaces.len())));
                 }
                 Ok(PortSpec::Veth { ifaces })
             }
@@ -143,9 +127,7 @@ impl PortSpec {
 }
 
 fn parse_count(s: &str) -> Result<u16, String> {
-    let n: usize = s
-        .parse()
-        .map_err(|_| format!("port count {s:?} is not a number"))?;
+    let n: usize = s.parse().map_err(|_| format!("port count {s:?} is not a number"))?;
     if n == 0 || n > MAX_PORTS {
         return Err(format!("port count {n} is outside 1-{MAX_PORTS}"));
     }
@@ -156,8 +138,7 @@ fn parse_host(s: &str) -> Result<Ipv4Addr, String> {
     if s == "localhost" {
         return Ok(Ipv4Addr::LOCALHOST);
     }
-    s.parse()
-        .map_err(|_| format!("HOST {s:?} is not an IPv4 address"))
+    s.parse().map_err(|_| format!("HOST {s:?} is not an IPv4 address"))
 }
 
 /// The kernel's rules for interface names (`dev_valid_name`).
@@ -168,12 +149,7 @@ fn check_ifname(name: &str) -> Result<(), &'static str> {
     if name.len() > 15 {
         return Err("longer than 15 bytes");
     }
-    if name == "."
-        || name == ".."
-        || name
-            .chars()
-            .any(|c| c == '/' || c == ':' || c.is_whitespace())
-    {
+    if name == "." || name == ".." || name.chars().any(|c| c == '/' || c == ':' || c.is_whitespace()) {
         return Err("not a valid interface name");
     }
     Ok(())
@@ -264,27 +240,19 @@ pub type OpenedPorts = (Vec<Box<dyn Port>>, Vec<MemoryPeer>);
 pub fn open_ports(spec: &PortSpec, opts: &OpenOptions) -> Result<OpenedPorts, PortError> {
     let mut ports: Vec<Box<dyn Port>> = Vec::with_capacity(spec.count());
     let mut peers = Vec::new();
-    let open_err =
-        |id: PortId, what: String| move |source: io::Error| PortError::Open { id, what, source };
+    let open_err = |id: PortId, what: String| move |source: io::Error| PortError::Open { id, what, source };
     for i in 0..spec.count() {
         let id = i as PortId;
         let port: Box<dyn Port> = match spec {
             PortSpec::Memory { .. } => {
-                let cfg = MemoryConfig {
-                    queue_depth: opts.memory_queue_depth,
-                    buf_capacity: opts.buf_capacity,
-                };
-                let (port, peer) =
-                    memory_pair_with(id, cfg).map_err(open_err(id, format!("mem{id}")))?;
+                let cfg = MemoryConfig { queue_depth: opts.memory_queue_depth, buf_capacity: opts.buf_capacity };
+                let (port, peer) = memory_pair_with(id, cfg).map_err(open_err(id, format!("mem{id}")))?;
                 peers.push(peer);
                 Box::new(port)
             }
             PortSpec::Udp { host, base, .. } => {
                 let addr = SocketAddrV4::new(*host, base + id);
-                let cfg = UdpConfig {
-                    sock_buf: opts.udp_sock_buf,
-                    ..UdpConfig::new(addr)
-                };
+                let cfg = UdpConfig { sock_buf: opts.udp_sock_buf, ..UdpConfig::new(addr) };
                 Box::new(UdpPort::open(id, &cfg).map_err(open_err(id, format!("udp:{addr}")))?)
             }
             PortSpec::Veth { ifaces } => {
@@ -295,27 +263,15 @@ pub fn open_ports(spec: &PortSpec, opts: &OpenOptions) -> Result<OpenedPorts, Po
                     tx_mode: opts.tx_mode,
                     ..AfPacketConfig::default()
                 };
-                Box::new(
-                    AfPacketPort::open(id, &ifaces[i], &cfg)
-                        .map_err(open_err(id, ifaces[i].clone()))?,
-                )
+                Box::new(AfPacketPort::open(id, &ifaces[i], &cfg).map_err(open_err(id, ifaces[i].clone()))?)
             }
         };
         let port: Box<dyn Port> = match &opts.fault {
-            Some(f) => Box::new(FaultPort::new(
-                port,
-                FaultConfig {
-                    seed: f.seed.wrapping_add(i as u64),
-                    ..f.clone()
-                },
-            )),
+            Some(f) => Box::new(FaultPort::new(port, FaultConfig { seed: f.seed.wrapping_add(i as u64), ..f.clone() })),
             None => port,
         };
         let port: Box<dyn Port> = match &opts.pcap_dir {
-            Some(dir) => Box::new(
-                CapturePort::new(port, dir)
-                    .map_err(open_err(id, format!("capture in {}", dir.display())))?,
-            ),
+            Some(dir) => Box::new(CapturePort::new(port, dir).map_err(open_err(id, format!("capture in {}", dir.display())))?),
             None => port,
         };
         ports.push(port);
@@ -332,28 +288,9 @@ mod tests {
     fn parses_every_form_and_round_trips() {
         for (s, want) in [
             ("memory:4", PortSpec::Memory { count: 4 }),
-            (
-                "udp:40000:8",
-                PortSpec::Udp {
-                    host: Ipv4Addr::LOCALHOST,
-                    base: 40000,
-                    count: 8,
-                },
-            ),
-            (
-                "udp:10.0.0.1:5000:2",
-                PortSpec::Udp {
-                    host: Ipv4Addr::new(10, 0, 0, 1),
-                    base: 5000,
-                    count: 2,
-                },
-            ),
-            (
-                "veth:s1,s2,eth0.100",
-                PortSpec::Veth {
-                    ifaces: vec!["s1".into(), "s2".into(), "eth0.100".into()],
-                },
-            ),
+            ("udp:40000:8", PortSpec::Udp { host: Ipv4Addr::LOCALHOST, base: 40000, count: 8 }),
+            ("udp:10.0.0.1:5000:2", PortSpec::Udp { host: Ipv4Addr::new(10, 0, 0, 1), base: 5000, count: 2 }),
+            ("veth:s1,s2,eth0.100", PortSpec::Veth { ifaces: vec!["s1".into(), "s2".into(), "eth0.100".into()] }),
         ] {
             let got = PortSpec::parse(s).unwrap();
             assert_eq!(got, want);
@@ -395,17 +332,10 @@ mod tests {
 
     #[test]
     fn opens_memory_ports_with_capture_and_faults() {
-        let dir = std::env::temp_dir().join(format!(
-            "ports-open-{}-{}",
-            std::process::id(),
-            crate::monotonic_ns()
-        ));
+        let dir = std::env::temp_dir().join(format!("ports-open-{}-{}", std::process::id(), crate::monotonic_ns()));
         let opts = OpenOptions {
             pcap_dir: Some(dir.clone()),
-            fault: Some(FaultConfig {
-                loss: 0.0,
-                ..FaultConfig::default()
-            }),
+            fault: Some(FaultConfig { loss: 0.0, ..FaultConfig::default() }),
             ..OpenOptions::default()
         };
         let (mut ports, peers) = open_ports(&PortSpec::parse("memory:3").unwrap(), &opts).unwrap();
@@ -425,21 +355,12 @@ mod tests {
         // Find a free base by binding port 0, then open two ports there.
         let probe = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let taken = probe.local_addr().unwrap().port();
-        let spec = PortSpec::Udp {
-            host: Ipv4Addr::LOCALHOST,
-            base: taken,
-            count: 1,
-        };
+        let spec = PortSpec::Udp { host: Ipv4Addr::LOCALHOST, base: taken, count: 1 };
         let e = open_ports(&spec, &OpenOptions::default()).err().unwrap();
         assert!(matches!(e, PortError::Open { id: 0, .. }), "{e}");
         assert!(e.to_string().contains(&format!("udp:127.0.0.1:{taken}")));
 
-        let e = open_ports(
-            &PortSpec::parse("veth:nosuchif9").unwrap(),
-            &OpenOptions::default(),
-        )
-        .err()
-        .unwrap();
+        let e = open_ports(&PortSpec::parse("veth:nosuchif9").unwrap(), &OpenOptions::default()).err().unwrap();
         assert!(e.to_string().contains("nosuchif9"), "{e}");
     }
 }

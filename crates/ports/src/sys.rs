@@ -23,10 +23,7 @@ pub fn realtime_ns() -> u64 {
 
 #[inline]
 fn clock_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `ts` is a valid, writable timespec; clock_gettime only writes to it.
     unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -61,11 +58,7 @@ pub(crate) fn poll_readable(fd: RawFd, timeout: Option<Duration>) -> io::Result<
         // Round up so a 100 µs timeout does not become a busy 0 ms poll.
         Some(t) => t.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32,
     };
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
+    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
     loop {
         // SAFETY: `pfd` is one valid pollfd and we pass a count of 1.
         let r = unsafe { libc::poll(&mut pfd, 1, ms) };
@@ -91,9 +84,7 @@ impl EventFd {
         // SAFETY: eventfd takes no pointers; we check the result before wrapping it.
         let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
         // SAFETY: `fd` is a fresh descriptor that nothing else owns.
-        Ok(EventFd {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        Ok(EventFd { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
     }
 
     /// Make the fd readable.
@@ -102,13 +93,7 @@ impl EventFd {
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from a valid u64 to our own eventfd. A failure can only be
         // counter overflow (impossible at +1 per signal) and is harmless: the fd stays readable.
-        unsafe {
-            libc::write(
-                self.fd.as_raw_fd(),
-                &one as *const u64 as *const libc::c_void,
-                8,
-            )
-        };
+        unsafe { libc::write(self.fd.as_raw_fd(), &one as *const u64 as *const libc::c_void, 8) };
     }
 
     /// Make the fd not readable (reset the counter).
@@ -116,13 +101,7 @@ impl EventFd {
     pub(crate) fn clear(&self) {
         let mut v: u64 = 0;
         // SAFETY: reads 8 bytes into a valid u64; EAGAIN (already clear) is fine to ignore.
-        unsafe {
-            libc::read(
-                self.fd.as_raw_fd(),
-                &mut v as *mut u64 as *mut libc::c_void,
-                8,
-            )
-        };
+        unsafe { libc::read(self.fd.as_raw_fd(), &mut v as *mut u64 as *mut libc::c_void, 8) };
     }
 
     pub(crate) fn raw(&self) -> RawFd {
@@ -138,27 +117,15 @@ pub(crate) fn setsockopt_int(fd: RawFd, level: i32, name: i32, value: i32) -> io
 /// Set a socket option from any plain-data value.
 pub(crate) fn setsockopt_raw<T>(fd: RawFd, level: i32, name: i32, value: &T) -> io::Result<()> {
     // SAFETY: `value` points to `size_of::<T>()` readable bytes for the duration of the call.
-    cvt(unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            name,
-            value as *const T as *const libc::c_void,
-            std::mem::size_of::<T>() as libc::socklen_t,
-        )
-    })
-    .map(|_| ())
+    cvt(unsafe { libc::setsockopt(fd, level, name, value as *const T as *const libc::c_void, std::mem::size_of::<T>() as libc::socklen_t) })
+        .map(|_| ())
 }
 
 /// Grow a socket buffer (`SO_RCVBUF`/`SO_SNDBUF`) to `bytes`, past `net.core.*mem_max` when we
 /// are allowed to (root, via the `*FORCE` variants), so bursts of small frames are not dropped.
 pub(crate) fn grow_sock_buf(fd: RawFd, rcv: bool, bytes: usize) {
     let bytes = bytes.min(i32::MAX as usize) as i32;
-    let (force, plain) = if rcv {
-        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF)
-    } else {
-        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF)
-    };
+    let (force, plain) = if rcv { (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF) } else { (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF) };
     if setsockopt_int(fd, libc::SOL_SOCKET, force, bytes).is_err() {
         // Not privileged: the kernel caps this at the sysctl maximum, which is still better
         // than the default. Failure leaves the default, which only costs burst tolerance.
@@ -171,17 +138,12 @@ pub(crate) fn sockaddr_in(addr: std::net::SocketAddrV4) -> libc::sockaddr_in {
     libc::sockaddr_in {
         sin_family: libc::AF_INET as libc::sa_family_t,
         sin_port: addr.port().to_be(),
-        sin_addr: libc::in_addr {
-            s_addr: u32::from(*addr.ip()).to_be(),
-        },
+        sin_addr: libc::in_addr { s_addr: u32::from(*addr.ip()).to_be() },
         sin_zero: [0; 8],
     }
 }
 
 /// The IPv4 socket address in a `sockaddr_in`.
 pub(crate) fn from_sockaddr_in(sa: &libc::sockaddr_in) -> std::net::SocketAddrV4 {
-    std::net::SocketAddrV4::new(
-        std::net::Ipv4Addr::from(u32::from_be(sa.sin_addr.s_addr)),
-        u16::from_be(sa.sin_port),
-    )
+    std::net::SocketAddrV4::new(std::net::Ipv4Addr::from(u32::from_be(sa.sin_addr.s_addr)), u16::from_be(sa.sin_port))
 }

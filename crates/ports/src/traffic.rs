@@ -68,9 +68,7 @@ impl SinkReport {
     /// Datagrams per second over the active interval (first to last arrival).
     pub fn pps(&self) -> f64 {
         match (self.first_ns, self.last_ns) {
-            (Some(a), Some(b)) if b > a && self.packets > 1 => {
-                (self.packets - 1) as f64 * 1e9 / (b - a) as f64
-            }
+            (Some(a), Some(b)) if b > a && self.packets > 1 => (self.packets - 1) as f64 * 1e9 / (b - a) as f64,
             _ => 0.0,
         }
     }
@@ -86,12 +84,7 @@ fn rate(n: u64, d: Duration) -> f64 {
 
 /// Send `payload_len`-byte UDP datagrams to `dst` for `duration`, as fast as possible or at
 /// `target_pps`, in `sendmmsg` batches of 32 over a connected, non-blocking socket.
-pub fn udp_blast(
-    dst: SocketAddrV4,
-    payload_len: usize,
-    duration: Duration,
-    target_pps: Option<u64>,
-) -> io::Result<BlastReport> {
+pub fn udp_blast(dst: SocketAddrV4, payload_len: usize, duration: Duration, target_pps: Option<u64>) -> io::Result<BlastReport> {
     let sock = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0))?;
     sock.connect(dst)?;
     sock.set_nonblocking(true)?;
@@ -102,10 +95,7 @@ pub fn udp_blast(
     let mut iov: Vec<libc::iovec> = vec![unsafe { zeroed() }; BATCH];
     let mut msgs: Vec<libc::mmsghdr> = vec![unsafe { zeroed() }; BATCH];
     for i in 0..BATCH {
-        iov[i] = libc::iovec {
-            iov_base: bufs[i].as_mut_ptr() as *mut libc::c_void,
-            iov_len: payload_len,
-        };
+        iov[i] = libc::iovec { iov_base: bufs[i].as_mut_ptr() as *mut libc::c_void, iov_len: payload_len };
         msgs[i].msg_hdr.msg_iov = &mut iov[i];
         msgs[i].msg_hdr.msg_iovlen = 1;
     }
@@ -138,8 +128,7 @@ pub fn udp_blast(
         }
         // SAFETY: msgs[0..k] point at iovecs over `bufs`, which outlive the call; the socket
         // is connected, so no address is needed.
-        let r =
-            unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), k as libc::c_uint, libc::MSG_DONTWAIT) };
+        let r = unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), k as libc::c_uint, libc::MSG_DONTWAIT) };
         if r > 0 {
             rep.sent += r as u64;
             rep.bytes += r as u64 * payload_len as u64;
@@ -153,11 +142,7 @@ pub fn udp_blast(
             }
             e if e == libc::EAGAIN || e == libc::EWOULDBLOCK => {
                 rep.eagain += 1;
-                let mut pfd = libc::pollfd {
-                    fd,
-                    events: libc::POLLOUT,
-                    revents: 0,
-                };
+                let mut pfd = libc::pollfd { fd, events: libc::POLLOUT, revents: 0 };
                 // SAFETY: one valid pollfd; wait at most 1 ms for room in the socket buffer.
                 unsafe { libc::poll(&mut pfd, 1, 1) };
             }
@@ -178,22 +163,14 @@ fn stamp(b: &mut [u8], seq: u64, now: u64) {
 
 /// Receive UDP datagrams on `bind` until `duration` has passed, or until nothing has arrived
 /// for `idle_timeout` after the first datagram, counting them with `recvmmsg` batches.
-pub fn udp_sink(
-    bind: SocketAddrV4,
-    duration: Duration,
-    idle_timeout: Duration,
-) -> io::Result<SinkReport> {
+pub fn udp_sink(bind: SocketAddrV4, duration: Duration, idle_timeout: Duration) -> io::Result<SinkReport> {
     let sock = UdpSocket::bind(bind)?;
     udp_sink_on(sock, duration, idle_timeout)
 }
 
 /// [`udp_sink`] on an already bound socket (so a caller can bind first, then start the sender,
 /// without a race).
-pub fn udp_sink_on(
-    sock: UdpSocket,
-    duration: Duration,
-    idle_timeout: Duration,
-) -> io::Result<SinkReport> {
+pub fn udp_sink_on(sock: UdpSocket, duration: Duration, idle_timeout: Duration) -> io::Result<SinkReport> {
     sock.set_nonblocking(true)?;
     grow_sock_buf(sock.as_raw_fd(), true, 8 << 20);
     let fd = sock.as_raw_fd();
@@ -203,10 +180,7 @@ pub fn udp_sink_on(
     let mut iov: Vec<libc::iovec> = vec![unsafe { zeroed() }; N];
     let mut msgs: Vec<libc::mmsghdr> = vec![unsafe { zeroed() }; N];
     for i in 0..N {
-        iov[i] = libc::iovec {
-            iov_base: bufs[i].as_mut_ptr() as *mut libc::c_void,
-            iov_len: 2048,
-        };
+        iov[i] = libc::iovec { iov_base: bufs[i].as_mut_ptr() as *mut libc::c_void, iov_len: 2048 };
         msgs[i].msg_hdr.msg_iov = &mut iov[i];
         msgs[i].msg_hdr.msg_iovlen = 1;
     }
@@ -221,25 +195,13 @@ pub fn udp_sink_on(
             break;
         }
         // SAFETY: msgs[0..N] point at N iovecs over `bufs`, each 2048 bytes, alive for the call.
-        let r = unsafe {
-            libc::recvmmsg(
-                fd,
-                msgs.as_mut_ptr(),
-                N as libc::c_uint,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-            )
-        };
+        let r = unsafe { libc::recvmmsg(fd, msgs.as_mut_ptr(), N as libc::c_uint, libc::MSG_DONTWAIT, std::ptr::null_mut()) };
         if r <= 0 {
             let e = errno();
             if r < 0 && e != libc::EAGAIN && e != libc::EWOULDBLOCK && e != libc::EINTR {
                 return Err(io::Error::from_raw_os_error(e));
             }
-            let wait = if rep.packets > 0 {
-                left.min(idle_timeout.saturating_sub(now - last_arrival))
-            } else {
-                left
-            };
+            let wait = if rep.packets > 0 { left.min(idle_timeout.saturating_sub(now - last_arrival)) } else { left };
             poll_readable(fd, Some(wait.max(Duration::from_micros(100))))?;
             continue;
         }
@@ -283,14 +245,7 @@ mod tests {
             std::net::SocketAddr::V4(a) => a,
             _ => unreachable!(),
         };
-        let sink = std::thread::spawn(move || {
-            udp_sink_on(
-                sink_sock,
-                Duration::from_secs(5),
-                Duration::from_millis(200),
-            )
-            .unwrap()
-        });
+        let sink = std::thread::spawn(move || udp_sink_on(sink_sock, Duration::from_secs(5), Duration::from_millis(200)).unwrap());
         // Paced, so the loopback socket buffer never overflows and every datagram arrives.
         let b = udp_blast(addr, 64, Duration::from_millis(300), Some(20_000)).unwrap();
         let s = sink.join().unwrap();

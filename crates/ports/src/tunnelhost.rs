@@ -83,7 +83,13 @@ fn to_io(e: SendError) -> io::Error {
 
 impl TunnelHost {
     /// Attach a host with `mac` and `ip/prefix_len` to the switch port at `switch`.
-    pub fn start(switch: SocketAddrV4, mac: EthernetAddress, ip: Ipv4Address, prefix_len: u8, gateway: Option<Ipv4Address>) -> io::Result<TunnelHost> {
+    pub fn start(
+        switch: SocketAddrV4,
+        mac: EthernetAddress,
+        ip: Ipv4Address,
+        prefix_len: u8,
+        gateway: Option<Ipv4Address>,
+    ) -> io::Result<TunnelHost> {
         let sock = UdpTunnelHost::connect(switch)?;
         sock.register()?;
         let mut stack = HostStack::new(mac, ip, prefix_len);

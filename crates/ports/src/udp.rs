@@ -19,9 +19,7 @@ use pisa::packet::{BufPool, PacketBuf, PortId};
 
 use crate::port::Port;
 use crate::stats::PortStats;
-use crate::sys::{
-    self, cvt, errno, from_sockaddr_in, grow_sock_buf, is_would_block, monotonic_ns, poll_readable,
-};
+use crate::sys::{self, cvt, errno, from_sockaddr_in, grow_sock_buf, is_would_block, monotonic_ns, poll_readable};
 
 /// Default frames per `recvmmsg`/`sendmmsg` call.
 pub const DEFAULT_UDP_BATCH: usize = 64;
@@ -44,12 +42,7 @@ pub struct UdpConfig {
 impl UdpConfig {
     /// Defaults for a port bound to `bind` that learns its peer.
     pub fn new(bind: SocketAddrV4) -> Self {
-        UdpConfig {
-            bind,
-            peer: None,
-            batch: DEFAULT_UDP_BATCH,
-            sock_buf: DEFAULT_SOCK_BUF,
-        }
+        UdpConfig { bind, peer: None, batch: DEFAULT_UDP_BATCH, sock_buf: DEFAULT_SOCK_BUF }
     }
 }
 
@@ -67,11 +60,7 @@ impl MsgVec {
         let zero_msg: libc::mmsghdr = unsafe { zeroed() };
         let zero_iov: libc::iovec = unsafe { zeroed() };
         let zero_sa: libc::sockaddr_in = unsafe { zeroed() };
-        let mut v = MsgVec {
-            msgs: vec![zero_msg; n],
-            iov: vec![zero_iov; n],
-            addrs: vec![zero_sa; n],
-        };
+        let mut v = MsgVec { msgs: vec![zero_msg; n], iov: vec![zero_iov; n], addrs: vec![zero_sa; n] };
         for i in 0..n {
             let h = &mut v.msgs[i].msg_hdr;
             h.msg_iov = &mut v.iov[i];
@@ -130,13 +119,8 @@ impl UdpPort {
 
     /// Open switch port `id` bound to `127.0.0.1:(base + id)`, learning its peer.
     pub fn loopback(id: PortId, base: u16) -> io::Result<Self> {
-        let port = base.checked_add(id).ok_or_else(|| {
-            io::Error::new(io::ErrorKind::InvalidInput, "UDP port number above 65535")
-        })?;
-        Self::open(
-            id,
-            &UdpConfig::new(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port)),
-        )
+        let port = base.checked_add(id).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "UDP port number above 65535"))?;
+        Self::open(id, &UdpConfig::new(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port)))
     }
 
     /// The address the port's socket is bound to (what a host connects to).
@@ -153,10 +137,7 @@ impl UdpPort {
     fn send_chunk(&mut self, pkts: &[PacketBuf], peer: &libc::sockaddr_in) -> (u64, u64) {
         let k = pkts.len();
         for (i, p) in pkts.iter().enumerate() {
-            self.tx.iov[i] = libc::iovec {
-                iov_base: p.data().as_ptr() as *mut libc::c_void,
-                iov_len: p.len(),
-            };
+            self.tx.iov[i] = libc::iovec { iov_base: p.data().as_ptr() as *mut libc::c_void, iov_len: p.len() };
             let h = &mut self.tx.msgs[i].msg_hdr;
             h.msg_name = peer as *const libc::sockaddr_in as *mut libc::c_void;
             h.msg_namelen = size_of::<libc::sockaddr_in>() as libc::socklen_t;
@@ -166,19 +147,11 @@ impl UdpPort {
             // SAFETY: msgs[off..k] are initialised mmsghdrs whose iovecs point at the live
             // frames in `pkts` and whose names point at `peer`, all valid for this call.
             let r = unsafe {
-                libc::sendmmsg(
-                    self.fd.as_raw_fd(),
-                    self.tx.msgs.as_mut_ptr().add(off),
-                    (k - off) as libc::c_uint,
-                    libc::MSG_DONTWAIT,
-                )
+                libc::sendmmsg(self.fd.as_raw_fd(), self.tx.msgs.as_mut_ptr().add(off), (k - off) as libc::c_uint, libc::MSG_DONTWAIT)
             };
             if r > 0 {
                 let r = r as usize;
-                bytes += pkts[off..off + r]
-                    .iter()
-                    .map(|p| p.len() as u64)
-                    .sum::<u64>();
+                bytes += pkts[off..off + r].iter().map(|p| p.len() as u64).sum::<u64>();
                 sent += r as u64;
                 off += r;
             } else {
@@ -219,10 +192,7 @@ impl Port for UdpPort {
         }
         for i in 0..n {
             let b = self.rx_bufs[i].raw_mut();
-            self.rx.iov[i] = libc::iovec {
-                iov_base: b.as_mut_ptr() as *mut libc::c_void,
-                iov_len: b.len(),
-            };
+            self.rx.iov[i] = libc::iovec { iov_base: b.as_mut_ptr() as *mut libc::c_void, iov_len: b.len() };
             let h = &mut self.rx.msgs[i].msg_hdr;
             h.msg_namelen = size_of::<libc::sockaddr_in>() as libc::socklen_t;
             h.msg_flags = 0;
@@ -230,13 +200,7 @@ impl Port for UdpPort {
         // SAFETY: msgs[0..n] point at n iovecs, each covering the whole of a buffer we own, and
         // at n sockaddr_in slots; the kernel writes only within those.
         let r = unsafe {
-            libc::recvmmsg(
-                self.fd.as_raw_fd(),
-                self.rx.msgs.as_mut_ptr(),
-                n as libc::c_uint,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-            )
+            libc::recvmmsg(self.fd.as_raw_fd(), self.rx.msgs.as_mut_ptr(), n as libc::c_uint, libc::MSG_DONTWAIT, std::ptr::null_mut())
         };
         if r <= 0 {
             if r < 0 && !is_would_block(errno()) && errno() != libc::EINTR {
@@ -330,11 +294,7 @@ impl UdpTunnelHost {
     /// Attach to the switch port listening at `switch`, from an ephemeral port on the same
     /// address (or on all addresses if `switch` is not a loopback address).
     pub fn connect(switch: SocketAddrV4) -> io::Result<Self> {
-        let ip = if switch.ip().is_loopback() {
-            *switch.ip()
-        } else {
-            Ipv4Addr::UNSPECIFIED
-        };
+        let ip = if switch.ip().is_loopback() { *switch.ip() } else { Ipv4Addr::UNSPECIFIED };
         let sock = UdpSocket::bind(SocketAddrV4::new(ip, 0))?;
         sock.connect(switch)?;
         sock.set_nonblocking(true)?;
@@ -376,30 +336,19 @@ impl UdpTunnelHost {
     pub fn send_batch(&self, frames: &[&[u8]]) -> io::Result<usize> {
         let mut done = 0;
         // SAFETY: all-zero is a valid mmsghdr/iovec; pointers are filled in below.
-        let mut iov: Vec<libc::iovec> =
-            vec![unsafe { zeroed() }; frames.len().min(DEFAULT_UDP_BATCH)];
+        let mut iov: Vec<libc::iovec> = vec![unsafe { zeroed() }; frames.len().min(DEFAULT_UDP_BATCH)];
         let mut msgs: Vec<libc::mmsghdr> = vec![unsafe { zeroed() }; iov.len()];
         while done < frames.len() {
             let k = (frames.len() - done).min(iov.len());
             for i in 0..k {
                 let f = frames[done + i];
-                iov[i] = libc::iovec {
-                    iov_base: f.as_ptr() as *mut libc::c_void,
-                    iov_len: f.len(),
-                };
+                iov[i] = libc::iovec { iov_base: f.as_ptr() as *mut libc::c_void, iov_len: f.len() };
                 msgs[i].msg_hdr.msg_iov = &mut iov[i];
                 msgs[i].msg_hdr.msg_iovlen = 1;
             }
             // SAFETY: msgs[0..k] point at k iovecs over frames borrowed for this call; the
             // socket is connected, so no address is needed.
-            let r = unsafe {
-                libc::sendmmsg(
-                    self.sock.as_raw_fd(),
-                    msgs.as_mut_ptr(),
-                    k as libc::c_uint,
-                    libc::MSG_DONTWAIT,
-                )
-            };
+            let r = unsafe { libc::sendmmsg(self.sock.as_raw_fd(), msgs.as_mut_ptr(), k as libc::c_uint, libc::MSG_DONTWAIT) };
             if r > 0 {
                 done += r as usize;
             } else {
@@ -484,11 +433,7 @@ impl AsRawFd for UdpTunnelHost {
 }
 
 fn poll_writable(fd: RawFd) -> io::Result<()> {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLOUT,
-        revents: 0,
-    };
+    let mut pfd = libc::pollfd { fd, events: libc::POLLOUT, revents: 0 };
     // SAFETY: one valid pollfd, count 1. A short wait is enough: we retry the send anyway.
     let r = unsafe { libc::poll(&mut pfd, 1, 10) };
     if r < 0 && errno() != libc::EINTR {
@@ -509,11 +454,7 @@ mod tests {
     }
 
     fn ephemeral_port(id: PortId) -> UdpPort {
-        UdpPort::open(
-            id,
-            &UdpConfig::new(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0)),
-        )
-        .unwrap()
+        UdpPort::open(id, &UdpConfig::new(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))).unwrap()
     }
 
     fn recv_n(port: &mut UdpPort, pool: &mut BufPool, n: usize) -> Vec<PacketBuf> {
@@ -532,10 +473,7 @@ mod tests {
         let mut port = ephemeral_port(5);
         let mut pool = BufPool::new(DEFAULT_BUF_CAPACITY, 64);
         // Nobody has talked to the port yet: transmissions are dropped as tx_no_peer.
-        let mut v = vec![
-            PacketBuf::from_slice(&frame(0, 60), 5),
-            PacketBuf::from_slice(&frame(1, 60), 5),
-        ];
+        let mut v = vec![PacketBuf::from_slice(&frame(0, 60), 5), PacketBuf::from_slice(&frame(1, 60), 5)];
         assert_eq!(port.send_batch(&mut v, &mut pool), 0);
         assert!(v.is_empty());
         assert_eq!(port.stats().snapshot().tx_no_peer, 2);
@@ -550,10 +488,7 @@ mod tests {
 
         let mut v = got;
         assert_eq!(port.send_batch(&mut v, &mut pool), 1);
-        assert_eq!(
-            host.recv_frame(Duration::from_secs(2)).unwrap().unwrap(),
-            frame(7, 1514)
-        );
+        assert_eq!(host.recv_frame(Duration::from_secs(2)).unwrap().unwrap(), frame(7, 1514));
     }
 
     #[test]
@@ -561,9 +496,7 @@ mod tests {
         let mut port = ephemeral_port(1);
         let mut pool = BufPool::new(DEFAULT_BUF_CAPACITY, 128);
         let host = UdpTunnelHost::connect(port.local_addr()).unwrap();
-        let frames: Vec<Vec<u8>> = (0..1000)
-            .map(|i| frame(i, 60 + (i as usize % 1400)))
-            .collect();
+        let frames: Vec<Vec<u8>> = (0..1000).map(|i| frame(i, 60 + (i as usize % 1400))).collect();
         let refs: Vec<&[u8]> = frames.iter().map(|f| &f[..]).collect();
         assert_eq!(host.send_batch(&refs).unwrap(), 1000);
         let mut got = recv_n(&mut port, &mut pool, 1000);
@@ -627,9 +560,7 @@ mod tests {
         let mut pool = BufPool::new(DEFAULT_BUF_CAPACITY, 8);
         let mut v = vec![PacketBuf::from_slice(&frame(3, 64), 0)];
         assert_eq!(port.send_batch(&mut v, &mut pool), 1);
-        host_sock
-            .set_read_timeout(Some(Duration::from_secs(2)))
-            .unwrap();
+        host_sock.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
         let mut buf = [0u8; 2048];
         let n = host_sock.recv(&mut buf).unwrap();
         assert_eq!(&buf[..n], &frame(3, 64)[..]);

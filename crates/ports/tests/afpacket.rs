@@ -31,17 +31,10 @@ fn frame(seq: u32, len: usize, vlan: Option<u16>) -> Vec<u8> {
 
 /// Is this one of our test frames (tagged or not)?
 fn ours(d: &[u8]) -> bool {
-    d.len() >= 18
-        && (d[12..14] == ETHERTYPE.to_be_bytes()
-            || (d[12..14] == [0x81, 0x00] && d[16..18] == ETHERTYPE.to_be_bytes()))
+    d.len() >= 18 && (d[12..14] == ETHERTYPE.to_be_bytes() || (d[12..14] == [0x81, 0x00] && d[16..18] == ETHERTYPE.to_be_bytes()))
 }
 
-fn recv_ours(
-    port: &mut AfPacketPort,
-    pool: &mut BufPool,
-    n: usize,
-    timeout: Duration,
-) -> Vec<Vec<u8>> {
+fn recv_ours(port: &mut AfPacketPort, pool: &mut BufPool, n: usize, timeout: Duration) -> Vec<Vec<u8>> {
     let mut got = Vec::new();
     let mut v = Vec::new();
     let deadline = Instant::now() + timeout;
@@ -61,29 +54,17 @@ fn recv_ours(
 
 fn check_both_directions(tx_mode: TxMode) {
     if !is_root() {
-        eprintln!(
-            "skipping AF_PACKET test: needs root to create a network namespace and veth pair"
-        );
+        eprintln!("skipping AF_PACKET test: needs root to create a network namespace and veth pair");
         return;
     }
     let env = VethNs::create("ispt").expect("create netns + veth");
-    let cfg = AfPacketConfig {
-        tx_mode,
-        ..AfPacketConfig::default()
-    };
+    let cfg = AfPacketConfig { tx_mode, ..AfPacketConfig::default() };
     let mut sw = AfPacketPort::open(4, &env.root_if, &cfg).expect("open switch-side port");
     let mut pool = BufPool::new(DEFAULT_BUF_CAPACITY, 256);
 
     // Host (namespace) -> switch: 300 frames of assorted sizes, every 10th VLAN-tagged.
-    let sent: Vec<Vec<u8>> = (0..300)
-        .map(|i| {
-            frame(
-                i,
-                60 + (i as usize * 37) % 1450,
-                (i % 10 == 0).then_some(0x2000 | i as u16),
-            )
-        })
-        .collect();
+    let sent: Vec<Vec<u8>> =
+        (0..300).map(|i| frame(i, 60 + (i as usize * 37) % 1450, (i % 10 == 0).then_some(0x2000 | i as u16))).collect();
     let to_send = sent.clone();
     let ns_if = env.ns_if.clone();
     let host = env
@@ -91,8 +72,7 @@ fn check_both_directions(tx_mode: TxMode) {
             let mut p = AfPacketPort::open(0, &ns_if, &cfg).expect("open namespace-side port");
             let mut pool = BufPool::new(DEFAULT_BUF_CAPACITY, 64);
             for chunk in to_send.chunks(50) {
-                let mut v: Vec<PacketBuf> =
-                    chunk.iter().map(|f| PacketBuf::from_slice(f, 0)).collect();
+                let mut v: Vec<PacketBuf> = chunk.iter().map(|f| PacketBuf::from_slice(f, 0)).collect();
                 let n = p.send_batch(&mut v, &mut pool);
                 assert_eq!(n, chunk.len(), "namespace side sent");
                 std::thread::sleep(Duration::from_millis(2));
@@ -102,20 +82,14 @@ fn check_both_directions(tx_mode: TxMode) {
         })
         .unwrap();
     let got = recv_ours(&mut sw, &mut pool, sent.len(), Duration::from_secs(5));
-    assert_eq!(
-        got.len(),
-        sent.len(),
-        "all frames from the namespace arrived"
-    );
+    assert_eq!(got.len(), sent.len(), "all frames from the namespace arrived");
     assert_eq!(got, sent, "frames intact and in order, VLAN tags restored");
     let s = sw.stats().snapshot();
     assert!(s.rx_packets >= 300);
     assert_eq!(s.rx_oversize, 0);
 
     // Switch -> host: 100 frames, some tagged. Give the namespace thread time to open its port.
-    let back: Vec<Vec<u8>> = (1000..1100)
-        .map(|i| frame(i, 64 + (i as usize % 700), (i % 4 == 0).then_some(7)))
-        .collect();
+    let back: Vec<Vec<u8>> = (1000..1100).map(|i| frame(i, 64 + (i as usize % 700), (i % 4 == 0).then_some(7))).collect();
     std::thread::sleep(Duration::from_millis(50));
     let mut v: Vec<PacketBuf> = back.iter().map(|f| PacketBuf::from_slice(f, 4)).collect();
     assert_eq!(sw.send_batch(&mut v, &mut pool), 100);
@@ -144,32 +118,17 @@ fn afpacket_oversize_frames_are_counted() {
         return;
     }
     let env = VethNs::create("ispo").expect("create netns + veth");
-    env.ip_in_ns(&["link", "set", &env.ns_if, "mtu", "9000"])
-        .unwrap();
+    env.ip_in_ns(&["link", "set", &env.ns_if, "mtu", "9000"]).unwrap();
     ports::netns::ip(&["link", "set", &env.root_if, "mtu", "9000"]).unwrap();
     // A port whose buffers hold 1024 bytes, fed a 3000-byte jumbo frame.
-    let cfg = AfPacketConfig {
-        buf_capacity: 1024,
-        ..AfPacketConfig::default()
-    };
+    let cfg = AfPacketConfig { buf_capacity: 1024, ..AfPacketConfig::default() };
     let mut sw = AfPacketPort::open(0, &env.root_if, &cfg).unwrap();
     let mut pool = BufPool::new(1024, 16);
     let ns_if = env.ns_if.clone();
     env.run_in_ns(move || {
-        let mut p = AfPacketPort::open(
-            0,
-            &ns_if,
-            &AfPacketConfig {
-                buf_capacity: 9000,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let mut p = AfPacketPort::open(0, &ns_if, &AfPacketConfig { buf_capacity: 9000, ..Default::default() }).unwrap();
         let mut pool = BufPool::new(9000, 4);
-        let mut v = vec![
-            PacketBuf::from_slice(&frame(1, 3000, None), 0),
-            PacketBuf::from_slice(&frame(2, 500, None), 0),
-        ];
+        let mut v = vec![PacketBuf::from_slice(&frame(1, 3000, None), 0), PacketBuf::from_slice(&frame(2, 500, None), 0)];
         assert_eq!(p.send_batch(&mut v, &mut pool), 2);
     })
     .unwrap();
@@ -202,18 +161,8 @@ fn afpacket_completes_offloaded_udp_checksums() {
     // veth has transmit checksum offload on by default: the host's UDP packets leave with a
     // partial checksum, which the switch port must complete.
     let env = VethNs::create("ispc").expect("create netns + veth");
-    env.ip_in_ns(&["addr", "add", "10.233.0.1/24", "dev", &env.ns_if])
-        .unwrap();
-    env.ip_in_ns(&[
-        "neigh",
-        "add",
-        "10.233.0.2",
-        "lladdr",
-        "02:00:00:00:00:02",
-        "dev",
-        &env.ns_if,
-    ])
-    .unwrap();
+    env.ip_in_ns(&["addr", "add", "10.233.0.1/24", "dev", &env.ns_if]).unwrap();
+    env.ip_in_ns(&["neigh", "add", "10.233.0.2", "lladdr", "02:00:00:00:00:02", "dev", &env.ns_if]).unwrap();
     let mut sw = AfPacketPort::open(0, &env.root_if, &AfPacketConfig::default()).unwrap();
     let mut pool = BufPool::new(DEFAULT_BUF_CAPACITY, 16);
     env.run_in_ns(|| {

@@ -39,9 +39,22 @@ fn hosts_ping_and_exchange_datagrams_through_the_switch() {
     let mac = |i: u8| EthernetAddress([2, 0, 0, 0, 0, i]);
     for i in 0..2u8 {
         let m = vec![FieldMatch::Exact { field: 0, value: mac(i + 1).0.to_vec() }];
-        dp.control(ControlOp::TableWrite { table_id: t, op: WriteOp::Insert, matches: m, priority: 0, action_id: a, params: vec![(1, vec![i])] }).unwrap();
+        dp.control(ControlOp::TableWrite {
+            table_id: t,
+            op: WriteOp::Insert,
+            matches: m,
+            priority: 0,
+            action_id: a,
+            params: vec![(1, vec![i])],
+        })
+        .unwrap();
     }
-    dp.control(ControlOp::McastGroupWrite { op: WriteOp::Insert, group: 1, replicas: (0..2).map(|p| Replica { port: p, rid: 0 }).collect() }).unwrap();
+    dp.control(ControlOp::McastGroupWrite {
+        op: WriteOp::Insert,
+        group: 1,
+        replicas: (0..2).map(|p| Replica { port: p, rid: 0 }).collect(),
+    })
+    .unwrap();
 
     let addr = |i: u16| SocketAddrV4::new([127, 0, 0, 1].into(), base + i);
     let h1 = TunnelHost::start(addr(0), mac(1), Ipv4Address::new(10, 0, 0, 1), 24, None).unwrap();

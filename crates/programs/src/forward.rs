@@ -9,7 +9,9 @@
 //! - egress stage 0: `tx_port_counters` (register)
 
 use pisa::decl::TableSpec;
-use pisa::{ActionId, Digest, DropCode, Gress, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl, RegisterAction, SaluBody, Table};
+use pisa::{
+    ActionId, Digest, DropCode, Gress, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl, RegisterAction, SaluBody, Table,
+};
 use wire::ethernet::{EtherType, EthernetFrame};
 use wire::ipv4::Ipv4Packet;
 
@@ -74,7 +76,8 @@ impl Forward {
         let a_l3_route = b.action("l3_route", &[], "the destination is this router: route by IPv4 address");
         let a_to_cpu = b.action("to_cpu", &[], "send to the controller");
         let a_drop = b.action("drop", &[], "drop");
-        let a_set_nexthop = b.action("set_nexthop", &[("port", 9), ("dmac", 48), ("smac", 48)], "rewrite MACs, decrement TTL, send to port");
+        let a_set_nexthop =
+            b.action("set_nexthop", &[("port", 9), ("dmac", 48), ("smac", 48)], "rewrite MACs, decrement TTL, send to port");
 
         let l2_smac = b.table(TableSpec {
             name: "l2_smac",
@@ -114,7 +117,24 @@ impl Forward {
         let d_no_route = b.drop_reason("no_ipv4_route");
         let d_not_ipv4 = b.drop_reason("routed_not_ipv4");
         let decl = b.build().expect("forward declaration is valid");
-        Forward { decl, rx_count, tx_count, l2_smac, l2_dmac, ipv4_lpm, learn, a_learn, a_l2_forward, a_l2_flood, a_l3_route, a_to_cpu, a_set_nexthop, d_ttl, d_no_route, d_not_ipv4 }
+        Forward {
+            decl,
+            rx_count,
+            tx_count,
+            l2_smac,
+            l2_dmac,
+            ipv4_lpm,
+            learn,
+            a_learn,
+            a_l2_forward,
+            a_l2_flood,
+            a_l3_route,
+            a_to_cpu,
+            a_set_nexthop,
+            d_ttl,
+            d_no_route,
+            d_not_ipv4,
+        }
     }
 
     /// Route by IPv4 destination (stage 1).

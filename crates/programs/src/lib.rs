@@ -22,8 +22,5 @@ pub fn by_name(name: &str) -> Option<Arc<dyn Program>> {
 
 /// Instances for a comma-separated or listed set of names, with a clear error for unknown ones.
 pub fn instantiate(names: &[String]) -> Result<Vec<Arc<dyn Program>>, String> {
-    names
-        .iter()
-        .map(|n| by_name(n.trim()).ok_or_else(|| format!("unknown program `{}` (known: {})", n.trim(), NAMES.join(", "))))
-        .collect()
+    names.iter().map(|n| by_name(n.trim()).ok_or_else(|| format!("unknown program `{}` (known: {})", n.trim(), NAMES.join(", ")))).collect()
 }

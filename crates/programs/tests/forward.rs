@@ -23,7 +23,12 @@ impl Rig {
     fn new(ports: u16) -> Rig {
         let set = Arc::new(ProgramSet::new(vec![Arc::new(Forward::new())]).unwrap());
         let mut sw = Switch::new(set.clone(), ports, 1, PipeConfig::default());
-        sw.control(&ControlOp::McastGroupWrite { op: WriteOp::Insert, group: 1, replicas: (0..ports).map(|p| Replica { port: p, rid: 0 }).collect() }).unwrap();
+        sw.control(&ControlOp::McastGroupWrite {
+            op: WriteOp::Insert,
+            group: 1,
+            replicas: (0..ports).map(|p| Replica { port: p, rid: 0 }).collect(),
+        })
+        .unwrap();
         Rig { sw, set }
     }
     fn id(&self, kind: &str, name: &str) -> u32 {
@@ -119,7 +124,12 @@ fn ipv4_routing_rewrites_macs_decrements_ttl_and_keeps_checksum_valid() {
         "set_nexthop",
         vec![vec![2], mac(0x22).to_vec(), router.to_vec()],
     );
-    r.entry("ipv4_lpm", FieldMatch::Lpm { field: 0, value: vec![10, 1, 7, 0], prefix_len: 24 }, "set_nexthop", vec![vec![1], mac(0x11).to_vec(), router.to_vec()]);
+    r.entry(
+        "ipv4_lpm",
+        FieldMatch::Lpm { field: 0, value: vec![10, 1, 7, 0], prefix_len: 24 },
+        "set_nexthop",
+        vec![vec![1], mac(0x11).to_vec(), router.to_vec()],
+    );
     let f = eth(router, mac(5), 0x0800, &ipv4([10, 0, 0, 5], [10, 1, 2, 3], 64, 26));
     let out = r.send(0, &f);
     assert_eq!(out.len(), 1);

@@ -125,6 +125,9 @@ impl Dataplane {
     }
 }
 
+/// A multicast group as Python sees it: `(group, [(port, rid)])`.
+type GroupTuple = (u16, Vec<(u16, u16)>);
+
 fn replicas(v: Vec<(u16, u16)>) -> Vec<Replica> {
     v.into_iter().map(|(port, rid)| Replica { port, rid }).collect()
 }
@@ -136,7 +139,17 @@ impl Dataplane {
     #[new]
     #[pyo3(signature = (programs, ports, pipes=1, pcap_dir=None, queue_capacity=4096, port_rate_bps=None, buf_capacity=2048, batch=64))]
     #[allow(clippy::too_many_arguments)]
-    fn new(py: Python<'_>, programs: Vec<String>, ports: &str, pipes: u8, pcap_dir: Option<String>, queue_capacity: usize, port_rate_bps: Option<u64>, buf_capacity: usize, batch: usize) -> PyResult<Self> {
+    fn new(
+        py: Python<'_>,
+        programs: Vec<String>,
+        ports: &str,
+        pipes: u8,
+        pcap_dir: Option<String>,
+        queue_capacity: usize,
+        port_rate_bps: Option<u64>,
+        buf_capacity: usize,
+        batch: usize,
+    ) -> PyResult<Self> {
         let set = program_set(&programs)?;
         let spec = PortSpec::parse(ports).map_err(value_err)?;
         let opts = OpenOptions { buf_capacity, pcap_dir: pcap_dir.map(Into::into), ..OpenOptions::default() };
@@ -177,7 +190,17 @@ impl Dataplane {
 
     /// Insert, modify or delete a table entry.
     #[pyo3(signature = (op, table_id, matches, priority=0, action_id=0, params=Vec::new()))]
-    fn table_write(&self, py: Python<'_>, op: &str, table_id: u32, matches: &Bound<'_, PyList>, priority: i32, action_id: u32, params: Vec<(u32, Vec<u8>)>) -> PyResult<()> {
+    #[allow(clippy::too_many_arguments)]
+    fn table_write(
+        &self,
+        py: Python<'_>,
+        op: &str,
+        table_id: u32,
+        matches: &Bound<'_, PyList>,
+        priority: i32,
+        action_id: u32,
+        params: Vec<(u32, Vec<u8>)>,
+    ) -> PyResult<()> {
         let op = ControlOp::TableWrite { table_id, op: write_op(op)?, matches: parse_matches(matches)?, priority, action_id, params };
         self.control(py, op).map(|_| ())
     }
@@ -193,11 +216,18 @@ impl Dataplane {
     /// Entries of a table: (list of (matches, priority, action_id, params), (default action_id, params)).
     /// Values are canonical byte strings (no leading zero bytes), as P4Runtime returns them.
     #[allow(clippy::type_complexity)]
-    fn table_read<'py>(&self, py: Python<'py>, table_id: u32) -> PyResult<(Vec<(Vec<Bound<'py, PyTuple>>, i32, u32, Vec<(u32, Bound<'py, PyBytes>)>)>, (u32, Vec<(u32, Bound<'py, PyBytes>)>))> {
+    fn table_read<'py>(
+        &self,
+        py: Python<'py>,
+        table_id: u32,
+    ) -> PyResult<(Vec<(Vec<Bound<'py, PyTuple>>, i32, u32, Vec<(u32, Bound<'py, PyBytes>)>)>, (u32, Vec<(u32, Bound<'py, PyBytes>)>))>
+    {
         let dp = self.dp()?;
         let set = dp.program_set();
         let reply = self.control(py, ControlOp::TableRead { table_id })?;
-        let ControlReply::TableEntries { entries, default_action, default_params } = reply else { return Err(value_err("unexpected reply")) };
+        let ControlReply::TableEntries { entries, default_action, default_params } = reply else {
+            return Err(value_err("unexpected reply"));
+        };
         let addr = set.resolve(table_id, pisa::program::id_prefix::TABLE).ok_or_else(|| value_err("table vanished"))?;
         let decl = set.decl(addr.program as usize);
         let tdecl = &decl.tables[addr.index as usize];
@@ -205,7 +235,14 @@ impl Dataplane {
         let aid = |a: u16| set.ids(addr.program as usize).actions[a as usize];
         let params = |a: u16, p: &[u64]| -> Vec<(u32, Bound<'py, PyBytes>)> {
             let ad = &decl.actions[a as usize];
-            ad.params.iter().zip(p).enumerate().map(|(i, (pd, v))| ((i + 1) as u32, PyBytes::new(py, &canonical_bytes(&v.to_be_bytes()[8 - pd.bits.div_ceil(8) as usize..])))).collect()
+            ad.params
+                .iter()
+                .zip(p)
+                .enumerate()
+                .map(|(i, (pd, v))| {
+                    ((i + 1) as u32, PyBytes::new(py, &canonical_bytes(&v.to_be_bytes()[8 - pd.bits.div_ceil(8) as usize..])))
+                })
+                .collect()
         };
         let mut out = Vec::new();
         for e in &entries {
@@ -235,7 +272,7 @@ impl Dataplane {
         self.control(py, ControlOp::McastGroupWrite { op: write_op(op)?, group, replicas: replicas(replicas_) }).map(|_| ())
     }
     #[pyo3(signature = (group=None))]
-    fn mcast_group_read(&self, py: Python<'_>, group: Option<u16>) -> PyResult<Vec<(u16, Vec<(u16, u16)>)>> {
+    fn mcast_group_read(&self, py: Python<'_>, group: Option<u16>) -> PyResult<Vec<GroupTuple>> {
         match self.control(py, ControlOp::McastGroupRead { group })? {
             ControlReply::McastGroups(v) => Ok(v.into_iter().map(|(g, r)| (g, r.into_iter().map(|x| (x.port, x.rid)).collect())).collect()),
             _ => Err(value_err("unexpected reply")),
@@ -250,7 +287,9 @@ impl Dataplane {
     #[allow(clippy::type_complexity)]
     fn clone_session_read(&self, py: Python<'_>, session: Option<u16>) -> PyResult<Vec<(u16, Vec<(u16, u16)>, u32)>> {
         match self.control(py, ControlOp::CloneSessionRead { session })? {
-            ControlReply::CloneSessions(v) => Ok(v.into_iter().map(|(s, c)| (s, c.replicas.into_iter().map(|x| (x.port, x.rid)).collect(), c.truncate_len)).collect()),
+            ControlReply::CloneSessions(v) => {
+                Ok(v.into_iter().map(|(s, c)| (s, c.replicas.into_iter().map(|x| (x.port, x.rid)).collect(), c.truncate_len)).collect())
+            }
             _ => Err(value_err("unexpected reply")),
         }
     }
@@ -302,15 +341,23 @@ impl Dataplane {
             }
         };
         let named = |v: &[u64], prog: Option<usize>| -> serde_json::Map<String, serde_json::Value> {
-            v.iter().enumerate().filter(|(_, n)| **n > 0).map(|(i, n)| (drop_name(i, prog).unwrap_or_else(|| format!("code{i}")), (*n).into())).collect()
+            v.iter()
+                .enumerate()
+                .filter(|(_, n)| **n > 0)
+                .map(|(i, n)| (drop_name(i, prog).unwrap_or_else(|| format!("code{i}")), (*n).into()))
+                .collect()
         };
         let mut programs = serde_json::Map::new();
         for (i, p) in c.programs.iter().enumerate() {
-            let violations: serde_json::Map<_, _> = pisa::Violation::ALL.iter().map(|v| (v.name().to_string(), p.violations[v.index()].into())).collect();
-            programs.insert(set.decl(i).name.clone(), serde_json::json!({
-                "ingress_passes": p.ingress_passes, "egress_passes": p.egress_passes,
-                "drops": named(&p.drops, Some(i)), "violations": violations,
-            }));
+            let violations: serde_json::Map<_, _> =
+                pisa::Violation::ALL.iter().map(|v| (v.name().to_string(), p.violations[v.index()].into())).collect();
+            programs.insert(
+                set.decl(i).name.clone(),
+                serde_json::json!({
+                    "ingress_passes": p.ingress_passes, "egress_passes": p.egress_passes,
+                    "drops": named(&p.drops, Some(i)), "violations": violations,
+                }),
+            );
         }
         // Switch-wide drops: program-specific codes are attributed through the programs.
         let mut drops = named(&c.drops, None);
@@ -329,8 +376,16 @@ impl Dataplane {
             .map(|(i, pc)| {
                 let (name, io) = dp.port_stats().get(i).map(|(n, s)| (n.clone(), s.snapshot())).unzip();
                 let io = io.map(|s| {
-                    let mut m: serde_json::Map<String, serde_json::Value> = s.traffic().into_iter().map(|(k, v)| (k.to_string(), v.into())).collect();
-                    m.insert("drops".into(), s.drops().into_iter().map(|(k, v)| (k.to_string(), serde_json::Value::from(v))).collect::<serde_json::Map<_, _>>().into());
+                    let mut m: serde_json::Map<String, serde_json::Value> =
+                        s.traffic().into_iter().map(|(k, v)| (k.to_string(), v.into())).collect();
+                    m.insert(
+                        "drops".into(),
+                        s.drops()
+                            .into_iter()
+                            .map(|(k, v)| (k.to_string(), serde_json::Value::from(v)))
+                            .collect::<serde_json::Map<_, _>>()
+                            .into(),
+                    );
                     m
                 });
                 serde_json::json!({
@@ -415,7 +470,8 @@ impl TunnelHost {
     fn new(switch_addr: &str, mac: &str, ip: &str, prefix_len: u8, gateway: Option<&str>) -> PyResult<Self> {
         let mac: wire::ethernet::EthernetAddress = mac.parse().map_err(|_| value_err(format!("not a MAC address: {mac:?}")))?;
         let gw = gateway.map(parse_ip).transpose()?;
-        let h = ports::tunnelhost::TunnelHost::start(parse_sockaddr(switch_addr)?, mac, parse_ip(ip)?, prefix_len, gw).map_err(value_err)?;
+        let h =
+            ports::tunnelhost::TunnelHost::start(parse_sockaddr(switch_addr)?, mac, parse_ip(ip)?, prefix_len, gw).map_err(value_err)?;
         Ok(TunnelHost { inner: Some(h) })
     }
     /// Accept datagrams to `port`.
@@ -440,7 +496,8 @@ impl TunnelHost {
     fn ping(&self, py: Python<'_>, dst_ip: &str, count: u16, timeout: f64, interval: f64) -> PyResult<Vec<Option<f64>>> {
         let dst = parse_ip(dst_ip)?;
         let h = self.host()?;
-        py.detach(|| h.ping(dst, count, Duration::from_secs_f64(timeout.max(0.0)), Duration::from_secs_f64(interval.max(0.0)))).map_err(value_err)
+        py.detach(|| h.ping(dst, count, Duration::from_secs_f64(timeout.max(0.0)), Duration::from_secs_f64(interval.max(0.0))))
+            .map_err(value_err)
     }
     /// The host stack's counters.
     fn stats(&self) -> PyResult<std::collections::BTreeMap<&'static str, u64>> {
@@ -470,10 +527,27 @@ impl TunnelHost {
 /// as fast as possible or at `pps`. Returns counts (sent, bytes, enobufs, eagain, errors, seconds).
 #[pyfunction]
 #[pyo3(signature = (dst, payload_len, duration, pps=None))]
-fn udp_blast(py: Python<'_>, dst: &str, payload_len: usize, duration: f64, pps: Option<u64>) -> PyResult<std::collections::BTreeMap<&'static str, f64>> {
+fn udp_blast(
+    py: Python<'_>,
+    dst: &str,
+    payload_len: usize,
+    duration: f64,
+    pps: Option<u64>,
+) -> PyResult<std::collections::BTreeMap<&'static str, f64>> {
     let dst = parse_sockaddr(dst)?;
-    let r = py.detach(|| ports::traffic::udp_blast(dst, payload_len, Duration::from_secs_f64(duration.max(0.0)), pps)).map_err(value_err)?;
-    Ok([("sent", r.sent as f64), ("bytes", r.bytes as f64), ("enobufs", r.enobufs as f64), ("eagain", r.eagain as f64), ("errors", r.errors as f64), ("seconds", r.elapsed.as_secs_f64()), ("pps", r.pps())].into_iter().collect())
+    let r =
+        py.detach(|| ports::traffic::udp_blast(dst, payload_len, Duration::from_secs_f64(duration.max(0.0)), pps)).map_err(value_err)?;
+    Ok([
+        ("sent", r.sent as f64),
+        ("bytes", r.bytes as f64),
+        ("enobufs", r.enobufs as f64),
+        ("eagain", r.eagain as f64),
+        ("errors", r.errors as f64),
+        ("seconds", r.elapsed.as_secs_f64()),
+        ("pps", r.pps()),
+    ]
+    .into_iter()
+    .collect())
 }
 
 /// Count UDP datagrams arriving at `bind` ("IP:PORT") for up to `duration` seconds (or until
@@ -483,8 +557,13 @@ fn udp_blast(py: Python<'_>, dst: &str, payload_len: usize, duration: f64, pps: 
 #[pyo3(signature = (bind, duration, idle=1.0))]
 fn udp_sink(py: Python<'_>, bind: &str, duration: f64, idle: f64) -> PyResult<std::collections::BTreeMap<&'static str, f64>> {
     let bind = parse_sockaddr(bind)?;
-    let r = py.detach(|| ports::traffic::udp_sink(bind, Duration::from_secs_f64(duration.max(0.0)), Duration::from_secs_f64(idle.max(0.0)))).map_err(value_err)?;
-    let mut m: std::collections::BTreeMap<&'static str, f64> = [("packets", r.packets as f64), ("bytes", r.bytes as f64), ("seconds", r.elapsed.as_secs_f64()), ("pps", r.pps())].into_iter().collect();
+    let r = py
+        .detach(|| ports::traffic::udp_sink(bind, Duration::from_secs_f64(duration.max(0.0)), Duration::from_secs_f64(idle.max(0.0))))
+        .map_err(value_err)?;
+    let mut m: std::collections::BTreeMap<&'static str, f64> =
+        [("packets", r.packets as f64), ("bytes", r.bytes as f64), ("seconds", r.elapsed.as_secs_f64()), ("pps", r.pps())]
+            .into_iter()
+            .collect();
     if let Some(s) = r.max_seq {
         m.insert("max_seq", s as f64);
     }
@@ -502,7 +581,6 @@ fn bench_forward_pipeline(py: Python<'_>, frame_len: usize, batch: usize, durati
     let r = py.detach(|| ports::bench::forward_pipeline(frame_len, batch.max(1), Duration::from_secs_f64(duration.max(0.1))));
     (r.packets, r.seconds, r.mpps)
 }
-
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {

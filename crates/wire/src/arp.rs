@@ -324,13 +324,7 @@ impl ArpRepr {
     /// (panics if the buffer is shorter).
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]> + ?Sized>(&self, packet: &mut ArpPacket<&mut T>) {
         match *self {
-            ArpRepr::EthernetIpv4 {
-                operation,
-                source_hardware_addr,
-                source_protocol_addr,
-                target_hardware_addr,
-                target_protocol_addr,
-            } => {
+            ArpRepr::EthernetIpv4 { operation, source_hardware_addr, source_protocol_addr, target_hardware_addr, target_protocol_addr } => {
                 packet.set_hardware_type(HARDWARE_ETHERNET);
                 packet.set_protocol_type(EtherType::Ipv4);
                 packet.set_hardware_len(6);
@@ -352,9 +346,8 @@ mod tests {
     // "Who has 10.0.0.2? Tell 10.0.0.1" from 52:54:00:12:34:56, followed by 18 bytes of
     // padding as it arrives in a minimum-size Ethernet frame.
     const REQUEST: [u8; 46] = [
-        0x00, 0x01, 0x08, 0x00, 0x06, 0x04, 0x00, 0x01, 0x52, 0x54, 0x00, 0x12, 0x34, 0x56, 0x0a,
-        0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x0a, 0x00, 0x00, 0x02, 0, 0, 0, 0,
-        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0x00, 0x01, 0x08, 0x00, 0x06, 0x04, 0x00, 0x01, 0x52, 0x54, 0x00, 0x12, 0x34, 0x56, 0x0a, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x0a, 0x00, 0x00, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
     ];
 
     fn request_repr() -> ArpRepr {
@@ -376,10 +369,7 @@ mod tests {
         assert_eq!(p.protocol_len(), 4);
         assert_eq!(p.operation(), ArpOperation::Request);
         assert_eq!(p.packet_len(), 28);
-        assert_eq!(
-            p.source_hardware_addr(),
-            &[0x52, 0x54, 0x00, 0x12, 0x34, 0x56]
-        );
+        assert_eq!(p.source_hardware_addr(), &[0x52, 0x54, 0x00, 0x12, 0x34, 0x56]);
         assert_eq!(p.source_protocol_addr(), &[10, 0, 0, 1]);
         assert_eq!(p.target_hardware_addr(), &[0; 6]);
         assert_eq!(p.target_protocol_addr(), &[10, 0, 0, 2]);
@@ -397,14 +387,8 @@ mod tests {
 
     #[test]
     fn too_short() {
-        assert_eq!(
-            ArpPacket::new_checked(&REQUEST[..27]).unwrap_err(),
-            Error::Truncated
-        );
-        assert_eq!(
-            ArpPacket::new_checked(&REQUEST[..7]).unwrap_err(),
-            Error::Truncated
-        );
+        assert_eq!(ArpPacket::new_checked(&REQUEST[..27]).unwrap_err(), Error::Truncated);
+        assert_eq!(ArpPacket::new_checked(&REQUEST[..7]).unwrap_err(), Error::Truncated);
         assert!(ArpPacket::new_checked(&REQUEST[..28]).is_ok());
     }
 
@@ -428,10 +412,7 @@ mod tests {
         assert_eq!(p.target_hardware_addr(), &[4, 5]);
         assert_eq!(p.target_protocol_addr(), &[6; 16]);
         assert_eq!(ArpRepr::parse(&p), Err(Error::Unsupported));
-        assert_eq!(
-            ArpPacket::new_checked(&buf[..buf.len() - 1]).unwrap_err(),
-            Error::Truncated
-        );
+        assert_eq!(ArpPacket::new_checked(&buf[..buf.len() - 1]).unwrap_err(), Error::Truncated);
     }
 
     #[test]

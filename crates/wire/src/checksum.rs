@@ -74,12 +74,7 @@ pub fn checksum(data: &[u8]) -> u16 {
 /// The sum (not complemented) of the IPv4 pseudo header that UDP and TCP checksums cover:
 /// source and destination address, protocol number and the upper-layer length.
 #[inline]
-pub fn pseudo_header_ipv4(
-    src_addr: Ipv4Address,
-    dst_addr: Ipv4Address,
-    protocol: Protocol,
-    length: u16,
-) -> u16 {
+pub fn pseudo_header_ipv4(src_addr: Ipv4Address, dst_addr: Ipv4Address, protocol: Protocol, length: u16) -> u16 {
     let acc = u64::from(src_addr.to_u32() >> 16)
         + u64::from(src_addr.to_u32() & 0xffff)
         + u64::from(dst_addr.to_u32() >> 16)
@@ -113,11 +108,7 @@ pub fn update_u16(csum: u16, old: u16, new: u16) -> u16 {
 #[must_use]
 pub fn update_u32(csum: u16, old: u32, new: u32) -> u16 {
     let not_old = !old;
-    let acc = u64::from(!csum)
-        + u64::from(not_old >> 16)
-        + u64::from(not_old & 0xffff)
-        + u64::from(new >> 16)
-        + u64::from(new & 0xffff);
+    let acc = u64::from(!csum) + u64::from(not_old >> 16) + u64::from(not_old & 0xffff) + u64::from(new >> 16) + u64::from(new & 0xffff);
     !fold(acc)
 }
 
@@ -129,11 +120,7 @@ mod tests {
     fn reference_sum(data: &[u8]) -> u16 {
         let mut acc: u32 = 0;
         for pair in data.chunks(2) {
-            let word = if pair.len() == 2 {
-                u16::from_be_bytes([pair[0], pair[1]])
-            } else {
-                u16::from_be_bytes([pair[0], 0])
-            };
+            let word = if pair.len() == 2 { u16::from_be_bytes([pair[0], pair[1]]) } else { u16::from_be_bytes([pair[0], 0]) };
             acc += u32::from(word);
             acc = (acc & 0xffff) + (acc >> 16);
         }
@@ -178,20 +165,15 @@ mod tests {
         let dst = Ipv4Address([10, 0, 0, 2]);
         // 0x0a00 + 0x0001 + 0x0a00 + 0x0002 + 17 + 12
         let expected = 0x0a00u32 + 0x0001 + 0x0a00 + 0x0002 + 17 + 12;
-        assert_eq!(
-            pseudo_header_ipv4(src, dst, Protocol::Udp, 12),
-            expected as u16
-        );
+        assert_eq!(pseudo_header_ipv4(src, dst, Protocol::Udp, 12), expected as u16);
     }
 
     #[test]
     fn incremental_ttl_decrement() {
         // UDP from 192.168.0.1 to 192.168.0.199, TTL 64, total length 0x73: its header
         // checksum is 0xb861 (a widely reproduced worked example).
-        let mut header = [
-            0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0x00, 0x00, 0xc0, 0xa8,
-            0x00, 0x01, 0xc0, 0xa8, 0x00, 0xc7,
-        ];
+        let mut header =
+            [0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0x00, 0x00, 0xc0, 0xa8, 0x00, 0x01, 0xc0, 0xa8, 0x00, 0xc7];
         assert_eq!(checksum(&header), 0xb861);
         let csum = checksum(&header);
         let old = u16::from_be_bytes([header[8], header[9]]);

@@ -70,11 +70,7 @@ impl EthernetAddress {
 impl fmt::Display for EthernetAddress {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let b = self.0;
-        write!(
-            f,
-            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
-            b[0], b[1], b[2], b[3], b[4], b[5]
-        )
+        write!(f, "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", b[0], b[1], b[2], b[3], b[4], b[5])
     }
 }
 
@@ -286,11 +282,7 @@ impl EthernetRepr {
     /// Reads the header of a frame. Fails only if the buffer is too short.
     pub fn parse<T: AsRef<[u8]> + ?Sized>(frame: &EthernetFrame<&T>) -> Result<EthernetRepr> {
         frame.check_len()?;
-        Ok(EthernetRepr {
-            src_addr: frame.src_addr(),
-            dst_addr: frame.dst_addr(),
-            ethertype: frame.ethertype(),
-        })
+        Ok(EthernetRepr { src_addr: frame.src_addr(), dst_addr: frame.dst_addr(), ethertype: frame.ethertype() })
     }
 
     /// Bytes [`emit`](Self::emit) writes: the header only.
@@ -313,19 +305,13 @@ mod tests {
     use super::*;
 
     // Broadcast ARP frame header from 52:54:00:12:34:56, then four payload bytes.
-    const FRAME: [u8; 18] = [
-        0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x52, 0x54, 0x00, 0x12, 0x34, 0x56, 0x08, 0x06, 0xde,
-        0xad, 0xbe, 0xef,
-    ];
+    const FRAME: [u8; 18] = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x52, 0x54, 0x00, 0x12, 0x34, 0x56, 0x08, 0x06, 0xde, 0xad, 0xbe, 0xef];
 
     #[test]
     fn read_fields() {
         let frame = EthernetFrame::new_checked(&FRAME[..]).unwrap();
         assert_eq!(frame.dst_addr(), EthernetAddress::BROADCAST);
-        assert_eq!(
-            frame.src_addr(),
-            EthernetAddress([0x52, 0x54, 0x00, 0x12, 0x34, 0x56])
-        );
+        assert_eq!(frame.src_addr(), EthernetAddress([0x52, 0x54, 0x00, 0x12, 0x34, 0x56]));
         assert_eq!(frame.ethertype(), EtherType::Arp);
         assert_eq!(frame.payload(), &[0xde, 0xad, 0xbe, 0xef]);
     }
@@ -337,9 +323,7 @@ mod tests {
         frame.set_dst_addr(EthernetAddress::BROADCAST);
         frame.set_src_addr(EthernetAddress([0x52, 0x54, 0x00, 0x12, 0x34, 0x56]));
         frame.set_ethertype(EtherType::Arp);
-        frame
-            .payload_mut()
-            .copy_from_slice(&[0xde, 0xad, 0xbe, 0xef]);
+        frame.payload_mut().copy_from_slice(&[0xde, 0xad, 0xbe, 0xef]);
         assert_eq!(buf, FRAME);
     }
 
@@ -356,10 +340,7 @@ mod tests {
 
     #[test]
     fn too_short() {
-        assert_eq!(
-            EthernetFrame::new_checked(&FRAME[..13]).unwrap_err(),
-            Error::Truncated
-        );
+        assert_eq!(EthernetFrame::new_checked(&FRAME[..13]).unwrap_err(), Error::Truncated);
         let frame = EthernetFrame::new_checked(&FRAME[..14]).unwrap();
         assert!(frame.payload().is_empty());
     }
@@ -392,11 +373,7 @@ mod tests {
             "0a:bb-0c:dd:0e:ff",
             "0a:bb:0c:dd:0e:fff",
         ] {
-            assert_eq!(
-                bad.parse::<EthernetAddress>(),
-                Err(Error::Malformed),
-                "{bad}"
-            );
+            assert_eq!(bad.parse::<EthernetAddress>(), Err(Error::Malformed), "{bad}");
         }
     }
 

@@ -255,16 +255,8 @@ impl<'a> Icmpv4Repr<'a> {
         let data = bytes::clamped(whole, field::DATA, usize::MAX);
         let (ident, seq_no) = (packet.echo_ident(), packet.echo_seq_no());
         match (packet.msg_type(), packet.msg_code()) {
-            (Icmpv4Message::EchoRequest, 0) => Ok(Icmpv4Repr::EchoRequest {
-                ident,
-                seq_no,
-                data,
-            }),
-            (Icmpv4Message::EchoReply, 0) => Ok(Icmpv4Repr::EchoReply {
-                ident,
-                seq_no,
-                data,
-            }),
+            (Icmpv4Message::EchoRequest, 0) => Ok(Icmpv4Repr::EchoRequest { ident, seq_no, data }),
+            (Icmpv4Message::EchoReply, 0) => Ok(Icmpv4Repr::EchoReply { ident, seq_no, data }),
             (Icmpv4Message::EchoRequest | Icmpv4Message::EchoReply, _) => Err(Error::Malformed),
             _ => Err(Error::Unsupported),
         }
@@ -274,9 +266,7 @@ impl<'a> Icmpv4Repr<'a> {
     #[inline]
     pub const fn buffer_len(&self) -> usize {
         match self {
-            Icmpv4Repr::EchoRequest { data, .. } | Icmpv4Repr::EchoReply { data, .. } => {
-                field::DATA + data.len()
-            }
+            Icmpv4Repr::EchoRequest { data, .. } | Icmpv4Repr::EchoReply { data, .. } => field::DATA + data.len(),
         }
     }
 
@@ -285,16 +275,8 @@ impl<'a> Icmpv4Repr<'a> {
     /// it panics if shorter.
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]> + ?Sized>(&self, packet: &mut Icmpv4Packet<&mut T>) {
         let (msg_type, ident, seq_no, data) = match *self {
-            Icmpv4Repr::EchoRequest {
-                ident,
-                seq_no,
-                data,
-            } => (Icmpv4Message::EchoRequest, ident, seq_no, data),
-            Icmpv4Repr::EchoReply {
-                ident,
-                seq_no,
-                data,
-            } => (Icmpv4Message::EchoReply, ident, seq_no, data),
+            Icmpv4Repr::EchoRequest { ident, seq_no, data } => (Icmpv4Message::EchoRequest, ident, seq_no, data),
+            Icmpv4Repr::EchoReply { ident, seq_no, data } => (Icmpv4Message::EchoReply, ident, seq_no, data),
         };
         packet.set_msg_type(msg_type);
         packet.set_msg_code(0);
@@ -310,9 +292,7 @@ mod tests {
     use super::*;
 
     // Echo request, ident 0x1234, seq 1, data "abcd"; checksum filled by hand below.
-    const ECHO: [u8; 12] = [
-        0x08, 0x00, 0x00, 0x00, 0x12, 0x34, 0x00, 0x01, b'a', b'b', b'c', b'd',
-    ];
+    const ECHO: [u8; 12] = [0x08, 0x00, 0x00, 0x00, 0x12, 0x34, 0x00, 0x01, b'a', b'b', b'c', b'd'];
 
     fn hand_checksum() -> u16 {
         // 0x0800 + 0x1234 + 0x0001 + 0x6162 + 0x6364, no carries beyond 16 bits to fold
@@ -346,14 +326,7 @@ mod tests {
         let bytes = echo_with_checksum();
         let p = Icmpv4Packet::new_checked(&bytes[..]).unwrap();
         let repr = Icmpv4Repr::parse(&p).unwrap();
-        assert_eq!(
-            repr,
-            Icmpv4Repr::EchoRequest {
-                ident: 0x1234,
-                seq_no: 1,
-                data: b"abcd"
-            }
-        );
+        assert_eq!(repr, Icmpv4Repr::EchoRequest { ident: 0x1234, seq_no: 1, data: b"abcd" });
         assert_eq!(repr.buffer_len(), 12);
         let mut out = [0u8; 12];
         repr.emit(&mut Icmpv4Packet::new_unchecked(&mut out[..]));
@@ -362,10 +335,7 @@ mod tests {
 
     #[test]
     fn errors() {
-        assert_eq!(
-            Icmpv4Packet::new_checked(&ECHO[..7]).unwrap_err(),
-            Error::Truncated
-        );
+        assert_eq!(Icmpv4Packet::new_checked(&ECHO[..7]).unwrap_err(), Error::Truncated);
         let p = Icmpv4Packet::new_checked(&ECHO[..]).unwrap();
         assert_eq!(Icmpv4Repr::parse(&p), Err(Error::Checksum));
 
@@ -387,11 +357,7 @@ mod tests {
 
     #[test]
     fn reply_roundtrip() {
-        let repr = Icmpv4Repr::EchoReply {
-            ident: 7,
-            seq_no: 0xffff,
-            data: &[1, 2, 3],
-        };
+        let repr = Icmpv4Repr::EchoReply { ident: 7, seq_no: 0xffff, data: &[1, 2, 3] };
         let mut out = vec![0u8; repr.buffer_len()];
         repr.emit(&mut Icmpv4Packet::new_unchecked(&mut out[..]));
         assert_eq!(out[0], 0);

@@ -145,20 +145,13 @@ impl Ipv4Cidr {
         if prefix_len > 32 {
             return Err(Error::Malformed);
         }
-        Ok(Ipv4Cidr {
-            address,
-            prefix_len,
-        })
+        Ok(Ipv4Cidr { address, prefix_len })
     }
 
     /// The netmask as an integer (`/24` is `0xffff_ff00`).
     #[inline]
     pub const fn netmask_u32(&self) -> u32 {
-        let len = if self.prefix_len > 32 {
-            32
-        } else {
-            self.prefix_len as u32
-        };
+        let len = if self.prefix_len > 32 { 32 } else { self.prefix_len as u32 };
         match u32::MAX.checked_shl(32 - len) {
             Some(mask) => mask,
             None => 0,
@@ -174,10 +167,7 @@ impl Ipv4Cidr {
     /// The same prefix with the host bits of the address cleared.
     #[inline]
     pub const fn network(&self) -> Ipv4Cidr {
-        Ipv4Cidr {
-            address: Ipv4Address::from_u32(self.address.to_u32() & self.netmask_u32()),
-            prefix_len: self.prefix_len,
-        }
+        Ipv4Cidr { address: Ipv4Address::from_u32(self.address.to_u32() & self.netmask_u32()), prefix_len: self.prefix_len }
     }
 
     /// Whether `addr` lies inside this prefix.
@@ -190,8 +180,7 @@ impl Ipv4Cidr {
     /// Whether every address of `other` lies inside this prefix.
     #[inline]
     pub const fn contains_subnet(&self, other: &Ipv4Cidr) -> bool {
-        other.netmask_u32() & self.netmask_u32() == self.netmask_u32()
-            && self.contains(other.address)
+        other.netmask_u32() & self.netmask_u32() == self.netmask_u32() && self.contains(other.address)
     }
 }
 
@@ -707,16 +696,11 @@ impl Ipv4Repr {
 
     /// Like [`parse`](Self::parse) without verifying the checksum, for callers that trust
     /// the sender (the in-memory fabric) or verified it already.
-    pub fn parse_unchecked_checksum<T: AsRef<[u8]> + ?Sized>(
-        packet: &Ipv4Packet<&T>,
-    ) -> Result<Ipv4Repr> {
+    pub fn parse_unchecked_checksum<T: AsRef<[u8]> + ?Sized>(packet: &Ipv4Packet<&T>) -> Result<Ipv4Repr> {
         Self::parse_inner(packet, false)
     }
 
-    fn parse_inner<T: AsRef<[u8]> + ?Sized>(
-        packet: &Ipv4Packet<&T>,
-        verify: bool,
-    ) -> Result<Ipv4Repr> {
+    fn parse_inner<T: AsRef<[u8]> + ?Sized>(packet: &Ipv4Packet<&T>, verify: bool) -> Result<Ipv4Repr> {
         packet.check_len()?;
         if packet.version() != 4 {
             return Err(Error::Malformed);
@@ -749,8 +733,7 @@ impl Ipv4Repr {
     /// bytes long (panics otherwise). A `payload_len` above 65515 saturates the total
     /// length at 65535. The payload bytes are left as they are.
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]> + ?Sized>(&self, packet: &mut Ipv4Packet<&mut T>) {
-        let total =
-            u16::try_from(self.payload_len.saturating_add(field::OPTIONS)).unwrap_or(u16::MAX);
+        let total = u16::try_from(self.payload_len.saturating_add(field::OPTIONS)).unwrap_or(u16::MAX);
         packet.set_version(4);
         packet.set_header_len(field::OPTIONS as u8);
         packet.set_tos(self.tos);
@@ -791,8 +774,8 @@ mod tests {
     // marker bit), total length 24: a 20-byte header and four payload bytes, then two bytes
     // of link padding that are not part of the datagram.
     const PACKET: [u8; 26] = [
-        0x45, 0x04, 0x00, 0x18, 0x1c, 0x46, 0x40, 0x00, 0x40, 0x11, 0x00, 0x00, 0x0a, 0x00, 0x00,
-        0x01, 0x0a, 0x00, 0x00, 0x02, 0xaa, 0xbb, 0xcc, 0xdd, 0x00, 0x00,
+        0x45, 0x04, 0x00, 0x18, 0x1c, 0x46, 0x40, 0x00, 0x40, 0x11, 0x00, 0x00, 0x0a, 0x00, 0x00, 0x01, 0x0a, 0x00, 0x00, 0x02, 0xaa, 0xbb,
+        0xcc, 0xdd, 0x00, 0x00,
     ];
 
     fn packet_with_checksum() -> [u8; 26] {
@@ -898,39 +881,24 @@ mod tests {
     #[test]
     fn check_len_cases() {
         let good = packet_with_checksum();
-        assert_eq!(
-            Ipv4Packet::new_checked(&good[..19]).unwrap_err(),
-            Error::Truncated
-        );
+        assert_eq!(Ipv4Packet::new_checked(&good[..19]).unwrap_err(), Error::Truncated);
         // IHL 4.
         let mut b = good;
         b[0] = 0x44;
-        assert_eq!(
-            Ipv4Packet::new_checked(&b[..]).unwrap_err(),
-            Error::Malformed
-        );
+        assert_eq!(Ipv4Packet::new_checked(&b[..]).unwrap_err(), Error::Malformed);
         // IHL 15 = 60 bytes > 26-byte buffer (total length raised so it is not the cause).
         let mut b = good;
         b[0] = 0x4f;
         b[3] = 60;
-        assert_eq!(
-            Ipv4Packet::new_checked(&b[..]).unwrap_err(),
-            Error::Truncated
-        );
+        assert_eq!(Ipv4Packet::new_checked(&b[..]).unwrap_err(), Error::Truncated);
         // Total length below the header length.
         let mut b = good;
         b[3] = 19;
-        assert_eq!(
-            Ipv4Packet::new_checked(&b[..]).unwrap_err(),
-            Error::Malformed
-        );
+        assert_eq!(Ipv4Packet::new_checked(&b[..]).unwrap_err(), Error::Malformed);
         // Total length beyond the buffer.
         let mut b = good;
         b[3] = 27;
-        assert_eq!(
-            Ipv4Packet::new_checked(&b[..]).unwrap_err(),
-            Error::Truncated
-        );
+        assert_eq!(Ipv4Packet::new_checked(&b[..]).unwrap_err(), Error::Truncated);
         // Exactly the datagram, no padding.
         assert!(Ipv4Packet::new_checked(&good[..24]).is_ok());
     }
@@ -1017,15 +985,7 @@ mod tests {
         assert_eq!("192.168.1.20".parse(), Ok(a));
         assert_eq!(a.to_u32(), 0xc0a8_0114);
         assert_eq!(Ipv4Address::from_u32(0xc0a8_0114), a);
-        for bad in [
-            "",
-            "1.2.3",
-            "1.2.3.4.5",
-            "256.1.1.1",
-            "1..2.3",
-            "+1.2.3.4",
-            "1.2.3.0004",
-        ] {
+        for bad in ["", "1.2.3", "1.2.3.4.5", "256.1.1.1", "1..2.3", "+1.2.3.4", "1.2.3.0004"] {
             assert_eq!(bad.parse::<Ipv4Address>(), Err(Error::Malformed), "{bad}");
         }
         assert!(Ipv4Address::new(224, 0, 0, 1).is_multicast());
@@ -1056,15 +1016,9 @@ mod tests {
         assert!(!host.contains(Ipv4Address::new(10, 1, 2, 4)));
         assert!(c.contains_subnet(&host));
         // Out-of-range prefix lengths built through the public fields behave as /32.
-        let odd = Ipv4Cidr {
-            address: Ipv4Address::new(10, 1, 2, 3),
-            prefix_len: 200,
-        };
+        let odd = Ipv4Cidr { address: Ipv4Address::new(10, 1, 2, 3), prefix_len: 200 };
         assert_eq!(odd.netmask_u32(), u32::MAX);
-        assert_eq!(
-            Ipv4Cidr::new(Ipv4Address::UNSPECIFIED, 33),
-            Err(Error::Malformed)
-        );
+        assert_eq!(Ipv4Cidr::new(Ipv4Address::UNSPECIFIED, 33), Err(Error::Malformed));
         for bad in ["10.0.0.0", "10.0.0.0/", "10.0.0.0/33", "10.0.0.0/+1", "x/8"] {
             assert!(bad.parse::<Ipv4Cidr>().is_err(), "{bad}");
         }

@@ -94,11 +94,7 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
     /// The payload: from the end of the header to the length field.
     #[inline]
     pub fn payload(&self) -> &[u8] {
-        bytes::clamped(
-            self.buffer.as_ref(),
-            field::PAYLOAD,
-            usize::from(self.len()),
-        )
+        bytes::clamped(self.buffer.as_ref(), field::PAYLOAD, usize::from(self.len()))
     }
 
     /// Header and payload as covered by the checksum.
@@ -113,10 +109,7 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
         let datagram = self.datagram();
         // The pseudo header carries the length field as sent; `datagram` is the same
         // length unless the view was mutated past its buffer.
-        checksum::combine(&[
-            checksum::pseudo_header_ipv4(src_addr, dst_addr, Protocol::Udp, self.len()),
-            checksum::sum(datagram),
-        ])
+        checksum::combine(&[checksum::pseudo_header_ipv4(src_addr, dst_addr, Protocol::Udp, self.len()), checksum::sum(datagram)])
     }
 
     /// Whether the checksum is correct for a datagram from `src_addr` to `dst_addr`. A
@@ -203,10 +196,7 @@ impl UdpRepr {
         if verify && !packet.verify_checksum(src_addr, dst_addr) {
             return Err(Error::Checksum);
         }
-        Ok(UdpRepr {
-            src_port: packet.src_port(),
-            dst_port: packet.dst_port(),
-        })
+        Ok(UdpRepr { src_port: packet.src_port(), dst_port: packet.dst_port() })
     }
 
     /// Bytes of header [`emit`](Self::emit) writes (the payload comes on top).
@@ -262,9 +252,7 @@ mod tests {
 
     // Port 40000 -> 9000, length 13 (five payload bytes "hello"), checksum filled below,
     // then one byte that is not part of the datagram.
-    const DATAGRAM: [u8; 14] = [
-        0x9c, 0x40, 0x23, 0x28, 0x00, 0x0d, 0x00, 0x00, b'h', b'e', b'l', b'l', b'o', 0x77,
-    ];
+    const DATAGRAM: [u8; 14] = [0x9c, 0x40, 0x23, 0x28, 0x00, 0x0d, 0x00, 0x00, b'h', b'e', b'l', b'l', b'o', 0x77];
 
     /// The checksum computed by hand: pseudo header words, header words (checksum 0), then
     /// payload words with the odd byte padded.
@@ -330,21 +318,12 @@ mod tests {
     #[test]
     fn check_len_cases() {
         let b = datagram_with_checksum();
-        assert_eq!(
-            UdpPacket::new_checked(&b[..7]).unwrap_err(),
-            Error::Truncated
-        );
-        assert_eq!(
-            UdpPacket::new_checked(&b[..12]).unwrap_err(),
-            Error::Truncated
-        );
+        assert_eq!(UdpPacket::new_checked(&b[..7]).unwrap_err(), Error::Truncated);
+        assert_eq!(UdpPacket::new_checked(&b[..12]).unwrap_err(), Error::Truncated);
         assert!(UdpPacket::new_checked(&b[..13]).is_ok());
         let mut b = b;
         b[5] = 7;
-        assert_eq!(
-            UdpPacket::new_checked(&b[..]).unwrap_err(),
-            Error::Malformed
-        );
+        assert_eq!(UdpPacket::new_checked(&b[..]).unwrap_err(), Error::Malformed);
     }
 
     #[test]
@@ -352,27 +331,12 @@ mod tests {
         let bytes = datagram_with_checksum();
         let p = UdpPacket::new_checked(&bytes[..]).unwrap();
         let repr = UdpRepr::parse(&p, SRC, DST, true).unwrap();
-        assert_eq!(
-            repr,
-            UdpRepr {
-                src_port: 40000,
-                dst_port: 9000
-            }
-        );
-        assert_eq!(
-            UdpRepr::parse(&p, SRC, Ipv4Address::new(1, 2, 3, 4), true),
-            Err(Error::Checksum)
-        );
+        assert_eq!(repr, UdpRepr { src_port: 40000, dst_port: 9000 });
+        assert_eq!(UdpRepr::parse(&p, SRC, Ipv4Address::new(1, 2, 3, 4), true), Err(Error::Checksum));
         assert!(UdpRepr::parse(&p, SRC, Ipv4Address::new(1, 2, 3, 4), false).is_ok());
 
         let mut out = [0u8; 13];
-        repr.emit(
-            &mut UdpPacket::new_unchecked(&mut out[..]),
-            SRC,
-            DST,
-            5,
-            |payload| payload.copy_from_slice(b"hello"),
-        );
+        repr.emit(&mut UdpPacket::new_unchecked(&mut out[..]), SRC, DST, 5, |payload| payload.copy_from_slice(b"hello"));
         assert_eq!(out[..], bytes[..13]);
         assert_eq!(repr.buffer_len(), 8);
     }

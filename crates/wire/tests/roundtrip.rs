@@ -5,8 +5,8 @@ use proptest::prelude::*;
 use wire::checksum;
 use wire::ipv4::Protocol;
 use wire::{
-    ArpOperation, ArpPacket, ArpRepr, EtherType, EthernetAddress, EthernetFrame, EthernetRepr,
-    Icmpv4Packet, Icmpv4Repr, Ipv4Address, Ipv4Cidr, Ipv4Packet, Ipv4Repr, UdpPacket, UdpRepr,
+    ArpOperation, ArpPacket, ArpRepr, EtherType, EthernetAddress, EthernetFrame, EthernetRepr, Icmpv4Packet, Icmpv4Repr, Ipv4Address,
+    Ipv4Cidr, Ipv4Packet, Ipv4Repr, UdpPacket, UdpRepr,
 };
 
 fn mac() -> impl Strategy<Value = EthernetAddress> {
@@ -26,37 +26,20 @@ fn ethernet_repr() -> impl Strategy<Value = EthernetRepr> {
 }
 
 fn arp_repr() -> impl Strategy<Value = ArpRepr> {
-    (any::<u16>(), mac(), ip(), mac(), ip()).prop_map(|(op, sha, spa, tha, tpa)| {
-        ArpRepr::EthernetIpv4 {
-            operation: ArpOperation::from(op),
-            source_hardware_addr: sha,
-            source_protocol_addr: spa,
-            target_hardware_addr: tha,
-            target_protocol_addr: tpa,
-        }
+    (any::<u16>(), mac(), ip(), mac(), ip()).prop_map(|(op, sha, spa, tha, tpa)| ArpRepr::EthernetIpv4 {
+        operation: ArpOperation::from(op),
+        source_hardware_addr: sha,
+        source_protocol_addr: spa,
+        target_hardware_addr: tha,
+        target_protocol_addr: tpa,
     })
 }
 
 fn ipv4_repr() -> impl Strategy<Value = Ipv4Repr> {
     let payload_len = prop_oneof![0usize..=1500, Just(65515usize), 1500usize..=65515];
-    (
-        ip(),
-        ip(),
-        any::<u8>(),
-        payload_len,
-        any::<u8>(),
-        any::<u8>(),
-    )
-        .prop_map(
-            |(src_addr, dst_addr, proto, payload_len, hop_limit, tos)| Ipv4Repr {
-                src_addr,
-                dst_addr,
-                next_header: Protocol::from(proto),
-                payload_len,
-                hop_limit,
-                tos,
-            },
-        )
+    (ip(), ip(), any::<u8>(), payload_len, any::<u8>(), any::<u8>()).prop_map(|(src_addr, dst_addr, proto, payload_len, hop_limit, tos)| {
+        Ipv4Repr { src_addr, dst_addr, next_header: Protocol::from(proto), payload_len, hop_limit, tos }
+    })
 }
 
 /// Arbitrary bytes, up to 200 long, for the never-panic properties.
