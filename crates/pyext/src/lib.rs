@@ -573,6 +573,14 @@ fn udp_sink(py: Python<'_>, bind: &str, duration: f64, idle: f64) -> PyResult<st
     Ok(m)
 }
 
+/// The bare loop doing the forward pipeline's essential work: `(packets, seconds, mpps)`.
+#[pyfunction]
+#[pyo3(signature = (batch=32, duration=2.0))]
+fn bench_bare_forward_loop(py: Python<'_>, batch: usize, duration: f64) -> (u64, f64, f64) {
+    let r = py.detach(|| ports::bench::bare_forward_loop(batch.max(1), Duration::from_secs_f64(duration.max(0.1))));
+    (r.packets, r.seconds, r.mpps)
+}
+
 /// Packets per second one core pushes through the `forward` pipeline in memory:
 /// `(packets, seconds, mpps)`.
 #[pyfunction]
@@ -594,5 +602,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(udp_blast, m)?)?;
     m.add_function(wrap_pyfunction!(udp_sink, m)?)?;
     m.add_function(wrap_pyfunction!(bench_forward_pipeline, m)?)?;
+    m.add_function(wrap_pyfunction!(bench_bare_forward_loop, m)?)?;
     Ok(())
 }

@@ -28,6 +28,8 @@ def forward_cmd(
     t.add_column("measurement")
     t.add_column("result", justify="right")
     t.add_row("in-memory pipeline, 64 B frames, 1 core", f"{r['in_memory_mpps']:.2f} Mpps")
+    t.add_row("bare loop, same essential work, no model", f"{r['bare_loop_mpps']:.2f} Mpps")
+    t.add_row("ratio pipeline / bare loop", f"{r['in_memory_bare_ratio']:.2f}")
     if "veth_pps" in r:
         t.add_row("veth through inswitch (received)", f"{r['veth_pps']:,} pps")
         t.add_row("veth through Linux bridge (received)", f"{r['bridge_pps']:,} pps")
