@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import socket
 import subprocess
 import sys
@@ -70,21 +69,9 @@ def free_tcp_port() -> int:
 
 def free_udp_ports(n: int) -> int:
     """The first of `n` consecutive UDP ports free on loopback right now (for udp:BASE:N)."""
-    for _ in range(200):
-        base = random.randint(20000, 60000 - n)
-        socks = []
-        try:
-            for i in range(n):
-                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-                socks.append(s)
-                s.bind(("127.0.0.1", base + i))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError(f"no {n} consecutive free UDP ports")
+    from inswitch.topology.tunnel import free_udp_base
+
+    return free_udp_base(n)
 
 
 class SwitchProcess:

@@ -34,7 +34,7 @@ use pisa::packet::{BufPool, PacketBuf, PortId, DEFAULT_BUF_CAPACITY};
 
 use crate::port::Port;
 use crate::stats::PortStats;
-use crate::sys::{cvt, errno, is_would_block, monotonic_ns, setsockopt_int, setsockopt_raw};
+use crate::sys::{self, cvt, errno, is_would_block, monotonic_ns, setsockopt_int, setsockopt_raw};
 
 const ETH_P_ALL: u16 = 0x0003;
 const ETH_P_8021Q: u16 = 0x8100;
@@ -358,37 +358,19 @@ impl AfPacketPort {
                 h.msg_iov = &mut self.tx_iov[i];
                 h.msg_iovlen = 1;
             }
-            let mut off = 0;
-            while off < k {
-                // SAFETY: msgs[off..k] point at iovecs over frames in `chunk`, alive for the
-                // call; the socket is bound, so no destination address is needed.
-                let r = unsafe {
-                    libc::sendmmsg(self.fd.as_raw_fd(), self.tx_msgs.as_mut_ptr().add(off), (k - off) as libc::c_uint, libc::MSG_DONTWAIT)
-                };
-                if r > 0 {
-                    let r = r as usize;
-                    bytes += chunk[off..off + r].iter().map(|p| p.len() as u64).sum::<u64>();
-                    sent += r as u64;
-                    off += r;
-                    continue;
-                }
-                let e = errno();
-                if e == libc::EINTR {
-                    continue;
-                }
-                if is_would_block(e) {
-                    PortStats::count(&self.stats.tx_full, (k - off) as u64);
-                    break;
-                }
-                if e == libc::ENETDOWN || e == libc::ENXIO || e == libc::ENODEV {
-                    // Interface down or gone: the rest of the chunk would fail the same way.
-                    PortStats::count(&self.stats.tx_error, (k - off) as u64);
-                    break;
-                }
-                // This one frame is bad (e.g. EMSGSIZE, larger than the MTU): skip it.
-                PortStats::count(&self.stats.tx_error, 1);
-                off += 1;
-            }
+            // SAFETY: msgs[..k] point at iovecs over the frames in `chunk`, alive for the
+            // call; the socket is bound, so no destination address is needed.
+            let (n, b) = unsafe {
+                sys::sendmmsg_counting(
+                    self.fd.as_raw_fd(),
+                    &mut self.tx_msgs[..k],
+                    |i| chunk[i].len() as u64,
+                    &self.stats,
+                    &[libc::ENETDOWN, libc::ENXIO, libc::ENODEV],
+                )
+            };
+            sent += n;
+            bytes += b;
         }
         (sent, bytes)
     }

@@ -147,3 +147,50 @@ pub(crate) fn sockaddr_in(addr: std::net::SocketAddrV4) -> libc::sockaddr_in {
 pub(crate) fn from_sockaddr_in(sa: &libc::sockaddr_in) -> std::net::SocketAddrV4 {
     std::net::SocketAddrV4::new(std::net::Ipv4Addr::from(u32::from_be(sa.sin_addr.s_addr)), u16::from_be(sa.sin_port))
 }
+
+/// Send `msgs` with `sendmmsg`, retrying after partial sends, and count what could not be
+/// sent in `stats`: a full socket buffer drops the rest of the batch (`tx_full`); an errno
+/// in `fatal` (the interface is gone) drops the rest as `tx_error`; any other error skips
+/// just the one frame that caused it (`tx_error`). `frame_len(i)` is message `i`'s length.
+/// Returns (frames sent, bytes sent).
+///
+/// # Safety
+/// Every message in `msgs` must point at iovecs (and, if set, a name) valid for the call.
+pub(crate) unsafe fn sendmmsg_counting(
+    fd: RawFd,
+    msgs: &mut [libc::mmsghdr],
+    frame_len: impl Fn(usize) -> u64,
+    stats: &crate::stats::PortStats,
+    fatal: &[i32],
+) -> (u64, u64) {
+    use crate::stats::PortStats;
+    let k = msgs.len();
+    let (mut off, mut sent, mut bytes) = (0usize, 0u64, 0u64);
+    while off < k {
+        // SAFETY: the caller guarantees msgs[off..k] are valid for this call.
+        let r = unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr().add(off), (k - off) as libc::c_uint, libc::MSG_DONTWAIT) };
+        if r > 0 {
+            let r = r as usize;
+            bytes += (off..off + r).map(&frame_len).sum::<u64>();
+            sent += r as u64;
+            off += r;
+            continue;
+        }
+        let e = errno();
+        if e == libc::EINTR {
+            continue;
+        }
+        if is_would_block(e) {
+            PortStats::count(&stats.tx_full, (k - off) as u64);
+            break;
+        }
+        if fatal.contains(&e) {
+            PortStats::count(&stats.tx_error, (k - off) as u64);
+            break;
+        }
+        // This one frame is bad (EMSGSIZE, a pending ICMP error, ...): skip it.
+        PortStats::count(&stats.tx_error, 1);
+        off += 1;
+    }
+    (sent, bytes)
+}

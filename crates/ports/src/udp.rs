@@ -142,34 +142,9 @@ impl UdpPort {
             h.msg_name = peer as *const libc::sockaddr_in as *mut libc::c_void;
             h.msg_namelen = size_of::<libc::sockaddr_in>() as libc::socklen_t;
         }
-        let (mut off, mut sent, mut bytes) = (0usize, 0u64, 0u64);
-        while off < k {
-            // SAFETY: msgs[off..k] are initialised mmsghdrs whose iovecs point at the live
-            // frames in `pkts` and whose names point at `peer`, all valid for this call.
-            let r = unsafe {
-                libc::sendmmsg(self.fd.as_raw_fd(), self.tx.msgs.as_mut_ptr().add(off), (k - off) as libc::c_uint, libc::MSG_DONTWAIT)
-            };
-            if r > 0 {
-                let r = r as usize;
-                bytes += pkts[off..off + r].iter().map(|p| p.len() as u64).sum::<u64>();
-                sent += r as u64;
-                off += r;
-            } else {
-                let e = errno();
-                if e == libc::EINTR {
-                    continue;
-                }
-                if is_would_block(e) {
-                    // The socket buffer is full; the rest of the batch would fail the same way.
-                    PortStats::count(&self.stats.tx_full, (k - off) as u64);
-                    break;
-                }
-                // This one frame is bad (EMSGSIZE, a pending ICMP error, ...): skip it.
-                PortStats::count(&self.stats.tx_error, 1);
-                off += 1;
-            }
-        }
-        (sent, bytes)
+        // SAFETY: msgs[..k] are initialised mmsghdrs whose iovecs point at the live frames in
+        // `pkts` and whose names point at `peer`, all valid for this call.
+        unsafe { sys::sendmmsg_counting(self.fd.as_raw_fd(), &mut self.tx.msgs[..k], |i| pkts[i].len() as u64, &self.stats, &[]) }
     }
 }
 
