@@ -10,7 +10,6 @@ on UDP-tunnel ports with userspace hosts and the demo pings every pair.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time

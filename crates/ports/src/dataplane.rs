@@ -91,7 +91,7 @@ impl PipeHandle {
 /// A running data plane.
 pub struct Dataplane {
     pipes: Vec<PipeHandle>,
-    threads: Vec<JoinHandle<()>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
     stop: Arc<AtomicBool>,
     events: Arc<Events>,
     port_stats: Vec<(String, Arc<PortStats>)>,
@@ -151,7 +151,7 @@ impl Dataplane {
             };
             threads.push(std::thread::Builder::new().name(format!("pipe{i}")).spawn(move || worker.run())?);
         }
-        Ok(Dataplane { pipes: handles, threads, stop, events, port_stats, set: Mutex::new(set), map })
+        Ok(Dataplane { pipes: handles, threads: Mutex::new(threads), stop, events, port_stats, set: Mutex::new(set), map })
     }
 
     /// Front-panel ports.
@@ -280,13 +280,15 @@ impl Dataplane {
         &self.port_stats
     }
 
-    /// Stop the threads and wait for them.
-    pub fn stop(&mut self) {
+    /// Stop the threads and wait for them. Safe to call while other threads are inside
+    /// control calls (they then fail with `Unavailable`) and more than once.
+    pub fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
         for h in &self.pipes {
             h.bell.signal();
         }
-        for t in self.threads.drain(..) {
+        let threads = std::mem::take(&mut *self.threads.lock().expect("threads lock"));
+        for t in threads {
             let _ = t.join();
         }
         self.events.packet_ins.cv.notify_all();

@@ -108,13 +108,17 @@ fn match_tuple<'py>(py: Python<'py>, m: &FieldMatch) -> PyResult<Bound<'py, PyTu
 /// A running software switch data plane: one thread per pipe over real or in-memory ports.
 #[pyclass(module = "inswitch._native")]
 struct Dataplane {
-    inner: Option<RsDataplane>,
+    inner: RsDataplane,
     peers: Vec<MemoryPeer>,
+    stopped: std::sync::atomic::AtomicBool,
 }
 
 impl Dataplane {
     fn dp(&self) -> PyResult<&RsDataplane> {
-        self.inner.as_ref().ok_or_else(|| value_err("the data plane is stopped"))
+        if self.stopped.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(value_err("the data plane is stopped"));
+        }
+        Ok(&self.inner)
     }
     fn control(&self, py: Python<'_>, op: ControlOp) -> PyResult<ControlReply> {
         let dp = self.dp()?;
@@ -162,7 +166,7 @@ impl Dataplane {
         dopts.pipe.port_rate_bps = port_rate_bps;
         dopts.pipe.buf_capacity = buf_capacity;
         let inner = py.detach(|| RsDataplane::start(set, ports, dopts)).map_err(value_err)?;
-        Ok(Dataplane { inner: Some(inner), peers })
+        Ok(Dataplane { inner, peers, stopped: false.into() })
     }
 
     #[getter]
@@ -434,11 +438,16 @@ impl Dataplane {
         Ok(out)
     }
 
-    /// Stop the data-plane threads (also done when the object is collected).
-    fn stop(&mut self, py: Python<'_>) {
-        if let Some(mut dp) = self.inner.take() {
-            py.detach(move || dp.stop());
-        }
+    /// Stop the data-plane threads (also done when the object is collected). Other threads
+    /// may be inside calls at the same time: those fail with an "unavailable" error.
+    fn stop(&self, py: Python<'_>) {
+        self.stopped.store(true, std::sync::atomic::Ordering::Relaxed);
+        py.detach(|| self.inner.stop());
+    }
+
+    /// Names of the ports, by port number.
+    fn port_names(&self) -> PyResult<Vec<String>> {
+        Ok(self.dp()?.port_stats().iter().map(|(n, _)| n.clone()).collect())
     }
 }
 

@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import threading
-import time
 from pathlib import Path
 from types import FrameType
 from typing import Any, Optional
@@ -96,7 +95,7 @@ def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Opti
         server.start()
         if msrv is not None:
             msrv.start()
-        port_names = [p.get("name") or str(p["port"]) for p in json.loads(dp.counters_json())["ports"]]
+        port_names = list(dp.port_names())
         _summary(out, names, ports, port_names, dp.num_pipes, server.address, msrv.address if msrv else None, device_id)
         if ready is not None:
             write_ready_file(ready, {
@@ -122,26 +121,12 @@ def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Opti
         if server is not None:
             server.stop()
         if dp is not None:
-            _stop_dataplane(dp)
+            dp.stop()  # other threads still inside a call get an "unavailable" error
         if ready is not None and status == 0 and ready.exists():
             ready.unlink()
         for s, h in old.items():
             signal.signal(s, h)
     return status
-
-
-def _stop_dataplane(dp: Any, patience: float = 3.0) -> None:
-    """Stop the data plane once no other thread is inside one of its calls: a scrape or an
-    RPC cut off by shutdown may still hold it for a moment, and stopping needs it alone."""
-    deadline = time.monotonic() + patience
-    while True:
-        try:
-            dp.stop()
-            return
-        except RuntimeError:  # "Already borrowed": another thread is in a call
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.02)
 
 
 def _version() -> str:
