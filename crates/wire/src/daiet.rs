@@ -10,14 +10,15 @@
 //!  3  op         u8    0 SUM · 1 MIN · 2 MAX
 //!  4  sender     u16   mapper id, or the switch's id on packets a switch sends on
 //!  6  epoch      u16   0: the in-network stream; n > 0: the n-th host-side (fallback) stream
-//!  8  seq        u32   per (tree, sender, epoch) sequence number; END carries the last one
-//! 12  ack        u32   ACK: the sequence number acknowledged (cumulative);
-//!                      FROM_SWITCH: the child's sequence number the packet came from
-//! 16  num_pairs  u16   pairs that follow
-//! 18  info       u8    QUERY: 1 finished (END acknowledged) · 2 stalled (no progress)
-//! 19  reserved   u8    zero
-//! 20  pairs
+//!  8  seq        u32   per (tree, sender, epoch) sequence number; END carries the last one;
+//!                      ACK: the sequence number acknowledged (cumulative)
+//! 12  num_pairs  u8    pairs that follow
+//! 13  info       u8    QUERY: 1 finished (END acknowledged) · 2 stalled (no progress)
+//! 14  pairs
 //! ```
+//!
+//! 14 header bytes keep Ethernet, IPv4, UDP, this header and ten fixed pairs within the
+//! 256 bytes a Tofino parser reaches.
 //!
 //! Pairs are fixed-size as in the paper — a 16-byte key, zero-padded, and a 4-byte value,
 //! at most [`MAX_PAIRS`] per packet so the parse depth stays near 260 bytes — or, with
@@ -30,7 +31,7 @@ use crate::error::{Error, Result};
 /// UDP destination port the switch classifies as DAIET.
 pub const UDP_PORT: u16 = 7070;
 /// Header length in bytes.
-pub const HEADER_LEN: usize = 20;
+pub const HEADER_LEN: usize = 14;
 /// Key bytes of a fixed-size pair.
 pub const KEY_LEN: usize = 16;
 /// Bytes of one fixed-size pair (key and 32-bit value).
@@ -131,9 +132,8 @@ mod field {
     pub const SENDER: usize = 4;
     pub const EPOCH: usize = 6;
     pub const SEQ: usize = 8;
-    pub const ACK: usize = 12;
-    pub const NUM_PAIRS: usize = 16;
-    pub const INFO: usize = 18;
+    pub const NUM_PAIRS: usize = 12;
+    pub const INFO: usize = 13;
 }
 
 /// A view of a DAIET packet (the UDP payload).
@@ -228,13 +228,9 @@ impl<T: AsRef<[u8]>> Packet<T> {
     pub fn seq(&self) -> u32 {
         get_u32(self.buffer.as_ref(), field::SEQ)
     }
-    /// Acknowledged (or originating) sequence number.
-    pub fn ack(&self) -> u32 {
-        get_u32(self.buffer.as_ref(), field::ACK)
-    }
     /// Number of pairs.
-    pub fn num_pairs(&self) -> u16 {
-        get_u16(self.buffer.as_ref(), field::NUM_PAIRS)
+    pub fn num_pairs(&self) -> u8 {
+        self.buffer.as_ref()[field::NUM_PAIRS]
     }
     /// QUERY status.
     pub fn info(&self) -> u8 {
@@ -323,13 +319,9 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     pub fn set_seq(&mut self, v: u32) {
         self.buffer.as_mut()[field::SEQ..field::SEQ + 4].copy_from_slice(&v.to_be_bytes());
     }
-    /// Set the ack field.
-    pub fn set_ack(&mut self, v: u32) {
-        self.buffer.as_mut()[field::ACK..field::ACK + 4].copy_from_slice(&v.to_be_bytes());
-    }
     /// Set the pair count.
-    pub fn set_num_pairs(&mut self, v: u16) {
-        self.buffer.as_mut()[field::NUM_PAIRS..field::NUM_PAIRS + 2].copy_from_slice(&v.to_be_bytes());
+    pub fn set_num_pairs(&mut self, v: u8) {
+        self.buffer.as_mut()[field::NUM_PAIRS] = v;
     }
     /// Set the QUERY status.
     pub fn set_info(&mut self, v: u8) {
@@ -352,10 +344,8 @@ pub struct Repr {
     pub epoch: u16,
     /// Sequence number.
     pub seq: u32,
-    /// Ack field.
-    pub ack: u32,
     /// Number of pairs that follow.
-    pub num_pairs: u16,
+    pub num_pairs: u8,
     /// QUERY status.
     pub info: u8,
 }
@@ -371,7 +361,6 @@ impl Repr {
             sender: p.sender(),
             epoch: p.epoch(),
             seq: p.seq(),
-            ack: p.ack(),
             num_pairs: p.num_pairs(),
             info: p.info(),
         })
@@ -389,10 +378,8 @@ impl Repr {
         p.set_sender(self.sender);
         p.set_epoch(self.epoch);
         p.set_seq(self.seq);
-        p.set_ack(self.ack);
         p.set_num_pairs(self.num_pairs);
         p.set_info(self.info);
-        p.buffer.as_mut()[19] = 0;
     }
     /// The header as a new vector.
     pub fn to_vec(&self) -> Vec<u8> {
@@ -424,7 +411,7 @@ mod tests {
 
     #[test]
     fn roundtrip_fixed_and_varlen() {
-        let r = Repr { tree_id: 3, flags: flags::END, op: 2, sender: 700, epoch: 1, seq: 9, ack: 4, num_pairs: 2, info: 0 };
+        let r = Repr { tree_id: 3, flags: flags::END, op: 2, sender: 700, epoch: 1, seq: 9, num_pairs: 2, info: 0 };
         let mut v = r.to_vec();
         emit_fixed_pair(&mut v, b"hello", 5);
         emit_fixed_pair(&mut v, b"0123456789abcdef", 7);
@@ -432,7 +419,7 @@ mod tests {
         assert_eq!(Repr::parse(&p).unwrap(), r);
         let pairs: Vec<_> = p.pairs().collect();
         assert_eq!(pairs, vec![(&b"hello"[..], 5), (&b"0123456789abcdef"[..], 7)]);
-        assert_eq!(p.total_len(), 60);
+        assert_eq!(p.total_len(), 54);
 
         let r = Repr { flags: flags::VARLEN, num_pairs: 2, ..r };
         let mut v = r.to_vec();
@@ -446,7 +433,7 @@ mod tests {
 
     #[test]
     fn malformed_is_an_error() {
-        assert_eq!(Packet::new_checked(&[0u8; 19][..]).err(), Some(Error::Truncated));
+        assert_eq!(Packet::new_checked(&[0u8; HEADER_LEN - 1][..]).err(), Some(Error::Truncated));
         let mut v = Repr { num_pairs: 11, ..Default::default() }.to_vec();
         v.resize(HEADER_LEN + 11 * PAIR_LEN, 1);
         assert_eq!(Packet::new_checked(&v[..]).err(), Some(Error::Malformed));
@@ -456,7 +443,7 @@ mod tests {
         assert_eq!(Packet::new_checked(&v[..]).err(), Some(Error::Malformed));
         v[3] = 0;
         v[2] = flags::VARLEN;
-        v[17] = 1;
+        v[12] = 1;
         v.extend_from_slice(&[0, 10, 0, 0, 0, 1, b'a']);
         assert_eq!(Packet::new_checked(&v[..]).err(), Some(Error::Truncated));
     }

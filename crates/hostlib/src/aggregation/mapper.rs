@@ -195,7 +195,7 @@ impl Mapper {
             };
             if let (true, Some(s)) = (due, status) {
                 t.last_query = Some(now);
-                let p = proto.control(hdr, 0, 0, s);
+                let p = proto.control(hdr, 0, s);
                 self.stats.packets_sent += 1;
                 self.stats.bytes_sent += p.len() as u64;
                 out.push((i, p));
@@ -226,7 +226,7 @@ impl Mapper {
                 return;
             }
             self.stats.acks += 1;
-            let acked = r.ack as usize + 1;
+            let acked = r.seq as usize + 1;
             if acked > t.base && acked <= t.packets.len() {
                 t.base = acked;
                 t.next = t.next.max(acked);

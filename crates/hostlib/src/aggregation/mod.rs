@@ -99,10 +99,11 @@ impl Protocol {
         }
     }
 
-    /// A control packet (ACK, RESEND, QUERY, DONE).
-    pub fn control(self, hdr: Header, seq: u32, ack: u32, info: u8) -> Vec<u8> {
+    /// A control packet (ACK, RESEND, QUERY, DONE); an ACK carries the acknowledged
+    /// number in `seq`.
+    pub fn control(self, hdr: Header, seq: u32, info: u8) -> Vec<u8> {
         match self {
-            Protocol::Daiet => dw::Repr { seq, ack, info, ..hdr.repr() }.to_vec(),
+            Protocol::Daiet => dw::Repr { seq, info, ..hdr.repr() }.to_vec(),
         }
     }
 
@@ -160,7 +161,7 @@ fn daiet_packetize<'a>(hdr: Header, pairs: impl Iterator<Item = (&'a [u8], u32)>
         if *n == 0 {
             return;
         }
-        let mut p = dw::Repr { flags: hdr.flags | extra, num_pairs: *n as u16, ..hdr.repr() }.to_vec();
+        let mut p = dw::Repr { flags: hdr.flags | extra, num_pairs: *n as u8, ..hdr.repr() }.to_vec();
         p.extend_from_slice(buf);
         out.push(p);
         buf.clear();
@@ -175,7 +176,7 @@ fn daiet_packetize<'a>(hdr: Header, pairs: impl Iterator<Item = (&'a [u8], u32)>
             }
         } else {
             let k = &k[..k.len().min(u16::MAX as usize)];
-            if nvar > 0 && dw::HEADER_LEN + var.len() + dw::VARPAIR_HEADER + k.len() > VARLEN_BUDGET {
+            if nvar == u8::MAX as usize || (nvar > 0 && dw::HEADER_LEN + var.len() + dw::VARPAIR_HEADER + k.len() > VARLEN_BUDGET) {
                 close(&mut var, &mut nvar, flags::VARLEN, &mut out);
             }
             dw::emit_var_pair(&mut var, k, v);

@@ -120,7 +120,7 @@ impl Reducer {
     }
 
     fn done_to(&mut self, m: usize) {
-        let p = self.cfg.protocol.control(self.hdr(flags::DONE), 0, 0, 0);
+        let p = self.cfg.protocol.control(self.hdr(flags::DONE), 0, 0);
         self.send(m, p);
     }
 
@@ -151,7 +151,7 @@ impl Reducer {
         self.last_resend = now;
         for m in 0..self.cfg.n_mappers {
             if self.resend_pending[m] {
-                let p = self.cfg.protocol.control(self.hdr(flags::RESEND), 0, 0, 0);
+                let p = self.cfg.protocol.control(self.hdr(flags::RESEND), 0, 0);
                 self.send(m, p);
             }
         }
@@ -238,7 +238,7 @@ impl Reducer {
         }
         if self.host_expected[m] > 0 {
             let hdr = Header { sender: r.sender, flags: flags::ACK | flags::BYPASS, ..self.hdr(0) };
-            let p = proto.control(hdr, 0, self.host_expected[m] - 1, 0);
+            let p = proto.control(hdr, self.host_expected[m] - 1, 0);
             self.send(m, p);
         }
         if self.host_ended.iter().all(|&e| e) {
