@@ -51,3 +51,13 @@ def test_agg_map_reduce_loopback(mode: str) -> None:
     assert st["bytes"] > 0 and st["packets"] > 0
     for i in range(2):
         assert res[i]["completed"] and res[i]["packets_sent"] > 0  # type: ignore[index]
+
+
+def test_bench_aggregation_quick() -> None:
+    from inswitch.bench import aggregation
+
+    r = aggregation.run(duration=0.2)
+    assert r["daiet_pair_updates_per_s"] > 0 and r["forward_pps"] > 0
+    assert r["daiet_drops"] == 0
+    assert r["daiet_passes_per_packet"] == 11.0
+    assert "switchagg_pair_updates_per_s" in r

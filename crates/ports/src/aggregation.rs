@@ -199,3 +199,154 @@ mod tests {
         }
     }
 }
+
+/// In-memory benchmark of the `daiet` program: pair updates per second on one core.
+pub mod bench {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use pisa::control::{CloneSession, ControlOp, Replica, WriteOp};
+    use pisa::{FieldMatch, PacketBuf, PipeConfig, ProgramSet, Switch, PORT_RECIRC};
+    use programs::daiet::{ack_session, layout, TreeConfig, WALK_SESSION};
+    use wire::daiet::{emit_fixed_pair, Op, Repr, MAX_PAIRS, UDP_PORT};
+
+    /// What a run measured.
+    #[derive(Clone, Debug)]
+    pub struct AggRate {
+        /// Pairs aggregated (all admitted: the program's counters confirm no drop).
+        pub pair_updates: u64,
+        /// Packets (of ten pairs) sent in.
+        pub packets: u64,
+        /// Switch passes (ingress, recirculations included).
+        pub passes: u64,
+        /// Seconds measured.
+        pub seconds: f64,
+        /// Pair updates per second.
+        pub pair_updates_per_s: f64,
+        /// Drops counted by the switch during the run (should be 0).
+        pub drops: u64,
+    }
+
+    fn be(v: u64, bits: u32) -> Vec<u8> {
+        let n = bits.div_ceil(8) as usize;
+        v.to_be_bytes()[8 - n..].to_vec()
+    }
+
+    /// `forward,daiet` with one tree over `cells` cells; data packets of ten pairs from one
+    /// mapper with consecutive sequence numbers, over a vocabulary of `vocab` keys, `batch`
+    /// packets per round, each round run to completion (all recirculations).
+    pub fn daiet_pipeline(batch: usize, vocab: u32, duration: Duration) -> AggRate {
+        let set = Arc::new(
+            ProgramSet::new(vec![Arc::new(programs::forward::Forward::new()), Arc::new(programs::daiet::Daiet::new())]).expect("programs load"),
+        );
+        let cfg = PipeConfig { queue_capacity: batch.max(64) * 4, egress_budget: batch.max(64) * 2, recirc_capacity: batch * 16 + 64, recirc_per_batch: batch * 16 + 64, ..PipeConfig::default() };
+        let mut sw = Switch::new(set.clone(), 4, 1, cfg);
+        let id = |prog: usize, table: &str, action: &str| {
+            let d = set.decl(prog);
+            (set.ids(prog).tables[d.tables.iter().position(|t| t.name == table).unwrap()], set.ids(prog).actions[d.actions.iter().position(|a| a.name == action).unwrap()])
+        };
+        let (l2, fwd) = id(0, "l2_dmac", "l2_forward");
+        for (h, p) in [(1u8, 1u16), (2, 2)] {
+            sw.control(&ControlOp::TableWrite {
+                table_id: l2,
+                op: WriteOp::Insert,
+                matches: vec![FieldMatch::Exact { field: 0, value: vec![2, 0, 0, 0, 0, h] }],
+                priority: 0,
+                action_id: fwd,
+                params: vec![(1, be(p as u64, 9))],
+            })
+            .expect("l2 entry");
+        }
+        let (tt, ta) = id(1, "daiet_trees", "set_tree");
+        let tree = TreeConfig { parent_port: 2, tree_idx: 0, part_base: 0, part_size: 65536, sender_base: 0, op: Op::Sum, children: 1, switch_id: 250, max_senders: 256 };
+        let params = tree.params().iter().zip(TreeConfig::PARAMS).enumerate().map(|(i, (v, (_, b)))| (i as u32 + 1, be(*v, b))).collect();
+        sw.control(&ControlOp::TableWrite { table_id: tt, op: WriteOp::Insert, matches: vec![FieldMatch::Exact { field: 0, value: vec![0, 1] }], priority: 0, action_id: ta, params })
+            .expect("tree entry");
+        for p in 0..4u16 {
+            let c = CloneSession { replicas: vec![Replica { port: p, rid: 0 }], truncate_len: programs::daiet::ACK_FRAME_LEN };
+            sw.control(&ControlOp::CloneSessionWrite { op: WriteOp::Insert, session: ack_session(p), session_cfg: c }).expect("session");
+        }
+        let c = CloneSession { replicas: vec![Replica { port: PORT_RECIRC, rid: 0 }], truncate_len: 0 };
+        sw.control(&ControlOp::CloneSessionWrite { op: WriteOp::Insert, session: WALK_SESSION, session_cfg: c }).expect("session");
+
+        // Templates: `batch` frames of ten pairs over the vocabulary.
+        let templates: Vec<Vec<u8>> = (0..batch)
+            .map(|i| {
+                let mut p = Repr { tree_id: 1, num_pairs: MAX_PAIRS as u8, ..Default::default() }.to_vec();
+                for j in 0..MAX_PAIRS {
+                    let w = ((i * MAX_PAIRS + j) as u64).wrapping_mul(2_654_435_761) % vocab as u64;
+                    emit_fixed_pair(&mut p, format!("word{w}").as_bytes(), 1);
+                }
+                let mut f = vec![0u8; 42];
+                f[0..6].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
+                f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+                f[12..14].copy_from_slice(&[8, 0]);
+                f[14] = 0x45;
+                f[22] = 64;
+                f[23] = 17;
+                f[26..30].copy_from_slice(&[10, 0, 0, 1]);
+                f[30..34].copy_from_slice(&[10, 0, 0, 2]);
+                f[34..36].copy_from_slice(&5000u16.to_be_bytes());
+                f[36..38].copy_from_slice(&UDP_PORT.to_be_bytes());
+                f.extend_from_slice(&p);
+                let n = f.len();
+                layout::fix_lengths(&mut f, n);
+                f
+            })
+            .collect();
+        let mut seq = 0u32;
+        let mut now = 1u64;
+        let mut rx: Vec<PacketBuf> = Vec::with_capacity(batch);
+        let run = |sw: &mut Switch, seq: &mut u32, now: &mut u64, rx: &mut Vec<PacketBuf>| {
+            for t in &templates {
+                let mut b = sw.buffer_for(1);
+                b.copy_from(t);
+                b.data_mut()[layout::SEQ..layout::SEQ + 4].copy_from_slice(&seq.to_be_bytes());
+                *seq += 1;
+                rx.push(b);
+            }
+            sw.process(rx, *now);
+            *now += 1;
+            while sw.pipes()[0].pending() > 0 {
+                sw.tick(*now);
+                *now += 1;
+                for p in 0..4 {
+                    sw.recycle_tx(p);
+                }
+            }
+            for p in 0..4 {
+                sw.recycle_tx(p);
+            }
+        };
+        // Warm-up, then measure.
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_millis(100) {
+            run(&mut sw, &mut seq, &mut now, &mut rx);
+        }
+        let c0 = sw.counters();
+        let seq0 = seq;
+        let start = Instant::now();
+        while start.elapsed() < duration {
+            run(&mut sw, &mut seq, &mut now, &mut rx);
+        }
+        let seconds = start.elapsed().as_secs_f64();
+        let c1 = sw.counters();
+        let packets = (seq - seq0) as u64;
+        let pair_updates = packets * MAX_PAIRS as u64;
+        let passes = c1.programs[1].ingress_passes - c0.programs[1].ingress_passes;
+        let drops = c1.total_drops() - c0.total_drops();
+        AggRate { pair_updates, packets, passes, seconds, pair_updates_per_s: pair_updates as f64 / seconds, drops }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        #[test]
+        fn daiet_bench_runs_without_drops() {
+            let r = super::daiet_pipeline(32, 4096, std::time::Duration::from_millis(200));
+            assert!(r.pair_updates > 0);
+            assert_eq!(r.drops, 0, "{r:?}");
+            assert!(r.passes >= r.packets * 11, "one pass per pair plus the last: {r:?}");
+            eprintln!("{r:?}");
+        }
+    }
+}
