@@ -59,7 +59,7 @@ def test_bench_aggregation_quick() -> None:
     r = aggregation.run(duration=0.2)
     assert r["daiet_pair_updates_per_s"] > 0 and r["forward_pps"] > 0
     assert r["daiet_drops"] == 0
-    assert r["daiet_passes_per_packet"] == 11.0
+    assert 1.0 <= r["daiet_passes_per_packet"] <= 3.0
     assert "switchagg_pair_updates_per_s" in r
 
 
@@ -89,6 +89,8 @@ def test_scapy_layer_dissects_the_rust_encoder() -> None:
                 continue  # a retransmission: no ACKs come back here
             seqs.add(d.seq)
             for p in d.pairs:
+                if isinstance(p, FixedPair) and p.key[:1] == b"\0":
+                    continue  # a hole: an empty position (see wire::daiet)
                 key = p.key.rstrip(b"\0") if isinstance(p, FixedPair) else p.key
                 got.append((key, p.value))
             if d.flags.END:

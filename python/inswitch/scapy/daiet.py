@@ -1,6 +1,7 @@
 """Scapy layer for DAIET aggregation packets (UDP port 7070); the layout is documented in
 `crates/wire/src/daiet.rs`. Fixed pairs are `FixedPair` (16-byte key, zero-padded, 32-bit
-value); with the VARLEN flag, `VarPair` (key length, value, key)."""
+value; a key starting with a zero byte is a hole, an empty position); with the VARLEN
+flag, `VarPair` (key length, value, key)."""
 
 from __future__ import annotations
 
