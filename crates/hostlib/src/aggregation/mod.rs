@@ -144,7 +144,14 @@ pub struct Header {
 
 impl Header {
     fn repr(&self) -> dw::Repr {
-        dw::Repr { tree_id: self.tree_id, flags: self.flags, op: self.op as u8, sender: self.sender, epoch: self.epoch, ..Default::default() }
+        dw::Repr {
+            tree_id: self.tree_id,
+            flags: self.flags,
+            op: self.op as u8,
+            sender: self.sender,
+            epoch: self.epoch,
+            ..Default::default()
+        }
     }
 }
 
