@@ -9,15 +9,18 @@
 //! mappers (ids are 16 bits; the switch keeps one register cell per (tree, sender)):
 //!
 //! - **Mapper → switch.** Each (tree, mapper) stream is numbered from 0; its last packet is
-//!   END. The switch keeps the next expected number per (tree, sender). A packet with
-//!   `seq == expected` is admitted (marked in flight so a copy arriving while it is still
-//!   recirculating is ignored), aggregated, and completed (`expected + 1`); a duplicate
-//!   (`seq < expected`) is not aggregated again, only acknowledged; a gap (`seq > expected`)
-//!   is dropped and counted. The switch cannot create an ACK: the packet itself becomes
-//!   the ACK (addresses swapped, pairs cut) when nothing must go on, or it is cloned (one
-//!   copy on towards the reducer, one truncated copy back as the ACK) when pairs must go
-//!   on. ACKs are cumulative, so the mapper runs Go-Back-N with a window and a
-//!   retransmission timeout.
+//!   END. The switch keeps, per (tree, sender), the next expected number and how many of
+//!   the sender's admitted packets are still in its pipeline (recirculating through their
+//!   pairs). A packet with `seq == expected` is admitted (expected + 1) and aggregated; a
+//!   duplicate (`seq < expected`) is never aggregated again: it is acknowledged if nothing
+//!   of the sender is in flight, else dropped (so an ACK never runs ahead of the
+//!   aggregation); a gap (`seq > expected`) is dropped and counted. An END is admitted only
+//!   when none of the sender's packets is in flight (until then it recirculates), so the
+//!   flush never starts before the sender's last pair is in the table. The switch cannot
+//!   create an ACK: the packet itself becomes the ACK (addresses swapped, pairs cut) when
+//!   nothing must go on, or it is cloned (one copy on towards the reducer, one truncated
+//!   copy back as the ACK) when pairs must go on. ACKs are cumulative; the mapper runs
+//!   Go-Back-N with a window and a retransmission timeout.
 //! - **Switch → reducer.** Everything a switch sends on (pairs that collided or bypass the
 //!   tables, the final flush, END) is numbered per tree by the switch (`FROM_SWITCH`,
 //!   the switch's id as sender). END carries the last number, so the reducer knows when it
@@ -35,13 +38,14 @@
 //! - **Completion.** A mapper's END acknowledged means the switch holds its pairs, not
 //!   that the reducer has them; so mappers report `QUERY/FINISHED` to the reducer and stay
 //!   until the reducer answers `DONE`. If every mapper has finished and the switch's stream
-//!   is still incomplete after a grace period, the reducer falls back.
+//!   is still incomplete and has been silent for a grace period, the reducer falls back.
 //! - `udp` mode (the baseline): mappers send `BYPASS` from the start (epoch 1); the same
 //!   reliability, no aggregation in the network.
 //!
 //! Keys the fixed 16-byte format cannot carry (longer, empty, or holding a zero byte) go in
 //! variable-length packets that the switch sequences and forwards without aggregating:
-//! never truncated.
+//! never truncated. Fixed pairs are placed so that a key sits at a position of its switch
+//! slice (`wire::daiet::slice_of`), with holes where a slice has nothing to send.
 
 pub mod mapper;
 pub mod reducer;
