@@ -45,7 +45,8 @@
 //! Keys the fixed 16-byte format cannot carry (longer, empty, or holding a zero byte) go in
 //! variable-length packets that the switch sequences and forwards without aggregating:
 //! never truncated. Fixed pairs are placed so that a key sits at a position of its switch
-//! slice (`wire::daiet::slice_of`), with holes where a slice has nothing to send.
+//! slice (`wire::daiet::slice_of`) when it can; packets stay full (a hot key then also
+//! occupies cells of other slices, and the reducer merges the partial aggregates).
 
 pub mod mapper;
 pub mod reducer;
@@ -165,8 +166,8 @@ pub const VARLEN_BUDGET: usize = 1400;
 fn daiet_packetize<'a>(hdr: Header, pairs: impl Iterator<Item = (&'a [u8], u32)>) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     // Fixed pairs wait in one queue per switch slice; each packet takes position p from
-    // queue p % SLICES (a hole when that queue is empty), so a key always meets itself in
-    // the same slice of the switch's table.
+    // queue p % SLICES when it can, so a key mostly meets itself in the same slice of the
+    // switch's table; packets are always full (no holes) whatever the key skew.
     let mut queues: [Vec<(&'a [u8], u32)>; dw::SLICES] = Default::default();
     let mut var: Vec<u8> = Vec::new();
     let mut nvar = 0usize;
@@ -195,22 +196,28 @@ fn daiet_packetize<'a>(hdr: Header, pairs: impl Iterator<Item = (&'a [u8], u32)>
     close_var(&mut var, &mut nvar, &mut out);
     let mut heads = [0usize; dw::SLICES];
     loop {
-        let left: Vec<usize> = (0..dw::SLICES).map(|s| queues[s].len() - heads[s]).collect();
-        if left.iter().all(|&n| n == 0) {
+        if (0..dw::SLICES).all(|s| heads[s] == queues[s].len()) {
             break;
         }
         let mut body = Vec::with_capacity(dw::MAX_PAIRS * dw::PAIR_LEN);
         let mut used = 0;
         for p in 0..dw::MAX_PAIRS {
-            let s = p % dw::SLICES;
-            if heads[s] < queues[s].len() {
-                let (k, v) = queues[s][heads[s]];
-                heads[s] += 1;
-                dw::emit_fixed_pair(&mut body, k, v);
-                used = p + 1;
+            // The position's own slice if it has a pair waiting; otherwise the fullest queue
+            // (a skewed key spills into other slices rather than leaving holes: it may then
+            // be held in up to SLICES cells, each flushed to the reducer, which merges them).
+            let home = p % dw::SLICES;
+            let s = if heads[home] < queues[home].len() {
+                home
             } else {
-                dw::emit_hole(&mut body);
-            }
+                match (0..dw::SLICES).filter(|&s| heads[s] < queues[s].len()).max_by_key(|&s| queues[s].len() - heads[s]) {
+                    Some(s) => s,
+                    None => break,
+                }
+            };
+            let (k, v) = queues[s][heads[s]];
+            heads[s] += 1;
+            dw::emit_fixed_pair(&mut body, k, v);
+            used = p + 1;
         }
         body.truncate(used * dw::PAIR_LEN);
         let mut p = dw::Repr { num_pairs: used as u8, ..hdr.repr() }.to_vec();
