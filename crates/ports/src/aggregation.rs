@@ -273,10 +273,10 @@ mod tests {
     fn loopback_udp_and_fallback() {
         let f = SocketFaults { loss: 0.05, duplicate: 0.05, reorder: 0.05, seed: 3 };
         for (mode, base, faults) in [
-            (Mode::Udp, 47100u16, SocketFaults::default()),
-            (Mode::Switch, 47200, SocketFaults::default()),
-            (Mode::Udp, 47300, f),
-            (Mode::Switch, 47400, f),
+            (Mode::Udp, 46100u16, SocketFaults::default()),
+            (Mode::Switch, 46200, SocketFaults::default()),
+            (Mode::Udp, 46300, f),
+            (Mode::Switch, 46400, f),
         ] {
             let words: Vec<Vec<String>> =
                 (0..2).map(|m| (0..2000).map(|i| format!("w{}", (i * 7 + m * 3) % 150)).chain(["x".repeat(40)]).collect()).collect();
