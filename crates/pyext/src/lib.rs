@@ -8,6 +8,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+mod switchagg;
+
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
@@ -612,5 +614,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(udp_sink, m)?)?;
     m.add_function(wrap_pyfunction!(bench_forward_pipeline, m)?)?;
     m.add_function(wrap_pyfunction!(bench_bare_forward_loop, m)?)?;
+    switchagg::register(m)?;
     Ok(())
 }

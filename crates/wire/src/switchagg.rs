@@ -140,13 +140,13 @@ impl<T: AsRef<[u8]>> AggPacket<T> {
     }
 
     /// `Truncated` if the header or a pair runs past the buffer; `Malformed` for another
-    /// type, an unknown operation or flag, a value that is not 4 bytes, an empty key.
+    /// type, an unknown operation or flag, a non-zero reserved byte, a value that is not 4 bytes, an empty key.
     pub fn check(&self) -> Result<()> {
         let b = self.buffer.as_ref();
         if b.len() < HEADER_LEN {
             return Err(Error::Truncated);
         }
-        if b[field::TYPE] != packet_type::AGGREGATION || b[field::FLAGS] & !flags::ALL != 0 {
+        if b[field::TYPE] != packet_type::AGGREGATION || b[field::FLAGS] & !flags::ALL != 0 || b[field::OP + 1] != 0 {
             return Err(Error::Malformed);
         }
         Operation::from_code(b[field::OP])?;

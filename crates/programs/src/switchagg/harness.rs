@@ -85,6 +85,8 @@ pub struct Outcome {
     /// Pairs evicted from FPEs to the BPE and from the BPE to the next hop, all switches.
     pub fpe_evictions: u64,
     pub bpe_evictions: u64,
+    /// FPE evictions per key-length group.
+    pub fpe_evictions_by_group: [u64; 8],
     pub recirculations: u64,
     pub retransmissions: u64,
     /// Frames the fault model lost, duplicated, reordered.
@@ -357,12 +359,16 @@ impl Rack {
         self.nodes[id].sw.control(&op).expect("clone session");
     }
 
-    fn register_sum(&mut self, idx: usize) -> u64 {
-        let mut s = 0;
+    /// A register's cells, summed cell by cell over every switch.
+    fn register_cells(&mut self, idx: usize) -> Vec<u64> {
+        let mut s = Vec::new();
         for n in &mut self.nodes {
             let rid = n.set.ids(1).registers[idx];
             if let Ok(ControlReply::RegisterCells(v)) = n.sw.control(&ControlOp::RegisterRead { register_id: rid, index: None }) {
-                s += v.iter().map(|c| c.1).sum::<u64>();
+                s.resize(s.len().max(v.len()), 0);
+                for (i, c) in v.iter().enumerate() {
+                    s[i] += c.1;
+                }
             }
         }
         s
@@ -517,8 +523,12 @@ impl Rack {
             }
         }
         self.out.time_ns = now;
-        self.out.fpe_evictions = self.register_sum(reg::FPE_EVICTIONS);
-        self.out.bpe_evictions = self.register_sum(reg::BPE_EVICTIONS);
+        let fpe = self.register_cells(reg::FPE_EVICTIONS);
+        for (g, &k) in fpe.iter().enumerate().take(8) {
+            self.out.fpe_evictions_by_group[g] = k;
+        }
+        self.out.fpe_evictions = fpe.iter().sum();
+        self.out.bpe_evictions = self.register_cells(reg::BPE_EVICTIONS).iter().sum();
         for n in &self.nodes {
             let c = n.sw.counters();
             self.out.recirculations += c.recirculations;
