@@ -330,33 +330,13 @@ impl Rack {
 
     #[allow(clippy::too_many_arguments)]
     fn configure(&mut self, id: usize, tree: u16, parent: PortId, children: u16, region: u8, regions: u8, up_child: u16) {
+        let op = self.op;
         let node = &mut self.nodes[id];
-        let ids = node.set.ids(1);
-        let op = ControlOp::TableWrite {
-            table_id: ids.tables[0],
-            op: WriteOp::Insert,
-            matches: vec![FieldMatch::Exact { field: 0, value: tree.to_be_bytes().to_vec() }],
-            priority: 0,
-            action_id: ids.actions[0],
-            params: vec![
-                (1, parent.to_be_bytes().to_vec()),
-                (2, children.to_be_bytes().to_vec()),
-                (3, vec![self.op.code()]),
-                (4, vec![region]),
-                (5, vec![regions]),
-                (6, up_child.to_be_bytes().to_vec()),
-            ],
-        };
-        node.sw.control(&op).expect("tree_config entry");
+        configure_tree(&mut node.sw, &node.set, tree, parent, children, op, region, regions, up_child);
     }
 
     fn clone_session(&mut self, id: usize, session: u16, port: PortId, rid: u16) {
-        let op = ControlOp::CloneSessionWrite {
-            op: WriteOp::Insert,
-            session,
-            session_cfg: CloneSession { replicas: vec![Replica { port, rid }], truncate_len: 0 },
-        };
-        self.nodes[id].sw.control(&op).expect("clone session");
+        add_clone_session(&mut self.nodes[id].sw, session, port, rid);
     }
 
     /// A register's cells, summed cell by cell over every switch.
@@ -558,6 +538,63 @@ impl Rack {
         }
         self.out
     }
+}
+
+/// The controller's write of one tree into `tree_config` (program 1 of `set`).
+#[allow(clippy::too_many_arguments)]
+pub fn configure_tree(
+    sw: &mut Switch,
+    set: &ProgramSet,
+    tree: u16,
+    parent: PortId,
+    children: u16,
+    op: Operation,
+    region: u8,
+    regions: u8,
+    up_child: u16,
+) {
+    let ids = set.ids(1);
+    let w = ControlOp::TableWrite {
+        table_id: ids.tables[0],
+        op: WriteOp::Insert,
+        matches: vec![FieldMatch::Exact { field: 0, value: tree.to_be_bytes().to_vec() }],
+        priority: 0,
+        action_id: ids.actions[0],
+        params: vec![
+            (1, parent.to_be_bytes().to_vec()),
+            (2, children.to_be_bytes().to_vec()),
+            (3, vec![op.code()]),
+            (4, vec![region]),
+            (5, vec![regions]),
+            (6, up_child.to_be_bytes().to_vec()),
+        ],
+    };
+    sw.control(&w).expect("tree_config entry");
+}
+
+/// A clone session with one replica.
+pub fn add_clone_session(sw: &mut Switch, session: u16, port: PortId, rid: u16) {
+    let op = ControlOp::CloneSessionWrite {
+        op: WriteOp::Insert,
+        session,
+        session_cfg: CloneSession { replicas: vec![Replica { port, rid }], truncate_len: 0 },
+    };
+    sw.control(&op).expect("clone session");
+}
+
+/// One switch running `forward` and `switchagg`, `children` child ports (0..children) and
+/// one tree whose parent is port `children`, configured as the controller would.
+pub fn single_switch(cfg: Config, children: u16, op: Operation) -> (Switch, Arc<ProgramSet>) {
+    let progs: Vec<Arc<dyn Program>> = vec![Arc::new(super::super::forward::Forward::new()), Arc::new(SwitchAgg::with_config(cfg))];
+    let set = Arc::new(ProgramSet::new(progs).expect("forward + switchagg load together"));
+    let pc = PipeConfig { queue_capacity: 1 << 16, egress_budget: 1 << 16, recirc_capacity: 1 << 12, ..PipeConfig::default() };
+    let mut sw = Switch::new(set.clone(), children + 2, 1, pc);
+    configure_tree(&mut sw, &set, 0, children, children, op, 0, 1, 0);
+    for p in 0..children {
+        add_clone_session(&mut sw, ACK_SESSION_BASE + p, p, ACK_RID);
+    }
+    add_clone_session(&mut sw, FLUSH_SESSION, PORT_RECIRC, 0);
+    (sw, set)
 }
 
 /// Aggregate `job` on the switches of `topo` and return what the reducers got.

@@ -1,0 +1,121 @@
+"""SwitchAgg from Python: in-memory jobs through the `switchagg` program compared with a
+Counter, under faults too; the experiments' quick modes; the resource report."""
+
+from __future__ import annotations
+
+import collections
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from inswitch import _native
+from inswitch.experiments import switchagg as exp
+
+TEXT = """
+It is a truth universally acknowledged, that a single man in possession of a good fortune,
+must be in want of a wife. Es war einmal ein König, der hatte drei Töchter; 東京は日本の首都です。
+Антон Павлович Чехов писал рассказы. supercalifragilisticexpialidocious-and-then-some-more-letters-to-pass-sixty-four-bytes
+""" * 40
+
+
+def as_arrays(words: list[bytes]) -> tuple[bytes, bytes, bytes]:
+    off = np.zeros(len(words) + 1, dtype=np.uint64)
+    off[1:] = np.cumsum([len(w) for w in words])
+    return b"".join(words), off.tobytes(), np.ones(len(words), dtype=np.uint32).tobytes()
+
+
+def result_of(r: dict) -> collections.Counter:
+    keys, off = r["result_keys"], np.frombuffer(r["result_offsets"], dtype=np.uint64)
+    vals = np.frombuffer(r["result_values"], dtype=np.uint32)
+    return collections.Counter({keys[int(off[i]) : int(off[i + 1])]: int(vals[i]) for i in range(len(vals))})
+
+
+def test_wordcount_of_real_text_equals_a_counter() -> None:
+    words = [w.encode() for w in TEXT.split()]
+    assert any(len(w) > 64 for w in words), "a key longer than every engine's slots"
+    r = _native.switchagg_run(*as_arrays(words), mappers=3, trees=2, fpe_bytes=2 << 10, bpe_bytes=4 << 10)
+    assert r["complete"] and r["reducer_seq_errors"] == 0
+    assert result_of(r) == collections.Counter(words)
+    assert r["fpe_evictions"] > 0, "tiny engines: collisions happen"
+    assert 0 < r["reduction_ratio"] < 1
+
+
+@pytest.mark.parametrize("topology", ["single", "two-level", "chain"])
+def test_zipf_keys_under_loss_duplication_reordering(topology: str) -> None:
+    table = exp.key_table(3000, (4, 70))
+    ids = exp.sample(3000, 20000, 0.99, seed=4)
+    keys, offs = exp.gather(table, ids)
+    vals = np.ones(len(ids), dtype=np.uint32).tobytes()
+    r = _native.switchagg_run(keys, offs, vals, mappers=4, trees=2, fpe_bytes=8 << 10, bpe_bytes=32 << 10, topology=topology, hops=2, tors=2, loss=0.05, duplicate=0.05, reorder=0.05, seed=9)
+    assert r["complete"]
+    assert r["faults"]["lost"] > 0 and r["faults"]["duplicated"] > 0 and r["faults"]["reordered"] > 0
+    assert r["retransmissions"] > 0
+    counts = np.bincount(ids, minlength=3000)
+    assert exp._result_equals(r, table, counts)
+
+
+def test_bad_arguments_are_value_errors() -> None:
+    with pytest.raises(ValueError):
+        _native.switchagg_run(b"ab", np.array([0, 2], dtype=np.uint64).tobytes(), b"\x01\x00", mappers=1)
+    with pytest.raises(ValueError):
+        _native.switchagg_run(b"ab", np.array([0, 3], dtype=np.uint64).tobytes(), np.ones(1, dtype=np.uint32).tobytes())
+    with pytest.raises(ValueError):
+        _native.switchagg_run(b"ab", np.array([0, 2], dtype=np.uint64).tobytes(), np.ones(1, dtype=np.uint32).tobytes(), op="avg")
+
+
+def test_fig2_quick(tmp_path: Path) -> None:
+    r = exp.run_fig2(True, lambda s: None)
+    assert r["all_correct"]
+    assert r["reduction_fits"] > 0.8, "the paper: > 80 % when the memory holds every key"
+    assert r["reduction_10x_memory"] < 0.1, "the paper: < 10 % at ten times the memory"
+    # Formula (3) assumes a perfect cache of C pairs; a hash table of buckets is within 0.1.
+    assert r["max_abs_gap_to_formula3"] < 0.1
+    assert r["hops_uniform_spread"] < 0.02, "Theorem 2.2: uniform data gains nothing from more hops"
+    exp.plot_fig2(r, tmp_path / "fig2.png")
+    assert (tmp_path / "fig2.png").stat().st_size > 0
+
+
+def test_fig9_quick(tmp_path: Path) -> None:
+    r = exp.run_fig9(True, lambda s: None)
+    assert r["all_correct"]
+    assert r["uniform_single_level_max"] < 0.1
+    assert r["zipf_multi_level_max"] > r["uniform_largest_fpe"], "the BPE and skew raise the reduction"
+    zipf = r["series"]["zipf0.99"]
+    single = max(x["reduction_ratio"] for k, v in zipf.items() if k.startswith("S-") for x in v)
+    assert r["zipf_multi_level_max"] > single
+    exp.plot_fig9(r, tmp_path / "fig9.png")
+
+
+def test_table2_quick(tmp_path: Path) -> None:
+    r = exp.run_table2(True, lambda s: None)
+    assert r["all_correct"]
+    assert r["max_full_ratio"] < 0.01, "paper's key lengths at line rate: the engines keep up"
+    for row in r["loads"]:
+        assert row["processed_gbps"] > 0.95 * row["offered_gbps"]
+    assert r["stress_short_keys"]["full_ratio"] > 0.5, "one group of 8-byte keys at 30 Gbit/s overruns its FPE"
+    assert r["software_pairs_per_s"] > 1e5
+    exp.plot_table2(r, tmp_path / "table2.png")
+
+
+def test_experiment_cli_writes_json_and_png(tmp_path: Path) -> None:
+    cp = subprocess.run([sys.executable, "-m", "inswitch", "experiment", "switchagg-fig9", "--quick", "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert cp.returncode == 0, cp.stderr
+    r = json.loads((tmp_path / "switchagg-fig9.json").read_text())
+    assert r["quick"] and r["all_correct"]
+    assert (tmp_path / "switchagg-fig9.png").exists()
+
+
+def test_resources_tell_the_truth() -> None:
+    from inswitch import native
+
+    fpga = native.resources(["forward", "switchagg"], "switchagg-fpga")
+    assert fpga["fits"], fpga["problems"]
+    assert fpga["target"]["clock_mhz"] == 200 and dict(fpga["target"]["cycle_costs"])["bpe_aggregate"] == 33
+    tofino = native.resources(["forward", "switchagg"], "tofino1")
+    assert not tofino["fits"]
+    cp = subprocess.run([sys.executable, "-m", "inswitch", "resources", "switchagg", "--target", "switchagg-fpga"], capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 0 and "FITS switchagg-fpga" in cp.stdout
