@@ -119,3 +119,18 @@ def test_resources_tell_the_truth() -> None:
     assert not tofino["fits"]
     cp = subprocess.run([sys.executable, "-m", "inswitch", "resources", "switchagg", "--target", "switchagg-fpga"], capture_output=True, text=True, timeout=60)
     assert cp.returncode == 0 and "FITS switchagg-fpga" in cp.stdout
+
+
+def test_scapy_layer_matches_the_wire_layout() -> None:
+    from scapy.layers.inet import IP, UDP  # type: ignore[attr-defined]
+
+    from inswitch.scapy.switchagg import Pair, SwitchAgg
+
+    p = SwitchAgg(flags="EOT", tree_id=3, op="max", child_id=7, seq=0xDEADBEEF, pairs=[Pair(key=b"a", value=1), Pair(key=b"x" * 70, value=2)])
+    raw = bytes(p)
+    # Hand-laid bytes (crates/wire/src/switchagg.rs): type, flags, tree, op, rsvd, child, seq, n.
+    head = bytes([1, 1, 0, 3, 2, 0, 0, 7, 0xDE, 0xAD, 0xBE, 0xEF, 0, 2])
+    assert raw == head + bytes([1, 4]) + b"a" + (1).to_bytes(4, "big") + bytes([70, 4]) + b"x" * 70 + (2).to_bytes(4, "big")
+    back = IP(bytes(IP(dst="10.0.0.2") / UDP(sport=40000, dport=7071) / raw))
+    s = back[SwitchAgg]
+    assert s.num_pairs == 2 and [x.key for x in s.pairs] == [b"a", b"x" * 70] and s.seq == 0xDEADBEEF

@@ -155,6 +155,11 @@ pub fn frame(src: u8, dst: u8, tree: u16, op: Operation, child: u16, seq: u32, f
 
 /// Split pairs into packets of at most [`MAX_PAIR_BYTES`] pair bytes.
 pub fn packetize(pairs: &[(Vec<u8>, u32)]) -> Vec<Vec<(Vec<u8>, u32)>> {
+    packetize_owned(pairs.to_vec())
+}
+
+/// [`packetize`], taking the pairs.
+pub fn packetize_owned(pairs: Vec<(Vec<u8>, u32)>) -> Vec<Vec<(Vec<u8>, u32)>> {
     let mut out = vec![Vec::new()];
     let mut used = 0;
     for (k, v) in pairs {
@@ -163,7 +168,7 @@ pub fn packetize(pairs: &[(Vec<u8>, u32)]) -> Vec<Vec<(Vec<u8>, u32)>> {
             out.push(Vec::new());
             used = 0;
         }
-        out.last_mut().unwrap().push((k.clone(), *v));
+        out.last_mut().unwrap().push((k, v));
         used += n;
     }
     out
@@ -323,7 +328,7 @@ impl Rack {
                 rack.out.pairs_in += 1;
                 rack.out.pair_bytes_in += (PAIR_OVERHEAD + k.len()) as u64;
             }
-            rack.senders[i].packets = per_tree.iter().map(|p| packetize(p)).collect();
+            rack.senders[i].packets = per_tree.into_iter().map(packetize_owned).collect();
         }
         rack
     }
