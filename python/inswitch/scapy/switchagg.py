@@ -60,3 +60,5 @@ class SwitchAgg(Packet):
 
 
 bind_layers(UDP, SwitchAgg, dport=UDP_PORT)
+# ACKs come back from the switch with the ports swapped.
+bind_layers(UDP, SwitchAgg, sport=UDP_PORT)

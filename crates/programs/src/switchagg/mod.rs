@@ -55,6 +55,9 @@ pub const ITEMS_PER_PASS: u32 = 256;
 /// replica to port `p` (below 511) with replication id [`ACK_RID`] (installed by the controller).
 pub const ACK_SESSION_BASE: u16 = 0x200;
 pub const ACK_RID: u16 = 0x0ACC;
+/// Ports that have an ACK session (clone session ids end at 1023); a child on another port
+/// (the CPU port) gets ACKs only for packets turned around whole.
+pub const MAX_ACK_PORT: u16 = 1024 - ACK_SESSION_BASE;
 /// Clone session whose one replica is the recirculation port: a flush pass sends its
 /// packet to the parent and its copy around again.
 pub const FLUSH_SESSION: u16 = 0x1FF;
@@ -446,7 +449,9 @@ impl Program for SwitchAgg {
             br.fill(0);
             br[0] = BRIDGED_FLUSH;
             flush::stash_ack(br, child, seq);
-            pass.clone_ingress(ACK_SESSION_BASE + in_port);
+            if in_port < MAX_ACK_PORT {
+                pass.clone_ingress(ACK_SESSION_BASE + in_port);
+            }
             pass.recirculate();
             return;
         }
@@ -472,7 +477,9 @@ impl Program for SwitchAgg {
         br.fill(0);
         br[0] = BRIDGED_ACK;
         flush::stash_ack(br, child, seq);
-        pass.clone_ingress(ACK_SESSION_BASE + in_port);
+        if in_port < MAX_ACK_PORT {
+            pass.clone_ingress(ACK_SESSION_BASE + in_port);
+        }
         pass.forward(tree.parent_port);
     }
 
