@@ -15,13 +15,16 @@ use programs::switchagg::payload_analyzer::{group_of, GROUPS};
 use programs::switchagg::Config;
 use wire::switchagg::{Operation, HEADER_LEN, PAIR_OVERHEAD};
 
+/// Pairs of one mapper (or one packet).
+type Pairs = Vec<(Vec<u8>, u32)>;
+
 fn value_err(e: impl ToString) -> PyErr {
     PyValueError::new_err(e.to_string())
 }
 
 /// Pairs from the byte arrays, split into `mappers` contiguous shares.
-fn pairs_of(keys: &[u8], offsets: &[u8], values: &[u8], mappers: usize) -> PyResult<Vec<Vec<(Vec<u8>, u32)>>> {
-    if offsets.len() % 8 != 0 || values.len() % 4 != 0 {
+fn pairs_of(keys: &[u8], offsets: &[u8], values: &[u8], mappers: usize) -> PyResult<Vec<Pairs>> {
+    if !offsets.len().is_multiple_of(8) || !values.len().is_multiple_of(4) {
         return Err(value_err("key_offsets must be uint64 and values uint32"));
     }
     let off: Vec<u64> = offsets.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect();
@@ -287,11 +290,11 @@ struct BenchResult {
 }
 
 /// Push the shares' packets through one configured switch for `duration` seconds.
-fn bench(shares: &[Vec<(Vec<u8>, u32)>], cfg: Config, batch: usize, duration: f64) -> BenchResult {
+fn bench(shares: &[Pairs], cfg: Config, batch: usize, duration: f64) -> BenchResult {
     let m = shares.len();
     let (mut sw, _) = harness::single_switch(cfg, m as u16, Operation::Sum);
     // Packets in mapper round-robin order.
-    let per: Vec<Vec<Vec<(Vec<u8>, u32)>>> = shares.iter().map(|s| harness::packetize(s)).collect();
+    let per: Vec<Vec<Pairs>> = shares.iter().map(|s| harness::packetize(s)).collect();
     let mut order = Vec::new();
     let most = per.iter().map(|p| p.len()).max().unwrap_or(0);
     for i in 0..most {
@@ -348,7 +351,7 @@ fn bench(shares: &[Vec<(Vec<u8>, u32)>], cfg: Config, batch: usize, duration: f6
 #[pyo3(signature = (batch=64, vocab=4096, duration=2.0))]
 fn bench_switchagg_pipeline<'py>(py: Python<'py>, batch: usize, vocab: u32, duration: f64) -> PyResult<Bound<'py, PyDict>> {
     let vocab = vocab.max(1);
-    let shares: Vec<Vec<(Vec<u8>, u32)>> = (0..3u32)
+    let shares: Vec<Pairs> = (0..3u32)
         .map(|j| {
             (0..20_000u32)
                 .map(|i| {

@@ -174,10 +174,13 @@ pub fn packetize_owned(pairs: Vec<(Vec<u8>, u32)>) -> Vec<Vec<(Vec<u8>, u32)>> {
     out
 }
 
+/// Pairs of one packet.
+type Batch = Vec<(Vec<u8>, u32)>;
+
 struct Sender {
     /// Per tree: packets (pairs), next to send, first unacknowledged, when the window
     /// was last (re)started.
-    packets: Vec<Vec<Vec<(Vec<u8>, u32)>>>,
+    packets: Vec<Vec<Batch>>,
     next: Vec<u32>,
     base: Vec<u32>,
     sent_at: Vec<u64>,
