@@ -96,9 +96,12 @@ impl Controller {
     }
 }
 
+/// A tree as the switch installs it: `(tree, children, region, regions)`.
+pub type TreeEntry = (u16, u16, u8, u8);
+
 /// The switch's side: the Configure packet's trees, each with its memory region (an even
 /// split, SwitchAgg §4.2.2) as `(tree, children, region, regions)`, and the Ack to send.
-pub fn switch_on_configure(bytes: &[u8]) -> Option<(Vec<(u16, u16, u8, u8)>, Vec<u8>)> {
+pub fn switch_on_configure(bytes: &[u8]) -> Option<(Vec<TreeEntry>, Vec<u8>)> {
     let c = ConfigureRepr::parse(bytes).ok()?;
     let n = c.trees.len();
     if n == 0 || n > 255 {
