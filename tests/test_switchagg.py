@@ -42,6 +42,8 @@ def test_wordcount_of_real_text_equals_a_counter() -> None:
     assert result_of(r) == collections.Counter(words)
     assert r["fpe_evictions"] > 0, "tiny engines: collisions happen"
     assert 0 < r["reduction_ratio"] < 1
+    # Every pair costs its FPE two cycles: the busiest engine sees at least len/8 of them.
+    assert r["engine_cycles"] >= 2 * len(words) // 8
 
 
 @pytest.mark.parametrize("topology", ["single", "two-level", "chain"])

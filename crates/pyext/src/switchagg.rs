@@ -69,7 +69,9 @@ fn topology_of(topology: &str, hops: usize, tors: usize) -> PyResult<Topology> {
 /// `bpe_evictions`, `recirculations`, `retransmissions`, `mapper_packets`, `mapper_bytes`,
 /// `reducer_packets`, `reducer_bytes`, `faults` (lost, duplicated, reordered), `drops`,
 /// `complete`, `reducer_seq_errors`, `seconds` (wall clock of the software model),
-/// `flush_cycles` (FPGA cycles to drain the engines, one bucket word per cycle), and the
+/// `flush_cycles` (FPGA cycles to drain the engines, one bucket word per cycle),
+/// `engine_cycles` and `engine_seconds_at_clock` (the busiest engine's cycles for the
+/// job's pairs at 200 MHz, a lower bound on the FPGA's aggregation time), and the
 /// reducers' result as `result_trees` (uint32 per key), `result_keys`, `result_offsets`
 /// (uint64), `result_values` (uint32).
 #[pyfunction]
@@ -145,6 +147,20 @@ fn switchagg_run<'py>(
     d.set_item("reducer_seq_errors", out.reducer_seq_errors)?;
     d.set_item("seconds", secs)?;
     d.set_item("flush_cycles", flush_words)?;
+    // The busiest engine's cycles on the FPGA: each FPE starts a pair every FPE_II cycles,
+    // the shared BPE an eviction every BPE_II (a lower bound on the aggregation time).
+    let mut per_group = [0u64; GROUPS];
+    for m in &job.mappers {
+        for (k, _) in m {
+            if let Some(g) = group_of(k.len()) {
+                per_group[g] += 1;
+            }
+        }
+    }
+    let fpe_busiest = per_group.iter().max().copied().unwrap_or(0) * cycles::FPE_II;
+    let engine_cycles = fpe_busiest.max(if bpe_bytes > 0 { out.fpe_evictions * cycles::BPE_II } else { 0 });
+    d.set_item("engine_cycles", engine_cycles)?;
+    d.set_item("engine_seconds_at_clock", engine_cycles as f64 / cycles::CLOCK_HZ as f64)?;
     let (mut tk, mut kb, mut ko, mut kv) = (Vec::new(), Vec::new(), vec![0u8; 8], Vec::new());
     for (t, m) in out.result.iter().enumerate() {
         let mut items: Vec<_> = m.iter().collect();
