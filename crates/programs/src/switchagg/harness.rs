@@ -550,8 +550,7 @@ impl Rack {
 
 /// The controller's write of one tree into `tree_config` (program 1 of `set`).
 #[allow(clippy::too_many_arguments)]
-pub fn configure_tree(
-    sw: &mut Switch,
+pub fn tree_config_op(
     set: &ProgramSet,
     tree: u16,
     parent: PortId,
@@ -560,9 +559,9 @@ pub fn configure_tree(
     region: u8,
     regions: u8,
     up_child: u16,
-) {
+) -> ControlOp {
     let ids = set.ids(1);
-    let w = ControlOp::TableWrite {
+    ControlOp::TableWrite {
         table_id: ids.tables[0],
         op: WriteOp::Insert,
         matches: vec![FieldMatch::Exact { field: 0, value: tree.to_be_bytes().to_vec() }],
@@ -576,18 +575,37 @@ pub fn configure_tree(
             (5, vec![regions]),
             (6, up_child.to_be_bytes().to_vec()),
         ],
-    };
-    sw.control(&w).expect("tree_config entry");
+    }
 }
 
 /// A clone session with one replica.
-pub fn add_clone_session(sw: &mut Switch, session: u16, port: PortId, rid: u16) {
-    let op = ControlOp::CloneSessionWrite {
+pub fn clone_session_op(session: u16, port: PortId, rid: u16) -> ControlOp {
+    ControlOp::CloneSessionWrite {
         op: WriteOp::Insert,
         session,
         session_cfg: CloneSession { replicas: vec![Replica { port, rid }], truncate_len: 0 },
-    };
-    sw.control(&op).expect("clone session");
+    }
+}
+
+/// [`tree_config_op`] applied to `sw`.
+#[allow(clippy::too_many_arguments)]
+pub fn configure_tree(
+    sw: &mut Switch,
+    set: &ProgramSet,
+    tree: u16,
+    parent: PortId,
+    children: u16,
+    op: Operation,
+    region: u8,
+    regions: u8,
+    up_child: u16,
+) {
+    sw.control(&tree_config_op(set, tree, parent, children, op, region, regions, up_child)).expect("tree_config entry");
+}
+
+/// [`clone_session_op`] applied to `sw`.
+pub fn add_clone_session(sw: &mut Switch, session: u16, port: PortId, rid: u16) {
+    sw.control(&clone_session_op(session, port, rid)).expect("clone session");
 }
 
 /// One switch running `forward` and `switchagg`, `children` child ports (0..children) and
