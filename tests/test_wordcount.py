@@ -177,6 +177,8 @@ def test_rack_tcp_udp_uniform_keys_under_loss() -> None:
     doc = run(JobSpec(zipf=0.0, words=30_000, vocab=3_000, mappers=3, reducers=2, loss=0.03, seed=7,
                       rack="wordcount1", where="netns", timeout_s=60), ["tcp", "udp"])
     _check(doc, ["tcp", "udp"])
+    for m in ("tcp", "udp"):
+        assert doc["runs"][m]["switch_lost_frames"] > 0  # the switch's fault injector did lose frames
     assert doc["runs"]["udp"]["retransmissions"] > 0
     assert doc["runs"]["tcp"]["reducer_packets"] > 0  # the reducer host's NIC counter
 
@@ -203,4 +205,5 @@ def test_rack_switch_under_loss() -> None:
     doc = run(JobSpec(zipf=0.99, words=20_000, vocab=1_000, mappers=3, reducers=2, loss=0.03, seed=11,
                       rack="wordcount4", where="netns", timeout_s=90), ["switch"])
     _check(doc, ["udp", "switch"])
+    assert doc["runs"]["switch"]["switch_lost_frames"] > 0
     assert doc["runs"]["switch"]["retransmissions"] > 0

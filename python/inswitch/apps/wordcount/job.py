@@ -254,9 +254,35 @@ def _kill(procs: list[subprocess.Popen[str]]) -> None:
             pass
 
 
+def switch_counters(env: Env) -> dict[str, float]:
+    """The switch's own drop counters (its /metrics): frames its ports' fault injector lost
+    (`fault_lost`), and pipeline drops by reason (e.g. malformed aggregation packets)."""
+    if env.rack_state is None:
+        return {}
+    from inswitch.topology import control
+
+    out: dict[str, float] = {}
+    try:
+        samples = control.scrape_metrics(env.rack_state.switch.metrics)
+    except Exception:
+        return {}
+    for name, labels, v in samples:
+        if name == "inswitch_port_io_drops_total" and "fault" in labels.get("reason", ""):
+            out["fault_lost"] = out.get("fault_lost", 0) + v
+        elif name == "inswitch_drops_total":
+            key = f"drop:{labels.get('reason', '?')}"
+            out[key] = out.get(key, 0) + v
+    return out
+
+
+def _delta(a: dict[str, float], b: dict[str, float]) -> dict[str, int]:
+    return {k: int(b[k] - a.get(k, 0)) for k in b if b[k] - a.get(k, 0)}
+
+
 def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir: Path, progress: Progress,
              tree_base: int = 1) -> dict[str, Any]:
     M, R = spec.mappers, spec.reducers
+    sw0 = switch_counters(env)
     tree_ids = [tree_base + j for j in range(R)]
     info: dict[str, Any] = {}
     if mode == "switch":
@@ -304,6 +330,7 @@ def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir:
         job_s = time.monotonic() - t0
     finally:
         _kill(mappers + reducers)
+    sw = _delta(sw0, switch_counters(env))
     progress(f"{mode}: checking the reducers' counts against the reference")
     got: dict[bytes, int] = {}
     misplaced = 0
@@ -331,6 +358,8 @@ def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir:
         "mapper_pairs": sum(int(m["pairs"]) for m in mstats),
         "retransmissions": sum(int(m.get("retransmissions") or 0) for m in mstats),
         "fallback": any(bool(x.get("fallback")) for x in mstats + rstats),
+        "switch_lost_frames": sw.pop("fault_lost", 0),
+        "switch_drops": sw,
         "per_reducer": rstats,
         "per_mapper": mstats,
         **info,
