@@ -207,3 +207,21 @@ def test_rack_switch_under_loss() -> None:
     _check(doc, ["udp", "switch"])
     assert doc["runs"]["switch"]["switch_lost_frames"] > 0
     assert doc["runs"]["switch"]["retransmissions"] > 0
+
+
+@netns
+@needs_root
+@needs_switch
+def test_daiet_fig3_quick(tmp_path: Path) -> None:
+    """`inswitch experiment daiet-fig3 --quick`: JSON + PNG, correct counts in every mode,
+    and in-network aggregation really reduces what the reducers receive."""
+    cp = subprocess.run([sys.executable, "-m", "inswitch", "experiment", "daiet-fig3", "--quick", "--out", str(tmp_path)],
+                        capture_output=True, text=True, timeout=300)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    doc = json.loads((tmp_path / "daiet-fig3.json").read_text())
+    assert (tmp_path / "daiet-fig3.png").stat().st_size > 0
+    assert doc["correct"] is True and doc["quick"] is True
+    assert all(t["correct"] for t in doc["totals"].values())
+    # 4 mappers each holding almost every word: the best possible is 1 - 1/4.
+    assert 0.5 < doc["data_reduction_vs_udp"]["median"] <= doc["ideal_with_combiner"] + 0.05
+    assert doc["packet_reduction_vs_udp"]["median"] > 0.4

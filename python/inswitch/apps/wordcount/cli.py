@@ -41,13 +41,19 @@ def table(doc: dict[str, Any]) -> Table:
                     f"({doc['long_keys']:,} longer than 16 bytes), {doc['mappers']} mappers, {doc['reducers']} reducers"
                     + (f", loss {doc['loss']:g}" if doc["loss"] else ""))
     t.add_column("mode")
-    for c in ("correct", "reducer bytes", "reducer packets", "reducer CPU s", "job s", "retransmits"):
+    cols = ["correct", "reducer bytes", "reducer packets", "reducer CPU s", "job s", "retransmits"]
+    if doc["loss"]:
+        cols.append("frames lost")
+    for c in cols:
         t.add_column(c, justify="right")
     for m in MODES:
         if m in runs:
             r = runs[m]
             name = f"switch ({doc['program']})" if m == "switch" else m
-            t.add_row(name, *(_fmt(r[k]) for k in FIGURES), _fmt(r.get("retransmissions")))
+            row = [_fmt(r[k]) for k in FIGURES] + [_fmt(r.get("retransmissions"))]
+            if doc["loss"]:
+                row.append(_fmt(r.get("switch_lost_frames")))
+            t.add_row(name, *row)
     return t
 
 

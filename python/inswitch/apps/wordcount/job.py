@@ -320,6 +320,7 @@ def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir:
             except subprocess.TimeoutExpired:
                 raise JobError(f"{mode}: mapper {i} did not finish in {limit:.0f} s") from None
             mstats.append(_last_json(out, err, f"{mode} mapper {i}"))
+            progress(f"{mode}: {i + 1}/{M} mappers done ({time.monotonic() - t0:.1f} s)")
         rstats = []
         for j, p in enumerate(reducers):
             try:
@@ -327,6 +328,7 @@ def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir:
             except subprocess.TimeoutExpired:
                 raise JobError(f"{mode}: reducer {j} did not finish in {limit:.0f} s") from None
             rstats.append(_last_json(out, err, f"{mode} reducer {j}"))
+            progress(f"{mode}: {j + 1}/{R} reducers done ({time.monotonic() - t0:.1f} s)")
         job_s = time.monotonic() - t0
     finally:
         _kill(mappers + reducers)
