@@ -225,3 +225,15 @@ def test_daiet_fig3_quick(tmp_path: Path) -> None:
     # 4 mappers each holding almost every word: the best possible is 1 - 1/4.
     assert 0.5 < doc["data_reduction_vs_udp"]["median"] <= doc["ideal_with_combiner"] + 0.05
     assert doc["packet_reduction_vs_udp"]["median"] > 0.4
+
+
+@netns
+@needs_root
+@needs_switch
+def test_rack_switch_absent_falls_back_to_hosts() -> None:
+    """Switch mode with the aggregation program missing from the switch: the job still
+    completes with the right counts, aggregated by the hosts, and says so."""
+    doc = run(JobSpec(zipf=0.99, words=10_000, vocab=500, mappers=2, reducers=2, rack="wordcount5",
+                      where="netns", timeout_s=90, absent_program=True), ["switch"])
+    _check(doc, ["udp", "switch"])
+    assert doc["fallback"] is True and "note" in doc["runs"]["switch"]

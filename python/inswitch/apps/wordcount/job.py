@@ -55,6 +55,9 @@ class JobSpec:
     rack: str = "wordcount"
     #: "auto" (a netns rack when root, else loopback), "netns" or "loopback".
     where: str = "auto"
+    #: Run switch mode with the aggregation program absent from the switch (forwarding only,
+    #: no trees): the hosts must notice and aggregate themselves (`fallback`).
+    absent_program: bool = False
 
     def check(self) -> None:
         if (self.inputs is None) == (self.zipf is None):
@@ -192,7 +195,7 @@ def open_env(spec: JobSpec, switch: bool, progress: Progress) -> tuple[Env, Call
 
     rack = Rack()
     rack.down(spec.rack)  # a leftover from an interrupted run
-    programs = f"forward,{spec.program}" if switch else "forward"
+    programs = f"forward,{spec.program}" if switch and not spec.absent_program else "forward"
     fault = f"loss={spec.loss},seed={spec.seed}" if spec.loss else None
     progress(f"building a rack of {M + R} hosts around the switch ({programs}{', loss ' + str(spec.loss) if fault else ''})")
     try:
@@ -285,7 +288,7 @@ def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir:
     sw0 = switch_counters(env)
     tree_ids = [tree_base + j for j in range(R)]
     info: dict[str, Any] = {}
-    if mode == "switch":
+    if mode == "switch" and not spec.absent_program:
         info["controller"] = install_trees(env, spec, tree_ids, progress)
     reducer_addrs = [env.reduce_addr(j) for j in range(R)]
     mapper_addrs = [env.map_addr(i) for i in range(M)]
