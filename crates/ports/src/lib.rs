@@ -17,6 +17,7 @@
 
 #![warn(missing_docs)]
 
+pub mod aggregation;
 pub mod afpacket;
 pub mod bench;
 pub mod dataplane;

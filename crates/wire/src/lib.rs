@@ -59,6 +59,7 @@
 #![warn(missing_docs)]
 
 pub mod arp;
+pub mod daiet;
 pub mod checksum;
 pub mod error;
 pub mod ethernet;

@@ -1,0 +1,261 @@
+//! The mapper's sender: one Go-Back-N stream per tree, retransmission on timeout, status
+//! reports to the reducer, and the switch to a BYPASS stream when the reducer asks.
+
+use wire::daiet::{flags, info, Op};
+
+use super::{Header, Mode, Protocol};
+
+/// Sender parameters.
+#[derive(Debug, Clone)]
+pub struct MapperConfig {
+    pub protocol: Protocol,
+    pub mapper_id: u16,
+    pub op: Op,
+    pub mode: Mode,
+    /// Retransmission timeout.
+    pub rto_ns: u64,
+    /// Packets in flight per tree.
+    pub window: usize,
+    /// No acknowledgement for this long on the in-network stream: report `STALLED`.
+    pub stall_ns: u64,
+}
+
+impl MapperConfig {
+    pub fn new(mapper_id: u16, op: Op, mode: Mode) -> MapperConfig {
+        MapperConfig { protocol: Protocol::Daiet, mapper_id, op, mode, rto_ns: 20_000_000, window: 64, stall_ns: 400_000_000 }
+    }
+}
+
+/// What a sender did.
+#[derive(Debug, Clone, Default)]
+pub struct MapperStats {
+    pub packets_sent: u64,
+    pub bytes_sent: u64,
+    pub retransmissions: u64,
+    pub acks: u64,
+    pub fallback: bool,
+    pub pairs: u64,
+}
+
+struct TreeTx {
+    tree_id: u16,
+    epoch: u16,
+    packets: Vec<Vec<u8>>,
+    base: usize,
+    next: usize,
+    /// When the oldest unacknowledged packet times out.
+    timer: Option<u64>,
+    last_progress: u64,
+    last_query: Option<u64>,
+    finished: bool,
+    done: bool,
+}
+
+/// A mapper's sender over all trees. Packets go out as `(tree index, UDP payload)`, each to
+/// its tree's reducer address (a switch on the path intercepts them).
+pub struct Mapper {
+    cfg: MapperConfig,
+    trees: Vec<TreeTx>,
+    keys: Vec<u8>,
+    offsets: Vec<u64>,
+    values: Vec<u32>,
+    tree_of_pair: Vec<u16>,
+    pub stats: MapperStats,
+}
+
+impl Mapper {
+    /// `tree_ids[i]` is the tree of index `i`; pair `j` is `keys[offsets[j]..offsets[j+1]]`
+    /// with `values[j]`, sent on tree index `tree_of_pair[j]`.
+    pub fn new(
+        cfg: MapperConfig,
+        tree_ids: &[u16],
+        keys: Vec<u8>,
+        offsets: Vec<u64>,
+        values: Vec<u32>,
+        tree_of_pair: Vec<u16>,
+        now: u64,
+    ) -> Result<Mapper, String> {
+        let n = values.len();
+        if offsets.len() != n + 1 || tree_of_pair.len() != n {
+            return Err(format!("{} values need {} offsets and tree indexes (got {} and {})", n, n + 1, offsets.len(), tree_of_pair.len()));
+        }
+        if offsets.windows(2).any(|w| w[0] > w[1]) || offsets.last().copied().unwrap_or(0) as usize > keys.len() {
+            return Err("key offsets must be non-decreasing and within the keys".into());
+        }
+        if let Some(&t) = tree_of_pair.iter().find(|&&t| t as usize >= tree_ids.len()) {
+            return Err(format!("tree index {t} out of range ({} trees)", tree_ids.len()));
+        }
+        let mut m = Mapper {
+            trees: tree_ids
+                .iter()
+                .map(|&t| TreeTx {
+                    tree_id: t,
+                    epoch: 0,
+                    packets: Vec::new(),
+                    base: 0,
+                    next: 0,
+                    timer: None,
+                    last_progress: now,
+                    last_query: None,
+                    finished: false,
+                    done: false,
+                })
+                .collect(),
+            cfg,
+            keys,
+            offsets,
+            values,
+            tree_of_pair,
+            stats: MapperStats::default(),
+        };
+        m.stats.pairs = n as u64;
+        let (epoch, bypass) = match m.cfg.mode {
+            Mode::Switch => (0, 0),
+            Mode::Udp => (1, flags::BYPASS),
+        };
+        for i in 0..m.trees.len() {
+            m.build(i, epoch, bypass, now);
+        }
+        Ok(m)
+    }
+
+    fn header(&self, tree: usize, epoch: u16, extra: u8) -> Header {
+        Header { tree_id: self.trees[tree].tree_id, flags: extra, op: self.cfg.op, sender: self.cfg.mapper_id, epoch }
+    }
+
+    /// (Re)build tree `i`'s stream under `epoch`.
+    fn build(&mut self, i: usize, epoch: u16, extra: u8, now: u64) {
+        let hdr = self.header(i, epoch, extra);
+        let pairs = (0..self.values.len()).filter(|&j| self.tree_of_pair[j] as usize == i).map(|j| {
+            let (a, b) = (self.offsets[j] as usize, self.offsets[j + 1] as usize);
+            (&self.keys[a..b], self.values[j])
+        });
+        let mut packets = self.cfg.protocol.packetize(hdr, pairs);
+        packets.push(self.cfg.protocol.end(hdr));
+        for (s, p) in packets.iter_mut().enumerate() {
+            self.cfg.protocol.stamp(p, s as u32);
+        }
+        let t = &mut self.trees[i];
+        t.epoch = epoch;
+        t.packets = packets;
+        t.base = 0;
+        t.next = 0;
+        t.timer = None;
+        t.last_progress = now;
+        t.last_query = None;
+        t.finished = false;
+    }
+
+    /// Every tree complete at its reducer.
+    pub fn is_done(&self) -> bool {
+        self.trees.iter().all(|t| t.done)
+    }
+
+    /// Tree ids still not complete.
+    pub fn pending_trees(&self) -> Vec<u16> {
+        self.trees.iter().filter(|t| !t.done).map(|t| t.tree_id).collect()
+    }
+
+    /// Packets to send now, as `(tree index, payload)`.
+    pub fn poll_transmit(&mut self, now: u64, out: &mut Vec<(usize, Vec<u8>)>) {
+        let rto = self.cfg.rto_ns;
+        for i in 0..self.trees.len() {
+            let proto = self.cfg.protocol;
+            let hdr = self.header(i, self.trees[i].epoch, flags::BYPASS | flags::QUERY);
+            let mode = self.cfg.mode;
+            let stall = self.cfg.stall_ns;
+            let window = self.cfg.window;
+            let t = &mut self.trees[i];
+            if t.done {
+                continue;
+            }
+            if t.timer.is_some_and(|d| now >= d) && t.base < t.next {
+                self.stats.retransmissions += (t.next - t.base) as u64;
+                t.next = t.base;
+                t.timer = None;
+            }
+            while t.next < t.packets.len() && t.next < t.base + window {
+                let p = t.packets[t.next].clone();
+                self.stats.packets_sent += 1;
+                self.stats.bytes_sent += p.len() as u64;
+                out.push((i, p));
+                t.next += 1;
+                if t.timer.is_none() {
+                    t.timer = Some(now + rto);
+                }
+            }
+            // Status reports to the reducer, at most one per RTO.
+            let due = t.last_query.is_none_or(|q| now >= q + rto);
+            let status = if t.finished {
+                Some(info::FINISHED)
+            } else if mode == Mode::Switch && t.epoch == 0 && now >= t.last_progress + stall {
+                Some(info::STALLED)
+            } else {
+                None
+            };
+            if let (true, Some(s)) = (due, status) {
+                t.last_query = Some(now);
+                let p = proto.control(hdr, 0, s);
+                self.stats.packets_sent += 1;
+                self.stats.bytes_sent += p.len() as u64;
+                out.push((i, p));
+            }
+        }
+    }
+
+    /// A packet received on the mapper's socket.
+    pub fn handle(&mut self, now: u64, payload: &[u8]) {
+        let Some(p) = self.cfg.protocol.parse(payload) else { return };
+        let r = p.repr;
+        let Some(i) = self.trees.iter().position(|t| t.tree_id == r.tree_id) else { return };
+        if r.flags & flags::DONE != 0 {
+            self.trees[i].done = true;
+            return;
+        }
+        if r.flags & flags::RESEND != 0 {
+            if r.epoch > self.trees[i].epoch {
+                self.stats.fallback = true;
+                self.build(i, r.epoch, flags::BYPASS, now);
+            }
+            return;
+        }
+        if r.flags & flags::ACK != 0 && r.sender == self.cfg.mapper_id {
+            let rto = self.cfg.rto_ns;
+            let t = &mut self.trees[i];
+            if r.epoch != t.epoch {
+                return;
+            }
+            self.stats.acks += 1;
+            let acked = r.seq as usize + 1;
+            if acked > t.base && acked <= t.packets.len() {
+                t.base = acked;
+                t.next = t.next.max(acked);
+                t.last_progress = now;
+                t.timer = if t.base < t.next { Some(now + rto) } else { None };
+                if t.base == t.packets.len() && !t.finished {
+                    t.finished = true;
+                    t.last_query = None;
+                }
+            }
+        }
+    }
+
+    /// When `poll_transmit` has something to do next (a retransmission or a report).
+    pub fn next_deadline(&self) -> Option<u64> {
+        let rto = self.cfg.rto_ns;
+        self.trees
+            .iter()
+            .filter(|t| !t.done)
+            .flat_map(|t| {
+                let q = if t.finished || (self.cfg.mode == Mode::Switch && t.epoch == 0) {
+                    let stall_at = if t.finished { 0 } else { t.last_progress + self.cfg.stall_ns };
+                    Some(t.last_query.map_or(stall_at, |q| (q + rto).max(stall_at)))
+                } else {
+                    None
+                };
+                [t.timer, q]
+            })
+            .flatten()
+            .min()
+    }
+}

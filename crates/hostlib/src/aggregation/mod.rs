@@ -1,0 +1,202 @@
+//! Key-value aggregation, host side (sans-IO): the mapper's [`Mapper`] sender and the
+//! reducer's [`Reducer`] receiver, for in-network aggregation (DAIET; the packet encoding
+//! sits behind [`Protocol`] so SwitchAgg can be added as a second variant).
+//!
+//! # Exactly once
+//!
+//! The public DAIET code has no loss handling. Ours delivers every pair to its reducer
+//! exactly once under loss, duplication and reordering of any packet, with any number of
+//! mappers (ids are 16 bits; the switch keeps one register cell per (tree, sender)):
+//!
+//! - **Mapper → switch.** Each (tree, mapper) stream is numbered from 0; its last packet is
+//!   END. The switch keeps the next expected number per (tree, sender). A packet with
+//!   `seq == expected` is admitted (marked in flight so a copy arriving while it is still
+//!   recirculating is ignored), aggregated, and completed (`expected + 1`); a duplicate
+//!   (`seq < expected`) is not aggregated again, only acknowledged; a gap (`seq > expected`)
+//!   is dropped and counted. The switch cannot create an ACK: the packet itself becomes
+//!   the ACK (addresses swapped, pairs cut) when nothing must go on, or it is cloned (one
+//!   copy on towards the reducer, one truncated copy back as the ACK) when pairs must go
+//!   on. ACKs are cumulative, so the mapper runs Go-Back-N with a window and a
+//!   retransmission timeout.
+//! - **Switch → reducer.** Everything a switch sends on (pairs that collided or bypass the
+//!   tables, the final flush, END) is numbered per tree by the switch (`FROM_SWITCH`,
+//!   the switch's id as sender). END carries the last number, so the reducer knows when it
+//!   has everything and detects any loss. A two-level tree works the same way: a child
+//!   switch is one sender of its parent switch.
+//! - **Fallback.** A switch cannot retransmit. If anything the switch sent is lost, or the
+//!   switch restarted (its registers are empty, so the mappers' numbers look like gaps and
+//!   they stop making progress: they report `STALLED`), or there is no switch (a mapper's
+//!   in-network packet reaches the reducer directly), the reducer falls back to host-side
+//!   aggregation for the tree: it raises the tree's epoch, discards every switch-derived
+//!   pair, and tells each mapper (`RESEND`) to send all its pairs of the tree again in
+//!   `BYPASS` packets (which switches forward untouched) under the new epoch. The reducer
+//!   then acknowledges those itself (Go-Back-N receiver, in-order only) and aggregates.
+//!   The job completes correctly, slower, and the stats say `fallback`.
+//! - **Completion.** A mapper's END acknowledged means the switch holds its pairs, not
+//!   that the reducer has them; so mappers report `QUERY/FINISHED` to the reducer and stay
+//!   until the reducer answers `DONE`. If every mapper has finished and the switch's stream
+//!   is still incomplete after a grace period, the reducer falls back.
+//! - `udp` mode (the baseline): mappers send `BYPASS` from the start (epoch 1); the same
+//!   reliability, no aggregation in the network.
+//!
+//! Keys the fixed 16-byte format cannot carry (longer, empty, or holding a zero byte) go in
+//! variable-length packets that the switch sequences and forwards without aggregating:
+//! never truncated.
+
+pub mod mapper;
+pub mod reducer;
+
+pub use mapper::{Mapper, MapperConfig, MapperStats};
+pub use reducer::{Reducer, ReducerConfig, ReducerStats};
+
+use wire::daiet::{self as dw, flags, Op};
+
+/// How a mapper sends its pairs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Aggregate in the network.
+    Switch,
+    /// Plain UDP to the reducers (BYPASS), same reliability: the baseline.
+    Udp,
+}
+
+impl Mode {
+    pub fn from_name(s: &str) -> Option<Mode> {
+        match s {
+            "switch" => Some(Mode::Switch),
+            "udp" => Some(Mode::Udp),
+            _ => None,
+        }
+    }
+}
+
+/// The in-network protocol whose packets carry the pairs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Daiet,
+}
+
+impl Protocol {
+    pub fn from_name(s: &str) -> Option<Protocol> {
+        match s {
+            "daiet" => Some(Protocol::Daiet),
+            _ => None,
+        }
+    }
+
+    /// Cut a tree's pairs into the data packets of one stream (without sequence numbers,
+    /// which [`Protocol::stamp`] writes). `pairs` yields `(key, value)`.
+    pub fn packetize<'a>(self, hdr: Header, pairs: impl Iterator<Item = (&'a [u8], u32)>) -> Vec<Vec<u8>> {
+        match self {
+            Protocol::Daiet => daiet_packetize(hdr, pairs),
+        }
+    }
+
+    /// The END packet of a stream.
+    pub fn end(self, hdr: Header) -> Vec<u8> {
+        match self {
+            Protocol::Daiet => dw::Repr { flags: hdr.flags | flags::END, ..hdr.repr() }.to_vec(),
+        }
+    }
+
+    /// A control packet (ACK, RESEND, QUERY, DONE); an ACK carries the acknowledged
+    /// number in `seq`.
+    pub fn control(self, hdr: Header, seq: u32, info: u8) -> Vec<u8> {
+        match self {
+            Protocol::Daiet => dw::Repr { seq, info, ..hdr.repr() }.to_vec(),
+        }
+    }
+
+    /// Write sequence number and epoch into a packet built by `packetize`/`end`.
+    pub fn stamp(self, pkt: &mut [u8], seq: u32) {
+        match self {
+            Protocol::Daiet => dw::Packet::new_unchecked(pkt).set_seq(seq),
+        }
+    }
+
+    /// Parse a received payload.
+    pub fn parse(self, payload: &[u8]) -> Option<Parsed<'_>> {
+        match self {
+            Protocol::Daiet => {
+                let p = dw::Packet::new_checked(payload).ok()?;
+                let r = dw::Repr::parse(&p).ok()?;
+                Some(Parsed { repr: r, view: p })
+            }
+        }
+    }
+}
+
+/// A received packet: its header and a view for its pairs.
+pub struct Parsed<'a> {
+    pub repr: dw::Repr,
+    pub view: dw::Packet<&'a [u8]>,
+}
+
+/// Header fields common to a stream's packets.
+#[derive(Debug, Clone, Copy)]
+pub struct Header {
+    pub tree_id: u16,
+    pub flags: u8,
+    pub op: Op,
+    pub sender: u16,
+    pub epoch: u16,
+}
+
+impl Header {
+    fn repr(&self) -> dw::Repr {
+        dw::Repr { tree_id: self.tree_id, flags: self.flags, op: self.op as u8, sender: self.sender, epoch: self.epoch, ..Default::default() }
+    }
+}
+
+/// Payload budget of a variable-length packet (fits a 1500-byte MTU with headers).
+pub const VARLEN_BUDGET: usize = 1400;
+
+fn daiet_packetize<'a>(hdr: Header, pairs: impl Iterator<Item = (&'a [u8], u32)>) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut fixed: Vec<u8> = Vec::new();
+    let mut nfixed = 0usize;
+    let mut var: Vec<u8> = Vec::new();
+    let mut nvar = 0usize;
+    let close = |buf: &mut Vec<u8>, n: &mut usize, extra: u8, out: &mut Vec<Vec<u8>>| {
+        if *n == 0 {
+            return;
+        }
+        let mut p = dw::Repr { flags: hdr.flags | extra, num_pairs: *n as u8, ..hdr.repr() }.to_vec();
+        p.extend_from_slice(buf);
+        out.push(p);
+        buf.clear();
+        *n = 0;
+    };
+    for (k, v) in pairs {
+        if dw::key_is_fixed(k) {
+            dw::emit_fixed_pair(&mut fixed, k, v);
+            nfixed += 1;
+            if nfixed == dw::MAX_PAIRS {
+                close(&mut fixed, &mut nfixed, 0, &mut out);
+            }
+        } else {
+            let k = &k[..k.len().min(u16::MAX as usize)];
+            if nvar == u8::MAX as usize || (nvar > 0 && dw::HEADER_LEN + var.len() + dw::VARPAIR_HEADER + k.len() > VARLEN_BUDGET) {
+                close(&mut var, &mut nvar, flags::VARLEN, &mut out);
+            }
+            dw::emit_var_pair(&mut var, k, v);
+            nvar += 1;
+        }
+    }
+    close(&mut fixed, &mut nfixed, 0, &mut out);
+    close(&mut var, &mut nvar, flags::VARLEN, &mut out);
+    out
+}
+
+/// Add a pair into an aggregate map.
+#[inline]
+pub(crate) fn merge(map: &mut std::collections::HashMap<Vec<u8>, u64>, op: Op, k: &[u8], v: u64) {
+    if let Some(x) = map.get_mut(k) {
+        *x = op.apply64(*x, v);
+    } else {
+        map.insert(k.to_vec(), v);
+    }
+}
+
+#[cfg(test)]
+mod tests;

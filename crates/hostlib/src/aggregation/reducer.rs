@@ -1,0 +1,280 @@
+//! The reducer's receiver for one tree: the switch's numbered stream, or (fallback and the
+//! udp baseline) one Go-Back-N stream per mapper that it acknowledges itself.
+
+use std::collections::{HashMap, HashSet};
+
+use wire::daiet::{flags, info, Op};
+
+use super::{merge, Header, Mode, Protocol};
+
+/// Receiver parameters.
+#[derive(Debug, Clone)]
+pub struct ReducerConfig {
+    pub protocol: Protocol,
+    pub tree_id: u16,
+    pub n_mappers: usize,
+    pub op: Op,
+    pub mode: Mode,
+    /// Resend interval of RESEND requests.
+    pub rto_ns: u64,
+    /// Every mapper finished but the switch's stream is incomplete this long: fall back.
+    pub grace_ns: u64,
+}
+
+impl ReducerConfig {
+    pub fn new(tree_id: u16, n_mappers: usize, op: Op, mode: Mode) -> ReducerConfig {
+        ReducerConfig { protocol: Protocol::Daiet, tree_id, n_mappers, op, mode, rto_ns: 20_000_000, grace_ns: 200_000_000 }
+    }
+}
+
+/// What a receiver saw.
+#[derive(Debug, Clone, Default)]
+pub struct ReducerStats {
+    pub packets: u64,
+    /// UDP payload bytes received.
+    pub bytes: u64,
+    /// Pairs received (before the reducer's own aggregation).
+    pub pairs: u64,
+    pub duplicates: u64,
+    pub malformed: u64,
+    pub fallback: bool,
+    /// Why it fell back (empty if it did not).
+    pub fallback_reason: String,
+    pub packets_sent: u64,
+}
+
+#[derive(Default)]
+struct SwitchStream {
+    seen: HashSet<u32>,
+    end: Option<u32>,
+}
+
+/// A reducer's receiver for one tree. Replies go out as `(mapper id, payload)`.
+pub struct Reducer {
+    cfg: ReducerConfig,
+    epoch: u16,
+    switch: HashMap<u16, SwitchStream>,
+    switch_pairs: HashMap<Vec<u8>, u64>,
+    host_expected: Vec<u32>,
+    host_ended: Vec<bool>,
+    host_pairs: HashMap<Vec<u8>, u64>,
+    finished: Vec<bool>,
+    all_finished_at: Option<u64>,
+    resend_pending: Vec<bool>,
+    last_resend: u64,
+    complete: bool,
+    out: Vec<(usize, Vec<u8>)>,
+    pub stats: ReducerStats,
+}
+
+impl Reducer {
+    pub fn new(cfg: ReducerConfig) -> Reducer {
+        let n = cfg.n_mappers;
+        let epoch = if cfg.mode == Mode::Udp { 1 } else { 0 };
+        Reducer {
+            epoch,
+            switch: HashMap::new(),
+            switch_pairs: HashMap::new(),
+            host_expected: vec![0; n],
+            host_ended: vec![false; n],
+            host_pairs: HashMap::new(),
+            finished: vec![false; n],
+            all_finished_at: None,
+            resend_pending: vec![false; n],
+            last_resend: 0,
+            complete: false,
+            out: Vec::new(),
+            stats: ReducerStats::default(),
+            cfg,
+        }
+    }
+
+    pub fn is_complete(&self) -> bool {
+        self.complete
+    }
+
+    /// The aggregated result (valid once complete).
+    pub fn result(&self) -> &HashMap<Vec<u8>, u64> {
+        if self.epoch == 0 {
+            &self.switch_pairs
+        } else {
+            &self.host_pairs
+        }
+    }
+
+    pub fn take_result(&mut self) -> HashMap<Vec<u8>, u64> {
+        if self.epoch == 0 {
+            std::mem::take(&mut self.switch_pairs)
+        } else {
+            std::mem::take(&mut self.host_pairs)
+        }
+    }
+
+    fn hdr(&self, extra: u8) -> Header {
+        Header { tree_id: self.cfg.tree_id, flags: flags::BYPASS | extra, op: self.cfg.op, sender: u16::MAX, epoch: self.epoch }
+    }
+
+    fn send(&mut self, to: usize, p: Vec<u8>) {
+        self.stats.packets_sent += 1;
+        self.out.push((to, p));
+    }
+
+    fn done_to(&mut self, m: usize) {
+        let p = self.cfg.protocol.control(self.hdr(flags::DONE), 0, 0);
+        self.send(m, p);
+    }
+
+    fn set_complete(&mut self) {
+        if !self.complete {
+            self.complete = true;
+            for m in 0..self.cfg.n_mappers {
+                self.done_to(m);
+            }
+        }
+    }
+
+    /// Fall back to host-side aggregation under a new epoch.
+    fn fall_back(&mut self, now: u64, reason: &str) {
+        if self.epoch != 0 || self.complete {
+            return;
+        }
+        self.epoch = 1;
+        self.stats.fallback = true;
+        self.stats.fallback_reason = reason.to_string();
+        self.switch_pairs.clear();
+        self.switch.clear();
+        self.resend_pending.iter_mut().for_each(|r| *r = true);
+        self.resend_all(now);
+    }
+
+    fn resend_all(&mut self, now: u64) {
+        self.last_resend = now;
+        for m in 0..self.cfg.n_mappers {
+            if self.resend_pending[m] {
+                let p = self.cfg.protocol.control(self.hdr(flags::RESEND), 0, 0);
+                self.send(m, p);
+            }
+        }
+    }
+
+    /// A packet received on the reducer's socket.
+    pub fn handle(&mut self, now: u64, payload: &[u8]) {
+        self.stats.packets += 1;
+        self.stats.bytes += payload.len() as u64;
+        let proto = self.cfg.protocol;
+        let Some(p) = proto.parse(payload) else {
+            self.stats.malformed += 1;
+            return;
+        };
+        let r = p.repr;
+        if r.tree_id != self.cfg.tree_id || r.flags & (flags::ACK | flags::RESEND | flags::DONE) != 0 {
+            return;
+        }
+        let m = r.sender as usize;
+        if r.flags & flags::QUERY != 0 {
+            if m >= self.cfg.n_mappers {
+                return;
+            }
+            if self.complete {
+                self.done_to(m);
+                return;
+            }
+            match r.info {
+                info::FINISHED if r.epoch == self.epoch => {
+                    self.finished[m] = true;
+                    if self.all_finished_at.is_none() && self.finished.iter().all(|&f| f) {
+                        self.all_finished_at = Some(now);
+                    }
+                }
+                info::STALLED => self.fall_back(now, "a mapper stalled at the switch (switch restarted or lost state)"),
+                _ => {}
+            }
+            return;
+        }
+        self.stats.pairs += r.num_pairs as u64;
+        if r.flags & flags::FROM_SWITCH != 0 && r.flags & flags::BYPASS == 0 {
+            if self.epoch != 0 || self.complete {
+                return;
+            }
+            let s = self.switch.entry(r.sender).or_default();
+            if !s.seen.insert(r.seq) {
+                self.stats.duplicates += 1;
+                return;
+            }
+            if r.flags & flags::END != 0 {
+                s.end = Some(r.seq);
+            }
+            let op = self.cfg.op;
+            for (k, v) in p.view.pairs() {
+                merge(&mut self.switch_pairs, op, k, v as u64);
+            }
+            if self.switch.values().any(|s| s.end.is_some_and(|e| s.seen.len() as u64 == e as u64 + 1)) {
+                self.set_complete();
+            }
+            return;
+        }
+        if r.flags & flags::BYPASS == 0 {
+            // A mapper's in-network packet reached us untouched: no switch aggregates this
+            // tree on the path.
+            self.fall_back(now, "no switch aggregated the tree (a mapper's packet arrived directly)");
+            return;
+        }
+        // A host-side stream: in-order only, acknowledged by us.
+        if m >= self.cfg.n_mappers || r.epoch != self.epoch || self.epoch == 0 {
+            return;
+        }
+        self.resend_pending[m] = false;
+        if r.seq == self.host_expected[m] && !self.host_ended[m] {
+            let op = self.cfg.op;
+            for (k, v) in p.view.pairs() {
+                merge(&mut self.host_pairs, op, k, v as u64);
+            }
+            self.host_expected[m] += 1;
+            if r.flags & flags::END != 0 {
+                self.host_ended[m] = true;
+            }
+        } else {
+            self.stats.duplicates += 1;
+        }
+        if self.host_expected[m] > 0 {
+            let hdr = Header { sender: r.sender, flags: flags::ACK | flags::BYPASS, ..self.hdr(0) };
+            let p = proto.control(hdr, self.host_expected[m] - 1, 0);
+            self.send(m, p);
+        }
+        if self.host_ended.iter().all(|&e| e) {
+            self.set_complete();
+        }
+    }
+
+    /// Timers: the fallback grace period and RESEND retries.
+    pub fn on_timer(&mut self, now: u64) {
+        if self.complete {
+            return;
+        }
+        if self.epoch == 0 {
+            if self.all_finished_at.is_some_and(|t| now >= t + self.cfg.grace_ns) {
+                self.fall_back(now, "the switch's stream stayed incomplete after every mapper finished (loss after the switch)");
+            }
+        } else if self.resend_pending.iter().any(|&r| r) && now >= self.last_resend + self.cfg.rto_ns {
+            self.resend_all(now);
+        }
+    }
+
+    pub fn next_deadline(&self) -> Option<u64> {
+        if self.complete {
+            return None;
+        }
+        if self.epoch == 0 {
+            self.all_finished_at.map(|t| t + self.cfg.grace_ns)
+        } else if self.resend_pending.iter().any(|&r| r) {
+            Some(self.last_resend + self.cfg.rto_ns)
+        } else {
+            None
+        }
+    }
+
+    /// Replies to send, as `(mapper id, payload)`.
+    pub fn drain_transmit(&mut self, out: &mut Vec<(usize, Vec<u8>)>) {
+        out.append(&mut self.out);
+    }
+}

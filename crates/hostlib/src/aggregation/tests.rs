@@ -1,0 +1,180 @@
+//! Host-only runs (no switch on the path): the udp baseline and the no-switch fallback,
+//! under seeded loss, duplication and reordering, against a HashMap reference.
+
+use std::collections::HashMap;
+
+use super::*;
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn f(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// A lossy link: each packet may be lost, duplicated or delayed behind later ones.
+struct Link {
+    rng: Rng,
+    loss: f64,
+    dup: f64,
+    reorder: f64,
+    held: Vec<(usize, Vec<u8>)>,
+}
+
+impl Link {
+    fn pass(&mut self, pkts: Vec<(usize, Vec<u8>)>) -> Vec<(usize, Vec<u8>)> {
+        let mut out = Vec::new();
+        for p in pkts {
+            if self.rng.f() < self.loss {
+                continue;
+            }
+            let dup = self.rng.f() < self.dup;
+            if self.rng.f() < self.reorder {
+                self.held.push(p.clone());
+                if dup {
+                    self.held.push(p);
+                }
+                continue;
+            }
+            if dup {
+                out.push(p.clone());
+            }
+            out.push(p);
+            out.append(&mut self.held);
+        }
+        out
+    }
+    fn flush(&mut self) -> Vec<(usize, Vec<u8>)> {
+        std::mem::take(&mut self.held)
+    }
+}
+
+fn dataset(n: usize, vocab: usize, seed: u64) -> Vec<(Vec<u8>, u32)> {
+    let mut r = Rng(seed | 1);
+    (0..n)
+        .map(|_| {
+            let w = r.next() as usize % vocab;
+            let key = if w % 17 == 0 { format!("a-rather-long-word-number-{w}").into_bytes() } else { format!("w{w}").into_bytes() };
+            (key, 1 + (r.next() % 5) as u32)
+        })
+        .collect()
+}
+
+fn reference(data: &[Vec<(Vec<u8>, u32)>], op: Op) -> HashMap<Vec<u8>, u64> {
+    let mut m = HashMap::new();
+    for d in data {
+        for (k, v) in d {
+            merge(&mut m, op, k, *v as u64);
+        }
+    }
+    m
+}
+
+fn mapper_for(id: u16, pairs: &[(Vec<u8>, u32)], op: Op, mode: Mode) -> Mapper {
+    let mut keys = Vec::new();
+    let mut offs = vec![0u64];
+    for (k, _) in pairs {
+        keys.extend_from_slice(k);
+        offs.push(keys.len() as u64);
+    }
+    let vals = pairs.iter().map(|p| p.1).collect();
+    let mut cfg = MapperConfig::new(id, op, mode);
+    cfg.rto_ns = 1_000_000;
+    cfg.stall_ns = 20_000_000;
+    Mapper::new(cfg, &[5], keys, offs, vals, vec![0; pairs.len()], 0).unwrap()
+}
+
+/// Run mappers and one reducer over lossy links with a simulated clock; returns the
+/// reducer's result and stats.
+fn run(mode: Mode, op: Op, seed: u64, loss: f64, dup: f64, reorder: f64) -> (HashMap<Vec<u8>, u64>, ReducerStats, bool) {
+    let data: Vec<_> = (0..3).map(|m| dataset(500, 120, seed * 7 + m)).collect();
+    let mut mappers: Vec<_> = data.iter().enumerate().map(|(i, d)| mapper_for(i as u16, d, op, mode)).collect();
+    let mut cfg = ReducerConfig::new(5, 3, op, mode);
+    cfg.rto_ns = 1_000_000;
+    cfg.grace_ns = 10_000_000;
+    let mut red = Reducer::new(cfg);
+    let mut up = Link { rng: Rng(seed | 1), loss, dup, reorder, held: vec![] };
+    let mut down = Link { rng: Rng(seed.wrapping_mul(31) | 1), loss, dup, reorder, held: vec![] };
+    let mut now = 0u64;
+    let mut steps = 0;
+    while !(red.is_complete() && mappers.iter().all(|m| m.is_done())) {
+        steps += 1;
+        assert!(steps < 200_000, "no progress");
+        let mut tx = Vec::new();
+        for (i, m) in mappers.iter_mut().enumerate() {
+            let mut o = Vec::new();
+            m.poll_transmit(now, &mut o);
+            tx.extend(o.into_iter().map(|(_, p)| (i, p)));
+        }
+        let mut arrived = up.pass(tx);
+        if steps % 50 == 0 {
+            arrived.extend(up.flush());
+        }
+        for (_, p) in arrived {
+            red.handle(now, &p);
+        }
+        red.on_timer(now);
+        let mut back = Vec::new();
+        red.drain_transmit(&mut back);
+        let mut back = down.pass(back);
+        if steps % 50 == 0 {
+            back.extend(down.flush());
+        }
+        for (m, p) in back {
+            mappers[m].handle(now, &p);
+        }
+        now += 100_000;
+    }
+    let fb = mappers.iter().any(|m| m.stats.fallback);
+    let result = red.take_result();
+    assert_eq!(result, reference(&data, op), "reducer result equals the reference");
+    (result, red.stats.clone(), fb)
+}
+
+#[test]
+fn udp_mode_exact_without_faults() {
+    for op in [Op::Sum, Op::Min, Op::Max] {
+        let (_, st, fb) = run(Mode::Udp, op, 1, 0.0, 0.0, 0.0);
+        assert!(!st.fallback && !fb);
+        assert_eq!(st.duplicates, 0);
+    }
+}
+
+#[test]
+fn udp_mode_exact_under_faults() {
+    for seed in 1..6 {
+        let (_, st, _) = run(Mode::Udp, Op::Sum, seed, 0.1, 0.1, 0.1);
+        assert!(st.duplicates > 0, "faults were injected");
+    }
+}
+
+#[test]
+fn no_switch_falls_back_and_stays_exact() {
+    for seed in 1..4 {
+        let (_, st, fb) = run(Mode::Switch, Op::Sum, seed, 0.05, 0.05, 0.05);
+        assert!(st.fallback && fb, "switch mode without a switch must fall back");
+    }
+}
+
+#[test]
+fn packetize_keeps_long_keys_whole() {
+    let long = vec![b'k'; 3000];
+    let pairs = vec![(&long[..], 1u32), (&b"short"[..], 2), (&b"a\0b"[..], 3), (&b""[..], 4)];
+    let hdr = Header { tree_id: 1, flags: 0, op: Op::Sum, sender: 0, epoch: 0 };
+    let pk = Protocol::Daiet.packetize(hdr, pairs.clone().into_iter());
+    let mut got: Vec<(Vec<u8>, u32)> = Vec::new();
+    for p in &pk {
+        let v = Protocol::Daiet.parse(p).unwrap();
+        got.extend(v.view.pairs().map(|(k, v)| (k.to_vec(), v)));
+    }
+    got.sort();
+    let mut want: Vec<(Vec<u8>, u32)> = pairs.iter().map(|(k, v)| (k.to_vec(), *v)).collect();
+    want.sort();
+    assert_eq!(got, want);
+}

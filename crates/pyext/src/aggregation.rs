@@ -1,0 +1,141 @@
+//! Aggregation host side for Python: `agg_map` (a mapper's sender) and `agg_reduce` (a
+//! reducer's receiver), each running the Rust loop over a real UDP socket with the GIL
+//! released. Pairs cross as bytes and numpy arrays, never one Python object per pair.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+
+use hostlib::aggregation::{MapperConfig, Mode, Protocol, ReducerConfig};
+use wire::daiet::Op;
+
+fn verr(e: impl ToString) -> PyErr {
+    PyValueError::new_err(e.to_string())
+}
+
+fn addr(s: &str) -> PyResult<SocketAddr> {
+    s.parse().map_err(|_| verr(format!("`{s}` is not an ip:port address")))
+}
+
+fn parse_common(protocol: &str, op: &str, mode: &str) -> PyResult<(Protocol, Op, Mode)> {
+    let p = Protocol::from_name(protocol).ok_or_else(|| verr(format!("unknown protocol `{protocol}` (known: daiet)")))?;
+    let o = Op::from_name(op).ok_or_else(|| verr(format!("op must be sum, min or max, not `{op}`")))?;
+    let m = Mode::from_name(mode).ok_or_else(|| verr(format!("mode must be switch or udp, not `{mode}`")))?;
+    Ok((p, o, m))
+}
+
+/// The raw bytes of `arr` as a C-contiguous numpy array of `dtype` (one copy).
+fn array_bytes(py: Python<'_>, arr: &Bound<'_, PyAny>, dtype: &str) -> PyResult<Vec<u8>> {
+    let np = py.import("numpy")?;
+    let a = np.call_method1("ascontiguousarray", (arr, dtype))?;
+    let b = a.call_method0("tobytes")?;
+    Ok(b.cast::<PyBytes>()?.as_bytes().to_vec())
+}
+
+fn le_chunks<const N: usize>(b: &[u8]) -> impl Iterator<Item = [u8; N]> + '_ {
+    b.chunks_exact(N).map(|c| c.try_into().unwrap())
+}
+
+/// Send a mapper's pairs on their trees and serve them until every reducer says DONE.
+/// Returns stats: packets_sent, bytes_sent, retransmissions, acks, fallback, completed,
+/// pairs, elapsed_s.
+#[pyfunction]
+#[pyo3(signature = (protocol, bind, trees, mapper_id, op, tree_of_pair, keys, key_offsets, values, timeout_s, mode="switch"))]
+#[allow(clippy::too_many_arguments)]
+fn agg_map<'py>(
+    py: Python<'py>,
+    protocol: &str,
+    bind: &str,
+    trees: Vec<(u16, String)>,
+    mapper_id: u16,
+    op: &str,
+    tree_of_pair: &Bound<'py, PyAny>,
+    keys: &[u8],
+    key_offsets: &Bound<'py, PyAny>,
+    values: &Bound<'py, PyAny>,
+    timeout_s: f64,
+    mode: &str,
+) -> PyResult<Bound<'py, PyDict>> {
+    let (proto, op, mode) = parse_common(protocol, op, mode)?;
+    let bind = addr(bind)?;
+    let tree_ids: Vec<u16> = trees.iter().map(|t| t.0).collect();
+    let dests = trees.iter().map(|t| addr(&t.1)).collect::<PyResult<Vec<_>>>()?;
+    let tp: Vec<u16> = le_chunks::<2>(&array_bytes(py, tree_of_pair, "uint16")?).map(u16::from_ne_bytes).collect();
+    let offs: Vec<u64> = le_chunks::<8>(&array_bytes(py, key_offsets, "uint64")?).map(u64::from_ne_bytes).collect();
+    let vals: Vec<u32> = le_chunks::<4>(&array_bytes(py, values, "uint32")?).map(u32::from_ne_bytes).collect();
+    let keys = keys.to_vec();
+    let mut cfg = MapperConfig::new(mapper_id, op, mode);
+    cfg.protocol = proto;
+    let timeout = Duration::from_secs_f64(timeout_s.max(0.01));
+    let run = py.detach(|| ports::aggregation::run_mapper(cfg, bind, &dests, &tree_ids, keys, offs, vals, tp, timeout)).map_err(verr)?;
+    let d = PyDict::new(py);
+    d.set_item("packets_sent", run.stats.packets_sent)?;
+    d.set_item("bytes_sent", run.stats.bytes_sent)?;
+    d.set_item("retransmissions", run.stats.retransmissions)?;
+    d.set_item("acks", run.stats.acks)?;
+    d.set_item("pairs", run.stats.pairs)?;
+    d.set_item("fallback", run.stats.fallback)?;
+    d.set_item("completed", run.completed)?;
+    d.set_item("elapsed_s", run.elapsed.as_secs_f64())?;
+    Ok(d)
+}
+
+/// Receive one tree: `(keys_blob, key_offsets uint64, values uint64, stats)`. Stats:
+/// packets, bytes (UDP payload bytes received), pairs (received), distinct_keys,
+/// duplicates, malformed, fallback, fallback_reason, completed, elapsed_s.
+#[pyfunction]
+#[pyo3(signature = (protocol, bind, tree_id, mappers, op, timeout_s, mode="switch"))]
+#[allow(clippy::too_many_arguments)]
+fn agg_reduce<'py>(
+    py: Python<'py>,
+    protocol: &str,
+    bind: &str,
+    tree_id: u16,
+    mappers: Vec<String>,
+    op: &str,
+    timeout_s: f64,
+    mode: &str,
+) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyAny>, Bound<'py, PyAny>, Bound<'py, PyDict>)> {
+    let (proto, op, mode) = parse_common(protocol, op, mode)?;
+    let bind = addr(bind)?;
+    let maps = mappers.iter().map(|m| addr(m)).collect::<PyResult<Vec<_>>>()?;
+    let mut cfg = ReducerConfig::new(tree_id, maps.len(), op, mode);
+    cfg.protocol = proto;
+    let timeout = Duration::from_secs_f64(timeout_s.max(0.01));
+    let run = py.detach(|| ports::aggregation::run_reducer(cfg, bind, &maps, timeout)).map_err(verr)?;
+    // Keys in sorted order, so outputs are deterministic.
+    let sorted: BTreeMap<&Vec<u8>, &u64> = run.result.iter().collect();
+    let mut blob = Vec::new();
+    let mut offs: Vec<u8> = Vec::with_capacity((sorted.len() + 1) * 8);
+    let mut vals: Vec<u8> = Vec::with_capacity(sorted.len() * 8);
+    offs.extend_from_slice(&0u64.to_ne_bytes());
+    for (k, v) in &sorted {
+        blob.extend_from_slice(k);
+        offs.extend_from_slice(&(blob.len() as u64).to_ne_bytes());
+        vals.extend_from_slice(&v.to_ne_bytes());
+    }
+    let np = py.import("numpy")?;
+    let to_arr = |b: Vec<u8>| -> PyResult<Bound<'py, PyAny>> { np.call_method1("frombuffer", (PyBytes::new(py, &b), "uint64"))?.call_method0("copy") };
+    let d = PyDict::new(py);
+    d.set_item("packets", run.stats.packets)?;
+    d.set_item("bytes", run.stats.bytes)?;
+    d.set_item("pairs", run.stats.pairs)?;
+    d.set_item("distinct_keys", sorted.len())?;
+    d.set_item("duplicates", run.stats.duplicates)?;
+    d.set_item("malformed", run.stats.malformed)?;
+    d.set_item("fallback", run.stats.fallback)?;
+    d.set_item("fallback_reason", run.stats.fallback_reason.clone())?;
+    d.set_item("completed", run.completed)?;
+    d.set_item("elapsed_s", run.elapsed.as_secs_f64())?;
+    Ok((PyBytes::new(py, &blob), to_arr(offs)?, to_arr(vals)?, d))
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(agg_map, m)?)?;
+    m.add_function(wrap_pyfunction!(agg_reduce, m)?)?;
+    Ok(())
+}
