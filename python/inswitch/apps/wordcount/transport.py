@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 
-from inswitch.apps.wordcount import udp_stopgap
 
 U32_MAX = (1 << 32) - 1
 
@@ -72,27 +71,25 @@ def native_agg() -> Any | None:
     return _native if hasattr(_native, "agg_map") and hasattr(_native, "agg_reduce") else None
 
 
+def _need_native() -> Any:
+    nat = native_agg()
+    if nat is None:
+        raise RuntimeError("udp and switch modes need inswitch._native.agg_map/agg_reduce (the aggregation host library), which this build lacks")
+    return nat
+
+
 def agg_map(protocol: str, bind: str, trees: list[tuple[int, str]], mapper_id: int, op: str,
             tree_of_pair: np.ndarray, pairs: Pairs, timeout_s: float, mode: str) -> dict[str, Any]:
-    nat = native_agg()
-    if nat is not None:
-        return dict(nat.agg_map(protocol, bind, trees, mapper_id, op, tree_of_pair, pairs.keys,
-                                pairs.offsets, pairs.values, timeout_s, mode))
-    if mode != "udp":
-        raise RuntimeError("switch mode needs inswitch._native.agg_map (the DAIET host library), which this build lacks")
-    return udp_stopgap.agg_map(bind, trees, mapper_id, tree_of_pair, pairs.keys, pairs.offsets, pairs.values, timeout_s)
+    nat = _need_native()
+    return dict(nat.agg_map(protocol, bind, trees, mapper_id, op, tree_of_pair, pairs.keys,
+                            pairs.offsets, pairs.values, timeout_s, mode))
 
 
 def agg_reduce(protocol: str, bind: str, tree_id: int, mappers: list[str], op: str, timeout_s: float,
                mode: str) -> tuple[Pairs, dict[str, Any]]:
-    nat = native_agg()
-    if nat is not None:
-        keys, offsets, values, stats = nat.agg_reduce(protocol, bind, tree_id, mappers, op, timeout_s, mode)
-        return Pairs(bytes(keys), np.asarray(offsets, dtype=np.uint64), np.asarray(values, dtype=np.uint64)), dict(stats)
-    if mode != "udp":
-        raise RuntimeError("switch mode needs inswitch._native.agg_reduce (the DAIET host library), which this build lacks")
-    keys, offsets, values, stats = udp_stopgap.agg_reduce(bind, tree_id, mappers, timeout_s)
-    return Pairs(keys, offsets, values), stats
+    nat = _need_native()
+    keys, offsets, values, stats = nat.agg_reduce(protocol, bind, tree_id, mappers, op, timeout_s, mode)
+    return Pairs(bytes(keys), np.asarray(offsets, dtype=np.uint64), np.asarray(values, dtype=np.uint64)), dict(stats)
 
 
 # ----- the TCP baseline ------------------------------------------------------------------
