@@ -93,6 +93,8 @@ def register(app: typer.Typer) -> None:
         """MapReduce WordCount through the switch: mappers and reducers as processes in a rack,
         the reducers' counts checked against a Counter over the input."""
         console = Console()
+        if not console.is_terminal:  # a pipe or a log: do not squeeze the table to 80 columns
+            console = Console(width=140)
         inputs = list(input or []) + list(extra or [])
         modes = list(MODES) if mode == "all" else [mode]
         spec = JobSpec(inputs=inputs or None, zipf=zipf, words=words_, vocab=vocab, seed=seed, mappers=mappers,

@@ -68,6 +68,8 @@ def plot(doc: dict[str, Any], path: Path) -> None:
 
 
 def main(out_dir: Path, console: Console) -> int:
+    if not console.is_terminal:  # a pipe or a log: do not squeeze the table to 80 columns
+        console = Console(width=140)
     files = find_text()
     if files:
         size = sum(os.path.getsize(p) for p in files)
