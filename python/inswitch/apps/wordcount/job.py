@@ -163,6 +163,14 @@ def switch_program_available(program: str) -> str | None:
         return f"the switch program {program!r} is not in this build (known: {', '.join(native.program_names())})"
     if transport.native_agg() is None:
         return "inswitch._native.agg_map/agg_reduce (the aggregation host library) are not in this build"
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("inswitch.apps.aggregation.controller") is not None
+    except ModuleNotFoundError:
+        found = False
+    if not found:
+        return "the aggregation controller (inswitch.apps.aggregation.controller) is not in this build"
     return None
 
 
@@ -208,22 +216,25 @@ def open_env(spec: JobSpec, switch: bool, progress: Progress) -> tuple[Env, Call
     return env, lambda: rack.down(spec.rack)
 
 
-def install_trees(env: Env, spec: JobSpec, tree_ids: list[int], progress: Progress) -> dict[str, Any]:
-    """One aggregation tree per reducer, installed by the aggregation controller through
-    P4Runtime; returns what the controller reports (acknowledgements)."""
+def install_trees(env: Env, spec: JobSpec, tree_ids: list[int], progress: Progress) -> list[dict[str, Any]]:
+    """One aggregation tree per reducer (rooted at the reducer's switch port, every mapper a
+    child, the switch's memory split evenly), installed by the aggregation controller through
+    P4Runtime; returns the switch's acknowledgements (the controller reads everything back)."""
     try:
-        from inswitch.apps.aggregation import controller  # type: ignore[import-not-found]
+        from inswitch.apps.aggregation import controller
     except ImportError:
         raise JobError("the aggregation controller (inswitch.apps.aggregation.controller) is not in this build") from None
-    progress(f"installing {len(tree_ids)} aggregation trees")
+    if spec.program != "daiet":
+        raise JobError(f"the aggregation controller installs daiet trees; --program {spec.program} has no controller here")
+    progress(f"installing {len(tree_ids)} aggregation trees through P4Runtime")
     st = env.rack_state
-    M = spec.mappers
-    mapper_ports = [h.port for h in st.hosts[:M]]
-    reducer_ports = [h.port for h in st.hosts[M:]]
-    out = controller.install_wordcount_trees(env.p4runtime, program=spec.program, tree_ids=tree_ids,
-                                             mapper_ports=mapper_ports, reducer_ports=reducer_ports,
-                                             op=spec.op)
-    return dict(out or {})
+    reducer_ports = [h.port for h in st.hosts[spec.mappers:]]
+    trees = controller.plan_single_switch(dict(zip(tree_ids, reducer_ports)), n_mappers=spec.mappers, op=spec.op)
+    try:
+        acks = controller.install({env.p4runtime: trees}, num_ports=len(st.hosts))
+    except Exception as e:
+        raise JobError(f"installing the aggregation trees failed: {e}") from None
+    return [dict(a) for a in acks]
 
 
 # ----- one run ---------------------------------------------------------------------------
