@@ -1,21 +1,24 @@
 //! Data-plane programs, one module each, written against `pisa` only.
 //!
 //! - [`forward`]: the base program (L2, IPv4 LPM, per-port counters).
+//! - [`daiet`]: DAIET in-network key-value aggregation, exactly once.
 #![forbid(unsafe_code)]
 
 use std::sync::Arc;
 
 use pisa::Program;
 
+pub mod daiet;
 pub mod forward;
 
 /// Names of the programs this build knows.
-pub const NAMES: &[&str] = &["forward"];
+pub const NAMES: &[&str] = &["forward", "daiet"];
 
 /// A fresh instance of a program by name.
 pub fn by_name(name: &str) -> Option<Arc<dyn Program>> {
     match name {
         "forward" => Some(Arc::new(forward::Forward::new())),
+        "daiet" => Some(Arc::new(daiet::Daiet::new())),
         _ => None,
     }
 }

@@ -1,0 +1,65 @@
+//! The exactly-once check: per (tree, sender) the next expected sequence number and how
+//! many of the sender's admitted packets are still in the pipeline (recirculating through
+//! their pairs).
+//!
+//! - `seq == expected`: admitted (expected + 1, in flight + 1), so a sender's packets
+//!   follow each other through the pipeline without waiting. An END is admitted only when
+//!   none of the sender's packets is in flight (until then it recirculates and asks
+//!   again), so the flush never starts before the sender's last pair is in the table.
+//! - `seq < expected`: already admitted, never added again. Acknowledged only when nothing
+//!   of the sender is in flight (so an ACK never runs ahead of the aggregation); otherwise
+//!   dropped, and the sender's retransmission is acknowledged later.
+//! - `seq > expected`: a packet before it was lost: dropped and counted; Go-Back-N resends.
+//!
+//! The body takes three comparisons and the END bit, one more than a Tofino stateful ALU's
+//! two conditions; a compiler would split it over the pair's two halves (a note in the
+//! resource report says so).
+
+use pisa::{Pair, SaluBody};
+
+/// `admit` outputs.
+pub const ADMIT: u32 = 1;
+/// Already aggregated: acknowledge, do not add again.
+pub const DUPLICATE: u32 = 2;
+/// A packet before it is missing: drop (the sender's Go-Back-N fills the gap).
+pub const GAP: u32 = 3;
+/// A copy of an admitted packet while the sender still has packets in flight: drop it.
+pub const BUSY: u32 = 4;
+/// The expected END while the sender still has packets in flight: not admitted yet; the
+/// END recirculates and asks again (a child switch cannot resend it).
+pub const WAIT: u32 = 5;
+
+/// `seq_state` cell: `lo` the next expected sequence number, `hi` packets in flight.
+/// Operand: `(seq, is END)`.
+#[derive(Clone, Copy)]
+pub struct Admit;
+impl SaluBody<Pair, (u32, bool), u32> for Admit {
+    #[inline(always)]
+    fn run(self, c: Pair, (seq, end): (u32, bool)) -> (Pair, u32) {
+        if seq == c.lo {
+            if end && c.hi != 0 {
+                (c, WAIT)
+            } else {
+                (Pair::new(c.lo.wrapping_add(1), c.hi + 1), ADMIT)
+            }
+        } else if seq < c.lo {
+            if c.hi != 0 {
+                (c, BUSY)
+            } else {
+                (c, DUPLICATE)
+            }
+        } else {
+            (c, GAP)
+        }
+    }
+}
+
+/// An admitted packet is done.
+#[derive(Clone, Copy)]
+pub struct Complete;
+impl SaluBody<Pair, (), ()> for Complete {
+    #[inline(always)]
+    fn run(self, c: Pair, _: ()) -> (Pair, ()) {
+        (Pair::new(c.lo, c.hi.saturating_sub(1)), ())
+    }
+}

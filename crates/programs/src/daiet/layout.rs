@@ -1,0 +1,100 @@
+//! Where things are in a DAIET frame as the switch parses it, and the metadata a packet
+//! carries across its passes.
+
+use wire::daiet::{HEADER_LEN, MAX_PAIRS, PAIR_LEN};
+
+/// Ethernet (14) + IPv4 without options (20) + UDP (8).
+pub const D: usize = 42;
+pub const TREE: usize = D;
+pub const FLAGS: usize = D + 2;
+pub const OP: usize = D + 3;
+pub const SENDER: usize = D + 4;
+pub const SEQ: usize = D + 8;
+pub const NUM_PAIRS: usize = D + 12;
+/// First pair.
+pub const PAIRS: usize = D + HEADER_LEN;
+/// Header bytes the parser reaches: up to the tenth pair (256, Tofino 1's parse depth).
+pub const PARSE_DEPTH: usize = PAIRS + MAX_PAIRS * PAIR_LEN;
+
+/// Offset of pair `k`.
+#[inline]
+pub fn pair_at(k: usize) -> usize {
+    PAIRS + k * PAIR_LEN
+}
+
+/// Phases of a packet's passes (bridged metadata byte 0).
+pub const PH_FRESH: u8 = 0;
+/// Admitted; one pair per pass.
+pub const PH_DATA: u8 = 1;
+/// The END that completed the tree: walks the index stack and flushes the cells.
+pub const PH_WALK: u8 = 2;
+
+/// Bridged metadata carried across recirculations (16 bytes), as a Tofino program would
+/// carry a bridged header on its recirculated packets.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Bridged {
+    pub phase: u8,
+    /// Next pair to process (data) or pairs collected so far (walk).
+    pub cursor: u8,
+    /// Pairs that collided and stay in the packet: the spillover bucket.
+    pub spill: u16,
+    /// Data: a claimed cell to push on the index stack (+1; 0 none). Walk: a popped cell
+    /// to read (+1; 0 none).
+    pub pending: u32,
+    /// Port the child's packet came in by (its ACK goes back there).
+    pub port: u16,
+    /// The child's sender id and sequence number (for its ACK).
+    pub child: u16,
+    pub child_seq: u32,
+}
+
+impl Bridged {
+    pub fn load(b: &[u8; 16]) -> Bridged {
+        Bridged {
+            phase: b[0],
+            cursor: b[1],
+            spill: u16::from_be_bytes([b[2], b[3]]),
+            pending: u32::from_be_bytes([b[4], b[5], b[6], b[7]]),
+            port: u16::from_be_bytes([b[8], b[9]]),
+            child: u16::from_be_bytes([b[10], b[11]]),
+            child_seq: u32::from_be_bytes([b[12], b[13], b[14], b[15]]),
+        }
+    }
+    pub fn store(&self, b: &mut [u8; 16]) {
+        b[0] = self.phase;
+        b[1] = self.cursor;
+        b[2..4].copy_from_slice(&self.spill.to_be_bytes());
+        b[4..8].copy_from_slice(&self.pending.to_be_bytes());
+        b[8..10].copy_from_slice(&self.port.to_be_bytes());
+        b[10..12].copy_from_slice(&self.child.to_be_bytes());
+        b[12..16].copy_from_slice(&self.child_seq.to_be_bytes());
+    }
+}
+
+/// After the header region changed length: IPv4 total length and checksum, UDP length
+/// (UDP checksum cleared: optional over IPv4), for a frame of `frame_len` bytes.
+pub fn fix_lengths(h: &mut [u8], frame_len: usize) {
+    let ip_len = (frame_len - 14) as u16;
+    h[16..18].copy_from_slice(&ip_len.to_be_bytes());
+    let udp_len = (frame_len - 34) as u16;
+    h[38..40].copy_from_slice(&udp_len.to_be_bytes());
+    h[40] = 0;
+    h[41] = 0;
+    h[24] = 0;
+    h[25] = 0;
+    let c = wire::checksum::sum(&h[14..34]);
+    h[24..26].copy_from_slice(&(!c).to_be_bytes());
+}
+
+/// Turn the frame's headers into a reply to where it came from: MACs, IPv4 addresses and
+/// UDP ports swapped.
+pub fn swap_addresses(h: &mut [u8]) {
+    for i in 0..6 {
+        h.swap(i, 6 + i);
+    }
+    for i in 0..4 {
+        h.swap(26 + i, 30 + i);
+    }
+    h.swap(34, 36);
+    h.swap(35, 37);
+}

@@ -1,0 +1,397 @@
+//! `daiet`: in-network key-value aggregation (DAIET, Sapio et al., HotNets 2017, §4
+//! Algorithm 1), with exactly-once delivery and the two defects of the public code fixed.
+//!
+//! Per aggregation tree (one per reducer; configured by the controller in `daiet_trees`):
+//! key and value register arrays used as a hash table with one-element buckets, an index
+//! stack of used cells, a children counter, and the switch's own sequence numbers towards
+//! the parent. Trees share the arrays in partitions the controller sets.
+//!
+//! How a packet goes through (one pair per pass, as a switch loops over a packet's items:
+//! by recirculation, declared and counted):
+//! - pass 0: the exactly-once check (`seq_state`, see [`exactly_once`]): a duplicate is
+//!   turned into its own ACK; a gap or a copy of a packet in flight is dropped and counted.
+//!   An admitted packet processes pair 0; an END counts the child (`ends_seen`).
+//! - pass k: pushes the cell claimed in the pass before on the index stack, processes
+//!   pair k: hash, whole-key compare-or-claim across four key arrays, aggregate the value
+//!   ([`cells`]); a colliding pair stays in the packet (the spillover bucket, [`spillover`]).
+//! - last pass: completes the sequence number; if no pair stayed, the packet becomes the
+//!   ACK; otherwise it goes on to the parent with the spilled pairs, numbered by the
+//!   switch, and a truncated clone goes back as the ACK (egress rewrites it).
+//! - The END that brings the children count to the configured number becomes the flush
+//!   walker ([`flush`]): one pass per cell pops the index stack and reads-and-clears the
+//!   cell; every ten pairs a copy leaves for the parent (clone to the recirculation port
+//!   keeps the walk going); at the empty stack the END goes to the parent and the child's
+//!   END is acknowledged.
+//! - Keys longer than 16 bytes (or empty, or with a zero byte) come in VARLEN packets:
+//!   sequenced like the others and forwarded whole, never truncated (the public code's
+//!   second defect).
+//!
+//! Layout (tofino1): stage 0 `daiet_trees`; 1 `seq_state`, `key_hash`; 2 `stack_top`;
+//! 3 `index_stack`; 4–7 `key0`..`key3`; 8 `value`; 9 `out_seq`, `ends_seen`.
+
+pub mod cells;
+pub mod exactly_once;
+pub mod flush;
+pub mod layout;
+pub mod spillover;
+pub mod tree;
+
+use pisa::decl::TableSpec;
+use pisa::{ActionId, ClassifyRule, DropCode, Gress, HashAlgo, HashUnit, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl, RegisterAction, Table};
+use wire::daiet::{flags, Op, MAX_PAIRS, PAIR_LEN, UDP_PORT};
+
+use cells::*;
+use exactly_once::*;
+use layout::*;
+pub use tree::{TreeConfig, MAX_TREES};
+
+/// Cells of the key/value arrays and the index stack, shared by all trees.
+pub const CELLS: u32 = 65536;
+/// (tree, sender) slots of `seq_state`.
+pub const SENDER_SLOTS: u32 = 65536;
+/// Clone session of the ACK copy for a child on port `p`: `ACK_SESSION_BASE + p` (ports
+/// below 511; the controller installs one session per port).
+pub const ACK_SESSION_BASE: u16 = 512;
+/// Clone session whose one replica goes to the recirculation port (the flush walk).
+pub const WALK_SESSION: u16 = 1023;
+/// The clone session acknowledging a child on `port`.
+pub fn ack_session(port: u16) -> u16 {
+    ACK_SESSION_BASE.saturating_add(port).min(WALK_SESSION - 1)
+}
+
+/// Bytes of an ACK frame: Ethernet, IPv4, UDP, DAIET header.
+pub const ACK_FRAME_LEN: u32 = PAIRS as u32;
+
+pub struct Daiet {
+    decl: ProgramDecl,
+    trees: Table,
+    a_set_tree: ActionId,
+    admit: RegisterAction<Pair, (u32, bool), u32, Admit>,
+    complete: RegisterAction<Pair, (), (), Complete>,
+    key_hash: HashUnit,
+    push: RegisterAction<u32, (), u32, Push>,
+    pop: RegisterAction<u32, (), u32, Pop>,
+    stack_write: RegisterAction<u32, u32, (), Write>,
+    stack_read: RegisterAction<u32, (), u32, Read>,
+    key0: RegisterAction<u32, u32, u32, ClaimOrMatch>,
+    key_follow: [RegisterAction<u32, (u32, u32), u32, Follow>; 3],
+    key_take: [RegisterAction<u32, (), u32, Take>; 4],
+    v_sum: RegisterAction<u32, (u32, bool), (), Sum>,
+    v_min: RegisterAction<u32, (u32, bool), (), Min>,
+    v_max: RegisterAction<u32, (u32, bool), (), Max>,
+    v_take: RegisterAction<u32, (), u32, Take>,
+    out_next: RegisterAction<u32, (), u32, Push>,
+    out_last: RegisterAction<u32, (), u32, Take>,
+    ends_arrive: RegisterAction<u32, (), u32, Push>,
+    ends_reset: RegisterAction<u32, (), u32, Take>,
+    d_gap: DropCode,
+    d_busy: DropCode,
+    d_sender: DropCode,
+    d_lost_tree: DropCode,
+    d_bad_tree: DropCode,
+}
+
+impl Default for Daiet {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Daiet {
+    pub fn new() -> Daiet {
+        let mut b = ProgramBuilder::new("daiet", "DAIET in-network key-value aggregation with exactly-once delivery");
+        b.parser(PARSE_DEPTH as u32, &[("ethernet", 112), ("ipv4", 160), ("udp", 64), ("daiet", 112), ("pairs", (MAX_PAIRS * PAIR_LEN * 8) as u32)])
+            .metadata_bits(160)
+            .bridged_bytes(16)
+            .classify(ClassifyRule { udp_dst_port: Some((UDP_PORT, UDP_PORT)), ..Default::default() })
+            // The flush walk makes one pass per used cell: bounded by the partition size,
+            // not by a small constant, so no fixed limit is declared.
+            .max_recirculations(None);
+        b.note("one pair per pass: a data packet of n pairs makes n recirculations (n <= 10); the END that completes a tree makes one per used cell plus one per flushed packet");
+        b.note("the spillover bucket is the colliding packet itself: its colliding pairs go on to the parent at once (at most one packet's worth), not gathered across packets in registers");
+        b.note("seq_state.admit compares the sequence number three ways and tests the END bit: one condition more than a Tofino stateful ALU has; a compiler would split it over the cell's two halves");
+        b.note("key words are 32-bit cells (the Tofino 1 stateful ALU returns 32 bits): a 16-byte key is four arrays compared in four stages");
+        let a_set_tree = b.action("set_tree", &TreeConfig::PARAMS, "the tree's parent port, register slot, memory partition, senders, op, children, switch id");
+        let a_untracked = b.action("untracked", &[], "not aggregated here: forward untouched");
+        let trees = b.table(TableSpec {
+            name: "daiet_trees",
+            doc: "aggregation trees configured by the controller",
+            gress: Gress::Ingress,
+            stage: 0,
+            size: MAX_TREES,
+            keys: &[("hdr.daiet.tree_id", 16, MatchKind::Exact)],
+            actions: &[a_set_tree, a_untracked],
+            default_action: (a_untracked, &[]),
+            const_default: true,
+        });
+        let seq = b.register::<Pair>("seq_state", Gress::Ingress, 1, SENDER_SLOTS, "per (tree, sender): next expected seq (lo), packets in flight (hi)");
+        let admit = b.register_action_body(seq, "admit", Admit);
+        let complete = b.register_action_body(seq, "complete", Complete);
+        let key_hash = b.hash_unit("key_hash", Gress::Ingress, 1, HashAlgo::Crc32, 32);
+        let top = b.register::<u32>("stack_top", Gress::Ingress, 2, MAX_TREES, "per tree: cells on the index stack");
+        let push = b.register_action_body(top, "push", Push);
+        let pop = b.register_action_body(top, "pop", Pop);
+        let stack = b.register::<u32>("index_stack", Gress::Ingress, 3, CELLS, "used cells of each tree's partition");
+        let stack_write = b.register_action_body(stack, "write", Write);
+        let stack_read = b.register_action_body(stack, "read", Read);
+        let k: Vec<_> = (0..4).map(|i| b.register::<u32>(&format!("key{i}"), Gress::Ingress, 4 + i as u8, CELLS, "key word")).collect();
+        let key0 = b.register_action_body(k[0], "claim_or_match", ClaimOrMatch);
+        let key_follow = [1, 2, 3].map(|i| b.register_action_body(k[i], "follow", Follow));
+        let key_take = [0, 1, 2, 3].map(|i| b.register_action_body(k[i], "take", Take));
+        let val = b.register::<u32>("value", Gress::Ingress, 8, CELLS, "aggregated value");
+        let v_sum = b.register_action_body(val, "sum", Sum);
+        let v_min = b.register_action_body(val, "min", Min);
+        let v_max = b.register_action_body(val, "max", Max);
+        let v_take = b.register_action_body(val, "take", Take);
+        let out = b.register::<u32>("out_seq", Gress::Ingress, 9, MAX_TREES, "per tree: the switch's next sequence number towards the parent");
+        let out_next = b.register_action_body(out, "next", Push);
+        let out_last = b.register_action_body(out, "last", Take);
+        let ends = b.register::<u32>("ends_seen", Gress::Ingress, 9, MAX_TREES, "per tree: children that sent END");
+        let ends_arrive = b.register_action_body(ends, "arrive", Push);
+        let ends_reset = b.register_action_body(ends, "reset", Take);
+        let d_gap = b.drop_reason("daiet_seq_gap");
+        let d_busy = b.drop_reason("daiet_in_flight_copy");
+        let d_sender = b.drop_reason("daiet_sender_out_of_range");
+        let d_lost_tree = b.drop_reason("daiet_tree_removed_in_flight");
+        let d_bad_tree = b.drop_reason("daiet_bad_tree_config");
+        let decl = b.build().expect("daiet declaration is valid");
+        Daiet {
+            decl,
+            trees,
+            a_set_tree,
+            admit,
+            complete,
+            key_hash,
+            push,
+            pop,
+            stack_write,
+            stack_read,
+            key0,
+            key_follow,
+            key_take,
+            v_sum,
+            v_min,
+            v_max,
+            v_take,
+            out_next,
+            out_last,
+            ends_arrive,
+            ends_reset,
+            d_gap,
+            d_busy,
+            d_sender,
+            d_lost_tree,
+            d_bad_tree,
+        }
+    }
+
+    /// The cell of pair `k` in the tree's partition (the hash unit, stage 1).
+    fn pair_cell(&self, pass: &mut Pass<'_>, t: &TreeConfig, k: usize) -> u32 {
+        let at = pair_at(k);
+        let mut key = [0u8; 16];
+        key.copy_from_slice(&pass.hdr()[at..at + 16]);
+        let hash = pass.hash(&self.key_hash, &key);
+        t.part_base + (hash & (t.part_size - 1))
+    }
+
+    /// Process pair `k` at cell `idx`: compare-or-claim its key word by word, aggregate
+    /// its value (stages 4-8). Returns `(claimed cell + 1 or 0, collided)`.
+    fn pair_update(&self, pass: &mut Pass<'_>, t: &TreeConfig, k: usize, idx: u32) -> (u32, bool) {
+        let at = pair_at(k);
+        let h = pass.hdr();
+        let w = |i: usize| u32::from_be_bytes([h[at + 4 * i], h[at + 4 * i + 1], h[at + 4 * i + 2], h[at + 4 * i + 3]]);
+        let words = [w(0), w(1), w(2), w(3)];
+        let v = u32::from_be_bytes([h[at + 16], h[at + 17], h[at + 18], h[at + 19]]);
+        let mut d = pass.execute(&self.key0, idx, words[0]);
+        for i in 1..4 {
+            if d == COLLIDE {
+                break;
+            }
+            d = pass.execute(&self.key_follow[i - 1], idx, (words[i], d));
+        }
+        if d == COLLIDE {
+            return (0, true);
+        }
+        let claim = d == CLAIM;
+        match t.op {
+            Op::Sum => pass.execute(&self.v_sum, idx, (v, claim)),
+            Op::Min => pass.execute(&self.v_min, idx, (v, claim)),
+            Op::Max => pass.execute(&self.v_max, idx, (v, claim)),
+        }
+        (if claim { idx + 1 } else { 0 }, false)
+    }
+
+    /// Turn the packet into an ACK of `seq` for `sender`, sent back by `port`.
+    fn ack_in_place(&self, pass: &mut Pass<'_>, sender: u16, seq: u32, port: u16) {
+        if !pass.resize_hdr(PAIRS) {
+            return;
+        }
+        pass.truncate_payload();
+        let len = pass.packet_len();
+        let h = pass.hdr_mut();
+        rewrite_as_ack(h, sender, seq, len);
+        pass.forward(port);
+    }
+}
+
+/// Rewrite a frame's headers into an ACK (addresses swapped, no pairs).
+pub fn rewrite_as_ack(h: &mut [u8], sender: u16, seq: u32, frame_len: usize) {
+    swap_addresses(h);
+    h[FLAGS] = flags::ACK;
+    h[SENDER..SENDER + 2].copy_from_slice(&sender.to_be_bytes());
+    h[SEQ..SEQ + 4].copy_from_slice(&seq.to_be_bytes());
+    h[NUM_PAIRS] = 0;
+    h[NUM_PAIRS + 1] = 0;
+    fix_lengths(h, frame_len);
+}
+
+impl Program for Daiet {
+    fn decl(&self) -> &ProgramDecl {
+        &self.decl
+    }
+
+    fn ingress(&self, pass: &mut Pass<'_>) {
+        let hdr = pass.hdr();
+        // Ethernet, IPv4 without options, UDP, the DAIET header: anything shorter or
+        // different is malformed.
+        if hdr.len() < PAIRS || hdr[14] != 0x45 {
+            pass.drop(DropCode::MALFORMED);
+            return;
+        }
+        let fl = hdr[FLAGS];
+        if fl & (flags::ACK | flags::BYPASS | flags::RESEND | flags::QUERY | flags::DONE) != 0 {
+            return; // forwarded as ordinary traffic
+        }
+        let tree_id = u16::from_be_bytes([hdr[TREE], hdr[TREE + 1]]);
+        let mut br = Bridged::load(pass.bridged());
+        let r = pass.apply_u64(&self.trees, tree_id as u64);
+        let cfg = if r.action == self.a_set_tree {
+            let mut p = [0u64; 6];
+            p.copy_from_slice(&r.params[..6]);
+            TreeConfig::from_params(&p)
+        } else {
+            None
+        };
+        let Some(t) = cfg else {
+            if br.phase != PH_FRESH {
+                pass.drop(self.d_lost_tree);
+            }
+            // Not a tree of this switch: forwarded untouched.
+            return;
+        };
+        if !t.part_size.is_power_of_two() || t.tree_idx as u32 >= MAX_TREES || t.part_base.checked_add(t.part_size).is_none_or(|e| e > CELLS) {
+            pass.drop(self.d_bad_tree);
+            return;
+        }
+        match br.phase {
+            PH_FRESH => self.first_pass(pass, &t, &mut br),
+            PH_DATA => self.data_pass(pass, &t, &mut br),
+            PH_WALK => self.walk_pass(pass, &t, &mut br),
+            _ => pass.drop(DropCode::MALFORMED),
+        }
+        br.store(pass.bridged_mut());
+    }
+
+    fn egress(&self, pass: &mut Pass<'_>) {
+        // The only clones reaching egress are ACK copies (the walk's clone recirculates).
+        if pass.is_clone() {
+            let br = Bridged::load(pass.bridged());
+            let len = pass.packet_len();
+            if len < PAIRS || pass.hdr().len() < PAIRS {
+                pass.drop(DropCode::MALFORMED);
+                return;
+            }
+            rewrite_as_ack(pass.hdr_mut(), br.child, br.child_seq, len);
+        }
+    }
+}
+
+impl Daiet {
+    fn first_pass(&self, pass: &mut Pass<'_>, t: &TreeConfig, br: &mut Bridged) {
+        let h = pass.hdr();
+        let fl = h[FLAGS];
+        let sender = u16::from_be_bytes([h[SENDER], h[SENDER + 1]]);
+        let seq = u32::from_be_bytes([h[SEQ], h[SEQ + 1], h[SEQ + 2], h[SEQ + 3]]);
+        let np = h[NUM_PAIRS] as usize;
+        let varlen = fl & flags::VARLEN != 0;
+        if !varlen && (np > MAX_PAIRS || pass.packet_len() < pair_at(np)) {
+            pass.drop(DropCode::MALFORMED);
+            return;
+        }
+        if fl & flags::END != 0 && np != 0 {
+            pass.drop(DropCode::MALFORMED);
+            return;
+        }
+        if sender >= t.max_senders {
+            pass.drop(self.d_sender);
+            return;
+        }
+        // An END waiting for the sender's packets in flight keeps the port it came by.
+        let port = if pass.recirculations() > 0 { br.port } else { pass.ingress_port() };
+        match pass.execute(&self.admit, t.sender_base + sender as u32, (seq, fl & flags::END != 0)) {
+            ADMIT => {}
+            DUPLICATE => {
+                self.ack_in_place(pass, sender, seq, port);
+                return;
+            }
+            GAP => {
+                pass.drop(self.d_gap);
+                return;
+            }
+            WAIT => {
+                br.port = port;
+                pass.recirculate();
+                return;
+            }
+            _ => {
+                pass.drop(self.d_busy);
+                return;
+            }
+        }
+        *br = Bridged { phase: PH_DATA, cursor: 0, spill: 0, pending: 0, port, child: sender, child_seq: seq };
+        if fl & flags::END != 0 {
+            let ends = pass.execute(&self.ends_arrive, t.tree_idx as u32, ());
+            if ends + 1 >= t.children as u32 {
+                br.phase = PH_WALK;
+            }
+        } else if varlen {
+            // Not aggregated here: every pair goes on, whole.
+            br.spill = u16::MAX;
+        } else if np > 0 {
+            let idx = self.pair_cell(pass, t, 0);
+            let (claimed, collided) = self.pair_update(pass, t, 0, idx);
+            br.pending = claimed;
+            br.spill |= collided as u16;
+            br.cursor = 1;
+        }
+        pass.recirculate();
+    }
+
+    fn data_pass(&self, pass: &mut Pass<'_>, t: &TreeConfig, br: &mut Bridged) {
+        let h = pass.hdr();
+        let np = h[NUM_PAIRS] as usize;
+        let varlen = h[FLAGS] & flags::VARLEN != 0;
+        let done = varlen || br.cursor as usize >= np;
+        // Stage 1: complete the sequence number, or hash this pass's pair.
+        let idx = if done {
+            pass.execute(&self.complete, t.sender_base + br.child as u32, ());
+            0
+        } else {
+            self.pair_cell(pass, t, br.cursor as usize)
+        };
+        if br.pending != 0 {
+            let slot = pass.execute(&self.push, t.tree_idx as u32, ());
+            pass.execute(&self.stack_write, t.part_base + (slot % t.part_size), br.pending - 1);
+            br.pending = 0;
+        }
+        if !done {
+            let (claimed, collided) = self.pair_update(pass, t, br.cursor as usize, idx);
+            br.pending = claimed;
+            br.spill |= (collided as u16) << br.cursor;
+            br.cursor += 1;
+            pass.recirculate();
+            return;
+        }
+        self.finish_data(pass, t, br);
+    }
+}

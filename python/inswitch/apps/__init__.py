@@ -1,0 +1,1 @@
+"""Application processes and controllers, one package per system."""

@@ -1,0 +1,172 @@
+"""The DAIET controller: one aggregation tree per reducer, planned from the topology and
+installed on every switch through P4Runtime.
+
+Per tree and switch it writes a `daiet_trees` entry (tree id -> parent port, the tree's
+register slot, its memory partition, its senders' slots, op, number of children, the
+switch's own sender id), resets the tree's registers, and makes sure the clone sessions the
+program uses exist (one ACK session per port, the flush walk's recirculation session). It
+returns only when every switch has acknowledged: each entry and register is read back.
+
+The constants mirror `crates/programs/src/daiet/mod.rs`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from inswitch.p4rt.client import SwitchClient
+
+#: Cells of the key/value arrays shared by the trees of one switch.
+CELLS = 65536
+#: Per-tree register slots (`MAX_TREES`).
+MAX_TREES = 64
+#: (tree, sender) slots of `seq_state`.
+SENDER_SLOTS = 65536
+#: ACK clone session of port p: ACK_SESSION_BASE + p.
+ACK_SESSION_BASE = 512
+#: The flush walk's clone session (to the recirculation port).
+WALK_SESSION = 1023
+#: Bytes an ACK copy keeps: Ethernet, IPv4, UDP, DAIET header.
+ACK_FRAME_LEN = 56
+#: P4Runtime's reserved recirculation port.
+SDN_PORT_RECIRCULATE = 0xFFFFFFFA
+#: Sender ids of switches start here (mappers use 0..SWITCH_ID_BASE-1).
+SWITCH_ID_BASE = 200
+OPS = {"sum": 0, "min": 1, "max": 2}
+
+
+@dataclass(frozen=True)
+class TreeSpec:
+    """One tree on one switch."""
+
+    tree_id: int
+    parent_port: int
+    children: int
+    op: str
+    tree_idx: int
+    part_base: int
+    part_size: int
+    switch_id: int = SWITCH_ID_BASE
+    max_senders: int = 256
+
+    @property
+    def sender_base(self) -> int:
+        return self.tree_idx * self.max_senders
+
+    def params(self) -> dict[str, int]:
+        packed = (OPS[self.op] << 48) | (self.children << 32) | (self.switch_id << 16) | self.max_senders
+        return {
+            "parent_port": self.parent_port,
+            "tree_idx": self.tree_idx,
+            "part_base": self.part_base,
+            "part_size": self.part_size,
+            "sender_base": self.sender_base,
+            "op_children_id_senders": packed,
+        }
+
+    def check(self) -> None:
+        if self.op not in OPS:
+            raise ValueError(f"tree {self.tree_id}: op must be one of {sorted(OPS)}")
+        if self.part_size <= 0 or self.part_size & (self.part_size - 1):
+            raise ValueError(f"tree {self.tree_id}: partition size {self.part_size} is not a power of two")
+        if self.part_base + self.part_size > CELLS:
+            raise ValueError(f"tree {self.tree_id}: partition [{self.part_base}, +{self.part_size}) beyond {CELLS} cells")
+        if not 0 <= self.tree_idx < MAX_TREES:
+            raise ValueError(f"tree {self.tree_id}: register slot {self.tree_idx} not in 0..{MAX_TREES - 1}")
+        if self.sender_base + self.max_senders > SENDER_SLOTS:
+            raise ValueError(f"tree {self.tree_id}: sender slots beyond {SENDER_SLOTS}")
+        if self.switch_id >= self.max_senders:
+            raise ValueError(f"tree {self.tree_id}: switch id {self.switch_id} must be below max_senders {self.max_senders}")
+
+
+def _partition(n: int, cells: int = CELLS) -> int:
+    """Largest power-of-two partition when `n` trees share `cells` evenly."""
+    size = 1
+    while size * 2 * n <= cells:
+        size *= 2
+    return size
+
+
+def plan_single_switch(reducers: Mapping[int, int], n_mappers: int, op: str = "sum", cells: int = CELLS) -> list[TreeSpec]:
+    """Trees on one switch: `reducers` maps tree id -> the reducer's switch port; every
+    mapper is a child of every tree; memory split evenly."""
+    size = _partition(len(reducers), cells)
+    return [
+        TreeSpec(tree_id=t, parent_port=port, children=n_mappers, op=op, tree_idx=i, part_base=i * size, part_size=size)
+        for i, (t, port) in enumerate(sorted(reducers.items()))
+    ]
+
+
+@dataclass
+class Tor:
+    """A ToR switch: its mappers' ports, its reducers (tree id -> port), its uplink."""
+
+    name: str
+    mapper_ports: list[int]
+    uplink: int
+    reducers: dict[int, int] = field(default_factory=dict)
+
+
+def plan_two_level(tors: Sequence[Tor], agg_name: str, agg_downlinks: Mapping[str, int], op: str = "sum", cells: int = CELLS) -> dict[str, list[TreeSpec]]:
+    """Trees over ToR switches under one aggregation switch. For a tree rooted at a reducer
+    under ToR r: every other ToR with mappers aggregates its mappers and sends on its
+    uplink; the aggregation switch aggregates those ToRs towards r; ToR r aggregates its own
+    mappers and the aggregation switch towards the reducer. Each switch is one sender of its
+    parent, with its own id."""
+    trees = sorted((t, tor.name, port) for tor in tors for t, port in tor.reducers.items())
+    size = _partition(len(trees), cells)
+    ids = {tor.name: SWITCH_ID_BASE + i for i, tor in enumerate(tors)}
+    ids[agg_name] = SWITCH_ID_BASE + len(tors)
+    plan: dict[str, list[TreeSpec]] = {tor.name: [] for tor in tors}
+    plan[agg_name] = []
+    for i, (t, root, port) in enumerate(trees):
+        common = dict(tree_id=t, op=op, tree_idx=i, part_base=i * size, part_size=size)
+        remote = [tor for tor in tors if tor.name != root and tor.mapper_ports]
+        for tor in remote:
+            plan[tor.name].append(TreeSpec(parent_port=tor.uplink, children=len(tor.mapper_ports), switch_id=ids[tor.name], **common))  # type: ignore[arg-type]
+        if remote:
+            plan[agg_name].append(TreeSpec(parent_port=agg_downlinks[root], children=len(remote), switch_id=ids[agg_name], **common))  # type: ignore[arg-type]
+        root_tor = next(tor for tor in tors if tor.name == root)
+        children = len(root_tor.mapper_ports) + (1 if remote else 0)
+        plan[root].append(TreeSpec(parent_port=port, children=children, switch_id=ids[root], **common))  # type: ignore[arg-type]
+    return plan
+
+
+def _install_one(address: str, trees: Sequence[TreeSpec], num_ports: int) -> dict[str, object]:
+    for t in trees:
+        t.check()
+    with SwitchClient(address) as c:
+        existing = {e["match"]["hdr.daiet.tree_id"] for e in c.read_entries("daiet_trees")}
+        with c.batch():
+            for p in range(num_ports):
+                c.set_clone_session(ACK_SESSION_BASE + p, [p], truncate_len=ACK_FRAME_LEN)
+            c.set_clone_session(WALK_SESSION, [SDN_PORT_RECIRCULATE])
+            for t in trees:
+                if t.tree_id in existing:
+                    c.modify_entry("daiet_trees", {"hdr.daiet.tree_id": t.tree_id}, "set_tree", t.params())
+                else:
+                    c.insert_entry("daiet_trees", {"hdr.daiet.tree_id": t.tree_id}, "set_tree", t.params())
+        # A fresh job: the tree's counters, stack and its senders' sequence numbers start at 0.
+        with c.batch():
+            for t in trees:
+                for reg in ("stack_top", "out_seq", "ends_seen"):
+                    c.write_register(reg, t.tree_idx, 0)
+                for s in range(t.max_senders):
+                    c.write_register("seq_state", t.sender_base + s, 0)
+        # The acknowledgement: read everything back.
+        got = {e["match"]["hdr.daiet.tree_id"]: e for e in c.read_entries("daiet_trees")}
+        for t in trees:
+            e = got.get(t.tree_id)
+            if e is None or e["action"] != "set_tree" or e["params"] != t.params():
+                raise RuntimeError(f"switch {address}: tree {t.tree_id} not installed as written: {e}")
+            for reg in ("stack_top", "out_seq", "ends_seen"):
+                if c.read_register(reg, t.tree_idx)[0][1] != 0:
+                    raise RuntimeError(f"switch {address}: {reg}[{t.tree_idx}] not reset")
+        return {"address": address, "trees": [t.tree_id for t in trees], "clone_sessions": num_ports + 1}
+
+
+def install(switches: Mapping[str, Sequence[TreeSpec]], num_ports: int = 64) -> list[dict[str, object]]:
+    """Install trees on every switch (P4Runtime address -> its trees); returns one
+    acknowledgement per switch once everything reads back as written."""
+    return [_install_one(addr, trees, num_ports) for addr, trees in switches.items()]
