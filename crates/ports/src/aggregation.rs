@@ -92,6 +92,9 @@ fn send(sock: &UdpSocket, p: &[u8], to: SocketAddr) -> std::io::Result<()> {
 /// short linger to answer late status reports) or `timeout`.
 pub fn run_reducer(cfg: ReducerConfig, bind: SocketAddr, mappers: &[SocketAddr], timeout: Duration) -> std::io::Result<ReduceRun> {
     let sock = UdpSocket::bind(bind)?;
+    // The switch's final flush arrives as one burst of hundreds of packets: with the
+    // default receive buffer (~208 KB) the reducer's socket overflows and the tree falls back.
+    crate::sys::grow_sock_buf(std::os::fd::AsRawFd::as_raw_fd(&sock), true, 16 << 20);
     let start = Instant::now();
     let now = || start.elapsed().as_nanos() as u64;
     let quiet = Duration::from_nanos((cfg.rto_ns * 5).max(100_000_000));

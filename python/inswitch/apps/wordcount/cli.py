@@ -57,16 +57,21 @@ def table(doc: dict[str, Any]) -> Table:
     return t
 
 
+def _chg(r: float | None) -> str:
+    """A reduction r as a signed change: 0.68 -> "-68.0%", -3.4 -> "+340.0%"."""
+    return "-" if r is None else f"{-r:+.1%}"
+
+
 def summary_lines(doc: dict[str, Any]) -> list[str]:
     out = []
     if doc.get("reduction") is not None:
-        out.append(f"in-network aggregation: reducer bytes -{doc['reduction']:.1%}, packets "
-                   f"-{(doc.get('packet_reduction_vs_udp') or 0):.1%}, reducer CPU -{(doc.get('cpu_reduction_vs_udp') or 0):.1%} "
-                   "against the udp baseline of this run")
+        out.append(f"switch vs the udp baseline of this run: reducer bytes {_chg(doc['reduction'])}, "
+                   f"packets {_chg(doc.get('packet_reduction_vs_udp'))}, reducer CPU {_chg(doc.get('cpu_reduction_vs_udp'))}")
     if doc.get("reduction_vs_tcp") is not None:
-        out.append(f"against tcp: reducer bytes -{doc['reduction_vs_tcp']:.1%}, packets -{(doc.get('packet_reduction_vs_tcp') or 0):.1%}")
+        out.append(f"switch vs tcp: reducer bytes {_chg(doc['reduction_vs_tcp'])}, packets {_chg(doc.get('packet_reduction_vs_tcp'))}, "
+                   f"reducer CPU {_chg(doc.get('cpu_reduction_vs_tcp'))}")
     if doc.get("fallback"):
-        out.append("[yellow]the switch did not aggregate: the job completed with host-side aggregation[/yellow]")
+        out.append("[yellow]the switch did not aggregate (restarted, absent or lost its stream): the job completed with host-side aggregation[/yellow]")
     out += [f"note: {n}" for n in doc.get("notes", [])]
     return out
 

@@ -29,7 +29,9 @@ from inswitch.apps.wordcount.worker import load_result
 MODES = ("tcp", "udp", "switch")
 PROGRAMS = ("daiet", "switchagg")
 MAP_PORT = 47000
-REDUCE_PORT = 47100
+#: Reducers listen here: the switch classifies UDP to this port as DAIET
+#: (`wire::daiet::UDP_PORT`), so in a rack every reducer (one per host) uses it.
+REDUCE_PORT = 7070
 
 Progress = Callable[[str], None]
 
