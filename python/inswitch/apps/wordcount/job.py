@@ -285,6 +285,11 @@ def switch_counters(env: Env) -> dict[str, float]:
     for name, labels, v in samples:
         if name == "inswitch_port_io_drops_total" and "fault" in labels.get("reason", ""):
             out["fault_lost"] = out.get("fault_lost", 0) + v
+        elif name == "inswitch_port_io_drops_total":
+            key = f"port_io:{labels.get('reason', '?')}"
+            out[key] = out.get(key, 0) + v
+        elif name == "inswitch_port_queue_drops_total":
+            out["queue_full"] = out.get("queue_full", 0) + v
         elif name == "inswitch_drops_total":
             key = f"drop:{labels.get('reason', '?')}"
             out[key] = out.get(key, 0) + v
