@@ -51,3 +51,69 @@ def test_agg_map_reduce_loopback(mode: str) -> None:
     assert st["bytes"] > 0 and st["packets"] > 0
     for i in range(2):
         assert res[i]["completed"] and res[i]["packets_sent"] > 0  # type: ignore[index]
+
+
+def test_bench_aggregation_quick() -> None:
+    from inswitch.bench import aggregation
+
+    r = aggregation.run(duration=0.2)
+    assert r["daiet_pair_updates_per_s"] > 0 and r["forward_pps"] > 0
+    assert r["daiet_drops"] == 0
+    assert 1.0 <= r["daiet_passes_per_packet"] <= 3.0
+    assert "switchagg_pair_updates_per_s" in r
+
+
+def test_scapy_layer_dissects_the_rust_encoder() -> None:
+    """Datagrams the Rust sender puts on the wire dissect with the independent scapy
+    layer into exactly the pairs given (fixed and variable-length, keys whole)."""
+    import socket
+
+    from inswitch.scapy.daiet import Daiet, FixedPair
+
+    words = ["apple", "pear", "k" * 40, "apple", "zürich", ""] + [f"w{i}" for i in range(30)]
+    blob, offs = _pairs(words)
+    n = len(words)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 47601))
+    sock.settimeout(2.0)
+    t = threading.Thread(target=lambda: _native.agg_map("daiet", "127.0.0.1:47602", [(4, "127.0.0.1:47601")], 1, "sum",
+                                                         np.zeros(n, np.uint16), blob, offs, np.arange(n, dtype=np.uint32), 0.3, mode="udp"))
+    t.start()
+    got: list[tuple[bytes, int]] = []
+    seqs = set()
+    try:
+        while True:
+            d = Daiet(sock.recv(2048))
+            assert d.tree_id == 4 and d.sender == 1 and d.flags.BYPASS
+            if d.seq in seqs:
+                continue  # a retransmission: no ACKs come back here
+            seqs.add(d.seq)
+            for p in d.pairs:
+                if isinstance(p, FixedPair) and p.key[:1] == b"\0":
+                    continue  # a hole: an empty position (see wire::daiet)
+                key = p.key.rstrip(b"\0") if isinstance(p, FixedPair) else p.key
+                got.append((key, p.value))
+            if d.flags.END:
+                break
+    finally:
+        t.join(5)
+        sock.close()
+    assert sorted(got) == sorted((w.encode(), i) for i, w in enumerate(words))
+
+
+def test_controller_plans_single_and_two_level_trees() -> None:
+    from inswitch.apps.aggregation import controller as c
+
+    single = c.plan_single_switch({1: 5, 2: 6, 3: 7}, n_mappers=4)
+    assert [t.parent_port for t in single] == [5, 6, 7] and all(t.children == 4 for t in single)
+    parts = sorted((t.part_base, t.part_size) for t in single)
+    assert all(a[0] + a[1] <= b[0] for a, b in zip(parts, parts[1:])), "partitions do not overlap"
+    for t in single:
+        t.check()
+    tors = [c.Tor("tor0", [1, 2], uplink=9, reducers={10: 3}), c.Tor("tor1", [1, 2, 3], uplink=9)]
+    plan = c.plan_two_level(tors, "agg", {"tor0": 1, "tor1": 2})
+    (t1,), (a,), (t0,) = plan["tor1"], plan["agg"], plan["tor0"]
+    assert (t1.parent_port, t1.children) == (9, 3)  # tor1's mappers, up to the aggregation switch
+    assert (a.parent_port, a.children) == (1, 1)  # tor1, down towards tor0
+    assert (t0.parent_port, t0.children) == (3, 3)  # tor0's two mappers and the aggregation switch
+    assert len({t0.switch_id, t1.switch_id, a.switch_id}) == 3

@@ -110,5 +110,5 @@ def test_daiet_tree_in_a_rack(rack: RackState) -> None:
     assert res["pairs"] < sent / 5, f"the switch aggregated: {res['pairs']} of {sent} pairs reached the reducer"
     # The udp baseline over the same rack: everything reaches the reducer.
     res_udp, _, ref = _run_job(rack, "udp", 8)
-    assert res_udp["result"] == dict(ref) and res_udp["pairs"] == sent
+    assert res_udp["result"] == dict(ref) and res_udp["pairs"] >= sent  # retransmissions count too
     assert res["bytes"] < res_udp["bytes"] / 5

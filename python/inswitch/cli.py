@@ -26,6 +26,7 @@ _COMMAND_MODULES = [
     "inswitch.switchd.cli",
     "inswitch.topology.cli",
     "inswitch.bench.cli",
+    "inswitch.bench.aggregation",
     "inswitch.experiments.cli",
     "inswitch.demo",
     "inswitch.apps.wordcount.cli",

@@ -202,3 +202,194 @@ mod tests {
         }
     }
 }
+
+/// In-memory benchmark of the `daiet` program: pair updates per second on one core.
+pub mod bench {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use pisa::control::{CloneSession, ControlOp, Replica, WriteOp};
+    use pisa::{FieldMatch, PacketBuf, PipeConfig, ProgramSet, Switch, PORT_RECIRC};
+    use programs::daiet::{ack_session, layout, TreeConfig, WALK_SESSION};
+    use hostlib::aggregation::{Header, Protocol};
+    use wire::daiet::{Op, Packet, MAX_PAIRS, UDP_PORT};
+
+    /// CPU time this thread has used, in ns: rates per CPU-second stay meaningful on a
+    /// machine shared with other work (wall-clock rates do not).
+    pub fn thread_cpu_ns() -> u64 {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: `ts` is a valid timespec for clock_gettime to fill.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    }
+
+    /// `forward`'s packet rate per CPU-second (64-byte frames, batches of 32), the base of
+    /// the aggregation ratio, measured the same way as [`daiet_pipeline`].
+    pub fn forward_cpu_rate(duration: Duration) -> f64 {
+        let start = Instant::now();
+        let c0 = thread_cpu_ns();
+        let mut packets = 0u64;
+        while start.elapsed() < duration {
+            packets += crate::bench::forward_rounds(64, 32, 2000);
+        }
+        let cpu = (thread_cpu_ns() - c0) as f64 / 1e9;
+        packets as f64 / cpu.max(1e-9)
+    }
+
+    /// What a run measured.
+    #[derive(Clone, Debug)]
+    pub struct AggRate {
+        /// Pairs aggregated (all admitted: the program's counters confirm no drop).
+        pub pair_updates: u64,
+        /// Packets (of up to ten pairs) sent in.
+        pub packets: u64,
+        /// Switch passes (ingress, recirculations included).
+        pub passes: u64,
+        /// Seconds measured.
+        pub seconds: f64,
+        /// Pair updates per second of wall time.
+        pub pair_updates_per_s: f64,
+        /// CPU seconds the measuring thread used.
+        pub cpu_seconds: f64,
+        /// Pair updates per CPU-second: the per-core rate.
+        pub pair_updates_per_cpu_s: f64,
+        /// Drops counted by the switch during the run (should be 0).
+        pub drops: u64,
+    }
+
+    fn be(v: u64, bits: u32) -> Vec<u8> {
+        let n = bits.div_ceil(8) as usize;
+        v.to_be_bytes()[8 - n..].to_vec()
+    }
+
+    /// `forward,daiet` with one tree over `cells` cells; data packets of ten pairs from one
+    /// mapper with consecutive sequence numbers, over a vocabulary of `vocab` keys, `batch`
+    /// packets per round, each round run to completion (all recirculations).
+    pub fn daiet_pipeline(batch: usize, vocab: u32, duration: Duration) -> AggRate {
+        let set = Arc::new(
+            ProgramSet::new(vec![Arc::new(programs::forward::Forward::new()), Arc::new(programs::daiet::Daiet::new())]).expect("programs load"),
+        );
+        let cfg = PipeConfig { queue_capacity: batch.max(64) * 4, egress_budget: batch.max(64) * 2, recirc_capacity: batch * 16 + 64, recirc_per_batch: batch * 16 + 64, ..PipeConfig::default() };
+        let mut sw = Switch::new(set.clone(), 4, 1, cfg);
+        let id = |prog: usize, table: &str, action: &str| {
+            let d = set.decl(prog);
+            (set.ids(prog).tables[d.tables.iter().position(|t| t.name == table).unwrap()], set.ids(prog).actions[d.actions.iter().position(|a| a.name == action).unwrap()])
+        };
+        let (l2, fwd) = id(0, "l2_dmac", "l2_forward");
+        for (h, p) in [(1u8, 1u16), (2, 2)] {
+            sw.control(&ControlOp::TableWrite {
+                table_id: l2,
+                op: WriteOp::Insert,
+                matches: vec![FieldMatch::Exact { field: 0, value: vec![2, 0, 0, 0, 0, h] }],
+                priority: 0,
+                action_id: fwd,
+                params: vec![(1, be(p as u64, 9))],
+            })
+            .expect("l2 entry");
+        }
+        let (tt, ta) = id(1, "daiet_trees", "set_tree");
+        let tree = TreeConfig { parent_port: 2, tree_idx: 0, part_base: 0, part_size: 65536, sender_base: 0, op: Op::Sum, children: 1, switch_id: 250, max_senders: 256 };
+        let params = tree.params().iter().zip(TreeConfig::PARAMS).enumerate().map(|(i, (v, (_, b)))| (i as u32 + 1, be(*v, b))).collect();
+        sw.control(&ControlOp::TableWrite { table_id: tt, op: WriteOp::Insert, matches: vec![FieldMatch::Exact { field: 0, value: vec![0, 1] }], priority: 0, action_id: ta, params })
+            .expect("tree entry");
+        for p in 0..4u16 {
+            let c = CloneSession { replicas: vec![Replica { port: p, rid: 0 }], truncate_len: programs::daiet::ACK_FRAME_LEN };
+            sw.control(&ControlOp::CloneSessionWrite { op: WriteOp::Insert, session: ack_session(p), session_cfg: c }).expect("session");
+        }
+        let c = CloneSession { replicas: vec![Replica { port: PORT_RECIRC, rid: 0 }], truncate_len: 0 };
+        sw.control(&ControlOp::CloneSessionWrite { op: WriteOp::Insert, session: WALK_SESSION, session_cfg: c }).expect("session");
+
+        // Templates: `batch` packets of (up to) ten pairs over the vocabulary, placed by the
+        // mapper's own encoder (each key at a position of its slice).
+        let words: Vec<Vec<u8>> = (0..batch * MAX_PAIRS).map(|i| format!("word{}", (i as u64).wrapping_mul(2_654_435_761) % vocab as u64).into_bytes()).collect();
+        let hdr = Header { tree_id: 1, flags: 0, op: Op::Sum, sender: 0, epoch: 0 };
+        let payloads = Protocol::Daiet.packetize(hdr, words.iter().map(|w| (&w[..], 1u32)));
+        let pairs_per_round: u64 = payloads.iter().map(|p| Packet::new_checked(&p[..]).map(|v| v.pairs().count() as u64).unwrap_or(0)).sum();
+        let templates: Vec<Vec<u8>> = payloads
+            .iter()
+            .map(|p| {
+                let mut f = vec![0u8; 42];
+                f[0..6].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
+                f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+                f[12..14].copy_from_slice(&[8, 0]);
+                f[14] = 0x45;
+                f[22] = 64;
+                f[23] = 17;
+                f[26..30].copy_from_slice(&[10, 0, 0, 1]);
+                f[30..34].copy_from_slice(&[10, 0, 0, 2]);
+                f[34..36].copy_from_slice(&5000u16.to_be_bytes());
+                f[36..38].copy_from_slice(&UDP_PORT.to_be_bytes());
+                f.extend_from_slice(p);
+                let n = f.len();
+                layout::fix_lengths(&mut f, n);
+                f
+            })
+            .collect();
+        let mut seq = 0u32;
+        let mut now = 1u64;
+        let mut rx: Vec<PacketBuf> = Vec::with_capacity(batch);
+        let run = |sw: &mut Switch, seq: &mut u32, now: &mut u64, rx: &mut Vec<PacketBuf>| {
+            for t in &templates {
+                let mut b = sw.buffer_for(1);
+                b.copy_from(t);
+                b.data_mut()[layout::SEQ..layout::SEQ + 4].copy_from_slice(&seq.to_be_bytes());
+                *seq += 1;
+                rx.push(b);
+            }
+            sw.process(rx, *now);
+            *now += 1;
+            while sw.pipes()[0].pending() > 0 {
+                sw.tick(*now);
+                *now += 1;
+                for p in 0..4 {
+                    sw.recycle_tx(p);
+                }
+            }
+            for p in 0..4 {
+                sw.recycle_tx(p);
+            }
+        };
+        // Warm-up, then measure.
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_millis(100) {
+            run(&mut sw, &mut seq, &mut now, &mut rx);
+        }
+        let c0 = sw.counters();
+        let seq0 = seq;
+        let start = Instant::now();
+        let cpu0 = thread_cpu_ns();
+        while start.elapsed() < duration {
+            run(&mut sw, &mut seq, &mut now, &mut rx);
+        }
+        let seconds = start.elapsed().as_secs_f64();
+        let cpu_seconds = (thread_cpu_ns() - cpu0) as f64 / 1e9;
+        let c1 = sw.counters();
+        let packets = (seq - seq0) as u64;
+        let pair_updates = packets / templates.len() as u64 * pairs_per_round;
+        let passes = c1.programs[1].ingress_passes - c0.programs[1].ingress_passes;
+        let drops = c1.total_drops() - c0.total_drops();
+        AggRate {
+            pair_updates,
+            packets,
+            passes,
+            seconds,
+            pair_updates_per_s: pair_updates as f64 / seconds,
+            cpu_seconds,
+            pair_updates_per_cpu_s: pair_updates as f64 / cpu_seconds.max(1e-9),
+            drops,
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        #[test]
+        fn daiet_bench_runs_without_drops() {
+            let r = super::daiet_pipeline(32, 4096, std::time::Duration::from_millis(200));
+            assert!(r.pair_updates > 0);
+            assert_eq!(r.drops, 0, "{r:?}");
+            assert!(r.passes >= r.packets && r.passes <= r.packets * 3, "up to ten pairs, four per pass: {r:?}");
+            assert!(r.pair_updates >= r.packets * 5, "packets are mostly full: {r:?}");
+            eprintln!("{r:?}");
+        }
+    }
+}

@@ -448,16 +448,22 @@ fn tiny_tables_force_collisions_and_stay_exact() {
 }
 
 /// Defect 1 of the public DAIET code: a key hashing to a cell holding a different key was
-/// added to it. With one cell per tree every key but the first collides.
+/// added to it. With one cell per slice, keys of the same slice all hash to one cell: every
+/// key but the first to arrive collides.
 #[test]
 fn a_colliding_key_is_never_added_to_a_different_stored_key() {
-    let pairs = vec![vec![(0u16, b"apple".to_vec(), 5), (0, b"pear".to_vec(), 7), (0, b"apple".to_vec(), 1), (0, b"plum".to_vec(), 2)]];
+    let slice = wire::daiet::slice_of(b"apple");
+    let same: Vec<Vec<u8>> = (0..200).map(|i| format!("k{i}").into_bytes()).filter(|k| wire::daiet::slice_of(k) == slice).take(3).collect();
+    let pairs = vec![vec![(0u16, b"apple".to_vec(), 5), (0, same[0].clone(), 7), (0, b"apple".to_vec(), 1), (0, same[1].clone(), 2), (0, same[2].clone(), 3), (0, same[0].clone(), 4)]];
     let job = Job { mappers: vec![1], pairs, reducers: vec![(10, 100)], op: Op::Sum };
     let trees = trees_for(&job, 1);
     let mut net = one_switch_net(&job, &trees, 1, Faults::default());
     let out = run_job(&job, &mut net, None);
-    let want: HashMap<Vec<u8>, u64> = [(b"apple".to_vec(), 6), (b"pear".to_vec(), 7), (b"plum".to_vec(), 2)].into_iter().collect();
+    let want: HashMap<Vec<u8>, u64> =
+        [(b"apple".to_vec(), 6), (same[0].clone(), 11), (same[1].clone(), 2), (same[2].clone(), 3)].into_iter().collect();
     assert_eq!(out.results[0], want);
+    // Only the first key had the cell: the others reached the reducer unaggregated.
+    assert!(out.reducer_pairs >= 4 + 1, "collisions went on as spillover: {}", out.reducer_pairs);
 }
 
 /// Defect 2: keys longer than 16 bytes were truncated, merging keys with a common prefix.

@@ -134,7 +134,35 @@ fn agg_reduce<'py>(
     Ok((PyBytes::new(py, &blob), to_arr(offs)?, to_arr(vals)?, d))
 }
 
+/// Pair updates per second one core pushes through the `daiet` program in memory (data
+/// packets of up to ten pairs, every recirculation run): a dict with pair_updates, packets,
+/// passes, seconds, pair_updates_per_s (wall), cpu_seconds, pair_updates_per_cpu_s, drops.
+#[pyfunction]
+#[pyo3(signature = (batch=64, vocab=4096, duration=2.0))]
+fn bench_daiet_pipeline<'py>(py: Python<'py>, batch: usize, vocab: u32, duration: f64) -> PyResult<Bound<'py, PyDict>> {
+    let r = py.detach(|| ports::aggregation::bench::daiet_pipeline(batch.max(1), vocab.max(1), Duration::from_secs_f64(duration.max(0.1))));
+    let d = PyDict::new(py);
+    d.set_item("pair_updates", r.pair_updates)?;
+    d.set_item("packets", r.packets)?;
+    d.set_item("passes", r.passes)?;
+    d.set_item("seconds", r.seconds)?;
+    d.set_item("pair_updates_per_s", r.pair_updates_per_s)?;
+    d.set_item("cpu_seconds", r.cpu_seconds)?;
+    d.set_item("pair_updates_per_cpu_s", r.pair_updates_per_cpu_s)?;
+    d.set_item("drops", r.drops)?;
+    Ok(d)
+}
+
+/// `forward`'s 64-byte packet rate per CPU-second on this thread (the aggregation ratio's base).
+#[pyfunction]
+#[pyo3(signature = (duration=2.0))]
+fn bench_forward_cpu_rate(py: Python<'_>, duration: f64) -> f64 {
+    py.detach(|| ports::aggregation::bench::forward_cpu_rate(Duration::from_secs_f64(duration.max(0.1))))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(bench_daiet_pipeline, m)?)?;
+    m.add_function(wrap_pyfunction!(bench_forward_cpu_rate, m)?)?;
     m.add_function(wrap_pyfunction!(agg_map, m)?)?;
     m.add_function(wrap_pyfunction!(agg_reduce, m)?)?;
     Ok(())

@@ -25,6 +25,13 @@
 //! `VARLEN`, `key_len u16 · value u32 · key` for keys the fixed format cannot carry
 //! (longer than 16 bytes, empty, or holding a zero byte, which padding would make
 //! ambiguous). Such keys are never truncated: they bypass the switch's tables.
+//!
+//! The switch aggregates [`SLICES`] fixed pairs per pipeline pass, one per register slice:
+//! the pair at position `p` goes to slice `p % SLICES`. A sender places each key at a
+//! position of its slice, [`slice_of`] (the top bits of the CRC-32 of the padded key, the
+//! hash the switch also uses for the cell), so a key always meets itself in the same slice;
+//! a position with nothing to carry is a hole, a pair whose key is all zero, skipped by
+//! everyone (a real key never starts with a zero byte).
 
 use crate::error::{Error, Result};
 
@@ -117,6 +124,39 @@ impl Op {
             Op::Max => a.max(b),
         }
     }
+}
+
+/// Pairs the switch aggregates per pass: one register slice each.
+pub const SLICES: usize = 4;
+
+const fn crc32_table() -> [u32; 256] {
+    let mut t = [0u32; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut c = i as u32;
+        let mut k = 0;
+        while k < 8 {
+            c = if c & 1 != 0 { 0xEDB8_8320 ^ (c >> 1) } else { c >> 1 };
+            k += 1;
+        }
+        t[i] = c;
+        i += 1;
+    }
+    t
+}
+static CRC32: [u32; 256] = crc32_table();
+
+/// CRC-32 (ISO-HDLC, as P4's `crc32` and the switch's `key_hash` units).
+pub fn crc32(data: &[u8]) -> u32 {
+    !data.iter().fold(!0u32, |c, &b| CRC32[((c ^ b as u32) & 0xFF) as usize] ^ (c >> 8))
+}
+
+/// The slice of a fixed key: the top bits of the CRC-32 of the zero-padded key.
+pub fn slice_of(key: &[u8]) -> usize {
+    let mut k = [0u8; KEY_LEN];
+    let n = key.len().min(KEY_LEN);
+    k[..n].copy_from_slice(&key[..n]);
+    (crc32(&k) >> 30) as usize % SLICES
 }
 
 /// Whether a key can travel as a fixed-size pair (1..=16 bytes, no zero byte).
@@ -250,7 +290,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
 }
 
-/// Iterator over a packet's pairs: `(key, value)`.
+/// Iterator over a packet's pairs: `(key, value)`; holes are skipped.
 pub struct Pairs<'a> {
     buf: &'a [u8],
     at: usize,
@@ -289,6 +329,10 @@ impl<'a> Iterator for Pairs<'a> {
             let v = get_u32(self.buf, self.at + KEY_LEN);
             self.at += PAIR_LEN;
             self.left -= 1;
+            if kl == 0 {
+                // A hole: nothing at this position.
+                return self.next();
+            }
             Some((&k[..kl], v))
         }
     }
@@ -398,6 +442,11 @@ pub fn emit_fixed_pair(out: &mut Vec<u8>, key: &[u8], value: u32) {
     out.extend_from_slice(&value.to_be_bytes());
 }
 
+/// Append a hole (an empty position of a fixed-pair packet).
+pub fn emit_hole(out: &mut Vec<u8>) {
+    out.extend_from_slice(&[0u8; PAIR_LEN]);
+}
+
 /// Append a variable-length pair (keys up to 65535 bytes).
 pub fn emit_var_pair(out: &mut Vec<u8>, key: &[u8], value: u32) {
     out.extend_from_slice(&(key.len() as u16).to_be_bytes());
@@ -446,6 +495,18 @@ mod tests {
         v[12] = 1;
         v.extend_from_slice(&[0, 10, 0, 0, 0, 1, b'a']);
         assert_eq!(Packet::new_checked(&v[..]).err(), Some(Error::Truncated));
+    }
+
+    #[test]
+    fn crc32_check_value_and_holes() {
+        assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
+        let mut v = Repr { num_pairs: 3, ..Default::default() }.to_vec();
+        emit_fixed_pair(&mut v, b"a", 1);
+        emit_hole(&mut v);
+        emit_fixed_pair(&mut v, b"b", 2);
+        let p = Packet::new_checked(&v[..]).unwrap();
+        assert_eq!(p.pairs().collect::<Vec<_>>(), vec![(&b"a"[..], 1), (&b"b"[..], 2)]);
+        assert!(slice_of(b"a") < SLICES);
     }
 
     #[test]

@@ -153,15 +153,17 @@ pub const VARLEN_BUDGET: usize = 1400;
 
 fn daiet_packetize<'a>(hdr: Header, pairs: impl Iterator<Item = (&'a [u8], u32)>) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
-    let mut fixed: Vec<u8> = Vec::new();
-    let mut nfixed = 0usize;
+    // Fixed pairs wait in one queue per switch slice; each packet takes position p from
+    // queue p % SLICES (a hole when that queue is empty), so a key always meets itself in
+    // the same slice of the switch's table.
+    let mut queues: [Vec<(&'a [u8], u32)>; dw::SLICES] = Default::default();
     let mut var: Vec<u8> = Vec::new();
     let mut nvar = 0usize;
-    let close = |buf: &mut Vec<u8>, n: &mut usize, extra: u8, out: &mut Vec<Vec<u8>>| {
+    let close_var = |buf: &mut Vec<u8>, n: &mut usize, out: &mut Vec<Vec<u8>>| {
         if *n == 0 {
             return;
         }
-        let mut p = dw::Repr { flags: hdr.flags | extra, num_pairs: *n as u8, ..hdr.repr() }.to_vec();
+        let mut p = dw::Repr { flags: hdr.flags | flags::VARLEN, num_pairs: *n as u8, ..hdr.repr() }.to_vec();
         p.extend_from_slice(buf);
         out.push(p);
         buf.clear();
@@ -169,22 +171,41 @@ fn daiet_packetize<'a>(hdr: Header, pairs: impl Iterator<Item = (&'a [u8], u32)>
     };
     for (k, v) in pairs {
         if dw::key_is_fixed(k) {
-            dw::emit_fixed_pair(&mut fixed, k, v);
-            nfixed += 1;
-            if nfixed == dw::MAX_PAIRS {
-                close(&mut fixed, &mut nfixed, 0, &mut out);
-            }
+            queues[dw::slice_of(k)].push((k, v));
         } else {
             let k = &k[..k.len().min(u16::MAX as usize)];
             if nvar == u8::MAX as usize || (nvar > 0 && dw::HEADER_LEN + var.len() + dw::VARPAIR_HEADER + k.len() > VARLEN_BUDGET) {
-                close(&mut var, &mut nvar, flags::VARLEN, &mut out);
+                close_var(&mut var, &mut nvar, &mut out);
             }
             dw::emit_var_pair(&mut var, k, v);
             nvar += 1;
         }
     }
-    close(&mut fixed, &mut nfixed, 0, &mut out);
-    close(&mut var, &mut nvar, flags::VARLEN, &mut out);
+    close_var(&mut var, &mut nvar, &mut out);
+    let mut heads = [0usize; dw::SLICES];
+    loop {
+        let left: Vec<usize> = (0..dw::SLICES).map(|s| queues[s].len() - heads[s]).collect();
+        if left.iter().all(|&n| n == 0) {
+            break;
+        }
+        let mut body = Vec::with_capacity(dw::MAX_PAIRS * dw::PAIR_LEN);
+        let mut used = 0;
+        for p in 0..dw::MAX_PAIRS {
+            let s = p % dw::SLICES;
+            if heads[s] < queues[s].len() {
+                let (k, v) = queues[s][heads[s]];
+                heads[s] += 1;
+                dw::emit_fixed_pair(&mut body, k, v);
+                used = p + 1;
+            } else {
+                dw::emit_hole(&mut body);
+            }
+        }
+        body.truncate(used * dw::PAIR_LEN);
+        let mut p = dw::Repr { num_pairs: used as u8, ..hdr.repr() }.to_vec();
+        p.extend_from_slice(&body);
+        out.push(p);
+    }
     out
 }
 

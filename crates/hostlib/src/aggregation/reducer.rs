@@ -33,7 +33,7 @@ pub struct ReducerStats {
     pub packets: u64,
     /// UDP payload bytes received.
     pub bytes: u64,
-    /// Pairs received (before the reducer's own aggregation).
+    /// Pairs received (before the reducer's own aggregation; holes not counted).
     pub pairs: u64,
     pub duplicates: u64,
     pub malformed: u64,
@@ -191,7 +191,7 @@ impl Reducer {
             }
             return;
         }
-        self.stats.pairs += r.num_pairs as u64;
+        self.stats.pairs += p.view.pairs().count() as u64;
         if r.flags & flags::FROM_SWITCH != 0 && r.flags & flags::BYPASS == 0 {
             if self.epoch != 0 || self.complete {
                 return;

@@ -29,16 +29,23 @@ pub const BUSY: u32 = 4;
 /// END recirculates and asks again (a child switch cannot resend it).
 pub const WAIT: u32 = 5;
 
+/// `admit` mode bits: the packet is an END.
+pub const MODE_END: u8 = 1;
+/// `admit` mode bits: the packet is done in this pass (not left in flight).
+pub const MODE_ONE_PASS: u8 = 2;
+
 /// `seq_state` cell: `lo` the next expected sequence number, `hi` packets in flight.
-/// Operand: `(seq, is END)`.
+/// Operand: `(seq, mode bits)`.
 #[derive(Clone, Copy)]
 pub struct Admit;
-impl SaluBody<Pair, (u32, bool), u32> for Admit {
+impl SaluBody<Pair, (u32, u8), u32> for Admit {
     #[inline(always)]
-    fn run(self, c: Pair, (seq, end): (u32, bool)) -> (Pair, u32) {
+    fn run(self, c: Pair, (seq, mode): (u32, u8)) -> (Pair, u32) {
         if seq == c.lo {
-            if end && c.hi != 0 {
+            if mode & MODE_END != 0 && c.hi != 0 {
                 (c, WAIT)
+            } else if mode & MODE_ONE_PASS != 0 {
+                (Pair::new(c.lo.wrapping_add(1), c.hi), ADMIT)
             } else {
                 (Pair::new(c.lo.wrapping_add(1), c.hi + 1), ADMIT)
             }

@@ -7,13 +7,14 @@
 //! acknowledges the child's END.
 
 use pisa::Pass;
-use wire::daiet::{flags, MAX_PAIRS};
+use wire::daiet::{flags, MAX_PAIRS, SLICES};
 
 use super::layout::*;
 use super::{ack_session, Daiet, TreeConfig, WALK_SESSION};
 
-/// `Bridged::spill` during the walk: the stack was seen empty.
-const STACK_EMPTY: u16 = 1;
+// During the walk `Bridged::spill` holds the slice whose stack is being drained (SLICES:
+// all drained) and `Bridged::pending` the cell popped in the pass before: slice << 24 |
+// (cell + 1), or 0.
 
 impl Daiet {
     pub(super) fn walk_pass(&self, pass: &mut Pass<'_>, t: &TreeConfig, br: &mut Bridged) {
@@ -25,7 +26,8 @@ impl Daiet {
             }
             br.cursor = 0;
         }
-        if br.spill == STACK_EMPTY && br.pending == 0 {
+        let drained = br.spill as usize >= SLICES;
+        if drained && br.pending == 0 {
             // Done: acknowledge the child's END, END to the parent, the tree is reset.
             pass.execute(&self.complete, t.sender_base + br.child as u32, ());
             pass.execute(&self.ends_reset, t.tree_idx as u32, ());
@@ -33,34 +35,46 @@ impl Daiet {
             pass.clone_ingress(ack_session(br.port));
             return;
         }
-        let top = pass.execute(&self.pop, t.tree_idx as u32, ());
-        let next = if top > 0 { pass.execute(&self.stack_read, t.part_base + (top - 1) % t.part_size, ()) + 1 } else { 0 };
+        // Stages 2-6: read and clear the cell popped in the pass before.
         if br.pending != 0 {
-            let idx = br.pending - 1;
+            let s = (br.pending >> 24) as usize % SLICES;
+            let idx = (br.pending & 0x00FF_FFFF) - 1;
+            let sl = &self.slices[s];
             let mut words = [0u32; 4];
-            for (i, w) in words.iter_mut().enumerate() {
-                *w = pass.execute(&self.key_take[i], idx, ());
+            for (w, word) in words.iter_mut().enumerate() {
+                *word = pass.execute(&sl.key_take[w], idx, ());
             }
-            let v = pass.execute(&self.v_take, idx, ());
+            let v = pass.execute(&sl.v_take, idx, ());
             let c = br.cursor as usize;
             if !pass.resize_hdr(pair_at(c + 1)) {
                 return;
             }
             let h = pass.hdr_mut();
             let at = pair_at(c);
-            for (i, w) in words.iter().enumerate() {
-                h[at + 4 * i..at + 4 * i + 4].copy_from_slice(&w.to_be_bytes());
+            for (w, word) in words.iter().enumerate() {
+                h[at + 4 * w..at + 4 * w + 4].copy_from_slice(&word.to_be_bytes());
             }
             h[at + 16..at + 20].copy_from_slice(&v.to_be_bytes());
             h[NUM_PAIRS] = (c + 1) as u8;
             br.cursor += 1;
+            br.pending = 0;
         }
-        br.pending = next;
-        if next == 0 {
-            br.spill = STACK_EMPTY;
+        // Stages 7-8: pop the next used cell of the slice being drained.
+        if !drained {
+            let s = br.spill as usize;
+            let sl = &self.slices[s];
+            let top = pass.execute(&sl.pop, t.tree_idx as u32, ());
+            if top > 0 {
+                let cell = pass.execute(&sl.stack_read, t.part_base + (top - 1) % t.part_size, ());
+                br.pending = ((s as u32) << 24) | (cell + 1);
+            } else {
+                br.spill += 1;
+            }
         }
         let c = br.cursor as usize;
-        if c == MAX_PAIRS || (next == 0 && c > 0) {
+        let finished = br.spill as usize >= SLICES && br.pending == 0;
+        if c == MAX_PAIRS || (finished && c > 0) {
+            // A packet's worth (or the rest): on to the parent; a clone keeps walking.
             self.send_on(pass, t, 0);
             pass.clone_ingress(WALK_SESSION);
             br.cursor = MAX_PAIRS as u8;

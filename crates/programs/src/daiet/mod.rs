@@ -6,28 +6,31 @@
 //! stack of used cells, a children counter, and the switch's own sequence numbers towards
 //! the parent. Trees share the arrays in partitions the controller sets.
 //!
-//! How a packet goes through (one pair per pass, as a switch loops over a packet's items:
-//! by recirculation, declared and counted):
-//! - pass 0: the exactly-once check (`seq_state`, see [`exactly_once`]): a duplicate is
+//! How a packet goes through: four pairs per pass, one per register slice (the pair at
+//! position p uses slice p % 4: its own key, value and index-stack arrays — the hardware
+//! way to loop over a packet's items); more pairs by recirculation, declared and counted.
+//! A packet of ten pairs makes three passes.
+//! - first pass: the exactly-once check (`seq_state`, see [`exactly_once`]): a duplicate is
 //!   turned into its own ACK; a gap or a copy of a packet in flight is dropped and counted.
-//!   An admitted packet processes pair 0; an END counts the child (`ends_seen`).
-//! - pass k: pushes the cell claimed in the pass before on the index stack, processes
-//!   pair k: hash, whole-key compare-or-claim across four key arrays, aggregate the value
+//!   An END counts the child (`ends_seen`).
+//! - each pass: for its (up to) four pairs: hash, whole-key compare-or-claim across four
+//!   key arrays, aggregate the value, push a newly claimed cell on the slice's index stack
 //!   ([`cells`]); a colliding pair stays in the packet (the spillover bucket, [`spillover`]).
 //! - last pass: completes the sequence number; if no pair stayed, the packet becomes the
 //!   ACK; otherwise it goes on to the parent with the spilled pairs, numbered by the
 //!   switch, and a truncated clone goes back as the ACK (egress rewrites it).
 //! - The END that brings the children count to the configured number becomes the flush
-//!   walker ([`flush`]): one pass per cell pops the index stack and reads-and-clears the
-//!   cell; every ten pairs a copy leaves for the parent (clone to the recirculation port
+//!   walker ([`flush`]): one pass per cell pops a slice's index stack and reads-and-clears
+//!   the cell; every ten pairs a copy leaves for the parent (clone to the recirculation port
 //!   keeps the walk going); at the empty stack the END goes to the parent and the child's
 //!   END is acknowledged.
 //! - Keys longer than 16 bytes (or empty, or with a zero byte) come in VARLEN packets:
 //!   sequenced like the others and forwarded whole, never truncated (the public code's
 //!   second defect).
 //!
-//! Layout (tofino1): stage 0 `daiet_trees`; 1 `seq_state`, `key_hash`; 2 `stack_top`;
-//! 3 `index_stack`; 4–7 `key0`..`key3`; 8 `value`; 9 `out_seq`, `ends_seen`.
+//! Layout (tofino1), slice s = 0..3: stage 0 `daiet_trees`; 1 `seq_state`, `key_hash_s`;
+//! 2–5 `key0_s`..`key3_s`; 6 `value_s`; 7 `stack_top_s`; 8 `index_stack_s`; 9 `out_seq`,
+//! `ends_seen`.
 
 pub mod cells;
 pub mod exactly_once;
@@ -38,14 +41,15 @@ pub mod tree;
 
 use pisa::decl::TableSpec;
 use pisa::{ActionId, ClassifyRule, DropCode, Gress, HashAlgo, HashUnit, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl, RegisterAction, Table};
-use wire::daiet::{flags, Op, MAX_PAIRS, PAIR_LEN, UDP_PORT};
+use wire::daiet::{flags, Op, MAX_PAIRS, PAIR_LEN, SLICES, UDP_PORT};
 
 use cells::*;
 use exactly_once::*;
 use layout::*;
 pub use tree::{TreeConfig, MAX_TREES};
 
-/// Cells of the key/value arrays and the index stack, shared by all trees.
+/// Cells of each slice's key/value arrays and index stack, shared by all trees (a tree's
+/// partition is the same range in every slice).
 pub const CELLS: u32 = 65536;
 /// (tree, sender) slots of `seq_state`.
 pub const SENDER_SLOTS: u32 = 65536;
@@ -62,17 +66,10 @@ pub fn ack_session(port: u16) -> u16 {
 /// Bytes of an ACK frame: Ethernet, IPv4, UDP, DAIET header.
 pub const ACK_FRAME_LEN: u32 = PAIRS as u32;
 
-pub struct Daiet {
-    decl: ProgramDecl,
-    trees: Table,
-    a_set_tree: ActionId,
-    admit: RegisterAction<Pair, (u32, bool), u32, Admit>,
-    complete: RegisterAction<Pair, (), (), Complete>,
+/// One register slice: the hash table and index stack that the pairs at positions
+/// `p % SLICES == s` use.
+struct Slice {
     key_hash: HashUnit,
-    push: RegisterAction<u32, (), u32, Push>,
-    pop: RegisterAction<u32, (), u32, Pop>,
-    stack_write: RegisterAction<u32, u32, (), Write>,
-    stack_read: RegisterAction<u32, (), u32, Read>,
     key0: RegisterAction<u32, u32, u32, ClaimOrMatch>,
     key_follow: [RegisterAction<u32, (u32, u32), u32, Follow>; 3],
     key_take: [RegisterAction<u32, (), u32, Take>; 4],
@@ -80,6 +77,19 @@ pub struct Daiet {
     v_min: RegisterAction<u32, (u32, bool), (), Min>,
     v_max: RegisterAction<u32, (u32, bool), (), Max>,
     v_take: RegisterAction<u32, (), u32, Take>,
+    push: RegisterAction<u32, (), u32, Push>,
+    pop: RegisterAction<u32, (), u32, Pop>,
+    stack_write: RegisterAction<u32, u32, (), Write>,
+    stack_read: RegisterAction<u32, (), u32, Read>,
+}
+
+pub struct Daiet {
+    decl: ProgramDecl,
+    trees: Table,
+    a_set_tree: ActionId,
+    admit: RegisterAction<Pair, (u32, u8), u32, Admit>,
+    complete: RegisterAction<Pair, (), (), Complete>,
+    slices: Vec<Slice>,
     out_next: RegisterAction<u32, (), u32, Push>,
     out_last: RegisterAction<u32, (), u32, Take>,
     ends_arrive: RegisterAction<u32, (), u32, Push>,
@@ -107,7 +117,7 @@ impl Daiet {
             // The flush walk makes one pass per used cell: bounded by the partition size,
             // not by a small constant, so no fixed limit is declared.
             .max_recirculations(None);
-        b.note("one pair per pass: a data packet of n pairs makes n recirculations (n <= 10); the END that completes a tree makes one per used cell plus one per flushed packet");
+        b.note("four pairs per pass, one per register slice: a data packet of n pairs makes ceil(n/4) - 1 recirculations (2 for ten pairs); the END that completes a tree makes one per used cell, one per slice and one per flushed packet");
         b.note("the spillover bucket is the colliding packet itself: its colliding pairs go on to the parent at once (at most one packet's worth), not gathered across packets in registers");
         b.note("seq_state.admit compares the sequence number three ways and tests the END bit: one condition more than a Tofino stateful ALU has; a compiler would split it over the cell's two halves");
         b.note("key words are 32-bit cells (the Tofino 1 stateful ALU returns 32 bits): a 16-byte key is four arrays compared in four stages");
@@ -127,22 +137,32 @@ impl Daiet {
         let seq = b.register::<Pair>("seq_state", Gress::Ingress, 1, SENDER_SLOTS, "per (tree, sender): next expected seq (lo), packets in flight (hi)");
         let admit = b.register_action_body(seq, "admit", Admit);
         let complete = b.register_action_body(seq, "complete", Complete);
-        let key_hash = b.hash_unit("key_hash", Gress::Ingress, 1, HashAlgo::Crc32, 32);
-        let top = b.register::<u32>("stack_top", Gress::Ingress, 2, MAX_TREES, "per tree: cells on the index stack");
-        let push = b.register_action_body(top, "push", Push);
-        let pop = b.register_action_body(top, "pop", Pop);
-        let stack = b.register::<u32>("index_stack", Gress::Ingress, 3, CELLS, "used cells of each tree's partition");
-        let stack_write = b.register_action_body(stack, "write", Write);
-        let stack_read = b.register_action_body(stack, "read", Read);
-        let k: Vec<_> = (0..4).map(|i| b.register::<u32>(&format!("key{i}"), Gress::Ingress, 4 + i as u8, CELLS, "key word")).collect();
-        let key0 = b.register_action_body(k[0], "claim_or_match", ClaimOrMatch);
-        let key_follow = [1, 2, 3].map(|i| b.register_action_body(k[i], "follow", Follow));
-        let key_take = [0, 1, 2, 3].map(|i| b.register_action_body(k[i], "take", Take));
-        let val = b.register::<u32>("value", Gress::Ingress, 8, CELLS, "aggregated value");
-        let v_sum = b.register_action_body(val, "sum", Sum);
-        let v_min = b.register_action_body(val, "min", Min);
-        let v_max = b.register_action_body(val, "max", Max);
-        let v_take = b.register_action_body(val, "take", Take);
+        let slices: Vec<Slice> = (0..SLICES)
+            .map(|i| {
+                let key_hash = b.hash_unit(&format!("key_hash_{i}"), Gress::Ingress, 1, HashAlgo::Crc32, 32);
+                let k: Vec<_> = (0..4).map(|w| b.register::<u32>(&format!("key{w}_{i}"), Gress::Ingress, 2 + w as u8, CELLS, "key word")).collect();
+                let key0 = b.register_action_body(k[0], "claim_or_match", ClaimOrMatch);
+                let key_follow = [1, 2, 3].map(|w| b.register_action_body(k[w], "follow", Follow));
+                let key_take = [0, 1, 2, 3].map(|w| b.register_action_body(k[w], "take", Take));
+                let val = b.register::<u32>(&format!("value_{i}"), Gress::Ingress, 6, CELLS, "aggregated value");
+                let top = b.register::<u32>(&format!("stack_top_{i}"), Gress::Ingress, 7, MAX_TREES, "per tree: cells on the slice's index stack");
+                let stack = b.register::<u32>(&format!("index_stack_{i}"), Gress::Ingress, 8, CELLS, "used cells of each tree's partition");
+                Slice {
+                    key_hash,
+                    key0,
+                    key_follow,
+                    key_take,
+                    v_sum: b.register_action_body(val, "sum", Sum),
+                    v_min: b.register_action_body(val, "min", Min),
+                    v_max: b.register_action_body(val, "max", Max),
+                    v_take: b.register_action_body(val, "take", Take),
+                    push: b.register_action_body(top, "push", Push),
+                    pop: b.register_action_body(top, "pop", Pop),
+                    stack_write: b.register_action_body(stack, "write", Write),
+                    stack_read: b.register_action_body(stack, "read", Read),
+                }
+            })
+            .collect();
         let out = b.register::<u32>("out_seq", Gress::Ingress, 9, MAX_TREES, "per tree: the switch's next sequence number towards the parent");
         let out_next = b.register_action_body(out, "next", Push);
         let out_last = b.register_action_body(out, "last", Take);
@@ -161,18 +181,7 @@ impl Daiet {
             a_set_tree,
             admit,
             complete,
-            key_hash,
-            push,
-            pop,
-            stack_write,
-            stack_read,
-            key0,
-            key_follow,
-            key_take,
-            v_sum,
-            v_min,
-            v_max,
-            v_take,
+            slices,
             out_next,
             out_last,
             ends_arrive,
@@ -185,40 +194,78 @@ impl Daiet {
         }
     }
 
-    /// The cell of pair `k` in the tree's partition (the hash unit, stage 1).
-    fn pair_cell(&self, pass: &mut Pass<'_>, t: &TreeConfig, k: usize) -> u32 {
-        let at = pair_at(k);
-        let mut key = [0u8; 16];
-        key.copy_from_slice(&pass.hdr()[at..at + 16]);
-        let hash = pass.hash(&self.key_hash, &key);
-        t.part_base + (hash & (t.part_size - 1))
-    }
-
-    /// Process pair `k` at cell `idx`: compare-or-claim its key word by word, aggregate
-    /// its value (stages 4-8). Returns `(claimed cell + 1 or 0, collided)`.
-    fn pair_update(&self, pass: &mut Pass<'_>, t: &TreeConfig, k: usize, idx: u32) -> (u32, bool) {
-        let at = pair_at(k);
+    /// Process the pairs at positions `first..first + SLICES` (below `np`), one per slice,
+    /// stage by stage: hash, four key words, value, index stack. Returns the positions
+    /// that collided (bit per position).
+    fn pairs(&self, pass: &mut Pass<'_>, t: &TreeConfig, first: usize, np: usize) -> u16 {
+        let mut words = [[0u32; 4]; SLICES];
+        let mut vals = [0u32; SLICES];
+        let mut idx = [0u32; SLICES];
+        let mut d = [0u32; SLICES]; // 0: no pair here
         let h = pass.hdr();
-        let w = |i: usize| u32::from_be_bytes([h[at + 4 * i], h[at + 4 * i + 1], h[at + 4 * i + 2], h[at + 4 * i + 3]]);
-        let words = [w(0), w(1), w(2), w(3)];
-        let v = u32::from_be_bytes([h[at + 16], h[at + 17], h[at + 18], h[at + 19]]);
-        let mut d = pass.execute(&self.key0, idx, words[0]);
-        for i in 1..4 {
-            if d == COLLIDE {
-                break;
+        for s in 0..SLICES {
+            let at = pair_at(first + s);
+            if first + s >= np || h[at] == 0 {
+                continue; // past the pairs, or a hole
             }
-            d = pass.execute(&self.key_follow[i - 1], idx, (words[i], d));
+            for (w, word) in words[s].iter_mut().enumerate() {
+                *word = u32::from_be_bytes([h[at + 4 * w], h[at + 4 * w + 1], h[at + 4 * w + 2], h[at + 4 * w + 3]]);
+            }
+            vals[s] = u32::from_be_bytes([h[at + 16], h[at + 17], h[at + 18], h[at + 19]]);
+            d[s] = MATCH; // present
         }
-        if d == COLLIDE {
-            return (0, true);
+        // Stage 1: the hash units.
+        for s in 0..SLICES {
+            if d[s] != 0 {
+                let at = pair_at(first + s);
+                let mut key = [0u8; 16];
+                key.copy_from_slice(&pass.hdr()[at..at + 16]);
+                idx[s] = t.part_base + (pass.hash(&self.slices[s].key_hash, &key) & (t.part_size - 1));
+            }
         }
-        let claim = d == CLAIM;
-        match t.op {
-            Op::Sum => pass.execute(&self.v_sum, idx, (v, claim)),
-            Op::Min => pass.execute(&self.v_min, idx, (v, claim)),
-            Op::Max => pass.execute(&self.v_max, idx, (v, claim)),
+        // Stages 2-5: the key words.
+        for s in 0..SLICES {
+            if d[s] != 0 {
+                d[s] = pass.execute(&self.slices[s].key0, idx[s], words[s][0]);
+            }
         }
-        (if claim { idx + 1 } else { 0 }, false)
+        for w in 1..4 {
+            for s in 0..SLICES {
+                if d[s] == CLAIM || d[s] == MATCH {
+                    d[s] = pass.execute(&self.slices[s].key_follow[w - 1], idx[s], (words[s][w], d[s]));
+                }
+            }
+        }
+        // Stage 6: the values.
+        let mut collided = 0u16;
+        for s in 0..SLICES {
+            match d[s] {
+                0 => {}
+                COLLIDE => collided |= 1 << (first + s),
+                _ => {
+                    let x = (vals[s], d[s] == CLAIM);
+                    let sl = &self.slices[s];
+                    match t.op {
+                        Op::Sum => pass.execute(&sl.v_sum, idx[s], x),
+                        Op::Min => pass.execute(&sl.v_min, idx[s], x),
+                        Op::Max => pass.execute(&sl.v_max, idx[s], x),
+                    }
+                }
+            }
+        }
+        // Stages 7-8: a newly used cell goes on its slice's index stack.
+        let mut slot = [0u32; SLICES];
+        for s in 0..SLICES {
+            if d[s] == CLAIM {
+                slot[s] = pass.execute(&self.slices[s].push, t.tree_idx as u32, ());
+            }
+        }
+        for s in 0..SLICES {
+            if d[s] == CLAIM {
+                pass.execute(&self.slices[s].stack_write, t.part_base + (slot[s] % t.part_size), idx[s]);
+            }
+        }
+        collided
     }
 
     /// Turn the packet into an ACK of `seq` for `sender`, sent back by `port`.
@@ -314,11 +361,12 @@ impl Daiet {
         let seq = u32::from_be_bytes([h[SEQ], h[SEQ + 1], h[SEQ + 2], h[SEQ + 3]]);
         let np = h[NUM_PAIRS] as usize;
         let varlen = fl & flags::VARLEN != 0;
+        let end = fl & flags::END != 0;
         if !varlen && (np > MAX_PAIRS || pass.packet_len() < pair_at(np)) {
             pass.drop(DropCode::MALFORMED);
             return;
         }
-        if fl & flags::END != 0 && np != 0 {
+        if end && np != 0 {
             pass.drop(DropCode::MALFORMED);
             return;
         }
@@ -328,7 +376,13 @@ impl Daiet {
         }
         // An END waiting for the sender's packets in flight keeps the port it came by.
         let port = if pass.recirculations() > 0 { br.port } else { pass.ingress_port() };
-        match pass.execute(&self.admit, t.sender_base + sender as u32, (seq, fl & flags::END != 0)) {
+        // Done in this pass: every pair fits (or none is aggregated here). A final END is
+        // not: it walks the tables, so it stays in flight; whether it is final is known
+        // only after `ends_seen` (a later stage), so every END is admitted as in flight
+        // and a non-final one completes in its next pass.
+        let one_pass = !end && (varlen || np <= SLICES);
+        let mode = (end as u8) | ((one_pass as u8) << 1);
+        match pass.execute(&self.admit, t.sender_base + sender as u32, (seq, mode)) {
             ADMIT => {}
             DUPLICATE => {
                 self.ack_in_place(pass, sender, seq, port);
@@ -349,49 +403,44 @@ impl Daiet {
             }
         }
         *br = Bridged { phase: PH_DATA, cursor: 0, spill: 0, pending: 0, port, child: sender, child_seq: seq };
-        if fl & flags::END != 0 {
+        if end {
             let ends = pass.execute(&self.ends_arrive, t.tree_idx as u32, ());
             if ends + 1 >= t.children as u32 {
                 br.phase = PH_WALK;
             }
-        } else if varlen {
+            pass.recirculate();
+            return;
+        }
+        if varlen {
             // Not aggregated here: every pair goes on, whole.
             br.spill = u16::MAX;
-        } else if np > 0 {
-            let idx = self.pair_cell(pass, t, 0);
-            let (claimed, collided) = self.pair_update(pass, t, 0, idx);
-            br.pending = claimed;
-            br.spill |= collided as u16;
-            br.cursor = 1;
+        } else {
+            br.spill = self.pairs(pass, t, 0, np);
+            br.cursor = SLICES as u8;
         }
-        pass.recirculate();
+        if one_pass {
+            self.finish_data(pass, t, br);
+        } else {
+            pass.recirculate();
+        }
     }
 
     fn data_pass(&self, pass: &mut Pass<'_>, t: &TreeConfig, br: &mut Bridged) {
         let h = pass.hdr();
         let np = h[NUM_PAIRS] as usize;
-        let varlen = h[FLAGS] & flags::VARLEN != 0;
-        let done = varlen || br.cursor as usize >= np;
-        // Stage 1: complete the sequence number, or hash this pass's pair.
-        let idx = if done {
+        let first = br.cursor as usize;
+        let last = first + SLICES >= np;
+        if last {
             pass.execute(&self.complete, t.sender_base + br.child as u32, ());
-            0
+        }
+        if first < np {
+            br.spill |= self.pairs(pass, t, first, np);
+            br.cursor += SLICES as u8;
+        }
+        if last {
+            self.finish_data(pass, t, br);
         } else {
-            self.pair_cell(pass, t, br.cursor as usize)
-        };
-        if br.pending != 0 {
-            let slot = pass.execute(&self.push, t.tree_idx as u32, ());
-            pass.execute(&self.stack_write, t.part_base + (slot % t.part_size), br.pending - 1);
-            br.pending = 0;
-        }
-        if !done {
-            let (claimed, collided) = self.pair_update(pass, t, br.cursor as usize, idx);
-            br.pending = claimed;
-            br.spill |= (collided as u16) << br.cursor;
-            br.cursor += 1;
             pass.recirculate();
-            return;
         }
-        self.finish_data(pass, t, br);
     }
 }

@@ -17,8 +17,10 @@ from typing import Mapping, Sequence
 
 from inswitch.p4rt.client import SwitchClient
 
-#: Cells of the key/value arrays shared by the trees of one switch.
+#: Cells of each slice's key/value arrays, shared by the trees of one switch.
 CELLS = 65536
+#: Register slices (pairs aggregated per pass); each has its own `stack_top_{s}`.
+SLICES = 4
 #: Per-tree register slots (`MAX_TREES`).
 MAX_TREES = 64
 #: (tree, sender) slots of `seq_state`.
@@ -133,6 +135,9 @@ def plan_two_level(tors: Sequence[Tor], agg_name: str, agg_downlinks: Mapping[st
     return plan
 
 
+_PER_TREE = ("out_seq", "ends_seen", *(f"stack_top_{s}" for s in range(SLICES)))
+
+
 def _install_one(address: str, trees: Sequence[TreeSpec], num_ports: int) -> dict[str, object]:
     for t in trees:
         t.check()
@@ -150,7 +155,7 @@ def _install_one(address: str, trees: Sequence[TreeSpec], num_ports: int) -> dic
         # A fresh job: the tree's counters, stack and its senders' sequence numbers start at 0.
         with c.batch():
             for t in trees:
-                for reg in ("stack_top", "out_seq", "ends_seen"):
+                for reg in _PER_TREE:
                     c.write_register(reg, t.tree_idx, 0)
                 for s in range(t.max_senders):
                     c.write_register("seq_state", t.sender_base + s, 0)
@@ -160,7 +165,7 @@ def _install_one(address: str, trees: Sequence[TreeSpec], num_ports: int) -> dic
             e = got.get(t.tree_id)
             if e is None or e["action"] != "set_tree" or e["params"] != t.params():
                 raise RuntimeError(f"switch {address}: tree {t.tree_id} not installed as written: {e}")
-            for reg in ("stack_top", "out_seq", "ends_seen"):
+            for reg in _PER_TREE:
                 if c.read_register(reg, t.tree_idx)[0][1] != 0:
                     raise RuntimeError(f"switch {address}: {reg}[{t.tree_idx}] not reset")
         return {"address": address, "trees": [t.tree_id for t in trees], "clone_sessions": num_ports + 1}

@@ -1,0 +1,77 @@
+"""`inswitch bench aggregation`: in-memory pair updates per second on one core for the
+in-network aggregation programs, with the forwarding program's packet rate measured in the
+same run as the base of the ratio. Rates are per CPU-second of the measuring thread (per
+core), so other work on a shared machine does not distort them; wall-clock rates are in
+the JSON too."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from typing import Any, Callable, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from inswitch import _native
+
+#: The goal the issue sets for DAIET.
+GOAL_PAIR_UPDATES_PER_S = 50e6
+
+
+def run(duration: float = 2.0, progress: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+    """Measure DAIET (and SwitchAgg when this build has it) and `forward`, one after the other."""
+    progress("daiet")
+    d = dict(_native.bench_daiet_pipeline(64, 4096, duration))
+    progress("forward")
+    fwd_pps = float(_native.bench_forward_cpu_rate(duration))
+    sa: Optional[float] = None
+    if hasattr(_native, "bench_switchagg_pipeline"):
+        progress("switchagg")
+        s = dict(_native.bench_switchagg_pipeline(duration=duration))
+        sa = float(s.get("pair_updates_per_cpu_s", s["pair_updates_per_s"]))
+    out: dict[str, Any] = {
+        "daiet_pair_updates_per_s": d["pair_updates_per_cpu_s"],
+        "daiet_pair_updates_per_wall_s": d["pair_updates_per_s"],
+        "switchagg_pair_updates_per_s": sa,
+        "forward_pps": fwd_pps,
+        "daiet_over_forward": d["pair_updates_per_cpu_s"] / fwd_pps if fwd_pps else None,
+        "daiet_passes_per_packet": d["passes"] / d["packets"] if d["packets"] else None,
+        "daiet_drops": d["drops"],
+        "goal_daiet_pair_updates_per_s": GOAL_PAIR_UPDATES_PER_S,
+        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "python": platform.python_version()},
+    }
+    return out
+
+
+def aggregation_cmd(
+    duration: float = typer.Option(2.0, help="Seconds per measurement."),
+    json_out: Optional[str] = typer.Option(None, "--json", help="Write the results to this file."),
+) -> None:
+    """Pair updates per second per core for the aggregation programs, against `forward`."""
+    console = Console()
+    with console.status("measuring") as st:
+        r = run(duration, progress=lambda s: st.update(f"measuring: {s}"))
+    t = Table(title="inswitch bench aggregation (in memory, 1 core)")
+    t.add_column("measurement")
+    t.add_column("result", justify="right")
+    t.add_row("daiet pair updates per CPU-second", f"{r['daiet_pair_updates_per_s'] / 1e6:.2f} M")
+    t.add_row("daiet switch passes per packet", f"{r['daiet_passes_per_packet']:.1f}")
+    sa = r["switchagg_pair_updates_per_s"]
+    t.add_row("switchagg pair updates/s", f"{sa / 1e6:.2f} M" if sa else "n/a (not in this build)")
+    t.add_row("forward packets per CPU-second (64 B)", f"{r['forward_pps'] / 1e6:.2f} M")
+    t.add_row("ratio daiet pair updates / forward packets", f"{r['daiet_over_forward']:.2f}")
+    t.add_row("goal (daiet)", f"{GOAL_PAIR_UPDATES_PER_S / 1e6:.0f} M")
+    console.print(t)
+    if json_out:
+        with open(json_out, "w") as f:
+            json.dump(r, f, indent=2)
+        console.print(f"wrote {json_out}")
+
+
+def register(app: typer.Typer) -> None:
+    from inswitch.bench.cli import bench_app
+
+    bench_app.command("aggregation")(aggregation_cmd)
