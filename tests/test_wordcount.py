@@ -122,6 +122,14 @@ def test_loopback_tcp_udp_real_text_with_long_keys() -> None:
     assert doc["where"] == "loopback"
 
 
+def test_loopback_without_combiner() -> None:
+    """One (word, 1) pair per occurrence: the reducers do all the summing."""
+    doc = run(JobSpec(zipf=0.99, words=6000, vocab=400, mappers=2, reducers=2, combiner=False, where="loopback",
+                      timeout_s=30), ["tcp", "udp"])
+    _check(doc, ["tcp", "udp"])
+    assert doc["runs"]["tcp"]["mapper_pairs"] == 6000
+
+
 def test_a_wrong_reducer_count_is_detected(monkeypatch: pytest.MonkeyPatch) -> None:
     """The check can fail: a reducer that loses one count makes the job incorrect."""
     from inswitch.apps.wordcount import worker
@@ -186,16 +194,19 @@ def test_rack_tcp_udp_uniform_keys_under_loss() -> None:
 @netns
 @needs_root
 @needs_switch
-def test_rack_switch_aggregates_zipf_and_real_text() -> None:
+def test_rack_switch_aggregates_zipf_and_real_text(tmp_path: Path) -> None:
     doc = run(JobSpec(zipf=0.99, words=40_000, vocab=2_000, mappers=4, reducers=2, rack="wordcount2",
                       where="netns", timeout_s=60), ["switch"])
     _check(doc, ["udp", "switch"])
     assert doc["fallback"] is False
     assert doc["reduction"] > 0.5  # 4 mappers with a combiner: at most 1 - 1/4
     assert doc["baseline_udp"]["reducer_bytes"] > doc["reducer_bytes"]
-    doc = run(JobSpec(inputs=[str(TEXT)], mappers=3, reducers=2, rack="wordcount3", where="netns", timeout_s=60), ["switch"])
+    # Real multilingual text (split among mappers by bytes), long keys included.
+    doc = run(JobSpec(inputs=[str(TEXT), str(_big_text(tmp_path))], mappers=3, reducers=2, rack="wordcount3",
+                      where="netns", timeout_s=60), ["switch"])
     _check(doc, ["udp", "switch"])
-    assert doc["long_keys"] >= 10
+    assert doc["long_keys"] >= 10 and doc["words"] > 4000
+    assert doc["reduction"] > 0.3
 
 
 @netns
