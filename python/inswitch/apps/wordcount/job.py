@@ -161,6 +161,16 @@ def switch_program_available(program: str) -> str | None:
     """None if switch mode can run with `program`, else why not."""
     from inswitch import native
 
+    if program != "daiet":
+        # The host library and the controller speak DAIET only so far; a switchagg switch
+        # program alone would leave the mappers' packets unaggregated.
+        try:
+            from inswitch.apps.aggregation import controller
+
+            if not hasattr(controller, "plan_switchagg"):
+                return f"the aggregation host library and controller do not drive {program!r} in this build (daiet only)"
+        except ImportError:
+            return "the aggregation controller (inswitch.apps.aggregation.controller) is not in this build"
     if program not in native.program_names():
         return f"the switch program {program!r} is not in this build (known: {', '.join(native.program_names())})"
     if transport.native_agg() is None:
@@ -425,11 +435,13 @@ def run(spec: JobSpec, modes: list[str], progress: Progress = lambda s: None) ->
     want_switch = "switch" in modes
     if want_switch:
         why = switch_program_available(spec.program)
+        if why and (spec.program != "daiet" or modes == ["switch"]):
+            raise JobError(f"--program {spec.program}: {why}")
         if why is None and (os.geteuid() != 0 or spec.where == "loopback"):
             why = "switch mode needs root and a rack of network namespaces (the switch sits between the hosts)"
-        if why:
             if modes == ["switch"]:
-                raise JobError(f"--program {spec.program}: {why}")
+                raise JobError(why)
+        if why:  # --mode all: run what can run, and say what did not
             modes = [m for m in modes if m != "switch"]
             want_switch = False
             notes.append(f"switch mode skipped: {why}")
