@@ -71,8 +71,16 @@ def run(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
     ):
         xs = _reductions(_per_reducer(runs, new, key), _per_reducer(runs, base, key))
         red[name] = {"per_reducer": [round(x, 4) for x in xs], **(_spread(xs) if xs else {})}
+    # The udp baseline's packets are inflated by retransmissions whenever the switch (here a
+    # process on a shared two-core machine) overruns: what the reducers would have received
+    # without loss is every mapper datagram's first copy (in udp mode every datagram goes
+    # to a reducer). Switch-mode reducers only see what the switch sends on.
+    first = sum(int(m.get("packets_sent") or 0) - int(m.get("retransmissions") or 0) for m in runs["udp"]["per_mapper"])
+    sw_packets = runs["switch"]["reducer_packets"] or 0
+    red["packet_reduction_vs_udp_first_copies"] = round(1 - sw_packets / first, 4) if first else None
     return {
         "config": cfg,
+        "udp_first_copy_packets": first,
         "correct": doc["correct"],
         "fallback": doc.get("fallback"),
         "totals": {m: {k: runs[m].get(k) for k in ("reducer_bytes", "reducer_packets", "reducer_cpu_s", "job_s", "correct",
@@ -88,7 +96,8 @@ def run(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
         "ideal_with_combiner": round(1 - 1 / cfg["mappers"], 4),
         "notes": ["reducer packets and bytes count everything the reducers received, retransmissions and the "
                   "exactly-once protocol's status packets included (the paper's prototype had no loss handling); "
-                  "`totals.*.retransmissions` and `totals.*.switch_drops` say how much of that there was"],
+                  "`totals.*.retransmissions` and `totals.*.switch_drops` say how much of that there was; "
+                  "`packet_reduction_vs_udp_first_copies` compares with the udp datagrams' first copies only"],
         "note": ("with a local combiner each mapper sends a word once per reducer, so with M mappers "
                  "holding every word the best possible data reduction at the reducer is 1 - 1/M "
                  f"({1 - 1 / cfg['mappers']:.1%} here; the paper had 24 mappers: 95.8%)"),
@@ -138,6 +147,7 @@ EXPERIMENTS = [
             PaperNumber("reducer time reduction vs TCP (median)", "83.6% (0.836)", "cpu_reduction_vs_tcp.median"),
             PaperNumber("packets vs UDP (min)", "88.1% (0.881)", "packet_reduction_vs_udp.min"),
             PaperNumber("packets vs UDP (median)", "90.5% (0.905)", "packet_reduction_vs_udp.median"),
+            PaperNumber("packets vs UDP without its retransmissions (total)", "88.1-90.5%", "packet_reduction_vs_udp_first_copies"),
             PaperNumber("packets vs TCP (median)", "42% (0.42)", "packet_reduction_vs_tcp.median"),
             PaperNumber("best possible with a combiner (1 - 1/M)", "0.958 (M=24)", "ideal_with_combiner"),
         ],
