@@ -42,11 +42,22 @@ fn wait_for(deadline: Option<u64>, now: u64) -> Duration {
 /// Send a mapper's pairs to `dests[tree index]` and serve its trees until every reducer
 /// says DONE or `timeout` passes.
 #[allow(clippy::too_many_arguments)]
-pub fn run_mapper(cfg: MapperConfig, bind: SocketAddr, dests: &[SocketAddr], tree_ids: &[u16], keys: Vec<u8>, offsets: Vec<u64>, values: Vec<u32>, tree_of_pair: Vec<u16>, timeout: Duration) -> std::io::Result<MapRun> {
+pub fn run_mapper(
+    cfg: MapperConfig,
+    bind: SocketAddr,
+    dests: &[SocketAddr],
+    tree_ids: &[u16],
+    keys: Vec<u8>,
+    offsets: Vec<u64>,
+    values: Vec<u32>,
+    tree_of_pair: Vec<u16>,
+    timeout: Duration,
+) -> std::io::Result<MapRun> {
     let sock = UdpSocket::bind(bind)?;
     let start = Instant::now();
     let now = || start.elapsed().as_nanos() as u64;
-    let mut m = Mapper::new(cfg, tree_ids, keys, offsets, values, tree_of_pair, now()).map_err(|e| std::io::Error::new(ErrorKind::InvalidInput, e))?;
+    let mut m = Mapper::new(cfg, tree_ids, keys, offsets, values, tree_of_pair, now())
+        .map_err(|e| std::io::Error::new(ErrorKind::InvalidInput, e))?;
     let mut out = Vec::new();
     let mut buf = vec![0u8; 65536];
     while !m.is_done() && start.elapsed() < timeout {
@@ -208,10 +219,10 @@ pub mod bench {
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
+    use hostlib::aggregation::{Header, Protocol};
     use pisa::control::{CloneSession, ControlOp, Replica, WriteOp};
     use pisa::{FieldMatch, PacketBuf, PipeConfig, ProgramSet, Switch, PORT_RECIRC};
     use programs::daiet::{ack_session, layout, TreeConfig, WALK_SESSION};
-    use hostlib::aggregation::{Header, Protocol};
     use wire::daiet::{Op, Packet, MAX_PAIRS, UDP_PORT};
 
     /// CPU time this thread has used, in ns: rates per CPU-second stay meaningful on a
@@ -267,13 +278,23 @@ pub mod bench {
     /// packets per round, each round run to completion (all recirculations).
     pub fn daiet_pipeline(batch: usize, vocab: u32, duration: Duration) -> AggRate {
         let set = Arc::new(
-            ProgramSet::new(vec![Arc::new(programs::forward::Forward::new()), Arc::new(programs::daiet::Daiet::new())]).expect("programs load"),
+            ProgramSet::new(vec![Arc::new(programs::forward::Forward::new()), Arc::new(programs::daiet::Daiet::new())])
+                .expect("programs load"),
         );
-        let cfg = PipeConfig { queue_capacity: batch.max(64) * 4, egress_budget: batch.max(64) * 2, recirc_capacity: batch * 16 + 64, recirc_per_batch: batch * 16 + 64, ..PipeConfig::default() };
+        let cfg = PipeConfig {
+            queue_capacity: batch.max(64) * 4,
+            egress_budget: batch.max(64) * 2,
+            recirc_capacity: batch * 16 + 64,
+            recirc_per_batch: batch * 16 + 64,
+            ..PipeConfig::default()
+        };
         let mut sw = Switch::new(set.clone(), 4, 1, cfg);
         let id = |prog: usize, table: &str, action: &str| {
             let d = set.decl(prog);
-            (set.ids(prog).tables[d.tables.iter().position(|t| t.name == table).unwrap()], set.ids(prog).actions[d.actions.iter().position(|a| a.name == action).unwrap()])
+            (
+                set.ids(prog).tables[d.tables.iter().position(|t| t.name == table).unwrap()],
+                set.ids(prog).actions[d.actions.iter().position(|a| a.name == action).unwrap()],
+            )
         };
         let (l2, fwd) = id(0, "l2_dmac", "l2_forward");
         for (h, p) in [(1u8, 1u16), (2, 2)] {
@@ -288,10 +309,27 @@ pub mod bench {
             .expect("l2 entry");
         }
         let (tt, ta) = id(1, "daiet_trees", "set_tree");
-        let tree = TreeConfig { parent_port: 2, tree_idx: 0, part_base: 0, part_size: 65536, sender_base: 0, op: Op::Sum, children: 1, switch_id: 250, max_senders: 256 };
+        let tree = TreeConfig {
+            parent_port: 2,
+            tree_idx: 0,
+            part_base: 0,
+            part_size: 65536,
+            sender_base: 0,
+            op: Op::Sum,
+            children: 1,
+            switch_id: 250,
+            max_senders: 256,
+        };
         let params = tree.params().iter().zip(TreeConfig::PARAMS).enumerate().map(|(i, (v, (_, b)))| (i as u32 + 1, be(*v, b))).collect();
-        sw.control(&ControlOp::TableWrite { table_id: tt, op: WriteOp::Insert, matches: vec![FieldMatch::Exact { field: 0, value: vec![0, 1] }], priority: 0, action_id: ta, params })
-            .expect("tree entry");
+        sw.control(&ControlOp::TableWrite {
+            table_id: tt,
+            op: WriteOp::Insert,
+            matches: vec![FieldMatch::Exact { field: 0, value: vec![0, 1] }],
+            priority: 0,
+            action_id: ta,
+            params,
+        })
+        .expect("tree entry");
         for p in 0..4u16 {
             let c = CloneSession { replicas: vec![Replica { port: p, rid: 0 }], truncate_len: programs::daiet::ACK_FRAME_LEN };
             sw.control(&ControlOp::CloneSessionWrite { op: WriteOp::Insert, session: ack_session(p), session_cfg: c }).expect("session");
@@ -301,10 +339,12 @@ pub mod bench {
 
         // Templates: `batch` packets of (up to) ten pairs over the vocabulary, placed by the
         // mapper's own encoder (each key at a position of its slice).
-        let words: Vec<Vec<u8>> = (0..batch * MAX_PAIRS).map(|i| format!("word{}", (i as u64).wrapping_mul(2_654_435_761) % vocab as u64).into_bytes()).collect();
+        let words: Vec<Vec<u8>> =
+            (0..batch * MAX_PAIRS).map(|i| format!("word{}", (i as u64).wrapping_mul(2_654_435_761) % vocab as u64).into_bytes()).collect();
         let hdr = Header { tree_id: 1, flags: 0, op: Op::Sum, sender: 0, epoch: 0 };
         let payloads = Protocol::Daiet.packetize(hdr, words.iter().map(|w| (&w[..], 1u32)));
-        let pairs_per_round: u64 = payloads.iter().map(|p| Packet::new_checked(&p[..]).map(|v| v.pairs().count() as u64).unwrap_or(0)).sum();
+        let pairs_per_round: u64 =
+            payloads.iter().map(|p| Packet::new_checked(&p[..]).map(|v| v.pairs().count() as u64).unwrap_or(0)).sum();
         let templates: Vec<Vec<u8>> = payloads
             .iter()
             .map(|p| {

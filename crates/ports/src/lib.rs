@@ -17,8 +17,8 @@
 
 #![warn(missing_docs)]
 
-pub mod aggregation;
 pub mod afpacket;
+pub mod aggregation;
 pub mod bench;
 pub mod dataplane;
 pub mod fault;

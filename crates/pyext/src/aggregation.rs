@@ -84,6 +84,9 @@ fn agg_map<'py>(
     Ok(d)
 }
 
+/// `agg_reduce`'s result: keys blob, offsets, values, stats.
+type ReduceOut<'py> = (Bound<'py, PyBytes>, Bound<'py, PyAny>, Bound<'py, PyAny>, Bound<'py, PyDict>);
+
 /// Receive one tree: `(keys_blob, key_offsets uint64, values uint64, stats)`. Stats:
 /// packets, bytes (UDP payload bytes received), pairs (received), distinct_keys,
 /// duplicates, malformed, fallback, fallback_reason, completed, elapsed_s.
@@ -99,7 +102,7 @@ fn agg_reduce<'py>(
     op: &str,
     timeout_s: f64,
     mode: &str,
-) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyAny>, Bound<'py, PyAny>, Bound<'py, PyDict>)> {
+) -> PyResult<ReduceOut<'py>> {
     let (proto, op, mode) = parse_common(protocol, op, mode)?;
     let bind = addr(bind)?;
     let maps = mappers.iter().map(|m| addr(m)).collect::<PyResult<Vec<_>>>()?;
@@ -119,7 +122,9 @@ fn agg_reduce<'py>(
         vals.extend_from_slice(&v.to_ne_bytes());
     }
     let np = py.import("numpy")?;
-    let to_arr = |b: Vec<u8>| -> PyResult<Bound<'py, PyAny>> { np.call_method1("frombuffer", (PyBytes::new(py, &b), "uint64"))?.call_method0("copy") };
+    let to_arr = |b: Vec<u8>| -> PyResult<Bound<'py, PyAny>> {
+        np.call_method1("frombuffer", (PyBytes::new(py, &b), "uint64"))?.call_method0("copy")
+    };
     let d = PyDict::new(py);
     d.set_item("packets", run.stats.packets)?;
     d.set_item("bytes", run.stats.bytes)?;

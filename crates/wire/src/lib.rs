@@ -59,8 +59,8 @@
 #![warn(missing_docs)]
 
 pub mod arp;
-pub mod daiet;
 pub mod checksum;
+pub mod daiet;
 pub mod error;
 pub mod ethernet;
 pub mod icmpv4;

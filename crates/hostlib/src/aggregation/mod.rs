@@ -9,15 +9,18 @@
 //! mappers (ids are 16 bits; the switch keeps one register cell per (tree, sender)):
 //!
 //! - **Mapper → switch.** Each (tree, mapper) stream is numbered from 0; its last packet is
-//!   END. The switch keeps the next expected number per (tree, sender). A packet with
-//!   `seq == expected` is admitted (marked in flight so a copy arriving while it is still
-//!   recirculating is ignored), aggregated, and completed (`expected + 1`); a duplicate
-//!   (`seq < expected`) is not aggregated again, only acknowledged; a gap (`seq > expected`)
-//!   is dropped and counted. The switch cannot create an ACK: the packet itself becomes
-//!   the ACK (addresses swapped, pairs cut) when nothing must go on, or it is cloned (one
-//!   copy on towards the reducer, one truncated copy back as the ACK) when pairs must go
-//!   on. ACKs are cumulative, so the mapper runs Go-Back-N with a window and a
-//!   retransmission timeout.
+//!   END. The switch keeps, per (tree, sender), the next expected number and how many of
+//!   the sender's admitted packets are still in its pipeline (recirculating through their
+//!   pairs). A packet with `seq == expected` is admitted (expected + 1) and aggregated; a
+//!   duplicate (`seq < expected`) is never aggregated again: it is acknowledged if nothing
+//!   of the sender is in flight, else dropped (so an ACK never runs ahead of the
+//!   aggregation); a gap (`seq > expected`) is dropped and counted. An END is admitted only
+//!   when none of the sender's packets is in flight (until then it recirculates), so the
+//!   flush never starts before the sender's last pair is in the table. The switch cannot
+//!   create an ACK: the packet itself becomes the ACK (addresses swapped, pairs cut) when
+//!   nothing must go on, or it is cloned (one copy on towards the reducer, one truncated
+//!   copy back as the ACK) when pairs must go on. ACKs are cumulative; the mapper runs
+//!   Go-Back-N with a window and a retransmission timeout.
 //! - **Switch → reducer.** Everything a switch sends on (pairs that collided or bypass the
 //!   tables, the final flush, END) is numbered per tree by the switch (`FROM_SWITCH`,
 //!   the switch's id as sender). END carries the last number, so the reducer knows when it
@@ -35,13 +38,15 @@
 //! - **Completion.** A mapper's END acknowledged means the switch holds its pairs, not
 //!   that the reducer has them; so mappers report `QUERY/FINISHED` to the reducer and stay
 //!   until the reducer answers `DONE`. If every mapper has finished and the switch's stream
-//!   is still incomplete after a grace period, the reducer falls back.
+//!   is still incomplete and has been silent for a grace period, the reducer falls back.
 //! - `udp` mode (the baseline): mappers send `BYPASS` from the start (epoch 1); the same
 //!   reliability, no aggregation in the network.
 //!
 //! Keys the fixed 16-byte format cannot carry (longer, empty, or holding a zero byte) go in
 //! variable-length packets that the switch sequences and forwards without aggregating:
-//! never truncated.
+//! never truncated. Fixed pairs are placed so that a key sits at a position of its switch
+//! slice (`wire::daiet::slice_of`) when it can; packets stay full (a hot key then also
+//! occupies cells of other slices, and the reducer merges the partial aggregates).
 
 pub mod mapper;
 pub mod reducer;
@@ -144,7 +149,14 @@ pub struct Header {
 
 impl Header {
     fn repr(&self) -> dw::Repr {
-        dw::Repr { tree_id: self.tree_id, flags: self.flags, op: self.op as u8, sender: self.sender, epoch: self.epoch, ..Default::default() }
+        dw::Repr {
+            tree_id: self.tree_id,
+            flags: self.flags,
+            op: self.op as u8,
+            sender: self.sender,
+            epoch: self.epoch,
+            ..Default::default()
+        }
     }
 }
 
@@ -154,8 +166,8 @@ pub const VARLEN_BUDGET: usize = 1400;
 fn daiet_packetize<'a>(hdr: Header, pairs: impl Iterator<Item = (&'a [u8], u32)>) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     // Fixed pairs wait in one queue per switch slice; each packet takes position p from
-    // queue p % SLICES (a hole when that queue is empty), so a key always meets itself in
-    // the same slice of the switch's table.
+    // queue p % SLICES when it can, so a key mostly meets itself in the same slice of the
+    // switch's table; packets are always full (no holes) whatever the key skew.
     let mut queues: [Vec<(&'a [u8], u32)>; dw::SLICES] = Default::default();
     let mut var: Vec<u8> = Vec::new();
     let mut nvar = 0usize;
@@ -184,22 +196,28 @@ fn daiet_packetize<'a>(hdr: Header, pairs: impl Iterator<Item = (&'a [u8], u32)>
     close_var(&mut var, &mut nvar, &mut out);
     let mut heads = [0usize; dw::SLICES];
     loop {
-        let left: Vec<usize> = (0..dw::SLICES).map(|s| queues[s].len() - heads[s]).collect();
-        if left.iter().all(|&n| n == 0) {
+        if (0..dw::SLICES).all(|s| heads[s] == queues[s].len()) {
             break;
         }
         let mut body = Vec::with_capacity(dw::MAX_PAIRS * dw::PAIR_LEN);
         let mut used = 0;
         for p in 0..dw::MAX_PAIRS {
-            let s = p % dw::SLICES;
-            if heads[s] < queues[s].len() {
-                let (k, v) = queues[s][heads[s]];
-                heads[s] += 1;
-                dw::emit_fixed_pair(&mut body, k, v);
-                used = p + 1;
+            // The position's own slice if it has a pair waiting; otherwise the fullest queue
+            // (a skewed key spills into other slices rather than leaving holes: it may then
+            // be held in up to SLICES cells, each flushed to the reducer, which merges them).
+            let home = p % dw::SLICES;
+            let s = if heads[home] < queues[home].len() {
+                home
             } else {
-                dw::emit_hole(&mut body);
-            }
+                match (0..dw::SLICES).filter(|&s| heads[s] < queues[s].len()).max_by_key(|&s| queues[s].len() - heads[s]) {
+                    Some(s) => s,
+                    None => break,
+                }
+            };
+            let (k, v) = queues[s][heads[s]];
+            heads[s] += 1;
+            dw::emit_fixed_pair(&mut body, k, v);
+            used = p + 1;
         }
         body.truncate(used * dw::PAIR_LEN);
         let mut p = dw::Repr { num_pairs: used as u8, ..hdr.repr() }.to_vec();

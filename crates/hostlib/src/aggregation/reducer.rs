@@ -17,7 +17,8 @@ pub struct ReducerConfig {
     pub mode: Mode,
     /// Resend interval of RESEND requests.
     pub rto_ns: u64,
-    /// Every mapper finished but the switch's stream is incomplete this long: fall back.
+    /// Every mapper finished but the switch's stream is incomplete and silent this long:
+    /// fall back.
     pub grace_ns: u64,
 }
 
@@ -60,6 +61,8 @@ pub struct Reducer {
     host_pairs: HashMap<Vec<u8>, u64>,
     finished: Vec<bool>,
     all_finished_at: Option<u64>,
+    /// When the switch's stream last brought something new (a long flush keeps it alive).
+    last_switch_rx: u64,
     resend_pending: Vec<bool>,
     last_resend: u64,
     complete: bool,
@@ -80,6 +83,7 @@ impl Reducer {
             host_pairs: HashMap::new(),
             finished: vec![false; n],
             all_finished_at: None,
+            last_switch_rx: 0,
             resend_pending: vec![false; n],
             last_resend: 0,
             complete: false,
@@ -204,6 +208,7 @@ impl Reducer {
             if r.flags & flags::END != 0 {
                 s.end = Some(r.seq);
             }
+            self.last_switch_rx = now;
             let op = self.cfg.op;
             for (k, v) in p.view.pairs() {
                 merge(&mut self.switch_pairs, op, k, v as u64);
@@ -252,7 +257,7 @@ impl Reducer {
             return;
         }
         if self.epoch == 0 {
-            if self.all_finished_at.is_some_and(|t| now >= t + self.cfg.grace_ns) {
+            if self.all_finished_at.is_some_and(|t| now >= t.max(self.last_switch_rx) + self.cfg.grace_ns) {
                 self.fall_back(now, "the switch's stream stayed incomplete after every mapper finished (loss after the switch)");
             }
         } else if self.resend_pending.iter().any(|&r| r) && now >= self.last_resend + self.cfg.rto_ns {
@@ -265,7 +270,7 @@ impl Reducer {
             return None;
         }
         if self.epoch == 0 {
-            self.all_finished_at.map(|t| t + self.cfg.grace_ns)
+            self.all_finished_at.map(|t| t.max(self.last_switch_rx) + self.cfg.grace_ns)
         } else if self.resend_pending.iter().any(|&r| r) {
             Some(self.last_resend + self.cfg.rto_ns)
         } else {

@@ -60,7 +60,8 @@ fn dataset(n: usize, vocab: usize, seed: u64) -> Vec<(Vec<u8>, u32)> {
     (0..n)
         .map(|_| {
             let w = r.next() as usize % vocab;
-            let key = if w % 17 == 0 { format!("a-rather-long-word-number-{w}").into_bytes() } else { format!("w{w}").into_bytes() };
+            let key =
+                if w.is_multiple_of(17) { format!("a-rather-long-word-number-{w}").into_bytes() } else { format!("w{w}").into_bytes() };
             (key, 1 + (r.next() % 5) as u32)
         })
         .collect()
@@ -102,7 +103,7 @@ fn run(mode: Mode, op: Op, seed: u64, loss: f64, dup: f64, reorder: f64) -> (Has
     let mut up = Link { rng: Rng(seed | 1), loss, dup, reorder, held: vec![] };
     let mut down = Link { rng: Rng(seed.wrapping_mul(31) | 1), loss, dup, reorder, held: vec![] };
     let mut now = 0u64;
-    let mut steps = 0;
+    let mut steps = 0u64;
     while !(red.is_complete() && mappers.iter().all(|m| m.is_done())) {
         steps += 1;
         assert!(steps < 200_000, "no progress");
@@ -113,7 +114,7 @@ fn run(mode: Mode, op: Op, seed: u64, loss: f64, dup: f64, reorder: f64) -> (Has
             tx.extend(o.into_iter().map(|(_, p)| (i, p)));
         }
         let mut arrived = up.pass(tx);
-        if steps % 50 == 0 {
+        if steps.is_multiple_of(50) {
             arrived.extend(up.flush());
         }
         for (_, p) in arrived {
@@ -123,7 +124,7 @@ fn run(mode: Mode, op: Op, seed: u64, loss: f64, dup: f64, reorder: f64) -> (Has
         let mut back = Vec::new();
         red.drain_transmit(&mut back);
         let mut back = down.pass(back);
-        if steps % 50 == 0 {
+        if steps.is_multiple_of(50) {
             back.extend(down.flush());
         }
         for (m, p) in back {

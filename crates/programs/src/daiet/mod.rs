@@ -40,7 +40,10 @@ pub mod spillover;
 pub mod tree;
 
 use pisa::decl::TableSpec;
-use pisa::{ActionId, ClassifyRule, DropCode, Gress, HashAlgo, HashUnit, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl, RegisterAction, Table};
+use pisa::{
+    ActionId, ClassifyRule, DropCode, Gress, HashAlgo, HashUnit, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl,
+    RegisterAction, Table,
+};
 use wire::daiet::{flags, Op, MAX_PAIRS, PAIR_LEN, SLICES, UDP_PORT};
 
 use cells::*;
@@ -110,18 +113,27 @@ impl Default for Daiet {
 impl Daiet {
     pub fn new() -> Daiet {
         let mut b = ProgramBuilder::new("daiet", "DAIET in-network key-value aggregation with exactly-once delivery");
-        b.parser(PARSE_DEPTH as u32, &[("ethernet", 112), ("ipv4", 160), ("udp", 64), ("daiet", 112), ("pairs", (MAX_PAIRS * PAIR_LEN * 8) as u32)])
-            .metadata_bits(160)
-            .bridged_bytes(16)
-            .classify(ClassifyRule { udp_dst_port: Some((UDP_PORT, UDP_PORT)), ..Default::default() })
-            // The flush walk makes one pass per used cell: bounded by the partition size,
-            // not by a small constant, so no fixed limit is declared.
-            .max_recirculations(None);
+        b.parser(
+            PARSE_DEPTH as u32,
+            &[("ethernet", 112), ("ipv4", 160), ("udp", 64), ("daiet", 112), ("pairs", (MAX_PAIRS * PAIR_LEN * 8) as u32)],
+        )
+        .metadata_bits(160)
+        .bridged_bytes(16)
+        .classify(ClassifyRule { udp_dst_port: Some((UDP_PORT, UDP_PORT)), ..Default::default() })
+        // The flush walk makes one pass per used cell: bounded by the partition size,
+        // not by a small constant, so no fixed limit is declared.
+        .max_recirculations(None);
         b.note("four pairs per pass, one per register slice: a data packet of n pairs makes ceil(n/4) - 1 recirculations (2 for ten pairs); the END that completes a tree makes one per used cell, one per slice and one per flushed packet");
         b.note("the spillover bucket is the colliding packet itself: its colliding pairs go on to the parent at once (at most one packet's worth), not gathered across packets in registers");
         b.note("seq_state.admit compares the sequence number three ways and tests the END bit: one condition more than a Tofino stateful ALU has; a compiler would split it over the cell's two halves");
-        b.note("key words are 32-bit cells (the Tofino 1 stateful ALU returns 32 bits): a 16-byte key is four arrays compared in four stages");
-        let a_set_tree = b.action("set_tree", &TreeConfig::PARAMS, "the tree's parent port, register slot, memory partition, senders, op, children, switch id");
+        b.note(
+            "key words are 32-bit cells (the Tofino 1 stateful ALU returns 32 bits): a 16-byte key is four arrays compared in four stages",
+        );
+        let a_set_tree = b.action(
+            "set_tree",
+            &TreeConfig::PARAMS,
+            "the tree's parent port, register slot, memory partition, senders, op, children, switch id",
+        );
         let a_untracked = b.action("untracked", &[], "not aggregated here: forward untouched");
         let trees = b.table(TableSpec {
             name: "daiet_trees",
@@ -134,18 +146,31 @@ impl Daiet {
             default_action: (a_untracked, &[]),
             const_default: true,
         });
-        let seq = b.register::<Pair>("seq_state", Gress::Ingress, 1, SENDER_SLOTS, "per (tree, sender): next expected seq (lo), packets in flight (hi)");
+        let seq = b.register::<Pair>(
+            "seq_state",
+            Gress::Ingress,
+            1,
+            SENDER_SLOTS,
+            "per (tree, sender): next expected seq (lo), packets in flight (hi)",
+        );
         let admit = b.register_action_body(seq, "admit", Admit);
         let complete = b.register_action_body(seq, "complete", Complete);
         let slices: Vec<Slice> = (0..SLICES)
             .map(|i| {
                 let key_hash = b.hash_unit(&format!("key_hash_{i}"), Gress::Ingress, 1, HashAlgo::Crc32, 32);
-                let k: Vec<_> = (0..4).map(|w| b.register::<u32>(&format!("key{w}_{i}"), Gress::Ingress, 2 + w as u8, CELLS, "key word")).collect();
+                let k: Vec<_> =
+                    (0..4).map(|w| b.register::<u32>(&format!("key{w}_{i}"), Gress::Ingress, 2 + w as u8, CELLS, "key word")).collect();
                 let key0 = b.register_action_body(k[0], "claim_or_match", ClaimOrMatch);
                 let key_follow = [1, 2, 3].map(|w| b.register_action_body(k[w], "follow", Follow));
                 let key_take = [0, 1, 2, 3].map(|w| b.register_action_body(k[w], "take", Take));
                 let val = b.register::<u32>(&format!("value_{i}"), Gress::Ingress, 6, CELLS, "aggregated value");
-                let top = b.register::<u32>(&format!("stack_top_{i}"), Gress::Ingress, 7, MAX_TREES, "per tree: cells on the slice's index stack");
+                let top = b.register::<u32>(
+                    &format!("stack_top_{i}"),
+                    Gress::Ingress,
+                    7,
+                    MAX_TREES,
+                    "per tree: cells on the slice's index stack",
+                );
                 let stack = b.register::<u32>(&format!("index_stack_{i}"), Gress::Ingress, 8, CELLS, "used cells of each tree's partition");
                 Slice {
                     key_hash,
@@ -163,7 +188,8 @@ impl Daiet {
                 }
             })
             .collect();
-        let out = b.register::<u32>("out_seq", Gress::Ingress, 9, MAX_TREES, "per tree: the switch's next sequence number towards the parent");
+        let out =
+            b.register::<u32>("out_seq", Gress::Ingress, 9, MAX_TREES, "per tree: the switch's next sequence number towards the parent");
         let out_next = b.register_action_body(out, "next", Push);
         let out_last = b.register_action_body(out, "last", Take);
         let ends = b.register::<u32>("ends_seen", Gress::Ingress, 9, MAX_TREES, "per tree: children that sent END");
@@ -197,6 +223,7 @@ impl Daiet {
     /// Process the pairs at positions `first..first + SLICES` (below `np`), one per slice,
     /// stage by stage: hash, four key words, value, index stack. Returns the positions
     /// that collided (bit per position).
+    #[allow(clippy::needless_range_loop)] // stage by stage across the slices, as the pipeline runs
     fn pairs(&self, pass: &mut Pass<'_>, t: &TreeConfig, first: usize, np: usize) -> u16 {
         let mut words = [[0u32; 4]; SLICES];
         let mut vals = [0u32; SLICES];
@@ -326,7 +353,10 @@ impl Program for Daiet {
             // Not a tree of this switch: forwarded untouched.
             return;
         };
-        if !t.part_size.is_power_of_two() || t.tree_idx as u32 >= MAX_TREES || t.part_base.checked_add(t.part_size).is_none_or(|e| e > CELLS) {
+        if !t.part_size.is_power_of_two()
+            || t.tree_idx as u32 >= MAX_TREES
+            || t.part_base.checked_add(t.part_size).is_none_or(|e| e > CELLS)
+        {
             pass.drop(self.d_bad_tree);
             return;
         }

@@ -43,7 +43,11 @@ impl Daiet {
 
     /// Number the packet in the switch's stream towards the parent and send it there.
     pub(super) fn send_on(&self, pass: &mut Pass<'_>, t: &TreeConfig, end: u8) {
-        let seq = if end != 0 { pass.execute(&self.out_last, t.tree_idx as u32, ()) } else { pass.execute(&self.out_next, t.tree_idx as u32, ()) };
+        let seq = if end != 0 {
+            pass.execute(&self.out_last, t.tree_idx as u32, ())
+        } else {
+            pass.execute(&self.out_next, t.tree_idx as u32, ())
+        };
         let len = pass.packet_len();
         let h = pass.hdr_mut();
         h[FLAGS] = (h[FLAGS] & flags::VARLEN) | flags::FROM_SWITCH | end;
