@@ -225,7 +225,10 @@ def open_env(spec: JobSpec, switch: bool, progress: Progress) -> tuple[Env, Call
         raise
     places = [Place(h.ip, h.netns, h.ifname) for h in st.hosts]
     env = Env("netns", places[:M], places[M:], p4runtime=st.switch.p4runtime, rack_state=st)
-    return env, lambda: rack.down(spec.rack)
+    def teardown() -> None:
+        rack.down(spec.rack)
+
+    return env, teardown
 
 
 def install_trees(env: Env, spec: JobSpec, tree_ids: list[int], progress: Progress) -> list[dict[str, Any]]:
@@ -243,7 +246,7 @@ def install_trees(env: Env, spec: JobSpec, tree_ids: list[int], progress: Progre
     reducer_ports = [h.port for h in st.hosts[spec.mappers:]]
     trees = controller.plan_single_switch(dict(zip(tree_ids, reducer_ports)), n_mappers=spec.mappers, op=spec.op)
     try:
-        acks = controller.install({env.p4runtime: trees}, num_ports=len(st.hosts))
+        acks = controller.install({str(env.p4runtime): trees}, num_ports=len(st.hosts))
     except Exception as e:
         raise JobError(f"installing the aggregation trees failed: {e}") from None
     return [dict(a) for a in acks]
