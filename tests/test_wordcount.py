@@ -253,3 +253,20 @@ def test_rack_switch_absent_falls_back_to_hosts() -> None:
                       where="netns", timeout_s=90, absent_program=True), ["switch"])
     _check(doc, ["udp", "switch"])
     assert doc["fallback"] is True and "note" in doc["runs"]["switch"]
+
+
+def test_switch_fault_option_parses_and_rejects() -> None:
+    """`inswitch switch --fault`: what `--loss` uses to make the switch's ports lose frames."""
+    from inswitch.switchd.cli import UsageError, parse_fault
+
+    assert parse_fault("loss=0.02,seed=9") == (0.02, 0.0, 0.0, 9)
+    assert parse_fault("dup=0.1,reorder=0.2") == (0.0, 0.1, 0.2, 1)
+    for bad in ("loss=2", "drop=0.1", "loss=x", "loss"):
+        with pytest.raises(UsageError):
+            parse_fault(bad)
+    from inswitch import _native
+
+    with pytest.raises(ValueError, match="outside"):
+        _native.Dataplane(["forward"], "memory:2", fault=(1.5, 0.0, 0.0, 1))
+    dp = _native.Dataplane(["forward"], "memory:2", fault=(0.5, 0.0, 0.0, 1))
+    dp.stop()
