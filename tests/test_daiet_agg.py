@@ -117,3 +117,6 @@ def test_controller_plans_single_and_two_level_trees() -> None:
     assert (a.parent_port, a.children) == (1, 1)  # tor1, down towards tor0
     assert (t0.parent_port, t0.children) == (3, 3)  # tor0's two mappers and the aggregation switch
     assert len({t0.switch_id, t1.switch_id, a.switch_id}) == 3
+    many = c.plan_single_switch({1: 5}, n_mappers=1000)[0]
+    many.check()
+    assert many.switch_id >= 1000 and many.max_senders > many.switch_id, "no fixed limit on mappers"

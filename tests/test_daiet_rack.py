@@ -38,7 +38,7 @@ MAPPER = textwrap.dedent('''
     offs[1:] = np.cumsum([len(w) for w in words])
     st = _native.agg_map("daiet", a["bind"], [(a["tree"], a["reducer"])], a["id"], "sum",
                          np.zeros(len(words), np.uint16), b"".join(words), offs,
-                         np.ones(len(words), np.uint32), 30.0, mode=a["mode"])
+                         np.ones(len(words), np.uint32), 30.0, mode=a["mode"], **a.get("faults", {}))
     print(json.dumps(st), flush=True)
 ''')
 
@@ -46,7 +46,7 @@ REDUCER = textwrap.dedent('''
     import json, sys
     from inswitch import _native
     a = json.loads(sys.argv[1])
-    blob, offs, vals, st = _native.agg_reduce("daiet", a["bind"], a["tree"], a["mappers"], "sum", 30.0, mode=a["mode"])
+    blob, offs, vals, st = _native.agg_reduce("daiet", a["bind"], a["tree"], a["mappers"], "sum", 30.0, mode=a["mode"], **a.get("faults", {}))
     st["result"] = {blob[offs[i]:offs[i + 1]].decode(): int(vals[i]) for i in range(len(vals))}
     print(json.dumps(st), flush=True)
 ''')
@@ -69,16 +69,17 @@ def rack() -> Iterator[RackState]:
         assert not netns.leftovers(f"{name}-")
 
 
-def _run_job(st: RackState, mode: str, tree: int) -> tuple[dict, list[dict], collections.Counter[str]]:
+def _run_job(st: RackState, mode: str, tree: int, mapper_faults: dict | None = None, reducer_faults: dict | None = None) -> tuple[dict, list[dict], collections.Counter[str]]:
     m1, m2, red = st.hosts
     words = [[f"w{(i * 7 + k) % 97}" for i in range(4000)] + ["a-key-longer-than-sixteen-bytes"] for k in range(2)]
     ref = collections.Counter(w for ws in words for w in ws)
     red_addr = f"{red.ip}:7070"
     maps = [f"{m1.ip}:6001", f"{m2.ip}:6001"]
-    rp = subprocess.Popen(netns.in_netns(red.netns, [PY, "-c", REDUCER, json.dumps({"bind": red_addr, "tree": tree, "mappers": maps, "mode": mode})]),
+    rp = subprocess.Popen(netns.in_netns(red.netns, [PY, "-c", REDUCER, json.dumps({"bind": red_addr, "tree": tree, "mappers": maps, "mode": mode, "faults": reducer_faults or {}})]),
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     mps = [
-        subprocess.Popen(netns.in_netns(h.netns, [PY, "-c", MAPPER, json.dumps({"bind": maps[i], "tree": tree, "reducer": red_addr, "id": i, "words": words[i], "mode": mode})]),
+        subprocess.Popen(netns.in_netns(h.netns, [PY, "-c", MAPPER, json.dumps({"bind": maps[i], "tree": tree, "reducer": red_addr, "id": i, "words": words[i], "mode": mode,
+                                                                 "faults": {**(mapper_faults or {}), "seed": 10 + i} if mapper_faults else {}})]),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for i, h in enumerate((m1, m2))
     ]
@@ -112,3 +113,21 @@ def test_daiet_tree_in_a_rack(rack: RackState) -> None:
     res_udp, _, ref = _run_job(rack, "udp", 8)
     assert res_udp["result"] == dict(ref) and res_udp["pairs"] >= sent  # retransmissions count too
     assert res["bytes"] < res_udp["bytes"] / 5
+
+
+def test_daiet_exactly_once_under_faults_in_a_rack(rack: RackState) -> None:
+    """Seeded loss, duplication and reordering on the hosts' sockets (both directions).
+    On the mappers only: the switch's sequence check absorbs them (no fallback). On the
+    reducer too: what the switch sent and was lost is repaired by the host fallback. The
+    result equals the Counter either way."""
+    m1, m2, red = rack.hosts
+    f = {"loss": 0.03, "duplicate": 0.03, "reorder": 0.03}
+    controller.install({rack.switch.p4runtime: controller.plan_single_switch({11: red.port}, n_mappers=2)}, num_ports=len(rack.hosts))
+    res, maps, ref = _run_job(rack, "switch", 11, mapper_faults=f)
+    assert res["completed"] and res["result"] == dict(ref)
+    assert not res["fallback"], res["fallback_reason"]
+    assert sum(m["faults_injected"] for m in maps) > 0 and sum(m["retransmissions"] for m in maps) > 0
+    controller.install({rack.switch.p4runtime: controller.plan_single_switch({12: red.port}, n_mappers=2)}, num_ports=len(rack.hosts))
+    res, maps, ref = _run_job(rack, "switch", 12, mapper_faults=f, reducer_faults={"loss": 0.1, "duplicate": 0.1, "reorder": 0.1, "seed": 5})
+    assert res["completed"] and res["result"] == dict(ref)
+    assert res["faults_injected"] > 0

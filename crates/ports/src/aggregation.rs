@@ -17,6 +17,8 @@ pub struct MapRun {
     pub completed: bool,
     /// Wall time of the run.
     pub elapsed: Duration,
+    /// Datagrams lost, duplicated or delayed by the socket's own fault injection.
+    pub faults_injected: u64,
 }
 
 /// What a reducer run received.
@@ -30,6 +32,72 @@ pub struct ReduceRun {
     pub completed: bool,
     /// Time until completion (or the whole run if it never completed).
     pub elapsed: Duration,
+    /// Datagrams lost, duplicated or delayed by the socket's own fault injection.
+    pub faults_injected: u64,
+}
+
+/// Faults an endpoint injects on its own socket, seeded so a run repeats: each datagram
+/// sent and each received is lost, duplicated or held back behind the next one with these
+/// probabilities (switch-made packets, ACKs and flushes, meet them on receive).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SocketFaults {
+    /// Probability a datagram is lost.
+    pub loss: f64,
+    /// Probability a datagram is duplicated.
+    pub duplicate: f64,
+    /// Probability a datagram is held back behind the next one.
+    pub reorder: f64,
+    /// Seed of the generator.
+    pub seed: u64,
+}
+
+impl SocketFaults {
+    fn any(&self) -> bool {
+        self.loss > 0.0 || self.duplicate > 0.0 || self.reorder > 0.0
+    }
+}
+
+/// A direction of seeded faults: what to deliver now for one datagram.
+struct FaultDir {
+    f: SocketFaults,
+    rng: u64,
+    held: Vec<(Vec<u8>, SocketAddr)>,
+    injected: u64,
+}
+
+impl FaultDir {
+    fn new(f: SocketFaults, salt: u64) -> FaultDir {
+        FaultDir { f, rng: (f.seed ^ salt).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1, held: Vec::new(), injected: 0 }
+    }
+    fn draw(&mut self) -> f64 {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        (self.rng >> 11) as f64 / (1u64 << 53) as f64
+    }
+    /// The datagrams to pass on in place of `d` (none, it, it twice, it and held ones).
+    fn apply(&mut self, d: (Vec<u8>, SocketAddr), out: &mut Vec<(Vec<u8>, SocketAddr)>) {
+        if !self.f.any() {
+            out.push(d);
+            return;
+        }
+        let (lost, dup, late) = (self.draw() < self.f.loss, self.draw() < self.f.duplicate, self.draw() < self.f.reorder);
+        if lost {
+            self.injected += 1;
+            return;
+        }
+        if dup {
+            self.injected += 1;
+            out.push(d.clone());
+        }
+        if late {
+            self.injected += 1;
+            self.held.push(d);
+            return;
+        }
+        out.push(d);
+        out.append(&mut self.held);
+    }
 }
 
 fn wait_for(deadline: Option<u64>, now: u64) -> Duration {
@@ -52,8 +120,11 @@ pub fn run_mapper(
     values: Vec<u32>,
     tree_of_pair: Vec<u16>,
     timeout: Duration,
+    faults: SocketFaults,
 ) -> std::io::Result<MapRun> {
     let sock = UdpSocket::bind(bind)?;
+    let (mut ftx, mut frx) = (FaultDir::new(faults, 1), FaultDir::new(faults, 2));
+    let mut staged = Vec::new();
     let start = Instant::now();
     let now = || start.elapsed().as_nanos() as u64;
     let mut m = Mapper::new(cfg, tree_ids, keys, offsets, values, tree_of_pair, now())
@@ -63,15 +134,23 @@ pub fn run_mapper(
     while !m.is_done() && start.elapsed() < timeout {
         out.clear();
         m.poll_transmit(now(), &mut out);
-        for (t, p) in &out {
-            send(&sock, p, dests[*t])?;
+        for (t, p) in out.drain(..) {
+            ftx.apply((p, dests[t]), &mut staged);
+        }
+        for (p, to) in staged.drain(..) {
+            send(&sock, &p, to)?;
         }
         sock.set_read_timeout(Some(wait_for(m.next_deadline(), now())))?;
         // Take what has arrived; block only for the first.
         let mut first = true;
         loop {
             match sock.recv_from(&mut buf) {
-                Ok((n, _)) => m.handle(now(), &buf[..n]),
+                Ok((n, from)) => {
+                    frx.apply((buf[..n].to_vec(), from), &mut staged);
+                    for (p, _) in staged.drain(..) {
+                        m.handle(now(), &p);
+                    }
+                }
                 Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::ConnectionRefused) => break,
                 Err(e) => return Err(e),
             }
@@ -84,7 +163,7 @@ pub fn run_mapper(
             sock.set_nonblocking(false)?;
         }
     }
-    Ok(MapRun { completed: m.is_done(), stats: m.stats.clone(), elapsed: start.elapsed() })
+    Ok(MapRun { completed: m.is_done(), stats: m.stats.clone(), elapsed: start.elapsed(), faults_injected: ftx.injected + frx.injected })
 }
 
 fn send(sock: &UdpSocket, p: &[u8], to: SocketAddr) -> std::io::Result<()> {
@@ -101,11 +180,19 @@ fn send(sock: &UdpSocket, p: &[u8], to: SocketAddr) -> std::io::Result<()> {
 
 /// Receive one tree at `bind` from `mappers` (index = mapper id) until complete (and a
 /// short linger to answer late status reports) or `timeout`.
-pub fn run_reducer(cfg: ReducerConfig, bind: SocketAddr, mappers: &[SocketAddr], timeout: Duration) -> std::io::Result<ReduceRun> {
+pub fn run_reducer(
+    cfg: ReducerConfig,
+    bind: SocketAddr,
+    mappers: &[SocketAddr],
+    timeout: Duration,
+    faults: SocketFaults,
+) -> std::io::Result<ReduceRun> {
     let sock = UdpSocket::bind(bind)?;
     // The switch's final flush arrives as one burst of hundreds of packets: with the
     // default receive buffer (~208 KB) the reducer's socket overflows and the tree falls back.
     crate::sys::grow_sock_buf(std::os::fd::AsRawFd::as_raw_fd(&sock), true, 16 << 20);
+    let (mut ftx, mut frx) = (FaultDir::new(faults, 3), FaultDir::new(faults, 4));
+    let mut staged = Vec::new();
     let start = Instant::now();
     let now = || start.elapsed().as_nanos() as u64;
     let quiet = Duration::from_nanos((cfg.rto_ns * 5).max(100_000_000));
@@ -124,9 +211,12 @@ pub fn run_reducer(cfg: ReducerConfig, bind: SocketAddr, mappers: &[SocketAddr],
         let mut first = true;
         loop {
             match sock.recv_from(&mut buf) {
-                Ok((n, _)) => {
+                Ok((n, from)) => {
                     last_rx = Instant::now();
-                    r.handle(now(), &buf[..n]);
+                    frx.apply((buf[..n].to_vec(), from), &mut staged);
+                    for (p, _) in staged.drain(..) {
+                        r.handle(now(), &p);
+                    }
                 }
                 Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::ConnectionRefused) => break,
                 Err(e) => return Err(e),
@@ -137,10 +227,13 @@ pub fn run_reducer(cfg: ReducerConfig, bind: SocketAddr, mappers: &[SocketAddr],
             }
             out.clear();
             r.drain_transmit(&mut out);
-            for (m, p) in &out {
-                if let Some(a) = mappers.get(*m) {
-                    send(&sock, p, *a)?;
+            for (m, p) in out.drain(..) {
+                if let Some(a) = mappers.get(m) {
+                    ftx.apply((p, *a), &mut staged);
                 }
+            }
+            for (p, to) in staged.drain(..) {
+                send(&sock, &p, to)?;
             }
         }
         if !first {
@@ -149,17 +242,26 @@ pub fn run_reducer(cfg: ReducerConfig, bind: SocketAddr, mappers: &[SocketAddr],
         r.on_timer(now());
         out.clear();
         r.drain_transmit(&mut out);
-        for (m, p) in &out {
-            if let Some(a) = mappers.get(*m) {
-                send(&sock, p, *a)?;
+        for (m, p) in out.drain(..) {
+            if let Some(a) = mappers.get(m) {
+                ftx.apply((p, *a), &mut staged);
             }
+        }
+        for (p, to) in staged.drain(..) {
+            send(&sock, &p, to)?;
         }
         if r.is_complete() && done_at.is_none() {
             done_at = Some(Instant::now());
         }
     }
     let elapsed = done_at.map_or(start.elapsed(), |d| d.duration_since(start));
-    Ok(ReduceRun { completed: r.is_complete(), stats: r.stats.clone(), result: r.take_result(), elapsed })
+    Ok(ReduceRun {
+        completed: r.is_complete(),
+        stats: r.stats.clone(),
+        result: r.take_result(),
+        elapsed,
+        faults_injected: ftx.injected + frx.injected,
+    })
 }
 
 #[cfg(test)]
@@ -172,7 +274,13 @@ mod tests {
     /// falls back and is exact too.
     #[test]
     fn loopback_udp_and_fallback() {
-        for (mode, base) in [(Mode::Udp, 47100u16), (Mode::Switch, 47200)] {
+        let f = SocketFaults { loss: 0.05, duplicate: 0.05, reorder: 0.05, seed: 3 };
+        for (mode, base, faults) in [
+            (Mode::Udp, 46100u16, SocketFaults::default()),
+            (Mode::Switch, 46200, SocketFaults::default()),
+            (Mode::Udp, 46300, f),
+            (Mode::Switch, 46400, f),
+        ] {
             let words: Vec<Vec<String>> =
                 (0..2).map(|m| (0..2000).map(|i| format!("w{}", (i * 7 + m * 3) % 150)).chain(["x".repeat(40)]).collect()).collect();
             let mut reference: HashMap<Vec<u8>, u64> = HashMap::new();
@@ -184,7 +292,7 @@ mod tests {
             let mut rc = ReducerConfig::new(9, 2, Op::Sum, mode);
             rc.grace_ns = 50_000_000;
             let maps2 = maps.clone();
-            let h = std::thread::spawn(move || run_reducer(rc, red_addr, &maps2, Duration::from_secs(20)).unwrap());
+            let h = std::thread::spawn(move || run_reducer(rc, red_addr, &maps2, Duration::from_secs(20), faults).unwrap());
             let hs: Vec<_> = words
                 .into_iter()
                 .enumerate()
@@ -199,8 +307,10 @@ mod tests {
                         }
                         let mut cfg = MapperConfig::new(i as u16, Op::Sum, mode);
                         cfg.stall_ns = 50_000_000;
+                        let faults = SocketFaults { seed: faults.seed + 10 + i as u64, ..faults };
                         let n = ws.len();
-                        run_mapper(cfg, bind, &[red_addr], &[9], keys, offs, vec![1; n], vec![0; n], Duration::from_secs(20)).unwrap()
+                        run_mapper(cfg, bind, &[red_addr], &[9], keys, offs, vec![1; n], vec![0; n], Duration::from_secs(20), faults)
+                            .unwrap()
                     })
                 })
                 .collect();
@@ -210,6 +320,9 @@ mod tests {
             assert_eq!(red.result, reference);
             assert_eq!(red.stats.fallback, mode == Mode::Switch);
             assert!(runs.iter().all(|r| r.completed));
+            if faults.loss > 0.0 {
+                assert!(red.faults_injected + runs.iter().map(|r| r.faults_injected).sum::<u64>() > 0);
+            }
         }
     }
 }

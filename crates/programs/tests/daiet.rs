@@ -406,7 +406,8 @@ fn one_switch_net(job: &Job, trees: &[(u16, TreeConfig)], seed: u64, f: Faults) 
     let mut hosts: Vec<u8> = job.mappers.clone();
     hosts.extend(job.reducers.iter().map(|r| r.0));
     let l2: Vec<(u8, u16)> = hosts.iter().map(|&h| (h, h as u16)).collect();
-    let sw = switch(16, &l2, trees);
+    let ports = hosts.iter().map(|&h| h as u16 + 1).max().unwrap_or(16).max(16);
+    let sw = switch(ports, &l2, trees);
     Net {
         switches: vec![sw],
         links: hosts.iter().map(|&h| ((0usize, h as u16), End::Host(h))).collect(),
@@ -455,6 +456,22 @@ fn single_switch_sum_min_max_exact_without_faults() {
         let c = net.switches[0].counters();
         assert_eq!(c.total_drops(), 0, "no drops without faults");
     }
+}
+
+/// SwitchML's bitmap protocol stops at 32 workers; ours keeps one sequence cell per
+/// (tree, sender): 40 mappers, with faults on their links.
+#[test]
+fn forty_mappers_one_tree() {
+    let n = 40;
+    let job = Job { mappers: (1..=n as u8).collect(), pairs: words(n, 120, 150, 1, 17), reducers: vec![(100, 100)], op: Op::Sum };
+    let trees = trees_for(&job, 1024);
+    let f = Faults { loss: 0.03, dup: 0.03, reorder: 0.03 };
+    let mut net = one_switch_net(&job, &trees, 5, f);
+    net.clean = vec![100];
+    let out = run_job(&job, &mut net, None);
+    assert_eq!(out.results, reference(&job));
+    assert!(!out.fallback);
+    assert!(out.reducer_pairs * 4 < total_pairs(&job));
 }
 
 #[test]

@@ -28,6 +28,16 @@ fn parse_common(protocol: &str, op: &str, mode: &str) -> PyResult<(Protocol, Op,
     Ok((p, o, m))
 }
 
+/// Seeded faults the endpoint injects on its own socket (see `ports::aggregation::SocketFaults`).
+fn faults(loss: f64, duplicate: f64, reorder: f64, seed: u64) -> PyResult<ports::aggregation::SocketFaults> {
+    for (n, p) in [("loss", loss), ("duplicate", duplicate), ("reorder", reorder)] {
+        if !(0.0..1.0).contains(&p) {
+            return Err(verr(format!("{n} must be a probability in [0, 1), not {p}")));
+        }
+    }
+    Ok(ports::aggregation::SocketFaults { loss, duplicate, reorder, seed })
+}
+
 /// The raw bytes of `arr` as a C-contiguous numpy array of `dtype` (one copy).
 fn array_bytes(py: Python<'_>, arr: &Bound<'_, PyAny>, dtype: &str) -> PyResult<Vec<u8>> {
     let np = py.import("numpy")?;
@@ -41,10 +51,11 @@ fn le_chunks<const N: usize>(b: &[u8]) -> impl Iterator<Item = [u8; N]> + '_ {
 }
 
 /// Send a mapper's pairs on their trees and serve them until every reducer says DONE.
-/// Returns stats: packets_sent, bytes_sent, retransmissions, acks, fallback, completed,
-/// pairs, elapsed_s.
+/// `loss`, `duplicate`, `reorder` (with `seed`): faults injected on this socket, both
+/// directions. Returns stats: packets_sent, bytes_sent, retransmissions, acks, fallback,
+/// completed, pairs, elapsed_s, faults_injected.
 #[pyfunction]
-#[pyo3(signature = (protocol, bind, trees, mapper_id, op, tree_of_pair, keys, key_offsets, values, timeout_s, mode="switch"))]
+#[pyo3(signature = (protocol, bind, trees, mapper_id, op, tree_of_pair, keys, key_offsets, values, timeout_s, mode="switch", loss=0.0, duplicate=0.0, reorder=0.0, seed=1))]
 #[allow(clippy::too_many_arguments)]
 fn agg_map<'py>(
     py: Python<'py>,
@@ -59,7 +70,12 @@ fn agg_map<'py>(
     values: &Bound<'py, PyAny>,
     timeout_s: f64,
     mode: &str,
+    loss: f64,
+    duplicate: f64,
+    reorder: f64,
+    seed: u64,
 ) -> PyResult<Bound<'py, PyDict>> {
+    let faults = faults(loss, duplicate, reorder, seed)?;
     let (proto, op, mode) = parse_common(protocol, op, mode)?;
     let bind = addr(bind)?;
     let tree_ids: Vec<u16> = trees.iter().map(|t| t.0).collect();
@@ -71,7 +87,8 @@ fn agg_map<'py>(
     let mut cfg = MapperConfig::new(mapper_id, op, mode);
     cfg.protocol = proto;
     let timeout = Duration::from_secs_f64(timeout_s.max(0.01));
-    let run = py.detach(|| ports::aggregation::run_mapper(cfg, bind, &dests, &tree_ids, keys, offs, vals, tp, timeout)).map_err(verr)?;
+    let run =
+        py.detach(|| ports::aggregation::run_mapper(cfg, bind, &dests, &tree_ids, keys, offs, vals, tp, timeout, faults)).map_err(verr)?;
     let d = PyDict::new(py);
     d.set_item("packets_sent", run.stats.packets_sent)?;
     d.set_item("bytes_sent", run.stats.bytes_sent)?;
@@ -81,6 +98,7 @@ fn agg_map<'py>(
     d.set_item("fallback", run.stats.fallback)?;
     d.set_item("completed", run.completed)?;
     d.set_item("elapsed_s", run.elapsed.as_secs_f64())?;
+    d.set_item("faults_injected", run.faults_injected)?;
     Ok(d)
 }
 
@@ -89,9 +107,10 @@ type ReduceOut<'py> = (Bound<'py, PyBytes>, Bound<'py, PyAny>, Bound<'py, PyAny>
 
 /// Receive one tree: `(keys_blob, key_offsets uint64, values uint64, stats)`. Stats:
 /// packets, bytes (UDP payload bytes received), pairs (received), distinct_keys,
-/// duplicates, malformed, fallback, fallback_reason, completed, elapsed_s.
+/// duplicates, malformed, fallback, fallback_reason, completed, elapsed_s, faults_injected.
+/// Fault arguments as for `agg_map`.
 #[pyfunction]
-#[pyo3(signature = (protocol, bind, tree_id, mappers, op, timeout_s, mode="switch"))]
+#[pyo3(signature = (protocol, bind, tree_id, mappers, op, timeout_s, mode="switch", loss=0.0, duplicate=0.0, reorder=0.0, seed=1))]
 #[allow(clippy::too_many_arguments)]
 fn agg_reduce<'py>(
     py: Python<'py>,
@@ -102,14 +121,19 @@ fn agg_reduce<'py>(
     op: &str,
     timeout_s: f64,
     mode: &str,
+    loss: f64,
+    duplicate: f64,
+    reorder: f64,
+    seed: u64,
 ) -> PyResult<ReduceOut<'py>> {
+    let faults = faults(loss, duplicate, reorder, seed)?;
     let (proto, op, mode) = parse_common(protocol, op, mode)?;
     let bind = addr(bind)?;
     let maps = mappers.iter().map(|m| addr(m)).collect::<PyResult<Vec<_>>>()?;
     let mut cfg = ReducerConfig::new(tree_id, maps.len(), op, mode);
     cfg.protocol = proto;
     let timeout = Duration::from_secs_f64(timeout_s.max(0.01));
-    let run = py.detach(|| ports::aggregation::run_reducer(cfg, bind, &maps, timeout)).map_err(verr)?;
+    let run = py.detach(|| ports::aggregation::run_reducer(cfg, bind, &maps, timeout, faults)).map_err(verr)?;
     // Keys in sorted order, so outputs are deterministic.
     let sorted: BTreeMap<&Vec<u8>, &u64> = run.result.iter().collect();
     let mut blob = Vec::new();
@@ -136,6 +160,7 @@ fn agg_reduce<'py>(
     d.set_item("fallback_reason", run.stats.fallback_reason.clone())?;
     d.set_item("completed", run.completed)?;
     d.set_item("elapsed_s", run.elapsed.as_secs_f64())?;
+    d.set_item("faults_injected", run.faults_injected)?;
     Ok((PyBytes::new(py, &blob), to_arr(offs)?, to_arr(vals)?, d))
 }
 

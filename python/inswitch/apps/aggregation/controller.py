@@ -33,7 +33,7 @@ WALK_SESSION = 1023
 ACK_FRAME_LEN = 56
 #: P4Runtime's reserved recirculation port.
 SDN_PORT_RECIRCULATE = 0xFFFFFFFA
-#: Sender ids of switches start here (mappers use 0..SWITCH_ID_BASE-1).
+#: Sender ids of switches start here, or after the last mapper's id when there are more mappers.
 SWITCH_ID_BASE = 200
 OPS = {"sum": 0, "min": 1, "max": 2}
 
@@ -90,12 +90,23 @@ def _partition(n: int, cells: int = CELLS) -> int:
     return size
 
 
+def _senders(n: int) -> int:
+    """Sender slots per tree for `n` senders (mappers and switches): a power of two, at least 256."""
+    size = 256
+    while size < n:
+        size *= 2
+    return size
+
+
 def plan_single_switch(reducers: Mapping[int, int], n_mappers: int, op: str = "sum", cells: int = CELLS) -> list[TreeSpec]:
     """Trees on one switch: `reducers` maps tree id -> the reducer's switch port; every
-    mapper is a child of every tree; memory split evenly."""
+    mapper (ids 0..n_mappers-1) is a child of every tree; memory split evenly. The switch's
+    own sender id follows the mappers' (no fixed limit on mappers)."""
     size = _partition(len(reducers), cells)
+    switch_id = max(SWITCH_ID_BASE, n_mappers)
+    senders = _senders(switch_id + 1)
     return [
-        TreeSpec(tree_id=t, parent_port=port, children=n_mappers, op=op, tree_idx=i, part_base=i * size, part_size=size)
+        TreeSpec(tree_id=t, parent_port=port, children=n_mappers, op=op, tree_idx=i, part_base=i * size, part_size=size, switch_id=switch_id, max_senders=senders)
         for i, (t, port) in enumerate(sorted(reducers.items()))
     ]
 
@@ -118,12 +129,15 @@ def plan_two_level(tors: Sequence[Tor], agg_name: str, agg_downlinks: Mapping[st
     parent, with its own id."""
     trees = sorted((t, tor.name, port) for tor in tors for t, port in tor.reducers.items())
     size = _partition(len(trees), cells)
-    ids = {tor.name: SWITCH_ID_BASE + i for i, tor in enumerate(tors)}
-    ids[agg_name] = SWITCH_ID_BASE + len(tors)
+    # Mapper ids are 0..(all mappers - 1); the switches' ids follow.
+    base = max(SWITCH_ID_BASE, sum(len(tor.mapper_ports) for tor in tors))
+    ids = {tor.name: base + i for i, tor in enumerate(tors)}
+    ids[agg_name] = base + len(tors)
+    senders = _senders(ids[agg_name] + 1)
     plan: dict[str, list[TreeSpec]] = {tor.name: [] for tor in tors}
     plan[agg_name] = []
     for i, (t, root, port) in enumerate(trees):
-        common = dict(tree_id=t, op=op, tree_idx=i, part_base=i * size, part_size=size)
+        common = dict(tree_id=t, op=op, tree_idx=i, part_base=i * size, part_size=size, max_senders=senders)
         remote = [tor for tor in tors if tor.name != root and tor.mapper_ports]
         for tor in remote:
             plan[tor.name].append(TreeSpec(parent_port=tor.uplink, children=len(tor.mapper_ports), switch_id=ids[tor.name], **common))  # type: ignore[arg-type]
