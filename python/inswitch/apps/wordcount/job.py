@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -139,7 +140,9 @@ class Env:
 
 def _free_port_base(n: int) -> int:
     """A base such that base..base+n-1 look free for TCP and UDP on loopback."""
-    for base in range(42000, 60000, 211):
+    # Start at a random place: fixed port numbers collide with other tests running at once.
+    start = random.Random().randrange(20000, 30000)
+    for base in range(start, 60000, 211):
         ok = True
         for p in range(base, base + n):
             for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
