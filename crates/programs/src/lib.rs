@@ -8,14 +8,16 @@ use std::sync::Arc;
 use pisa::Program;
 
 pub mod forward;
+pub mod netsha;
 
 /// Names of the programs this build knows.
-pub const NAMES: &[&str] = &["forward"];
+pub const NAMES: &[&str] = &["forward", "netsha", "netsha-tofino1"];
 
 /// A fresh instance of a program by name.
 pub fn by_name(name: &str) -> Option<Arc<dyn Program>> {
     match name {
         "forward" => Some(Arc::new(forward::Forward::new())),
+        n if n.starts_with("netsha") => netsha::NetshaConfig::from_spec(n).ok().map(|c| Arc::new(netsha::Netsha::with_config(c)) as Arc<dyn Program>),
         _ => None,
     }
 }
