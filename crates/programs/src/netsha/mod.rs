@@ -212,11 +212,12 @@ impl NetshaConfig {
         }
     }
 
-    /// Answers per packet a server may send so the switch can reduce all of them: the
-    /// packet, less one answer, plus one register's output, fits the parse depth and 120.
+    /// Answers per packet (one query block) a server may send so the switch can reduce all
+    /// of them: the packet, less one answer, plus one register's output, fits the parse
+    /// depth and 120 answers.
     pub fn answers_per_packet(&self) -> usize {
         let room = self.parse_depth as usize - MIN_LEN - BLOCK_HEADER_LEN - (BLOCK_HEADER_LEN + ANSWER_LEN * self.slots as usize);
-        (room / ANSWER_LEN + 1).min(MAX_ANSWERS - self.slots as usize)
+        (room / ANSWER_LEN + 1).min(MAX_ANSWERS - self.slots as usize - 1)
     }
 }
 
