@@ -213,11 +213,16 @@ impl NetshaConfig {
     }
 
     /// Answers per packet (one query block) a server may send so the switch can reduce all
-    /// of them: the packet, less one answer, plus one register's output, fits the parse
-    /// depth and 120 answers.
+    /// of them: the packet, plus the block header of each register output it may carry
+    /// (one per p answers, and two more), plus one register's output, fits the parse depth
+    /// and 120 answers.
     pub fn answers_per_packet(&self) -> usize {
-        let room = self.parse_depth as usize - MIN_LEN - BLOCK_HEADER_LEN - (BLOCK_HEADER_LEN + ANSWER_LEN * self.slots as usize);
-        (room / ANSWER_LEN + 1).min(MAX_ANSWERS - self.slots as usize - 1)
+        let p = self.params().p.max(1) as usize;
+        let fixed = MIN_LEN + 3 * BLOCK_HEADER_LEN + ANSWER_LEN * (self.slots as usize + 1);
+        let room = (self.parse_depth as usize).saturating_sub(fixed);
+        // A answers and A / p output blocks: 12 A + 6 A / p <= room.
+        let a = room * p / (ANSWER_LEN * p + BLOCK_HEADER_LEN);
+        a.max(1).min(MAX_ANSWERS - self.slots as usize - 1)
     }
 }
 
@@ -492,17 +497,17 @@ impl Netsha {
         }
     }
 
-    /// Move the front answer, unreduced, to the output.
-    fn bypass_front(p: &mut Pass<'_>, qid: u32, id: u32, d: f64) {
-        Self::consume_front(p);
-        let len = p.hdr().len();
-        if p.resize_hdr(len + BLOCK_HEADER_LEN + ANSWER_LEN) {
-            let h = p.hdr_mut();
-            h[SECTION] += 1;
-            h[len..len + 4].copy_from_slice(&qid.to_be_bytes());
-            h[len + 4..len + 6].copy_from_slice(&1u16.to_be_bytes());
-            nw::put_answer(h, len + BLOCK_HEADER_LEN, id, d);
-        }
+    /// Move the whole front block, unreduced, to the output (the end of the packet): every
+    /// answer in it belongs to the same query, hence to the same register. Returns its
+    /// number of answers.
+    fn bypass_front_block(p: &mut Pass<'_>) -> u32 {
+        let at = SECTION + 1;
+        let h = p.hdr_mut();
+        let num = u16::from_be_bytes([h[at + 4], h[at + 5]]);
+        let blen = BLOCK_HEADER_LEN + ANSWER_LEN * num as usize;
+        h[at..].rotate_left(blen);
+        p.bridged_mut()[br::INPUTS] -= 1;
+        num as u32
     }
 
     /// The packet leaves: lengths and checksum rewritten, or dropped if nothing is left.
@@ -615,8 +620,8 @@ impl Netsha {
         let qid = u32::from_be_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
         let (id, d) = nw::answer_at(h, at + BLOCK_HEADER_LEN);
         let Some(my) = tag(qid) else {
-            Self::bypass_front(p, qid, id, d);
-            self.count(p, answer_event::BYPASS_BAD_QID);
+            let num = Self::bypass_front_block(p);
+            p.execute(&self.answer_events, answer_event::BYPASS_BAD_QID, num);
             self.next_or_finish(p);
             return;
         };
@@ -630,8 +635,8 @@ impl Netsha {
             Selected::Occupied(victim) => {
                 let granted = p.execute(&self.replacements, 0, (best_effort::OP_GRANT, self.h));
                 if granted == 0 {
-                    Self::bypass_front(p, qid, id, d);
-                    self.count(p, answer_event::BYPASS_COLLISION);
+                    let num = Self::bypass_front_block(p);
+                    p.execute(&self.answer_events, answer_event::BYPASS_COLLISION, num);
                 } else {
                     // Replace: tombstone the victim, flush all its answers, claim next pass.
                     p.execute(&self.state, idx, (sort_reduce::OP_TOMB, 0));
@@ -671,8 +676,8 @@ impl Netsha {
         let mut commit = false;
         let (ev, cause, mut cleared) = match st {
             Step::Tomb => {
-                Self::bypass_front(p, qid, id, d);
-                self.count(p, answer_event::BYPASS_TOMB);
+                let num = Self::bypass_front_block(p);
+                p.execute(&self.answer_events, answer_event::BYPASS_TOMB, num);
                 self.next_or_finish(p);
                 return;
             }

@@ -184,11 +184,15 @@ impl SwitchPath {
         }
     }
 
-    /// Server `server` sends `frames` at `now` (ns).
+    /// Server `server` sends `frames` at `now` (ns). They arrive a few at a time, and the
+    /// switches finish their recirculations between arrivals (a recirculation takes far
+    /// less than a packet's inter-arrival time at the agent's port).
     pub fn send(&mut self, server: usize, frames: &[Vec<u8>], now: u64) {
-        let mut v: Vec<PacketBuf> = frames.iter().map(|b| PacketBuf::from_slice(b, server as u16 + 1)).collect();
-        self.hops[0].sw.process(&mut v, now);
-        self.carry(0, now);
+        for chunk in frames.chunks(4) {
+            let mut v: Vec<PacketBuf> = chunk.iter().map(|b| PacketBuf::from_slice(b, server as u16 + 1)).collect();
+            self.hops[0].sw.process(&mut v, now);
+            self.carry(0, now);
+        }
     }
 
     /// Advance every switch's clock to `now` (recirculations, timer packets).

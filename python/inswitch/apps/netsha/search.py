@@ -55,8 +55,10 @@ class SearchConfig:
     #: Answers per server packet (0: as many as the switch can reduce, at most 120).
     per_packet: int = 0
     #: Register timer (µs) and timer packet period (ns).
-    timeout_us: int = 1000
+    timeout_us: int = 100
     period_ns: int = 1000
+    #: Virtual time between two servers' sends (ns): a wave of S servers takes S × gap.
+    send_gap_ns: int = 20_000
     seed: int = 0
 
     def spec(self, reduction: Optional[str] = None) -> str:
@@ -196,7 +198,9 @@ def run_mode(
             ids = np.concatenate([i for _, i, _ in per_server[s]]).astype(np.uint32)
             d = np.concatenate([d for _, _, d in per_server[s]]).astype(np.float64)
             path.send(s, qs.tobytes(), ids.tobytes(), d.tobytes(), per_packet, now)
-            now += 1_000
+            # Timers run while the servers send (one timer packet per period).
+            path.settle(now, now + cfg.send_gap_ns, max(cfg.period_ns, 1_000))
+            now += cfg.send_gap_ns
         t_net += time.perf_counter() - t0
         t0 = time.perf_counter()
         f, bq, bi, bd = path.take_agent()
