@@ -155,7 +155,70 @@ fn netsha_answers_per_packet(spec: &str) -> PyResult<usize> {
     Ok(NetshaConfig::from_spec(spec).map_err(PyValueError::new_err)?.answers_per_packet())
 }
 
+/// One measurement: `frames` (server, frame) through a fresh path until `seconds` pass;
+/// returns (seconds, frames, answers).
+fn measure(hops: &[Option<NetshaConfig>], frames: &[(usize, Vec<u8>, usize)], seconds: f64) -> (f64, u64, u64) {
+    let mut path = SwitchPath::new(hops, 4);
+    let start = std::time::Instant::now();
+    let (mut n_frames, mut n_answers, mut now) = (0u64, 0u64, 1_000u64);
+    'outer: loop {
+        for chunk in frames.chunks(32) {
+            let server = chunk[0].0;
+            let batch: Vec<Vec<u8>> = chunk.iter().map(|f| f.1.clone()).collect();
+            path.send(server, &batch, now);
+            now += 1_000;
+            path.tick(now);
+            n_frames += chunk.len() as u64;
+            n_answers += chunk.iter().map(|f| f.2 as u64).sum::<u64>();
+            path.agent_rx.clear();
+            if start.elapsed().as_secs_f64() >= seconds {
+                break 'outer;
+            }
+        }
+    }
+    (start.elapsed().as_secs_f64(), n_frames, n_answers)
+}
+
+/// `inswitch bench netsha`: answers per second through one switch running `spec`, and
+/// through a forwarding-only switch in the same run, on one core, in memory.
+#[pyfunction]
+#[pyo3(signature = (spec, answers_per_packet, queries=64, seconds=2.0))]
+fn netsha_bench<'py>(py: Python<'py>, spec: &str, answers_per_packet: usize, queries: u32, seconds: f64) -> PyResult<Bound<'py, PyDict>> {
+    let cfg = NetshaConfig::from_spec(spec).map_err(PyValueError::new_err)?;
+    let per = answers_per_packet.clamp(1, cfg.answers_per_packet());
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let frames: Vec<(usize, Vec<u8>, usize)> = (0..4096usize)
+        .map(|i| {
+            let answers: Vec<(u32, f64)> = (0..per)
+                .map(|j| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    ((i * per + j) as u32, ((x >> 40) as f32 / 1e4) as f64)
+                })
+                .collect();
+            let r = nw::NetshaRepr { queries: vec![nw::QueryAnswers { qid: i as u32 % queries, answers }] };
+            let mut buf = vec![0u8; r.buffer_len()];
+            r.emit(&mut buf).expect("valid payload");
+            (i % 4, answer_frame(i % 4, &buf, true), per)
+        })
+        .collect();
+    let (ns, nf, na) = py.detach(|| measure(&[Some(cfg.clone())], &frames, seconds));
+    let (fs, ff, fa) = py.detach(|| measure(&[None], &frames, seconds));
+    let d = PyDict::new(py);
+    d.set_item("spec", spec)?;
+    d.set_item("answers_per_packet", per)?;
+    d.set_item("queries", queries)?;
+    d.set_item("netsha_answers_per_s", na as f64 / ns)?;
+    d.set_item("netsha_packets_per_s", nf as f64 / ns)?;
+    d.set_item("forward_answers_per_s", fa as f64 / fs)?;
+    d.set_item("forward_packets_per_s", ff as f64 / fs)?;
+    d.set_item("ratio_netsha_forward", (na as f64 / ns) / (fa as f64 / fs))?;
+    Ok(d)
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(netsha_bench, m)?)?;
     m.add_class::<NetshaPath>()?;
     m.add_function(wrap_pyfunction!(netsha_answers_per_packet, m)?)?;
     Ok(())

@@ -15,7 +15,41 @@ from .datasets import DatasetError, load
 from .search import ALL_MODES, MODES, SearchConfig, run_search
 
 
+def bench_netsha(
+    answers_per_packet: int = typer.Option(8, help="Answers per server packet (one pass each)."),
+    queries: int = typer.Option(64, help="Distinct queries the answers belong to."),
+    duration: float = typer.Option(2.0, help="Seconds per measurement."),
+    spec: str = typer.Option("netsha", help="Program spec (netsha, netsha-tofino1, netsha:slots=..)."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results here."),
+) -> None:
+    """Answers per second through the NetSHa program on one core, in memory, with a
+    forwarding-only switch measured in the same run as the base."""
+    from inswitch import _native
+
+    console = Console()
+    with console.status("measuring netsha and forward"):
+        r = dict(_native.netsha_bench(spec, answers_per_packet, queries, duration))
+    t = Table(title="inswitch bench netsha")
+    t.add_column("measurement")
+    t.add_column("result", justify="right")
+    t.add_row(f"netsha ({r['spec']}), {r['answers_per_packet']} answers/packet", f"{r['netsha_answers_per_s']:,.0f} answers/s")
+    t.add_row("forward only, same frames, same harness", f"{r['forward_answers_per_s']:,.0f} answers/s")
+    t.add_row("ratio netsha / forward", f"{r['ratio_netsha_forward']:.3f}")
+    t.add_row("netsha packets/s | forward packets/s", f"{r['netsha_packets_per_s']:,.0f} | {r['forward_packets_per_s']:,.0f}")
+    console.print(t)
+    if json_out:
+        json_out.write_text(json.dumps(r, indent=2))
+        console.print(f"wrote {json_out}")
+
+
 def register(app: typer.Typer) -> None:
+    try:
+        from inswitch.bench.cli import bench_app
+
+        bench_app.command("netsha")(bench_netsha)
+    except ImportError:  # the bench area is not built
+        pass
+
     @app.command("search")
     def search_cmd(
         dataset: str = typer.Option("random", help="random | digits | text | PATH (.fvecs/.bvecs/.ivecs/.hdf5)."),
