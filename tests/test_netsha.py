@@ -20,12 +20,18 @@ def result() -> dict:
     ds = random_dataset(1500, 30, seed=3)
     # Small server packets, so that aggregation has packets to merge.
     cfg = SearchConfig(servers=3, k=10, registers=16, concurrency=15, per_packet=8)
-    return run_search(ds, cfg, ["netsha", "netsha-agg", "layered", "tlsh"])
+    return run_search(ds, cfg, ["netsha", "netsha-agg", "layered", "tlsh"], keep_topk=True)
+
+
+def same_topk(a: dict, b: dict) -> bool:
+    return all(np.array_equal(x, y) for x, y in zip(a["topk_distances"], b["topk_distances"]))
 
 
 def test_exact_netsha_returns_what_the_servers_found(result: dict) -> None:
     m = result["modes"]
-    # Same servers (TLSH) with and without in-switch reduction: identical quality.
+    # Same servers (TLSH) with and without in-switch reduction: the agent's top K per query
+    # is the same, hence the same quality.
+    assert same_topk(m["netsha"], m["tlsh"]) and same_topk(m["netsha-agg"], m["tlsh"])
     assert m["netsha"]["recall"] == pytest.approx(m["tlsh"]["recall"], abs=1e-12)
     assert m["netsha"]["f1"] == pytest.approx(m["tlsh"]["f1"], abs=1e-12)
     assert m["netsha-agg"]["recall"] == pytest.approx(m["tlsh"]["recall"], abs=1e-12)
@@ -50,10 +56,21 @@ def test_paper_reduction_never_beats_exact() -> None:
     ds = random_dataset(1500, 30, seed=4)
     out = {}
     for red in ("paper", "exact"):
-        cfg = SearchConfig(servers=3, k=10, registers=16, concurrency=15, slots=4, ga=3, reduction=red)
-        out[red] = run_search(ds, cfg, ["netsha", "tlsh"])["modes"]
+        cfg = SearchConfig(servers=3, k=10, registers=16, concurrency=15, slots=4, ga=3, reduction=red, switches=2)
+        out[red] = run_search(ds, cfg, ["netsha", "tlsh"], keep_topk=True)["modes"]
+    assert same_topk(out["exact"]["netsha"], out["exact"]["tlsh"]), "two switches in exact mode change nothing"
     assert out["exact"]["netsha"]["recall"] == pytest.approx(out["exact"]["tlsh"]["recall"], abs=1e-12)
     assert out["paper"]["netsha"]["recall"] <= out["exact"]["netsha"]["recall"] + 1e-12
+
+
+def test_digits_exact() -> None:
+    pytest.importorskip("sklearn")
+    ds = load("digits", 0, 40)
+    cfg = SearchConfig(servers=3, k=10, registers=32, concurrency=10, width=60.0)
+    m = run_search(ds, cfg, ["netsha", "tlsh"], keep_topk=True)["modes"]
+    assert same_topk(m["netsha"], m["tlsh"])
+    assert m["netsha"]["recall"] > 0.8
+    assert m["netsha"]["agent_answers"] < m["tlsh"]["agent_answers"]
 
 
 def test_agent_merge_matches_a_plain_sort() -> None:

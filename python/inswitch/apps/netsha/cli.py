@@ -65,6 +65,10 @@ def register(app: typer.Typer) -> None:
         switches: int = typer.Option(1, min=1, max=6, help="Switches on the path, each running NetSHa."),
         mode: str = typer.Option("all", help="netsha | layered | tlsh | netsha-agg | all."),
         reduction: str = typer.Option("exact", help="paper (Algorithm 1 as written) | exact."),
+        tables: int = typer.Option(10, help="LSH tables L."),
+        hashes: int = typer.Option(6, help="Hashes per table k (concatenated)."),
+        width: float = typer.Option(24.0, help="E2LSH bucket width w (scale with the data's distances)."),
+        cap: int = typer.Option(100, help="Answers a server returns per query (its best candidates)."),
         per_packet: int = typer.Option(0, help="Answers per server packet (0: as many as the switch can reduce, ≤ 120)."),
         seed: int = typer.Option(0),
         json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here."),
@@ -83,7 +87,10 @@ def register(app: typer.Typer) -> None:
         except DatasetError as e:
             console.print(f"[red]error:[/red] {e}")
             raise typer.Exit(2)
-        cfg = SearchConfig(servers=servers, k=k, registers=registers, slots=slots, ga=ga, lam=lam, switches=switches, reduction=reduction, seed=seed, per_packet=per_packet)
+        cfg = SearchConfig(
+            servers=servers, k=k, registers=registers, slots=slots, ga=ga, lam=lam, switches=switches, reduction=reduction, seed=seed, per_packet=per_packet,
+            tables=tables, hashes=hashes, width=width, cap=cap,
+        )
         with Progress(console=console, transient=True) as prog:
             tasks = {m: prog.add_task(m, total=ds.queries.shape[0]) for m in modes}
             result = run_search(ds, cfg, modes, lambda m, n: prog.advance(tasks[m], n))

@@ -153,6 +153,7 @@ def run_mode(
     cluster: Cluster,
     truth: tuple[np.ndarray, np.ndarray],
     progress: Optional[Callable[[int], None]] = None,
+    keep_topk: bool = False,
 ) -> dict[str, Any]:
     netsha = mode.startswith("netsha")
     if netsha:
@@ -231,7 +232,9 @@ def run_mode(
     total = t_sel + t_search + t_net + t_agent
     split = {"selection": t_sel, "search": t_search, "network": t_net, "agent": t_agent}
     counters = {f"switch{h}": dict(path.counters(h)) for h in range(cfg.switches)} if netsha else {}
+    extra = {"topk_distances": got_d} if keep_topk else {}
     return {
+        **extra,
         "recall": rec,
         "f1": f1,
         "agent_packets": int(frames),
@@ -250,8 +253,10 @@ def run_search(
     cfg: SearchConfig,
     modes: list[str],
     progress: Optional[Callable[[str, int], None]] = None,
+    keep_topk: bool = False,
 ) -> dict[str, Any]:
-    """Every mode over the same data and queries; the JSON the CLI writes."""
+    """Every mode over the same data and queries; the JSON the CLI writes (with
+    `keep_topk`, also each mode's per-query top-K distances, for tests)."""
     truth = exact_knn(ds.base, ds.queries, cfg.k)
     clusters: dict[bool, Cluster] = {}
     out: dict[str, Any] = {
@@ -267,7 +272,7 @@ def run_search(
         if ternary not in clusters:
             clusters[ternary] = build_cluster(ds, cfg, ternary)
         cb = (lambda n, m=mode: progress(m, n)) if progress else None
-        out["modes"][mode] = run_mode(mode, ds, cfg, clusters[ternary], truth, cb)
+        out["modes"][mode] = run_mode(mode, ds, cfg, clusters[ternary], truth, cb, keep_topk)
     m = out["modes"]
     if "netsha" in m and "layered" in m and m["layered"]["agent_packets"]:
         out["agent_packets_ratio"] = m["netsha"]["agent_packets"] / m["layered"]["agent_packets"]
