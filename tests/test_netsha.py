@@ -133,12 +133,25 @@ def test_cli_search_writes_the_json(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("name", ["netsha-fig12", "netsha-fig16"])
-def test_experiments_quick(name: str, tmp_path: Path) -> None:
+def test_packet_experiments_quick(name: str, tmp_path: Path) -> None:
     from inswitch.experiments import all_experiments
 
     e = all_experiments()[name]
     res = e.run(True, lambda s: None)
-    n = res["normalized_agent_packets"]
-    assert n["netsha"] < 1.0
+    assert res["small_packets"]["normalized_agent_packets"]["netsha"] < 0.5
+    assert res["normalized_agent_packets"]["netsha"] < 1.0
+    e.plot(res, tmp_path / f"{name}.png")
+    assert (tmp_path / f"{name}.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("name", ["netsha-table2", "netsha-fig21", "netsha-fig23", "netsha-fig18-19", "netsha-fig22", "netsha-fig20"])
+def test_other_experiments_quick(name: str, tmp_path: Path) -> None:
+    from inswitch.experiments import all_experiments, lookup
+
+    e = all_experiments()[name]
+    res = e.run(True, lambda s: None)
+    json.dumps(res, default=float)
+    for n in e.numbers:
+        assert lookup(res, n.ours_key) is not None, n.ours_key
     e.plot(res, tmp_path / f"{name}.png")
     assert (tmp_path / f"{name}.png").stat().st_size > 0
