@@ -139,8 +139,9 @@ impl Default for NetshaConfig {
             k: 50,
             lambda: 0.2,
             reduction: Reduction::Exact,
-            timeout_ns: 1_000_000,
-            timer_period_ns: 1_000,
+            // A register's answers wait at most 10 ms + 100 × 100 µs; 10,000 timer packets/s.
+            timeout_ns: 10_000_000,
+            timer_period_ns: 100_000,
             parse_depth: 1514,
             max_recirculations: 250,
             name: "netsha".into(),
@@ -155,7 +156,8 @@ impl NetshaConfig {
     }
 
     /// Parse `netsha` or `netsha:registers=100,slots=12,ga=8,k=50,lambda=0.2,reduction=exact,
-    /// timeout_us=1000,period_ns=1000,depth=1514,name=...` (also `netsha-tofino1`).
+    /// timeout_us=1000,period_ns=1000,depth=1514,name=...` (also `netsha-tofino1`; options
+    /// may be separated by `;`).
     pub fn from_spec(spec: &str) -> Result<NetshaConfig, String> {
         let (base, args) = spec.split_once(':').unwrap_or((spec, ""));
         let mut c = match base {
@@ -163,7 +165,8 @@ impl NetshaConfig {
             "netsha-tofino1" => NetshaConfig::tofino1(),
             _ => return Err(format!("not a netsha program: {base}")),
         };
-        for kv in args.split(',').filter(|s| !s.is_empty()) {
+        // `;` too, for program lists that are themselves comma-separated.
+        for kv in args.split([',', ';']).filter(|s| !s.is_empty()) {
             let (k, v) = kv.split_once('=').ok_or_else(|| format!("netsha option `{kv}` is not key=value"))?;
             let num = |v: &str| v.parse::<u64>().map_err(|e| format!("netsha option {k}: {e}"));
             match k {
@@ -548,6 +551,11 @@ impl Netsha {
         }
         let udp_len = u16::from_be_bytes([h[38], h[39]]) as usize;
         let ip_len = u16::from_be_bytes([h[16], h[17]]) as usize;
+        if h.len() == 60 && ip_len + 14 < 60 && ip_len >= 28 {
+            // Ethernet padding of a short frame: the deparser does not emit it.
+            p.resize_hdr(ip_len + 14);
+        }
+        let h = p.hdr();
         if udp_len != h.len() - 34 || ip_len != h.len() - 14 {
             p.drop(self.d_malformed);
             return false;
