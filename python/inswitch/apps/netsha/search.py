@@ -51,12 +51,12 @@ class SearchConfig:
     #: Answers a server returns per query (its best candidates).
     cap: int = 100
     #: Queries in flight together (sent as one wave).
-    concurrency: int = 50
+    concurrency: int = 25
     #: Answers per server packet (0: as many as the switch can reduce, at most 120).
     per_packet: int = 0
     #: Register timer (µs) and timer packet period (ns).
     timeout_us: int = 100
-    period_ns: int = 1000
+    period_ns: int = 500
     #: Virtual time between two servers' sends (ns): a wave of S servers takes S × gap.
     send_gap_ns: int = 20_000
     seed: int = 0
@@ -200,7 +200,7 @@ def run_mode(
             d = np.concatenate([d for _, _, d in per_server[s]]).astype(np.float64)
             path.send(s, qs.tobytes(), ids.tobytes(), d.tobytes(), per_packet, now)
             # Timers run while the servers send (one timer packet per period).
-            path.settle(now, now + cfg.send_gap_ns, max(cfg.period_ns, 1_000))
+            path.settle(now, now + cfg.send_gap_ns, max(cfg.period_ns, 1))
             now += cfg.send_gap_ns
         t_net += time.perf_counter() - t0
         t0 = time.perf_counter()
@@ -215,7 +215,7 @@ def run_mode(
     # Registers still holding answers are flushed by their timers.
     t0 = time.perf_counter()
     horizon = cfg.switches * (cfg.timeout_us * 1_000 + 2 * cfg.registers * cfg.period_ns) + 10_000
-    path.settle(now, now + horizon, max(cfg.period_ns, 1_000))
+    path.settle(now, now + horizon, max(cfg.period_ns, 1))
     t_net += time.perf_counter() - t0
     t0 = time.perf_counter()
     f, bq, bi, bd = path.take_agent()
