@@ -17,7 +17,9 @@ pub const NAMES: &[&str] = &["forward", "netsha", "netsha-tofino1"];
 pub fn by_name(name: &str) -> Option<Arc<dyn Program>> {
     match name {
         "forward" => Some(Arc::new(forward::Forward::new())),
-        n if n.starts_with("netsha") => netsha::NetshaConfig::from_spec(n).ok().map(|c| Arc::new(netsha::Netsha::with_config(c)) as Arc<dyn Program>),
+        n if n.starts_with("netsha") => {
+            netsha::NetshaConfig::from_spec(n).ok().map(|c| Arc::new(netsha::Netsha::with_config(c)) as Arc<dyn Program>)
+        }
         _ => None,
     }
 }

@@ -11,11 +11,22 @@ use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 
 type Answers = HashMap<u32, Vec<(u32, f64)>>;
+/// Packets as (server, [(qid, [(data id, distance)])]).
+type Workload = Vec<(usize, Vec<(u32, Vec<(u32, f64)>)>)>;
 
 /// A configuration with a short timer, so tests settle quickly: registers are released
 /// 50 µs after their claim, one timer packet per µs.
 fn cfg(r: u32, n: u32, p: u32, k: u32, mode: ReductionMode) -> NetshaConfig {
-    NetshaConfig { registers: r, slots: n, ga: p, k, reduction: mode, timeout_ns: 50_000, timer_period_ns: 1_000, ..NetshaConfig::default() }
+    NetshaConfig {
+        registers: r,
+        slots: n,
+        ga: p,
+        k,
+        reduction: mode,
+        timeout_ns: 50_000,
+        timer_period_ns: 1_000,
+        ..NetshaConfig::default()
+    }
 }
 
 /// What the agent holds per query after a run.
@@ -40,7 +51,7 @@ fn top_k(v: &[(u32, f64)], k: usize) -> Vec<f64> {
 
 /// Run packets (server, [(qid, answers)]) through a path; settle until every register's
 /// timer has fired. Returns the agent's answers, the number of frames it got, the path.
-fn run(hops: &[Option<NetshaConfig>], servers: usize, packets: &[(usize, Vec<(u32, Vec<(u32, f64)>)>)]) -> (Answers, usize, SwitchPath) {
+fn run(hops: &[Option<NetshaConfig>], servers: usize, packets: &Workload) -> (Answers, usize, SwitchPath) {
     let mut path = SwitchPath::new(hops, servers);
     let mut t = 1_000;
     for (s, blocks) in packets {
@@ -61,7 +72,7 @@ fn run(hops: &[Option<NetshaConfig>], servers: usize, packets: &[(usize, Vec<(u3
     (agent_answers(&frames), frames.len(), path)
 }
 
-fn reference(packets: &[(usize, Vec<(u32, Vec<(u32, f64)>)>)]) -> Answers {
+fn reference(packets: &Workload) -> Answers {
     let mut all: Answers = HashMap::new();
     for (_, blocks) in packets {
         for (q, a) in blocks {
@@ -71,7 +82,7 @@ fn reference(packets: &[(usize, Vec<(u32, Vec<(u32, f64)>)>)]) -> Answers {
     all
 }
 
-fn single_answer_packets(qid: u32, ds: &[f64]) -> Vec<(usize, Vec<(u32, Vec<(u32, f64)>)>)> {
+fn single_answer_packets(qid: u32, ds: &[f64]) -> Workload {
     ds.iter().enumerate().map(|(i, &d)| (0, vec![(qid, vec![(i as u32, d)])])).collect()
 }
 
@@ -195,8 +206,7 @@ fn timers_bound_the_wait() {
 fn malformed_packets_are_dropped_and_counted_without_disturbing_others() {
     let c = cfg(16, 4, 2, 5, ReductionMode::Exact);
     let mut path = SwitchPath::new(&[Some(c)], 2);
-    let good: Vec<(usize, Vec<(u32, Vec<(u32, f64)>)>)> =
-        (0..4).map(|i| (0, vec![(9, (0..3).map(|j| (i * 3 + j, (i * 3 + j) as f64 * 0.5)).collect())])).collect();
+    let good: Workload = (0..4).map(|i| (0, vec![(9, (0..3).map(|j| (i * 3 + j, (i * 3 + j) as f64 * 0.5)).collect())])).collect();
     let mut t = 1_000;
     let bad_frames = {
         let ok = payload(&[(9, vec![(100, 0.1), (101, 0.2)])]);
@@ -225,7 +235,7 @@ fn malformed_packets_are_dropped_and_counted_without_disturbing_others() {
         t += 100;
     }
     for f in &bad_frames[good.len().min(bad_frames.len())..] {
-        path.send(1, &[f.clone()], t);
+        path.send(1, std::slice::from_ref(f), t);
     }
     path.settle(t, t + 200_000, 1_000);
     let got = agent_answers(&path.take_agent_rx());
@@ -240,7 +250,7 @@ fn malformed_packets_are_dropped_and_counted_without_disturbing_others() {
 fn ordinary_traffic_is_forwarded_untouched() {
     let mut path = SwitchPath::new(&[Some(cfg(4, 4, 2, 5, ReductionMode::Exact))], 1);
     let f = answer_frame(0, &payload(&[(1, vec![(1, 1.0)])]), false);
-    path.send(0, &[f.clone()], 1_000);
+    path.send(0, std::slice::from_ref(&f), 1_000);
     assert_eq!(path.take_agent_rx(), vec![f]);
 }
 
@@ -266,8 +276,6 @@ fn resources_tell_the_truth() {
     let r = ResourceReport::new(&[pisa::Program::decl(&paper)], &t1);
     assert!(!r.fits, "Table 1's 12 slots and a 120-answer parse do not fit tofino1");
 }
-
-type Workload = Vec<(usize, Vec<(u32, Vec<(u32, f64)>)>)>;
 
 /// Queries with answers from several servers, cut into packets of 1..=6 answers, in a
 /// random arrival order.
@@ -359,4 +367,3 @@ fn paper_mode_loss_is_measured() {
     assert_eq!(exact_lost, 0);
     assert!(lost > 0, "paper mode's loss shows on random orders");
 }
-

@@ -60,7 +60,16 @@ impl NetshaPath {
     /// (float64) as little-endian bytes. Each packet carries one query's answers (a server
     /// answers each query on its own, §2.3), at most `per_packet` of them. Returns the
     /// packets sent.
-    fn send(&mut self, py: Python<'_>, server: usize, qids: &[u8], ids: &[u8], dists: &[u8], per_packet: usize, now_ns: u64) -> PyResult<usize> {
+    fn send(
+        &mut self,
+        py: Python<'_>,
+        server: usize,
+        qids: &[u8],
+        ids: &[u8],
+        dists: &[u8],
+        per_packet: usize,
+        now_ns: u64,
+    ) -> PyResult<usize> {
         let (q, i, d) = (u32s(qids)?, u32s(ids)?, f64s(dists)?);
         if q.len() != i.len() || q.len() != d.len() {
             return Err(PyValueError::new_err("qids, ids and dists differ in length"));

@@ -170,10 +170,8 @@ impl NetshaRepr {
     /// Parses a checked view.
     pub fn parse<T: AsRef<[u8]>>(packet: &NetshaPacket<T>) -> Result<NetshaRepr> {
         packet.check_len()?;
-        let queries = packet
-            .blocks()
-            .map(|b| QueryAnswers { qid: b.qid, answers: (0..b.num).map(|i| packet.answer(&b, i)).collect() })
-            .collect();
+        let queries =
+            packet.blocks().map(|b| QueryAnswers { qid: b.qid, answers: (0..b.num).map(|i| packet.answer(&b, i)).collect() }).collect();
         Ok(NetshaRepr { queries })
     }
 

@@ -328,7 +328,8 @@ impl Netsha {
         let qid_hash = b.hash_unit("qid_hash", Gress::Ingress, 0, HashAlgo::Crc32, 32);
         let sweep_r = b.register::<u32>("sweep", Gress::Ingress, 0, 1, "timer cursor: the register the next timer packet visits");
         let sweep = b.register_action_body(sweep_r, "next", SweepAlu);
-        let a_to_agent = b.action("to_agent", &[("port", 9), ("dmac", 48), ("dip", 32), ("dport", 16)], "address a timer packet to the agent");
+        let a_to_agent =
+            b.action("to_agent", &[("port", 9), ("dmac", 48), ("dip", 32), ("dport", 16)], "address a timer packet to the agent");
         let a_none = b.action("no_agent", &[], "no agent configured: timer packets are dropped");
         let agent = b.table(TableSpec {
             name: "agent",
@@ -345,11 +346,19 @@ impl Netsha {
         let qid = b.register_action_body(qid_r, "select", SelectAlu);
         let born_r = b.register::<Pair>("born", Gress::Ingress, 2, r, "claim time in µs (lo) and owner tag (hi), for the timer");
         let born = b.register_action_body(born_r, "born", BornAlu);
-        let rep_r = b.register::<u32>("replacements", Gress::Ingress, 2, 1, "best-effort counter: replacements since a register was last free");
+        let rep_r =
+            b.register::<u32>("replacements", Gress::Ingress, 2, 1, "best-effort counter: replacements since a register was last free");
         let replacements = b.register_action_body(rep_r, "grant", BestEffortAlu);
-        let t_r = b.register::<u32>("threshold", Gress::Ingress, 3, r, "r.T: distance code of the worst answer sent (phase 2 drops at or beyond it)");
+        let t_r = b.register::<u32>(
+            "threshold",
+            Gress::Ingress,
+            3,
+            r,
+            "r.T: distance code of the worst answer sent (phase 2 drops at or beyond it)",
+        );
         let threshold = b.register_action_body(t_r, "threshold", ThresholdAlu);
-        let s_r = b.register::<Pair>("state", Gress::Ingress, 4, r, "held answers | commits pending << 16 | tombstone << 31 (lo), r.k (hi)");
+        let s_r =
+            b.register::<Pair>("state", Gress::Ingress, 4, r, "held answers | commits pending << 16 | tombstone << 31 (lo), r.k (hi)");
         let state = b.register_action_body(s_r, "sort_reduce", StateAlu);
         let mut slot_d = Vec::new();
         let mut slot_id = Vec::new();
@@ -366,9 +375,21 @@ impl Netsha {
             slot_id.push(b.register_action_body(id, "follow", SlotIdAlu));
         }
         let ev_stage = 5 + n as u8;
-        let ae = b.register::<u32>("answer_events", Gress::Ingress, ev_stage, answer_event::NAMES.len() as u32, "per-pass outcomes (see answer_event)");
+        let ae = b.register::<u32>(
+            "answer_events",
+            Gress::Ingress,
+            ev_stage,
+            answer_event::NAMES.len() as u32,
+            "per-pass outcomes (see answer_event)",
+        );
         let answer_events = b.register_action_body(ae, "add", AddU32);
-        let ee = b.register::<Pair>("emit_events", Gress::Ingress, ev_stage, emit_event::NAMES.len() as u32, "answers sent (lo) and cleared (hi) by cause");
+        let ee = b.register::<Pair>(
+            "emit_events",
+            Gress::Ingress,
+            ev_stage,
+            emit_event::NAMES.len() as u32,
+            "answers sent (lo) and cleared (hi) by cause",
+        );
         let emit_events = b.register_action_body(ee, "add", AddPair);
         let d_malformed = b.drop_reason("netsha_malformed");
         let d_absorbed = b.drop_reason("netsha_absorbed");
@@ -615,7 +636,7 @@ impl Netsha {
         let q = Self::qcount(p) as usize;
         let answers = (len - MIN_LEN - BLOCK_HEADER_LEN * q) / ANSWER_LEN;
         let room = len - ANSWER_LEN + BLOCK_HEADER_LEN + ANSWER_LEN * (n + 1) <= self.cfg.parse_depth as usize
-            && answers + n + 1 <= MAX_ANSWERS
+            && answers + n < MAX_ANSWERS
             && q + 2 <= 255;
         if !room {
             self.count(p, answer_event::BYPASS_NO_ROOM);
@@ -877,10 +898,8 @@ impl Program for Netsha {
             self.timer_visit(p);
             return;
         }
-        if port != PORT_RECIRC || p.bridged()[br::STARTED] == 0 {
-            if !self.start(p) {
-                return;
-            }
+        if (port != PORT_RECIRC || p.bridged()[br::STARTED] == 0) && !self.start(p) {
+            return;
         }
         match p.bridged()[br::MODE] {
             br::COMMIT => self.commit(p),

@@ -111,7 +111,7 @@ fn table_insert(sw: &mut Switch, set: &ProgramSet, prog: usize, table: &str, key
 impl SwitchPath {
     /// `hops[i]`: the NetSHa configuration of switch i, or `None` for forwarding only.
     pub fn new(hops: &[Option<NetshaConfig>], servers: usize) -> SwitchPath {
-        assert!(!hops.is_empty() && servers >= 1 && servers < 250);
+        assert!(!hops.is_empty() && (1..250).contains(&servers));
         let hops = hops
             .iter()
             .enumerate()

@@ -23,7 +23,6 @@
 
 use pisa::{Pair, SaluBody};
 
-
 /// An empty slot.
 pub const EMPTY: Pair = Pair::new(0, 0);
 
