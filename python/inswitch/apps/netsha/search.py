@@ -46,7 +46,7 @@ class SearchConfig:
     #: LSH: tables, hashes per table, bucket width, ternary margin.
     tables: int = 10
     hashes: int = 6
-    width: float = 24.0
+    width: float = 32.0
     delta: float = 0.1
     #: Answers a server returns per query (its best candidates).
     cap: int = 100
