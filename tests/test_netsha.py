@@ -155,3 +155,18 @@ def test_other_experiments_quick(name: str, tmp_path: Path) -> None:
         assert lookup(res, n.ours_key) is not None, n.ours_key
     e.plot(res, tmp_path / f"{name}.png")
     assert (tmp_path / f"{name}.png").stat().st_size > 0
+
+
+def test_scapy_layer_reads_the_rust_encoding() -> None:
+    from inswitch import _native
+    from inswitch.scapy.netsha import Netsha, NetshaAnswer, NetshaQuery
+
+    q = np.array([7, 7, 9], dtype="<u4")
+    i = np.array([1, 2, 3], dtype="<u4")
+    d = np.array([0.5, 1.25, 3.0], dtype="<f8")
+    raw = _native.netsha_encode(q.tobytes(), i.tobytes(), d.tobytes())
+    p = Netsha(raw)
+    assert p.query_count == 2
+    assert [(b.qid, [(a.id, a.distance) for a in b.pairs]) for b in p.queries] == [(7, [(1, 0.5), (2, 1.25)]), (9, [(3, 3.0)])]
+    built = Netsha(queries=[NetshaQuery(qid=7, pairs=[NetshaAnswer(id=1, distance=0.5), NetshaAnswer(id=2, distance=1.25)]), NetshaQuery(qid=9, pairs=[NetshaAnswer(id=3, distance=3.0)])])
+    assert bytes(built) == raw

@@ -158,6 +158,26 @@ impl NetshaPath {
     }
 }
 
+/// A NetSHa payload (the Rust encoder) for answers given as little-endian arrays;
+/// consecutive answers of one query form one block.
+#[pyfunction]
+fn netsha_encode<'py>(py: Python<'py>, qids: &[u8], ids: &[u8], dists: &[u8]) -> PyResult<Bound<'py, PyBytes>> {
+    let (q, i, d) = (u32s(qids)?, u32s(ids)?, f64s(dists)?);
+    if q.len() != i.len() || q.len() != d.len() {
+        return Err(PyValueError::new_err("qids, ids and dists differ in length"));
+    }
+    let mut repr = nw::NetshaRepr::default();
+    for j in 0..q.len() {
+        match repr.queries.last_mut() {
+            Some(b) if b.qid == q[j] => b.answers.push((i[j], d[j])),
+            _ => repr.queries.push(nw::QueryAnswers { qid: q[j], answers: vec![(i[j], d[j])] }),
+        }
+    }
+    let mut buf = vec![0u8; repr.buffer_len()];
+    repr.emit(&mut buf).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Ok(PyBytes::new(py, &buf))
+}
+
 /// Answers per packet a server may send so that a switch with this spec reduces all of them.
 #[pyfunction]
 fn netsha_answers_per_packet(spec: &str) -> PyResult<usize> {
@@ -228,6 +248,7 @@ fn netsha_bench<'py>(py: Python<'py>, spec: &str, answers_per_packet: usize, que
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(netsha_bench, m)?)?;
+    m.add_function(wrap_pyfunction!(netsha_encode, m)?)?;
     m.add_class::<NetshaPath>()?;
     m.add_function(wrap_pyfunction!(netsha_answers_per_packet, m)?)?;
     Ok(())
