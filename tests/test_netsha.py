@@ -170,3 +170,14 @@ def test_scapy_layer_reads_the_rust_encoding() -> None:
     assert [(b.qid, [(a.id, a.distance) for a in b.pairs]) for b in p.queries] == [(7, [(1, 0.5), (2, 1.25)]), (9, [(3, 3.0)])]
     built = Netsha(queries=[NetshaQuery(qid=7, pairs=[NetshaAnswer(id=1, distance=0.5), NetshaAnswer(id=2, distance=1.25)]), NetshaQuery(qid=9, pairs=[NetshaAnswer(id=3, distance=3.0)])])
     assert bytes(built) == raw
+
+
+def test_ann_benchmarks_hdf5(tmp_path: Path) -> None:
+    h5py = pytest.importorskip("h5py")
+    x = random_dataset(400, 10, d=16, seed=2)
+    with h5py.File(tmp_path / "toy.hdf5", "w") as f:
+        f["train"] = x.base
+        f["test"] = x.queries
+    ds = load(str(tmp_path / "toy.hdf5"), 0, 5)
+    assert ds.base.shape == (400, 16) and ds.queries.shape == (5, 16)
+    assert np.array_equal(ds.queries, x.queries[:5])
