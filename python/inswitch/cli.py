@@ -30,6 +30,7 @@ _COMMAND_MODULES = [
     "inswitch.experiments.cli",
     "inswitch.demo",
     "inswitch.apps.wordcount.cli",
+    "inswitch.apps.netsha.cli",
 ]
 
 

@@ -10,10 +10,11 @@ use pisa::Program;
 
 pub mod daiet;
 pub mod forward;
+pub mod netsha;
 pub mod switchagg;
 
 /// Names of the programs this build knows.
-pub const NAMES: &[&str] = &["forward", "daiet", "switchagg"];
+pub const NAMES: &[&str] = &["forward", "daiet", "switchagg", "netsha", "netsha-tofino1"];
 
 /// A fresh instance of a program by name.
 pub fn by_name(name: &str) -> Option<Arc<dyn Program>> {
@@ -21,6 +22,9 @@ pub fn by_name(name: &str) -> Option<Arc<dyn Program>> {
         "forward" => Some(Arc::new(forward::Forward::new())),
         "daiet" => Some(Arc::new(daiet::Daiet::new())),
         "switchagg" => Some(Arc::new(switchagg::SwitchAgg::new())),
+        n if n.starts_with("netsha") => {
+            netsha::NetshaConfig::from_spec(n).ok().map(|c| Arc::new(netsha::Netsha::with_config(c)) as Arc<dyn Program>)
+        }
         _ => None,
     }
 }

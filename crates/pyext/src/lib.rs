@@ -6,6 +6,7 @@
 //! wait release the GIL.
 
 mod aggregation;
+mod netsha;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -625,6 +626,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(program_set_json, m)?)?;
     m.add_function(wrap_pyfunction!(resources_json, m)?)?;
     m.add_class::<Dataplane>()?;
+    netsha::register(m)?;
     m.add_class::<TunnelHost>()?;
     m.add_function(wrap_pyfunction!(udp_blast, m)?)?;
     m.add_function(wrap_pyfunction!(udp_sink, m)?)?;

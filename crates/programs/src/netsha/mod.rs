@@ -1,0 +1,910 @@
+//! `netsha`: in-switch answer reduction and aggregation for distributed LSH search
+//! (Zhang et al., NetSHa; paper §3–§4, Algorithms 1 and 2).
+//!
+//! Answer packets (UDP, IPv4 ToS reserved bit set, [`wire::netsha`]) from the search
+//! servers to the agent are taken apart one answer per pass: each answer goes into its
+//! query's logical register (hash(QID), [`selection`]), is ordered into its slots
+//! ([`slots`], `Slot_Sort`), and SortReduce ([`sort_reduce`], Algorithm 1) decides whether
+//! the register sends answers and which ones. Answers sent are appended to the same packet
+//! as new query blocks, so answers of several queries leave in one packet (aggregation,
+//! §3.5); a packet whose answers were all absorbed is dropped (counted as
+//! `netsha_absorbed`). Several switches on a path each run this independently (§3.8): the
+//! output is again NetSHa packets.
+//!
+//! Layout (all ingress):
+//! - stage 0: `qid_hash` (CRC-32 of the QID), `sweep` (timer cursor), `agent` (table:
+//!   where timer packets go)
+//! - stage 1: `qid` (register owner, [`selection`])
+//! - stage 2: `born` (claim time and owner, [`timer`]), `replacements` ([`best_effort`])
+//! - stage 3: `threshold` (r.T)
+//! - stage 4: `state` (held answers, commits pending, r.k)
+//! - stages 5 … 5+n: `slot_d_i` (distance codes) in stage 5+i, `slot_id_i` (data ids) in
+//!   stage 6+i
+//! - stage 5+n: `answer_events`, `emit_events` (counters the control plane reads)
+//!
+//! What a real switch could not do, and how this program does it instead:
+//! - The paper's parser extracts up to 120 answers in one pass. A pass here handles one
+//!   answer (each slot array is touched once per pass), and a packet goes around once per
+//!   answer (recirculation, declared and counted). The whole packet must lie within the
+//!   parse depth; a longer one is forwarded unreduced.
+//! - The linear register scan of Algorithm 2 becomes the hash mapping of §4 (see
+//!   [`selection`]).
+//! - r.T depends on the answers just sent, read in the last stages, but is tested before
+//!   the slots: the pass that sends writes r.T on a following pass ("commit").
+
+pub mod best_effort;
+pub mod path;
+pub mod selection;
+pub mod slots;
+pub mod sort_reduce;
+pub mod timer;
+
+use pisa::decl::TableSpec;
+use pisa::packet::{PORT_PKTGEN, PORT_RECIRC};
+use pisa::{
+    ActionId, ClassifyRule, DropCode, Gress, HashAlgo, HashUnit, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl,
+    RegisterAction, Table,
+};
+use wire::netsha::{self as nw, ANSWER_LEN, BLOCK_HEADER_LEN, MAX_ANSWERS};
+
+use best_effort::BestEffortAlu;
+use selection::{outcome, tag, SelectAlu, Selected, FREE};
+use slots::{decode_distance, encode_distance, valid_distance, SlotDistanceAlu, SlotIdAlu, EMPTY};
+use sort_reduce::{decode_step, final_flush_select, Params, Reduction, StateAlu, Step, ThresholdAlu};
+use timer::{now_us, BornAlu, SweepAlu};
+
+pub use sort_reduce::Reduction as ReductionMode;
+
+/// Most slots per logical register this program supports.
+pub const MAX_SLOTS: usize = 32;
+/// Where the NetSHa payload starts: Ethernet (14), IPv4 without options (20), UDP (8).
+pub const SECTION: usize = 14 + 20 + 8;
+/// Ethernet + IPv4 + UDP + Query#.
+pub const MIN_LEN: usize = SECTION + nw::HEADER_LEN;
+/// UDP source port of the timer packets the generator emits.
+pub const TIMER_SRC_PORT: u16 = 0x4E53;
+
+/// Indexes of `answer_events`: what happened to the answer of a pass.
+pub mod answer_event {
+    pub const INSERTED: u32 = 0;
+    pub const DROPPED: u32 = 1;
+    pub const BYPASS_COLLISION: u32 = 2;
+    pub const BYPASS_TOMB: u32 = 3;
+    pub const BYPASS_NO_ROOM: u32 = 4;
+    pub const BYPASS_BUDGET: u32 = 5;
+    pub const BYPASS_TOO_DEEP: u32 = 6;
+    pub const REPLACEMENT: u32 = 7;
+    pub const COMMIT: u32 = 8;
+    pub const TIMER_RELEASE: u32 = 9;
+    pub const CLAIM: u32 = 10;
+    pub const BYPASS_BAD_QID: u32 = 11;
+    pub const NAMES: [&str; 12] = [
+        "inserted",
+        "dropped_by_threshold",
+        "bypass_collision",
+        "bypass_replacing",
+        "bypass_no_room",
+        "bypass_recirculation_budget",
+        "bypass_too_deep",
+        "replacements",
+        "commits",
+        "timer_releases",
+        "claims",
+        "bypass_unreducible_qid",
+    ];
+}
+
+/// Indexes of `emit_events` (`lo`: answers sent, `hi`: answers cleared unsent).
+pub mod emit_event {
+    pub const GA: u32 = 0;
+    pub const FINAL_FLUSH: u32 = 1;
+    pub const ALL: u32 = 2;
+    pub const VICTIM: u32 = 3;
+    pub const TIMER: u32 = 4;
+    pub const NAMES: [&str; 5] = ["ga", "final_flush", "full_phase2", "replaced_victim", "timer"];
+}
+
+/// The program's parameters (paper Table 1 by default).
+#[derive(Clone, Debug, PartialEq)]
+pub struct NetshaConfig {
+    /// Logical registers (queries reduced at once).
+    pub registers: u32,
+    /// Slots per logical register, n = p + q.
+    pub slots: u32,
+    /// GA slots, p.
+    pub ga: u32,
+    /// Answers the agent returns, K.
+    pub k: u32,
+    /// Concurrency parameter: H = λ × registers.
+    pub lambda: f64,
+    pub reduction: Reduction,
+    /// A register's answers are sent at the latest this long after it was claimed.
+    pub timeout_ns: u64,
+    /// Timer packet generator period (0: no timer).
+    pub timer_period_ns: u64,
+    /// Parse depth in bytes: the longest packet reduced.
+    pub parse_depth: u32,
+    /// Recirculations declared (per packet).
+    pub max_recirculations: u32,
+    /// Program name (several switches on a path may each load a differently named copy).
+    pub name: String,
+}
+
+impl Default for NetshaConfig {
+    fn default() -> Self {
+        NetshaConfig {
+            registers: 100,
+            slots: 12,
+            ga: 8,
+            k: 50,
+            lambda: 0.2,
+            reduction: Reduction::Exact,
+            // A register's answers wait at most 10 ms + 100 × 100 µs; 10,000 timer packets/s.
+            timeout_ns: 10_000_000,
+            timer_period_ns: 100_000,
+            parse_depth: 1514,
+            max_recirculations: 250,
+            name: "netsha".into(),
+        }
+    }
+}
+
+impl NetshaConfig {
+    /// The largest configuration that fits tofino1: 6 slots (12 stages), a 256-byte parse.
+    pub fn tofino1() -> NetshaConfig {
+        NetshaConfig { slots: 6, ga: 4, parse_depth: 256, name: "netsha-tofino1".into(), ..NetshaConfig::default() }
+    }
+
+    /// Parse `netsha` or `netsha:registers=100,slots=12,ga=8,k=50,lambda=0.2,reduction=exact,
+    /// timeout_us=1000,period_ns=1000,depth=1514,name=...` (also `netsha-tofino1`; options
+    /// may be separated by `;`).
+    pub fn from_spec(spec: &str) -> Result<NetshaConfig, String> {
+        let (base, args) = spec.split_once(':').unwrap_or((spec, ""));
+        let mut c = match base {
+            "netsha" => NetshaConfig::default(),
+            "netsha-tofino1" => NetshaConfig::tofino1(),
+            _ => return Err(format!("not a netsha program: {base}")),
+        };
+        // `;` too, for program lists that are themselves comma-separated.
+        for kv in args.split([',', ';']).filter(|s| !s.is_empty()) {
+            let (k, v) = kv.split_once('=').ok_or_else(|| format!("netsha option `{kv}` is not key=value"))?;
+            let num = |v: &str| v.parse::<u64>().map_err(|e| format!("netsha option {k}: {e}"));
+            match k {
+                "registers" | "r" => c.registers = num(v)? as u32,
+                "slots" | "n" => c.slots = num(v)? as u32,
+                "ga" | "p" => c.ga = num(v)? as u32,
+                "k" => c.k = num(v)? as u32,
+                "lambda" => c.lambda = v.parse().map_err(|e| format!("netsha option lambda: {e}"))?,
+                "reduction" => c.reduction = Reduction::by_name(v).ok_or_else(|| format!("reduction must be paper|exact|off, not {v}"))?,
+                "timeout_us" => c.timeout_ns = num(v)? * 1_000,
+                "period_ns" => c.timer_period_ns = num(v)?,
+                "depth" => c.parse_depth = num(v)? as u32,
+                "recirc" => c.max_recirculations = num(v)? as u32,
+                "name" => c.name = v.to_string(),
+                _ => return Err(format!("unknown netsha option `{k}`")),
+            }
+        }
+        c.validate()?;
+        Ok(c)
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        if self.registers == 0 || self.slots == 0 || self.slots as usize > MAX_SLOTS {
+            return Err(format!("need registers >= 1 and 1 <= slots <= {MAX_SLOTS}"));
+        }
+        if self.ga == 0 || self.ga > self.slots {
+            return Err("need 1 <= ga <= slots".into());
+        }
+        if self.k == 0 || self.k > 0x7FFF {
+            return Err("need 1 <= k <= 32767".into());
+        }
+        let room = MIN_LEN + BLOCK_HEADER_LEN + ANSWER_LEN * (self.slots as usize + 1);
+        if (self.parse_depth as usize) < room {
+            return Err(format!("parse depth {} below the {room} bytes one answer plus one register's output need", self.parse_depth));
+        }
+        if self.max_recirculations > 250 {
+            return Err("at most 250 recirculations (the pass counter is 8 bits)".into());
+        }
+        Ok(())
+    }
+
+    fn params(&self) -> Params {
+        match self.reduction {
+            Reduction::Off => Params { n: self.slots, p: self.slots, k: 0x7FFF, reduce: false },
+            _ => Params { n: self.slots, p: self.ga, k: self.k, reduce: true },
+        }
+    }
+
+    /// Answers per packet (one query block) a server may send so the switch can reduce all
+    /// of them: the packet, plus the block header of each register output it may carry
+    /// (one per p answers, and two more), plus one register's output, fits the parse depth
+    /// and 120 answers.
+    pub fn answers_per_packet(&self) -> usize {
+        let p = self.params().p.max(1) as usize;
+        let fixed = MIN_LEN + 3 * BLOCK_HEADER_LEN + ANSWER_LEN * (self.slots as usize + 1);
+        let room = (self.parse_depth as usize).saturating_sub(fixed);
+        // A answers and A / p output blocks: 12 A + 6 A / p <= room.
+        let a = room * p / (ANSWER_LEN * p + BLOCK_HEADER_LEN);
+        a.max(1).min(MAX_ANSWERS - self.slots as usize - 1)
+    }
+}
+
+/// Bridged metadata (kept across recirculations).
+mod br {
+    pub const STARTED: usize = 0;
+    pub const INPUTS: usize = 1;
+    pub const MODE: usize = 2;
+    pub const TIMER: usize = 3;
+    pub const A: usize = 4;
+    pub const B: usize = 8;
+    pub const C: usize = 12;
+    pub const NORMAL: u8 = 0;
+    pub const FORCE_CLAIM: u8 = 1;
+    pub const COMMIT: u8 = 2;
+    pub const RELEASE: u8 = 3;
+}
+
+type Act<T, I, O, B> = RegisterAction<T, I, O, B>;
+
+pub struct Netsha {
+    decl: ProgramDecl,
+    cfg: NetshaConfig,
+    prm: Params,
+    h: u32,
+    qid_hash: HashUnit,
+    sweep: Act<u32, u32, u32, SweepAlu>,
+    agent: Table,
+    a_to_agent: ActionId,
+    qid: Act<u32, Pair, u32, SelectAlu>,
+    born: Act<Pair, (Pair, Pair), u32, BornAlu>,
+    replacements: Act<u32, (u32, u32), u32, BestEffortAlu>,
+    threshold: Act<u32, (u32, u32), u32, ThresholdAlu>,
+    state: Act<Pair, (u32, u32), u32, StateAlu>,
+    slot_d: Vec<Act<u32, (u32, u32), u32, SlotDistanceAlu>>,
+    slot_id: Vec<Act<u32, (u32, u32), u32, SlotIdAlu>>,
+    answer_events: Act<u32, u32, (), AddU32>,
+    emit_events: Act<Pair, Pair, (), AddPair>,
+    d_malformed: DropCode,
+    d_absorbed: DropCode,
+    d_timer_idle: DropCode,
+    d_timer_raced: DropCode,
+}
+
+#[derive(Clone, Copy)]
+pub struct AddU32;
+impl pisa::SaluBody<u32, u32, ()> for AddU32 {
+    #[inline(always)]
+    fn run(self, c: u32, x: u32) -> (u32, ()) {
+        (c.wrapping_add(x), ())
+    }
+}
+#[derive(Clone, Copy)]
+pub struct AddPair;
+impl pisa::SaluBody<Pair, Pair, ()> for AddPair {
+    #[inline(always)]
+    fn run(self, c: Pair, x: Pair) -> (Pair, ()) {
+        (Pair::new(c.lo.wrapping_add(x.lo), c.hi.wrapping_add(x.hi)), ())
+    }
+}
+
+/// What one pass sends for a register: at most n + 1 answers.
+struct Out {
+    qid: u32,
+    ids: [u32; MAX_SLOTS + 1],
+    codes: [u32; MAX_SLOTS + 1],
+    len: usize,
+}
+
+impl Out {
+    fn new(qid: u32) -> Out {
+        Out { qid, ids: [0; MAX_SLOTS + 1], codes: [0; MAX_SLOTS + 1], len: 0 }
+    }
+    fn push(&mut self, a: Pair) {
+        if a.hi != 0 {
+            self.ids[self.len] = a.lo;
+            self.codes[self.len] = a.hi;
+            self.len += 1;
+        }
+    }
+    fn worst(&self) -> u32 {
+        self.codes[..self.len].iter().copied().max().unwrap_or(0)
+    }
+}
+
+impl Netsha {
+    pub fn new() -> Netsha {
+        Netsha::with_config(NetshaConfig::default())
+    }
+
+    pub fn with_config(cfg: NetshaConfig) -> Netsha {
+        cfg.validate().expect("valid netsha config");
+        let n = cfg.slots as usize;
+        let r = cfg.registers;
+        let mut b = ProgramBuilder::new(&cfg.name, "NetSHa: in-switch top-K answer reduction and aggregation for distributed LSH search");
+        b.parser(cfg.parse_depth, &[("ethernet", 112), ("ipv4", 160), ("udp", 64), ("netsha", (cfg.parse_depth - SECTION as u32) * 8)])
+            .metadata_bits(32 * 4 + 64 * (n as u32 + 1))
+            .classify(ClassifyRule { ip_protocol: Some(17), ..ClassifyRule::ipv4_tos_bit(nw::TOS_BIT) })
+            .max_recirculations(Some(cfg.max_recirculations));
+        let qid_hash = b.hash_unit("qid_hash", Gress::Ingress, 0, HashAlgo::Crc32, 32);
+        let sweep_r = b.register::<u32>("sweep", Gress::Ingress, 0, 1, "timer cursor: the register the next timer packet visits");
+        let sweep = b.register_action_body(sweep_r, "next", SweepAlu);
+        let a_to_agent =
+            b.action("to_agent", &[("port", 9), ("dmac", 48), ("dip", 32), ("dport", 16)], "address a timer packet to the agent");
+        let a_none = b.action("no_agent", &[], "no agent configured: timer packets are dropped");
+        let agent = b.table(TableSpec {
+            name: "agent",
+            doc: "where timer packets carrying a register's answers go (one entry, key 0)",
+            gress: Gress::Ingress,
+            stage: 0,
+            size: 1,
+            keys: &[("meta.zero", 8, MatchKind::Exact)],
+            actions: &[a_to_agent, a_none],
+            default_action: (a_none, &[]),
+            const_default: false,
+        });
+        let qid_r = b.register::<u32>("qid", Gress::Ingress, 1, r, "owner of each logical register: QID + 1, 0 = free");
+        let qid = b.register_action_body(qid_r, "select", SelectAlu);
+        let born_r = b.register::<Pair>("born", Gress::Ingress, 2, r, "claim time in µs (lo) and owner tag (hi), for the timer");
+        let born = b.register_action_body(born_r, "born", BornAlu);
+        let rep_r =
+            b.register::<u32>("replacements", Gress::Ingress, 2, 1, "best-effort counter: replacements since a register was last free");
+        let replacements = b.register_action_body(rep_r, "grant", BestEffortAlu);
+        let t_r = b.register::<u32>(
+            "threshold",
+            Gress::Ingress,
+            3,
+            r,
+            "r.T: distance code of the worst answer sent (phase 2 drops at or beyond it)",
+        );
+        let threshold = b.register_action_body(t_r, "threshold", ThresholdAlu);
+        let s_r =
+            b.register::<Pair>("state", Gress::Ingress, 4, r, "held answers | commits pending << 16 | tombstone << 31 (lo), r.k (hi)");
+        let state = b.register_action_body(s_r, "sort_reduce", StateAlu);
+        let mut slot_d = Vec::new();
+        let mut slot_id = Vec::new();
+        for i in 0..n {
+            let d = b.register::<u32>(
+                &format!("slot_d_{i}"),
+                Gress::Ingress,
+                5 + i as u8,
+                r,
+                "distance code of one answer slot of every logical register (0 = empty); slot 0 the worst",
+            );
+            slot_d.push(b.register_action_body(d, "slot_sort", SlotDistanceAlu));
+            let id = b.register::<u32>(&format!("slot_id_{i}"), Gress::Ingress, 6 + i as u8, r, "data id of the same slot");
+            slot_id.push(b.register_action_body(id, "follow", SlotIdAlu));
+        }
+        let ev_stage = 5 + n as u8;
+        let ae = b.register::<u32>(
+            "answer_events",
+            Gress::Ingress,
+            ev_stage,
+            answer_event::NAMES.len() as u32,
+            "per-pass outcomes (see answer_event)",
+        );
+        let answer_events = b.register_action_body(ae, "add", AddU32);
+        let ee = b.register::<Pair>(
+            "emit_events",
+            Gress::Ingress,
+            ev_stage,
+            emit_event::NAMES.len() as u32,
+            "answers sent (lo) and cleared (hi) by cause",
+        );
+        let emit_events = b.register_action_body(ee, "add", AddPair);
+        let d_malformed = b.drop_reason("netsha_malformed");
+        let d_absorbed = b.drop_reason("netsha_absorbed");
+        let d_timer_idle = b.drop_reason("netsha_timer_idle");
+        let d_timer_raced = b.drop_reason("netsha_timer_raced");
+        if cfg.timer_period_ns > 0 {
+            b.packet_generator("netsha_timer", cfg.timer_period_ns, timer_template());
+        }
+        b.note(&format!(
+            "n = {} slots need {} stages (5 for selection, timer, r.T and state, then one per slot plus one for the last slot's id, which shares it with the counters); tofino1 has 12: up to 6 slots fit",
+            n,
+            n + 6
+        ));
+        b.note(&format!(
+            "one answer per pass: a packet of A answers makes about A recirculations (declared: {}); the paper parses 120 answers (1447 bytes) in one pass, beyond any real parser (tofino1: 256 bytes)",
+            cfg.max_recirculations
+        ));
+        b.note("Algorithm 2's scan over all registers is replaced by §4's hash(QID) mapping: one candidate register per query");
+        b.note("register index = CRC-32(QID) mod R; a real target sizes the arrays to a power of two");
+        let decl = b.build().expect("netsha declaration is valid");
+        let prm = cfg.params();
+        let h = best_effort::threshold(cfg.lambda, cfg.registers);
+        Netsha {
+            decl,
+            cfg,
+            prm,
+            h,
+            qid_hash,
+            sweep,
+            agent,
+            a_to_agent,
+            qid,
+            born,
+            replacements,
+            threshold,
+            state,
+            slot_d,
+            slot_id,
+            answer_events,
+            emit_events,
+            d_malformed,
+            d_absorbed,
+            d_timer_idle,
+            d_timer_raced,
+        }
+    }
+
+    pub fn config(&self) -> &NetshaConfig {
+        &self.cfg
+    }
+
+    /// Slot_Sort over slots 0..upto: insert the carried answer; returns what comes out.
+    fn insert(&self, p: &mut Pass<'_>, idx: u32, c: Pair, upto: usize) -> Pair {
+        let (mut cd, mut cid) = (c.hi, c.lo);
+        for i in 0..upto {
+            let out = p.execute(&self.slot_d[i], idx, (cd, slots::OP_INSERT));
+            if out != cd {
+                cid = p.execute(&self.slot_id[i], idx, (cid, slots::OP_SWAP));
+                cd = out;
+            }
+        }
+        Pair::new(cid, cd)
+    }
+
+    /// Take slot i's answer out, leaving it empty.
+    fn take(&self, p: &mut Pass<'_>, idx: u32, i: usize) -> Pair {
+        let d = p.execute(&self.slot_d[i], idx, (0, slots::OP_TAKE));
+        let id = p.execute(&self.slot_id[i], idx, (0, slots::OP_TAKE));
+        Pair::new(id, d)
+    }
+
+    // ---- packet layout (what the deparser emits) -------------------------------------
+
+    fn qcount(p: &Pass<'_>) -> u8 {
+        p.hdr()[SECTION]
+    }
+
+    /// Remove the first answer of the first block (and the block if it is then empty).
+    fn consume_front(p: &mut Pass<'_>) {
+        let len = p.hdr().len();
+        let at = SECTION + 1;
+        let num = u16::from_be_bytes([p.hdr()[at + 4], p.hdr()[at + 5]]);
+        let h = p.hdr_mut();
+        if num <= 1 {
+            h.copy_within(at + BLOCK_HEADER_LEN + ANSWER_LEN * num as usize..len, at);
+            let cut = BLOCK_HEADER_LEN + ANSWER_LEN * num as usize;
+            h[SECTION] -= 1;
+            p.resize_hdr(len - cut);
+            let b = p.bridged_mut();
+            b[br::INPUTS] -= 1;
+        } else {
+            h.copy_within(at + BLOCK_HEADER_LEN + ANSWER_LEN..len, at + BLOCK_HEADER_LEN);
+            h[at + 4..at + 6].copy_from_slice(&(num - 1).to_be_bytes());
+            p.resize_hdr(len - ANSWER_LEN);
+        }
+    }
+
+    /// Drop leading empty input blocks.
+    fn skip_empty_inputs(p: &mut Pass<'_>) {
+        while p.bridged()[br::INPUTS] > 0 {
+            let at = SECTION + 1;
+            if p.hdr()[at + 4] != 0 || p.hdr()[at + 5] != 0 {
+                return;
+            }
+            let len = p.hdr().len();
+            let h = p.hdr_mut();
+            h.copy_within(at + BLOCK_HEADER_LEN..len, at);
+            h[SECTION] -= 1;
+            p.resize_hdr(len - BLOCK_HEADER_LEN);
+            p.bridged_mut()[br::INPUTS] -= 1;
+        }
+    }
+
+    /// Append a block of answers (id, code) for `qid`.
+    fn append(p: &mut Pass<'_>, out: &Out) {
+        if out.len == 0 {
+            return;
+        }
+        let len = p.hdr().len();
+        if !p.resize_hdr(len + BLOCK_HEADER_LEN + ANSWER_LEN * out.len) {
+            return; // room was checked before the registers were touched
+        }
+        let h = p.hdr_mut();
+        h[SECTION] += 1;
+        h[len..len + 4].copy_from_slice(&out.qid.to_be_bytes());
+        h[len + 4..len + 6].copy_from_slice(&(out.len as u16).to_be_bytes());
+        for i in 0..out.len {
+            nw::put_answer(h, len + BLOCK_HEADER_LEN + ANSWER_LEN * i, out.ids[i], decode_distance(out.codes[i]));
+        }
+    }
+
+    /// Move the whole front block, unreduced, to the output (the end of the packet): every
+    /// answer in it belongs to the same query, hence to the same register. Returns its
+    /// number of answers.
+    fn bypass_front_block(p: &mut Pass<'_>) -> u32 {
+        let at = SECTION + 1;
+        let h = p.hdr_mut();
+        let num = u16::from_be_bytes([h[at + 4], h[at + 5]]);
+        let blen = BLOCK_HEADER_LEN + ANSWER_LEN * num as usize;
+        h[at..].rotate_left(blen);
+        p.bridged_mut()[br::INPUTS] -= 1;
+        num as u32
+    }
+
+    /// The packet leaves: lengths and checksum rewritten, or dropped if nothing is left.
+    fn finish(&self, p: &mut Pass<'_>) {
+        if Self::qcount(p) == 0 {
+            p.drop(self.d_absorbed);
+            return;
+        }
+        let len = p.hdr().len();
+        let h = p.hdr_mut();
+        h[16..18].copy_from_slice(&((len - 14) as u16).to_be_bytes());
+        h[38..40].copy_from_slice(&((len - 34) as u16).to_be_bytes());
+        h[40..42].copy_from_slice(&[0, 0]); // UDP checksum optional over IPv4
+        let mut ip = wire::Ipv4Packet::new_unchecked(&mut h[14..34]);
+        ip.fill_checksum();
+    }
+
+    fn count(&self, p: &mut Pass<'_>, ev: u32) {
+        p.execute(&self.answer_events, ev, 1);
+    }
+
+    fn count_emit(&self, p: &mut Pass<'_>, cause: u32, sent: usize, cleared: usize) {
+        p.execute(&self.emit_events, cause, Pair::new(sent as u32, cleared as u32));
+    }
+
+    /// First pass of a server's packet: the parser's checks.
+    fn start(&self, p: &mut Pass<'_>) -> bool {
+        let h = p.hdr();
+        let ok_l3 = h.len() >= MIN_LEN && h[14] == 0x45 && h[23] == 17;
+        if !ok_l3 {
+            p.drop(self.d_malformed);
+            return false;
+        }
+        if p.payload_len() > 0 {
+            // Longer than the parser reaches: forwarded unreduced.
+            self.count(p, answer_event::BYPASS_TOO_DEEP);
+            return false;
+        }
+        let udp_len = u16::from_be_bytes([h[38], h[39]]) as usize;
+        let ip_len = u16::from_be_bytes([h[16], h[17]]) as usize;
+        if h.len() == 60 && ip_len + 14 < 60 && ip_len >= 28 {
+            // Ethernet padding of a short frame: the deparser does not emit it.
+            p.resize_hdr(ip_len + 14);
+        }
+        let h = p.hdr();
+        if udp_len != h.len() - 34 || ip_len != h.len() - 14 {
+            p.drop(self.d_malformed);
+            return false;
+        }
+        let Ok(pkt) = nw::NetshaPacket::new_checked(&h[SECTION..]) else {
+            p.drop(self.d_malformed);
+            return false;
+        };
+        let bad = pkt.blocks().any(|b| (0..b.num).any(|i| !valid_distance(pkt.answer(&b, i).1)));
+        if bad {
+            p.drop(self.d_malformed);
+            return false;
+        }
+        let q = pkt.query_count();
+        let b = p.bridged_mut();
+        *b = [0; pisa::packet::BRIDGED_BYTES];
+        b[br::STARTED] = 1;
+        b[br::INPUTS] = q;
+        true
+    }
+
+    fn ga(b: &[u8; 16], at: usize) -> u32 {
+        u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+    }
+    fn sa(b: &mut [u8; 16], at: usize, v: u32) {
+        b[at..at + 4].copy_from_slice(&v.to_be_bytes());
+    }
+
+    /// Go around again if there is more to do, else leave.
+    fn next_or_finish(&self, p: &mut Pass<'_>) {
+        if p.bridged()[br::MODE] != br::NORMAL || p.bridged()[br::INPUTS] > 0 {
+            p.recirculate();
+        } else {
+            self.finish(p);
+        }
+    }
+
+    fn index(&self, p: &mut Pass<'_>, qid: u32) -> u32 {
+        p.hash(&self.qid_hash, &qid.to_be_bytes()) % self.cfg.registers
+    }
+
+    /// One answer of a server's packet.
+    fn process_front(&self, p: &mut Pass<'_>) {
+        Self::skip_empty_inputs(p);
+        if p.bridged()[br::INPUTS] == 0 {
+            self.finish(p);
+            return;
+        }
+        let n = self.cfg.slots as usize;
+        if p.recirculations() as u32 + 3 > self.cfg.max_recirculations {
+            self.count(p, answer_event::BYPASS_BUDGET);
+            p.bridged_mut()[br::INPUTS] = 0;
+            self.finish(p);
+            return;
+        }
+        let len = p.hdr().len();
+        let q = Self::qcount(p) as usize;
+        let answers = (len - MIN_LEN - BLOCK_HEADER_LEN * q) / ANSWER_LEN;
+        let room = len - ANSWER_LEN + BLOCK_HEADER_LEN + ANSWER_LEN * (n + 1) <= self.cfg.parse_depth as usize
+            && answers + n < MAX_ANSWERS
+            && q + 2 <= 255;
+        if !room {
+            self.count(p, answer_event::BYPASS_NO_ROOM);
+            p.bridged_mut()[br::INPUTS] = 0;
+            self.finish(p);
+            return;
+        }
+        let h = p.hdr();
+        let at = SECTION + 1;
+        let qid = u32::from_be_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
+        let (id, d) = nw::answer_at(h, at + BLOCK_HEADER_LEN);
+        let Some(my) = tag(qid) else {
+            let num = Self::bypass_front_block(p);
+            p.execute(&self.answer_events, answer_event::BYPASS_BAD_QID, num);
+            self.next_or_finish(p);
+            return;
+        };
+        let c = Pair::new(id, encode_distance(d));
+        let idx = self.index(p, qid);
+        let force = p.bridged()[br::MODE] == br::FORCE_CLAIM;
+        let expected = if force { Self::ga(p.bridged(), br::A) } else { FREE };
+        p.bridged_mut()[br::MODE] = br::NORMAL;
+        let old = p.execute(&self.qid, idx, Pair::new(my, expected));
+        let (st, t_prev, pending) = match outcome(old, my, expected) {
+            Selected::Occupied(victim) => {
+                let granted = p.execute(&self.replacements, 0, (best_effort::OP_GRANT, self.h));
+                if granted == 0 {
+                    let num = Self::bypass_front_block(p);
+                    p.execute(&self.answer_events, answer_event::BYPASS_COLLISION, num);
+                } else {
+                    // Replace: tombstone the victim, flush all its answers, claim next pass.
+                    p.execute(&self.state, idx, (sort_reduce::OP_TOMB, 0));
+                    let mut out = Out::new(victim - 1);
+                    for i in 0..n {
+                        out.push(self.take(p, idx, i));
+                    }
+                    Self::append(p, &out);
+                    let b = p.bridged_mut();
+                    b[br::MODE] = br::FORCE_CLAIM;
+                    Self::sa(b, br::A, victim);
+                    self.count(p, answer_event::REPLACEMENT);
+                    self.count_emit(p, emit_event::VICTIM, out.len, 0);
+                }
+                self.next_or_finish(p);
+                return;
+            }
+            Selected::Claimed => {
+                let now = now_us(p.now_ns());
+                p.execute(&self.born, idx, (Pair::new(timer::OP_SET, 0), Pair::new(now, my)));
+                p.execute(&self.threshold, idx, (sort_reduce::T_RESET, 0));
+                let o = p.execute(&self.state, idx, (sort_reduce::OP_INSERT_FRESH, self.prm.pack()));
+                let (st, pend) = decode_step(o);
+                (st, 0, pend)
+            }
+            Selected::Hit => {
+                let t = p.execute(&self.threshold, idx, (sort_reduce::T_READ, 0));
+                let ge = c.hi >= t;
+                let op = sort_reduce::OP_INSERT | if ge { sort_reduce::GE_T } else { 0 };
+                let o = p.execute(&self.state, idx, (op, self.prm.pack()));
+                let (st, pend) = decode_step(o);
+                (st, t, pend)
+            }
+        };
+        let claimed = matches!(outcome(old, my, expected), Selected::Claimed);
+        let mut out = Out::new(qid);
+        let mut commit = false;
+        let (ev, cause, mut cleared) = match st {
+            Step::Tomb => {
+                let num = Self::bypass_front_block(p);
+                p.execute(&self.answer_events, answer_event::BYPASS_TOMB, num);
+                self.next_or_finish(p);
+                return;
+            }
+            Step::Drop => (answer_event::DROPPED, None, 0),
+            Step::Insert => {
+                let carry = self.insert(p, idx, c, n);
+                debug_assert_eq!(carry.hi, 0);
+                (answer_event::INSERTED, None, 0)
+            }
+            Step::EmitGa => {
+                let q = self.prm.q() as usize;
+                let carry = self.insert(p, idx, c, q);
+                for i in q..n {
+                    out.push(self.take(p, idx, i));
+                }
+                out.push(carry);
+                commit = st.commits(self.prm.reduce);
+                (answer_event::INSERTED, Some(emit_event::GA), 0)
+            }
+            Step::EmitAll => {
+                for i in 0..n {
+                    out.push(self.take(p, idx, i));
+                }
+                out.push(c);
+                (answer_event::INSERTED, Some(emit_event::ALL), 0)
+            }
+            Step::FinalFlush { m } => {
+                let mut old_slots = [EMPTY; MAX_SLOTS];
+                for (i, o) in old_slots.iter_mut().enumerate().take(n) {
+                    *o = self.take(p, idx, i);
+                }
+                let held = &old_slots[..n - 1];
+                let codes: Vec<u32> = held.iter().map(|a| a.hi).collect();
+                let mode = self.cfg.reduction;
+                let (mask, keep_c) = final_flush_select(&codes, c.hi, m, t_prev, pending as u32, mode);
+                let mut cl = 0;
+                for (i, a) in held.iter().enumerate() {
+                    if mask & (1 << i) != 0 {
+                        out.push(*a);
+                    } else {
+                        cl += 1;
+                    }
+                }
+                if keep_c {
+                    out.push(c);
+                } else {
+                    cl += 1;
+                }
+                commit = true;
+                (answer_event::INSERTED, Some(emit_event::FINAL_FLUSH), cl)
+            }
+        };
+        Self::consume_front(p);
+        Self::append(p, &out);
+        if commit {
+            let b = p.bridged_mut();
+            b[br::MODE] = br::COMMIT;
+            Self::sa(b, br::A, out.worst());
+            Self::sa(b, br::B, idx);
+            Self::sa(b, br::C, my);
+        }
+        match cause {
+            Some(cause) => {
+                self.count_emit(p, cause, out.len, cleared);
+            }
+            None => {
+                self.count(p, if claimed { answer_event::CLAIM } else { ev });
+                cleared = 0;
+            }
+        }
+        let _ = cleared;
+        self.next_or_finish(p);
+    }
+
+    /// The pass after a send: r.T rises to the worst answer sent, one commit lands.
+    fn commit(&self, p: &mut Pass<'_>) {
+        let (worst, idx, owner) = (Self::ga(p.bridged(), br::A), Self::ga(p.bridged(), br::B), Self::ga(p.bridged(), br::C));
+        // A register released (timer) or replaced since the send belongs to someone else.
+        let now_owner = p.execute(&self.qid, idx, Pair::new(FREE, FREE));
+        if now_owner == owner {
+            p.execute(&self.threshold, idx, (sort_reduce::T_MAX, worst));
+            p.execute(&self.state, idx, (sort_reduce::OP_COMMIT, 0));
+        }
+        p.bridged_mut()[br::MODE] = br::NORMAL;
+        self.count(p, answer_event::COMMIT);
+        self.next_or_finish(p);
+    }
+
+    /// Address a timer packet to the agent (stage 0 table).
+    fn to_agent(&self, p: &mut Pass<'_>) -> bool {
+        let r = p.apply(&self.agent, &[0]);
+        if r.action != self.a_to_agent {
+            return false;
+        }
+        let h = p.hdr_mut();
+        h[0..6].copy_from_slice(&r.param(1).to_be_bytes()[2..]);
+        h[30..34].copy_from_slice(&(r.param(2) as u32).to_be_bytes());
+        h[36..38].copy_from_slice(&(r.param(3) as u16).to_be_bytes());
+        p.forward(r.param(0) as u16);
+        true
+    }
+
+    /// A generator packet: visit the next register; recirculate to release it if expired.
+    fn timer_visit(&self, p: &mut Pass<'_>) {
+        if !self.to_agent(p) {
+            p.drop(self.d_timer_idle);
+            return;
+        }
+        let idx = p.execute(&self.sweep, 0, self.cfg.registers);
+        let timeout = (self.cfg.timeout_ns / 1_000) as u32;
+        let now = now_us(p.now_ns());
+        let owner = p.execute(&self.born, idx, (Pair::new(timer::OP_READ, timeout), Pair::new(now, 0)));
+        if owner == 0 {
+            p.drop(self.d_timer_idle);
+            return;
+        }
+        let b = p.bridged_mut();
+        *b = [0; pisa::packet::BRIDGED_BYTES];
+        b[br::STARTED] = 1;
+        b[br::TIMER] = 1;
+        b[br::MODE] = br::RELEASE;
+        Self::sa(b, br::A, owner);
+        Self::sa(b, br::B, idx);
+        p.recirculate();
+    }
+
+    /// Second pass of a timer packet: release the register, carry its answers out.
+    fn timer_release(&self, p: &mut Pass<'_>) {
+        if !self.to_agent(p) {
+            p.drop(self.d_timer_idle);
+            return;
+        }
+        let (victim, idx) = (Self::ga(p.bridged(), br::A), Self::ga(p.bridged(), br::B));
+        let old = p.execute(&self.qid, idx, Pair::new(FREE, victim));
+        if old != victim {
+            p.drop(self.d_timer_raced);
+            return;
+        }
+        p.execute(&self.born, idx, (Pair::new(timer::OP_SET, 0), Pair::new(0, 0)));
+        p.execute(&self.replacements, 0, (best_effort::OP_RESET, 0));
+        p.execute(&self.threshold, idx, (sort_reduce::T_RESET, 0));
+        p.execute(&self.state, idx, (sort_reduce::OP_RESET, 0));
+        let mut out = Out::new(victim - 1);
+        for i in 0..self.cfg.slots as usize {
+            out.push(self.take(p, idx, i));
+        }
+        Self::append(p, &out);
+        self.count_emit(p, emit_event::TIMER, out.len, 0);
+        self.count(p, answer_event::TIMER_RELEASE);
+        if out.len == 0 {
+            p.drop(self.d_timer_idle);
+            return;
+        }
+        self.finish(p);
+    }
+}
+
+impl Default for Netsha {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The generator's packet: Ethernet, IPv4 (ToS bit set), UDP, Query# = 0. Addresses are
+/// filled from the `agent` table.
+pub fn timer_template() -> Vec<u8> {
+    let mut v = vec![0u8; MIN_LEN];
+    v[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 0xFE]);
+    v[12..14].copy_from_slice(&[0x08, 0x00]);
+    v[14] = 0x45;
+    v[15] = nw::TOS_BIT;
+    v[16..18].copy_from_slice(&((MIN_LEN - 14) as u16).to_be_bytes());
+    v[22] = 64;
+    v[23] = 17;
+    v[26..30].copy_from_slice(&[10, 0, 0, 254]);
+    v[34..36].copy_from_slice(&TIMER_SRC_PORT.to_be_bytes());
+    v[38..40].copy_from_slice(&((MIN_LEN - 34) as u16).to_be_bytes());
+    v
+}
+
+impl Program for Netsha {
+    fn decl(&self) -> &ProgramDecl {
+        &self.decl
+    }
+
+    fn ingress(&self, p: &mut Pass<'_>) {
+        let port = p.ingress_port();
+        if port == PORT_PKTGEN {
+            self.timer_visit(p);
+            return;
+        }
+        if (port != PORT_RECIRC || p.bridged()[br::STARTED] == 0) && !self.start(p) {
+            return;
+        }
+        match p.bridged()[br::MODE] {
+            br::COMMIT => self.commit(p),
+            br::RELEASE => self.timer_release(p),
+            _ => self.process_front(p),
+        }
+    }
+}

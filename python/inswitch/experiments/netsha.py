@@ -1,0 +1,367 @@
+"""NetSHa experiments (Zhang et al.): agent packets, breakdown, parameters, quality,
+multi-switch paths, concurrency. Every run is the in-memory switch model on virtual time
+(`_native.NetshaPath`), the `random` dataset of §5.1 scaled to this machine; times are
+wall times of this machine's numpy servers/agent and of the switch model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from inswitch.experiments import Experiment, PaperNumber
+
+Progress = Callable[[str], None]
+
+
+def _sizes(quick: bool) -> dict[str, int]:
+    return {"base": 2000, "queries": 40, "k": 10} if quick else {"base": 20000, "queries": 400, "k": 50}
+
+
+def _run(quick: bool, modes: list[str], progress: Progress, label: str = "", **over: Any) -> dict[str, Any]:
+    from inswitch.apps.netsha.datasets import random_dataset
+    from inswitch.apps.netsha.search import SearchConfig, run_search
+
+    sz = _sizes(quick)
+    ds = random_dataset(sz["base"], sz["queries"], seed=over.pop("seed", 0))
+    cfg = SearchConfig(k=sz["k"], **over)
+    if quick:
+        cfg.registers = over.get("registers", 32)
+        cfg.concurrency = over.get("concurrency", 8)
+    progress(f"{label} {', '.join(modes)}".strip())
+    return run_search(ds, cfg, modes)
+
+
+def _bar(png: Path, labels: list[str], values: list[float], title: str, ylabel: str, paper: list[float] | None = None) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    x = range(len(labels))
+    ax.bar([i - 0.2 for i in x], values, width=0.4, label="ours")
+    if paper is not None:
+        ax.bar([i + 0.2 for i in x], paper, width=0.4, label="paper", alpha=0.6)
+    ax.set_xticks(list(x), labels)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+
+
+def _lines(png: Path, xs: list[Any], series: dict[str, list[float]], title: str, xlabel: str, ylabel: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for name, ys in series.items():
+        ax.plot(xs, ys, marker="o", label=name)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+
+
+# ---- Fig. 12: agent packets normalised to Layered ---------------------------------------
+
+
+def fig12(quick: bool, progress: Progress) -> dict[str, Any]:
+    """Twice: servers sending full packets (one query's answers, as many as the switch can
+    reduce), and packets of 8 answers. How many answers a server puts in a packet decides
+    how many packets the switch can absorb: a packet leaves if any answer in it is sent."""
+    r = _run(quick, ["netsha", "layered", "tlsh"], progress)
+
+    def norm(x: dict[str, Any]) -> dict[str, float]:
+        lay = x["modes"]["layered"]["agent_packets"] or 1
+        return {m: v["agent_packets"] / lay for m, v in x["modes"].items()}
+
+    r["normalized_agent_packets"] = norm(r)
+    r["netsha_fewer_x"] = 1.0 / max(r["normalized_agent_packets"]["netsha"], 1e-9)
+    small = _run(quick, ["netsha", "layered", "tlsh"], progress, "8 answers per packet", per_packet=8)
+    r["small_packets"] = {"per_packet": 8, "modes": small["modes"], "normalized_agent_packets": norm(small)}
+    r["small_packets"]["netsha_fewer_x"] = 1.0 / max(r["small_packets"]["normalized_agent_packets"]["netsha"], 1e-9)
+    return r
+
+
+def plot_fig12(r: dict[str, Any], png: Path) -> None:
+    n = r["normalized_agent_packets"]
+    sm = r["small_packets"]["normalized_agent_packets"]
+    labels = [f"{k}\nfull" for k in n] + [f"{k}\n8/pkt" for k in sm]
+    paper = [0.1 if m == "netsha" else 1.0 for m in n] * 2
+    _bar(png, labels, list(n.values()) + list(sm.values()), "Fig. 12: agent packets / Layered", "normalised packets", paper)
+
+
+# ---- Fig. 16: baseline / +aggregation / +reduction --------------------------------------
+
+
+def fig16(quick: bool, progress: Progress) -> dict[str, Any]:
+    """Twice: servers sending full packets (as many answers as the switch can reduce), and
+    small packets of 8 answers, where aggregation has packets to merge."""
+    r = _run(quick, ["tlsh", "netsha-agg", "netsha"], progress)
+
+    def norm(x: dict[str, Any]) -> dict[str, float]:
+        base = x["modes"]["tlsh"]["agent_packets"] or 1
+        return {
+            "baseline": 1.0,
+            "baseline+agg": x["modes"]["netsha-agg"]["agent_packets"] / base,
+            "netsha": x["modes"]["netsha"]["agent_packets"] / base,
+        }
+
+    r["normalized_agent_packets"] = norm(r)
+    small = _run(quick, ["tlsh", "netsha-agg", "netsha"], progress, "8 answers per packet", per_packet=8)
+    r["small_packets"] = {"per_packet": 8, "modes": small["modes"], "normalized_agent_packets": norm(small)}
+    return r
+
+
+def plot_fig16(r: dict[str, Any], png: Path) -> None:
+    n = r["normalized_agent_packets"]
+    sm = r["small_packets"]["normalized_agent_packets"]
+    labels = [f"{k}\nfull" for k in n] + [f"{k}\n8/pkt" for k in sm]
+    _bar(png, labels, list(n.values()) + list(sm.values()), "Fig. 16: agent packets / Baseline", "normalised packets", [1.0, 0.4, 0.2] * 2)
+
+
+# ---- Table 2: per-query time split --------------------------------------------------------
+
+PAPER_TABLE2_RANDOM = {
+    "layered": {"selection": 15.24, "search": 33.76, "network": 26.76, "agent": 24.24, "time_us": 2.97},
+    "tlsh": {"selection": 14.64, "search": 28.81, "network": 30.37, "agent": 26.18, "time_us": 1.49},
+    "netsha": {"selection": 7.14, "search": 56.89, "network": 18.69, "agent": 17.28, "time_us": 0.53},
+}
+
+
+def table2(quick: bool, progress: Progress) -> dict[str, Any]:
+    r = _run(quick, ["layered", "tlsh", "netsha"], progress)
+    r["paper_random"] = PAPER_TABLE2_RANDOM
+    r["split"] = {m: v["time_split_pct"] for m, v in r["modes"].items()}
+    return r
+
+
+def plot_table2(r: dict[str, Any], png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    parts = ["selection", "search", "network", "agent"]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    rows = []
+    for m, s in r["split"].items():
+        rows.append((f"{m} (ours)", [s[p] for p in parts]))
+        rows.append((f"{m} (paper)", [PAPER_TABLE2_RANDOM[m][p] for p in parts]))
+    for i, (name, vals) in enumerate(rows):
+        left = 0.0
+        for p, v in zip(parts, vals):
+            ax.barh(i, v, left=left, label=p if i == 0 else None, color=f"C{parts.index(p)}")
+            left += v
+    ax.set_yticks(range(len(rows)), [n for n, _ in rows])
+    ax.set_xlabel("% of query time")
+    ax.set_title("Table 2: query time split (Random)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+
+
+# ---- Fig. 21: recall and F1 ---------------------------------------------------------------
+
+
+def fig21(quick: bool, progress: Progress) -> dict[str, Any]:
+    r = _run(quick, ["layered", "tlsh", "netsha"], progress)
+    r["recall"] = {m: v["recall"] for m, v in r["modes"].items()}
+    r["f1"] = {m: v["f1"] for m, v in r["modes"].items()}
+    paper = _run(quick, ["netsha"], progress, "paper reduction", reduction="paper")
+    r["netsha_paper_reduction"] = {"recall": paper["modes"]["netsha"]["recall"], "f1": paper["modes"]["netsha"]["f1"]}
+    return r
+
+
+def plot_fig21(r: dict[str, Any], png: Path) -> None:
+    ms = list(r["recall"])
+    _lines(png, ms, {"recall": [r["recall"][m] for m in ms], "F1": [r["f1"][m] for m in ms]}, "Fig. 21: search quality", "mode", "")
+
+
+# ---- Fig. 23: λ --------------------------------------------------------------------------
+
+
+def fig23(quick: bool, progress: Progress) -> dict[str, Any]:
+    lams = [0.0, 0.08, 0.16, 0.24, 0.32] if quick else [round(0.04 * i, 2) for i in range(9)]
+    conc = 40 if quick else 400
+    pts = []
+    for lam in lams:
+        r = _run(quick, ["netsha"], progress, f"λ={lam}", lam=lam, concurrency=conc, registers=8 if quick else 100)
+        m = r["modes"]["netsha"]
+        pts.append({"lambda": lam, "agent_packets": m["agent_packets"], "total_s": m["total_s"], "recall": m["recall"]})
+    p0 = pts[0]["agent_packets"] or 1
+    for p in pts:
+        p["normalized_agent_packets"] = p["agent_packets"] / p0
+    best = min(pts, key=lambda p: p["agent_packets"])
+    return {"points": pts, "best_lambda": best["lambda"], "paper_optimal_lambda": 0.16}
+
+
+def plot_fig23(r: dict[str, Any], png: Path) -> None:
+    xs = [p["lambda"] for p in r["points"]]
+    _lines(png, xs, {"agent packets / λ=0": [p["normalized_agent_packets"] for p in r["points"]]}, "Fig. 23: λ", "λ", "normalised packets")
+
+
+# ---- Fig. 18/19: registers × slots, GA slots, 200-slot budget -----------------------------
+
+
+def fig18_19(quick: bool, progress: Progress) -> dict[str, Any]:
+    budget = 200
+    slots = [8, 10, 12, 16, 20] if not quick else [8, 12, 20]
+    f18 = []
+    for n in slots:
+        # The same server packets (50 answers) for every configuration.
+        r = _run(quick, ["netsha"], progress, f"n={n}", slots=n, ga=8, registers=budget // n, concurrency=40 if quick else 200, per_packet=50)
+        m = r["modes"]["netsha"]
+        f18.append({"slots": n, "registers": budget // n, "agent_packets": m["agent_packets"], "total_s": m["total_s"]})
+    gas = [2, 4, 6, 8, 10, 12] if not quick else [2, 8, 12]
+    f19 = []
+    for p in gas:
+        r = _run(quick, ["netsha"], progress, f"p={p}", slots=12, ga=p, registers=budget // 12, concurrency=40 if quick else 200, per_packet=50)
+        m = r["modes"]["netsha"]
+        f19.append({"ga": p, "agent_packets": m["agent_packets"], "total_s": m["total_s"]})
+    return {"fig18": f18, "fig19": f19, "budget_slots": budget, "paper": "fig18: gains flatten beyond 12 slots; fig19: best near p = 8–10"}
+
+
+def plot_fig18_19(r: dict[str, Any], png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(8, 3.2))
+    a.plot([p["slots"] for p in r["fig18"]], [p["agent_packets"] for p in r["fig18"]], marker="o")
+    a.set_xlabel("slots per register (R = 200 / slots)")
+    a.set_ylabel("agent packets")
+    a.set_title("Fig. 18")
+    b.plot([p["ga"] for p in r["fig19"]], [p["agent_packets"] for p in r["fig19"]], marker="o")
+    b.set_xlabel("GA slots p (12 slots)")
+    b.set_title("Fig. 19")
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+
+
+# ---- Fig. 22: 1 to 6 switches ----------------------------------------------------------------
+
+
+def fig22(quick: bool, progress: Progress) -> dict[str, Any]:
+    pts = []
+    for s in range(1, 7) if not quick else (1, 2, 3):
+        r = _run(quick, ["netsha"], progress, f"{s} switches", switches=s)
+        m = r["modes"]["netsha"]
+        pts.append({"switches": s, "agent_packets": m["agent_packets"], "agent_answers": m["agent_answers"], "total_s": m["total_s"], "recall": m["recall"]})
+    p1 = pts[0]["agent_packets"] or 1
+    for p in pts:
+        p["normalized_agent_packets"] = p["agent_packets"] / p1
+    last = pts[-1]["normalized_agent_packets"]
+    return {"points": pts, "last_normalized_agent_packets": last, "paper": "packets fall with more switches, sub-linearly; up to 30% less time"}
+
+
+def plot_fig22(r: dict[str, Any], png: Path) -> None:
+    xs = [p["switches"] for p in r["points"]]
+    _lines(png, xs, {"agent packets / 1 switch": [p["normalized_agent_packets"] for p in r["points"]]}, "Fig. 22: switches on the path", "switches", "normalised")
+
+
+# ---- Fig. 20: replacement vs bypass-forwarding --------------------------------------------------
+
+
+def fig20(quick: bool, progress: Progress) -> dict[str, Any]:
+    conc = 40 if quick else 400
+    reg = 8 if quick else 100
+    rep = _run(quick, ["netsha"], progress, "replacement", lam=0.2, concurrency=conc, registers=reg)["modes"]["netsha"]
+    bf = _run(quick, ["netsha"], progress, "bypass-forwarding", lam=0.0, concurrency=conc, registers=reg)["modes"]["netsha"]
+    return {
+        "replacement": {"agent_packets": rep["agent_packets"], "total_s": rep["total_s"]},
+        "bypass_forwarding": {"agent_packets": bf["agent_packets"], "total_s": bf["total_s"]},
+        "bf_over_replacement_packets": bf["agent_packets"] / max(rep["agent_packets"], 1),
+        "paper": "replacement beats bypass-forwarding at QueryRate 4.0",
+    }
+
+
+def plot_fig20(r: dict[str, Any], png: Path) -> None:
+    _bar(png, ["replacement", "bypass-forwarding"], [r["replacement"]["agent_packets"], r["bypass_forwarding"]["agent_packets"]], "Fig. 20", "agent packets")
+
+
+EXPERIMENTS = [
+    Experiment(
+        "netsha-fig12",
+        "NetSHa",
+        "Fig. 12",
+        "agent packets of NetSHa and TLSH normalised to Layered-LSH",
+        fig12,
+        plot_fig12,
+        [
+            PaperNumber("NetSHa agent packets / Layered", "0.1–0.25 (4–10× fewer)", "normalized_agent_packets.netsha"),
+            PaperNumber("TLSH agent packets / Layered", "≈ 1", "normalized_agent_packets.tlsh"),
+            PaperNumber("NetSHa / Layered, 8-answer packets", "0.1–0.25", "small_packets.normalized_agent_packets.netsha"),
+        ],
+    ),
+    Experiment(
+        "netsha-fig16",
+        "NetSHa",
+        "Fig. 16",
+        "breakdown: forwarding only, + aggregation, + reduction (agent packets / baseline)",
+        fig16,
+        plot_fig16,
+        [
+            PaperNumber("Baseline+agg / Baseline", "0.4", "normalized_agent_packets.baseline+agg"),
+            PaperNumber("NetSHa / Baseline", "≈ 0.2 (reduction halves again)", "normalized_agent_packets.netsha"),
+            PaperNumber("Baseline+agg / Baseline, 8-answer packets", "0.4", "small_packets.normalized_agent_packets.baseline+agg"),
+            PaperNumber("NetSHa / Baseline, 8-answer packets", "≈ 0.2", "small_packets.normalized_agent_packets.netsha"),
+        ],
+    ),
+    Experiment(
+        "netsha-table2",
+        "NetSHa",
+        "Table 2",
+        "per-query time split (selection, search, network, agent)",
+        table2,
+        plot_table2,
+        [
+            PaperNumber("NetSHa network %", "18.69", "split.netsha.network"),
+            PaperNumber("TLSH network %", "30.37", "split.tlsh.network"),
+            PaperNumber("Layered network %", "26.76", "split.layered.network"),
+        ],
+    ),
+    Experiment(
+        "netsha-fig21",
+        "NetSHa",
+        "Fig. 21",
+        "recall@K and F1 of the three solutions (and NetSHa with Algorithm 1 as written)",
+        fig21,
+        plot_fig21,
+        [
+            PaperNumber("NetSHa recall", "> 0.9, as TLSH", "recall.netsha"),
+            PaperNumber("TLSH recall", "> 0.9", "recall.tlsh"),
+            PaperNumber("NetSHa (paper reduction) recall", "-", "netsha_paper_reduction.recall"),
+        ],
+    ),
+    Experiment("netsha-fig23", "NetSHa", "Fig. 23", "λ from 0 to 0.32", fig23, plot_fig23, [PaperNumber("optimal λ", "0.16", "best_lambda")]),
+    Experiment(
+        "netsha-fig18-19",
+        "NetSHa",
+        "Fig. 18–19",
+        "registers × slots and GA slots under a 200-slot budget",
+        fig18_19,
+        plot_fig18_19,
+        [PaperNumber("shape", "flattens beyond 12 slots; best p ≈ 8–10", "paper")],
+    ),
+    Experiment("netsha-fig22", "NetSHa", "Fig. 22", "1 to 6 switches on the path", fig22, plot_fig22, [PaperNumber("agent packets, most switches / 1 switch", "< 1, sub-linear", "last_normalized_agent_packets")]),
+    Experiment(
+        "netsha-fig20",
+        "NetSHa",
+        "Fig. 20",
+        "register replacement vs bypass-forwarding under many concurrent queries",
+        fig20,
+        plot_fig20,
+        [PaperNumber("BF packets / replacement packets", "> 1", "bf_over_replacement_packets")],
+    ),
+]

@@ -1,0 +1,183 @@
+"""NetSHa end to end on the in-memory switch model: the search against exact k-NN and
+against the same search without in-switch reduction, the CLI's JSON, the datasets, and the
+experiments' quick mode."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from inswitch.apps.netsha.datasets import DatasetError, exact_knn, load, random_dataset, read_fvecs, read_ivecs, write_fvecs
+from inswitch.apps.netsha.search import SearchConfig, run_search, top_k_per_query
+
+
+@pytest.fixture(scope="module")
+def result() -> dict:
+    ds = random_dataset(1500, 30, seed=3)
+    # Small server packets, so that aggregation has packets to merge.
+    cfg = SearchConfig(servers=3, k=10, registers=16, concurrency=15, per_packet=8)
+    return run_search(ds, cfg, ["netsha", "netsha-agg", "layered", "tlsh"], keep_topk=True)
+
+
+def same_topk(a: dict, b: dict) -> bool:
+    return all(np.array_equal(x, y) for x, y in zip(a["topk_distances"], b["topk_distances"]))
+
+
+def test_exact_netsha_returns_what_the_servers_found(result: dict) -> None:
+    m = result["modes"]
+    # Same servers (TLSH) with and without in-switch reduction: the agent's top K per query
+    # is the same, hence the same quality.
+    assert same_topk(m["netsha"], m["tlsh"]) and same_topk(m["netsha-agg"], m["tlsh"])
+    assert m["netsha"]["recall"] == pytest.approx(m["tlsh"]["recall"], abs=1e-12)
+    assert m["netsha"]["f1"] == pytest.approx(m["tlsh"]["f1"], abs=1e-12)
+    assert m["netsha-agg"]["recall"] == pytest.approx(m["tlsh"]["recall"], abs=1e-12)
+    for mode in m.values():
+        assert 0.0 < mode["recall"] <= 1.0
+        assert set(mode["time_split_pct"]) == {"selection", "search", "network", "agent"}
+        assert sum(mode["time_split_pct"].values()) == pytest.approx(100.0)
+
+
+def test_switch_cuts_agent_packets_and_answers(result: dict) -> None:
+    m = result["modes"]
+    assert m["netsha-agg"]["agent_packets"] < m["tlsh"]["agent_packets"]
+    assert m["netsha-agg"]["agent_answers"] == m["tlsh"]["agent_answers"], "aggregation alone drops nothing"
+    assert m["netsha"]["agent_answers"] < m["tlsh"]["agent_answers"], "reduction drops answers"
+    assert m["netsha"]["agent_packets"] < m["layered"]["agent_packets"]
+    assert result["agent_packets_ratio"] == m["netsha"]["agent_packets"] / m["layered"]["agent_packets"]
+    sw = m["netsha"]["switch_counters"]["switch0"]
+    assert sw["dropped_by_threshold"] > 0 and sw["drop_netsha_malformed"] == 0
+
+
+def test_paper_reduction_never_beats_exact() -> None:
+    ds = random_dataset(1500, 30, seed=4)
+    out = {}
+    for red in ("paper", "exact"):
+        cfg = SearchConfig(servers=3, k=10, registers=16, concurrency=15, slots=4, ga=3, reduction=red, switches=2)
+        out[red] = run_search(ds, cfg, ["netsha", "tlsh"], keep_topk=True)["modes"]
+    assert same_topk(out["exact"]["netsha"], out["exact"]["tlsh"]), "two switches in exact mode change nothing"
+    assert out["exact"]["netsha"]["recall"] == pytest.approx(out["exact"]["tlsh"]["recall"], abs=1e-12)
+    assert out["paper"]["netsha"]["recall"] <= out["exact"]["netsha"]["recall"] + 1e-12
+
+
+def test_digits_exact() -> None:
+    pytest.importorskip("sklearn")
+    ds = load("digits", 0, 40)
+    cfg = SearchConfig(servers=3, k=10, registers=32, concurrency=10, width=60.0)
+    m = run_search(ds, cfg, ["netsha", "tlsh"], keep_topk=True)["modes"]
+    assert same_topk(m["netsha"], m["tlsh"])
+    assert m["netsha"]["recall"] > 0.8
+    assert m["netsha"]["agent_answers"] < m["tlsh"]["agent_answers"]
+
+
+def test_agent_merge_matches_a_plain_sort() -> None:
+    rng = np.random.default_rng(0)
+    q = rng.integers(0, 5, 200)
+    i = rng.permutation(200)
+    d = rng.random(200)
+    got_i, got_d = top_k_per_query(5, q, i, d, 7)
+    for qq in range(5):
+        want = np.sort(d[q == qq])[:7]
+        assert np.array_equal(got_d[qq], want)
+
+
+def test_exact_knn_against_brute_force() -> None:
+    ds = random_dataset(300, 5, d=8, seed=1)
+    ids, dist = exact_knn(ds.base, ds.queries, 4)
+    for j in range(5):
+        full = np.linalg.norm(ds.base.astype(np.float64) - ds.queries[j], axis=1)
+        assert np.array_equal(ids[j], np.argsort(full)[:4])
+        assert np.allclose(dist[j], np.sort(full)[:4])
+
+
+def test_vecs_readers(tmp_path: Path) -> None:
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    write_fvecs(tmp_path / "a.fvecs", x)
+    assert np.array_equal(read_fvecs(tmp_path / "a.fvecs"), x)
+    iv = np.hstack([np.full((2, 1), 3, "<i4"), np.array([[1, 2, 3], [4, 5, 6]], "<i4")])
+    iv.tofile(tmp_path / "g.ivecs")
+    assert read_ivecs(tmp_path / "g.ivecs").tolist() == [[1, 2, 3], [4, 5, 6]]
+    bv = np.array([[2, 0, 0, 0, 7, 9]], dtype=np.uint8)
+    bv.tofile(tmp_path / "b.bvecs")
+    ds = load(str(tmp_path / "a.fvecs"), 0, 1, str(tmp_path / "a.fvecs"))
+    assert ds.base.shape == (3, 4) and ds.queries.shape == (1, 4)
+    (tmp_path / "bad.fvecs").write_bytes(b"\x05\x00\x00\x00\x00")
+    with pytest.raises(DatasetError):
+        read_fvecs(tmp_path / "bad.fvecs")
+
+
+def test_text_dataset_fails_clearly() -> None:
+    with pytest.raises(DatasetError, match="not implemented"):
+        load("text", 100, 10)
+
+
+def test_cli_search_writes_the_json(tmp_path: Path) -> None:
+    from inswitch.cli import app
+
+    out = tmp_path / "s.json"
+    r = CliRunner().invoke(
+        app,
+        ["search", "--base", "800", "--queries", "12", "--servers", "2", "--k", "5", "--registers", "8", "--mode", "all", "--json", str(out)],
+    )
+    assert r.exit_code == 0, r.output
+    res = json.loads(out.read_text())
+    for mode in ("netsha", "layered", "tlsh"):
+        for key in ("recall", "f1", "agent_packets", "agent_answers", "total_s", "time_split_pct", "time_per_query_us"):
+            assert key in res["modes"][mode]
+    assert "agent_packets_ratio" in res
+    r = CliRunner().invoke(app, ["search", "--dataset", "text", "--queries", "3"])
+    assert r.exit_code == 2 and "not" in r.output and "implemented" in r.output
+
+
+@pytest.mark.parametrize("name", ["netsha-fig12", "netsha-fig16"])
+def test_packet_experiments_quick(name: str, tmp_path: Path) -> None:
+    from inswitch.experiments import all_experiments
+
+    e = all_experiments()[name]
+    res = e.run(True, lambda s: None)
+    assert res["small_packets"]["normalized_agent_packets"]["netsha"] < 0.5
+    assert res["normalized_agent_packets"]["netsha"] < 1.0
+    e.plot(res, tmp_path / f"{name}.png")
+    assert (tmp_path / f"{name}.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("name", ["netsha-table2", "netsha-fig21", "netsha-fig23", "netsha-fig18-19", "netsha-fig22", "netsha-fig20"])
+def test_other_experiments_quick(name: str, tmp_path: Path) -> None:
+    from inswitch.experiments import all_experiments, lookup
+
+    e = all_experiments()[name]
+    res = e.run(True, lambda s: None)
+    json.dumps(res, default=float)
+    for n in e.numbers:
+        assert lookup(res, n.ours_key) is not None, n.ours_key
+    e.plot(res, tmp_path / f"{name}.png")
+    assert (tmp_path / f"{name}.png").stat().st_size > 0
+
+
+def test_scapy_layer_reads_the_rust_encoding() -> None:
+    from inswitch import _native
+    from inswitch.scapy.netsha import Netsha, NetshaAnswer, NetshaQuery
+
+    q = np.array([7, 7, 9], dtype="<u4")
+    i = np.array([1, 2, 3], dtype="<u4")
+    d = np.array([0.5, 1.25, 3.0], dtype="<f8")
+    raw = _native.netsha_encode(q.tobytes(), i.tobytes(), d.tobytes())
+    p = Netsha(raw)
+    assert p.query_count == 2
+    assert [(b.qid, [(a.id, a.distance) for a in b.pairs]) for b in p.queries] == [(7, [(1, 0.5), (2, 1.25)]), (9, [(3, 3.0)])]
+    built = Netsha(queries=[NetshaQuery(qid=7, pairs=[NetshaAnswer(id=1, distance=0.5), NetshaAnswer(id=2, distance=1.25)]), NetshaQuery(qid=9, pairs=[NetshaAnswer(id=3, distance=3.0)])])
+    assert bytes(built) == raw
+
+
+def test_ann_benchmarks_hdf5(tmp_path: Path) -> None:
+    h5py = pytest.importorskip("h5py")
+    x = random_dataset(400, 10, d=16, seed=2)
+    with h5py.File(tmp_path / "toy.hdf5", "w") as f:
+        f["train"] = x.base
+        f["test"] = x.queries
+    ds = load(str(tmp_path / "toy.hdf5"), 0, 5)
+    assert ds.base.shape == (400, 16) and ds.queries.shape == (5, 16)
+    assert np.array_equal(ds.queries, x.queries[:5])

@@ -1,0 +1,141 @@
+"""NetSHa between real processes: search servers in network namespaces send their answers
+over ordinary UDP sockets (ToS bit set with IP_TOS) to an agent process, through the
+inswitch switch process running `forward,netsha`. The agent's top K per query must equal
+the top K of everything the servers sent, and the switch must have reduced.
+
+Needs root (namespaces). The rack is named `netsha<pid>` and always taken down.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = os.geteuid() == 0
+pytestmark = pytest.mark.skipif(not ROOT, reason="needs root: network namespaces")
+PY = sys.executable
+K = 50
+
+SERVER = textwrap.dedent('''
+    # One search server: send this server's answers (from a JSON file) to the agent, one
+    # query per packet, at most PER answers per packet, ToS reserved bit set.
+    import json, socket, struct, sys, time
+    path, me, agent, port, per = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+    answers = json.load(open(path))[str(me)]
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, 1)
+    sent = 0
+    for qid, items in answers.items():
+        for i in range(0, len(items), per):
+            chunk = items[i:i + per]
+            body = struct.pack("!BIH", 1, int(qid), len(chunk)) + b"".join(struct.pack("!Id", a, d) for a, d in chunk)
+            s.sendto(body, (agent, port))
+            sent += 1
+            time.sleep(0.0005)
+    print(sent, flush=True)
+''')
+
+AGENT = textwrap.dedent('''
+    # The agent: receive NetSHa packets until idle, print every (qid, id, distance) and the
+    # number of packets.
+    import json, socket, struct, sys, time
+    port, idle, limit = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("0.0.0.0", port)); s.settimeout(0.2)
+    print("READY", flush=True)
+    got, packets, last, end = [], 0, time.monotonic(), time.monotonic() + limit
+    while time.monotonic() < end and time.monotonic() - last < idle:
+        try:
+            msg = s.recv(65535)
+        except socket.timeout:
+            continue
+        packets += 1; last = time.monotonic()
+        n, at = msg[0], 1
+        for _ in range(n):
+            qid, num = struct.unpack_from("!IH", msg, at); at += 6
+            for _ in range(num):
+                a, d = struct.unpack_from("!Id", msg, at); at += 12
+                got.append([qid, a, d])
+    print(json.dumps({"packets": packets, "answers": got}), flush=True)
+''')
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def rack():
+    from inswitch.topology import Rack, netns
+
+    name = f"netsha{os.getpid() % 1000}"
+    r = Rack()
+    # Table 1's defaults (100 registers, 12 slots, p = 8, K = 50), 10 ms timers.
+    programs = "forward,netsha"
+    try:
+        st = r.up(4, name=name, programs=programs, p4runtime=f"127.0.0.1:{free_port()}", metrics=f"127.0.0.1:{free_port()}")
+        yield st
+    finally:
+        r.down(name)
+        assert not netns.leftovers(f"{name}-")
+
+
+def test_answers_through_the_rack_are_exact_and_reduced(rack, tmp_path: Path) -> None:
+    from inswitch.topology import control, netns
+
+    st = rack
+    agent, servers = st.hosts[0], st.hosts[1:]
+    mac = int(agent.mac.replace(":", ""), 16)
+    ip = int.from_bytes(socket.inet_aton(agent.ip), "big")
+    with control.connect(st.switch.p4runtime) as c:
+        c.insert_entry("agent", {"meta.zero": 0}, "to_agent", {"port": agent.port, "dmac": mac, "dip": ip, "dport": 7001})
+    rng = np.random.default_rng(5)
+    data: dict[str, dict[str, list]] = {}
+    want: dict[int, list[float]] = {}
+    for s in range(len(servers)):
+        data[str(s)] = {}
+        for q in range(12):
+            d = np.sort(rng.random(80).astype(np.float32)) * 100
+            items = [[s * 10000 + q * 100 + i, float(x)] for i, x in enumerate(d)]
+            data[str(s)][str(q)] = items
+            want.setdefault(q, []).extend(float(x) for x in d)
+    (tmp_path / "answers.json").write_text(json.dumps(data))
+    (tmp_path / "server.py").write_text(SERVER)
+    (tmp_path / "agent.py").write_text(AGENT)
+    ag = subprocess.Popen(netns.in_netns(agent.netns, [PY, str(tmp_path / "agent.py"), "7001", "3.0", "60"]), stdout=subprocess.PIPE, text=True)
+    try:
+        assert ag.stdout and ag.stdout.readline().strip() == "READY"
+        sent = 0
+        for i, h in enumerate(servers):
+            cp = subprocess.run(
+                netns.in_netns(h.netns, [PY, str(tmp_path / "server.py"), str(tmp_path / "answers.json"), str(i), agent.ip, "7001", "8"]),
+                capture_output=True, text=True, timeout=60,
+            )
+            assert cp.returncode == 0, cp.stderr
+            sent += int(cp.stdout.strip())
+        out, _ = ag.communicate(timeout=90)
+    finally:
+        if ag.poll() is None:
+            ag.kill()
+            ag.wait()
+    res = json.loads(out.strip().splitlines()[-1])
+    total = sum(len(v) for v in want.values())
+    print(f"rack: servers sent {sent} packets / {total} answers; the agent got {res['packets']} packets / {len(res['answers'])} answers")
+    got: dict[int, list[float]] = {}
+    for q, _a, d in res["answers"]:
+        got.setdefault(q, []).append(d)
+    for q, ds in want.items():
+        assert sorted(got.get(q, []))[:K] == sorted(ds)[:K], f"query {q}"
+    assert len(res["answers"]) < sum(len(v) for v in want.values()), "the switch dropped answers beyond the top K"
+    assert res["packets"] < sent, f"{res['packets']} packets at the agent, {sent} sent by the servers"
