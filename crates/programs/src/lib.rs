@@ -1,6 +1,7 @@
 //! Data-plane programs, one module each, written against `pisa` only.
 //!
 //! - [`forward`]: the base program (L2, IPv4 LPM, per-port counters).
+//! - [`hare`]: Hare's hot-key offloading for a KV store (e-MAT, OO-Stat, state manager).
 #![forbid(unsafe_code)]
 
 use std::sync::Arc;
@@ -8,14 +9,16 @@ use std::sync::Arc;
 use pisa::Program;
 
 pub mod forward;
+pub mod hare;
 
 /// Names of the programs this build knows.
-pub const NAMES: &[&str] = &["forward"];
+pub const NAMES: &[&str] = &["forward", "hare"];
 
 /// A fresh instance of a program by name.
 pub fn by_name(name: &str) -> Option<Arc<dyn Program>> {
     match name {
         "forward" => Some(Arc::new(forward::Forward::new())),
+        "hare" => Some(Arc::new(hare::Hare::new())),
         _ => None,
     }
 }

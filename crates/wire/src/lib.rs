@@ -62,6 +62,7 @@ pub mod arp;
 pub mod checksum;
 pub mod error;
 pub mod ethernet;
+pub mod hare;
 pub mod icmpv4;
 pub mod ipv4;
 pub mod udp;
