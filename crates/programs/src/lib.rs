@@ -12,13 +12,15 @@ pub mod forward;
 pub mod hare;
 
 /// Names of the programs this build knows.
-pub const NAMES: &[&str] = &["forward", "hare"];
+pub const NAMES: &[&str] = &["forward", "hare", "netcache", "dyso"];
 
 /// A fresh instance of a program by name.
 pub fn by_name(name: &str) -> Option<Arc<dyn Program>> {
     match name {
         "forward" => Some(Arc::new(forward::Forward::new())),
         "hare" => Some(Arc::new(hare::Hare::new())),
+        "netcache" => Some(Arc::new(hare::netcache::NetCache::new())),
+        "dyso" => Some(Arc::new(hare::dyso::Dyso::new())),
         _ => None,
     }
 }

@@ -15,13 +15,15 @@
 //! ingress stages 1..=M, the state manager in the next stage, then OO-Stat and the value
 //! arrays, four per stage.
 
+pub mod dyso;
 pub mod emat;
 pub mod kv;
+pub mod netcache;
 pub mod oostat;
 
 use pisa::decl::TableSpec;
 use pisa::{ActionId, DropCode, Gress, MatchKind, Pass, Program, ProgramBuilder, ProgramDecl, Table, PORT_CPU};
-use wire::hare::{Op, Packet, FLAG_DONE, FLAG_HIT, HEADER_LEN, PORT_CLIENT, PORT_SERVER};
+use wire::hare::{Op, Packet, FLAG_DONE, HEADER_LEN, PORT_CLIENT, PORT_SERVER};
 
 use emat::{Emat, EmatShape};
 use kv::ValueStore;
@@ -136,7 +138,7 @@ impl Hare {
         });
         let states = StateManager::declare(&mut b, st_stage, cfg.slots);
         let oo = OoStat::declare(&mut b, st_stage + 1, cfg.slots);
-        let values = ValueStore::declare(&mut b, cfg.value_bytes, cfg.slots, st_stage + 1, 3, 4);
+        let values = ValueStore::declare(&mut b, "value", cfg.value_bytes, cfg.slots, &mut kv::Packer { stage: st_stage + 1, free: 3, per_stage: 4 });
         let d_malformed = b.drop_reason("hare_malformed");
         let d_unknown_op = b.drop_reason("hare_unknown_op");
         let d_key_field = b.drop_reason("hare_key_field");
@@ -173,39 +175,6 @@ impl Hare {
         &self.cfg
     }
 
-    /// Turn the packet back to its sender as `len` header bytes: swap addresses and ports,
-    /// fix the lengths and the IPv4 checksum (the UDP checksum is left out, 0).
-    fn back_to_sender(&self, pass: &mut Pass<'_>, len: usize) {
-        if !pass.resize_hdr(len) {
-            return;
-        }
-        pass.truncate_payload();
-        let port = pass.ingress_port();
-        let h = pass.hdr_mut();
-        for i in 0..6 {
-            h.swap(i, 6 + i);
-        }
-        for i in 0..4 {
-            h.swap(26 + i, 30 + i);
-        }
-        h.swap(34, 36);
-        h.swap(35, 37);
-        let ip_len = (len - 14) as u16;
-        let udp_len = (len - 34) as u16;
-        {
-            let mut ip = wire::Ipv4Packet::new_unchecked(&mut h[14..34]);
-            ip.set_total_len(ip_len);
-            ip.fill_checksum();
-        }
-        h[38..40].copy_from_slice(&udp_len.to_be_bytes());
-        h[40..42].copy_from_slice(&[0, 0]);
-        if port == PORT_CPU {
-            pass.to_cpu();
-        } else {
-            pass.forward(port);
-        }
-    }
-
     fn query(&self, pass: &mut Pass<'_>, op: Op) {
         let kb = self.cfg.key_bytes;
         let vb = self.cfg.value_bytes;
@@ -232,24 +201,7 @@ impl Hare {
                     return;
                 }
                 pass.execute(&self.oo.count, slot as u32, ());
-                let len = voff + vb;
-                let mut val = [0u8; 256];
-                for (i, a) in self.values.get.iter().enumerate() {
-                    let w = pass.execute(a, slot as u32, ());
-                    val[4 * i..4 * i + 4].copy_from_slice(&w.to_be_bytes());
-                }
-                // Request into reply: op, hit flag, slot, value after the key field.
-                if !pass.resize_hdr(len) {
-                    return;
-                }
-                let h = pass.hdr_mut();
-                let mut p = Packet::new_unchecked(&mut h[L4_END..]);
-                p.set_op(Op::GetReply);
-                p.set_flags(p.flags() | FLAG_HIT);
-                p.set_hit_index(slot);
-                p.set_value_len(vb as u8);
-                h[voff..len].copy_from_slice(&val[..vb]);
-                self.back_to_sender(pass, len);
+                self.values.serve_get(pass, slot, kb, vb);
             }
             Op::Put => {
                 pass.execute(&self.states.invalidate, slot as u32, ());
@@ -259,12 +211,7 @@ impl Hare {
                     return; // a value of another size cannot be cached; the state stays invalid
                 }
                 pass.execute(&self.states.revalidate, slot as u32, ());
-                let mut val = [0u8; 256];
-                val[..vb].copy_from_slice(&pass.hdr()[voff..voff + vb]);
-                for (i, a) in self.values.put.iter().enumerate() {
-                    let w = u32::from_be_bytes([val[4 * i], val[4 * i + 1], val[4 * i + 2], val[4 * i + 3]]);
-                    pass.execute(a, slot as u32, w);
-                }
+                self.values.store(pass, slot, voff, vb);
             }
             _ => {}
         }
@@ -315,19 +262,9 @@ impl Hare {
                     return;
                 }
                 if op == Op::DataMvToSwitch {
-                    let mut val = [0u8; 256];
-                    val[..vb].copy_from_slice(&pass.hdr()[voff..end]);
-                    for (i, a) in self.values.put.iter().enumerate() {
-                        let w = u32::from_be_bytes([val[4 * i], val[4 * i + 1], val[4 * i + 2], val[4 * i + 3]]);
-                        pass.execute(a, slot as u32, w);
-                    }
+                    self.values.store(pass, slot, voff, vb);
                 } else {
-                    let mut val = [0u8; 256];
-                    for (i, a) in self.values.get.iter().enumerate() {
-                        let w = pass.execute(a, slot as u32, ());
-                        val[4 * i..4 * i + 4].copy_from_slice(&w.to_be_bytes());
-                    }
-                    pass.hdr_mut()[voff..end].copy_from_slice(&val[..vb]);
+                    self.values.load(pass, slot, voff, vb);
                 }
             }
             _ => {
@@ -337,9 +274,43 @@ impl Hare {
         }
         let h = pass.hdr_mut();
         h[L4_END + 1] |= FLAG_DONE;
-        self.back_to_sender(pass, end);
+        back_to_sender(pass, end);
     }
 }
+
+/// Turn the packet back to its sender as `len` header bytes: swap addresses and ports,
+/// fix the lengths and the IPv4 checksum (the UDP checksum is left out, 0).
+pub(crate) fn back_to_sender(pass: &mut Pass<'_>, len: usize) {
+    if !pass.resize_hdr(len) {
+        return;
+    }
+    pass.truncate_payload();
+    let port = pass.ingress_port();
+    let h = pass.hdr_mut();
+    for i in 0..6 {
+        h.swap(i, 6 + i);
+    }
+    for i in 0..4 {
+        h.swap(26 + i, 30 + i);
+    }
+    h.swap(34, 36);
+    h.swap(35, 37);
+    let ip_len = (len - 14) as u16;
+    let udp_len = (len - 34) as u16;
+    {
+        let mut ip = wire::Ipv4Packet::new_unchecked(&mut h[14..34]);
+        ip.set_total_len(ip_len);
+        ip.fill_checksum();
+    }
+    h[38..40].copy_from_slice(&udp_len.to_be_bytes());
+    h[40..42].copy_from_slice(&[0, 0]);
+    if port == PORT_CPU {
+        pass.to_cpu();
+    } else {
+        pass.forward(port);
+    }
+}
+
 
 impl Default for Hare {
     fn default() -> Self {

@@ -52,7 +52,12 @@ pub struct StateManager {
 
 impl StateManager {
     pub fn declare(b: &mut ProgramBuilder, stage: u8, slots: u32) -> StateManager {
-        let r = b.register::<u8>("obj_state", Gress::Ingress, stage, slots, "state manager: empty / valid / invalid (write in flight) / replacing");
+        StateManager::declare_named(b, "obj_state", stage, slots)
+    }
+
+    /// The same under another register name.
+    pub fn declare_named(b: &mut ProgramBuilder, name: &str, stage: u8, slots: u32) -> StateManager {
+        let r = b.register::<u8>(name, Gress::Ingress, stage, slots, "state: empty / valid / invalid (write in flight) / replacing");
         StateManager {
             check: b.register_action(r, "check", read_u8),
             set: b.register_action(r, "set", set_u8),
