@@ -9,4 +9,5 @@
 //! servers (Hare), tenant adapters and the goalkeeper (INaaS).
 #![forbid(unsafe_code)]
 
+pub mod hare;
 pub mod netstack;

@@ -21,6 +21,7 @@ pub fn by_name(name: &str) -> Option<Arc<dyn Program>> {
         "hare" => Some(Arc::new(hare::Hare::new())),
         "netcache" => Some(Arc::new(hare::netcache::NetCache::new())),
         "dyso" => Some(Arc::new(hare::dyso::Dyso::new())),
+        n if hare::is_spec(n) => hare::by_spec(n),
         _ => None,
     }
 }

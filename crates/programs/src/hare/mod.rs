@@ -349,3 +349,69 @@ impl Program for Hare {
         }
     }
 }
+
+/// Parse `key=value` pairs after `name:` (e.g. `hare:key=80,value=64,slots=4096`).
+fn spec_params(spec: &str) -> Result<Vec<(String, usize)>, String> {
+    let rest = spec.split_once(':').map(|x| x.1).unwrap_or("");
+    rest.split(',')
+        .filter(|s| !s.is_empty())
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').ok_or_else(|| format!("`{kv}`: expected name=number"))?;
+            let n = v.trim().parse::<usize>().map_err(|_| format!("`{kv}`: not a number"))?;
+            Ok((k.trim().to_string(), n))
+        })
+        .collect()
+}
+
+/// Whether `name` is a parameterized Hare-family program (`hare:...`, `netcache:...`, `dyso:...`).
+pub fn is_spec(name: &str) -> bool {
+    ["hare:", "netcache:", "dyso:"].iter().any(|p| name.starts_with(p))
+}
+
+/// A Hare-family program from a spec: `hare:key=B,value=B,slots=N[,seg=B]`,
+/// `netcache:key=B,value=B,slots=N[,threshold=T]`, `dyso:key=B,value=B,rows=R,columns=C`.
+/// Invalid specs give `None` (the caller reports the name as unknown).
+pub fn by_spec(name: &str) -> Option<std::sync::Arc<dyn Program>> {
+    let params = spec_params(name).ok()?;
+    let get = |k: &str| params.iter().find(|p| p.0 == k).map(|p| p.1);
+    let ok_kv = |kb: usize, vb: usize| (1..=255).contains(&kb) && vb % 4 == 0 && (4..=252).contains(&vb);
+    if name.starts_with("hare:") {
+        let d = HareConfig::default();
+        let cfg = HareConfig {
+            key_bytes: get("key").unwrap_or(d.key_bytes),
+            value_bytes: get("value").unwrap_or(d.value_bytes),
+            slots: get("slots").unwrap_or(d.slots as usize) as u32,
+            segment_bytes: get("seg"),
+        };
+        if !ok_kv(cfg.key_bytes, cfg.value_bytes) || cfg.slots == 0 || cfg.slots > 1 << 16 || cfg.segment_bytes == Some(0) {
+            return None;
+        }
+        Some(std::sync::Arc::new(Hare::with_config(cfg)))
+    } else if name.starts_with("netcache:") {
+        let d = netcache::NetCacheConfig::default();
+        let cfg = netcache::NetCacheConfig {
+            key_bytes: get("key").unwrap_or(d.key_bytes),
+            value_bytes: get("value").unwrap_or(d.value_bytes),
+            slots: get("slots").unwrap_or(d.slots as usize) as u32,
+            report_threshold: get("threshold").unwrap_or(d.report_threshold as usize) as u32,
+        };
+        if !ok_kv(cfg.key_bytes, cfg.value_bytes) || cfg.slots == 0 || cfg.slots > 1 << 16 {
+            return None;
+        }
+        Some(std::sync::Arc::new(netcache::NetCache::with_config(cfg)))
+    } else if name.starts_with("dyso:") {
+        let d = dyso::DysoConfig::default();
+        let cfg = dyso::DysoConfig {
+            key_bytes: get("key").unwrap_or(d.key_bytes),
+            value_bytes: get("value").unwrap_or(d.value_bytes),
+            rows: get("rows").unwrap_or(d.rows as usize) as u32,
+            columns: get("columns").unwrap_or(d.columns),
+        };
+        if !ok_kv(cfg.key_bytes, cfg.value_bytes) || cfg.key_bytes % 4 != 0 || !cfg.rows.is_power_of_two() || cfg.rows > 1 << 16 || cfg.columns == 0 || cfg.columns > 16 {
+            return None;
+        }
+        Some(std::sync::Arc::new(dyso::Dyso::with_config(cfg)))
+    } else {
+        None
+    }
+}
