@@ -1,0 +1,120 @@
+"""`inswitch kvs`: the KV store with hot-key offloading by Hare, NetCache, DySO or none,
+over the same seeded trace."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from inswitch.apps.hare.kvsim import SYSTEMS, KvParams, KvRun, measure_rates
+from inswitch.apps.hare.workload import SHIFTS, generate
+
+
+def run_kvs(
+    systems: list[str],
+    keys: int,
+    key_size: int,
+    value_size: int,
+    cache: int,
+    batch: int,
+    zipf: float,
+    shift: str,
+    duration: float,
+    rate: float,
+    writes: float,
+    scrambled: bool,
+    shift_count: Optional[int],
+    seed: int,
+    t_wait: float = 0.2,
+    progress: Optional[Any] = None,
+) -> dict[str, Any]:
+    """Generate one trace and replay it against each system; the result the CLI writes."""
+    count = shift_count if shift_count is not None else (cache if shift == "coldest-to-top" else 200)
+    trace = generate(keys, rate, duration, zipf, writes, scrambled, shift, duration / 2 if shift != "none" else None, count, 1.0, seed)
+    params = KvParams(n_keys=keys, key_size=key_size, value_size=value_size, cache=cache, batch=batch, t_wait=t_wait)
+    out: dict[str, Any] = {
+        "config": {
+            "keys": keys, "key_size": key_size, "value_size": value_size, "cache": cache, "batch": batch, "zipf": zipf,
+            "shift": shift, "shift_count": count, "shift_times": trace.shift_times, "duration_s": duration, "rate_qps": rate,
+            "write_ratio": writes, "scrambled": scrambled, "seed": seed, "queries": len(trace),
+            "model": {
+                "path": "trace-driven, in-process switch (pisa::Switch via _native.SimSwitch), simulated time",
+                "servers": params.servers, "server_service_s": params.service_s, "link_s": params.link_s,
+                "table_writes_per_s": params.table_rate, "packet_interactions_per_s": params.packet_rate,
+                "epoch_s": params.epoch_s, "t_wait_s": params.t_wait,
+            },
+        },
+        "systems": {},
+    }
+    for name in systems:
+        task = progress.add_task(name, total=1.0) if progress else None
+        run = KvRun(name, trace, params)
+        res = run.run((lambda f, task=task: progress.update(task, completed=f)) if progress else None)
+        out["systems"][name] = res
+    return out
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("kvs")
+    def kvs_cmd(
+        system: str = typer.Option("all", help="hare, netcache, dyso, none or all."),
+        keys: int = typer.Option(10_000, help="Number of keys."),
+        key_size: int = typer.Option(80, help="Key size in bytes."),
+        value_size: int = typer.Option(64, help="Value size in bytes (a multiple of 4)."),
+        cache: int = typer.Option(512, help="Objects the switch can hold."),
+        batch: int = typer.Option(64, help="Hare's batch size K."),
+        zipf: float = typer.Option(0.99, help="Zipf skew."),
+        shift: str = typer.Option("coldest-to-top", help=f"Popularity change at half time: {', '.join(SHIFTS)}."),
+        duration: float = typer.Option(4.0, help="Trace length in seconds (simulated)."),
+        rate: float = typer.Option(10_000.0, help="Queries per second."),
+        writes: float = typer.Option(0.0, help="Fraction of PUTs."),
+        scrambled: bool = typer.Option(False, help="Scrambled Zipf (hot keys spread over the key space)."),
+        shift_count: Optional[int] = typer.Option(None, help="Keys changed (default: cache size for coldest-to-top, else 200)."),
+        seed: int = typer.Option(1, help="Trace seed."),
+        json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here."),
+        rates: bool = typer.Option(True, help="Also measure the two plane-interaction rates here."),
+    ) -> None:
+        """Replay one seeded KV trace against Hare, NetCache, DySO and no caching."""
+        console = Console()
+        systems = list(SYSTEMS) if system == "all" else [system]
+        if any(s not in SYSTEMS for s in systems):
+            console.print(f"[red]error:[/red] --system must be one of {', '.join(SYSTEMS)} or all")
+            raise typer.Exit(2)
+        if shift not in SHIFTS:
+            console.print(f"[red]error:[/red] --shift must be one of {', '.join(SHIFTS)}")
+            raise typer.Exit(2)
+        if value_size % 4 or not 4 <= value_size <= 252 or not 1 <= key_size <= 255:
+            console.print("[red]error:[/red] key size 1..255, value size 4..252 and a multiple of 4")
+            raise typer.Exit(2)
+        with Progress(console=console) as prog:
+            out = run_kvs(systems, keys, key_size, value_size, cache, batch, zipf, shift, duration, rate, writes, scrambled, shift_count, seed, progress=prog)
+        if rates:
+            out["plane_interaction_rates_measured"] = measure_rates()
+        t = Table(title=f"kvs: {len(systems)} system(s), {out['config']['queries']} queries, shift {shift}")
+        for c in ("system", "stable hit rate", "recovered", "recovery (s)", "mean qps", "max P99 (µs)", "offloads", "table ops", "packet ops", "correct"):
+            t.add_column(c)
+        for name, r in out["systems"].items():
+            p99 = [x for x in r["p99_us"] if x is not None]
+            f = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+            t.add_row(
+                name, f(r["stable_hit_rate"]), f(r["recovered_hit_rate"]), "-" if r["recovery_s"] is None else str(r["recovery_s"]),
+                f"{sum(r['throughput_qps']) / max(1, len(r['throughput_qps'])):.0f}", f"{max(p99) if p99 else 0:.0f}",
+                str(r["offloads"]), str(r["control"]["table_ops"]), str(r["control"]["packet_ops"]),
+                "[green]yes[/green]" if r["correct"] else "[red]NO[/red]",
+            )
+        console.print(t)
+        if "plane_interaction_rates_measured" in out:
+            m = out["plane_interaction_rates_measured"]
+            console.print(f"measured here (in-process, through Python): {m['table_writes_per_s']:.0f} table writes/s, {m['packet_interactions_per_s']:.0f} packet interactions/s; modeled: 10000 and 1000000 /s")
+        if json_out:
+            json_out.parent.mkdir(parents=True, exist_ok=True)
+            json_out.write_text(json.dumps(out, indent=1))
+            console.print(f"wrote {json_out}")
+        if not all(r["correct"] for r in out["systems"].values()):
+            raise typer.Exit(1)
