@@ -299,19 +299,22 @@ impl SimSwitch {
         })
         .map(|_| ())
     }
-    /// Drops by reason name (the switch's and the programs').
+    /// Drops by reason name, counted in the pass of the program that decided them
+    /// (program reasons are numbered per program, so they are named per program).
     fn drops(&self) -> std::collections::BTreeMap<String, u64> {
         let c = self.sw.counters();
         let mut out = std::collections::BTreeMap::new();
-        for (code, n) in c.drops.iter().enumerate() {
-            if *n == 0 {
-                continue;
+        for (p, pc) in c.programs.iter().enumerate() {
+            for (code, n) in pc.drops.iter().enumerate() {
+                if *n == 0 {
+                    continue;
+                }
+                let name = pisa::DropCode(code as u8).builtin_name().map(str::to_string).or_else(|| {
+                    let i = code.checked_sub(pisa::DropCode::FIRST_PROGRAM as usize)?;
+                    self.set.decl(p).drop_reasons.get(i).cloned()
+                });
+                *out.entry(name.unwrap_or_else(|| format!("code_{code}"))).or_insert(0) += *n;
             }
-            let name = pisa::DropCode(code as u8).builtin_name().map(str::to_string).or_else(|| {
-                let i = code.checked_sub(pisa::DropCode::FIRST_PROGRAM as usize)?;
-                (0..self.set.len()).find_map(|p| self.set.decl(p).drop_reasons.get(i).cloned())
-            });
-            out.insert(name.unwrap_or_else(|| format!("code_{code}")), *n);
         }
         out
     }
