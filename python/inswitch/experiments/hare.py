@@ -1,0 +1,371 @@
+"""Hare (IEEE/ACM ToN 2025) figures 12–14: hotspot size per stage, objects that fit,
+hit-rate recovery (and batch size K), KVS throughput and P99 around a popularity change.
+
+Figures 12a/12b come from the resource model (`inswitch resources`); 13 and 14 from
+trace-driven runs on the in-process switch with simulated time (see
+`inswitch.apps.hare.kvsim`), except Fig. 13c's server throughput, which is measured: a
+real query loop with and without NOO-Stat's K-sized heap."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from inswitch import _native
+from inswitch.experiments import Experiment, PaperNumber
+
+TARGET = "tofino1"
+
+
+def _fits(spec: str) -> tuple[bool, dict[str, Any]]:
+    rep = json.loads(_native.resources_json(["forward", spec], TARGET))
+    return rep["fits"], rep
+
+
+def _fig():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+# ---- Fig. 12a -----------------------------------------------------------------------------
+
+
+def run_fig12a(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
+    t = json.loads(_native.resources_json(["forward"], TARGET))["target"]
+    crossbar = t["exact_key_bits_per_stage"]
+    # A stage's MAT matches crossbar bits; the e-MAT's first MAT gives 8 of them to the key
+    # length, the others 16 to the index. DySO's stage compares one 32-bit word per stateful
+    # ALU; NetCache matches a whole key in one MAT.
+    hare_first, hare_next = (crossbar - 8) // 8, (crossbar - 16) // 8
+    dyso_stage = t["salus_per_stage"] * t["salu_output_bits"] // 8
+    stages = list(range(1, 11))
+    hare = [hare_first + hare_next * (s - 1) for s in stages]
+    dyso = [dyso_stage * s for s in stages]
+    netcache = [hare_first for _ in stages]
+    # Check the rule against the resource report wherever our wire format (keys up to 255
+    # bytes) lets us build the program.
+    checks = []
+    for s, k in zip(stages, hare):
+        if k > 255:
+            break
+        progress(f"checking hare key={k}")
+        ok, rep = _fits(f"hare:key={k},value=16,slots=1024")
+        emat_stages = sorted({tb["stage"] for tb in rep["tables"] if ".emat_" in tb["name"]})
+        checks.append({"stages": s, "key": k, "emat_stages": len(emat_stages), "fits": ok})
+    for s in (1, 2, 3):
+        k = dyso_stage * s
+        ok, rep = _fits(f"dyso:key={k},value=4,rows=1024,columns=1")
+        key_stages = sorted({r["stage"] for r in rep["registers"] if ".key_c0_" in r["name"]})
+        checks.append({"system": "dyso", "stages": s, "key": k, "key_stages": len(key_stages), "fits": ok})
+    # One byte more per stage than the rule does not fit a stage's crossbar.
+    wider, _ = _fits(f"hare:key={hare_first + 1},value=16,slots=1024,seg={hare_first + 1}")
+    checks.append({"hare_segment_one_byte_wider_fits": wider})
+    i10 = stages.index(10)
+    return {
+        "stages": stages,
+        "hare_max_key_bytes": hare,
+        "dyso_max_key_bytes": dyso,
+        "netcache_max_key_bytes": netcache,
+        "checked_against_resource_report": checks,
+        "at_10_stages": {"hare_vs_dyso": hare[i10] / dyso[i10], "hare_vs_netcache": hare[i10] / netcache[i10]},
+        "note": "model limits per stage from the tofino1 profile (1024-bit exact-match crossbar, 4 x 32-bit stateful ALUs); our Hare header carries keys up to 255 bytes and the tofino1 parser reaches 256 bytes, so keys beyond ~180 bytes would need a deeper parser or recirculation",
+    }
+
+
+def plot_fig12a(r: dict[str, Any], png: Path) -> None:
+    plt = _fig()
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for k, lab in (("hare", "Hare (e-MAT)"), ("dyso", "DySO (r-MAT)"), ("netcache", "NetCache (MAT)")):
+        ax.plot(r["stages"], r[f"{k}_max_key_bytes"], marker="o", label=lab)
+    ax.set_xlabel("stages used for hit-checks")
+    ax.set_ylabel("largest object (bytes)")
+    ax.set_title("Fig. 12a: hotspot size vs stages (tofino1 model)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+
+
+# ---- Fig. 12b -----------------------------------------------------------------------------
+
+
+def _max_objects(make: Callable[[int], str], hi: int = 65536) -> int:
+    lo, best = 1, 0
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        if _fits(make(mid))[0]:
+            best, lo = mid, mid + 1
+        else:
+            hi = mid - 1
+    return best
+
+
+def run_fig12b(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
+    sizes = [16, 48, 80] if quick else [16, 32, 48, 64, 80]
+    rows: list[dict[str, Any]] = []
+    for kb in sizes:
+        for vb in sizes:
+            progress(f"key {kb} value {vb}")
+            hare = _max_objects(lambda n: f"hare:key={kb},value={vb},slots={n}")
+            nc = _max_objects(lambda n: f"netcache:key={kb},value={vb},slots={n}")
+            dy = 0
+            dy_cfg = None
+            for c in range(1, 9):
+                ok_any = False
+                for rb in range(16, 4, -1):
+                    if _fits(f"dyso:key={kb},value={vb},rows={1 << rb},columns={c}")[0]:
+                        ok_any = True
+                        if (1 << rb) * c > dy:
+                            dy, dy_cfg = (1 << rb) * c, {"rows": 1 << rb, "columns": c}
+                        break
+                if not ok_any:
+                    break
+            rows.append({"key": kb, "value": vb, "hare": hare, "netcache": nc, "dyso": dy, "dyso_shape": dy_cfg})
+    ratio_dy = [r["hare"] / r["dyso"] for r in rows if r["dyso"]]
+    ratio_nc = [r["hare"] / r["netcache"] for r in rows if r["netcache"]]
+    return {
+        "target": TARGET,
+        "cells": rows,
+        "hare_vs_dyso": {"min": min(ratio_dy), "max": max(ratio_dy)},
+        "hare_vs_netcache": {"min": min(ratio_nc), "max": max(ratio_nc)},
+        "note": "largest number of objects whose program fits tofino1 beside the base program, by the resource model; Hare and NetCache indexes are 16 bits (65536 at most), DySO rows a power of two",
+    }
+
+
+def plot_fig12b(r: dict[str, Any], png: Path) -> None:
+    plt = _fig()
+    cells = r["cells"]
+    labels = [f"{c['key']}/{c['value']}" for c in cells]
+    x = np.arange(len(cells))
+    fig, ax = plt.subplots(figsize=(max(6, len(cells) * 0.45), 3.5))
+    for i, (k, lab) in enumerate((("hare", "Hare"), ("netcache", "NetCache"), ("dyso", "DySO"))):
+        ax.bar(x + (i - 1) * 0.27, [c[k] for c in cells], 0.27, label=lab)
+    ax.set_xticks(x, labels, rotation=60, fontsize=7)
+    ax.set_xlabel("key / value bytes")
+    ax.set_ylabel("objects that fit")
+    ax.set_title("Fig. 12b: offloaded objects vs key and value size (tofino1 model)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+
+
+# ---- Fig. 13 and 14 -----------------------------------------------------------------------
+
+
+def _kvs(quick: bool, systems: list[str], batch: int, progress: Callable[[str], None], rate: float | None = None) -> dict[str, Any]:
+    from inswitch.apps.hare.cli import run_kvs
+
+    if quick:
+        keys, cache, dur, r = 3000, 128, 2.0, rate or 8000.0
+    else:
+        keys, cache, dur, r = 20000, 1024, 8.0, rate or 20000.0
+    progress(f"kvs {','.join(systems)} K={batch}")
+    return run_kvs(systems, keys, 80, 80, cache, batch, 0.99, "coldest-to-top", dur, r, 0.0, False, None, seed=13)
+
+
+def _time_to_reach(hr: list, t_shift: float, step: float, level: float) -> float | None:
+    for e in range(int(t_shift / step), len(hr)):
+        v = hr[e]
+        if v is not None and v >= level:
+            return round((e + 1) * step - t_shift, 3)
+    return None
+
+
+def run_fig13(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
+    from inswitch.apps.hare.kvsim import measure_rates
+
+    main = _kvs(quick, ["hare", "netcache", "dyso"], 64, progress)
+    sysr = main["systems"]
+    t_shift = main["config"]["shift_times"][0]
+    step = main["config"]["model"]["epoch_s"]
+    nc_rec = sysr["netcache"]["recovered_hit_rate"] or 0.0
+    hare_t = _time_to_reach(sysr["hare"]["hit_rate"], t_shift, step, nc_rec)
+    nc_t = _time_to_reach(sysr["netcache"]["hit_rate"], t_shift, step, nc_rec)
+    ks = [8, 32, 128] if quick else [16, 64, 256, 1024]
+    by_k = {}
+    for k in ks:
+        r = _kvs(quick, ["hare"], k, progress)["systems"]["hare"]
+        by_k[str(k)] = {"recovery_s": r["recovery_s"], "recovered_hit_rate": r["recovered_hit_rate"], "hit_rate": r["hit_rate"]}
+    # Fig. 13c, measured: backend query loop with NOO-Stat for each K (Zipf 0.99 stream).
+    progress("server throughput vs K")
+    n_keys = 20000 if quick else 200000
+    cdf = np.cumsum(1.0 / np.arange(1, n_keys + 1) ** 0.99)
+    cdf /= cdf[-1]
+    stream = np.searchsorted(cdf, np.random.default_rng(3).uniform(size=100_000 if quick else 1_000_000)).astype(np.uint32).tolist()
+    server = {}
+    for k in [16, 256, 4096] if quick else [16, 64, 256, 1024, 4096, 16384]:
+        with_, without, updates = _native.noostat_server_bench(k, n_keys, stream, 80)
+        server[str(k)] = {"qps_with_noostat": with_, "qps_without": without, "heap_updates": updates}
+    rec = {n: sysr[n]["recovered_hit_rate"] for n in sysr}
+    return {
+        "config": main["config"],
+        "hit_rate": {n: sysr[n]["hit_rate"] for n in sysr},
+        "stable_hit_rate": {n: sysr[n]["stable_hit_rate"] for n in sysr},
+        "recovered_hit_rate": rec,
+        "recovery_s": {n: sysr[n]["recovery_s"] for n in sysr},
+        "hare_minus_netcache": (rec["hare"] or 0) - (rec["netcache"] or 0),
+        "hare_minus_dyso": (rec["hare"] or 0) - (rec["dyso"] or 0),
+        "time_to_netcache_level_s": {"hare": hare_t, "netcache": nc_t},
+        "hare_time_fraction_of_netcache": (hare_t / nc_t) if hare_t is not None and nc_t else None,
+        "control": {n: sysr[n]["control"] for n in sysr},
+        "plane_interaction_rates_measured": measure_rates(500 if quick else 5000),
+        "by_batch_k": by_k,
+        "server_throughput_by_k": server,
+        "correct": all(sysr[n]["correct"] for n in sysr),
+    }
+
+
+def plot_fig13(r: dict[str, Any], png: Path) -> None:
+    plt = _fig()
+    step = r["config"]["model"]["epoch_s"]
+    fig, axs = plt.subplots(1, 3, figsize=(13, 3.5))
+    for n, hr in r["hit_rate"].items():
+        axs[0].plot([i * step for i in range(len(hr))], [np.nan if v is None else v for v in hr], label=n)
+    for k, v in r["by_batch_k"].items():
+        axs[1].plot([i * step for i in range(len(v["hit_rate"]))], [np.nan if x is None else x for x in v["hit_rate"]], label=f"K={k}")
+    for ax in axs[:2]:
+        for t in r["config"]["shift_times"]:
+            ax.axvline(t, color="grey", ls=":")
+        ax.set_xlabel("time (s)")
+        ax.set_ylabel("switch hit rate")
+        ax.legend(fontsize=8)
+    axs[0].set_title("13a: recovery after the coldest keys go to the top")
+    axs[1].set_title("13b: Hare, batch size K")
+    ks = list(r["server_throughput_by_k"])
+    axs[2].plot([int(k) for k in ks], [r["server_throughput_by_k"][k]["qps_with_noostat"] / 1e6 for k in ks], marker="o", label="with NOO-Stat")
+    axs[2].plot([int(k) for k in ks], [r["server_throughput_by_k"][k]["qps_without"] / 1e6 for k in ks], marker="x", label="without")
+    axs[2].set_xscale("log")
+    axs[2].set_xlabel("K")
+    axs[2].set_ylabel("server Mqps (measured)")
+    axs[2].set_title("13c: backend throughput vs K")
+    axs[2].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+
+
+def run_fig14(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
+    # Offered load above what the two servers serve alone, so hit rate shows in throughput.
+    main = _kvs(quick, ["hare", "netcache", "dyso", "none"], 64, progress, rate=16000.0 if quick else 24000.0)
+    sysr = main["systems"]
+    t_shift = main["config"]["shift_times"][0]
+    step = main["config"]["model"]["epoch_s"]
+    end = len(sysr["hare"]["throughput_qps"]) * step
+
+    def window(v: list, t0: float, t1: float) -> float | None:
+        xs = [x for i, x in enumerate(v) if x is not None and t0 <= i * step < t1]
+        return float(np.mean(xs)) if xs else None
+
+    rec_thr = {n: window(sysr[n]["throughput_qps"], end - 1.0, end - step) for n in sysr}
+    stable_thr = {n: window(sysr[n]["throughput_qps"], t_shift - 1.0, t_shift) for n in sysr}
+
+    def recovery(n: str) -> float | None:
+        target = 0.95 * (stable_thr[n] or 0)
+        for e in range(int(t_shift / step), len(sysr[n]["throughput_qps"]) - 1):
+            if sysr[n]["throughput_qps"][e] >= target:
+                return round((e + 1) * step - t_shift, 3)
+        return None
+
+    rec_t = {n: recovery(n) for n in sysr}
+    return {
+        "config": main["config"],
+        "throughput_qps": {n: sysr[n]["throughput_qps"] for n in sysr},
+        "p99_us": {n: sysr[n]["p99_us"] for n in sysr},
+        "p50_us": {n: sysr[n]["p50_us"] for n in sysr},
+        "stable_throughput_qps": stable_thr,
+        "recovered_throughput_qps": rec_thr,
+        "throughput_recovery_s": rec_t,
+        "hare_vs_netcache_throughput": (rec_thr["hare"] / rec_thr["netcache"]) if rec_thr["netcache"] else None,
+        "hare_vs_dyso_throughput": (rec_thr["hare"] / rec_thr["dyso"]) if rec_thr["dyso"] else None,
+        "hare_recovery_fraction_of_netcache": (rec_t["hare"] / rec_t["netcache"]) if rec_t["hare"] is not None and rec_t["netcache"] else None,
+        "dropped": {n: sysr[n]["dropped"] for n in sysr},
+        "correct": all(sysr[n]["correct"] for n in sysr),
+    }
+
+
+def plot_fig14(r: dict[str, Any], png: Path) -> None:
+    plt = _fig()
+    step = r["config"]["model"]["epoch_s"]
+    fig, axs = plt.subplots(1, 2, figsize=(10, 3.5))
+    for n in r["throughput_qps"]:
+        thr = r["throughput_qps"][n]
+        axs[0].plot([i * step for i in range(len(thr))], [x / 1e3 for x in thr], label=n)
+        p99 = r["p99_us"][n]
+        axs[1].plot([i * step for i in range(len(p99))], [np.nan if x is None else x for x in p99], label=n)
+    axs[0].set_ylabel("throughput (kqps)")
+    axs[1].set_ylabel("P99 latency (µs)")
+    axs[1].set_yscale("log")
+    for ax in axs:
+        for t in r["config"]["shift_times"]:
+            ax.axvline(t, color="grey", ls=":")
+        ax.set_xlabel("time (s)")
+        ax.legend(fontsize=8)
+    axs[0].set_title("14a: KVS throughput")
+    axs[1].set_title("14b: P99 latency")
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+
+
+EXPERIMENTS = [
+    Experiment(
+        name="hare-fig12a",
+        paper="Hare",
+        figure="Fig. 12a",
+        description="largest offloaded object vs stages: e-MAT vs r-MAT vs one MAT (resource model)",
+        run=run_fig12a,
+        plot=plot_fig12a,
+        numbers=[
+            PaperNumber("Hare / DySO object size at 10 stages", "8.86x", "at_10_stages.hare_vs_dyso"),
+            PaperNumber("Hare / NetCache object size at 10 stages", "9.97x", "at_10_stages.hare_vs_netcache"),
+        ],
+    ),
+    Experiment(
+        name="hare-fig12b",
+        paper="Hare",
+        figure="Fig. 12b",
+        description="objects that fit tofino1 vs key and value size (resource model)",
+        run=run_fig12b,
+        plot=plot_fig12b,
+        numbers=[
+            PaperNumber("Hare / DySO objects (min)", "1x", "hare_vs_dyso.min"),
+            PaperNumber("Hare / DySO objects (max)", "2x", "hare_vs_dyso.max"),
+            PaperNumber("Hare / NetCache objects (min)", "1x", "hare_vs_netcache.min"),
+            PaperNumber("Hare / NetCache objects (max)", "1.5x", "hare_vs_netcache.max"),
+        ],
+    ),
+    Experiment(
+        name="hare-fig13",
+        paper="Hare",
+        figure="Fig. 13",
+        description="switch hit-rate recovery after the coldest keys go to the top; batch size K; server throughput vs K",
+        run=run_fig13,
+        plot=plot_fig13,
+        numbers=[
+            PaperNumber("recovered hit rate, Hare - NetCache", "+0.09", "hare_minus_netcache"),
+            PaperNumber("recovered hit rate, Hare - DySO", "+0.17", "hare_minus_dyso"),
+            PaperNumber("Hare's time to NetCache's recovered hit rate / NetCache's", "0.10", "hare_time_fraction_of_netcache"),
+        ],
+    ),
+    Experiment(
+        name="hare-fig14",
+        paper="Hare",
+        figure="Fig. 14",
+        description="KVS throughput and P99 latency over time around a popularity change",
+        run=run_fig14,
+        plot=plot_fig14,
+        numbers=[
+            PaperNumber("recovered throughput Hare / NetCache", "1.27x", "hare_vs_netcache_throughput"),
+            PaperNumber("recovered throughput Hare / DySO", "1.48x", "hare_vs_dyso_throughput"),
+            PaperNumber("Hare's recovery time / NetCache's", "0.4", "hare_recovery_fraction_of_netcache"),
+        ],
+    ),
+]
