@@ -177,3 +177,25 @@ def test_kvs_command_writes_the_issue_keys(tmp_path: Path):
             assert k in r
         assert r["correct"] is True
     assert d["systems"]["hare"]["stable_hit_rate"] > 0.2
+
+
+def test_experiments_quick(tmp_path: Path):
+    from inswitch.experiments import all_experiments
+
+    exps = all_experiments()
+    res12a = exps["hare-fig12a"].run(True, lambda s: None)
+    assert all(c.get("fits", True) for c in res12a["checked_against_resource_report"] if "fits" in c)
+    assert not any(c.get("hare_segment_one_byte_wider_fits") for c in res12a["checked_against_resource_report"])
+    assert res12a["at_10_stages"]["hare_vs_netcache"] > 9
+    for c in res12a["checked_against_resource_report"]:
+        if "emat_stages" in c:
+            assert c["emat_stages"] == c["stages"]
+        if "key_stages" in c:
+            assert c["key_stages"] == c["stages"]
+    for name in ("hare-fig12a", "hare-fig12b", "hare-fig13", "hare-fig14"):
+        r = res12a if name == "hare-fig12a" else exps[name].run(True, lambda s: None)
+        exps[name].plot(r, tmp_path / f"{name}.png")
+        assert (tmp_path / f"{name}.png").stat().st_size > 1000
+        if "correct" in r:
+            assert r["correct"]
+        json.dumps(r)

@@ -32,12 +32,13 @@ def run_kvs(
     shift_count: Optional[int],
     seed: int,
     t_wait: float = 0.2,
+    service_s: float = 150e-6,
     progress: Optional[Any] = None,
 ) -> dict[str, Any]:
     """Generate one trace and replay it against each system; the result the CLI writes."""
     count = shift_count if shift_count is not None else (cache if shift == "coldest-to-top" else 200)
     trace = generate(keys, rate, duration, zipf, writes, scrambled, shift, duration / 2 if shift != "none" else None, count, 1.0, seed)
-    params = KvParams(n_keys=keys, key_size=key_size, value_size=value_size, cache=cache, batch=batch, t_wait=t_wait)
+    params = KvParams(n_keys=keys, key_size=key_size, value_size=value_size, cache=cache, batch=batch, t_wait=t_wait, service_s=service_s)
     out: dict[str, Any] = {
         "config": {
             "keys": keys, "key_size": key_size, "value_size": value_size, "cache": cache, "batch": batch, "zipf": zipf,
