@@ -184,7 +184,9 @@ def test_experiments_quick(tmp_path: Path):
 
     exps = all_experiments()
     res12a = exps["hare-fig12a"].run(True, lambda s: None)
-    assert all(c.get("fits", True) for c in res12a["checked_against_resource_report"] if "fits" in c)
+    # Every checked size fits its stages (a 253-byte key is over the tofino1 parser, which
+    # the report also says, but not over any stage's resources).
+    assert all(not c["stage_problems"] for c in res12a["checked_against_resource_report"] if "stage_problems" in c)
     assert not any(c.get("hare_segment_one_byte_wider_fits") for c in res12a["checked_against_resource_report"])
     assert res12a["at_10_stages"]["hare_vs_netcache"] > 9
     for c in res12a["checked_against_resource_report"]:

@@ -58,12 +58,13 @@ def run_fig12a(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
         progress(f"checking hare key={k}")
         ok, rep = _fits(f"hare:key={k},value=16,slots=1024")
         emat_stages = sorted({tb["stage"] for tb in rep["tables"] if ".emat_" in tb["name"]})
-        checks.append({"stages": s, "key": k, "emat_stages": len(emat_stages), "fits": ok})
+        stage_problems = [x for x in rep["problems"] if x.startswith("stage")]
+        checks.append({"stages": s, "key": k, "emat_stages": len(emat_stages), "fits": ok, "stage_problems": stage_problems, "problems": rep["problems"]})
     for s in (1, 2, 3):
         k = dyso_stage * s
         ok, rep = _fits(f"dyso:key={k},value=4,rows=1024,columns=1")
         key_stages = sorted({r["stage"] for r in rep["registers"] if ".key_c0_" in r["name"]})
-        checks.append({"system": "dyso", "stages": s, "key": k, "key_stages": len(key_stages), "fits": ok})
+        checks.append({"system": "dyso", "stages": s, "key": k, "key_stages": len(key_stages), "fits": ok, "stage_problems": [x for x in rep["problems"] if x.startswith("stage")]})
     # One byte more per stage than the rule does not fit a stage's crossbar.
     wider, _ = _fits(f"hare:key={hare_first + 1},value=16,slots=1024,seg={hare_first + 1}")
     checks.append({"hare_segment_one_byte_wider_fits": wider})
