@@ -115,6 +115,9 @@ impl NooStat {
     fn clear(&mut self) {
         self.inner.clear()
     }
+    fn age(&mut self) {
+        self.inner.age()
+    }
     #[getter]
     fn heap_updates(&self) -> u64 {
         self.inner.heap_updates

@@ -63,8 +63,8 @@ pub enum Op {
     Grant = 7,
     /// Reply to a release.
     ReleaseAck = 8,
-    /// Control: read (and with `status` 1 clear) the OO-Stat counter at `hit_index`; the
-    /// reply carries the count in `value` (4 bytes, big-endian).
+    /// Control: read the OO-Stat counter at `hit_index` (`status` 1: and clear it, 2: and
+    /// halve it); the reply carries the count in `value` (4 bytes, big-endian).
     StatFetch = 16,
     /// Control: set the state-manager state of slot `hit_index` to `status`.
     StateSet = 17,

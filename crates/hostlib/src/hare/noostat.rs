@@ -129,6 +129,33 @@ impl NooStat {
         }
     }
 
+    /// Aging: halve every count (the heap order is kept: halving is monotone); objects
+    /// whose count reaches 0 are forgotten.
+    pub fn age(&mut self) {
+        self.counts.retain(|_, c| {
+            *c /= 2;
+            *c > 0
+        });
+        for e in self.heap.iter_mut() {
+            e.0 /= 2;
+        }
+        let gone: Vec<Vec<u8>> = self.heap.iter().filter(|e| e.0 == 0).map(|e| e.1.clone()).collect();
+        for o in gone {
+            if let Some(i) = self.pos.remove(&o) {
+                let last = self.heap.len() - 1;
+                if i != last {
+                    self.heap.swap(i, last);
+                    *self.pos.get_mut(&self.heap[i].1).expect("in heap") = i;
+                }
+                self.heap.pop();
+                if i < self.heap.len() {
+                    self.sift_down(i);
+                    self.sift_up(i);
+                }
+            }
+        }
+    }
+
     /// Step 7: clear counters and heap.
     pub fn clear(&mut self) {
         self.counts.clear();
@@ -197,6 +224,14 @@ mod tests {
         assert_eq!(s.top(), vec![(b"c".to_vec(), 3), (b"a".to_vec(), 2)]);
         s.forget(b"c");
         assert_eq!(s.top(), vec![(b"a".to_vec(), 2)]);
+        s.clear();
+        s.record(b"a");
+        s.record(b"a");
+        s.record(b"a");
+        s.record(b"b");
+        s.age();
+        assert_eq!(s.top(), vec![(b"a".to_vec(), 1)]);
+        assert_eq!(s.count(b"b"), 0);
         s.clear();
         assert!(s.top().is_empty());
     }

@@ -242,10 +242,10 @@ impl Hare {
                     pass.drop(self.d_malformed);
                     return;
                 }
-                let c = if status == 1 {
-                    pass.execute(&self.oo.fetch_clear, slot as u32, ())
-                } else {
-                    pass.execute(&self.oo.fetch, slot as u32, ())
+                let c = match status {
+                    1 => pass.execute(&self.oo.fetch_clear, slot as u32, ()),
+                    2 => pass.execute(&self.oo.fetch_halve, slot as u32, ()),
+                    _ => pass.execute(&self.oo.fetch, slot as u32, ()),
                 };
                 pass.hdr_mut()[voff..voff + 4].copy_from_slice(&c.to_be_bytes());
             }

@@ -41,6 +41,10 @@ fn fetch(c: u32, _: ()) -> (u32, u32) {
 fn fetch_clear(c: u32, _: ()) -> (u32, u32) {
     (0, c)
 }
+/// Read and halve: the periodic aging of the statistics (the paper halves counts every 1 s).
+fn fetch_halve(c: u32, _: ()) -> (u32, u32) {
+    (c >> 1, c)
+}
 
 /// The state manager's register and its actions.
 pub struct StateManager {
@@ -72,6 +76,7 @@ pub struct OoStat {
     pub(crate) count: RegisterAction<u32, (), u32>,
     pub(crate) fetch: RegisterAction<u32, (), u32>,
     pub(crate) fetch_clear: RegisterAction<u32, (), u32>,
+    pub(crate) fetch_halve: RegisterAction<u32, (), u32>,
 }
 
 impl OoStat {
@@ -81,6 +86,7 @@ impl OoStat {
             count: b.register_action(r, "count", count),
             fetch: b.register_action(r, "fetch", fetch),
             fetch_clear: b.register_action(r, "fetch_clear", fetch_clear),
+            fetch_halve: b.register_action(r, "fetch_halve", fetch_halve),
         }
     }
 }

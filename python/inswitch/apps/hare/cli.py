@@ -31,14 +31,15 @@ def run_kvs(
     scrambled: bool,
     shift_count: Optional[int],
     seed: int,
-    t_wait: float = 0.2,
+    t_wait: float = 0.1,
+    hare_stats: str = "age",
     service_s: float = 150e-6,
     progress: Optional[Any] = None,
 ) -> dict[str, Any]:
     """Generate one trace and replay it against each system; the result the CLI writes."""
     count = shift_count if shift_count is not None else (cache if shift == "coldest-to-top" else 200)
     trace = generate(keys, rate, duration, zipf, writes, scrambled, shift, duration / 2 if shift != "none" else None, count, 1.0, seed)
-    params = KvParams(n_keys=keys, key_size=key_size, value_size=value_size, cache=cache, batch=batch, t_wait=t_wait, service_s=service_s)
+    params = KvParams(n_keys=keys, key_size=key_size, value_size=value_size, cache=cache, batch=batch, t_wait=t_wait, service_s=service_s, hare_stats=hare_stats)
     out: dict[str, Any] = {
         "config": {
             "keys": keys, "key_size": key_size, "value_size": value_size, "cache": cache, "batch": batch, "zipf": zipf,
@@ -48,7 +49,7 @@ def run_kvs(
                 "path": "trace-driven, in-process switch (pisa::Switch via _native.SimSwitch), simulated time",
                 "servers": params.servers, "server_service_s": params.service_s, "link_s": params.link_s,
                 "table_writes_per_s": params.table_rate, "packet_interactions_per_s": params.packet_rate,
-                "epoch_s": params.epoch_s, "t_wait_s": params.t_wait,
+                "epoch_s": params.epoch_s, "t_wait_s": params.t_wait, "hare_stats": params.hare_stats,
             },
         },
         "systems": {},
@@ -78,6 +79,8 @@ def register(app: typer.Typer) -> None:
         scrambled: bool = typer.Option(False, help="Scrambled Zipf (hot keys spread over the key space)."),
         shift_count: Optional[int] = typer.Option(None, help="Keys changed (default: cache size for coldest-to-top, else 200)."),
         seed: int = typer.Option(1, help="Trace seed."),
+        t_wait: float = typer.Option(0.1, help="Hare's statistics window (s) between offloading rounds."),
+        stats: str = typer.Option("age", help="Hare's statistics between rounds: age (halved every 1 s) or clear."),
         json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here."),
         rates: bool = typer.Option(True, help="Also measure the two plane-interaction rates here."),
     ) -> None:
@@ -94,7 +97,7 @@ def register(app: typer.Typer) -> None:
             console.print("[red]error:[/red] key size 1..255, value size 4..252 and a multiple of 4")
             raise typer.Exit(2)
         with Progress(console=console) as prog:
-            out = run_kvs(systems, keys, key_size, value_size, cache, batch, zipf, shift, duration, rate, writes, scrambled, shift_count, seed, progress=prog)
+            out = run_kvs(systems, keys, key_size, value_size, cache, batch, zipf, shift, duration, rate, writes, scrambled, shift_count, seed, t_wait=t_wait, hare_stats=stats, progress=prog)
         if rates:
             out["plane_interaction_rates_measured"] = measure_rates()
         t = Table(title=f"kvs: {len(systems)} system(s), {out['config']['queries']} queries, shift {shift}")

@@ -11,12 +11,13 @@ switch OS at `table_rate` per second, packet-based interactions at `packet_rate`
 
 The offloading logic of each system:
 
-- hare: K2. Every `t_wait` the analyzer fetches OO-Stat with packets (fetch-and-clear),
+- hare: K2. Every `t_wait` the analyzer fetches OO-Stat with packets (halving it every
+  second, or fetch-and-clear with `hare_stats="clear"`),
   takes the K coldest offloaded objects and the integrated K hottest of the servers'
   NOO-Stat heaps, keeps the K globally hottest (Steps 1–3), marks the replaced slots
   (Step 4, packets), rewrites the e-MAT with the updating mechanism (Step 5, ≤ 2×M table
   writes each) while each server moves the value in with a packet (D-modifier), marks
-  the slots valid (Step 6) and clears statistics (Step 7).
+  the slots valid (Step 6) and restarts the replaced slots' statistics (Step 7).
 - netcache: hot keys reported by the switch's count-min sketch + Bloom filter (clones to
   the controller); for each, the controller samples cached keys' counters (register
   reads), evicts the coldest if colder than the report threshold, and installs the key
@@ -89,13 +90,16 @@ class KvParams:
     #: Hare's statistics window (Step 1). The paper's 50 ms is at millions of queries per
     #: second; at the rates simulated here a window needs about as many queries per
     #: offloaded object to rank them, so the default is longer.
-    t_wait: float = 0.2
+    t_wait: float = 0.1
     #: NetCache's report threshold; None: a sketch counter's average load over the
     #: 1 s statistics period (the paper's 384 is for its rates), so a report means hot.
     netcache_threshold: Optional[int] = None
     netcache_sample: int = 128
     dyso_columns: Optional[int] = None
     qo_record: int = 4096
+    #: Hare's statistics between rounds: "clear" (Step 7 clears OO-Stat and NOO-Stat every
+    #: round) or "age" (kept, halved every second).
+    hare_stats: str = "age"
 
 
 def dyso_key_field(key_size: int) -> int:
@@ -246,6 +250,8 @@ class KvRun:
         if system == "hare":
             self.emat = _native.HareEmat(self.kf, p.cache)
         self.h_slots: dict[int, bytes] = {}
+        self.h_base: dict[int, int] = {}
+        self.h_next_age = 1.0
         self.next_round = p.t_wait
         # NetCache
         self.nc_cached: dict[bytes, int] = {}
@@ -400,18 +406,29 @@ class KvRun:
     def hare_round(self, now: float) -> None:
         """Steps 1–7 with batch size K."""
         p, K = self.p, self.p.batch
+        # Statistics are kept, not cleared, between rounds and halved every second (the
+        # paper's setting for Hare); a newly offloaded object starts from the count its
+        # server saw (`h_base`), so it is not evicted for having no switch history.
+        aging = now >= self.h_next_age and p.hare_stats == "age"
+        if aging:
+            self.h_next_age += 1.0
+            for srv in self.servers:
+                srv.noo.age()
+            self.h_base = {k: v // 2 for k, v in self.h_base.items()}
         slot_obj: dict[int, tuple[bytes, int]] = {}
         for slot in range(p.cache):
-            # Step 2: OO-Stat by packets (fetch and clear: Step 7's clear at the same time).
-            pins = self.cpu(OP_STAT_FETCH, slot=slot, status=1, value=b"\0\0\0\0")
+            # Step 2: OO-Stat by packets (fetch, and halve when aging).
+            pins = self.cpu(OP_STAT_FETCH, slot=slot, status=(1 if p.hare_stats == "clear" else 2 if aging else 0), value=b"\0\0\0\0")
             m = _native.hare_parse(pins[0]) if pins else None
             cnt = struct.unpack(">I", bytes(m[7])[:4])[0] if m else 0
             if slot in self.h_slots:
-                slot_obj[slot] = (self.h_slots[slot], cnt)
+                slot_obj[slot] = (self.h_slots[slot], cnt + (self.h_base.get(slot, 0) if p.hare_stats == "age" else 0))
         o_switch = sorted(((c, o, s) for s, (o, c) in slot_obj.items()), key=lambda x: x[0])[:K]
         o_server = _native.noostat_integrate([s.noo.top() for s in self.servers], K)
-        for s in self.servers:
-            s.noo.clear()
+        server_count = {o: c for o, c in o_server}
+        if p.hare_stats == "clear":  # Step 7 (OO-Stat was fetched-and-cleared above)
+            for srv in self.servers:
+                srv.noo.clear()
         free = [s for s in range(p.cache) if s not in slot_obj]
         # Step 3: the K globally hottest among O_switch and O_server.
         cand = [(c, o, "switch", s) for c, o, s in o_switch] + [(c, o, "server", -1) for o, c in o_server]
@@ -453,6 +470,10 @@ class KvRun:
                 self.sw.process(1 + srv.idx, [f])
                 self.packet_ops += 1
                 self.cpu(OP_STATE_SET, slot=slot, status=STATE_VALID)  # Step 6
+                # Step 7 for this slot: its counter restarts; the server stops counting it.
+                self.cpu(OP_STAT_FETCH, slot=slot, status=1, value=b"\0\0\0\0")
+                srv.noo.forget(new)
+                self.h_base[slot] = server_count.get(new, 0)
                 self.h_slots[slot] = new
                 self.offloads += 1
 
