@@ -201,3 +201,14 @@ def test_experiments_quick(tmp_path: Path):
         if "correct" in r:
             assert r["correct"]
         json.dumps(r)
+
+
+def test_plane_interaction_rates_are_measured_and_differ():
+    """Table writes through P4Runtime to a running switch vs control packets through the
+    data plane: the gap Hare's hybrid plane interactions rely on."""
+    from inswitch.apps.hare import rates
+
+    r = rates.measure(True)
+    assert r["p4runtime_table_writes"]["writes"] == 400
+    assert r["dataplane_control_packets"]["packets"] == 20000
+    assert r["packet_over_table_ratio"] > 10

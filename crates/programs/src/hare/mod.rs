@@ -350,10 +350,12 @@ impl Program for Hare {
     }
 }
 
-/// Parse `key=value` pairs after `name:` (e.g. `hare:key=80,value=64,slots=4096`).
+/// Parse `key=value` pairs after `name:`, separated by `,` or `:` (e.g.
+/// `hare:key=80,value=64,slots=4096` or, where commas separate programs,
+/// `hare:key=80:value=64:slots=4096`).
 fn spec_params(spec: &str) -> Result<Vec<(String, usize)>, String> {
     let rest = spec.split_once(':').map(|x| x.1).unwrap_or("");
-    rest.split(',')
+    rest.split([',', ':'])
         .filter(|s| !s.is_empty())
         .map(|kv| {
             let (k, v) = kv.split_once('=').ok_or_else(|| format!("`{kv}`: expected name=number"))?;
@@ -368,7 +370,7 @@ pub fn is_spec(name: &str) -> bool {
     ["hare:", "netcache:", "dyso:"].iter().any(|p| name.starts_with(p))
 }
 
-/// A Hare-family program from a spec: `hare:key=B,value=B,slots=N[,seg=B]`,
+/// A Hare-family program from a spec (`,` or `:` between parameters): `hare:key=B,value=B,slots=N[,seg=B]`,
 /// `netcache:key=B,value=B,slots=N[,threshold=T]`, `dyso:key=B,value=B,rows=R,columns=C`.
 /// Invalid specs give `None` (the caller reports the name as unknown).
 pub fn by_spec(name: &str) -> Option<std::sync::Arc<dyn Program>> {

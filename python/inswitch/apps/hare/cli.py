@@ -12,7 +12,8 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from inswitch.apps.hare.kvsim import SYSTEMS, KvParams, KvRun, measure_rates
+from inswitch.apps.hare import rates as plane_rates
+from inswitch.apps.hare.kvsim import SYSTEMS, KvParams, KvRun
 from inswitch.apps.hare.workload import SHIFTS, generate
 
 
@@ -34,12 +35,14 @@ def run_kvs(
     t_wait: float = 0.1,
     hare_stats: str = "age",
     service_s: float = 150e-6,
+    table_rate: float = 10_000.0,
+    packet_rate: float = 1_000_000.0,
     progress: Optional[Any] = None,
 ) -> dict[str, Any]:
     """Generate one trace and replay it against each system; the result the CLI writes."""
     count = shift_count if shift_count is not None else (cache if shift == "coldest-to-top" else 200)
     trace = generate(keys, rate, duration, zipf, writes, scrambled, shift, duration / 2 if shift != "none" else None, count, 1.0, seed)
-    params = KvParams(n_keys=keys, key_size=key_size, value_size=value_size, cache=cache, batch=batch, t_wait=t_wait, service_s=service_s, hare_stats=hare_stats)
+    params = KvParams(n_keys=keys, key_size=key_size, value_size=value_size, cache=cache, batch=batch, t_wait=t_wait, service_s=service_s, hare_stats=hare_stats, table_rate=table_rate, packet_rate=packet_rate)
     out: dict[str, Any] = {
         "config": {
             "keys": keys, "key_size": key_size, "value_size": value_size, "cache": cache, "batch": batch, "zipf": zipf,
@@ -82,7 +85,8 @@ def register(app: typer.Typer) -> None:
         t_wait: float = typer.Option(0.1, help="Hare's statistics window (s) between offloading rounds."),
         stats: str = typer.Option("age", help="Hare's statistics between rounds: age (halved every 1 s) or clear."),
         json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here."),
-        rates: bool = typer.Option(True, help="Also measure the two plane-interaction rates here."),
+        rates: bool = typer.Option(True, help="Also measure the two plane-interaction rates here (starts a switch for P4Runtime)."),
+        model_rates: str = typer.Option("paper", help="Control costs in the run: paper (10K table writes/s, 1M packets/s) or measured (this machine's P4Runtime and data-plane rates)."),
     ) -> None:
         """Replay one seeded KV trace against Hare, NetCache, DySO and no caching."""
         console = Console()
@@ -96,10 +100,14 @@ def register(app: typer.Typer) -> None:
         if value_size % 4 or not 4 <= value_size <= 252 or not 1 <= key_size <= 255:
             console.print("[red]error:[/red] key size 1..255, value size 4..252 and a multiple of 4")
             raise typer.Exit(2)
+        measured = plane_rates.measure(True) if rates or model_rates == "measured" else None
+        extra = {}
+        if model_rates == "measured" and measured:
+            extra = {"table_rate": measured["p4runtime_table_writes"]["per_s"], "packet_rate": measured["dataplane_control_packets"]["per_s"]}
         with Progress(console=console) as prog:
-            out = run_kvs(systems, keys, key_size, value_size, cache, batch, zipf, shift, duration, rate, writes, scrambled, shift_count, seed, t_wait=t_wait, hare_stats=stats, progress=prog)
-        if rates:
-            out["plane_interaction_rates_measured"] = measure_rates()
+            out = run_kvs(systems, keys, key_size, value_size, cache, batch, zipf, shift, duration, rate, writes, scrambled, shift_count, seed, t_wait=t_wait, hare_stats=stats, progress=prog, **extra)
+        if measured:
+            out["plane_interaction_rates_measured"] = measured
         t = Table(title=f"kvs: {len(systems)} system(s), {out['config']['queries']} queries, shift {shift}")
         for c in ("system", "stable hit rate", "recovered", "recovery (s)", "mean qps", "max P99 (µs)", "offloads", "table ops", "packet ops", "correct"):
             t.add_column(c)
@@ -115,7 +123,12 @@ def register(app: typer.Typer) -> None:
         console.print(t)
         if "plane_interaction_rates_measured" in out:
             m = out["plane_interaction_rates_measured"]
-            console.print(f"measured here (in-process, through Python): {m['table_writes_per_s']:.0f} table writes/s, {m['packet_interactions_per_s']:.0f} packet interactions/s; modeled: 10000 and 1000000 /s")
+            mod = out["config"]["model"]
+            console.print(
+                f"plane interactions measured here: {m['p4runtime_table_writes']['per_s']:.0f} P4Runtime table writes/s, "
+                f"{m['dataplane_control_packets']['per_s']:.0f} control packets/s through the data plane "
+                f"({m['packet_over_table_ratio']:.0f}x); the run charged {mod['table_writes_per_s']:.0f} and {mod['packet_interactions_per_s']:.0f} /s"
+            )
         if json_out:
             json_out.parent.mkdir(parents=True, exist_ok=True)
             json_out.write_text(json.dumps(out, indent=1))

@@ -631,25 +631,3 @@ class KvRun:
 def _mean_window(v: list[Optional[float]], step: float, t0: float, t1: float) -> Optional[float]:
     xs = [x for e, x in enumerate(v) if x is not None and t0 <= e * step < t1]
     return float(np.mean(xs)) if xs else None
-
-
-def measure_rates(n: int = 2000) -> dict[str, float]:
-    """Rates of the two plane interactions as measured here, in-process: table writes
-    through the control API, and packet-based interactions (a StatFetch packet-out and its
-    packet-in). Both go through Python; the modeled rates are what a switch OS and a
-    switch's packet path give (the paper's >10K/s and 1 Mpps)."""
-    import time
-
-    sw = _native.SimSwitch(["forward", "hare:key=16,value=8,slots=4096"], 3)
-    emat = _native.HareEmat(16, 4096)
-    t = time.perf_counter()
-    for i in range(n):
-        for mat, write, first, seg, index in emat.insert(f"k{i:014d}".encode(), i):
-            sw.table_write("hare", f"emat_{mat + 1}", write, [first, seg], "set_index", [index.to_bytes(2, "big")])
-    table = n / (time.perf_counter() - t)
-    f = _native.hare_frame(CPU, server_ep(0), OP_STAT_FETCH, b"", 0, b"\0\0\0\0", 0, 1, 0, 0, 0)
-    t = time.perf_counter()
-    for _ in range(n):
-        sw.packet_out(f)
-    pkt = n / (time.perf_counter() - t)
-    return {"table_writes_per_s": table, "packet_interactions_per_s": pkt}
