@@ -12,7 +12,7 @@ pub mod forward;
 pub mod hare;
 
 /// Names of the programs this build knows.
-pub const NAMES: &[&str] = &["forward", "hare", "netcache", "dyso"];
+pub const NAMES: &[&str] = &["forward", "hare", "netcache", "dyso", "hare_lock"];
 
 /// A fresh instance of a program by name.
 pub fn by_name(name: &str) -> Option<Arc<dyn Program>> {
@@ -21,6 +21,7 @@ pub fn by_name(name: &str) -> Option<Arc<dyn Program>> {
         "hare" => Some(Arc::new(hare::Hare::new())),
         "netcache" => Some(Arc::new(hare::netcache::NetCache::new())),
         "dyso" => Some(Arc::new(hare::dyso::Dyso::new())),
+        "hare_lock" => Some(Arc::new(hare::lock::HareLock::new())),
         n if hare::is_spec(n) => hare::by_spec(n),
         _ => None,
     }

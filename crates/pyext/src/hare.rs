@@ -252,6 +252,11 @@ impl SimSwitch {
         self.now += 1000;
         let mut v: Vec<PacketBuf> = frames.iter().map(|f| PacketBuf::from_slice(f, port)).collect();
         self.sw.process(&mut v, self.now);
+        // Recirculated packets (the lock manager's grants) take further passes.
+        for _ in 0..4 {
+            self.now += 10;
+            self.sw.tick(self.now);
+        }
         self.sw.drain_all().into_iter().map(|(p, b)| (p, PyBytes::new(py, &b))).collect()
     }
     /// A control packet from the CPU port; returns the packet-ins it caused.
@@ -299,6 +304,15 @@ impl SimSwitch {
             op: WriteOp::Insert,
             session,
             session_cfg: pisa::CloneSession { replicas: vec![pisa::Replica { port: pisa::PORT_CPU, rid: 0 }], truncate_len: 0 },
+        })
+        .map(|_| ())
+    }
+    /// A clone session to the recirculation port (the lock manager's grants to waiters).
+    fn clone_to_recirc(&mut self, session: u16) -> PyResult<()> {
+        self.ctl(ControlOp::CloneSessionWrite {
+            op: WriteOp::Insert,
+            session,
+            session_cfg: pisa::CloneSession { replicas: vec![pisa::Replica { port: pisa::PORT_RECIRC, rid: 0 }], truncate_len: 0 },
         })
         .map(|_| ())
     }

@@ -18,6 +18,7 @@
 pub mod dyso;
 pub mod emat;
 pub mod kv;
+pub mod lock;
 pub mod netcache;
 pub mod oostat;
 
@@ -367,7 +368,7 @@ fn spec_params(spec: &str) -> Result<Vec<(String, usize)>, String> {
 
 /// Whether `name` is a parameterized Hare-family program (`hare:...`, `netcache:...`, `dyso:...`).
 pub fn is_spec(name: &str) -> bool {
-    ["hare:", "netcache:", "dyso:"].iter().any(|p| name.starts_with(p))
+    ["hare:", "netcache:", "dyso:", "hare_lock:"].iter().any(|p| name.starts_with(p))
 }
 
 /// A Hare-family program from a spec (`,` or `:` between parameters): `hare:key=B,value=B,slots=N[,seg=B]`,
@@ -389,6 +390,13 @@ pub fn by_spec(name: &str) -> Option<std::sync::Arc<dyn Program>> {
             return None;
         }
         Some(std::sync::Arc::new(Hare::with_config(cfg)))
+    } else if name.starts_with("hare_lock:") {
+        let d = lock::LockConfig::default();
+        let cfg = lock::LockConfig { key_bytes: get("key").unwrap_or(d.key_bytes), slots: get("slots").unwrap_or(d.slots as usize) as u32 };
+        if !(1..=127).contains(&cfg.key_bytes) || cfg.slots == 0 || cfg.slots > 1 << 16 {
+            return None;
+        }
+        Some(std::sync::Arc::new(lock::HareLock::with_config(cfg)))
     } else if name.starts_with("netcache:") {
         let d = netcache::NetCacheConfig::default();
         let cfg = netcache::NetCacheConfig {
