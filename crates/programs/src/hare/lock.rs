@@ -349,7 +349,9 @@ impl HareLock {
             Op::Release => {
                 let out = pass.execute(&self.release, slot as u32, ());
                 let h = pass.hdr_mut();
-                Packet::new_unchecked(&mut h[L4_END..]).set_op(Op::ReleaseAck);
+                let mut p = Packet::new_unchecked(&mut h[L4_END..]);
+                p.set_op(Op::ReleaseAck);
+                p.set_status(GRANTED);
                 if out & !0xFF == OUT_NEXT {
                     let i = slot as u32 * QUEUE + (out & 0xFF);
                     let cell = Pair::new(pass.execute(&self.qip_read, i, ()), pass.execute(&self.qtag_read, i, ()));
