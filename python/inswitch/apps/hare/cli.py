@@ -66,6 +66,8 @@ def run_kvs(
 
 
 def register(app: typer.Typer) -> None:
+    _register_locks(app)
+
     @app.command("kvs")
     def kvs_cmd(
         system: str = typer.Option("all", help="hare, netcache, dyso, none or all."),
@@ -129,6 +131,80 @@ def register(app: typer.Typer) -> None:
                 f"{m['dataplane_control_packets']['per_s']:.0f} control packets/s through the data plane "
                 f"({m['packet_over_table_ratio']:.0f}x); the run charged {mod['table_writes_per_s']:.0f} and {mod['packet_interactions_per_s']:.0f} /s"
             )
+        if json_out:
+            json_out.parent.mkdir(parents=True, exist_ok=True)
+            json_out.write_text(json.dumps(out, indent=1))
+            console.print(f"wrote {json_out}")
+        if not all(r["correct"] for r in out["systems"].values()):
+            raise typer.Exit(1)
+
+
+def run_locks(systems: list[str], params: Any, progress: Optional[Any] = None) -> dict[str, Any]:
+    """The same seeded lock sequence against each lock system."""
+    from dataclasses import asdict
+
+    from inswitch.apps.hare.locksim import LockRun
+
+    out: dict[str, Any] = {"config": {**asdict(params), "path": "trace-driven, in-process switch (hare_lock via _native.SimSwitch), simulated time"}, "systems": {}}
+    for name in systems:
+        task = progress.add_task(name, total=1.0) if progress else None
+        r = LockRun(name, params).run((lambda f, task=task: progress.update(task, completed=f)) if progress else None)
+        step = params.epoch_s
+        thr = r["throughput_tps"][:-1]
+        if params.shift_at is not None:
+            t0 = params.shift_at
+            before = [x for i, x in enumerate(thr) if t0 - 0.5 <= i * step < t0]
+            after = [x for i, x in enumerate(thr) if i * step >= len(thr) * step - 0.5]
+            r["stable_tps"] = sum(before) / len(before) if before else None
+            r["recovered_tps"] = sum(after) / len(after) if after else None
+            rec = None
+            if r["recovered_tps"]:
+                for i in range(int(t0 / step), len(thr)):
+                    if thr[i] >= 0.95 * r["recovered_tps"]:
+                        rec = round((i + 1) * step - t0, 3)
+                        break
+            r["recovery_s"] = rec
+        out["systems"][name] = r
+    return out
+
+
+def _register_locks(app: typer.Typer) -> None:
+    from inswitch.apps.hare.locksim import LOCK_SYSTEMS, LockParams
+
+    @app.command("locks")
+    def locks_cmd(
+        system: str = typer.Option("all", help="hare, netlock (static offloading), none, or all."),
+        locks: int = typer.Option(2000, help="Number of locks."),
+        cache: int = typer.Option(64, help="Locks the switch can hold."),
+        clients: int = typer.Option(64, help="Concurrent clients (closed loop)."),
+        hold: float = typer.Option(200e-6, help="Hold time per lock (s)."),
+        exclusive: float = typer.Option(0.2, help="Fraction of exclusive requests."),
+        batch: int = typer.Option(16, help="Hare's batch size K."),
+        zipf: float = typer.Option(0.99, help="Zipf skew of lock popularity."),
+        duration: float = typer.Option(2.0, help="Run length (simulated s)."),
+        shift: bool = typer.Option(True, help="Move the coldest `cache` locks to the top at half time."),
+        service: float = typer.Option(300e-6, help="Lock server service time per request (s)."),
+        seed: int = typer.Option(5, help="Sequence seed."),
+        json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here."),
+    ) -> None:
+        """Lock manager: Hare's dynamic offloading (dirty lock state moved by packets) vs NetLock-style static offloading vs none."""
+        console = Console()
+        systems = list(LOCK_SYSTEMS) if system == "all" else [system]
+        if any(s not in LOCK_SYSTEMS for s in systems):
+            console.print(f"[red]error:[/red] --system must be one of {', '.join(LOCK_SYSTEMS)} or all")
+            raise typer.Exit(2)
+        p = LockParams(n_locks=locks, cache=cache, clients=clients, hold_s=hold, excl_ratio=exclusive, batch=batch, alpha=zipf,
+                       duration=duration, shift_at=duration / 2 if shift else None, service_s=service, seed=seed)
+        with Progress(console=console) as prog:
+            out = run_locks(systems, p, prog)
+        t = Table(title=f"locks: {len(systems)} system(s)")
+        for c in ("system", "transactions", "stable tps", "recovered tps", "recovery (s)", "retries", "moves", "correct"):
+            t.add_column(c)
+        f = lambda v: "-" if v is None else f"{v:.0f}"  # noqa: E731
+        for name, r in out["systems"].items():
+            t.add_row(name, str(r["transactions"]), f(r.get("stable_tps")), f(r.get("recovered_tps")), str(r.get("recovery_s", "-")),
+                      str(r["retries"]), str(r["moves"]), "[green]yes[/green]" if r["correct"] else "[red]NO[/red]")
+        console.print(t)
         if json_out:
             json_out.parent.mkdir(parents=True, exist_ok=True)
             json_out.write_text(json.dumps(out, indent=1))
