@@ -72,7 +72,13 @@ impl Rig {
         let emat = EmatState::new(cfg.shape(), cfg.slots);
         let mut r = Rig { sw, set, cfg, emat, now: 1 };
         for (h, p) in [(CLIENT, P_CLIENT), (SERVER, P_SERVER)] {
-            r.write(0, "l2_dmac", vec![FieldMatch::Exact { field: 0, value: mac(h).to_vec() }], "l2_forward", vec![(1, p.to_be_bytes().to_vec())]);
+            r.write(
+                0,
+                "l2_dmac",
+                vec![FieldMatch::Exact { field: 0, value: mac(h).to_vec() }],
+                "l2_forward",
+                vec![(1, p.to_be_bytes().to_vec())],
+            );
             r.write(0, "l2_smac", vec![FieldMatch::Exact { field: 0, value: mac(h).to_vec() }], "nop", vec![]);
         }
         r.write(1, "control_ports", vec![FieldMatch::Exact { field: 0, value: P_SERVER.to_be_bytes().to_vec() }], "allow_control", vec![]);

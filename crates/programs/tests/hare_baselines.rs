@@ -63,7 +63,13 @@ impl Rig {
         let sw = Switch::new(set.clone(), 4, 1, PipeConfig::default());
         let mut r = Rig { sw, set, now: 1 };
         for (h, port) in [(1u8, P_CLIENT), (2u8, P_SERVER)] {
-            r.write(0, "l2_dmac", vec![FieldMatch::Exact { field: 0, value: mac(h).to_vec() }], "l2_forward", vec![(1, port.to_be_bytes().to_vec())]);
+            r.write(
+                0,
+                "l2_dmac",
+                vec![FieldMatch::Exact { field: 0, value: mac(h).to_vec() }],
+                "l2_forward",
+                vec![(1, port.to_be_bytes().to_vec())],
+            );
             r.write(0, "l2_smac", vec![FieldMatch::Exact { field: 0, value: mac(h).to_vec() }], "nop", vec![]);
         }
         r
@@ -152,7 +158,13 @@ fn netcache_reports_hot_keys_once_and_writes_through() {
     assert_eq!(rep.key, key(3, 16));
     // The controller caches it through the control plane: table entry, value words, valid.
     let k = key(3, 16);
-    r.write(1, "cache", vec![FieldMatch::Exact { field: 0, value: vec![16] }, FieldMatch::Exact { field: 1, value: k.clone() }], "cache_hit", vec![(1, vec![0, 5])]);
+    r.write(
+        1,
+        "cache",
+        vec![FieldMatch::Exact { field: 0, value: vec![16] }, FieldMatch::Exact { field: 1, value: k.clone() }],
+        "cache_hit",
+        vec![(1, vec![0, 5])],
+    );
     let v = store[&k].clone();
     for i in 0..2 {
         r.reg(&format!("value_{i}"), 5, u32::from_be_bytes(v[4 * i..4 * i + 4].try_into().unwrap()) as u64);

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use pisa::control::{CloneSession, ControlOp, Replica, WriteOp};
 use pisa::{FieldMatch, PacketBuf, PipeConfig, Program, ProgramSet, ResourceReport, Switch, Target, PORT_CPU, PORT_RECIRC};
 use programs::forward::Forward;
-use programs::hare::emat::{mat_name, Emat, EmatState, EmatShape};
+use programs::hare::emat::{mat_name, Emat, EmatShape, EmatState};
 use programs::hare::lock::{HareLock, LockConfig, EXCLUSIVE, GRANTED, GRANT_SESSION, QUEUE, RETRY, SHARED};
 use programs::hare::oostat::state;
 use wire::hare::{Op, Packet, Repr, FLAG_DONE, PORT_CLIENT, PORT_SERVER};
@@ -69,9 +69,21 @@ impl Rig {
         let mut hosts: Vec<(u8, u16)> = CLIENT_PORTS.iter().enumerate().map(|(i, p)| (i as u8 + 1, *p)).collect();
         hosts.push((SERVER, P_SERVER));
         for (h, port) in hosts {
-            r.write(0, "l2_dmac", vec![FieldMatch::Exact { field: 0, value: mac(h).to_vec() }], "l2_forward", vec![(1, port.to_be_bytes().to_vec())]);
+            r.write(
+                0,
+                "l2_dmac",
+                vec![FieldMatch::Exact { field: 0, value: mac(h).to_vec() }],
+                "l2_forward",
+                vec![(1, port.to_be_bytes().to_vec())],
+            );
             r.write(0, "l2_smac", vec![FieldMatch::Exact { field: 0, value: mac(h).to_vec() }], "nop", vec![]);
-            r.write(1, "lock_hosts", vec![FieldMatch::Exact { field: 0, value: vec![10, 0, 0, h] }], "set_host", vec![(1, port.to_be_bytes().to_vec()), (2, mac(h).to_vec())]);
+            r.write(
+                1,
+                "lock_hosts",
+                vec![FieldMatch::Exact { field: 0, value: vec![10, 0, 0, h] }],
+                "set_host",
+                vec![(1, port.to_be_bytes().to_vec()), (2, mac(h).to_vec())],
+            );
         }
         r.write(1, "control_ports", vec![FieldMatch::Exact { field: 0, value: P_SERVER.to_be_bytes().to_vec() }], "allow_control", vec![]);
         r.sw.control(&ControlOp::CloneSessionWrite {
@@ -91,7 +103,14 @@ impl Rig {
         }
     }
     fn write(&mut self, prog: usize, table: &str, matches: Vec<FieldMatch>, action: &str, params: Vec<(u32, Vec<u8>)>) {
-        let op = ControlOp::TableWrite { table_id: self.id(prog, "table", table), op: WriteOp::Insert, matches, priority: 0, action_id: self.id(prog, "action", action), params };
+        let op = ControlOp::TableWrite {
+            table_id: self.id(prog, "table", table),
+            op: WriteOp::Insert,
+            matches,
+            priority: 0,
+            action_id: self.id(prog, "action", action),
+            params,
+        };
         self.sw.control(&op).unwrap();
     }
     fn send(&mut self, port: u16, f: &[u8]) -> Vec<(u16, Vec<u8>)> {
@@ -282,7 +301,17 @@ fn no_lost_or_duplicated_grant_under_migration() {
                 }
                 table.release(lock, c);
                 clients[c] = Client::Idle;
-                let m = Repr { op: Op::Release, flags: 0, seq: 0, hit_index: 0, aux: c as u16, status: 0, key: lock_id(lock), key_field: 4, value: vec![0; 8] };
+                let m = Repr {
+                    op: Op::Release,
+                    flags: 0,
+                    seq: 0,
+                    hit_index: 0,
+                    aux: c as u16,
+                    status: 0,
+                    key: lock_id(lock),
+                    key_field: 4,
+                    value: vec![0; 8],
+                };
                 let out = r.send(CLIENT_PORTS[c % 3], &frame(host(c), SERVER, PORT_CLIENT, PORT_SERVER, &m));
                 assert!(out.iter().any(|(_, f)| parse(f).op == Op::ReleaseAck), "release acknowledged");
                 deliver(out, &mut clients, &mut table, &mut grants, &mut retries);
@@ -302,7 +331,17 @@ fn no_lost_or_duplicated_grant_under_migration() {
             if let Client::Holding { lock } = clients[c] {
                 table.release(lock, c);
                 clients[c] = Client::Idle;
-                let m = Repr { op: Op::Release, flags: 0, seq: 0, hit_index: 0, aux: c as u16, status: 0, key: lock_id(lock), key_field: 4, value: vec![0; 8] };
+                let m = Repr {
+                    op: Op::Release,
+                    flags: 0,
+                    seq: 0,
+                    hit_index: 0,
+                    aux: c as u16,
+                    status: 0,
+                    key: lock_id(lock),
+                    key_field: 4,
+                    value: vec![0; 8],
+                };
                 let out = r.send(CLIENT_PORTS[c % 3], &frame(host(c), SERVER, PORT_CLIENT, PORT_SERVER, &m));
                 deliver(out, &mut clients, &mut table, &mut grants, &mut retries);
             }

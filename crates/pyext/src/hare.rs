@@ -200,7 +200,10 @@ fn hare_frame<'py>(
 /// or `None` when it is not a well-formed Hare frame.
 #[pyfunction]
 #[allow(clippy::type_complexity)]
-fn hare_parse<'py>(py: Python<'py>, frame: &[u8]) -> Option<(u8, u8, u32, u16, u16, u8, Bound<'py, PyBytes>, Bound<'py, PyBytes>, [u8; 4], u16)> {
+fn hare_parse<'py>(
+    py: Python<'py>,
+    frame: &[u8],
+) -> Option<(u8, u8, u32, u16, u16, u8, Bound<'py, PyBytes>, Bound<'py, PyBytes>, [u8; 4], u16)> {
     let (m, ip, port) = frames::parse(frame).ok()?;
     Some((m.op as u8, m.flags, m.seq, m.hit_index, m.aux, m.status, PyBytes::new(py, &m.key), PyBytes::new(py, &m.value), ip.0, port))
 }
@@ -271,7 +274,15 @@ impl SimSwitch {
     }
     /// Insert or delete an exact-match entry: `matches` are the field values in key order.
     #[pyo3(signature = (prog, table, op, matches, action, params=Vec::new()))]
-    fn table_write(&mut self, prog: &str, table: &str, op: &str, matches: Vec<Vec<u8>>, action: &str, params: Vec<Vec<u8>>) -> PyResult<()> {
+    fn table_write(
+        &mut self,
+        prog: &str,
+        table: &str,
+        op: &str,
+        matches: Vec<Vec<u8>>,
+        action: &str,
+        params: Vec<Vec<u8>>,
+    ) -> PyResult<()> {
         let op = match op {
             "insert" => WriteOp::Insert,
             "delete" => WriteOp::Delete,

@@ -17,7 +17,14 @@ pub fn frame(src: &Endpoint, dst: &Endpoint, msg: &Repr) -> Result<Vec<u8>, wire
     let body = msg.to_bytes()?;
     let eth = EthernetRepr { src_addr: src.mac, dst_addr: dst.mac, ethertype: EtherType::Ipv4 };
     let udp = UdpRepr { src_port: src.port, dst_port: dst.port };
-    let ip = Ipv4Repr { src_addr: src.ip, dst_addr: dst.ip, next_header: IpProtocol::Udp, payload_len: udp.buffer_len() + body.len(), hop_limit: 64, tos: 0 };
+    let ip = Ipv4Repr {
+        src_addr: src.ip,
+        dst_addr: dst.ip,
+        next_header: IpProtocol::Udp,
+        payload_len: udp.buffer_len() + body.len(),
+        hop_limit: 64,
+        tos: 0,
+    };
     let mut buf = vec![0u8; eth.buffer_len() + ip.buffer_len() + ip.payload_len];
     let mut f = EthernetFrame::new_unchecked(&mut buf[..]);
     eth.emit(&mut f);
@@ -49,7 +56,8 @@ mod tests {
     fn frame_roundtrip() {
         let a = Endpoint { mac: EthernetAddress([2, 0, 0, 0, 0, 1]), ip: Ipv4Address::new(10, 0, 0, 1), port: 7371 };
         let b = Endpoint { mac: EthernetAddress([2, 0, 0, 0, 0, 2]), ip: Ipv4Address::new(10, 0, 0, 2), port: 7370 };
-        let m = Repr { op: Op::Put, flags: 0, seq: 3, hit_index: 0, aux: 0, status: 0, key: b"k".to_vec(), key_field: 8, value: vec![1; 16] };
+        let m =
+            Repr { op: Op::Put, flags: 0, seq: 3, hit_index: 0, aux: 0, status: 0, key: b"k".to_vec(), key_field: 8, value: vec![1; 16] };
         let f = frame(&a, &b, &m).unwrap();
         let (r, ip, port) = parse(&f).unwrap();
         assert_eq!((r, ip, port), (m, a.ip, 7371));

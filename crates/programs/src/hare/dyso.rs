@@ -10,7 +10,9 @@
 //! column clears a cell (`status` 0) — the row again from the packet's key.
 
 use pisa::decl::TableSpec;
-use pisa::{ActionId, DropCode, Gress, HashAlgo, HashUnit, MatchKind, Pass, Program, ProgramBuilder, ProgramDecl, RegisterAction, Table, PORT_CPU};
+use pisa::{
+    ActionId, DropCode, Gress, HashAlgo, HashUnit, MatchKind, Pass, Program, ProgramBuilder, ProgramDecl, RegisterAction, Table, PORT_CPU,
+};
 use wire::hare::{Op, Packet, FLAG_DONE, HEADER_LEN, PORT_CLIENT, PORT_SERVER};
 
 use super::kv::{Packer, ValueStore};
@@ -76,15 +78,19 @@ impl Dyso {
     pub fn with_config(cfg: DysoConfig) -> Dyso {
         assert!(cfg.key_bytes % 4 == 0 && cfg.key_bytes >= 4 && cfg.key_bytes <= 252);
         assert!(cfg.value_bytes % 4 == 0 && cfg.value_bytes >= 4 && cfg.rows.is_power_of_two() && cfg.rows <= 1 << 16 && cfg.columns >= 1);
-        let mut b = ProgramBuilder::new("dyso", "DySO baseline: r-MAT (hashed rows x C columns of register-held keys), packet-based offloading");
-        b.parser((L4_END + HEADER_LEN + cfg.key_bytes + cfg.value_bytes) as u32, &[("ethernet", 112), ("ipv4", 160), ("udp", 64), ("hare", HEADER_LEN as u32 * 8)])
-            .metadata_bits(32 + 8 * cfg.columns as u32)
-            .classify(pisa::ClassifyRule {
-                ethertype: Some(0x0800),
-                ip_protocol: Some(17),
-                udp_dst_port: Some((PORT_SERVER, PORT_CLIENT)),
-                ..Default::default()
-            });
+        let mut b =
+            ProgramBuilder::new("dyso", "DySO baseline: r-MAT (hashed rows x C columns of register-held keys), packet-based offloading");
+        b.parser(
+            (L4_END + HEADER_LEN + cfg.key_bytes + cfg.value_bytes) as u32,
+            &[("ethernet", 112), ("ipv4", 160), ("udp", 64), ("hare", HEADER_LEN as u32 * 8)],
+        )
+        .metadata_bits(32 + 8 * cfg.columns as u32)
+        .classify(pisa::ClassifyRule {
+            ethertype: Some(0x0800),
+            ip_protocol: Some(17),
+            udp_dst_port: Some((PORT_SERVER, PORT_CLIENT)),
+            ..Default::default()
+        });
         let row_bits = cfg.rows.trailing_zeros().max(1);
         let row_hash = b.hash_unit("row_hash", Gress::Ingress, 1, HashAlgo::Crc32, row_bits);
         let a_allow = b.action("allow_control", &[], "this port may offload keys");
@@ -109,7 +115,13 @@ impl Dyso {
             let mut kp = Vec::new();
             for j in 0..cfg.key_bytes / 4 {
                 let s = packer.take();
-                let r = b.register::<u32>(&format!("key_c{c}_w{j}"), Gress::Ingress, s, cfg.rows, "r-MAT: word j of the key in column c, per row");
+                let r = b.register::<u32>(
+                    &format!("key_c{c}_w{j}"),
+                    Gress::Ingress,
+                    s,
+                    cfg.rows,
+                    "r-MAT: word j of the key in column c, per row",
+                );
                 kc.push(b.register_action(r, "compare", cmp));
                 kp.push(b.register_action(r, "put", put));
             }

@@ -25,7 +25,10 @@
 //! `hi` = client id (bits 16..32) | request seq (bits 0..16).
 
 use pisa::decl::TableSpec;
-use pisa::{ActionId, DropCode, Gress, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl, RegisterAction, SaluBody, Table, PORT_CPU, PORT_RECIRC};
+use pisa::{
+    ActionId, DropCode, Gress, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl, RegisterAction, SaluBody, Table, PORT_CPU,
+    PORT_RECIRC,
+};
 use wire::hare::{Op, Packet, FLAG_DONE, HEADER_LEN, PORT_CLIENT, PORT_SERVER};
 
 use super::emat::{Emat, EmatShape};
@@ -167,17 +170,21 @@ impl HareLock {
 
     pub fn with_config(cfg: LockConfig) -> HareLock {
         assert!((1..=127).contains(&cfg.key_bytes) && cfg.slots >= 1 && cfg.slots * QUEUE <= 1 << 20 && cfg.slots <= 1 << 16);
-        let mut b = ProgramBuilder::new("hare_lock", "Hare lock manager: NetLock-style queues of 8 per offloaded lock, grants by the switch");
+        let mut b =
+            ProgramBuilder::new("hare_lock", "Hare lock manager: NetLock-style queues of 8 per offloaded lock, grants by the switch");
         let value = 8usize;
-        b.parser((L4_END + HEADER_LEN + cfg.key_bytes + value) as u32, &[("ethernet", 112), ("ipv4", 160), ("udp", 64), ("hare", HEADER_LEN as u32 * 8)])
-            .metadata_bits(16 + 32 + 32)
-            .max_recirculations(Some(1))
-            .classify(pisa::ClassifyRule {
-                ethertype: Some(0x0800),
-                ip_protocol: Some(17),
-                udp_dst_port: Some((PORT_SERVER, PORT_CLIENT)),
-                ..Default::default()
-            });
+        b.parser(
+            (L4_END + HEADER_LEN + cfg.key_bytes + value) as u32,
+            &[("ethernet", 112), ("ipv4", 160), ("udp", 64), ("hare", HEADER_LEN as u32 * 8)],
+        )
+        .metadata_bits(16 + 32 + 32)
+        .max_recirculations(Some(1))
+        .classify(pisa::ClassifyRule {
+            ethertype: Some(0x0800),
+            ip_protocol: Some(17),
+            udp_dst_port: Some((PORT_SERVER, PORT_CLIENT)),
+            ..Default::default()
+        });
         let first = super::FIRST_STAGE;
         let shape = EmatShape::new(cfg.key_bytes, cfg.key_bytes);
         let emat = Emat::declare(&mut b, shape, first, cfg.slots);
@@ -197,7 +204,13 @@ impl HareLock {
         });
         let states = StateManager::declare(&mut b, st, cfg.slots);
         let oo = OoStat::declare(&mut b, st + 1, cfg.slots);
-        let ls = b.register::<Pair>("lock_state", Gress::Ingress, st + 1, cfg.slots, "holders and mode (lo); queue head, length, exclusive-waiter mask (hi)");
+        let ls = b.register::<Pair>(
+            "lock_state",
+            Gress::Ingress,
+            st + 1,
+            cfg.slots,
+            "holders and mode (lo); queue head, length, exclusive-waiter mask (hi)",
+        );
         let acquire = b.register_action_body(ls, "acquire", Acquire);
         let release = b.register_action_body(ls, "release", Release);
         let state_read = b.register_action(ls, "read_half", read_half);
@@ -205,7 +218,13 @@ impl HareLock {
         let qi = b.register::<u32>("lock_queue_ip", Gress::Ingress, st + 2, cfg.slots * QUEUE, "waiting requests: client IPv4 address");
         let qip_read = b.register_action(qi, "read", read_u32);
         let qip_write = b.register_action(qi, "write", write_u32);
-        let qt = b.register::<u32>("lock_queue_tag", Gress::Ingress, st + 2, cfg.slots * QUEUE, "waiting requests: client id (high 16 bits) and request seq (low 16)");
+        let qt = b.register::<u32>(
+            "lock_queue_tag",
+            Gress::Ingress,
+            st + 2,
+            cfg.slots * QUEUE,
+            "waiting requests: client id (high 16 bits) and request seq (low 16)",
+        );
         let qtag_read = b.register_action(qt, "read", read_u32);
         let qtag_write = b.register_action(qt, "write", write_u32);
         let a_host = b.action("set_host", &[("port", 9), ("mac", 48)], "where a client is");

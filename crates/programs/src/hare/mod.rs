@@ -111,7 +111,8 @@ impl Hare {
     pub fn with_config(cfg: HareConfig) -> Hare {
         assert!(cfg.key_bytes >= 1 && cfg.key_bytes <= 255 && cfg.value_bytes % 4 == 0 && cfg.value_bytes <= 252);
         assert!(cfg.slots >= 1 && cfg.slots <= 1 << emat::INDEX_BITS);
-        let mut b = ProgramBuilder::new("hare", "Hare: hot-key offloading for a KV store (e-MAT, OO-Stat, state manager, write-through values)");
+        let mut b =
+            ProgramBuilder::new("hare", "Hare: hot-key offloading for a KV store (e-MAT, OO-Stat, state manager, write-through values)");
         b.parser(cfg.parse_depth() as u32, &[("ethernet", 112), ("ipv4", 160), ("udp", 64), ("hare", HEADER_LEN as u32 * 8)])
             .metadata_bits(16 + 16 + 8 + 8)
             .classify(pisa::ClassifyRule {
@@ -139,7 +140,13 @@ impl Hare {
         });
         let states = StateManager::declare(&mut b, st_stage, cfg.slots);
         let oo = OoStat::declare(&mut b, st_stage + 1, cfg.slots);
-        let values = ValueStore::declare(&mut b, "value", cfg.value_bytes, cfg.slots, &mut kv::Packer { stage: st_stage + 1, free: 3, per_stage: 4 });
+        let values = ValueStore::declare(
+            &mut b,
+            "value",
+            cfg.value_bytes,
+            cfg.slots,
+            &mut kv::Packer { stage: st_stage + 1, free: 3, per_stage: 4 },
+        );
         let d_malformed = b.drop_reason("hare_malformed");
         let d_unknown_op = b.drop_reason("hare_unknown_op");
         let d_key_field = b.drop_reason("hare_key_field");
@@ -312,7 +319,6 @@ pub(crate) fn back_to_sender(pass: &mut Pass<'_>, len: usize) {
     }
 }
 
-
 impl Default for Hare {
     fn default() -> Self {
         Self::new()
@@ -417,7 +423,13 @@ pub fn by_spec(name: &str) -> Option<std::sync::Arc<dyn Program>> {
             rows: get("rows").unwrap_or(d.rows as usize) as u32,
             columns: get("columns").unwrap_or(d.columns),
         };
-        if !ok_kv(cfg.key_bytes, cfg.value_bytes) || cfg.key_bytes % 4 != 0 || !cfg.rows.is_power_of_two() || cfg.rows > 1 << 16 || cfg.columns == 0 || cfg.columns > 16 {
+        if !ok_kv(cfg.key_bytes, cfg.value_bytes)
+            || cfg.key_bytes % 4 != 0
+            || !cfg.rows.is_power_of_two()
+            || cfg.rows > 1 << 16
+            || cfg.columns == 0
+            || cfg.columns > 16
+        {
             return None;
         }
         Some(std::sync::Arc::new(dyso::Dyso::with_config(cfg)))

@@ -77,15 +77,21 @@ impl NetCache {
 
     pub fn with_config(cfg: NetCacheConfig) -> NetCache {
         assert!(cfg.key_bytes >= 1 && cfg.key_bytes <= 255 && cfg.value_bytes % 4 == 0 && cfg.value_bytes <= 252);
-        let mut b = ProgramBuilder::new("netcache", "NetCache baseline: one-stage key MAT, count-min + Bloom hot-key reports, write-through values");
-        b.parser((L4_END + HEADER_LEN + cfg.key_bytes + cfg.value_bytes) as u32, &[("ethernet", 112), ("ipv4", 160), ("udp", 64), ("hare", HEADER_LEN as u32 * 8)])
-            .metadata_bits(16 + 32 + 8)
-            .classify(pisa::ClassifyRule {
-                ethertype: Some(0x0800),
-                ip_protocol: Some(17),
-                udp_dst_port: Some((PORT_SERVER, PORT_CLIENT)),
-                ..Default::default()
-            });
+        let mut b = ProgramBuilder::new(
+            "netcache",
+            "NetCache baseline: one-stage key MAT, count-min + Bloom hot-key reports, write-through values",
+        );
+        b.parser(
+            (L4_END + HEADER_LEN + cfg.key_bytes + cfg.value_bytes) as u32,
+            &[("ethernet", 112), ("ipv4", 160), ("udp", 64), ("hare", HEADER_LEN as u32 * 8)],
+        )
+        .metadata_bits(16 + 32 + 8)
+        .classify(pisa::ClassifyRule {
+            ethertype: Some(0x0800),
+            ip_protocol: Some(17),
+            udp_dst_port: Some((PORT_SERVER, PORT_CLIENT)),
+            ..Default::default()
+        });
         let a_hit = b.action("cache_hit", &[("slot", 16)], "the key is cached in this slot");
         let a_miss = b.action("cache_miss", &[], "not cached");
         let key_bits = cfg.key_bytes as u32 * 8;
@@ -102,13 +108,20 @@ impl NetCache {
             const_default: true,
         });
         let valid = StateManager::declare(&mut b, FIRST_STAGE + 1, cfg.slots);
-        let hr = b.register::<u32>("cache_hits", Gress::Ingress, FIRST_STAGE + 1, cfg.slots, "hits per cached key (read by the controller)");
+        let hr =
+            b.register::<u32>("cache_hits", Gress::Ingress, FIRST_STAGE + 1, cfg.slots, "hits per cached key (read by the controller)");
         let hits = b.register_action(hr, "count", count);
         let algos = [HashAlgo::Crc32, HashAlgo::Crc32c, HashAlgo::Crc32Mpeg2, HashAlgo::Crc32Bzip2];
         let cms = (0..CMS_ROWS)
             .map(|i| {
                 let h = b.hash_unit(&format!("cms_hash_{i}"), Gress::Ingress, FIRST_STAGE + 2, algos[i], 8);
-                let r = b.register::<u32>(&format!("cms_{i}"), Gress::Ingress, FIRST_STAGE + 2, CMS_WIDTH, "count-min sketch row (GETs of uncached keys)");
+                let r = b.register::<u32>(
+                    &format!("cms_{i}"),
+                    Gress::Ingress,
+                    FIRST_STAGE + 2,
+                    CMS_WIDTH,
+                    "count-min sketch row (GETs of uncached keys)",
+                );
                 (h, b.register_action(r, "count", count))
             })
             .collect();
@@ -116,11 +129,18 @@ impl NetCache {
         let bloom = (0..BLOOM_HASHES)
             .map(|i| {
                 let h = b.hash_unit(&format!("bloom_hash_{i}"), Gress::Ingress, FIRST_STAGE + 3, balgos[i], 9);
-                let r = b.register::<bool>(&format!("bloom_{i}"), Gress::Ingress, FIRST_STAGE + 3, BLOOM_BITS, "Bloom filter of reported keys");
+                let r =
+                    b.register::<bool>(&format!("bloom_{i}"), Gress::Ingress, FIRST_STAGE + 3, BLOOM_BITS, "Bloom filter of reported keys");
                 (h, b.register_action(r, "test_and_set", test_and_set))
             })
             .collect();
-        let values = ValueStore::declare(&mut b, "value", cfg.value_bytes, cfg.slots, &mut super::kv::Packer { stage: FIRST_STAGE + 3, free: 1, per_stage: 4 });
+        let values = ValueStore::declare(
+            &mut b,
+            "value",
+            cfg.value_bytes,
+            cfg.slots,
+            &mut super::kv::Packer { stage: FIRST_STAGE + 3, free: 1, per_stage: 4 },
+        );
         let d_malformed = b.drop_reason("netcache_malformed");
         let d_unknown_op = b.drop_reason("netcache_unknown_op");
         let d_key_field = b.drop_reason("netcache_key_field");
