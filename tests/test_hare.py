@@ -194,7 +194,7 @@ def test_experiments_quick(tmp_path: Path):
             assert c["emat_stages"] == c["stages"]
         if "key_stages" in c:
             assert c["key_stages"] == c["stages"]
-    for name in ("hare-fig12a", "hare-fig12b", "hare-fig13", "hare-fig14", "hare-fig15"):
+    for name in ("hare-fig12a", "hare-fig12b", "hare-fig13", "hare-fig14", "hare-fig15", "hare-table2"):
         r = res12a if name == "hare-fig12a" else exps[name].run(True, lambda s: None)
         exps[name].plot(r, tmp_path / f"{name}.png")
         assert (tmp_path / f"{name}.png").stat().st_size > 1000
