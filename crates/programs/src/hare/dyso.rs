@@ -8,6 +8,10 @@
 //! Offload packet (`DataMvToSwitch` from an allowed port or the CPU): `key`, `value`, column
 //! in `aux`; the row is computed from the key as for queries. `StateSet` with `aux` =
 //! column clears a cell (`status` 0) — the row again from the packet's key.
+//!
+//! Keys are compared by their padded key field (the key length only picks the row), so
+//! two keys that differ only in trailing zero bytes are one object here; the KV runs use
+//! fixed-size keys.
 
 use pisa::decl::TableSpec;
 use pisa::{
