@@ -308,9 +308,9 @@ def plot_fig14(r: dict[str, Any], png: Path) -> None:
     step = r["config"]["model"]["epoch_s"]
     fig, axs = plt.subplots(1, 2, figsize=(10, 3.5))
     for n in r["throughput_qps"]:
-        thr = r["throughput_qps"][n]
+        thr = r["throughput_qps"][n][:-1]  # the last epoch is cut short by the trace's end
         axs[0].plot([i * step for i in range(len(thr))], [x / 1e3 for x in thr], label=n)
-        p99 = r["p99_us"][n]
+        p99 = r["p99_us"][n][:-1]
         axs[1].plot([i * step for i in range(len(p99))], [np.nan if x is None else x for x in p99], label=n)
     axs[0].set_ylabel("throughput (kqps)")
     axs[1].set_ylabel("P99 latency (µs)")
