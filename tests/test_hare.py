@@ -230,3 +230,20 @@ def test_lock_manager_grants_against_a_lock_table(tmp_path: Path):
     assert d["hare"]["switch_drops"].get("lock_waiting", 0) > 0, "requests waited in the switch's queues"
     # After the popularity change the static offload no longer helps; Hare's does.
     assert d["hare"]["recovered_tps"] > 1.2 * d["netlock"]["recovered_tps"]
+
+
+def test_scapy_layer_matches_the_rust_encoder():
+    from scapy.layers.l2 import Ether  # type: ignore[attr-defined]
+
+    from inswitch.scapy.hare import Hare
+
+    f = _native.hare_frame(kvsim.CLIENT, kvsim.server_ep(0), kvsim.OP_PUT, b"user:42", 16, b"\x01" * 8, 77, 3, 9, 1, 0)
+    h = Ether(f)[Hare]
+    assert (h.op, h.seq, h.hit_index, h.aux, h.status, h.key_len, h.key_field) == (3, 77, 3, 9, 1, 7, 16)
+    assert h.meaningful_key() == b"user:42" and h.value == b"\x01" * 8
+    # And the other way: a frame crafted with scapy parses in Rust.
+    from scapy.layers.inet import IP, UDP  # type: ignore[attr-defined]
+
+    crafted = bytes(Ether() / IP(src="10.0.0.1", dst="10.0.0.2") / UDP(sport=7371, dport=7370) / Hare(op=1, key=b"abc" + bytes(5), seq=5))
+    m = _native.hare_parse(crafted)
+    assert m is not None and (m[0], m[2], bytes(m[6])) == (1, 5, b"abc")
