@@ -176,7 +176,9 @@ def test_kvs_command_writes_the_issue_keys(tmp_path: Path):
         for k in ("hit_rate", "stable_hit_rate", "recovery_s", "throughput_qps", "p50_us", "p99_us", "correct"):
             assert k in r
         assert r["correct"] is True
+        assert "tofino1" in r["fits"]
     assert d["systems"]["hare"]["stable_hit_rate"] > 0.2
+    assert d["systems"]["hare"]["fits"]["tofino1"], d["systems"]["hare"]["fits"]
 
 
 def test_experiments_quick(tmp_path: Path):

@@ -99,8 +99,8 @@ def register(app: typer.Typer) -> None:
         if shift not in SHIFTS:
             console.print(f"[red]error:[/red] --shift must be one of {', '.join(SHIFTS)}")
             raise typer.Exit(2)
-        if value_size % 4 or not 4 <= value_size <= 252 or not 1 <= key_size <= 255:
-            console.print("[red]error:[/red] key size 1..255, value size 4..252 and a multiple of 4")
+        if value_size % 4 or not 8 <= value_size <= 252 or not 1 <= key_size <= 255 or (key_size < 15 and keys > 256**key_size):
+            console.print("[red]error:[/red] key size 1..255 (enough bytes to tell the keys apart), value size 8..252 and a multiple of 4")
             raise typer.Exit(2)
         measured = plane_rates.measure(True) if rates or model_rates == "measured" else None
         extra = {}
@@ -111,7 +111,7 @@ def register(app: typer.Typer) -> None:
         if measured:
             out["plane_interaction_rates_measured"] = measured
         t = Table(title=f"kvs: {len(systems)} system(s), {out['config']['queries']} queries, shift {shift}")
-        for c in ("system", "stable hit rate", "recovered", "recovery (s)", "mean qps", "max P99 (µs)", "offloads", "table ops", "packet ops", "correct"):
+        for c in ("system", "stable hit rate", "recovered", "recovery (s)", "mean qps", "max P99 (µs)", "offloads", "table ops", "packet ops", "fits tofino1", "correct"):
             t.add_column(c)
         for name, r in out["systems"].items():
             p99 = [x for x in r["p99_us"] if x is not None]
@@ -120,6 +120,7 @@ def register(app: typer.Typer) -> None:
                 name, f(r["stable_hit_rate"]), f(r["recovered_hit_rate"]), "-" if r["recovery_s"] is None else str(r["recovery_s"]),
                 f"{sum(r['throughput_qps']) / max(1, len(r['throughput_qps'])):.0f}", f"{max(p99) if p99 else 0:.0f}",
                 str(r["offloads"]), str(r["control"]["table_ops"]), str(r["control"]["packet_ops"]),
+                "yes" if r["fits"]["tofino1"] else "[yellow]no[/yellow]",
                 "[green]yes[/green]" if r["correct"] else "[red]NO[/red]",
             )
         console.print(t)

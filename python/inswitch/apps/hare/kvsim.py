@@ -222,8 +222,12 @@ class KvRun:
             cols, rows = (p.dyso_columns, _pow2(max(1, p.cache // p.dyso_columns))) if p.dyso_columns else dyso_fit(p)
             self.dyso_cols, self.dyso_rows = cols, rows
             prog = f"dyso:key={self.kf},value={p.value_size},rows={rows},columns={cols}"
-        self.prog = system
+        self.prog = prog if system != "none" else "forward"
         programs = ["forward"] + ([prog] if system != "none" else [])
+        import json as _json
+
+        rep = _json.loads(_native.resources_json(programs, "tofino1"))
+        self.fits = {"tofino1": rep["fits"], "problems": rep["problems"]}
         self.sw = _native.SimSwitch(programs, 1 + p.servers)
         for h, port in [(1, 0)] + [(2 + s, 1 + s) for s in range(p.servers)] + [(0xFE, 0)]:
             self.sw.table_write("forward", "l2_dmac", "insert", [_mac(h)], "l2_forward", [port.to_bytes(2, "big")])
@@ -611,6 +615,7 @@ class KvRun:
                     break
         return {
             "program": self.prog,
+            "fits": self.fits,
             "hit_rate": hr,
             "stable_hit_rate": stable,
             "recovered_hit_rate": recovered,

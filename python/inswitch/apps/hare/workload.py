@@ -103,9 +103,14 @@ def generate(
 
 
 def key_bytes(i: int, size: int) -> bytes:
-    """Key `i` as `size` bytes (a readable prefix padded with '.')."""
+    """Key `i` as `size` bytes: readable (`key000000000042....`) when there is room, else
+    the index in binary (still one key per index)."""
     k = f"key{i:012d}".encode()
-    return (k + b"." * size)[:size] if size >= len(k) else k[-size:]
+    if size >= len(k):
+        return (k + b"." * size)[:size]
+    if i >= 256**size:
+        raise ValueError(f"{size}-byte keys cannot tell {i + 1} keys apart")
+    return int(i).to_bytes(size, "big")
 
 
 def value_bytes(i: int, version: int, size: int) -> bytes:
