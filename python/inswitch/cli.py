@@ -31,6 +31,7 @@ _COMMAND_MODULES = [
     "inswitch.demo",
     "inswitch.apps.wordcount.cli",
     "inswitch.apps.netsha.cli",
+    "inswitch.apps.hare.cli",
 ]
 
 

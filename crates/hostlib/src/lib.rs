@@ -10,5 +10,6 @@
 #![forbid(unsafe_code)]
 
 pub mod aggregation;
+pub mod hare;
 pub mod netstack;
 pub mod switchagg;

@@ -2,6 +2,7 @@
 //!
 //! - [`forward`]: the base program (L2, IPv4 LPM, per-port counters).
 //! - [`daiet`]: DAIET in-network key-value aggregation, exactly once.
+//! - [`hare`]: Hare's hot-key offloading for a KV store (e-MAT, OO-Stat, state manager).
 #![forbid(unsafe_code)]
 
 use std::sync::Arc;
@@ -10,11 +11,12 @@ use pisa::Program;
 
 pub mod daiet;
 pub mod forward;
+pub mod hare;
 pub mod netsha;
 pub mod switchagg;
 
 /// Names of the programs this build knows.
-pub const NAMES: &[&str] = &["forward", "daiet", "switchagg", "netsha", "netsha-tofino1"];
+pub const NAMES: &[&str] = &["forward", "daiet", "switchagg", "netsha", "netsha-tofino1", "hare", "netcache", "dyso", "hare_lock"];
 
 /// A fresh instance of a program by name.
 pub fn by_name(name: &str) -> Option<Arc<dyn Program>> {
@@ -25,6 +27,11 @@ pub fn by_name(name: &str) -> Option<Arc<dyn Program>> {
         n if n.starts_with("netsha") => {
             netsha::NetshaConfig::from_spec(n).ok().map(|c| Arc::new(netsha::Netsha::with_config(c)) as Arc<dyn Program>)
         }
+        "hare" => Some(Arc::new(hare::Hare::new())),
+        "netcache" => Some(Arc::new(hare::netcache::NetCache::new())),
+        "dyso" => Some(Arc::new(hare::dyso::Dyso::new())),
+        "hare_lock" => Some(Arc::new(hare::lock::HareLock::new())),
+        n if hare::is_spec(n) => hare::by_spec(n),
         _ => None,
     }
 }

@@ -7,6 +7,7 @@
 
 mod aggregation;
 mod netsha;
+mod hare;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -634,5 +635,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(bench_bare_forward_loop, m)?)?;
     aggregation::register(m)?;
     switchagg::register(m)?;
+    hare::register(m)?;
     Ok(())
 }

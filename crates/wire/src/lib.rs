@@ -63,6 +63,7 @@ pub mod checksum;
 pub mod daiet;
 pub mod error;
 pub mod ethernet;
+pub mod hare;
 pub mod icmpv4;
 pub mod ipv4;
 pub mod netsha;

@@ -1,0 +1,105 @@
+//! The KV application's data on the switch (Hare's `define_appdata` for the read-only /
+//! write-through KVS): the value of each offloaded key, spread over 32-bit register arrays
+//! because a Tofino stateful ALU returns at most 32 bits. Four arrays per stage (the
+//! stage's stateful ALUs), as NetCache lays its values out.
+
+use pisa::{Gress, ProgramBuilder, RegisterAction};
+
+fn get_value(c: u32, _: ()) -> (u32, u32) {
+    (c, c)
+}
+fn put_value(_: u32, v: u32) -> (u32, ()) {
+    (v, ())
+}
+
+/// Places register arrays on stateful ALUs: `free` left in `stage`, then `per_stage` a stage.
+pub struct Packer {
+    pub stage: u8,
+    pub free: u32,
+    pub per_stage: u32,
+}
+
+impl Packer {
+    /// The stage of the next array.
+    pub fn take(&mut self) -> u8 {
+        if self.free == 0 {
+            self.stage += 1;
+            self.free = self.per_stage;
+        }
+        self.free -= 1;
+        self.stage
+    }
+}
+
+/// The value arrays `{prefix}_0 ..` (4 bytes each) and their `get_value` / `put_value`.
+pub struct ValueStore {
+    pub(crate) get: Vec<RegisterAction<u32, (), u32>>,
+    pub(crate) put: Vec<RegisterAction<u32, u32, ()>>,
+}
+
+impl ValueStore {
+    /// `value_bytes / 4` arrays of `slots` cells, placed by `packer`.
+    pub fn declare(b: &mut ProgramBuilder, prefix: &str, value_bytes: usize, slots: u32, packer: &mut Packer) -> ValueStore {
+        assert!(value_bytes % 4 == 0 && value_bytes > 0);
+        let mut get = Vec::new();
+        let mut put = Vec::new();
+        for i in 0..value_bytes / 4 {
+            let stage = packer.take();
+            let r = b.register::<u32>(&format!("{prefix}_{i}"), Gress::Ingress, stage, slots, "bytes 4i..4i+4 of each offloaded value");
+            get.push(b.register_action(r, "get_value", get_value));
+            put.push(b.register_action(r, "put_value", put_value));
+        }
+        ValueStore { get, put }
+    }
+}
+
+use pisa::Pass;
+use wire::hare::{Op, Packet, FLAG_HIT, HEADER_LEN};
+
+use super::{back_to_sender, L4_END};
+
+impl ValueStore {
+    /// Query-hit processing of a GET: read the value of `slot` and turn the request into
+    /// its reply, back to the client.
+    pub(crate) fn serve_get(&self, pass: &mut Pass<'_>, slot: u16, kb: usize, vb: usize) {
+        let voff = L4_END + HEADER_LEN + kb;
+        let len = voff + vb;
+        let mut val = [0u8; 256];
+        for (i, a) in self.get.iter().enumerate() {
+            let w = pass.execute(a, slot as u32, ());
+            val[4 * i..4 * i + 4].copy_from_slice(&w.to_be_bytes());
+        }
+        pass.truncate_payload();
+        if !pass.resize_hdr(len) {
+            return;
+        }
+        let h = pass.hdr_mut();
+        let mut p = Packet::new_unchecked(&mut h[L4_END..]);
+        p.set_op(Op::GetReply);
+        p.set_flags(p.flags() | FLAG_HIT);
+        p.set_hit_index(slot);
+        p.set_value_len(vb as u8);
+        h[voff..len].copy_from_slice(&val[..vb]);
+        back_to_sender(pass, len);
+    }
+
+    /// Write the `vb` value bytes at header offset `voff` into `slot`.
+    pub(crate) fn store(&self, pass: &mut Pass<'_>, slot: u16, voff: usize, vb: usize) {
+        let mut val = [0u8; 256];
+        val[..vb].copy_from_slice(&pass.hdr()[voff..voff + vb]);
+        for (i, a) in self.put.iter().enumerate() {
+            let w = u32::from_be_bytes([val[4 * i], val[4 * i + 1], val[4 * i + 2], val[4 * i + 3]]);
+            pass.execute(a, slot as u32, w);
+        }
+    }
+
+    /// Read `slot` into the `vb` bytes at header offset `voff`.
+    pub(crate) fn load(&self, pass: &mut Pass<'_>, slot: u16, voff: usize, vb: usize) {
+        let mut val = [0u8; 256];
+        for (i, a) in self.get.iter().enumerate() {
+            let w = pass.execute(a, slot as u32, ());
+            val[4 * i..4 * i + 4].copy_from_slice(&w.to_be_bytes());
+        }
+        pass.hdr_mut()[voff..voff + vb].copy_from_slice(&val[..vb]);
+    }
+}

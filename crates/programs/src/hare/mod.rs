@@ -1,0 +1,439 @@
+//! `hare`: hot-item offloading for a key-value store (Hare, IEEE/ACM ToN 2025).
+//!
+//! - [`emat`]: K1, the e-MAT hit-check across M stages, and its control-plane updater.
+//! - [`oostat`]: OO-Stat counters and the state manager, both driven by packets.
+//! - [`kv`]: the KV application data (values in register arrays).
+//!
+//! Queries (UDP to [`wire::hare::PORT_SERVER`]): a GET whose key is offloaded and valid is
+//! answered by the switch, turning the request into the reply; everything else goes on to
+//! its server. PUTs are write-through: the switch invalidates its copy, the server's PUT
+//! reply (carrying key and value) refreshes it. Control packets (from the CPU port or a
+//! port the control plane allows in `control_ports`) fetch and clear OO-Stat, set slot
+//! states and move application data; they come back to their sender marked done.
+//!
+//! Layout for the default configuration on tofino1 (`inswitch resources hare`): e-MAT in
+//! ingress stages 1..=M, the state manager in the next stage, then OO-Stat and the value
+//! arrays, four per stage.
+
+pub mod dyso;
+pub mod emat;
+pub mod kv;
+pub mod lock;
+pub mod netcache;
+pub mod oostat;
+
+use pisa::decl::TableSpec;
+use pisa::{ActionId, DropCode, Gress, MatchKind, Pass, Program, ProgramBuilder, ProgramDecl, Table, PORT_CPU};
+use wire::hare::{Op, Packet, FLAG_DONE, HEADER_LEN, PORT_CLIENT, PORT_SERVER};
+
+use emat::{Emat, EmatShape};
+use kv::ValueStore;
+use oostat::{state, OoStat, StateManager};
+
+/// Ethernet + IPv4 (no options) + UDP.
+pub const L4_END: usize = 14 + 20 + 8;
+/// First ingress stage Hare uses (stage 0 holds the base program's L2 tables).
+pub const FIRST_STAGE: u8 = 1;
+
+/// What a Hare switch is built for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HareConfig {
+    /// Width of the key field (bytes).
+    pub key_bytes: usize,
+    /// Value size (bytes, a multiple of 4).
+    pub value_bytes: usize,
+    /// Objects that can be offloaded at once (entries per MAT, cells per array).
+    pub slots: u32,
+    /// Key bytes per MAT; `None`: as wide as the stage's exact-match crossbar allows
+    /// (1024 bits on Tofino, less the index or key length that links the MATs).
+    pub segment_bytes: Option<usize>,
+}
+
+impl Default for HareConfig {
+    /// 128-byte keys (file paths, IoT dataset identifiers) and 64-byte values: the largest
+    /// pair the tofino1 parser reaches in one pass (58 + 128 + 64 = 250 of 256 bytes).
+    fn default() -> Self {
+        HareConfig { key_bytes: 128, value_bytes: 64, slots: 8192, segment_bytes: None }
+    }
+}
+
+impl HareConfig {
+    /// The e-MAT's segments: with the default width, the first MAT takes 127 bytes beside
+    /// the 8-bit key length and the others 126 bytes beside the 16-bit index.
+    pub fn shape(&self) -> EmatShape {
+        match self.segment_bytes {
+            Some(s) => EmatShape::new(self.key_bytes, s),
+            None => {
+                let mut segments = Vec::new();
+                let mut left = self.key_bytes;
+                let mut width = (1024 - 8) / 8;
+                while left > 0 {
+                    let s = left.min(width);
+                    segments.push(s);
+                    left -= s;
+                    width = (1024 - emat::INDEX_BITS as usize) / 8;
+                }
+                EmatShape { key_bytes: self.key_bytes, segments }
+            }
+        }
+    }
+
+    /// Bytes the parser must reach: headers, key field and value.
+    pub fn parse_depth(&self) -> usize {
+        L4_END + HEADER_LEN + self.key_bytes + self.value_bytes
+    }
+}
+
+/// The Hare KV program.
+pub struct Hare {
+    decl: ProgramDecl,
+    cfg: HareConfig,
+    emat: Emat,
+    control_ports: Table,
+    a_allow: ActionId,
+    states: StateManager,
+    oo: OoStat,
+    values: ValueStore,
+    d_malformed: DropCode,
+    d_unknown_op: DropCode,
+    d_key_field: DropCode,
+    d_control_denied: DropCode,
+    d_bad_slot: DropCode,
+}
+
+impl Hare {
+    /// The default configuration.
+    pub fn new() -> Hare {
+        Hare::with_config(HareConfig::default())
+    }
+
+    /// A Hare switch for `cfg`.
+    pub fn with_config(cfg: HareConfig) -> Hare {
+        assert!(cfg.key_bytes >= 1 && cfg.key_bytes <= 255 && cfg.value_bytes % 4 == 0 && cfg.value_bytes <= 252);
+        assert!(cfg.slots >= 1 && cfg.slots <= 1 << emat::INDEX_BITS);
+        let mut b =
+            ProgramBuilder::new("hare", "Hare: hot-key offloading for a KV store (e-MAT, OO-Stat, state manager, write-through values)");
+        b.parser(cfg.parse_depth() as u32, &[("ethernet", 112), ("ipv4", 160), ("udp", 64), ("hare", HEADER_LEN as u32 * 8)])
+            .metadata_bits(16 + 16 + 8 + 8)
+            .classify(pisa::ClassifyRule {
+                ethertype: Some(0x0800),
+                ip_protocol: Some(17),
+                udp_dst_port: Some((PORT_SERVER, PORT_CLIENT)),
+                ..Default::default()
+            });
+        let shape = cfg.shape();
+        let m = shape.mats() as u8;
+        let emat = Emat::declare(&mut b, shape, FIRST_STAGE, cfg.slots);
+        let st_stage = FIRST_STAGE + m;
+        let a_allow = b.action("allow_control", &[], "this port may send control packets");
+        let a_deny = b.action("deny_control", &[], "control packets from this port are dropped");
+        let control_ports = b.table(TableSpec {
+            name: "control_ports",
+            doc: "ports of backend servers allowed to move application data and set states",
+            gress: Gress::Ingress,
+            stage: st_stage,
+            size: 64,
+            keys: &[("ig_intr_md.ingress_port", 9, MatchKind::Exact)],
+            actions: &[a_allow, a_deny],
+            default_action: (a_deny, &[]),
+            const_default: false,
+        });
+        let states = StateManager::declare(&mut b, st_stage, cfg.slots);
+        let oo = OoStat::declare(&mut b, st_stage + 1, cfg.slots);
+        let values = ValueStore::declare(
+            &mut b,
+            "value",
+            cfg.value_bytes,
+            cfg.slots,
+            &mut kv::Packer { stage: st_stage + 1, free: 3, per_stage: 4 },
+        );
+        let d_malformed = b.drop_reason("hare_malformed");
+        let d_unknown_op = b.drop_reason("hare_unknown_op");
+        let d_key_field = b.drop_reason("hare_key_field");
+        let d_control_denied = b.drop_reason("hare_control_denied");
+        let d_bad_slot = b.drop_reason("hare_bad_slot");
+        b.note(&format!(
+            "e-MAT of {} MATs ({:?} key bytes each), {} slots, {}-byte values in {} register arrays",
+            cfg.shape().mats(),
+            cfg.shape().segments,
+            cfg.slots,
+            cfg.value_bytes,
+            cfg.value_bytes / 4
+        ));
+        let decl = b.build().expect("hare declaration is valid");
+        Hare {
+            decl,
+            cfg,
+            emat,
+            control_ports,
+            a_allow,
+            states,
+            oo,
+            values,
+            d_malformed,
+            d_unknown_op,
+            d_key_field,
+            d_control_denied,
+            d_bad_slot,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &HareConfig {
+        &self.cfg
+    }
+
+    fn query(&self, pass: &mut Pass<'_>, op: Op) {
+        let kb = self.cfg.key_bytes;
+        let vb = self.cfg.value_bytes;
+        let (key_len, key_field_ok, value_len) = {
+            let p = Packet::new_unchecked(&pass.hdr()[L4_END..]);
+            (p.key_len(), p.key_field() as usize == kb, p.value_len() as usize)
+        };
+        if !key_field_ok {
+            pass.drop(self.d_key_field);
+            return;
+        }
+        let mut key = [0u8; 256];
+        key[..kb].copy_from_slice(&pass.hdr()[L4_END + HEADER_LEN..L4_END + HEADER_LEN + kb]);
+        let Some(slot) = self.emat.lookup(pass, key_len, &key[..kb]) else {
+            return; // a miss: on to the server (the base program's decision)
+        };
+        if slot as u32 >= self.cfg.slots {
+            return;
+        }
+        let voff = L4_END + HEADER_LEN + kb;
+        match op {
+            Op::Get => {
+                if pass.execute(&self.states.check, slot as u32, ()) != state::VALID {
+                    return;
+                }
+                pass.execute(&self.oo.count, slot as u32, ());
+                self.values.serve_get(pass, slot, kb, vb);
+            }
+            Op::Put => {
+                pass.execute(&self.states.invalidate, slot as u32, ());
+            }
+            Op::PutReply => {
+                if value_len != vb {
+                    return; // a value of another size cannot be cached; the state stays invalid
+                }
+                pass.execute(&self.states.revalidate, slot as u32, ());
+                self.values.store(pass, slot, voff, vb);
+            }
+            _ => {}
+        }
+    }
+
+    fn control(&self, pass: &mut Pass<'_>, op: Op) {
+        let port = pass.ingress_port();
+        let allowed = port == PORT_CPU || pass.apply_u64(&self.control_ports, port as u64).action == self.a_allow;
+        if !allowed {
+            pass.drop(self.d_control_denied);
+            return;
+        }
+        let kb = self.cfg.key_bytes;
+        let vb = self.cfg.value_bytes;
+        let (slot, status, kf, vlen) = {
+            let p = Packet::new_unchecked(&pass.hdr()[L4_END..]);
+            (p.hit_index(), p.status(), p.key_field() as usize, p.value_len() as usize)
+        };
+        if slot as u32 >= self.cfg.slots {
+            pass.drop(self.d_bad_slot);
+            return;
+        }
+        let voff = L4_END + HEADER_LEN + kf;
+        let end = voff + vlen;
+        match op {
+            Op::StatFetch => {
+                if vlen != 4 {
+                    pass.drop(self.d_malformed);
+                    return;
+                }
+                let c = match status {
+                    1 => pass.execute(&self.oo.fetch_clear, slot as u32, ()),
+                    2 => pass.execute(&self.oo.fetch_halve, slot as u32, ()),
+                    _ => pass.execute(&self.oo.fetch, slot as u32, ()),
+                };
+                pass.hdr_mut()[voff..voff + 4].copy_from_slice(&c.to_be_bytes());
+            }
+            Op::StateSet => {
+                if status > state::REPLACING {
+                    pass.drop(self.d_malformed);
+                    return;
+                }
+                pass.execute(&self.states.set, slot as u32, status);
+            }
+            Op::DataMvToSwitch | Op::DataMvToServer => {
+                if vlen != vb || kf != kb {
+                    pass.drop(self.d_malformed);
+                    return;
+                }
+                if op == Op::DataMvToSwitch {
+                    self.values.store(pass, slot, voff, vb);
+                } else {
+                    self.values.load(pass, slot, voff, vb);
+                }
+            }
+            _ => {
+                pass.drop(self.d_unknown_op);
+                return;
+            }
+        }
+        let h = pass.hdr_mut();
+        h[L4_END + 1] |= FLAG_DONE;
+        back_to_sender(pass, end);
+    }
+}
+
+/// Turn the packet back to its sender as `len` header bytes: swap addresses and ports,
+/// fix the lengths and the IPv4 checksum (the UDP checksum is left out, 0).
+pub(crate) fn back_to_sender(pass: &mut Pass<'_>, len: usize) {
+    if !pass.resize_hdr(len) {
+        return;
+    }
+    pass.truncate_payload();
+    let port = pass.ingress_port();
+    let h = pass.hdr_mut();
+    for i in 0..6 {
+        h.swap(i, 6 + i);
+    }
+    for i in 0..4 {
+        h.swap(26 + i, 30 + i);
+    }
+    h.swap(34, 36);
+    h.swap(35, 37);
+    let ip_len = (len - 14) as u16;
+    let udp_len = (len - 34) as u16;
+    {
+        let mut ip = wire::Ipv4Packet::new_unchecked(&mut h[14..34]);
+        ip.set_total_len(ip_len);
+        ip.fill_checksum();
+    }
+    h[38..40].copy_from_slice(&udp_len.to_be_bytes());
+    h[40..42].copy_from_slice(&[0, 0]);
+    if port == PORT_CPU {
+        pass.to_cpu();
+    } else {
+        pass.forward(port);
+    }
+}
+
+impl Default for Hare {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Program for Hare {
+    fn decl(&self) -> &ProgramDecl {
+        &self.decl
+    }
+
+    fn ingress(&self, pass: &mut Pass<'_>) {
+        let hdr = pass.hdr();
+        // Fixed offsets: IPv4 without options.
+        if hdr.len() < L4_END + HEADER_LEN || hdr[14] != 0x45 {
+            pass.drop(self.d_malformed);
+            return;
+        }
+        let op = match Packet::new_checked(&hdr[L4_END..]) {
+            Ok(p) => p.op(),
+            Err(_) => {
+                pass.drop(self.d_malformed);
+                return;
+            }
+        };
+        match op {
+            None => pass.drop(self.d_unknown_op),
+            Some(op) if op.is_control() => {
+                // Replies of control packets travel back as ordinary traffic.
+                if pass.hdr()[L4_END + 1] & FLAG_DONE == 0 {
+                    self.control(pass, op)
+                }
+            }
+            Some(op) => self.query(pass, op),
+        }
+    }
+}
+
+/// Parse `key=value` pairs after `name:`, separated by `,` or `:` (e.g.
+/// `hare:key=80,value=64,slots=4096` or, where commas separate programs,
+/// `hare:key=80:value=64:slots=4096`).
+fn spec_params(spec: &str) -> Result<Vec<(String, usize)>, String> {
+    let rest = spec.split_once(':').map(|x| x.1).unwrap_or("");
+    rest.split([',', ':'])
+        .filter(|s| !s.is_empty())
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').ok_or_else(|| format!("`{kv}`: expected name=number"))?;
+            let n = v.trim().parse::<usize>().map_err(|_| format!("`{kv}`: not a number"))?;
+            Ok((k.trim().to_string(), n))
+        })
+        .collect()
+}
+
+/// Whether `name` is a parameterized Hare-family program (`hare:...`, `netcache:...`, `dyso:...`).
+pub fn is_spec(name: &str) -> bool {
+    ["hare:", "netcache:", "dyso:", "hare_lock:"].iter().any(|p| name.starts_with(p))
+}
+
+/// A Hare-family program from a spec (`,` or `:` between parameters): `hare:key=B,value=B,slots=N[,seg=B]`,
+/// `netcache:key=B,value=B,slots=N[,threshold=T]`, `dyso:key=B,value=B,rows=R,columns=C`.
+/// Invalid specs give `None` (the caller reports the name as unknown).
+pub fn by_spec(name: &str) -> Option<std::sync::Arc<dyn Program>> {
+    let params = spec_params(name).ok()?;
+    let get = |k: &str| params.iter().find(|p| p.0 == k).map(|p| p.1);
+    let ok_kv = |kb: usize, vb: usize| (1..=255).contains(&kb) && vb % 4 == 0 && (4..=252).contains(&vb);
+    if name.starts_with("hare:") {
+        let d = HareConfig::default();
+        let cfg = HareConfig {
+            key_bytes: get("key").unwrap_or(d.key_bytes),
+            value_bytes: get("value").unwrap_or(d.value_bytes),
+            slots: get("slots").unwrap_or(d.slots as usize) as u32,
+            segment_bytes: get("seg"),
+        };
+        if !ok_kv(cfg.key_bytes, cfg.value_bytes) || cfg.slots == 0 || cfg.slots > 1 << 16 || cfg.segment_bytes == Some(0) {
+            return None;
+        }
+        Some(std::sync::Arc::new(Hare::with_config(cfg)))
+    } else if name.starts_with("hare_lock:") {
+        let d = lock::LockConfig::default();
+        let cfg = lock::LockConfig { key_bytes: get("key").unwrap_or(d.key_bytes), slots: get("slots").unwrap_or(d.slots as usize) as u32 };
+        if !(1..=127).contains(&cfg.key_bytes) || cfg.slots == 0 || cfg.slots > 1 << 16 {
+            return None;
+        }
+        Some(std::sync::Arc::new(lock::HareLock::with_config(cfg)))
+    } else if name.starts_with("netcache:") {
+        let d = netcache::NetCacheConfig::default();
+        let cfg = netcache::NetCacheConfig {
+            key_bytes: get("key").unwrap_or(d.key_bytes),
+            value_bytes: get("value").unwrap_or(d.value_bytes),
+            slots: get("slots").unwrap_or(d.slots as usize) as u32,
+            report_threshold: get("threshold").unwrap_or(d.report_threshold as usize) as u32,
+        };
+        if !ok_kv(cfg.key_bytes, cfg.value_bytes) || cfg.slots == 0 || cfg.slots > 1 << 16 {
+            return None;
+        }
+        Some(std::sync::Arc::new(netcache::NetCache::with_config(cfg)))
+    } else if name.starts_with("dyso:") {
+        let d = dyso::DysoConfig::default();
+        let cfg = dyso::DysoConfig {
+            key_bytes: get("key").unwrap_or(d.key_bytes),
+            value_bytes: get("value").unwrap_or(d.value_bytes),
+            rows: get("rows").unwrap_or(d.rows as usize) as u32,
+            columns: get("columns").unwrap_or(d.columns),
+        };
+        if !ok_kv(cfg.key_bytes, cfg.value_bytes)
+            || cfg.key_bytes % 4 != 0
+            || !cfg.rows.is_power_of_two()
+            || cfg.rows > 1 << 16
+            || cfg.columns == 0
+            || cfg.columns > 16
+        {
+            return None;
+        }
+        Some(std::sync::Arc::new(dyso::Dyso::with_config(cfg)))
+    } else {
+        None
+    }
+}

@@ -1,0 +1,214 @@
+"""`inswitch kvs`: the KV store with hot-key offloading by Hare, NetCache, DySO or none,
+over the same seeded trace."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from inswitch.apps.hare import rates as plane_rates
+from inswitch.apps.hare.kvsim import SYSTEMS, KvParams, KvRun
+from inswitch.apps.hare.workload import SHIFTS, generate
+
+
+def run_kvs(
+    systems: list[str],
+    keys: int,
+    key_size: int,
+    value_size: int,
+    cache: int,
+    batch: int,
+    zipf: float,
+    shift: str,
+    duration: float,
+    rate: float,
+    writes: float,
+    scrambled: bool,
+    shift_count: Optional[int],
+    seed: int,
+    t_wait: float = 0.1,
+    hare_stats: str = "age",
+    service_s: float = 150e-6,
+    table_rate: float = 10_000.0,
+    packet_rate: float = 1_000_000.0,
+    progress: Optional[Any] = None,
+) -> dict[str, Any]:
+    """Generate one trace and replay it against each system; the result the CLI writes."""
+    count = shift_count if shift_count is not None else (cache if shift == "coldest-to-top" else 200)
+    trace = generate(keys, rate, duration, zipf, writes, scrambled, shift, duration / 2 if shift != "none" else None, count, 1.0, seed)
+    params = KvParams(n_keys=keys, key_size=key_size, value_size=value_size, cache=cache, batch=batch, t_wait=t_wait, service_s=service_s, hare_stats=hare_stats, table_rate=table_rate, packet_rate=packet_rate)
+    out: dict[str, Any] = {
+        "config": {
+            "keys": keys, "key_size": key_size, "value_size": value_size, "cache": cache, "batch": batch, "zipf": zipf,
+            "shift": shift, "shift_count": count, "shift_times": trace.shift_times, "duration_s": duration, "rate_qps": rate,
+            "write_ratio": writes, "scrambled": scrambled, "seed": seed, "queries": len(trace),
+            "model": {
+                "path": "trace-driven, in-process switch (pisa::Switch via _native.SimSwitch), simulated time",
+                "servers": params.servers, "server_service_s": params.service_s, "link_s": params.link_s,
+                "table_writes_per_s": params.table_rate, "packet_interactions_per_s": params.packet_rate,
+                "epoch_s": params.epoch_s, "t_wait_s": params.t_wait, "hare_stats": params.hare_stats,
+            },
+        },
+        "systems": {},
+    }
+    for name in systems:
+        task = progress.add_task(name, total=1.0) if progress else None
+        run = KvRun(name, trace, params)
+        res = run.run((lambda f, task=task: progress.update(task, completed=f)) if progress else None)
+        out["systems"][name] = res
+    return out
+
+
+def register(app: typer.Typer) -> None:
+    _register_locks(app)
+
+    @app.command("kvs")
+    def kvs_cmd(
+        system: str = typer.Option("all", help="hare, netcache, dyso, none or all."),
+        keys: int = typer.Option(10_000, help="Number of keys."),
+        key_size: int = typer.Option(80, help="Key size in bytes."),
+        value_size: int = typer.Option(64, help="Value size in bytes (a multiple of 4)."),
+        cache: int = typer.Option(512, help="Objects the switch can hold."),
+        batch: int = typer.Option(64, help="Hare's batch size K."),
+        zipf: float = typer.Option(0.99, help="Zipf skew."),
+        shift: str = typer.Option("coldest-to-top", help=f"Popularity change at half time: {', '.join(SHIFTS)}."),
+        duration: float = typer.Option(4.0, help="Trace length in seconds (simulated)."),
+        rate: float = typer.Option(10_000.0, help="Queries per second."),
+        writes: float = typer.Option(0.0, help="Fraction of PUTs."),
+        scrambled: bool = typer.Option(False, help="Scrambled Zipf (hot keys spread over the key space)."),
+        shift_count: Optional[int] = typer.Option(None, help="Keys changed (default: cache size for coldest-to-top, else 200)."),
+        seed: int = typer.Option(1, help="Trace seed."),
+        t_wait: float = typer.Option(0.1, help="Hare's statistics window (s) between offloading rounds."),
+        stats: str = typer.Option("age", help="Hare's statistics between rounds: age (halved every 1 s) or clear."),
+        json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here."),
+        rates: bool = typer.Option(True, help="Also measure the two plane-interaction rates here (starts a switch for P4Runtime)."),
+        model_rates: str = typer.Option("paper", help="Control costs in the run: paper (10K table writes/s, 1M packets/s) or measured (this machine's P4Runtime and data-plane rates)."),
+    ) -> None:
+        """Replay one seeded KV trace against Hare, NetCache, DySO and no caching."""
+        console = Console()
+        systems = list(SYSTEMS) if system == "all" else [system]
+        if any(s not in SYSTEMS for s in systems):
+            console.print(f"[red]error:[/red] --system must be one of {', '.join(SYSTEMS)} or all")
+            raise typer.Exit(2)
+        if shift not in SHIFTS:
+            console.print(f"[red]error:[/red] --shift must be one of {', '.join(SHIFTS)}")
+            raise typer.Exit(2)
+        if value_size % 4 or not 8 <= value_size <= 252 or not 1 <= key_size <= 255 or (key_size < 15 and keys > 256**key_size):
+            console.print("[red]error:[/red] key size 1..255 (enough bytes to tell the keys apart), value size 8..252 and a multiple of 4")
+            raise typer.Exit(2)
+        measured = plane_rates.measure(True) if rates or model_rates == "measured" else None
+        extra = {}
+        if model_rates == "measured" and measured:
+            extra = {"table_rate": measured["p4runtime_table_writes"]["per_s"], "packet_rate": measured["dataplane_control_packets"]["per_s"]}
+        with Progress(console=console) as prog:
+            out = run_kvs(systems, keys, key_size, value_size, cache, batch, zipf, shift, duration, rate, writes, scrambled, shift_count, seed, t_wait=t_wait, hare_stats=stats, progress=prog, **extra)
+        if measured:
+            out["plane_interaction_rates_measured"] = measured
+        t = Table(title=f"kvs: {len(systems)} system(s), {out['config']['queries']} queries, shift {shift}")
+        for c in ("system", "stable hit rate", "recovered", "recovery (s)", "mean qps", "max P99 (µs)", "offloads", "table ops", "packet ops", "fits tofino1", "correct"):
+            t.add_column(c)
+        for name, r in out["systems"].items():
+            p99 = [x for x in r["p99_us"] if x is not None]
+            f = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+            t.add_row(
+                name, f(r["stable_hit_rate"]), f(r["recovered_hit_rate"]), "-" if r["recovery_s"] is None else str(r["recovery_s"]),
+                f"{sum(r['throughput_qps']) / max(1, len(r['throughput_qps'])):.0f}", f"{max(p99) if p99 else 0:.0f}",
+                str(r["offloads"]), str(r["control"]["table_ops"]), str(r["control"]["packet_ops"]),
+                "yes" if r["fits"]["tofino1"] else "[yellow]no[/yellow]",
+                "[green]yes[/green]" if r["correct"] else "[red]NO[/red]",
+            )
+        console.print(t)
+        if "plane_interaction_rates_measured" in out:
+            m = out["plane_interaction_rates_measured"]
+            mod = out["config"]["model"]
+            console.print(
+                f"plane interactions measured here: {m['p4runtime_table_writes']['per_s']:.0f} P4Runtime table writes/s, "
+                f"{m['dataplane_control_packets']['per_s']:.0f} control packets/s through the data plane "
+                f"({m['packet_over_table_ratio']:.0f}x); the run charged {mod['table_writes_per_s']:.0f} and {mod['packet_interactions_per_s']:.0f} /s"
+            )
+        if json_out:
+            json_out.parent.mkdir(parents=True, exist_ok=True)
+            json_out.write_text(json.dumps(out, indent=1))
+            console.print(f"wrote {json_out}")
+        if not all(r["correct"] for r in out["systems"].values()):
+            raise typer.Exit(1)
+
+
+def run_locks(systems: list[str], params: Any, progress: Optional[Any] = None) -> dict[str, Any]:
+    """The same seeded lock sequence against each lock system."""
+    from dataclasses import asdict
+
+    from inswitch.apps.hare.locksim import LockRun
+
+    out: dict[str, Any] = {"config": {**asdict(params), "path": "trace-driven, in-process switch (hare_lock via _native.SimSwitch), simulated time"}, "systems": {}}
+    for name in systems:
+        task = progress.add_task(name, total=1.0) if progress else None
+        r = LockRun(name, params).run((lambda f, task=task: progress.update(task, completed=f)) if progress else None)
+        step = params.epoch_s
+        thr = r["throughput_tps"][:-1]
+        if params.shift_at is not None:
+            t0 = params.shift_at
+            before = [x for i, x in enumerate(thr) if t0 - 0.5 <= i * step < t0]
+            after = [x for i, x in enumerate(thr) if i * step >= len(thr) * step - 0.5]
+            r["stable_tps"] = sum(before) / len(before) if before else None
+            r["recovered_tps"] = sum(after) / len(after) if after else None
+            rec = None
+            if r["recovered_tps"]:
+                for i in range(int(t0 / step), len(thr)):
+                    if thr[i] >= 0.95 * r["recovered_tps"]:
+                        rec = round((i + 1) * step - t0, 3)
+                        break
+            r["recovery_s"] = rec
+        out["systems"][name] = r
+    return out
+
+
+def _register_locks(app: typer.Typer) -> None:
+    from inswitch.apps.hare.locksim import LOCK_SYSTEMS, LockParams
+
+    @app.command("locks")
+    def locks_cmd(
+        system: str = typer.Option("all", help="hare, netlock (static offloading), none, or all."),
+        locks: int = typer.Option(2000, help="Number of locks."),
+        cache: int = typer.Option(64, help="Locks the switch can hold."),
+        clients: int = typer.Option(64, help="Concurrent clients (closed loop)."),
+        hold: float = typer.Option(200e-6, help="Hold time per lock (s)."),
+        exclusive: float = typer.Option(0.2, help="Fraction of exclusive requests."),
+        batch: int = typer.Option(16, help="Hare's batch size K."),
+        zipf: float = typer.Option(0.99, help="Zipf skew of lock popularity."),
+        duration: float = typer.Option(2.0, help="Run length (simulated s)."),
+        shift: bool = typer.Option(True, help="Move the coldest `cache` locks to the top at half time."),
+        service: float = typer.Option(300e-6, help="Lock server service time per request (s)."),
+        seed: int = typer.Option(5, help="Sequence seed."),
+        json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here."),
+    ) -> None:
+        """Lock manager: Hare's dynamic offloading (dirty lock state moved by packets) vs NetLock-style static offloading vs none."""
+        console = Console()
+        systems = list(LOCK_SYSTEMS) if system == "all" else [system]
+        if any(s not in LOCK_SYSTEMS for s in systems):
+            console.print(f"[red]error:[/red] --system must be one of {', '.join(LOCK_SYSTEMS)} or all")
+            raise typer.Exit(2)
+        p = LockParams(n_locks=locks, cache=cache, clients=clients, hold_s=hold, excl_ratio=exclusive, batch=batch, alpha=zipf,
+                       duration=duration, shift_at=duration / 2 if shift else None, service_s=service, seed=seed)
+        with Progress(console=console) as prog:
+            out = run_locks(systems, p, prog)
+        t = Table(title=f"locks: {len(systems)} system(s)")
+        for c in ("system", "transactions", "stable tps", "recovered tps", "recovery (s)", "retries", "moves", "correct"):
+            t.add_column(c)
+        f = lambda v: "-" if v is None else f"{v:.0f}"  # noqa: E731
+        for name, r in out["systems"].items():
+            t.add_row(name, str(r["transactions"]), f(r.get("stable_tps")), f(r.get("recovered_tps")), str(r.get("recovery_s", "-")),
+                      str(r["retries"]), str(r["moves"]), "[green]yes[/green]" if r["correct"] else "[red]NO[/red]")
+        console.print(t)
+        if json_out:
+            json_out.parent.mkdir(parents=True, exist_ok=True)
+            json_out.write_text(json.dumps(out, indent=1))
+            console.print(f"wrote {json_out}")
+        if not all(r["correct"] for r in out["systems"].values()):
+            raise typer.Exit(1)
