@@ -10,3 +10,4 @@
 #![forbid(unsafe_code)]
 
 pub mod netstack;
+pub mod inaas;

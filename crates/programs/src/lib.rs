@@ -8,14 +8,16 @@ use std::sync::Arc;
 use pisa::Program;
 
 pub mod forward;
+pub mod inaas;
 
 /// Names of the programs this build knows.
-pub const NAMES: &[&str] = &["forward"];
+pub const NAMES: &[&str] = &["forward", "inaas"];
 
 /// A fresh instance of a program by name.
 pub fn by_name(name: &str) -> Option<Arc<dyn Program>> {
     match name {
         "forward" => Some(Arc::new(forward::Forward::new())),
+        "inaas" => Some(Arc::new(inaas::Inaas::new())),
         _ => None,
     }
 }

@@ -63,6 +63,7 @@ pub mod checksum;
 pub mod error;
 pub mod ethernet;
 pub mod icmpv4;
+pub mod inaas;
 pub mod ipv4;
 pub mod udp;
 
