@@ -28,6 +28,7 @@ _COMMAND_MODULES = [
     "inswitch.bench.cli",
     "inswitch.experiments.cli",
     "inswitch.demo",
+    "inswitch.commands.tenants",
 ]
 
 

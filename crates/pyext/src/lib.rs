@@ -5,6 +5,8 @@
 //! declarations, counters and reports. Nothing here runs per packet in Python; calls that
 //! wait release the GIL.
 
+mod inaas;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -612,5 +614,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(udp_sink, m)?)?;
     m.add_function(wrap_pyfunction!(bench_forward_pipeline, m)?)?;
     m.add_function(wrap_pyfunction!(bench_bare_forward_loop, m)?)?;
+    inaas::register(m)?;
     Ok(())
 }

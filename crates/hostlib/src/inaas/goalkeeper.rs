@@ -321,9 +321,10 @@ impl Goalkeeper {
                 res[j] = match (r, w, d) {
                     (false, true, false) | (false, false, true) => Some(Some(0)),
                     (true, true, false) => Some(Some(0)),
-                    // A read that took the lease: the cell was emptied, so its answer is
-                    // whatever the goalkeeper holds (a spilled aggregate, a shadow pair).
-                    _ => self.read_completion(j, uid, kind, idx, key, may_ask, &mut subs),
+                    // A read that took the lease: the packet now carries the old holder's
+                    // key, not the one asked for, so the answer is a miss (asked again, the
+                    // read finds the lease its own and the goalkeeper can complete it).
+                    _ => Some(None),
                 };
                 continue;
             }

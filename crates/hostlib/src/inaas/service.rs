@@ -83,6 +83,7 @@ pub struct Service {
     pub lost_frames: u64,
     ports: u16,
     uid_state: u64,
+    next_slot: u16,
 }
 
 impl Service {
@@ -120,6 +121,7 @@ impl Service {
             lost_frames: 0,
             ports,
             uid_state: seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
+            next_slot: 0,
         };
         s.l2(mac(0), 0);
         s.entry(1, "goalkeeper", vec![FieldMatch::Exact { field: 0, value: vec![0] }], "set_goalkeeper", vec![0u16.to_be_bytes().to_vec()]);
@@ -177,7 +179,7 @@ impl Service {
     /// The controller registers a tenant on a host port: a uid the tenant never sees
     /// (random, below 2^31, unique), its slot, its lease policy. Returns the tenant index.
     pub fn add_tenant(&mut self, port: u16, kind: Kind, lease_us: u32, max_lease_us: u32, subscription: bool, rto_us: u64) -> usize {
-        assert!(self.tenants.len() < TENANT_SLOTS as usize);
+        assert!((self.next_slot as u32) < TENANT_SLOTS);
         let uid = loop {
             self.uid_state = self.uid_state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             let u = ((self.uid_state >> 33) as u32) & MAX_UID;
@@ -185,8 +187,9 @@ impl Service {
                 break u;
             }
         };
-        let slot = self.tenants.len() as u16;
-        let tmac = mac(0x100 + slot);
+        let slot = self.next_slot;
+        self.next_slot += 1;
+        let tmac = mac(0x100 + self.tenants.len() as u16);
         for p in [port, self.gk_port] {
             self.entry(
                 1,
@@ -202,6 +205,36 @@ impl Service {
         self.l2(tmac, port);
         self.gk.register_tenant(uid, TenantInfo { kind, lease_us });
         let client = TenantClient::new(Assembler::new(uid, tmac, self.gk.mac(), lease_us), rto_us, 8);
+        self.tenants.push(Tenant { uid, slot, port, kind, lease_us, subscription, client, done: Vec::new(), baseline_done: Vec::new() });
+        self.port_tenants.entry(port).or_default().push(self.tenants.len() - 1);
+        self.tenants.len() - 1
+    }
+
+    /// Another host of tenant `of` (a worker of the same job): same uid, slot and policy,
+    /// its own port and request state. Returns its index.
+    pub fn add_member(&mut self, of: usize, port: u16) -> usize {
+        let (uid, slot, kind, lease_us, subscription) = {
+            let t = &self.tenants[of];
+            (t.uid, t.slot, t.kind, t.lease_us, t.subscription)
+        };
+        let max_lease = lease_us;
+        let idx = self.tenants.len() as u16;
+        let tmac = mac(0x100 + idx);
+        if port != self.tenants[of].port {
+            self.entry(
+                1,
+                "tenants",
+                vec![
+                    FieldMatch::Exact { field: 0, value: port.to_be_bytes().to_vec() },
+                    FieldMatch::Exact { field: 1, value: uid.to_be_bytes().to_vec() },
+                ],
+                "set_tenant",
+                vec![slot.to_be_bytes().to_vec(), max_lease.to_be_bytes().to_vec()],
+            );
+        }
+        self.l2(tmac, port);
+        let rto = self.tenants[of].client.rto_us;
+        let client = TenantClient::new(Assembler::new(uid, tmac, self.gk.mac(), lease_us), rto, 8);
         self.tenants.push(Tenant { uid, slot, port, kind, lease_us, subscription, client, done: Vec::new(), baseline_done: Vec::new() });
         self.port_tenants.entry(port).or_default().push(self.tenants.len() - 1);
         self.tenants.len() - 1
@@ -313,6 +346,13 @@ impl Service {
                 self.flush_tenant(t);
             }
         }
+    }
+
+    /// Run for exactly `us` of simulated time (idle time passes too).
+    pub fn run_for(&mut self, us: u64) {
+        let end = self.now_us + us;
+        self.run(us);
+        self.now_us = self.now_us.max(end);
     }
 
     fn at_host(&mut self, port: u16, f: Vec<u8>) {

@@ -36,8 +36,13 @@ pub const ACQUIRED: u32 = 1 << 31;
 /// Largest uid the controller hands out.
 pub const MAX_UID: u32 = ACQUIRED - 1;
 
+/// Marks a lease taken by a packet whose second pass (the key half of the swap) has not
+/// run yet: the register is half-moved, no packet may use it, not even the holder's own.
+pub const BUSY: u32 = 1 << 31;
+
 /// The lease check of Algorithm 1: operand (uid, now, T). Output: the current holder
-/// (== uid when the packet's tenant holds it), or `ACQUIRED | previous holder`.
+/// (== uid when the packet's tenant holds it), 0 while the register is being moved, or
+/// `ACQUIRED | previous holder` when this packet took it (it is then marked [`BUSY`]).
 #[derive(Clone, Copy)]
 pub struct LeaseCheck;
 
@@ -46,21 +51,28 @@ impl SaluBody<Pair, (u32, (u32, u32)), u32> for LeaseCheck {
     fn run(self, cell: Pair, (uid, (now, t)): (u32, (u32, u32))) -> (Pair, u32) {
         let expired = (now.wrapping_sub(cell.hi) as i32) > 0;
         if cell.lo == 0 || expired {
-            (Pair::new(uid, now.wrapping_add(t)), ACQUIRED | cell.lo)
+            (Pair::new(uid | BUSY, now.wrapping_add(t)), ACQUIRED | (cell.lo & MAX_UID))
+        } else if cell.lo & BUSY != 0 {
+            (cell, 0)
         } else {
             (cell, cell.lo)
         }
     }
 }
 
-/// The holder, unchanged (the second pass of a preemption checks it still holds).
+/// Second pass of a preemption: if the packet's tenant still holds the lease it took
+/// (marked busy), clear the mark and return its uid; otherwise return what is there.
 #[derive(Clone, Copy)]
-pub struct LeaseHolder;
+pub struct LeaseCommit;
 
-impl SaluBody<Pair, (), u32> for LeaseHolder {
+impl SaluBody<Pair, u32, u32> for LeaseCommit {
     #[inline(always)]
-    fn run(self, cell: Pair, _: ()) -> (Pair, u32) {
-        (cell, cell.lo)
+    fn run(self, cell: Pair, uid: u32) -> (Pair, u32) {
+        if cell.lo == uid | BUSY {
+            (Pair::new(uid, cell.hi), uid)
+        } else {
+            (cell, cell.lo & MAX_UID)
+        }
     }
 }
 
@@ -85,15 +97,18 @@ mod tests {
     #[test]
     fn free_expired_and_held() {
         let (c, o) = LeaseCheck.run(Pair::new(0, 0), (7, (100, 50)));
-        assert_eq!((c, o), (Pair::new(7, 150), ACQUIRED));
+        assert_eq!((c, o), (Pair::new(7 | BUSY, 150), ACQUIRED));
+        assert_eq!(LeaseCheck.run(c, (7, (101, 50))).1, 0, "busy until the second pass");
+        let (c, o) = LeaseCommit.run(c, 7);
+        assert_eq!((c, o), (Pair::new(7, 150), 7));
         let (c2, o) = LeaseCheck.run(c, (9, (150, 1)));
         assert_eq!((c2, o), (c, 7), "held by 7 until 150");
         let (c3, o) = LeaseCheck.run(c, (9, (151, 10)));
-        assert_eq!((c3, o), (Pair::new(9, 161), ACQUIRED | 7));
+        assert_eq!((c3, o), (Pair::new(9 | BUSY, 161), ACQUIRED | 7));
         // A long lease is not preempted by a short one, whatever the newcomer's T.
-        let long = LeaseCheck.run(Pair::default(), (3, (0, MAX_LEASE_US))).0;
+        let long = LeaseCommit.run(LeaseCheck.run(Pair::default(), (3, (0, MAX_LEASE_US))).0, 3).0;
         assert_eq!(LeaseCheck.run(long, (9, (1_000_000, 0))).1, 3);
-        assert_eq!(LeaseHolder.run(long, ()).1, 3);
+        assert_eq!(LeaseCommit.run(long, 9).1, 3, "not 9's to commit");
         assert_eq!(kv_stage(19), 11);
     }
 }

@@ -30,7 +30,7 @@ use wire::inaas::{flags, Bitmap, InaasPacket, Operator, ETHERTYPE, HEADER_LEN, I
 
 use arith::MISS;
 use failure::{bridged, Outcome};
-use lease::{kv_stage, lease_stage, LeaseCheck, LeaseHolder, MAX_LEASE_US, SEGMENTS, SEGMENT_SIZE};
+use lease::{kv_stage, lease_stage, LeaseCheck, LeaseCommit, MAX_LEASE_US, SEGMENTS, SEGMENT_SIZE};
 use primitives::{reduce_status, Exchange, Read, Reduce, Write};
 
 /// Tenant slots (rows of the usage registers, entries of `tenants`).
@@ -41,7 +41,7 @@ pub const PORTS: u32 = 512;
 pub const PARSE_DEPTH: u32 = 14 + HEADER_LEN as u32;
 
 type LeaseAction = RegisterAction<Pair, (u32, (u32, u32)), u32, LeaseCheck>;
-type HolderAction = RegisterAction<Pair, (), u32, LeaseHolder>;
+type CommitAction = RegisterAction<Pair, u32, u32, LeaseCommit>;
 type ExchangeAction = RegisterAction<Pair, (bool, (u32, i32)), i32, Exchange>;
 type ReadAction = RegisterAction<Pair, (bool, u32), i32, Read>;
 type WriteAction = RegisterAction<Pair, (bool, (u32, i32)), u32, Write>;
@@ -50,7 +50,7 @@ type ReduceAction = RegisterAction<Pair, (u32, i32), u32, Reduce>;
 /// The register actions of one memory segment.
 struct Segment {
     lease: LeaseAction,
-    holder: HolderAction,
+    commit: CommitAction,
     exchange: ExchangeAction,
     read: ReadAction,
     write: WriteAction,
@@ -163,13 +163,13 @@ impl Inaas {
                 "uid of the holder (lo) and its lease deadline in switch µs (hi)",
             );
             let lease = b.register_action_body(lr, "check", LeaseCheck);
-            let holder = b.register_action_body(lr, "holder", LeaseHolder);
+            let commit = b.register_action_body(lr, "commit", LeaseCommit);
             let kr = b.register::<Pair>(&format!("kv_{j}"), Gress::Ingress, kv_stage(j), SEGMENT_SIZE, "key (lo) and value (hi)");
             let exchange = b.register_action_body(kr, "exchange", Exchange);
             let read = b.register_action_body(kr, "read", Read);
             let write = b.register_action_body(kr, "write", Write);
             let reduce = b.register_action_body(kr, "reduce", Reduce);
-            segments.push(Segment { lease, holder, exchange, read, write, reduce });
+            segments.push(Segment { lease, commit, exchange, read, write, reduce });
         }
         let ur = b.register::<Pair>("tenant_usage", Gress::Egress, 1, TENANT_SLOTS, "per tenant slot: ALU operations (lo), packets (hi)");
         let usage = b.register_action(ur, "add", add_pair);
@@ -297,8 +297,11 @@ impl Inaas {
                 out.preempted |= 1 << j;
                 out.acquisitions += 1;
             } else if held != uid {
+                // Another tenant's register (a mismatch, counted), or one being moved (0).
                 out.failed |= 1 << j;
-                out.mismatches += 1;
+                if held != 0 {
+                    out.mismatches += 1;
+                }
             }
         }
         // Stages 7–11: the primitives, then compute.
@@ -393,7 +396,8 @@ impl Inaas {
         }
     }
 
-    /// The second pass of a preemption: the key half of the swap, if the lease is still ours.
+    /// The second pass of a preemption: the key half of the swap, if the lease is still ours
+    /// (then the lease's busy mark is cleared).
     fn second_pass(&self, pass: &mut Pass<'_>) {
         let br = *pass.bridged();
         let gk = u16::from_be_bytes([br[bridged::GOALKEEPER], br[bridged::GOALKEEPER + 1]]);
@@ -412,7 +416,7 @@ impl Inaas {
         let mut holders = [0u32; ITEMS];
         for j in 0..SEGMENTS {
             if preempted & 1 << j != 0 {
-                holders[j] = pass.execute(&self.segments[j].holder, items[j].0 as u32, ());
+                holders[j] = pass.execute(&self.segments[j].commit, items[j].0 as u32, uid);
             }
         }
         let mut alu = 0u8;

@@ -1,0 +1,84 @@
+"""`inswitch tenants run` and `inswitch tenants ledger`: INaaS applications as tenants of
+one switch (python/inswitch/apps/inaas)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from inswitch.apps.inaas.runner import LEDGER_PATH, run_tenants, save_ledger
+
+tenants_app = typer.Typer(help="INaaS: applications as tenants of one in-network service.", no_args_is_help=True)
+
+
+def _print_ledger(ledger: list[dict], console: Console) -> None:
+    t = Table(title="INaaS ledger (from the switch's own counters)")
+    for c in ("tenant", "plan", "ALU ops", "leases", "register·s", "charge", "goalkeeper = switch"):
+        t.add_column(c)
+    for line in ledger:
+        t.add_row(
+            line["tenant"],
+            line["plan"],
+            str(line["alu_ops"]),
+            str(line["leases"]),
+            f"{line['register_seconds']:.6f}",
+            f"{line['charge']:.9f}",
+            "yes" if line["adds_up"] else "[red]no[/red]",
+        )
+    console.print(t)
+
+
+@tenants_app.command("run")
+def run_cmd(
+    apps: str = typer.Option("kv,sparse,dense,bloom,paxos", help="Applications, comma-separated: kv, sparse, dense, bloom, paxos."),
+    instances: int = typer.Option(1, help="Concurrent instances of each application (1, 2 or 4)."),
+    scheduler: str = typer.Option("inaas", help="Switch memory scheduler: inaas, fcfs, fq."),
+    loss: float = typer.Option(0.0, help="Packet loss probability on the tenants' links."),
+    attacker: bool = typer.Option(False, "--attacker", help="Add an attacker tenant (forged uids, replays, random keys)."),
+    full: bool = typer.Option(False, "--full", help="Larger workloads (default: quick sizes)."),
+    seed: int = typer.Option(1),
+    json_out: Optional[str] = typer.Option(None, "--json", help="Write the result here."),
+) -> None:
+    """Run applications concurrently as tenants; speedup against host-only, correctness, ledger."""
+    console = Console()
+    names = [a.strip() for a in apps.split(",") if a.strip()]
+    with console.status("tenants: starting") as st:
+        res = run_tenants(names, instances, scheduler, loss, attacker, quick=not full, seed=seed, progress=lambda s: st.update(f"tenants: {s}"))
+    t = Table(title=f"INaaS tenants ({scheduler}, {instances}x, loss {loss}) — {res['mode']}")
+    for c in ("app", "metric", "INaaS", "host-only", "speedup", "correct"):
+        t.add_column(c)
+    for name, f in res["apps"].items():
+        t.add_row(name, f["metric"], f"{f['inaas']:.4g} {f['unit']}", f"{f['host_only']:.4g} {f['unit']}", f"{f['speedup']:.2f}", "yes" if f["correct"] else "[red]NO[/red]")
+    console.print(t)
+    console.print(f"cross-tenant violations: {res['cross_tenant_violations']}")
+    if res["attack"] is not None:
+        a = res["attack"]
+        console.print(f"attacker detected: {a['detected']} after {a['detection_time_us']} µs; values leaked: {a['attacker_values_leaked']}")
+    _print_ledger(res["ledger"], console)
+    save_ledger(res)
+    if json_out:
+        Path(json_out).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_out).write_text(json.dumps(res, indent=2, default=float))
+        console.print(f"wrote {json_out}")
+    if res["cross_tenant_violations"] or not all(f["correct"] for f in res["apps"].values()):
+        raise typer.Exit(1)
+
+
+@tenants_app.command("ledger")
+def ledger_cmd(path: str = typer.Option(str(LEDGER_PATH), help="Ledger written by the last `tenants run`.")) -> None:
+    """Print the bill of the last `inswitch tenants run`."""
+    console = Console()
+    p = Path(path)
+    if not p.exists():
+        console.print(f"[red]error:[/red] no ledger at {p} (run `inswitch tenants run` first)")
+        raise typer.Exit(2)
+    _print_ledger(json.loads(p.read_text())["ledger"], console)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(tenants_app, name="tenants")
