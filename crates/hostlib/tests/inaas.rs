@@ -62,6 +62,19 @@ fn write_read_and_isolation_basics() {
 }
 
 #[test]
+fn clearing_write_that_takes_a_lease_completes() {
+    // The second pass sees the old value in the packet: it must not look malformed.
+    let mut s2 = kv_service(2, 10);
+    run_one(&mut s2, 0, &[ItemReq { seg: 1, idx: 2, op: Op::Write { key: 9, value: 99 } }], Operator::Add);
+    s2.run_for(100);
+    let r = run_one(&mut s2, 1, &[ItemReq { seg: 1, idx: 2, op: Op::Write { key: 0, value: 0 } }], Operator::Add);
+    assert_eq!(r[1], Some(ItemResult::Done(0)));
+    assert_eq!(s2.drops("inaas_malformed"), 0);
+    assert_eq!(s2.tenants[1].client.stats.retransmitted, 0);
+}
+
+#[test]
+#[allow(clippy::needless_range_loop)]
 fn compute_saturates_and_goalkeeper_completes_exactly() {
     let mut s = kv_service(1, 1000);
     let items: Vec<_> = (0..20).map(|j| ItemReq { seg: j, idx: 0, op: Op::Compute { value: i32::MAX - j as i32, param: 10 } }).collect();

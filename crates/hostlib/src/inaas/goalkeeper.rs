@@ -278,6 +278,8 @@ impl Goalkeeper {
 
     /// Complete what the switch left undone in `p`. With `may_ask`, collects that need the
     /// switch's part are returned as (item, key to read, spilled sum to add).
+    // `j` is the segment: it indexes the packet's fields as well as the arrays.
+    #[allow(clippy::needless_range_loop)]
     fn complete(&mut self, p: &InaasPacket<&[u8]>, may_ask: bool) -> ([Res; ITEMS], Vec<Sub>) {
         let uid = p.uid();
         let kind = self.tenants.get(&uid).map(|t| t.kind).unwrap_or(Kind::Kv);
@@ -394,11 +396,11 @@ impl Goalkeeper {
                 subs.push(Sub { j, key: k(rest), add: s.sum, alt });
                 None
             }
-            _ => Some(self.from_shadow(uid, seg, idx, key, kind)),
+            _ => Some(self.shadow_value(uid, seg, idx, key, kind)),
         }
     }
 
-    fn from_shadow(&self, uid: u32, seg: u8, idx: u16, key: u32, kind: Kind) -> Option<i64> {
+    fn shadow_value(&self, uid: u32, seg: u8, idx: u16, key: u32, kind: Kind) -> Option<i64> {
         if kind == Kind::Kv || kind == Kind::Reduce {
             return None;
         }
@@ -464,6 +466,7 @@ impl Goalkeeper {
         }
     }
 
+    #[allow(clippy::needless_range_loop)]
     fn finish_sub(&mut self, mut pd: Pending, p: &InaasPacket<&[u8]>, res: [Res; ITEMS]) {
         let kind = self.tenants.get(&pd.uid).map(|t| t.kind).unwrap_or(Kind::Kv);
         let mut again = Vec::new();

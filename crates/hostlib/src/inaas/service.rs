@@ -328,10 +328,19 @@ impl Service {
             }
             if !rx.is_empty() {
                 self.sw.process(&mut rx, self.now_us * 1_000);
-                for _ in 0..4 {
+                // Everything the switch has for this instant leaves now (recirculations and
+                // queues included): the model's time is the hop, not the egress rate.
+                let mut out = self.sw.drain_all();
+                for _ in 0..64 {
                     self.sw.tick(self.now_us * 1_000);
+                    let more = self.sw.drain_all();
+                    let waiting: usize = self.sw.pipes().iter().map(|p| p.pending()).sum();
+                    if more.is_empty() && waiting == 0 {
+                        break;
+                    }
+                    out.extend(more);
                 }
-                for (port, f) in self.sw.drain_all() {
+                for (port, f) in out {
                     if port != self.gk_port && !self.servers.contains_key(&port) && self.lossy() {
                         self.lost_frames += 1;
                         continue;

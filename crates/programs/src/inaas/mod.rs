@@ -201,6 +201,17 @@ impl Inaas {
         }
     }
 
+    /// The primitive of every item, from the flags alone (`None`: a forbidden combination).
+    fn prims(v: &InaasPacket<&[u8]>) -> Option<[Prim; ITEMS]> {
+        let (r, w, red) = (v.bitmap(Bitmap::Read), v.bitmap(Bitmap::Write), v.bitmap(Bitmap::Reduce));
+        let mut prims = [Prim::None; ITEMS];
+        for (j, slot) in prims.iter_mut().enumerate() {
+            let bit = 1 << j;
+            *slot = prim(r & bit != 0, w & bit != 0, red & bit != 0)?;
+        }
+        Some(prims)
+    }
+
     /// Stateless checks before any memory access; `None` drops the packet as malformed.
     fn check(&self, v: &InaasPacket<&[u8]>) -> Option<[Prim; ITEMS]> {
         let op = v.op();
@@ -402,7 +413,8 @@ impl Inaas {
         let br = *pass.bridged();
         let gk = u16::from_be_bytes([br[bridged::GOALKEEPER], br[bridged::GOALKEEPER + 1]]);
         let v = InaasPacket::new_unchecked(&pass.hdr()[14..]);
-        let Some(prims) = self.check(&v) else {
+        // Checked on the first pass; since then the switch itself rewrote the values.
+        let Some(prims) = Self::prims(&v) else {
             pass.drop(self.d_malformed);
             return;
         };

@@ -45,7 +45,7 @@ def schedule(policy: str, apps: list[str], budget: int) -> list[Region]:
         for a in apps:
             size = max(1, budget * weight[a] // total)
             if a in ("sparse", "dense"):
-                lease = 200  # encourage preemption: short leases
+                lease = 1_000  # encourage preemption: short leases (about one round)
             elif a == "bloom":
                 lease = MAX_LEASE_US  # never preempted once allocated
             else:

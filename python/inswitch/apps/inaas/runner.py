@@ -30,7 +30,7 @@ def _attack(svc: Service, det: Detection, apps: list[App], until_us: int, rng: n
     """An attacker tenant: forged uids, replays of a victim's packets from its own port,
     random keys over the whole memory with its own uid. Reports detection and leaks."""
     port = svc.raw.new_port()
-    att = svc.raw.add_tenant(port, "kv", 1000, 1000, False, 200)
+    att = svc.raw.add_tenant(port, "kv", 1000, 1000, False, 1000)
     victim = apps[0].t
     start = svc.now_us
     # Windows count from now: what tenants did before is not held against them.
@@ -89,12 +89,13 @@ def run_tenants(
     quick: bool = True,
     seed: int = 1,
     progress: Callable[[str], None] = lambda s: None,
+    budget: int = BUDGET,
 ) -> dict[str, Any]:
     sizes = QUICK if quick else Sizes()
     rng = np.random.default_rng(seed)
     svc = Service(ports=8 + 12 * len(apps) * instances, seed=seed)
     names = [a for a in apps for _ in range(instances)]
-    regions = schedule(scheduler, names, BUDGET)
+    regions = schedule(scheduler, names, budget)
     objs: list[App] = []
     counter: dict[str, int] = {}
     for a, r in zip(names, regions):
@@ -162,7 +163,7 @@ def run_tenants(
         "scheduler": scheduler,
         "loss": loss,
         "mode": "in-process: switch model (forward + inaas), goalkeeper, tenants and servers on simulated time",
-        "model": {"hop_us": 1, "goalkeeper_us_per_packet": 2, "server_us_per_request": sizes.server_us, "budget_registers_per_segment": BUDGET},
+        "model": {"hop_us": 1, "goalkeeper_us_per_packet": 2, "server_us_per_request": sizes.server_us, "budget_registers_per_segment": budget},
         "cross_tenant_violations": int(sum(o.foreign for o in objs)) + (attack["attacker_values_leaked"] if attack else 0),
         "attacker_detected": bool(attack["detected"]) if attack else None,
         "attack": attack,
