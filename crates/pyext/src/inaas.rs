@@ -279,6 +279,11 @@ impl InaasService {
         self.s.violations()
     }
 
+    /// The switch's counters as JSON (ports, drops by code, recirculations).
+    fn counters_json(&self) -> PyResult<String> {
+        serde_json::to_string(&self.s.counters()).map_err(|e| PyValueError::new_err(e.to_string()))
+    }
+
     fn recirculations(&self) -> u64 {
         self.s.recirculations()
     }

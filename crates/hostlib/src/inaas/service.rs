@@ -448,6 +448,11 @@ impl Service {
         self.sw.counters().programs[1].violations.iter().sum()
     }
 
+    /// The switch's own counters (ports, drops by reason, recirculations).
+    pub fn counters(&self) -> pisa::counters::Counters {
+        self.sw.counters()
+    }
+
     /// Recirculations the switch made.
     pub fn recirculations(&self) -> u64 {
         self.sw.counters().recirculations
