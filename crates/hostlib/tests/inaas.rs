@@ -222,6 +222,24 @@ fn ledger_matches_switch_counters() {
     }
 }
 
+/// Pay-per-use counts exactly what ran: a write into a free register is two register
+/// actions (value half, then key half after the recirculation), a hit read one, a compute
+/// one; one packet per request.
+#[test]
+fn alu_count_is_exact() {
+    let mut s = kv_service(1, 1_000_000);
+    let writes: Vec<_> = (0..20).map(|j| ItemReq { seg: j, idx: 4, op: Op::Write { key: 7, value: j as i32 } }).collect();
+    run_one(&mut s, 0, &writes, Operator::Add);
+    assert_eq!(s.switch_usage(0), hostlib::inaas::SwitchUsage { alu_ops: 40, packets: 1, mismatches: 0, leases: 20 });
+    let reads: Vec<_> = (0..20).map(|j| ItemReq { seg: j, idx: 4, op: Op::Read { key: 7 } }).collect();
+    let r = run_one(&mut s, 0, &reads, Operator::Add);
+    assert!(r.iter().enumerate().all(|(j, v)| *v == Some(ItemResult::Done(j as i64))));
+    let comp: Vec<_> = (0..5).map(|j| ItemReq { seg: j, idx: 0, op: Op::Compute { value: 3, param: 4 } }).collect();
+    run_one(&mut s, 0, &comp, Operator::Max);
+    assert_eq!(s.switch_usage(0), hostlib::inaas::SwitchUsage { alu_ops: 65, packets: 3, mismatches: 0, leases: 20 });
+    assert_eq!(s.recirculations(), 1);
+}
+
 #[derive(Clone, Debug)]
 enum Action {
     Write {
