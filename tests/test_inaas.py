@@ -140,3 +140,24 @@ def test_experiments_quick(name: str, tmp_path: Path) -> None:
     assert (tmp_path / f"{name}.png").stat().st_size > 1000
     if name == "inaas-attack":
         assert res["cross_tenant_violations"] == 0 and res["detected"]
+
+
+@pytest.mark.skipif(__import__("os").geteuid() != 0, reason="needs root: network namespaces, veth pairs, AF_PACKET")
+def test_real_processes_on_a_rack() -> None:
+    # The switch process (forward + inaas) between namespaces; goalkeeper and two tenants'
+    # adapters are separate processes on AF_PACKET sockets; tenants registered over P4Runtime.
+    from inswitch.apps.inaas.rack import run_on_rack
+    from inswitch.topology import netns
+
+    r = run_on_rack(f"inaas{__import__('os').getpid() % 1000}", seconds=20)
+    a, b = r["tenant_a"], r["tenant_b"]
+    assert all(not x.get("lost") for x in a + b)
+    # A: the write takes 20 leases (through the goalkeeper), the read is answered by the switch.
+    assert a[0]["status"] == [1] * 20 and a[0]["via_goalkeeper"]
+    assert a[1]["status"] == [1] * 20 and not a[1]["via_goalkeeper"]
+    assert a[1]["values"] == [1000 + j for j in range(20)]
+    # B cannot read A's registers with A's keys; its own work normally.
+    assert b[0]["status"] == [2] * 20 and all(v == 0 for v in b[0]["values"])
+    assert b[2]["values"] == [2000 + j for j in range(20)] and not b[2]["via_goalkeeper"]
+    assert r["goalkeeper"]["leases"] == {str(0x1234567): 20, str(0x7654321): 20}
+    assert not netns.leftovers("inaas")

@@ -7,7 +7,8 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
-use hostlib::inaas::{build_frame, ItemReq, ItemResult, Kind, Op, Service};
+use hostlib::inaas::{build_frame, parse_reply, Goalkeeper, ItemReq, ItemResult, Kind, Op, Service, TenantInfo};
+use wire::ethernet::EthernetAddress;
 use wire::inaas::{Operator, ITEMS};
 
 fn kind(s: &str) -> PyResult<Kind> {
@@ -320,6 +321,95 @@ impl InaasService {
     }
 }
 
+fn mac6(b: &[u8]) -> PyResult<EthernetAddress> {
+    let a: [u8; 6] = b.try_into().map_err(|_| PyValueError::new_err("a MAC address is 6 bytes"))?;
+    Ok(EthernetAddress(a))
+}
+
+/// One INaaS frame (the provider's packet assembly), for host processes on real ports.
+#[pyfunction]
+#[pyo3(signature = (src, dst, uid, seq, lease_us, segs, idxs, ops, keys, values, op=0, flags=0))]
+#[allow(clippy::too_many_arguments)]
+fn inaas_frame<'py>(
+    py: Python<'py>,
+    src: &[u8],
+    dst: &[u8],
+    uid: u32,
+    seq: u32,
+    lease_us: u32,
+    segs: &[u8],
+    idxs: &[u8],
+    ops: &[u8],
+    keys: &[u8],
+    values: &[u8],
+    op: u8,
+    flags: u8,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let it = items(segs, idxs, ops, keys, values)?;
+    let f = build_frame(mac6(src)?, mac6(dst)?, uid, seq, lease_us, &it, operator(op)?, 0, flags).map_err(PyValueError::new_err)?;
+    Ok(PyBytes::new(py, &f))
+}
+
+/// An answer to a tenant (switch or goalkeeper): (uid, seq, flags, status u8 x 20 (0 no
+/// item, 1 done, 2 miss), values i64 x 20), or None if the frame is not one.
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+fn inaas_reply<'py>(py: Python<'py>, frame: &[u8]) -> Option<(u32, u32, u8, Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+    let r = parse_reply(frame)?;
+    let mut st = Vec::with_capacity(ITEMS);
+    let mut vals = Vec::with_capacity(8 * ITEMS);
+    for x in &r.results {
+        let (s, v) = match x {
+            None => (0u8, 0i64),
+            Some(ItemResult::Done(v)) => (1, *v),
+            Some(ItemResult::Miss) => (2, 0),
+        };
+        st.push(s);
+        vals.extend_from_slice(&v.to_le_bytes());
+    }
+    Some((r.uid, r.seq, r.flags, PyBytes::new(py, &st), PyBytes::new(py, &vals)))
+}
+
+/// The goalkeeper as a host process drives it: frames in, frames out.
+#[pyclass(module = "inswitch._native", unsendable)]
+pub struct InaasGoalkeeper {
+    g: Goalkeeper,
+}
+
+#[pymethods]
+impl InaasGoalkeeper {
+    #[new]
+    fn new(mac: &[u8]) -> PyResult<Self> {
+        Ok(InaasGoalkeeper { g: Goalkeeper::new(mac6(mac)?) })
+    }
+    fn register_tenant(&mut self, uid: u32, kind_name: &str, lease_us: u32) -> PyResult<()> {
+        self.g.register_tenant(uid, TenantInfo { kind: kind(kind_name)?, lease_us });
+        Ok(())
+    }
+    /// A frame the switch sent to the goalkeeper; returns the frames to send back.
+    fn on_frame<'py>(&mut self, py: Python<'py>, frame: &[u8]) -> Vec<Bound<'py, PyBytes>> {
+        self.g.on_frame(frame);
+        self.g.take_output().iter().map(|f| PyBytes::new(py, f)).collect()
+    }
+    fn leases(&self, uid: u32) -> u64 {
+        self.g.acquisitions().get(&uid).copied().unwrap_or(0)
+    }
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let g = &self.g.stats;
+        let d = PyDict::new(py);
+        for (k, v) in
+            [("packets", g.packets), ("preemptions", g.preemptions), ("failures", g.failures), ("forged", g.forged), ("replies", g.replies)]
+        {
+            d.set_item(k, v)?;
+        }
+        Ok(d)
+    }
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<InaasService>()
+    m.add_class::<InaasService>()?;
+    m.add_class::<InaasGoalkeeper>()?;
+    m.add_function(wrap_pyfunction!(inaas_frame, m)?)?;
+    m.add_function(wrap_pyfunction!(inaas_reply, m)?)?;
+    Ok(())
 }

@@ -80,5 +80,21 @@ def ledger_cmd(path: str = typer.Option(str(LEDGER_PATH), help="Ledger written b
     _print_ledger(json.loads(p.read_text())["ledger"], console)
 
 
+@tenants_app.command("rack")
+def rack_cmd(name: str = typer.Option("inaas1", help="Rack name (namespaces inaas1-h1..h3)."), json_out: Optional[str] = typer.Option(None, "--json")) -> None:
+    """Real processes (needs root): goalkeeper and two tenants on a rack around the switch process."""
+    from inswitch.apps.inaas.rack import run_on_rack
+
+    res = run_on_rack(name)
+    console = Console()
+    for who in ("tenant_a", "tenant_b"):
+        for step in res[who]:
+            console.print(f"{who} request {step['seq']}: {sum(1 for x in step.get('status', []) if x == 1)}/20 done, "
+                          f"{'goalkeeper' if step.get('via_goalkeeper') else 'switch'}, {step.get('rtt_us', 0):.0f} µs")
+    console.print(f"goalkeeper: {res['goalkeeper']}")
+    if json_out:
+        Path(json_out).write_text(json.dumps(res, indent=2))
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(tenants_app, name="tenants")
