@@ -161,3 +161,20 @@ def test_real_processes_on_a_rack() -> None:
     assert b[2]["values"] == [2000 + j for j in range(20)] and not b[2]["via_goalkeeper"]
     assert r["goalkeeper"]["leases"] == {str(0x1234567): 20, str(0x7654321): 20}
     assert not netns.leftovers("inaas")
+
+
+def test_subscription_is_priority_on_switch_memory() -> None:
+    from inswitch.apps.inaas.controller import schedule
+
+    apps = ["dense", "bloom", "paxos", "dense", "kv"]
+    plain = schedule("fcfs", apps, 128)
+    sub = schedule("fcfs", apps, 128, [False, False, False, False, True])
+    # Last to arrive, the subscribed KV store still gets what it asks for, unshared.
+    assert plain[-1].size < 96 or any(r.base == plain[-1].base for r in plain[:-1])
+    assert sub[-1].size == 96 and sub[-1].subscription
+    assert all(r.base >= sub[-1].base + sub[-1].size or r.base + r.size <= sub[-1].base for r in sub[:-1])
+    fq = schedule("fq", apps, 120, [False, False, False, False, True])
+    assert fq[-1].size == 2 * fq[0].size
+    r = run_tenants(["kv", "bloom"], quick=True, subscribers=("kv",))
+    plans = {line["tenant"]: line["plan"] for line in r["ledger"]}
+    assert plans == {"kv#0": "subscription", "bloom#0": "pay-per-use"}

@@ -11,6 +11,9 @@ in every segment, and a lease length T. Three schedulers:
 - `fcfs`: regions in arrival order, each asking for what it wants, from a shared budget;
   when it runs out, later tenants share the last region (and contend for its leases).
 - `fq`: fair queuing: equal shares of the budget, one lease length for all.
+
+Subscription (§IV-F) buys priority on switch memory under every scheduler: subscribed
+tenants are served first (FCFS), get a double share (FQ) or double weight (INaaS policy).
 """
 
 from __future__ import annotations
@@ -36,43 +39,53 @@ class Region:
     subscription: bool = False
 
 
-def schedule(policy: str, apps: list[str], budget: int) -> list[Region]:
+def schedule(policy: str, apps: list[str], budget: int, subscribed: list[bool] | None = None) -> list[Region]:
     """Regions for `apps` (one per tenant, in arrival order) within `budget` registers per segment."""
+    sub = subscribed or [False] * len(apps)
     if policy == "inaas":
         weight = {"kv": 4, "sparse": 2, "dense": 2, "bloom": 1, "paxos": 1}
-        total = sum(weight[a] for a in apps)
+        w = [weight[a] * (2 if s else 1) for a, s in zip(apps, sub)]
+        total = sum(w)
         out, base = [], 0
-        for a in apps:
-            size = max(1, budget * weight[a] // total)
+        for i, a in enumerate(apps):
+            size = max(1, budget * w[i] // total)
             if a in ("sparse", "dense"):
                 lease = 1_000  # encourage preemption: short leases (about one round)
             elif a == "bloom":
                 lease = MAX_LEASE_US  # never preempted once allocated
             else:
                 lease = 50_000
-            out.append(Region(base, size, lease, lease, replicas=2 if a == "kv" else 1, subscription=a in ("kv", "paxos")))
+            out.append(Region(base, size, lease, lease, replicas=2 if a == "kv" else 1, subscription=sub[i]))
             base += size
         return out
     if policy == "fcfs":
-        out, base = [], 0
-        for a in apps:
-            want = DEMAND[a]
+        placed: dict[int, Region] = {}
+        base = 0
+        order = [i for i in range(len(apps)) if sub[i]] + [i for i in range(len(apps)) if not sub[i]]
+        last: Region | None = None
+        for i in order:
+            want = DEMAND[apps[i]]
             if base + want <= budget:
-                out.append(Region(base, want, 10_000, 10_000))
+                r = Region(base, want, 10_000, 10_000, subscription=sub[i])
                 base += want
+            elif budget - base > 0:
+                # Out of memory: what is left...
+                r = Region(base, budget - base, 10_000, 10_000, subscription=sub[i])
+                base = budget
             else:
-                # Out of memory: what is left, or else the last tenant's region, shared.
-                left = budget - base
-                if left > 0:
-                    out.append(Region(base, left, 10_000, 10_000))
-                    base = budget
-                else:
-                    last = out[-1]
-                    out.append(Region(last.base, last.size, 10_000, 10_000))
-        return out
+                # ...or else the last tenant's region, shared (its leases contended).
+                assert last is not None
+                r = Region(last.base, last.size, 10_000, 10_000, subscription=sub[i])
+            placed[i] = last = r
+        return [placed[i] for i in range(len(apps))]
     if policy == "fq":
-        share = max(1, budget // max(1, len(apps)))
-        return [Region(i * share, share, 10_000, 10_000) for i in range(len(apps))]
+        shares = [2 if s else 1 for s in sub]
+        unit = max(1, budget // max(1, sum(shares)))
+        out, base = [], 0
+        for i in range(len(apps)):
+            out.append(Region(base, unit * shares[i], 10_000, 10_000, subscription=sub[i]))
+            base += unit * shares[i]
+        return out
     raise ValueError(f"unknown scheduler {policy!r} (inaas, fcfs, fq)")
 
 

@@ -90,12 +90,13 @@ def run_tenants(
     seed: int = 1,
     progress: Callable[[str], None] = lambda s: None,
     budget: int = BUDGET,
+    subscribers: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     sizes = QUICK if quick else Sizes()
     rng = np.random.default_rng(seed)
     svc = Service(ports=8 + 12 * len(apps) * instances, seed=seed)
     names = [a for a in apps for _ in range(instances)]
-    regions = schedule(scheduler, names, budget)
+    regions = schedule(scheduler, names, budget, [a in subscribers for a in names])
     objs: list[App] = []
     counter: dict[str, int] = {}
     for a, r in zip(names, regions):
@@ -164,6 +165,7 @@ def run_tenants(
         "speedup_by_app": {k: float(np.mean(v)) for k, v in per_app.items()},
         "instances": instances,
         "scheduler": scheduler,
+        "subscribers": list(subscribers),
         "loss": loss,
         "mode": "in-process: switch model (forward + inaas), goalkeeper, tenants and servers on simulated time",
         "model": {"hop_us": 1, "goalkeeper_us_per_packet": 2, "server_us_per_request": sizes.server_us, "budget_registers_per_segment": budget},
