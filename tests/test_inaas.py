@@ -178,3 +178,20 @@ def test_subscription_is_priority_on_switch_memory() -> None:
     r = run_tenants(["kv", "bloom"], quick=True, subscribers=("kv",))
     plans = {line["tenant"]: line["plan"] for line in r["ledger"]}
     assert plans == {"kv#0": "subscription", "bloom#0": "pay-per-use"}
+
+
+def test_scapy_layer_matches_the_rust_encoder() -> None:
+    from inswitch import _native
+    from inswitch.scapy.inaas import INaaS, frame
+
+    segs = list(range(3))
+    rust = _native.inaas_frame(
+        bytes.fromhex("020000000001"), bytes.fromhex("020000000002"), 77, 5, 900,
+        bytes(segs), np.array([4, 5, 6], "<u2").tobytes(), bytes([WRITE, READ, REDUCE]),
+        np.array([10, 11, (3 << 16) | 2], "<u4").tobytes(), np.array([-1, 0, 9], "<i4").tobytes(),
+    )
+    ours = frame("02:00:00:00:00:01", "02:00:00:00:00:02", [(4, 10, -1), (5, 11, 0), (6, (3 << 16) | 4, 9)],
+                 seq=5, time_limit=900, uid=77, valid=0b111, read=0b010, write=0b001, reduce=0b100)
+    assert bytes(ours) == rust
+    p = INaaS(rust[14:])
+    assert p.uid == 77 and p.items[2].key == (3 << 16) | 4 and p.items[0].value == -1
