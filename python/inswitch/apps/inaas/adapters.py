@@ -136,6 +136,8 @@ class KvApp(App):
         ranks = np.arange(1, sz.kv_keys + 1)
         p = 1.0 / ranks**0.95
         self.keys = self.rng.choice(sz.kv_keys, size=sz.kv_gets, p=p / p.sum())
+        # 5% of the requests are PUTs (write-through: the store, then the switch's copies).
+        self.is_put = self.rng.random(sz.kv_gets) < 0.05
         self.store = {k: (self.inst + 1) * 1_000_000 + k for k in range(sz.kv_keys)}
         # Hot items recorded at the end host (a warm-up sample of the workload).
         history = self.rng.choice(sz.kv_keys, size=sz.kv_gets, p=p / p.sum())
@@ -175,15 +177,37 @@ class KvApp(App):
         self.lat: list[int] = []
         self.start: dict[int, int] = {}
         self.seq_get: dict[int, int] = {}
+        self.seq_put: dict[int, int] = {}
+        self.pending_put: dict[int, int] = {}
+        self.puts: set[int] = set()
+        self.expect: dict[int, int] = {}
         self.hits = 0
+
+    def put_value(self, g: int, k: int) -> int:
+        return (self.inst + 1) * 1_000_000 + (k + 31 * g) % 999_999
 
     def step(self) -> None:
         svc, now = self.svc, self.svc.now_us
         while self.next < len(self.keys) and self.start_us + self.next * self.sz.kv_gap_us <= now:
             g, k = self.next, int(self.keys[self.next])
             self.next += 1
+            if self.is_put[g]:
+                # Write-through: the store (its host-side reference here) and the server
+                # first; the switch's copies are skipped by GETs until rewritten.
+                v = self.put_value(g, k)
+                if self.phase == "inaas":
+                    self.store[k] = v
+                self.puts.add(g)
+                self.bl_send(self.t, self.server, g)
+                if self.phase == "inaas" and k in self.where:
+                    pl = self.where[k]
+                    seq = svc.submit(self.t, [s for s, _ in pl], [i for _, i in pl], [WRITE] * len(pl), [k + 1] * len(pl), [v] * len(pl))
+                    self.seq_put[seq] = k
+                    self.pending_put[k] = self.pending_put.get(k, 0) + 1
+                continue
             self.start[g] = now
-            if self.phase == "inaas" and k in self.where:
+            self.expect[g] = self.store[k]
+            if self.phase == "inaas" and k in self.where and k not in self.pending_put:
                 pl = self.where[k]
                 seq = svc.submit(self.t, [s for s, _ in pl], [i for _, i in pl], [READ] * len(pl), [k + 1] * len(pl), [0] * len(pl))
                 self.seq_get[seq] = g
@@ -191,11 +215,23 @@ class KvApp(App):
                 self.bl_send(self.t, self.server, g)
         d = svc.take(self.t)
         for row in range(len(d.seq)):
-            g = self.seq_get.pop(int(d.seq[row]))
+            seq = int(d.seq[row])
+            if seq in self.seq_put:
+                k = self.seq_put.pop(seq)
+                self.pending_put[k] -= 1
+                if self.pending_put[k] == 0:
+                    del self.pending_put[k]
+                if not all(d.status[row, s] == 1 for s, _ in self.where.get(k, [])):
+                    self.where.pop(k, None)  # not rewritten everywhere: no longer cached
+                continue
+            g = self.seq_get.pop(seq)
             k = int(self.keys[g])
+            if k not in self.where:
+                self.bl_send(self.t, self.server, g)
+                continue
             got = [int(d.value[row, s]) for s, _ in self.where[k] if d.status[row, s] == 1]
             if got:
-                if any(v != self.store[k] for v in got):
+                if any(v not in (self.store[k], self.expect[g]) for v in got):
                     self.wrong += 1
                     if any(v // 1_000_000 != self.inst + 1 for v in got):
                         self.foreign += 1
@@ -205,11 +241,14 @@ class KvApp(App):
             else:
                 self.bl_send(self.t, self.server, g)
         for g, _, done, _ in self.bl_take(self.t):
+            if g in self.puts:
+                self.puts.discard(g)
+                continue
             # The server's answer is store[key] itself: nothing to check beyond arrival.
             self.lat.append(done - self.start.pop(g))
 
     def finished(self) -> bool:
-        return self.next >= len(self.keys) and not self.start
+        return self.next >= len(self.keys) and not self.start and not self.pending_put and not self.puts
 
     def figure_value(self) -> float:
         return float(np.mean(self.lat)) if self.lat else float("nan")
