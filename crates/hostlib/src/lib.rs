@@ -9,5 +9,5 @@
 //! servers (Hare), tenant adapters and the goalkeeper (INaaS).
 #![forbid(unsafe_code)]
 
-pub mod netstack;
 pub mod inaas;
+pub mod netstack;

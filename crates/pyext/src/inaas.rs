@@ -101,6 +101,7 @@ impl InaasService {
 
     /// One request of up to 20 items for tenant `t`; returns its sequence number.
     #[pyo3(signature = (t, segs, idxs, ops, keys, values, op=0))]
+    #[allow(clippy::too_many_arguments)] // a request's columns, as Python passes them
     fn submit(&mut self, t: usize, segs: &[u8], idxs: &[u8], ops: &[u8], keys: &[u8], values: &[u8], op: u8) -> PyResult<u32> {
         let it = items(segs, idxs, ops, keys, values)?;
         self.s.submit(t, &it, operator(op)?).map_err(PyValueError::new_err)
@@ -108,6 +109,7 @@ impl InaasService {
 
     /// A frame as tenant `t`'s adapter would build it (an attacker that sniffed its uid).
     #[pyo3(signature = (t, segs, idxs, ops, keys, values, op=0))]
+    #[allow(clippy::too_many_arguments)]
     fn forge_frame<'py>(
         &self,
         py: Python<'py>,
