@@ -195,3 +195,16 @@ def test_scapy_layer_matches_the_rust_encoder() -> None:
     assert bytes(ours) == rust
     p = INaaS(rust[14:])
     assert p.uid == 77 and p.items[2].key == (3 << 16) | 4 and p.items[0].value == -1
+
+
+def test_ledger_charges_add_up() -> None:
+    from inswitch.apps.inaas.controller import Prices
+
+    r = run_tenants(["kv", "bloom", "dense"], quick=True)
+    p = Prices()
+    for line in r["ledger"]:
+        assert line["register_seconds"] == pytest.approx(line["leases"] * line["lease_s"])
+        assert line["lease_s"] * 1e6 <= r["simulated_us"]
+        pay = line["alu_ops"] * p.per_alu_op + line["register_seconds"] * p.per_register_second
+        assert line["pay_per_use_equivalent"] == pytest.approx(pay)
+        assert line["charge"] == pytest.approx(p.subscription if line["plan"] == "subscription" else pay)

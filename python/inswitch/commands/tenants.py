@@ -41,6 +41,7 @@ def run_cmd(
     loss: float = typer.Option(0.0, help="Packet loss probability on the tenants' links."),
     attacker: bool = typer.Option(False, "--attacker", help="Add an attacker tenant (forged uids, replays, random keys)."),
     subscribe: str = typer.Option("", help="Applications on the subscription plan (priority on switch memory), comma-separated."),
+    budget: int = typer.Option(512, help="Registers per segment the scheduler divides among the tenants."),
     full: bool = typer.Option(False, "--full", help="Larger workloads (default: quick sizes)."),
     seed: int = typer.Option(1),
     json_out: Optional[str] = typer.Option(None, "--json", help="Write the result here."),
@@ -50,7 +51,7 @@ def run_cmd(
     names = [a.strip() for a in apps.split(",") if a.strip()]
     with console.status("tenants: starting") as st:
         subs = tuple(a.strip() for a in subscribe.split(",") if a.strip())
-        res = run_tenants(names, instances, scheduler, loss, attacker, quick=not full, seed=seed, progress=lambda s: st.update(f"tenants: {s}"), subscribers=subs)
+        res = run_tenants(names, instances, scheduler, loss, attacker, quick=not full, seed=seed, progress=lambda s: st.update(f"tenants: {s}"), subscribers=subs, budget=budget)
     t = Table(title=f"INaaS tenants ({scheduler}, {instances}x, loss {loss}) — {res['mode']}")
     for c in ("app", "metric", "INaaS", "host-only", "speedup", "correct"):
         t.add_column(c)

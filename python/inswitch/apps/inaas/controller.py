@@ -123,11 +123,11 @@ class Prices:
     subscription: float = 0.01
 
 
-def bill(name: str, usage: dict[str, int], goalkeeper_leases: int, region: Region, prices: Prices) -> dict[str, Any]:
+def bill(name: str, usage: dict[str, int], goalkeeper_leases: int, region: Region, prices: Prices, run_us: int) -> dict[str, Any]:
     """One tenant's ledger line from the switch's own counters. Registers x seconds: every
-    lease the switch granted is held for at most T (the goalkeeper is told of each one, and
-    its count must equal the switch's)."""
-    lease_s = min(region.lease_us, 10**9) / 1e6
+    lease the switch granted is held for at most T, and at most the run (the goalkeeper is
+    told of each one, and its count must equal the switch's)."""
+    lease_s = min(region.lease_us, run_us) / 1e6
     reg_s = usage["leases"] * lease_s
     pay = usage["alu_ops"] * prices.per_alu_op + reg_s * prices.per_register_second
     return {

@@ -154,8 +154,7 @@ def run_tenants(
     run_us = svc.now_us
     for o, r in zip(objs, regions):
         usage = dict(svc.raw.switch_usage(o.t))
-        line = bill(f"{o.name}#{o.inst}", usage, int(svc.raw.goalkeeper_leases(o.t)), r, prices)
-        line["register_seconds"] = usage["leases"] * min(r.lease_us, run_us) / 1e6
+        line = bill(f"{o.name}#{o.inst}", usage, int(svc.raw.goalkeeper_leases(o.t)), r, prices, run_us)
         ledger.append(line)
     per_app: dict[str, list[float]] = {}
     for o in objs:
