@@ -32,6 +32,7 @@ _COMMAND_MODULES = [
     "inswitch.apps.wordcount.cli",
     "inswitch.apps.netsha.cli",
     "inswitch.apps.hare.cli",
+    "inswitch.commands.tenants",
 ]
 
 

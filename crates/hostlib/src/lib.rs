@@ -11,5 +11,6 @@
 
 pub mod aggregation;
 pub mod hare;
+pub mod inaas;
 pub mod netstack;
 pub mod switchagg;

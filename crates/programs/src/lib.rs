@@ -12,11 +12,12 @@ use pisa::Program;
 pub mod daiet;
 pub mod forward;
 pub mod hare;
+pub mod inaas;
 pub mod netsha;
 pub mod switchagg;
 
 /// Names of the programs this build knows.
-pub const NAMES: &[&str] = &["forward", "daiet", "switchagg", "netsha", "netsha-tofino1", "hare", "netcache", "dyso", "hare_lock"];
+pub const NAMES: &[&str] = &["forward", "daiet", "switchagg", "netsha", "netsha-tofino1", "hare", "netcache", "dyso", "hare_lock", "inaas"];
 
 /// A fresh instance of a program by name.
 pub fn by_name(name: &str) -> Option<Arc<dyn Program>> {
@@ -32,6 +33,7 @@ pub fn by_name(name: &str) -> Option<Arc<dyn Program>> {
         "dyso" => Some(Arc::new(hare::dyso::Dyso::new())),
         "hare_lock" => Some(Arc::new(hare::lock::HareLock::new())),
         n if hare::is_spec(n) => hare::by_spec(n),
+        "inaas" => Some(Arc::new(inaas::Inaas::new())),
         _ => None,
     }
 }

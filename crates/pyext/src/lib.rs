@@ -8,6 +8,7 @@
 mod aggregation;
 mod netsha;
 mod hare;
+mod inaas;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -636,5 +637,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     aggregation::register(m)?;
     switchagg::register(m)?;
     hare::register(m)?;
+    inaas::register(m)?;
     Ok(())
 }

@@ -65,6 +65,7 @@ pub mod error;
 pub mod ethernet;
 pub mod hare;
 pub mod icmpv4;
+pub mod inaas;
 pub mod ipv4;
 pub mod netsha;
 pub mod switchagg;

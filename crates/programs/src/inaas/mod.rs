@@ -1,0 +1,512 @@
+//! `inaas`: the multi-tenant in-network service of the INaaS paper (§IV, Algorithm 1,
+//! Figure 2). One header carries 20 items; segment `j` of switch memory serves item `j`.
+//!
+//! Layout (tofino1; `forward` has stages 0–1 besides):
+//! - ingress stage 0: `tenants` (exact: ingress port, uid → tenant slot, longest lease)
+//! - ingress stage 1: `goalkeeper` (the goalkeeper host's port), `forged_uid` (register,
+//!   per port: packets whose uid is not registered on the port they came in on)
+//! - ingress stages 2–6: `lease_0` … `lease_19` (uid, deadline), four per stage
+//! - ingress stages 7–11: `kv_0` … `kv_19` (key, value), four per stage
+//! - egress stage 1: `tenant_usage` (ALU operations, packets) and `tenant_events`
+//!   (mismatching accesses, leases taken), per tenant slot: the ledger's source
+//!
+//! Per packet: classify by EtherType ([`wire::inaas::ETHERTYPE`]); drop malformed headers
+//! (counted) before any memory is touched; look the uid up for the ingress port (a miss is
+//! a forged uid: counted per port, sent to the goalkeeper to be logged); a retransmission
+//! goes to the goalkeeper untouched; then per item the lease check, the primitive, the
+//! compute. A preempted item needs Algorithm 1's 64-bit swap, and a Tofino 1 stateful ALU
+//! returns 32 bits: the value half moves in this pass, the key half in one recirculation
+//! (declared, at most one per packet). A packet with failures, preemptions or overflows
+//! goes to the goalkeeper; any other is answered by the switch itself, back to its sender.
+
+pub mod arith;
+pub mod failure;
+pub mod lease;
+pub mod primitives;
+
+use pisa::decl::TableSpec;
+use pisa::{ActionId, DropCode, Gress, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl, RegisterAction, Table, PORT_RECIRC};
+use wire::inaas::{flags, Bitmap, InaasPacket, Operator, ETHERTYPE, HEADER_LEN, ITEMS, OP_DONE};
+
+use arith::MISS;
+use failure::{bridged, Outcome};
+use lease::{kv_stage, lease_stage, LeaseCheck, LeaseCommit, MAX_LEASE_US, SEGMENTS, SEGMENT_SIZE};
+use primitives::{reduce_status, Exchange, Read, Reduce, Write};
+
+/// Tenant slots (rows of the usage registers, entries of `tenants`).
+pub const TENANT_SLOTS: u32 = 1024;
+/// Ports covered by `forged_uid`.
+pub const PORTS: u32 = 512;
+/// Bytes the parser reaches: Ethernet and the INaaS header.
+pub const PARSE_DEPTH: u32 = 14 + HEADER_LEN as u32;
+
+type LeaseAction = RegisterAction<Pair, (u32, (u32, u32)), u32, LeaseCheck>;
+type CommitAction = RegisterAction<Pair, u32, u32, LeaseCommit>;
+type ExchangeAction = RegisterAction<Pair, (bool, (u32, i32)), i32, Exchange>;
+type ReadAction = RegisterAction<Pair, (bool, u32), i32, Read>;
+type WriteAction = RegisterAction<Pair, (bool, (u32, i32)), u32, Write>;
+type ReduceAction = RegisterAction<Pair, (u32, i32), u32, Reduce>;
+
+/// The register actions of one memory segment.
+struct Segment {
+    lease: LeaseAction,
+    commit: CommitAction,
+    exchange: ExchangeAction,
+    read: ReadAction,
+    write: WriteAction,
+    reduce: ReduceAction,
+}
+
+/// The primitive an item asks for, from its flags.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Prim {
+    None,
+    Read,
+    Write,
+    Swap,
+    Reduce,
+    /// Read and reduce: read a finished aggregate and free the cell.
+    Collect,
+}
+
+fn prim(read: bool, write: bool, reduce: bool) -> Option<Prim> {
+    Some(match (read, write, reduce) {
+        (false, false, false) => Prim::None,
+        (true, false, false) => Prim::Read,
+        (false, true, false) => Prim::Write,
+        (true, true, false) => Prim::Swap,
+        (false, false, true) => Prim::Reduce,
+        (true, false, true) => Prim::Collect,
+        _ => return None,
+    })
+}
+
+/// Does a preempting item install its own pair (else the cell is left empty)?
+fn installs(p: Prim) -> bool {
+    matches!(p, Prim::Write | Prim::Swap | Prim::Reduce)
+}
+
+pub struct Inaas {
+    decl: ProgramDecl,
+    segments: Vec<Segment>,
+    tenants: Table,
+    goalkeeper: Table,
+    a_set_tenant: ActionId,
+    a_set_goalkeeper: ActionId,
+    forged: RegisterAction<u32, (), ()>,
+    usage: RegisterAction<Pair, (u32, u32), ()>,
+    events: RegisterAction<Pair, (u32, u32), ()>,
+    d_malformed: DropCode,
+    d_forged: DropCode,
+    d_no_goalkeeper: DropCode,
+}
+
+fn count_one(c: u32, _: ()) -> (u32, ()) {
+    (c.wrapping_add(1), ())
+}
+fn add_pair(c: Pair, (lo, hi): (u32, u32)) -> (Pair, ()) {
+    (Pair::new(c.lo.wrapping_add(lo), c.hi.wrapping_add(hi)), ())
+}
+
+impl Inaas {
+    pub fn new() -> Inaas {
+        let mut b =
+            ProgramBuilder::new("inaas", "INaaS: multi-tenant read/write/reduce/compute on 20 leased memory segments (Algorithm 1)");
+        b.parser(PARSE_DEPTH, &[("ethernet", 112), ("inaas", HEADER_LEN as u32 * 8)])
+            .metadata_bits(20 * 32 + 3 * 20 + 64)
+            .bridged_bytes(bridged::LEN)
+            .classify(pisa::ClassifyRule::ethertype(ETHERTYPE))
+            .max_recirculations(Some(1))
+            .note("one uid per packet, not one per item: 20 x 32-bit uids do not fit the 256-byte parser beside the 20 items")
+            .note(
+                "a Tofino 1 stateful ALU returns 32 bits, so a preempted register's 64-bit swap takes one recirculation (value, then key)",
+            )
+            .note("32768 cells per segment: the paper's 40k x 64-bit, four per stage, need 84 SRAM blocks of the 80 a stage has")
+            .note("leases hold a deadline on the switch clock and T is capped per tenant, so packets cannot forge a preemption");
+
+        let a_set_tenant = b.action("set_tenant", &[("slot", 16), ("max_lease_us", 32)], "a registered tenant on this port");
+        let a_forged = b.action("forged_uid", &[], "the uid is not registered on this port");
+        let tenants = b.table(TableSpec {
+            name: "tenants",
+            doc: "tenant registry: (ingress port, uid) -> usage slot and longest lease; filled by the controller",
+            gress: Gress::Ingress,
+            stage: 0,
+            size: TENANT_SLOTS,
+            keys: &[("ig_intr_md.ingress_port", 16, MatchKind::Exact), ("hdr.inaas.uid", 32, MatchKind::Exact)],
+            actions: &[a_set_tenant, a_forged],
+            default_action: (a_forged, &[]),
+            const_default: true,
+        });
+        let a_set_goalkeeper = b.action("set_goalkeeper", &[("port", 9)], "the goalkeeper host's port");
+        let a_no_goalkeeper = b.action("no_goalkeeper", &[], "no goalkeeper configured: packets it should take are dropped");
+        let goalkeeper = b.table(TableSpec {
+            name: "goalkeeper",
+            doc: "the goalkeeper's port (one entry, key 0)",
+            gress: Gress::Ingress,
+            stage: 1,
+            size: 1,
+            keys: &[("meta.zero", 8, MatchKind::Exact)],
+            actions: &[a_set_goalkeeper, a_no_goalkeeper],
+            default_action: (a_no_goalkeeper, &[]),
+            const_default: true,
+        });
+        let fr = b.register::<u32>("forged_uid", Gress::Ingress, 1, PORTS, "packets per ingress port whose uid is not registered there");
+        let forged = b.register_action(fr, "count", count_one);
+
+        let mut segments = Vec::with_capacity(SEGMENTS);
+        for j in 0..SEGMENTS {
+            let lr = b.register::<Pair>(
+                &format!("lease_{j}"),
+                Gress::Ingress,
+                lease_stage(j),
+                SEGMENT_SIZE,
+                "uid of the holder (lo) and its lease deadline in switch µs (hi)",
+            );
+            let lease = b.register_action_body(lr, "check", LeaseCheck);
+            let commit = b.register_action_body(lr, "commit", LeaseCommit);
+            let kr = b.register::<Pair>(&format!("kv_{j}"), Gress::Ingress, kv_stage(j), SEGMENT_SIZE, "key (lo) and value (hi)");
+            let exchange = b.register_action_body(kr, "exchange", Exchange);
+            let read = b.register_action_body(kr, "read", Read);
+            let write = b.register_action_body(kr, "write", Write);
+            let reduce = b.register_action_body(kr, "reduce", Reduce);
+            segments.push(Segment { lease, commit, exchange, read, write, reduce });
+        }
+        let ur = b.register::<Pair>("tenant_usage", Gress::Egress, 1, TENANT_SLOTS, "per tenant slot: ALU operations (lo), packets (hi)");
+        let usage = b.register_action(ur, "add", add_pair);
+        let er = b.register::<Pair>(
+            "tenant_events",
+            Gress::Egress,
+            1,
+            TENANT_SLOTS,
+            "per tenant slot: mismatching accesses (lo), leases taken (hi)",
+        );
+        let events = b.register_action(er, "add", add_pair);
+        let d_malformed = b.drop_reason("inaas_malformed");
+        let d_forged = b.drop_reason("inaas_forged_uid");
+        let d_no_goalkeeper = b.drop_reason("inaas_no_goalkeeper");
+        let decl = b.build().expect("inaas declaration is valid");
+        Inaas {
+            decl,
+            segments,
+            tenants,
+            goalkeeper,
+            a_set_tenant,
+            a_set_goalkeeper,
+            forged,
+            usage,
+            events,
+            d_malformed,
+            d_forged,
+            d_no_goalkeeper,
+        }
+    }
+
+    /// The primitive of every item, from the flags alone (`None`: a forbidden combination).
+    fn prims(v: &InaasPacket<&[u8]>) -> Option<[Prim; ITEMS]> {
+        let (r, w, red) = (v.bitmap(Bitmap::Read), v.bitmap(Bitmap::Write), v.bitmap(Bitmap::Reduce));
+        let mut prims = [Prim::None; ITEMS];
+        for (j, slot) in prims.iter_mut().enumerate() {
+            let bit = 1 << j;
+            *slot = prim(r & bit != 0, w & bit != 0, red & bit != 0)?;
+        }
+        Some(prims)
+    }
+
+    /// Stateless checks before any memory access; `None` drops the packet as malformed.
+    fn check(&self, v: &InaasPacket<&[u8]>) -> Option<[Prim; ITEMS]> {
+        let op = v.op();
+        if Operator::from_u8(op).is_none() && op != OP_DONE {
+            return None;
+        }
+        let valid = v.bitmap(Bitmap::Valid);
+        let (r, w, red, comp) = (v.bitmap(Bitmap::Read), v.bitmap(Bitmap::Write), v.bitmap(Bitmap::Reduce), v.bitmap(Bitmap::Compute));
+        if (r | w | red | comp) & !valid != 0 {
+            return None;
+        }
+        if comp != 0 && Operator::from_u8(op).is_none() {
+            return None;
+        }
+        let mut prims = [Prim::None; ITEMS];
+        for (j, slot) in prims.iter_mut().enumerate() {
+            let bit = 1 << j;
+            let p = prim(r & bit != 0, w & bit != 0, red & bit != 0)?;
+            if p != Prim::None {
+                let (key, value) = (v.key(j), v.value(j));
+                if v.idx(j) as u32 >= SEGMENT_SIZE || value == MISS {
+                    return None;
+                }
+                let bad = match p {
+                    Prim::Read | Prim::Swap | Prim::Collect => key == 0,
+                    Prim::Write => key == 0 && value != 0,
+                    Prim::Reduce => key & 0xFFFF == 0,
+                    Prim::None => false,
+                };
+                if bad {
+                    return None;
+                }
+            }
+            *slot = p;
+        }
+        Some(prims)
+    }
+
+    fn first_pass(&self, pass: &mut Pass<'_>) {
+        let port = pass.ingress_port();
+        let v = InaasPacket::new_unchecked(&pass.hdr()[14..]);
+        let Some(prims) = self.check(&v) else {
+            pass.drop(self.d_malformed);
+            return;
+        };
+        let uid = v.uid();
+        let fl = v.flags();
+        let op = Operator::from_u8(v.op());
+        let compute = v.bitmap(Bitmap::Compute);
+        let mut items = [(0u16, 0u32, 0i32); ITEMS];
+        for (j, it) in items.iter_mut().enumerate() {
+            *it = (v.idx(j), v.key(j), v.value(j));
+        }
+        let req_t = v.time_limit();
+
+        // Stage 0: who is this? Stage 1: where is the goalkeeper?
+        let t = pass.apply_u64(&self.tenants, (port as u64) << 32 | uid as u64);
+        let g = pass.apply_u64(&self.goalkeeper, 0);
+        let gk = if g.action == self.a_set_goalkeeper { Some(g.param(0) as u16) } else { None };
+        if t.action != self.a_set_tenant {
+            if (port as u32) < PORTS {
+                pass.execute(&self.forged, port as u32, ());
+            }
+            pass.hdr_mut()[14 + 1] = fl | flags::FORGED | flags::GOALKEEPER;
+            match gk {
+                Some(p) => pass.forward(p),
+                None => pass.drop(self.d_forged),
+            }
+            return;
+        }
+        let slot = t.param(0) as u16;
+        let lease_t = req_t.min(t.param(1) as u32).min(MAX_LEASE_US);
+        let Some(gk) = gk else {
+            pass.drop(self.d_no_goalkeeper);
+            return;
+        };
+        let mut out = Outcome::default();
+        if fl & flags::RETRANS != 0 {
+            // Algorithm 1: a retransmission goes to the goalkeeper, memory untouched.
+            pass.hdr_mut()[15] = fl | flags::GOALKEEPER;
+            self.bridge(pass, slot, port, gk, &out);
+            pass.forward(gk);
+            return;
+        }
+        let now = (pass.now_ns() / 1_000) as u32;
+
+        // Stages 2–6: lease check per item that touches memory.
+        for j in 0..SEGMENTS {
+            if prims[j] == Prim::None {
+                continue;
+            }
+            let held = pass.execute(&self.segments[j].lease, items[j].0 as u32, (uid, (now, lease_t)));
+            if held & lease::ACQUIRED != 0 {
+                out.preempted |= 1 << j;
+                out.acquisitions += 1;
+            } else if held != uid {
+                // Another tenant's register (a mismatch, counted), or one being moved (0).
+                out.failed |= 1 << j;
+                if held != 0 {
+                    out.mismatches += 1;
+                }
+            }
+        }
+        // Stages 7–11: the primitives, then compute.
+        for j in 0..SEGMENTS {
+            let bit = 1u32 << j;
+            let (idx, key, value) = items[j];
+            let seg = &self.segments[j];
+            if out.failed & bit != 0 {
+                continue;
+            }
+            let mut value_out = value;
+            if out.preempted & bit != 0 {
+                let install = if installs(prims[j]) { value } else { 0 };
+                value_out = pass.execute(&seg.exchange, idx as u32, (true, (0, install)));
+                out.alu_ops += 1;
+            } else {
+                match prims[j] {
+                    Prim::None => {}
+                    Prim::Read | Prim::Collect | Prim::Swap => {
+                        let got = match prims[j] {
+                            Prim::Swap => pass.execute(&seg.exchange, idx as u32, (false, (key, value))),
+                            p => pass.execute(&seg.read, idx as u32, (p == Prim::Collect, key)),
+                        };
+                        out.alu_ops += 1;
+                        if got == MISS {
+                            out.failed |= bit;
+                            out.mismatches += 1;
+                        } else {
+                            value_out = got;
+                        }
+                    }
+                    Prim::Write => {
+                        pass.execute(&seg.write, idx as u32, (false, (key, value)));
+                        out.alu_ops += 1;
+                    }
+                    Prim::Reduce => {
+                        let s = pass.execute(&seg.reduce, idx as u32, (key, value));
+                        out.alu_ops += 1;
+                        match s {
+                            reduce_status::MISMATCH => {
+                                out.failed |= bit;
+                                out.mismatches += 1;
+                            }
+                            reduce_status::OVERFLOW => out.overflow |= bit,
+                            _ => {}
+                        }
+                    }
+                }
+            }
+            if compute & bit != 0 && out.failed & bit == 0 {
+                if let Some(op) = op {
+                    let (r, over) = arith::compute(op, value_out, key);
+                    out.alu_ops += 1;
+                    if over {
+                        // Keep the operand, not the saturated result: the goalkeeper
+                        // completes it exactly from the operand.
+                        out.overflow |= bit;
+                    } else {
+                        value_out = r;
+                    }
+                }
+            }
+            if value_out != value {
+                InaasPacket::new_unchecked(&mut pass.hdr_mut()[14..]).set_value(j, value_out);
+            }
+        }
+
+        let mut p = InaasPacket::new_unchecked(&mut pass.hdr_mut()[14..]);
+        if compute != 0 && out.overflow & compute == 0 {
+            // Paper: op 15 marks a finished compute. With an overflow the operator stays,
+            // for the goalkeeper to finish it.
+            p.set_op(OP_DONE);
+        }
+        p.set_bitmap(Bitmap::Failed, out.failed);
+        p.set_bitmap(Bitmap::Preempted, out.preempted);
+        p.set_bitmap(Bitmap::Overflow, out.overflow);
+        self.bridge(pass, slot, port, gk, &out);
+        if out.preempted != 0 {
+            pass.recirculate();
+        } else if out.needs_goalkeeper() {
+            pass.hdr_mut()[15] = fl | flags::GOALKEEPER;
+            pass.forward(gk);
+        } else {
+            // Answer the sender: swap the Ethernet addresses, back out of its port.
+            let h = pass.hdr_mut();
+            let mut dst = [0u8; 6];
+            dst.copy_from_slice(&h[0..6]);
+            h.copy_within(6..12, 0);
+            h[6..12].copy_from_slice(&dst);
+            h[15] = fl | flags::REPLY;
+            pass.forward(port);
+        }
+    }
+
+    /// The second pass of a preemption: the key half of the swap, if the lease is still ours
+    /// (then the lease's busy mark is cleared).
+    fn second_pass(&self, pass: &mut Pass<'_>) {
+        let br = *pass.bridged();
+        let gk = u16::from_be_bytes([br[bridged::GOALKEEPER], br[bridged::GOALKEEPER + 1]]);
+        let v = InaasPacket::new_unchecked(&pass.hdr()[14..]);
+        // Checked on the first pass; since then the switch itself rewrote the values.
+        let Some(prims) = Self::prims(&v) else {
+            pass.drop(self.d_malformed);
+            return;
+        };
+        let uid = v.uid();
+        let preempted = v.bitmap(Bitmap::Preempted);
+        let mut failed = v.bitmap(Bitmap::Failed);
+        let mut items = [(0u16, 0u32); ITEMS];
+        for (j, it) in items.iter_mut().enumerate() {
+            *it = (v.idx(j), v.key(j));
+        }
+        let mut holders = [0u32; ITEMS];
+        for j in 0..SEGMENTS {
+            if preempted & 1 << j != 0 {
+                holders[j] = pass.execute(&self.segments[j].commit, items[j].0 as u32, uid);
+            }
+        }
+        let mut alu = 0u8;
+        for j in 0..SEGMENTS {
+            let bit = 1 << j;
+            if preempted & bit == 0 {
+                continue;
+            }
+            if holders[j] != uid {
+                // Preempted again between the passes: leave the key to whoever holds it
+                // now; the goalkeeper completes this item.
+                failed |= bit;
+                continue;
+            }
+            let install = if installs(prims[j]) { items[j].1 } else { 0 };
+            let old_key = pass.execute(&self.segments[j].write, items[j].0 as u32, (true, (install, 0)));
+            alu += 1;
+            InaasPacket::new_unchecked(&mut pass.hdr_mut()[14..]).set_key(j, old_key);
+        }
+        let mut p = InaasPacket::new_unchecked(&mut pass.hdr_mut()[14..]);
+        p.set_bitmap(Bitmap::Failed, failed);
+        let fl = p.flags();
+        p.set_flags(fl | flags::GOALKEEPER);
+        let b = pass.bridged_mut();
+        b[bridged::ALU_OPS] = b[bridged::ALU_OPS].wrapping_add(alu);
+        pass.forward(gk);
+    }
+
+    fn bridge(&self, pass: &mut Pass<'_>, slot: u16, port: u16, gk: u16, out: &Outcome) {
+        let b = pass.bridged_mut();
+        b[bridged::VALID] = 1;
+        b[bridged::SLOT..bridged::SLOT + 2].copy_from_slice(&slot.to_be_bytes());
+        b[bridged::PORT..bridged::PORT + 2].copy_from_slice(&port.to_be_bytes());
+        b[bridged::GOALKEEPER..bridged::GOALKEEPER + 2].copy_from_slice(&gk.to_be_bytes());
+        b[bridged::ALU_OPS] = out.alu_ops;
+        b[bridged::MISMATCHES] = out.mismatches;
+        b[bridged::ACQUISITIONS] = out.acquisitions;
+    }
+}
+
+impl Default for Inaas {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Program for Inaas {
+    fn decl(&self) -> &ProgramDecl {
+        &self.decl
+    }
+
+    fn ingress(&self, pass: &mut Pass<'_>) {
+        if pass.hdr().len() < PARSE_DEPTH as usize {
+            pass.drop(self.d_malformed);
+            return;
+        }
+        let fl = pass.hdr()[15];
+        if fl & flags::GK_REPLY != 0 {
+            // The goalkeeper's answer to a tenant: forwarded like any frame.
+            return;
+        }
+        if pass.recirculations() > 0 && pass.ingress_port() == PORT_RECIRC {
+            self.second_pass(pass);
+        } else {
+            self.first_pass(pass);
+        }
+    }
+
+    fn egress(&self, pass: &mut Pass<'_>) {
+        let b = *pass.bridged();
+        if b[bridged::VALID] != 1 {
+            return;
+        }
+        let slot = u16::from_be_bytes([b[bridged::SLOT], b[bridged::SLOT + 1]]) as u32;
+        if slot >= TENANT_SLOTS {
+            return;
+        }
+        pass.execute(&self.usage, slot, (b[bridged::ALU_OPS] as u32, 1));
+        pass.execute(&self.events, slot, (b[bridged::MISMATCHES] as u32, b[bridged::ACQUISITIONS] as u32));
+    }
+}

@@ -1,0 +1,417 @@
+//! `inswitch._native.InaasService`: the in-process INaaS service (switch with `forward` +
+//! `inaas`, goalkeeper, tenants; crates/hostlib/src/inaas/service.rs) for Python's
+//! adapters, controller and experiments. Numbers cross as little-endian byte strings
+//! (`numpy.frombuffer`), one call per packet or per batch, never per item.
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+
+use hostlib::inaas::{build_frame, parse_reply, Goalkeeper, ItemReq, ItemResult, Kind, Op, Service, TenantInfo};
+use wire::ethernet::EthernetAddress;
+use wire::inaas::{Operator, ITEMS};
+
+fn kind(s: &str) -> PyResult<Kind> {
+    Ok(match s {
+        "kv" => Kind::Kv,
+        "reduce" => Kind::Reduce,
+        "bloom" => Kind::Bloom,
+        "paxos" => Kind::Paxos,
+        _ => return Err(PyValueError::new_err(format!("unknown tenant kind {s:?} (kv, reduce, bloom, paxos)"))),
+    })
+}
+
+fn le<const N: usize>(b: &[u8], i: usize) -> [u8; N] {
+    let mut a = [0u8; N];
+    a.copy_from_slice(&b[i * N..i * N + N]);
+    a
+}
+
+/// Items from packed arrays: segs u8, idxs u16, ops u8 (0 read, 1 write, 2 swap, 3 reduce
+/// with key = key16 << 16 | worker, 4 collect with key = key16 << 16 | workers, 5 compute
+/// with key = parameter), keys u32, values i32.
+fn items(segs: &[u8], idxs: &[u8], ops: &[u8], keys: &[u8], values: &[u8]) -> PyResult<Vec<ItemReq>> {
+    let n = segs.len();
+    if n > ITEMS || idxs.len() != 2 * n || ops.len() != n || keys.len() != 4 * n || values.len() != 4 * n {
+        return Err(PyValueError::new_err("item arrays: at most 20 items; u8 segs, u16 idxs, u8 ops, u32 keys, i32 values"));
+    }
+    (0..n)
+        .map(|i| {
+            let key = u32::from_le_bytes(le::<4>(keys, i));
+            let value = i32::from_le_bytes(le::<4>(values, i));
+            let op = match ops[i] {
+                0 => Op::Read { key },
+                1 => Op::Write { key, value },
+                2 => Op::Swap { key, value },
+                3 => Op::Reduce { key16: (key >> 16) as u16, worker: key as u8, value },
+                4 => Op::Collect { key16: (key >> 16) as u16, workers: key as u8 },
+                5 => Op::Compute { value, param: key },
+                o => return Err(PyValueError::new_err(format!("unknown op code {o}"))),
+            };
+            Ok(ItemReq { seg: segs[i] as usize, idx: u16::from_le_bytes(le::<2>(idxs, i)), op })
+        })
+        .collect()
+}
+
+fn operator(op: u8) -> PyResult<Operator> {
+    Operator::from_u8(op).ok_or_else(|| PyValueError::new_err("operator must be 0..9"))
+}
+
+#[pyclass(module = "inswitch._native", unsendable)]
+pub struct InaasService {
+    s: Service,
+}
+
+#[pymethods]
+impl InaasService {
+    #[new]
+    #[pyo3(signature = (ports=64, seed=1))]
+    fn new(ports: u16, seed: u64) -> Self {
+        InaasService { s: Service::new(ports, seed) }
+    }
+
+    /// A fresh switch port (a new host).
+    fn new_port(&mut self) -> u16 {
+        self.s.new_port()
+    }
+
+    /// Register a tenant (the controller's uid stays inside): returns its index.
+    #[pyo3(signature = (port, kind_name, lease_us, max_lease_us, subscription=false, rto_us=200))]
+    fn add_tenant(
+        &mut self,
+        port: u16,
+        kind_name: &str,
+        lease_us: u32,
+        max_lease_us: u32,
+        subscription: bool,
+        rto_us: u64,
+    ) -> PyResult<usize> {
+        Ok(self.s.add_tenant(port, kind(kind_name)?, lease_us, max_lease_us, subscription, rto_us))
+    }
+
+    /// Another host (worker) of tenant `of` on `port`: same uid and bill. Returns its index.
+    fn add_member(&mut self, of: usize, port: u16) -> usize {
+        self.s.add_member(of, port)
+    }
+
+    /// A host-only server on its own port, `service_us` per frame; returns the port.
+    fn add_server(&mut self, service_us: u64) -> u16 {
+        self.s.add_server(service_us)
+    }
+
+    /// One request of up to 20 items for tenant `t`; returns its sequence number.
+    #[pyo3(signature = (t, segs, idxs, ops, keys, values, op=0))]
+    #[allow(clippy::too_many_arguments)] // a request's columns, as Python passes them
+    fn submit(&mut self, t: usize, segs: &[u8], idxs: &[u8], ops: &[u8], keys: &[u8], values: &[u8], op: u8) -> PyResult<u32> {
+        let it = items(segs, idxs, ops, keys, values)?;
+        self.s.submit(t, &it, operator(op)?).map_err(PyValueError::new_err)
+    }
+
+    /// A frame as tenant `t`'s adapter would build it (an attacker that sniffed its uid).
+    #[pyo3(signature = (t, segs, idxs, ops, keys, values, op=0))]
+    #[allow(clippy::too_many_arguments)]
+    fn forge_frame<'py>(
+        &self,
+        py: Python<'py>,
+        t: usize,
+        segs: &[u8],
+        idxs: &[u8],
+        ops: &[u8],
+        keys: &[u8],
+        values: &[u8],
+        op: u8,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let it = items(segs, idxs, ops, keys, values)?;
+        let tn = &self.s.tenants[t];
+        let f = build_frame(tn.client.asm.mac, self.s.gk.mac(), tn.uid, 0x7fff_0000, tn.lease_us, &it, operator(op)?, 0, 0)
+            .map_err(PyValueError::new_err)?;
+        Ok(PyBytes::new(py, &f))
+    }
+
+    /// A frame with a uid chosen by the caller (forged) from tenant `t`'s MAC.
+    fn forge_uid_frame<'py>(&self, py: Python<'py>, t: usize, uid: u32, seg: u8, idx: u16, key: u32) -> PyResult<Bound<'py, PyBytes>> {
+        let tn = &self.s.tenants[t];
+        let it = [ItemReq { seg: seg as usize, idx, op: Op::Read { key } }];
+        let f = build_frame(tn.client.asm.mac, self.s.gk.mac(), uid, 1, 1000, &it, Operator::Add, 0, 0).map_err(PyValueError::new_err)?;
+        Ok(PyBytes::new(py, &f))
+    }
+
+    /// Frame bytes into the switch from a host port.
+    fn inject_raw(&mut self, port: u16, frame: Vec<u8>) {
+        self.s.inject_raw(port, frame)
+    }
+
+    /// A baseline (host-only) frame from tenant `t` to a server port.
+    fn submit_baseline(&mut self, t: usize, server_port: u16, payload: &[u8]) {
+        self.s.submit_baseline(t, server_port, payload)
+    }
+
+    /// Run the simulation until idle or `max_us` passed.
+    fn run(&mut self, py: Python<'_>, max_us: u64) {
+        let _ = py;
+        self.s.run(max_us)
+    }
+
+    /// Advance exactly `us` of simulated time, idle or not.
+    fn run_for(&mut self, us: u64) {
+        self.s.run_for(us)
+    }
+
+    /// Requests still unanswered for tenant `t`.
+    fn in_flight(&self, t: usize) -> usize {
+        self.s.tenants[t].client.in_flight()
+    }
+
+    /// Finished requests of tenant `t`: (seqs u32, latency_us u64, via_goalkeeper u8,
+    /// gave_up u8, status u8 x 20 per request (0 no item, 1 done, 2 miss), values i64 x 20).
+    #[allow(clippy::type_complexity)]
+    fn take_completions<'py>(
+        &mut self,
+        py: Python<'py>,
+        t: usize,
+    ) -> (Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>)
+    {
+        let done = std::mem::take(&mut self.s.tenants[t].done);
+        let (mut seqs, mut lat, mut gk, mut gu, mut st, mut vals) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for c in &done {
+            seqs.extend_from_slice(&c.seq.to_le_bytes());
+            lat.extend_from_slice(&c.latency_us.to_le_bytes());
+            gk.push(c.via_goalkeeper as u8);
+            gu.push(c.gave_up as u8);
+            for r in &c.results {
+                let (s, v) = match r {
+                    None => (0u8, 0i64),
+                    Some(ItemResult::Done(v)) => (1, *v),
+                    Some(ItemResult::Miss) => (2, 0),
+                };
+                st.push(s);
+                vals.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        (
+            PyBytes::new(py, &seqs),
+            PyBytes::new(py, &lat),
+            PyBytes::new(py, &gk),
+            PyBytes::new(py, &gu),
+            PyBytes::new(py, &st),
+            PyBytes::new(py, &vals),
+        )
+    }
+
+    /// Baseline answers of tenant `t`: (sent_us u64, done_us u64, payloads).
+    fn take_baseline<'py>(&mut self, py: Python<'py>, t: usize) -> (Bound<'py, PyBytes>, Bound<'py, PyBytes>, Vec<Bound<'py, PyBytes>>) {
+        let done = std::mem::take(&mut self.s.tenants[t].baseline_done);
+        let mut a = Vec::new();
+        let mut b = Vec::new();
+        let mut p = Vec::new();
+        for (s, d, payload) in &done {
+            a.extend_from_slice(&s.to_le_bytes());
+            b.extend_from_slice(&d.to_le_bytes());
+            p.push(PyBytes::new(py, payload));
+        }
+        (PyBytes::new(py, &a), PyBytes::new(py, &b), p)
+    }
+
+    /// What the switch counted for tenant `t` (its usage registers).
+    fn switch_usage<'py>(&mut self, py: Python<'py>, t: usize) -> PyResult<Bound<'py, PyDict>> {
+        let u = self.s.switch_usage(t);
+        let d = PyDict::new(py);
+        d.set_item("alu_ops", u.alu_ops)?;
+        d.set_item("packets", u.packets)?;
+        d.set_item("mismatches", u.mismatches)?;
+        d.set_item("leases", u.leases)?;
+        Ok(d)
+    }
+
+    /// Leases the goalkeeper saw tenant `t` take.
+    fn goalkeeper_leases(&self, t: usize) -> u64 {
+        self.s.gk.acquisitions().get(&self.s.tenants[t].uid).copied().unwrap_or(0)
+    }
+
+    /// The goalkeeper's counters.
+    fn goalkeeper_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let g = &self.s.gk.stats;
+        let d = PyDict::new(py);
+        for (k, v) in [
+            ("packets", g.packets),
+            ("preemptions", g.preemptions),
+            ("failures", g.failures),
+            ("overflows", g.overflows),
+            ("retransmissions", g.retransmissions),
+            ("forged", g.forged),
+            ("malformed", g.malformed),
+            ("replies", g.replies),
+            ("subrequests", g.subrequests),
+            ("torn_preemptions", g.torn_preemptions),
+            ("cache_evictions", g.cache_evictions),
+        ] {
+            d.set_item(k, v)?;
+        }
+        Ok(d)
+    }
+
+    /// Tenant `t`'s retransmission counters.
+    fn client_stats<'py>(&self, py: Python<'py>, t: usize) -> PyResult<Bound<'py, PyDict>> {
+        let c = &self.s.tenants[t].client.stats;
+        let d = PyDict::new(py);
+        for (k, v) in [
+            ("sent", c.sent),
+            ("retransmitted", c.retransmitted),
+            ("answered_by_switch", c.answered_by_switch),
+            ("answered_by_goalkeeper", c.answered_by_goalkeeper),
+            ("gave_up", c.gave_up),
+        ] {
+            d.set_item(k, v)?;
+        }
+        Ok(d)
+    }
+
+    /// Forged-uid packets the switch counted on a port.
+    fn forged_on_port(&mut self, port: u16) -> u64 {
+        self.s.forged_on_port(port)
+    }
+
+    /// Drops of the `inaas` program by reason name.
+    fn drops(&self, reason: &str) -> u64 {
+        self.s.drops(reason)
+    }
+
+    /// Hardware-rule violations in the `inaas` program (0 unless the program is wrong).
+    fn violations(&self) -> u64 {
+        self.s.violations()
+    }
+
+    /// The switch's counters as JSON (ports, drops by code, recirculations).
+    fn counters_json(&self) -> PyResult<String> {
+        serde_json::to_string(&self.s.counters()).map_err(|e| PyValueError::new_err(e.to_string()))
+    }
+
+    fn recirculations(&self) -> u64 {
+        self.s.recirculations()
+    }
+
+    /// Frames lost on the tenants' links.
+    fn lost_frames(&self) -> u64 {
+        self.s.lost_frames
+    }
+
+    /// Tenant `t`'s switch port.
+    fn tenant_port(&self, t: usize) -> u16 {
+        self.s.tenants[t].port
+    }
+
+    #[getter]
+    fn now_us(&self) -> u64 {
+        self.s.now_us
+    }
+    #[setter]
+    fn set_loss(&mut self, p: f64) {
+        self.s.loss = p;
+    }
+    #[getter]
+    fn loss(&self) -> f64 {
+        self.s.loss
+    }
+    #[setter]
+    fn set_hop_us(&mut self, v: u64) {
+        self.s.hop_us = v.max(1);
+    }
+    #[setter]
+    fn set_host_us(&mut self, v: u64) {
+        self.s.host_us = v;
+    }
+}
+
+fn mac6(b: &[u8]) -> PyResult<EthernetAddress> {
+    let a: [u8; 6] = b.try_into().map_err(|_| PyValueError::new_err("a MAC address is 6 bytes"))?;
+    Ok(EthernetAddress(a))
+}
+
+/// One INaaS frame (the provider's packet assembly), for host processes on real ports.
+#[pyfunction]
+#[pyo3(signature = (src, dst, uid, seq, lease_us, segs, idxs, ops, keys, values, op=0, flags=0))]
+#[allow(clippy::too_many_arguments)]
+fn inaas_frame<'py>(
+    py: Python<'py>,
+    src: &[u8],
+    dst: &[u8],
+    uid: u32,
+    seq: u32,
+    lease_us: u32,
+    segs: &[u8],
+    idxs: &[u8],
+    ops: &[u8],
+    keys: &[u8],
+    values: &[u8],
+    op: u8,
+    flags: u8,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let it = items(segs, idxs, ops, keys, values)?;
+    let f = build_frame(mac6(src)?, mac6(dst)?, uid, seq, lease_us, &it, operator(op)?, 0, flags).map_err(PyValueError::new_err)?;
+    Ok(PyBytes::new(py, &f))
+}
+
+/// An answer to a tenant (switch or goalkeeper): (uid, seq, flags, status u8 x 20 (0 no
+/// item, 1 done, 2 miss), values i64 x 20), or None if the frame is not one.
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+fn inaas_reply<'py>(py: Python<'py>, frame: &[u8]) -> Option<(u32, u32, u8, Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+    let r = parse_reply(frame)?;
+    let mut st = Vec::with_capacity(ITEMS);
+    let mut vals = Vec::with_capacity(8 * ITEMS);
+    for x in &r.results {
+        let (s, v) = match x {
+            None => (0u8, 0i64),
+            Some(ItemResult::Done(v)) => (1, *v),
+            Some(ItemResult::Miss) => (2, 0),
+        };
+        st.push(s);
+        vals.extend_from_slice(&v.to_le_bytes());
+    }
+    Some((r.uid, r.seq, r.flags, PyBytes::new(py, &st), PyBytes::new(py, &vals)))
+}
+
+/// The goalkeeper as a host process drives it: frames in, frames out.
+#[pyclass(module = "inswitch._native", unsendable)]
+pub struct InaasGoalkeeper {
+    g: Goalkeeper,
+}
+
+#[pymethods]
+impl InaasGoalkeeper {
+    #[new]
+    fn new(mac: &[u8]) -> PyResult<Self> {
+        Ok(InaasGoalkeeper { g: Goalkeeper::new(mac6(mac)?) })
+    }
+    fn register_tenant(&mut self, uid: u32, kind_name: &str, lease_us: u32) -> PyResult<()> {
+        self.g.register_tenant(uid, TenantInfo { kind: kind(kind_name)?, lease_us });
+        Ok(())
+    }
+    /// A frame the switch sent to the goalkeeper; returns the frames to send back.
+    fn on_frame<'py>(&mut self, py: Python<'py>, frame: &[u8]) -> Vec<Bound<'py, PyBytes>> {
+        self.g.on_frame(frame);
+        self.g.take_output().iter().map(|f| PyBytes::new(py, f)).collect()
+    }
+    fn leases(&self, uid: u32) -> u64 {
+        self.g.acquisitions().get(&uid).copied().unwrap_or(0)
+    }
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let g = &self.g.stats;
+        let d = PyDict::new(py);
+        for (k, v) in
+            [("packets", g.packets), ("preemptions", g.preemptions), ("failures", g.failures), ("forged", g.forged), ("replies", g.replies)]
+        {
+            d.set_item(k, v)?;
+        }
+        Ok(d)
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<InaasService>()?;
+    m.add_class::<InaasGoalkeeper>()?;
+    m.add_function(wrap_pyfunction!(inaas_frame, m)?)?;
+    m.add_function(wrap_pyfunction!(inaas_reply, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,155 @@
+"""INaaS between real processes: a rack of network namespaces around the switch process
+running `forward,inaas`, the goalkeeper and two tenants' adapters as ordinary processes on
+AF_PACKET sockets (INaaS frames are Ethernet frames of their own EtherType, so not UDP).
+The controller registers the tenants over P4Runtime. Needs root.
+
+Tenant A writes 20 pairs (one per segment) and reads them back; tenant B reads A's
+registers with A's keys (it must get nothing), then writes and reads its own.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from typing import Any
+
+from inswitch.topology import Rack, netns
+
+ETHERTYPE = 0x88B6
+
+GOALKEEPER = textwrap.dedent('''
+    import json, select, socket, sys, time
+    from inswitch import _native
+    ifname, mac, seconds, tenants = sys.argv[1], bytes.fromhex(sys.argv[2]), float(sys.argv[3]), json.loads(sys.argv[4])
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x88B6))
+    s.bind((ifname, 0x88B6)); s.settimeout(0.1)
+    gk = _native.InaasGoalkeeper(mac)
+    for uid, kind, lease in tenants:
+        gk.register_tenant(uid, kind, lease)
+    print("READY", flush=True)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            f, addr = s.recvfrom(4096)
+        except socket.timeout:
+            if select.select([sys.stdin], [], [], 0)[0] and sys.stdin.readline() == "":
+                break
+            continue
+        if addr[2] == socket.PACKET_OUTGOING:
+            continue
+        for o in gk.on_frame(f):
+            s.send(o)
+        if select.select([sys.stdin], [], [], 0)[0] and sys.stdin.readline() == "":
+            break  # the runner closed our stdin: done
+    print(json.dumps({"stats": gk.stats(), "leases": {str(u): gk.leases(u) for u, _, _ in tenants}}), flush=True)
+''')
+
+TENANT = textwrap.dedent('''
+    import json, socket, sys, time
+    import numpy as np
+    from inswitch import _native
+    ifname, mac, gk_mac, uid, plan = sys.argv[1], bytes.fromhex(sys.argv[2]), bytes.fromhex(sys.argv[3]), int(sys.argv[4]), json.loads(sys.argv[5])
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x88B6))
+    s.bind((ifname, 0x88B6)); s.settimeout(0.05)
+    out = []
+    for seq, (ops, idx, keys, values) in enumerate(plan, start=1):
+        n = len(keys)
+        args = (bytes(range(n)), np.full(n, idx, "<u2").tobytes(), bytes([ops] * n), np.asarray(keys, "<u4").tobytes(), np.asarray(values, "<i4").tobytes())
+        frame = _native.inaas_frame(mac, gk_mac, uid, seq, 1_000_000, *args)
+        t0 = time.monotonic(); sent = t0; got = None; tries = 1
+        s.send(frame)
+        while got is None and time.monotonic() - t0 < 5:
+            if time.monotonic() - sent > 0.5:
+                s.send(_native.inaas_frame(mac, gk_mac, uid, seq, 1_000_000, *args, flags=1)); sent = time.monotonic(); tries += 1
+            try:
+                f, addr = s.recvfrom(4096)
+            except socket.timeout:
+                continue
+            if addr[2] == socket.PACKET_OUTGOING:
+                continue
+            r = _native.inaas_reply(f)
+            if r and r[1] == seq:
+                got = r
+        if got is None:
+            out.append({"seq": seq, "lost": True}); continue
+        st = list(np.frombuffer(got[3], np.uint8)[:n]); vals = list(np.frombuffer(got[4], "<i8")[:n])
+        out.append({"seq": seq, "status": [int(x) for x in st], "values": [int(v) for v in vals], "via_goalkeeper": bool(got[2] & 0x08), "tries": tries, "rtt_us": (time.monotonic() - t0) * 1e6})
+    print(json.dumps(out), flush=True)
+''')
+
+READ, WRITE = 0, 1
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _p4_name(client: Any, want: str) -> str:
+    names = [t.preamble.name for t in client.p4info().tables]
+    for n in names:
+        if n == want or n.endswith("." + want):
+            return n
+    raise RuntimeError(f"no table {want} in {names}")
+
+
+def run_on_rack(name: str = "inaas1", seconds: float = 20.0) -> dict[str, Any]:
+    """Bring a 3-host rack up, run the goalkeeper and two tenants, take it down."""
+    from inswitch.p4rt.client import SwitchClient
+
+    rack = Rack()
+    try:
+        st = rack.up(3, name=name, programs="forward,inaas", p4runtime=f"127.0.0.1:{_free_port()}", metrics=f"127.0.0.1:{_free_port()}")
+    except Exception:
+        rack.down(name)
+        raise
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        gk, ta, tb = st.hosts
+        uids = {"a": 0x1234567, "b": 0x7654321}
+        with SwitchClient(st.switch.p4runtime) as c:
+            tenants, gkt = _p4_name(c, "tenants"), _p4_name(c, "goalkeeper")
+            c.insert_entry(gkt, {"meta.zero": 0}, "set_goalkeeper", {"port": gk.port})
+            for slot, (h, uid) in enumerate(((ta, uids["a"]), (tb, uids["b"]))):
+                for port in (h.port, gk.port):
+                    c.insert_entry(tenants, {"ig_intr_md.ingress_port": port, "hdr.inaas.uid": uid}, "set_tenant", {"slot": slot, "max_lease_us": 60_000_000})
+        hexmac = lambda m: m.replace(":", "")  # noqa: E731
+        py = sys.executable
+        gk_proc = subprocess.Popen(
+            netns.in_netns(gk.netns or "", [py, "-c", GOALKEEPER, gk.ifname or "", hexmac(gk.mac), str(seconds), json.dumps([[uids["a"], "kv", 60_000_000], [uids["b"], "kv", 60_000_000]])]),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.PIPE, text=True,
+        )
+        procs.append(gk_proc)
+        assert gk_proc.stdout is not None
+        if gk_proc.stdout.readline().strip() != "READY":
+            raise RuntimeError("goalkeeper did not start: " + (gk_proc.stderr.read() if gk_proc.stderr else ""))
+        keys = [100 + j for j in range(20)]
+        plan_a = [[WRITE, 5, keys, [1000 + j for j in range(20)]], [READ, 5, keys, [0] * 20]]
+        plan_b = [[READ, 5, keys, [0] * 20], [WRITE, 6, keys, [2000 + j for j in range(20)]], [READ, 6, keys, [0] * 20]]
+
+        def tenant(h: Any, uid: int, plan: list) -> list[dict]:
+            cp = subprocess.run(
+                netns.in_netns(h.netns or "", [py, "-c", TENANT, h.ifname or "", hexmac(h.mac), hexmac(gk.mac), str(uid), json.dumps(plan)]),
+                capture_output=True, text=True, timeout=60,
+            )
+            if cp.returncode != 0:
+                raise RuntimeError(cp.stderr)
+            return json.loads(cp.stdout.strip().splitlines()[-1])
+
+        res_a = tenant(ta, uids["a"], plan_a)
+        res_b = tenant(tb, uids["b"], plan_b)
+        gk_out, gk_err = gk_proc.communicate(input="", timeout=seconds + 10)
+        gk_res = json.loads(gk_out.strip().splitlines()[-1])
+        return {"mode": "rack of network namespaces, real processes, AF_PACKET", "tenant_a": res_a, "tenant_b": res_b, "goalkeeper": gk_res}
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=5)
+        rack.down(name)
+        time.sleep(0.1)
