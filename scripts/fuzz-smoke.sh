@@ -14,7 +14,8 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
   echo "fuzz: installing cargo-fuzz"
   cargo install -q cargo-fuzz --locked
 fi
-for t in $(cargo +nightly fuzz list); do
+targets=$(cargo +nightly fuzz list)   # its own line, so a broken manifest fails the run
+for t in $targets; do
   echo "fuzz: $t for ${secs}s"
   rm -rf "artifacts/$t"   # a crash is reported below and left here to replay
   # No sanitizer: the fuzzed crates forbid unsafe code, so AddressSanitizer would only slow
