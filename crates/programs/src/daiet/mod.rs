@@ -226,28 +226,41 @@ impl Daiet {
     #[allow(clippy::needless_range_loop)] // stage by stage across the slices, as the pipeline runs
     fn pairs(&self, pass: &mut Pass<'_>, t: &TreeConfig, first: usize, np: usize) -> u16 {
         let mut words = [[0u32; 4]; SLICES];
+        let mut keys = [[0u8; 16]; SLICES];
         let mut vals = [0u32; SLICES];
         let mut idx = [0u32; SLICES];
         let mut d = [0u32; SLICES]; // 0: no pair here
         let h = pass.hdr();
         for s in 0..SLICES {
             let at = pair_at(first + s);
-            if first + s >= np || h[at] == 0 {
+            // The pair's 20 bytes at once (one bounds check, not one per byte).
+            let Some(pair) = h.get(at..at + PAIR_LEN) else { continue };
+            if first + s >= np || pair[0] == 0 {
                 continue; // past the pairs, or a hole
             }
+            keys[s].copy_from_slice(&pair[..16]);
             for (w, word) in words[s].iter_mut().enumerate() {
-                *word = u32::from_be_bytes([h[at + 4 * w], h[at + 4 * w + 1], h[at + 4 * w + 2], h[at + 4 * w + 3]]);
+                *word = u32::from_be_bytes([pair[4 * w], pair[4 * w + 1], pair[4 * w + 2], pair[4 * w + 3]]);
             }
-            vals[s] = u32::from_be_bytes([h[at + 16], h[at + 17], h[at + 18], h[at + 19]]);
+            vals[s] = u32::from_be_bytes([pair[16], pair[17], pair[18], pair[19]]);
             d[s] = MATCH; // present
         }
         // Stage 1: the hash units.
         for s in 0..SLICES {
             if d[s] != 0 {
-                let at = pair_at(first + s);
-                let mut key = [0u8; 16];
-                key.copy_from_slice(&pass.hdr()[at..at + 16]);
-                idx[s] = t.part_base + (pass.hash(&self.slices[s].key_hash, &key) & (t.part_size - 1));
+                idx[s] = t.part_base + (pass.hash(&self.slices[s].key_hash, &keys[s]) & (t.part_size - 1));
+            }
+        }
+        // The cells the later stages reach are known now: fetch them all at once (a
+        // cache hint for the model, no switch operation; see `Pass::prefetch`).
+        for s in 0..SLICES {
+            if d[s] != 0 {
+                let sl = &self.slices[s];
+                pass.prefetch(&sl.key0, idx[s]);
+                for f in &sl.key_follow {
+                    pass.prefetch(f, idx[s]);
+                }
+                pass.prefetch(&sl.v_sum, idx[s]);
             }
         }
         // Stages 2-5: the key words.
