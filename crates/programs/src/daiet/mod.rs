@@ -92,7 +92,8 @@ pub struct Daiet {
     a_set_tree: ActionId,
     admit: RegisterAction<Pair, (u32, u8), u32, Admit>,
     complete: RegisterAction<Pair, (), (), Complete>,
-    slices: Vec<Slice>,
+    /// One per slice (an array, not a Vec: indexing by slice needs no bounds check).
+    slices: [Slice; SLICES],
     out_next: RegisterAction<u32, (), u32, Push>,
     out_last: RegisterAction<u32, (), u32, Take>,
     ends_arrive: RegisterAction<u32, (), u32, Push>,
@@ -155,39 +156,32 @@ impl Daiet {
         );
         let admit = b.register_action_body(seq, "admit", Admit);
         let complete = b.register_action_body(seq, "complete", Complete);
-        let slices: Vec<Slice> = (0..SLICES)
-            .map(|i| {
-                let key_hash = b.hash_unit(&format!("key_hash_{i}"), Gress::Ingress, 1, HashAlgo::Crc32, 32);
-                let k: Vec<_> =
-                    (0..4).map(|w| b.register::<u32>(&format!("key{w}_{i}"), Gress::Ingress, 2 + w as u8, CELLS, "key word")).collect();
-                let key0 = b.register_action_body(k[0], "claim_or_match", ClaimOrMatch);
-                let key_follow = [1, 2, 3].map(|w| b.register_action_body(k[w], "follow", Follow));
-                let key_take = [0, 1, 2, 3].map(|w| b.register_action_body(k[w], "take", Take));
-                let val = b.register::<u32>(&format!("value_{i}"), Gress::Ingress, 6, CELLS, "aggregated value");
-                let top = b.register::<u32>(
-                    &format!("stack_top_{i}"),
-                    Gress::Ingress,
-                    7,
-                    MAX_TREES,
-                    "per tree: cells on the slice's index stack",
-                );
-                let stack = b.register::<u32>(&format!("index_stack_{i}"), Gress::Ingress, 8, CELLS, "used cells of each tree's partition");
-                Slice {
-                    key_hash,
-                    key0,
-                    key_follow,
-                    key_take,
-                    v_sum: b.register_action_body(val, "sum", Sum),
-                    v_min: b.register_action_body(val, "min", Min),
-                    v_max: b.register_action_body(val, "max", Max),
-                    v_take: b.register_action_body(val, "take", Take),
-                    push: b.register_action_body(top, "push", Push),
-                    pop: b.register_action_body(top, "pop", Pop),
-                    stack_write: b.register_action_body(stack, "write", Write),
-                    stack_read: b.register_action_body(stack, "read", Read),
-                }
-            })
-            .collect();
+        let slices: [Slice; SLICES] = std::array::from_fn(|i| {
+            let key_hash = b.hash_unit(&format!("key_hash_{i}"), Gress::Ingress, 1, HashAlgo::Crc32, 32);
+            let k: Vec<_> =
+                (0..4).map(|w| b.register::<u32>(&format!("key{w}_{i}"), Gress::Ingress, 2 + w as u8, CELLS, "key word")).collect();
+            let key0 = b.register_action_body(k[0], "claim_or_match", ClaimOrMatch);
+            let key_follow = [1, 2, 3].map(|w| b.register_action_body(k[w], "follow", Follow));
+            let key_take = [0, 1, 2, 3].map(|w| b.register_action_body(k[w], "take", Take));
+            let val = b.register::<u32>(&format!("value_{i}"), Gress::Ingress, 6, CELLS, "aggregated value");
+            let top =
+                b.register::<u32>(&format!("stack_top_{i}"), Gress::Ingress, 7, MAX_TREES, "per tree: cells on the slice's index stack");
+            let stack = b.register::<u32>(&format!("index_stack_{i}"), Gress::Ingress, 8, CELLS, "used cells of each tree's partition");
+            Slice {
+                key_hash,
+                key0,
+                key_follow,
+                key_take,
+                v_sum: b.register_action_body(val, "sum", Sum),
+                v_min: b.register_action_body(val, "min", Min),
+                v_max: b.register_action_body(val, "max", Max),
+                v_take: b.register_action_body(val, "take", Take),
+                push: b.register_action_body(top, "push", Push),
+                pop: b.register_action_body(top, "pop", Pop),
+                stack_write: b.register_action_body(stack, "write", Write),
+                stack_read: b.register_action_body(stack, "read", Read),
+            }
+        });
         let out =
             b.register::<u32>("out_seq", Gress::Ingress, 9, MAX_TREES, "per tree: the switch's next sequence number towards the parent");
         let out_next = b.register_action_body(out, "next", Push);
