@@ -497,6 +497,20 @@ impl<'a> Pass<'a> {
         true
     }
 
+    /// A cache hint for the model, not a switch operation: start fetching the cell that
+    /// `a` will reach at `index` later in this pass. It reads and changes nothing, reaches
+    /// no object (the guard is not involved; the access itself is checked when it runs)
+    /// and may be given for any index. On hardware each stage has its own SRAM, so a
+    /// pass's register accesses cost nothing extra; in the model they are cache misses
+    /// into large arrays, and a program that knows its indices early (after its hash
+    /// stage) lets them overlap instead of taking them one stage after another.
+    #[inline(always)]
+    pub fn prefetch<T: Cell, I, O, B: SaluBody<T, I, O>>(&self, a: &RegisterAction<T, I, O, B>, index: u32) {
+        if let Some(slot) = self.regs.get(a.reg.idx as usize).and_then(|r| r.get(index as usize)) {
+            prefetch_hint(slot);
+        }
+    }
+
     /// Compute a hash unit over `data` (the bytes of the fields it hashes).
     #[inline]
     pub fn hash(&mut self, h: &HashUnit, data: &[u8]) -> u32 {
@@ -521,6 +535,21 @@ impl<'a> Pass<'a> {
         v[..n].copy_from_slice(&data[..n]);
         digests.push(DigestMsg { program: self.ro.program, digest: d.idx, data: v.into_boxed_slice() });
     }
+}
+
+/// Ask the CPU to bring `slot`'s cache line closer (x86-64 `prefetcht0`; nothing
+/// elsewhere).
+#[inline(always)]
+#[allow(unsafe_code)]
+fn prefetch_hint(slot: &u64) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch only hints the cache; it never faults and reads nothing into the
+    // program (the pointer comes from a live reference anyway). SSE is part of x86-64.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(slot as *const u64 as *const i8)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = slot;
 }
 
 #[cfg(test)]

@@ -416,10 +416,88 @@ pub mod bench {
         v.to_be_bytes()[8 - n..].to_vec()
     }
 
+    /// The workload of [`daiet_pipeline`], set up once and run round by round (a fixed
+    /// number of rounds for instruction counting: `examples/daiet_count.rs`).
+    pub struct DaietWorkload {
+        sw: Switch,
+        templates: Vec<Vec<u8>>,
+        /// Pairs in one round's packets.
+        pub pairs_per_round: u64,
+        seq: u32,
+        now: u64,
+        rx: Vec<PacketBuf>,
+    }
+
+    impl DaietWorkload {
+        /// One round: every template sent in once (next sequence numbers), run until every
+        /// recirculation is done. Returns the packets sent.
+        pub fn round(&mut self) -> u64 {
+            let sw = &mut self.sw;
+            for t in &self.templates {
+                let mut b = sw.buffer_for(1);
+                b.copy_from(t);
+                b.data_mut()[layout::SEQ..layout::SEQ + 4].copy_from_slice(&self.seq.to_be_bytes());
+                self.seq += 1;
+                self.rx.push(b);
+            }
+            sw.process(&mut self.rx, self.now);
+            self.now += 1;
+            while sw.pipes()[0].pending() > 0 {
+                sw.tick(self.now);
+                self.now += 1;
+                for p in 0..4 {
+                    sw.recycle_tx(p);
+                }
+            }
+            for p in 0..4 {
+                sw.recycle_tx(p);
+            }
+            self.templates.len() as u64
+        }
+
+        /// The switch under test (its counters).
+        pub fn switch(&self) -> &Switch {
+            &self.sw
+        }
+    }
+
     /// `forward,daiet` with one tree over `cells` cells; data packets of ten pairs from one
     /// mapper with consecutive sequence numbers, over a vocabulary of `vocab` keys, `batch`
     /// packets per round, each round run to completion (all recirculations).
     pub fn daiet_pipeline(batch: usize, vocab: u32, duration: Duration) -> AggRate {
+        let mut w = daiet_workload(batch, vocab);
+        // Warm-up, then measure.
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_millis(100) {
+            w.round();
+        }
+        let c0 = w.sw.counters();
+        let mut packets = 0u64;
+        let start = Instant::now();
+        let cpu0 = thread_cpu_ns();
+        while start.elapsed() < duration {
+            packets += w.round();
+        }
+        let seconds = start.elapsed().as_secs_f64();
+        let cpu_seconds = (thread_cpu_ns() - cpu0) as f64 / 1e9;
+        let c1 = w.sw.counters();
+        let pair_updates = packets / w.templates.len() as u64 * w.pairs_per_round;
+        let passes = c1.programs[1].ingress_passes - c0.programs[1].ingress_passes;
+        let drops = c1.total_drops() - c0.total_drops();
+        AggRate {
+            pair_updates,
+            packets,
+            passes,
+            seconds,
+            pair_updates_per_s: pair_updates as f64 / seconds,
+            cpu_seconds,
+            pair_updates_per_cpu_s: pair_updates as f64 / cpu_seconds.max(1e-9),
+            drops,
+        }
+    }
+
+    /// Build the switch, tree and packet templates of [`daiet_pipeline`].
+    pub fn daiet_workload(batch: usize, vocab: u32) -> DaietWorkload {
         let set = Arc::new(
             ProgramSet::new(vec![Arc::new(programs::forward::Forward::new()), Arc::new(programs::daiet::Daiet::new())])
                 .expect("programs load"),
@@ -508,59 +586,7 @@ pub mod bench {
                 f
             })
             .collect();
-        let mut seq = 0u32;
-        let mut now = 1u64;
-        let mut rx: Vec<PacketBuf> = Vec::with_capacity(batch);
-        let run = |sw: &mut Switch, seq: &mut u32, now: &mut u64, rx: &mut Vec<PacketBuf>| {
-            for t in &templates {
-                let mut b = sw.buffer_for(1);
-                b.copy_from(t);
-                b.data_mut()[layout::SEQ..layout::SEQ + 4].copy_from_slice(&seq.to_be_bytes());
-                *seq += 1;
-                rx.push(b);
-            }
-            sw.process(rx, *now);
-            *now += 1;
-            while sw.pipes()[0].pending() > 0 {
-                sw.tick(*now);
-                *now += 1;
-                for p in 0..4 {
-                    sw.recycle_tx(p);
-                }
-            }
-            for p in 0..4 {
-                sw.recycle_tx(p);
-            }
-        };
-        // Warm-up, then measure.
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_millis(100) {
-            run(&mut sw, &mut seq, &mut now, &mut rx);
-        }
-        let c0 = sw.counters();
-        let seq0 = seq;
-        let start = Instant::now();
-        let cpu0 = thread_cpu_ns();
-        while start.elapsed() < duration {
-            run(&mut sw, &mut seq, &mut now, &mut rx);
-        }
-        let seconds = start.elapsed().as_secs_f64();
-        let cpu_seconds = (thread_cpu_ns() - cpu0) as f64 / 1e9;
-        let c1 = sw.counters();
-        let packets = (seq - seq0) as u64;
-        let pair_updates = packets / templates.len() as u64 * pairs_per_round;
-        let passes = c1.programs[1].ingress_passes - c0.programs[1].ingress_passes;
-        let drops = c1.total_drops() - c0.total_drops();
-        AggRate {
-            pair_updates,
-            packets,
-            passes,
-            seconds,
-            pair_updates_per_s: pair_updates as f64 / seconds,
-            cpu_seconds,
-            pair_updates_per_cpu_s: pair_updates as f64 / cpu_seconds.max(1e-9),
-            drops,
-        }
+        DaietWorkload { sw, templates, pairs_per_round, seq: 0, now: 1, rx: Vec::with_capacity(batch) }
     }
 
     #[cfg(test)]

@@ -92,7 +92,8 @@ pub struct Daiet {
     a_set_tree: ActionId,
     admit: RegisterAction<Pair, (u32, u8), u32, Admit>,
     complete: RegisterAction<Pair, (), (), Complete>,
-    slices: Vec<Slice>,
+    /// One per slice (an array, not a Vec: indexing by slice needs no bounds check).
+    slices: [Slice; SLICES],
     out_next: RegisterAction<u32, (), u32, Push>,
     out_last: RegisterAction<u32, (), u32, Take>,
     ends_arrive: RegisterAction<u32, (), u32, Push>,
@@ -155,39 +156,32 @@ impl Daiet {
         );
         let admit = b.register_action_body(seq, "admit", Admit);
         let complete = b.register_action_body(seq, "complete", Complete);
-        let slices: Vec<Slice> = (0..SLICES)
-            .map(|i| {
-                let key_hash = b.hash_unit(&format!("key_hash_{i}"), Gress::Ingress, 1, HashAlgo::Crc32, 32);
-                let k: Vec<_> =
-                    (0..4).map(|w| b.register::<u32>(&format!("key{w}_{i}"), Gress::Ingress, 2 + w as u8, CELLS, "key word")).collect();
-                let key0 = b.register_action_body(k[0], "claim_or_match", ClaimOrMatch);
-                let key_follow = [1, 2, 3].map(|w| b.register_action_body(k[w], "follow", Follow));
-                let key_take = [0, 1, 2, 3].map(|w| b.register_action_body(k[w], "take", Take));
-                let val = b.register::<u32>(&format!("value_{i}"), Gress::Ingress, 6, CELLS, "aggregated value");
-                let top = b.register::<u32>(
-                    &format!("stack_top_{i}"),
-                    Gress::Ingress,
-                    7,
-                    MAX_TREES,
-                    "per tree: cells on the slice's index stack",
-                );
-                let stack = b.register::<u32>(&format!("index_stack_{i}"), Gress::Ingress, 8, CELLS, "used cells of each tree's partition");
-                Slice {
-                    key_hash,
-                    key0,
-                    key_follow,
-                    key_take,
-                    v_sum: b.register_action_body(val, "sum", Sum),
-                    v_min: b.register_action_body(val, "min", Min),
-                    v_max: b.register_action_body(val, "max", Max),
-                    v_take: b.register_action_body(val, "take", Take),
-                    push: b.register_action_body(top, "push", Push),
-                    pop: b.register_action_body(top, "pop", Pop),
-                    stack_write: b.register_action_body(stack, "write", Write),
-                    stack_read: b.register_action_body(stack, "read", Read),
-                }
-            })
-            .collect();
+        let slices: [Slice; SLICES] = std::array::from_fn(|i| {
+            let key_hash = b.hash_unit(&format!("key_hash_{i}"), Gress::Ingress, 1, HashAlgo::Crc32, 32);
+            let k: Vec<_> =
+                (0..4).map(|w| b.register::<u32>(&format!("key{w}_{i}"), Gress::Ingress, 2 + w as u8, CELLS, "key word")).collect();
+            let key0 = b.register_action_body(k[0], "claim_or_match", ClaimOrMatch);
+            let key_follow = [1, 2, 3].map(|w| b.register_action_body(k[w], "follow", Follow));
+            let key_take = [0, 1, 2, 3].map(|w| b.register_action_body(k[w], "take", Take));
+            let val = b.register::<u32>(&format!("value_{i}"), Gress::Ingress, 6, CELLS, "aggregated value");
+            let top =
+                b.register::<u32>(&format!("stack_top_{i}"), Gress::Ingress, 7, MAX_TREES, "per tree: cells on the slice's index stack");
+            let stack = b.register::<u32>(&format!("index_stack_{i}"), Gress::Ingress, 8, CELLS, "used cells of each tree's partition");
+            Slice {
+                key_hash,
+                key0,
+                key_follow,
+                key_take,
+                v_sum: b.register_action_body(val, "sum", Sum),
+                v_min: b.register_action_body(val, "min", Min),
+                v_max: b.register_action_body(val, "max", Max),
+                v_take: b.register_action_body(val, "take", Take),
+                push: b.register_action_body(top, "push", Push),
+                pop: b.register_action_body(top, "pop", Pop),
+                stack_write: b.register_action_body(stack, "write", Write),
+                stack_read: b.register_action_body(stack, "read", Read),
+            }
+        });
         let out =
             b.register::<u32>("out_seq", Gress::Ingress, 9, MAX_TREES, "per tree: the switch's next sequence number towards the parent");
         let out_next = b.register_action_body(out, "next", Push);
@@ -226,28 +220,41 @@ impl Daiet {
     #[allow(clippy::needless_range_loop)] // stage by stage across the slices, as the pipeline runs
     fn pairs(&self, pass: &mut Pass<'_>, t: &TreeConfig, first: usize, np: usize) -> u16 {
         let mut words = [[0u32; 4]; SLICES];
+        let mut keys = [[0u8; 16]; SLICES];
         let mut vals = [0u32; SLICES];
         let mut idx = [0u32; SLICES];
         let mut d = [0u32; SLICES]; // 0: no pair here
         let h = pass.hdr();
         for s in 0..SLICES {
             let at = pair_at(first + s);
-            if first + s >= np || h[at] == 0 {
+            // The pair's 20 bytes at once (one bounds check, not one per byte).
+            let Some(pair) = h.get(at..at + PAIR_LEN) else { continue };
+            if first + s >= np || pair[0] == 0 {
                 continue; // past the pairs, or a hole
             }
+            keys[s].copy_from_slice(&pair[..16]);
             for (w, word) in words[s].iter_mut().enumerate() {
-                *word = u32::from_be_bytes([h[at + 4 * w], h[at + 4 * w + 1], h[at + 4 * w + 2], h[at + 4 * w + 3]]);
+                *word = u32::from_be_bytes([pair[4 * w], pair[4 * w + 1], pair[4 * w + 2], pair[4 * w + 3]]);
             }
-            vals[s] = u32::from_be_bytes([h[at + 16], h[at + 17], h[at + 18], h[at + 19]]);
+            vals[s] = u32::from_be_bytes([pair[16], pair[17], pair[18], pair[19]]);
             d[s] = MATCH; // present
         }
         // Stage 1: the hash units.
         for s in 0..SLICES {
             if d[s] != 0 {
-                let at = pair_at(first + s);
-                let mut key = [0u8; 16];
-                key.copy_from_slice(&pass.hdr()[at..at + 16]);
-                idx[s] = t.part_base + (pass.hash(&self.slices[s].key_hash, &key) & (t.part_size - 1));
+                idx[s] = t.part_base + (pass.hash(&self.slices[s].key_hash, &keys[s]) & (t.part_size - 1));
+            }
+        }
+        // The cells the later stages reach are known now: fetch them all at once (a
+        // cache hint for the model, no switch operation; see `Pass::prefetch`).
+        for s in 0..SLICES {
+            if d[s] != 0 {
+                let sl = &self.slices[s];
+                pass.prefetch(&sl.key0, idx[s]);
+                for f in &sl.key_follow {
+                    pass.prefetch(f, idx[s]);
+                }
+                pass.prefetch(&sl.v_sum, idx[s]);
             }
         }
         // Stages 2-5: the key words.
