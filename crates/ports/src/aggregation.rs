@@ -217,7 +217,10 @@ pub fn run_reducer(
     timeout: Duration,
     faults: SocketFaults,
 ) -> std::io::Result<ReduceRun> {
-    let sock = UdpSocket::bind(bind)?;
+    // The reducer's socket is where the flush lands: it needs the large buffer most (with
+    // the kernel's default of ~208 KB, a flush of a few hundred packets overflowed it while
+    // this loop was descheduled, and the tree fell back).
+    let sock = bind_socket(bind)?;
     let (mut ftx, mut frx) = (FaultDir::new(faults, 3), FaultDir::new(faults, 4));
     let mut staged = Vec::new();
     let start = Instant::now();
