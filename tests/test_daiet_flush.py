@@ -161,7 +161,8 @@ def test_large_flush_reaches_the_reducer_every_run(rack: RackState) -> None:
         res = run_job(rack, (20 + 2 * run, 21 + 2 * run), n_words=40_000, vocab=20_000, seed=run + 1, scale=1000.0, timeout=30.0)
         for r in res["reducers"]:
             assert not r["fallback"], r["fallback_reason"]
-            assert r["rcvbuf_errors"] == 0, r
+            assert r["rcvbuf_errors"] == 0 and r["socket_drops"] == 0, r
+            assert r["rcvbuf_bytes"] >= 8 << 20, f"the reducer's socket has a large buffer: {r['rcvbuf_bytes']}"
             # ~7,800 keys per tree: a flush of ~800 packets, several times what a default
             # (~208 KB) socket buffer holds while the reducer is not scheduled.
             assert r["packets"] > 600, f"the flush is large: {r['packets']} packets"
@@ -184,7 +185,7 @@ def main() -> None:
             res = run_job(st, (30 + 2 * run, 31 + 2 * run), a.words, a.vocab, seed=run + 1, scale=a.scale)
             fallbacks += res["fallbacks"]
             for x in res["reducers"]:
-                print(json.dumps({"run": run, "s": round(time.monotonic() - t, 1), **{k: x[k] for k in ("fallback", "packets", "duplicates", "rcvbuf_errors", "in_datagrams", "fallback_reason")}}), flush=True)
+                print(json.dumps({"run": run, "s": round(time.monotonic() - t, 1), **{k: x[k] for k in ("fallback", "packets", "duplicates", "rcvbuf_errors", "socket_drops", "rcvbuf_bytes", "in_datagrams", "fallback_reason")}}), flush=True)
     finally:
         r.down(name)
     print(f"trees fallen back: {fallbacks} of {a.runs * N_REDUCERS}")
