@@ -92,6 +92,23 @@ def _udp_counters(ns: str) -> dict[str, int]:
     return {k: int(v) for k, v in zip(lines[0][1:], lines[1][1:])}
 
 
+def _switch_drops(st: RackState) -> dict[str, float]:
+    """The switch's drop and queue counters from its metrics endpoint."""
+    import urllib.request
+    with urllib.request.urlopen(f"http://{st.switch.metrics}/metrics", timeout=5) as f:
+        text = f.read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("#") or not any(w in line for w in ("drop", "full", "error", "recirc")):
+            continue
+        k, _, v = line.rpartition(" ")
+        try:
+            out[k] = float(v)
+        except ValueError:
+            pass
+    return out
+
+
 def up_rack(name: str) -> tuple[Rack, RackState]:
     r = Rack()
     return r, r.up(N_MAPPERS + N_REDUCERS, name=name, programs="forward,daiet", p4runtime=_free_tcp(), metrics=_free_tcp(), mode="netns")
@@ -106,6 +123,7 @@ def run_job(st: RackState, trees: tuple[int, int], n_words: int, vocab: int, see
     red_addrs = [f"{h.ip}:7070" for h in reducers]
     map_addrs = [f"{h.ip}:6001" for h in mappers]
     before = [_udp_counters(h.netns or "") for h in reducers]
+    sw0 = _switch_drops(st)
     rps = [subprocess.Popen(netns.in_netns(h.netns or "", [PY, "-c", REDUCER, json.dumps({"bind": red_addrs[i], "tree": trees[i], "mappers": map_addrs, "timeout": timeout})]),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i, h in enumerate(reducers)]
     time.sleep(0.3)  # the reducers' sockets are bound before the first flush can arrive
@@ -133,13 +151,19 @@ def run_job(st: RackState, trees: tuple[int, int], n_words: int, vocab: int, see
                 p.kill()
                 p.wait()
     after = [_udp_counters(h.netns or "") for h in reducers]
+    sw1 = _switch_drops(st)
+    switch_drops = {k: v - sw0.get(k, 0.0) for k, v in sw1.items() if v != sw0.get(k, 0.0)}
     for i, res in enumerate(outs):
         assert res["completed"], res
-        assert res["result"] == dict(ref[i]), f"tree {trees[i]}: result differs from the Counter"
+        if res["result"] != dict(ref[i]):
+            got, want = res["result"], dict(ref[i])
+            diff = {k: (got.get(k), want.get(k)) for k in set(got) | set(want) if got.get(k) != want.get(k)}
+            stats = {k: v for k, v in res.items() if k != "result"}
+            raise AssertionError(f"tree {trees[i]}: {len(diff)} of {len(want)} keys differ from the Counter, e.g. {list(diff.items())[:5]}; {stats}; switch counters changed: {switch_drops}")
         res["rcvbuf_errors"] = after[i].get("RcvbufErrors", 0) - before[i].get("RcvbufErrors", 0)
         res["in_datagrams"] = after[i].get("InDatagrams", 0) - before[i].get("InDatagrams", 0)
         del res["result"]
-    return {"reducers": outs, "fallbacks": sum(bool(r["fallback"]) for r in outs)}
+    return {"reducers": outs, "fallbacks": sum(bool(r["fallback"]) for r in outs), "switch_counters": switch_drops}
 
 
 @pytest.fixture(scope="module")
@@ -186,6 +210,7 @@ def main() -> None:
             fallbacks += res["fallbacks"]
             for x in res["reducers"]:
                 print(json.dumps({"run": run, "s": round(time.monotonic() - t, 1), **{k: x[k] for k in ("fallback", "packets", "duplicates", "rcvbuf_errors", "socket_drops", "rcvbuf_bytes", "in_datagrams", "fallback_reason")}}), flush=True)
+            print(json.dumps({"run": run, "switch_counters": res["switch_counters"]}), flush=True)
     finally:
         r.down(name)
     print(f"trees fallen back: {fallbacks} of {a.runs * N_REDUCERS}")
