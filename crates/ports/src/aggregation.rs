@@ -34,6 +34,10 @@ pub struct ReduceRun {
     pub elapsed: Duration,
     /// Datagrams lost, duplicated or delayed by the socket's own fault injection.
     pub faults_injected: u64,
+    /// The socket's receive buffer as the kernel granted it (bytes).
+    pub rcvbuf_bytes: u64,
+    /// Datagrams the kernel dropped at this socket (its receive buffer was full).
+    pub socket_drops: u64,
 }
 
 /// Faults an endpoint injects on its own socket, seeded so a run repeats: each datagram
@@ -130,6 +134,26 @@ fn bind_socket(bind: SocketAddr) -> std::io::Result<UdpSocket> {
     Ok(sock)
 }
 
+/// The kernel's view of a socket: its receive buffer size and how many datagrams it
+/// dropped because the buffer was full (`SO_MEMINFO`'s `SK_MEMINFO_DROPS`).
+fn socket_rx_state(sock: &UdpSocket) -> (u64, u64) {
+    use std::os::fd::AsRawFd;
+    const SK_MEMINFO_VARS: usize = 9;
+    const SK_MEMINFO_DROPS: usize = 8;
+    let mut rcvbuf: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: a valid socket; the out buffers are as long as the lengths passed.
+    let ok = unsafe {
+        libc::getsockopt(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, (&mut rcvbuf as *mut libc::c_int).cast(), &mut len) == 0
+    };
+    let mut mem = [0u32; SK_MEMINFO_VARS];
+    let mut mlen = std::mem::size_of_val(&mem) as libc::socklen_t;
+    // SAFETY: as above.
+    let mok = unsafe { libc::getsockopt(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_MEMINFO, mem.as_mut_ptr().cast(), &mut mlen) == 0 };
+    let drops = if mok && mlen as usize > SK_MEMINFO_DROPS * 4 { mem[SK_MEMINFO_DROPS] as u64 } else { 0 };
+    (if ok { rcvbuf.max(0) as u64 } else { 0 }, drops)
+}
+
 fn wait_for(deadline: Option<u64>, now: u64) -> Duration {
     // Never block long: the loops also check their overall timeout.
     let cap = 5_000_000u64;
@@ -217,10 +241,10 @@ pub fn run_reducer(
     timeout: Duration,
     faults: SocketFaults,
 ) -> std::io::Result<ReduceRun> {
-    let sock = UdpSocket::bind(bind)?;
-    // The switch's final flush arrives as one burst of hundreds of packets: with the
-    // default receive buffer (~208 KB) the reducer's socket overflows and the tree falls back.
-    crate::sys::grow_sock_buf(std::os::fd::AsRawFd::as_raw_fd(&sock), true, 16 << 20);
+    // The reducer's socket is where the flush lands: it needs the large buffer most (with
+    // the kernel's default of ~208 KB, a flush of a few hundred packets overflowed it while
+    // this loop was descheduled, and the tree fell back).
+    let sock = bind_socket(bind)?;
     let (mut ftx, mut frx) = (FaultDir::new(faults, 3), FaultDir::new(faults, 4));
     let mut staged = Vec::new();
     let start = Instant::now();
@@ -231,6 +255,9 @@ pub fn run_reducer(
     let mut buf = vec![0u8; 65536];
     let mut done_at: Option<Instant> = None;
     let mut last_rx = Instant::now();
+    // Datagrams the socket had dropped when the tree fell back: the usual cause of loss
+    // between switch and reducer, so the fallback's reason names it.
+    let mut drops_at_fallback: Option<u64> = None;
     while start.elapsed() < timeout {
         if let Some(d) = done_at {
             if last_rx.elapsed() >= quiet || d.elapsed() >= Duration::from_secs(2) {
@@ -280,9 +307,16 @@ pub fn run_reducer(
         for (p, to) in staged.drain(..) {
             send(&sock, &p, to)?;
         }
+        if r.stats.fallback && drops_at_fallback.is_none() {
+            drops_at_fallback = Some(socket_rx_state(&sock).1);
+        }
         if r.is_complete() && done_at.is_none() {
             done_at = Some(Instant::now());
         }
+    }
+    let (rcvbuf_bytes, socket_drops) = socket_rx_state(&sock);
+    if let Some(d) = drops_at_fallback.filter(|&d| d > 0) {
+        r.stats.fallback_reason.push_str(&format!("; the reducer's socket had dropped {d} datagrams (receive buffer full)"));
     }
     let elapsed = done_at.map_or(start.elapsed(), |d| d.duration_since(start));
     Ok(ReduceRun {
@@ -291,6 +325,8 @@ pub fn run_reducer(
         result: r.take_result(),
         elapsed,
         faults_injected: ftx.injected + frx.injected,
+        rcvbuf_bytes,
+        socket_drops,
     })
 }
 
@@ -350,6 +386,10 @@ mod tests {
             assert_eq!(red.result, reference);
             assert_eq!(red.stats.fallback, mode == Mode::Switch);
             assert!(runs.iter().all(|r| r.completed));
+            // The large buffer was granted (the kernel reports double what was asked for;
+            // without CAP_NET_ADMIN at least the default) and nothing overflowed it.
+            assert!(red.rcvbuf_bytes >= 212_992, "{}", red.rcvbuf_bytes);
+            assert_eq!(red.socket_drops, 0);
             if faults.loss > 0.0 {
                 assert!(red.faults_injected + runs.iter().map(|r| r.faults_injected).sum::<u64>() > 0);
             }

@@ -161,6 +161,8 @@ fn agg_reduce<'py>(
     d.set_item("completed", run.completed)?;
     d.set_item("elapsed_s", run.elapsed.as_secs_f64())?;
     d.set_item("faults_injected", run.faults_injected)?;
+    d.set_item("rcvbuf_bytes", run.rcvbuf_bytes)?;
+    d.set_item("socket_drops", run.socket_drops)?;
     Ok((PyBytes::new(py, &blob), to_arr(offs)?, to_arr(vals)?, d))
 }
 

@@ -16,13 +16,15 @@ pub struct MapperConfig {
     pub rto_ns: u64,
     /// Packets in flight per tree.
     pub window: usize,
-    /// No acknowledgement for this long on the in-network stream: report `STALLED`.
+    /// No acknowledgement for this long on the in-network stream: report `STALLED`. Long
+    /// enough that a switch process starved of CPU on a loaded host is not taken for a
+    /// restarted one (at 400 ms, a large rack job beside a compile fell back).
     pub stall_ns: u64,
 }
 
 impl MapperConfig {
     pub fn new(mapper_id: u16, op: Op, mode: Mode) -> MapperConfig {
-        MapperConfig { protocol: Protocol::Daiet, mapper_id, op, mode, rto_ns: 20_000_000, window: 64, stall_ns: 400_000_000 }
+        MapperConfig { protocol: Protocol::Daiet, mapper_id, op, mode, rto_ns: 20_000_000, window: 64, stall_ns: 2_000_000_000 }
     }
 }
 

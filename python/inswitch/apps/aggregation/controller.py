@@ -15,6 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
+from p4.v1 import p4runtime_pb2
+
+from inswitch.p4rt import bytestrings
 from inswitch.p4rt.client import SwitchClient
 
 #: Cells of each slice's key/value arrays, shared by the trees of one switch.
@@ -150,13 +153,68 @@ def plan_two_level(tors: Sequence[Tor], agg_name: str, agg_downlinks: Mapping[st
 
 
 _PER_TREE = ("out_seq", "ends_seen", *(f"stack_top_{s}" for s in range(SLICES)))
+#: Registers of a cell: the key's four words and the value, per slice.
+_CELL_REGS = tuple(tuple((*(f"key{w}_{s}" for w in range(4)), f"value_{s}")) for s in range(SLICES))
+
+
+def _read_cells(c: SwitchClient, reg: str, indexes: Sequence[int]) -> list[int]:
+    """Values of `reg` at `indexes`, in one Read (reading a whole 65536-cell array takes
+    seconds; the used part of a stack is usually far smaller)."""
+    rid = c.schema.registers.get(reg).id
+    ents = []
+    for i in indexes:
+        e = p4runtime_pb2.Entity()
+        e.register_entry.register_id = rid
+        e.register_entry.index.index = i
+        ents.append(e)
+    got = {e.register_entry.index.index: bytestrings.to_int(e.register_entry.data.bitstring) for e in c.read(ents)} if ents else {}
+    return [got.get(i, 0) for i in indexes]
+
+
+def _clear_stale_cells(c: SwitchClient, slots: Sequence[tuple[int, int, int]]) -> int:
+    """Empty the cells an abandoned job left in tree slots `slots` ((slot, base, size): the
+    slot and its partition in that job). A cell is claimed and pushed on its slice's index stack in
+    the same pass, and only the flush pops it, so the stale cells are the stack's used
+    part. Left in place, a stale key would still match the next job's pairs, which would
+    aggregate into a cell on no stack and never be flushed: the reducer would complete,
+    without fallback, with counts missing. Returns how many cells were cleared."""
+    cleared = 0
+    for s in range(SLICES):
+        tops = dict(c.read_register(f"stack_top_{s}"))
+        for slot, base, size in slots:
+            top = min(tops.get(slot, 0), size)
+            # A stack entry is a cell of the partition; anything else is not this job's.
+            cells = [x for x in _read_cells(c, f"index_stack_{s}", [base + i for i in range(top)]) if base <= x < base + size]
+            for k in range(0, len(cells), 2048):
+                with c.batch():
+                    for cell in cells[k:k + 2048]:
+                        for reg in _CELL_REGS[s]:
+                            c.write_register(reg, cell, 0)
+            cleared += len(cells)
+    return cleared
 
 
 def _install_one(address: str, trees: Sequence[TreeSpec], num_ports: int) -> dict[str, object]:
     for t in trees:
         t.check()
     with SwitchClient(address) as c:
-        existing = {e["match"]["hdr.daiet.tree_id"] for e in c.read_entries("daiet_trees")}
+        old = c.read_entries("daiet_trees")
+        existing = {e["match"]["hdr.daiet.tree_id"] for e in old}
+        # Cells an abandoned job left behind (a finished flush empties every cell it
+        # used) are cleared before the stacks are reset below: those of the slots the new
+        # trees take over, and of any unfinished slot whose partition overlaps a new
+        # tree's. Other unfinished slots may belong to a job still running: left alone.
+        new = [(t.part_base, t.part_size) for t in trees]
+        slots = {t.tree_idx for t in trees}
+        dirty = set()
+        for s in range(SLICES):
+            dirty |= {i for i, v in c.read_register(f"stack_top_{s}") if v != 0}
+        stale: set[tuple[int, int, int]] = set()
+        for e in old:
+            slot, base, size = (int(e["params"][k]) for k in ("tree_idx", "part_base", "part_size"))
+            if slot in dirty and (slot in slots or any(base < nb + nn and nb < base + size for nb, nn in new)):
+                stale.add((slot, base, size))
+        cleared = _clear_stale_cells(c, sorted(stale)) if stale else 0
         with c.batch():
             for p in range(num_ports):
                 c.set_clone_session(ACK_SESSION_BASE + p, [p], truncate_len=ACK_FRAME_LEN)
@@ -182,7 +240,7 @@ def _install_one(address: str, trees: Sequence[TreeSpec], num_ports: int) -> dic
             for reg in _PER_TREE:
                 if c.read_register(reg, t.tree_idx)[0][1] != 0:
                     raise RuntimeError(f"switch {address}: {reg}[{t.tree_idx}] not reset")
-        return {"address": address, "trees": [t.tree_id for t in trees], "clone_sessions": num_ports + 1}
+        return {"address": address, "trees": [t.tree_id for t in trees], "clone_sessions": num_ports + 1, "stale_cells_cleared": cleared}
 
 
 def install(switches: Mapping[str, Sequence[TreeSpec]], num_ports: int = 64) -> list[dict[str, object]]:
