@@ -28,26 +28,26 @@ fn f64s(b: &[u8]) -> PyResult<Vec<f64>> {
 /// Server `server`'s answer packets: each carries one query's answers, at most
 /// `per_packet` of them, in the order given.
 fn server_frames(server: usize, q: &[u32], i: &[u32], d: &[f64], per_packet: usize) -> PyResult<Vec<Vec<u8>>> {
-        let mut frames = Vec::new();
-        let mut at = 0;
-        while at < q.len() {
-            let mut end = (at + per_packet).min(q.len());
-            if let Some(off) = q[at..end].iter().position(|&x| x != q[at]) {
-                end = at + off;
-            }
-            let mut repr = nw::NetshaRepr::default();
-            for j in at..end {
-                match repr.queries.last_mut() {
-                    Some(b) if b.qid == q[j] => b.answers.push((i[j], d[j])),
-                    _ => repr.queries.push(nw::QueryAnswers { qid: q[j], answers: vec![(i[j], d[j])] }),
-                }
-            }
-            let mut buf = vec![0u8; repr.buffer_len()];
-            repr.emit(&mut buf).map_err(|e| PyValueError::new_err(e.to_string()))?;
-            frames.push(answer_frame(server, &buf, true));
-            at = end;
+    let mut frames = Vec::new();
+    let mut at = 0;
+    while at < q.len() {
+        let mut end = (at + per_packet).min(q.len());
+        if let Some(off) = q[at..end].iter().position(|&x| x != q[at]) {
+            end = at + off;
         }
-        Ok(frames)
+        let mut repr = nw::NetshaRepr::default();
+        for j in at..end {
+            match repr.queries.last_mut() {
+                Some(b) if b.qid == q[j] => b.answers.push((i[j], d[j])),
+                _ => repr.queries.push(nw::QueryAnswers { qid: q[j], answers: vec![(i[j], d[j])] }),
+            }
+        }
+        let mut buf = vec![0u8; repr.buffer_len()];
+        repr.emit(&mut buf).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        frames.push(answer_frame(server, &buf, true));
+        at = end;
+    }
+    Ok(frames)
 }
 
 /// Servers → switches → agent, in memory, on virtual time.

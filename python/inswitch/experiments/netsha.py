@@ -218,13 +218,13 @@ def fig18_19(quick: bool, progress: Progress) -> dict[str, Any]:
     f18 = []
     for n in slots:
         # The same server packets (50 answers) for every configuration.
-        r = _run(quick, ["netsha"], progress, f"n={n}", slots=n, ga=8, registers=budget // n, concurrency=40 if quick else 200, per_packet=50)
+        r = _run(quick, ["netsha"], progress, f"n={n}", slots=n, ga=8, registers=budget // n, ways=1, concurrency=40 if quick else 200, per_packet=50)
         m = r["modes"]["netsha"]
         f18.append({"slots": n, "registers": budget // n, "agent_packets": m["agent_packets"], "total_s": m["total_s"]})
     gas = [2, 4, 6, 8, 10, 12] if not quick else [2, 8, 12]
     f19 = []
     for p in gas:
-        r = _run(quick, ["netsha"], progress, f"p={p}", slots=12, ga=p, registers=budget // 12, concurrency=40 if quick else 200, per_packet=50)
+        r = _run(quick, ["netsha"], progress, f"p={p}", slots=12, ga=p, registers=budget // 12, ways=1, concurrency=40 if quick else 200, per_packet=50)
         m = r["modes"]["netsha"]
         f19.append({"ga": p, "agent_packets": m["agent_packets"], "total_s": m["total_s"]})
     return {"fig18": f18, "fig19": f19, "budget_slots": budget, "paper": "fig18: gains flatten beyond 12 slots; fig19: best near p = 8–10"}

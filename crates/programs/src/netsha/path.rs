@@ -204,11 +204,8 @@ impl SwitchPath {
     pub fn send_concurrent(&mut self, frames: &[Vec<Vec<u8>>], now: u64) {
         let rounds = frames.iter().map(|f| f.len()).max().unwrap_or(0);
         for r in 0..rounds {
-            let mut v: Vec<PacketBuf> = frames
-                .iter()
-                .enumerate()
-                .filter_map(|(s, f)| f.get(r).map(|b| PacketBuf::from_slice(b, s as u16 + 1)))
-                .collect();
+            let mut v: Vec<PacketBuf> =
+                frames.iter().enumerate().filter_map(|(s, f)| f.get(r).map(|b| PacketBuf::from_slice(b, s as u16 + 1))).collect();
             self.hops[0].sw.process(&mut v, now);
             self.carry(0, now);
         }

@@ -38,6 +38,8 @@ class SearchConfig:
     servers: int = 4
     k: int = 50
     registers: int = 100
+    #: Candidate registers per query for Algorithm 2 (1 or 2; must divide `registers`).
+    ways: int = 2
     slots: int = 12
     ga: int = 8
     lam: float = 0.2
@@ -67,7 +69,7 @@ class SearchConfig:
 
     def spec(self, reduction: Optional[str] = None) -> str:
         return (
-            f"netsha:registers={self.registers},slots={self.slots},ga={self.ga},k={self.k},lambda={self.lam},"
+            f"netsha:registers={self.registers},ways={self.ways},slots={self.slots},ga={self.ga},k={self.k},lambda={self.lam},"
             f"reduction={reduction or self.reduction},timeout_us={self.timeout_us},period_ns={self.period_ns}"
         )
 
