@@ -680,9 +680,7 @@ impl Netsha {
             && answers + n < MAX_ANSWERS
             && q + 2 <= 255;
         if !room {
-            self.count(p, answer_event::BYPASS_NO_ROOM);
-            p.bridged_mut()[br::INPUTS] = 0;
-            self.finish(p);
+            self.no_room(p);
             return;
         }
         let h = p.hdr();
@@ -841,6 +839,38 @@ impl Netsha {
             }
         }
         let _ = cleared;
+        self.next_or_finish(p);
+    }
+
+    /// A packet too full to carry a register's output (answers sent by the registers it
+    /// passed have grown it): its front answer is dropped if its register would drop it
+    /// (phase 2, at or beyond r.T, no commit pending: the same test as an insert, state
+    /// unchanged), which shrinks the packet; otherwise its front block goes on unreduced.
+    fn no_room(&self, p: &mut Pass<'_>) {
+        let h = p.hdr();
+        let at = SECTION + 1;
+        let qid = u32::from_be_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
+        let (_, d) = nw::answer_at(h, at + BLOCK_HEADER_LEN);
+        let code = encode_distance(d);
+        let mut dropped = false;
+        if let Some(my) = tag(qid) {
+            let set = self.index(p, qid);
+            let o = p.execute(&self.qid, set, (Pair::new(my, FREE), selection::WAY_PROBE | self.cfg.ways << 8));
+            if o & 0xF == selection::KIND_HIT {
+                let idx = set * self.cfg.ways + ((o >> 4) & 1);
+                let t = p.execute(&self.threshold, idx, (sort_reduce::T_READ, 0));
+                let op = sort_reduce::OP_DROP_ONLY | if code >= t { sort_reduce::GE_T } else { 0 };
+                let (st, _) = decode_step(p.execute(&self.state, idx, (op, self.prm.pack())));
+                dropped = st == Step::Drop;
+            }
+        }
+        if dropped {
+            Self::consume_front(p);
+            self.count(p, answer_event::DROPPED);
+        } else {
+            let num = Self::bypass_front_block(p);
+            p.execute(&self.answer_events, answer_event::BYPASS_NO_ROOM, num);
+        }
         self.next_or_finish(p);
     }
 

@@ -105,6 +105,9 @@ pub const WAY_LOOKUP: u32 = 0;
 /// `qid` compare-and-swap on one way (`| way << 4`): as [`SelectAlu`] on that way's tag.
 pub const WAY_CAS: u32 = 1;
 
+/// `qid` probe: hit or not, never claims.
+pub const WAY_PROBE: u32 = 2;
+
 /// What a lookup found, in the ALU's output: kind | way << 4.
 pub const KIND_HIT: u32 = 0;
 pub const KIND_CLAIMED: u32 = 1;
@@ -148,6 +151,9 @@ impl SaluBody<Pair, (Pair, u32), u32> for WaySelectAlu {
             if way_tag(cell, w) == new {
                 return (cell, KIND_HIT | w << 4);
             }
+        }
+        if ctl & 0xF == WAY_PROBE {
+            return (cell, KIND_OCCUPIED);
         }
         for w in 0..ways {
             if way_tag(cell, w) == FREE {
