@@ -254,6 +254,24 @@ fn two_ways_reduce_more_collisions_than_one() {
     assert!(bypassed[1] < bypassed[0], "two candidates per query bypass less: {bypassed:?}");
 }
 
+/// A packet with no room left for a register's output (here: a server packet longer than
+/// `answers_per_packet`) still has its hopeless answers dropped by r.T rather than all
+/// forwarded unreduced; the top K is unchanged.
+#[test]
+fn packets_without_room_still_drop_beyond_the_threshold() {
+    let c = cfg(4, 6, 2, 4, ReductionMode::Exact);
+    assert!(115 > c.answers_per_packet());
+    let first: Vec<(u32, f64)> = (0..20u32).map(|i| (i, 1.0 + i as f64)).collect();
+    let late: Vec<(u32, f64)> = (0..115u32).map(|i| (100 + i, 1000.0 + i as f64)).collect();
+    let pk: Workload = vec![(0, vec![(7, first)]), (1, vec![(7, late)])];
+    let (got, _, mut path) = run(&[Some(c)], 2, &pk);
+    assert_eq!(top_k(&got[&7], 4), vec![1.0, 2.0, 3.0, 4.0]);
+    assert!(got[&7].iter().all(|a| a.1 < 1000.0), "every late answer is beyond r.T: {:?}", got[&7]);
+    let ev: HashMap<String, u64> = path.netsha_events(0).into_iter().collect();
+    assert_eq!(ev["bypass_no_room"], 0, "{ev:?}");
+    assert!(ev["dropped_by_threshold"] >= 115, "{ev:?}");
+}
+
 #[test]
 fn timers_bound_the_wait() {
     let mut c = cfg(8, 12, 8, 50, ReductionMode::Exact);
