@@ -160,7 +160,7 @@ impl NetshaConfig {
         NetshaConfig { slots: 6, ga: 4, parse_depth: 256, name: "netsha-tofino1".into(), ..NetshaConfig::default() }
     }
 
-    /// Parse `netsha` or `netsha:registers=100,slots=12,ga=8,k=50,lambda=0.2,reduction=exact,
+    /// Parse `netsha` or `netsha:registers=100,ways=2,slots=12,ga=8,k=50,lambda=0.2,reduction=exact,
     /// timeout_us=1000,period_ns=1000,depth=1514,name=...` (also `netsha-tofino1`; options
     /// may be separated by `;`).
     pub fn from_spec(spec: &str) -> Result<NetshaConfig, String> {
