@@ -19,6 +19,7 @@ type Workload = Vec<(usize, Vec<(u32, Vec<(u32, f64)>)>)>;
 fn cfg(r: u32, n: u32, p: u32, k: u32, mode: ReductionMode) -> NetshaConfig {
     NetshaConfig {
         registers: r,
+        ways: 1,
         slots: n,
         ga: p,
         k,
@@ -168,6 +169,107 @@ fn replacement_never_loses_answers() {
     let ev: HashMap<String, u64> = path.netsha_events(0).into_iter().collect();
     assert_eq!(ev["replacements"], 0);
     assert!(ev["bypass_collision"] > 0);
+}
+
+/// Algorithm 2 over two candidate registers: the second query of a set takes the empty
+/// way; a third replaces the way that carried the most data pairs, whose answers are
+/// flushed (every one arrives), while the lighter way keeps its query.
+#[test]
+fn weight_selection_replaces_the_heaviest_and_loses_nothing() {
+    // One set of two ways; reduction off so every answer must arrive exactly once.
+    let mut c = cfg(2, 12, 8, 50, ReductionMode::Off);
+    c.ways = 2;
+    c.lambda = 1000.0;
+    let mut pk: Workload = Vec::new();
+    // Query 1 carries 5 answers, query 2 carries 2, then query 3 arrives.
+    pk.push((0, vec![(1, (0..5).map(|i| (i, 1.0 + i as f64)).collect())]));
+    pk.push((0, vec![(2, (0..2).map(|i| (10 + i, 2.0 + i as f64)).collect())]));
+    pk.push((0, vec![(3, vec![(20, 0.5)])]));
+    let mut path = SwitchPath::new(&[Some(c.clone())], 1);
+    for (i, (s, blocks)) in pk.iter().enumerate() {
+        path.send(*s, &[answer_frame(*s, &payload(blocks), true)], 1_000 + i as u64 * 100);
+    }
+    // Before any timer fires: the only frame out is query 3's packet carrying the victim.
+    let early = agent_answers(&path.take_agent_rx());
+    assert_eq!(early.keys().copied().collect::<Vec<_>>(), vec![1], "the heaviest (query 1) was replaced and flushed: {early:?}");
+    assert_eq!(early[&1].len(), 5);
+    let ev: HashMap<String, u64> = path.netsha_events(0).into_iter().collect();
+    assert_eq!((ev["replacements"], ev["sent_replaced_victim"], ev["bypass_collision"]), (1, 5, 0), "{ev:?}");
+    path.settle(2_000, 2_000 + 60_000 + 4 * 2 * 1_000, 1_000);
+    let mut got = early;
+    for (q, a) in agent_answers(&path.take_agent_rx()) {
+        got.entry(q).or_default().extend(a);
+    }
+    let want = reference(&pk);
+    for q in 1..=3 {
+        let mut a = got[&q].clone();
+        let mut w = want[&q].clone();
+        a.sort_by(|x, y| x.partial_cmp(y).unwrap());
+        w.sort_by(|x, y| x.partial_cmp(y).unwrap());
+        assert_eq!(a, w, "query {q}: every answer arrives once");
+    }
+    // With one way the same arrivals replace query 2 (the one there is): the weight choice
+    // is what picked query 1 above.
+    c.ways = 1;
+    c.registers = 1;
+    let mut path = SwitchPath::new(&[Some(c)], 1);
+    for (i, (s, blocks)) in pk.iter().enumerate() {
+        path.send(*s, &[answer_frame(*s, &payload(blocks), true)], 1_000 + i as u64 * 100);
+    }
+    let early = agent_answers(&path.take_agent_rx());
+    let mut ks: Vec<u32> = early.keys().copied().collect();
+    ks.sort();
+    assert_eq!(ks, vec![1, 2], "one way: each new query replaces the previous one");
+}
+
+/// Two ways hold two colliding queries at once where one way bypasses or replaces.
+#[test]
+fn two_ways_reduce_more_collisions_than_one() {
+    let mut pk: Workload = Vec::new();
+    let mut x = 7u64;
+    for round in 0..6u32 {
+        for q in 0..12u32 {
+            let a: Vec<(u32, f64)> = (0..4u32)
+                .map(|i| {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    (round * 10 + i, ((x >> 40) as f32 / 1e3) as f64)
+                })
+                .collect();
+            pk.push((0, vec![(q.wrapping_mul(0x9E37_79B1), a)]));
+        }
+    }
+    let want = reference(&pk);
+    let mut bypassed = Vec::new();
+    for ways in [1u32, 2] {
+        let mut c = cfg(16, 6, 4, 5, ReductionMode::Exact);
+        c.ways = ways;
+        c.lambda = 0.0; // no replacement: a query without a register goes unreduced
+        let (got, _, mut path) = run(&[Some(c)], 1, &pk);
+        for q in want.keys() {
+            assert_eq!(top_k(&got[q], 5), top_k(&want[q], 5), "ways {ways} query {q}");
+        }
+        let ev: HashMap<String, u64> = path.netsha_events(0).into_iter().collect();
+        bypassed.push(ev["bypass_collision"]);
+    }
+    assert!(bypassed[1] < bypassed[0], "two candidates per query bypass less: {bypassed:?}");
+}
+
+/// A packet with no room left for a register's output (here: a server packet longer than
+/// `answers_per_packet`) still has its hopeless answers dropped by r.T rather than all
+/// forwarded unreduced; the top K is unchanged.
+#[test]
+fn packets_without_room_still_drop_beyond_the_threshold() {
+    let c = cfg(4, 6, 2, 4, ReductionMode::Exact);
+    assert!(115 > c.answers_per_packet());
+    let first: Vec<(u32, f64)> = (0..20u32).map(|i| (i, 1.0 + i as f64)).collect();
+    let late: Vec<(u32, f64)> = (0..115u32).map(|i| (100 + i, 1000.0 + i as f64)).collect();
+    let pk: Workload = vec![(0, vec![(7, first)]), (1, vec![(7, late)])];
+    let (got, _, mut path) = run(&[Some(c)], 2, &pk);
+    assert_eq!(top_k(&got[&7], 4), vec![1.0, 2.0, 3.0, 4.0]);
+    assert!(got[&7].iter().all(|a| a.1 < 1000.0), "every late answer is beyond r.T: {:?}", got[&7]);
+    let ev: HashMap<String, u64> = path.netsha_events(0).into_iter().collect();
+    assert_eq!(ev["bypass_no_room"], 0, "{ev:?}");
+    assert!(ev["dropped_by_threshold"] >= 115, "{ev:?}");
 }
 
 #[test]
@@ -332,10 +434,11 @@ proptest! {
     /// Exact mode never changes the agent's top K; paper mode's difference is measured
     /// (and bounded by what the final flush cleared).
     #[test]
-    fn exact_mode_equals_no_switch(pk in workload(), n in 2u32..8, p_frac in 0.1f64..1.0, k in 1u32..30, r in 1u32..6, lambda in 0.0f64..2.0, hops in 1usize..3) {
+    fn exact_mode_equals_no_switch(pk in workload(), n in 2u32..8, p_frac in 0.1f64..1.0, k in 1u32..30, r in 1u32..6, ways in 1u32..3, lambda in 0.0f64..2.0, hops in 1usize..3) {
         let p = ((n as f64 * p_frac).ceil() as u32).clamp(1, n);
         let want = reference(&pk);
-        let mut c = cfg(r, n, p, k, ReductionMode::Exact);
+        let mut c = cfg(r * ways, n, p, k, ReductionMode::Exact);
+        c.ways = ways;
         c.lambda = lambda;
         let (got, _, _) = run(&vec![Some(c.clone()); hops], 4, &pk);
         prop_assert_eq!(losses(&got, &want, k as usize), 0);

@@ -25,6 +25,31 @@ fn f64s(b: &[u8]) -> PyResult<Vec<f64>> {
     Ok(b.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect())
 }
 
+/// Server `server`'s answer packets: each carries one query's answers, at most
+/// `per_packet` of them, in the order given.
+fn server_frames(server: usize, q: &[u32], i: &[u32], d: &[f64], per_packet: usize) -> PyResult<Vec<Vec<u8>>> {
+    let mut frames = Vec::new();
+    let mut at = 0;
+    while at < q.len() {
+        let mut end = (at + per_packet).min(q.len());
+        if let Some(off) = q[at..end].iter().position(|&x| x != q[at]) {
+            end = at + off;
+        }
+        let mut repr = nw::NetshaRepr::default();
+        for j in at..end {
+            match repr.queries.last_mut() {
+                Some(b) if b.qid == q[j] => b.answers.push((i[j], d[j])),
+                _ => repr.queries.push(nw::QueryAnswers { qid: q[j], answers: vec![(i[j], d[j])] }),
+            }
+        }
+        let mut buf = vec![0u8; repr.buffer_len()];
+        repr.emit(&mut buf).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        frames.push(answer_frame(server, &buf, true));
+        at = end;
+    }
+    Ok(frames)
+}
+
 /// Servers → switches → agent, in memory, on virtual time.
 #[pyclass(module = "inswitch._native", unsendable)]
 pub struct NetshaPath {
@@ -77,28 +102,47 @@ impl NetshaPath {
         if server >= self.path.servers() || per_packet == 0 || per_packet > nw::MAX_ANSWERS {
             return Err(PyValueError::new_err("bad server or per_packet (1..=120)"));
         }
-        let mut frames = Vec::new();
-        let mut at = 0;
-        while at < q.len() {
-            let mut end = (at + per_packet).min(q.len());
-            if let Some(off) = q[at..end].iter().position(|&x| x != q[at]) {
-                end = at + off;
-            }
-            let mut repr = nw::NetshaRepr::default();
-            for j in at..end {
-                match repr.queries.last_mut() {
-                    Some(b) if b.qid == q[j] => b.answers.push((i[j], d[j])),
-                    _ => repr.queries.push(nw::QueryAnswers { qid: q[j], answers: vec![(i[j], d[j])] }),
-                }
-            }
-            let mut buf = vec![0u8; repr.buffer_len()];
-            repr.emit(&mut buf).map_err(|e| PyValueError::new_err(e.to_string()))?;
-            frames.push(answer_frame(server, &buf, true));
-            at = end;
-        }
+        let frames = server_frames(server, &q, &i, &d, per_packet)?;
         let n = frames.len();
         self.frames_in += n as u64;
         py.detach(|| self.path.send(server, &frames, now_ns));
+        Ok(n)
+    }
+
+    /// Every server answers its part of a wave at `now_ns`, in parallel: `servers`,
+    /// `qids`, `ids` (uint32) and `dists` (float64) as little-endian bytes, one entry per
+    /// answer. Each server's answers are packed as `send` packs them; the switch receives
+    /// one packet per server at a time, so the servers' passes interleave. Returns the
+    /// packets sent.
+    #[allow(clippy::too_many_arguments)]
+    fn send_concurrent(
+        &mut self,
+        py: Python<'_>,
+        servers: &[u8],
+        qids: &[u8],
+        ids: &[u8],
+        dists: &[u8],
+        per_packet: usize,
+        now_ns: u64,
+    ) -> PyResult<usize> {
+        let (sv, q, i, d) = (u32s(servers)?, u32s(qids)?, u32s(ids)?, f64s(dists)?);
+        if q.len() != i.len() || q.len() != d.len() || q.len() != sv.len() {
+            return Err(PyValueError::new_err("servers, qids, ids and dists differ in length"));
+        }
+        if per_packet == 0 || per_packet > nw::MAX_ANSWERS || sv.iter().any(|&s| s as usize >= self.path.servers()) {
+            return Err(PyValueError::new_err("bad server or per_packet (1..=120)"));
+        }
+        let mut frames = Vec::with_capacity(self.path.servers());
+        for s in 0..self.path.servers() {
+            let pick: Vec<usize> = (0..sv.len()).filter(|&j| sv[j] as usize == s).collect();
+            let qs: Vec<u32> = pick.iter().map(|&j| q[j]).collect();
+            let is: Vec<u32> = pick.iter().map(|&j| i[j]).collect();
+            let ds: Vec<f64> = pick.iter().map(|&j| d[j]).collect();
+            frames.push(server_frames(s, &qs, &is, &ds, per_packet)?);
+        }
+        let n: usize = frames.iter().map(|f| f.len()).sum();
+        self.frames_in += n as u64;
+        py.detach(|| self.path.send_concurrent(&frames, now_ns));
         Ok(n)
     }
 

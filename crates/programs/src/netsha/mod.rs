@@ -14,9 +14,9 @@
 //! Layout (all ingress):
 //! - stage 0: `qid_hash` (CRC-32 of the QID), `sweep` (timer cursor), `agent` (table:
 //!   where timer packets go)
-//! - stage 1: `qid` (register owner, [`selection`])
-//! - stage 2: `born` (claim time and owner, [`timer`]), `replacements` ([`best_effort`])
-//! - stage 3: `threshold` (r.T)
+//! - stage 1: `qid` (owners of the query's set of candidate registers, [`selection`])
+//! - stage 2: `weight` (Algorithm 2's weights), `replacements` ([`best_effort`])
+//! - stage 3: `born` (claim time and owner, [`timer`]), `threshold` (r.T)
 //! - stage 4: `state` (held answers, commits pending, r.k)
 //! - stages 5 … 5+n: `slot_d_i` (distance codes) in stage 5+i, `slot_id_i` (data ids) in
 //!   stage 6+i
@@ -27,7 +27,8 @@
 //!   answer (each slot array is touched once per pass), and a packet goes around once per
 //!   answer (recirculation, declared and counted). The whole packet must lie within the
 //!   parse depth; a longer one is forwarded unreduced.
-//! - The linear register scan of Algorithm 2 becomes the hash mapping of §4 (see
+//! - The linear register scan of Algorithm 2 becomes a choice among the `ways` candidate
+//!   registers of the query's hash(QID) set (§4's mapping, set-associative; see
 //!   [`selection`]).
 //! - r.T depends on the answers just sent, read in the last stages, but is tested before
 //!   the slots: the pass that sends writes r.T on a following pass ("commit").
@@ -48,7 +49,7 @@ use pisa::{
 use wire::netsha::{self as nw, ANSWER_LEN, BLOCK_HEADER_LEN, MAX_ANSWERS};
 
 use best_effort::BestEffortAlu;
-use selection::{outcome, tag, SelectAlu, Selected, FREE};
+use selection::{outcome, tag, Selected, WaySelectAlu, WeightAlu, FREE};
 use slots::{decode_distance, encode_distance, valid_distance, SlotDistanceAlu, SlotIdAlu, EMPTY};
 use sort_reduce::{decode_step, final_flush_select, Params, Reduction, StateAlu, Step, ThresholdAlu};
 use timer::{now_us, BornAlu, SweepAlu};
@@ -109,6 +110,9 @@ pub mod emit_event {
 pub struct NetshaConfig {
     /// Logical registers (queries reduced at once).
     pub registers: u32,
+    /// Candidate registers per query (Algorithm 2's choice runs over them): 1 or 2; the
+    /// registers form registers / ways sets, hash(QID) picks the set.
+    pub ways: u32,
     /// Slots per logical register, n = p + q.
     pub slots: u32,
     /// GA slots, p.
@@ -134,6 +138,7 @@ impl Default for NetshaConfig {
     fn default() -> Self {
         NetshaConfig {
             registers: 100,
+            ways: 2,
             slots: 12,
             ga: 8,
             k: 50,
@@ -155,7 +160,7 @@ impl NetshaConfig {
         NetshaConfig { slots: 6, ga: 4, parse_depth: 256, name: "netsha-tofino1".into(), ..NetshaConfig::default() }
     }
 
-    /// Parse `netsha` or `netsha:registers=100,slots=12,ga=8,k=50,lambda=0.2,reduction=exact,
+    /// Parse `netsha` or `netsha:registers=100,ways=2,slots=12,ga=8,k=50,lambda=0.2,reduction=exact,
     /// timeout_us=1000,period_ns=1000,depth=1514,name=...` (also `netsha-tofino1`; options
     /// may be separated by `;`).
     pub fn from_spec(spec: &str) -> Result<NetshaConfig, String> {
@@ -171,6 +176,7 @@ impl NetshaConfig {
             let num = |v: &str| v.parse::<u64>().map_err(|e| format!("netsha option {k}: {e}"));
             match k {
                 "registers" | "r" => c.registers = num(v)? as u32,
+                "ways" | "w" => c.ways = num(v)? as u32,
                 "slots" | "n" => c.slots = num(v)? as u32,
                 "ga" | "p" => c.ga = num(v)? as u32,
                 "k" => c.k = num(v)? as u32,
@@ -191,6 +197,9 @@ impl NetshaConfig {
     pub fn validate(&self) -> Result<(), String> {
         if self.registers == 0 || self.slots == 0 || self.slots as usize > MAX_SLOTS {
             return Err(format!("need registers >= 1 and 1 <= slots <= {MAX_SLOTS}"));
+        }
+        if !(1..=2).contains(&self.ways) || self.registers % self.ways != 0 {
+            return Err(format!("need ways 1 or 2 dividing registers ({} registers, {} ways)", self.registers, self.ways));
         }
         if self.ga == 0 || self.ga > self.slots {
             return Err("need 1 <= ga <= slots".into());
@@ -255,7 +264,8 @@ pub struct Netsha {
     sweep: Act<u32, u32, u32, SweepAlu>,
     agent: Table,
     a_to_agent: ActionId,
-    qid: Act<u32, Pair, u32, SelectAlu>,
+    qid: Act<Pair, (Pair, u32), u32, WaySelectAlu>,
+    weight: Act<Pair, u32, u32, WeightAlu>,
     born: Act<Pair, (Pair, Pair), u32, BornAlu>,
     replacements: Act<u32, (u32, u32), u32, BestEffortAlu>,
     threshold: Act<u32, (u32, u32), u32, ThresholdAlu>,
@@ -342,9 +352,24 @@ impl Netsha {
             default_action: (a_none, &[]),
             const_default: false,
         });
-        let qid_r = b.register::<u32>("qid", Gress::Ingress, 1, r, "owner of each logical register: QID + 1, 0 = free");
-        let qid = b.register_action_body(qid_r, "select", SelectAlu);
-        let born_r = b.register::<Pair>("born", Gress::Ingress, 2, r, "claim time in µs (lo) and owner tag (hi), for the timer");
+        let sets = r / cfg.ways;
+        let qid_r = b.register::<Pair>(
+            "qid",
+            Gress::Ingress,
+            1,
+            sets,
+            "owners of the candidate registers of each set (Algorithm 2): QID + 1 of way 0 (lo) and way 1 (hi), 0 = free",
+        );
+        let qid = b.register_action_body(qid_r, "select", WaySelectAlu);
+        let weight_r = b.register::<Pair>(
+            "weight",
+            Gress::Ingress,
+            2,
+            sets,
+            "Algorithm 2's weight: data pairs each way's register has carried since its claim",
+        );
+        let weight = b.register_action_body(weight_r, "weight", WeightAlu);
+        let born_r = b.register::<Pair>("born", Gress::Ingress, 3, r, "claim time in µs (lo) and owner tag (hi), for the timer");
         let born = b.register_action_body(born_r, "born", BornAlu);
         let rep_r =
             b.register::<u32>("replacements", Gress::Ingress, 2, 1, "best-effort counter: replacements since a register was last free");
@@ -399,7 +424,7 @@ impl Netsha {
             b.packet_generator("netsha_timer", cfg.timer_period_ns, timer_template());
         }
         b.note(&format!(
-            "n = {} slots need {} stages (5 for selection, timer, r.T and state, then one per slot plus one for the last slot's id, which shares it with the counters); tofino1 has 12: up to 6 slots fit",
+            "n = {} slots need {} stages (5 for selection, weight, timer and r.T, state, then one per slot plus one for the last slot's id, which shares it with the counters); tofino1 has 12: up to 6 slots fit",
             n,
             n + 6
         ));
@@ -407,7 +432,10 @@ impl Netsha {
             "one answer per pass: a packet of A answers makes about A recirculations (declared: {}); the paper parses 120 answers (1447 bytes) in one pass, beyond any real parser (tofino1: 256 bytes)",
             cfg.max_recirculations
         ));
-        b.note("Algorithm 2's scan over all registers is replaced by §4's hash(QID) mapping: one candidate register per query");
+        b.note(&format!(
+            "Algorithm 2's scan over all registers becomes a choice among the {} candidate register(s) of the query's set (hash(QID), §4): hit, else the first empty, else the heaviest (most data pairs carried) is replaced; the owner tags of a set share one 64-bit cell",
+            cfg.ways
+        ));
         b.note("register index = CRC-32(QID) mod R; a real target sizes the arrays to a power of two");
         let decl = b.build().expect("netsha declaration is valid");
         let prm = cfg.params();
@@ -422,6 +450,7 @@ impl Netsha {
             agent,
             a_to_agent,
             qid,
+            weight,
             born,
             replacements,
             threshold,
@@ -614,8 +643,20 @@ impl Netsha {
         }
     }
 
+    /// The query's set of candidate registers.
     fn index(&self, p: &mut Pass<'_>, qid: u32) -> u32 {
-        p.hash(&self.qid_hash, &qid.to_be_bytes()) % self.cfg.registers
+        p.hash(&self.qid_hash, &qid.to_be_bytes()) % (self.cfg.registers / self.cfg.ways)
+    }
+
+    /// A register index as (set, way).
+    fn set_way(&self, idx: u32) -> (u32, u32) {
+        (idx / self.cfg.ways, idx % self.cfg.ways)
+    }
+
+    /// Compare-and-swap on one register's owner tag (see [`selection::WAY_CAS`]).
+    fn owner_cas(&self, p: &mut Pass<'_>, idx: u32, new: u32, expected: u32) -> u32 {
+        let (set, way) = self.set_way(idx);
+        p.execute(&self.qid, set, (Pair::new(new, expected), selection::WAY_CAS | way << 4))
     }
 
     /// One answer of a server's packet.
@@ -639,9 +680,7 @@ impl Netsha {
             && answers + n < MAX_ANSWERS
             && q + 2 <= 255;
         if !room {
-            self.count(p, answer_event::BYPASS_NO_ROOM);
-            p.bridged_mut()[br::INPUTS] = 0;
-            self.finish(p);
+            self.no_room(p);
             return;
         }
         let h = p.hdr();
@@ -655,28 +694,48 @@ impl Netsha {
             return;
         };
         let c = Pair::new(id, encode_distance(d));
-        let idx = self.index(p, qid);
+        let set = self.index(p, qid);
+        let ways = self.cfg.ways;
         let force = p.bridged()[br::MODE] == br::FORCE_CLAIM;
         let expected = if force { Self::ga(p.bridged(), br::A) } else { FREE };
         p.bridged_mut()[br::MODE] = br::NORMAL;
-        let old = p.execute(&self.qid, idx, Pair::new(my, expected));
-        let (st, t_prev, pending) = match outcome(old, my, expected) {
-            Selected::Occupied(victim) => {
+        // Algorithm 2 (selection.rs): one access sees every candidate of the set.
+        let (sel, way) = if force {
+            let way = Self::ga(p.bridged(), br::B);
+            let old = self.owner_cas(p, set * ways + way, my, expected);
+            (outcome(old, my, expected), way)
+        } else {
+            let o = p.execute(&self.qid, set, (Pair::new(my, FREE), selection::WAY_LOOKUP | ways << 8));
+            let sel = match o & 0xF {
+                selection::KIND_HIT => Selected::Hit,
+                selection::KIND_CLAIMED => Selected::Claimed,
+                _ => Selected::Occupied(0),
+            };
+            (sel, (o >> 4) & 1)
+        };
+        let idx = set * ways + way;
+        let (st, t_prev, pending) = match sel {
+            Selected::Occupied(_) => {
                 let granted = p.execute(&self.replacements, 0, (best_effort::OP_GRANT, self.h));
-                if granted == 0 {
+                // The replacement register: the candidate that carried the most data pairs.
+                let v = p.execute(&self.weight, set, selection::W_CHOOSE);
+                let vidx = set * ways + v;
+                let victim = if granted == 0 { 0 } else { p.execute(&self.born, vidx, (Pair::new(timer::OP_OWNER, 0), Pair::new(0, 0))) };
+                if victim == 0 {
                     let num = Self::bypass_front_block(p);
                     p.execute(&self.answer_events, answer_event::BYPASS_COLLISION, num);
                 } else {
                     // Replace: tombstone the victim, flush all its answers, claim next pass.
-                    p.execute(&self.state, idx, (sort_reduce::OP_TOMB, 0));
+                    p.execute(&self.state, vidx, (sort_reduce::OP_TOMB, 0));
                     let mut out = Out::new(victim - 1);
                     for i in 0..n {
-                        out.push(self.take(p, idx, i));
+                        out.push(self.take(p, vidx, i));
                     }
                     Self::append(p, &out);
                     let b = p.bridged_mut();
                     b[br::MODE] = br::FORCE_CLAIM;
                     Self::sa(b, br::A, victim);
+                    Self::sa(b, br::B, v);
                     self.count(p, answer_event::REPLACEMENT);
                     self.count_emit(p, emit_event::VICTIM, out.len, 0);
                 }
@@ -685,6 +744,7 @@ impl Netsha {
             }
             Selected::Claimed => {
                 let now = now_us(p.now_ns());
+                p.execute(&self.weight, set, selection::W_SET1 | way << 4);
                 p.execute(&self.born, idx, (Pair::new(timer::OP_SET, 0), Pair::new(now, my)));
                 p.execute(&self.threshold, idx, (sort_reduce::T_RESET, 0));
                 let o = p.execute(&self.state, idx, (sort_reduce::OP_INSERT_FRESH, self.prm.pack()));
@@ -692,6 +752,7 @@ impl Netsha {
                 (st, 0, pend)
             }
             Selected::Hit => {
+                p.execute(&self.weight, set, selection::W_ADD | way << 4);
                 let t = p.execute(&self.threshold, idx, (sort_reduce::T_READ, 0));
                 let ge = c.hi >= t;
                 let op = sort_reduce::OP_INSERT | if ge { sort_reduce::GE_T } else { 0 };
@@ -700,7 +761,7 @@ impl Netsha {
                 (st, t, pend)
             }
         };
-        let claimed = matches!(outcome(old, my, expected), Selected::Claimed);
+        let claimed = matches!(sel, Selected::Claimed);
         let mut out = Out::new(qid);
         let mut commit = false;
         let (ev, cause, mut cleared) = match st {
@@ -781,11 +842,43 @@ impl Netsha {
         self.next_or_finish(p);
     }
 
+    /// A packet too full to carry a register's output (answers sent by the registers it
+    /// passed have grown it): its front answer is dropped if its register would drop it
+    /// (phase 2, at or beyond r.T, no commit pending: the same test as an insert, state
+    /// unchanged), which shrinks the packet; otherwise its front block goes on unreduced.
+    fn no_room(&self, p: &mut Pass<'_>) {
+        let h = p.hdr();
+        let at = SECTION + 1;
+        let qid = u32::from_be_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
+        let (_, d) = nw::answer_at(h, at + BLOCK_HEADER_LEN);
+        let code = encode_distance(d);
+        let mut dropped = false;
+        if let Some(my) = tag(qid) {
+            let set = self.index(p, qid);
+            let o = p.execute(&self.qid, set, (Pair::new(my, FREE), selection::WAY_PROBE | self.cfg.ways << 8));
+            if o & 0xF == selection::KIND_HIT {
+                let idx = set * self.cfg.ways + ((o >> 4) & 1);
+                let t = p.execute(&self.threshold, idx, (sort_reduce::T_READ, 0));
+                let op = sort_reduce::OP_DROP_ONLY | if code >= t { sort_reduce::GE_T } else { 0 };
+                let (st, _) = decode_step(p.execute(&self.state, idx, (op, self.prm.pack())));
+                dropped = st == Step::Drop;
+            }
+        }
+        if dropped {
+            Self::consume_front(p);
+            self.count(p, answer_event::DROPPED);
+        } else {
+            let num = Self::bypass_front_block(p);
+            p.execute(&self.answer_events, answer_event::BYPASS_NO_ROOM, num);
+        }
+        self.next_or_finish(p);
+    }
+
     /// The pass after a send: r.T rises to the worst answer sent, one commit lands.
     fn commit(&self, p: &mut Pass<'_>) {
         let (worst, idx, owner) = (Self::ga(p.bridged(), br::A), Self::ga(p.bridged(), br::B), Self::ga(p.bridged(), br::C));
         // A register released (timer) or replaced since the send belongs to someone else.
-        let now_owner = p.execute(&self.qid, idx, Pair::new(FREE, FREE));
+        let now_owner = self.owner_cas(p, idx, FREE, FREE);
         if now_owner == owner {
             p.execute(&self.threshold, idx, (sort_reduce::T_MAX, worst));
             p.execute(&self.state, idx, (sort_reduce::OP_COMMIT, 0));
@@ -840,13 +933,15 @@ impl Netsha {
             return;
         }
         let (victim, idx) = (Self::ga(p.bridged(), br::A), Self::ga(p.bridged(), br::B));
-        let old = p.execute(&self.qid, idx, Pair::new(FREE, victim));
+        let old = self.owner_cas(p, idx, FREE, victim);
         if old != victim {
             p.drop(self.d_timer_raced);
             return;
         }
-        p.execute(&self.born, idx, (Pair::new(timer::OP_SET, 0), Pair::new(0, 0)));
+        let (set, way) = self.set_way(idx);
         p.execute(&self.replacements, 0, (best_effort::OP_RESET, 0));
+        p.execute(&self.weight, set, selection::W_CLEAR | way << 4);
+        p.execute(&self.born, idx, (Pair::new(timer::OP_SET, 0), Pair::new(0, 0)));
         p.execute(&self.threshold, idx, (sort_reduce::T_RESET, 0));
         p.execute(&self.state, idx, (sort_reduce::OP_RESET, 0));
         let mut out = Out::new(victim - 1);

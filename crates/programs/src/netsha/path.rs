@@ -195,6 +195,22 @@ impl SwitchPath {
         }
     }
 
+    /// Servers answer at the same time (the paper's testbed: every server answers its part
+    /// of the wave in parallel): `frames[s]` are server `s`'s packets, in its sending order.
+    /// The switch receives one packet from each server that still has one, together, so
+    /// their passes (one answer per pass, recirculating) interleave in the pipeline as they
+    /// would on hardware, and Algorithm 1 sees the servers' sorted lists merged rather than
+    /// one after another.
+    pub fn send_concurrent(&mut self, frames: &[Vec<Vec<u8>>], now: u64) {
+        let rounds = frames.iter().map(|f| f.len()).max().unwrap_or(0);
+        for r in 0..rounds {
+            let mut v: Vec<PacketBuf> =
+                frames.iter().enumerate().filter_map(|(s, f)| f.get(r).map(|b| PacketBuf::from_slice(b, s as u16 + 1))).collect();
+            self.hops[0].sw.process(&mut v, now);
+            self.carry(0, now);
+        }
+    }
+
     /// Advance every switch's clock to `now` (recirculations, timer packets).
     pub fn tick(&mut self, now: u64) {
         for i in 0..self.hops.len() {

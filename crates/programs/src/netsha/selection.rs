@@ -1,12 +1,12 @@
 //! Register selection (NetSHa §3.5, Algorithm 2, Figure 6) as a switch can do it.
 //!
 //! Algorithm 2 scans every register for the query's ID, the first empty one and the one
-//! with the largest weight. A pipeline cannot scan: §4 maps a query to its logical
-//! register by hash(QID), so each query has exactly one candidate register, and the
-//! weight-based choice among several candidates degenerates to "the one there is". What
-//! remains of Algorithm 2 is its outcome for that register: the query's own register
-//! (hit), an empty one (claim), or an occupied one (replace it, if the best-effort counter
-//! allows, §3.6; otherwise bypass, the answer goes on unreduced).
+//! with the largest weight. A pipeline cannot scan: §4 maps a query by hash(QID); here it
+//! maps to a *set* of `ways` (1 or 2) candidate registers and Algorithm 2 runs over them
+//! ([`WaySelectAlu`], [`WeightAlu`]): the query's own register (hit), the first empty one
+//! (claim), or, all occupied, the heaviest is replaced (if the best-effort counter allows,
+//! §3.6; otherwise bypass, the answer goes on unreduced). [`SelectAlu`] is the one-way
+//! compare-and-swap the ways' ALU applies per way.
 //!
 //! The `qid` array holds QID + 1 (0 = empty, so zeroed memory is free registers; QID
 //! 0xFFFFFFFF is therefore not reducible and is bypassed). Its stateful ALU writes `new`
@@ -88,5 +88,143 @@ mod tests {
         // Release only if still the expected owner.
         assert_eq!(SelectAlu.run(c, Pair::new(FREE, me)).0, other);
         assert_eq!(SelectAlu.run(c, Pair::new(FREE, other)).0, FREE);
+    }
+}
+
+// ---- Algorithm 2 over W candidate registers (set-associative) --------------------------
+//
+// The scan of Algorithm 2 needs every register; what a pipeline can do is hash(QID) to a
+// *set* of W candidate registers (W = `ways`, 1 or 2) whose owner tags share one 64-bit
+// cell of the `qid` array (lo = way 0, hi = way 1), so one stateful-ALU access sees all
+// candidates: the query's own register (hit), else the first empty one (claim), else all
+// are occupied and the replacement register is the candidate that carried the most data
+// pairs (Algorithm 2's weight), chosen by the `weight` array in the next stage.
+
+/// `qid` lookup: hit, else claim the first free way.
+pub const WAY_LOOKUP: u32 = 0;
+/// `qid` compare-and-swap on one way (`| way << 4`): as [`SelectAlu`] on that way's tag.
+pub const WAY_CAS: u32 = 1;
+
+/// `qid` probe: hit or not, never claims.
+pub const WAY_PROBE: u32 = 2;
+
+/// What a lookup found, in the ALU's output: kind | way << 4.
+pub const KIND_HIT: u32 = 0;
+pub const KIND_CLAIMED: u32 = 1;
+pub const KIND_OCCUPIED: u32 = 2;
+
+fn way_tag(c: Pair, w: u32) -> u32 {
+    if w == 0 {
+        c.lo
+    } else {
+        c.hi
+    }
+}
+
+fn with_way(c: Pair, w: u32, v: u32) -> Pair {
+    if w == 0 {
+        Pair::new(v, c.hi)
+    } else {
+        Pair::new(c.lo, v)
+    }
+}
+
+/// `qid` array stateful ALU over a set of `ways` tags: input (Pair { lo: new, hi:
+/// expected }, op | way << 4 | ways << 8).
+#[derive(Clone, Copy)]
+pub struct WaySelectAlu;
+
+impl SaluBody<Pair, (Pair, u32), u32> for WaySelectAlu {
+    #[inline(always)]
+    fn run(self, cell: Pair, (x, ctl): (Pair, u32)) -> (Pair, u32) {
+        let (new, expected) = (x.lo, x.hi);
+        let ways = ((ctl >> 8) & 0xF).clamp(1, 2);
+        if ctl & 0xF == WAY_CAS {
+            let w = (ctl >> 4) & 1;
+            let old = way_tag(cell, w);
+            if old == expected || (old == FREE && new != FREE) {
+                return (with_way(cell, w, new), old);
+            }
+            return (cell, old);
+        }
+        for w in 0..ways {
+            if way_tag(cell, w) == new {
+                return (cell, KIND_HIT | w << 4);
+            }
+        }
+        if ctl & 0xF == WAY_PROBE {
+            return (cell, KIND_OCCUPIED);
+        }
+        for w in 0..ways {
+            if way_tag(cell, w) == FREE {
+                return (with_way(cell, w, new), KIND_CLAIMED | w << 4);
+            }
+        }
+        (cell, KIND_OCCUPIED)
+    }
+}
+
+/// `weight` array operations (input: op | way << 4): data pairs each way has carried.
+pub const W_ADD: u32 = 0;
+pub const W_SET1: u32 = 1;
+pub const W_CHOOSE: u32 = 2;
+pub const W_CLEAR: u32 = 3;
+
+/// `weight` array stateful ALU (cell: weight of way 0 (lo), way 1 (hi)). `W_CHOOSE`
+/// returns the way with the largest weight (Algorithm 2's replacement register; way 0 on
+/// a tie, as the scan keeps the first maximum).
+#[derive(Clone, Copy)]
+pub struct WeightAlu;
+
+impl SaluBody<Pair, u32, u32> for WeightAlu {
+    #[inline(always)]
+    fn run(self, cell: Pair, ctl: u32) -> (Pair, u32) {
+        let w = (ctl >> 4) & 1;
+        match ctl & 0xF {
+            W_ADD => (with_way(cell, w, way_tag(cell, w).saturating_add(1)), 0),
+            W_SET1 => (with_way(cell, w, 1), 0),
+            W_CLEAR => (with_way(cell, w, 0), 0),
+            _ => (cell, u32::from(cell.hi > cell.lo)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod way_tests {
+    use super::*;
+
+    #[test]
+    fn two_ways_hit_claim_first_free_then_occupied() {
+        let (a, b, c) = (tag(1).unwrap(), tag(2).unwrap(), tag(3).unwrap());
+        let look = |cell: Pair, t: u32| WaySelectAlu.run(cell, (Pair::new(t, FREE), WAY_LOOKUP | 2 << 8));
+        let (cell, o) = look(Pair::new(FREE, FREE), a);
+        assert_eq!(o, KIND_CLAIMED);
+        let (cell, o) = look(cell, b);
+        assert_eq!(o, KIND_CLAIMED | 1 << 4);
+        assert_eq!(look(cell, b).1, KIND_HIT | 1 << 4);
+        assert_eq!(look(cell, a).1, KIND_HIT);
+        assert_eq!(look(cell, c), (cell, KIND_OCCUPIED));
+        // One way only: the second query finds it occupied.
+        let one = WaySelectAlu.run(Pair::new(a, FREE), (Pair::new(b, FREE), WAY_LOOKUP | 1 << 8));
+        assert_eq!(one.1, KIND_OCCUPIED);
+        // Replacement of way 1 by compare-and-swap; a second claimant loses.
+        let (cell2, old) = WaySelectAlu.run(cell, (Pair::new(c, b), WAY_CAS | 1 << 4));
+        assert_eq!((cell2, old), (Pair::new(a, c), b));
+        let (_, old) = WaySelectAlu.run(cell2, (Pair::new(tag(4).unwrap(), b), WAY_CAS | 1 << 4));
+        assert_eq!(old, c);
+        // Release of way 0 only if still its owner.
+        assert_eq!(WaySelectAlu.run(cell2, (Pair::new(FREE, a), WAY_CAS)).0, Pair::new(FREE, c));
+    }
+
+    #[test]
+    fn weight_chooses_the_heaviest() {
+        let mut cell = Pair::new(0, 0);
+        for (op, w) in [(W_SET1, 0), (W_SET1, 1), (W_ADD, 1), (W_ADD, 1), (W_ADD, 0)] {
+            cell = WeightAlu.run(cell, op | w << 4).0;
+        }
+        assert_eq!(cell, Pair::new(2, 3));
+        assert_eq!(WeightAlu.run(cell, W_CHOOSE).1, 1);
+        assert_eq!(WeightAlu.run(Pair::new(3, 3), W_CHOOSE).1, 0, "tie: the first");
+        assert_eq!(WeightAlu.run(cell, W_CLEAR | 1 << 4).0, Pair::new(2, 0));
     }
 }

@@ -62,6 +62,10 @@ pub const OP_COMMIT: u32 = 3;
 pub const OP_TOMB: u32 = 4;
 /// Released: back to zero.
 pub const OP_RESET: u32 = 5;
+/// Drop test only, state unchanged: `Step::Drop` where an insert would drop the answer,
+/// else `Step::Tomb` (the caller forwards it unreduced). For a packet with no room left
+/// for a register's output.
+pub const OP_DROP_ONLY: u32 = 6;
 /// Flag in the op: the answer's distance is >= r.T.
 pub const GE_T: u32 = 1 << 8;
 
@@ -203,6 +207,11 @@ impl SaluBody<Pair, (u32, u32), u32> for StateAlu {
         let new = match op & 0xFF {
             OP_INSERT => return ins(false),
             OP_INSERT_FRESH => return ins(true),
+            OP_DROP_ONLY => {
+                let (_, st) = step(s, false, op & GE_T != 0, Params::unpack(prm));
+                let st = if st == Step::Drop { Step::Drop } else { Step::Tomb };
+                return (s, encode_step(st, pending(s)));
+            }
             OP_COMMIT => {
                 let c = state(held(s), pending(s).saturating_sub(1), s.hi);
                 Pair::new(c.lo | (s.lo & TOMB), c.hi)

@@ -21,6 +21,8 @@ pub fn now_us(now_ns: u64) -> u32 {
 /// `born` ops.
 pub const OP_READ: u32 = 0;
 pub const OP_SET: u32 = 1;
+/// Read the owner tag (hi): the replacement register's query, once Algorithm 2 chose it.
+pub const OP_OWNER: u32 = 2;
 
 /// The `born` array's stateful ALU: `(Pair { op, timeout µs }, Pair { now µs, tag })` in.
 /// Set stores `(now, tag)`; read returns the owner's tag if its register has expired, else 0.
@@ -32,6 +34,8 @@ impl SaluBody<Pair, (Pair, Pair), u32> for BornAlu {
     fn run(self, b: Pair, (op, v): (Pair, Pair)) -> (Pair, u32) {
         if op.lo == OP_SET {
             (v, 0)
+        } else if op.lo == OP_OWNER {
+            (b, b.hi)
         } else if expired(b, v.lo, op.hi) {
             (b, b.hi)
         } else {

@@ -38,6 +38,8 @@ class SearchConfig:
     servers: int = 4
     k: int = 50
     registers: int = 100
+    #: Candidate registers per query for Algorithm 2 (1 or 2; must divide `registers`).
+    ways: int = 2
     slots: int = 12
     ga: int = 8
     lam: float = 0.2
@@ -59,11 +61,15 @@ class SearchConfig:
     period_ns: int = 500
     #: Virtual time between two servers' sends (ns): a wave of S servers takes S × gap.
     send_gap_ns: int = 20_000
+    #: How the servers' answers of a wave reach the switch: `concurrent` (every server
+    #: answers in parallel, as the paper's 24 server VMs do; their packets interleave in the
+    #: switch) or `sequential` (one server after another).
+    arrival: str = "concurrent"
     seed: int = 0
 
     def spec(self, reduction: Optional[str] = None) -> str:
         return (
-            f"netsha:registers={self.registers},slots={self.slots},ga={self.ga},k={self.k},lambda={self.lam},"
+            f"netsha:registers={self.registers},ways={self.ways},slots={self.slots},ga={self.ga},k={self.k},lambda={self.lam},"
             f"reduction={reduction or self.reduction},timeout_us={self.timeout_us},period_ns={self.period_ns}"
         )
 
@@ -192,7 +198,18 @@ def run_mode(
                     per_server[s].append((q, ids, d))
             t_search += worst
         t0 = time.perf_counter()
-        for s in range(cfg.servers):
+        if cfg.arrival == "concurrent":
+            flat = [(s, q, i, d) for s in range(cfg.servers) for q, i, d in per_server[s]]
+            if flat:
+                sv = np.concatenate([np.full(len(i), s, dtype=np.uint32) for s, _, i, _ in flat])
+                qs = np.concatenate([np.full(len(i), q, dtype=np.uint32) for _, q, i, _ in flat])
+                ids = np.concatenate([i for _, _, i, _ in flat]).astype(np.uint32)
+                d = np.concatenate([d for _, _, _, d in flat]).astype(np.float64)
+                path.send_concurrent(sv.tobytes(), qs.tobytes(), ids.tobytes(), d.tobytes(), per_packet, now)
+            span = cfg.servers * cfg.send_gap_ns
+            path.settle(now, now + span, max(cfg.period_ns, 1))
+            now += span
+        for s in range(cfg.servers) if cfg.arrival != "concurrent" else ():
             if not per_server[s]:
                 continue
             qs = np.concatenate([np.full(len(i), q, dtype=np.uint32) for q, i, _ in per_server[s]])
