@@ -1,7 +1,7 @@
 //! Data-plane programs, one module each, written against `pisa` only.
 //!
 //! - [`forward`]: the base program (L2, IPv4 LPM, per-port counters).
-//! - [`hare`]: Hare's hot-key offloading for a KV store (e-MAT, OO-Stat, state manager).
+//! - [`hare`]: Hare (e-MAT, OO-Stat, state manager; KV store and lock manager) and the NetCache and DySO baselines.
 #![forbid(unsafe_code)]
 
 use std::sync::Arc;
