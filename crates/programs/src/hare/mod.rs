@@ -15,6 +15,7 @@
 //! ingress stages 1..=M, the state manager in the next stage, then OO-Stat and the value
 //! arrays, four per stage.
 
+pub mod app;
 pub mod dyso;
 pub mod emat;
 pub mod kv;
@@ -26,8 +27,8 @@ use pisa::decl::TableSpec;
 use pisa::{ActionId, DropCode, Gress, MatchKind, Pass, Program, ProgramBuilder, ProgramDecl, Table, PORT_CPU};
 use wire::hare::{Op, Packet, FLAG_DONE, HEADER_LEN, PORT_CLIENT, PORT_SERVER};
 
+use app::{HareApp, QueryHit};
 use emat::{Emat, EmatShape};
-use kv::ValueStore;
 use oostat::{state, OoStat, StateManager};
 
 /// Ethernet + IPv4 (no options) + UDP.
@@ -84,8 +85,9 @@ impl HareConfig {
     }
 }
 
-/// The Hare KV program.
-pub struct Hare {
+/// The generic Hare program (K3): e-MAT, state manager, OO-Stat and control-packet
+/// dispatch, around application `A`'s data and query-hit processing.
+pub struct HareProgram<A: HareApp> {
     decl: ProgramDecl,
     cfg: HareConfig,
     emat: Emat,
@@ -93,7 +95,7 @@ pub struct Hare {
     a_allow: ActionId,
     states: StateManager,
     oo: OoStat,
-    values: ValueStore,
+    app: A,
     d_malformed: DropCode,
     d_unknown_op: DropCode,
     d_key_field: DropCode,
@@ -101,18 +103,20 @@ pub struct Hare {
     d_bad_slot: DropCode,
 }
 
-impl Hare {
+/// The Hare KV program.
+pub type Hare = HareProgram<kv::KvApp>;
+
+impl<A: HareApp> HareProgram<A> {
     /// The default configuration.
-    pub fn new() -> Hare {
-        Hare::with_config(HareConfig::default())
+    pub fn new() -> Self {
+        Self::with_config(HareConfig::default())
     }
 
     /// A Hare switch for `cfg`.
-    pub fn with_config(cfg: HareConfig) -> Hare {
+    pub fn with_config(cfg: HareConfig) -> Self {
         assert!(cfg.key_bytes >= 1 && cfg.key_bytes <= 255 && cfg.value_bytes.is_multiple_of(4) && cfg.value_bytes <= 252);
         assert!(cfg.slots >= 1 && cfg.slots <= 1 << emat::INDEX_BITS);
-        let mut b =
-            ProgramBuilder::new("hare", "Hare: hot-key offloading for a KV store (e-MAT, OO-Stat, state manager, write-through values)");
+        let mut b = ProgramBuilder::new(A::NAME, A::DOC);
         b.parser(cfg.parse_depth() as u32, &[("ethernet", 112), ("ipv4", 160), ("udp", 64), ("hare", HEADER_LEN as u32 * 8)])
             .metadata_bits(16 + 16 + 8 + 8)
             .classify(pisa::ClassifyRule {
@@ -140,13 +144,7 @@ impl Hare {
         });
         let states = StateManager::declare(&mut b, st_stage, cfg.slots);
         let oo = OoStat::declare(&mut b, st_stage + 1, cfg.slots);
-        let values = ValueStore::declare(
-            &mut b,
-            "value",
-            cfg.value_bytes,
-            cfg.slots,
-            &mut kv::Packer { stage: st_stage + 1, free: 3, per_stage: 4 },
-        );
+        let app = A::define_appdata(&mut b, &cfg, &mut kv::Packer { stage: st_stage + 1, free: 3, per_stage: 4 });
         let d_malformed = b.drop_reason("hare_malformed");
         let d_unknown_op = b.drop_reason("hare_unknown_op");
         let d_key_field = b.drop_reason("hare_key_field");
@@ -161,7 +159,7 @@ impl Hare {
             cfg.value_bytes / 4
         ));
         let decl = b.build().expect("hare declaration is valid");
-        Hare {
+        HareProgram {
             decl,
             cfg,
             emat,
@@ -169,7 +167,7 @@ impl Hare {
             a_allow,
             states,
             oo,
-            values,
+            app,
             d_malformed,
             d_unknown_op,
             d_key_field,
@@ -185,7 +183,6 @@ impl Hare {
 
     fn query(&self, pass: &mut Pass<'_>, op: Op) {
         let kb = self.cfg.key_bytes;
-        let vb = self.cfg.value_bytes;
         let (key_len, key_field_ok, value_len) = {
             let p = Packet::new_unchecked(&pass.hdr()[L4_END..]);
             (p.key_len(), p.key_field() as usize == kb, p.value_len() as usize)
@@ -202,27 +199,8 @@ impl Hare {
         if slot as u32 >= self.cfg.slots {
             return;
         }
-        let voff = L4_END + HEADER_LEN + kb;
-        match op {
-            Op::Get => {
-                if pass.execute(&self.states.check, slot as u32, ()) != state::VALID {
-                    return;
-                }
-                pass.execute(&self.oo.count, slot as u32, ());
-                self.values.serve_get(pass, slot, kb, vb);
-            }
-            Op::Put => {
-                pass.execute(&self.states.invalidate, slot as u32, ());
-            }
-            Op::PutReply => {
-                if value_len != vb {
-                    return; // a value of another size cannot be cached; the state stays invalid
-                }
-                pass.execute(&self.states.revalidate, slot as u32, ());
-                self.values.store(pass, slot, voff, vb);
-            }
-            _ => {}
-        }
+        let hit = QueryHit { slot, voff: L4_END + HEADER_LEN + kb, value_len, states: &self.states, oo: &self.oo };
+        self.app.apply_queryhit(pass, &self.cfg, op, &hit);
     }
 
     fn control(&self, pass: &mut Pass<'_>, op: Op) {
@@ -233,7 +211,6 @@ impl Hare {
             return;
         }
         let kb = self.cfg.key_bytes;
-        let vb = self.cfg.value_bytes;
         let (slot, status, kf, vlen) = {
             let p = Packet::new_unchecked(&pass.hdr()[L4_END..]);
             (p.hit_index(), p.status(), p.key_field() as usize, p.value_len() as usize)
@@ -265,14 +242,9 @@ impl Hare {
                 pass.execute(&self.states.set, slot as u32, status);
             }
             Op::DataMvToSwitch | Op::DataMvToServer => {
-                if vlen != vb || kf != kb {
+                if kf != kb || !self.app.apply_datamv(pass, &self.cfg, op, slot, voff, vlen) {
                     pass.drop(self.d_malformed);
                     return;
-                }
-                if op == Op::DataMvToSwitch {
-                    self.values.store(pass, slot, voff, vb);
-                } else {
-                    self.values.load(pass, slot, voff, vb);
                 }
             }
             _ => {
@@ -319,13 +291,13 @@ pub(crate) fn back_to_sender(pass: &mut Pass<'_>, len: usize) {
     }
 }
 
-impl Default for Hare {
+impl<A: HareApp> Default for HareProgram<A> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl Program for Hare {
+impl<A: HareApp> Program for HareProgram<A> {
     fn decl(&self) -> &ProgramDecl {
         &self.decl
     }
