@@ -412,10 +412,10 @@ def run_table2(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
     Host side, an application is a `HareServer` subclass (kvapp.py, lockapp.py): its three
     hooks plus its own server logic; the switch control plane has no application code (the
     analyzer, state manager and data movement pacing are `framework.Hare`, one copy). On
-    the switch, the KV is a `HareApp` (kv.rs: define_appdata, apply_queryhit, apply_datamv)
-    of the generic `HareProgram` (mod.rs, app.rs); the lock manager is not yet a `HareApp`:
-    lock.rs still has its own program shell around the shared e-MAT / OO-Stat / state
-    manager modules, and all of it is counted as the application's."""
+    the switch, each application is a `HareApp` (kv.rs, lock.rs: define_appdata,
+    apply_queryhit, apply_datamv, and for the locks their recirculated grants) of the
+    generic `HareProgram` (mod.rs, app.rs), which parses, runs the e-MAT, the state manager,
+    OO-Stat and the control dispatch."""
     import inspect
 
     from inswitch.apps.hare import framework, kvapp, kvsim, lockapp
@@ -468,7 +468,7 @@ def run_table2(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
         },
         "lock manager (Hare)": {
             "backend server: the application (lockapp.py: hooks + lock table)": ours["lock manager"]["Hare"]["backend server"],
-            "switch data plane: lock state, queues, grants, its own shell (lock.rs)": ours["lock manager"]["Hare"]["switch data plane"],
+            "switch data plane: the HareApp (lock.rs: lock state, queues, grants, data movement)": ours["lock manager"]["Hare"]["switch data plane"],
         },
         "kvs (NetCache)": {k: v for k, v in ours["kvs"]["NetCache"].items() if k != "total"},
         "kvs (DySO)": {k: v for k, v in ours["kvs"]["DySO"].items() if k != "total"},
@@ -491,10 +491,9 @@ def run_table2(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
             "K3 on the host side and the switch control plane is built: each application is a HareServer subclass supplying "
             "process_query, datamv_server2switch and datamv_switch2server; statistics, the analyzer (one copy), the state manager, "
             "plane interactions and data-movement pacing are framework.Hare, so the applications' control plane is 0 lines as in the "
-            "paper. On the switch the KV store is a HareApp of the generic HareProgram (kv.rs supplies define_appdata, apply_queryhit "
-            "and apply_datamv; mod.rs parses, runs the e-MAT, state manager, OO-Stat and control dispatch). The lock manager is not "
-            "yet a HareApp: lock.rs keeps its own program shell (parsing, control dispatch, recirculated grants) around the shared "
-            "e-MAT / OO-Stat / state-manager modules and is counted whole as the application's. NetLock is not built as a separate system (our static-offloading baseline reuses the framework), so it "
+            "paper. On the switch both are HareApps of the generic HareProgram (kv.rs and lock.rs supply define_appdata, "
+            "apply_queryhit and apply_datamv; mod.rs parses, runs the e-MAT, state manager, OO-Stat and control dispatch), so the "
+            "switch control plane needs no application code either. NetLock is not built as a separate system (our static-offloading baseline reuses the framework), so it "
             "has no row. Lines counted without blanks, comments and docstrings; tests not counted. The baselines' backend server is "
             "the same store without the hooks."
         ),

@@ -27,15 +27,49 @@ pub trait HareApp: Send + Sync + Sized + 'static {
     /// The program's name and one-line description.
     const NAME: &'static str;
     const DOC: &'static str;
+    /// Prefix of the program's drop reasons (`{prefix}_malformed`, ...).
+    const DROP_PREFIX: &'static str;
+    /// Per-packet metadata the application needs beside the framework's.
+    const METADATA_BITS: u32;
 
-    /// `define_appdata`: the application's register arrays, placed by `packer` (which
-    /// starts beside OO-Stat).
+    /// The configuration `new()` builds.
+    fn default_config() -> HareConfig;
+
+    /// Panics on a configuration the application cannot be built for.
+    fn check_config(_cfg: &HareConfig) {}
+
+    /// `define_appdata`: the application's register arrays and tables, placed by `packer`
+    /// (which starts beside OO-Stat), and anything else it declares (recirculation, notes).
     fn define_appdata(b: &mut ProgramBuilder, cfg: &HareConfig, packer: &mut Packer) -> Self;
+
+    /// `parse_query`: whether `op` is one of the application's queries, and whether a query
+    /// carrying a `value_len`-byte value is well formed (else dropped as a bad key field).
+    fn is_query(_op: Op) -> bool {
+        true
+    }
+    fn query_ok(_cfg: &HareConfig, _value_len: usize) -> bool {
+        true
+    }
+
+    /// A packet the application handles before the framework's dispatch (e.g. its own
+    /// recirculated packets); `true` if it did.
+    fn intercept(&self, _pass: &mut Pass<'_>, _op: Op, _flags: u8) -> bool {
+        false
+    }
 
     /// `apply_queryhit`: process query `op` whose object hit the e-MAT.
     fn apply_queryhit(&self, pass: &mut Pass<'_>, cfg: &HareConfig, op: Op, hit: &QueryHit<'_>);
 
-    /// `apply_datamv`: a data-movement packet for `slot` whose value (`vlen` bytes at
-    /// `voff`) is the application's data; `false` if it is malformed (dropped, counted).
-    fn apply_datamv(&self, pass: &mut Pass<'_>, cfg: &HareConfig, op: Op, slot: u16, voff: usize, vlen: usize) -> bool;
+    /// `parse_datamv` / `apply_datamv`: a data-movement packet for `slot` (`aux` as the
+    /// application uses it) whose value (`vlen` bytes at `voff`) is application data;
+    /// `false` if it is malformed (dropped, counted).
+    fn apply_datamv(&self, pass: &mut Pass<'_>, cfg: &HareConfig, op: Op, dm: &DataMv) -> bool;
+}
+
+/// A data-movement packet's fields.
+pub struct DataMv {
+    pub slot: u16,
+    pub aux: u16,
+    pub voff: usize,
+    pub vlen: usize,
 }

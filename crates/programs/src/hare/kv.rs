@@ -56,7 +56,7 @@ impl ValueStore {
 use pisa::Pass;
 use wire::hare::{Op, Packet, FLAG_HIT, HEADER_LEN};
 
-use super::app::{HareApp, QueryHit};
+use super::app::{DataMv, HareApp, QueryHit};
 use super::oostat::state;
 use super::{back_to_sender, HareConfig, L4_END};
 
@@ -69,9 +69,24 @@ pub struct KvApp {
 impl HareApp for KvApp {
     const NAME: &'static str = "hare";
     const DOC: &'static str = "Hare: hot-key offloading for a KV store (e-MAT, OO-Stat, state manager, write-through values)";
+    const DROP_PREFIX: &'static str = "hare";
+    const METADATA_BITS: u32 = 16 + 8 + 8;
+
+    fn default_config() -> HareConfig {
+        HareConfig::default()
+    }
 
     fn define_appdata(b: &mut ProgramBuilder, cfg: &HareConfig, packer: &mut Packer) -> Self {
-        KvApp { values: ValueStore::declare(b, "value", cfg.value_bytes, cfg.slots, packer) }
+        let values = ValueStore::declare(b, "value", cfg.value_bytes, cfg.slots, packer);
+        b.note(&format!(
+            "e-MAT of {} MATs ({:?} key bytes each), {} slots, {}-byte values in {} register arrays",
+            cfg.shape().mats(),
+            cfg.shape().segments,
+            cfg.slots,
+            cfg.value_bytes,
+            cfg.value_bytes / 4
+        ));
+        KvApp { values }
     }
 
     fn apply_queryhit(&self, pass: &mut Pass<'_>, cfg: &HareConfig, op: Op, hit: &QueryHit<'_>) {
@@ -99,14 +114,14 @@ impl HareApp for KvApp {
         }
     }
 
-    fn apply_datamv(&self, pass: &mut Pass<'_>, cfg: &HareConfig, op: Op, slot: u16, voff: usize, vlen: usize) -> bool {
-        if vlen != cfg.value_bytes {
+    fn apply_datamv(&self, pass: &mut Pass<'_>, cfg: &HareConfig, op: Op, dm: &DataMv) -> bool {
+        if dm.vlen != cfg.value_bytes {
             return false;
         }
         if op == Op::DataMvToSwitch {
-            self.values.store(pass, slot, voff, vlen);
+            self.values.store(pass, dm.slot, dm.voff, dm.vlen);
         } else {
-            self.values.load(pass, slot, voff, vlen);
+            self.values.load(pass, dm.slot, dm.voff, dm.vlen);
         }
         true
     }

@@ -11,7 +11,8 @@ switch OS at `table_rate` per second, packet-based interactions at `packet_rate`
 
 The offloading logic of each system:
 
-- hare: K2. Every `t_wait` the analyzer fetches OO-Stat with packets (halving it every
+- hare: K2, run by the K3 framework (`framework.Hare`; the servers are `kvapp.Server`,
+  which supplies only the hooks). Every `t_wait` the analyzer fetches OO-Stat with packets (halving it every
   second, or fetch-and-clear with `hare_stats="clear"`),
   takes the K coldest offloaded objects and the integrated K hottest of the servers'
   NOO-Stat heaps, keeps the K globally hottest (Steps 1–3), marks the replaced slots

@@ -9,7 +9,8 @@ the lock's backend server, a FIFO queue with a fixed service time. Every grant i
 against a plain lock table: never two exclusive holders nor an exclusive beside shared
 ones, no grant for a request that is not waiting, and every request granted by the end.
 
-Hare moves a lock's state (holders, mode, queue) back to its server before evicting it and
+The lock servers are `lockapp.LockServer` (the application's hooks); which locks move and
+when is the K3 framework's (`framework.Hare`). Hare moves a lock's state (holders, mode, queue) back to its server before evicting it and
 onto the switch when offloading it; while a lock moves, its requests are answered "retry".
 """
 
