@@ -424,16 +424,24 @@ def run_table2(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
     src = lambda rel: _loc_text((root / rel).read_text())  # noqa: E731
     fn = lambda obj: _loc_text(inspect.getsource(obj))  # noqa: E731
     kv_store = fn(kvapp.Server.process_query) + fn(kvapp.Server.put) + fn(kvapp.Server._replay) + fn(kvapp.Server.__init__)
+    def impl_block(rel: str) -> int:
+        """The `impl HareApp for ..` block: the switch-side hooks themselves."""
+        text = (root / rel).read_text()
+        start = text.index("impl HareApp for")
+        return _loc_text(text[start : text.index("\n}\n", start) + 3])
+
     hooks = {
         "kvs": {
             "process_query": fn(kvapp.Server.process_query),
             "datamv_server2switch": fn(kvapp.Server.datamv_server2switch),
             "datamv_switch2server": 0,  # not overridden: a write-through store has no dirty data
+            "switch: impl HareApp (define_appdata, apply_queryhit, apply_datamv)": impl_block("crates/programs/src/hare/kv.rs"),
         },
         "lock manager": {
             "process_query": fn(lockapp.LockServer.process_query),
             "datamv_server2switch": fn(lockapp.LockServer.datamv_server2switch),
             "datamv_switch2server": fn(lockapp.LockServer.datamv_switch2server),
+            "switch: impl HareApp (define_appdata, apply_queryhit, apply_datamv, intercept)": impl_block("crates/programs/src/hare/lock.rs"),
         },
     }
     ours = {
@@ -495,7 +503,10 @@ def run_table2(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
             "apply_queryhit and apply_datamv; mod.rs parses, runs the e-MAT, state manager, OO-Stat and control dispatch), so the "
             "switch control plane needs no application code either. NetLock is not built as a separate system (our static-offloading baseline reuses the framework), so it "
             "has no row. Lines counted without blanks, comments and docstrings; tests not counted. The baselines' backend server is "
-            "the same store without the hooks."
+            "the same store without the hooks. Our numbers are far below the paper's for every system, baselines included: the "
+            "wire format, the pisa model's P4Runtime-style control, the trace-driven simulator and Python's density do work the "
+            "paper's C/P4 code writes out (headers, sockets, switch-OS calls), so compare ratios within a column, not kLoC with "
+            "the paper. mod.rs (in the framework's count) also holds the spec parser of the baseline programs."
         ),
     }
 
