@@ -105,7 +105,6 @@ class LockRun:
         self.retries = 0
         self.table_ops = 0
         self.packet_ops = 0
-        self.moves = 0
         if system == "netlock":
             # Static offloading in the initial phase: the hottest locks of the initial workload.
             for lock in self.order0[: p.cache]:
