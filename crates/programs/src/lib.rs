@@ -2,7 +2,10 @@
 //!
 //! - [`forward`]: the base program (L2, IPv4 LPM, per-port counters).
 //! - [`daiet`]: DAIET in-network key-value aggregation, exactly once.
-//! - [`hare`]: Hare's hot-key offloading for a KV store (e-MAT, OO-Stat, state manager).
+//! - [`switchagg`]: SwitchAgg's FPGA aggregation engines (FPE/BPE), on the `switchagg-fpga` target.
+//! - [`netsha`]: NetSHa's in-switch top-K reduction and answer aggregation for distributed LSH search.
+//! - [`hare`]: Hare (e-MAT, OO-Stat, state manager; KV store and lock manager) and the NetCache and DySO baselines.
+//! - [`inaas`]: INaaS, one multi-tenant in-network service (leases, read/write/reduce/compute).
 #![forbid(unsafe_code)]
 
 use std::sync::Arc;
