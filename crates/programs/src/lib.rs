@@ -3,6 +3,7 @@
 //! - [`forward`]: the base program (L2, IPv4 LPM, per-port counters).
 //! - [`daiet`]: DAIET in-network key-value aggregation, exactly once.
 //! - [`hare`]: Hare's hot-key offloading for a KV store (e-MAT, OO-Stat, state manager).
+//! - [`hare`]: Hare (e-MAT, OO-Stat, state manager; KV store and lock manager) and the NetCache and DySO baselines.
 #![forbid(unsafe_code)]
 
 use std::sync::Arc;

@@ -210,9 +210,10 @@ fn hare_parse<'py>(
 
 /// A switch stepped by the caller: frames in on a port, frames out per port, control
 /// operations addressed by name. For trace-driven runs and tests.
-#[pyclass(module = "inswitch._native", unsendable)]
+#[pyclass(module = "inswitch._native")]
 pub struct SimSwitch {
-    sw: Switch,
+    // A mutex only so the object may be dropped on any thread; calls hold `&mut self`.
+    sw: std::sync::Mutex<Switch>,
     set: Arc<ProgramSet>,
     now: u64,
 }
@@ -236,7 +237,7 @@ impl SimSwitch {
         Err(PyValueError::new_err(format!("no program `{prog}`")))
     }
     fn ctl(&mut self, op: ControlOp) -> PyResult<ControlReply> {
-        self.sw.control(&op).map_err(|e| PyValueError::new_err(e.to_string()))
+        self.sw.get_mut().expect("switch lock").control(&op).map_err(|e| PyValueError::new_err(e.to_string()))
     }
 }
 
@@ -248,29 +249,29 @@ impl SimSwitch {
         let progs = programs::instantiate(&programs).map_err(PyValueError::new_err)?;
         let set = Arc::new(ProgramSet::new(progs).map_err(|e| PyValueError::new_err(format!("{e:?}")))?);
         let cfg = PipeConfig { queue_capacity: 1 << 16, ..PipeConfig::default() };
-        Ok(SimSwitch { sw: Switch::new(set.clone(), ports, 1, cfg), set, now: 1 })
+        Ok(SimSwitch { sw: std::sync::Mutex::new(Switch::new(set.clone(), ports, 1, cfg)), set, now: 1 })
     }
     /// Send frames into `port`; returns every frame the switch sent out, as `(port, bytes)`.
     fn process<'py>(&mut self, py: Python<'py>, port: u16, frames: Vec<Vec<u8>>) -> Vec<(u16, Bound<'py, PyBytes>)> {
         self.now += 1000;
         let mut v: Vec<PacketBuf> = frames.iter().map(|f| PacketBuf::from_slice(f, port)).collect();
-        self.sw.process(&mut v, self.now);
+        self.sw.get_mut().expect("switch lock").process(&mut v, self.now);
         // Recirculated packets (the lock manager's grants) take further passes.
         for _ in 0..4 {
             self.now += 10;
-            self.sw.tick(self.now);
+            self.sw.get_mut().expect("switch lock").tick(self.now);
         }
-        self.sw.drain_all().into_iter().map(|(p, b)| (p, PyBytes::new(py, &b))).collect()
+        self.sw.get_mut().expect("switch lock").drain_all().into_iter().map(|(p, b)| (p, PyBytes::new(py, &b))).collect()
     }
     /// A control packet from the CPU port; returns the packet-ins it caused.
     fn packet_out<'py>(&mut self, py: Python<'py>, frame: Vec<u8>) -> PyResult<Vec<Bound<'py, PyBytes>>> {
         self.now += 1000;
-        self.sw.packet_out(&frame, None, self.now).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        self.sw.get_mut().expect("switch lock").packet_out(&frame, None, self.now).map_err(|e| PyValueError::new_err(e.to_string()))?;
         Ok(self.take_packet_ins(py))
     }
     /// Packet-ins waiting (clones to the CPU, control replies).
     fn take_packet_ins<'py>(&mut self, py: Python<'py>) -> Vec<Bound<'py, PyBytes>> {
-        self.sw.take_packet_ins().into_iter().map(|p| PyBytes::new(py, p.pkt.data())).collect()
+        self.sw.get_mut().expect("switch lock").take_packet_ins().into_iter().map(|p| PyBytes::new(py, p.pkt.data())).collect()
     }
     /// Insert or delete an exact-match entry: `matches` are the field values in key order.
     #[pyo3(signature = (prog, table, op, matches, action, params=Vec::new()))]
@@ -330,7 +331,7 @@ impl SimSwitch {
     /// Drops by reason name, counted in the pass of the program that decided them
     /// (program reasons are numbered per program, so they are named per program).
     fn drops(&self) -> std::collections::BTreeMap<String, u64> {
-        let c = self.sw.counters();
+        let c = self.sw.lock().expect("switch lock").counters();
         let mut out = std::collections::BTreeMap::new();
         for (p, pc) in c.programs.iter().enumerate() {
             for (code, n) in pc.drops.iter().enumerate() {

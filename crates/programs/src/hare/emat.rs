@@ -121,7 +121,7 @@ pub struct EmatState {
 impl EmatState {
     /// An empty e-MAT of `capacity` entries per MAT (at most 65536) and as many slots.
     pub fn new(shape: EmatShape, capacity: u32) -> EmatState {
-        assert!(capacity >= 1 && capacity <= 1 << INDEX_BITS);
+        assert!((1..=1 << INDEX_BITS).contains(&capacity));
         let m = shape.mats();
         // Indexes of intermediate MATs are handed out lowest first.
         let free = (0..m).map(|_| (0..capacity).rev().map(|i| i as u16).collect()).collect();

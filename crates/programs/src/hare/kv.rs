@@ -40,7 +40,7 @@ pub struct ValueStore {
 impl ValueStore {
     /// `value_bytes / 4` arrays of `slots` cells, placed by `packer`.
     pub fn declare(b: &mut ProgramBuilder, prefix: &str, value_bytes: usize, slots: u32, packer: &mut Packer) -> ValueStore {
-        assert!(value_bytes % 4 == 0 && value_bytes > 0);
+        assert!(value_bytes.is_multiple_of(4) && value_bytes > 0);
         let mut get = Vec::new();
         let mut put = Vec::new();
         for i in 0..value_bytes / 4 {

@@ -109,7 +109,7 @@ impl Hare {
 
     /// A Hare switch for `cfg`.
     pub fn with_config(cfg: HareConfig) -> Hare {
-        assert!(cfg.key_bytes >= 1 && cfg.key_bytes <= 255 && cfg.value_bytes % 4 == 0 && cfg.value_bytes <= 252);
+        assert!(cfg.key_bytes >= 1 && cfg.key_bytes <= 255 && cfg.value_bytes.is_multiple_of(4) && cfg.value_bytes <= 252);
         assert!(cfg.slots >= 1 && cfg.slots <= 1 << emat::INDEX_BITS);
         let mut b =
             ProgramBuilder::new("hare", "Hare: hot-key offloading for a KV store (e-MAT, OO-Stat, state manager, write-through values)");
@@ -383,7 +383,7 @@ pub fn is_spec(name: &str) -> bool {
 pub fn by_spec(name: &str) -> Option<std::sync::Arc<dyn Program>> {
     let params = spec_params(name).ok()?;
     let get = |k: &str| params.iter().find(|p| p.0 == k).map(|p| p.1);
-    let ok_kv = |kb: usize, vb: usize| (1..=255).contains(&kb) && vb % 4 == 0 && (4..=252).contains(&vb);
+    let ok_kv = |kb: usize, vb: usize| (1..=255).contains(&kb) && vb.is_multiple_of(4) && (4..=252).contains(&vb);
     if name.starts_with("hare:") {
         let d = HareConfig::default();
         let cfg = HareConfig {
@@ -424,7 +424,7 @@ pub fn by_spec(name: &str) -> Option<std::sync::Arc<dyn Program>> {
             columns: get("columns").unwrap_or(d.columns),
         };
         if !ok_kv(cfg.key_bytes, cfg.value_bytes)
-            || cfg.key_bytes % 4 != 0
+            || !cfg.key_bytes.is_multiple_of(4)
             || !cfg.rows.is_power_of_two()
             || cfg.rows > 1 << 16
             || cfg.columns == 0

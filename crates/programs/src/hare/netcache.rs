@@ -76,7 +76,7 @@ impl NetCache {
     }
 
     pub fn with_config(cfg: NetCacheConfig) -> NetCache {
-        assert!(cfg.key_bytes >= 1 && cfg.key_bytes <= 255 && cfg.value_bytes % 4 == 0 && cfg.value_bytes <= 252);
+        assert!(cfg.key_bytes >= 1 && cfg.key_bytes <= 255 && cfg.value_bytes.is_multiple_of(4) && cfg.value_bytes <= 252);
         let mut b = ProgramBuilder::new(
             "netcache",
             "NetCache baseline: one-stage key MAT, count-min + Bloom hot-key reports, write-through values",
@@ -201,12 +201,11 @@ impl Program for NetCache {
         let voff = L4_END + HEADER_LEN + kb;
         match (op, slot) {
             (Op::Get, Some(s)) if s as u32 >= self.cfg.slots => {}
-            (Op::Get, Some(s)) => {
-                if pass.execute(&self.valid.check, s as u32, ()) == state::VALID {
+            (Op::Get, Some(s))
+                if pass.execute(&self.valid.check, s as u32, ()) == state::VALID => {
                     pass.execute(&self.hits, s as u32, ());
                     self.values.serve_get(pass, s, kb, vb);
                 }
-            }
             (Op::Get, None) => {
                 let mut est = u32::MAX;
                 for (h, a) in &self.cms {
