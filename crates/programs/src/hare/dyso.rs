@@ -81,7 +81,13 @@ impl Dyso {
 
     pub fn with_config(cfg: DysoConfig) -> Dyso {
         assert!(cfg.key_bytes.is_multiple_of(4) && cfg.key_bytes >= 4 && cfg.key_bytes <= 252);
-        assert!(cfg.value_bytes.is_multiple_of(4) && cfg.value_bytes >= 4 && cfg.rows.is_power_of_two() && cfg.rows <= 1 << 16 && cfg.columns >= 1);
+        assert!(
+            cfg.value_bytes.is_multiple_of(4)
+                && cfg.value_bytes >= 4
+                && cfg.rows.is_power_of_two()
+                && cfg.rows <= 1 << 16
+                && cfg.columns >= 1
+        );
         let mut b =
             ProgramBuilder::new("dyso", "DySO baseline: r-MAT (hashed rows x C columns of register-held keys), packet-based offloading");
         b.parser(
@@ -258,10 +264,9 @@ impl Program for Dyso {
         let Some(c) = hit else { return };
         let col = &self.columns[c];
         match op {
-            Op::Get
-                if pass.execute(&col.valid.check, row, ()) == state::VALID => {
-                    col.values.serve_get(pass, row as u16, kb, vb);
-                }
+            Op::Get if pass.execute(&col.valid.check, row, ()) == state::VALID => {
+                col.values.serve_get(pass, row as u16, kb, vb);
+            }
             Op::Put => {
                 pass.execute(&col.valid.invalidate, row, ());
             }

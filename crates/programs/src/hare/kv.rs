@@ -56,7 +56,76 @@ impl ValueStore {
 use pisa::Pass;
 use wire::hare::{Op, Packet, FLAG_HIT, HEADER_LEN};
 
-use super::{back_to_sender, L4_END};
+use super::app::{DataMv, HareApp, QueryHit};
+use super::oostat::state;
+use super::{back_to_sender, HareConfig, L4_END};
+
+/// The KV store as a Hare application (K3): its values, and write-through query-hit
+/// processing. Everything else is the generic program's.
+pub struct KvApp {
+    values: ValueStore,
+}
+
+impl HareApp for KvApp {
+    const NAME: &'static str = "hare";
+    const DOC: &'static str = "Hare: hot-key offloading for a KV store (e-MAT, OO-Stat, state manager, write-through values)";
+    const DROP_PREFIX: &'static str = "hare";
+    const METADATA_BITS: u32 = 16 + 8 + 8;
+
+    fn default_config() -> HareConfig {
+        HareConfig::default()
+    }
+
+    fn define_appdata(b: &mut ProgramBuilder, cfg: &HareConfig, packer: &mut Packer) -> Self {
+        let values = ValueStore::declare(b, "value", cfg.value_bytes, cfg.slots, packer);
+        b.note(&format!(
+            "e-MAT of {} MATs ({:?} key bytes each), {} slots, {}-byte values in {} register arrays",
+            cfg.shape().mats(),
+            cfg.shape().segments,
+            cfg.slots,
+            cfg.value_bytes,
+            cfg.value_bytes / 4
+        ));
+        KvApp { values }
+    }
+
+    fn apply_queryhit(&self, pass: &mut Pass<'_>, cfg: &HareConfig, op: Op, hit: &QueryHit<'_>) {
+        let slot = hit.slot as u32;
+        match op {
+            Op::Get => {
+                if pass.execute(&hit.states.check, slot, ()) != state::VALID {
+                    return;
+                }
+                pass.execute(&hit.oo.count, slot, ());
+                self.values.serve_get(pass, hit.slot, cfg.key_bytes, cfg.value_bytes);
+            }
+            // Write-through: the switch's copy is invalid until the server's reply.
+            Op::Put => {
+                pass.execute(&hit.states.invalidate, slot, ());
+            }
+            Op::PutReply => {
+                if hit.value_len != cfg.value_bytes {
+                    return; // a value of another size cannot be cached; the state stays invalid
+                }
+                pass.execute(&hit.states.revalidate, slot, ());
+                self.values.store(pass, hit.slot, hit.voff, cfg.value_bytes);
+            }
+            _ => {}
+        }
+    }
+
+    fn apply_datamv(&self, pass: &mut Pass<'_>, cfg: &HareConfig, op: Op, dm: &DataMv) -> bool {
+        if dm.vlen != cfg.value_bytes {
+            return false;
+        }
+        if op == Op::DataMvToSwitch {
+            self.values.store(pass, dm.slot, dm.voff, dm.vlen);
+        } else {
+            self.values.load(pass, dm.slot, dm.voff, dm.vlen);
+        }
+        true
+    }
+}
 
 impl ValueStore {
     /// Query-hit processing of a GET: read the value of `slot` and turn the request into

@@ -25,15 +25,13 @@
 //! `hi` = client id (bits 16..32) | request seq (bits 0..16).
 
 use pisa::decl::TableSpec;
-use pisa::{
-    ActionId, DropCode, Gress, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl, RegisterAction, SaluBody, Table, PORT_CPU,
-    PORT_RECIRC,
-};
-use wire::hare::{Op, Packet, FLAG_DONE, HEADER_LEN, PORT_CLIENT, PORT_SERVER};
+use pisa::{ActionId, DropCode, Gress, MatchKind, Pair, Pass, ProgramBuilder, RegisterAction, SaluBody, Table, PORT_RECIRC};
+use wire::hare::{Op, Packet, HEADER_LEN, PORT_CLIENT};
 
-use super::emat::{Emat, EmatShape};
-use super::oostat::{state, OoStat, StateManager};
-use super::{back_to_sender, L4_END};
+use super::app::{DataMv, HareApp, QueryHit};
+use super::kv::Packer;
+use super::oostat::state;
+use super::{back_to_sender, HareConfig, HareProgram, L4_END};
 
 /// Waiting requests per offloaded lock.
 pub const QUEUE: u32 = 8;
@@ -135,15 +133,19 @@ impl Default for LockConfig {
     }
 }
 
-/// The lock-manager program.
-pub struct HareLock {
-    decl: ProgramDecl,
-    cfg: LockConfig,
-    emat: Emat,
-    control_ports: Table,
-    a_allow: ActionId,
-    states: StateManager,
-    oo: OoStat,
+/// A lock id is matched by one MAT; the value field carries 8 bytes (a state or a queue cell).
+impl From<LockConfig> for HareConfig {
+    fn from(c: LockConfig) -> HareConfig {
+        HareConfig { key_bytes: c.key_bytes, value_bytes: 8, slots: c.slots, segment_bytes: Some(c.key_bytes) }
+    }
+}
+
+/// The lock manager program: the generic Hare program around [`LockApp`].
+pub type HareLock = HareProgram<LockApp>;
+
+/// The lock manager as a Hare application (K3): lock state and queues, grants by the switch.
+pub struct LockApp {
+    key_bytes: usize,
     acquire: RegisterAction<Pair, u32, u32, Acquire>,
     release: RegisterAction<Pair, (), u32, Release>,
     state_read: RegisterAction<Pair, u32, u32>,
@@ -154,60 +156,31 @@ pub struct HareLock {
     qtag_write: RegisterAction<u32, u32, ()>,
     lock_hosts: Table,
     a_host: ActionId,
-    d_malformed: DropCode,
-    d_unknown_op: DropCode,
-    d_key_field: DropCode,
-    d_control_denied: DropCode,
-    d_bad_slot: DropCode,
     d_waiting: DropCode,
     d_no_host: DropCode,
 }
 
-impl HareLock {
-    pub fn new() -> HareLock {
-        HareLock::with_config(LockConfig::default())
+impl HareApp for LockApp {
+    const NAME: &'static str = "hare_lock";
+    const DOC: &'static str = "Hare lock manager: NetLock-style queues of 8 per offloaded lock, grants by the switch";
+    const DROP_PREFIX: &'static str = "lock";
+    const METADATA_BITS: u32 = 32 + 32;
+
+    fn default_config() -> HareConfig {
+        LockConfig::default().into()
     }
 
-    pub fn with_config(cfg: LockConfig) -> HareLock {
-        assert!((1..=127).contains(&cfg.key_bytes) && cfg.slots >= 1 && cfg.slots * QUEUE <= 1 << 20 && cfg.slots <= 1 << 16);
-        let mut b =
-            ProgramBuilder::new("hare_lock", "Hare lock manager: NetLock-style queues of 8 per offloaded lock, grants by the switch");
-        let value = 8usize;
-        b.parser(
-            (L4_END + HEADER_LEN + cfg.key_bytes + value) as u32,
-            &[("ethernet", 112), ("ipv4", 160), ("udp", 64), ("hare", HEADER_LEN as u32 * 8)],
-        )
-        .metadata_bits(16 + 32 + 32)
-        .max_recirculations(Some(1))
-        .classify(pisa::ClassifyRule {
-            ethertype: Some(0x0800),
-            ip_protocol: Some(17),
-            udp_dst_port: Some((PORT_SERVER, PORT_CLIENT)),
-            ..Default::default()
-        });
-        let first = super::FIRST_STAGE;
-        let shape = EmatShape::new(cfg.key_bytes, cfg.key_bytes);
-        let emat = Emat::declare(&mut b, shape, first, cfg.slots);
-        let st = first + 1;
-        let a_allow = b.action("allow_control", &[], "this port may move lock state");
-        let a_deny = b.action("deny_control", &[], "control packets from this port are dropped");
-        let control_ports = b.table(TableSpec {
-            name: "control_ports",
-            doc: "ports of lock servers allowed to move lock state and set states",
-            gress: Gress::Ingress,
-            stage: st,
-            size: 64,
-            keys: &[("ig_intr_md.ingress_port", 9, MatchKind::Exact)],
-            actions: &[a_allow, a_deny],
-            default_action: (a_deny, &[]),
-            const_default: false,
-        });
-        let states = StateManager::declare(&mut b, st, cfg.slots);
-        let oo = OoStat::declare(&mut b, st + 1, cfg.slots);
+    fn check_config(cfg: &HareConfig) {
+        assert!((1..=127).contains(&cfg.key_bytes) && cfg.value_bytes == 8 && cfg.slots * QUEUE <= 1 << 20);
+    }
+
+    fn define_appdata(b: &mut ProgramBuilder, cfg: &HareConfig, packer: &mut Packer) -> Self {
+        b.max_recirculations(Some(1));
+        let (st1, st2) = (packer.take(), packer.stage + 1);
         let ls = b.register::<Pair>(
             "lock_state",
             Gress::Ingress,
-            st + 1,
+            st1,
             cfg.slots,
             "holders and mode (lo); queue head, length, exclusive-waiter mask (hi)",
         );
@@ -215,13 +188,13 @@ impl HareLock {
         let release = b.register_action_body(ls, "release", Release);
         let state_read = b.register_action(ls, "read_half", read_half);
         let state_write = b.register_action(ls, "write", write_pair);
-        let qi = b.register::<u32>("lock_queue_ip", Gress::Ingress, st + 2, cfg.slots * QUEUE, "waiting requests: client IPv4 address");
+        let qi = b.register::<u32>("lock_queue_ip", Gress::Ingress, st2, cfg.slots * QUEUE, "waiting requests: client IPv4 address");
         let qip_read = b.register_action(qi, "read", read_u32);
         let qip_write = b.register_action(qi, "write", write_u32);
         let qt = b.register::<u32>(
             "lock_queue_tag",
             Gress::Ingress,
-            st + 2,
+            st2,
             cfg.slots * QUEUE,
             "waiting requests: client id (high 16 bits) and request seq (low 16)",
         );
@@ -233,31 +206,19 @@ impl HareLock {
             name: "lock_hosts",
             doc: "client address -> port and MAC, to send a waiter its grant",
             gress: Gress::Ingress,
-            stage: st + 2,
+            stage: st2,
             size: 1024,
             keys: &[("hdr.ipv4.dst_addr", 32, MatchKind::Exact)],
             actions: &[a_host, a_nohost],
             default_action: (a_nohost, &[]),
             const_default: false,
         });
-        let d_malformed = b.drop_reason("lock_malformed");
-        let d_unknown_op = b.drop_reason("lock_unknown_op");
-        let d_key_field = b.drop_reason("lock_key_field");
-        let d_control_denied = b.drop_reason("lock_control_denied");
-        let d_bad_slot = b.drop_reason("lock_bad_slot");
         let d_waiting = b.drop_reason("lock_waiting");
         let d_no_host = b.drop_reason("lock_no_host");
         b.note("lock_state's acquire and release bodies decide grant / queue / full and pop the head in one read-modify-write; a Tofino stateful ALU does at most two comparisons per half, so on hardware this state is split over more arrays and stages, as NetLock does");
         b.note("one waiter is granted per release (by a recirculated clone of the release ack)");
-        let decl = b.build().expect("hare_lock declaration is valid");
-        HareLock {
-            decl,
-            cfg,
-            emat,
-            control_ports,
-            a_allow,
-            states,
-            oo,
+        LockApp {
+            key_bytes: cfg.key_bytes,
             acquire,
             release,
             state_read,
@@ -268,72 +229,38 @@ impl HareLock {
             qtag_write,
             lock_hosts,
             a_host,
-            d_malformed,
-            d_unknown_op,
-            d_key_field,
-            d_control_denied,
-            d_bad_slot,
             d_waiting,
             d_no_host,
         }
     }
 
-    fn pair_from(b: &[u8]) -> Pair {
-        Pair::new(u32::from_be_bytes([b[4], b[5], b[6], b[7]]), u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-    }
-    fn pair_into(p: Pair, b: &mut [u8]) {
-        b[..4].copy_from_slice(&p.hi.to_be_bytes());
-        b[4..8].copy_from_slice(&p.lo.to_be_bytes());
+    fn is_query(op: Op) -> bool {
+        matches!(op, Op::Acquire | Op::Release)
     }
 
-    /// The second pass of a release that freed the lock for a waiter: the clone of the
-    /// release ack becomes the waiter's grant.
-    fn grant_next(&self, pass: &mut Pass<'_>) {
-        let kb = self.cfg.key_bytes;
-        let voff = L4_END + HEADER_LEN + kb;
-        let cell = Self::pair_from(&pass.hdr()[voff..voff + 8]);
-        let ip = cell.lo.to_be_bytes();
-        let r = pass.apply(&self.lock_hosts, &ip);
-        if !r.hit || r.action != self.a_host {
-            pass.drop(self.d_no_host);
-            return;
-        }
-        let (port, mac) = (r.param(0) as u16, r.param(1));
-        let h = pass.hdr_mut();
-        h[0..6].copy_from_slice(&mac.to_be_bytes()[2..]);
-        h[30..34].copy_from_slice(&ip);
-        h[36..38].copy_from_slice(&PORT_CLIENT.to_be_bytes());
-        {
-            let mut ipv = wire::Ipv4Packet::new_unchecked(&mut h[14..34]);
-            ipv.fill_checksum();
-        }
-        let mut p = Packet::new_unchecked(&mut h[L4_END..]);
-        p.set_op(Op::Grant);
-        p.set_flags(0);
-        p.set_status(GRANTED);
-        p.set_aux((cell.hi >> 16) as u16);
-        h[L4_END + 4..L4_END + 8].copy_from_slice(&(cell.hi & 0xFFFF).to_be_bytes());
-        pass.forward(port);
+    fn query_ok(_cfg: &HareConfig, value_len: usize) -> bool {
+        value_len == 8
     }
 
-    fn query(&self, pass: &mut Pass<'_>, op: Op) {
-        let kb = self.cfg.key_bytes;
-        let (key_len, kf, vlen, mode, aux, seq) = {
+    fn intercept(&self, pass: &mut Pass<'_>, op: Op, flags: u8) -> bool {
+        if op == Op::ReleaseAck && flags & FLAG_GRANT_NEXT != 0 && pass.ingress_port() == PORT_RECIRC {
+            self.grant_next(pass);
+            return true;
+        }
+        false
+    }
+
+    fn apply_queryhit(&self, pass: &mut Pass<'_>, _cfg: &HareConfig, op: Op, hit: &QueryHit<'_>) {
+        let slot = hit.slot;
+        if pass.execute(&hit.states.check, slot as u32, ()) != state::VALID {
+            return; // moving: the lock's server decides
+        }
+        pass.execute(&hit.oo.count, slot as u32, ());
+        let (mode, aux, seq) = {
             let p = Packet::new_unchecked(&pass.hdr()[L4_END..]);
-            (p.key_len(), p.key_field() as usize, p.value_len() as usize, p.status(), p.aux(), p.seq())
+            (p.status(), p.aux(), p.seq())
         };
-        if kf != kb || vlen != 8 {
-            pass.drop(self.d_key_field);
-            return;
-        }
-        let mut key = [0u8; 128];
-        key[..kb].copy_from_slice(&pass.hdr()[L4_END + HEADER_LEN..L4_END + HEADER_LEN + kb]);
-        let Some(slot) = self.emat.lookup(pass, key_len, &key[..kb]) else { return };
-        if slot as u32 >= self.cfg.slots || pass.execute(&self.states.check, slot as u32, ()) != state::VALID {
-            return; // not offloaded (or moving): the lock's server decides
-        }
-        pass.execute(&self.oo.count, slot as u32, ());
-        let voff = L4_END + HEADER_LEN + kb;
+        let voff = hit.voff;
         let end = voff + 8;
         match op {
             Op::Acquire => {
@@ -385,109 +312,72 @@ impl HareLock {
         }
     }
 
-    fn control(&self, pass: &mut Pass<'_>, op: Op) {
-        let port = pass.ingress_port();
-        let allowed = port == PORT_CPU || pass.apply_u64(&self.control_ports, port as u64).action == self.a_allow;
-        if !allowed {
-            pass.drop(self.d_control_denied);
-            return;
+    /// `aux` selects a queue cell (0..QUEUE) or a half of the lock state (QUEUE, QUEUE + 1).
+    fn apply_datamv(&self, pass: &mut Pass<'_>, _cfg: &HareConfig, op: Op, dm: &DataMv) -> bool {
+        if dm.vlen != 8 || dm.aux as u32 > QUEUE + 1 {
+            return false;
         }
-        let (slot, status, kf, vlen, aux) = {
-            let p = Packet::new_unchecked(&pass.hdr()[L4_END..]);
-            (p.hit_index(), p.status(), p.key_field() as usize, p.value_len() as usize, p.aux())
-        };
-        if slot as u32 >= self.cfg.slots {
-            pass.drop(self.d_bad_slot);
-            return;
-        }
-        let voff = L4_END + HEADER_LEN + kf;
-        let end = voff + vlen;
-        match op {
-            Op::StatFetch if vlen == 4 => {
-                let c = match status {
-                    1 => pass.execute(&self.oo.fetch_clear, slot as u32, ()),
-                    2 => pass.execute(&self.oo.fetch_halve, slot as u32, ()),
-                    _ => pass.execute(&self.oo.fetch, slot as u32, ()),
-                };
-                pass.hdr_mut()[voff..voff + 4].copy_from_slice(&c.to_be_bytes());
+        let (slot, a, voff, end) = (dm.slot as u32, dm.aux as u32, dm.voff, dm.voff + 8);
+        let to_switch = op == Op::DataMvToSwitch;
+        if a >= QUEUE {
+            if to_switch {
+                let v = Self::pair_from(&pass.hdr()[voff..end]);
+                pass.execute(&self.state_write, slot, v);
+            } else {
+                let half = pass.execute(&self.state_read, slot, a - QUEUE);
+                pass.hdr_mut()[voff + 4..end].copy_from_slice(&half.to_be_bytes());
             }
-            Op::StateSet if status <= state::REPLACING => {
-                pass.execute(&self.states.set, slot as u32, status);
-            }
-            // aux < QUEUE: one queue cell; aux = QUEUE: the lock state (to the switch: both
-            // halves; to the server: the low half, and aux = QUEUE + 1 the high half, since a
-            // stateful ALU returns 32 bits).
-            Op::DataMvToSwitch | Op::DataMvToServer if vlen == 8 && (aux as u32) <= QUEUE + 1 => {
-                let to_switch = op == Op::DataMvToSwitch;
-                let a = aux as u32;
-                if a >= QUEUE {
-                    if to_switch {
-                        let v = Self::pair_from(&pass.hdr()[voff..end]);
-                        pass.execute(&self.state_write, slot as u32, v);
-                    } else {
-                        let half = pass.execute(&self.state_read, slot as u32, a - QUEUE);
-                        pass.hdr_mut()[voff + 4..end].copy_from_slice(&half.to_be_bytes());
-                    }
-                } else {
-                    let i = slot as u32 * QUEUE + a;
-                    if to_switch {
-                        let v = Self::pair_from(&pass.hdr()[voff..end]);
-                        pass.execute(&self.qip_write, i, v.lo);
-                        pass.execute(&self.qtag_write, i, v.hi);
-                    } else {
-                        let v = Pair::new(pass.execute(&self.qip_read, i, ()), pass.execute(&self.qtag_read, i, ()));
-                        Self::pair_into(v, &mut pass.hdr_mut()[voff..end]);
-                    }
-                }
-            }
-            Op::StatFetch | Op::StateSet | Op::DataMvToSwitch | Op::DataMvToServer => {
-                pass.drop(self.d_malformed);
-                return;
-            }
-            _ => {
-                pass.drop(self.d_unknown_op);
-                return;
+        } else {
+            let i = slot * QUEUE + a;
+            if to_switch {
+                let v = Self::pair_from(&pass.hdr()[voff..end]);
+                pass.execute(&self.qip_write, i, v.lo);
+                pass.execute(&self.qtag_write, i, v.hi);
+            } else {
+                let v = Pair::new(pass.execute(&self.qip_read, i, ()), pass.execute(&self.qtag_read, i, ()));
+                Self::pair_into(v, &mut pass.hdr_mut()[voff..end]);
             }
         }
-        pass.hdr_mut()[L4_END + 1] |= FLAG_DONE;
-        back_to_sender(pass, end);
+        true
     }
 }
 
-impl Default for HareLock {
-    fn default() -> Self {
-        Self::new()
+impl LockApp {
+    fn pair_from(b: &[u8]) -> Pair {
+        Pair::new(u32::from_be_bytes([b[4], b[5], b[6], b[7]]), u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     }
-}
-
-impl Program for HareLock {
-    fn decl(&self) -> &ProgramDecl {
-        &self.decl
+    fn pair_into(p: Pair, b: &mut [u8]) {
+        b[..4].copy_from_slice(&p.hi.to_be_bytes());
+        b[4..8].copy_from_slice(&p.lo.to_be_bytes());
     }
 
-    fn ingress(&self, pass: &mut Pass<'_>) {
-        let hdr = pass.hdr();
-        if hdr.len() < L4_END + HEADER_LEN || hdr[14] != 0x45 {
-            pass.drop(self.d_malformed);
+    /// The second pass of a release that freed the lock for a waiter: the clone of the
+    /// release ack becomes the waiter's grant.
+    fn grant_next(&self, pass: &mut Pass<'_>) {
+        let kb = self.key_bytes;
+        let voff = L4_END + HEADER_LEN + kb;
+        let cell = Self::pair_from(&pass.hdr()[voff..voff + 8]);
+        let ip = cell.lo.to_be_bytes();
+        let r = pass.apply(&self.lock_hosts, &ip);
+        if !r.hit || r.action != self.a_host {
+            pass.drop(self.d_no_host);
             return;
         }
-        let (op, flags) = match Packet::new_checked(&hdr[L4_END..]) {
-            Ok(p) => (p.op(), p.flags()),
-            Err(_) => {
-                pass.drop(self.d_malformed);
-                return;
-            }
-        };
-        match op {
-            None => pass.drop(self.d_unknown_op),
-            Some(Op::ReleaseAck) if flags & FLAG_GRANT_NEXT != 0 && pass.ingress_port() == PORT_RECIRC => self.grant_next(pass),
-            Some(op) if op.is_control() => {
-                if flags & FLAG_DONE == 0 {
-                    self.control(pass, op)
-                }
-            }
-            Some(op @ (Op::Acquire | Op::Release)) => self.query(pass, op),
-            Some(_) => {}
+        let (port, mac) = (r.param(0) as u16, r.param(1));
+        let h = pass.hdr_mut();
+        h[0..6].copy_from_slice(&mac.to_be_bytes()[2..]);
+        h[30..34].copy_from_slice(&ip);
+        h[36..38].copy_from_slice(&PORT_CLIENT.to_be_bytes());
+        {
+            let mut ipv = wire::Ipv4Packet::new_unchecked(&mut h[14..34]);
+            ipv.fill_checksum();
         }
+        let mut p = Packet::new_unchecked(&mut h[L4_END..]);
+        p.set_op(Op::Grant);
+        p.set_flags(0);
+        p.set_status(GRANTED);
+        p.set_aux((cell.hi >> 16) as u16);
+        h[L4_END + 4..L4_END + 8].copy_from_slice(&(cell.hi & 0xFFFF).to_be_bytes());
+        pass.forward(port);
     }
 }

@@ -201,11 +201,10 @@ impl Program for NetCache {
         let voff = L4_END + HEADER_LEN + kb;
         match (op, slot) {
             (Op::Get, Some(s)) if s as u32 >= self.cfg.slots => {}
-            (Op::Get, Some(s))
-                if pass.execute(&self.valid.check, s as u32, ()) == state::VALID => {
-                    pass.execute(&self.hits, s as u32, ());
-                    self.values.serve_get(pass, s, kb, vb);
-                }
+            (Op::Get, Some(s)) if pass.execute(&self.valid.check, s as u32, ()) == state::VALID => {
+                pass.execute(&self.hits, s as u32, ());
+                self.values.serve_get(pass, s, kb, vb);
+            }
             (Op::Get, None) => {
                 let mut est = u32::MAX;
                 for (h, a) in &self.cms {

@@ -48,10 +48,12 @@ fn fetch_halve(c: u32, _: ()) -> (u32, u32) {
 
 /// The state manager's register and its actions.
 pub struct StateManager {
-    pub(crate) check: RegisterAction<u8, (), u8>,
+    /// Built-ins for an application's query-hit processing (K3): read the slot's state,
+    /// invalidate it (a write passed), revalidate it (the write's new data is in).
+    pub check: RegisterAction<u8, (), u8>,
     pub(crate) set: RegisterAction<u8, u8, u8>,
-    pub(crate) invalidate: RegisterAction<u8, (), u8>,
-    pub(crate) revalidate: RegisterAction<u8, (), u8>,
+    pub invalidate: RegisterAction<u8, (), u8>,
+    pub revalidate: RegisterAction<u8, (), u8>,
 }
 
 impl StateManager {
@@ -73,7 +75,8 @@ impl StateManager {
 
 /// OO-Stat: one 32-bit counter per slot.
 pub struct OoStat {
-    pub(crate) count: RegisterAction<u32, (), u32>,
+    /// Built-in for an application's query-hit processing (K3): count a hit.
+    pub count: RegisterAction<u32, (), u32>,
     pub(crate) fetch: RegisterAction<u32, (), u32>,
     pub(crate) fetch_clear: RegisterAction<u32, (), u32>,
     pub(crate) fetch_halve: RegisterAction<u32, (), u32>,

@@ -11,7 +11,8 @@ switch OS at `table_rate` per second, packet-based interactions at `packet_rate`
 
 The offloading logic of each system:
 
-- hare: K2. Every `t_wait` the analyzer fetches OO-Stat with packets (halving it every
+- hare: K2, run by the K3 framework (`framework.Hare`; the servers are `kvapp.Server`,
+  which supplies only the hooks). Every `t_wait` the analyzer fetches OO-Stat with packets (halving it every
   second, or fetch-and-clear with `hare_stats="clear"`),
   takes the K coldest offloaded objects and the integrated K hottest of the servers'
   NOO-Stat heaps, keeps the K globally hottest (Steps 1–3), marks the replaced slots
@@ -31,7 +32,6 @@ The offloading logic of each system:
 from __future__ import annotations
 
 import math
-import struct
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +40,8 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from inswitch import _native  # type: ignore[attr-defined]
+from inswitch.apps.hare import framework
+from inswitch.apps.hare.kvapp import Server
 from inswitch.apps.hare.workload import Trace, key_bytes, value_bytes
 
 SYSTEMS = ("hare", "netcache", "dyso", "none")
@@ -127,61 +129,6 @@ def _pow2(n: int) -> int:
     return 1 << max(0, math.ceil(math.log2(max(1, n))))
 
 
-class Server:
-    """A backend server: the store (with a write-ahead log when `wal` is given, so a
-    restart loses no acknowledged write) and, for Hare, NOO-Stat with a K-sized heap."""
-
-    def __init__(self, idx: int, n_keys: int, keys_of: Callable[[int], bytes], p: KvParams, k: int, wal: Optional[Path] = None):
-        self.idx = idx
-        self.p = p
-        self.store: dict[bytes, bytes] = {}
-        self.index: dict[bytes, int] = {}
-        for i in range(idx, n_keys, p.servers):
-            kb = keys_of(i)
-            self.store[kb] = value_bytes(i, 0, p.value_size)
-            self.index[kb] = i
-        self.noo = _native.NooStat(k)
-        self.free_at = 0.0
-        self.wal = wal
-        if wal is not None:
-            self._replay()
-
-    def _replay(self) -> None:
-        assert self.wal is not None
-        if not self.wal.exists():
-            return
-        data = self.wal.read_bytes()
-        off = 0
-        while off + 2 <= len(data):
-            kl, vl = data[off], data[off + 1]
-            if off + 2 + kl + vl > len(data):
-                break  # a torn last record was never acknowledged
-            k = data[off + 2 : off + 2 + kl]
-            self.store[k] = data[off + 2 + kl : off + 2 + kl + vl]
-            off += 2 + kl + vl
-
-    def put(self, key: bytes, value: bytes) -> None:
-        if self.wal is not None:
-            with self.wal.open("ab") as f:
-                f.write(bytes([len(key), len(value)]) + key + value)
-        self.store[key] = value
-
-    def restart(self) -> "Server":
-        """A new process over the same log (the in-memory store is lost)."""
-        s = Server.__new__(Server)
-        s.idx, s.p, s.wal = self.idx, self.p, self.wal
-        s.store, s.index = {}, dict(self.index)
-        for kb, i in self.index.items():
-            s.store[kb] = value_bytes(i, 0, self.p.value_size)
-        s.noo = _native.NooStat(self.noo_k())
-        s.free_at = 0.0
-        s._replay()
-        return s
-
-    def noo_k(self) -> int:
-        return max(1, len(self.noo.top()))
-
-
 @dataclass
 class Metrics:
     epochs: int
@@ -238,8 +185,11 @@ class KvRun:
         if system == "netcache":
             self.sw.clone_to_cpu(NETCACHE_REPORT_SESSION)
         self.servers = [
-            Server(s, trace.n_keys, self._keys.__getitem__, p, p.batch, (wal_dir / f"server{s}.wal") if wal_dir else None) for s in range(p.servers)
+            Server(s, trace.n_keys, self._keys.__getitem__, p.servers, p.value_size, self.kf, p.batch, (wal_dir / f"server{s}.wal") if wal_dir else None)
+            for s in range(p.servers)
         ]
+        for srv in self.servers:
+            srv.send = lambda frames, port=1 + srv.idx: self.server_send(port, frames)
         self.version = np.zeros(trace.n_keys, dtype=np.int64)  # reference: latest written version
         self.epochs = int(math.ceil((float(trace.t[-1]) if len(trace) else 0.0) / p.epoch_s)) + 1
         self.m = Metrics(self.epochs, p.epoch_s)
@@ -250,13 +200,11 @@ class KvRun:
         self.busy_until = 0.0
         self.pending: list[tuple[float, Callable[[], None]]] = []
         self.offloads = 0
-        # Hare
+        # Hare: the K3 framework does the offloading; the servers are the application.
+        self.fw: Optional[framework.Hare] = None
         if system == "hare":
-            self.emat = _native.HareEmat(self.kf, p.cache)
-        self.h_slots: dict[int, bytes] = {}
-        self.h_base: dict[int, int] = {}
-        self.h_next_age = 1.0
-        self.next_round = p.t_wait
+            fp = framework.FrameworkParams(p.cache, p.batch, p.t_wait, p.table_rate, p.packet_rate, p.hare_stats)
+            self.fw = framework.Hare(self.sw, "hare", self.kf, self.servers, lambda k: self.server_of(self._key_index[k]), fp)
         # NetCache
         self.nc_cached: dict[bytes, int] = {}
         self.nc_free = list(range(p.cache - 1, -1, -1))
@@ -287,6 +235,10 @@ class KvRun:
         f = _native.hare_frame(CPU, server_ep(0), op, key, kf, value, 0, slot, aux, status, 0)
         return self.sw.packet_out(f)
 
+    def server_send(self, port: int, frames: list[bytes]) -> list[tuple[int, bytes]]:
+        self.packet_ops += len(frames)
+        return self.sw.process(port, frames)
+
     def schedule(self, start: float, cost: float, fn: Callable[[], None]) -> None:
         begin = max(start, self.busy_until)
         self.busy_until = begin + cost
@@ -312,6 +264,8 @@ class KvRun:
         while lo < n:
             now += p.slice_s
             self.run_pending(now - p.slice_s)
+            if self.fw is not None:
+                self.fw.run_due(now - p.slice_s)
             hi = int(np.searchsorted(tr.t, now))
             if hi > lo:
                 self.slice(lo, hi)
@@ -349,11 +303,10 @@ class KvRun:
             srv = self.servers[s]
             back = []
             for f in fs:
-                m = _native.hare_parse(f)
-                if m is None:
+                q = framework.Query.parse(f)
+                if q is None:
                     continue
-                op, _fl, seq, _hi, _aux, _st, key, value, _ip, _port = m
-                t0 = float(tr.t[seq]) + p.link_s
+                t0 = float(tr.t[q.seq]) + p.link_s
                 start = max(t0, srv.free_at)
                 if start - t0 > p.max_wait_s:
                     self.m.dropped[self.m.ep(t0)] += 1
@@ -362,15 +315,10 @@ class KvRun:
                 fin = srv.free_at + p.link_s
                 e = self.m.ep(fin)
                 self.m.done[e] += 1
-                self.m.lat[e].append((fin - float(tr.t[seq])) * 1e6)
-                if op == OP_GET:
-                    self.m.gets[self.m.ep(float(tr.t[seq]))] += 1
-                    if self.system == "hare":
-                        srv.noo.record(key)
-                    back.append(self.frame(server_ep(s), CLIENT, OP_GET_REPLY, key, srv.store[key], seq))
-                elif op == OP_PUT:
-                    srv.put(key, value)
-                    back.append(self.frame(server_ep(s), CLIENT, OP_PUT_REPLY, key, value, seq))
+                self.m.lat[e].append((fin - float(tr.t[q.seq])) * 1e6)
+                if q.op == OP_GET:
+                    self.m.gets[self.m.ep(float(tr.t[q.seq]))] += 1
+                back.extend(srv.process_query(q))
             for port, f in self.sw.process(1 + s, back):
                 if port == 0:
                     replies.append(f)
@@ -398,90 +346,13 @@ class KvRun:
     # ---- control -----------------------------------------------------------------------
 
     def control(self, now: float) -> None:
-        if self.system == "hare" and now >= self.next_round and now >= self.busy_until:
-            self.next_round = now + self.p.t_wait
-            self.hare_round(now)
+        if self.fw is not None:
+            self.fw.tick(now)
         elif self.system == "netcache" and now >= self.nc_next_clear:
             self.nc_next_clear += 1.0
             self.schedule(now, 8 / self.p.table_rate, self.nc_clear)
         elif self.system == "dyso":
             self.dyso_round(now)
-
-    def hare_round(self, now: float) -> None:
-        """Steps 1–7 with batch size K."""
-        p, K = self.p, self.p.batch
-        # Statistics are kept, not cleared, between rounds and halved every second (the
-        # paper's setting for Hare); a newly offloaded object starts from the count its
-        # server saw (`h_base`), so it is not evicted for having no switch history.
-        aging = now >= self.h_next_age and p.hare_stats == "age"
-        if aging:
-            self.h_next_age += 1.0
-            for srv in self.servers:
-                srv.noo.age()
-            self.h_base = {k: v // 2 for k, v in self.h_base.items()}
-        slot_obj: dict[int, tuple[bytes, int]] = {}
-        for slot in range(p.cache):
-            # Step 2: OO-Stat by packets (fetch, and halve when aging).
-            pins = self.cpu(OP_STAT_FETCH, slot=slot, status=(1 if p.hare_stats == "clear" else 2 if aging else 0), value=b"\0\0\0\0")
-            m = _native.hare_parse(pins[0]) if pins else None
-            cnt = struct.unpack(">I", bytes(m[7])[:4])[0] if m else 0
-            if slot in self.h_slots:
-                slot_obj[slot] = (self.h_slots[slot], cnt + (self.h_base.get(slot, 0) if p.hare_stats == "age" else 0))
-        o_switch = sorted(((c, o, s) for s, (o, c) in slot_obj.items()), key=lambda x: x[0])[:K]
-        o_server = _native.noostat_integrate([s.noo.top() for s in self.servers], K)
-        server_count = {o: c for o, c in o_server}
-        if p.hare_stats == "clear":  # Step 7 (OO-Stat was fetched-and-cleared above)
-            for srv in self.servers:
-                srv.noo.clear()
-        free = [s for s in range(p.cache) if s not in slot_obj]
-        # Step 3: the K globally hottest among O_switch and O_server.
-        cand = [(c, o, "switch", s) for c, o, s in o_switch] + [(c, o, "server", -1) for o, c in o_server]
-        cand.sort(key=lambda x: -x[0])
-        hottest = cand[:K]
-        hot_set = {o for _c, o, _w, _s in hottest}
-        newcomers = [o for c, o, w, _s in hottest if w == "server" and c > 0]
-        victims = [(o, s) for c, o, s in o_switch if o not in hot_set]
-        plan: list[tuple[Optional[bytes], bytes, int]] = []
-        for o in newcomers:
-            if free:
-                plan.append((None, o, free.pop(0)))
-            elif victims:
-                old, s = victims.pop(0)
-                plan.append((old, o, s))
-        fetch_cost = p.cache / p.packet_rate
-        if not plan:
-            return
-        # Step 5's cost: the e-MAT writes through the switch OS, the data by packets.
-        est_ops = sum(2 * len(self.emat.segments) if old else len(self.emat.segments) for old, _n, _s in plan)
-        cost = fetch_cost + est_ops / p.table_rate + 3 * len(plan) / p.packet_rate
-
-        def apply() -> None:
-            for old, new, slot in plan:
-                if old is not None and self.emat.slot_of(old) is None:
-                    continue
-                if self.emat.slot_of(new) is not None:
-                    continue
-                self.cpu(OP_STATE_SET, slot=slot, status=STATE_REPLACING)  # Step 4
-                if old is None:
-                    ops = self.emat.insert(new, slot)
-                else:
-                    _slot, ops = self.emat.replace(old, new)
-                for mat, write, first, seg, index in ops:  # Step 5: M-modifier
-                    self.sw.table_write("hare", f"emat_{mat + 1}", write, [first, seg], "set_index", [index.to_bytes(2, "big")])
-                    self.table_ops += 1
-                srv = self.servers[self.server_of(self._key_index[new])]  # Step 5: D-modifier
-                f = self.frame(server_ep(srv.idx), server_ep(srv.idx), OP_DATAMV_TO_SWITCH, new, srv.store[new], 0, hit_index=slot)
-                self.sw.process(1 + srv.idx, [f])
-                self.packet_ops += 1
-                self.cpu(OP_STATE_SET, slot=slot, status=STATE_VALID)  # Step 6
-                # Step 7 for this slot: its counter restarts; the server stops counting it.
-                self.cpu(OP_STAT_FETCH, slot=slot, status=1, value=b"\0\0\0\0")
-                srv.noo.forget(new)
-                self.h_base[slot] = server_count.get(new, 0)
-                self.h_slots[slot] = new
-                self.offloads += 1
-
-        self.schedule(now, cost, apply)
 
     @property
     def _key_index(self) -> dict[bytes, int]:
@@ -626,8 +497,8 @@ class KvRun:
             "dropped": int(m.dropped.sum()),
             "correct": self.correct,
             "stale_examples": self.stale,
-            "offloads": self.offloads,
-            "control": {"table_ops": self.table_ops, "packet_ops": self.packet_ops},
+            "offloads": self.offloads + (self.fw.offloads if self.fw else 0),
+            "control": {"table_ops": self.table_ops + (self.fw.table_ops if self.fw else 0), "packet_ops": self.packet_ops + (self.fw.packet_ops if self.fw else 0)},
             "switch_drops": self.sw.drops(),
             **({"dyso_columns": self.dyso_cols, "dyso_rows": self.dyso_rows} if self.system == "dyso" else {}),
         }
