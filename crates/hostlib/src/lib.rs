@@ -11,3 +11,4 @@
 
 pub mod aggregation;
 pub mod netstack;
+pub mod switchagg;

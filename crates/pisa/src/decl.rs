@@ -222,6 +222,57 @@ pub struct PktGenDecl {
     pub packet: Vec<u8>,
 }
 
+/// What a block memory is built from: on-chip SRAM (block RAM, one access per cycle) or
+/// off-chip DRAM (large, with a latency the target states).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemoryKind {
+    Sram,
+    Dram,
+}
+
+/// A block memory of wide words (an FPGA's block RAM or a DRAM region): one
+/// read-modify-write of one word per pass (or per item, see
+/// [`ProgramBuilder::items_per_pass`]). Tofino has no such memory: its stateful ALUs reach
+/// cells of at most 64 (128) bits, so the resource report refuses these on a Tofino target.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct MemoryDecl {
+    pub name: String,
+    pub doc: String,
+    pub gress: Gress,
+    pub stage: u8,
+    pub kind: MemoryKind,
+    pub words: u32,
+    pub word_bytes: u32,
+}
+
+impl MemoryDecl {
+    pub fn bytes(&self) -> u64 {
+        self.words as u64 * self.word_bytes as u64
+    }
+}
+
+/// Handle to a block memory.
+#[derive(Clone, Copy, Debug)]
+pub struct Memory {
+    pub(crate) obj: ObjRef,
+    pub(crate) idx: u16,
+    pub(crate) words: u32,
+    pub(crate) word_bytes: u32,
+}
+
+impl Memory {
+    pub fn words(&self) -> u32 {
+        self.words
+    }
+    pub fn word_bytes(&self) -> u32 {
+        self.word_bytes
+    }
+    pub fn index(&self) -> usize {
+        self.idx as usize
+    }
+}
+
 /// Everything a program declares. Built by [`ProgramBuilder`].
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ProgramDecl {
@@ -247,6 +298,14 @@ pub struct ProgramDecl {
     pub drop_reasons: Vec<String>,
     /// Notes the program wants shown with its resource report (e.g. what it leaves out).
     pub notes: Vec<String>,
+    /// Block memories (wide words; FPGA targets only).
+    #[serde(default)]
+    pub memories: Vec<MemoryDecl>,
+    /// Items (e.g. key-value pairs) of one packet a payload analyzer streams through the
+    /// stages one after another, each item a fresh pass over them ([`crate::Pass::next_item`]).
+    /// 0 or 1: one pass per packet, as on a PISA switch.
+    #[serde(default)]
+    pub items_per_pass: u32,
 }
 
 impl ProgramDecl {
@@ -255,7 +314,8 @@ impl ProgramDecl {
         let r = self.registers.iter().map(|r| r.stage);
         let t = self.tables.iter().map(|t| t.stage);
         let h = self.hash_units.iter().map(|h| h.stage);
-        r.chain(t).chain(h).map(|s| s as u32 + 1).max().unwrap_or(0)
+        let m = self.memories.iter().map(|m| m.stage);
+        r.chain(t).chain(h).chain(m).map(|s| s as u32 + 1).max().unwrap_or(0)
     }
 }
 
@@ -383,6 +443,8 @@ impl ProgramBuilder {
                 max_recirculations: Some(0),
                 drop_reasons: Vec::new(),
                 notes: Vec::new(),
+                memories: Vec::new(),
+                items_per_pass: 0,
             },
             next_obj: 0,
             stage_objs: vec![0; 512],
@@ -602,6 +664,28 @@ impl ProgramBuilder {
         let bytes = d.bytes() as u16;
         self.decl.digests.push(d);
         Digest { bit: 1u64 << (idx % MAX_DIGESTS), idx: idx as u16, bytes }
+    }
+
+    /// A block memory of `words` words of `word_bytes` bytes in `stage` of `gress` (an
+    /// FPGA's block RAM or a DRAM region; see [`MemoryDecl`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn memory(&mut self, name: &str, gress: Gress, stage: u8, kind: MemoryKind, words: u32, word_bytes: u32, doc: &str) -> Memory {
+        let taken = self.decl.memories.iter().any(|m| m.name == name);
+        self.check_name("memory", name, taken);
+        if words == 0 || word_bytes == 0 {
+            self.errors.push(DeclError::Invalid(format!("memory `{name}` has size 0")));
+        }
+        let obj = self.obj(stage, gress);
+        let idx = self.decl.memories.len() as u16;
+        self.decl.memories.push(MemoryDecl { name: name.to_string(), doc: doc.to_string(), gress, stage, kind, words, word_bytes });
+        Memory { obj, idx, words, word_bytes }
+    }
+
+    /// Declare a payload analyzer: up to `n` items of one packet pass through the stages one
+    /// after another (see [`ProgramDecl::items_per_pass`]).
+    pub fn items_per_pass(&mut self, n: u32) -> &mut Self {
+        self.decl.items_per_pass = n;
+        self
     }
 
     /// A periodic packet generator injecting `packet` every `period_ns` into ingress.

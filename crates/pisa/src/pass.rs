@@ -17,7 +17,7 @@ use std::cell::RefCell;
 
 use serde::Serialize;
 
-use crate::decl::{Digest, DropCode, Gress, HashUnit, ObjRef, Table};
+use crate::decl::{Digest, DropCode, Gress, HashUnit, Memory, ObjRef, Table};
 use crate::packet::{PacketBuf, PortId, PORT_CPU, PORT_NONE, PORT_RECIRC};
 pub use crate::packet::{PacketMeta, BRIDGED_BYTES};
 use crate::register::{Cell, RegisterAction, SaluBody};
@@ -67,6 +67,8 @@ pub struct DigestMsg {
 /// A program's state in one pipe: its register arrays and tables.
 pub struct ProgramState {
     pub(crate) regs: Vec<Box<[u64]>>,
+    /// Block memories (words back to back).
+    pub(crate) mems: Vec<Box<[u8]>>,
     /// What a pass only reads, apart from the registers it writes: a pass borrows the two
     /// halves separately (one pointer each), and table results borrow the read-only half
     /// for the whole pass.
@@ -81,13 +83,17 @@ pub(crate) struct ProgramRo {
     depth: usize,
     /// Index of the program in its set.
     program: u8,
+    /// Items one packet may stream through the stages (at least 1).
+    items: u32,
 }
 
 impl ProgramState {
     pub(crate) fn new(decl: &crate::decl::ProgramDecl, program: u8) -> Self {
         ProgramState {
             regs: decl.registers.iter().map(|r| vec![0u64; r.size as usize].into_boxed_slice()).collect(),
+            mems: decl.memories.iter().map(|m| vec![0u8; m.bytes() as usize].into_boxed_slice()).collect(),
             ro: ProgramRo {
+                items: decl.items_per_pass.max(1),
                 tables: decl.tables.iter().map(TableState::new).collect(),
                 digest_enabled: vec![false; decl.digests.len()],
                 depth: decl.parser.depth_bytes as usize,
@@ -100,6 +106,10 @@ impl ProgramState {
     }
     pub fn register_mut(&mut self, idx: usize) -> &mut [u64] {
         &mut self.regs[idx]
+    }
+    /// Block memory `idx`, words back to back.
+    pub fn memory(&self, idx: usize) -> &[u8] {
+        &self.mems[idx]
     }
     pub fn table(&self, idx: usize) -> &TableState {
         &self.ro.tables[idx]
@@ -226,17 +236,20 @@ pub struct Pass<'a> {
     pkt: PacketBuf,
     hdr_len: usize,
     regs: &'a mut Vec<Box<[u64]>>,
+    mems: &'a mut Vec<Box<[u8]>>,
     ro: &'a ProgramRo,
     env: &'a PassEnv,
     guard: Guard,
+    /// Items streamed so far in this pass beyond the first ([`Pass::next_item`]).
+    items: u32,
 }
 
 impl<'a> Pass<'a> {
     #[inline(always)]
     pub(crate) fn new(pkt: PacketBuf, state: &'a mut ProgramState, gress: Gress, env: &'a PassEnv) -> Self {
-        let ProgramState { regs, ro } = state;
+        let ProgramState { regs, mems, ro } = state;
         let hdr_len = ro.depth.min(pkt.len());
-        Pass { pkt, hdr_len, regs, ro, env, guard: Guard::new(gress) }
+        Pass { pkt, hdr_len, regs, mems, ro, env, guard: Guard::new(gress), items: 0 }
     }
 
     /// Start a new pass (same program, same gress) over `pkt`: the packet is swapped in,
@@ -247,6 +260,7 @@ impl<'a> Pass<'a> {
         std::mem::swap(&mut self.pkt, pkt);
         self.hdr_len = self.ro.depth.min(self.pkt.len());
         self.guard.reset();
+        self.items = 0;
     }
 
     /// End the pass: the packet is swapped out into `pkt` (and what `pkt` held goes back
@@ -446,6 +460,41 @@ impl<'a> Pass<'a> {
                 O::default()
             }
         }
+    }
+
+    /// Read-modify-write one word of a block memory: `f` gets the word and returns the
+    /// output (on a rule violation `f` does not run and the default comes back).
+    #[inline]
+    pub fn access<R: Default>(&mut self, m: &Memory, word: u32, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        if !self.guard.enter(m.obj) {
+            return R::default();
+        }
+        if word >= m.words {
+            self.guard.fail(Violation::IndexOutOfRange);
+            return R::default();
+        }
+        let w = m.word_bytes as usize;
+        let at = word as usize * w;
+        f(&mut self.mems[m.idx as usize][at..at + w])
+    }
+
+    /// The next item of this packet enters the stages (a payload analyzer handing the
+    /// engines one key-value pair after another): the stage cursor starts over, so each
+    /// item may use each object once. At most `items_per_pass` items per pass (as the
+    /// program declared); one more is a `double_access` violation and returns false.
+    #[inline]
+    pub fn next_item(&mut self) -> bool {
+        if self.guard.violation.is_some() {
+            return false;
+        }
+        if self.items + 1 >= self.ro.items {
+            self.guard.fail(Violation::DoubleAccess);
+            return false;
+        }
+        self.items += 1;
+        self.guard.touched = 0;
+        self.guard.pos = self.guard.start;
+        true
     }
 
     /// Compute a hash unit over `data` (the bytes of the fields it hashes).

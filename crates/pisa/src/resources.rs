@@ -10,7 +10,7 @@
 
 use serde::Serialize;
 
-use crate::decl::{Gress, ProgramDecl, TableDecl};
+use crate::decl::{Gress, MemoryKind, ProgramDecl, TableDecl};
 use crate::table::MatchKind;
 use crate::target::{is_unlimited, Target};
 
@@ -57,6 +57,17 @@ pub struct TableUsage {
 }
 
 #[derive(Clone, Debug, Serialize)]
+pub struct MemoryUsage {
+    pub name: String,
+    pub gress: Gress,
+    pub stage: u8,
+    pub kind: MemoryKind,
+    pub words: u32,
+    pub word_bytes: u32,
+    pub bytes: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
 pub struct ProgramUsage {
     pub name: String,
     pub stages: u32,
@@ -67,6 +78,8 @@ pub struct ProgramUsage {
     pub packet_generators: u32,
     pub digests: Vec<(String, u32)>,
     pub notes: Vec<String>,
+    /// Items of one packet its payload analyzer streams through the stages (1: none).
+    pub items_per_pass: u32,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -85,6 +98,10 @@ pub struct ResourceReport {
     pub hash_units_total: u32,
     pub stateful_alus_total: u32,
     pub table_entries_total: u64,
+    /// Block memories (FPGA targets) and their totals by kind, in bytes.
+    pub memories: Vec<MemoryUsage>,
+    pub memory_sram_bytes: u64,
+    pub memory_dram_bytes: u64,
     pub fits: bool,
     /// Every limit exceeded, in words.
     pub problems: Vec<String>,
@@ -166,6 +183,7 @@ impl ResourceReport {
         let mut tables = Vec::new();
         let mut programs = Vec::new();
         let mut hash_total = 0;
+        let mut memories = Vec::new();
 
         for d in decls {
             for r in &d.registers {
@@ -277,6 +295,35 @@ impl ResourceReport {
                     target.pktgen_apps
                 ));
             }
+            for m in &d.memories {
+                let st = &mut stages[m.stage as usize];
+                st.objects.push(format!("{}.{} ({:?} memory {}x{}B)", d.name, m.name, m.kind, m.words, m.word_bytes).to_lowercase());
+                if target.block_sram_bytes == 0 {
+                    problems.push(format!(
+                        "{}.{}: a block memory of {}-byte words; {} has none (its stateful ALUs reach {}-bit cells)",
+                        d.name, m.name, m.word_bytes, target.name, target.max_register_cell_bits
+                    ));
+                }
+                memories.push(MemoryUsage {
+                    name: format!("{}.{}", d.name, m.name),
+                    gress: m.gress,
+                    stage: m.stage,
+                    kind: m.kind,
+                    words: m.words,
+                    word_bytes: m.word_bytes,
+                    bytes: m.bytes(),
+                });
+            }
+            if d.items_per_pass > 1 && d.items_per_pass > target.payload_analyzer_items {
+                problems.push(if target.payload_analyzer_items == 0 {
+                    format!(
+                        "{}: streams up to {} items of a packet through the stages; {} has no payload analyzer (one pass sees one set of headers: recirculate per item)",
+                        d.name, d.items_per_pass, target.name
+                    )
+                } else {
+                    format!("{}: {} items per packet, the payload analyzer streams at most {}", d.name, d.items_per_pass, target.payload_analyzer_items)
+                });
+            }
             programs.push(ProgramUsage {
                 name: d.name.clone(),
                 stages: d.stages_used(),
@@ -286,6 +333,7 @@ impl ResourceReport {
                 packet_generators: d.packet_generators.len() as u32,
                 digests: d.digests.iter().map(|g| (g.name.clone(), g.bytes() as u32)).collect(),
                 notes: d.notes.clone(),
+                items_per_pass: d.items_per_pass.max(1),
             });
         }
 
@@ -315,7 +363,28 @@ impl ResourceReport {
             over("exact-match key bits", s.exact_key_bits as u64, target.exact_key_bits_per_stage);
             over("ternary key bits", s.ternary_key_bits as u64, target.ternary_key_bits_per_stage);
         }
+        let memory_sram_bytes: u64 = memories.iter().filter(|m| m.kind == MemoryKind::Sram).map(|m| m.bytes).sum();
+        let memory_dram_bytes: u64 = memories.iter().filter(|m| m.kind == MemoryKind::Dram).map(|m| m.bytes).sum();
+        if target.block_sram_bytes > 0 {
+            // On a target with block RAM, register arrays live in it too.
+            let reg_bytes: u64 = registers.iter().map(|r| r.bits.div_ceil(8)).sum();
+            if memory_sram_bytes + reg_bytes > target.block_sram_bytes {
+                problems.push(format!(
+                    "{} bytes of block RAM ({} in memories, {} in register arrays), the target has {}",
+                    memory_sram_bytes + reg_bytes,
+                    memory_sram_bytes,
+                    reg_bytes,
+                    target.block_sram_bytes
+                ));
+            }
+            if memory_dram_bytes > target.dram_bytes {
+                problems.push(format!("{memory_dram_bytes} bytes of DRAM, the target has {}", target.dram_bytes));
+            }
+        }
         ResourceReport {
+            memories,
+            memory_sram_bytes,
+            memory_dram_bytes,
             stages_used,
             register_bits_total: stages.iter().map(|s| s.register_bits).sum(),
             sram_blocks_total: stages.iter().map(|s| s.sram_blocks).sum(),

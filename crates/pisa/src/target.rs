@@ -58,6 +58,26 @@ pub struct Target {
     pub max_digest_bytes: u32,
     /// Packet generator applications per pipe.
     pub pktgen_apps: u32,
+    /// Items (key-value pairs) of one packet a payload analyzer can stream through the
+    /// stages; 0: no payload analyzer (a PISA pass sees one packet's headers once).
+    pub payload_analyzer_items: u32,
+    /// Bytes of block memory (`decl::MemoryKind::Sram`: on-chip block RAM) for block
+    /// memories and register arrays together; 0: none (Tofino's SRAM is counted in blocks).
+    pub block_sram_bytes: u64,
+    /// Bytes of off-chip DRAM for `decl::MemoryKind::Dram` memories.
+    pub dram_bytes: u64,
+    /// Cycles a DRAM access takes (its latency; hidden by a pipelined memory controller).
+    pub dram_latency_cycles: u32,
+    /// Clock of the data path, MHz (0: not modelled).
+    pub clock_mhz: u32,
+    /// Width of the data path's bus, bits: what the header extractor and payload analyzer
+    /// take per cycle.
+    pub bus_bits: u32,
+    /// Ports and their line rate, Gbit/s.
+    pub ports: u32,
+    pub port_gbps: u32,
+    /// Latency of each module of the data path in cycles (a paper's measured table).
+    pub cycle_costs: &'static [(&'static str, u64)],
 }
 
 const UNLIMITED: u32 = u32::MAX;
@@ -90,6 +110,15 @@ impl Target {
             phv_bits: 4096,
             max_digest_bytes: 48,
             pktgen_apps: 8,
+            payload_analyzer_items: 0,
+            block_sram_bytes: 0,
+            dram_bytes: 0,
+            dram_latency_cycles: 0,
+            clock_mhz: 0,
+            bus_bits: 0,
+            ports: 0,
+            port_gbps: 0,
+            cycle_costs: &[],
         }
     }
 
@@ -120,6 +149,15 @@ impl Target {
             phv_bits: 5120,
             max_digest_bytes: 48,
             pktgen_apps: 16,
+            payload_analyzer_items: 0,
+            block_sram_bytes: 0,
+            dram_bytes: 0,
+            dram_latency_cycles: 0,
+            clock_mhz: 0,
+            bus_bits: 0,
+            ports: 0,
+            port_gbps: 0,
+            cycle_costs: &[],
         }
     }
 
@@ -150,17 +188,89 @@ impl Target {
             phv_bits: UNLIMITED,
             max_digest_bytes: UNLIMITED,
             pktgen_apps: UNLIMITED,
+            payload_analyzer_items: UNLIMITED,
+            block_sram_bytes: u64::MAX,
+            dram_bytes: u64::MAX,
+            dram_latency_cycles: 0,
+            clock_mhz: 0,
+            bus_bits: 0,
+            ports: 0,
+            port_gbps: 0,
+            cycle_costs: &[],
+        }
+    }
+
+    /// The SwitchAgg paper's switch (§5, Table 3): a NetFPGA-SUME board (Xilinx Virtex-7
+    /// 690T, four 10 Gbit/s ports, 8 GB of DDR3 in two channels) running a 128-bit data path
+    /// at 200 MHz: header extraction, a payload analyzer per port that streams a packet's
+    /// variable-length key-value pairs, a crossbar, eight front-end processing engines
+    /// (FPE) in block RAM and one back-end engine (BPE) in DRAM with a ~25-cycle latency.
+    ///
+    /// Block RAM is the 690T's 1,470 blocks of 36 Kbit (6.6 MB): the paper's FPE sizes of
+    /// 16 and 32 MB do not fit in it, and the resource report says so. Stages here are the
+    /// modules of the data path in order, not MAU stages; the per-stage limits are the
+    /// whole chip's (an FPGA places logic where it wants), so what bounds a design is the
+    /// memory in bytes and the cycles per pair.
+    pub fn switchagg_fpga() -> Target {
+        Target {
+            name: "switchagg-fpga",
+            description: "SwitchAgg on NetFPGA-SUME: Virtex-7 690T, 4x10G, 128-bit bus at 200 MHz, 6.6 MB BRAM, 8 GB DDR3",
+            stages: 16,
+            pipes: 1,
+            salus_per_stage: UNLIMITED,
+            // 36-Kbit block RAMs seen as 1K x 32 bits (plus parity).
+            sram_blocks_per_stage: 1470,
+            sram_block_words: 1024,
+            sram_word_bits: 32,
+            // Small LUT-based TCAMs for the base program's routes, sized like a Tofino stage's.
+            tcam_blocks_per_stage: 24,
+            tcam_block_entries: 512,
+            tcam_block_bits: 44,
+            logical_tables_per_stage: UNLIMITED,
+            hash_units_per_stage: 16,
+            max_register_cell_bits: 64,
+            max_register_actions: UNLIMITED,
+            salu_output_bits: UNLIMITED,
+            max_blocks_per_register: UNLIMITED,
+            register_spare_blocks: 0,
+            exact_key_bits_per_stage: UNLIMITED,
+            ternary_key_bits_per_stage: UNLIMITED,
+            // The payload analyzer streams the whole frame over the bus.
+            parse_depth_bytes: 1518,
+            // No PHV: headers and pairs stream over the 128-bit bus.
+            phv_bits: UNLIMITED,
+            max_digest_bytes: 64,
+            pktgen_apps: 0,
+            // A 1500-byte payload holds at most 214 of the smallest pairs (7 bytes each).
+            payload_analyzer_items: 256,
+            block_sram_bytes: 1470 * 36 * 1024 / 8,
+            dram_bytes: 8 << 30,
+            dram_latency_cycles: 25,
+            clock_mhz: 200,
+            bus_bits: 128,
+            ports: 4,
+            port_gbps: 10,
+            cycle_costs: &[
+                ("header_analyzer", 3),
+                ("crossbar", 2),
+                ("fpe_hash", 10),
+                ("fpe_aggregate", 18),
+                ("fpe_forward", 5),
+                ("bpe_aggregate", 33),
+                ("bpe_flush", 31_250_000),
+            ],
         }
     }
 
     /// Names accepted by [`Target::by_name`].
-    pub const NAMES: &'static [&'static str] = &["tofino1", "tofino2", "unbounded"];
+    pub const NAMES: &'static [&'static str] = &["tofino1", "tofino2", "unbounded", "switchagg-fpga"];
 
     pub fn by_name(name: &str) -> Option<Target> {
         match name {
             "tofino1" | "tofino" | "tf1" => Some(Target::tofino1()),
             "tofino2" | "tf2" | "jbay" => Some(Target::tofino2()),
             "unbounded" | "software" => Some(Target::unbounded()),
+            "switchagg-fpga" | "switchagg" | "netfpga" => Some(Target::switchagg_fpga()),
             _ => None,
         }
     }

@@ -10,15 +10,17 @@ use pisa::Program;
 
 pub mod daiet;
 pub mod forward;
+pub mod switchagg;
 
 /// Names of the programs this build knows.
-pub const NAMES: &[&str] = &["forward", "daiet"];
+pub const NAMES: &[&str] = &["forward", "daiet", "switchagg"];
 
 /// A fresh instance of a program by name.
 pub fn by_name(name: &str) -> Option<Arc<dyn Program>> {
     match name {
         "forward" => Some(Arc::new(forward::Forward::new())),
         "daiet" => Some(Arc::new(daiet::Daiet::new())),
+        "switchagg" => Some(Arc::new(switchagg::SwitchAgg::new())),
         _ => None,
     }
 }

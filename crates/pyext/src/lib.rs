@@ -10,6 +10,8 @@ mod aggregation;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod switchagg;
+
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
@@ -615,5 +617,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(bench_forward_pipeline, m)?)?;
     m.add_function(wrap_pyfunction!(bench_bare_forward_loop, m)?)?;
     aggregation::register(m)?;
+    switchagg::register(m)?;
     Ok(())
 }

@@ -65,6 +65,7 @@ pub mod error;
 pub mod ethernet;
 pub mod icmpv4;
 pub mod ipv4;
+pub mod switchagg;
 pub mod udp;
 
 pub use arp::{ArpOperation, ArpPacket, ArpRepr};

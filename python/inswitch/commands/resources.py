@@ -69,7 +69,15 @@ def render(report: dict[str, Any], console: Console) -> None:
         f"SRAM {report['sram_blocks_total']}   TCAM {report['tcam_blocks_total']}   "
         f"stateful ALUs {report['stateful_alus_total']}   hash units {report['hash_units_total']}"
     )
+    if report.get("memories"):
+        # Block memories (FPGA targets): bytes by kind against the target's capacities.
+        console.print(
+            f"block memories: SRAM {report['memory_sram_bytes']}/{_lim(t.get('block_sram_bytes', 0))} B   "
+            f"DRAM {report['memory_dram_bytes']}/{_lim(t.get('dram_bytes', 0))} B"
+        )
     for p in report["programs"]:
+        if p.get("items_per_pass", 1) > 1:
+            console.print(f"  {p['name']}: up to {p['items_per_pass']} items per packet through the payload analyzer (target: {t.get('payload_analyzer_items', 0)})")
         recirc = "unbounded (perpetual packet)" if p["recirculations_per_packet"] is None else str(p["recirculations_per_packet"])
         digests = ", ".join(f"{n} ({b} B)" for n, b in p["digests"]) or "none"
         console.print(f"  {p['name']}: {p['stages']} stages, parse {p['parse_depth_bytes']} B, recirculations/packet {recirc}, packet generators {p['packet_generators']}, digests {digests}")
@@ -87,7 +95,7 @@ def register(app: typer.Typer) -> None:
     @app.command("resources")
     def resources_cmd(
         program: str = typer.Argument(..., help="Program name, or several joined by commas (loaded together)."),
-        target: str = typer.Option("tofino1", "--target", "-t", help="tofino1, tofino2 or unbounded."),
+        target: str = typer.Option("tofino1", "--target", "-t", help="tofino1, tofino2, unbounded or switchagg-fpga."),
         as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
         out: Optional[str] = typer.Option(None, "--out", help="Also write the JSON report to this file."),
     ) -> None:

@@ -1,0 +1,112 @@
+//! Flushing a tree to its parent when every child has sent EoT (SwitchAgg §3: "Flushing
+//! aggregation results to the next hop"; Table 3's BPE-Flush).
+//!
+//! The switch cannot create packets, so the last EoT packet does the work: it
+//! recirculates, and each pass drains bucket words of the tree's regions (FPE groups 0-7,
+//! then BPE groups 0-7), one word per item, until the next word might not fit in the
+//! packet. The pass sends the packet to the parent and a copy of it around again (clone
+//! session [`super::FLUSH_SESSION`], whose replica is the recirculation port); the pass
+//! that reads the last word sends the packet with EoT and no copy.
+//!
+//! The cursor travels in bridged metadata: `[0]` marker, `[1]` engine memory, `[2..6]`
+//! word within the tree's region, `[6]` set when the pairs in the packet were already
+//! sent (a copy's), `[8..10]`/`[10..14]` child and sequence number the ACK clone answers.
+
+use pisa::Pass;
+use wire::switchagg::{flags, HEADER_LEN, PAIR_OVERHEAD};
+
+use super::hash_table::drain;
+use super::payload_analyzer::{slot_len, GROUPS};
+use super::{configuration, reliability, SwitchAgg, MAX_FRAME};
+
+pub(crate) fn stash_ack(br: &mut [u8], child: u16, seq: u32) {
+    br[8..10].copy_from_slice(&child.to_be_bytes());
+    br[10..14].copy_from_slice(&seq.to_be_bytes());
+}
+
+pub(crate) fn unstash_ack(br: &[u8]) -> (u16, u32) {
+    (u16::from_be_bytes([br[8], br[9]]), u32::from_be_bytes([br[10], br[11], br[12], br[13]]))
+}
+
+pub(crate) fn flush_pass(p: &SwitchAgg, pass: &mut Pass<'_>) {
+    let Some((at, end)) = SwitchAgg::locate(pass.hdr()) else {
+        pass.drop(pisa::DropCode::MALFORMED);
+        return;
+    };
+    let tree_id = u16::from_be_bytes([pass.hdr()[at + 2], pass.hdr()[at + 3]]);
+    let Some(tree) = p.tree(pass, tree_id) else {
+        pass.drop(p.d_unknown_tree);
+        return;
+    };
+    let br = *pass.bridged();
+    let mut mem = br[1] as usize;
+    let mut word = u32::from_be_bytes([br[2], br[3], br[4], br[5]]);
+    let (mut n, mut wr) = if br[6] == 0 {
+        let h = pass.hdr();
+        (u16::from_be_bytes([h[at + 12], h[at + 13]]), end)
+    } else {
+        (0u16, at + HEADER_LEN)
+    };
+    // Room for a packet's worth of pairs; the lengths are set to what was read below.
+    if !pass.resize_hdr(MAX_FRAME.max(wr)) {
+        return;
+    }
+    let n_mem = p.fpe.len() + p.bpe.len();
+    let slots = p.cfg.slots_per_bucket as usize;
+    let mut items = 0u32;
+    let mut buf = [0u8; 8 * (PAIR_OVERHEAD + 64)];
+    while mem < n_mem {
+        let m = if mem < p.fpe.len() { p.fpe[mem] } else { p.bpe[mem - p.fpe.len()] };
+        let g = mem % GROUPS;
+        let Some((base, per)) = configuration::region(m.words(), tree.region, tree.regions) else {
+            (mem, word) = (mem + 1, 0);
+            continue;
+        };
+        if word >= per {
+            (mem, word) = (mem + 1, 0);
+            continue;
+        }
+        let need = slots * (PAIR_OVERHEAD + slot_len(g));
+        if wr + need > MAX_FRAME || items >= super::ITEMS_PER_PASS {
+            break;
+        }
+        if items > 0 && !pass.next_item() {
+            return;
+        }
+        items += 1;
+        let sl = slot_len(g);
+        let (got, len) = pass.access(&m, base + word, |w| {
+            let (mut k, mut len) = (0u16, 0usize);
+            drain(w, sl, |key, v| {
+                len += wire::switchagg::emit_pair(&mut buf[len..], key, v);
+                k += 1;
+            });
+            (k, len)
+        });
+        pass.hdr_mut()[wr..wr + len].copy_from_slice(&buf[..len]);
+        // The header region grows with what was read; the resize below fixes lengths.
+        wr += len;
+        n += got;
+        word += 1;
+    }
+    let done = mem >= n_mem;
+    let up = pass.execute(&p.up_seq, tree.region, ());
+    {
+        let h = pass.hdr_mut();
+        h[at + 1] = if done { flags::EOT } else { 0 };
+        h[at + 6..at + 8].copy_from_slice(&tree.up_child.to_be_bytes());
+        h[at + 8..at + 12].copy_from_slice(&up.to_be_bytes());
+        h[at + 12..at + 14].copy_from_slice(&n.to_be_bytes());
+    }
+    if !reliability::set_agg_len(pass, at, wr - at) {
+        return;
+    }
+    pass.forward(tree.parent_port);
+    if !done {
+        let b = pass.bridged_mut();
+        b[1] = mem as u8;
+        b[2..6].copy_from_slice(&word.to_be_bytes());
+        b[6] = 1;
+        pass.clone_ingress(super::FLUSH_SESSION);
+    }
+}

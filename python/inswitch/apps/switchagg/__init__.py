@@ -1,0 +1,1 @@
+"""SwitchAgg's control side: configuring a switch running the `switchagg` program."""
