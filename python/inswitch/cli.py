@@ -29,6 +29,7 @@ _COMMAND_MODULES = [
     "inswitch.bench.aggregation",
     "inswitch.experiments.cli",
     "inswitch.demo",
+    "inswitch.apps.wordcount.cli",
 ]
 
 

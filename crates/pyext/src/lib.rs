@@ -145,7 +145,9 @@ impl Dataplane {
     /// Start a data plane running `programs` over the ports of `ports` (e.g. "memory:4",
     /// "udp:40000:4", "veth:s1,s2").
     #[new]
-    #[pyo3(signature = (programs, ports, pipes=1, pcap_dir=None, queue_capacity=4096, port_rate_bps=None, buf_capacity=2048, batch=64))]
+    /// `fault=(loss, duplicate, reorder, seed)` wraps every port in a seeded fault injector
+    /// (ports::fault) acting on received frames.
+    #[pyo3(signature = (programs, ports, pipes=1, pcap_dir=None, queue_capacity=4096, port_rate_bps=None, buf_capacity=2048, batch=64, fault=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -157,10 +159,22 @@ impl Dataplane {
         port_rate_bps: Option<u64>,
         buf_capacity: usize,
         batch: usize,
+        fault: Option<(f64, f64, f64, u64)>,
     ) -> PyResult<Self> {
         let set = program_set(&programs)?;
         let spec = PortSpec::parse(ports).map_err(value_err)?;
-        let opts = OpenOptions { buf_capacity, pcap_dir: pcap_dir.map(Into::into), ..OpenOptions::default() };
+        let fault = match fault {
+            Some((loss, duplicate, reorder, seed)) => {
+                for (what, p) in [("loss", loss), ("duplicate", duplicate), ("reorder", reorder)] {
+                    if !(0.0..=1.0).contains(&p) {
+                        return Err(value_err(format!("fault {what} probability {p} is outside 0..1")));
+                    }
+                }
+                Some(ports::fault::FaultConfig { seed, loss, duplicate, reorder, ..Default::default() })
+            }
+            None => None,
+        };
+        let opts = OpenOptions { buf_capacity, pcap_dir: pcap_dir.map(Into::into), fault, ..OpenOptions::default() };
         let (ports, peers) = open_ports(&spec, &opts).map_err(value_err)?;
         if pipes == 0 || pipes as usize > ports.len().max(1) {
             return Err(value_err(format!("pipes must be 1..={}", ports.len().max(1))));

@@ -55,7 +55,24 @@ def write_ready_file(path: Path, doc: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Optional[str], metrics: str, device_id: int, ready_file: Optional[str], out: Console, err: Console) -> int:
+def parse_fault(text: str) -> tuple[float, float, float, int]:
+    """`loss=P,dup=P,reorder=P,seed=N` (any subset; missing ones are 0, seed 1) for the
+    ports' fault injector."""
+    vals: dict[str, float] = {"loss": 0.0, "dup": 0.0, "reorder": 0.0, "seed": 1}
+    for part in filter(None, (x.strip() for x in text.split(","))):
+        k, sep, v = part.partition("=")
+        if not sep or k not in vals:
+            raise UsageError(f"--fault takes loss=P,dup=P,reorder=P,seed=N, not {text!r}")
+        try:
+            vals[k] = int(v) if k == "seed" else float(v)
+        except ValueError:
+            raise UsageError(f"--fault: {k}={v!r} is not a number") from None
+        if k != "seed" and not 0.0 <= vals[k] <= 1.0:
+            raise UsageError(f"--fault: {k}={v} is outside 0..1")
+    return (vals["loss"], vals["dup"], vals["reorder"], int(vals["seed"]))
+
+
+def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Optional[str], metrics: str, device_id: int, ready_file: Optional[str], out: Console, err: Console, fault: Optional[str] = None) -> int:
     """Run until SIGINT/SIGTERM. Returns the exit status: 0 after a clean stop, 2 for bad
     input, 1 when the switch cannot start (e.g. an address in use)."""
     stop = threading.Event()
@@ -85,7 +102,7 @@ def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Opti
         from inswitch.switchd.server import SwitchServer
 
         try:
-            dp = _native.Dataplane(names, ports, pipes=pipes, pcap_dir=pcap)
+            dp = _native.Dataplane(names, ports, pipes=pipes, pcap_dir=pcap, fault=parse_fault(fault) if fault else None)
         except ValueError as e:
             raise UsageError(str(e)) from None
         server = SwitchServer(dp, p4rt_addr, device_id)
@@ -159,10 +176,11 @@ def register(app: typer.Typer) -> None:
         metrics: str = typer.Option(DEFAULT_METRICS, "--metrics", help="HOST:PORT for Prometheus /metrics, or 'off'."),
         device_id: int = typer.Option(1, "--device-id", help="P4Runtime device id."),
         ready_file: Optional[str] = typer.Option(None, "--ready-file", help="Write JSON (pid, addresses, port names) here once serving; removed on a clean stop."),
+        fault: Optional[str] = typer.Option(None, "--fault", help="Inject seeded faults on every port's receive side: loss=P,dup=P,reorder=P,seed=N."),
     ) -> None:
         """Run a software switch: the data plane over PORTS, a P4Runtime server and a metrics
         endpoint, until SIGINT or SIGTERM."""
-        code = run_switch(program, ports, p4runtime, pipes, pcap, metrics, device_id, ready_file, Console(), Console(stderr=True))
+        code = run_switch(program, ports, p4runtime, pipes, pcap, metrics, device_id, ready_file, Console(), Console(stderr=True), fault=fault)
         raise typer.Exit(code)
 
     @app.command("p4info")

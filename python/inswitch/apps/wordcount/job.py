@@ -1,0 +1,495 @@
+"""One WordCount job: mappers and reducers as separate processes, in a rack of network
+namespaces around the switch (root) or on loopback (no root: tcp and udp modes only), in
+one or several modes, checked against a Counter over the same input computed here.
+
+Modes: `tcp` (the classic shuffle), `udp` (the aggregation protocol without in-network
+aggregation: the DAIET paper's second baseline) and `switch` (the rack's switch runs
+"forward,<program>" and aggregates on the way; the controller installs one aggregation tree
+per reducer first). A switch run always runs the udp baseline in the same invocation (same
+rack, same faults) so `reduction` compares like with like.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from inswitch.apps.wordcount import transport, words
+from inswitch.apps.wordcount.worker import load_result
+
+MODES = ("tcp", "udp", "switch")
+PROGRAMS = ("daiet", "switchagg")
+MAP_PORT = 47000
+#: Reducers listen here: the switch classifies UDP to this port as DAIET
+#: (`wire::daiet::UDP_PORT`), so in a rack every reducer (one per host) uses it.
+REDUCE_PORT = 7070
+
+Progress = Callable[[str], None]
+
+
+class JobError(RuntimeError):
+    """The job could not run (a process failed, a timeout, a missing piece): one line."""
+
+
+@dataclass
+class JobSpec:
+    inputs: list[str] | None = None
+    zipf: float | None = None  # alpha; None when the input is files
+    words: int = 100_000
+    vocab: int = 10_000
+    seed: int = 1
+    mappers: int = 4
+    reducers: int = 2
+    program: str = "daiet"
+    op: str = "sum"
+    loss: float = 0.0
+    combiner: bool = True
+    timeout_s: float = 60.0
+    rack: str = "wordcount"
+    #: "auto" (a netns rack when root, else loopback), "netns" or "loopback".
+    where: str = "auto"
+    #: Run switch mode with the aggregation program absent from the switch (forwarding only,
+    #: no trees): the hosts must notice and aggregate themselves (`fallback`).
+    absent_program: bool = False
+
+    def check(self) -> None:
+        if (self.inputs is None) == (self.zipf is None):
+            raise JobError("give either input files or --zipf ALPHA")
+        if self.inputs is not None:
+            for p in self.inputs:
+                if not Path(p).is_file():
+                    raise JobError(f"input {p!r} is not a readable file")
+        if self.zipf is not None and (self.zipf < 0 or self.words < 1 or self.vocab < 1):
+            raise JobError("--zipf needs ALPHA >= 0, --words >= 1 and --vocab >= 1")
+        if not 1 <= self.mappers <= 64 or not 1 <= self.reducers <= 64:
+            raise JobError("--mappers and --reducers must be 1..64")
+        if self.mappers + self.reducers > 200:
+            raise JobError("at most 200 hosts in a rack")
+        if self.program not in PROGRAMS:
+            raise JobError(f"--program must be one of {', '.join(PROGRAMS)}")
+        if not 0.0 <= self.loss < 1.0:
+            raise JobError("--loss must be in [0, 1)")
+        if self.op != "sum":
+            raise JobError("WordCount sums counts: op must be sum")
+
+    def input_summary(self) -> dict[str, Any]:
+        if self.inputs is not None:
+            return {"files": [str(p) for p in self.inputs], "bytes": sum(os.path.getsize(p) for p in self.inputs)}
+        return {"zipf": self.zipf, "words": self.words, "vocab": self.vocab, "seed": self.seed}
+
+
+def reference(spec: JobSpec) -> Counter[str]:
+    """The answer without any network: a Counter over the same input."""
+    if spec.inputs is not None:
+        return words.count_files(spec.inputs)
+    assert spec.zipf is not None
+    return words.count_zipf(spec.zipf, spec.words, spec.vocab, spec.seed, spec.mappers)
+
+
+def mapper_inputs(spec: JobSpec) -> list[dict[str, Any]]:
+    if spec.inputs is not None:
+        shares = words.assign_files(spec.inputs, spec.mappers)
+        return [{"files": [[r.path, r.start, r.end] for r in share]} for share in shares]
+    z = {"alpha": spec.zipf, "words": spec.words, "vocab": spec.vocab, "seed": spec.seed, "mappers": spec.mappers}
+    return [{"zipf": z} for _ in range(spec.mappers)]
+
+
+# ----- where the processes run -----------------------------------------------------------
+
+@dataclass
+class Place:
+    ip: str
+    netns: str | None
+    iface: str | None
+
+
+@dataclass
+class Env:
+    kind: str  # "netns" | "loopback"
+    mappers: list[Place]
+    reducers: list[Place]
+    p4runtime: str | None = None
+    rack_state: Any = None
+    map_port: int = MAP_PORT
+    reduce_port: int = REDUCE_PORT
+    notes: list[str] = field(default_factory=list)
+
+    def argv(self, place: Place, argv: list[str]) -> list[str]:
+        if place.netns:
+            from inswitch.topology import netns
+
+            return netns.in_netns(place.netns, argv)
+        return argv
+
+    def map_addr(self, i: int) -> str:
+        return f"{self.mappers[i].ip}:{self.map_port + (i if self.kind == 'loopback' else 0)}"
+
+    def reduce_addr(self, j: int) -> str:
+        return f"{self.reducers[j].ip}:{self.reduce_port + (j if self.kind == 'loopback' else 0)}"
+
+
+def _free_port_base(n: int) -> int:
+    """A base such that base..base+n-1 look free for TCP and UDP on loopback."""
+    for base in range(42000, 60000, 211):
+        ok = True
+        for p in range(base, base + n):
+            for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
+                s = socket.socket(socket.AF_INET, kind)
+                try:
+                    s.bind(("127.0.0.1", p))
+                except OSError:
+                    ok = False
+                finally:
+                    s.close()
+            if not ok:
+                break
+        if ok:
+            return base
+    raise JobError("no free loopback ports")
+
+
+def switch_program_available(program: str) -> str | None:
+    """None if switch mode can run with `program`, else why not."""
+    from inswitch import native
+
+    if program != "daiet":
+        # The host library and the controller speak DAIET only so far; a switchagg switch
+        # program alone would leave the mappers' packets unaggregated.
+        try:
+            from inswitch.apps.aggregation import controller
+
+            if not hasattr(controller, "plan_switchagg"):
+                return f"the aggregation host library and controller do not drive {program!r} in this build (daiet only)"
+        except ImportError:
+            return "the aggregation controller (inswitch.apps.aggregation.controller) is not in this build"
+    if program not in native.program_names():
+        return f"the switch program {program!r} is not in this build (known: {', '.join(native.program_names())})"
+    if transport.native_agg() is None:
+        return "inswitch._native.agg_map/agg_reduce (the aggregation host library) are not in this build"
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("inswitch.apps.aggregation.controller") is not None
+    except ModuleNotFoundError:
+        found = False
+    if not found:
+        return "the aggregation controller (inswitch.apps.aggregation.controller) is not in this build"
+    return None
+
+
+@dataclass
+class _RackCtx:
+    env: Env
+    name: str
+
+
+def open_env(spec: JobSpec, switch: bool, progress: Progress) -> tuple[Env, Callable[[], None]]:
+    """Place the processes; returns the environment and its teardown."""
+    where = spec.where
+    root = os.geteuid() == 0
+    if where == "auto":
+        where = "netns" if root else "loopback"
+    if where == "netns" and not root:
+        raise JobError("a rack of network namespaces needs root; use --where loopback (tcp and udp modes only)")
+    M, R = spec.mappers, spec.reducers
+    if where == "loopback":
+        if switch:
+            raise JobError("switch mode needs root: the switch sits between hosts in network namespaces")
+        if spec.loss:
+            raise JobError("--loss acts on the switch's ports: it needs the netns rack (root)")
+        base = _free_port_base(M + R + 100 + R)
+        env = Env("loopback", [Place("127.0.0.1", None, None)] * M, [Place("127.0.0.1", None, None)] * R,
+                  map_port=base, reduce_port=base + 100)
+        env.notes.append("mappers and reducers ran on loopback without a switch (no root, or --where loopback): tcp and udp modes only")
+        return env, lambda: None
+    from inswitch.topology.rack import Rack
+
+    rack = Rack()
+    rack.down(spec.rack)  # a leftover from an interrupted run
+    programs = f"forward,{spec.program}" if switch and not spec.absent_program else "forward"
+    fault = f"loss={spec.loss},seed={spec.seed}" if spec.loss else None
+    progress(f"building a rack of {M + R} hosts around the switch ({programs}{', loss ' + str(spec.loss) if fault else ''})")
+    try:
+        st = rack.up(M + R, name=spec.rack, programs=programs, p4runtime="127.0.0.1:0", metrics="127.0.0.1:0", fault=fault)
+    except BaseException:
+        rack.down(spec.rack)
+        raise
+    places = [Place(h.ip, h.netns, h.ifname) for h in st.hosts]
+    env = Env("netns", places[:M], places[M:], p4runtime=st.switch.p4runtime, rack_state=st)
+    return env, lambda: rack.down(spec.rack)
+
+
+def install_trees(env: Env, spec: JobSpec, tree_ids: list[int], progress: Progress) -> list[dict[str, Any]]:
+    """One aggregation tree per reducer (rooted at the reducer's switch port, every mapper a
+    child, the switch's memory split evenly), installed by the aggregation controller through
+    P4Runtime; returns the switch's acknowledgements (the controller reads everything back)."""
+    try:
+        from inswitch.apps.aggregation import controller
+    except ImportError:
+        raise JobError("the aggregation controller (inswitch.apps.aggregation.controller) is not in this build") from None
+    if spec.program != "daiet":
+        raise JobError(f"the aggregation controller installs daiet trees; --program {spec.program} has no controller here")
+    progress(f"installing {len(tree_ids)} aggregation trees through P4Runtime")
+    st = env.rack_state
+    reducer_ports = [h.port for h in st.hosts[spec.mappers:]]
+    trees = controller.plan_single_switch(dict(zip(tree_ids, reducer_ports)), n_mappers=spec.mappers, op=spec.op)
+    try:
+        acks = controller.install({env.p4runtime: trees}, num_ports=len(st.hosts))
+    except Exception as e:
+        raise JobError(f"installing the aggregation trees failed: {e}") from None
+    return [dict(a) for a in acks]
+
+
+# ----- one run ---------------------------------------------------------------------------
+
+def _spawn(env: Env, place: Place, spec_doc: dict[str, Any], workdir: Path, name: str) -> subprocess.Popen[str]:
+    path = workdir / f"{name}.json"
+    path.write_text(json.dumps(spec_doc))
+    argv = env.argv(place, [sys.executable, "-m", "inswitch.apps.wordcount.worker", str(path)])
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _last_json(out: str, err: str, what: str) -> dict[str, Any]:
+    for line in reversed(out.strip().splitlines()):
+        if line.startswith("{"):
+            doc = json.loads(line)
+            if "error" in doc:
+                raise JobError(f"{what} failed: {doc['error']}")
+            return doc
+    tail = "\n".join(err.strip().splitlines()[-5:])
+    raise JobError(f"{what} printed no result; stderr: {tail or '(empty)'}")
+
+
+def _kill(procs: list[subprocess.Popen[str]]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+    for p in procs:
+        try:
+            p.communicate(timeout=5)
+        except Exception:
+            pass
+
+
+def switch_counters(env: Env) -> dict[str, float]:
+    """The switch's own drop counters (its /metrics): frames its ports' fault injector lost
+    (`fault_lost`), and pipeline drops by reason (e.g. malformed aggregation packets)."""
+    if env.rack_state is None:
+        return {}
+    from inswitch.topology import control
+
+    out: dict[str, float] = {}
+    try:
+        samples = control.scrape_metrics(env.rack_state.switch.metrics)
+    except Exception:
+        return {}
+    for name, labels, v in samples:
+        if name == "inswitch_port_io_drops_total" and "fault" in labels.get("reason", ""):
+            out["fault_lost"] = out.get("fault_lost", 0) + v
+        elif name == "inswitch_port_io_drops_total":
+            key = f"port_io:{labels.get('reason', '?')}"
+            out[key] = out.get(key, 0) + v
+        elif name == "inswitch_port_queue_drops_total":
+            out["queue_full"] = out.get("queue_full", 0) + v
+        elif name == "inswitch_drops_total":
+            key = f"drop:{labels.get('reason', '?')}"
+            out[key] = out.get(key, 0) + v
+    return out
+
+
+def _delta(a: dict[str, float], b: dict[str, float]) -> dict[str, int]:
+    return {k: int(b[k] - a.get(k, 0)) for k in b if b[k] - a.get(k, 0)}
+
+
+def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir: Path, progress: Progress,
+             tree_base: int = 1) -> dict[str, Any]:
+    M, R = spec.mappers, spec.reducers
+    sw0 = switch_counters(env)
+    tree_ids = [tree_base + j for j in range(R)]
+    info: dict[str, Any] = {}
+    if mode == "switch" and not spec.absent_program:
+        info["controller"] = install_trees(env, spec, tree_ids, progress)
+    reducer_addrs = [env.reduce_addr(j) for j in range(R)]
+    mapper_addrs = [env.map_addr(i) for i in range(M)]
+    common = {"mode": mode, "protocol": spec.program, "op": spec.op, "timeout_s": spec.timeout_s}
+    reducers: list[subprocess.Popen[str]] = []
+    mappers: list[subprocess.Popen[str]] = []
+    outs = [workdir / f"{mode}-r{j}.npz" for j in range(R)]
+    try:
+        progress(f"{mode}: starting {R} reducers")
+        for j in range(R):
+            reducers.append(_spawn(env, env.reducers[j], {**common, "role": "reduce", "tree_id": tree_ids[j], "bind": reducer_addrs[j],
+                                                          "mapper_addrs": mapper_addrs, "out": str(outs[j]),
+                                                          "iface": env.reducers[j].iface}, workdir, f"{mode}-r{j}"))
+        for j, p in enumerate(reducers):
+            assert p.stdout is not None
+            line = p.stdout.readline()  # bounded: the worker prints READY or exits at once
+            if line.strip() != "READY":
+                out, err = p.communicate(timeout=10)
+                raise JobError(f"reducer {j} did not start: {line.strip() or err.strip()[-300:]}")
+        progress(f"{mode}: {M} mappers running")
+        t0 = time.monotonic()
+        inputs = mapper_inputs(spec)
+        for i in range(M):
+            mappers.append(_spawn(env, env.mappers[i], {**common, "role": "map", "mapper_id": i, "bind": mapper_addrs[i],
+                                                        "reducers": R, "reducer_addrs": reducer_addrs, "tree_ids": tree_ids,
+                                                        "input": inputs[i], "combiner": spec.combiner}, workdir, f"{mode}-m{i}"))
+        limit = spec.timeout_s + 30
+        mstats = []
+        for i, p in enumerate(mappers):
+            try:
+                out, err = p.communicate(timeout=max(1.0, t0 + limit - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                raise JobError(f"{mode}: mapper {i} did not finish in {limit:.0f} s") from None
+            mstats.append(_last_json(out, err, f"{mode} mapper {i}"))
+            progress(f"{mode}: {i + 1}/{M} mappers done ({time.monotonic() - t0:.1f} s)")
+        rstats = []
+        for j, p in enumerate(reducers):
+            try:
+                out, err = p.communicate(timeout=max(1.0, t0 + limit - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                raise JobError(f"{mode}: reducer {j} did not finish in {limit:.0f} s") from None
+            rstats.append(_last_json(out, err, f"{mode} reducer {j}"))
+            progress(f"{mode}: {j + 1}/{R} reducers done ({time.monotonic() - t0:.1f} s)")
+        job_s = time.monotonic() - t0
+    finally:
+        _kill(mappers + reducers)
+    sw = _delta(sw0, switch_counters(env))
+    progress(f"{mode}: checking the reducers' counts against the reference")
+    got: dict[bytes, int] = {}
+    misplaced = 0
+    for j, path in enumerate(outs):
+        part = load_result(path)
+        for k, v in part.items():
+            if words.reducer_of(k, R) != j or k in got:
+                misplaced += 1
+            got[k] = got.get(k, 0) + v
+    wrong = [k for k in set(got) | set(ref) if got.get(k) != ref.get(k)]
+    res: dict[str, Any] = {
+        "mode": mode,
+        "correct": not wrong and not misplaced,
+        "keys": len(got),
+        "wrong_keys": len(wrong),
+        "wrong_examples": [{"key": k.decode(errors="replace"), "got": got.get(k), "want": ref.get(k)} for k in sorted(wrong)[:5]],
+        "misplaced_keys": misplaced,
+        "reducer_bytes": sum(int(r.get("bytes") or 0) for r in rstats),
+        "reducer_packets": _packets(rstats),
+        "reducer_cpu_s": round(sum(r["cpu_s"] for r in rstats), 4),
+        "reducer_pairs": sum(int(r.get("pairs") or 0) for r in rstats),
+        "job_s": round(job_s, 4),
+        "mapper_bytes": sum(int(m.get("bytes_sent") or 0) for m in mstats),
+        "mapper_packets": None if mode == "tcp" else sum(int(m.get("packets_sent") or 0) for m in mstats),
+        "mapper_pairs": sum(int(m["pairs"]) for m in mstats),
+        "retransmissions": sum(int(m.get("retransmissions") or 0) for m in mstats),
+        "fallback": any(bool(x.get("fallback")) for x in mstats + rstats),
+        "switch_lost_frames": sw.pop("fault_lost", 0),
+        "switch_drops": sw,
+        "per_reducer": rstats,
+        "per_mapper": mstats,
+        **info,
+    }
+    if all("wire_packets" in r for r in rstats):
+        res["reducer_wire_packets"] = sum(r["wire_packets"] for r in rstats)
+        res["reducer_wire_bytes"] = sum(r["wire_bytes"] for r in rstats)
+    if res["fallback"]:
+        res["note"] = "the switch did not aggregate (restarted or absent): the hosts aggregated instead"
+    return res
+
+
+def _packets(rstats: list[dict[str, Any]]) -> int | None:
+    """Packets the reducers received: the protocol's own count (udp, switch), else the
+    reducer host's interface counter (tcp: data segments and ACKs alike, what a NIC sees)."""
+    if all(r.get("packets") is not None for r in rstats):
+        return sum(int(r["packets"]) for r in rstats)
+    if all("wire_packets" in r for r in rstats):
+        return sum(int(r["wire_packets"]) for r in rstats)
+    return None
+
+
+FIGURES = ("correct", "reducer_bytes", "reducer_packets", "reducer_cpu_s", "job_s")
+
+
+def _reduction(new: float | None, base: float | None) -> float | None:
+    if new is None or not base:
+        return None
+    return round(1.0 - new / base, 4)
+
+
+def run(spec: JobSpec, modes: list[str], progress: Progress = lambda s: None) -> dict[str, Any]:
+    """Run the job in each of `modes` (a switch run brings its udp baseline along) and
+    return the result document (see the CLI for its keys)."""
+    spec.check()
+    for m in modes:
+        if m not in MODES:
+            raise JobError(f"unknown mode {m!r} (known: {', '.join(MODES)})")
+    notes: list[str] = []
+    want_switch = "switch" in modes
+    if want_switch:
+        why = switch_program_available(spec.program)
+        if why and (spec.program != "daiet" or modes == ["switch"]):
+            raise JobError(f"--program {spec.program}: {why}")
+        if why is None and (os.geteuid() != 0 or spec.where == "loopback"):
+            why = "switch mode needs root and a rack of network namespaces (the switch sits between the hosts)"
+            if modes == ["switch"]:
+                raise JobError(why)
+        if why:  # --mode all: run what can run, and say what did not
+            modes = [m for m in modes if m != "switch"]
+            want_switch = False
+            notes.append(f"switch mode skipped: {why}")
+    order = [m for m in MODES if m in modes or (m == "udp" and want_switch)]
+    progress("computing the reference Counter")
+    t = time.monotonic()
+    ref_words = reference(spec)
+    ref = {w.encode(): n for w, n in ref_words.items()}
+    ref_s = time.monotonic() - t
+    env, teardown = open_env(spec, want_switch, progress)
+    runs: dict[str, Any] = {}
+    try:
+        with tempfile.TemporaryDirectory(prefix="wordcount-") as tmp:
+            os.chmod(tmp, 0o755)
+            for i, m in enumerate(order):
+                runs[m] = run_mode(spec, m, env, ref, Path(tmp), progress, tree_base=1 + 100 * i)
+    finally:
+        progress("taking the rack down")
+        teardown()
+    primary = "switch" if want_switch else order[0] if len(order) == 1 else order[-1]
+    doc: dict[str, Any] = {
+        "input": spec.input_summary(),
+        "words": sum(ref.values()),
+        "distinct_words": len(ref),
+        "long_keys": sum(1 for k in ref if len(k) > 16),
+        "mappers": spec.mappers,
+        "reducers": spec.reducers,
+        "program": spec.program if want_switch else None,
+        "loss": spec.loss,
+        "combiner": spec.combiner,
+        "where": env.kind,
+        "reference_s": round(ref_s, 3),
+        "mode": primary if len(order) == 1 or want_switch else "all",
+        "correct": all(r["correct"] for r in runs.values()),
+        "runs": runs,
+        "notes": notes + env.notes,
+    }
+    for k in FIGURES[1:]:
+        doc[k] = runs[primary][k]
+    if want_switch:
+        doc["fallback"] = runs["switch"]["fallback"]
+        doc["baseline_udp"] = {k: runs["udp"][k] for k in FIGURES}
+        doc["reduction"] = _reduction(runs["switch"]["reducer_bytes"], runs["udp"]["reducer_bytes"])
+        doc["packet_reduction_vs_udp"] = _reduction(runs["switch"]["reducer_packets"], runs["udp"]["reducer_packets"])
+        doc["cpu_reduction_vs_udp"] = _reduction(runs["switch"]["reducer_cpu_s"], runs["udp"]["reducer_cpu_s"])
+        if "tcp" in runs:
+            doc["baseline_tcp"] = {k: runs["tcp"][k] for k in FIGURES}
+            doc["reduction_vs_tcp"] = _reduction(runs["switch"]["reducer_bytes"], runs["tcp"]["reducer_bytes"])
+            doc["packet_reduction_vs_tcp"] = _reduction(runs["switch"]["reducer_packets"], runs["tcp"]["reducer_packets"])
+            doc["cpu_reduction_vs_tcp"] = _reduction(runs["switch"]["reducer_cpu_s"], runs["tcp"]["reducer_cpu_s"])
+    return doc

@@ -1,0 +1,155 @@
+"""The mapper and reducer processes: `python -m inswitch.apps.wordcount.worker SPEC.json`.
+
+Each is an ordinary process (in a rack host's network namespace, or on loopback) that reads
+its job from a JSON spec written by the job runner and prints one JSON line of statistics
+at the end; a reducer also writes its (word, count) result to an .npz file for the runner
+to check against the reference.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from inswitch.apps.wordcount import transport, words
+from inswitch.apps.wordcount.transport import Pairs
+
+
+def _map_input(spec: dict[str, Any]) -> tuple[list[tuple[bytes, int]], int]:
+    """This mapper's (key, value) pairs and how many words it read.
+
+    A local combiner is on by default, as in Hadoop WordCount and in DAIET's evaluation (each
+    mapper's intermediate data holds a word once per partition): it is what a real job does,
+    and it makes the switch's job the harder one — only aggregation *across* mappers is left
+    for it, so the reduction we measure is not inflated by repeats one mapper could have
+    summed itself. `combiner: false` sends one pair `(word, 1)` per occurrence."""
+    inp = spec["input"]
+    combiner = spec.get("combiner", True)
+    if "zipf" in inp:
+        z = inp["zipf"]
+        voc = words.vocabulary(z["vocab"], z["seed"])
+        cnt = words.zipf_counts(z["alpha"], z["words"], z["vocab"], z["seed"], z["mappers"], spec["mapper_id"])
+        nwords = int(cnt.sum())
+        if combiner:
+            return [(voc[j].encode(), int(n)) for j, n in enumerate(cnt.tolist()) if n], nwords
+        ranks = words.zipf_ranks(z["alpha"], words.zipf_share(z["words"], z["mappers"], spec["mapper_id"]), z["vocab"], z["seed"], spec["mapper_id"])
+        enc = [w.encode() for w in voc]
+        return [(enc[r], 1) for r in ranks.tolist()], nwords
+    c: Counter[str] = Counter()
+    stream: list[str] = []
+    for path, start, end in inp["files"]:
+        it = words.iter_words_range(path, start, end)
+        if combiner:
+            c.update(it)
+        else:
+            stream.extend(it)
+    if combiner:
+        return [(w.encode(), n) for w, n in c.items()], sum(c.values())
+    return [(w.encode(), 1) for w in stream], len(stream)
+
+
+def run_mapper(spec: dict[str, Any]) -> dict[str, Any]:
+    t0 = time.monotonic()
+    items, nwords = _map_input(spec)
+    R = spec["reducers"]
+    parts: list[list[tuple[bytes, int]]] = [[] for _ in range(R)]
+    for k, v in items:
+        parts[words.reducer_of(k, R)].append((k, v))
+    map_s = time.monotonic() - t0
+    mode = spec["mode"]
+    if mode == "tcp":
+        stats = transport.tcp_map(spec["reducer_addrs"], [Pairs.from_items(p) for p in parts], spec["timeout_s"])
+    else:
+        flat = [kv for p in parts for kv in p]
+        tree_of_pair = np.concatenate([np.full(len(p), t, dtype=np.uint16) for t, p in enumerate(parts)]) if flat else np.zeros(0, np.uint16)
+        pairs = Pairs.from_items(flat)
+        # from_items may split a value above 2^32 - 1 into several pairs: tree ids follow.
+        if len(pairs) != len(flat):
+            tree_of_pair = np.asarray([words.reducer_of(k, R) for k, _ in pairs.items()], dtype=np.uint16)
+        trees = [(t, a) for t, a in zip(spec["tree_ids"], spec["reducer_addrs"])]
+        stats = transport.agg_map(spec["protocol"], spec["bind"], trees, spec["mapper_id"], spec["op"],
+                                  tree_of_pair, pairs, spec["timeout_s"], mode)
+    return {"role": "map", "mapper_id": spec["mapper_id"], "words": nwords, "pairs": len(items),
+            "map_s": map_s, "job_s": time.monotonic() - t0, **{k: v for k, v in stats.items() if k != "elapsed_s"},
+            "send_s": stats.get("elapsed_s")}
+
+
+def _iface_counters(iface: str | None) -> tuple[int, int] | None:
+    if not iface:
+        return None
+    base = Path("/sys/class/net") / iface / "statistics"
+    try:
+        return int((base / "rx_packets").read_text()), int((base / "rx_bytes").read_text())
+    except OSError:
+        return None
+
+
+def run_reducer(spec: dict[str, Any]) -> dict[str, Any]:
+    mode = spec["mode"]
+    wire0 = _iface_counters(spec.get("iface"))
+    ls = transport.tcp_listen(spec["bind"]) if mode == "tcp" else None
+    print("READY", flush=True)
+    ru0 = resource.getrusage(resource.RUSAGE_SELF)
+    t0 = time.monotonic()
+    if ls is not None:
+        counts, stats = transport.tcp_reduce(ls, len(spec["mapper_addrs"]), spec["timeout_s"])
+        ls.close()
+        items = list(counts.items())
+    else:
+        pairs, stats = transport.agg_reduce(spec["protocol"], spec["bind"], spec["tree_id"], spec["mapper_addrs"],
+                                            spec["op"], spec["timeout_s"], mode)
+        # The switch delivers aggregated pairs, but a key may still arrive more than once
+        # (spillover, several switches, host fallback): the reducer adds them up.
+        agg: dict[bytes, int] = {}
+        for k, v in pairs.items():
+            agg[k] = agg.get(k, 0) + v
+        items = list(agg.items())
+    # MapReduce's reducer output is sorted by key (DAIET: "the received data ... require a
+    # complete sort operation"): part of the reducer's work in every mode.
+    items.sort()
+    lens = np.fromiter((len(k) for k, _ in items), dtype=np.uint64, count=len(items))
+    offsets = np.zeros(len(items) + 1, dtype=np.uint64)
+    np.cumsum(lens, out=offsets[1:])
+    out = Pairs(b"".join(k for k, _ in items), offsets, np.fromiter((v for _, v in items), dtype=np.uint64, count=len(items)))
+    np.savez(spec["out"], keys=np.frombuffer(out.keys, dtype=np.uint8), offsets=out.offsets, values=out.values)
+    ru1 = resource.getrusage(resource.RUSAGE_SELF)
+    wire1 = _iface_counters(spec.get("iface"))
+    res: dict[str, Any] = {
+        "role": "reduce", "tree_id": spec["tree_id"], "keys": len(items),
+        "cpu_s": (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime),
+        "wall_s": time.monotonic() - t0,
+        **{k: v for k, v in stats.items() if k != "elapsed_s"},
+    }
+    if wire0 and wire1:
+        res["wire_packets"] = wire1[0] - wire0[0]
+        res["wire_bytes"] = wire1[1] - wire0[1]
+    return res
+
+
+def load_result(path: str | Path) -> dict[bytes, int]:
+    z = np.load(path)
+    keys = z["keys"].tobytes()
+    o = z["offsets"].tolist()
+    return {keys[o[i]:o[i + 1]]: v for i, v in enumerate(z["values"].tolist())}
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(Path(argv[1]).read_text())
+    try:
+        res = run_mapper(spec) if spec["role"] == "map" else run_reducer(spec)
+    except Exception as e:  # one line for the runner, not a traceback in a namespace
+        print(json.dumps({"role": spec["role"], "error": f"{type(e).__name__}: {e}"}), flush=True)
+        return 1
+    print(json.dumps(res), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,255 @@
+"""MapReduce WordCount: the reducers' counts equal a Counter over the same input, for real
+text, Zipf and uniform keys, long keys, in tcp, udp and switch modes, and under loss on the
+switch's ports. Jobs run real mapper and reducer processes (on loopback, or in a rack of
+network namespaces around the switch when root); racks are named `wordcount1`..`wordcount4` and always
+taken down."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from inswitch.apps.wordcount import job as job_mod
+from inswitch.apps.wordcount import words
+from inswitch.apps.wordcount.job import JobError, JobSpec, run
+from inswitch.apps.wordcount.transport import Pairs
+
+ROOT = os.geteuid() == 0
+DATA = Path(__file__).parent / "data" / "wordcount"
+TEXT = DATA / "multilingual.txt"
+netns = pytest.mark.netns
+needs_root = pytest.mark.skipif(not ROOT, reason="needs root: a rack of network namespaces")
+
+
+def _switch_ready() -> str | None:
+    return job_mod.switch_program_available("daiet")
+
+
+needs_switch = pytest.mark.skipif(_switch_ready() is not None, reason=f"switch mode unavailable: {_switch_ready()}")
+
+
+# ----- input, tokenisation, partitioning (no network) ------------------------------------
+
+def test_tokenizer_keeps_words_whole_in_any_script() -> None:
+    toks = words.tokenize("Don't stop: l’homme, नमस्ते दुनिया; café cafe\u0301 Word word 3.14 under_score 🙂")
+    assert toks == ["Don't", "stop", "l’homme", "नमस्ते", "दुनिया", "café", "cafe\u0301", "Word", "word", "3", "14", "under_score"]
+
+
+def _big_text(tmp_path: Path) -> Path:
+    """A multi-chunk text mixing scripts, with words straddling every chunk boundary."""
+    base = TEXT.read_text(encoding="utf-8")
+    p = tmp_path / "big.txt"
+    with open(p, "w", encoding="utf-8") as f:
+        for i in range(40):
+            f.write(base)
+            f.write(f" run{i} " + "x" * (i % 37) + "\n")
+    return p
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3, 7, 16])
+def test_split_ranges_give_exactly_the_files_words(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, parts: int) -> None:
+    p = _big_text(tmp_path)
+    monkeypatch.setattr(words, "CHUNK", 97)  # many chunk boundaries, inside UTF-8 sequences too
+    whole = words.tokenize(p.read_text(encoding="utf-8"))
+    shares = words.assign_files([str(p)], parts)
+    got: list[str] = []
+    for share in shares:
+        for r in share:
+            got.extend(words.iter_words_range(r.path, r.start, r.end))
+    assert Counter(got) == Counter(whole)
+    assert len(got) == len(whole)
+    cuts = words.split_points(p, parts)
+    raw = p.read_bytes()
+    assert all(c == 0 or c == len(raw) or raw[c - 1:c].isspace() for c in cuts)
+
+
+def test_zipf_streams_are_seeded_and_skewed() -> None:
+    a = words.zipf_ranks(0.99, 50_000, 1000, seed=5, part=0)
+    assert np.array_equal(a, words.zipf_ranks(0.99, 50_000, 1000, seed=5, part=0))
+    assert not np.array_equal(a, words.zipf_ranks(0.99, 50_000, 1000, seed=5, part=1))
+    c = np.bincount(a, minlength=1000)
+    assert c[0] > 20 * c[500]  # rank 1 vs rank 501: about 500^0.99 in expectation
+    u = np.bincount(words.zipf_ranks(0.0, 50_000, 1000, seed=5, part=0), minlength=1000)
+    assert u.max() < 3 * u.mean()
+    ref = words.count_zipf(0.99, 10_001, 300, seed=2, mappers=3)
+    assert sum(ref.values()) == 10_001 and len(set(words.vocabulary(300, 2))) == 300
+
+
+def test_partition_is_stable_and_uses_every_reducer() -> None:
+    keys = [w.encode() for w in words.vocabulary(2000, 1)]
+    parts = [words.reducer_of(k, 5) for k in keys]
+    assert parts == [words.reducer_of(k, 5) for k in keys]
+    assert set(parts) == set(range(5))
+    # Python's hash() is salted per process; ours must agree across processes.
+    out = subprocess.run([sys.executable, "-c", "from inswitch.apps.wordcount.words import reducer_of; print(reducer_of('Русский'.encode(), 7))"],
+                         capture_output=True, text=True, check=True).stdout
+    assert int(out) == words.reducer_of("Русский".encode(), 7)
+
+
+def test_values_above_u32_are_split_not_wrapped() -> None:
+    p = Pairs.from_items([(b"a", 5), (b"big", (1 << 32) + 10)])
+    assert p.values.dtype == np.uint32
+    total: dict[bytes, int] = {}
+    for k, v in p.items():
+        total[k] = total.get(k, 0) + v
+    assert total == {b"a": 5, b"big": (1 << 32) + 10}
+
+
+# ----- whole jobs on loopback (no switch) --------------------------------------------------
+
+def _check(doc: dict, modes: list[str]) -> None:
+    assert set(doc["runs"]) == set(modes)
+    for m in modes:
+        r = doc["runs"][m]
+        assert r["correct"], (m, r["wrong_examples"], r["misplaced_keys"])
+        assert r["wrong_keys"] == 0 and r["misplaced_keys"] == 0
+        assert r["keys"] == doc["distinct_words"]
+        assert r["reducer_bytes"] > 0 and r["job_s"] > 0 and r["reducer_cpu_s"] >= 0
+    assert doc["correct"] is True
+
+
+def test_loopback_tcp_udp_real_text_with_long_keys() -> None:
+    doc = run(JobSpec(inputs=[str(TEXT)], mappers=3, reducers=2, where="loopback", timeout_s=30), ["tcp", "udp"])
+    _check(doc, ["tcp", "udp"])
+    assert doc["long_keys"] >= 10  # > 16 bytes: they must arrive whole
+    assert doc["where"] == "loopback"
+
+
+def test_loopback_without_combiner() -> None:
+    """One (word, 1) pair per occurrence: the reducers do all the summing."""
+    doc = run(JobSpec(zipf=0.99, words=6000, vocab=400, mappers=2, reducers=2, combiner=False, where="loopback",
+                      timeout_s=30), ["tcp", "udp"])
+    _check(doc, ["tcp", "udp"])
+    assert doc["runs"]["tcp"]["mapper_pairs"] == 6000
+
+
+def test_a_wrong_reducer_count_is_detected(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check can fail: a reducer that loses one count makes the job incorrect."""
+    from inswitch.apps.wordcount import worker
+
+    real = worker.load_result
+
+    def lossy(path: str) -> dict[bytes, int]:
+        d = real(path)
+        if d:
+            k = next(iter(d))
+            d[k] -= 1
+        return d
+
+    monkeypatch.setattr(job_mod, "load_result", lossy)
+    doc = run(JobSpec(zipf=0.0, words=2000, vocab=50, mappers=2, reducers=1, where="loopback", timeout_s=30), ["tcp"])
+    assert doc["correct"] is False and doc["runs"]["tcp"]["wrong_keys"] == 1
+
+
+def test_bad_input_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(JobError, match="not a readable file"):
+        run(JobSpec(inputs=[str(tmp_path / "missing.txt")], where="loopback"), ["tcp"])
+    with pytest.raises(JobError, match="either input files or --zipf"):
+        run(JobSpec(where="loopback"), ["tcp"])
+
+
+def test_switchagg_without_its_library_fails_clearly() -> None:
+    why = job_mod.switch_program_available("switchagg")
+    if why is None:
+        pytest.skip("switchagg is in this build")
+    with pytest.raises(JobError, match="switchagg"):
+        run(JobSpec(zipf=1.0, words=100, vocab=10, program="switchagg", where="loopback"), ["switch"])
+
+
+def test_cli_writes_the_json_keys(tmp_path: Path) -> None:
+    out = tmp_path / "wc.json"
+    cp = subprocess.run([sys.executable, "-m", "inswitch", "wordcount", "--zipf", "1.1", "--words", "5000", "--vocab", "500",
+                         "--mappers", "2", "--reducers", "2", "--mode", "tcp", "--where", "loopback", "--json", str(out)],
+                        capture_output=True, text=True, timeout=120)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    doc = json.loads(out.read_text())
+    for k in ("correct", "reducer_bytes", "reducer_packets", "reducer_cpu_s", "job_s"):
+        assert k in doc
+    assert doc["correct"] is True and doc["words"] == 5000
+
+
+# ----- in a rack of network namespaces around the switch ---------------------------------
+
+@netns
+@needs_root
+def test_rack_tcp_udp_uniform_keys_under_loss() -> None:
+    """Uniform keys, 3% of frames lost on every switch port: TCP and the udp protocol
+    retransmit and the counts are still exact."""
+    doc = run(JobSpec(zipf=0.0, words=30_000, vocab=3_000, mappers=3, reducers=2, loss=0.03, seed=7,
+                      rack="wordcount1", where="netns", timeout_s=60), ["tcp", "udp"])
+    _check(doc, ["tcp", "udp"])
+    for m in ("tcp", "udp"):
+        assert doc["runs"][m]["switch_lost_frames"] > 0  # the switch's fault injector did lose frames
+    assert doc["runs"]["udp"]["retransmissions"] > 0
+    assert doc["runs"]["tcp"]["reducer_packets"] > 0  # the reducer host's NIC counter
+
+
+@netns
+@needs_root
+@needs_switch
+def test_rack_switch_aggregates_zipf_and_real_text(tmp_path: Path) -> None:
+    doc = run(JobSpec(zipf=0.99, words=40_000, vocab=2_000, mappers=4, reducers=2, rack="wordcount2",
+                      where="netns", timeout_s=60), ["switch"])
+    _check(doc, ["udp", "switch"])
+    assert doc["fallback"] is False
+    assert doc["reduction"] > 0.4  # 4 mappers with a combiner: at most 1 - 1/4 (plus the udp run's retransmissions)
+    assert doc["baseline_udp"]["reducer_bytes"] > doc["reducer_bytes"]
+    # Real multilingual text (split among mappers by bytes), long keys included.
+    doc = run(JobSpec(inputs=[str(TEXT), str(_big_text(tmp_path))], mappers=3, reducers=2, rack="wordcount3",
+                      where="netns", timeout_s=60), ["switch"])
+    _check(doc, ["udp", "switch"])
+    assert doc["long_keys"] >= 10 and doc["words"] > 4000
+    sw = doc["runs"]["switch"]
+    # Each mapper's share holds most words: the switch merges them (pairs, not bytes, since
+    # the udp baseline's bytes include its retransmissions, which vary with the load).
+    assert sw["fallback"] is False, [r.get("fallback_reason") for r in sw["per_reducer"]]
+    assert sw["reducer_pairs"] < 0.75 * sw["mapper_pairs"], (sw["reducer_pairs"], sw["mapper_pairs"])
+    assert doc["reduction"] > 0
+
+
+@netns
+@needs_root
+@needs_switch
+def test_rack_switch_under_loss() -> None:
+    doc = run(JobSpec(zipf=0.99, words=20_000, vocab=1_000, mappers=3, reducers=2, loss=0.03, seed=11,
+                      rack="wordcount4", where="netns", timeout_s=90), ["switch"])
+    _check(doc, ["udp", "switch"])
+    assert doc["runs"]["switch"]["switch_lost_frames"] > 0
+    assert doc["runs"]["switch"]["retransmissions"] > 0
+
+
+@netns
+@needs_root
+@needs_switch
+def test_daiet_fig3_quick(tmp_path: Path) -> None:
+    """`inswitch experiment daiet-fig3 --quick`: JSON + PNG, correct counts in every mode,
+    and in-network aggregation really reduces what the reducers receive."""
+    cp = subprocess.run([sys.executable, "-m", "inswitch", "experiment", "daiet-fig3", "--quick", "--out", str(tmp_path)],
+                        capture_output=True, text=True, timeout=300)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    doc = json.loads((tmp_path / "daiet-fig3.json").read_text())
+    assert (tmp_path / "daiet-fig3.png").stat().st_size > 0
+    assert doc["correct"] is True and doc["quick"] is True
+    assert all(t["correct"] for t in doc["totals"].values())
+    # 4 mappers each holding almost every word: the best possible is 1 - 1/4.
+    assert 0.5 < doc["data_reduction_vs_udp"]["median"] <= doc["ideal_with_combiner"] + 0.05
+    assert doc["packet_reduction_vs_udp"]["median"] > 0.4
+
+
+@netns
+@needs_root
+@needs_switch
+def test_rack_switch_absent_falls_back_to_hosts() -> None:
+    """Switch mode with the aggregation program missing from the switch: the job still
+    completes with the right counts, aggregated by the hosts, and says so."""
+    doc = run(JobSpec(zipf=0.99, words=10_000, vocab=500, mappers=2, reducers=2, rack="wordcount5",
+                      where="netns", timeout_s=90, absent_program=True), ["switch"])
+    _check(doc, ["udp", "switch"])
+    assert doc["fallback"] is True and "note" in doc["runs"]["switch"]
