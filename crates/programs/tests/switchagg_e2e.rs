@@ -458,6 +458,24 @@ fn switchagg_sum_min_max_exact_without_faults() {
     }
 }
 
+/// Large engines, few keys: the flush walks every word of the tree's regions, but sends the
+/// reducer only the passes that found pairs and the EoT pass (the others recirculate
+/// quietly), so the reducer sees about as many packets as the pairs fill.
+#[test]
+fn switchagg_sparse_table_flush_sends_no_empty_packets() {
+    let job = single_switch_job(Op::Sum, 1, 400, 9);
+    let cfg = Config { fpe_bytes: 1 << 20, bpe_bytes: 4 << 20, ..small() };
+    let mut net = one_switch_net(&job, cfg, 1, Faults::default(), true);
+    let out = run_job(&job, &mut net, None);
+    assert_eq!(out.results, reference(&job));
+    assert!(!out.fallback);
+    let words: u64 = net.switches[0].pipes()[0].set().decl(1).memories.iter().map(|m| m.words as u64).sum();
+    // Data packets (at most 3 mappers x 400 pairs / 200 a packet... and their ENDs), the
+    // reducer's status queries, and the flush: far below one packet per few words.
+    assert!(out.reducer_packets < 60, "{} packets to the reducer; the tree has {words} bucket words", out.reducer_packets);
+    assert!(words > 10_000);
+}
+
 /// Tiny engines (no BPE): most pairs collide and travel on evicted; still exact.
 #[test]
 fn switchagg_tiny_engines_evict_and_stay_exact() {
