@@ -100,6 +100,36 @@ impl FaultDir {
     }
 }
 
+/// A UDP socket with a large receive buffer: a switch's flush arrives as a burst of
+/// hundreds of packets, and a default-sized buffer would drop its tail (the job would still
+/// be correct, through the fallback, but slower).
+fn bind_socket(bind: SocketAddr) -> std::io::Result<UdpSocket> {
+    use std::os::fd::AsRawFd;
+    let sock = UdpSocket::bind(bind)?;
+    let size: libc::c_int = 16 << 20;
+    let set = |opt: libc::c_int| {
+        // SAFETY: a valid socket and a c_int option value of the stated length.
+        unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                (&size as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            ) == 0
+        }
+    };
+    // The FORCE options need CAP_NET_ADMIN; without it the plain ones (capped by the
+    // kernel's rmem_max / wmem_max) are the best we can do.
+    if !set(libc::SO_RCVBUFFORCE) {
+        set(libc::SO_RCVBUF);
+    }
+    if !set(libc::SO_SNDBUFFORCE) {
+        set(libc::SO_SNDBUF);
+    }
+    Ok(sock)
+}
+
 fn wait_for(deadline: Option<u64>, now: u64) -> Duration {
     // Never block long: the loops also check their overall timeout.
     let cap = 5_000_000u64;
@@ -122,7 +152,7 @@ pub fn run_mapper(
     timeout: Duration,
     faults: SocketFaults,
 ) -> std::io::Result<MapRun> {
-    let sock = UdpSocket::bind(bind)?;
+    let sock = bind_socket(bind)?;
     let (mut ftx, mut frx) = (FaultDir::new(faults, 1), FaultDir::new(faults, 2));
     let mut staged = Vec::new();
     let start = Instant::now();

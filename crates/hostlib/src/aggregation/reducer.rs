@@ -24,7 +24,7 @@ pub struct ReducerConfig {
 
 impl ReducerConfig {
     pub fn new(tree_id: u16, n_mappers: usize, op: Op, mode: Mode) -> ReducerConfig {
-        ReducerConfig { protocol: Protocol::Daiet, tree_id, n_mappers, op, mode, rto_ns: 20_000_000, grace_ns: 200_000_000 }
+        ReducerConfig { protocol: Protocol::Daiet, tree_id, n_mappers, op, mode, rto_ns: 20_000_000, grace_ns: 500_000_000 }
     }
 }
 
@@ -258,7 +258,19 @@ impl Reducer {
         }
         if self.epoch == 0 {
             if self.all_finished_at.is_some_and(|t| now >= t.max(self.last_switch_rx) + self.cfg.grace_ns) {
-                self.fall_back(now, "the switch's stream stayed incomplete after every mapper finished (loss after the switch)");
+                let got: Vec<String> = self
+                    .switch
+                    .iter()
+                    .map(|(id, s)| match s.end {
+                        Some(e) => format!("switch {id}: {} of {} packets", s.seen.len(), e as u64 + 1),
+                        None => format!("switch {id}: {} packets, no END", s.seen.len()),
+                    })
+                    .collect();
+                let why = format!(
+                    "the switch's stream stayed incomplete after every mapper finished (loss after the switch; {})",
+                    if got.is_empty() { "nothing from a switch".to_string() } else { got.join(", ") }
+                );
+                self.fall_back(now, &why);
             }
         } else if self.resend_pending.iter().any(|&r| r) && now >= self.last_resend + self.cfg.rto_ns {
             self.resend_all(now);
