@@ -70,6 +70,19 @@ def test_split_ranges_give_exactly_the_files_words(tmp_path: Path, monkeypatch: 
     assert all(c == 0 or c == len(raw) or raw[c - 1:c].isspace() for c in cuts)
 
 
+def test_invalid_utf8_and_no_whitespace_stretches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Latin-1 bytes, truncated UTF-8 and a long run without whitespace: the mappers' split
+    reads still give exactly the words of the whole file (undecodable bytes are not words)."""
+    monkeypatch.setattr(words, "CHUNK", 64)
+    p = tmp_path / "mixed.txt"
+    p.write_bytes((b"caf\xe9 na\xefve \xe2\x82 ok " + "слово ".encode() + b"x" * 300 + b" end\n") * 50)
+    whole = words.tokenize(p.read_bytes().decode("utf-8", errors="replace"))
+    assert "ok" in whole and "слово" in whole and "x" * 300 in whole
+    for parts in (2, 5, 9):
+        got = [w for share in words.assign_files([str(p)], parts) for r in share for w in words.iter_words_range(r.path, r.start, r.end)]
+        assert Counter(got) == Counter(whole)
+
+
 def test_zipf_streams_are_seeded_and_skewed() -> None:
     a = words.zipf_ranks(0.99, 50_000, 1000, seed=5, part=0)
     assert np.array_equal(a, words.zipf_ranks(0.99, 50_000, 1000, seed=5, part=0))
@@ -253,3 +266,20 @@ def test_rack_switch_absent_falls_back_to_hosts() -> None:
                       where="netns", timeout_s=90, absent_program=True), ["switch"])
     _check(doc, ["udp", "switch"])
     assert doc["fallback"] is True and "note" in doc["runs"]["switch"]
+
+
+def test_switch_fault_option_parses_and_rejects() -> None:
+    """`inswitch switch --fault`: what `--loss` uses to make the switch's ports lose frames."""
+    from inswitch.switchd.cli import UsageError, parse_fault
+
+    assert parse_fault("loss=0.02,seed=9") == (0.02, 0.0, 0.0, 9)
+    assert parse_fault("dup=0.1,reorder=0.2") == (0.0, 0.1, 0.2, 1)
+    for bad in ("loss=2", "drop=0.1", "loss=x", "loss"):
+        with pytest.raises(UsageError):
+            parse_fault(bad)
+    from inswitch import _native
+
+    with pytest.raises(ValueError, match="outside"):
+        _native.Dataplane(["forward"], "memory:2", fault=(1.5, 0.0, 0.0, 1))
+    dp = _native.Dataplane(["forward"], "memory:2", fault=(0.5, 0.0, 0.0, 1))
+    dp.stop()

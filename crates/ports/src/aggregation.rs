@@ -218,11 +218,11 @@ pub fn run_reducer(
     faults: SocketFaults,
 ) -> std::io::Result<ReduceRun> {
     let sock = UdpSocket::bind(bind)?;
-    let (mut ftx, mut frx) = (FaultDir::new(faults, 3), FaultDir::new(faults, 4));
-    let mut staged = Vec::new();
     // The switch's final flush arrives as one burst of hundreds of packets: with the
     // default receive buffer (~208 KB) the reducer's socket overflows and the tree falls back.
     crate::sys::grow_sock_buf(std::os::fd::AsRawFd::as_raw_fd(&sock), true, 16 << 20);
+    let (mut ftx, mut frx) = (FaultDir::new(faults, 3), FaultDir::new(faults, 4));
+    let mut staged = Vec::new();
     let start = Instant::now();
     let now = || start.elapsed().as_nanos() as u64;
     let quiet = Duration::from_nanos((cfg.rto_ns * 5).max(100_000_000));

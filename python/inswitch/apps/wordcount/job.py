@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -141,7 +142,9 @@ class Env:
 
 def _free_port_base(n: int) -> int:
     """A base such that base..base+n-1 look free for TCP and UDP on loopback."""
-    for base in range(42000, 60000, 211):
+    # Start at a random place: fixed port numbers collide with other tests running at once.
+    start = random.Random().randrange(20000, 30000)
+    for base in range(start, 60000, 211):
         ok = True
         for p in range(base, base + n):
             for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
@@ -226,7 +229,10 @@ def open_env(spec: JobSpec, switch: bool, progress: Progress) -> tuple[Env, Call
     places = [Place(h.ip, h.netns, h.ifname) for h in st.hosts]
     env = Env("netns", places[:M], places[M:], p4runtime=st.switch.p4runtime, rack_state=st,
               reduce_port=REDUCE_PORTS.get(spec.program, REDUCE_PORT))
-    return env, lambda: rack.down(spec.rack)
+    def teardown() -> None:
+        rack.down(spec.rack)
+
+    return env, teardown
 
 
 def install_trees(env: Env, spec: JobSpec, tree_ids: list[int], progress: Progress) -> list[dict[str, Any]]:
@@ -246,7 +252,7 @@ def install_trees(env: Env, spec: JobSpec, tree_ids: list[int], progress: Progre
     reducer_ports = [h.port for h in st.hosts[spec.mappers:]]
     trees = controller.plan_single_switch(dict(zip(tree_ids, reducer_ports)), n_mappers=spec.mappers, op=spec.op)
     try:
-        acks = controller.install({env.p4runtime: trees}, num_ports=len(st.hosts))
+        acks = controller.install({str(env.p4runtime): trees}, num_ports=len(st.hosts))
     except Exception as e:
         raise JobError(f"installing the aggregation trees failed: {e}") from None
     return [dict(a) for a in acks]

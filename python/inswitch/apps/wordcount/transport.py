@@ -65,7 +65,7 @@ class Pairs:
 def native_agg() -> Any | None:
     """`inswitch._native` if it has the aggregation sender/receiver, else None."""
     try:
-        from inswitch import _native
+        from inswitch import _native  # type: ignore[attr-defined]
     except ImportError:
         return None
     return _native if hasattr(_native, "agg_map") and hasattr(_native, "agg_reduce") else None
