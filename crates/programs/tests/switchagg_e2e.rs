@@ -385,9 +385,9 @@ fn words(mappers: usize, per_mapper: usize, vocab: u64, trees: u16, seed: u64) -
                     let u = r.f();
                     let w = ((u * u) * vocab as f64) as u64;
                     let key = match w % 29 {
-                        0 => format!("{w:0>100}").into_bytes(),          // 100 bytes: no engine holds it
-                        1 => format!("{w:x>300}").into_bytes(),          // 300 bytes: escaped in pieces
-                        2 => format!("{:z>60}-{w}", "").into_bytes(),    // 61..64 bytes: the last group
+                        0 => format!("{w:0>100}").into_bytes(),                 // 100 bytes: no engine holds it
+                        1 => format!("{w:x>300}").into_bytes(),                 // 300 bytes: escaped in pieces
+                        2 => format!("{:z>60}-{w}", "").into_bytes(),           // 61..64 bytes: the last group
                         3 => [b'k', 0, 0xFF, w as u8, (w >> 8) as u8].to_vec(), // binary bytes
                         _ => format!("w{w}").into_bytes(),
                     };

@@ -113,8 +113,7 @@ fn pieces(k: &[u8], v: u32, mut f: impl FnMut(&[u8], u32)) {
     let n = k.len().div_ceil(PIECE_DATA);
     let mut at = 0;
     for i in 0..n {
-        let len = (k.len() - at) / (n - i);
-        let len = if (k.len() - at) % (n - i) != 0 { len + 1 } else { len };
+        let len = (k.len() - at).div_ceil(n - i);
         let last = i + 1 == n;
         buf[0] = if last { marker::LAST } else { marker::MORE };
         buf[1..1 + len].copy_from_slice(&k[at..at + len]);
