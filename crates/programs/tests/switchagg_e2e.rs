@@ -609,3 +609,40 @@ fn switchagg_no_switch_at_all_falls_back_and_stays_exact() {
     assert!(out.fallback);
     assert!(out.reducer_packets > 0);
 }
+
+/// The host protocol's control messages pass the switch untouched (BYPASS); a CONTROL
+/// packet without BYPASS, and the other hostile shapes, are counted drops, never panics.
+#[test]
+fn switchagg_control_messages_bypass_and_hostile_packets_are_counted_drops() {
+    use hostlib::aggregation::Header;
+    use wire::daiet::flags as df;
+    let mut sw = switch(small(), 16, &[(1, 1), (10, 10)], &[(100, 10, 1, SWITCH_CHILD_MIN)], Op::Sum);
+    let hdr = Header { tree_id: 100, flags: df::BYPASS | df::QUERY, op: Op::Sum, sender: 0, epoch: 0 };
+    let q = Protocol::SwitchAgg.control(hdr, 0, wire::daiet::info::FINISHED);
+    let mut rx = vec![PacketBuf::from_slice(&frame(1, MAPPER_PORT, 10, UDP_PORT, &q), 1)];
+    sw.process(&mut rx, 0);
+    let out = sw.drain_all();
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].0, 10, "to the reducer's port");
+    assert_eq!(unframe(&out[0].1).unwrap().2, &q[..], "untouched");
+    let mut bad = q.clone();
+    bad[1] = wire::switchagg::flags::CONTROL; // CONTROL without BYPASS
+    let mut r = Rng(7);
+    let mut frames = vec![frame(1, MAPPER_PORT, 10, UDP_PORT, &bad), frame(1, MAPPER_PORT, 10, UDP_PORT, &[1, 0, 0])];
+    for _ in 0..200 {
+        let len = (r.next() % 80) as usize;
+        let mut p: Vec<u8> = (0..len).map(|_| r.next() as u8).collect();
+        if len > 1 {
+            p[0] = 1;
+            p[1] &= 0x03; // no BYPASS: the switch parses it
+        }
+        frames.push(frame(1, MAPPER_PORT, 10, UDP_PORT, &p));
+    }
+    let n = frames.len() as u64;
+    let mut rx: Vec<PacketBuf> = frames.iter().map(|f| PacketBuf::from_slice(f, 1)).collect();
+    sw.process(&mut rx, 1);
+    let passed = sw.drain_all().len() as u64;
+    let c = sw.counters();
+    assert!(c.drops[pisa::DropCode::MALFORMED.0 as usize] >= 2, "CONTROL without BYPASS and a cut header are malformed");
+    assert!(c.total_drops() + passed >= n, "every hostile frame is dropped and counted or forwarded");
+}

@@ -359,4 +359,60 @@ mod tests {
         assert!(mk(3, MAX_KEY_LEN + 1).is_err());
         assert!(mk(MAX_MAPPERS as u16, 5).is_err());
     }
+
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+    }
+
+    /// Random keys of random lengths (0..=MAX_KEY_LEN) round-trip exactly; random bytes and
+    /// random corruptions of valid packets never panic the parser.
+    #[test]
+    fn random_keys_roundtrip_and_random_bytes_never_panic() {
+        let mut r = Rng(0x5A66_2222);
+        for _ in 0..200 {
+            let n = (r.next() % 12) as usize;
+            let keys: Vec<Vec<u8>> = (0..n)
+                .map(|_| {
+                    let len = match r.next() % 4 {
+                        0 => (r.next() % 65) as usize,
+                        1 => 65 + (r.next() % 191) as usize,
+                        _ => (r.next() % (MAX_KEY_LEN as u64 + 1)) as usize,
+                    };
+                    (0..len).map(|_| r.next() as u8).collect()
+                })
+                .collect();
+            let pairs: Vec<(&[u8], u32)> = keys.iter().map(|k| (k.as_slice(), r.next() as u32)).collect();
+            let pkts = packetize(hdr(df::BYPASS, 1), pairs.iter().copied());
+            let mut got = Vec::new();
+            for p in &pkts {
+                assert!(p.len() <= VARLEN_BUDGET);
+                let (rp, ps) = parse(p).unwrap();
+                assert_eq!((rp.flags, rp.epoch), (df::BYPASS, 1));
+                got.extend(ps.iter().map(|(k, v)| (k.to_vec(), v)));
+                // Corrupt one byte: parse may refuse it, never panic.
+                let mut bad = p.clone();
+                let at = (r.next() as usize) % bad.len();
+                bad[at] = r.next() as u8;
+                let _ = parse(&bad);
+                let _ = parse(&p[..(r.next() as usize) % p.len()]);
+            }
+            let want: Vec<(Vec<u8>, u32)> = pairs.iter().map(|(k, v)| (k.to_vec(), *v)).collect();
+            assert_eq!(got, want);
+        }
+        for _ in 0..5000 {
+            let len = (r.next() % 64) as usize;
+            let mut b: Vec<u8> = (0..len).map(|_| r.next() as u8).collect();
+            if len > 1 && r.next() % 2 == 0 {
+                b[0] = sa::packet_type::AGGREGATION;
+                b[1] &= sf::ALL;
+            }
+            let _ = parse(&b);
+        }
+    }
 }
