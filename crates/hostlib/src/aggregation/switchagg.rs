@@ -408,7 +408,7 @@ mod tests {
         for _ in 0..5000 {
             let len = (r.next() % 64) as usize;
             let mut b: Vec<u8> = (0..len).map(|_| r.next() as u8).collect();
-            if len > 1 && r.next() % 2 == 0 {
+            if len > 1 && r.next().is_multiple_of(2) {
                 b[0] = sa::packet_type::AGGREGATION;
                 b[1] &= sf::ALL;
             }
