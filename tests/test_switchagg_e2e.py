@@ -116,3 +116,27 @@ def test_wordcount_switchagg_in_a_rack_under_loss() -> None:
     _check(doc)
     assert doc["runs"]["switch"]["switch_lost_frames"] > 0
     assert doc["runs"]["switch"]["retransmissions"] > 0
+
+
+def test_switchagg_trees_install_and_reinstall_over_p4runtime(switchd_factory) -> None:  # type: ignore[no-untyped-def]
+    """The wordcount job's switchagg install on a real `inswitch switch` (forward+switchagg):
+    one tree per reducer rooted at its port, every mapper a child, the root reporting as
+    SWITCH_CHILD_MIN; a second job with the same tree ids replaces them."""
+    from types import SimpleNamespace
+
+    from inswitch.apps.switchagg.controller import SWITCH_CHILD_MIN
+    from inswitch.p4rt import SwitchClient
+
+    sw = switchd_factory("--program", "forward,switchagg", "--ports", "memory:5")
+    hosts = [SimpleNamespace(port=p) for p in range(5)]
+    env = SimpleNamespace(p4runtime=sw.p4runtime, rack_state=SimpleNamespace(hosts=hosts))
+    for op in ("sum", "max"):
+        spec = JobSpec(zipf=1.0, mappers=3, reducers=2, program="switchagg", op=op)
+        acks = job_mod.install_trees(env, spec, [1, 2], lambda s: None)  # type: ignore[arg-type]
+        assert acks[0]["trees"] == [1, 2]
+    with SwitchClient(sw.p4runtime) as c:
+        got = {next(iter(e["match"].values())): e["params"] for e in c.read_entries("switchagg.tree_config")}
+    assert set(got) == {1, 2}
+    for tree, port in ((1, 3), (2, 4)):
+        p = got[tree]
+        assert (p["parent_port"], p["children"], p["op"], p["up_child"], p["regions"]) == (port, 3, 2, SWITCH_CHILD_MIN, 2)

@@ -274,6 +274,11 @@ def _install_switchagg_trees(env: Env, spec: JobSpec, tree_ids: list[int], progr
              for t, p in zip(tree_ids, reducer_ports)]
     try:
         with SwitchClient(env.p4runtime) as c:
+            # A tree id left from an earlier job on this switch is replaced, not refused.
+            old = {next(iter(e["match"].values())) for e in c.read_entries("switchagg.tree_config")}
+            for t in tree_ids:
+                if t in old:
+                    c.delete_entry("switchagg.tree_config", {"tree_id": t})
             sagg.configure(c, trees, child_ports=mapper_ports)
             got = {next(iter(e["match"].values())): e for e in c.read_entries("switchagg.tree_config")}
     except Exception as e:
