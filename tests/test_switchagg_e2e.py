@@ -111,11 +111,14 @@ def test_wordcount_switchagg_in_a_rack() -> None:
 def test_wordcount_switchagg_in_a_rack_under_loss() -> None:
     """3% of frames lost on every switch port: retransmissions, the switch's sequence check
     and (when a switch-to-reducer packet is lost) the host fallback keep the counts exact."""
-    doc = run(JobSpec(zipf=0.99, words=20_000, vocab=1_000, mappers=3, reducers=2, loss=0.03, seed=11, program="switchagg",
+    doc = run(JobSpec(zipf=0.5, words=40_000, vocab=8_000, mappers=3, reducers=2, loss=0.03, seed=11, program="switchagg",
                       rack="sagg2loss", where="netns", timeout_s=90), ["switch"])
     _check(doc)
-    assert doc["runs"]["switch"]["switch_lost_frames"] > 0
-    assert doc["runs"]["switch"]["retransmissions"] > 0
+    sw = doc["runs"]["switch"]
+    assert sw["switch_lost_frames"] > 0
+    # A lost mapper packet or ACK is retransmitted; a lost switch->reducer packet makes the
+    # reducer fall back: either way the loss was repaired, not absent.
+    assert sw["retransmissions"] > 0 or sw["fallback"], sw
 
 
 def test_switchagg_trees_install_and_reinstall_over_p4runtime(switchd_factory) -> None:  # type: ignore[no-untyped-def]
