@@ -217,10 +217,8 @@ pub fn run_reducer(
     timeout: Duration,
     faults: SocketFaults,
 ) -> std::io::Result<ReduceRun> {
-    let sock = UdpSocket::bind(bind)?;
-    // The switch's final flush arrives as one burst of hundreds of packets: with the
-    // default receive buffer (~208 KB) the reducer's socket overflows and the tree falls back.
-    crate::sys::grow_sock_buf(std::os::fd::AsRawFd::as_raw_fd(&sock), true, 16 << 20);
+    // The reducer is where the switch's flush burst lands: the large buffers matter most here.
+    let sock = bind_socket(bind)?;
     let (mut ftx, mut frx) = (FaultDir::new(faults, 3), FaultDir::new(faults, 4));
     let mut staged = Vec::new();
     let start = Instant::now();
