@@ -22,7 +22,7 @@ fn addr(s: &str) -> PyResult<SocketAddr> {
 }
 
 fn parse_common(protocol: &str, op: &str, mode: &str) -> PyResult<(Protocol, Op, Mode)> {
-    let p = Protocol::from_name(protocol).ok_or_else(|| verr(format!("unknown protocol `{protocol}` (known: daiet)")))?;
+    let p = Protocol::from_name(protocol).ok_or_else(|| verr(format!("unknown protocol `{protocol}` (known: daiet, switchagg)")))?;
     let o = Op::from_name(op).ok_or_else(|| verr(format!("op must be sum, min or max, not `{op}`")))?;
     let m = Mode::from_name(mode).ok_or_else(|| verr(format!("mode must be switch or udp, not `{mode}`")))?;
     Ok((p, o, m))

@@ -45,8 +45,12 @@ pub mod flags {
     /// Forward untouched: no aggregation, no sequence check (host-side fallback, keys the
     /// switch does not aggregate).
     pub const BYPASS: u8 = 0x04;
+    /// A host-to-host control message of the end hosts' exactly-once protocol (status
+    /// query, resend request, done; `hostlib::aggregation::switchagg`), always with
+    /// BYPASS so a switch forwards it untouched; its kind, info and epoch are in `seq`.
+    pub const CONTROL: u8 = 0x08;
     /// Every bit defined.
-    pub const ALL: u8 = EOT | ACK | BYPASS;
+    pub const ALL: u8 = EOT | ACK | BYPASS | CONTROL;
 }
 
 /// The aggregation function (the aggregation unit's `<Operation, Value1, Value2>`).
@@ -140,13 +144,18 @@ impl<T: AsRef<[u8]>> AggPacket<T> {
     }
 
     /// `Truncated` if the header or a pair runs past the buffer; `Malformed` for another
-    /// type, an unknown operation or flag, a non-zero reserved byte, a value that is not 4 bytes, an empty key.
+    /// type, an unknown operation or flag, CONTROL without BYPASS, a non-zero reserved byte, a value that is not 4 bytes, an empty key.
     pub fn check(&self) -> Result<()> {
         let b = self.buffer.as_ref();
         if b.len() < HEADER_LEN {
             return Err(Error::Truncated);
         }
-        if b[field::TYPE] != packet_type::AGGREGATION || b[field::FLAGS] & !flags::ALL != 0 || b[field::OP + 1] != 0 {
+        let fl = b[field::FLAGS];
+        if b[field::TYPE] != packet_type::AGGREGATION
+            || fl & !flags::ALL != 0
+            || (fl & flags::CONTROL != 0 && fl & flags::BYPASS == 0)
+            || b[field::OP + 1] != 0
+        {
             return Err(Error::Malformed);
         }
         Operation::from_code(b[field::OP])?;
@@ -529,6 +538,12 @@ mod tests {
         let mut bad = buf.clone();
         bad[12] = 0xFF; // more pairs than bytes
         assert_eq!(AggPacket::new_checked(&bad[..]).unwrap_err(), Error::Truncated);
+        let mut bad = buf.clone();
+        bad[1] = flags::CONTROL; // a control message must bypass the switch
+        assert_eq!(AggPacket::new_checked(&bad[..]).unwrap_err(), Error::Malformed);
+        let mut ok = buf.clone();
+        ok[1] = flags::CONTROL | flags::BYPASS;
+        assert!(AggPacket::new_checked(&ok[..]).is_ok());
         let bad_key = AggRepr { pairs: vec![(vec![], 1)], ..sample() };
         assert_eq!(bad_key.emit(&mut [0u8; 64]).unwrap_err(), Error::Malformed);
     }
@@ -567,7 +582,7 @@ mod tests {
 
         #[test]
         fn roundtrip(pairs in proptest::collection::vec((proptest::collection::vec(any::<u8>(), 1..80), any::<u32>()), 0..20),
-                     fl in 0u8..8, tree in any::<u16>(), seq in any::<u32>()) {
+                     fl in (0u8..16).prop_filter("CONTROL needs BYPASS", |f| f & 0x08 == 0 || f & 0x04 != 0), tree in any::<u16>(), seq in any::<u32>()) {
             let r = AggRepr { flags: fl, tree_id: tree, op: Operation::Sum, child_id: 1, seq, pairs };
             let mut out = vec![0u8; r.buffer_len()];
             r.emit(&mut out).unwrap();

@@ -19,7 +19,7 @@ from scapy.packet import Packet, bind_layers  # type: ignore[attr-defined]
 
 UDP_PORT = 7071
 TYPES = {1: "aggregation", 2: "launch", 3: "configure", 4: "ack"}
-FLAG_NAMES = ["EOT", "ACK", "BYPASS"]
+FLAG_NAMES = ["EOT", "ACK", "BYPASS", "CONTROL"]
 
 
 class Pair(Packet):

@@ -87,6 +87,9 @@ impl Mapper {
         if let Some(&t) = tree_of_pair.iter().find(|&&t| t as usize >= tree_ids.len()) {
             return Err(format!("tree index {t} out of range ({} trees)", tree_ids.len()));
         }
+        if cfg.protocol == Protocol::SwitchAgg {
+            super::switchagg::check_mapper(cfg.mapper_id, &offsets)?;
+        }
         let mut m = Mapper {
             trees: tree_ids
                 .iter()

@@ -50,6 +50,7 @@
 
 pub mod mapper;
 pub mod reducer;
+pub mod switchagg;
 
 pub use mapper::{Mapper, MapperConfig, MapperStats};
 pub use reducer::{Reducer, ReducerConfig, ReducerStats};
@@ -79,12 +80,15 @@ impl Mode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Protocol {
     Daiet,
+    /// SwitchAgg's wire format (see [`switchagg`]).
+    SwitchAgg,
 }
 
 impl Protocol {
     pub fn from_name(s: &str) -> Option<Protocol> {
         match s {
             "daiet" => Some(Protocol::Daiet),
+            "switchagg" => Some(Protocol::SwitchAgg),
             _ => None,
         }
     }
@@ -94,6 +98,7 @@ impl Protocol {
     pub fn packetize<'a>(self, hdr: Header, pairs: impl Iterator<Item = (&'a [u8], u32)>) -> Vec<Vec<u8>> {
         match self {
             Protocol::Daiet => daiet_packetize(hdr, pairs),
+            Protocol::SwitchAgg => switchagg::packetize(hdr, pairs),
         }
     }
 
@@ -101,6 +106,7 @@ impl Protocol {
     pub fn end(self, hdr: Header) -> Vec<u8> {
         match self {
             Protocol::Daiet => dw::Repr { flags: hdr.flags | flags::END, ..hdr.repr() }.to_vec(),
+            Protocol::SwitchAgg => switchagg::end(hdr),
         }
     }
 
@@ -109,6 +115,7 @@ impl Protocol {
     pub fn control(self, hdr: Header, seq: u32, info: u8) -> Vec<u8> {
         match self {
             Protocol::Daiet => dw::Repr { seq, info, ..hdr.repr() }.to_vec(),
+            Protocol::SwitchAgg => switchagg::control(hdr, seq, info),
         }
     }
 
@@ -116,6 +123,7 @@ impl Protocol {
     pub fn stamp(self, pkt: &mut [u8], seq: u32) {
         match self {
             Protocol::Daiet => dw::Packet::new_unchecked(pkt).set_seq(seq),
+            Protocol::SwitchAgg => switchagg::stamp(pkt, seq),
         }
     }
 
@@ -125,7 +133,11 @@ impl Protocol {
             Protocol::Daiet => {
                 let p = dw::Packet::new_checked(payload).ok()?;
                 let r = dw::Repr::parse(&p).ok()?;
-                Some(Parsed { repr: r, view: p })
+                Some(Parsed { repr: r, view: View::Daiet(p) })
+            }
+            Protocol::SwitchAgg => {
+                let (repr, pairs) = switchagg::parse(payload)?;
+                Some(Parsed { repr, view: View::SwitchAgg(pairs) })
             }
         }
     }
@@ -134,7 +146,24 @@ impl Protocol {
 /// A received packet: its header and a view for its pairs.
 pub struct Parsed<'a> {
     pub repr: dw::Repr,
-    pub view: dw::Packet<&'a [u8]>,
+    pub view: View<'a>,
+}
+
+/// A received packet's pairs, in its protocol's format.
+pub enum View<'a> {
+    Daiet(dw::Packet<&'a [u8]>),
+    SwitchAgg(switchagg::Pairs),
+}
+
+impl View<'_> {
+    /// `(key, value)` pairs.
+    pub fn pairs(&self) -> impl Iterator<Item = (&[u8], u32)> + '_ {
+        let (a, b) = match self {
+            View::Daiet(p) => (Some(p.pairs()), None),
+            View::SwitchAgg(p) => (None, Some(p.iter())),
+        };
+        a.into_iter().flatten().chain(b.into_iter().flatten())
+    }
 }
 
 /// Header fields common to a stream's packets.

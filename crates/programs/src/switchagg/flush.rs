@@ -7,6 +7,8 @@
 //! packet. The pass sends the packet to the parent and a copy of it around again (clone
 //! session [`super::FLUSH_SESSION`], whose replica is the recirculation port); the pass
 //! that reads the last word sends the packet with EoT and no copy.
+//! A pass that found nothing (and is not the last) sends nothing: the packet itself
+//! recirculates, so a sparse table costs passes, not empty packets to the parent.
 //!
 //! The cursor travels in bridged metadata: `[0]` marker, `[1]` engine memory, `[2..6]`
 //! word within the tree's region, `[6]` set when the pairs in the packet were already
@@ -90,6 +92,19 @@ pub(crate) fn flush_pass(p: &SwitchAgg, pass: &mut Pass<'_>) {
         word += 1;
     }
     let done = mem >= n_mem;
+    if n == 0 && !done {
+        // These words were empty: go around again rather than send the parent an empty
+        // packet (a sparse table would otherwise cost one packet per pass to the reducer).
+        if !reliability::set_agg_len(pass, at, HEADER_LEN) {
+            return;
+        }
+        let b = pass.bridged_mut();
+        b[1] = mem as u8;
+        b[2..6].copy_from_slice(&word.to_be_bytes());
+        b[6] = 1;
+        pass.recirculate();
+        return;
+    }
     let up = pass.execute(&p.up_seq, tree.region, ());
     {
         let h = pass.hdr_mut();

@@ -21,6 +21,12 @@ FLUSH_SESSION = 0x1FF
 #: P4Runtime's number for the recirculation port (switchd maps it to the pipe's own).
 SDN_PORT_RECIRCULATE = 0xFFFFFFFA
 OPS = {"sum": 0, "min": 1, "max": 2}
+#: Children per tree the program keeps sequence numbers for (`Config::max_children`).
+MAX_CHILDREN = 256
+#: `up_child` of a tree's root switch: the end hosts' exactly-once protocol takes a packet
+#: from a child id this high as the switch's numbered stream
+#: (`hostlib::aggregation::switchagg::SWITCH_CHILD_MIN`).
+SWITCH_CHILD_MIN = 0x8000
 #: Registers that hold a job's progress.
 JOB_REGISTERS = ("switchagg.expected_seq", "switchagg.eot_count", "switchagg.up_seq")
 

@@ -33,6 +33,8 @@ MAP_PORT = 47000
 #: Reducers listen here: the switch classifies UDP to this port as DAIET
 #: (`wire::daiet::UDP_PORT`), so in a rack every reducer (one per host) uses it.
 REDUCE_PORT = 7070
+#: The UDP port each switch program classifies as its own (`wire::switchagg::UDP_PORT`).
+REDUCE_PORTS = {"daiet": 7070, "switchagg": 7071}
 
 Progress = Callable[[str], None]
 
@@ -164,9 +166,7 @@ def switch_program_available(program: str) -> str | None:
     """None if switch mode can run with `program`, else why not."""
     from inswitch import native
 
-    if program != "daiet":
-        # The host library and the controller speak DAIET only so far; a switchagg switch
-        # program alone would leave the mappers' packets unaggregated.
+    if program not in ("daiet", "switchagg"):
         try:
             from inswitch.apps.aggregation import controller
 
@@ -227,7 +227,8 @@ def open_env(spec: JobSpec, switch: bool, progress: Progress) -> tuple[Env, Call
         rack.down(spec.rack)
         raise
     places = [Place(h.ip, h.netns, h.ifname) for h in st.hosts]
-    env = Env("netns", places[:M], places[M:], p4runtime=st.switch.p4runtime, rack_state=st)
+    env = Env("netns", places[:M], places[M:], p4runtime=st.switch.p4runtime, rack_state=st,
+              reduce_port=REDUCE_PORTS.get(spec.program, REDUCE_PORT))
     def teardown() -> None:
         rack.down(spec.rack)
 
@@ -242,6 +243,8 @@ def install_trees(env: Env, spec: JobSpec, tree_ids: list[int], progress: Progre
         from inswitch.apps.aggregation import controller
     except ImportError:
         raise JobError("the aggregation controller (inswitch.apps.aggregation.controller) is not in this build") from None
+    if spec.program == "switchagg":
+        return _install_switchagg_trees(env, spec, tree_ids, progress)
     if spec.program != "daiet":
         raise JobError(f"the aggregation controller installs daiet trees; --program {spec.program} has no controller here")
     progress(f"installing {len(tree_ids)} aggregation trees through P4Runtime")
@@ -253,6 +256,37 @@ def install_trees(env: Env, spec: JobSpec, tree_ids: list[int], progress: Progre
     except Exception as e:
         raise JobError(f"installing the aggregation trees failed: {e}") from None
     return [dict(a) for a in acks]
+
+
+def _install_switchagg_trees(env: Env, spec: JobSpec, tree_ids: list[int], progress: Progress) -> list[dict[str, Any]]:
+    """The same trees for the `switchagg` program, through its controller helper (the root
+    switch reports to the reducer as child `SWITCH_CHILD_MIN`, see docs/switchagg.md)."""
+    from inswitch.apps.switchagg import controller as sagg
+    from inswitch.p4rt import SwitchClient
+
+    if spec.mappers > sagg.MAX_CHILDREN:
+        raise JobError(f"switchagg: at most {sagg.MAX_CHILDREN} mappers (children per tree)")
+    progress(f"installing {len(tree_ids)} switchagg trees through P4Runtime")
+    st = env.rack_state
+    reducer_ports = [h.port for h in st.hosts[spec.mappers:]]
+    mapper_ports = [h.port for h in st.hosts[:spec.mappers]]
+    trees = [sagg.Tree(tree_id=t, parent_port=p, children=spec.mappers, op=spec.op, up_child=sagg.SWITCH_CHILD_MIN)
+             for t, p in zip(tree_ids, reducer_ports)]
+    try:
+        with SwitchClient(env.p4runtime) as c:
+            # A tree id left from an earlier job on this switch is replaced, not refused.
+            old = {next(iter(e["match"].values())) for e in c.read_entries("switchagg.tree_config")}
+            for t in tree_ids:
+                if t in old:
+                    c.delete_entry("switchagg.tree_config", {"tree_id": t})
+            sagg.configure(c, trees, child_ports=mapper_ports)
+            got = {next(iter(e["match"].values())): e for e in c.read_entries("switchagg.tree_config")}
+    except Exception as e:
+        raise JobError(f"installing the switchagg trees failed: {e}") from None
+    missing = [t for t in tree_ids if t not in got]
+    if missing:
+        raise JobError(f"switchagg trees {missing} did not read back from the switch")
+    return [{"address": env.p4runtime, "trees": tree_ids, "clone_sessions": len(mapper_ports) + 1}]
 
 
 # ----- one run ---------------------------------------------------------------------------
