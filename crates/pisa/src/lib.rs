@@ -29,7 +29,9 @@ pub mod target;
 pub mod tm;
 
 pub use control::{CloneSession, ControlError, ControlOp, ControlReply, Replica, WriteOp};
-pub use decl::{ActionId, ClassifyRule, Digest, DropCode, Gress, HashUnit, Memory, MemoryKind, ProgramBuilder, ProgramDecl, Table, TableSpec};
+pub use decl::{
+    ActionId, ClassifyRule, Digest, DropCode, Gress, HashUnit, Memory, MemoryKind, ProgramBuilder, ProgramDecl, Table, TableSpec,
+};
 pub use hash::HashAlgo;
 pub use packet::{BufPool, PacketBuf, PortId, PORT_CPU, PORT_NONE, PORT_PKTGEN, PORT_RECIRC};
 pub use pass::{Pass, Violation};

@@ -6,9 +6,9 @@
 //! wait release the GIL.
 
 mod aggregation;
-mod netsha;
 mod hare;
 mod inaas;
+mod netsha;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -321,8 +321,10 @@ fn bench(shares: &[Pairs], cfg: Config, batch: usize, duration: f64) -> BenchRes
         }
     }
     // Frames built once; each repetition rewrites their sequence numbers in place.
-    let mut frames: Vec<(u16, Vec<u8>, u64)> =
-        order.iter().map(|(j, pk)| (*j as u16, harness::frame(1 + *j as u8, 200, 0, Operation::Sum, *j as u16, 0, 0, pk), pk.len() as u64)).collect();
+    let mut frames: Vec<(u16, Vec<u8>, u64)> = order
+        .iter()
+        .map(|(j, pk)| (*j as u16, harness::frame(1 + *j as u8, 200, 0, Operation::Sum, *j as u16, 0, 0, pk), pk.len() as u64))
+        .collect();
     let mut seq = vec![0u32; m];
     let (mut pairs, mut packets, mut rx) = (0u64, 0u64, Vec::with_capacity(batch));
     let t = Instant::now();
