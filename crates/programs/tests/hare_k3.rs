@@ -17,6 +17,9 @@ use programs::hare::oostat::state;
 use programs::hare::{HareConfig, HareProgram, L4_END};
 use wire::hare::{Op, Packet, Repr, FLAG_DONE, FLAG_HIT, HEADER_LEN, PORT_CLIENT, PORT_SERVER};
 
+mod hare_common;
+use hare_common::{frame, mac};
+
 fn get(c: u32, _: ()) -> (u32, u32) {
     (c, c)
 }
@@ -70,33 +73,6 @@ impl HareApp for Tagger {
         }
         true
     }
-}
-
-fn mac(i: u8) -> [u8; 6] {
-    [2, 0, 0, 0, 0, i]
-}
-
-fn frame(src: u8, dst: u8, sport: u16, dport: u16, m: &Repr) -> Vec<u8> {
-    let body = m.to_bytes().unwrap();
-    let mut f = Vec::new();
-    f.extend_from_slice(&mac(dst));
-    f.extend_from_slice(&mac(src));
-    f.extend_from_slice(&0x0800u16.to_be_bytes());
-    let mut ip = [0u8; 20];
-    ip[0] = 0x45;
-    ip[2..4].copy_from_slice(&((28 + body.len()) as u16).to_be_bytes());
-    ip[8] = 64;
-    ip[9] = 17;
-    ip[12..16].copy_from_slice(&[10, 0, 0, src]);
-    ip[16..20].copy_from_slice(&[10, 0, 0, dst]);
-    wire::Ipv4Packet::new_unchecked(&mut ip[..]).fill_checksum();
-    f.extend_from_slice(&ip);
-    f.extend_from_slice(&sport.to_be_bytes());
-    f.extend_from_slice(&dport.to_be_bytes());
-    f.extend_from_slice(&((8 + body.len()) as u16).to_be_bytes());
-    f.extend_from_slice(&[0, 0]);
-    f.extend_from_slice(&body);
-    f
 }
 
 fn msg(op: Op, key: &[u8], kf: usize, value: Vec<u8>, slot: u16, status: u8) -> Repr {

@@ -14,36 +14,12 @@ use programs::hare::lock::{HareLock, LockConfig, EXCLUSIVE, GRANTED, GRANT_SESSI
 use programs::hare::oostat::state;
 use wire::hare::{Op, Packet, Repr, FLAG_DONE, PORT_CLIENT, PORT_SERVER};
 
+mod hare_common;
+use hare_common::{frame, mac};
+
 const SERVER: u8 = 100;
 const P_SERVER: u16 = 1;
 const CLIENT_PORTS: [u16; 3] = [0, 2, 3];
-
-fn mac(i: u8) -> [u8; 6] {
-    [2, 0, 0, 0, 0, i]
-}
-
-fn frame(src: u8, dst: u8, sport: u16, dport: u16, msg: &Repr) -> Vec<u8> {
-    let body = msg.to_bytes().unwrap();
-    let mut f = Vec::new();
-    f.extend_from_slice(&mac(dst));
-    f.extend_from_slice(&mac(src));
-    f.extend_from_slice(&0x0800u16.to_be_bytes());
-    let mut ip = [0u8; 20];
-    ip[0] = 0x45;
-    ip[2..4].copy_from_slice(&((28 + body.len()) as u16).to_be_bytes());
-    ip[8] = 64;
-    ip[9] = 17;
-    ip[12..16].copy_from_slice(&[10, 0, 0, src]);
-    ip[16..20].copy_from_slice(&[10, 0, 0, dst]);
-    wire::Ipv4Packet::new_unchecked(&mut ip[..]).fill_checksum();
-    f.extend_from_slice(&ip);
-    f.extend_from_slice(&sport.to_be_bytes());
-    f.extend_from_slice(&dport.to_be_bytes());
-    f.extend_from_slice(&((8 + body.len()) as u16).to_be_bytes());
-    f.extend_from_slice(&[0, 0]);
-    f.extend_from_slice(&body);
-    f
-}
 
 fn parse(f: &[u8]) -> Repr {
     Repr::parse(&Packet::new_checked(&f[42..]).unwrap()).unwrap()
