@@ -1,5 +1,12 @@
 //! The mapper's sender: one Go-Back-N stream per tree, retransmission on timeout, status
 //! reports to the reducer, and the switch to a BYPASS stream when the reducer asks.
+//!
+//! The retransmission timeout adapts per tree as TCP's does (RFC 6298): a smoothed RTT
+//! and its variation from acknowledgements of packets sent once (Karn: a retransmitted
+//! packet's ACK is ambiguous), RTO = SRTT + 4 RTTVAR within `[min_rto_ns, max_rto_ns]`,
+//! doubled on each timeout. A fixed timeout either retransmits spuriously whenever a
+//! loaded reducer answers late (which made the udp baseline's packet counts noisy) or
+//! waits too long after a real loss.
 
 use wire::daiet::{flags, info, Op};
 
@@ -12,8 +19,11 @@ pub struct MapperConfig {
     pub mapper_id: u16,
     pub op: Op,
     pub mode: Mode,
-    /// Retransmission timeout.
+    /// Initial retransmission timeout (before any RTT sample).
     pub rto_ns: u64,
+    /// Bounds of the adaptive timeout.
+    pub min_rto_ns: u64,
+    pub max_rto_ns: u64,
     /// Packets in flight per tree.
     pub window: usize,
     /// No acknowledgement for this long on the in-network stream: report `STALLED`. Long
@@ -24,7 +34,17 @@ pub struct MapperConfig {
 
 impl MapperConfig {
     pub fn new(mapper_id: u16, op: Op, mode: Mode) -> MapperConfig {
-        MapperConfig { protocol: Protocol::Daiet, mapper_id, op, mode, rto_ns: 20_000_000, window: 64, stall_ns: 2_000_000_000 }
+        MapperConfig {
+            protocol: Protocol::Daiet,
+            mapper_id,
+            op,
+            mode,
+            rto_ns: 20_000_000,
+            min_rto_ns: 5_000_000,
+            max_rto_ns: 1_000_000_000,
+            window: 64,
+            stall_ns: 2_000_000_000,
+        }
     }
 }
 
@@ -34,6 +54,8 @@ pub struct MapperStats {
     pub packets_sent: u64,
     pub bytes_sent: u64,
     pub retransmissions: u64,
+    /// Retransmission timeouts that fired.
+    pub timeouts: u64,
     pub acks: u64,
     pub fallback: bool,
     pub pairs: u64,
@@ -47,6 +69,9 @@ struct TreeTx {
     next: usize,
     /// When the oldest unacknowledged packet times out.
     timer: Option<u64>,
+    /// When each packet was first sent (`RESENT` once sent again: no RTT sample from it).
+    sent_at: Vec<u64>,
+    rtt: Rtt,
     last_progress: u64,
     last_query: Option<u64>,
     finished: bool,
@@ -100,6 +125,8 @@ impl Mapper {
                     base: 0,
                     next: 0,
                     timer: None,
+                    sent_at: Vec::new(),
+                    rtt: Rtt::new(cfg.rto_ns),
                     last_progress: now,
                     last_query: None,
                     finished: false,
@@ -142,6 +169,7 @@ impl Mapper {
         }
         let t = &mut self.trees[i];
         t.epoch = epoch;
+        t.sent_at = vec![UNSENT; packets.len()];
         t.packets = packets;
         t.base = 0;
         t.next = 0;
@@ -149,6 +177,17 @@ impl Mapper {
         t.last_progress = now;
         t.last_query = None;
         t.finished = false;
+    }
+
+    /// Change the adaptive timeout's bounds (equal bounds: a fixed timeout).
+    pub fn set_rto_bounds(&mut self, min_ns: u64, max_ns: u64) {
+        self.cfg.min_rto_ns = min_ns;
+        self.cfg.max_rto_ns = max_ns.max(min_ns);
+    }
+
+    /// The current retransmission timeout of each tree.
+    pub fn rto_ns(&self) -> Vec<u64> {
+        self.trees.iter().map(|t| t.rtt.rto(self.cfg.min_rto_ns, self.cfg.max_rto_ns)).collect()
     }
 
     /// Every tree complete at its reducer.
@@ -163,7 +202,7 @@ impl Mapper {
 
     /// Packets to send now, as `(tree index, payload)`.
     pub fn poll_transmit(&mut self, now: u64, out: &mut Vec<(usize, Vec<u8>)>) {
-        let rto = self.cfg.rto_ns;
+        let (min_rto, max_rto) = (self.cfg.min_rto_ns, self.cfg.max_rto_ns);
         for i in 0..self.trees.len() {
             let proto = self.cfg.protocol;
             let hdr = self.header(i, self.trees[i].epoch, flags::BYPASS | flags::QUERY);
@@ -176,11 +215,16 @@ impl Mapper {
             }
             if t.timer.is_some_and(|d| now >= d) && t.base < t.next {
                 self.stats.retransmissions += (t.next - t.base) as u64;
+                self.stats.timeouts += 1;
+                t.rtt.back_off(max_rto);
                 t.next = t.base;
                 t.timer = None;
             }
+            let rto = t.rtt.rto(min_rto, max_rto);
             while t.next < t.packets.len() && t.next < t.base + window {
                 let p = t.packets[t.next].clone();
+                let s = &mut t.sent_at[t.next];
+                *s = if *s == UNSENT { now } else { RESENT };
                 self.stats.packets_sent += 1;
                 self.stats.bytes_sent += p.len() as u64;
                 out.push((i, p));
@@ -225,7 +269,7 @@ impl Mapper {
             return;
         }
         if r.flags & flags::ACK != 0 && r.sender == self.cfg.mapper_id {
-            let rto = self.cfg.rto_ns;
+            let (min_rto, max_rto) = (self.cfg.min_rto_ns, self.cfg.max_rto_ns);
             let t = &mut self.trees[i];
             if r.epoch != t.epoch {
                 return;
@@ -233,6 +277,11 @@ impl Mapper {
             self.stats.acks += 1;
             let acked = r.seq as usize + 1;
             if acked > t.base && acked <= t.packets.len() {
+                let first = t.sent_at[acked - 1];
+                if first != UNSENT && first != RESENT && now >= first {
+                    t.rtt.sample(now - first);
+                }
+                let rto = t.rtt.rto(min_rto, max_rto);
                 t.base = acked;
                 t.next = t.next.max(acked);
                 t.last_progress = now;
@@ -247,11 +296,11 @@ impl Mapper {
 
     /// When `poll_transmit` has something to do next (a retransmission or a report).
     pub fn next_deadline(&self) -> Option<u64> {
-        let rto = self.cfg.rto_ns;
         self.trees
             .iter()
             .filter(|t| !t.done)
             .flat_map(|t| {
+                let rto = t.rtt.rto(self.cfg.min_rto_ns, self.cfg.max_rto_ns);
                 let q = if t.finished || (self.cfg.mode == Mode::Switch && t.epoch == 0) {
                     let stall_at = if t.finished { 0 } else { t.last_progress + self.cfg.stall_ns };
                     Some(t.last_query.map_or(stall_at, |q| (q + rto).max(stall_at)))
@@ -262,5 +311,52 @@ impl Mapper {
             })
             .flatten()
             .min()
+    }
+}
+
+/// `sent_at` of a packet not sent yet, and of one sent more than once.
+const UNSENT: u64 = u64::MAX;
+const RESENT: u64 = u64::MAX - 1;
+
+/// RFC 6298's estimator, in nanoseconds.
+#[derive(Debug, Clone)]
+pub struct Rtt {
+    srtt: Option<u64>,
+    rttvar: u64,
+    /// The current timeout before clamping (initial, computed or backed off).
+    rto: u64,
+}
+
+impl Rtt {
+    pub fn new(initial_ns: u64) -> Rtt {
+        Rtt { srtt: None, rttvar: 0, rto: initial_ns }
+    }
+
+    /// A round trip measured on a packet sent once.
+    pub fn sample(&mut self, r: u64) {
+        match self.srtt {
+            None => {
+                self.srtt = Some(r);
+                self.rttvar = r / 2;
+            }
+            Some(s) => {
+                self.rttvar = (3 * self.rttvar + s.abs_diff(r)) / 4;
+                self.srtt = Some((7 * s + r) / 8);
+            }
+        }
+        self.rto = self.srtt.unwrap_or(r) + (4 * self.rttvar).max(1_000);
+    }
+
+    /// A timeout fired: wait twice as long next time.
+    pub fn back_off(&mut self, max: u64) {
+        self.rto = self.rto.saturating_mul(2).min(max);
+    }
+
+    pub fn rto(&self, min: u64, max: u64) -> u64 {
+        self.rto.clamp(min, max.max(min))
+    }
+
+    pub fn srtt(&self) -> Option<u64> {
+        self.srtt
     }
 }

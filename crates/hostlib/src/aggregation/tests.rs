@@ -87,6 +87,7 @@ fn mapper_for(id: u16, pairs: &[(Vec<u8>, u32)], op: Op, mode: Mode) -> Mapper {
     let vals = pairs.iter().map(|p| p.1).collect();
     let mut cfg = MapperConfig::new(id, op, mode);
     cfg.rto_ns = 1_000_000;
+    cfg.min_rto_ns = 200_000;
     cfg.stall_ns = 20_000_000;
     Mapper::new(cfg, &[5], keys, offs, vals, vec![0; pairs.len()], 0).unwrap()
 }
@@ -178,4 +179,88 @@ fn packetize_keeps_long_keys_whole() {
     let mut want: Vec<(Vec<u8>, u32)> = pairs.iter().map(|(k, v)| (k.to_vec(), *v)).collect();
     want.sort();
     assert_eq!(got, want);
+}
+
+#[test]
+fn rtt_estimator_follows_rfc6298() {
+    let mut r = mapper::Rtt::new(20_000_000);
+    assert_eq!(r.rto(1_000, 1_000_000_000), 20_000_000, "initial timeout before any sample");
+    r.sample(100_000);
+    assert_eq!(r.srtt(), Some(100_000));
+    assert_eq!(r.rto(1_000, 1_000_000_000), 100_000 + 4 * 50_000);
+    for _ in 0..50 {
+        r.sample(100_000);
+    }
+    let settled = r.rto(1_000, 1_000_000_000);
+    assert!(settled < 110_000, "a steady RTT shrinks the variation term: {settled}");
+    assert_eq!(r.rto(5_000_000, 1_000_000_000), 5_000_000, "clamped to the minimum");
+    r.back_off(1_000_000_000);
+    assert_eq!(r.rto(1_000, 1_000_000_000), 2 * settled, "a timeout doubles it");
+    for _ in 0..40 {
+        r.back_off(300_000_000);
+    }
+    assert_eq!(r.rto(1_000, 1_000_000_000), 300_000_000, "backed off no further than the maximum");
+}
+
+/// One mapper and a slow reducer: every packet and ACK takes `delay` each way. Returns
+/// the mapper's stats (the result is checked against the reference).
+fn run_delayed(delay: u64, min_rto: u64, max_rto: u64) -> MapperStats {
+    let data = vec![dataset(20_000, 3000, 9)];
+    let mut m = mapper_for(0, &data[0], Op::Sum, Mode::Udp);
+    m.set_rto_bounds(min_rto, max_rto);
+    let mut cfg = ReducerConfig::new(5, 1, Op::Sum, Mode::Udp);
+    cfg.rto_ns = 1_000_000;
+    cfg.grace_ns = 10_000_000;
+    let mut red = Reducer::new(cfg);
+    let mut up: Vec<(u64, Vec<u8>)> = Vec::new();
+    let mut down: Vec<(u64, Vec<u8>)> = Vec::new();
+    let mut now = 0u64;
+    while !(red.is_complete() && m.is_done()) {
+        assert!(now < 60_000_000_000, "no progress");
+        let mut o = Vec::new();
+        m.poll_transmit(now, &mut o);
+        up.extend(o.into_iter().map(|(_, p)| (now + delay, p)));
+        let (due, later): (Vec<_>, Vec<_>) = up.drain(..).partition(|(t, _)| *t <= now);
+        up = later;
+        for (_, p) in due {
+            red.handle(now, &p);
+        }
+        red.on_timer(now);
+        let mut back = Vec::new();
+        red.drain_transmit(&mut back);
+        down.extend(back.into_iter().map(|(_, p)| (now + delay, p)));
+        let (due, later): (Vec<_>, Vec<_>) = down.drain(..).partition(|(t, _)| *t <= now);
+        down = later;
+        for (_, p) in due {
+            m.handle(now, &p);
+        }
+        now += 100_000;
+    }
+    assert_eq!(red.take_result(), reference(&data, Op::Sum));
+    m.stats.clone()
+}
+
+/// A reducer slower than the initial timeout (8 ms round trip against 1 ms): a fixed
+/// timeout retransmits again and again; the adaptive one backs off until it gets its first
+/// clean sample (Karn), then learns the RTT and stops.
+#[test]
+fn adaptive_rto_stops_spurious_retransmissions() {
+    let delay = 4_000_000u64;
+    let adaptive = run_delayed(delay, 200_000, 1_000_000_000);
+    let fixed = run_delayed(delay, 1_000_000, 1_000_000);
+    let packets = adaptive.packets_sent - adaptive.retransmissions;
+    eprintln!(
+        "{packets} packets; adaptive: {} timeouts, {} retransmissions; fixed 1 ms: {} timeouts, {} retransmissions",
+        adaptive.timeouts, adaptive.retransmissions, fixed.timeouts, fixed.retransmissions
+    );
+    assert!(packets > 1500, "enough packets: {packets}");
+    // Back-off 1, 2, 4, 8 ms before the first clean sample, then none.
+    assert!(adaptive.timeouts <= 5, "{} timeouts", adaptive.timeouts);
+    assert!(adaptive.retransmissions * 4 < packets, "{} retransmissions of {packets} packets", adaptive.retransmissions);
+    assert!(
+        fixed.retransmissions > 4 * adaptive.retransmissions,
+        "fixed 1 ms timeout: {} retransmissions, adaptive: {}",
+        fixed.retransmissions,
+        adaptive.retransmissions
+    );
 }
