@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from inswitch.apps.wordcount.job import FIGURES, MODES, JobError, JobSpec, run
+from inswitch.apps.wordcount.progress import job_progress
 
 
 def _fmt(v: Any) -> str:
@@ -106,8 +107,8 @@ def register(app: typer.Typer) -> None:
                        reducers=reducers, program=program, loss=loss, combiner=not no_combiner, timeout_s=timeout,
                        where=where)
         try:
-            with console.status("wordcount: starting") as st:
-                doc = run(spec, modes, lambda s: st.update(f"wordcount: {s}"))
+            with job_progress(console) as progress:
+                doc = run(spec, modes, progress)
         except JobError as e:
             console.print(f"[red]error:[/red] {e}", highlight=False)
             raise typer.Exit(2)

@@ -13,6 +13,7 @@ from rich.console import Console
 
 from inswitch.apps.wordcount.cli import summary_lines, table
 from inswitch.apps.wordcount.job import JobError, JobSpec, run
+from inswitch.apps.wordcount.progress import job_progress
 
 #: Real text that Debian-like machines ship, in order of preference (licences and manuals).
 CANDIDATES = ["/usr/share/common-licenses/*", "/usr/share/vim/vim*/doc/options.txt", "/usr/share/vim/vim*/doc/version7.txt"]
@@ -79,8 +80,8 @@ def main(out_dir: Path, console: Console) -> int:
         console.print("[yellow]no real text of a few hundred KB found under /usr/share: using a generated Zipf(1.0) text instead[/yellow]")
         spec = JobSpec(zipf=1.0, words=300_000, vocab=30_000, mappers=4, reducers=2, rack="wordcountd", timeout_s=120)
     try:
-        with console.status("wordcount: starting") as st:
-            doc = run(spec, ["tcp", "udp", "switch"], lambda s: st.update(f"wordcount: {s}"))
+        with job_progress(console) as progress:
+            doc = run(spec, ["tcp", "udp", "switch"], progress)
     except JobError as e:
         console.print(f"[red]demo failed:[/red] {e}")
         return 1

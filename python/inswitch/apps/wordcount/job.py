@@ -22,7 +22,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Optional, Protocol
 
 from inswitch.apps.wordcount import transport, words
 from inswitch.apps.wordcount.worker import load_result
@@ -36,7 +36,15 @@ REDUCE_PORT = 7070
 #: The UDP port each switch program classifies as its own (`wire::switchagg::UDP_PORT`).
 REDUCE_PORTS = {"daiet": 7070, "switchagg": 7071}
 
-Progress = Callable[[str], None]
+class Progress(Protocol):
+    """Told what the job does now and, once the workers run, how many of the job's
+    workers (mappers and reducers over every mode) have finished out of how many."""
+
+    def __call__(self, msg: str, done: Optional[int] = None, total: Optional[int] = None) -> None: ...
+
+
+def no_progress(msg: str, done: Optional[int] = None, total: Optional[int] = None) -> None:
+    pass
 
 
 class JobError(RuntimeError):
@@ -351,8 +359,12 @@ def _delta(a: dict[str, float], b: dict[str, float]) -> dict[str, int]:
 
 
 def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir: Path, progress: Progress,
-             tree_base: int = 1) -> dict[str, Any]:
+             tree_base: int = 1, steps: tuple[int, int] = (0, 0)) -> dict[str, Any]:
+    """`steps`: workers of the job finished before this mode, and the job's total (for
+    the progress bar)."""
     M, R = spec.mappers, spec.reducers
+    step0, total = steps
+    steps_total: Optional[int] = total or None
     sw0 = switch_counters(env)
     tree_ids = [tree_base + j for j in range(R)]
     info: dict[str, Any] = {}
@@ -391,7 +403,7 @@ def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir:
             except subprocess.TimeoutExpired:
                 raise JobError(f"{mode}: mapper {i} did not finish in {limit:.0f} s") from None
             mstats.append(_last_json(out, err, f"{mode} mapper {i}"))
-            progress(f"{mode}: {i + 1}/{M} mappers done ({time.monotonic() - t0:.1f} s)")
+            progress(f"{mode}: {i + 1}/{M} mappers done ({time.monotonic() - t0:.1f} s)", step0 + i + 1, steps_total)
         rstats = []
         for j, p in enumerate(reducers):
             try:
@@ -399,7 +411,7 @@ def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir:
             except subprocess.TimeoutExpired:
                 raise JobError(f"{mode}: reducer {j} did not finish in {limit:.0f} s") from None
             rstats.append(_last_json(out, err, f"{mode} reducer {j}"))
-            progress(f"{mode}: {j + 1}/{R} reducers done ({time.monotonic() - t0:.1f} s)")
+            progress(f"{mode}: {j + 1}/{R} reducers done ({time.monotonic() - t0:.1f} s)", step0 + M + j + 1, steps_total)
         job_s = time.monotonic() - t0
     finally:
         _kill(mappers + reducers)
@@ -464,7 +476,7 @@ def _reduction(new: float | None, base: float | None) -> float | None:
     return round(1.0 - new / base, 4)
 
 
-def run(spec: JobSpec, modes: list[str], progress: Progress = lambda s: None) -> dict[str, Any]:
+def run(spec: JobSpec, modes: list[str], progress: Progress = no_progress) -> dict[str, Any]:
     """Run the job in each of `modes` (a switch run brings its udp baseline along) and
     return the result document (see the CLI for its keys)."""
     spec.check()
@@ -497,7 +509,8 @@ def run(spec: JobSpec, modes: list[str], progress: Progress = lambda s: None) ->
         with tempfile.TemporaryDirectory(prefix="wordcount-") as tmp:
             os.chmod(tmp, 0o755)
             for i, m in enumerate(order):
-                runs[m] = run_mode(spec, m, env, ref, Path(tmp), progress, tree_base=1 + 100 * i)
+                runs[m] = run_mode(spec, m, env, ref, Path(tmp), progress, tree_base=1 + 100 * i,
+                                   steps=(i * (spec.mappers + spec.reducers), len(order) * (spec.mappers + spec.reducers)))
     finally:
         progress("taking the rack down")
         teardown()
