@@ -69,11 +69,19 @@ def register(app: typer.Typer) -> None:
         pcap: Optional[str] = typer.Option(None, "--pcap", help="Capture every port to pcapng files in this directory."),
         mode: str = typer.Option("auto", "--mode", help="auto (netns if root, else udp), netns or udp."),
         udp_base: Optional[int] = typer.Option(None, "--udp-base", help="UDP mode: tunnel port of switch port 0 (default: a free range)."),
+        fault: Optional[str] = typer.Option(None, "--fault", help="Seeded faults on every switch port's receive side: loss=P,dup=P,reorder=P,seed=N."),
     ) -> None:
         """Create the hosts, start the switch and fill its MAC table."""
+        if fault:
+            from inswitch.switchd.cli import UsageError, parse_fault
+
+            try:  # a bad spec is a usage error now, not a switch that fails to start
+                parse_fault(fault)
+            except UsageError as e:
+                raise typer.BadParameter(str(e), param_hint="--fault") from None
         try:
             st = Rack().up(hosts, name=name, programs=program, p4runtime=p4runtime, metrics=metrics,
-                           subnet=subnet, pcap=pcap, mode=mode, udp_base=udp_base)  # type: ignore[arg-type]
+                           subnet=subnet, pcap=pcap, mode=mode, udp_base=udp_base, fault=fault)  # type: ignore[arg-type]
         except KeyboardInterrupt as e:
             notes = getattr(e, "__notes__", [])
             if notes:
@@ -84,7 +92,8 @@ def register(app: typer.Typer) -> None:
         except RackError as e:
             raise _fail(e)
         console.print(f"[green]rack {st.name} is up[/green]: {len(st.hosts)} hosts ({st.mode} mode), "
-                      f"switch pid {st.switch.pid}, P4Runtime {st.switch.p4runtime}, metrics {st.switch.metrics}")
+                      f"switch pid {st.switch.pid}, P4Runtime {st.switch.p4runtime}, metrics {st.switch.metrics}"
+                      + (f", faults {fault}" if fault else ""))
         for h in st.hosts:
             where = h.netns if st.mode == "netns" else f"udp {h.tunnel}"
             console.print(f"  {h.name}  {h.ip:<15} {h.mac}  port {h.port}  {where}")
