@@ -39,8 +39,11 @@ impl MapperConfig {
             mapper_id,
             op,
             mode,
-            rto_ns: 20_000_000,
-            min_rto_ns: 5_000_000,
+            // Before the first sample the RTT is unknown: start high, as TCP does (RFC 6298
+            // says 1 s), because every tree's first window goes out at once and a loaded
+            // reducer may take tens of ms to answer it; a timeout there resends the window.
+            rto_ns: 200_000_000,
+            min_rto_ns: 10_000_000,
             max_rto_ns: 1_000_000_000,
             window: 64,
             stall_ns: 2_000_000_000,
