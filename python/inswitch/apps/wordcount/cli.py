@@ -107,8 +107,8 @@ def register(app: typer.Typer) -> None:
                        reducers=reducers, program=program, loss=loss, combiner=not no_combiner, timeout_s=timeout,
                        where=where)
         try:
-            with job_progress(console) as progress:
-                doc = run(spec, modes, progress)
+            with job_progress(console) as bar:
+                doc = run(spec, modes, *bar)
         except JobError as e:
             console.print(f"[red]error:[/red] {e}", highlight=False)
             raise typer.Exit(2)

@@ -80,8 +80,8 @@ def main(out_dir: Path, console: Console) -> int:
         console.print("[yellow]no real text of a few hundred KB found under /usr/share: using a generated Zipf(1.0) text instead[/yellow]")
         spec = JobSpec(zipf=1.0, words=300_000, vocab=30_000, mappers=4, reducers=2, rack="wordcountd", timeout_s=120)
     try:
-        with job_progress(console) as progress:
-            doc = run(spec, ["tcp", "udp", "switch"], progress)
+        with job_progress(console) as bar:
+            doc = run(spec, ["tcp", "udp", "switch"], *bar)
     except JobError as e:
         console.print(f"[red]demo failed:[/red] {e}")
         return 1

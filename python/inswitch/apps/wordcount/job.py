@@ -22,7 +22,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Protocol
+from typing import Any, Callable, Iterator, Optional
 
 from inswitch.apps.wordcount import transport, words
 from inswitch.apps.wordcount.worker import load_result
@@ -36,14 +36,14 @@ REDUCE_PORT = 7070
 #: The UDP port each switch program classifies as its own (`wire::switchagg::UDP_PORT`).
 REDUCE_PORTS = {"daiet": 7070, "switchagg": 7071}
 
-class Progress(Protocol):
-    """Told what the job does now and, once the workers run, how many of the job's
-    workers (mappers and reducers over every mode) have finished out of how many."""
+#: Told what the job does now.
+Progress = Callable[[str], None]
+#: Told how many of the job's workers (mappers and reducers over every mode) have
+#: finished, out of how many (for a progress bar).
+Steps = Callable[[int, int], None]
 
-    def __call__(self, msg: str, done: Optional[int] = None, total: Optional[int] = None) -> None: ...
 
-
-def no_progress(msg: str, done: Optional[int] = None, total: Optional[int] = None) -> None:
+def no_progress(msg: str) -> None:
     pass
 
 
@@ -359,12 +359,9 @@ def _delta(a: dict[str, float], b: dict[str, float]) -> dict[str, int]:
 
 
 def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir: Path, progress: Progress,
-             tree_base: int = 1, steps: tuple[int, int] = (0, 0)) -> dict[str, Any]:
-    """`steps`: workers of the job finished before this mode, and the job's total (for
-    the progress bar)."""
+             tree_base: int = 1, step: Optional[Callable[[int], None]] = None) -> dict[str, Any]:
+    """`step(k)`: k of this mode's workers have finished (for the progress bar)."""
     M, R = spec.mappers, spec.reducers
-    step0, total = steps
-    steps_total: Optional[int] = total or None
     sw0 = switch_counters(env)
     tree_ids = [tree_base + j for j in range(R)]
     info: dict[str, Any] = {}
@@ -403,7 +400,9 @@ def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir:
             except subprocess.TimeoutExpired:
                 raise JobError(f"{mode}: mapper {i} did not finish in {limit:.0f} s") from None
             mstats.append(_last_json(out, err, f"{mode} mapper {i}"))
-            progress(f"{mode}: {i + 1}/{M} mappers done ({time.monotonic() - t0:.1f} s)", step0 + i + 1, steps_total)
+            progress(f"{mode}: {i + 1}/{M} mappers done ({time.monotonic() - t0:.1f} s)")
+            if step:
+                step(i + 1)
         rstats = []
         for j, p in enumerate(reducers):
             try:
@@ -411,7 +410,9 @@ def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir:
             except subprocess.TimeoutExpired:
                 raise JobError(f"{mode}: reducer {j} did not finish in {limit:.0f} s") from None
             rstats.append(_last_json(out, err, f"{mode} reducer {j}"))
-            progress(f"{mode}: {j + 1}/{R} reducers done ({time.monotonic() - t0:.1f} s)", step0 + M + j + 1, steps_total)
+            progress(f"{mode}: {j + 1}/{R} reducers done ({time.monotonic() - t0:.1f} s)")
+            if step:
+                step(M + j + 1)
         job_s = time.monotonic() - t0
     finally:
         _kill(mappers + reducers)
@@ -476,7 +477,7 @@ def _reduction(new: float | None, base: float | None) -> float | None:
     return round(1.0 - new / base, 4)
 
 
-def run(spec: JobSpec, modes: list[str], progress: Progress = no_progress) -> dict[str, Any]:
+def run(spec: JobSpec, modes: list[str], progress: Progress = no_progress, steps: Optional[Steps] = None) -> dict[str, Any]:
     """Run the job in each of `modes` (a switch run brings its udp baseline along) and
     return the result document (see the CLI for its keys)."""
     spec.check()
@@ -509,8 +510,9 @@ def run(spec: JobSpec, modes: list[str], progress: Progress = no_progress) -> di
         with tempfile.TemporaryDirectory(prefix="wordcount-") as tmp:
             os.chmod(tmp, 0o755)
             for i, m in enumerate(order):
-                runs[m] = run_mode(spec, m, env, ref, Path(tmp), progress, tree_base=1 + 100 * i,
-                                   steps=(i * (spec.mappers + spec.reducers), len(order) * (spec.mappers + spec.reducers)))
+                per_mode = spec.mappers + spec.reducers
+                step = (lambda k, i=i: steps(i * per_mode + k, len(order) * per_mode)) if steps else None
+                runs[m] = run_mode(spec, m, env, ref, Path(tmp), progress, tree_base=1 + 100 * i, step=step)
     finally:
         progress("taking the rack down")
         teardown()
