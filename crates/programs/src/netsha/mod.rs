@@ -64,6 +64,11 @@ pub const SECTION: usize = 14 + 20 + 8;
 pub const MIN_LEN: usize = SECTION + nw::HEADER_LEN;
 /// UDP source port of the timer packets the generator emits.
 pub const TIMER_SRC_PORT: u16 = 0x4E53;
+/// Clone session of the split (ingress mirror to the recirculation port): the control
+/// plane must configure it (`SwitchPath` and the netsha controller do).
+pub const SPLIT_SESSION: u16 = 78;
+/// Cells of `split_turn`: splits whose two copies may be in flight at once.
+pub const SPLIT_CELLS: u32 = 1024;
 
 /// Indexes of `answer_events`: what happened to the answer of a pass.
 pub mod answer_event {
@@ -79,7 +84,9 @@ pub mod answer_event {
     pub const TIMER_RELEASE: u32 = 9;
     pub const CLAIM: u32 = 10;
     pub const BYPASS_BAD_QID: u32 = 11;
-    pub const NAMES: [&str; 12] = [
+    /// A packet without room for a register's output split in two (clone, §3.3 full packets).
+    pub const SPLIT: u32 = 12;
+    pub const NAMES: [&str; 13] = [
         "inserted",
         "dropped_by_threshold",
         "bypass_collision",
@@ -92,6 +99,7 @@ pub mod answer_event {
         "timer_releases",
         "claims",
         "bypass_unreducible_qid",
+        "splits",
     ];
 }
 
@@ -243,7 +251,10 @@ mod br {
     pub const STARTED: usize = 0;
     pub const INPUTS: usize = 1;
     pub const MODE: usize = 2;
-    pub const TIMER: usize = 3;
+    /// Flags: TIMER_FLAG (a timer packet), SPLIT_FLAG (a copy of a split, role not yet known).
+    pub const FLAGS: usize = 3;
+    pub const TIMER_FLAG: u8 = 1;
+    pub const SPLIT_FLAG: u8 = 2;
     pub const A: usize = 4;
     pub const B: usize = 8;
     pub const C: usize = 12;
@@ -251,6 +262,8 @@ mod br {
     pub const FORCE_CLAIM: u8 = 1;
     pub const COMMIT: u8 = 2;
     pub const RELEASE: u8 = 3;
+    /// The tail copy of a split waits (A: passes left) while the front copy goes on.
+    pub const PARK: u8 = 4;
 }
 
 type Act<T, I, O, B> = RegisterAction<T, I, O, B>;
@@ -274,6 +287,8 @@ pub struct Netsha {
     slot_id: Vec<Act<u32, (u32, u32), u32, SlotIdAlu>>,
     answer_events: Act<u32, u32, (), AddU32>,
     emit_events: Act<Pair, Pair, (), AddPair>,
+    splits: Act<u32, (), u32, SplitCounterAlu>,
+    split_turn: Act<u32, u32, u32, SplitTurnAlu>,
     d_malformed: DropCode,
     d_absorbed: DropCode,
     d_timer_idle: DropCode,
@@ -294,6 +309,33 @@ impl pisa::SaluBody<Pair, Pair, ()> for AddPair {
     #[inline(always)]
     fn run(self, c: Pair, x: Pair) -> (Pair, ()) {
         (Pair::new(c.lo.wrapping_add(x.lo), c.hi.wrapping_add(x.hi)), ())
+    }
+}
+
+/// Numbers the splits (ids from 1).
+#[derive(Clone, Copy)]
+pub struct SplitCounterAlu;
+impl pisa::SaluBody<u32, (), u32> for SplitCounterAlu {
+    #[inline(always)]
+    fn run(self, c: u32, _: ()) -> (u32, u32) {
+        let next = if c == u32::MAX { 1 } else { c + 1 };
+        (next, next)
+    }
+}
+
+/// Which copy of a split this is: the first copy to come back claims the cell with the
+/// split's id (returns 0, "first"); the second finds its id there, frees the cell and
+/// returns 1 ("second"). A test-and-set, since the clone and the original are identical.
+#[derive(Clone, Copy)]
+pub struct SplitTurnAlu;
+impl pisa::SaluBody<u32, u32, u32> for SplitTurnAlu {
+    #[inline(always)]
+    fn run(self, c: u32, id: u32) -> (u32, u32) {
+        if c == id {
+            (0, 1)
+        } else {
+            (id, 0)
+        }
     }
 }
 
@@ -416,6 +458,16 @@ impl Netsha {
             "answers sent (lo) and cleared (hi) by cause",
         );
         let emit_events = b.register_action_body(ee, "add", AddPair);
+        let sp = b.register::<u32>("splits", Gress::Ingress, ev_stage, 1, "split counter: the id of the last split");
+        let splits = b.register_action_body(sp, "next", SplitCounterAlu);
+        let st = b.register::<u32>(
+            "split_turn",
+            Gress::Ingress,
+            0,
+            SPLIT_CELLS,
+            "split id mod cells: set by the first copy of a split to come back, cleared by the second (which half each keeps)",
+        );
+        let split_turn = b.register_action_body(st, "turn", SplitTurnAlu);
         let d_malformed = b.drop_reason("netsha_malformed");
         let d_absorbed = b.drop_reason("netsha_absorbed");
         let d_timer_idle = b.drop_reason("netsha_timer_idle");
@@ -435,6 +487,9 @@ impl Netsha {
         b.note(&format!(
             "Algorithm 2's scan over all registers becomes a choice among the {} candidate register(s) of the query's set (hash(QID), §4): hit, else the first empty, else the heaviest (most data pairs carried) is replaced; the owner tags of a set share one 64-bit cell",
             cfg.ways
+        ));
+        b.note(&format!(
+            "full packets: a packet with no room for a register's output is split: ingress mirror (clone session {SPLIT_SESSION}, to the recirculation port) and recirculate; the first copy back (split_turn test-and-set) keeps the answers sent so far and the first half of the unprocessed answers, the second the other half (header-stack invalidation); each split adds one packet, both count against the recirculation budget"
         ));
         b.note("register index = CRC-32(QID) mod R; a real target sizes the arrays to a power of two");
         let decl = b.build().expect("netsha declaration is valid");
@@ -459,6 +514,8 @@ impl Netsha {
             slot_id,
             answer_events,
             emit_events,
+            splits,
+            split_turn,
             d_malformed,
             d_absorbed,
             d_timer_idle,
@@ -661,6 +718,16 @@ impl Netsha {
 
     /// One answer of a server's packet.
     fn process_front(&self, p: &mut Pass<'_>) {
+        if p.bridged()[br::FLAGS] & br::SPLIT_FLAG != 0 {
+            let id = Self::ga(p.bridged(), br::C);
+            let second = p.execute(&self.split_turn, id % SPLIT_CELLS, id) == 1;
+            p.bridged_mut()[br::FLAGS] &= !br::SPLIT_FLAG;
+            self.keep_part(p, second);
+            if p.bridged()[br::MODE] == br::PARK {
+                p.recirculate();
+                return;
+            }
+        }
         Self::skip_empty_inputs(p);
         if p.bridged()[br::INPUTS] == 0 {
             self.finish(p);
@@ -867,11 +934,115 @@ impl Netsha {
         if dropped {
             Self::consume_front(p);
             self.count(p, answer_event::DROPPED);
+        } else if Self::splittable(p) {
+            // Split: both copies come back (recirculation port) and each keeps a part.
+            let id = p.execute(&self.splits, 0, ());
+            let b = p.bridged_mut();
+            b[br::FLAGS] |= br::SPLIT_FLAG;
+            Self::sa(b, br::C, id);
+            self.count(p, answer_event::SPLIT);
+            p.clone_ingress(SPLIT_SESSION);
+            p.recirculate();
+            return;
         } else {
             let num = Self::bypass_front_block(p);
             p.execute(&self.answer_events, answer_event::BYPASS_NO_ROOM, num);
         }
         self.next_or_finish(p);
+    }
+
+    /// Whether splitting makes progress: both halves then have less to carry (at least two
+    /// unprocessed answers, or answers sent so far that the first copy takes away).
+    fn splittable(p: &Pass<'_>) -> bool {
+        let h = p.hdr();
+        let inputs = p.bridged()[br::INPUTS] as usize;
+        let mut at = SECTION + 1;
+        let mut total = 0usize;
+        for _ in 0..inputs {
+            let num = u16::from_be_bytes([h[at + 4], h[at + 5]]) as usize;
+            total += num;
+            at += BLOCK_HEADER_LEN + ANSWER_LEN * num;
+        }
+        total >= 2 || (h[SECTION] as usize) > inputs
+    }
+
+    /// One copy of a split keeps its part (the deparser emitting only some entries of the
+    /// answer header stack): the first copy the answers sent so far and the front of the
+    /// unprocessed answers, the second copy the tail: as few answers as give the first
+    /// copy room for two more register outputs (all of them if the answers sent so far
+    /// leave no such room: the first copy then leaves with those alone; at most half if
+    /// nothing was sent yet). A server's answers come nearest first, so the tail holds its
+    /// worst ones, and moving few of them keeps the arrival order Algorithm 1 sees close to
+    /// the servers' (a larger part processed alongside the front would raise r.T early).
+    /// A pending claim (`FORCE_CLAIM`) belongs to the front answers, so to the first copy.
+    fn keep_part(&self, p: &mut Pass<'_>, second: bool) {
+        let h = p.hdr();
+        let len = h.len();
+        let inputs = p.bridged()[br::INPUTS] as usize;
+        let q = h[SECTION] as usize;
+        let mut blocks = [(0usize, 0usize); 256];
+        let mut at = SECTION + 1;
+        let mut total = 0usize;
+        for b in blocks.iter_mut().take(inputs) {
+            let num = u16::from_be_bytes([h[at + 4], h[at + 5]]) as usize;
+            *b = (at, num);
+            total += num;
+            at += BLOCK_HEADER_LEN + ANSWER_LEN * num;
+        }
+        let out_start = at;
+        let n = self.cfg.slots as usize;
+        let out_len = BLOCK_HEADER_LEN + ANSWER_LEN * (n + 1);
+        let answers = (len - MIN_LEN - BLOCK_HEADER_LEN * q) / ANSWER_LEN;
+        let by_len = (len + BLOCK_HEADER_LEN + 2 * out_len).saturating_sub(self.cfg.parse_depth as usize + ANSWER_LEN).div_ceil(ANSWER_LEN);
+        let by_count = (answers + 2 * n + 2).saturating_sub(MAX_ANSWERS);
+        let t = by_len.max(by_count).max(1).min(if q > inputs { total } else { total / 2 });
+        let cut = total - t;
+        let (lo, hi) = if second { (cut, total) } else { (0, cut) };
+        let mut v = Vec::with_capacity(len - SECTION);
+        v.push(0u8);
+        let mut kept = 0usize;
+        let mut base = 0usize;
+        for &(bat, num) in blocks.iter().take(inputs) {
+            let s = lo.clamp(base, base + num) - base;
+            let e = hi.clamp(base, base + num) - base;
+            if e > s {
+                v.extend_from_slice(&h[bat..bat + 4]);
+                v.extend_from_slice(&((e - s) as u16).to_be_bytes());
+                v.extend_from_slice(&h[bat + BLOCK_HEADER_LEN + ANSWER_LEN * s..bat + BLOCK_HEADER_LEN + ANSWER_LEN * e]);
+                kept += 1;
+            }
+            base += num;
+        }
+        let mut count = kept;
+        if !second {
+            v.extend_from_slice(&h[out_start..len]);
+            count += q - inputs;
+        }
+        v[0] = count as u8;
+        let new_len = SECTION + v.len();
+        p.hdr_mut()[SECTION..new_len].copy_from_slice(&v);
+        p.resize_hdr(new_len);
+        p.bridged_mut()[br::INPUTS] = kept as u8;
+        if second {
+            // Wait about as many passes as the front copy has answers left, so the tail's
+            // answers reach the registers after the front's, as in the server's order.
+            let budget = self.cfg.max_recirculations.saturating_sub(p.recirculations() as u32 + t as u32 + 8);
+            let wait = (cut as u32).min(budget);
+            let b = p.bridged_mut();
+            b[br::MODE] = if wait > 0 { br::PARK } else { br::NORMAL };
+            Self::sa(b, br::A, wait);
+        }
+    }
+
+    /// A parked tail copy: one idle pass (a counted recirculation).
+    fn park(&self, p: &mut Pass<'_>) {
+        let left = Self::ga(p.bridged(), br::A);
+        let b = p.bridged_mut();
+        if left <= 1 {
+            b[br::MODE] = br::NORMAL;
+        }
+        Self::sa(b, br::A, left.saturating_sub(1));
+        p.recirculate();
     }
 
     /// The pass after a send: r.T rises to the worst answer sent, one commit lands.
@@ -919,7 +1090,7 @@ impl Netsha {
         let b = p.bridged_mut();
         *b = [0; pisa::packet::BRIDGED_BYTES];
         b[br::STARTED] = 1;
-        b[br::TIMER] = 1;
+        b[br::FLAGS] = br::TIMER_FLAG;
         b[br::MODE] = br::RELEASE;
         Self::sa(b, br::A, owner);
         Self::sa(b, br::B, idx);
@@ -999,6 +1170,7 @@ impl Program for Netsha {
         match p.bridged()[br::MODE] {
             br::COMMIT => self.commit(p),
             br::RELEASE => self.timer_release(p),
+            br::PARK => self.park(p),
             _ => self.process_front(p),
         }
     }

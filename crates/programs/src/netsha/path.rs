@@ -8,9 +8,9 @@
 
 use std::sync::Arc;
 
-use pisa::control::{ControlOp, ControlReply, Replica, WriteOp};
+use pisa::control::{CloneSession, ControlOp, ControlReply, Replica, WriteOp};
 use pisa::counters::Counters;
-use pisa::{FieldMatch, PacketBuf, PipeConfig, Program, ProgramSet, Switch};
+use pisa::{FieldMatch, PacketBuf, PipeConfig, Program, ProgramSet, Switch, PORT_RECIRC};
 use wire::netsha as nw;
 
 use super::{answer_event, emit_event, Netsha, NetshaConfig};
@@ -133,6 +133,13 @@ impl SwitchPath {
                 table_insert(&mut sw, &set, 0, "l2_dmac", AGENT_MAC.to_vec(), "l2_forward", vec![0u16.to_be_bytes().to_vec()]);
                 let netsha = cfg.as_ref().map(|_| 1);
                 if netsha.is_some() {
+                    // The split's mirror: copies go back into ingress.
+                    sw.control(&ControlOp::CloneSessionWrite {
+                        op: WriteOp::Insert,
+                        session: super::SPLIT_SESSION,
+                        session_cfg: CloneSession { replicas: vec![Replica { port: PORT_RECIRC, rid: 0 }], truncate_len: 0 },
+                    })
+                    .expect("split clone session");
                     table_insert(
                         &mut sw,
                         &set,
