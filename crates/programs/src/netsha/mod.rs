@@ -69,6 +69,17 @@ pub const TIMER_SRC_PORT: u16 = 0x4E53;
 pub const SPLIT_SESSION: u16 = 78;
 /// Cells of `split_turn`: splits whose two copies may be in flight at once.
 pub const SPLIT_CELLS: u32 = 1024;
+/// Multicast group of the query packets: every server, replica id = server index (the
+/// control plane configures it); egress prunes the servers not selected.
+pub const SELECT_GROUP: u16 = 78;
+
+/// Indexes of `query_events`.
+pub mod query_event {
+    pub const QUERIES: u32 = 0;
+    pub const SELECTED: u32 = 1;
+    pub const ALL_SERVERS: u32 = 2;
+    pub const NAMES: [&str; 3] = ["queries", "servers_selected", "queries_to_all_servers"];
+}
 
 /// Indexes of `answer_events`: what happened to the answer of a pass.
 pub mod answer_event {
@@ -140,6 +151,10 @@ pub struct NetshaConfig {
     pub max_recirculations: u32,
     /// Program name (several switches on a path may each load a differently named copy).
     pub name: String,
+    /// L: LSH tables, one server-selection table each (§4 "Query server selection"); 0: none.
+    pub tables: u32,
+    /// Entries per selection table (bucket keys of one LSH table held by any server).
+    pub select_size: u32,
 }
 
 impl Default for NetshaConfig {
@@ -158,6 +173,8 @@ impl Default for NetshaConfig {
             parse_depth: 1514,
             max_recirculations: 250,
             name: "netsha".into(),
+            tables: 10,
+            select_size: 4096,
         }
     }
 }
@@ -195,6 +212,8 @@ impl NetshaConfig {
                 "depth" => c.parse_depth = num(v)? as u32,
                 "recirc" => c.max_recirculations = num(v)? as u32,
                 "name" => c.name = v.to_string(),
+                "tables" | "l" => c.tables = num(v)? as u32,
+                "select_size" => c.select_size = num(v)? as u32,
                 _ => return Err(format!("unknown netsha option `{k}`")),
             }
         }
@@ -218,6 +237,12 @@ impl NetshaConfig {
         let room = MIN_LEN + BLOCK_HEADER_LEN + ANSWER_LEN * (self.slots as usize + 1);
         if (self.parse_depth as usize) < room {
             return Err(format!("parse depth {} below the {room} bytes one answer plus one register's output need", self.parse_depth));
+        }
+        if self.tables as usize > nw::MAX_TABLES || (self.tables > 0 && self.select_size == 0) {
+            return Err(format!("need tables <= {} and select_size >= 1", nw::MAX_TABLES));
+        }
+        if self.tables > 0 && (self.parse_depth as usize) < SECTION + nw::query_header_len(self.tables as usize) {
+            return Err("parse depth below a query packet's header".into());
         }
         if self.max_recirculations > 250 {
             return Err("at most 250 recirculations (the pass counter is 8 bits)".into());
@@ -255,6 +280,8 @@ mod br {
     pub const FLAGS: usize = 3;
     pub const TIMER_FLAG: u8 = 1;
     pub const SPLIT_FLAG: u8 = 2;
+    /// A query packet being multicast to the servers (A: the selected servers' bitmap).
+    pub const QUERY_FLAG: u8 = 4;
     pub const A: usize = 4;
     pub const B: usize = 8;
     pub const C: usize = 12;
@@ -289,6 +316,11 @@ pub struct Netsha {
     emit_events: Act<Pair, Pair, (), AddPair>,
     splits: Act<u32, (), u32, SplitCounterAlu>,
     split_turn: Act<u32, u32, u32, SplitTurnAlu>,
+    select: Vec<Table>,
+    a_servers: ActionId,
+    query_events: Act<u32, u32, (), AddU32>,
+    d_query_malformed: DropCode,
+    d_query_pruned: DropCode,
     d_malformed: DropCode,
     d_absorbed: DropCode,
     d_timer_idle: DropCode,
@@ -458,7 +490,8 @@ impl Netsha {
             "answers sent (lo) and cleared (hi) by cause",
         );
         let emit_events = b.register_action_body(ee, "add", AddPair);
-        let sp = b.register::<u32>("splits", Gress::Ingress, ev_stage, 1, "split counter: the id of the last split");
+        // Stage 5 (after the state test that decides a split; slot 0's stage has ALUs to spare).
+        let sp = b.register::<u32>("splits", Gress::Ingress, 5, 1, "split counter: the id of the last split");
         let splits = b.register_action_body(sp, "next", SplitCounterAlu);
         let st = b.register::<u32>(
             "split_turn",
@@ -468,6 +501,35 @@ impl Netsha {
             "split id mod cells: set by the first copy of a split to come back, cleared by the second (which half each keeps)",
         );
         let split_turn = b.register_action_body(st, "turn", SplitTurnAlu);
+        // Query server selection (§4): one exact-match table per LSH table, bucket key ->
+        // bitmap of the servers holding that bucket; one lookup each, ORed in stage order.
+        let a_servers = b.action("servers", &[("bitmap", 32)], "OR the servers holding this bucket into the query's bitmap");
+        let a_no_servers = b.action("no_servers", &[], "no server holds this bucket");
+        let mut select = Vec::new();
+        for t in 0..cfg.tables {
+            let name = format!("select_{t}");
+            select.push(b.table(TableSpec {
+                name: &name,
+                doc: "server selection of LSH table t: the query's bucket key -> bitmap of servers holding it",
+                gress: Gress::Ingress,
+                stage: t as u8,
+                size: cfg.select_size,
+                keys: &[("netsha_query.key", 64, MatchKind::Exact)],
+                actions: &[a_servers, a_no_servers],
+                default_action: (a_no_servers, &[]),
+                const_default: false,
+            }));
+        }
+        let qe = b.register::<u32>(
+            "query_events",
+            Gress::Ingress,
+            cfg.tables as u8,
+            query_event::NAMES.len() as u32,
+            "query packets, servers selected, queries sent to every server (see query_event)",
+        );
+        let query_events = b.register_action_body(qe, "add", AddU32);
+        let d_query_malformed = b.drop_reason("netsha_query_malformed");
+        let d_query_pruned = b.drop_reason("netsha_query_pruned");
         let d_malformed = b.drop_reason("netsha_malformed");
         let d_absorbed = b.drop_reason("netsha_absorbed");
         let d_timer_idle = b.drop_reason("netsha_timer_idle");
@@ -491,6 +553,14 @@ impl Netsha {
         b.note(&format!(
             "full packets: a packet with no room for a register's output is split: ingress mirror (clone session {SPLIT_SESSION}, to the recirculation port) and recirculate; the first copy back (split_turn test-and-set) keeps the answers sent so far and the first half of the unprocessed answers, the second the other half (header-stack invalidation); each split adds one packet, both count against the recirculation budget"
         ));
+        if cfg.tables > 0 {
+            b.note(&format!(
+                "query server selection (§4): {} exact-match tables (one per LSH table, 64-bit bucket key, {} entries each) in stages 0..{}, their bitmaps ORed; the query is multicast to group {SELECT_GROUP} (every server, replica id = server index) and egress drops the replicas whose bit is clear (an empty bitmap: every server); up to 32 servers",
+                cfg.tables,
+                cfg.select_size,
+                cfg.tables - 1
+            ));
+        }
         b.note("register index = CRC-32(QID) mod R; a real target sizes the arrays to a power of two");
         let decl = b.build().expect("netsha declaration is valid");
         let prm = cfg.params();
@@ -516,6 +586,11 @@ impl Netsha {
             emit_events,
             splits,
             split_turn,
+            select,
+            a_servers,
+            query_events,
+            d_query_malformed,
+            d_query_pruned,
             d_malformed,
             d_absorbed,
             d_timer_idle,
@@ -1130,6 +1205,59 @@ impl Netsha {
     }
 }
 
+impl Netsha {
+    /// A query packet: UDP to the servers' port.
+    fn is_query(p: &Pass<'_>) -> bool {
+        let h = p.hdr();
+        h.len() >= SECTION && u16::from_be_bytes([h[36], h[37]]) == nw::QUERY_PORT
+    }
+
+    /// §4 "Query server selection": one lookup per LSH table, the bitmaps ORed, the query
+    /// multicast to every server and pruned at egress to the selected ones.
+    fn select_servers(&self, p: &mut Pass<'_>) {
+        let l = self.cfg.tables as usize;
+        let h = p.hdr();
+        let total = p.packet_len();
+        let need = SECTION + nw::query_header_len(l);
+        let ip_len = if h.len() >= 18 { u16::from_be_bytes([h[16], h[17]]) as usize } else { 0 };
+        let udp_len = if h.len() >= 40 { u16::from_be_bytes([h[38], h[39]]) as usize } else { 0 };
+        // Lengths agree with the frame (or it is a short frame's Ethernet padding), the
+        // header holds L keys and DIM, and DIM accounts for the rest.
+        let ok = h.len() >= need
+            && h[14] == 0x45
+            && h[23] == 17
+            && ip_len == udp_len + 20
+            && (ip_len + 14 == total || (total == 60 && ip_len + 14 < 60))
+            && h[SECTION + 4] as usize == l
+            && {
+                let dim = u16::from_be_bytes([h[need - 2], h[need - 1]]) as usize;
+                udp_len == 8 + nw::query_header_len(l) + 4 * dim
+            };
+        if !ok {
+            p.drop(self.d_query_malformed);
+            return;
+        }
+        let mut bits = 0u32;
+        for (t, table) in self.select.iter().enumerate() {
+            let at = SECTION + nw::QUERY_HEADER_LEN + nw::KEY_LEN * t;
+            let key: [u8; 8] = p.hdr()[at..at + 8].try_into().expect("8 bytes");
+            let r = p.apply(table, &key);
+            if r.action == self.a_servers {
+                bits |= r.param(0) as u32;
+            }
+        }
+        let b = p.bridged_mut();
+        *b = [0; pisa::packet::BRIDGED_BYTES];
+        b[br::FLAGS] = br::QUERY_FLAG;
+        Self::sa(b, br::A, bits);
+        let stage_ev = if bits == 0 { query_event::ALL_SERVERS } else { query_event::SELECTED };
+        // One register action per pass: the count of servers selected (all: counted apart).
+        p.execute(&self.query_events, stage_ev, if bits == 0 { 1 } else { bits.count_ones() });
+        let port = p.ingress_port();
+        p.multicast(SELECT_GROUP, Some(port));
+    }
+}
+
 impl Default for Netsha {
     fn default() -> Self {
         Self::new()
@@ -1158,10 +1286,25 @@ impl Program for Netsha {
         &self.decl
     }
 
+    fn egress(&self, p: &mut Pass<'_>) {
+        // Prune the query's replicas to servers not selected (replica id = server index).
+        if p.bridged()[br::FLAGS] & br::QUERY_FLAG != 0 {
+            let bits = Self::ga(p.bridged(), br::A);
+            let rid = p.replication_id() as u32;
+            if bits != 0 && (rid >= 32 || bits >> rid & 1 == 0) {
+                p.drop(self.d_query_pruned);
+            }
+        }
+    }
+
     fn ingress(&self, p: &mut Pass<'_>) {
         let port = p.ingress_port();
         if port == PORT_PKTGEN {
             self.timer_visit(p);
+            return;
+        }
+        if port != PORT_RECIRC && self.cfg.tables > 0 && Self::is_query(p) {
+            self.select_servers(p);
             return;
         }
         if (port != PORT_RECIRC || p.bridged()[br::STARTED] == 0) && !self.start(p) {
