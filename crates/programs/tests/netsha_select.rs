@@ -134,3 +134,19 @@ fn selection_tables_are_declared() {
     let big = Netsha::with_config(NetshaConfig::default());
     assert!(!ResourceReport::new(&[pisa::Program::decl(&big)], &t1).fits);
 }
+
+/// The query counters: queries selected and the servers they went to, queries to all.
+#[test]
+fn query_counters_count() {
+    let mut path = SwitchPath::new(&[Some(NetshaConfig { tables: 2, ..NetshaConfig::default() })], 5);
+    path.install_selection(0, 10, 0b00011).unwrap();
+    path.install_selection(1, 20, 0b10000).unwrap();
+    for (qid, keys) in [(1u32, vec![10u64, 20]), (2, vec![10, 0]), (3, vec![0, 0])] {
+        let q = QueryRepr { qid, keys, vector: vec![] };
+        path.send_query(&emit(&q), 1_000);
+    }
+    let ev: HashMap<String, u64> = path.netsha_events(0).into_iter().collect();
+    assert_eq!((ev["queries_selected"], ev["servers_selected"]), (2, 5));
+    assert_eq!((ev["queries_to_all_servers"], ev["servers_to_all_servers"]), (1, 0));
+    assert_eq!(drops(&path, "netsha_query_pruned"), 10 - 5);
+}

@@ -73,12 +73,13 @@ pub const SPLIT_CELLS: u32 = 1024;
 /// control plane configures it); egress prunes the servers not selected.
 pub const SELECT_GROUP: u16 = 78;
 
-/// Indexes of `query_events`.
+/// Indexes of `query_events` (`lo`: query packets, `hi`: servers they were sent to).
 pub mod query_event {
-    pub const QUERIES: u32 = 0;
-    pub const SELECTED: u32 = 1;
-    pub const ALL_SERVERS: u32 = 2;
-    pub const NAMES: [&str; 3] = ["queries", "servers_selected", "queries_to_all_servers"];
+    /// Queries whose bitmap named some servers.
+    pub const SELECTED: u32 = 0;
+    /// Queries no selection entry matched: sent to every server.
+    pub const ALL_SERVERS: u32 = 1;
+    pub const NAMES: [&str; 2] = ["selected", "to_all_servers"];
 }
 
 /// Indexes of `answer_events`: what happened to the answer of a pass.
@@ -257,17 +258,12 @@ impl NetshaConfig {
         }
     }
 
-    /// Answers per packet (one query block) a server may send so the switch can reduce all
-    /// of them: the packet, plus the block header of each register output it may carry
-    /// (one per p answers, and two more), plus one register's output, fits the parse depth
-    /// and 120 answers.
+    /// Answers per packet (one query block) a server may send so the switch reduces all of
+    /// them: the packet must lie within the parse depth, and carries at most 120 answers
+    /// (§3.3). A packet that later lacks room for a register's output is split (clone).
     pub fn answers_per_packet(&self) -> usize {
-        let p = self.params().p.max(1) as usize;
-        let fixed = MIN_LEN + 3 * BLOCK_HEADER_LEN + ANSWER_LEN * (self.slots as usize + 1);
-        let room = (self.parse_depth as usize).saturating_sub(fixed);
-        // A answers and A / p output blocks: 12 A + 6 A / p <= room.
-        let a = room * p / (ANSWER_LEN * p + BLOCK_HEADER_LEN);
-        a.max(1).min(MAX_ANSWERS - self.slots as usize - 1)
+        let room = (self.parse_depth as usize).saturating_sub(MIN_LEN + BLOCK_HEADER_LEN);
+        (room / ANSWER_LEN).clamp(1, MAX_ANSWERS)
     }
 }
 
@@ -318,7 +314,7 @@ pub struct Netsha {
     split_turn: Act<u32, u32, u32, SplitTurnAlu>,
     select: Vec<Table>,
     a_servers: ActionId,
-    query_events: Act<u32, u32, (), AddU32>,
+    query_events: Act<Pair, Pair, (), AddPair>,
     d_query_malformed: DropCode,
     d_query_pruned: DropCode,
     d_malformed: DropCode,
@@ -520,14 +516,14 @@ impl Netsha {
                 const_default: false,
             }));
         }
-        let qe = b.register::<u32>(
+        let qe = b.register::<Pair>(
             "query_events",
             Gress::Ingress,
             cfg.tables as u8,
             query_event::NAMES.len() as u32,
-            "query packets, servers selected, queries sent to every server (see query_event)",
+            "query packets (lo) and the servers they went to (hi): selected, or every server (see query_event)",
         );
-        let query_events = b.register_action_body(qe, "add", AddU32);
+        let query_events = b.register_action_body(qe, "add", AddPair);
         let d_query_malformed = b.drop_reason("netsha_query_malformed");
         let d_query_pruned = b.drop_reason("netsha_query_pruned");
         let d_malformed = b.drop_reason("netsha_malformed");
@@ -1250,9 +1246,8 @@ impl Netsha {
         *b = [0; pisa::packet::BRIDGED_BYTES];
         b[br::FLAGS] = br::QUERY_FLAG;
         Self::sa(b, br::A, bits);
-        let stage_ev = if bits == 0 { query_event::ALL_SERVERS } else { query_event::SELECTED };
-        // One register action per pass: the count of servers selected (all: counted apart).
-        p.execute(&self.query_events, stage_ev, if bits == 0 { 1 } else { bits.count_ones() });
+        let ev = if bits == 0 { query_event::ALL_SERVERS } else { query_event::SELECTED };
+        p.execute(&self.query_events, ev, Pair::new(1, bits.count_ones()));
         let port = p.ingress_port();
         p.multicast(SELECT_GROUP, Some(port));
     }

@@ -354,6 +354,10 @@ impl SwitchPath {
     pub fn netsha_events(&mut self, hop: usize) -> Vec<(String, u64)> {
         let mut v: Vec<(String, u64)> =
             self.read(hop, "answer_events").into_iter().zip(answer_event::NAMES).map(|(x, n)| (n.to_string(), x & 0xFFFF_FFFF)).collect();
+        for (x, n) in self.read(hop, "query_events").into_iter().zip(super::query_event::NAMES) {
+            v.push((format!("queries_{n}"), x & 0xFFFF_FFFF));
+            v.push((format!("servers_{n}"), x >> 32));
+        }
         for (x, n) in self.read(hop, "emit_events").into_iter().zip(emit_event::NAMES) {
             v.push((format!("sent_{n}"), x & 0xFFFF_FFFF));
             v.push((format!("cleared_{n}"), x >> 32));
