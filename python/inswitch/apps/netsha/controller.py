@@ -9,6 +9,13 @@ from typing import Any
 
 import numpy as np
 
+#: The program's clone session for splitting full packets (`programs::netsha::SPLIT_SESSION`)
+#: and multicast group of query packets (`SELECT_GROUP`).
+SPLIT_SESSION = 78
+SELECT_GROUP = 78
+#: P4Runtime's recirculation port.
+SDN_PORT_RECIRCULATE = 0xFFFFFFFA
+
 
 def selection_entries(selection: dict[tuple[int, int], int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(table, bucket key) -> server bitmap, as arrays: tables (uint32), keys (int64),
@@ -40,3 +47,21 @@ def install_selection_p4rt(client: Any, selection: dict[tuple[int, int], int]) -
     for (t, key), bits in selection.items():
         client.insert_entry(f"select_{t}", {"netsha_query.key": int(key) & (2**64 - 1)}, "servers", {"bitmap": int(bits)})
     return len(selection)
+
+
+def configure_p4rt(
+    client: Any,
+    agent: tuple[int, int, int, int],
+    server_ports: list[int],
+    selection: dict[tuple[int, int], int] | None = None,
+) -> None:
+    """Everything a switch process running `netsha` needs: the `agent` entry (port, MAC,
+    IPv4, UDP port, where timer packets go), the split's clone session to the recirculation
+    port (without it a split's copy would be lost), the query group (server i on
+    `server_ports[i]`, replica id i) and, if given, the selection entries."""
+    port, mac, ip, udp = agent
+    client.insert_entry("agent", {"meta.zero": 0}, "to_agent", {"port": port, "dmac": mac, "dip": ip, "dport": udp})
+    client.set_clone_session(SPLIT_SESSION, [SDN_PORT_RECIRCULATE])
+    client.set_multicast_group(SELECT_GROUP, [(p, i) for i, p in enumerate(server_ports)])
+    if selection:
+        install_selection_p4rt(client, selection)
