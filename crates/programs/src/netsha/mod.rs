@@ -32,6 +32,14 @@
 //!   [`selection`]).
 //! - r.T depends on the answers just sent, read in the last stages, but is tested before
 //!   the slots: the pass that sends writes r.T on a following pass ("commit").
+//! - A full server packet (up to 120 answers, §3.3) has no room left for the answers its
+//!   registers send: it is split by an ingress mirror to the recirculation port (clone
+//!   session [`SPLIT_SESSION`]); the two identical copies tell themselves apart with a
+//!   test-and-set (`split_turn`), one keeps the answers sent and the front, the other the
+//!   tail, which waits (recirculating idle) so the servers' order is kept.
+//! - Query server selection (§4): query packets ([`wire::netsha::QueryPacket`]) are looked
+//!   up in one exact-match table per LSH table (stages 0..L), the server bitmaps ORed, and
+//!   multicast to every server ([`SELECT_GROUP`]); egress prunes the servers not selected.
 
 pub mod best_effort;
 pub mod path;
