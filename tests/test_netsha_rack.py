@@ -3,7 +3,7 @@ over ordinary UDP sockets (ToS bit set with IP_TOS) to an agent process, through
 inswitch switch process running `forward,netsha`. The agent's top K per query must equal
 the top K of everything the servers sent, and the switch must have reduced.
 
-Needs root (namespaces). The rack is named `netsha<pid>` and always taken down.
+Needs root (namespaces). Racks are named `netsha<pid>` (prefix: $NETSHA_RACK_PREFIX) and always taken down.
 """
 
 from __future__ import annotations
@@ -148,3 +148,24 @@ def test_answers_through_the_rack_are_exact_and_reduced(rack, tmp_path: Path, pe
     assert len(res["answers"]) < sum(len(v) for v in want.values()), "the switch dropped answers beyond the top K"
     if per == 8:
         assert res["packets"] < sent, f"{res['packets']} packets at the agent, {sent} sent by the servers"
+
+
+def test_search_rack_equals_the_search_without_a_switch() -> None:
+    """`inswitch search --rack`: real server processes (shards, TLSH index) and the agent,
+    query packets through the switch process's selection tables and answers through its
+    reduction: the agent's top K equals the in-memory search's without in-switch reduction
+    (TLSH, the same servers and selection)."""
+    from inswitch.apps.netsha.datasets import random_dataset
+    from inswitch.apps.netsha.rack import run_rack_search
+    from inswitch.apps.netsha.search import SearchConfig, run_search
+
+    ds = random_dataset(1500, 20, seed=8)
+    cfg = SearchConfig(servers=3, k=10, concurrency=10)
+    prefix = os.environ.get("NETSHA_RACK_PREFIX", "netsha")
+    r = run_rack_search(ds, cfg, f"{prefix}s{os.getpid() % 1000}")
+    ref = run_search(ds, cfg, ["tlsh"], keep_topk=True)["modes"]["tlsh"]
+    m = r["modes"]["netsha-rack"]
+    for q, (a, b) in enumerate(zip(m["topk_distances"], ref["topk_distances"])):
+        assert np.array_equal(np.asarray(a), np.asarray(b)), q
+    assert m["recall"] == pytest.approx(ref["recall"], abs=1e-12)
+    assert 0 < m["agent_answers"] < ref["agent_answers"], "the switch dropped answers beyond its top 50"
