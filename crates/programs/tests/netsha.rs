@@ -180,11 +180,12 @@ fn weight_selection_replaces_the_heaviest_and_loses_nothing() {
     let mut c = cfg(2, 12, 8, 50, ReductionMode::Off);
     c.ways = 2;
     c.lambda = 1000.0;
-    let mut pk: Workload = Vec::new();
     // Query 1 carries 5 answers, query 2 carries 2, then query 3 arrives.
-    pk.push((0, vec![(1, (0..5).map(|i| (i, 1.0 + i as f64)).collect())]));
-    pk.push((0, vec![(2, (0..2).map(|i| (10 + i, 2.0 + i as f64)).collect())]));
-    pk.push((0, vec![(3, vec![(20, 0.5)])]));
+    let pk: Workload = vec![
+        (0, vec![(1, (0..5).map(|i| (i, 1.0 + i as f64)).collect())]),
+        (0, vec![(2, (0..2).map(|i| (10 + i, 2.0 + i as f64)).collect())]),
+        (0, vec![(3, vec![(20, 0.5)])]),
+    ];
     let mut path = SwitchPath::new(&[Some(c.clone())], 1);
     for (i, (s, blocks)) in pk.iter().enumerate() {
         path.send(*s, &[answer_frame(*s, &payload(blocks), true)], 1_000 + i as u64 * 100);
@@ -535,8 +536,7 @@ fn full_workload() -> impl Strategy<Value = Workload> {
             let mut blocks: Vec<(u32, Vec<(u32, f64)>)> = Vec::new();
             for q in 0..queries as u32 {
                 let n = 30 + (rnd() % 150) as u32;
-                let mut a: Vec<(u32, f64)> =
-                    (0..n).map(|i| (s as u32 * 1000 + i, ((rnd() % 100_000) as f32 / 100.0) as f64)).collect();
+                let mut a: Vec<(u32, f64)> = (0..n).map(|i| (s as u32 * 1000 + i, ((rnd() % 100_000) as f32 / 100.0) as f64)).collect();
                 a.sort_by(|x, y| x.1.partial_cmp(&y.1).unwrap());
                 blocks.push((q * 7 + 1, a));
             }
@@ -632,13 +632,20 @@ fn full_120_answer_packets_are_reduced() {
     let frames = rx.len();
     let got = agent_answers(&rx);
     let cn = path.counters(0);
-    assert_eq!(cn.drops[DropCode::VIOLATION.0 as usize] + cn.drops[DropCode::RECIRC_LIMIT.0 as usize] + cn.drops[DropCode::RECIRC_FULL.0 as usize], 0);
+    assert_eq!(
+        cn.drops[DropCode::VIOLATION.0 as usize] + cn.drops[DropCode::RECIRC_LIMIT.0 as usize] + cn.drops[DropCode::RECIRC_FULL.0 as usize],
+        0
+    );
     assert_eq!(losses(&got, &want, 50), 0);
     let ev: HashMap<String, u64> = path.netsha_events(0).into_iter().collect();
     assert_eq!(ev["bypass_no_room"], 0, "{ev:?}");
     assert!(ev["splits"] > 0, "120-answer packets have no room for an output: {ev:?}");
     let at_agent: usize = got.values().map(|v| v.len()).sum();
-    println!("{frames} frames / {at_agent} answers at the agent, {} packets / 9600 answers sent, {} splits; {ev:?}", pk.len(), ev["splits"]);
+    println!(
+        "{frames} frames / {at_agent} answers at the agent, {} packets / 9600 answers sent, {} splits; {ev:?}",
+        pk.len(),
+        ev["splits"]
+    );
     assert!(at_agent < 9600 / 4, "{frames} frames / {at_agent} answers at the agent, {} packets sent", pk.len());
     let c = path.counters(0);
     assert!(c.clones >= ev["splits"], "every split is a counted clone");

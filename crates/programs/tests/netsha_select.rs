@@ -57,7 +57,11 @@ fn switch_selection_equals_the_reference() {
         let keys: Vec<u64> = (0..l)
             .map(|_| {
                 let k = rng.next() % 1200; // two in three keys absent from every server
-                if k < 400 { k.wrapping_mul(0x9E37_79B9_7F4A_7C15) } else { k }
+                if k < 400 {
+                    k.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                } else {
+                    k
+                }
             })
             .collect();
         let q = QueryRepr { qid, keys: keys.clone(), vector: (0..100).map(|i| i as f32 * 0.5 - qid as f32).collect() };

@@ -234,7 +234,7 @@ impl NetshaConfig {
         if self.registers == 0 || self.slots == 0 || self.slots as usize > MAX_SLOTS {
             return Err(format!("need registers >= 1 and 1 <= slots <= {MAX_SLOTS}"));
         }
-        if !(1..=2).contains(&self.ways) || self.registers % self.ways != 0 {
+        if !(1..=2).contains(&self.ways) || !self.registers.is_multiple_of(self.ways) {
             return Err(format!("need ways 1 or 2 dividing registers ({} registers, {} ways)", self.registers, self.ways));
         }
         if self.ga == 0 || self.ga > self.slots {
