@@ -1013,8 +1013,9 @@ impl Netsha {
         if dropped {
             Self::consume_front(p);
             self.count(p, answer_event::DROPPED);
-        } else if Self::splittable(p) {
+        } else if self.prm.reduce && Self::splittable(p) {
             // Split: both copies come back (recirculation port) and each keeps a part.
+            // (Without reduction nothing would be dropped: the block goes on as it is.)
             let id = p.execute(&self.splits, 0, ());
             let b = p.bridged_mut();
             b[br::FLAGS] |= br::SPLIT_FLAG;
