@@ -154,3 +154,48 @@ fn query_counters_count() {
     assert_eq!((ev["queries_to_all_servers"], ev["servers_to_all_servers"]), (1, 0));
     assert_eq!(drops(&path, "netsha_query_pruned"), 10 - 5);
 }
+
+mod hostile {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        /// Arbitrary bytes and flipped valid queries to the query port: no panic, no broken
+        /// hardware rule; whatever reaches a server is a well-formed query, the rest are
+        /// counted drops.
+        #[test]
+        fn hostile_queries_are_counted_drops(
+            garbage in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..120), 1..8),
+            flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..6),
+        ) {
+            let mut path = SwitchPath::new(&[Some(NetshaConfig { tables: 3, ..NetshaConfig::default() })], 3);
+            path.install_selection(1, 5, 0b010).unwrap();
+            let mut sent = 0u64;
+            let mut arrived = 0u64;
+            let valid = emit(&QueryRepr { qid: 4, keys: vec![9, 5, 1], vector: vec![0.25; 6] });
+            let mut bodies = garbage;
+            let mut v = valid.clone();
+            for (at, x) in &flips {
+                let i = at % v.len();
+                v[i] ^= x;
+            }
+            bodies.push(v);
+            for (i, b) in bodies.iter().enumerate() {
+                let out = path.send_query(b, 1_000 + i as u64);
+                sent += 1;
+                arrived += (!out.is_empty()) as u64;
+                for (_, f) in out {
+                    prop_assert!(QueryPacket::new_checked(&f[42..]).is_ok(), "a server got a malformed query");
+                }
+            }
+            let c = path.counters(0);
+            prop_assert_eq!(c.drops[DropCode::VIOLATION.0 as usize], 0);
+            prop_assert_eq!(drops(&path, "netsha_query_malformed") + arrived, sent);
+            // The valid query still goes where it should.
+            let out = path.send_query(&valid, 9_000);
+            prop_assert_eq!(out.iter().map(|x| x.0).collect::<Vec<_>>(), vec![1]);
+        }
+    }
+}
