@@ -200,3 +200,57 @@ def test_parallel_servers_and_two_candidate_registers_reduce_more() -> None:
     assert ans["concurrent"] < ans["sequential"], ans
     coll = {k: v["netsha"]["switch_counters"]["switch0"].get("bypass_collision", 0) for k, v in out.items()}
     assert coll["concurrent"] < coll["one_way"], coll
+
+
+def test_switch_server_selection_equals_the_reference() -> None:
+    """§4: the servers the switch's selection tables pick for each query packet are the
+    servers the agent's table lookup (`select_table`) would pick; queries that hit no
+    server's bucket go to every server."""
+    from inswitch import _native
+    from inswitch.apps.netsha.controller import install_selection, table_size
+    from inswitch.apps.netsha.search import build_cluster, select_table
+
+    rng = np.random.default_rng(11)
+    ds = random_dataset(2000, 40, seed=5)
+    cfg = SearchConfig(servers=6, k=10, registers=16)
+    cluster = build_cluster(ds, cfg, ternary=True)
+    # Dataset queries (near data: few servers) and far random vectors (often no bucket).
+    queries = np.vstack([ds.queries, rng.normal(0, 4, size=(40, ds.base.shape[1])).astype(np.float32)])
+    keys = cluster.fam.keys(cluster.fam.project(queries))
+    path = _native.NetshaPath([cfg.spec(select_size=table_size(cluster.selection, cfg.tables))], cfg.servers)
+    assert install_selection(path, cluster.selection) == len(cluster.selection)
+    qs = np.arange(len(queries), dtype="<u4")
+    bits = np.frombuffer(path.select(qs.tobytes(), keys.astype("<i8").tobytes(), np.ascontiguousarray(queries, dtype="<f4").tobytes(), cfg.tables, queries.shape[1], 1000), dtype="<u4")
+    every = empty = 0
+    for q in range(len(queries)):
+        got = [s for s in range(cfg.servers) if int(bits[q]) >> s & 1]
+        want = select_table(cluster, keys[q])
+        assert got == want, q
+        every += len(got) == cfg.servers
+        empty += not any((t, int(k)) in cluster.selection for t, k in enumerate(keys[q]))
+    assert 0 < empty <= every < len(queries)
+    c = path.counters(0)
+    assert c["queries_selected"] + c["queries_to_all_servers"] == len(queries) and c["queries_to_all_servers"] == empty
+    assert c["drop_netsha_query_malformed"] == 0
+    assert c["drop_netsha_query_pruned"] == sum(cfg.servers - bin(int(b)).count("1") for b in bits)
+
+
+def test_search_uses_the_switch_selection(result: dict) -> None:
+    m = result["modes"]
+    assert m["netsha"]["server_selection"].startswith("switch") and m["tlsh"]["server_selection"].startswith("software")
+    assert len(m["netsha"]["switch_selected"]) == result["queries"]
+    assert all(len(s) > 0 for s in m["netsha"]["switch_selected"])
+
+
+def test_full_packets_are_split_not_bypassed() -> None:
+    """Full 120-answer server packets: no answer goes on unreduced for lack of room, and the
+    agent's top K stays exact."""
+    ds = random_dataset(3000, 24, seed=6)
+    cfg = SearchConfig(servers=6, k=20, registers=32, concurrency=8, cap=120)
+    r = run_search(ds, cfg, ["netsha", "tlsh"], keep_topk=True)
+    m = r["modes"]
+    assert m["netsha"]["answers_per_packet"] == 120
+    assert same_topk(m["netsha"], m["tlsh"])
+    sw = m["netsha"]["switch_counters"]["switch0"]
+    assert sw["bypass_no_room"] == 0 and sw["splits"] > 0, sw
+    assert m["netsha"]["agent_answers"] < m["tlsh"]["agent_answers"] / 3

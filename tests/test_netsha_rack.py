@@ -3,7 +3,7 @@ over ordinary UDP sockets (ToS bit set with IP_TOS) to an agent process, through
 inswitch switch process running `forward,netsha`. The agent's top K per query must equal
 the top K of everything the servers sent, and the switch must have reduced.
 
-Needs root (namespaces). The rack is named `netsha<pid>` and always taken down.
+Needs root (namespaces). Racks are named `netsha<pid>` (prefix: $NETSHA_RACK_PREFIX) and always taken down.
 """
 
 from __future__ import annotations
@@ -79,34 +79,42 @@ def free_port() -> int:
 def rack():
     from inswitch.topology import Rack, netns
 
-    name = f"netsha{os.getpid() % 1000}"
+    # Namespace names: a prefix of the caller's choosing (parallel runs on a shared machine).
+    name = f"{os.environ.get('NETSHA_RACK_PREFIX', 'netsha')}{os.getpid() % 1000}"
     r = Rack()
     # Table 1's defaults (100 registers, 12 slots, p = 8, K = 50), 10 ms timers.
     programs = "forward,netsha"
     try:
         st = r.up(4, name=name, programs=programs, p4runtime=f"127.0.0.1:{free_port()}", metrics=f"127.0.0.1:{free_port()}")
+        from inswitch.apps.netsha.controller import configure_p4rt
+        from inswitch.topology import control
+
+        agent, servers = st.hosts[0], st.hosts[1:]
+        mac = int(agent.mac.replace(":", ""), 16)
+        ip = int.from_bytes(socket.inet_aton(agent.ip), "big")
+        with control.connect(st.switch.p4runtime) as c:
+            configure_p4rt(c, (agent.port, mac, ip, 7001), [h.port for h in servers])
         yield st
     finally:
         r.down(name)
         assert not netns.leftovers(f"{name}-")
 
 
-def test_answers_through_the_rack_are_exact_and_reduced(rack, tmp_path: Path) -> None:
-    from inswitch.topology import control, netns
+@pytest.mark.parametrize("per", [8, 120])
+def test_answers_through_the_rack_are_exact_and_reduced(rack, tmp_path: Path, per: int) -> None:
+    """8-answer packets (aggregation merges them) and full 120-answer packets (§3.3: the
+    switch splits those that run out of room, through its clone session)."""
+    from inswitch.topology import netns
 
     st = rack
     agent, servers = st.hosts[0], st.hosts[1:]
-    mac = int(agent.mac.replace(":", ""), 16)
-    ip = int.from_bytes(socket.inet_aton(agent.ip), "big")
-    with control.connect(st.switch.p4runtime) as c:
-        c.insert_entry("agent", {"meta.zero": 0}, "to_agent", {"port": agent.port, "dmac": mac, "dip": ip, "dport": 7001})
     rng = np.random.default_rng(5)
     data: dict[str, dict[str, list]] = {}
     want: dict[int, list[float]] = {}
     for s in range(len(servers)):
         data[str(s)] = {}
-        for q in range(12):
-            d = np.sort(rng.random(80).astype(np.float32)) * 100
+        for q in range(12) if per == 8 else range(100, 112):
+            d = np.sort(rng.random(80 if per == 8 else 120).astype(np.float32)) * 100
             items = [[s * 10000 + q * 100 + i, float(x)] for i, x in enumerate(d)]
             data[str(s)][str(q)] = items
             want.setdefault(q, []).extend(float(x) for x in d)
@@ -119,7 +127,7 @@ def test_answers_through_the_rack_are_exact_and_reduced(rack, tmp_path: Path) ->
         sent = 0
         for i, h in enumerate(servers):
             cp = subprocess.run(
-                netns.in_netns(h.netns, [PY, str(tmp_path / "server.py"), str(tmp_path / "answers.json"), str(i), agent.ip, "7001", "8"]),
+                netns.in_netns(h.netns, [PY, str(tmp_path / "server.py"), str(tmp_path / "answers.json"), str(i), agent.ip, "7001", str(per)]),
                 capture_output=True, text=True, timeout=60,
             )
             assert cp.returncode == 0, cp.stderr
@@ -138,4 +146,26 @@ def test_answers_through_the_rack_are_exact_and_reduced(rack, tmp_path: Path) ->
     for q, ds in want.items():
         assert sorted(got.get(q, []))[:K] == sorted(ds)[:K], f"query {q}"
     assert len(res["answers"]) < sum(len(v) for v in want.values()), "the switch dropped answers beyond the top K"
-    assert res["packets"] < sent, f"{res['packets']} packets at the agent, {sent} sent by the servers"
+    if per == 8:
+        assert res["packets"] < sent, f"{res['packets']} packets at the agent, {sent} sent by the servers"
+
+
+def test_search_rack_equals_the_search_without_a_switch() -> None:
+    """`inswitch search --rack`: real server processes (shards, TLSH index) and the agent,
+    query packets through the switch process's selection tables and answers through its
+    reduction: the agent's top K equals the in-memory search's without in-switch reduction
+    (TLSH, the same servers and selection)."""
+    from inswitch.apps.netsha.datasets import random_dataset
+    from inswitch.apps.netsha.rack import run_rack_search
+    from inswitch.apps.netsha.search import SearchConfig, run_search
+
+    ds = random_dataset(1500, 20, seed=8)
+    cfg = SearchConfig(servers=3, k=10, concurrency=10)
+    prefix = os.environ.get("NETSHA_RACK_PREFIX", "netsha")
+    r = run_rack_search(ds, cfg, f"{prefix}s{os.getpid() % 1000}")
+    ref = run_search(ds, cfg, ["tlsh"], keep_topk=True)["modes"]["tlsh"]
+    m = r["modes"]["netsha-rack"]
+    for q, (a, b) in enumerate(zip(m["topk_distances"], ref["topk_distances"])):
+        assert np.array_equal(np.asarray(a), np.asarray(b)), q
+    assert m["recall"] == pytest.approx(ref["recall"], abs=1e-12)
+    assert 0 < m["agent_answers"] < ref["agent_answers"], "the switch dropped answers beyond its top 50"

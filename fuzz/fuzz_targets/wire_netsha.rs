@@ -1,12 +1,26 @@
-//! NetSHa payloads: view, block walk, repr parse → emit → parse round trip.
+//! NetSHa payloads: answer packets (view, block walk, repr parse → emit round trip) and
+//! query packets (the same for QID, keys and vector), on the same bytes.
 #![no_main]
 
 use std::hint::black_box;
 
 use libfuzzer_sys::fuzz_target;
-use wire::{NetshaPacket, NetshaRepr};
+use wire::{NetshaPacket, NetshaRepr, QueryPacket, QueryRepr};
 
 fuzz_target!(|data: &[u8]| {
+    if let Ok(q) = QueryPacket::new_checked(data) {
+        let l = q.table_count() as usize;
+        for t in 0..l {
+            black_box(q.key(t));
+        }
+        for i in 0..q.dim() as usize {
+            black_box(q.component(i));
+        }
+        let repr = QueryRepr::parse(&q).expect("a checked query parses");
+        let mut buf = vec![0u8; repr.buffer_len()];
+        repr.emit(&mut buf).expect("a parsed query emits");
+        assert_eq!(&buf[..], data);
+    }
     let Ok(packet) = NetshaPacket::new_checked(data) else {
         return;
     };

@@ -12,14 +12,14 @@ use programs::netsha::NetshaConfig;
 use wire::netsha::{self as nw};
 
 fn u32s(b: &[u8]) -> PyResult<Vec<u32>> {
-    if b.len() % 4 != 0 {
+    if !b.len().is_multiple_of(4) {
         return Err(PyValueError::new_err("uint32 array bytes must be a multiple of 4"));
     }
     Ok(b.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
 }
 
 fn f64s(b: &[u8]) -> PyResult<Vec<f64>> {
-    if b.len() % 8 != 0 {
+    if !b.len().is_multiple_of(8) {
         return Err(PyValueError::new_err("float64 array bytes must be a multiple of 8"));
     }
     Ok(b.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect())
@@ -85,6 +85,7 @@ impl NetshaPath {
     /// (float64) as little-endian bytes. Each packet carries one query's answers (a server
     /// answers each query on its own, §2.3), at most `per_packet` of them. Returns the
     /// packets sent.
+    #[allow(clippy::too_many_arguments)]
     fn send(
         &mut self,
         py: Python<'_>,
@@ -194,6 +195,70 @@ impl NetshaPath {
         d.set_item("drops_total", c.drops.iter().sum::<u64>())?;
         d.set_item("frames_in", self.frames_in)?;
         Ok(d)
+    }
+
+    /// The controller's selection entries (§4) on switch 0: entry j says bucket `keys[j]`
+    /// (int64/uint64) of LSH table `tables[j]` (uint32) is held by the servers in
+    /// `bitmaps[j]` (uint32), all little-endian arrays. Returns the entries written.
+    fn install_selection(&mut self, tables: &[u8], keys: &[u8], bitmaps: &[u8]) -> PyResult<usize> {
+        let (t, b) = (u32s(tables)?, u32s(bitmaps)?);
+        if !keys.len().is_multiple_of(8) || keys.len() / 8 != t.len() || t.len() != b.len() {
+            return Err(PyValueError::new_err("tables, keys and bitmaps must have one entry each"));
+        }
+        for (j, c) in keys.chunks_exact(8).enumerate() {
+            let k = u64::from_le_bytes(c.try_into().unwrap());
+            self.path.install_selection(t[j] as usize, k, b[j]).map_err(PyValueError::new_err)?;
+        }
+        Ok(t.len())
+    }
+
+    /// Query packets through switch 0's server selection: query j has QID `qids[j]`
+    /// (uint32), bucket keys `keys[j*tables..]` (int64/uint64) and vector
+    /// `vectors[j*dim..]` (float32). Returns, per query, the bitmap (uint32, little-endian
+    /// bytes) of the servers that received it intact.
+    #[pyo3(signature = (qids, keys, vectors, tables, dim, now_ns))]
+    #[allow(clippy::too_many_arguments)]
+    fn select<'py>(
+        &mut self,
+        py: Python<'py>,
+        qids: &[u8],
+        keys: &[u8],
+        vectors: &[u8],
+        tables: usize,
+        dim: usize,
+        now_ns: u64,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let q = u32s(qids)?;
+        if keys.len() != q.len() * tables * 8 || vectors.len() != q.len() * dim * 4 || self.path.servers() > 32 {
+            return Err(PyValueError::new_err("keys must hold tables and vectors dim values per query, at most 32 servers"));
+        }
+        let mut out = Vec::with_capacity(q.len() * 4);
+        for (j, &qid) in q.iter().enumerate() {
+            let r = nw::QueryRepr {
+                qid,
+                keys: keys[j * tables * 8..(j + 1) * tables * 8]
+                    .chunks_exact(8)
+                    .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+                    .collect(),
+                vector: vectors[j * dim * 4..(j + 1) * dim * 4]
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+                    .collect(),
+            };
+            let mut body = vec![0u8; r.buffer_len()];
+            r.emit(&mut body).map_err(|e| PyValueError::new_err(format!("query {qid}: {e}")))?;
+            let got = py.detach(|| self.path.send_query(&body, now_ns));
+            let mut bits = 0u32;
+            for (s, f) in got {
+                let ok = f.len() > 42
+                    && nw::QueryPacket::new_checked(&f[42..]).ok().and_then(|p| nw::QueryRepr::parse(&p).ok()).as_ref() == Some(&r);
+                if ok {
+                    bits |= 1 << s;
+                }
+            }
+            out.extend_from_slice(&bits.to_le_bytes());
+        }
+        Ok(PyBytes::new(py, &out))
     }
 
     #[getter]

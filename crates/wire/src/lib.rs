@@ -76,7 +76,7 @@ pub use error::{Error, Result};
 pub use ethernet::{EtherType, EthernetAddress, EthernetFrame, EthernetRepr};
 pub use icmpv4::{Icmpv4Message, Icmpv4Packet, Icmpv4Repr};
 pub use ipv4::{Ipv4Address, Ipv4Cidr, Ipv4Packet, Ipv4Repr, Protocol as IpProtocol};
-pub use netsha::{NetshaPacket, NetshaRepr};
+pub use netsha::{NetshaPacket, NetshaRepr, QueryPacket, QueryRepr};
 pub use udp::{UdpPacket, UdpRepr};
 
 /// Big-endian field access shared by the views. Callers guarantee the bounds (the checked

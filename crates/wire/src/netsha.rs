@@ -206,6 +206,168 @@ impl NetshaRepr {
     }
 }
 
+// ---- query packets (agent → servers, through the switch's server selection, §4) ----------
+
+/// UDP destination port of NetSHa query packets (the servers' port); answers go elsewhere.
+pub const QUERY_PORT: u16 = 7000;
+/// Most LSH tables a query packet carries (one 8-byte bucket key each).
+pub const MAX_TABLES: usize = 32;
+/// Length of a query packet's fixed header (QID and L).
+pub const QUERY_HEADER_LEN: usize = 5;
+/// Length of one bucket key.
+pub const KEY_LEN: usize = 8;
+
+/// A view of a NetSHa query packet (the UDP payload, ToS bit set, to [`QUERY_PORT`]):
+///
+/// ```text
+/// QID (4 bytes) | L (1 byte) | L × bucket key (8 bytes) | DIM (2 bytes) | DIM × f32 (4 bytes)
+/// ```
+///
+/// Big-endian. The switch reads QID, L and the keys (its selection tables, one per LSH
+/// table); the vector after them is payload for the servers. After
+/// [`new_checked`](Self::new_checked) every field lies inside the buffer, which ends
+/// exactly after the vector.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueryPacket<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+/// Bytes of a query packet's header up to and including DIM, for `l` tables.
+pub const fn query_header_len(l: usize) -> usize {
+    QUERY_HEADER_LEN + KEY_LEN * l + 2
+}
+
+impl<T: AsRef<[u8]>> QueryPacket<T> {
+    /// Wraps a buffer without checking it.
+    pub const fn new_unchecked(buffer: T) -> QueryPacket<T> {
+        QueryPacket { buffer }
+    }
+
+    /// Wraps a buffer after [`check_len`](Self::check_len).
+    pub fn new_checked(buffer: T) -> Result<QueryPacket<T>> {
+        let p = Self::new_unchecked(buffer);
+        p.check_len()?;
+        Ok(p)
+    }
+
+    /// `Truncated` if L or DIM promise more bytes than the buffer holds; `Malformed` if L is
+    /// 0 or above [`MAX_TABLES`], or bytes follow the vector.
+    pub fn check_len(&self) -> Result<()> {
+        let data = self.buffer.as_ref();
+        if data.len() < QUERY_HEADER_LEN {
+            return Err(Error::Truncated);
+        }
+        let l = data[4] as usize;
+        if l == 0 || l > MAX_TABLES {
+            return Err(Error::Malformed);
+        }
+        let h = query_header_len(l);
+        if data.len() < h {
+            return Err(Error::Truncated);
+        }
+        let dim = u16::from_be_bytes([data[h - 2], data[h - 1]]) as usize;
+        let end = h + 4 * dim;
+        if data.len() < end {
+            return Err(Error::Truncated);
+        }
+        if data.len() != end {
+            return Err(Error::Malformed);
+        }
+        Ok(())
+    }
+
+    /// Gives the buffer back.
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+
+    /// Query ID.
+    pub fn qid(&self) -> u32 {
+        let d = self.buffer.as_ref();
+        u32::from_be_bytes([d[0], d[1], d[2], d[3]])
+    }
+
+    /// L: the number of LSH tables (bucket keys).
+    pub fn table_count(&self) -> u8 {
+        self.buffer.as_ref()[4]
+    }
+
+    /// The query's bucket key in LSH table `t` (`t` < L).
+    pub fn key(&self, t: usize) -> u64 {
+        let at = QUERY_HEADER_LEN + KEY_LEN * t;
+        let mut k = [0u8; 8];
+        k.copy_from_slice(&self.buffer.as_ref()[at..at + 8]);
+        u64::from_be_bytes(k)
+    }
+
+    /// DIM: the vector's length.
+    pub fn dim(&self) -> u16 {
+        let h = query_header_len(self.table_count() as usize);
+        let d = self.buffer.as_ref();
+        u16::from_be_bytes([d[h - 2], d[h - 1]])
+    }
+
+    /// Component `i` of the query vector (`i` < DIM).
+    pub fn component(&self, i: usize) -> f32 {
+        let at = query_header_len(self.table_count() as usize) + 4 * i;
+        let d = self.buffer.as_ref();
+        f32::from_bits(u32::from_be_bytes([d[at], d[at + 1], d[at + 2], d[at + 3]]))
+    }
+}
+
+/// A parsed NetSHa query packet.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct QueryRepr {
+    /// Query ID.
+    pub qid: u32,
+    /// One bucket key per LSH table.
+    pub keys: Vec<u64>,
+    /// The query vector.
+    pub vector: Vec<f32>,
+}
+
+impl QueryRepr {
+    /// Parses a checked view.
+    pub fn parse<T: AsRef<[u8]>>(packet: &QueryPacket<T>) -> Result<QueryRepr> {
+        packet.check_len()?;
+        Ok(QueryRepr {
+            qid: packet.qid(),
+            keys: (0..packet.table_count() as usize).map(|t| packet.key(t)).collect(),
+            vector: (0..packet.dim() as usize).map(|i| packet.component(i)).collect(),
+        })
+    }
+
+    /// Bytes [`emit`](Self::emit) writes.
+    pub fn buffer_len(&self) -> usize {
+        query_header_len(self.keys.len()) + 4 * self.vector.len()
+    }
+
+    /// Writes the payload into `buf`. `Malformed` if there are no keys or more than
+    /// [`MAX_TABLES`], or more than 65535 components; `Truncated` if `buf` is too short.
+    pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
+        if self.keys.is_empty() || self.keys.len() > MAX_TABLES || self.vector.len() > u16::MAX as usize {
+            return Err(Error::Malformed);
+        }
+        if buf.len() < self.buffer_len() {
+            return Err(Error::Truncated);
+        }
+        buf[0..4].copy_from_slice(&self.qid.to_be_bytes());
+        buf[4] = self.keys.len() as u8;
+        let mut at = QUERY_HEADER_LEN;
+        for k in &self.keys {
+            buf[at..at + 8].copy_from_slice(&k.to_be_bytes());
+            at += KEY_LEN;
+        }
+        buf[at..at + 2].copy_from_slice(&(self.vector.len() as u16).to_be_bytes());
+        at += 2;
+        for x in &self.vector {
+            buf[at..at + 4].copy_from_slice(&x.to_bits().to_be_bytes());
+            at += 4;
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -261,5 +423,30 @@ mod tests {
         let mut buf = vec![0u8; r.buffer_len()];
         assert_eq!(r.emit(&mut buf), Err(Error::Malformed));
         assert_eq!(1 + 6 + 120 * 12, 1447, "120 answers fit a 1500-byte frame with Ethernet, IPv4 and UDP");
+    }
+
+    #[test]
+    fn query_round_trip_and_lies() {
+        let r = QueryRepr { qid: 42, keys: vec![1, u64::MAX, 0x0123_4567_89AB_CDEF], vector: vec![0.5, -1.0] };
+        let mut buf = vec![0u8; r.buffer_len()];
+        r.emit(&mut buf).unwrap();
+        assert_eq!(buf.len(), 5 + 24 + 2 + 8);
+        let p = QueryPacket::new_checked(&buf[..]).unwrap();
+        assert_eq!((p.qid(), p.table_count(), p.key(1), p.dim()), (42, 3, u64::MAX, 2));
+        assert_eq!(QueryRepr::parse(&p).unwrap(), r);
+        // L larger than the keys present, or zero.
+        let mut b = buf.clone();
+        b[4] = 5;
+        assert_eq!(QueryPacket::new_checked(&b[..]).unwrap_err(), Error::Truncated);
+        b[4] = 0;
+        assert_eq!(QueryPacket::new_checked(&b[..]).unwrap_err(), Error::Malformed);
+        // DIM lying either way.
+        let mut b = buf.clone();
+        b[29..31].copy_from_slice(&3u16.to_be_bytes());
+        assert_eq!(QueryPacket::new_checked(&b[..]).unwrap_err(), Error::Truncated);
+        b[29..31].copy_from_slice(&1u16.to_be_bytes());
+        assert_eq!(QueryPacket::new_checked(&b[..]).unwrap_err(), Error::Malformed);
+        assert_eq!(QueryPacket::new_checked(&buf[..3]).unwrap_err(), Error::Truncated);
+        assert_eq!(QueryRepr { qid: 1, keys: vec![], vector: vec![] }.emit(&mut buf), Err(Error::Malformed));
     }
 }

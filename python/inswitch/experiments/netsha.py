@@ -75,10 +75,21 @@ def _lines(png: Path, xs: list[Any], series: dict[str, list[float]], title: str,
 
 
 def fig12(quick: bool, progress: Progress) -> dict[str, Any]:
-    """Twice: servers sending full packets (one query's answers, as many as the switch can
-    reduce), and packets of 8 answers. How many answers a server puts in a packet decides
-    how many packets the switch can absorb: a packet leaves if any answer in it is sent."""
+    """Servers sending full packets (§3.3: one query's answers, up to 120 per packet; the
+    default, `answers_per_packet` = 120), then packets of 8, 24 (and 50) answers. How many
+    answers a server puts in a packet decides how many packets the switch can absorb: a
+    packet leaves if any answer in it is sent. Full packets that run out of room for a
+    register's output are split (clone) rather than forwarded unreduced."""
     r = _run(quick, ["netsha", "layered", "tlsh"], progress)
+    sw = r["modes"]["netsha"]["switch_counters"]["switch0"]
+    r["full_packets"] = {
+        "per_packet": r["modes"]["netsha"]["answers_per_packet"],
+        "splits": sw.get("splits", 0),
+        "bypass_no_room": sw.get("bypass_no_room", 0),
+        "netsha_answers_over_tlsh": r["modes"]["netsha"]["agent_answers"] / max(r["modes"]["tlsh"]["agent_answers"], 1),
+        "netsha_packets_per_query": r["modes"]["netsha"]["agent_packets"] / max(r["queries"], 1),
+        "layered_packets_per_query": r["modes"]["layered"]["agent_packets"] / max(r["queries"], 1),
+    }
 
     def norm(x: dict[str, Any]) -> dict[str, float]:
         lay = x["modes"]["layered"]["agent_packets"] or 1
@@ -148,6 +159,10 @@ def table2(quick: bool, progress: Progress) -> dict[str, Any]:
     r = _run(quick, ["layered", "tlsh", "netsha"], progress)
     r["paper_random"] = PAPER_TABLE2_RANDOM
     r["split"] = {m: v["time_split_pct"] for m, v in r["modes"].items()}
+    # NetSHa's selection is the switch's (query packets through the selection tables, on the
+    # switch model); the baselines' is the agent's software lookup.
+    r["selection_path"] = {m: v["server_selection"] for m, v in r["modes"].items()}
+    r["selection_us_per_query"] = {m: v["time_per_query_us"]["selection"] for m, v in r["modes"].items()}
     return r
 
 
@@ -311,6 +326,8 @@ EXPERIMENTS = [
             PaperNumber("TLSH agent packets / Layered", "≈ 1", "normalized_agent_packets.tlsh"),
             PaperNumber("NetSHa / Layered, 8-answer packets", "0.1–0.25", "small_packets.normalized_agent_packets.netsha"),
             PaperNumber("NetSHa / Layered, 24-answer packets", "0.1–0.25", "by_packet_size.24.normalized_agent_packets.netsha"),
+            PaperNumber("full packets: answers NetSHa / TLSH", "-", "full_packets.netsha_answers_over_tlsh"),
+            PaperNumber("full packets: answers forwarded for lack of room", "-", "full_packets.bypass_no_room"),
         ],
     ),
     Experiment(

@@ -32,6 +32,14 @@
 //!   [`selection`]).
 //! - r.T depends on the answers just sent, read in the last stages, but is tested before
 //!   the slots: the pass that sends writes r.T on a following pass ("commit").
+//! - A full server packet (up to 120 answers, §3.3) has no room left for the answers its
+//!   registers send: it is split by an ingress mirror to the recirculation port (clone
+//!   session [`SPLIT_SESSION`]); the two identical copies tell themselves apart with a
+//!   test-and-set (`split_turn`), one keeps the answers sent and the front, the other the
+//!   tail, which waits (recirculating idle) so the servers' order is kept.
+//! - Query server selection (§4): query packets ([`wire::netsha::QueryPacket`]) are looked
+//!   up in one exact-match table per LSH table (stages 0..L), the server bitmaps ORed, and
+//!   multicast to every server ([`SELECT_GROUP`]); egress prunes the servers not selected.
 
 pub mod best_effort;
 pub mod path;
@@ -64,6 +72,23 @@ pub const SECTION: usize = 14 + 20 + 8;
 pub const MIN_LEN: usize = SECTION + nw::HEADER_LEN;
 /// UDP source port of the timer packets the generator emits.
 pub const TIMER_SRC_PORT: u16 = 0x4E53;
+/// Clone session of the split (ingress mirror to the recirculation port): the control
+/// plane must configure it (`SwitchPath` and the netsha controller do).
+pub const SPLIT_SESSION: u16 = 78;
+/// Cells of `split_turn`: splits whose two copies may be in flight at once.
+pub const SPLIT_CELLS: u32 = 1024;
+/// Multicast group of the query packets: every server, replica id = server index (the
+/// control plane configures it); egress prunes the servers not selected.
+pub const SELECT_GROUP: u16 = 78;
+
+/// Indexes of `query_events` (`lo`: query packets, `hi`: servers they were sent to).
+pub mod query_event {
+    /// Queries whose bitmap named some servers.
+    pub const SELECTED: u32 = 0;
+    /// Queries no selection entry matched: sent to every server.
+    pub const ALL_SERVERS: u32 = 1;
+    pub const NAMES: [&str; 2] = ["selected", "to_all_servers"];
+}
 
 /// Indexes of `answer_events`: what happened to the answer of a pass.
 pub mod answer_event {
@@ -79,7 +104,9 @@ pub mod answer_event {
     pub const TIMER_RELEASE: u32 = 9;
     pub const CLAIM: u32 = 10;
     pub const BYPASS_BAD_QID: u32 = 11;
-    pub const NAMES: [&str; 12] = [
+    /// A packet without room for a register's output split in two (clone, §3.3 full packets).
+    pub const SPLIT: u32 = 12;
+    pub const NAMES: [&str; 13] = [
         "inserted",
         "dropped_by_threshold",
         "bypass_collision",
@@ -92,6 +119,7 @@ pub mod answer_event {
         "timer_releases",
         "claims",
         "bypass_unreducible_qid",
+        "splits",
     ];
 }
 
@@ -132,6 +160,10 @@ pub struct NetshaConfig {
     pub max_recirculations: u32,
     /// Program name (several switches on a path may each load a differently named copy).
     pub name: String,
+    /// L: LSH tables, one server-selection table each (§4 "Query server selection"); 0: none.
+    pub tables: u32,
+    /// Entries per selection table (bucket keys of one LSH table held by any server).
+    pub select_size: u32,
 }
 
 impl Default for NetshaConfig {
@@ -150,6 +182,8 @@ impl Default for NetshaConfig {
             parse_depth: 1514,
             max_recirculations: 250,
             name: "netsha".into(),
+            tables: 10,
+            select_size: 4096,
         }
     }
 }
@@ -187,6 +221,8 @@ impl NetshaConfig {
                 "depth" => c.parse_depth = num(v)? as u32,
                 "recirc" => c.max_recirculations = num(v)? as u32,
                 "name" => c.name = v.to_string(),
+                "tables" | "l" => c.tables = num(v)? as u32,
+                "select_size" => c.select_size = num(v)? as u32,
                 _ => return Err(format!("unknown netsha option `{k}`")),
             }
         }
@@ -198,7 +234,7 @@ impl NetshaConfig {
         if self.registers == 0 || self.slots == 0 || self.slots as usize > MAX_SLOTS {
             return Err(format!("need registers >= 1 and 1 <= slots <= {MAX_SLOTS}"));
         }
-        if !(1..=2).contains(&self.ways) || self.registers % self.ways != 0 {
+        if !(1..=2).contains(&self.ways) || !self.registers.is_multiple_of(self.ways) {
             return Err(format!("need ways 1 or 2 dividing registers ({} registers, {} ways)", self.registers, self.ways));
         }
         if self.ga == 0 || self.ga > self.slots {
@@ -210,6 +246,12 @@ impl NetshaConfig {
         let room = MIN_LEN + BLOCK_HEADER_LEN + ANSWER_LEN * (self.slots as usize + 1);
         if (self.parse_depth as usize) < room {
             return Err(format!("parse depth {} below the {room} bytes one answer plus one register's output need", self.parse_depth));
+        }
+        if self.tables as usize > nw::MAX_TABLES || (self.tables > 0 && self.select_size == 0) {
+            return Err(format!("need tables <= {} and select_size >= 1", nw::MAX_TABLES));
+        }
+        if self.tables > 0 && (self.parse_depth as usize) < SECTION + nw::query_header_len(self.tables as usize) {
+            return Err("parse depth below a query packet's header".into());
         }
         if self.max_recirculations > 250 {
             return Err("at most 250 recirculations (the pass counter is 8 bits)".into());
@@ -224,17 +266,12 @@ impl NetshaConfig {
         }
     }
 
-    /// Answers per packet (one query block) a server may send so the switch can reduce all
-    /// of them: the packet, plus the block header of each register output it may carry
-    /// (one per p answers, and two more), plus one register's output, fits the parse depth
-    /// and 120 answers.
+    /// Answers per packet (one query block) a server may send so the switch reduces all of
+    /// them: the packet must lie within the parse depth, and carries at most 120 answers
+    /// (§3.3). A packet that later lacks room for a register's output is split (clone).
     pub fn answers_per_packet(&self) -> usize {
-        let p = self.params().p.max(1) as usize;
-        let fixed = MIN_LEN + 3 * BLOCK_HEADER_LEN + ANSWER_LEN * (self.slots as usize + 1);
-        let room = (self.parse_depth as usize).saturating_sub(fixed);
-        // A answers and A / p output blocks: 12 A + 6 A / p <= room.
-        let a = room * p / (ANSWER_LEN * p + BLOCK_HEADER_LEN);
-        a.max(1).min(MAX_ANSWERS - self.slots as usize - 1)
+        let room = (self.parse_depth as usize).saturating_sub(MIN_LEN + BLOCK_HEADER_LEN);
+        (room / ANSWER_LEN).clamp(1, MAX_ANSWERS)
     }
 }
 
@@ -243,7 +280,12 @@ mod br {
     pub const STARTED: usize = 0;
     pub const INPUTS: usize = 1;
     pub const MODE: usize = 2;
-    pub const TIMER: usize = 3;
+    /// Flags: TIMER_FLAG (a timer packet), SPLIT_FLAG (a copy of a split, role not yet known).
+    pub const FLAGS: usize = 3;
+    pub const TIMER_FLAG: u8 = 1;
+    pub const SPLIT_FLAG: u8 = 2;
+    /// A query packet being multicast to the servers (A: the selected servers' bitmap).
+    pub const QUERY_FLAG: u8 = 4;
     pub const A: usize = 4;
     pub const B: usize = 8;
     pub const C: usize = 12;
@@ -251,6 +293,8 @@ mod br {
     pub const FORCE_CLAIM: u8 = 1;
     pub const COMMIT: u8 = 2;
     pub const RELEASE: u8 = 3;
+    /// The tail copy of a split waits (A: passes left) while the front copy goes on.
+    pub const PARK: u8 = 4;
 }
 
 type Act<T, I, O, B> = RegisterAction<T, I, O, B>;
@@ -274,6 +318,13 @@ pub struct Netsha {
     slot_id: Vec<Act<u32, (u32, u32), u32, SlotIdAlu>>,
     answer_events: Act<u32, u32, (), AddU32>,
     emit_events: Act<Pair, Pair, (), AddPair>,
+    splits: Act<u32, (), u32, SplitCounterAlu>,
+    split_turn: Act<u32, u32, u32, SplitTurnAlu>,
+    select: Vec<Table>,
+    a_servers: ActionId,
+    query_events: Act<Pair, Pair, (), AddPair>,
+    d_query_malformed: DropCode,
+    d_query_pruned: DropCode,
     d_malformed: DropCode,
     d_absorbed: DropCode,
     d_timer_idle: DropCode,
@@ -294,6 +345,33 @@ impl pisa::SaluBody<Pair, Pair, ()> for AddPair {
     #[inline(always)]
     fn run(self, c: Pair, x: Pair) -> (Pair, ()) {
         (Pair::new(c.lo.wrapping_add(x.lo), c.hi.wrapping_add(x.hi)), ())
+    }
+}
+
+/// Numbers the splits (ids from 1).
+#[derive(Clone, Copy)]
+pub struct SplitCounterAlu;
+impl pisa::SaluBody<u32, (), u32> for SplitCounterAlu {
+    #[inline(always)]
+    fn run(self, c: u32, _: ()) -> (u32, u32) {
+        let next = if c == u32::MAX { 1 } else { c + 1 };
+        (next, next)
+    }
+}
+
+/// Which copy of a split this is: the first copy to come back claims the cell with the
+/// split's id (returns 0, "first"); the second finds its id there, frees the cell and
+/// returns 1 ("second"). A test-and-set, since the clone and the original are identical.
+#[derive(Clone, Copy)]
+pub struct SplitTurnAlu;
+impl pisa::SaluBody<u32, u32, u32> for SplitTurnAlu {
+    #[inline(always)]
+    fn run(self, c: u32, id: u32) -> (u32, u32) {
+        if c == id {
+            (0, 1)
+        } else {
+            (id, 0)
+        }
     }
 }
 
@@ -416,6 +494,46 @@ impl Netsha {
             "answers sent (lo) and cleared (hi) by cause",
         );
         let emit_events = b.register_action_body(ee, "add", AddPair);
+        // Stage 5 (after the state test that decides a split; slot 0's stage has ALUs to spare).
+        let sp = b.register::<u32>("splits", Gress::Ingress, 5, 1, "split counter: the id of the last split");
+        let splits = b.register_action_body(sp, "next", SplitCounterAlu);
+        let st = b.register::<u32>(
+            "split_turn",
+            Gress::Ingress,
+            0,
+            SPLIT_CELLS,
+            "split id mod cells: set by the first copy of a split to come back, cleared by the second (which half each keeps)",
+        );
+        let split_turn = b.register_action_body(st, "turn", SplitTurnAlu);
+        // Query server selection (§4): one exact-match table per LSH table, bucket key ->
+        // bitmap of the servers holding that bucket; one lookup each, ORed in stage order.
+        let a_servers = b.action("servers", &[("bitmap", 32)], "OR the servers holding this bucket into the query's bitmap");
+        let a_no_servers = b.action("no_servers", &[], "no server holds this bucket");
+        let mut select = Vec::new();
+        for t in 0..cfg.tables {
+            let name = format!("select_{t}");
+            select.push(b.table(TableSpec {
+                name: &name,
+                doc: "server selection of LSH table t: the query's bucket key -> bitmap of servers holding it",
+                gress: Gress::Ingress,
+                stage: t as u8,
+                size: cfg.select_size,
+                keys: &[("netsha_query.key", 64, MatchKind::Exact)],
+                actions: &[a_servers, a_no_servers],
+                default_action: (a_no_servers, &[]),
+                const_default: false,
+            }));
+        }
+        let qe = b.register::<Pair>(
+            "query_events",
+            Gress::Ingress,
+            cfg.tables as u8,
+            query_event::NAMES.len() as u32,
+            "query packets (lo) and the servers they went to (hi): selected, or every server (see query_event)",
+        );
+        let query_events = b.register_action_body(qe, "add", AddPair);
+        let d_query_malformed = b.drop_reason("netsha_query_malformed");
+        let d_query_pruned = b.drop_reason("netsha_query_pruned");
         let d_malformed = b.drop_reason("netsha_malformed");
         let d_absorbed = b.drop_reason("netsha_absorbed");
         let d_timer_idle = b.drop_reason("netsha_timer_idle");
@@ -436,6 +554,17 @@ impl Netsha {
             "Algorithm 2's scan over all registers becomes a choice among the {} candidate register(s) of the query's set (hash(QID), §4): hit, else the first empty, else the heaviest (most data pairs carried) is replaced; the owner tags of a set share one 64-bit cell",
             cfg.ways
         ));
+        b.note(&format!(
+            "full packets: a packet with no room for a register's output is split: ingress mirror (clone session {SPLIT_SESSION}, to the recirculation port) and recirculate; the first copy back (split_turn test-and-set) keeps the answers sent so far and the first half of the unprocessed answers, the second the other half (header-stack invalidation); each split adds one packet, both count against the recirculation budget"
+        ));
+        if cfg.tables > 0 {
+            b.note(&format!(
+                "query server selection (§4): {} exact-match tables (one per LSH table, 64-bit bucket key, {} entries each) in stages 0..{}, their bitmaps ORed; the query is multicast to group {SELECT_GROUP} (every server, replica id = server index) and egress drops the replicas whose bit is clear (an empty bitmap: every server); up to 32 servers",
+                cfg.tables,
+                cfg.select_size,
+                cfg.tables - 1
+            ));
+        }
         b.note("register index = CRC-32(QID) mod R; a real target sizes the arrays to a power of two");
         let decl = b.build().expect("netsha declaration is valid");
         let prm = cfg.params();
@@ -459,6 +588,13 @@ impl Netsha {
             slot_id,
             answer_events,
             emit_events,
+            splits,
+            split_turn,
+            select,
+            a_servers,
+            query_events,
+            d_query_malformed,
+            d_query_pruned,
             d_malformed,
             d_absorbed,
             d_timer_idle,
@@ -661,6 +797,16 @@ impl Netsha {
 
     /// One answer of a server's packet.
     fn process_front(&self, p: &mut Pass<'_>) {
+        if p.bridged()[br::FLAGS] & br::SPLIT_FLAG != 0 {
+            let id = Self::ga(p.bridged(), br::C);
+            let second = p.execute(&self.split_turn, id % SPLIT_CELLS, id) == 1;
+            p.bridged_mut()[br::FLAGS] &= !br::SPLIT_FLAG;
+            self.keep_part(p, second);
+            if p.bridged()[br::MODE] == br::PARK {
+                p.recirculate();
+                return;
+            }
+        }
         Self::skip_empty_inputs(p);
         if p.bridged()[br::INPUTS] == 0 {
             self.finish(p);
@@ -867,11 +1013,116 @@ impl Netsha {
         if dropped {
             Self::consume_front(p);
             self.count(p, answer_event::DROPPED);
+        } else if self.prm.reduce && Self::splittable(p) {
+            // Split: both copies come back (recirculation port) and each keeps a part.
+            // (Without reduction nothing would be dropped: the block goes on as it is.)
+            let id = p.execute(&self.splits, 0, ());
+            let b = p.bridged_mut();
+            b[br::FLAGS] |= br::SPLIT_FLAG;
+            Self::sa(b, br::C, id);
+            self.count(p, answer_event::SPLIT);
+            p.clone_ingress(SPLIT_SESSION);
+            p.recirculate();
+            return;
         } else {
             let num = Self::bypass_front_block(p);
             p.execute(&self.answer_events, answer_event::BYPASS_NO_ROOM, num);
         }
         self.next_or_finish(p);
+    }
+
+    /// Whether splitting makes progress: both halves then have less to carry (at least two
+    /// unprocessed answers, or answers sent so far that the first copy takes away).
+    fn splittable(p: &Pass<'_>) -> bool {
+        let h = p.hdr();
+        let inputs = p.bridged()[br::INPUTS] as usize;
+        let mut at = SECTION + 1;
+        let mut total = 0usize;
+        for _ in 0..inputs {
+            let num = u16::from_be_bytes([h[at + 4], h[at + 5]]) as usize;
+            total += num;
+            at += BLOCK_HEADER_LEN + ANSWER_LEN * num;
+        }
+        total >= 2 || (h[SECTION] as usize) > inputs
+    }
+
+    /// One copy of a split keeps its part (the deparser emitting only some entries of the
+    /// answer header stack): the first copy the answers sent so far and the front of the
+    /// unprocessed answers, the second copy the tail: as few answers as give the first
+    /// copy room for two more register outputs (all of them if the answers sent so far
+    /// leave no such room: the first copy then leaves with those alone; at most half if
+    /// nothing was sent yet). A server's answers come nearest first, so the tail holds its
+    /// worst ones, and moving few of them keeps the arrival order Algorithm 1 sees close to
+    /// the servers' (a larger part processed alongside the front would raise r.T early).
+    /// A pending claim (`FORCE_CLAIM`) belongs to the front answers, so to the first copy.
+    fn keep_part(&self, p: &mut Pass<'_>, second: bool) {
+        let h = p.hdr();
+        let len = h.len();
+        let inputs = p.bridged()[br::INPUTS] as usize;
+        let q = h[SECTION] as usize;
+        let mut blocks = [(0usize, 0usize); 256];
+        let mut at = SECTION + 1;
+        let mut total = 0usize;
+        for b in blocks.iter_mut().take(inputs) {
+            let num = u16::from_be_bytes([h[at + 4], h[at + 5]]) as usize;
+            *b = (at, num);
+            total += num;
+            at += BLOCK_HEADER_LEN + ANSWER_LEN * num;
+        }
+        let out_start = at;
+        let n = self.cfg.slots as usize;
+        let out_len = BLOCK_HEADER_LEN + ANSWER_LEN * (n + 1);
+        let answers = (len - MIN_LEN - BLOCK_HEADER_LEN * q) / ANSWER_LEN;
+        let by_len = (len + BLOCK_HEADER_LEN + 2 * out_len).saturating_sub(self.cfg.parse_depth as usize + ANSWER_LEN).div_ceil(ANSWER_LEN);
+        let by_count = (answers + 2 * n + 2).saturating_sub(MAX_ANSWERS);
+        let t = by_len.max(by_count).max(1).min(if q > inputs { total } else { total / 2 });
+        let cut = total - t;
+        let (lo, hi) = if second { (cut, total) } else { (0, cut) };
+        let mut v = Vec::with_capacity(len - SECTION);
+        v.push(0u8);
+        let mut kept = 0usize;
+        let mut base = 0usize;
+        for &(bat, num) in blocks.iter().take(inputs) {
+            let s = lo.clamp(base, base + num) - base;
+            let e = hi.clamp(base, base + num) - base;
+            if e > s {
+                v.extend_from_slice(&h[bat..bat + 4]);
+                v.extend_from_slice(&((e - s) as u16).to_be_bytes());
+                v.extend_from_slice(&h[bat + BLOCK_HEADER_LEN + ANSWER_LEN * s..bat + BLOCK_HEADER_LEN + ANSWER_LEN * e]);
+                kept += 1;
+            }
+            base += num;
+        }
+        let mut count = kept;
+        if !second {
+            v.extend_from_slice(&h[out_start..len]);
+            count += q - inputs;
+        }
+        v[0] = count as u8;
+        let new_len = SECTION + v.len();
+        p.hdr_mut()[SECTION..new_len].copy_from_slice(&v);
+        p.resize_hdr(new_len);
+        p.bridged_mut()[br::INPUTS] = kept as u8;
+        if second {
+            // Wait about as many passes as the front copy has answers left, so the tail's
+            // answers reach the registers after the front's, as in the server's order.
+            let budget = self.cfg.max_recirculations.saturating_sub(p.recirculations() as u32 + t as u32 + 8);
+            let wait = (cut as u32).min(budget);
+            let b = p.bridged_mut();
+            b[br::MODE] = if wait > 0 { br::PARK } else { br::NORMAL };
+            Self::sa(b, br::A, wait);
+        }
+    }
+
+    /// A parked tail copy: one idle pass (a counted recirculation).
+    fn park(&self, p: &mut Pass<'_>) {
+        let left = Self::ga(p.bridged(), br::A);
+        let b = p.bridged_mut();
+        if left <= 1 {
+            b[br::MODE] = br::NORMAL;
+        }
+        Self::sa(b, br::A, left.saturating_sub(1));
+        p.recirculate();
     }
 
     /// The pass after a send: r.T rises to the worst answer sent, one commit lands.
@@ -919,7 +1170,7 @@ impl Netsha {
         let b = p.bridged_mut();
         *b = [0; pisa::packet::BRIDGED_BYTES];
         b[br::STARTED] = 1;
-        b[br::TIMER] = 1;
+        b[br::FLAGS] = br::TIMER_FLAG;
         b[br::MODE] = br::RELEASE;
         Self::sa(b, br::A, owner);
         Self::sa(b, br::B, idx);
@@ -959,6 +1210,58 @@ impl Netsha {
     }
 }
 
+impl Netsha {
+    /// A query packet: UDP to the servers' port.
+    fn is_query(p: &Pass<'_>) -> bool {
+        let h = p.hdr();
+        h.len() >= SECTION && u16::from_be_bytes([h[36], h[37]]) == nw::QUERY_PORT
+    }
+
+    /// §4 "Query server selection": one lookup per LSH table, the bitmaps ORed, the query
+    /// multicast to every server and pruned at egress to the selected ones.
+    fn select_servers(&self, p: &mut Pass<'_>) {
+        let l = self.cfg.tables as usize;
+        let h = p.hdr();
+        let total = p.packet_len();
+        let need = SECTION + nw::query_header_len(l);
+        let ip_len = if h.len() >= 18 { u16::from_be_bytes([h[16], h[17]]) as usize } else { 0 };
+        let udp_len = if h.len() >= 40 { u16::from_be_bytes([h[38], h[39]]) as usize } else { 0 };
+        // Lengths agree with the frame (or it is a short frame's Ethernet padding), the
+        // header holds L keys and DIM, and DIM accounts for the rest.
+        let ok = h.len() >= need
+            && h[14] == 0x45
+            && h[23] == 17
+            && ip_len == udp_len + 20
+            && (ip_len + 14 == total || (total == 60 && ip_len + 14 < 60))
+            && h[SECTION + 4] as usize == l
+            && {
+                let dim = u16::from_be_bytes([h[need - 2], h[need - 1]]) as usize;
+                udp_len == 8 + nw::query_header_len(l) + 4 * dim
+            };
+        if !ok {
+            p.drop(self.d_query_malformed);
+            return;
+        }
+        let mut bits = 0u32;
+        for (t, table) in self.select.iter().enumerate() {
+            let at = SECTION + nw::QUERY_HEADER_LEN + nw::KEY_LEN * t;
+            let key: [u8; 8] = p.hdr()[at..at + 8].try_into().expect("8 bytes");
+            let r = p.apply(table, &key);
+            if r.action == self.a_servers {
+                bits |= r.param(0) as u32;
+            }
+        }
+        let b = p.bridged_mut();
+        *b = [0; pisa::packet::BRIDGED_BYTES];
+        b[br::FLAGS] = br::QUERY_FLAG;
+        Self::sa(b, br::A, bits);
+        let ev = if bits == 0 { query_event::ALL_SERVERS } else { query_event::SELECTED };
+        p.execute(&self.query_events, ev, Pair::new(1, bits.count_ones()));
+        let port = p.ingress_port();
+        p.multicast(SELECT_GROUP, Some(port));
+    }
+}
+
 impl Default for Netsha {
     fn default() -> Self {
         Self::new()
@@ -987,10 +1290,25 @@ impl Program for Netsha {
         &self.decl
     }
 
+    fn egress(&self, p: &mut Pass<'_>) {
+        // Prune the query's replicas to servers not selected (replica id = server index).
+        if p.bridged()[br::FLAGS] & br::QUERY_FLAG != 0 {
+            let bits = Self::ga(p.bridged(), br::A);
+            let rid = p.replication_id() as u32;
+            if bits != 0 && (rid >= 32 || bits >> rid & 1 == 0) {
+                p.drop(self.d_query_pruned);
+            }
+        }
+    }
+
     fn ingress(&self, p: &mut Pass<'_>) {
         let port = p.ingress_port();
         if port == PORT_PKTGEN {
             self.timer_visit(p);
+            return;
+        }
+        if port != PORT_RECIRC && self.cfg.tables > 0 && Self::is_query(p) {
+            self.select_servers(p);
             return;
         }
         if (port != PORT_RECIRC || p.bridged()[br::STARTED] == 0) && !self.start(p) {
@@ -999,6 +1317,7 @@ impl Program for Netsha {
         match p.bridged()[br::MODE] {
             br::COMMIT => self.commit(p),
             br::RELEASE => self.timer_release(p),
+            br::PARK => self.park(p),
             _ => self.process_front(p),
         }
     }

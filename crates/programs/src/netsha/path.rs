@@ -8,9 +8,9 @@
 
 use std::sync::Arc;
 
-use pisa::control::{ControlOp, ControlReply, Replica, WriteOp};
+use pisa::control::{CloneSession, ControlOp, ControlReply, Replica, WriteOp};
 use pisa::counters::Counters;
-use pisa::{FieldMatch, PacketBuf, PipeConfig, Program, ProgramSet, Switch};
+use pisa::{FieldMatch, PacketBuf, PipeConfig, Program, ProgramSet, Switch, PORT_RECIRC};
 use wire::netsha as nw;
 
 use super::{answer_event, emit_event, Netsha, NetshaConfig};
@@ -46,6 +46,30 @@ pub fn answer_frame(server: usize, payload: &[u8], netsha_bit: bool) -> Vec<u8> 
     ip.fill_checksum();
     v[34..36].copy_from_slice(&SERVER_PORT.to_be_bytes());
     v[36..38].copy_from_slice(&AGENT_PORT.to_be_bytes());
+    v[38..40].copy_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    v[super::SECTION..].copy_from_slice(payload);
+    v
+}
+
+/// A query packet from the agent toward the servers: Ethernet (broadcast), IPv4 with the
+/// NetSHa ToS bit, UDP to [`nw::QUERY_PORT`], `payload` (a [`nw::QueryRepr`] emitted).
+pub fn query_frame(payload: &[u8]) -> Vec<u8> {
+    let mut v = vec![0u8; super::SECTION + payload.len()];
+    v[0..6].copy_from_slice(&[0xFF; 6]);
+    v[6..12].copy_from_slice(&AGENT_MAC);
+    v[12..14].copy_from_slice(&[0x08, 0x00]);
+    let mut ip = wire::Ipv4Packet::new_unchecked(&mut v[14..34]);
+    ip.set_version(4);
+    ip.set_header_len(20);
+    ip.set_tos(nw::TOS_BIT);
+    ip.set_total_len((20 + 8 + payload.len()) as u16);
+    ip.set_hop_limit(64);
+    ip.set_next_header(wire::IpProtocol::Udp);
+    ip.set_src_addr(wire::Ipv4Address(AGENT_IP));
+    ip.set_dst_addr(wire::Ipv4Address([10, 0, 1, 255]));
+    ip.fill_checksum();
+    v[34..36].copy_from_slice(&AGENT_PORT.to_be_bytes());
+    v[36..38].copy_from_slice(&nw::QUERY_PORT.to_be_bytes());
     v[38..40].copy_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
     v[super::SECTION..].copy_from_slice(payload);
     v
@@ -133,6 +157,22 @@ impl SwitchPath {
                 table_insert(&mut sw, &set, 0, "l2_dmac", AGENT_MAC.to_vec(), "l2_forward", vec![0u16.to_be_bytes().to_vec()]);
                 let netsha = cfg.as_ref().map(|_| 1);
                 if netsha.is_some() {
+                    // The split's mirror: copies go back into ingress.
+                    sw.control(&ControlOp::CloneSessionWrite {
+                        op: WriteOp::Insert,
+                        session: super::SPLIT_SESSION,
+                        session_cfg: CloneSession { replicas: vec![Replica { port: PORT_RECIRC, rid: 0 }], truncate_len: 0 },
+                    })
+                    .expect("split clone session");
+                    // Query server selection: every server, replica id = server index.
+                    if i == 0 {
+                        sw.control(&ControlOp::McastGroupWrite {
+                            op: WriteOp::Insert,
+                            group: super::SELECT_GROUP,
+                            replicas: (0..servers as u16).map(|s| Replica { port: s + 1, rid: s }).collect(),
+                        })
+                        .expect("query group");
+                    }
                     table_insert(
                         &mut sw,
                         &set,
@@ -229,6 +269,56 @@ impl SwitchPath {
         t
     }
 
+    /// The controller's entry of a selection table (switch 0, the servers' switch): bucket
+    /// `key` of LSH table `table` is held by the servers in `bitmap`.
+    pub fn install_selection(&mut self, table: usize, key: u64, bitmap: u32) -> Result<(), String> {
+        let hop = &mut self.hops[0];
+        let Some(p) = hop.netsha else { return Err("switch 0 runs no netsha program".into()) };
+        let name = format!("select_{table}");
+        let d = hop.set.decl(p);
+        let Some(ti) = d.tables.iter().position(|t| t.name == name) else { return Err(format!("no table {name}")) };
+        let op = ControlOp::TableWrite {
+            table_id: hop.set.ids(p).tables[ti],
+            op: WriteOp::Insert,
+            matches: vec![FieldMatch::Exact { field: 0, value: key.to_be_bytes().to_vec() }],
+            priority: 0,
+            action_id: id_of(&hop.set, p, "action", "servers"),
+            params: vec![(1, bitmap.to_be_bytes().to_vec())],
+        };
+        hop.sw.control(&op).map(|_| ()).map_err(|e| format!("{e:?}"))
+    }
+
+    /// The agent sends a query packet (`payload`: a [`nw::QueryRepr`] emitted) into switch 0
+    /// at `now`; returns the frames that left toward the servers, as (server, frame).
+    pub fn send_query(&mut self, payload: &[u8], now: u64) -> Vec<(usize, Vec<u8>)> {
+        self.send_query_frame(&query_frame(payload), now)
+    }
+
+    /// As [`send_query`](Self::send_query), any frame.
+    pub fn send_query_frame(&mut self, frame: &[u8], now: u64) -> Vec<(usize, Vec<u8>)> {
+        let mut v = vec![PacketBuf::from_slice(frame, 0)];
+        self.hops[0].sw.process(&mut v, now);
+        self.drain_recirculation(0, now);
+        let mut out = Vec::new();
+        let mut up = Vec::new();
+        for (port, b) in self.hops[0].sw.drain_all() {
+            if port == 0 {
+                up.push(b);
+            } else {
+                out.push((port as usize - 1, b));
+            }
+        }
+        // Anything switch 0 had for the agent meanwhile goes on down the path.
+        if self.hops.len() == 1 {
+            self.agent_rx.extend(up);
+        } else if !up.is_empty() {
+            let mut v: Vec<PacketBuf> = up.iter().map(|b| PacketBuf::from_slice(b, 1)).collect();
+            self.hops[1].sw.process(&mut v, now);
+            self.carry(1, now);
+        }
+        out
+    }
+
     /// Frames the agent received since the last call.
     pub fn take_agent_rx(&mut self) -> Vec<Vec<u8>> {
         std::mem::take(&mut self.agent_rx)
@@ -264,6 +354,10 @@ impl SwitchPath {
     pub fn netsha_events(&mut self, hop: usize) -> Vec<(String, u64)> {
         let mut v: Vec<(String, u64)> =
             self.read(hop, "answer_events").into_iter().zip(answer_event::NAMES).map(|(x, n)| (n.to_string(), x & 0xFFFF_FFFF)).collect();
+        for (x, n) in self.read(hop, "query_events").into_iter().zip(super::query_event::NAMES) {
+            v.push((format!("queries_{n}"), x & 0xFFFF_FFFF));
+            v.push((format!("servers_{n}"), x >> 32));
+        }
         for (x, n) in self.read(hop, "emit_events").into_iter().zip(emit_event::NAMES) {
             v.push((format!("sent_{n}"), x & 0xFFFF_FFFF));
             v.push((format!("cleared_{n}"), x >> 32));

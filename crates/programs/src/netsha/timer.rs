@@ -34,9 +34,7 @@ impl SaluBody<Pair, (Pair, Pair), u32> for BornAlu {
     fn run(self, b: Pair, (op, v): (Pair, Pair)) -> (Pair, u32) {
         if op.lo == OP_SET {
             (v, 0)
-        } else if op.lo == OP_OWNER {
-            (b, b.hi)
-        } else if expired(b, v.lo, op.hi) {
+        } else if op.lo == OP_OWNER || expired(b, v.lo, op.hi) {
             (b, b.hi)
         } else {
             (b, 0)

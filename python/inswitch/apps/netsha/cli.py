@@ -71,7 +71,9 @@ def register(app: typer.Typer) -> None:
         hashes: int = typer.Option(6, help="Hashes per table k (concatenated)."),
         width: float = typer.Option(32.0, help="E2LSH bucket width w (scale with the data's distances)."),
         cap: int = typer.Option(100, help="Answers a server returns per query (its best candidates)."),
-        per_packet: int = typer.Option(0, help="Answers per server packet (0: as many as the switch can reduce, ≤ 120)."),
+        per_packet: int = typer.Option(0, help="Answers per server packet (0: full packets, 120, §3.3; the switch splits those that run out of room)."),
+        rack: bool = typer.Option(False, "--rack", help="NetSHa only, with real processes: a namespace rack (needs root) of S servers and the agent through the switch process."),
+        rack_name: str = typer.Option("netsha", "--rack-name", help="Rack name (prefixes its namespaces) for --rack."),
         seed: int = typer.Option(0),
         json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here."),
     ) -> None:
@@ -96,6 +98,25 @@ def register(app: typer.Typer) -> None:
             servers=servers, k=k, registers=registers, slots=slots, ga=ga, lam=lam, switches=switches, reduction=reduction, seed=seed, per_packet=per_packet,
             tables=tables, hashes=hashes, width=width, cap=cap, ways=ways, arrival=arrival,
         )
+        if rack:
+            from .rack import rack_available, run_rack_search
+
+            if not rack_available():
+                console.print("[red]error:[/red] --rack needs root (network namespaces)")
+                raise typer.Exit(2)
+            with console.status("rack search") as status:
+                result = run_rack_search(ds, cfg, rack_name, lambda m: status.update(m))
+            r = result["modes"]["netsha-rack"]
+            t = Table(title=f"search --rack: {ds.name}, {ds.base.shape[0]} × {ds.base.shape[1]}, {ds.queries.shape[0]} queries, K={k}, S={servers}")
+            for c in ("mode", "recall", "F1", "server packets", "agent packets", "agent answers", "total s"):
+                t.add_column(c)
+            t.add_row("netsha-rack", f"{r['recall']:.3f}", f"{r['f1']:.3f}", str(r["server_packets"]), str(r["agent_packets"]), str(r["agent_answers"]), f"{r['total_s']:.2f}")
+            console.print(t)
+            if json_out:
+                json_out.parent.mkdir(parents=True, exist_ok=True)
+                json_out.write_text(json.dumps(result, indent=2, default=float))
+                console.print(f"wrote {json_out}")
+            return
         with Progress(console=console, transient=True) as prog:
             tasks = {m: prog.add_task(m, total=ds.queries.shape[0]) for m in modes}
             result = run_search(ds, cfg, modes, lambda m, n: prog.advance(tasks[m], n))

@@ -7,8 +7,11 @@ Modes, all in one invocation over the same data and queries:
   server selection in software on the agent;
 - `tlsh`: TLSH-style ternary servers, the switch only forwards, selection in software;
 - `netsha`: TLSH-style servers, every switch on the path runs `programs::netsha`
-  (reduction and aggregation), selection by one exact-match table lookup per hash table
-  (the lookup §4 puts in the switch; here it runs on the agent as the same table);
+  (reduction and aggregation); server selection in the switch (§4): the agent sends each
+  query as a query packet (QID, its L bucket keys, the vector) and the servers' switch
+  looks the keys up in its L selection tables (installed by `controller.py` from the
+  servers' bucket directories) and multicasts the query to the servers selected; the
+  servers that receive it answer;
 - `netsha-agg`: as `netsha` with reduction off (Fig. 16 "Baseline+agg").
 
 The network is the switch model in memory on virtual time (`_native.NetshaPath`); its
@@ -26,6 +29,7 @@ import numpy as np
 
 from inswitch import _native
 
+from .controller import install_selection, table_size
 from .datasets import Dataset, exact_knn
 from .lsh import E2LshIndex, HashFamily, TernaryIndex, local_answers
 
@@ -67,10 +71,11 @@ class SearchConfig:
     arrival: str = "concurrent"
     seed: int = 0
 
-    def spec(self, reduction: Optional[str] = None) -> str:
+    def spec(self, reduction: Optional[str] = None, select_size: int = 4096) -> str:
         return (
             f"netsha:registers={self.registers},ways={self.ways},slots={self.slots},ga={self.ga},k={self.k},lambda={self.lam},"
-            f"reduction={reduction or self.reduction},timeout_us={self.timeout_us},period_ns={self.period_ns}"
+            f"reduction={reduction or self.reduction},timeout_us={self.timeout_us},period_ns={self.period_ns},"
+            f"tables={self.tables},select_size={select_size}"
         )
 
 
@@ -163,7 +168,7 @@ def run_mode(
 ) -> dict[str, Any]:
     netsha = mode.startswith("netsha")
     if netsha:
-        spec = cfg.spec("off" if mode == "netsha-agg" else None)
+        spec = cfg.spec("off" if mode == "netsha-agg" else None, table_size(cluster.selection, cfg.tables))
         hops: list[Optional[str]] = [spec] * cfg.switches
     else:
         hops = [None] * cfg.switches
@@ -172,10 +177,15 @@ def run_mode(
     if cfg.per_packet:
         per_packet = min(per_packet, cfg.per_packet)
     path = _native.NetshaPath(hops, cfg.servers)
+    if netsha:
+        install_selection(path, cluster.selection)
     nq = ds.queries.shape[0]
     t_sel = t_search = t_net = t_agent = 0.0
     qproj = cluster.fam.project(ds.queries)
     qkeys = cluster.fam.keys(qproj)
+    qvec = np.ascontiguousarray(ds.queries, dtype="<f4")
+    dim = int(qvec.shape[1])
+    switch_selected: list[list[int]] = []
     parts_q: list[np.ndarray] = []
     parts_i: list[np.ndarray] = []
     parts_d: list[np.ndarray] = []
@@ -184,11 +194,21 @@ def run_mode(
     for w0 in range(0, nq, cfg.concurrency):
         wave = range(w0, min(nq, w0 + cfg.concurrency))
         per_server: list[list[tuple[int, np.ndarray, np.ndarray]]] = [[] for _ in range(cfg.servers)]
-        for q in wave:
+        if netsha:
+            # The wave's query packets through the switch's selection tables (§4).
             t0 = time.perf_counter()
-            chosen = select_table(cluster, qkeys[q]) if netsha else select_software(cluster, qkeys[q])
-            t1 = time.perf_counter()
-            t_sel += t1 - t0
+            qs = np.arange(wave.start, wave.stop, dtype="<u4")
+            bits = np.frombuffer(path.select(qs.tobytes(), qkeys[wave.start : wave.stop].astype("<i8").tobytes(), qvec[wave.start : wave.stop].tobytes(), cfg.tables, dim, now), dtype="<u4")
+            t_sel += time.perf_counter() - t0
+        for q in wave:
+            if netsha:
+                b = int(bits[q - wave.start])
+                chosen = [s for s in range(cfg.servers) if b >> s & 1]
+                switch_selected.append(chosen)
+            else:
+                t0 = time.perf_counter()
+                chosen = select_software(cluster, qkeys[q])
+                t_sel += time.perf_counter() - t0
             worst = 0.0
             for s in chosen:
                 a = time.perf_counter()
@@ -249,7 +269,7 @@ def run_mode(
     total = t_sel + t_search + t_net + t_agent
     split = {"selection": t_sel, "search": t_search, "network": t_net, "agent": t_agent}
     counters = {f"switch{h}": dict(path.counters(h)) for h in range(cfg.switches)} if netsha else {}
-    extra = {"topk_distances": got_d} if keep_topk else {}
+    extra: dict[str, Any] = {"topk_distances": got_d, "switch_selected": switch_selected} if keep_topk else {}
     return {
         **extra,
         "recall": rec,
@@ -260,6 +280,7 @@ def run_mode(
         "time_split_pct": {k: 100.0 * v / total if total else 0.0 for k, v in split.items()},
         "time_per_query_us": {k: 1e6 * v / max(nq, 1) for k, v in split.items()},
         "answers_per_packet": per_packet,
+        "server_selection": "switch (query packets, selection tables)" if netsha else "software (agent)",
         "switch_counters": counters,
         "path": "in-memory switch model (_native.NetshaPath), virtual time",
     }

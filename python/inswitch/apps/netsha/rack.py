@@ -1,0 +1,125 @@
+"""`inswitch search --rack`: NetSHa with real processes in a namespace rack. S server
+processes hold their shards and run the TLSH-style index, an agent process sends query
+packets and merges the answers, and the switch process (`switchd` running `forward,netsha`)
+selects the servers per query (§4) and reduces and aggregates their answers (§3). The
+controller (`controller.configure_p4rt`) installs the agent entry, the split clone
+session, the query group and the selection entries from the servers' bucket directories."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from .controller import configure_p4rt, table_size
+from .datasets import Dataset, exact_knn
+from .search import SearchConfig, build_cluster, recall_f1, top_k_per_query
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_rack_search(ds: Dataset, cfg: SearchConfig, name: str = "netsha", progress: Optional[Callable[[str], None]] = None) -> dict[str, Any]:
+    """NetSHa through a rack of real processes; the JSON `inswitch search --rack` writes
+    (mode `netsha-rack`). Needs root (network namespaces). The rack is always taken down."""
+    from inswitch.topology import Rack, control, netns
+
+    say = progress or (lambda _m: None)
+    cluster = build_cluster(ds, cfg, ternary=True)
+    # The switch process loads programs by name: `netsha` is Table 1's configuration (100
+    # registers, 12 slots, p = 8, K = 50, L = 10 selection tables of 4,096 entries, 10 ms
+    # timers). Its top 50 contains the agent's top K for any K <= 50.
+    spec = "netsha"
+    if cfg.tables != 10 or cfg.k > 50 or table_size(cluster.selection, cfg.tables) > 4096 or cfg.servers > 32:
+        raise ValueError("--rack runs the `netsha` program as declared: L = 10 tables (--tables 10), K <= 50, at most 4,096 buckets per table, at most 32 servers")
+    per = cfg.per_packet or 120
+    truth = exact_knn(ds.base, ds.queries, cfg.k)
+    rack = Rack()
+    py = sys.executable
+    servers: list[subprocess.Popen[str]] = []
+    try:
+        say(f"rack {name}: 1 agent + {cfg.servers} servers, switch `forward,{spec}`")
+        st = rack.up(cfg.servers + 1, name=name, programs=f"forward,{spec}", p4runtime=f"127.0.0.1:{_free_port()}", metrics=f"127.0.0.1:{_free_port()}")
+        agent, hosts = st.hosts[0], st.hosts[1:]
+        mac = int(agent.mac.replace(":", ""), 16)
+        ip = int.from_bytes(socket.inet_aton(agent.ip), "big")
+        say(f"controller: {len(cluster.selection)} selection entries")
+        with control.connect(st.switch.p4runtime) as c:
+            configure_p4rt(c, (agent.port, mac, ip, 7001), [h.port for h in hosts], cluster.selection)
+        with tempfile.TemporaryDirectory() as tmp:
+            t = Path(tmp)
+            conf = json.dumps({"tables": cfg.tables, "hashes": cfg.hashes, "width": cfg.width, "seed": cfg.seed, "delta": cfg.delta, "cap": cfg.cap})
+            for s, (h, idx) in enumerate(zip(hosts, cluster.indexes)):
+                np.savez(t / f"shard{s}.npz", data=idx.data, ids=idx.ids)
+                cmd = [py, "-m", "inswitch.apps.netsha.rack_node", "server", str(t / f"shard{s}.npz"), agent.ip, "7001", conf, "--per", str(per)]
+                servers.append(subprocess.Popen(netns.in_netns(h.netns, cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+            for p in servers:
+                assert p.stdout is not None
+                line = p.stdout.readline().strip()
+                if line != "READY":
+                    raise RuntimeError(f"a server did not start: {line!r} {p.stderr.read() if p.stderr else ''}")
+            qkeys = cluster.fam.keys(cluster.fam.project(ds.queries))
+            np.savez(t / "queries.npz", vectors=ds.queries.astype(np.float32), keys=qkeys.astype(np.int64))
+            bcast = str(_broadcast(agent.ip, hosts[0].ip))
+            say(f"agent: {ds.queries.shape[0]} queries to {bcast}:7000")
+            cmd = [py, "-m", "inswitch.apps.netsha.rack_node", "agent", str(t / "queries.npz"), bcast, "--concurrency", str(cfg.concurrency)]
+            cp = subprocess.run(netns.in_netns(agent.netns, cmd), capture_output=True, text=True, timeout=600)
+            if cp.returncode != 0:
+                raise RuntimeError(f"agent failed: {cp.stderr[-2000:]}")
+            res = json.loads(cp.stdout.strip().splitlines()[-1])
+        sent = 0
+        for p in servers:
+            out, _ = p.communicate(timeout=60)
+            sent += json.loads(out.strip().splitlines()[-1])["packets"]
+    finally:
+        for p in servers:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        rack.down(name)
+    ans = np.array(res["answers"], dtype=np.float64).reshape(-1, 3)
+    nq = ds.queries.shape[0]
+    got_i, got_d = top_k_per_query(nq, ans[:, 0].astype(np.int64), ans[:, 1].astype(np.int64), ans[:, 2], cfg.k)
+    rec, f1 = recall_f1(got_i, got_d, truth[0], truth[1], cfg.k)
+    return {
+        "dataset": ds.name,
+        "base": int(ds.base.shape[0]),
+        "queries": nq,
+        "config": {**cfg.__dict__},
+        "modes": {
+            "netsha-rack": {
+                "recall": rec,
+                "f1": f1,
+                "agent_packets": int(res["packets"]),
+                "agent_answers": int(len(ans)),
+                "server_packets": int(sent),
+                "total_s": float(res["seconds"]),
+                "answers_per_packet": per,
+                "server_selection": "switch (query packets, selection tables), switchd",
+                "path": "rack of real processes through the switch process",
+                "topk_distances": [d.tolist() for d in got_d],
+            }
+        },
+    }
+
+
+def _broadcast(a: str, b: str) -> str:
+    """The /24 broadcast address of the rack's subnet (the hosts share it)."""
+    pa, pb = a.split("."), b.split(".")
+    if pa[:3] != pb[:3]:
+        raise RuntimeError(f"agent {a} and server {b} are not on one /24")
+    return ".".join(pa[:3] + ["255"])
+
+
+def rack_available() -> bool:
+    return os.geteuid() == 0
