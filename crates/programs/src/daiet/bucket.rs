@@ -5,110 +5,137 @@
 //!
 //! Registers (tofino1 stages 9-11):
 //! - `spill_state` (stage 9, per tree): the bucket's counter, see [`SpillState`].
-//! - `spill_key0..3` (stage 10) and `spill_value` (stage 11): the pair slots, two halves of
-//!   [`MAX_PAIRS`] per tree (double buffering: one half takes pairs while the other is
-//!   being drained). Slot index: [`bucket_index`].
-//! - `spill_overflow` (stage 11, per tree): pairs that found both halves busy and went on
-//!   in their own packet unaggregated (still exact), counted.
+//! - `spill_key0..3` (stage 10) and `spill_value` (stage 11): the pair slots, [`BUFFERS`]
+//!   buffers of [`MAX_PAIRS`] per tree (one takes pairs while full ones are drained).
+//!   Slot index: [`bucket_index`].
+//! - `spill_overflow` (stage 11, per tree): pairs that found the bucket busy (the head
+//!   buffer full, waiting for the next one's drain) and went on in their own packet
+//!   unaggregated (still exact), counted.
 //!
 //! One register array is reached once per pass, so one pair per pass enters the bucket;
 //! a packet with more colliding pairs keeps them marked in its bridged metadata and stores
 //! one per following pass.
 
-use pisa::SaluBody;
+use pisa::{Pair, SaluBody};
 use wire::daiet::MAX_PAIRS;
 
 use super::MAX_TREES;
 
-/// Bucket slots per tree: two halves of a packet's worth of pairs.
-pub const BUCKET_CELLS: u32 = MAX_TREES * 2 * MAX_PAIRS as u32;
+/// Buffers of a packet's worth of pairs in each tree's bucket, used as a ring: one takes
+/// the colliding pairs while full ones are drained, each by its own packet. Two would be
+/// the textbook double buffer; a drain takes ten passes, during which every packet in the
+/// pipeline may store a pair, so more buffers let more drains overlap (see `bucket_load`
+/// in the tests for the measurement).
+pub const BUFFERS: u32 = 16;
 
-/// The slot `slot` of half `half` of tree `tree_idx`'s bucket.
+/// Bucket slots: per tree, [`BUFFERS`] buffers of [`MAX_PAIRS`].
+pub const BUCKET_CELLS: u32 = MAX_TREES * BUFFERS * MAX_PAIRS as u32;
+
+/// The slot `slot` of buffer `buf` of tree `tree_idx`'s bucket.
 #[inline]
-pub fn bucket_index(tree_idx: u16, half: u32, slot: u32) -> u32 {
-    (tree_idx as u32 * 2 + (half & 1)) * MAX_PAIRS as u32 + slot
+pub fn bucket_index(tree_idx: u16, buf: u32, slot: u32) -> u32 {
+    (tree_idx as u32 * BUFFERS + buf % BUFFERS) * MAX_PAIRS as u32 + slot
 }
 
-// `spill_state` cell: bits 0-3 `fill` (pairs in the active half), bit 4 the active half,
-// bit 5 `draining` (the other half is being drained), bits 16-31 `storers` (packets that
-// still have colliding pairs to store: the END's flush waits for them).
+// `spill_state` cell, lo: bits 0-3 `fill` (pairs in the head buffer), bits 4-7 `head` (the
+// buffer taking pairs), bits 16-31 `busy` (a bit per buffer being drained); hi: `storers`
+// (packets that still have colliding pairs to store: the END's flush waits for them).
 const FILL: u32 = 0xF;
-const ACTIVE: u32 = 1 << 4;
-const DRAINING: u32 = 1 << 5;
-const STORER: u32 = 1 << 16;
+const HEAD_SHIFT: u32 = 4;
+const BUSY_SHIFT: u32 = 16;
 
 /// Operand: store one colliding pair (with [`FIRST`] / [`MORE`]).
 pub const OP_STORE: u8 = 0;
-/// Operand: the drainer read the last slot of its half.
+/// Operand: the drainer of buffer `op >> 4` read its last slot.
 pub const OP_DRAINED: u8 = 1;
-/// Operand: the END's flush takes the active half's pairs (the tree is done).
+/// Operand: the END's flush takes the head buffer's pairs (the tree is done).
 pub const OP_FLUSH: u8 = 2;
 /// Store: the packet is not yet counted among the storers.
 pub const FIRST: u8 = 4;
 /// Store: the packet has more colliding pairs to store after this one.
 pub const MORE: u8 = 8;
+/// Store: the packet already drains a buffer after its pairs (a packet drains one): a
+/// store that fills the head buffer leaves it full and waiting, to be taken on by the
+/// next drain that ends (this packet's own, at the latest).
+pub const NO_DRAIN: u8 = 16;
 
-/// Output: the pair got slot `out & 0xF` of half `(out >> 4) & 1`.
+/// Output: the pair got slot `out & 0xF` of buffer [`out_buf`].
 pub const S_STORED: u32 = 1 << 8;
-/// Output (with [`S_STORED`]): that slot filled the half: this packet drains it.
+/// Output (with [`S_STORED`]): that slot filled the buffer: this packet drains it.
 pub const S_DRAIN: u32 = 1 << 9;
-/// Output of [`OP_DRAINED`]: the other half filled meanwhile: drain half `(out >> 4) & 1` too.
+/// Output of [`OP_DRAINED`]: the head buffer is full and was waiting: drain buffer
+/// [`out_buf`] too.
 pub const S_CONTINUE: u32 = 1 << 10;
 /// Output of [`OP_FLUSH`]: a drain or a packet's stores are still under way: ask again.
 pub const S_WAIT: u32 = 1 << 11;
-/// Output of [`OP_FLUSH`]: `out & 0xF` pairs in half `(out >> 4) & 1`.
+/// Output of [`OP_FLUSH`]: `out & 0xF` pairs in buffer [`out_buf`].
 pub const S_FLUSHED: u32 = 1 << 12;
 
-/// The bucket's counter. Store: a free slot of the active half (or none: both halves are
-/// busy, the pair goes on in its packet); the store that fills the half switches to the
-/// other half and makes its packet the drainer, unless the other half is still being
-/// drained (then the full half waits, and the drainer takes it on when done: `drained`).
-/// Flush: the remaining pairs of the active half, once no drain and no store is under way.
+/// The buffer an output names.
+#[inline]
+pub fn out_buf(out: u32) -> u32 {
+    (out >> 4) & 0xF
+}
+
+/// The bucket's counter. Store: a free slot of the head buffer (or none: the head is full
+/// and waits for the next buffer's drain; the pair goes on in its packet); the store that
+/// fills the head moves the head on to the next buffer and makes its packet the drainer,
+/// unless the next buffer is still being drained or the packet already drains one (then
+/// the full head waits, and the next drainer to finish while the next buffer is free takes
+/// it on: there is one, as some buffer is being drained). Flush: the head buffer's pairs,
+/// once no drain and no store is under way; the cell is reset.
 ///
 /// More conditions than a Tofino 1 stateful ALU has (a note in the resource report says
 /// so): a compiler would spread the fields over separate registers.
 #[derive(Clone, Copy)]
 pub struct SpillState;
-impl SaluBody<u32, u8, u32> for SpillState {
+impl SaluBody<Pair, u8, u32> for SpillState {
     #[inline(always)]
-    fn run(self, c: u32, op: u8) -> (u32, u32) {
-        let fill = c & FILL;
-        let active = (c & ACTIVE) >> 4;
+    fn run(self, c: Pair, op: u8) -> (Pair, u32) {
+        let fill = c.lo & FILL;
+        let head = (c.lo >> HEAD_SHIFT) & 0xF;
+        let busy = c.lo >> BUSY_SHIFT;
         let full = fill >= MAX_PAIRS as u32;
+        let next = (head + 1) % BUFFERS;
         match op & 3 {
             OP_STORE => {
                 // Counted among the storers while pairs are left to store.
                 let stays = !full && op & MORE != 0;
-                let mut c = c;
+                let mut storers = c.hi;
                 if op & FIRST != 0 && stays {
-                    c = c.wrapping_add(STORER);
-                } else if op & FIRST == 0 && !stays && c >= STORER {
-                    c -= STORER;
+                    storers = storers.wrapping_add(1);
+                } else if op & FIRST == 0 && !stays {
+                    storers = storers.saturating_sub(1);
                 }
                 if full {
-                    return (c, 0);
+                    return (Pair::new(c.lo, storers), 0);
                 }
-                let out = S_STORED | (active << 4) | fill;
-                if fill + 1 == MAX_PAIRS as u32 && c & DRAINING == 0 {
-                    // Full: the other (empty) half takes the next pairs; this one drains.
-                    ((c & !FILL) ^ ACTIVE | DRAINING, out | S_DRAIN)
+                let out = S_STORED | (head << 4) | fill;
+                if fill + 1 == MAX_PAIRS as u32 && busy & (1 << next) == 0 && op & NO_DRAIN == 0 {
+                    // Full: the next (empty) buffer takes the following pairs; this one drains.
+                    let busy = busy | (1 << head);
+                    (Pair::new((busy << BUSY_SHIFT) | (next << HEAD_SHIFT), storers), out | S_DRAIN)
                 } else {
-                    (c + 1, out)
+                    (Pair::new(c.lo + 1, storers), out)
                 }
             }
             OP_DRAINED => {
-                if full {
-                    // The active half filled while the other one drained: swap again.
-                    ((c & !FILL) ^ ACTIVE, S_CONTINUE | (active << 4))
+                let done = (op as u32 >> 4) % BUFFERS;
+                let busy = busy & !(1 << done);
+                if full && busy & (1 << next) == 0 {
+                    // The full head waited (for the next buffer, or for a drainer): this
+                    // walker drains it now; the next buffer is the head.
+                    let busy = busy | (1 << head);
+                    (Pair::new((busy << BUSY_SHIFT) | (next << HEAD_SHIFT), c.hi), S_CONTINUE | (head << 4))
                 } else {
-                    (c & !DRAINING, 0)
+                    (Pair::new((busy << BUSY_SHIFT) | (c.lo & 0xFFFF), c.hi), 0)
                 }
             }
             OP_FLUSH => {
-                if c & DRAINING != 0 || c >= STORER {
+                if busy != 0 || c.hi != 0 {
                     (c, S_WAIT)
                 } else {
-                    (0, S_FLUSHED | (active << 4) | fill) // the tree starts afresh
+                    (Pair::new(0, 0), S_FLUSHED | (head << 4) | fill) // the tree starts afresh
                 }
             }
             _ => (c, 0),
@@ -130,46 +157,83 @@ impl SaluBody<u32, u32, ()> for AddN {
 mod tests {
     use super::*;
 
-    fn store(c: u32, first: bool, more: bool) -> (u32, u32) {
+    fn store(c: Pair, first: bool, more: bool) -> (Pair, u32) {
         SpillState.run(c, OP_STORE | if first { FIRST } else { 0 } | if more { MORE } else { 0 })
     }
 
+    fn fill_buffer(mut c: Pair, buf: u32) -> Pair {
+        for i in 0..MAX_PAIRS as u32 {
+            let (n, out) = store(c, true, false);
+            c = n;
+            assert_eq!(out & (S_STORED | 0xFF), S_STORED | (buf << 4) | i);
+        }
+        c
+    }
+
     #[test]
-    fn a_full_half_swaps_and_drains_and_a_second_full_half_waits() {
-        let mut c = 0;
-        for i in 0..MAX_PAIRS as u32 {
+    fn full_buffers_drain_in_turn_and_a_full_ring_waits() {
+        let mut c = Pair::new(0, 0);
+        // Every buffer but the last fills and starts its own drain.
+        for b in 0..BUFFERS - 1 {
             let (n, out) = store(c, true, false);
+            assert_eq!(out & S_DRAIN, 0);
             c = n;
-            assert_eq!(out & (S_STORED | 0x1F), S_STORED | i);
-            assert_eq!(out & S_DRAIN != 0, i + 1 == MAX_PAIRS as u32);
+            for i in 1..MAX_PAIRS as u32 {
+                let (n, out) = store(c, true, false);
+                c = n;
+                assert_eq!(out & (S_STORED | 0xFF), S_STORED | (b << 4) | i);
+                assert_eq!(out & S_DRAIN != 0, i + 1 == MAX_PAIRS as u32, "buffer {b} slot {i}");
+            }
         }
-        // Half 1 takes the next pairs while half 0 drains.
-        for i in 0..MAX_PAIRS as u32 {
-            let (n, out) = store(c, true, false);
-            c = n;
-            assert_eq!(out, S_STORED | (1 << 4) | i, "no second drain while one is under way");
-        }
-        // Both busy: the pair stays in its packet.
-        assert_eq!(store(c, true, false).1, 0);
-        // The drainer of half 0 takes half 1 on; then half 0 takes pairs again.
+        // The last one fills while buffer 0 still drains: no drain, it waits.
+        let last = BUFFERS - 1;
+        let (n, out) = SpillState.run(fill_buffer(c, last), OP_STORE | FIRST);
+        c = n;
+        assert_eq!(out, 0, "the bucket is busy: the pair goes on in its packet");
+        // A drain of another buffer does not free the head.
+        let (n, out) = SpillState.run(c, OP_DRAINED | (3 << 4));
+        c = n;
+        assert_eq!(out, 0);
+        // Buffer 0's drainer takes the full head on; buffer 0 takes pairs again.
         let (n, out) = SpillState.run(c, OP_DRAINED);
         c = n;
-        assert_eq!(out, S_CONTINUE | (1 << 4));
+        assert_eq!(out, S_CONTINUE | (last << 4));
         let (n, out) = store(c, true, false);
         assert_eq!(out, S_STORED);
         let (n, _) = store(n, true, false);
-        let (n, out) = SpillState.run(n, OP_FLUSH);
-        assert_eq!(out, S_WAIT, "the flush waits for the drain");
-        let (n, out) = SpillState.run(n, OP_DRAINED);
-        assert_eq!(out, 0);
+        let (mut n, out) = SpillState.run(n, OP_FLUSH);
+        assert_eq!(out, S_WAIT, "the flush waits for the drains");
+        for b in (1..BUFFERS).filter(|&b| b != 3) {
+            n = SpillState.run(n, OP_DRAINED | (b << 4) as u8).0;
+        }
         let (n, out) = SpillState.run(n, OP_FLUSH);
         assert_eq!(out, S_FLUSHED | 2);
-        assert_eq!(n, 0);
+        assert_eq!((n.lo, n.hi), (0, 0));
+    }
+
+    #[test]
+    fn a_packet_that_drains_one_buffer_leaves_a_second_full_one_waiting() {
+        let mut c = Pair::new(0, 0);
+        for _ in 0..MAX_PAIRS - 1 {
+            c = store(c, true, false).0;
+        }
+        // Buffer 0 drains (busy); buffer 1 fills by a packet that drains buffer 0.
+        c = store(c, true, false).0;
+        for _ in 0..MAX_PAIRS - 1 {
+            c = store(c, true, false).0;
+        }
+        let (c, out) = SpillState.run(c, OP_STORE | FIRST | NO_DRAIN);
+        assert_eq!(out, S_STORED | (1 << 4) | 9, "stored, no second drain");
+        assert_eq!(store(c, true, false).1, 0, "full and waiting");
+        // The drain of buffer 0 ends: its walker takes buffer 1 on.
+        let (c, out) = SpillState.run(c, OP_DRAINED);
+        assert_eq!(out, S_CONTINUE | (1 << 4));
+        assert_eq!(store(c, true, false).1, S_STORED | (2 << 4));
     }
 
     #[test]
     fn storers_are_counted_until_their_last_pair() {
-        let (c, _) = store(0, true, true);
+        let (c, _) = store(Pair::new(0, 0), true, true);
         assert_eq!(SpillState.run(c, OP_FLUSH).1, S_WAIT);
         let (c, _) = store(c, false, true);
         let (c, _) = store(c, false, false);

@@ -17,7 +17,7 @@ use super::{ack_session, Daiet, TreeConfig, WALK_SESSION};
 
 // During the walk `Bridged::spill` holds the slice whose stack is being drained; then
 // `SLICES`: ask the bucket's counter for its pairs (it answers "wait" while a drain or a
-// packet's stores are under way); then `W_BUCKET | half << 8 | count << 4 | next slot`;
+// packet's stores are under way); then `W_BUCKET | buffer << 8 | count << 4 | next slot`;
 // then `W_DONE`. `Bridged::pending` holds the cell popped in the pass before:
 // slice << 24 | (cell + 1), or 0.
 const W_BUCKET: u16 = 0x8000;
@@ -88,8 +88,8 @@ impl Daiet {
 
     /// The bucket part of the walk: one slot per pass.
     fn walk_bucket(&self, pass: &mut Pass<'_>, t: &TreeConfig, br: &mut Bridged) {
-        let (half, n, slot) = if br.spill & W_BUCKET == 0 {
-            // Stage 9: the bucket's counter hands over the active half's pairs.
+        let (buf, n, slot) = if br.spill & W_BUCKET == 0 {
+            // Stage 9: the bucket's counter hands over the head buffer's pairs.
             let r = pass.execute(&self.spill_state, t.tree_idx as u32, OP_FLUSH);
             if r & S_FLUSHED == 0 {
                 pass.recirculate(); // a drain or a packet's stores are under way
@@ -101,14 +101,14 @@ impl Daiet {
                 pass.recirculate();
                 return;
             }
-            ((r >> 4) & 1, n, 0)
+            (out_buf(r), n, 0)
         } else {
-            ((br.spill as u32 >> 8) & 1, (br.spill as u32 >> 4) & 0xF, br.spill as u32 & 0xF)
+            ((br.spill as u32 >> 8) & 0xF, (br.spill as u32 >> 4) & 0xF, br.spill as u32 & 0xF)
         };
         let send = br.cursor as usize + 1 == MAX_PAIRS;
         let seq = if send { pass.execute(&self.out_next, t.tree_idx as u32, ()) } else { 0 };
         // Stages 10-11: read and clear the slot.
-        let idx = bucket_index(t.tree_idx, half, slot);
+        let idx = bucket_index(t.tree_idx, buf, slot);
         let mut words = [0u32; 5];
         for (w, word) in words.iter_mut().take(4).enumerate() {
             *word = pass.execute(&self.spill_key_take[w], idx, ());
@@ -117,7 +117,7 @@ impl Daiet {
         if !self.append_pair(pass, br, &words) {
             return;
         }
-        br.spill = if slot + 1 == n { W_DONE } else { W_BUCKET | (half << 8 | n << 4 | (slot + 1)) as u16 };
+        br.spill = if slot + 1 == n { W_DONE } else { W_BUCKET | (buf << 8 | n << 4 | (slot + 1)) as u16 };
         if send {
             self.send_with(pass, t, seq, 0);
             pass.clone_ingress(WALK_SESSION);

@@ -28,7 +28,7 @@ pub const PH_FRESH: u8 = 0;
 pub const PH_DATA: u8 = 1;
 /// The END that completed the tree: walks the index stack and flushes the cells.
 pub const PH_WALK: u8 = 2;
-/// A packet that filled a half of the spillover bucket: reads-and-clears its slots, one
+/// A packet that filled a buffer of the spillover bucket: reads-and-clears its slots, one
 /// per pass, and leaves for the parent with them.
 pub const PH_DRAIN: u8 = 3;
 
@@ -39,10 +39,10 @@ pub const KEPT: u32 = 0xFFFF;
 pub const KEPT_ALL: u32 = 0xFFFF;
 /// ... the packet is counted among the bucket's storers.
 pub const STORING: u32 = 1 << 16;
-/// ... the packet filled a bucket half and drains it once its own pairs are stored ...
+/// ... the packet filled a bucket buffer and drains it once its own pairs are stored ...
 pub const DRAIN: u32 = 1 << 17;
-/// ... the half (bit 18).
-pub const DRAIN_HALF_SHIFT: u32 = 18;
+/// ... which buffer (bits 18-21).
+pub const DRAIN_BUF_SHIFT: u32 = 18;
 
 /// Bridged metadata carried across recirculations (16 bytes), as a Tofino program would
 /// carry a bridged header on its recirculated packets.
@@ -53,7 +53,7 @@ pub struct Bridged {
     pub cursor: u8,
     /// Data: pairs that collided and wait for a slot in the spillover bucket (one per
     /// pass). Walk: the slice being drained, then the bucket (see `flush`). Drain: the
-    /// bucket half (bit 8) and the next slot.
+    /// bucket buffer (bits 8-11) and the next slot.
     pub spill: u16,
     /// Data: [`KEPT`] pairs and the [`STORING`], [`DRAIN`] flags. Walk: a popped cell to
     /// read (+1; 0 none).

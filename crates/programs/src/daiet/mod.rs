@@ -21,9 +21,9 @@
 //!   each.
 //! - the pass that takes the last group completes the sequence number; when every pair is
 //!   in a cell or the bucket the packet becomes the ACK. The packet whose store filled a
-//!   bucket half sends the ACK back as a truncated clone (egress rewrites it) and drains
-//!   the half, one slot per pass, leaving for the parent with the ten pairs, numbered by
-//!   the switch. Pairs that find both halves busy go on in their own packet (still exact).
+//!   bucket buffer sends the ACK back as a truncated clone (egress rewrites it) and drains
+//!   the buffer, one slot per pass, leaving for the parent with the ten pairs, numbered by
+//!   the switch. Pairs that find the bucket busy go on in their own packet (still exact).
 //! - The END that brings the children count to the configured number becomes the flush
 //!   walker ([`flush`]): one pass per cell pops a slice's index stack and reads-and-clears
 //!   the cell, then one pass per pair left in the spillover bucket; every ten pairs a copy
@@ -108,7 +108,7 @@ pub struct Daiet {
     ends_arrive: RegisterAction<u32, (), u32, Push>,
     ends_reset: RegisterAction<u32, (), u32, Take>,
     /// The spillover bucket ([`bucket`]).
-    spill_state: RegisterAction<u32, u8, u32, SpillState>,
+    spill_state: RegisterAction<Pair, u8, u32, SpillState>,
     spill_key_write: [RegisterAction<u32, u32, (), Write>; 4],
     spill_key_take: [RegisterAction<u32, (), u32, Take>; 4],
     spill_value_write: RegisterAction<u32, u32, (), Write>,
@@ -140,9 +140,9 @@ impl Daiet {
         // The flush walk makes one pass per used cell: bounded by the partition size,
         // not by a small constant, so no fixed limit is declared.
         .max_recirculations(None);
-        b.note("four pairs per pass, one per register slice: a data packet of n pairs makes ceil(n/4) - 1 recirculations (2 for ten pairs), plus one per colliding pair beyond one per pass (each pass stores one in the spillover bucket); the packet that fills a bucket half makes one pass per slot draining it (ten, and ten more for each full half it takes over); the END that completes a tree makes one per used cell, one per slice, one per pair left in the bucket and one per flushed packet, and recirculates while a drain or a packet's bucket stores are under way");
-        b.note("the spillover bucket is per tree in registers (stages 9-11): two halves of ten pair slots (one takes colliding pairs while the other drains), one pair in or out per pass; a colliding pair that finds both halves busy goes on to the parent in its own packet unaggregated (exact; counted in spill_overflow)");
-        b.note("spill_state.step keeps the bucket's fill, active half, drain flag and count of packets still storing in one 32-bit cell and tests more conditions than a Tofino stateful ALU has; a compiler would split it (as for seq_state.admit)");
+        b.note("four pairs per pass, one per register slice: a data packet of n pairs makes ceil(n/4) - 1 recirculations (2 for ten pairs), plus one per colliding pair beyond one per pass (each pass stores one in the spillover bucket); the packet that fills a bucket buffer makes one pass per slot draining it (ten, and ten more for each waiting full buffer it takes over); the END that completes a tree makes one per used cell, one per slice, one per pair left in the bucket and one per flushed packet, and recirculates while a drain or a packet's bucket stores are under way");
+        b.note("the spillover bucket is per tree in registers (stages 9-11): a ring of 16 buffers of ten pair slots (one takes colliding pairs while full ones are drained, each by the packet that filled it), one pair in or out per pass per packet; a colliding pair that finds the bucket busy (head buffer full, waiting for a drain) goes on to the parent in its own packet unaggregated (exact; counted in spill_overflow). The paper's bucket is one buffer flushed at once; a drain here takes ten passes, so under heavy collisions it saturates");
+        b.note("spill_state.step keeps the bucket's fill, head buffer and draining-buffer bitmap (lo) and the count of packets still storing (hi) in one 64-bit cell and tests more conditions than a Tofino stateful ALU has; a compiler would split it (as for seq_state.admit)");
         b.note("seq_state.admit compares the sequence number three ways and tests the END bit: one condition more than a Tofino stateful ALU has; a compiler would split it over the cell's two halves");
         b.note(
             "key words are 32-bit cells (the Tofino 1 stateful ALU returns 32 bits): a 16-byte key is four arrays compared in four stages",
@@ -206,12 +206,12 @@ impl Daiet {
         let ends = b.register::<u32>("ends_seen", Gress::Ingress, 9, MAX_TREES, "per tree: children that sent END");
         let ends_arrive = b.register_action_body(ends, "arrive", Push);
         let ends_reset = b.register_action_body(ends, "reset", Take);
-        let st = b.register::<u32>(
+        let st = b.register::<Pair>(
             "spill_state",
             Gress::Ingress,
             9,
             MAX_TREES,
-            "per tree: the spillover bucket's fill, active half, drain under way, packets still storing",
+            "per tree: the spillover bucket's fill, head buffer, buffers draining (lo); packets still storing (hi)",
         );
         let spill_state = b.register_action_body(st, "step", SpillState);
         let sk: Vec<_> = (0..4)
@@ -227,7 +227,7 @@ impl Daiet {
             Gress::Ingress,
             11,
             MAX_TREES,
-            "per tree: colliding pairs that found both bucket halves busy and went on in their packet",
+            "per tree: colliding pairs that found the bucket busy and went on in their packet",
         );
         let spill_overflow = b.register_action_body(so, "add", AddN);
         let d_gap = b.drop_reason("daiet_seq_gap");

@@ -7,18 +7,24 @@
 //!   key compare of stages 2-5, so a pair colliding in a pass can be stored in the same
 //!   pass). A packet of ten pairs makes its three passes anyway; more colliding pairs than
 //!   passes cost one recirculation each, counted with the others.
-//! - Both halves busy (one full and waiting, the other draining): the waiting pairs stay in
+//! - The bucket busy (its head buffer full, waiting for a drain): the waiting pairs stay in
 //!   their packet and go on to the parent at once, numbered by the switch: still exact,
 //!   just not gathered (counted in `spill_overflow`). VARLEN packets (keys the 16-byte slots
 //!   cannot hold) go on the same way, whole.
-//! - flushData: the switch creates no packet. The packet whose store filled a half sends
+//! - flushData: the switch creates no packet. The packet whose store filled a buffer sends
 //!   its child's ACK back as a clone and becomes the drain walker: one pass per slot it
-//!   reads-and-clears the half (after the kept pairs it may carry); at ten pairs the packet
+//!   reads-and-clears the buffer (after the kept pairs it may carry); at ten pairs the packet
 //!   leaves for the parent numbered by the switch (`out_seq`, so the reducer's gap
 //!   detection covers it) and, if slots are left, a clone to the recirculation port walks
-//!   on. If the other half filled meanwhile the drainer takes it on too.
+//!   on. Full buffers waiting for a drain are taken on by the drainer that ends next.
 //! - A child's packet is acknowledged only when all of its pairs are in registers (cells
 //!   or bucket) or on their way to the parent.
+//! - `seq_state` counts a packet done at the pass of its last group of pairs; bucket stores
+//!   after that (store-only passes) are counted in the bucket's `storers`, and the final
+//!   END's flush waits for them, so nothing is left behind. A resent copy arriving in those
+//!   few passes is acknowledged as a duplicate (never added again) before the original's
+//!   last stores, which are already under way in the pipeline; only a switch restart could
+//!   lose them then, and the reducer's gap detection and host fallback cover a restart.
 
 use pisa::Pass;
 use wire::daiet::{flags, MAX_PAIRS, PAIR_LEN};
@@ -39,19 +45,22 @@ impl Daiet {
             let rest = br.spill & (br.spill - 1);
             let first = if br.pending & STORING == 0 { FIRST } else { 0 };
             let more = if rest != 0 { MORE } else { 0 };
-            let r = pass.execute(&self.spill_state, t.tree_idx as u32, OP_STORE | first | more);
+            // A packet drains at most one buffer.
+            let no_drain = if br.pending & DRAIN != 0 { NO_DRAIN } else { 0 };
+            let r = pass.execute(&self.spill_state, t.tree_idx as u32, OP_STORE | first | more | no_drain);
             br.pending &= !STORING;
             if r & S_STORED != 0 {
-                store = Some((p, bucket_index(t.tree_idx, r >> 4, r & 0xF)));
+                store = Some((p, bucket_index(t.tree_idx, out_buf(r), r & 0xF)));
                 br.spill = rest;
                 if rest != 0 {
                     br.pending |= STORING;
                 }
                 if r & S_DRAIN != 0 {
-                    br.pending |= DRAIN | (((r >> 4) & 1) << DRAIN_HALF_SHIFT);
+                    br.pending |= DRAIN | (out_buf(r) << DRAIN_BUF_SHIFT);
                 }
             } else {
-                // Both halves busy: this pair and the others waiting go on in the packet.
+                // The bucket is busy (its head buffer full, waiting for a drain): this
+                // pair and the others waiting go on in the packet.
                 overflow = br.spill.count_ones();
                 br.pending |= br.spill as u32;
                 br.spill = 0;
@@ -114,11 +123,11 @@ impl Daiet {
         // The child's ACK goes back as a truncated clone (egress rewrites it).
         pass.clone_ingress(ack_session(br.port));
         if drain {
-            // flushData: this packet drains the half it filled, after its kept pairs.
-            let half = (br.pending >> DRAIN_HALF_SHIFT) & 1;
+            // flushData: this packet drains the buffer it filled, after its kept pairs.
+            let buf = (br.pending >> DRAIN_BUF_SHIFT) & 0xF;
             br.phase = PH_DRAIN;
             br.cursor = w as u8;
-            br.spill = (half << 8) as u16;
+            br.spill = (buf << 8) as u16;
             br.pending = 0;
             pass.recirculate();
         } else {
@@ -126,7 +135,7 @@ impl Daiet {
         }
     }
 
-    /// One pass of the drain walker: read-and-clear one slot of the half being drained.
+    /// One pass of the drain walker: read-and-clear one slot of the buffer being drained.
     pub(super) fn drain_pass(&self, pass: &mut Pass<'_>, t: &TreeConfig, br: &mut Bridged) {
         if br.cursor as usize >= MAX_PAIRS {
             // The copy that left carried these pairs: start the next packet empty.
@@ -136,16 +145,17 @@ impl Daiet {
             }
             br.cursor = 0;
         }
-        let half = (br.spill >> 8) as u32 & 1;
+        let buf = (br.spill >> 8) as u32 & 0xF;
         let slot = br.spill as u32 & 0xF;
         let last = slot + 1 == MAX_PAIRS as u32;
-        // Stage 9: after the last slot, the counter says whether the other half filled.
-        let mut next = (half << 8) | (slot + 1);
+        // Stage 9: after the last slot, the counter frees the buffer and says whether the
+        // full head buffer was waiting for it (then this walker drains that one too).
+        let mut next = (buf << 8) | (slot + 1);
         let mut finished = false;
         if last {
-            let r = pass.execute(&self.spill_state, t.tree_idx as u32, OP_DRAINED);
+            let r = pass.execute(&self.spill_state, t.tree_idx as u32, OP_DRAINED | (buf << 4) as u8);
             if r & S_CONTINUE != 0 {
-                next = ((r >> 4) & 1) << 8;
+                next = out_buf(r) << 8;
             } else {
                 finished = true;
             }
@@ -154,7 +164,7 @@ impl Daiet {
         let send = c == MAX_PAIRS || finished;
         let seq = if send { pass.execute(&self.out_next, t.tree_idx as u32, ()) } else { 0 };
         // Stages 10-11: the slot.
-        let idx = bucket_index(t.tree_idx, half, slot);
+        let idx = bucket_index(t.tree_idx, buf, slot);
         let mut words = [0u32; 5];
         for (w, word) in words.iter_mut().take(4).enumerate() {
             *word = pass.execute(&self.spill_key_take[w], idx, ());
