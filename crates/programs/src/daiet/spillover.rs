@@ -58,9 +58,10 @@ impl Daiet {
                 if r & S_DRAIN != 0 {
                     br.pending |= DRAIN | (out_buf(r) << DRAIN_BUF_SHIFT);
                 }
-            } else {
-                // The bucket is busy (its head buffer full, waiting for a drain): this
-                // pair and the others waiting go on in the packet.
+            } else if (br.cursor as usize) >= np {
+                // The bucket is busy (its head buffer full, waiting for a drain) and the
+                // packet has no pass left: the pairs waiting go on in the packet. (With
+                // passes left they wait and try again: those passes cost nothing extra.)
                 overflow = br.spill.count_ones();
                 br.pending |= br.spill as u32;
                 br.spill = 0;
