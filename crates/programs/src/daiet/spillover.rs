@@ -73,10 +73,12 @@ impl Daiet {
         // Stages 10-11: the slot.
         if let Some((p, idx)) = store {
             let at = pair_at(p);
-            let h = pass.hdr();
             let mut words = [0u32; 5];
-            for (w, word) in words.iter_mut().enumerate() {
-                *word = u32::from_be_bytes([h[at + 4 * w], h[at + 4 * w + 1], h[at + 4 * w + 2], h[at + 4 * w + 3]]);
+            // The pair was parsed in an earlier stage (it collided), so it is there.
+            if let Some(pair) = pass.hdr().get(at..at + PAIR_LEN) {
+                for (w, word) in words.iter_mut().enumerate() {
+                    *word = u32::from_be_bytes([pair[4 * w], pair[4 * w + 1], pair[4 * w + 2], pair[4 * w + 3]]);
+                }
             }
             for (a, word) in self.spill_key_write.iter().zip(words) {
                 pass.execute(a, idx, word);
