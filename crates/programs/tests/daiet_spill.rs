@@ -360,7 +360,7 @@ fn hostile_packets_on_a_colliding_tree_leave_no_packet_behind() {
             2 => r.next() as u8,
             _ => 0,
         };
-        let s = if r.next() % 3 == 0 { r.next() as u32 % (seq + 3) } else { seq };
+        let s = if r.next().is_multiple_of(3) { r.next() as u32 % (seq + 3) } else { seq };
         let mut f = {
             let repr = wire::daiet::Repr { tree_id: TREE, flags: fl, sender: 0, seq: s, num_pairs: n as u8, ..Default::default() };
             let mut p = repr.to_vec();
@@ -372,7 +372,7 @@ fn hostile_packets_on_a_colliding_tree_leave_no_packet_behind() {
             }
             frame(CHILD, MAPPER_PORT, PARENT, UDP_PORT, &p)
         };
-        if r.next() % 7 == 0 {
+        if r.next().is_multiple_of(7) {
             let cut = (r.next() as usize) % f.len();
             f.truncate(cut.max(14));
         }
