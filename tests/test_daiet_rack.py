@@ -19,6 +19,7 @@ from typing import Iterator
 import pytest
 
 from inswitch.apps.aggregation import controller
+from inswitch.p4rt.client import SwitchClient
 from inswitch.topology import Rack, RackState, netns
 
 pytestmark = [
@@ -131,3 +132,27 @@ def test_daiet_exactly_once_under_faults_in_a_rack(rack: RackState) -> None:
     res, maps, ref = _run_job(rack, "switch", 12, mapper_faults=f, reducer_faults={"loss": 0.1, "duplicate": 0.1, "reorder": 0.1, "seed": 5})
     assert res["completed"] and res["result"] == dict(ref)
     assert res["faults_injected"] > 0
+
+
+def test_daiet_spillover_bucket_in_a_rack(rack: RackState) -> None:
+    """Tiny tables (one cell per slice): nearly every word collides and goes through the
+    tree's spillover bucket in registers, over real packets between processes. The result
+    equals the Counter without fallback, and the bucket is empty after END."""
+    m1, m2, red = rack.hosts
+    trees = controller.plan_single_switch({13: red.port}, n_mappers=2, cells=1)
+    assert trees[0].part_size == 1
+    controller.install({rack.switch.p4runtime: trees}, num_ports=len(rack.hosts))
+    res, maps, ref = _run_job(rack, "switch", 13)
+    assert res["completed"] and res["result"] == dict(ref)
+    assert not res["fallback"], res["fallback_reason"]
+    idx = trees[0].tree_idx
+    with SwitchClient(rack.switch.p4runtime) as c:
+        buffers = 16 * 10  # `bucket::BUFFERS` buffers of ten slots per tree
+        slots = [(idx * buffers + i) for i in range(buffers)]
+        for reg in ("spill_key0", "spill_key1", "spill_key2", "spill_key3", "spill_value"):
+            assert not any(controller._read_cells(c, reg, slots)), f"{reg} empty after END"
+        assert c.read_register("spill_state", idx)[0][1] == 0
+        # The reducer got the four cells' pairs, the bucket's and the overflow (pairs that
+        # found the bucket busy and went on in their packet): the bucket took a share.
+        overflow = c.read_register("spill_overflow", idx)[0][1]
+        assert overflow < res["pairs"] - 4, (overflow, res["pairs"])

@@ -3,79 +3,17 @@
 //! duplication and reordering on the host links, against a HashMap reference.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use hostlib::aggregation::Protocol;
-use pisa::control::{CloneSession, ControlOp, Replica, WriteOp};
-use pisa::{DropCode, FieldMatch, PacketBuf, PipeConfig, ProgramSet, ResourceReport, Switch, Target, PORT_RECIRC};
-use programs::daiet::{Daiet, TreeConfig, ACK_FRAME_LEN, ACK_SESSION_BASE, WALK_SESSION};
-use programs::forward::Forward;
+use pisa::{DropCode, PacketBuf, ResourceReport, Target};
 use wire::daiet::{Op, UDP_PORT};
 
 mod common;
+use common::daiet_net::*;
 use common::*;
 
 fn run_job(job: &Job, net: &mut Net, restart: Restart) -> Outcome {
     common::run_job(job, net, restart, Protocol::Daiet, UDP_PORT)
-}
-
-// ---- switches -------------------------------------------------------------------------
-
-fn set() -> Arc<ProgramSet> {
-    Arc::new(ProgramSet::new(vec![Arc::new(Forward::new()), Arc::new(Daiet::new())]).unwrap())
-}
-
-/// A switch with `ports` ports: L2 entries `host -> port`, trees, clone sessions.
-fn switch(ports: u16, l2: &[(u8, u16)], trees: &[(u16, TreeConfig)]) -> Switch {
-    let set = set();
-    let mut sw = Switch::new(set.clone(), ports, 1, PipeConfig::default());
-    let (l2t, l2a) = ids(&set, 0, "l2_dmac", "l2_forward");
-    for &(h, p) in l2 {
-        sw.control(&ControlOp::TableWrite {
-            table_id: l2t,
-            op: WriteOp::Insert,
-            matches: vec![FieldMatch::Exact { field: 0, value: mac(h).to_vec() }],
-            priority: 0,
-            action_id: l2a,
-            params: vec![(1, be(p as u64, 9))],
-        })
-        .unwrap();
-    }
-    let (tt, ta) = ids(&set, 1, "daiet_trees", "set_tree");
-    for (id, cfg) in trees {
-        let params =
-            cfg.params().iter().zip(TreeConfig::PARAMS).enumerate().map(|(i, (v, (_, bits)))| (i as u32 + 1, be(*v, bits))).collect();
-        sw.control(&ControlOp::TableWrite {
-            table_id: tt,
-            op: WriteOp::Insert,
-            matches: vec![FieldMatch::Exact { field: 0, value: id.to_be_bytes().to_vec() }],
-            priority: 0,
-            action_id: ta,
-            params,
-        })
-        .unwrap();
-    }
-    for p in 0..ports {
-        let session_cfg = CloneSession { replicas: vec![Replica { port: p, rid: 0 }], truncate_len: ACK_FRAME_LEN };
-        sw.control(&ControlOp::CloneSessionWrite { op: WriteOp::Insert, session: ACK_SESSION_BASE + p, session_cfg }).unwrap();
-    }
-    let session_cfg = CloneSession { replicas: vec![Replica { port: PORT_RECIRC, rid: 0 }], truncate_len: 0 };
-    sw.control(&ControlOp::CloneSessionWrite { op: WriteOp::Insert, session: WALK_SESSION, session_cfg }).unwrap();
-    sw
-}
-
-fn tree(parent_port: u16, tree_idx: u16, part_base: u32, part_size: u32, op: Op, children: u16, switch_id: u16) -> TreeConfig {
-    TreeConfig {
-        parent_port,
-        tree_idx,
-        part_base,
-        part_size,
-        sender_base: tree_idx as u32 * 256,
-        op,
-        children,
-        switch_id,
-        max_senders: 256,
-    }
 }
 
 /// Zipf-ish words with some long keys; `trees` reducers by key hash.
@@ -101,23 +39,6 @@ fn words(mappers: usize, per_mapper: usize, vocab: u64, trees: u16, seed: u64) -
         .collect()
 }
 
-/// One switch: mappers on ports 1..=M (hosts 1..=M), reducers after them.
-fn one_switch_net(job: &Job, trees: &[(u16, TreeConfig)], seed: u64, f: Faults) -> Net {
-    let mut hosts: Vec<u8> = job.mappers.clone();
-    hosts.extend(job.reducers.iter().map(|r| r.0));
-    let l2: Vec<(u8, u16)> = hosts.iter().map(|&h| (h, h as u16)).collect();
-    let ports = hosts.iter().map(|&h| h as u16 + 1).max().unwrap_or(16).max(16);
-    let sw = switch(ports, &l2, trees);
-    Net {
-        switches: vec![sw],
-        links: hosts.iter().map(|&h| ((0usize, h as u16), End::Host(h))).collect(),
-        attach: hosts.iter().map(|&h| (h, (0usize, h as u16))).collect(),
-        up: Link::new(seed, f),
-        down: Link::new(seed.wrapping_add(77), f),
-        clean: Vec::new(),
-    }
-}
-
 fn single_switch_job(op: Op, n_trees: u16, per_mapper: usize, seed: u64) -> Job {
     Job {
         mappers: vec![1, 2, 3],
@@ -125,18 +46,6 @@ fn single_switch_job(op: Op, n_trees: u16, per_mapper: usize, seed: u64) -> Job 
         reducers: (0..n_trees).map(|t| (10 + t as u8, 100 + t)).collect(),
         op,
     }
-}
-
-fn trees_for(job: &Job, part_size: u32) -> Vec<(u16, TreeConfig)> {
-    job.reducers
-        .iter()
-        .enumerate()
-        .map(|(i, &(h, id))| (id, tree(h as u16, i as u16, i as u32 * part_size, part_size, job.op, job.mappers.len() as u16, 250)))
-        .collect()
-}
-
-fn total_pairs(job: &Job) -> u64 {
-    job.pairs.iter().map(|p| p.len() as u64).sum()
 }
 
 // ---- tests ----------------------------------------------------------------------------

@@ -1,20 +1,27 @@
 //! The flush: when the last child's END arrives, the END packet walks the tree's index
 //! stack, one used cell per pass (pop the stack, read-and-clear the four key words and
-//! the value, append the pair to the packet). Every ten pairs the packet is cloned to the
-//! recirculation port — the original leaves for the parent with its pairs, the clone
-//! keeps walking with none — so the switch creates no packet. At the empty stack the END
-//! goes to the parent (carrying the switch's last sequence number) and a truncated clone
-//! acknowledges the child's END.
+//! the value, append the pair to the packet), then the spillover bucket's remaining pairs,
+//! one slot per pass. Every ten pairs the packet is cloned to the recirculation port — the
+//! original leaves for the parent with its pairs, the clone keeps walking with none — so
+//! the switch creates no packet. When all is read, the rest of the pairs leave, then the
+//! END goes to the parent (carrying the switch's last sequence number) and a truncated
+//! clone acknowledges the child's END. The tree's cells, index stacks and bucket are empty
+//! afterwards.
 
 use pisa::Pass;
 use wire::daiet::{flags, MAX_PAIRS, SLICES};
 
+use super::bucket::*;
 use super::layout::*;
 use super::{ack_session, Daiet, TreeConfig, WALK_SESSION};
 
-// During the walk `Bridged::spill` holds the slice whose stack is being drained (SLICES:
-// all drained) and `Bridged::pending` the cell popped in the pass before: slice << 24 |
-// (cell + 1), or 0.
+// During the walk `Bridged::spill` holds the slice whose stack is being drained; then
+// `SLICES`: ask the bucket's counter for its pairs (it answers "wait" while a drain or a
+// packet's stores are under way); then `W_BUCKET | buffer << 8 | count << 4 | next slot`;
+// then `W_DONE`. `Bridged::pending` holds the cell popped in the pass before:
+// slice << 24 | (cell + 1), or 0.
+const W_BUCKET: u16 = 0x8000;
+const W_DONE: u16 = 0x4000;
 
 impl Daiet {
     pub(super) fn walk_pass(&self, pass: &mut Pass<'_>, t: &TreeConfig, br: &mut Bridged) {
@@ -26,8 +33,14 @@ impl Daiet {
             }
             br.cursor = 0;
         }
-        let drained = br.spill as usize >= SLICES;
-        if drained && br.pending == 0 {
+        if br.spill == W_DONE {
+            if br.cursor > 0 {
+                // The last pairs, then the END in the next pass.
+                self.send_on(pass, t, 0);
+                pass.clone_ingress(WALK_SESSION);
+                br.cursor = MAX_PAIRS as u8;
+                return;
+            }
             // Done: acknowledge the child's END, END to the parent, the tree is reset.
             pass.execute(&self.complete, t.sender_base + br.child as u32, ());
             pass.execute(&self.ends_reset, t.tree_idx as u32, ());
@@ -35,51 +48,81 @@ impl Daiet {
             pass.clone_ingress(ack_session(br.port));
             return;
         }
+        if br.spill as usize >= SLICES {
+            self.walk_bucket(pass, t, br);
+            return;
+        }
         // Stages 2-6: read and clear the cell popped in the pass before.
         if br.pending != 0 {
             let s = (br.pending >> 24) as usize % SLICES;
             let idx = (br.pending & 0x00FF_FFFF) - 1;
             let sl = &self.slices[s];
-            let mut words = [0u32; 4];
-            for (w, word) in words.iter_mut().enumerate() {
+            let mut words = [0u32; 5];
+            for (w, word) in words.iter_mut().take(4).enumerate() {
                 *word = pass.execute(&sl.key_take[w], idx, ());
             }
-            let v = pass.execute(&sl.v_take, idx, ());
-            let c = br.cursor as usize;
-            if !pass.resize_hdr(pair_at(c + 1)) {
+            words[4] = pass.execute(&sl.v_take, idx, ());
+            if !self.append_pair(pass, br, &words) {
                 return;
             }
-            let h = pass.hdr_mut();
-            let at = pair_at(c);
-            for (w, word) in words.iter().enumerate() {
-                h[at + 4 * w..at + 4 * w + 4].copy_from_slice(&word.to_be_bytes());
-            }
-            h[at + 16..at + 20].copy_from_slice(&v.to_be_bytes());
-            h[NUM_PAIRS] = (c + 1) as u8;
-            br.cursor += 1;
             br.pending = 0;
         }
         // Stages 7-8: pop the next used cell of the slice being drained.
-        if !drained {
-            let s = br.spill as usize;
-            let sl = &self.slices[s];
-            let top = pass.execute(&sl.pop, t.tree_idx as u32, ());
-            if top > 0 {
-                let cell = pass.execute(&sl.stack_read, t.part_base + (top - 1) % t.part_size, ());
-                br.pending = ((s as u32) << 24) | (cell + 1);
-            } else {
-                br.spill += 1;
-            }
+        let s = br.spill as usize;
+        let sl = &self.slices[s];
+        let top = pass.execute(&sl.pop, t.tree_idx as u32, ());
+        if top > 0 {
+            let cell = pass.execute(&sl.stack_read, t.part_base + (top - 1) % t.part_size, ());
+            br.pending = ((s as u32) << 24) | (cell + 1);
+        } else {
+            br.spill += 1;
         }
-        let c = br.cursor as usize;
-        let finished = br.spill as usize >= SLICES && br.pending == 0;
-        if c == MAX_PAIRS || (finished && c > 0) {
-            // A packet's worth (or the rest): on to the parent; a clone keeps walking.
+        if br.cursor as usize == MAX_PAIRS {
+            // A packet's worth: on to the parent; a clone keeps walking.
             self.send_on(pass, t, 0);
             pass.clone_ingress(WALK_SESSION);
-            br.cursor = MAX_PAIRS as u8;
             return;
         }
         pass.recirculate();
+    }
+
+    /// The bucket part of the walk: one slot per pass.
+    fn walk_bucket(&self, pass: &mut Pass<'_>, t: &TreeConfig, br: &mut Bridged) {
+        let (buf, n, slot) = if br.spill & W_BUCKET == 0 {
+            // Stage 9: the bucket's counter hands over the head buffer's pairs.
+            let r = pass.execute(&self.spill_state, t.tree_idx as u32, OP_FLUSH);
+            if r & S_FLUSHED == 0 {
+                pass.recirculate(); // a drain or a packet's stores are under way
+                return;
+            }
+            let n = r & 0xF;
+            if n == 0 {
+                br.spill = W_DONE;
+                pass.recirculate();
+                return;
+            }
+            (out_buf(r), n, 0)
+        } else {
+            ((br.spill as u32 >> 8) & 0xF, (br.spill as u32 >> 4) & 0xF, br.spill as u32 & 0xF)
+        };
+        let send = br.cursor as usize + 1 == MAX_PAIRS;
+        let seq = if send { pass.execute(&self.out_next, t.tree_idx as u32, ()) } else { 0 };
+        // Stages 10-11: read and clear the slot.
+        let idx = bucket_index(t.tree_idx, buf, slot);
+        let mut words = [0u32; 5];
+        for (w, word) in words.iter_mut().take(4).enumerate() {
+            *word = pass.execute(&self.spill_key_take[w], idx, ());
+        }
+        words[4] = pass.execute(&self.spill_value_take, idx, ());
+        if !self.append_pair(pass, br, &words) {
+            return;
+        }
+        br.spill = if slot + 1 == n { W_DONE } else { W_BUCKET | (buf << 8 | n << 4 | (slot + 1)) as u16 };
+        if send {
+            self.send_with(pass, t, seq, 0);
+            pass.clone_ingress(WALK_SESSION);
+        } else {
+            pass.recirculate();
+        }
     }
 }

@@ -28,6 +28,21 @@ pub const PH_FRESH: u8 = 0;
 pub const PH_DATA: u8 = 1;
 /// The END that completed the tree: walks the index stack and flushes the cells.
 pub const PH_WALK: u8 = 2;
+/// A packet that filled a buffer of the spillover bucket: reads-and-clears its slots, one
+/// per pass, and leaves for the parent with them.
+pub const PH_DRAIN: u8 = 3;
+
+/// Data phase, `Bridged::pending`: bits 0-15 the pairs that stay in the packet and go on
+/// to the parent (the bucket was busy, or a VARLEN packet)...
+pub const KEPT: u32 = 0xFFFF;
+/// ... all of them (VARLEN).
+pub const KEPT_ALL: u32 = 0xFFFF;
+/// ... the packet is counted among the bucket's storers.
+pub const STORING: u32 = 1 << 16;
+/// ... the packet filled a bucket buffer and drains it once its own pairs are stored ...
+pub const DRAIN: u32 = 1 << 17;
+/// ... which buffer (bits 18-21).
+pub const DRAIN_BUF_SHIFT: u32 = 18;
 
 /// Bridged metadata carried across recirculations (16 bytes), as a Tofino program would
 /// carry a bridged header on its recirculated packets.
@@ -36,10 +51,12 @@ pub struct Bridged {
     pub phase: u8,
     /// Next pair to process (data) or pairs collected so far (walk).
     pub cursor: u8,
-    /// Pairs that collided and stay in the packet: the spillover bucket.
+    /// Data: pairs that collided and wait for a slot in the spillover bucket (one per
+    /// pass). Walk: the slice being drained, then the bucket (see `flush`). Drain: the
+    /// bucket buffer (bits 8-11) and the next slot.
     pub spill: u16,
-    /// Data: a claimed cell to push on the index stack (+1; 0 none). Walk: a popped cell
-    /// to read (+1; 0 none).
+    /// Data: [`KEPT`] pairs and the [`STORING`], [`DRAIN`] flags. Walk: a popped cell to
+    /// read (+1; 0 none).
     pub pending: u32,
     /// Port the child's packet came in by (its ACK goes back there).
     pub port: u16,

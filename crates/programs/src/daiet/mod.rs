@@ -15,23 +15,31 @@
 //!   An END counts the child (`ends_seen`).
 //! - each pass: for its (up to) four pairs: hash, whole-key compare-or-claim across four
 //!   key arrays, aggregate the value, push a newly claimed cell on the slice's index stack
-//!   ([`cells`]); a colliding pair stays in the packet (the spillover bucket, [`spillover`]).
-//! - last pass: completes the sequence number; if no pair stayed, the packet becomes the
-//!   ACK; otherwise it goes on to the parent with the spilled pairs, numbered by the
-//!   switch, and a truncated clone goes back as the ACK (egress rewrites it).
+//!   ([`cells`]); a pair colliding with a different stored key is marked in the bridged
+//!   metadata and goes into the tree's spillover bucket in registers, one per pass
+//!   ([`bucket`], [`spillover`]); more colliding pairs than passes cost a recirculation
+//!   each.
+//! - the pass that takes the last group completes the sequence number; when every pair is
+//!   in a cell or the bucket the packet becomes the ACK. The packet whose store filled a
+//!   bucket buffer sends the ACK back as a truncated clone (egress rewrites it) and drains
+//!   the buffer, one slot per pass, leaving for the parent with the ten pairs, numbered by
+//!   the switch. Pairs that find the bucket busy go on in their own packet (still exact).
 //! - The END that brings the children count to the configured number becomes the flush
 //!   walker ([`flush`]): one pass per cell pops a slice's index stack and reads-and-clears
-//!   the cell; every ten pairs a copy leaves for the parent (clone to the recirculation port
-//!   keeps the walk going); at the empty stack the END goes to the parent and the child's
-//!   END is acknowledged.
+//!   the cell, then one pass per pair left in the spillover bucket; every ten pairs a copy
+//!   leaves for the parent (clone to the recirculation port keeps the walk going); at the
+//!   end the END goes to the parent and the child's END is acknowledged. The tree's cells,
+//!   stacks and bucket are empty afterwards.
 //! - Keys longer than 16 bytes (or empty, or with a zero byte) come in VARLEN packets:
 //!   sequenced like the others and forwarded whole, never truncated (the public code's
 //!   second defect).
 //!
 //! Layout (tofino1), slice s = 0..3: stage 0 `daiet_trees`; 1 `seq_state`, `key_hash_s`;
 //! 2–5 `key0_s`..`key3_s`; 6 `value_s`; 7 `stack_top_s`; 8 `index_stack_s`; 9 `out_seq`,
-//! `ends_seen`.
+//! `ends_seen`, `spill_state`; 10 `spill_key0`..`spill_key3`; 11 `spill_value`,
+//! `spill_overflow`.
 
+pub mod bucket;
 pub mod cells;
 pub mod exactly_once;
 pub mod flush;
@@ -46,6 +54,7 @@ use pisa::{
 };
 use wire::daiet::{flags, Op, MAX_PAIRS, PAIR_LEN, SLICES, UDP_PORT};
 
+use bucket::*;
 use cells::*;
 use exactly_once::*;
 use layout::*;
@@ -98,6 +107,13 @@ pub struct Daiet {
     out_last: RegisterAction<u32, (), u32, Take>,
     ends_arrive: RegisterAction<u32, (), u32, Push>,
     ends_reset: RegisterAction<u32, (), u32, Take>,
+    /// The spillover bucket ([`bucket`]).
+    spill_state: RegisterAction<Pair, u8, u32, SpillState>,
+    spill_key_write: [RegisterAction<u32, u32, (), Write>; 4],
+    spill_key_take: [RegisterAction<u32, (), u32, Take>; 4],
+    spill_value_write: RegisterAction<u32, u32, (), Write>,
+    spill_value_take: RegisterAction<u32, (), u32, Take>,
+    spill_overflow: RegisterAction<u32, u32, (), AddN>,
     d_gap: DropCode,
     d_busy: DropCode,
     d_sender: DropCode,
@@ -124,8 +140,9 @@ impl Daiet {
         // The flush walk makes one pass per used cell: bounded by the partition size,
         // not by a small constant, so no fixed limit is declared.
         .max_recirculations(None);
-        b.note("four pairs per pass, one per register slice: a data packet of n pairs makes ceil(n/4) - 1 recirculations (2 for ten pairs); the END that completes a tree makes one per used cell, one per slice and one per flushed packet");
-        b.note("the spillover bucket is the colliding packet itself: its colliding pairs go on to the parent at once (at most one packet's worth), not gathered across packets in registers");
+        b.note("four pairs per pass, one per register slice: a data packet of n pairs makes ceil(n/4) - 1 recirculations (2 for ten pairs), plus one per colliding pair beyond one per pass (each pass stores one in the spillover bucket); the packet that fills a bucket buffer makes one pass per slot draining it (ten, and ten more for each waiting full buffer it takes over); the END that completes a tree makes one per used cell, one per slice, one per pair left in the bucket and one per flushed packet, and recirculates while a drain or a packet's bucket stores are under way");
+        b.note("the spillover bucket is per tree in registers (stages 9-11): a ring of 16 buffers of ten pair slots (one takes colliding pairs while full ones are drained, each by the packet that filled it), one pair in or out per pass per packet; a colliding pair that finds the bucket busy (head buffer full, waiting for a drain) goes on to the parent in its own packet unaggregated (exact; counted in spill_overflow). The paper's bucket is one buffer flushed at once; a drain here takes ten passes, so under heavy collisions it saturates");
+        b.note("spill_state.step keeps the bucket's fill, head buffer and draining-buffer bitmap (lo) and the count of packets still storing (hi) in one 64-bit cell and tests more conditions than a Tofino stateful ALU has; a compiler would split it (as for seq_state.admit)");
         b.note("seq_state.admit compares the sequence number three ways and tests the END bit: one condition more than a Tofino stateful ALU has; a compiler would split it over the cell's two halves");
         b.note(
             "key words are 32-bit cells (the Tofino 1 stateful ALU returns 32 bits): a 16-byte key is four arrays compared in four stages",
@@ -189,6 +206,30 @@ impl Daiet {
         let ends = b.register::<u32>("ends_seen", Gress::Ingress, 9, MAX_TREES, "per tree: children that sent END");
         let ends_arrive = b.register_action_body(ends, "arrive", Push);
         let ends_reset = b.register_action_body(ends, "reset", Take);
+        let st = b.register::<Pair>(
+            "spill_state",
+            Gress::Ingress,
+            9,
+            MAX_TREES,
+            "per tree: the spillover bucket's fill, head buffer, buffers draining (lo); packets still storing (hi)",
+        );
+        let spill_state = b.register_action_body(st, "step", SpillState);
+        let sk: Vec<_> = (0..4)
+            .map(|w| b.register::<u32>(&format!("spill_key{w}"), Gress::Ingress, 10, BUCKET_CELLS, "spillover bucket slots: key word"))
+            .collect();
+        let spill_key_write = [0, 1, 2, 3].map(|w| b.register_action_body(sk[w], "store", Write));
+        let spill_key_take = [0, 1, 2, 3].map(|w| b.register_action_body(sk[w], "take", Take));
+        let sv = b.register::<u32>("spill_value", Gress::Ingress, 11, BUCKET_CELLS, "spillover bucket slots: value");
+        let spill_value_write = b.register_action_body(sv, "store", Write);
+        let spill_value_take = b.register_action_body(sv, "take", Take);
+        let so = b.register::<u32>(
+            "spill_overflow",
+            Gress::Ingress,
+            11,
+            MAX_TREES,
+            "per tree: colliding pairs that found the bucket busy and went on in their packet",
+        );
+        let spill_overflow = b.register_action_body(so, "add", AddN);
         let d_gap = b.drop_reason("daiet_seq_gap");
         let d_busy = b.drop_reason("daiet_in_flight_copy");
         let d_sender = b.drop_reason("daiet_sender_out_of_range");
@@ -206,6 +247,12 @@ impl Daiet {
             out_last,
             ends_arrive,
             ends_reset,
+            spill_state,
+            spill_key_write,
+            spill_key_take,
+            spill_value_write,
+            spill_value_take,
+            spill_overflow,
             d_gap,
             d_busy,
             d_sender,
@@ -371,6 +418,7 @@ impl Program for Daiet {
             PH_FRESH => self.first_pass(pass, &t, &mut br),
             PH_DATA => self.data_pass(pass, &t, &mut br),
             PH_WALK => self.walk_pass(pass, &t, &mut br),
+            PH_DRAIN => self.drain_pass(pass, &t, &mut br),
             _ => pass.drop(DropCode::MALFORMED),
         }
         br.store(pass.bridged_mut());
@@ -450,15 +498,12 @@ impl Daiet {
         }
         if varlen {
             // Not aggregated here: every pair goes on, whole.
-            br.spill = u16::MAX;
+            br.pending = KEPT_ALL;
+            self.data_tail(pass, t, br, 0);
         } else {
             br.spill = self.pairs(pass, t, 0, np);
             br.cursor = SLICES as u8;
-        }
-        if one_pass {
-            self.finish_data(pass, t, br);
-        } else {
-            pass.recirculate();
+            self.data_tail(pass, t, br, np);
         }
     }
 
@@ -466,18 +511,17 @@ impl Daiet {
         let h = pass.hdr();
         let np = h[NUM_PAIRS] as usize;
         let first = br.cursor as usize;
-        let last = first + SLICES >= np;
-        if last {
+        // The pass that takes the last group of pairs (or a non-final END) completes the
+        // packet in `seq_state`; passes after it only store colliding pairs in the bucket
+        // (covered by the bucket's `storers`, see [`bucket`]).
+        let group = first < np;
+        if (group || np == 0 && first == 0) && first + SLICES >= np {
             pass.execute(&self.complete, t.sender_base + br.child as u32, ());
         }
-        if first < np {
+        if group {
             br.spill |= self.pairs(pass, t, first, np);
             br.cursor += SLICES as u8;
         }
-        if last {
-            self.finish_data(pass, t, br);
-        } else {
-            pass.recirculate();
-        }
+        self.data_tail(pass, t, br, np);
     }
 }

@@ -1,31 +1,117 @@
-//! The spillover bucket: pairs that collided with a different stored key are not
-//! aggregated here. They stay in the packet that brought them (as many as fit in one
-//! packet, the paper's bucket size) and go on to the parent at once, numbered by the
-//! switch, so they are "the first to be sent to the next node" and may still be
-//! aggregated there. VARLEN packets (keys the 16-byte cells cannot hold) go on the same
-//! way, whole.
+//! The spillover bucket at work (DAIET §4, Algorithm 1 lines 13-15: "store(spilloverBucket,
+//! pair); if spilloverBucket is full then flushData(spilloverBucket)"); its registers and
+//! counter are in [`super::bucket`].
+//!
+//! - Store: a pair that collided with a different stored key waits in its packet (marked in
+//!   the bridged metadata) for a bucket slot; each pass stores one (stages 9-11, after the
+//!   key compare of stages 2-5, so a pair colliding in a pass can be stored in the same
+//!   pass). A packet of ten pairs makes its three passes anyway; more colliding pairs than
+//!   passes cost one recirculation each, counted with the others.
+//! - The bucket busy (its head buffer full, waiting for a drain): the waiting pairs stay in
+//!   their packet and go on to the parent at once, numbered by the switch: still exact,
+//!   just not gathered (counted in `spill_overflow`). VARLEN packets (keys the 16-byte slots
+//!   cannot hold) go on the same way, whole.
+//! - flushData: the switch creates no packet. The packet whose store filled a buffer sends
+//!   its child's ACK back as a clone and becomes the drain walker: one pass per slot it
+//!   reads-and-clears the buffer (after the kept pairs it may carry); at ten pairs the packet
+//!   leaves for the parent numbered by the switch (`out_seq`, so the reducer's gap
+//!   detection covers it) and, if slots are left, a clone to the recirculation port walks
+//!   on. Full buffers waiting for a drain are taken on by the drainer that ends next.
+//! - A child's packet is acknowledged only when all of its pairs are in registers (cells
+//!   or bucket) or on their way to the parent.
+//! - `seq_state` counts a packet done at the pass of its last group of pairs; bucket stores
+//!   after that (store-only passes) are counted in the bucket's `storers`, and the final
+//!   END's flush waits for them, so nothing is left behind. A resent copy arriving in those
+//!   few passes is acknowledged as a duplicate (never added again) before the original's
+//!   last stores, which are already under way in the pipeline; only a switch restart could
+//!   lose them then, and the reducer's gap detection and host fallback cover a restart.
 
 use pisa::Pass;
-use wire::daiet::{flags, PAIR_LEN};
+use wire::daiet::{flags, MAX_PAIRS, PAIR_LEN};
 
+use super::bucket::*;
 use super::layout::*;
-use super::{ack_session, Daiet, TreeConfig};
+use super::{ack_session, Daiet, TreeConfig, WALK_SESSION};
 
 impl Daiet {
-    /// The last pass of an admitted data packet (or non-final END).
-    pub(super) fn finish_data(&self, pass: &mut Pass<'_>, t: &TreeConfig, br: &mut Bridged) {
-        if br.spill == 0 {
-            // Everything aggregated: the packet itself becomes the child's ACK.
+    /// The end of a data pass (stages 9-11): one waiting colliding pair into the bucket,
+    /// then the packet recirculates or, all of its pairs done, finishes.
+    pub(super) fn data_tail(&self, pass: &mut Pass<'_>, t: &TreeConfig, br: &mut Bridged, np: usize) {
+        // Stage 9: the bucket's counter.
+        let mut store = None;
+        let mut overflow = 0;
+        if br.spill != 0 {
+            let p = br.spill.trailing_zeros() as usize;
+            let rest = br.spill & (br.spill - 1);
+            let first = if br.pending & STORING == 0 { FIRST } else { 0 };
+            let more = if rest != 0 { MORE } else { 0 };
+            // A packet drains at most one buffer.
+            let no_drain = if br.pending & DRAIN != 0 { NO_DRAIN } else { 0 };
+            let r = pass.execute(&self.spill_state, t.tree_idx as u32, OP_STORE | first | more | no_drain);
+            br.pending &= !STORING;
+            if r & S_STORED != 0 {
+                store = Some((p, bucket_index(t.tree_idx, out_buf(r), r & 0xF)));
+                br.spill = rest;
+                if rest != 0 {
+                    br.pending |= STORING;
+                }
+                if r & S_DRAIN != 0 {
+                    br.pending |= DRAIN | (out_buf(r) << DRAIN_BUF_SHIFT);
+                }
+            } else if (br.cursor as usize) >= np {
+                // The bucket is busy (its head buffer full, waiting for a drain) and the
+                // packet has no pass left: the pairs waiting go on in the packet. (With
+                // passes left they wait and try again: those passes cost nothing extra.)
+                overflow = br.spill.count_ones();
+                br.pending |= br.spill as u32;
+                br.spill = 0;
+            }
+        }
+        let done = br.cursor as usize >= np && br.spill == 0;
+        let send_on = done && br.pending & KEPT != 0 && br.pending & DRAIN == 0;
+        let seq = if send_on { pass.execute(&self.out_next, t.tree_idx as u32, ()) } else { 0 };
+        // Stages 10-11: the slot.
+        if let Some((p, idx)) = store {
+            let at = pair_at(p);
+            let mut words = [0u32; 5];
+            // The pair was parsed in an earlier stage (it collided), so it is there.
+            if let Some(pair) = pass.hdr().get(at..at + PAIR_LEN) {
+                for (w, word) in words.iter_mut().enumerate() {
+                    *word = u32::from_be_bytes([pair[4 * w], pair[4 * w + 1], pair[4 * w + 2], pair[4 * w + 3]]);
+                }
+            }
+            for (a, word) in self.spill_key_write.iter().zip(words) {
+                pass.execute(a, idx, word);
+            }
+            pass.execute(&self.spill_value_write, idx, words[4]);
+        }
+        if overflow > 0 {
+            pass.execute(&self.spill_overflow, t.tree_idx as u32, overflow);
+        }
+        if done {
+            self.finish_data(pass, t, br, seq);
+        } else {
+            pass.recirculate();
+        }
+    }
+
+    /// An admitted data packet (or non-final END) is done with its pairs.
+    fn finish_data(&self, pass: &mut Pass<'_>, t: &TreeConfig, br: &mut Bridged, seq: u32) {
+        let kept = (br.pending & KEPT) as u16;
+        let drain = br.pending & DRAIN != 0;
+        if kept == 0 && !drain {
+            // Everything aggregated or in the bucket: the packet itself becomes the ACK.
             self.ack_in_place(pass, br.child, br.child_seq, br.port);
             return;
         }
+        let mut w = pass.hdr()[NUM_PAIRS] as usize;
         if pass.hdr()[FLAGS] & flags::VARLEN == 0 {
-            // Keep only the colliding pairs (the deparser emits the valid pair headers).
-            let np = pass.hdr()[NUM_PAIRS] as usize;
+            // Keep only the pairs that go on (the deparser emits the valid pair headers).
+            let np = w;
             let h = pass.hdr_mut();
-            let mut w = 0;
+            w = 0;
             for k in 0..np {
-                if br.spill & (1 << k) != 0 {
+                if kept & (1 << k) != 0 {
                     if w != k {
                         h.copy_within(pair_at(k)..pair_at(k) + PAIR_LEN, pair_at(w));
                     }
@@ -37,8 +123,86 @@ impl Daiet {
                 return;
             }
         }
-        self.send_on(pass, t, 0);
+        // The child's ACK goes back as a truncated clone (egress rewrites it).
         pass.clone_ingress(ack_session(br.port));
+        if drain {
+            // flushData: this packet drains the buffer it filled, after its kept pairs.
+            let buf = (br.pending >> DRAIN_BUF_SHIFT) & 0xF;
+            br.phase = PH_DRAIN;
+            br.cursor = w as u8;
+            br.spill = (buf << 8) as u16;
+            br.pending = 0;
+            pass.recirculate();
+        } else {
+            self.send_with(pass, t, seq, 0);
+        }
+    }
+
+    /// One pass of the drain walker: read-and-clear one slot of the buffer being drained.
+    pub(super) fn drain_pass(&self, pass: &mut Pass<'_>, t: &TreeConfig, br: &mut Bridged) {
+        if br.cursor as usize >= MAX_PAIRS {
+            // The copy that left carried these pairs: start the next packet empty.
+            pass.hdr_mut()[NUM_PAIRS] = 0;
+            if !pass.resize_hdr(PAIRS) {
+                return;
+            }
+            br.cursor = 0;
+        }
+        let buf = (br.spill >> 8) as u32 & 0xF;
+        let slot = br.spill as u32 & 0xF;
+        let last = slot + 1 == MAX_PAIRS as u32;
+        // Stage 9: after the last slot, the counter frees the buffer and says whether the
+        // full head buffer was waiting for it (then this walker drains that one too).
+        let mut next = (buf << 8) | (slot + 1);
+        let mut finished = false;
+        if last {
+            let r = pass.execute(&self.spill_state, t.tree_idx as u32, OP_DRAINED | (buf << 4) as u8);
+            if r & S_CONTINUE != 0 {
+                next = out_buf(r) << 8;
+            } else {
+                finished = true;
+            }
+        }
+        let c = br.cursor as usize + 1;
+        let send = c == MAX_PAIRS || finished;
+        let seq = if send { pass.execute(&self.out_next, t.tree_idx as u32, ()) } else { 0 };
+        // Stages 10-11: the slot.
+        let idx = bucket_index(t.tree_idx, buf, slot);
+        let mut words = [0u32; 5];
+        for (w, word) in words.iter_mut().take(4).enumerate() {
+            *word = pass.execute(&self.spill_key_take[w], idx, ());
+        }
+        words[4] = pass.execute(&self.spill_value_take, idx, ());
+        if !self.append_pair(pass, br, &words) {
+            return;
+        }
+        br.spill = next as u16;
+        if !send {
+            pass.recirculate();
+            return;
+        }
+        self.send_with(pass, t, seq, 0);
+        if !finished {
+            // The original leaves with ten pairs; a clone walks on.
+            pass.clone_ingress(WALK_SESSION);
+            br.cursor = MAX_PAIRS as u8;
+        }
+    }
+
+    /// Append a pair (four key words, value) after the packet's `br.cursor` pairs.
+    pub(super) fn append_pair(&self, pass: &mut Pass<'_>, br: &mut Bridged, words: &[u32; 5]) -> bool {
+        let c = br.cursor as usize;
+        if !pass.resize_hdr(pair_at(c + 1)) {
+            return false;
+        }
+        let h = pass.hdr_mut();
+        let at = pair_at(c);
+        for (w, word) in words.iter().enumerate() {
+            h[at + 4 * w..at + 4 * w + 4].copy_from_slice(&word.to_be_bytes());
+        }
+        h[NUM_PAIRS] = (c + 1) as u8;
+        br.cursor += 1;
+        true
     }
 
     /// Number the packet in the switch's stream towards the parent and send it there.
@@ -48,6 +212,12 @@ impl Daiet {
         } else {
             pass.execute(&self.out_next, t.tree_idx as u32, ())
         };
+        self.send_with(pass, t, seq, end);
+    }
+
+    /// Send the packet to the parent with the switch's sequence number `seq` (taken from
+    /// `out_seq` earlier in the pass, stage 9).
+    pub(super) fn send_with(&self, pass: &mut Pass<'_>, t: &TreeConfig, seq: u32, end: u8) {
         let len = pass.packet_len();
         let h = pass.hdr_mut();
         h[FLAGS] = (h[FLAGS] & flags::VARLEN) | flags::FROM_SWITCH | end;

@@ -6,6 +6,8 @@
 
 use std::collections::HashMap;
 
+pub mod daiet_net;
+
 use hostlib::aggregation::{Mapper, MapperConfig, Mode, Protocol, Reducer, ReducerConfig};
 use pisa::{PacketBuf, ProgramSet, Switch};
 use wire::daiet::Op;
@@ -218,6 +220,18 @@ pub type Restart = Option<(u64, usize, Box<dyn Fn() -> Switch>)>;
 /// Run `job` to completion over `net`, the hosts speaking `protocol` to reducers listening
 /// on UDP `port`.
 pub fn run_job(job: &Job, net: &mut Net, restart: Restart, protocol: Protocol, port: u16) -> Outcome {
+    run_job_tapped(job, net, restart, protocol, port, &mut |_, _| {})
+}
+
+/// [`run_job`], showing `tap` every frame delivered to a host `(host, frame)`.
+pub fn run_job_tapped(
+    job: &Job,
+    net: &mut Net,
+    restart: Restart,
+    protocol: Protocol,
+    port: u16,
+    tap: &mut dyn FnMut(u8, &[u8]),
+) -> Outcome {
     let mut now = 0u64;
     let tree_ids: Vec<u16> = job.reducers.iter().map(|r| r.1).collect();
     let mut mappers: Vec<Mapper> = job
@@ -281,6 +295,7 @@ pub fn run_job(job: &Job, net: &mut Net, restart: Restart, protocol: Protocol, p
             }
         }
         for (h, f) in net.run(sent, now, steps.is_multiple_of(20)) {
+            tap(h, &f);
             let Some((dst, dport, payload)) = unframe(&f) else { continue };
             if dst != h {
                 continue; // flooded past its destination
