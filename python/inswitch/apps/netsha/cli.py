@@ -52,7 +52,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("search")
     def search_cmd(
-        dataset: str = typer.Option("random", help="random | digits | text | PATH (.fvecs/.bvecs/.ivecs/.hdf5)."),
+        dataset: str = typer.Option("random", help="random | digits | text (text:N sentences, text:FILE) | PATH (.fvecs/.bvecs/.ivecs/.hdf5)."),
         queries_file: Optional[str] = typer.Option(None, help="Queries for a PATH dataset, same format."),
         base: int = typer.Option(20000, help="Base vectors (random: generated; PATH: first N, 0 = all)."),
         servers: int = typer.Option(4, help="Search servers S."),
@@ -69,7 +69,7 @@ def register(app: typer.Typer) -> None:
         reduction: str = typer.Option("exact", help="paper (Algorithm 1 as written) | exact."),
         tables: int = typer.Option(10, help="LSH tables L."),
         hashes: int = typer.Option(6, help="Hashes per table k (concatenated)."),
-        width: float = typer.Option(32.0, help="E2LSH bucket width w (scale with the data's distances)."),
+        width: Optional[float] = typer.Option(None, help="E2LSH bucket width w (scale with the data's distances; default 32, text 2)."),
         cap: int = typer.Option(100, help="Answers a server returns per query (its best candidates)."),
         per_packet: int = typer.Option(0, help="Answers per server packet (0: as many as the switch can reduce, ≤ 120)."),
         seed: int = typer.Option(0),
@@ -94,7 +94,7 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(2)
         cfg = SearchConfig(
             servers=servers, k=k, registers=registers, slots=slots, ga=ga, lam=lam, switches=switches, reduction=reduction, seed=seed, per_packet=per_packet,
-            tables=tables, hashes=hashes, width=width, cap=cap, ways=ways, arrival=arrival,
+            tables=tables, hashes=hashes, width=width if width is not None else (ds.lsh_width or 32.0), cap=cap, ways=ways, arrival=arrival,
         )
         with Progress(console=console, transient=True) as prog:
             tasks = {m: prog.add_task(m, total=ds.queries.shape[0]) for m in modes}
