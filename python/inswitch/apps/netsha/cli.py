@@ -69,7 +69,7 @@ def register(app: typer.Typer) -> None:
         reduction: str = typer.Option("exact", help="paper (Algorithm 1 as written) | exact."),
         tables: int = typer.Option(10, help="LSH tables L."),
         hashes: int = typer.Option(6, help="Hashes per table k (concatenated)."),
-        width: Optional[float] = typer.Option(None, help="E2LSH bucket width w (scale with the data's distances; default 32, text 2)."),
+        width: Optional[float] = typer.Option(None, help="E2LSH bucket width w (scale with the data's distances; default 32, text 3)."),
         cap: int = typer.Option(100, help="Answers a server returns per query (its best candidates)."),
         per_packet: int = typer.Option(0, help="Answers per server packet (0: as many as the switch can reduce, ≤ 120)."),
         seed: int = typer.Option(0),
