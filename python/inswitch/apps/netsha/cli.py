@@ -60,7 +60,8 @@ def register(app: typer.Typer) -> None:
         k: int = typer.Option(50, help="Answers per query K."),
         registers: int = typer.Option(100, help="Logical registers per switch (Table 1: 100)."),
         ways: int = typer.Option(2, min=1, max=2, help="Candidate registers per query for Algorithm 2's weight-based selection (must divide --registers)."),
-        arrival: str = typer.Option("concurrent", help="concurrent (servers answer in parallel, packets interleave) | sequential (one server after another)."),
+        arrival: str = typer.Option("concurrent", help="concurrent (servers answer in parallel, packets interleave) | sequential (one server after another) | stream (queries arrive --query-gap-ns apart; Figs. 20, 23)."),
+        query_gap_ns: int = typer.Option(250, min=1, help="With --arrival stream: virtual ns between two queries' arrivals (the query rate)."),
         slots: int = typer.Option(12, help="Slots per register n = p + q (Table 1: 12)."),
         ga: int = typer.Option(8, help="GA slots p (Table 1: 8)."),
         lam: float = typer.Option(0.2, "--lambda", help="Concurrency parameter λ (H = λ × registers)."),
@@ -80,8 +81,8 @@ def register(app: typer.Typer) -> None:
         if reduction not in ("paper", "exact"):
             console.print("[red]error:[/red] --reduction must be paper or exact")
             raise typer.Exit(2)
-        if arrival not in ("concurrent", "sequential") or registers % ways != 0:
-            console.print("[red]error:[/red] --arrival must be concurrent or sequential, and --ways must divide --registers")
+        if arrival not in ("concurrent", "sequential", "stream") or registers % ways != 0:
+            console.print("[red]error:[/red] --arrival must be concurrent, sequential or stream, and --ways must divide --registers")
             raise typer.Exit(2)
         modes = list(MODES) if mode == "all" else [mode]
         if any(m not in ALL_MODES for m in modes):
@@ -94,7 +95,7 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(2)
         cfg = SearchConfig(
             servers=servers, k=k, registers=registers, slots=slots, ga=ga, lam=lam, switches=switches, reduction=reduction, seed=seed, per_packet=per_packet,
-            tables=tables, hashes=hashes, width=width if width is not None else (ds.lsh_width or 32.0), cap=cap, ways=ways, arrival=arrival,
+            tables=tables, hashes=hashes, width=width if width is not None else (ds.lsh_width or 32.0), cap=cap, ways=ways, arrival=arrival, query_gap_ns=query_gap_ns,
         )
         with Progress(console=console, transient=True) as prog:
             tasks = {m: prog.add_task(m, total=ds.queries.shape[0]) for m in modes}
