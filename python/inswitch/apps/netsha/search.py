@@ -157,9 +157,9 @@ def top_k_per_query(nq: int, qids: np.ndarray, ids: np.ndarray, dists: np.ndarra
     return out_i, out_d
 
 
-def _send_stream(path: Any, cfg: SearchConfig, per_server: list[list[tuple[int, np.ndarray, np.ndarray]]], wave: range, w0: int, per_packet: int, now: int) -> None:
+def _send_stream(path: Any, cfg: SearchConfig, per_server: list[list[tuple[int, np.ndarray, np.ndarray]]], wave: range, w0: int, per_packet: int, now: int) -> int:
     """`arrival="stream"`: query q of the wave reaches the switch at now + (q − w0) × gap,
-    all its servers' packets together; timers run in between."""
+    all its servers' packets together; timers run in between. Returns the switch's time."""
     by_q: dict[int, list[tuple[int, np.ndarray, np.ndarray]]] = {}
     for s in range(cfg.servers):
         for q, i, d in per_server[s]:
@@ -181,7 +181,8 @@ def _send_stream(path: Any, cfg: SearchConfig, per_server: list[list[tuple[int, 
         path.send_concurrent(sv.tobytes(), qs.tobytes(), ids.tobytes(), d.tobytes(), per_packet, max(t, at))
     end = now + len(wave) * gap
     if end > t:
-        path.settle(t, end, step)
+        t = path.settle(t, end, step)
+    return max(t, end)
 
 
 def run_mode(
@@ -231,8 +232,7 @@ def run_mode(
             t_search += worst
         t0 = time.perf_counter()
         if cfg.arrival == "stream":
-            _send_stream(path, cfg, per_server, wave, w0, per_packet, now)
-            now += len(wave) * cfg.query_gap_ns
+            now = _send_stream(path, cfg, per_server, wave, w0, per_packet, now)
         elif cfg.arrival == "concurrent":
             flat = [(s, q, i, d) for s in range(cfg.servers) for q, i, d in per_server[s]]
             if flat:
