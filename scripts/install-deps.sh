@@ -42,4 +42,9 @@ for r in d["build-system"]["requires"] + d["project"]["dependencies"] + d["proje
 PYEOF
 )
 .venv/bin/pip install -q "${reqs[@]}"
+# Packages whose declared dependencies we do not want (see [tool.inswitch] in pyproject.toml).
+mapfile -t nodeps < <(.venv/bin/python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb")).get("tool", {}).get("inswitch", {}).get("install-no-deps", [])))')
+if [ -n "${nodeps[*]}" ]; then
+  .venv/bin/pip install -q --no-deps "${nodeps[@]}"
+fi
 echo "dependencies ready"

@@ -109,8 +109,9 @@ def test_vecs_readers(tmp_path: Path) -> None:
 
 
 def test_text_dataset_fails_clearly() -> None:
-    with pytest.raises(DatasetError, match="not implemented"):
-        load("text", 100, 10)
+    # The text dataset itself is tested in test_netsha_text.py.
+    with pytest.raises(DatasetError, match="no such file"):
+        load("text:/nonexistent.txt", 100, 10)
 
 
 def test_cli_search_writes_the_json(tmp_path: Path) -> None:
@@ -127,8 +128,8 @@ def test_cli_search_writes_the_json(tmp_path: Path) -> None:
         for key in ("recall", "f1", "agent_packets", "agent_answers", "total_s", "time_split_pct", "time_per_query_us"):
             assert key in res["modes"][mode]
     assert "agent_packets_ratio" in res
-    r = CliRunner().invoke(app, ["search", "--dataset", "text", "--queries", "3"])
-    assert r.exit_code == 2 and "not" in r.output and "implemented" in r.output
+    r = CliRunner().invoke(app, ["search", "--dataset", "text:/nonexistent.txt", "--queries", "3"])
+    assert r.exit_code == 2 and "no such file" in r.output
 
 
 @pytest.mark.parametrize("name", ["netsha-fig12", "netsha-fig16"])

@@ -52,7 +52,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("search")
     def search_cmd(
-        dataset: str = typer.Option("random", help="random | digits | text | PATH (.fvecs/.bvecs/.ivecs/.hdf5)."),
+        dataset: str = typer.Option("random", help="random | digits | text (text:N sentences, text:FILE) | PATH (.fvecs/.bvecs/.ivecs/.hdf5)."),
         queries_file: Optional[str] = typer.Option(None, help="Queries for a PATH dataset, same format."),
         base: int = typer.Option(20000, help="Base vectors (random: generated; PATH: first N, 0 = all)."),
         servers: int = typer.Option(4, help="Search servers S."),
@@ -60,7 +60,8 @@ def register(app: typer.Typer) -> None:
         k: int = typer.Option(50, help="Answers per query K."),
         registers: int = typer.Option(100, help="Logical registers per switch (Table 1: 100)."),
         ways: int = typer.Option(2, min=1, max=2, help="Candidate registers per query for Algorithm 2's weight-based selection (must divide --registers)."),
-        arrival: str = typer.Option("concurrent", help="concurrent (servers answer in parallel, packets interleave) | sequential (one server after another)."),
+        arrival: str = typer.Option("concurrent", help="concurrent (servers answer in parallel, packets interleave) | sequential (one server after another) | stream (queries arrive --query-gap-ns apart; Figs. 20, 23)."),
+        query_gap_ns: int = typer.Option(250, min=1, help="With --arrival stream: virtual ns between two queries' arrivals (the query rate)."),
         slots: int = typer.Option(12, help="Slots per register n = p + q (Table 1: 12)."),
         ga: int = typer.Option(8, help="GA slots p (Table 1: 8)."),
         lam: float = typer.Option(0.2, "--lambda", help="Concurrency parameter λ (H = λ × registers)."),
@@ -69,7 +70,7 @@ def register(app: typer.Typer) -> None:
         reduction: str = typer.Option("exact", help="paper (Algorithm 1 as written) | exact."),
         tables: int = typer.Option(10, help="LSH tables L."),
         hashes: int = typer.Option(6, help="Hashes per table k (concatenated)."),
-        width: float = typer.Option(32.0, help="E2LSH bucket width w (scale with the data's distances)."),
+        width: Optional[float] = typer.Option(None, help="E2LSH bucket width w (scale with the data's distances; default 32, text 3)."),
         cap: int = typer.Option(100, help="Answers a server returns per query (its best candidates)."),
         per_packet: int = typer.Option(0, help="Answers per server packet (0: full packets, 120, §3.3; the switch splits those that run out of room)."),
         rack: bool = typer.Option(False, "--rack", help="NetSHa only, with real processes: a namespace rack (needs root) of S servers and the agent through the switch process."),
@@ -82,8 +83,8 @@ def register(app: typer.Typer) -> None:
         if reduction not in ("paper", "exact"):
             console.print("[red]error:[/red] --reduction must be paper or exact")
             raise typer.Exit(2)
-        if arrival not in ("concurrent", "sequential") or registers % ways != 0:
-            console.print("[red]error:[/red] --arrival must be concurrent or sequential, and --ways must divide --registers")
+        if arrival not in ("concurrent", "sequential", "stream") or registers % ways != 0:
+            console.print("[red]error:[/red] --arrival must be concurrent, sequential or stream, and --ways must divide --registers")
             raise typer.Exit(2)
         modes = list(MODES) if mode == "all" else [mode]
         if any(m not in ALL_MODES for m in modes):
@@ -96,7 +97,7 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(2)
         cfg = SearchConfig(
             servers=servers, k=k, registers=registers, slots=slots, ga=ga, lam=lam, switches=switches, reduction=reduction, seed=seed, per_packet=per_packet,
-            tables=tables, hashes=hashes, width=width, cap=cap, ways=ways, arrival=arrival,
+            tables=tables, hashes=hashes, width=width if width is not None else (ds.lsh_width or 32.0), cap=cap, ways=ways, arrival=arrival, query_gap_ns=query_gap_ns,
         )
         if rack:
             from .rack import rack_available, run_rack_search

@@ -70,6 +70,11 @@ class SearchConfig:
     #: switch) or `sequential` (one server after another).
     arrival: str = "concurrent"
     seed: int = 0
+    #: `arrival="stream"` (Figs. 20, 23): queries arrive one after another, this many ns
+    #: apart (the query rate); each query's servers answer together on its arrival. A
+    #: register stays held until its timer, so with gap × registers < timeout more queries
+    #: are in flight than registers, the regime replacement and λ are for (§3.5, §3.6).
+    query_gap_ns: int = 250
 
     def spec(self, reduction: Optional[str] = None, select_size: int = 4096) -> str:
         return (
@@ -157,6 +162,34 @@ def top_k_per_query(nq: int, qids: np.ndarray, ids: np.ndarray, dists: np.ndarra
     return out_i, out_d
 
 
+def _send_stream(path: Any, cfg: SearchConfig, per_server: list[list[tuple[int, np.ndarray, np.ndarray]]], wave: range, w0: int, per_packet: int, now: int) -> int:
+    """`arrival="stream"`: query q of the wave reaches the switch at now + (q − w0) × gap,
+    all its servers' packets together; timers run in between. Returns the switch's time."""
+    by_q: dict[int, list[tuple[int, np.ndarray, np.ndarray]]] = {}
+    for s in range(cfg.servers):
+        for q, i, d in per_server[s]:
+            by_q.setdefault(q, []).append((s, i, d))
+    gap = max(cfg.query_gap_ns, 1)
+    step = max(min(cfg.period_ns, gap), 1)
+    t = now
+    for q in wave:
+        at = now + (q - w0) * gap
+        if at > t:
+            t = path.settle(t, at, step)
+        parts = by_q.get(q)
+        if not parts:
+            continue
+        sv = np.concatenate([np.full(len(i), s, dtype=np.uint32) for s, i, _ in parts])
+        ids = np.concatenate([i for _, i, _ in parts]).astype(np.uint32)
+        d = np.concatenate([d for _, _, d in parts]).astype(np.float64)
+        qs = np.full(len(ids), q, dtype=np.uint32)
+        path.send_concurrent(sv.tobytes(), qs.tobytes(), ids.tobytes(), d.tobytes(), per_packet, max(t, at))
+    end = now + len(wave) * gap
+    if end > t:
+        t = path.settle(t, end, step)
+    return max(t, end)
+
+
 def run_mode(
     mode: str,
     ds: Dataset,
@@ -218,7 +251,9 @@ def run_mode(
                     per_server[s].append((q, ids, d))
             t_search += worst
         t0 = time.perf_counter()
-        if cfg.arrival == "concurrent":
+        if cfg.arrival == "stream":
+            now = _send_stream(path, cfg, per_server, wave, w0, per_packet, now)
+        elif cfg.arrival == "concurrent":
             flat = [(s, q, i, d) for s in range(cfg.servers) for q, i, d in per_server[s]]
             if flat:
                 sv = np.concatenate([np.full(len(i), s, dtype=np.uint32) for s, _, i, _ in flat])
@@ -229,7 +264,7 @@ def run_mode(
             span = cfg.servers * cfg.send_gap_ns
             path.settle(now, now + span, max(cfg.period_ns, 1))
             now += span
-        for s in range(cfg.servers) if cfg.arrival != "concurrent" else ():
+        for s in range(cfg.servers) if cfg.arrival == "sequential" else ():
             if not per_server[s]:
                 continue
             qs = np.concatenate([np.full(len(i), q, dtype=np.uint32) for q, i, _ in per_server[s]])
