@@ -534,7 +534,10 @@ impl Pipe {
                 let r = set
                     .resolve(*register_id, id_prefix::REGISTER)
                     .ok_or_else(|| ControlError::NotFound(format!("no register with id {register_id:#x}")))?;
-                let cells = &self.progs[r.program as usize].state.regs[r.index as usize];
+                let cells = self.progs[r.program as usize]
+                    .state
+                    .register_get(r.index as usize)
+                    .ok_or_else(|| ControlError::NotFound(format!("no register with id {register_id:#x}")))?;
                 match index {
                     Some(i) => {
                         let v =
@@ -552,7 +555,10 @@ impl Pipe {
                 if bits < 64 && *value >> bits != 0 {
                     return Err(ControlError::InvalidArgument(format!("value {value:#x} does not fit in a {bits}-bit cell")));
                 }
-                let cells = &mut self.progs[r.program as usize].state.regs[r.index as usize];
+                let cells = self.progs[r.program as usize]
+                    .state
+                    .register_get_mut(r.index as usize)
+                    .ok_or_else(|| ControlError::NotFound(format!("no register with id {register_id:#x}")))?;
                 match index {
                     Some(i) => {
                         let n = cells.len();
