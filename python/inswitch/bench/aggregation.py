@@ -40,6 +40,9 @@ def run(duration: float = 2.0, progress: Callable[[str], None] = lambda s: None)
         "daiet_over_forward": d["pair_updates_per_cpu_s"] / fwd_pps if fwd_pps else None,
         "daiet_passes_per_packet": d["passes"] / d["packets"] if d["packets"] else None,
         "daiet_drops": d["drops"],
+        # Keys whose aggregate (switch cells plus pairs sent on to the parent) the bench
+        # checked equal to the reference after the measured run (it fails otherwise).
+        "daiet_verified_keys": d.get("verified_keys"),
         "goal_daiet_pair_updates_per_s": GOAL_PAIR_UPDATES_PER_S,
         "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "python": platform.python_version()},
     }
