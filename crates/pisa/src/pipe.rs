@@ -730,20 +730,24 @@ fn ingress_packet(passes: &mut Passes<'_>, tm: &mut Tm, set: &ProgramSet, classi
     } else if base.is_none() {
         pkt.meta.drop = Some(DropCode::NO_PROGRAM);
     }
-    // The common case, unicast to a port of this pipe with no mirror, decided here;
-    // `dispose_ingress` makes the same decision for it, only later.
+    // The common cases, unicast to a port of this pipe or a recirculation, with no mirror,
+    // decided here; `dispose_ingress` makes the same decisions for them, only later.
     let m = &pkt.meta;
-    if m.clone_session == 0
-        && m.drop.is_none()
-        && m.mcast_grp == 0
-        && m.egress_port < PORT_CPU
-        && tm.map.pipe_of(m.egress_port) == Some(tm.id)
-    {
-        tm.enqueue_one(pkt);
-        return;
+    let recirc_limit = || set.recirc_limit(owner.or(base).unwrap_or(0) as usize);
+    if m.clone_session == 0 && m.drop.is_none() && m.mcast_grp == 0 {
+        if m.egress_port < PORT_CPU && tm.map.pipe_of(m.egress_port) == Some(tm.id) {
+            tm.enqueue_one(pkt);
+            return;
+        }
+        // A recirculation (a program looping over a packet's items): straight to the
+        // traffic manager's route, which checks the limit and the queue and counts, as
+        // `dispose_ingress` would after finding nothing else to do.
+        if m.egress_port == PORT_RECIRC {
+            tm.route(pkt, recirc_limit(), out);
+            return;
+        }
     }
-    let recirc_limit = set.recirc_limit(owner.or(base).unwrap_or(0) as usize);
-    tm.dispose_ingress(pkt, blame, recirc_limit, out);
+    tm.dispose_ingress(pkt, blame, recirc_limit(), out);
 }
 
 /// Egress of one packet dequeued from `port`; unless it is dropped, onto the port's
