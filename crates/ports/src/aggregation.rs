@@ -552,7 +552,8 @@ pub mod bench {
             if got == want {
                 Ok(want.len())
             } else {
-                let wrong = want.iter().filter(|(k, v)| got.get(*k) != Some(v)).count() + got.keys().filter(|k| !want.contains_key(*k)).count();
+                let wrong =
+                    want.iter().filter(|(k, v)| got.get(*k) != Some(v)).count() + got.keys().filter(|k| !want.contains_key(*k)).count();
                 Err(format!("{wrong} of {} keys differ from the reference after {} rounds", want.len(), self.rounds))
             }
         }
@@ -689,16 +690,7 @@ pub mod bench {
                 f
             })
             .collect();
-        DaietWorkload {
-            sw,
-            templates,
-            pairs_per_round,
-            seq: 0,
-            now: 1,
-            rx: Vec::with_capacity(batch),
-            rounds: 0,
-            spilled: HashMap::new(),
-        }
+        DaietWorkload { sw, templates, pairs_per_round, seq: 0, now: 1, rx: Vec::with_capacity(batch), rounds: 0, spilled: HashMap::new() }
     }
 
     #[cfg(test)]
