@@ -63,7 +63,7 @@ impl HashAlgo {
     }
 
     /// Hash `data` with this algorithm (full natural width).
-    #[inline]
+    #[inline(always)]
     pub fn compute(self, data: &[u8]) -> u32 {
         match self.crc() {
             Some(c) => c.compute(data),
@@ -170,7 +170,7 @@ static CRC32_MPEG2: Crc = crc(32, 0x04C1_1DB7, 0xFFFF_FFFF, false, false, 0);
 static CRC32_BZIP2: Crc = crc(32, 0x04C1_1DB7, 0xFFFF_FFFF, false, false, 0xFFFF_FFFF);
 
 impl Crc {
-    #[inline]
+    #[inline(always)]
     fn compute(&self, data: &[u8]) -> u32 {
         let t = &self.t;
         let mut c = self.init;
