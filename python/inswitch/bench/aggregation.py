@@ -62,8 +62,9 @@ def aggregation_cmd(
     t.add_column("result", justify="right")
     t.add_row("daiet pair updates per CPU-second", f"{r['daiet_pair_updates_per_s'] / 1e6:.2f} M")
     t.add_row("daiet switch passes per packet", f"{r['daiet_passes_per_packet']:.1f}")
+    t.add_row("daiet keys checked against the reference", f"{r['daiet_verified_keys']}")
     sa = r["switchagg_pair_updates_per_s"]
-    t.add_row("switchagg pair updates/s", f"{sa / 1e6:.2f} M" if sa else "n/a (not in this build)")
+    t.add_row("switchagg pair updates per wall second", f"{sa / 1e6:.2f} M" if sa else "n/a (not in this build)")
     t.add_row("forward packets per CPU-second (64 B)", f"{r['forward_pps'] / 1e6:.2f} M")
     t.add_row("ratio daiet pair updates / forward packets", f"{r['daiet_over_forward']:.2f}")
     t.add_row("goal (daiet)", f"{GOAL_PAIR_UPDATES_PER_S / 1e6:.0f} M")
