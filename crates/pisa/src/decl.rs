@@ -536,6 +536,7 @@ impl ProgramBuilder {
         }
         let obj = self.obj(stage, gress);
         let idx = self.decl.registers.len() as u16;
+        let offset = self.decl.registers.iter().map(|r| r.size as u64).sum();
         self.decl.registers.push(RegisterDecl {
             name: name.to_string(),
             doc: doc.to_string(),
@@ -545,7 +546,7 @@ impl ProgramBuilder {
             cell_bits: T::BITS,
             actions: Vec::new(),
         });
-        Register::new(obj, idx, size)
+        Register::new(obj, idx, size, offset)
     }
 
     /// A register action on `reg`: the stateful ALU program a packet can run on one cell.

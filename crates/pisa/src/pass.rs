@@ -66,7 +66,10 @@ pub struct DigestMsg {
 
 /// A program's state in one pipe: its register arrays and tables.
 pub struct ProgramState {
-    pub(crate) regs: Vec<Box<[u64]>>,
+    /// Every register array's cells, back to back in declaration order (array `i` at
+    /// `spans[i]`; a `Register` handle carries its offset): one slice for a pass to index.
+    pub(crate) regs: Box<[u64]>,
+    pub(crate) spans: Vec<std::ops::Range<usize>>,
     /// Block memories (words back to back).
     pub(crate) mems: Vec<Box<[u8]>>,
     /// What a pass only reads, apart from the registers it writes: a pass borrows the two
@@ -89,8 +92,15 @@ pub(crate) struct ProgramRo {
 
 impl ProgramState {
     pub(crate) fn new(decl: &crate::decl::ProgramDecl, program: u8) -> Self {
+        let mut spans = Vec::with_capacity(decl.registers.len());
+        let mut at = 0usize;
+        for r in &decl.registers {
+            spans.push(at..at + r.size as usize);
+            at += r.size as usize;
+        }
         ProgramState {
-            regs: decl.registers.iter().map(|r| vec![0u64; r.size as usize].into_boxed_slice()).collect(),
+            regs: vec![0u64; at].into_boxed_slice(),
+            spans,
             mems: decl.memories.iter().map(|m| vec![0u8; m.bytes() as usize].into_boxed_slice()).collect(),
             ro: ProgramRo {
                 items: decl.items_per_pass.max(1),
@@ -102,10 +112,18 @@ impl ProgramState {
         }
     }
     pub fn register(&self, idx: usize) -> &[u64] {
-        &self.regs[idx]
+        &self.regs[self.spans[idx].clone()]
     }
     pub fn register_mut(&mut self, idx: usize) -> &mut [u64] {
-        &mut self.regs[idx]
+        &mut self.regs[self.spans[idx].clone()]
+    }
+    /// Register array `idx`, if the program has one.
+    pub(crate) fn register_get(&self, idx: usize) -> Option<&[u64]> {
+        self.spans.get(idx).map(|s| &self.regs[s.clone()])
+    }
+    pub(crate) fn register_get_mut(&mut self, idx: usize) -> Option<&mut [u64]> {
+        let s = self.spans.get(idx)?.clone();
+        Some(&mut self.regs[s])
     }
     /// Block memory `idx`, words back to back.
     pub fn memory(&self, idx: usize) -> &[u8] {
@@ -235,7 +253,7 @@ impl Guard {
 pub struct Pass<'a> {
     pkt: PacketBuf,
     hdr_len: usize,
-    regs: &'a mut Vec<Box<[u64]>>,
+    regs: &'a mut [u64],
     mems: &'a mut Vec<Box<[u8]>>,
     ro: &'a ProgramRo,
     env: &'a PassEnv,
@@ -247,7 +265,7 @@ pub struct Pass<'a> {
 impl<'a> Pass<'a> {
     #[inline(always)]
     pub(crate) fn new(pkt: PacketBuf, state: &'a mut ProgramState, gress: Gress, env: &'a PassEnv) -> Self {
-        let ProgramState { regs, mems, ro } = state;
+        let ProgramState { regs, mems, ro, .. } = state;
         let hdr_len = ro.depth.min(pkt.len());
         Pass { pkt, hdr_len, regs, mems, ro, env, guard: Guard::new(gress), items: 0 }
     }
@@ -449,7 +467,10 @@ impl<'a> Pass<'a> {
         if !self.guard.enter(a.reg.obj) {
             return O::default();
         }
-        match self.regs[a.reg.idx as usize].get_mut(index as usize) {
+        // In the array, then in the program's register memory (the second holds for every
+        // handle of this program; checked anyway, never a panic).
+        let at = a.reg.offset as usize + index as usize;
+        match self.regs.get_mut(at).filter(|_| index < a.reg.size) {
             Some(slot) => {
                 let (c, out) = a.body.run(T::from_bits(*slot), input);
                 *slot = c.to_bits();
@@ -506,8 +527,10 @@ impl<'a> Pass<'a> {
     /// stage) lets them overlap instead of taking them one stage after another.
     #[inline(always)]
     pub fn prefetch<T: Cell, I, O, B: SaluBody<T, I, O>>(&self, a: &RegisterAction<T, I, O, B>, index: u32) {
-        if let Some(slot) = self.regs.get(a.reg.idx as usize).and_then(|r| r.get(index as usize)) {
-            prefetch_hint(slot);
+        if index < a.reg.size {
+            if let Some(slot) = self.regs.get(a.reg.offset as usize + index as usize) {
+                prefetch_hint(slot);
+            }
         }
     }
 

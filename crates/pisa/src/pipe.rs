@@ -141,7 +141,7 @@ pub struct Pipe {
     pktgens: Vec<PktGen>,
     /// What the long-lived pass of a batch loop holds between two packets (see
     /// [`Pass::load`]); a zero-capacity buffer, never sent.
-    spare: Option<PacketBuf>,
+    spare: Vec<PacketBuf>,
     tm: Tm,
 }
 
@@ -191,7 +191,7 @@ impl Pipe {
             classifies,
             env: PassEnv { now_ns: 0, digests: RefCell::new(Vec::new()), digest_cap: cfg.digest_capacity },
             pktgens,
-            spare: Some(PacketBuf::with_capacity(0)),
+            spare: Vec::new(),
             tm: Tm {
                 id,
                 counters: Counters::new(n, set.len()),
@@ -534,7 +534,10 @@ impl Pipe {
                 let r = set
                     .resolve(*register_id, id_prefix::REGISTER)
                     .ok_or_else(|| ControlError::NotFound(format!("no register with id {register_id:#x}")))?;
-                let cells = &self.progs[r.program as usize].state.regs[r.index as usize];
+                let cells = self.progs[r.program as usize]
+                    .state
+                    .register_get(r.index as usize)
+                    .ok_or_else(|| ControlError::NotFound(format!("no register with id {register_id:#x}")))?;
                 match index {
                     Some(i) => {
                         let v =
@@ -552,7 +555,10 @@ impl Pipe {
                 if bits < 64 && *value >> bits != 0 {
                     return Err(ControlError::InvalidArgument(format!("value {value:#x} does not fit in a {bits}-bit cell")));
                 }
-                let cells = &mut self.progs[r.program as usize].state.regs[r.index as usize];
+                let cells = self.progs[r.program as usize]
+                    .state
+                    .register_get_mut(r.index as usize)
+                    .ok_or_else(|| ControlError::NotFound(format!("no register with id {register_id:#x}")))?;
                 match index {
                     Some(i) => {
                         let n = cells.len();
@@ -618,90 +624,82 @@ impl Pipe {
     }
 }
 
-/// The passes of a batch loop. The base program runs on every packet, so its pass stays
-/// open for the whole loop and packets are moved through it (see [`Pass::load`]): per
-/// packet that is a pointer swap and a fresh guard instead of building a pass, and the
-/// program's trait object is looked up once. Another program's pass (an application
-/// owning the packet) is opened per packet on its own state, beside the open one.
+/// The passes of a batch loop. Every program's pass stays open for the whole loop and
+/// packets are moved through it (see [`Pass::load`]): per packet that is a pointer swap and
+/// a fresh guard instead of building a pass, and each program's trait object is looked up
+/// once. The base program runs on every packet; an application owning the packet runs in
+/// its own open pass, on its own state, beside the base program's.
 struct Passes<'a> {
     gress: Gress,
-    open: Option<(Pass<'a>, &'a dyn Program, u8)>,
-    /// Passes run through the open pass, added to its program's counters on close.
+    /// One open pass per program, in the set's order.
+    open: Vec<(Pass<'a>, &'a dyn Program)>,
+    base: Option<u8>,
+    /// Passes run through the base program's pass, added to its counters on close.
     count: u64,
-    /// The other programs: those before the base program, and those after it.
-    before: &'a mut [ProgSlot],
-    after: &'a mut [ProgSlot],
-    env: &'a PassEnv,
 }
 
 impl<'a> Passes<'a> {
-    /// `spare` is what the open pass holds between packets; `close` gives it back.
-    fn open(progs: &'a mut [ProgSlot], base: Option<u8>, gress: Gress, env: &'a PassEnv, spare: &mut Option<PacketBuf>) -> Self {
-        let split = base.map_or(0, |b| b as usize).min(progs.len());
-        let (before, rest) = progs.split_at_mut(split);
-        match base {
-            Some(b) if !rest.is_empty() => {
-                let (slot, after) = rest.split_at_mut(1);
-                let slot = &mut slot[0];
-                let held = spare.take().unwrap_or_else(|| PacketBuf::with_capacity(0));
-                let pass = Pass::new(held, &mut slot.state, gress, env);
-                Passes { gress, open: Some((pass, &*slot.program, b)), count: 0, before, after, env }
-            }
-            _ => Passes { gress, open: None, count: 0, before, after: rest, env },
-        }
+    /// `spare` holds what the open passes hold between packets (one zero-capacity buffer
+    /// per program, never sent); `close` gives them back.
+    fn open(progs: &'a mut [ProgSlot], base: Option<u8>, gress: Gress, env: &'a PassEnv, spare: &mut Vec<PacketBuf>) -> Self {
+        let open = progs
+            .iter_mut()
+            .map(|slot| {
+                let held = spare.pop().unwrap_or_else(|| PacketBuf::with_capacity(0));
+                (Pass::new(held, &mut slot.state, gress, env), &*slot.program)
+            })
+            .collect::<Vec<_>>();
+        let base = base.filter(|&b| (b as usize) < open.len());
+        Passes { gress, open, base, count: 0 }
     }
 
-    /// The base program's pass over `pkt`; the program's index if it dropped the packet.
+    /// Program `prog`'s pass over `pkt` (the packet is swapped in and out); the program's
+    /// index if the packet is now to be dropped.
     #[inline(always)]
-    fn base(&mut self, pkt: &mut PacketBuf, counters: &mut Counters) -> Option<u8> {
-        let (pass, program, b) = self.open.as_mut()?;
+    fn run(&mut self, pkt: &mut PacketBuf, prog: u8, counters: &mut Counters) -> Option<u8> {
+        let (pass, program) = &mut self.open[prog as usize];
         pass.load(pkt);
         match self.gress {
             Gress::Ingress => program.ingress(pass),
             Gress::Egress => program.egress(pass),
         }
         let v = pass.unload(pkt);
+        judge(pkt, prog, v, counters)
+    }
+
+    /// The base program's pass over `pkt`; the program's index if it dropped the packet.
+    #[inline(always)]
+    fn base(&mut self, pkt: &mut PacketBuf, counters: &mut Counters) -> Option<u8> {
+        let b = self.base?;
         self.count += 1;
-        judge(pkt, *b, v, counters)
+        self.run(pkt, b, counters)
     }
 
     fn base_id(&self) -> Option<u8> {
-        self.open.as_ref().map(|o| o.2)
+        self.base
     }
 
-    /// Program `prog`'s pass (not the base program) over `pkt`, opened and closed here.
-    fn other(&mut self, pkt: PacketBuf, prog: u8, counters: &mut Counters) -> (PacketBuf, Option<u8>) {
-        let i = prog as usize;
-        let slot = if i < self.before.len() {
-            &mut self.before[i]
-        } else {
-            &mut self.after[i - self.before.len() - usize::from(self.open.is_some())]
-        };
-        let mut pass = Pass::new(pkt, &mut slot.state, self.gress, self.env);
-        match self.gress {
-            Gress::Ingress => slot.program.ingress(&mut pass),
-            Gress::Egress => slot.program.egress(&mut pass),
-        }
-        let (mut pkt, v) = pass.finish();
-        let c = &mut counters.programs[i];
+    /// Program `prog`'s pass (not the base program) over `pkt`, counted here.
+    #[inline(always)]
+    fn other(&mut self, pkt: &mut PacketBuf, prog: u8, counters: &mut Counters) -> Option<u8> {
+        let c = &mut counters.programs[prog as usize];
         match self.gress {
             Gress::Ingress => c.ingress_passes += 1,
             Gress::Egress => c.egress_passes += 1,
         }
-        let blame = judge(&mut pkt, prog, v, counters);
-        (pkt, blame)
+        self.run(pkt, prog, counters)
     }
 
-    /// Count the open pass's passes and put its held packet back into `spare`.
-    fn close(self, counters: &mut Counters, spare: &mut Option<PacketBuf>) {
-        if let Some((pass, _, b)) = self.open {
+    /// Count the base pass's passes and put the held buffers back into `spare`.
+    fn close(self, counters: &mut Counters, spare: &mut Vec<PacketBuf>) {
+        if let Some(b) = self.base {
             let c = &mut counters.programs[b as usize];
             match self.gress {
                 Gress::Ingress => c.ingress_passes += self.count,
                 Gress::Egress => c.egress_passes += self.count,
             }
-            *spare = Some(pass.finish().0);
         }
+        spare.extend(self.open.into_iter().map(|(pass, _)| pass.finish().0));
     }
 }
 
@@ -726,27 +724,30 @@ fn ingress_packet(passes: &mut Passes<'_>, tm: &mut Tm, set: &ProgramSet, classi
     let mut blame = passes.base(&mut pkt, &mut tm.counters);
     if let Some(o) = owner {
         if Some(o) != base && pkt.meta.drop != Some(DropCode::VIOLATION) {
-            let (p, b) = passes.other(pkt, o, &mut tm.counters);
-            pkt = p;
+            let b = passes.other(&mut pkt, o, &mut tm.counters);
             blame = b.or(blame);
         }
     } else if base.is_none() {
         pkt.meta.drop = Some(DropCode::NO_PROGRAM);
     }
-    // The common case, unicast to a port of this pipe with no mirror, decided here;
-    // `dispose_ingress` makes the same decision for it, only later.
+    // The common cases, unicast to a port of this pipe or a recirculation, with no mirror,
+    // decided here; `dispose_ingress` makes the same decisions for them, only later.
     let m = &pkt.meta;
-    if m.clone_session == 0
-        && m.drop.is_none()
-        && m.mcast_grp == 0
-        && m.egress_port < PORT_CPU
-        && tm.map.pipe_of(m.egress_port) == Some(tm.id)
-    {
-        tm.enqueue_one(pkt);
-        return;
+    let recirc_limit = || set.recirc_limit(owner.or(base).unwrap_or(0) as usize);
+    if m.clone_session == 0 && m.drop.is_none() && m.mcast_grp == 0 {
+        if m.egress_port < PORT_CPU && tm.map.pipe_of(m.egress_port) == Some(tm.id) {
+            tm.enqueue_one(pkt);
+            return;
+        }
+        // A recirculation (a program looping over a packet's items): straight to the
+        // traffic manager's route, which checks the limit and the queue and counts, as
+        // `dispose_ingress` would after finding nothing else to do.
+        if m.egress_port == PORT_RECIRC {
+            tm.route(pkt, recirc_limit(), out);
+            return;
+        }
     }
-    let recirc_limit = set.recirc_limit(owner.or(base).unwrap_or(0) as usize);
-    tm.dispose_ingress(pkt, blame, recirc_limit, out);
+    tm.dispose_ingress(pkt, blame, recirc_limit(), out);
 }
 
 /// Egress of one packet dequeued from `port`; unless it is dropped, onto the port's
@@ -788,8 +789,7 @@ fn egress_packet(
     let owner = pkt.meta.owner;
     let mut blame = passes.base(&mut pkt, &mut tm.counters);
     if owner != 0xFF && Some(owner) != passes.base_id() && pkt.meta.drop != Some(DropCode::VIOLATION) {
-        let (p, b) = passes.other(pkt, owner, &mut tm.counters);
-        pkt = p;
+        let b = passes.other(&mut pkt, owner, &mut tm.counters);
         blame = b.or(blame);
     }
     if pkt.meta.e2e_clone_session != 0 && pkt.meta.drop != Some(DropCode::VIOLATION) {

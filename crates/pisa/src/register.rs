@@ -110,6 +110,10 @@ pub struct Register<T: Cell> {
     pub(crate) obj: ObjRef,
     pub(crate) idx: u16,
     pub(crate) size: u32,
+    /// Where its cells start in the program's register memory (all arrays back to back,
+    /// in declaration order: see `pass::ProgramState`), so a pass reaches a cell with one
+    /// addition instead of through a table of arrays.
+    pub(crate) offset: u64,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -121,8 +125,8 @@ impl<T: Cell> Clone for Register<T> {
 impl<T: Cell> Copy for Register<T> {}
 
 impl<T: Cell> Register<T> {
-    pub(crate) fn new(obj: ObjRef, idx: u16, size: u32) -> Self {
-        Register { obj, idx, size, _t: PhantomData }
+    pub(crate) fn new(obj: ObjRef, idx: u16, size: u32, offset: u64) -> Self {
+        Register { obj, idx, size, offset, _t: PhantomData }
     }
     /// Number of cells.
     pub fn size(&self) -> u32 {

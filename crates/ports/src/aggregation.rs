@@ -399,6 +399,7 @@ mod tests {
 
 /// In-memory benchmark of the `daiet` program: pair updates per second on one core.
 pub mod bench {
+    use std::collections::HashMap;
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
@@ -407,6 +408,9 @@ pub mod bench {
     use pisa::{FieldMatch, PacketBuf, PipeConfig, ProgramSet, Switch, PORT_RECIRC};
     use programs::daiet::{ack_session, layout, TreeConfig, WALK_SESSION};
     use wire::daiet::{Op, Packet, MAX_PAIRS, UDP_PORT};
+
+    /// The tree's parent port (the mapper is on port 1).
+    const PARENT_PORT: u16 = 2;
 
     /// CPU time this thread has used, in ns: rates per CPU-second stay meaningful on a
     /// machine shared with other work (wall-clock rates do not).
@@ -449,6 +453,9 @@ pub mod bench {
         pub pair_updates_per_cpu_s: f64,
         /// Drops counted by the switch during the run (should be 0).
         pub drops: u64,
+        /// Keys whose aggregate (cells plus pairs sent on to the parent) was checked equal
+        /// to the reference after the run ([`DaietWorkload::verify`]).
+        pub verified_keys: usize,
     }
 
     fn be(v: u64, bits: u32) -> Vec<u8> {
@@ -466,6 +473,11 @@ pub mod bench {
         seq: u32,
         now: u64,
         rx: Vec<PacketBuf>,
+        /// Rounds run so far (warm-up included: the switch's cells hold them all).
+        rounds: u64,
+        /// Pairs the switch sent on to the parent (the spillover bucket: colliding keys),
+        /// summed by key.
+        spilled: HashMap<Vec<u8>, u64>,
     }
 
     impl DaietWorkload {
@@ -482,17 +494,68 @@ pub mod bench {
             }
             sw.process(&mut self.rx, self.now);
             self.now += 1;
-            while sw.pipes()[0].pending() > 0 {
-                sw.tick(self.now);
+            while self.sw.pipes()[0].pending() > 0 {
+                self.sw.tick(self.now);
                 self.now += 1;
-                for p in 0..4 {
-                    sw.recycle_tx(p);
+                self.recycle();
+            }
+            self.recycle();
+            self.rounds += 1;
+            self.templates.len() as u64
+        }
+
+        /// Return sent frames to the pool, counting the pairs that went on to the parent.
+        fn recycle(&mut self) {
+            for f in self.sw.tx(PARENT_PORT).iter() {
+                let Ok(p) = Packet::new_checked(&f.data()[layout::D..]) else { continue };
+                if p.flags() & wire::daiet::flags::ACK == 0 {
+                    for (k, v) in p.pairs() {
+                        *self.spilled.entry(k.to_vec()).or_default() += v as u64;
+                    }
                 }
             }
             for p in 0..4 {
-                sw.recycle_tx(p);
+                self.sw.recycle_tx(p);
             }
-            self.templates.len() as u64
+        }
+
+        /// Check the aggregation against the same computation without the switch: for
+        /// every key, the values in the switch's cells (four slices) plus the pairs sent on
+        /// to the parent equal the rounds run times the key's total in one round's packets.
+        /// Returns the keys compared, or what differs.
+        pub fn verify(&self) -> Result<usize, String> {
+            let mut want: HashMap<Vec<u8>, u64> = HashMap::new();
+            for t in &self.templates {
+                let p = Packet::new_checked(&t[layout::D..]).map_err(|e| format!("template: {e:?}"))?;
+                for (k, v) in p.pairs() {
+                    *want.entry(k.to_vec()).or_default() += v as u64 * self.rounds;
+                }
+            }
+            let mut got = self.spilled.clone();
+            let decl = self.sw.pipes()[0].set().decl(1);
+            let state = self.sw.pipes()[0].state(1);
+            let reg = |name: &str| {
+                decl.registers.iter().position(|r| r.name == name).map(|i| state.register(i)).ok_or(format!("no register {name}"))
+            };
+            for s in 0..wire::daiet::SLICES {
+                let keys = [reg(&format!("key0_{s}"))?, reg(&format!("key1_{s}"))?, reg(&format!("key2_{s}"))?, reg(&format!("key3_{s}"))?];
+                let vals = reg(&format!("value_{s}"))?;
+                for (i, &v) in vals.iter().enumerate() {
+                    if keys[0][i] == 0 {
+                        continue; // an empty cell
+                    }
+                    let mut k: Vec<u8> = keys.iter().flat_map(|w| (w[i] as u32).to_be_bytes()).collect();
+                    k.truncate(k.iter().position(|&c| c == 0).unwrap_or(k.len()));
+                    *got.entry(k).or_default() += v;
+                }
+            }
+            if got == want {
+                Ok(want.len())
+            } else {
+                let wrong =
+                    want.iter().filter(|(k, v)| got.get(*k) != Some(v)).count() + got.keys().filter(|k| !want.contains_key(*k)).count();
+                Err(format!("{wrong} of {} keys differ from the reference after {} rounds", want.len(), self.rounds))
+            }
         }
 
         /// The switch under test (its counters).
@@ -533,6 +596,7 @@ pub mod bench {
             cpu_seconds,
             pair_updates_per_cpu_s: pair_updates as f64 / cpu_seconds.max(1e-9),
             drops,
+            verified_keys: w.verify().unwrap_or_else(|e| panic!("DAIET bench: the switch's aggregate is wrong: {e}")),
         }
     }
 
@@ -571,7 +635,7 @@ pub mod bench {
         }
         let (tt, ta) = id(1, "daiet_trees", "set_tree");
         let tree = TreeConfig {
-            parent_port: 2,
+            parent_port: PARENT_PORT,
             tree_idx: 0,
             part_base: 0,
             part_size: 65536,
@@ -626,11 +690,27 @@ pub mod bench {
                 f
             })
             .collect();
-        DaietWorkload { sw, templates, pairs_per_round, seq: 0, now: 1, rx: Vec::with_capacity(batch) }
+        DaietWorkload { sw, templates, pairs_per_round, seq: 0, now: 1, rx: Vec::with_capacity(batch), rounds: 0, spilled: HashMap::new() }
     }
 
     #[cfg(test)]
     mod tests {
+        #[test]
+        fn daiet_bench_check_catches_a_wrong_aggregate() {
+            let mut w = super::daiet_workload(8, 512);
+            for _ in 0..3 {
+                w.round();
+            }
+            assert!(w.verify().is_ok());
+            // One cell's value off by one: the check must see it.
+            let decl = w.sw.pipes()[0].set().decl(1);
+            let v = decl.registers.iter().position(|r| r.name == "value_0").unwrap();
+            let cells = w.sw.pipe_mut(0).state_mut(1).register_mut(v);
+            let i = cells.iter().position(|&c| c != 0).expect("a used cell");
+            cells[i] += 1;
+            assert!(w.verify().is_err());
+        }
+
         #[test]
         fn daiet_bench_runs_without_drops() {
             let r = super::daiet_pipeline(32, 4096, std::time::Duration::from_millis(200));
@@ -638,6 +718,7 @@ pub mod bench {
             assert_eq!(r.drops, 0, "{r:?}");
             assert!(r.passes >= r.packets && r.passes <= r.packets * 3, "up to ten pairs, four per pass: {r:?}");
             assert!(r.pair_updates >= r.packets * 5, "packets are mostly full: {r:?}");
+            assert!(r.verified_keys >= 300, "the aggregate of the run's keys was checked: {r:?}");
             eprintln!("{r:?}");
         }
     }

@@ -168,7 +168,8 @@ fn agg_reduce<'py>(
 
 /// Pair updates per second one core pushes through the `daiet` program in memory (data
 /// packets of up to ten pairs, every recirculation run): a dict with pair_updates, packets,
-/// passes, seconds, pair_updates_per_s (wall), cpu_seconds, pair_updates_per_cpu_s, drops.
+/// passes, seconds, pair_updates_per_s (wall), cpu_seconds, pair_updates_per_cpu_s, drops,
+/// verified_keys (keys whose aggregate was checked equal to the reference after the run).
 #[pyfunction]
 #[pyo3(signature = (batch=64, vocab=4096, duration=2.0))]
 fn bench_daiet_pipeline<'py>(py: Python<'py>, batch: usize, vocab: u32, duration: f64) -> PyResult<Bound<'py, PyDict>> {
@@ -182,6 +183,7 @@ fn bench_daiet_pipeline<'py>(py: Python<'py>, batch: usize, vocab: u32, duration
     d.set_item("cpu_seconds", r.cpu_seconds)?;
     d.set_item("pair_updates_per_cpu_s", r.pair_updates_per_cpu_s)?;
     d.set_item("drops", r.drops)?;
+    d.set_item("verified_keys", r.verified_keys)?;
     Ok(d)
 }
 

@@ -266,30 +266,30 @@ impl Daiet {
     /// that collided (bit per position).
     #[allow(clippy::needless_range_loop)] // stage by stage across the slices, as the pipeline runs
     fn pairs(&self, pass: &mut Pass<'_>, t: &TreeConfig, first: usize, np: usize) -> u16 {
-        let mut words = [[0u32; 4]; SLICES];
         let mut keys = [[0u8; 16]; SLICES];
         let mut vals = [0u32; SLICES];
         let mut idx = [0u32; SLICES];
         let mut d = [0u32; SLICES]; // 0: no pair here
         let h = pass.hdr();
-        for s in 0..SLICES {
+        for s in 0..SLICES.min(np.saturating_sub(first)) {
             let at = pair_at(first + s);
-            // The pair's 20 bytes at once (one bounds check, not one per byte).
-            let Some(pair) = h.get(at..at + PAIR_LEN) else { continue };
-            if first + s >= np || pair[0] == 0 {
-                continue; // past the pairs, or a hole
+            // The pair's 20 bytes as one array (one bounds check, not one per byte).
+            let Some(pair) = h.get(at..).and_then(|r| r.first_chunk::<PAIR_LEN>()) else { break };
+            if pair[0] == 0 {
+                continue; // a hole
             }
-            keys[s].copy_from_slice(&pair[..16]);
-            for (w, word) in words[s].iter_mut().enumerate() {
-                *word = u32::from_be_bytes([pair[4 * w], pair[4 * w + 1], pair[4 * w + 2], pair[4 * w + 3]]);
-            }
-            vals[s] = u32::from_be_bytes([pair[16], pair[17], pair[18], pair[19]]);
+            let (key, val) = pair.split_at(16);
+            keys[s].copy_from_slice(key);
+            vals[s] = u32::from_be_bytes([val[0], val[1], val[2], val[3]]);
             d[s] = MATCH; // present
         }
+        // A key word as the register compares it (big-endian, as the wire carries it).
+        let word = |k: &[u8; 16], w: usize| u32::from_be_bytes([k[4 * w], k[4 * w + 1], k[4 * w + 2], k[4 * w + 3]]);
+        let mask = t.part_size - 1;
         // Stage 1: the hash units.
         for s in 0..SLICES {
             if d[s] != 0 {
-                idx[s] = t.part_base + (pass.hash(&self.slices[s].key_hash, &keys[s]) & (t.part_size - 1));
+                idx[s] = t.part_base + (pass.hash(&self.slices[s].key_hash, &keys[s]) & mask);
             }
         }
         // The cells the later stages reach are known now: fetch them all at once (a
@@ -304,17 +304,25 @@ impl Daiet {
                 pass.prefetch(&sl.v_sum, idx[s]);
             }
         }
-        // Stages 2-5: the key words.
+        // Stages 2-5: the key words (written out per stage: no loop state between them).
         for s in 0..SLICES {
             if d[s] != 0 {
-                d[s] = pass.execute(&self.slices[s].key0, idx[s], words[s][0]);
+                d[s] = pass.execute(&self.slices[s].key0, idx[s], word(&keys[s], 0));
             }
         }
-        for w in 1..4 {
-            for s in 0..SLICES {
-                if d[s] == CLAIM || d[s] == MATCH {
-                    d[s] = pass.execute(&self.slices[s].key_follow[w - 1], idx[s], (words[s][w], d[s]));
-                }
+        for s in 0..SLICES {
+            if d[s] == CLAIM || d[s] == MATCH {
+                d[s] = pass.execute(&self.slices[s].key_follow[0], idx[s], (word(&keys[s], 1), d[s]));
+            }
+        }
+        for s in 0..SLICES {
+            if d[s] == CLAIM || d[s] == MATCH {
+                d[s] = pass.execute(&self.slices[s].key_follow[1], idx[s], (word(&keys[s], 2), d[s]));
+            }
+        }
+        for s in 0..SLICES {
+            if d[s] == CLAIM || d[s] == MATCH {
+                d[s] = pass.execute(&self.slices[s].key_follow[2], idx[s], (word(&keys[s], 3), d[s]));
             }
         }
         // Stage 6: the values.
