@@ -93,6 +93,7 @@ fn agg_map<'py>(
     d.set_item("packets_sent", run.stats.packets_sent)?;
     d.set_item("bytes_sent", run.stats.bytes_sent)?;
     d.set_item("retransmissions", run.stats.retransmissions)?;
+    d.set_item("timeouts", run.stats.timeouts)?;
     d.set_item("acks", run.stats.acks)?;
     d.set_item("pairs", run.stats.pairs)?;
     d.set_item("fallback", run.stats.fallback)?;

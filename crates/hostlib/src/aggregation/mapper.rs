@@ -2,9 +2,9 @@
 //! reports to the reducer, and the switch to a BYPASS stream when the reducer asks.
 //!
 //! The retransmission timeout adapts per tree as TCP's does (RFC 6298): a smoothed RTT
-//! and its variation from acknowledgements of packets sent once (Karn: a retransmitted
-//! packet's ACK is ambiguous), RTO = SRTT + 4 RTTVAR within `[min_rto_ns, max_rto_ns]`,
-//! doubled on each timeout. A fixed timeout either retransmits spuriously whenever a
+//! and its variation from acknowledgements (timed from the packet's latest copy; see
+//! `handle` for why not Karn's rule), RTO = SRTT + 4 RTTVAR within
+//! `[min_rto_ns, max_rto_ns]`, doubled on each timeout until the next sample. A fixed timeout either retransmits spuriously whenever a
 //! loaded reducer answers late (which made the udp baseline's packet counts noisy) or
 //! waits too long after a real loss.
 
@@ -43,8 +43,12 @@ impl MapperConfig {
             // says 1 s), because every tree's first window goes out at once and a loaded
             // reducer may take tens of ms to answer it; a timeout there resends the window.
             rto_ns: 200_000_000,
-            min_rto_ns: 10_000_000,
-            max_rto_ns: 1_000_000_000,
+            // The old fixed timeout is the floor: on a loaded 2-core host a reducer is often
+            // descheduled for more than 10 ms.
+            min_rto_ns: 20_000_000,
+            // Backed off well below `stall_ns`, so a few losses in a row are not taken for
+            // a restarted switch.
+            max_rto_ns: 500_000_000,
             window: 64,
             stall_ns: 2_000_000_000,
         }
@@ -72,8 +76,9 @@ struct TreeTx {
     next: usize,
     /// When the oldest unacknowledged packet times out.
     timer: Option<u64>,
-    /// When each packet was first sent (`RESENT` once sent again: no RTT sample from it).
+    /// When each packet was last sent, and whether it was sent more than once.
     sent_at: Vec<u64>,
+    resent: Vec<bool>,
     rtt: Rtt,
     last_progress: u64,
     last_query: Option<u64>,
@@ -129,6 +134,7 @@ impl Mapper {
                     next: 0,
                     timer: None,
                     sent_at: Vec::new(),
+                    resent: Vec::new(),
                     rtt: Rtt::new(cfg.rto_ns),
                     last_progress: now,
                     last_query: None,
@@ -173,6 +179,7 @@ impl Mapper {
         let t = &mut self.trees[i];
         t.epoch = epoch;
         t.sent_at = vec![UNSENT; packets.len()];
+        t.resent = vec![false; packets.len()];
         t.packets = packets;
         t.base = 0;
         t.next = 0;
@@ -226,8 +233,8 @@ impl Mapper {
             let rto = t.rtt.rto(min_rto, max_rto);
             while t.next < t.packets.len() && t.next < t.base + window {
                 let p = t.packets[t.next].clone();
-                let s = &mut t.sent_at[t.next];
-                *s = if *s == UNSENT { now } else { RESENT };
+                t.resent[t.next] = t.sent_at[t.next] != UNSENT;
+                t.sent_at[t.next] = now;
                 self.stats.packets_sent += 1;
                 self.stats.bytes_sent += p.len() as u64;
                 out.push((i, p));
@@ -280,9 +287,22 @@ impl Mapper {
             self.stats.acks += 1;
             let acked = r.seq as usize + 1;
             if acked > t.base && acked <= t.packets.len() {
-                let first = t.sent_at[acked - 1];
-                if first != UNSENT && first != RESENT && now >= first {
-                    t.rtt.sample(now - first);
+                // Timed from the packet's latest copy. For a retransmitted packet that is
+                // ambiguous (the ACK may answer an earlier copy, so it can only
+                // under-estimate), and Karn's rule would take no sample at all; but a
+                // Go-Back-N sender then starves: after a loss every packet in the window is
+                // sent again and the receiver drops those past the hole, so a clean sample
+                // almost never comes and the backed-off timeout stays (a loopback test at
+                // 5% loss stalled for seconds). So a retransmitted packet's sample counts
+                // while there is no estimate yet or when it is at least half the estimate
+                // (an ACK of the earlier copy arrives sooner than that).
+                let last = t.sent_at[acked - 1];
+                let ambiguous = t.resent[acked - 1];
+                if last != UNSENT && now >= last {
+                    let r = now - last;
+                    if !ambiguous || t.rtt.srtt().is_none_or(|s| r >= s / 2) {
+                        t.rtt.sample(r);
+                    }
                 }
                 let rto = t.rtt.rto(min_rto, max_rto);
                 t.base = acked;
@@ -317,9 +337,8 @@ impl Mapper {
     }
 }
 
-/// `sent_at` of a packet not sent yet, and of one sent more than once.
+/// `sent_at` of a packet not sent yet.
 const UNSENT: u64 = u64::MAX;
-const RESENT: u64 = u64::MAX - 1;
 
 /// RFC 6298's estimator, in nanoseconds.
 #[derive(Debug, Clone)]

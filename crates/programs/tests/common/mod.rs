@@ -248,6 +248,10 @@ pub fn run_job_tapped(
             let mut cfg = MapperConfig::new(i as u16, job.op, Mode::Switch);
             cfg.protocol = protocol;
             cfg.rto_ns = 2_000_000;
+            // Time here is simulated and fast: scale the adaptive timeout's bounds with
+            // it (backed off below the stall report, so loss is not taken for a restart).
+            cfg.min_rto_ns = 500_000;
+            cfg.max_rto_ns = 16_000_000;
             cfg.stall_ns = 40_000_000;
             cfg.window = 16;
             Mapper::new(cfg, &tree_ids, keys, offs, ps.iter().map(|p| p.2).collect(), ps.iter().map(|p| p.0).collect(), 0).unwrap()
