@@ -255,3 +255,20 @@ def test_full_packets_are_split_not_bypassed() -> None:
     sw = m["netsha"]["switch_counters"]["switch0"]
     assert sw["bypass_no_room"] == 0 and sw["splits"] > 0, sw
     assert m["netsha"]["agent_answers"] < m["tlsh"]["agent_answers"] / 3
+
+
+def test_rack_node_codec_is_the_wire_format() -> None:
+    """The rack processes' packets go through `wire::netsha` (Rust) both ways: a query and
+    an answer payload survive a round trip, and malformed payloads decode to nothing."""
+    from inswitch.apps.netsha.rack_node import decode_answers, decode_query, encode_answers, encode_query
+
+    keys = np.array([3, -1, 1 << 40], dtype=np.int64)
+    vec = np.array([0.5, -2.25, 7.0], dtype=np.float32)
+    qid, k, v = decode_query(encode_query(9, keys, vec))
+    assert qid == 9 and k.tolist() == keys.tolist() and v.tolist() == vec.tolist()
+    ids, dists = np.array([4, 5, 6]), np.array([0.125, 2.5, 1e9])
+    raw = encode_answers(77, ids, dists)
+    assert raw[:7] == bytes([1, 0, 0, 0, 77, 0, 3])  # Query# = 1, QID, NUM (big-endian)
+    assert decode_answers(raw) == [(77, 4, 0.125), (77, 5, 2.5), (77, 6, 1e9)]
+    assert decode_answers(raw[:-1]) == [] and decode_answers(b"") == []
+    assert decode_query(encode_query(9, keys, vec)[:-1]) is None

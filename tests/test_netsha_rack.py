@@ -28,7 +28,8 @@ K = 50
 SERVER = textwrap.dedent('''
     # One search server: send this server's answers (from a JSON file) to the agent, one
     # query per packet, at most PER answers per packet, ToS reserved bit set.
-    import json, socket, struct, sys, time
+    import json, socket, sys, time
+    from inswitch.apps.netsha.rack_node import encode_answers
     path, me, agent, port, per = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
     answers = json.load(open(path))[str(me)]
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -37,8 +38,7 @@ SERVER = textwrap.dedent('''
     for qid, items in answers.items():
         for i in range(0, len(items), per):
             chunk = items[i:i + per]
-            body = struct.pack("!BIH", 1, int(qid), len(chunk)) + b"".join(struct.pack("!Id", a, d) for a, d in chunk)
-            s.sendto(body, (agent, port))
+            s.sendto(encode_answers(int(qid), [a for a, _ in chunk], [d for _, d in chunk]), (agent, port))
             sent += 1
             time.sleep(0.0005)
     print(sent, flush=True)
@@ -47,7 +47,8 @@ SERVER = textwrap.dedent('''
 AGENT = textwrap.dedent('''
     # The agent: receive NetSHa packets until idle, print every (qid, id, distance) and the
     # number of packets.
-    import json, socket, struct, sys, time
+    import json, socket, sys, time
+    from inswitch.apps.netsha.rack_node import decode_answers
     port, idle, limit = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.bind(("0.0.0.0", port)); s.settimeout(0.2)
@@ -59,12 +60,7 @@ AGENT = textwrap.dedent('''
         except socket.timeout:
             continue
         packets += 1; last = time.monotonic()
-        n, at = msg[0], 1
-        for _ in range(n):
-            qid, num = struct.unpack_from("!IH", msg, at); at += 6
-            for _ in range(num):
-                a, d = struct.unpack_from("!Id", msg, at); at += 12
-                got.append([qid, a, d])
+        got.extend([q, a, d] for q, a, d in decode_answers(msg))
     print(json.dumps({"packets": packets, "answers": got}), flush=True)
 ''')
 

@@ -287,6 +287,50 @@ fn netsha_encode<'py>(py: Python<'py>, qids: &[u8], ids: &[u8], dists: &[u8]) ->
     Ok(PyBytes::new(py, &buf))
 }
 
+/// A NetSHa payload's answers (the Rust parser), as little-endian `(qids uint32, ids
+/// uint32, dists float64)` arrays; `ValueError` if the payload is malformed.
+#[pyfunction]
+fn netsha_decode<'py>(py: Python<'py>, payload: &[u8]) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+    let repr =
+        nw::NetshaPacket::new_checked(payload).and_then(|p| nw::NetshaRepr::parse(&p)).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let (mut q, mut i, mut d) = (Vec::new(), Vec::new(), Vec::new());
+    for b in &repr.queries {
+        for &(id, dist) in &b.answers {
+            q.extend_from_slice(&b.qid.to_le_bytes());
+            i.extend_from_slice(&id.to_le_bytes());
+            d.extend_from_slice(&dist.to_le_bytes());
+        }
+    }
+    Ok((PyBytes::new(py, &q), PyBytes::new(py, &i), PyBytes::new(py, &d)))
+}
+
+/// A query packet's payload (`wire::netsha::QueryRepr`) from little-endian `keys` (uint64 or
+/// int64, one per LSH table) and `vector` (float32).
+#[pyfunction]
+fn netsha_query_encode<'py>(py: Python<'py>, qid: u32, keys: &[u8], vector: &[u8]) -> PyResult<Bound<'py, PyBytes>> {
+    if !keys.len().is_multiple_of(8) || !vector.len().is_multiple_of(4) {
+        return Err(PyValueError::new_err("keys must be 8-byte and vector 4-byte values"));
+    }
+    let r = nw::QueryRepr {
+        qid,
+        keys: keys.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect(),
+        vector: vector.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect(),
+    };
+    let mut buf = vec![0u8; r.buffer_len()];
+    r.emit(&mut buf).map_err(|e| PyValueError::new_err(format!("query {qid}: {e}")))?;
+    Ok(PyBytes::new(py, &buf))
+}
+
+/// A query packet's `(qid, keys uint64, vector float32)` (little-endian bytes), or `None` if
+/// the payload is not a well-formed query.
+#[pyfunction]
+fn netsha_query_decode<'py>(py: Python<'py>, payload: &[u8]) -> Option<(u32, Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+    let r = nw::QueryPacket::new_checked(payload).and_then(|p| nw::QueryRepr::parse(&p)).ok()?;
+    let keys: Vec<u8> = r.keys.iter().flat_map(|k| k.to_le_bytes()).collect();
+    let vector: Vec<u8> = r.vector.iter().flat_map(|v| v.to_le_bytes()).collect();
+    Some((r.qid, PyBytes::new(py, &keys), PyBytes::new(py, &vector)))
+}
+
 /// Answers per packet a server may send so that a switch with this spec reduces all of them.
 #[pyfunction]
 fn netsha_answers_per_packet(spec: &str) -> PyResult<usize> {
@@ -358,6 +402,9 @@ fn netsha_bench<'py>(py: Python<'py>, spec: &str, answers_per_packet: usize, que
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(netsha_bench, m)?)?;
     m.add_function(wrap_pyfunction!(netsha_encode, m)?)?;
+    m.add_function(wrap_pyfunction!(netsha_decode, m)?)?;
+    m.add_function(wrap_pyfunction!(netsha_query_encode, m)?)?;
+    m.add_function(wrap_pyfunction!(netsha_query_decode, m)?)?;
     m.add_class::<NetshaPath>()?;
     m.add_function(wrap_pyfunction!(netsha_answers_per_packet, m)?)?;
     Ok(())

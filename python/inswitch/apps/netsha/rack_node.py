@@ -18,61 +18,51 @@ from __future__ import annotations
 import argparse
 import json
 import socket
-import struct
 import sys
 import time
 
 import numpy as np
 
+from inswitch import _native
+
 QUERY_PORT = 7000
 TOS_BIT = 0x01
 
 
+# The formats are `wire::netsha`'s; encoding and parsing are the Rust ones, through
+# `_native` (bytes of little-endian arrays across the boundary).
+
+
 def encode_query(qid: int, keys: np.ndarray, vector: np.ndarray) -> bytes:
-    """QID | L | L × key | DIM | DIM × f32 (wire::netsha::QueryRepr), big-endian."""
-    k = np.asarray(keys, dtype=">i8").tobytes()
-    v = np.asarray(vector, dtype=">f4").tobytes()
-    return struct.pack("!IB", qid, len(keys)) + k + struct.pack("!H", len(vector)) + v
+    """QID | L | L × key | DIM | DIM × f32 (wire::netsha::QueryRepr)."""
+    k = np.asarray(keys, dtype="<i8").tobytes()
+    v = np.asarray(vector, dtype="<f4").tobytes()
+    return _native.netsha_query_encode(qid, k, v)
 
 
 def decode_query(b: bytes) -> tuple[int, np.ndarray, np.ndarray] | None:
-    if len(b) < 5:
+    q = _native.netsha_query_decode(b)
+    if q is None:
         return None
-    qid, l = struct.unpack_from("!IB", b, 0)
-    h = 5 + 8 * l
-    if l == 0 or len(b) < h + 2:
-        return None
-    (dim,) = struct.unpack_from("!H", b, h)
-    if len(b) != h + 2 + 4 * dim:
-        return None
-    keys = np.frombuffer(b, dtype=">i8", count=l, offset=5).astype(np.int64)
-    vec = np.frombuffer(b, dtype=">f4", count=dim, offset=h + 2).astype(np.float32)
-    return qid, keys, vec
+    qid, k, v = q
+    return qid, np.frombuffer(k, dtype="<i8").astype(np.int64), np.frombuffer(v, dtype="<f4").astype(np.float32)
 
 
 def encode_answers(qid: int, ids: np.ndarray, dists: np.ndarray) -> bytes:
     """One NetSHa answer payload of one query block: Query# = 1, QID, NUM, (id, f64)×NUM."""
-    rec = np.empty(len(ids), dtype=[("id", ">u4"), ("d", ">f8")])
-    rec["id"], rec["d"] = ids, dists
-    return struct.pack("!BIH", 1, qid, len(ids)) + rec.tobytes()
+    n = len(ids)
+    return _native.netsha_encode(np.full(n, qid, dtype="<u4").tobytes(), np.asarray(ids, dtype="<u4").tobytes(),
+                                 np.asarray(dists, dtype="<f8").tobytes())
 
 
 def decode_answers(b: bytes) -> list[tuple[int, int, float]]:
-    out: list[tuple[int, int, float]] = []
-    if not b:
-        return out
-    at = 1
-    for _ in range(b[0]):
-        if len(b) < at + 6:
-            return out
-        qid, num = struct.unpack_from("!IH", b, at)
-        at += 6
-        if len(b) < at + 12 * num:
-            return out
-        rec = np.frombuffer(b, dtype=[("id", ">u4"), ("d", ">f8")], count=num, offset=at)
-        out.extend((qid, int(i), float(d)) for i, d in zip(rec["id"], rec["d"]))
-        at += 12 * num
-    return out
+    """Every (qid, id, distance) of a NetSHa payload; nothing from a malformed one."""
+    try:
+        q, i, d = _native.netsha_decode(b)
+    except ValueError:
+        return []
+    qs, ids, ds = np.frombuffer(q, "<u4"), np.frombuffer(i, "<u4"), np.frombuffer(d, "<f8")
+    return [(int(a), int(x), float(y)) for a, x, y in zip(qs, ids, ds)]
 
 
 def server(args: argparse.Namespace) -> None:
