@@ -25,13 +25,8 @@ const W_DONE: u16 = 0x4000;
 
 impl Daiet {
     pub(super) fn walk_pass(&self, pass: &mut Pass<'_>, t: &TreeConfig, br: &mut Bridged) {
-        if br.cursor as usize >= MAX_PAIRS {
-            // The copy that left carried these pairs: start the next packet empty.
-            pass.hdr_mut()[NUM_PAIRS] = 0;
-            if !pass.resize_hdr(PAIRS) {
-                return;
-            }
-            br.cursor = 0;
+        if !self.empty_after_copy_left(pass, br) {
+            return;
         }
         if br.spill == W_DONE {
             if br.cursor > 0 {

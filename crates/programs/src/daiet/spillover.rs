@@ -140,13 +140,8 @@ impl Daiet {
 
     /// One pass of the drain walker: read-and-clear one slot of the buffer being drained.
     pub(super) fn drain_pass(&self, pass: &mut Pass<'_>, t: &TreeConfig, br: &mut Bridged) {
-        if br.cursor as usize >= MAX_PAIRS {
-            // The copy that left carried these pairs: start the next packet empty.
-            pass.hdr_mut()[NUM_PAIRS] = 0;
-            if !pass.resize_hdr(PAIRS) {
-                return;
-            }
-            br.cursor = 0;
+        if !self.empty_after_copy_left(pass, br) {
+            return;
         }
         let buf = (br.spill >> 8) as u32 & 0xF;
         let slot = br.spill as u32 & 0xF;
@@ -187,6 +182,20 @@ impl Daiet {
             pass.clone_ingress(WALK_SESSION);
             br.cursor = MAX_PAIRS as u8;
         }
+    }
+
+    /// A walker (END flush or bucket drain) whose copy has just left for the parent with
+    /// ten pairs starts its next packet empty. False if the packet could not be resized
+    /// (the pass then ends; the model counts the failed resize as a violation).
+    pub(super) fn empty_after_copy_left(&self, pass: &mut Pass<'_>, br: &mut Bridged) -> bool {
+        if br.cursor as usize >= MAX_PAIRS {
+            pass.hdr_mut()[NUM_PAIRS] = 0;
+            if !pass.resize_hdr(PAIRS) {
+                return false;
+            }
+            br.cursor = 0;
+        }
+        true
     }
 
     /// Append a pair (four key words, value) after the packet's `br.cursor` pairs.
