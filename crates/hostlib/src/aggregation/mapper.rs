@@ -354,19 +354,20 @@ impl Rtt {
         Rtt { srtt: None, rttvar: 0, rto: initial_ns }
     }
 
-    /// A round trip measured on a packet sent once.
+    /// A measured round trip (see `Mapper::handle` for which ACKs give one).
     pub fn sample(&mut self, r: u64) {
-        match self.srtt {
+        let srtt = match self.srtt {
             None => {
-                self.srtt = Some(r);
                 self.rttvar = r / 2;
+                r
             }
             Some(s) => {
                 self.rttvar = (3 * self.rttvar + s.abs_diff(r)) / 4;
-                self.srtt = Some((7 * s + r) / 8);
+                (7 * s + r) / 8
             }
-        }
-        self.rto = self.srtt.unwrap_or(r) + (4 * self.rttvar).max(1_000);
+        };
+        self.srtt = Some(srtt);
+        self.rto = srtt + (4 * self.rttvar).max(1_000);
     }
 
     /// A timeout fired: wait twice as long next time.
