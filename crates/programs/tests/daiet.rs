@@ -244,14 +244,7 @@ fn tree_not_on_the_switch_falls_back_and_stays_exact() {
 #[test]
 fn no_switch_at_all_falls_back_and_stays_exact() {
     let job = single_switch_job(Op::Min, 1, 500, 8);
-    let mut net = Net {
-        switches: vec![],
-        links: HashMap::new(),
-        attach: HashMap::new(),
-        up: Link::new(1, Faults::default()),
-        down: Link::new(2, Faults::default()),
-        clean: Vec::new(),
-    };
+    let mut net = Net::no_switch();
     let out = run_job(&job, &mut net, None);
     assert_eq!(out.results, reference(&job));
     assert!(out.fallback);

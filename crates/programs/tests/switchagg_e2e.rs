@@ -99,24 +99,13 @@ fn words(mappers: usize, per_mapper: usize, vocab: u64, trees: u16, seed: u64) -
 
 /// One switch: mappers on ports = host numbers, reducers after them.
 fn one_switch_net(job: &Job, cfg: Config, seed: u64, f: Faults, with_trees: bool) -> Net {
-    let mut hosts: Vec<u8> = job.mappers.clone();
-    hosts.extend(job.reducers.iter().map(|r| r.0));
-    let l2: Vec<(u8, u16)> = hosts.iter().map(|&h| (h, h as u16)).collect();
-    let ports = hosts.iter().map(|&h| h as u16 + 1).max().unwrap_or(16).max(16);
+    let (hosts, l2, ports) = job_hosts(job);
     let trees: Vec<TreeAt> = if with_trees {
         job.reducers.iter().map(|&(h, id)| (id, h as u16, job.mappers.len() as u16, SWITCH_CHILD_MIN)).collect()
     } else {
         Vec::new()
     };
-    let sw = switch(cfg, ports, &l2, &trees, job.op);
-    Net {
-        switches: vec![sw],
-        links: hosts.iter().map(|&h| ((0usize, h as u16), End::Host(h))).collect(),
-        attach: hosts.iter().map(|&h| (h, (0usize, h as u16))).collect(),
-        up: Link::new(seed, f),
-        down: Link::new(seed.wrapping_add(77), f),
-        clean: Vec::new(),
-    }
+    Net::one_switch(switch(cfg, ports, &l2, &trees, job.op), &hosts, seed, f)
 }
 
 fn single_switch_job(op: Op, n_trees: u16, per_mapper: usize, seed: u64) -> Job {
@@ -294,14 +283,7 @@ fn switchagg_tree_not_on_the_switch_falls_back_and_stays_exact() {
 #[test]
 fn switchagg_no_switch_at_all_falls_back_and_stays_exact() {
     let job = single_switch_job(Op::Min, 1, 500, 8);
-    let mut net = Net {
-        switches: vec![],
-        links: HashMap::new(),
-        attach: HashMap::new(),
-        up: Link::new(1, Faults::default()),
-        down: Link::new(2, Faults::default()),
-        clean: Vec::new(),
-    };
+    let mut net = Net::no_switch();
     let out = run_job(&job, &mut net, None);
     assert_eq!(out.results, reference(&job));
     assert!(out.fallback);

@@ -72,19 +72,8 @@ pub fn tree(parent_port: u16, tree_idx: u16, part_base: u32, part_size: u32, op:
 
 /// One switch: mappers on ports 1..=M (hosts 1..=M), reducers after them.
 pub fn one_switch_net(job: &Job, trees: &[(u16, TreeConfig)], seed: u64, f: Faults) -> Net {
-    let mut hosts: Vec<u8> = job.mappers.clone();
-    hosts.extend(job.reducers.iter().map(|r| r.0));
-    let l2: Vec<(u8, u16)> = hosts.iter().map(|&h| (h, h as u16)).collect();
-    let ports = hosts.iter().map(|&h| h as u16 + 1).max().unwrap_or(16).max(16);
-    let sw = switch(ports, &l2, trees);
-    Net {
-        switches: vec![sw],
-        links: hosts.iter().map(|&h| ((0usize, h as u16), End::Host(h))).collect(),
-        attach: hosts.iter().map(|&h| (h, (0usize, h as u16))).collect(),
-        up: Link::new(seed, f),
-        down: Link::new(seed.wrapping_add(77), f),
-        clean: Vec::new(),
-    }
+    let (hosts, l2, ports) = job_hosts(job);
+    Net::one_switch(switch(ports, &l2, trees), &hosts, seed, f)
 }
 
 pub fn trees_for(job: &Job, part_size: u32) -> Vec<(u16, TreeConfig)> {

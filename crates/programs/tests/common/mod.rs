@@ -144,7 +144,41 @@ pub struct Net {
     pub clean: Vec<u8>,
 }
 
+/// A job's hosts (mappers, then reducers), each on the switch port numbered as the host,
+/// their L2 entries, and the switch's port count.
+pub fn job_hosts(job: &Job) -> (Vec<u8>, Vec<(u8, u16)>, u16) {
+    let mut hosts: Vec<u8> = job.mappers.clone();
+    hosts.extend(job.reducers.iter().map(|r| r.0));
+    let l2: Vec<(u8, u16)> = hosts.iter().map(|&h| (h, h as u16)).collect();
+    let ports = hosts.iter().map(|&h| h as u16 + 1).max().unwrap_or(16).max(16);
+    (hosts, l2, ports)
+}
+
 impl Net {
+    /// One switch with every host on the port numbered as the host ([`job_hosts`]).
+    pub fn one_switch(sw: Switch, hosts: &[u8], seed: u64, f: Faults) -> Net {
+        Net {
+            switches: vec![sw],
+            links: hosts.iter().map(|&h| ((0usize, h as u16), End::Host(h))).collect(),
+            attach: hosts.iter().map(|&h| (h, (0usize, h as u16))).collect(),
+            up: Link::new(seed, f),
+            down: Link::new(seed.wrapping_add(77), f),
+            clean: Vec::new(),
+        }
+    }
+
+    /// No switch at all: hosts talk directly, over fault-free links.
+    pub fn no_switch() -> Net {
+        Net {
+            switches: vec![],
+            links: HashMap::new(),
+            attach: HashMap::new(),
+            up: Link::new(1, Faults::default()),
+            down: Link::new(2, Faults::default()),
+            clean: Vec::new(),
+        }
+    }
+
     /// Deliver frames sent by hosts; returns frames arriving at hosts `(host, frame)`.
     pub fn run(&mut self, sent: Vec<(u8, Vec<u8>)>, now: u64, flush: bool) -> Vec<(u8, Vec<u8>)> {
         let (clean, faulty): (Vec<_>, Vec<_>) =
