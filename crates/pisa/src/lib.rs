@@ -10,13 +10,15 @@
 //! - [`control`]: control-plane operations (what P4Runtime maps to).
 //!
 //! Sans-IO: nothing here opens a socket, spawns a thread or reads a clock.
-// No unsafe code, except the one cache hint in `pass::prefetch_hint` (allowed there).
+// No unsafe code, except the one cache hint in `pass::prefetch_hint` and the CRC-32C
+// instruction in `hash` (allowed there).
 #![deny(unsafe_code)]
 
 pub mod control;
 pub mod counters;
 pub mod decl;
 pub mod hash;
+pub mod lanes;
 pub mod packet;
 pub mod pass;
 pub mod pipe;
@@ -33,6 +35,7 @@ pub use decl::{
     ActionId, ClassifyRule, Digest, DropCode, Gress, HashUnit, Memory, MemoryKind, ProgramBuilder, ProgramDecl, Table, TableSpec,
 };
 pub use hash::HashAlgo;
+pub use lanes::{HashLanes, LanesError, RegisterLanes};
 pub use packet::{BufPool, PacketBuf, PortId, PORT_CPU, PORT_NONE, PORT_PKTGEN, PORT_RECIRC};
 pub use pass::{Pass, Violation};
 pub use pipe::{Handoff, Pipe, PipeConfig, PortMap};

@@ -20,6 +20,7 @@ use serde::Serialize;
 use crate::decl::{Digest, DropCode, Gress, HashUnit, Memory, ObjRef, Table};
 use crate::packet::{PacketBuf, PortId, PORT_CPU, PORT_NONE, PORT_RECIRC};
 pub use crate::packet::{PacketMeta, BRIDGED_BYTES};
+use crate::lanes::{HashLanes, RegisterLanes};
 use crate::register::{Cell, RegisterAction, SaluBody};
 use crate::table::{TableResult, TableState};
 
@@ -213,6 +214,25 @@ impl Guard {
         }
         if self.violation.is_none() {
             self.fail(why(self.pos, self.end, o));
+        }
+        false
+    }
+
+    /// Enter every object in `bits` (all at position `pos`, distinct, at least one) at
+    /// once, as separate entries in a row would; or, if any of them could not enter,
+    /// nothing at all and nothing recorded (the caller then enters them one by one, which
+    /// records the violation where separate entries would).
+    #[inline(always)]
+    fn try_enter_all(&mut self, pos: u16, bits: u64) -> bool {
+        if pos == self.pos {
+            if self.touched & bits == 0 {
+                self.touched |= bits;
+                return true;
+            }
+        } else if pos > self.pos && pos < self.end {
+            self.pos = pos;
+            self.touched = bits;
+            return true;
         }
         false
     }
@@ -483,6 +503,117 @@ impl<'a> Pass<'a> {
         }
     }
 
+    /// Run lanes' register actions, lane `i` (if bit `i` of `active` is set) on cell
+    /// `index[i]` with operand `input(i)`; returns each lane's output (the default for a
+    /// lane not run). The same as one [`Pass::execute`] per active lane in lane order,
+    /// checks, effects and violations included (see [`crate::lanes`]).
+    #[inline(always)]
+    pub fn execute_lanes<T: Cell, I, O: Default + Copy, B: SaluBody<T, I, O>, const N: usize>(
+        &mut self,
+        l: &RegisterLanes<T, I, O, B, N>,
+        active: u32,
+        index: [u32; N],
+        input: impl Fn(usize) -> I,
+    ) -> [O; N] {
+        let mut out = [O::default(); N];
+        let bits = l.bits(active);
+        if bits == 0 {
+            return out;
+        }
+        if !self.guard.try_enter_all(l.pos, bits) {
+            return self.execute_lanes_one_by_one(l, active, index, input);
+        }
+        for i in 0..N {
+            if active >> i & 1 == 0 {
+                continue;
+            }
+            let a = &l.acts[i];
+            if index[i] < a.reg.size {
+                if let Some(slot) = self.regs.get_mut(a.reg.offset as usize + index[i] as usize) {
+                    let (c, o) = a.body.run(T::from_bits(*slot), input(i));
+                    *slot = c.to_bits();
+                    out[i] = o;
+                    continue;
+                }
+            }
+            // As separate accesses: this lane fails, the later ones find the pass
+            // violated and do nothing.
+            self.guard.fail(Violation::IndexOutOfRange);
+            return out;
+        }
+        out
+    }
+
+    /// Lanes that cannot enter as a group (a rule is broken): one by one, so the violation
+    /// is recorded as separate accesses record it.
+    #[cold]
+    #[inline(never)]
+    fn execute_lanes_one_by_one<T: Cell, I, O: Default + Copy, B: SaluBody<T, I, O>, const N: usize>(
+        &mut self,
+        l: &RegisterLanes<T, I, O, B, N>,
+        active: u32,
+        index: [u32; N],
+        input: impl Fn(usize) -> I,
+    ) -> [O; N] {
+        let mut out = [O::default(); N];
+        for i in 0..N {
+            if active >> i & 1 != 0 {
+                out[i] = self.execute(&l.acts[i], index[i], input(i));
+            }
+        }
+        out
+    }
+
+    /// Cache hints for the cells lanes will reach at `index` (see [`Pass::prefetch`]).
+    #[inline(always)]
+    pub fn prefetch_lanes<T: Cell, I, O, B: SaluBody<T, I, O>, const N: usize>(
+        &self,
+        l: &RegisterLanes<T, I, O, B, N>,
+        active: u32,
+        index: [u32; N],
+    ) {
+        let base = self.regs.as_ptr();
+        for i in 0..N {
+            if active >> i & 1 != 0 {
+                // Any address will do for a hint (it never faults and reads nothing): no
+                // bounds check needed, and a wrong index only wastes the hint.
+                let a = &l.acts[i];
+                prefetch_hint(base.wrapping_add(a.reg.offset as usize + index[i] as usize));
+            }
+        }
+    }
+
+    /// Compute lanes' hash units, unit `i` (if bit `i` of `active` is set) over
+    /// `data[i]`; 0 for a lane not run. The same as one [`Pass::hash`] per active lane.
+    #[inline(always)]
+    pub fn hash_lanes<const N: usize>(&mut self, h: &HashLanes<N>, active: u32, data: [&[u8]; N]) -> [u32; N] {
+        let bits = h.bits(active);
+        if bits == 0 {
+            return [0; N];
+        }
+        if !self.guard.try_enter_all(h.pos, bits) {
+            return self.hash_lanes_one_by_one(h, active, data);
+        }
+        let u = &h.units[0]; // all lanes compute the same hash (checked by `HashLanes::new`)
+        let mut out = u.algo.compute_lanes(active, data);
+        for o in &mut out {
+            *o &= u.mask;
+        }
+        out
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn hash_lanes_one_by_one<const N: usize>(&mut self, h: &HashLanes<N>, active: u32, data: [&[u8]; N]) -> [u32; N] {
+        let mut out = [0u32; N];
+        for i in 0..N {
+            if active >> i & 1 != 0 {
+                out[i] = self.hash(&h.units[i], data[i]);
+            }
+        }
+        out
+    }
+
     /// Read-modify-write one word of a block memory: `f` gets the word and returns the
     /// output (on a rule violation `f` does not run and the default comes back).
     #[inline]
@@ -564,12 +695,12 @@ impl<'a> Pass<'a> {
 /// elsewhere).
 #[inline(always)]
 #[allow(unsafe_code)]
-fn prefetch_hint(slot: &u64) {
+fn prefetch_hint(slot: *const u64) {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch only hints the cache; it never faults and reads nothing into the
-    // program (the pointer comes from a live reference anyway). SSE is part of x86-64.
+    // SAFETY: a prefetch only hints the cache: it never faults, whatever the address, and
+    // reads nothing into the program. SSE is part of x86-64.
     unsafe {
-        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(slot as *const u64 as *const i8)
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(slot as *const i8)
     };
     #[cfg(not(target_arch = "x86_64"))]
     let _ = slot;
@@ -612,6 +743,157 @@ mod tests {
         let mut g = Guard::new(Gress::Ingress);
         assert!(!g.enter(obj(0, 0, Gress::Egress)));
         assert_eq!(g.violation, Some(Violation::WrongGress));
+    }
+
+    /// A program of four 16-cell arrays in stage 2 (lanes), one more in stage 2, one in
+    /// stage 1 and four hash units in stage 1; its state, and a pass over an empty packet.
+    mod lanes_rig {
+        use super::super::*;
+        use crate::decl::ProgramBuilder;
+        use crate::hash::HashAlgo;
+        use crate::lanes::{HashLanes, LanesError, RegisterLanes};
+        use crate::register::{RegisterAction, SaluBody};
+
+        #[derive(Clone, Copy)]
+        pub struct AddOld;
+        impl SaluBody<u32, u32, u32> for AddOld {
+            fn run(self, c: u32, v: u32) -> (u32, u32) {
+                (c.wrapping_add(v), c)
+            }
+        }
+
+        pub struct Rig {
+            pub decl: crate::decl::ProgramDecl,
+            pub lanes: RegisterLanes<u32, u32, u32, AddOld, 4>,
+            pub one: [RegisterAction<u32, u32, u32, AddOld>; 4],
+            pub other: RegisterAction<u32, u32, u32, AddOld>,
+            pub early: RegisterAction<u32, u32, u32, AddOld>,
+            pub hashes: HashLanes<4>,
+        }
+
+        pub fn rig() -> Rig {
+            let mut b = ProgramBuilder::new("lanes", "lanes test");
+            let early_r = b.register::<u32>("early", Gress::Ingress, 1, 16, "");
+            let early = b.register_action_body(early_r, "add", AddOld);
+            let regs: Vec<_> = (0..4).map(|i| b.register::<u32>(&format!("r{i}"), Gress::Ingress, 2, 16, "")).collect();
+            let one = [0, 1, 2, 3].map(|i| b.register_action_body(regs[i], "add", AddOld));
+            let other_r = b.register::<u32>("other", Gress::Ingress, 2, 16, "");
+            let other = b.register_action_body(other_r, "add", AddOld);
+            let units = [0, 1, 2, 3].map(|i| b.hash_unit(&format!("h{i}"), Gress::Ingress, 1, HashAlgo::Crc32c, 8));
+            let decl = b.build().expect("valid");
+            assert_eq!(RegisterLanes::new([one[0], one[0]]).err(), Some(LanesError::SameObject));
+            assert_eq!(RegisterLanes::new([one[0], early]).err(), Some(LanesError::NotOneStage));
+            Rig { decl, lanes: RegisterLanes::new(one).expect("lanes"), one, other, early, hashes: HashLanes::new(units).expect("lanes") }
+        }
+
+        /// Run `f` on a fresh pass over `state`; the violation it committed.
+        pub fn with_pass(state: &mut ProgramState, f: impl FnOnce(&mut Pass<'_>)) -> Option<Violation> {
+            let env = PassEnv { now_ns: 0, digests: RefCell::new(Vec::new()), digest_cap: 0 };
+            let mut pass = Pass::new(PacketBuf::with_capacity(64), state, Gress::Ingress, &env);
+            f(&mut pass);
+            pass.finish().1
+        }
+    }
+
+    #[test]
+    fn lanes_equal_separate_accesses() {
+        use lanes_rig::*;
+        let r = rig();
+        // Random (seeded) index, operand and active sets; after each pass the lanes' state
+        // equals the state of the same pass done with one `execute` per lane.
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut a = ProgramState::new(&r.decl, 0);
+        let mut b = ProgramState::new(&r.decl, 0);
+        for _ in 0..2000 {
+            let active = (next() % 16) as u32;
+            // Mostly in range; sometimes out of range (16 cells).
+            let index: [u32; 4] = std::array::from_fn(|_| (next() % 18) as u32);
+            let input: [u32; 4] = std::array::from_fn(|_| next() as u32);
+            let before_other = next() % 3 == 0; // the same stage's other array first: lanes still enter
+            let (mut out_a, mut out_b) = ([0u32; 4], [0u32; 4]);
+            let va = with_pass(&mut a, |p| {
+                if before_other {
+                    p.execute(&r.other, 0, 1);
+                }
+                out_a = p.execute_lanes(&r.lanes, active, index, |i| input[i]);
+            });
+            let vb = with_pass(&mut b, |p| {
+                if before_other {
+                    p.execute(&r.other, 0, 1);
+                }
+                for i in 0..4 {
+                    if active >> i & 1 != 0 {
+                        out_b[i] = p.execute(&r.one[i], index[i], input[i]);
+                    }
+                }
+            });
+            assert_eq!(va, vb, "violation, active {active:b} index {index:?}");
+            assert_eq!(out_a, out_b);
+            assert_eq!(a.regs, b.regs);
+        }
+        // Broken rules give the same violation and effects as separate accesses: a lane's
+        // array reached twice, an earlier stage after the lanes' stage.
+        for twice in [true, false] {
+            let mut a = ProgramState::new(&r.decl, 0);
+            let mut b = ProgramState::new(&r.decl, 0);
+            let va = with_pass(&mut a, |p| {
+                p.execute(&r.one[2], 3, 5);
+                p.execute_lanes(&r.lanes, 0b1111, [1, 2, 3, 4], |i| i as u32 + 1);
+                if !twice {
+                    p.execute(&r.early, 0, 1);
+                }
+            });
+            let vb = with_pass(&mut b, |p| {
+                p.execute(&r.one[2], 3, 5);
+                for i in 0..4 {
+                    p.execute(&r.one[i], [1, 2, 3, 4][i], i as u32 + 1);
+                }
+                if !twice {
+                    p.execute(&r.early, 0, 1);
+                }
+            });
+            assert_eq!(va, Some(Violation::DoubleAccess));
+            assert_eq!(va, vb);
+            assert_eq!(a.regs, b.regs);
+        }
+        let mut a = ProgramState::new(&r.decl, 0);
+        let v = with_pass(&mut a, |p| {
+            p.execute_lanes(&r.lanes, 0b0011, [1, 2, 0, 0], |_| 1);
+            p.execute(&r.early, 0, 1);
+        });
+        assert_eq!(v, Some(Violation::StageOrder));
+        // No active lane reaches nothing: the stage is not entered.
+        let mut a = ProgramState::new(&r.decl, 0);
+        let v = with_pass(&mut a, |p| {
+            p.execute_lanes(&r.lanes, 0, [1, 2, 3, 4], |_| 1);
+            p.execute(&r.early, 0, 1);
+        });
+        assert_eq!(v, None);
+    }
+
+    #[test]
+    fn hash_lanes_equal_separate_hashes() {
+        use lanes_rig::*;
+        let r = rig();
+        let keys: [[u8; 16]; 4] = std::array::from_fn(|i| std::array::from_fn(|j| (i * 16 + j + 1) as u8));
+        let data = keys.each_ref().map(|k| &k[..]);
+        let mut s = ProgramState::new(&r.decl, 0);
+        let mut got = [0; 4];
+        assert_eq!(with_pass(&mut s, |p| got = p.hash_lanes(&r.hashes, 0b1011, data)), None);
+        let want: [u32; 4] = std::array::from_fn(|i| if i == 2 { 0 } else { crate::hash::HashAlgo::Crc32c.compute(&keys[i]) & 0xFF });
+        assert_eq!(got, want);
+        // A hash unit of the group used before: the group's violation, as one by one.
+        let v = with_pass(&mut s, |p| {
+            p.hash(r.hashes.lane(1), &keys[1]);
+            p.hash_lanes(&r.hashes, 0b0011, data);
+        });
+        assert_eq!(v, Some(Violation::DoubleAccess));
     }
 
     #[test]

@@ -35,7 +35,10 @@ impl SaluBody<u32, u32, u32> for ClaimOrMatch {
 }
 
 /// Later key words: `(word, decision so far)`; a claim writes (the cell is empty: the
-/// words of a key are written and cleared together), a match compares.
+/// words of a key are written and cleared together), otherwise the word is compared and
+/// the decision carried on (a match stays a match only while the words are equal; a
+/// collision stays a collision and leaves the cell as it is). Every pair of the pass runs
+/// it, whatever the earlier words decided: two comparisons, one output, as a stateful ALU.
 #[derive(Clone, Copy)]
 pub struct Follow;
 impl SaluBody<u32, (u32, u32), u32> for Follow {
@@ -44,7 +47,7 @@ impl SaluBody<u32, (u32, u32), u32> for Follow {
         if prev == CLAIM {
             (word, CLAIM)
         } else if c == word {
-            (c, MATCH)
+            (c, prev)
         } else {
             (c, COLLIDE)
         }
@@ -61,30 +64,58 @@ impl SaluBody<u32, (), u32> for Take {
     }
 }
 
-/// Value update: `(value, claimed)`; a claimed cell takes the value, a matched one
-/// aggregates it.
+/// Value update: `(value, decision)`; a claimed cell takes the value, a matched one
+/// aggregates it, a collision leaves the cell as it is (its pair goes to the spillover
+/// bucket).
 #[derive(Clone, Copy)]
 pub struct Sum;
-impl SaluBody<u32, (u32, bool), ()> for Sum {
+impl SaluBody<u32, (u32, u32), ()> for Sum {
     #[inline(always)]
-    fn run(self, c: u32, (v, claim): (u32, bool)) -> (u32, ()) {
-        (if claim { v } else { c.wrapping_add(v) }, ())
+    fn run(self, c: u32, (v, d): (u32, u32)) -> (u32, ()) {
+        (
+            if d == CLAIM {
+                v
+            } else if d == MATCH {
+                c.wrapping_add(v)
+            } else {
+                c
+            },
+            (),
+        )
     }
 }
 #[derive(Clone, Copy)]
 pub struct Min;
-impl SaluBody<u32, (u32, bool), ()> for Min {
+impl SaluBody<u32, (u32, u32), ()> for Min {
     #[inline(always)]
-    fn run(self, c: u32, (v, claim): (u32, bool)) -> (u32, ()) {
-        (if claim { v } else { c.min(v) }, ())
+    fn run(self, c: u32, (v, d): (u32, u32)) -> (u32, ()) {
+        (
+            if d == CLAIM {
+                v
+            } else if d == MATCH {
+                c.min(v)
+            } else {
+                c
+            },
+            (),
+        )
     }
 }
 #[derive(Clone, Copy)]
 pub struct Max;
-impl SaluBody<u32, (u32, bool), ()> for Max {
+impl SaluBody<u32, (u32, u32), ()> for Max {
     #[inline(always)]
-    fn run(self, c: u32, (v, claim): (u32, bool)) -> (u32, ()) {
-        (if claim { v } else { c.max(v) }, ())
+    fn run(self, c: u32, (v, d): (u32, u32)) -> (u32, ()) {
+        (
+            if d == CLAIM {
+                v
+            } else if d == MATCH {
+                c.max(v)
+            } else {
+                c
+            },
+            (),
+        )
     }
 }
 

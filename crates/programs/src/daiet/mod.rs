@@ -49,8 +49,8 @@ pub mod tree;
 
 use pisa::decl::TableSpec;
 use pisa::{
-    ActionId, ClassifyRule, DropCode, Gress, HashAlgo, HashUnit, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl,
-    RegisterAction, Table,
+    ActionId, ClassifyRule, DropCode, Gress, HashAlgo, HashLanes, HashUnit, LanesError, MatchKind, Pair, Pass, Program,
+    ProgramBuilder, ProgramDecl, RegisterAction, RegisterLanes, Table,
 };
 use wire::daiet::{flags, Op, MAX_PAIRS, PAIR_LEN, SLICES, UDP_PORT};
 
@@ -79,20 +79,27 @@ pub fn ack_session(port: u16) -> u16 {
 pub const ACK_FRAME_LEN: u32 = PAIRS as u32;
 
 /// One register slice: the hash table and index stack that the pairs at positions
-/// `p % SLICES == s` use.
+/// `p % SLICES == s` use; here the actions the flush runs on one slice at a time.
+#[derive(Clone, Copy)]
 struct Slice {
-    key_hash: HashUnit,
-    key0: RegisterAction<u32, u32, u32, ClaimOrMatch>,
-    key_follow: [RegisterAction<u32, (u32, u32), u32, Follow>; 3],
     key_take: [RegisterAction<u32, (), u32, Take>; 4],
-    v_sum: RegisterAction<u32, (u32, bool), (), Sum>,
-    v_min: RegisterAction<u32, (u32, bool), (), Min>,
-    v_max: RegisterAction<u32, (u32, bool), (), Max>,
     v_take: RegisterAction<u32, (), u32, Take>,
-    push: RegisterAction<u32, (), u32, Push>,
     pop: RegisterAction<u32, (), u32, Pop>,
-    stack_write: RegisterAction<u32, u32, (), Write>,
     stack_read: RegisterAction<u32, (), u32, Read>,
+}
+
+/// The actions a pass runs on the four slices side by side, stage by stage: lane `s` is
+/// slice `s` (see `pisa::lanes`: a cost of the model, the rules are those of four
+/// separate accesses).
+struct PairLanes {
+    key_hash: HashLanes<SLICES>,
+    key0: RegisterLanes<u32, u32, u32, ClaimOrMatch, SLICES>,
+    key_follow: [RegisterLanes<u32, (u32, u32), u32, Follow, SLICES>; 3],
+    v_sum: RegisterLanes<u32, (u32, u32), (), Sum, SLICES>,
+    v_min: RegisterLanes<u32, (u32, u32), (), Min, SLICES>,
+    v_max: RegisterLanes<u32, (u32, u32), (), Max, SLICES>,
+    push: RegisterLanes<u32, (), u32, Push, SLICES>,
+    stack_write: RegisterLanes<u32, u32, (), Write, SLICES>,
 }
 
 pub struct Daiet {
@@ -103,6 +110,7 @@ pub struct Daiet {
     complete: RegisterAction<Pair, (), (), Complete>,
     /// One per slice (an array, not a Vec: indexing by slice needs no bounds check).
     slices: [Slice; SLICES],
+    lanes: PairLanes,
     out_next: RegisterAction<u32, (), u32, Push>,
     out_last: RegisterAction<u32, (), u32, Take>,
     ends_arrive: RegisterAction<u32, (), u32, Push>,
@@ -173,8 +181,11 @@ impl Daiet {
         );
         let admit = b.register_action_body(seq, "admit", Admit);
         let complete = b.register_action_body(seq, "complete", Complete);
-        let slices: [Slice; SLICES] = std::array::from_fn(|i| {
-            let key_hash = b.hash_unit(&format!("key_hash_{i}"), Gress::Ingress, 1, HashAlgo::Crc32, 32);
+        // Per slice, stage by stage: the hash unit (stage 1), four key words (2-5), the
+        // value (6), the index stack's top (7) and slots (8).
+        let mut per: Vec<SliceActions> = Vec::with_capacity(SLICES);
+        for i in 0..SLICES {
+            let key_hash = b.hash_unit(&format!("key_hash_{i}"), Gress::Ingress, 1, HashAlgo::Crc32c, 32);
             let k: Vec<_> =
                 (0..4).map(|w| b.register::<u32>(&format!("key{w}_{i}"), Gress::Ingress, 2 + w as u8, CELLS, "key word")).collect();
             let key0 = b.register_action_body(k[0], "claim_or_match", ClaimOrMatch);
@@ -184,21 +195,25 @@ impl Daiet {
             let top =
                 b.register::<u32>(&format!("stack_top_{i}"), Gress::Ingress, 7, MAX_TREES, "per tree: cells on the slice's index stack");
             let stack = b.register::<u32>(&format!("index_stack_{i}"), Gress::Ingress, 8, CELLS, "used cells of each tree's partition");
-            Slice {
+            per.push(SliceActions {
                 key_hash,
                 key0,
                 key_follow,
-                key_take,
                 v_sum: b.register_action_body(val, "sum", Sum),
                 v_min: b.register_action_body(val, "min", Min),
                 v_max: b.register_action_body(val, "max", Max),
-                v_take: b.register_action_body(val, "take", Take),
                 push: b.register_action_body(top, "push", Push),
-                pop: b.register_action_body(top, "pop", Pop),
                 stack_write: b.register_action_body(stack, "write", Write),
-                stack_read: b.register_action_body(stack, "read", Read),
-            }
-        });
+                slice: Slice {
+                    key_take,
+                    v_take: b.register_action_body(val, "take", Take),
+                    pop: b.register_action_body(top, "pop", Pop),
+                    stack_read: b.register_action_body(stack, "read", Read),
+                },
+            });
+        }
+        let lanes = PairLanes::new(&per).expect("each stage's slice arrays are lanes of one stage");
+        let slices: [Slice; SLICES] = std::array::from_fn(|i| per[i].slice);
         let out =
             b.register::<u32>("out_seq", Gress::Ingress, 9, MAX_TREES, "per tree: the switch's next sequence number towards the parent");
         let out_next = b.register_action_body(out, "next", Push);
@@ -243,6 +258,7 @@ impl Daiet {
             admit,
             complete,
             slices,
+            lanes,
             out_next,
             out_last,
             ends_arrive,
@@ -262,15 +278,15 @@ impl Daiet {
     }
 
     /// Process the pairs at positions `first..first + SLICES` (below `np`), one per slice,
-    /// stage by stage: hash, four key words, value, index stack. Returns the positions
-    /// that collided (bit per position).
-    #[allow(clippy::needless_range_loop)] // stage by stage across the slices, as the pipeline runs
+    /// stage by stage, the four slices as lanes: hash, four key words, value, index
+    /// stack. Returns the positions that collided (bit per position).
     fn pairs(&self, pass: &mut Pass<'_>, t: &TreeConfig, first: usize, np: usize) -> u16 {
-        let mut keys = [[0u8; 16]; SLICES];
-        let mut vals = [0u32; SLICES];
-        let mut idx = [0u32; SLICES];
-        let mut d = [0u32; SLICES]; // 0: no pair here
+        let l = &self.lanes;
         let h = pass.hdr();
+        let mut keys = [[0u8; 16]; SLICES];
+        let mut words = [[0u32; 4]; SLICES]; // a key's words as the registers compare them
+        let mut vals = [0u32; SLICES];
+        let mut present = 0u32; // lanes with a pair
         for s in 0..SLICES.min(np.saturating_sub(first)) {
             let at = pair_at(first + s);
             // The pair's 20 bytes as one array (one bounds check, not one per byte).
@@ -278,83 +294,41 @@ impl Daiet {
             if pair[0] == 0 {
                 continue; // a hole
             }
-            let (key, val) = pair.split_at(16);
-            keys[s].copy_from_slice(key);
-            vals[s] = u32::from_be_bytes([val[0], val[1], val[2], val[3]]);
-            d[s] = MATCH; // present
+            let be = |i: usize| u32::from_be_bytes([pair[i], pair[i + 1], pair[i + 2], pair[i + 3]]);
+            keys[s].copy_from_slice(&pair[..16]);
+            words[s] = [be(0), be(4), be(8), be(12)];
+            vals[s] = be(16);
+            present |= 1 << s;
         }
-        // A key word as the register compares it (big-endian, as the wire carries it).
-        let word = |k: &[u8; 16], w: usize| u32::from_be_bytes([k[4 * w], k[4 * w + 1], k[4 * w + 2], k[4 * w + 3]]);
+        if present == 0 {
+            return 0;
+        }
         let mask = t.part_size - 1;
         // Stage 1: the hash units.
-        for s in 0..SLICES {
-            if d[s] != 0 {
-                idx[s] = t.part_base + (pass.hash(&self.slices[s].key_hash, &keys[s]) & mask);
-            }
-        }
+        let idx = pass.hash_lanes(&l.key_hash, present, keys.each_ref().map(|k| &k[..])).map(|h| t.part_base + (h & mask));
         // The cells the later stages reach are known now: fetch them all at once (a
         // cache hint for the model, no switch operation; see `Pass::prefetch`).
-        for s in 0..SLICES {
-            if d[s] != 0 {
-                let sl = &self.slices[s];
-                pass.prefetch(&sl.key0, idx[s]);
-                for f in &sl.key_follow {
-                    pass.prefetch(f, idx[s]);
-                }
-                pass.prefetch(&sl.v_sum, idx[s]);
-            }
-        }
-        // Stages 2-5: the key words (written out per stage: no loop state between them).
-        for s in 0..SLICES {
-            if d[s] != 0 {
-                d[s] = pass.execute(&self.slices[s].key0, idx[s], word(&keys[s], 0));
-            }
-        }
-        for s in 0..SLICES {
-            if d[s] == CLAIM || d[s] == MATCH {
-                d[s] = pass.execute(&self.slices[s].key_follow[0], idx[s], (word(&keys[s], 1), d[s]));
-            }
-        }
-        for s in 0..SLICES {
-            if d[s] == CLAIM || d[s] == MATCH {
-                d[s] = pass.execute(&self.slices[s].key_follow[1], idx[s], (word(&keys[s], 2), d[s]));
-            }
-        }
-        for s in 0..SLICES {
-            if d[s] == CLAIM || d[s] == MATCH {
-                d[s] = pass.execute(&self.slices[s].key_follow[2], idx[s], (word(&keys[s], 3), d[s]));
-            }
-        }
+        // Stages 2-5: the key words. Every pair runs every stage: the decision (claim,
+        // match or collide) travels with it from word to word and into the value.
+        // (Written out, not a loop: the decisions then stay in registers between stages.)
+        let d = pass.execute_lanes(&l.key0, present, idx, |s| words[s][0]);
+        let d = pass.execute_lanes(&l.key_follow[0], present, idx, |s| (words[s][1], d[s]));
+        let d = pass.execute_lanes(&l.key_follow[1], present, idx, |s| (words[s][2], d[s]));
+        let d = pass.execute_lanes(&l.key_follow[2], present, idx, |s| (words[s][3], d[s]));
         // Stage 6: the values.
-        let mut collided = 0u16;
-        for s in 0..SLICES {
-            match d[s] {
-                0 => {}
-                COLLIDE => collided |= 1 << (first + s),
-                _ => {
-                    let x = (vals[s], d[s] == CLAIM);
-                    let sl = &self.slices[s];
-                    match t.op {
-                        Op::Sum => pass.execute(&sl.v_sum, idx[s], x),
-                        Op::Min => pass.execute(&sl.v_min, idx[s], x),
-                        Op::Max => pass.execute(&sl.v_max, idx[s], x),
-                    }
-                }
-            }
-        }
+        let x = |s: usize| (vals[s], d[s]);
+        match t.op {
+            Op::Sum => pass.execute_lanes(&l.v_sum, present, idx, x),
+            Op::Min => pass.execute_lanes(&l.v_min, present, idx, x),
+            Op::Max => pass.execute_lanes(&l.v_max, present, idx, x),
+        };
+        let claimed = present & lanes_where(&d, CLAIM);
         // Stages 7-8: a newly used cell goes on its slice's index stack.
-        let mut slot = [0u32; SLICES];
-        for s in 0..SLICES {
-            if d[s] == CLAIM {
-                slot[s] = pass.execute(&self.slices[s].push, t.tree_idx as u32, ());
-            }
+        if claimed != 0 {
+            let slot = pass.execute_lanes(&l.push, claimed, [t.tree_idx as u32; SLICES], |_| ());
+            pass.execute_lanes(&l.stack_write, claimed, slot.map(|x| t.part_base + (x % t.part_size)), |s| idx[s]);
         }
-        for s in 0..SLICES {
-            if d[s] == CLAIM {
-                pass.execute(&self.slices[s].stack_write, t.part_base + (slot[s] % t.part_size), idx[s]);
-            }
-        }
-        collided
+        ((present & lanes_where(&d, COLLIDE)) << first) as u16
     }
 
     /// Turn the packet into an ACK of `seq` for `sender`, sent back by `port`.
@@ -367,6 +341,49 @@ impl Daiet {
         let h = pass.hdr_mut();
         rewrite_as_ack(h, sender, seq, len);
         pass.forward(port);
+    }
+}
+
+/// The lanes whose decision is `want` (bit `s`: lane `s`).
+#[inline(always)]
+fn lanes_where(d: &[u32; SLICES], want: u32) -> u32 {
+    let mut m = 0;
+    for (s, &x) in d.iter().enumerate() {
+        m |= ((x == want) as u32) << s;
+    }
+    m
+}
+
+/// One slice's actions as `Daiet::new` declares them, before the stages' lanes are made.
+struct SliceActions {
+    key_hash: HashUnit,
+    key0: RegisterAction<u32, u32, u32, ClaimOrMatch>,
+    key_follow: [RegisterAction<u32, (u32, u32), u32, Follow>; 3],
+    v_sum: RegisterAction<u32, (u32, u32), (), Sum>,
+    v_min: RegisterAction<u32, (u32, u32), (), Min>,
+    v_max: RegisterAction<u32, (u32, u32), (), Max>,
+    push: RegisterAction<u32, (), u32, Push>,
+    stack_write: RegisterAction<u32, u32, (), Write>,
+    slice: Slice,
+}
+
+impl PairLanes {
+    fn new(p: &[SliceActions]) -> Result<PairLanes, LanesError> {
+        let at = |s: usize| &p[s];
+        Ok(PairLanes {
+            key_hash: HashLanes::new(std::array::from_fn(|s| at(s).key_hash))?,
+            key0: RegisterLanes::new(std::array::from_fn(|s| at(s).key0))?,
+            key_follow: [
+                RegisterLanes::new(std::array::from_fn(|s| at(s).key_follow[0]))?,
+                RegisterLanes::new(std::array::from_fn(|s| at(s).key_follow[1]))?,
+                RegisterLanes::new(std::array::from_fn(|s| at(s).key_follow[2]))?,
+            ],
+            v_sum: RegisterLanes::new(std::array::from_fn(|s| at(s).v_sum))?,
+            v_min: RegisterLanes::new(std::array::from_fn(|s| at(s).v_min))?,
+            v_max: RegisterLanes::new(std::array::from_fn(|s| at(s).v_max))?,
+            push: RegisterLanes::new(std::array::from_fn(|s| at(s).push))?,
+            stack_write: RegisterLanes::new(std::array::from_fn(|s| at(s).stack_write))?,
+        })
     }
 }
 
