@@ -287,10 +287,10 @@ impl Daiet {
         let mut words = [[0u32; 4]; SLICES]; // a key's words as the registers compare them
         let mut vals = [0u32; SLICES];
         let mut present = 0u32; // lanes with a pair
-        for s in 0..SLICES.min(np.saturating_sub(first)) {
-            let at = pair_at(first + s);
-            // The pair's 20 bytes as one array (one bounds check, not one per byte).
-            let Some(pair) = h.get(at..).and_then(|r| r.first_chunk::<PAIR_LEN>()) else { break };
+        // This pass's pairs as one slice (one bounds check), then 20 bytes each.
+        let n = SLICES.min(np.saturating_sub(first));
+        let group = h.get(pair_at(first)..pair_at(first + n)).unwrap_or_default();
+        for (s, pair) in group.chunks_exact(PAIR_LEN).enumerate() {
             if pair[0] == 0 {
                 continue; // a hole
             }
@@ -306,8 +306,6 @@ impl Daiet {
         let mask = t.part_size - 1;
         // Stage 1: the hash units.
         let idx = pass.hash_lanes(&l.key_hash, present, keys.each_ref().map(|k| &k[..])).map(|h| t.part_base + (h & mask));
-        // The cells the later stages reach are known now: fetch them all at once (a
-        // cache hint for the model, no switch operation; see `Pass::prefetch`).
         // Stages 2-5: the key words. Every pair runs every stage: the decision (claim,
         // match or collide) travels with it from word to word and into the value.
         // (Written out, not a loop: the decisions then stay in registers between stages.)
@@ -322,13 +320,13 @@ impl Daiet {
             Op::Min => pass.execute_lanes(&l.v_min, present, idx, x),
             Op::Max => pass.execute_lanes(&l.v_max, present, idx, x),
         };
-        let claimed = present & lanes_where(&d, CLAIM);
+        let (claimed, collided) = decided(present, &d);
         // Stages 7-8: a newly used cell goes on its slice's index stack.
         if claimed != 0 {
             let slot = pass.execute_lanes(&l.push, claimed, [t.tree_idx as u32; SLICES], |_| ());
             pass.execute_lanes(&l.stack_write, claimed, slot.map(|x| t.part_base + (x % t.part_size)), |s| idx[s]);
         }
-        ((present & lanes_where(&d, COLLIDE)) << first) as u16
+        (collided << first) as u16
     }
 
     /// Turn the packet into an ACK of `seq` for `sender`, sent back by `port`.
@@ -344,14 +342,16 @@ impl Daiet {
     }
 }
 
-/// The lanes whose decision is `want` (bit `s`: lane `s`).
+/// The lanes of `present` that claimed a cell, and those that collided (bit `s`: lane
+/// `s`).
 #[inline(always)]
-fn lanes_where(d: &[u32; SLICES], want: u32) -> u32 {
-    let mut m = 0;
+fn decided(present: u32, d: &[u32; SLICES]) -> (u32, u32) {
+    let (mut claimed, mut collided) = (0, 0);
     for (s, &x) in d.iter().enumerate() {
-        m |= ((x == want) as u32) << s;
+        claimed |= ((x == CLAIM) as u32) << s;
+        collided |= ((x == COLLIDE) as u32) << s;
     }
-    m
+    (claimed & present, collided & present)
 }
 
 /// One slice's actions as `Daiet::new` declares them, before the stages' lanes are made.
