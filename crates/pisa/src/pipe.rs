@@ -270,10 +270,15 @@ impl Pipe {
         for _ in 0..n {
             let Some(mut pkt) = tm.recirc.pop_front() else { break };
             // A new pass: the intrinsic metadata starts over except what a recirculated
-            // packet carries (its count and bridged bytes).
+            // packet carries (its count and bridged bytes; its owner, which only a program
+            // owning its recirculated passes keeps, see `ingress_packet`).
             let m = pkt.meta;
-            pkt.meta =
-                PacketMeta { recirculations: m.recirculations.saturating_add(1), bridged: m.bridged, ..PacketMeta::new(PORT_RECIRC) };
+            pkt.meta = PacketMeta {
+                recirculations: m.recirculations.saturating_add(1),
+                bridged: m.bridged,
+                owner: m.owner,
+                ..PacketMeta::new(PORT_RECIRC)
+            };
             tm.counters.recirculations += 1;
             ingress_packet(&mut passes, tm, set, *classifies, pkt, out);
         }
@@ -718,9 +723,29 @@ fn judge(pkt: &mut PacketBuf, prog: u8, v: Option<Violation>, counters: &mut Cou
 /// program), then the traffic manager.
 #[inline(always)]
 fn ingress_packet(passes: &mut Passes<'_>, tm: &mut Tm, set: &ProgramSet, classifies: bool, mut pkt: PacketBuf, out: &mut Handoff) {
+    let base = passes.base_id();
+    // A recirculated pass of a packet whose program owns its recirculated passes
+    // (`ProgramDecl::owns_recirculated_passes`): the packet stays with that program and the
+    // base program's tables are not applied; the program decides the route.
+    let kept = pkt.meta.owner;
+    if pkt.meta.ingress_port == PORT_RECIRC && set.owns_recirculated_passes(kept as usize) && Some(kept) != base {
+        let blame = passes.other(&mut pkt, kept, &mut tm.counters).or(Some(kept));
+        let m = &pkt.meta;
+        if m.clone_session == 0 && m.drop.is_none() && m.mcast_grp == 0 {
+            if m.egress_port == PORT_RECIRC {
+                tm.route(pkt, set.recirc_limit(kept as usize), out);
+                return;
+            }
+            if m.egress_port < PORT_CPU && tm.map.pipe_of(m.egress_port) == Some(tm.id) {
+                tm.enqueue_one(pkt);
+                return;
+            }
+        }
+        tm.dispose_ingress(pkt, blame, set.recirc_limit(kept as usize), out);
+        return;
+    }
     let owner = if classifies { set.classify(pkt.data()) } else { None };
     pkt.meta.owner = owner.unwrap_or(0xFF);
-    let base = passes.base_id();
     let mut blame = passes.base(&mut pkt, &mut tm.counters);
     if let Some(o) = owner {
         if Some(o) != base && pkt.meta.drop != Some(DropCode::VIOLATION) {

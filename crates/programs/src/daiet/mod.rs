@@ -235,6 +235,10 @@ impl Daiet {
         let d_sender = b.drop_reason("daiet_sender_out_of_range");
         let d_lost_tree = b.drop_reason("daiet_tree_removed_in_flight");
         let d_bad_tree = b.drop_reason("daiet_bad_tree_config");
+        // Every recirculated pass sets its own route (forward to the parent or the child,
+        // recirculate, clone, drop; a tree removed in flight is a counted drop), so the base
+        // program's L2 tables are not applied on those passes (see `Daiet::ingress`).
+        b.owns_recirculated_passes();
         let decl = b.build().expect("daiet declaration is valid");
         Daiet {
             decl,
@@ -409,7 +413,11 @@ impl Program for Daiet {
             None
         };
         let Some(t) = cfg else {
-            if br.phase != PH_FRESH {
+            // A packet already in its passes (admitted, or an END waiting for its sender's
+            // packets in flight) whose tree was removed: dropped and counted (the sender
+            // resends; the reducer's gap detection covers the rest). The program owns its
+            // recirculated passes, so it decides their route: no L2 lookup to fall back on.
+            if br.phase != PH_FRESH || pass.recirculations() > 0 {
                 pass.drop(self.d_lost_tree);
             }
             // Not a tree of this switch: forwarded untouched.
