@@ -363,10 +363,11 @@ impl Daiet {
 
     /// Turn the packet into an ACK of `seq` for `sender`, sent back by `port`.
     fn ack_in_place(&self, pass: &mut Pass<'_>, sender: u16, seq: u32, port: u16) {
+        // The payload first (nothing to move), then the header region to the ACK's.
+        pass.truncate_payload();
         if !pass.resize_hdr(PAIRS) {
             return;
         }
-        pass.truncate_payload();
         let len = pass.packet_len();
         let h = pass.hdr_mut();
         rewrite_as_ack(h, sender, seq, len);
@@ -374,8 +375,11 @@ impl Daiet {
     }
 }
 
-/// Rewrite a frame's headers into an ACK (addresses swapped, no pairs).
+/// Rewrite a frame's headers into an ACK (addresses swapped, no pairs). A header region
+/// shorter than an ACK's is left alone (callers check the length).
 pub fn rewrite_as_ack(h: &mut [u8], sender: u16, seq: u32, frame_len: usize) {
+    // The ACK's fixed bytes as one array: the writes below need no bounds checks.
+    let Some(h) = h.first_chunk_mut::<PAIRS>() else { return };
     swap_addresses(h);
     h[FLAGS] = flags::ACK;
     h[SENDER..SENDER + 2].copy_from_slice(&sender.to_be_bytes());
