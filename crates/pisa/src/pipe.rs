@@ -280,7 +280,7 @@ impl Pipe {
                 ..PacketMeta::new(PORT_RECIRC)
             };
             tm.counters.recirculations += 1;
-            ingress_packet(&mut passes, tm, set, *classifies, pkt, out);
+            ingress_recirculated(&mut passes, tm, set, *classifies, pkt, out);
         }
         for mut pkt in rx.drain(..) {
             let port = pkt.port;
@@ -724,26 +724,6 @@ fn judge(pkt: &mut PacketBuf, prog: u8, v: Option<Violation>, counters: &mut Cou
 #[inline(always)]
 fn ingress_packet(passes: &mut Passes<'_>, tm: &mut Tm, set: &ProgramSet, classifies: bool, mut pkt: PacketBuf, out: &mut Handoff) {
     let base = passes.base_id();
-    // A recirculated pass of a packet whose program owns its recirculated passes
-    // (`ProgramDecl::owns_recirculated_passes`): the packet stays with that program and the
-    // base program's tables are not applied; the program decides the route.
-    let kept = pkt.meta.owner;
-    if pkt.meta.ingress_port == PORT_RECIRC && set.owns_recirculated_passes(kept as usize) && Some(kept) != base {
-        let blame = passes.other(&mut pkt, kept, &mut tm.counters).or(Some(kept));
-        let m = &pkt.meta;
-        if m.clone_session == 0 && m.drop.is_none() && m.mcast_grp == 0 {
-            if m.egress_port == PORT_RECIRC {
-                tm.route(pkt, set.recirc_limit(kept as usize), out);
-                return;
-            }
-            if m.egress_port < PORT_CPU && tm.map.pipe_of(m.egress_port) == Some(tm.id) {
-                tm.enqueue_one(pkt);
-                return;
-            }
-        }
-        tm.dispose_ingress(pkt, blame, set.recirc_limit(kept as usize), out);
-        return;
-    }
     let owner = if classifies { set.classify(pkt.data()) } else { None };
     pkt.meta.owner = owner.unwrap_or(0xFF);
     let mut blame = passes.base(&mut pkt, &mut tm.counters);
@@ -765,14 +745,41 @@ fn ingress_packet(passes: &mut Passes<'_>, tm: &mut Tm, set: &ProgramSet, classi
             return;
         }
         // A recirculation (a program looping over a packet's items): straight to the
-        // traffic manager's route, which checks the limit and the queue and counts, as
-        // `dispose_ingress` would after finding nothing else to do.
+        // traffic manager's recirculation port, which checks the limit and the queue and
+        // counts, as `dispose_ingress` would (through `route`) after finding nothing else to do.
         if m.egress_port == PORT_RECIRC {
-            tm.route(pkt, recirc_limit(), out);
+            tm.recirculate(pkt, recirc_limit());
             return;
         }
     }
     tm.dispose_ingress(pkt, blame, recirc_limit(), out);
+}
+
+/// Ingress of a recirculated packet. If its program owns its recirculated passes
+/// (`ProgramDecl::owns_recirculated_passes`), the packet stays with that program (no
+/// classification) and the base program's tables are not applied: the program decides the
+/// route, and the traffic manager acts on it as in [`ingress_packet`]. Any other
+/// recirculated packet goes through [`ingress_packet`] like a received one.
+#[inline(always)]
+fn ingress_recirculated(passes: &mut Passes<'_>, tm: &mut Tm, set: &ProgramSet, classifies: bool, mut pkt: PacketBuf, out: &mut Handoff) {
+    let kept = pkt.meta.owner;
+    if !set.owns_recirculated_passes(kept as usize) || Some(kept) == passes.base_id() {
+        ingress_packet(passes, tm, set, classifies, pkt, out);
+        return;
+    }
+    let blame = passes.other(&mut pkt, kept, &mut tm.counters).or(Some(kept));
+    let m = &pkt.meta;
+    if m.clone_session == 0 && m.drop.is_none() && m.mcast_grp == 0 {
+        if m.egress_port == PORT_RECIRC {
+            tm.recirculate(pkt, set.recirc_limit(kept as usize));
+            return;
+        }
+        if m.egress_port < PORT_CPU && tm.map.pipe_of(m.egress_port) == Some(tm.id) {
+            tm.enqueue_one(pkt);
+            return;
+        }
+    }
+    tm.dispose_ingress(pkt, blame, set.recirc_limit(kept as usize), out);
 }
 
 /// Egress of one packet dequeued from `port`; unless it is dropped, onto the port's
@@ -908,22 +915,7 @@ impl Tm {
                     self.cpu.push_back(PacketIn { pkt, ingress_port });
                 }
             }
-            PORT_RECIRC => {
-                let over = recirc_limit.is_some_and(|l| pkt.meta.recirculations as u32 >= l);
-                if over {
-                    let owner = pkt.meta.owner;
-                    self.count_drop(DropCode::RECIRC_LIMIT, Some(owner));
-                    self.pool.put(pkt);
-                } else if self.recirc.len() >= self.cfg.recirc_capacity {
-                    self.count_drop(DropCode::RECIRC_FULL, None);
-                    self.pool.put(pkt);
-                } else {
-                    // The recirculation port loops back into this pipe's ingress; its egress
-                    // control is not run (a simplification: no program here needs it).
-                    pkt.meta.is_clone = false;
-                    self.recirc.push_back(pkt);
-                }
-            }
+            PORT_RECIRC => self.recirculate(pkt, recirc_limit),
             port => match self.map.pipe_of(port) {
                 // Our own port: straight into its queue, no handoff.
                 Some(p) if p == self.id => self.enqueue_one(pkt),
@@ -933,6 +925,26 @@ impl Tm {
                     self.pool.put(pkt);
                 }
             },
+        }
+    }
+
+    /// A packet sent to the recirculation port: dropped (and counted) beyond its program's
+    /// recirculation limit or when the recirculation queue is full, queued otherwise.
+    #[inline(always)]
+    fn recirculate(&mut self, mut pkt: PacketBuf, recirc_limit: Option<u32>) {
+        let over = recirc_limit.is_some_and(|l| pkt.meta.recirculations as u32 >= l);
+        if over {
+            let owner = pkt.meta.owner;
+            self.count_drop(DropCode::RECIRC_LIMIT, Some(owner));
+            self.pool.put(pkt);
+        } else if self.recirc.len() >= self.cfg.recirc_capacity {
+            self.count_drop(DropCode::RECIRC_FULL, None);
+            self.pool.put(pkt);
+        } else {
+            // The recirculation port loops back into this pipe's ingress; its egress
+            // control is not run (a simplification: no program here needs it).
+            pkt.meta.is_clone = false;
+            self.recirc.push_back(pkt);
         }
     }
 
