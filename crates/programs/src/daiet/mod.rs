@@ -410,9 +410,8 @@ impl Program for Daiet {
         let mut br = Bridged::load(pass.bridged());
         let r = pass.apply_u64(&self.trees, tree_id as u64);
         let cfg = if r.action == self.a_set_tree {
-            let mut p = [0u64; 6];
-            p.copy_from_slice(&r.params[..6]);
-            TreeConfig::from_params(&p)
+            // The hit's parameters in place (a table result borrows them: no copy).
+            TreeConfig::from_params(r.params)
         } else {
             None
         };
