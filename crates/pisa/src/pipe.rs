@@ -234,7 +234,10 @@ impl Pipe {
 
     /// Packets waiting in this pipe's queues (egress, recirculation).
     pub fn pending(&self) -> usize {
-        self.tm.recirc.len() + self.tm.map.ports_of(self.id).iter().map(|&p| self.tm.queues[p as usize].len()).sum::<usize>()
+        // The queues of this pipe's ports, counted in place (drivers poll this between
+        // calls: no list of ports is built for it).
+        let mine = self.tm.queues.iter().enumerate().filter(|&(p, _)| self.tm.map.pipe_of(p as PortId) == Some(self.id));
+        self.tm.recirc.len() + mine.map(|(_, q)| q.len()).sum::<usize>()
     }
 
     /// When the pipe next has work without new input (packet generator, shaped queue).
