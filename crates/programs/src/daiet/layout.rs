@@ -66,25 +66,30 @@ pub struct Bridged {
 }
 
 impl Bridged {
+    // The bytes are this program's own (no other program, host or controller reads them):
+    // fields in the machine's byte order, so loading and storing them is plain moves, as
+    // a compiler lays out a bridged header.
+    #[inline(always)]
     pub fn load(b: &[u8; 16]) -> Bridged {
         Bridged {
             phase: b[0],
             cursor: b[1],
-            spill: u16::from_be_bytes([b[2], b[3]]),
-            pending: u32::from_be_bytes([b[4], b[5], b[6], b[7]]),
-            port: u16::from_be_bytes([b[8], b[9]]),
-            child: u16::from_be_bytes([b[10], b[11]]),
-            child_seq: u32::from_be_bytes([b[12], b[13], b[14], b[15]]),
+            spill: u16::from_ne_bytes([b[2], b[3]]),
+            pending: u32::from_ne_bytes([b[4], b[5], b[6], b[7]]),
+            port: u16::from_ne_bytes([b[8], b[9]]),
+            child: u16::from_ne_bytes([b[10], b[11]]),
+            child_seq: u32::from_ne_bytes([b[12], b[13], b[14], b[15]]),
         }
     }
+    #[inline(always)]
     pub fn store(&self, b: &mut [u8; 16]) {
         b[0] = self.phase;
         b[1] = self.cursor;
-        b[2..4].copy_from_slice(&self.spill.to_be_bytes());
-        b[4..8].copy_from_slice(&self.pending.to_be_bytes());
-        b[8..10].copy_from_slice(&self.port.to_be_bytes());
-        b[10..12].copy_from_slice(&self.child.to_be_bytes());
-        b[12..16].copy_from_slice(&self.child_seq.to_be_bytes());
+        b[2..4].copy_from_slice(&self.spill.to_ne_bytes());
+        b[4..8].copy_from_slice(&self.pending.to_ne_bytes());
+        b[8..10].copy_from_slice(&self.port.to_ne_bytes());
+        b[10..12].copy_from_slice(&self.child.to_ne_bytes());
+        b[12..16].copy_from_slice(&self.child_seq.to_ne_bytes());
     }
 }
 
