@@ -306,6 +306,14 @@ pub struct ProgramDecl {
     /// 0 or 1: one pass per packet, as on a PISA switch.
     #[serde(default)]
     pub items_per_pass: u32,
+    /// On a recirculated pass of a packet this program owns, the packet stays with this
+    /// program (its parser branches on the recirculation port and its bridged header, as a
+    /// merged P4 program's would, instead of classifying the rewritten bytes again) and the
+    /// base program does not run: this program sets the forwarding decision itself
+    /// (forward, recirculate, clone, drop). Without a decision the packet is a counted
+    /// `no_route` drop blamed on this program. See [`ProgramBuilder::owns_recirculated_passes`].
+    #[serde(default)]
+    pub owns_recirculated_passes: bool,
 }
 
 impl ProgramDecl {
@@ -445,6 +453,7 @@ impl ProgramBuilder {
                 notes: Vec::new(),
                 memories: Vec::new(),
                 items_per_pass: 0,
+                owns_recirculated_passes: false,
             },
             next_obj: 0,
             stage_objs: vec![0; 512],
@@ -509,6 +518,20 @@ impl ProgramBuilder {
 
     pub fn max_recirculations(&mut self, n: Option<u32>) -> &mut Self {
         self.decl.max_recirculations = n;
+        self
+    }
+
+    /// Declare that this application decides the route of every recirculated pass of its
+    /// packets: on those passes the base program (L2/L3 forwarding) is not applied and the
+    /// packet is not classified again (see [`ProgramDecl::owns_recirculated_passes`]).
+    /// Only for an application (a program with classification rules); shown as a note in
+    /// the resource report and the P4Info.
+    pub fn owns_recirculated_passes(&mut self) -> &mut Self {
+        self.decl.owns_recirculated_passes = true;
+        self.decl.notes.push(
+            "owns its recirculated passes: a packet it recirculates comes back to it (parsed by the recirculation port and its bridged header, not classified again) and the base program's tables are not applied on that pass; it sets the forwarding decision itself"
+                .to_string(),
+        );
         self
     }
 
@@ -699,7 +722,12 @@ impl ProgramBuilder {
     }
 
     /// Finish: the declaration, or every structural error found.
-    pub fn build(self) -> Result<ProgramDecl, Vec<DeclError>> {
+    pub fn build(mut self) -> Result<ProgramDecl, Vec<DeclError>> {
+        if self.decl.owns_recirculated_passes && self.decl.classify.is_empty() {
+            self.errors.push(DeclError::Invalid(
+                "owns_recirculated_passes is for an application (a program with classification rules), not the base program".to_string(),
+            ));
+        }
         if self.errors.is_empty() {
             Ok(self.decl)
         } else {

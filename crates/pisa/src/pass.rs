@@ -351,7 +351,9 @@ impl<'a> Pass<'a> {
         let total = n + payload;
         if n != old {
             let raw = self.pkt.raw_mut();
-            raw.copy_within(old..old + payload, n);
+            if payload > 0 {
+                raw.copy_within(old..old + payload, n);
+            }
             if n > old {
                 raw[old..n].fill(0);
             }

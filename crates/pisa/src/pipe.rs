@@ -234,7 +234,10 @@ impl Pipe {
 
     /// Packets waiting in this pipe's queues (egress, recirculation).
     pub fn pending(&self) -> usize {
-        self.tm.recirc.len() + self.tm.map.ports_of(self.id).iter().map(|&p| self.tm.queues[p as usize].len()).sum::<usize>()
+        // The queues of this pipe's ports, counted in place (drivers poll this between
+        // calls: no list of ports is built for it).
+        let mine = self.tm.queues.iter().enumerate().filter(|&(p, _)| self.tm.map.pipe_of(p as PortId) == Some(self.id));
+        self.tm.recirc.len() + mine.map(|(_, q)| q.len()).sum::<usize>()
     }
 
     /// When the pipe next has work without new input (packet generator, shaped queue).
@@ -270,12 +273,17 @@ impl Pipe {
         for _ in 0..n {
             let Some(mut pkt) = tm.recirc.pop_front() else { break };
             // A new pass: the intrinsic metadata starts over except what a recirculated
-            // packet carries (its count and bridged bytes).
+            // packet carries (its count and bridged bytes; its owner, which only a program
+            // owning its recirculated passes keeps, see `ingress_packet`).
             let m = pkt.meta;
-            pkt.meta =
-                PacketMeta { recirculations: m.recirculations.saturating_add(1), bridged: m.bridged, ..PacketMeta::new(PORT_RECIRC) };
+            pkt.meta = PacketMeta {
+                recirculations: m.recirculations.saturating_add(1),
+                bridged: m.bridged,
+                owner: m.owner,
+                ..PacketMeta::new(PORT_RECIRC)
+            };
             tm.counters.recirculations += 1;
-            ingress_packet(&mut passes, tm, set, *classifies, pkt, out);
+            ingress_recirculated(&mut passes, tm, set, *classifies, pkt, out);
         }
         for mut pkt in rx.drain(..) {
             let port = pkt.port;
@@ -718,9 +726,9 @@ fn judge(pkt: &mut PacketBuf, prog: u8, v: Option<Violation>, counters: &mut Cou
 /// program), then the traffic manager.
 #[inline(always)]
 fn ingress_packet(passes: &mut Passes<'_>, tm: &mut Tm, set: &ProgramSet, classifies: bool, mut pkt: PacketBuf, out: &mut Handoff) {
+    let base = passes.base_id();
     let owner = if classifies { set.classify(pkt.data()) } else { None };
     pkt.meta.owner = owner.unwrap_or(0xFF);
-    let base = passes.base_id();
     let mut blame = passes.base(&mut pkt, &mut tm.counters);
     if let Some(o) = owner {
         if Some(o) != base && pkt.meta.drop != Some(DropCode::VIOLATION) {
@@ -740,14 +748,41 @@ fn ingress_packet(passes: &mut Passes<'_>, tm: &mut Tm, set: &ProgramSet, classi
             return;
         }
         // A recirculation (a program looping over a packet's items): straight to the
-        // traffic manager's route, which checks the limit and the queue and counts, as
-        // `dispose_ingress` would after finding nothing else to do.
+        // traffic manager's recirculation port, which checks the limit and the queue and
+        // counts, as `dispose_ingress` would (through `route`) after finding nothing else to do.
         if m.egress_port == PORT_RECIRC {
-            tm.route(pkt, recirc_limit(), out);
+            tm.recirculate(pkt, recirc_limit());
             return;
         }
     }
     tm.dispose_ingress(pkt, blame, recirc_limit(), out);
+}
+
+/// Ingress of a recirculated packet. If its program owns its recirculated passes
+/// (`ProgramDecl::owns_recirculated_passes`), the packet stays with that program (no
+/// classification) and the base program's tables are not applied: the program decides the
+/// route, and the traffic manager acts on it as in [`ingress_packet`]. Any other
+/// recirculated packet goes through [`ingress_packet`] like a received one.
+#[inline(always)]
+fn ingress_recirculated(passes: &mut Passes<'_>, tm: &mut Tm, set: &ProgramSet, classifies: bool, mut pkt: PacketBuf, out: &mut Handoff) {
+    let kept = pkt.meta.owner;
+    if !set.owns_recirculated_passes(kept as usize) || Some(kept) == passes.base_id() {
+        ingress_packet(passes, tm, set, classifies, pkt, out);
+        return;
+    }
+    let blame = passes.other(&mut pkt, kept, &mut tm.counters).or(Some(kept));
+    let m = &pkt.meta;
+    if m.clone_session == 0 && m.drop.is_none() && m.mcast_grp == 0 {
+        if m.egress_port == PORT_RECIRC {
+            tm.recirculate(pkt, set.recirc_limit(kept as usize));
+            return;
+        }
+        if m.egress_port < PORT_CPU && tm.map.pipe_of(m.egress_port) == Some(tm.id) {
+            tm.enqueue_one(pkt);
+            return;
+        }
+    }
+    tm.dispose_ingress(pkt, blame, set.recirc_limit(kept as usize), out);
 }
 
 /// Egress of one packet dequeued from `port`; unless it is dropped, onto the port's
@@ -883,22 +918,7 @@ impl Tm {
                     self.cpu.push_back(PacketIn { pkt, ingress_port });
                 }
             }
-            PORT_RECIRC => {
-                let over = recirc_limit.is_some_and(|l| pkt.meta.recirculations as u32 >= l);
-                if over {
-                    let owner = pkt.meta.owner;
-                    self.count_drop(DropCode::RECIRC_LIMIT, Some(owner));
-                    self.pool.put(pkt);
-                } else if self.recirc.len() >= self.cfg.recirc_capacity {
-                    self.count_drop(DropCode::RECIRC_FULL, None);
-                    self.pool.put(pkt);
-                } else {
-                    // The recirculation port loops back into this pipe's ingress; its egress
-                    // control is not run (a simplification: no program here needs it).
-                    pkt.meta.is_clone = false;
-                    self.recirc.push_back(pkt);
-                }
-            }
+            PORT_RECIRC => self.recirculate(pkt, recirc_limit),
             port => match self.map.pipe_of(port) {
                 // Our own port: straight into its queue, no handoff.
                 Some(p) if p == self.id => self.enqueue_one(pkt),
@@ -908,6 +928,26 @@ impl Tm {
                     self.pool.put(pkt);
                 }
             },
+        }
+    }
+
+    /// A packet sent to the recirculation port: dropped (and counted) beyond its program's
+    /// recirculation limit or when the recirculation queue is full, queued otherwise.
+    #[inline(always)]
+    fn recirculate(&mut self, mut pkt: PacketBuf, recirc_limit: Option<u32>) {
+        let over = recirc_limit.is_some_and(|l| pkt.meta.recirculations as u32 >= l);
+        if over {
+            let owner = pkt.meta.owner;
+            self.count_drop(DropCode::RECIRC_LIMIT, Some(owner));
+            self.pool.put(pkt);
+        } else if self.recirc.len() >= self.cfg.recirc_capacity {
+            self.count_drop(DropCode::RECIRC_FULL, None);
+            self.pool.put(pkt);
+        } else {
+            // The recirculation port loops back into this pipe's ingress; its egress
+            // control is not run (a simplification: no program here needs it).
+            pkt.meta.is_clone = false;
+            self.recirc.push_back(pkt);
         }
     }
 

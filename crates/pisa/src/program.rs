@@ -61,6 +61,7 @@ pub struct ProgramSet {
     /// hot path does not reach through the trait object for them.
     depth: Vec<usize>,
     recirc_limit: Vec<Option<u32>>,
+    owns_recirc: Vec<bool>,
 }
 
 /// Why a set of programs cannot be loaded together.
@@ -131,8 +132,9 @@ impl ProgramSet {
         }
         let depth: Vec<usize> = programs.iter().map(|p| p.decl().parser.depth_bytes as usize).collect();
         let recirc_limit = programs.iter().map(|p| p.decl().max_recirculations).collect();
+        let owns_recirc = programs.iter().map(|p| p.decl().owns_recirculated_passes && !p.decl().classify.is_empty()).collect();
         let max_depth = depth.iter().copied().max().unwrap_or(0);
-        Ok(ProgramSet { programs, base, rules, ids, by_id, max_depth, depth, recirc_limit })
+        Ok(ProgramSet { programs, base, rules, ids, by_id, max_depth, depth, recirc_limit, owns_recirc })
     }
 
     pub fn len(&self) -> usize {
@@ -171,6 +173,12 @@ impl ProgramSet {
     #[inline]
     pub fn recirc_limit(&self, i: usize) -> Option<u32> {
         self.recirc_limit[i]
+    }
+    /// Whether program `i` owns the recirculated passes of its packets
+    /// ([`ProgramDecl::owns_recirculated_passes`]); false for an index out of range.
+    #[inline]
+    pub fn owns_recirculated_passes(&self, i: usize) -> bool {
+        self.owns_recirc.get(i).copied().unwrap_or(false)
     }
     /// Deepest parse among the programs.
     pub fn max_parse_depth(&self) -> usize {

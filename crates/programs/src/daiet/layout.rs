@@ -66,52 +66,92 @@ pub struct Bridged {
 }
 
 impl Bridged {
+    // The bytes are this program's own (no other program, host or controller reads them):
+    // fields in the machine's byte order, so loading and storing them is plain moves, as
+    // a compiler lays out a bridged header.
+    #[inline(always)]
     pub fn load(b: &[u8; 16]) -> Bridged {
         Bridged {
             phase: b[0],
             cursor: b[1],
-            spill: u16::from_be_bytes([b[2], b[3]]),
-            pending: u32::from_be_bytes([b[4], b[5], b[6], b[7]]),
-            port: u16::from_be_bytes([b[8], b[9]]),
-            child: u16::from_be_bytes([b[10], b[11]]),
-            child_seq: u32::from_be_bytes([b[12], b[13], b[14], b[15]]),
+            spill: u16::from_ne_bytes([b[2], b[3]]),
+            pending: u32::from_ne_bytes([b[4], b[5], b[6], b[7]]),
+            port: u16::from_ne_bytes([b[8], b[9]]),
+            child: u16::from_ne_bytes([b[10], b[11]]),
+            child_seq: u32::from_ne_bytes([b[12], b[13], b[14], b[15]]),
         }
     }
+    #[inline(always)]
     pub fn store(&self, b: &mut [u8; 16]) {
         b[0] = self.phase;
         b[1] = self.cursor;
-        b[2..4].copy_from_slice(&self.spill.to_be_bytes());
-        b[4..8].copy_from_slice(&self.pending.to_be_bytes());
-        b[8..10].copy_from_slice(&self.port.to_be_bytes());
-        b[10..12].copy_from_slice(&self.child.to_be_bytes());
-        b[12..16].copy_from_slice(&self.child_seq.to_be_bytes());
+        b[2..4].copy_from_slice(&self.spill.to_ne_bytes());
+        b[4..8].copy_from_slice(&self.pending.to_ne_bytes());
+        b[8..10].copy_from_slice(&self.port.to_ne_bytes());
+        b[10..12].copy_from_slice(&self.child.to_ne_bytes());
+        b[12..16].copy_from_slice(&self.child_seq.to_ne_bytes());
     }
 }
 
 /// After the header region changed length: IPv4 total length and checksum, UDP length
-/// (UDP checksum cleared: optional over IPv4), for a frame of `frame_len` bytes.
+/// (UDP checksum cleared: optional over IPv4), for a frame of `frame_len` bytes. A header
+/// region shorter than Ethernet + IPv4 + UDP is left alone (callers check the length).
 pub fn fix_lengths(h: &mut [u8], frame_len: usize) {
+    // The fixed 42 bytes as one array: every index below is checked once, here.
+    let Some(h) = h.first_chunk_mut::<D>() else { return };
     let ip_len = (frame_len - 14) as u16;
     h[16..18].copy_from_slice(&ip_len.to_be_bytes());
     let udp_len = (frame_len - 34) as u16;
     h[38..40].copy_from_slice(&udp_len.to_be_bytes());
-    h[40] = 0;
-    h[41] = 0;
-    h[24] = 0;
-    h[25] = 0;
+    h[40..42].fill(0);
+    h[24..26].fill(0);
     let c = wire::checksum::sum(&h[14..34]);
     h[24..26].copy_from_slice(&(!c).to_be_bytes());
 }
 
 /// Turn the frame's headers into a reply to where it came from: MACs, IPv4 addresses and
-/// UDP ports swapped.
+/// UDP ports swapped. A header region shorter than Ethernet + IPv4 + UDP is left alone.
 pub fn swap_addresses(h: &mut [u8]) {
-    for i in 0..6 {
-        h.swap(i, 6 + i);
+    let Some(h) = h.first_chunk_mut::<D>() else { return };
+    // Each pair of fields read as two fixed arrays and written back crosswise.
+    fn swap<const N: usize>(h: &mut [u8; D], a: usize, b: usize) {
+        let x: [u8; N] = *h[a..].first_chunk().expect("within the 42 bytes");
+        let y: [u8; N] = *h[b..].first_chunk().expect("within the 42 bytes");
+        h[a..a + N].copy_from_slice(&y);
+        h[b..b + N].copy_from_slice(&x);
     }
-    for i in 0..4 {
-        h.swap(26 + i, 30 + i);
+    swap::<6>(h, 0, 6);
+    swap::<4>(h, 26, 30);
+    swap::<2>(h, 34, 36);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn swap_and_lengths_match_the_field_by_field_rewrite() {
+        let mut f: Vec<u8> = (0..PAIRS as u32 + 20).map(|i| (i * 37 + 11) as u8).collect();
+        let mut want = f.clone();
+        for i in 0..6 {
+            want.swap(i, 6 + i);
+        }
+        for i in 0..4 {
+            want.swap(26 + i, 30 + i);
+        }
+        want.swap(34, 36);
+        want.swap(35, 37);
+        swap_addresses(&mut f);
+        assert_eq!(f, want);
+        let n = f.len();
+        fix_lengths(&mut f, n);
+        assert_eq!(u16::from_be_bytes([f[16], f[17]]) as usize, n - 14);
+        assert_eq!(u16::from_be_bytes([f[38], f[39]]) as usize, n - 34);
+        assert_eq!(wire::checksum::sum(&f[14..34]), 0xFFFF, "a valid IPv4 header checksum");
+        // Too short to hold the headers: left alone, no panic.
+        let mut short = vec![7u8; 30];
+        swap_addresses(&mut short);
+        fix_lengths(&mut short, 30);
+        assert_eq!(short, vec![7u8; 30]);
     }
-    h.swap(34, 36);
-    h.swap(35, 37);
 }

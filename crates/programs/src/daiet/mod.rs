@@ -250,6 +250,10 @@ impl Daiet {
         let d_sender = b.drop_reason("daiet_sender_out_of_range");
         let d_lost_tree = b.drop_reason("daiet_tree_removed_in_flight");
         let d_bad_tree = b.drop_reason("daiet_bad_tree_config");
+        // Every recirculated pass sets its own route (forward to the parent or the child,
+        // recirculate, clone, drop; a tree removed in flight is a counted drop), so the base
+        // program's L2 tables are not applied on those passes (see `Daiet::ingress`).
+        b.owns_recirculated_passes();
         let decl = b.build().expect("daiet declaration is valid");
         Daiet {
             decl,
@@ -331,10 +335,11 @@ impl Daiet {
 
     /// Turn the packet into an ACK of `seq` for `sender`, sent back by `port`.
     fn ack_in_place(&self, pass: &mut Pass<'_>, sender: u16, seq: u32, port: u16) {
+        // The payload first (nothing to move), then the header region to the ACK's.
+        pass.truncate_payload();
         if !pass.resize_hdr(PAIRS) {
             return;
         }
-        pass.truncate_payload();
         let len = pass.packet_len();
         let h = pass.hdr_mut();
         rewrite_as_ack(h, sender, seq, len);
@@ -387,8 +392,11 @@ impl PairLanes {
     }
 }
 
-/// Rewrite a frame's headers into an ACK (addresses swapped, no pairs).
+/// Rewrite a frame's headers into an ACK (addresses swapped, no pairs). A header region
+/// shorter than an ACK's is left alone (callers check the length).
 pub fn rewrite_as_ack(h: &mut [u8], sender: u16, seq: u32, frame_len: usize) {
+    // The ACK's fixed bytes as one array: the writes below need no bounds checks.
+    let Some(h) = h.first_chunk_mut::<PAIRS>() else { return };
     swap_addresses(h);
     h[FLAGS] = flags::ACK;
     h[SENDER..SENDER + 2].copy_from_slice(&sender.to_be_bytes());
@@ -419,14 +427,17 @@ impl Program for Daiet {
         let mut br = Bridged::load(pass.bridged());
         let r = pass.apply_u64(&self.trees, tree_id as u64);
         let cfg = if r.action == self.a_set_tree {
-            let mut p = [0u64; 6];
-            p.copy_from_slice(&r.params[..6]);
-            TreeConfig::from_params(&p)
+            // The hit's parameters in place (a table result borrows them: no copy).
+            TreeConfig::from_params(r.params)
         } else {
             None
         };
         let Some(t) = cfg else {
-            if br.phase != PH_FRESH {
+            // A packet already in its passes (admitted, or an END waiting for its sender's
+            // packets in flight) whose tree was removed: dropped and counted (the sender
+            // resends; the reducer's gap detection covers the rest). The program owns its
+            // recirculated passes, so it decides their route: no L2 lookup to fall back on.
+            if br.phase != PH_FRESH || pass.recirculations() > 0 {
                 pass.drop(self.d_lost_tree);
             }
             // Not a tree of this switch: forwarded untouched.

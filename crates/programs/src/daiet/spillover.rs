@@ -36,7 +36,26 @@ use super::{ack_session, Daiet, TreeConfig, WALK_SESSION};
 impl Daiet {
     /// The end of a data pass (stages 9-11): one waiting colliding pair into the bucket,
     /// then the packet recirculates or, all of its pairs done, finishes.
+    #[inline(always)]
     pub(super) fn data_tail(&self, pass: &mut Pass<'_>, t: &TreeConfig, br: &mut Bridged, np: usize) {
+        // The common case, written out: no pair waiting for the bucket, none kept in the
+        // packet, no drain to do. Then stages 9-11 have nothing to do and the packet
+        // recirculates for its next pairs or, all done, becomes its ACK: what the general
+        // path below decides for the same metadata, without its bookkeeping.
+        if br.spill == 0 && br.pending & (KEPT | DRAIN) == 0 {
+            if br.cursor as usize >= np {
+                self.ack_in_place(pass, br.child, br.child_seq, br.port);
+            } else {
+                pass.recirculate();
+            }
+            return;
+        }
+        self.data_tail_bucket(pass, t, br, np);
+    }
+
+    /// [`Self::data_tail`] with pairs waiting for the bucket, kept or a drain to start.
+    #[inline(never)]
+    fn data_tail_bucket(&self, pass: &mut Pass<'_>, t: &TreeConfig, br: &mut Bridged, np: usize) {
         // Stage 9: the bucket's counter.
         let mut store = None;
         let mut overflow = 0;

@@ -19,7 +19,11 @@ pub fn set() -> Arc<ProgramSet> {
 
 /// A switch with `ports` ports: L2 entries `host -> port`, trees, clone sessions.
 pub fn switch(ports: u16, l2: &[(u8, u16)], trees: &[(u16, TreeConfig)]) -> Switch {
-    let set = set();
+    switch_of(set(), ports, l2, trees)
+}
+
+/// [`switch`] over a given `forward,daiet`-shaped program set (program 0 the base, 1 DAIET).
+pub fn switch_of(set: Arc<ProgramSet>, ports: u16, l2: &[(u8, u16)], trees: &[(u16, TreeConfig)]) -> Switch {
     let mut sw = Switch::new(set.clone(), ports, 1, PipeConfig::default());
     let (l2t, l2a) = ids(&set, 0, "l2_dmac", "l2_forward");
     for &(h, p) in l2 {
