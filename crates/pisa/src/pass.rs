@@ -525,23 +525,34 @@ impl<'a> Pass<'a> {
         if !self.guard.try_enter_all(l.pos, bits) {
             return self.execute_lanes_one_by_one(l, active, index, input);
         }
-        for i in 0..N {
-            if active >> i & 1 == 0 {
-                continue;
-            }
+        // One lane: false if its index is out of range (as separate accesses: this lane
+        // fails, the later ones find the pass violated and do nothing).
+        let lane = |pass: &mut Self, i: usize, out: &mut [O; N]| -> bool {
             let a = &l.acts[i];
             if index[i] < a.reg.size {
-                if let Some(slot) = self.regs.get_mut(a.reg.offset as usize + index[i] as usize) {
+                if let Some(slot) = pass.regs.get_mut(a.reg.offset as usize + index[i] as usize) {
                     let (c, o) = a.body.run(T::from_bits(*slot), input(i));
                     *slot = c.to_bits();
                     out[i] = o;
-                    continue;
+                    return true;
                 }
             }
-            // As separate accesses: this lane fails, the later ones find the pass
-            // violated and do nothing.
-            self.guard.fail(Violation::IndexOutOfRange);
-            return out;
+            pass.guard.fail(Violation::IndexOutOfRange);
+            false
+        };
+        if active & ((1 << N) - 1) == (1 << N) - 1 {
+            // Every lane (the usual case): no test per lane.
+            for i in 0..N {
+                if !lane(self, i, &mut out) {
+                    break;
+                }
+            }
+        } else {
+            for i in 0..N {
+                if active >> i & 1 != 0 && !lane(self, i, &mut out) {
+                    break;
+                }
+            }
         }
         out
     }
