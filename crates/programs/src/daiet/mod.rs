@@ -476,7 +476,12 @@ impl Program for Daiet {
 
 impl Daiet {
     fn first_pass(&self, pass: &mut Pass<'_>, t: &TreeConfig, br: &mut Bridged) {
-        let h = pass.hdr();
+        // The fixed headers as one array (`ingress` checked the length): one bounds check,
+        // not one per field.
+        let Some(h) = pass.hdr().first_chunk::<PAIRS>() else {
+            pass.drop(DropCode::MALFORMED);
+            return;
+        };
         let fl = h[FLAGS];
         let sender = u16::from_be_bytes([h[SENDER], h[SENDER + 1]]);
         let seq = u32::from_be_bytes([h[SEQ], h[SEQ + 1], h[SEQ + 2], h[SEQ + 3]]);
