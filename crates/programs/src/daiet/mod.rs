@@ -155,6 +155,7 @@ impl Daiet {
         b.note(
             "key words are 32-bit cells (the Tofino 1 stateful ALU returns 32 bits): a 16-byte key is four arrays compared in four stages",
         );
+        b.note("every pair of a pass runs the four key stages and the value stage whatever the earlier words decided: the decision (claim, match, collide) travels with it as an operand, and a collision leaves the cells as they are (two comparisons per stateful ALU)");
         let a_set_tree = b.action(
             "set_tree",
             &TreeConfig::PARAMS,
