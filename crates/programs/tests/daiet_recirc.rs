@@ -17,9 +17,9 @@ mod common;
 use common::daiet_net::*;
 use common::*;
 
-const PARENT: u8 = 10;
+const PARENT: u8 = 15;
 const TREE: u16 = 100;
-const CHILDREN: u8 = 3;
+const CHILDREN: u8 = 12;
 
 /// DAIET exactly as it is, but declared without `owns_recirculated_passes`: the switch then
 /// classifies every recirculated pass again and runs `forward` on it first.
@@ -74,8 +74,8 @@ struct Trace {
     sent: u64,
 }
 
-/// Three children, a two-cell partition (most pairs collide: the spillover bucket fills and
-/// is drained), rounds of one ten-pair packet per child in one batch (their passes
+/// Twelve children, a two-cell partition (most pairs collide: the spillover bucket fills and
+/// is drained, and at times busy), rounds of one ten-pair packet per child in one batch (their passes
 /// interleave), an ordinary frame and an ACK-flagged frame in each batch (first passes
 /// only: `forward` decides them); in the last batch each child's END rides behind its last
 /// data packet (it waits, recirculating, for it), and the last END walks the cells.
@@ -137,6 +137,9 @@ fn recirculated_daiet_passes_without_forward_give_the_same_result() {
     assert!(co.clones > 12, "ACK clones of packets that filled or overflowed the bucket, walk clones: {}", co.clones);
     let to_parent = own.frames.iter().filter(|(p, _)| *p == PARENT as u16).count();
     assert!(to_parent > 10, "drained buckets and the walk's packets: {to_parent}");
+    let s = set();
+    let overflow = s.decl(1).registers.iter().position(|r| r.name == "spill_overflow").unwrap() + s.decl(0).registers.len();
+    assert!(own.registers[overflow][0] > 0, "some colliding pairs found the bucket busy and went on in their packet");
 
     // Same frames out, in the same order, byte for byte.
     assert_eq!(own.frames.len(), plain.frames.len());
