@@ -906,7 +906,7 @@ impl Tm {
 
     /// Send one packet towards its egress port (in whichever pipe owns it).
     #[inline]
-    fn route(&mut self, mut pkt: PacketBuf, recirc_limit: Option<u32>, out: &mut Handoff) {
+    fn route(&mut self, pkt: PacketBuf, recirc_limit: Option<u32>, out: &mut Handoff) {
         match pkt.meta.egress_port {
             PORT_CPU => {
                 if self.cpu.len() >= self.cfg.cpu_capacity {

@@ -87,7 +87,8 @@ fn run(sw: &mut Switch, rounds: u32) -> (Trace, HashMap<Vec<u8>, u64>) {
     for round in 0..rounds {
         let mut batch = Vec::new();
         for c in 1..=CHILDREN {
-            let ps: Vec<(Vec<u8>, u32)> = (0..10).map(|_| (format!("k{}", r.next() % 37).into_bytes(), 1 + (r.next() % 9) as u32)).collect();
+            let ps: Vec<(Vec<u8>, u32)> =
+                (0..10).map(|_| (format!("k{}", r.next() % 37).into_bytes(), 1 + (r.next() % 9) as u32)).collect();
             for (k, v) in &ps {
                 *want.entry(k.clone()).or_default() += *v as u64;
             }
@@ -155,7 +156,10 @@ fn recirculated_daiet_passes_without_forward_give_the_same_result() {
     }
     // DAIET's own passes, drops and violations are the same.
     let (d, dp) = (&co.programs[1], &cp.programs[1]);
-    assert_eq!((d.ingress_passes, d.egress_passes, &d.drops, &d.violations), (dp.ingress_passes, dp.egress_passes, &dp.drops, &dp.violations));
+    assert_eq!(
+        (d.ingress_passes, d.egress_passes, &d.drops, &d.violations),
+        (dp.ingress_passes, dp.egress_passes, &dp.drops, &dp.violations)
+    );
     assert!(d.violations.iter().all(|&v| v == 0));
     // `forward` still runs on every first pass (and every egress pass), not on recirculated ones.
     let (f, fp) = (&co.programs[0], &cp.programs[0]);
@@ -215,7 +219,8 @@ fn a_waiting_end_whose_tree_is_removed_is_a_counted_drop() {
         sw.tick(1);
     }
     assert!(sw.drain_all().is_empty(), "nothing left the switch");
-    let code = DropCode::FIRST_PROGRAM as usize + set.decl(1).drop_reasons.iter().position(|r| r == "daiet_tree_removed_in_flight").unwrap();
+    let code =
+        DropCode::FIRST_PROGRAM as usize + set.decl(1).drop_reasons.iter().position(|r| r == "daiet_tree_removed_in_flight").unwrap();
     let c = sw.counters();
     assert_eq!(c.programs[1].drops[code], 2);
     assert_eq!(c.drops[DropCode::NO_ROUTE.0 as usize], 0);
