@@ -524,8 +524,8 @@ impl ProgramBuilder {
     /// Declare that this application decides the route of every recirculated pass of its
     /// packets: on those passes the base program (L2/L3 forwarding) is not applied and the
     /// packet is not classified again (see [`ProgramDecl::owns_recirculated_passes`]).
-    /// Only for an application (a program with classification rules); shown as a note in
-    /// the resource report and the P4Info.
+    /// Only for an application (a program with classification rules). Adds a note to the
+    /// resource report (`inswitch resources`); the flag is in the declaration's JSON.
     pub fn owns_recirculated_passes(&mut self) -> &mut Self {
         self.decl.owns_recirculated_passes = true;
         self.decl.notes.push(

@@ -274,7 +274,7 @@ impl Pipe {
             let Some(mut pkt) = tm.recirc.pop_front() else { break };
             // A new pass: the intrinsic metadata starts over except what a recirculated
             // packet carries (its count and bridged bytes; its owner, which only a program
-            // owning its recirculated passes keeps, see `ingress_packet`).
+            // owning its recirculated passes keeps, see `ingress_recirculated`).
             let m = pkt.meta;
             pkt.meta = PacketMeta {
                 recirculations: m.recirculations.saturating_add(1),
@@ -726,9 +726,9 @@ fn judge(pkt: &mut PacketBuf, prog: u8, v: Option<Violation>, counters: &mut Cou
 /// program), then the traffic manager.
 #[inline(always)]
 fn ingress_packet(passes: &mut Passes<'_>, tm: &mut Tm, set: &ProgramSet, classifies: bool, mut pkt: PacketBuf, out: &mut Handoff) {
-    let base = passes.base_id();
     let owner = if classifies { set.classify(pkt.data()) } else { None };
     pkt.meta.owner = owner.unwrap_or(0xFF);
+    let base = passes.base_id();
     let mut blame = passes.base(&mut pkt, &mut tm.counters);
     if let Some(o) = owner {
         if Some(o) != base && pkt.meta.drop != Some(DropCode::VIOLATION) {
@@ -906,7 +906,7 @@ impl Tm {
 
     /// Send one packet towards its egress port (in whichever pipe owns it).
     #[inline]
-    fn route(&mut self, mut pkt: PacketBuf, recirc_limit: Option<u32>, out: &mut Handoff) {
+    fn route(&mut self, pkt: PacketBuf, recirc_limit: Option<u32>, out: &mut Handoff) {
         match pkt.meta.egress_port {
             PORT_CPU => {
                 if self.cpu.len() >= self.cfg.cpu_capacity {

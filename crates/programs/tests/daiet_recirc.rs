@@ -17,9 +17,9 @@ mod common;
 use common::daiet_net::*;
 use common::*;
 
-const PARENT: u8 = 10;
+const PARENT: u8 = 15;
 const TREE: u16 = 100;
-const CHILDREN: u8 = 3;
+const CHILDREN: u8 = 12;
 
 /// DAIET exactly as it is, but declared without `owns_recirculated_passes`: the switch then
 /// classifies every recirculated pass again and runs `forward` on it first.
@@ -74,8 +74,8 @@ struct Trace {
     sent: u64,
 }
 
-/// Three children, a two-cell partition (most pairs collide: the spillover bucket fills and
-/// is drained), rounds of one ten-pair packet per child in one batch (their passes
+/// Twelve children, a two-cell partition (most pairs collide: the spillover bucket fills and
+/// is drained, and at times busy), rounds of one ten-pair packet per child in one batch (their passes
 /// interleave), an ordinary frame and an ACK-flagged frame in each batch (first passes
 /// only: `forward` decides them); in the last batch each child's END rides behind its last
 /// data packet (it waits, recirculating, for it), and the last END walks the cells.
@@ -87,7 +87,8 @@ fn run(sw: &mut Switch, rounds: u32) -> (Trace, HashMap<Vec<u8>, u64>) {
     for round in 0..rounds {
         let mut batch = Vec::new();
         for c in 1..=CHILDREN {
-            let ps: Vec<(Vec<u8>, u32)> = (0..10).map(|_| (format!("k{}", r.next() % 37).into_bytes(), 1 + (r.next() % 9) as u32)).collect();
+            let ps: Vec<(Vec<u8>, u32)> =
+                (0..10).map(|_| (format!("k{}", r.next() % 37).into_bytes(), 1 + (r.next() % 9) as u32)).collect();
             for (k, v) in &ps {
                 *want.entry(k.clone()).or_default() += *v as u64;
             }
@@ -137,6 +138,9 @@ fn recirculated_daiet_passes_without_forward_give_the_same_result() {
     assert!(co.clones > 12, "ACK clones of packets that filled or overflowed the bucket, walk clones: {}", co.clones);
     let to_parent = own.frames.iter().filter(|(p, _)| *p == PARENT as u16).count();
     assert!(to_parent > 10, "drained buckets and the walk's packets: {to_parent}");
+    let s = set();
+    let overflow = s.decl(1).registers.iter().position(|r| r.name == "spill_overflow").unwrap() + s.decl(0).registers.len();
+    assert!(own.registers[overflow][0] > 0, "some colliding pairs found the bucket busy and went on in their packet");
 
     // Same frames out, in the same order, byte for byte.
     assert_eq!(own.frames.len(), plain.frames.len());
@@ -152,7 +156,10 @@ fn recirculated_daiet_passes_without_forward_give_the_same_result() {
     }
     // DAIET's own passes, drops and violations are the same.
     let (d, dp) = (&co.programs[1], &cp.programs[1]);
-    assert_eq!((d.ingress_passes, d.egress_passes, &d.drops, &d.violations), (dp.ingress_passes, dp.egress_passes, &dp.drops, &dp.violations));
+    assert_eq!(
+        (d.ingress_passes, d.egress_passes, &d.drops, &d.violations),
+        (dp.ingress_passes, dp.egress_passes, &dp.drops, &dp.violations)
+    );
     assert!(d.violations.iter().all(|&v| v == 0));
     // `forward` still runs on every first pass (and every egress pass), not on recirculated ones.
     let (f, fp) = (&co.programs[0], &cp.programs[0]);
@@ -212,7 +219,8 @@ fn a_waiting_end_whose_tree_is_removed_is_a_counted_drop() {
         sw.tick(1);
     }
     assert!(sw.drain_all().is_empty(), "nothing left the switch");
-    let code = DropCode::FIRST_PROGRAM as usize + set.decl(1).drop_reasons.iter().position(|r| r == "daiet_tree_removed_in_flight").unwrap();
+    let code =
+        DropCode::FIRST_PROGRAM as usize + set.decl(1).drop_reasons.iter().position(|r| r == "daiet_tree_removed_in_flight").unwrap();
     let c = sw.counters();
     assert_eq!(c.programs[1].drops[code], 2);
     assert_eq!(c.drops[DropCode::NO_ROUTE.0 as usize], 0);
