@@ -898,6 +898,11 @@ pub mod bench {
             }
         }
 
+        /// Packets the switch has sent towards the parent so far (evictions, then the flush).
+        pub fn up_packets(&self) -> u64 {
+            self.up_packets
+        }
+
         /// Rounds run so far.
         pub fn rounds(&self) -> u64 {
             self.rounds
@@ -1020,7 +1025,7 @@ pub mod bench {
                 w.round();
             }
             assert!(w.up_packets > 0 && !w.up.is_empty(), "evictions reached the parent during the run");
-            assert!(w.verify().is_err(), "before the flush the switch still holds most of the aggregate");
+            assert!(w.verify().is_err(), "before the flush there is no whole aggregate to compare");
             // A retransmission of an aggregated packet (an old sequence number) is
             // acknowledged, not added again: the check still passes.
             let old = w.frames[0].1.clone();
