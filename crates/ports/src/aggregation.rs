@@ -397,7 +397,8 @@ mod tests {
     }
 }
 
-/// In-memory benchmark of the `daiet` program: pair updates per second on one core.
+/// In-memory benchmarks of the `daiet` and `switchagg` programs: pair updates per second
+/// on one core, each checked against the reference after the run.
 pub mod bench {
     use std::collections::HashMap;
     use std::sync::Arc;
@@ -407,7 +408,10 @@ pub mod bench {
     use pisa::control::{CloneSession, ControlOp, Replica, WriteOp};
     use pisa::{FieldMatch, PacketBuf, PipeConfig, ProgramSet, Switch, PORT_RECIRC};
     use programs::daiet::{ack_session, layout, TreeConfig, WALK_SESSION};
+    use programs::switchagg::harness as sa_harness;
+    use programs::switchagg::Config as SaConfig;
     use wire::daiet::{Op, Packet, MAX_PAIRS, UDP_PORT};
+    use wire::switchagg::{AggPacket as SaPacket, Operation as SaOp};
 
     /// The tree's parent port (the mapper is on port 1).
     const PARENT_PORT: u16 = 2;
@@ -720,6 +724,280 @@ pub mod bench {
         DaietWorkload { sw, templates, pairs_per_round, seq: 0, now: 1, rx: Vec::with_capacity(batch), rounds: 0, spilled: HashMap::new() }
     }
 
+    /// Drops and hardware-rule violations the switch counted for program `prog`.
+    fn program_drops(sw: &Switch, prog: usize) -> u64 {
+        let c = sw.counters();
+        c.programs.get(prog).map(|p| p.drops.iter().sum::<u64>() + p.violations.iter().sum::<u64>()).unwrap_or(0)
+    }
+
+    /// Pairs of one SwitchAgg mapper (or of one packet).
+    pub type SaPairs = Vec<(Vec<u8>, u32)>;
+
+    /// The workload of [`switchagg_pipeline`]: one `forward,switchagg` switch with one SUM
+    /// tree whose children are ports `0..children` and whose parent is port `children`; the
+    /// mappers' packets (numbered, up to 1500 bytes, in mapper round-robin order) built once
+    /// and sent round after round with the next sequence numbers, `batch` frames per
+    /// `process` call.
+    ///
+    /// Everything the switch sends towards the parent (FPE→BPE→parent evictions during the
+    /// run, then the flush) is summed by key as it leaves, so that after [`Self::flush`]
+    /// the switch's whole aggregate can be compared with the reference ([`Self::verify`]).
+    pub struct SwitchAggWorkload {
+        sw: Switch,
+        /// (child port, frame, pairs in it); the sequence number is written per send.
+        frames: Vec<(u16, Vec<u8>, u64)>,
+        children: u16,
+        batch: usize,
+        /// Next sequence number of each child (continues across rounds: exactly once at the
+        /// switch needs them consecutive).
+        seq: Vec<u32>,
+        now: u64,
+        rx: Vec<PacketBuf>,
+        /// Pairs in one round's packets.
+        pub pairs_per_round: u64,
+        /// Each key's total in one round's packets (the same computation without the switch).
+        per_round: HashMap<Vec<u8>, u32>,
+        /// Rounds run so far (warm-up included).
+        rounds: u64,
+        /// Pairs the switch sent towards the parent, summed by key (wrapping, as the switch's
+        /// SUM does).
+        up: HashMap<Vec<u8>, u32>,
+        /// Packets towards the parent, and those whose sequence number was not the next one
+        /// (the switch numbers what it sends up: 0, 1, 2, …).
+        up_packets: u64,
+        up_seq_errors: u64,
+        /// The flush's last packet (EoT) reached the parent.
+        eot: bool,
+    }
+
+    impl SwitchAggWorkload {
+        /// Set up the switch (engines of `cfg`, one tree, ACK and flush sessions as the
+        /// controller installs them) and the packets of `shares` (one mapper each).
+        pub fn new(shares: &[SaPairs], cfg: SaConfig, batch: usize) -> SwitchAggWorkload {
+            let m = shares.len().clamp(1, 200);
+            let cfg = SaConfig { max_trees: cfg.max_trees.max(1), max_children: cfg.max_children.max(m as u32), ..cfg };
+            let (sw, _) = sa_harness::single_switch(cfg, m as u16, SaOp::Sum);
+            let per: Vec<Vec<SaPairs>> = shares.iter().take(m).map(|s| sa_harness::packetize(s)).collect();
+            let mut frames = Vec::new();
+            let most = per.iter().map(|p| p.len()).max().unwrap_or(0);
+            for i in 0..most {
+                for (j, p) in per.iter().enumerate() {
+                    if let Some(pk) = p.get(i).filter(|pk| !pk.is_empty()) {
+                        let f = sa_harness::frame(1 + j as u8, 200, 0, SaOp::Sum, j as u16, 0, 0, pk);
+                        frames.push((j as u16, f, pk.len() as u64));
+                    }
+                }
+            }
+            let mut per_round: HashMap<Vec<u8>, u32> = HashMap::new();
+            for (k, v) in shares.iter().take(m).flatten() {
+                let e = per_round.entry(k.clone()).or_insert(0);
+                *e = e.wrapping_add(*v);
+            }
+            let pairs_per_round = frames.iter().map(|f| f.2).sum();
+            SwitchAggWorkload {
+                sw,
+                frames,
+                children: m as u16,
+                batch: batch.max(1),
+                seq: vec![0; m],
+                now: 1,
+                rx: Vec::with_capacity(batch.max(1)),
+                pairs_per_round,
+                per_round,
+                rounds: 0,
+                up: HashMap::new(),
+                up_packets: 0,
+                up_seq_errors: 0,
+                eot: false,
+            }
+        }
+
+        /// One round: every mapper packet sent once, in batches, with the next sequence
+        /// numbers. Returns the packets sent.
+        pub fn round(&mut self) -> u64 {
+            let (l2, b) = (sa_harness::L2L3L4, self.batch);
+            for c in 0..self.frames.len().div_ceil(b) {
+                for (j, f, _) in &self.frames[c * b..((c + 1) * b).min(self.frames.len())] {
+                    let s = &mut self.seq[*j as usize];
+                    let mut buf = self.sw.buffer_for(*j);
+                    buf.copy_from(f);
+                    buf.data_mut()[l2 + 8..l2 + 12].copy_from_slice(&s.to_be_bytes());
+                    *s += 1;
+                    self.rx.push(buf);
+                }
+                self.sw.process(&mut self.rx, self.now);
+                self.now += 1;
+                self.recycle();
+            }
+            self.rounds += 1;
+            self.frames.len() as u64
+        }
+
+        /// Return sent frames to the pool, summing the pairs that went towards the parent.
+        fn recycle(&mut self) {
+            let parent = self.children;
+            for f in self.sw.tx(parent).iter() {
+                let Some(p) = f.data().get(sa_harness::L2L3L4..).and_then(|b| SaPacket::new_checked(b).ok()) else {
+                    self.up_seq_errors += 1; // nothing but aggregation packets goes up
+                    continue;
+                };
+                if p.seq() as u64 != self.up_packets {
+                    self.up_seq_errors += 1;
+                }
+                self.up_packets += 1;
+                self.eot |= p.eot();
+                for pair in p.pairs() {
+                    match pair {
+                        Ok((k, v)) => {
+                            let e = self.up.entry(k.to_vec()).or_insert(0);
+                            *e = e.wrapping_add(v);
+                        }
+                        Err(_) => self.up_seq_errors += 1,
+                    }
+                }
+            }
+            for p in 0..self.children + 2 {
+                self.sw.recycle_tx(p);
+            }
+        }
+
+        /// Every child sends its end of tree (EoT, next sequence number, no pairs); the
+        /// last one makes the switch flush the tree to the parent (recirculating, one
+        /// bucket word per item); run until nothing is pending. Err if the flush did not
+        /// end with EoT at the parent.
+        pub fn flush(&mut self) -> Result<(), String> {
+            for j in 0..self.children {
+                let s = self.seq[j as usize];
+                self.seq[j as usize] += 1;
+                let f = sa_harness::frame(1 + j as u8, 200, 0, SaOp::Sum, j, s, wire::switchagg::flags::EOT, &[]);
+                let mut buf = self.sw.buffer_for(j);
+                buf.copy_from(&f);
+                self.rx.push(buf);
+            }
+            self.sw.process(&mut self.rx, self.now);
+            self.now += 1;
+            self.recycle();
+            // One pass per bucket word at most (the program's recirculation bound).
+            let limit = self.sw.pipes()[0].set().recirc_limit(1).unwrap_or(u32::MAX) as u64 + 16;
+            let mut ticks = 0u64;
+            while self.sw.pipes()[0].pending() > 0 && ticks < limit {
+                self.sw.tick(self.now);
+                self.now += 1;
+                ticks += 1;
+                self.recycle();
+            }
+            if !self.eot {
+                return Err(format!("the flush did not reach the parent with EoT ({ticks} ticks)"));
+            }
+            Ok(())
+        }
+
+        /// Check the aggregation against the same computation without the switch: after
+        /// [`Self::flush`], the pairs the switch sent towards the parent, summed by key,
+        /// equal the rounds run times the key's total in one round's packets, and the
+        /// switch's stream up was numbered without a gap. Returns the keys compared.
+        pub fn verify(&self) -> Result<usize, String> {
+            if !self.eot {
+                return Err("not flushed: the switch still holds the aggregate".into());
+            }
+            if self.up_seq_errors > 0 {
+                return Err(format!("{} packets towards the parent out of sequence or unreadable", self.up_seq_errors));
+            }
+            let r = self.rounds as u32; // SUM wraps at 32 bits in the switch; so here
+            let want: HashMap<&[u8], u32> = self.per_round.iter().map(|(k, v)| (&k[..], v.wrapping_mul(r))).collect();
+            let wrong = want.iter().filter(|(k, v)| self.up.get(**k) != Some(v)).count()
+                + self.up.keys().filter(|k| !want.contains_key(&k[..])).count();
+            if wrong == 0 {
+                Ok(want.len())
+            } else {
+                Err(format!("{wrong} of {} keys differ from the reference after {} rounds", want.len(), self.rounds))
+            }
+        }
+
+        /// Packets the switch has sent towards the parent so far (evictions, then the flush).
+        pub fn up_packets(&self) -> u64 {
+            self.up_packets
+        }
+
+        /// Rounds run so far.
+        pub fn rounds(&self) -> u64 {
+            self.rounds
+        }
+
+        /// The switch under test (its counters).
+        pub fn switch(&self) -> &Switch {
+            &self.sw
+        }
+    }
+
+    /// The pairs of `inswitch bench aggregation`'s SwitchAgg measurement: 3 mappers of
+    /// 20,000 pairs each over `vocab` distinct 16-byte keys, value 1.
+    pub fn switchagg_shares(vocab: u32, per_mapper: u32) -> Vec<SaPairs> {
+        let vocab = vocab.max(1);
+        (0..3u32)
+            .map(|j| {
+                (0..per_mapper)
+                    .map(|i| {
+                        let k = (i.wrapping_mul(2_654_435_761).wrapping_add(j * 7919)) % vocab;
+                        (format!("key-{k:012}").into_bytes(), 1)
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// [`switchagg_shares`] (20,000 pairs per mapper) on the default engines (4 MB FPE,
+    /// 256 MB BPE), one tree of 3 children.
+    pub fn switchagg_workload(batch: usize, vocab: u32) -> SwitchAggWorkload {
+        let cfg = SaConfig { max_trees: 1, max_children: 3, ..SaConfig::default() };
+        SwitchAggWorkload::new(&switchagg_shares(vocab, 20_000), cfg, batch)
+    }
+
+    /// Measure a SwitchAgg workload as [`daiet_pipeline`] does: 100 ms of warm-up, then
+    /// whole rounds for `duration`, rates per wall and per CPU-second of this thread; then
+    /// the flush (not timed) and the check against the reference. Err if the switch's
+    /// aggregate is wrong.
+    pub fn switchagg_measure(mut w: SwitchAggWorkload, duration: Duration) -> Result<AggRate, String> {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_millis(100) {
+            w.round();
+        }
+        let c0 = w.sw.counters();
+        let d0 = program_drops(&w.sw, 1);
+        let (rounds0, mut packets) = (w.rounds, 0u64);
+        let start = Instant::now();
+        let cpu0 = thread_cpu_ns();
+        while start.elapsed() < duration {
+            packets += w.round();
+        }
+        let seconds = start.elapsed().as_secs_f64();
+        let cpu_seconds = (thread_cpu_ns() - cpu0) as f64 / 1e9;
+        let c1 = w.sw.counters();
+        let drops = program_drops(&w.sw, 1) - d0;
+        let pair_updates = (w.rounds - rounds0) * w.pairs_per_round;
+        w.flush()?;
+        let verified_keys = w.verify()?;
+        Ok(AggRate {
+            pair_updates,
+            packets,
+            passes: c1.programs[1].ingress_passes - c0.programs[1].ingress_passes,
+            seconds,
+            pair_updates_per_s: pair_updates as f64 / seconds,
+            cpu_seconds,
+            pair_updates_per_cpu_s: pair_updates as f64 / cpu_seconds.max(1e-9),
+            drops,
+            verified_keys,
+        })
+    }
+
+    /// `inswitch bench aggregation`'s SwitchAgg measurement ([`switchagg_workload`],
+    /// [`switchagg_measure`]). Panics if the switch's aggregate is wrong, as
+    /// [`daiet_pipeline`] does.
+    pub fn switchagg_pipeline(batch: usize, vocab: u32, duration: Duration) -> AggRate {
+        switchagg_measure(switchagg_workload(batch, vocab), duration)
+            .unwrap_or_else(|e| panic!("SwitchAgg bench: the switch's aggregate is wrong: {e}"))
+    }
+
     #[cfg(test)]
     mod tests {
         #[test]
@@ -736,6 +1014,99 @@ pub mod bench {
             let i = cells.iter().position(|&c| c != 0).expect("a used cell");
             cells[i] += 1;
             assert!(w.verify().is_err());
+        }
+
+        use super::{sa_harness, switchagg_measure, switchagg_shares, SaConfig, SaOp, SwitchAggWorkload};
+
+        /// Engines small enough that pairs are evicted FPE → BPE → parent during the run.
+        fn small_engines() -> SaConfig {
+            SaConfig { fpe_bytes: 16 << 10, bpe_bytes: 64 << 10, slots_per_bucket: 4, max_trees: 1, max_children: 3 }
+        }
+
+        /// One packet from child 0 with its next sequence number, outside the rounds.
+        fn send_extra(w: &mut SwitchAggWorkload, pairs: &[(Vec<u8>, u32)], seq: u32) {
+            let f = sa_harness::frame(1, 200, 0, SaOp::Sum, 0, seq, 0, pairs);
+            let mut b = w.sw.buffer_for(0);
+            b.copy_from(&f);
+            w.rx.push(b);
+            w.sw.process(&mut w.rx, w.now);
+            w.now += 1;
+            w.recycle();
+        }
+
+        #[test]
+        fn switchagg_bench_check_passes_with_evictions_and_replays() {
+            let mut w = SwitchAggWorkload::new(&switchagg_shares(2048, 2000), small_engines(), 16);
+            for _ in 0..3 {
+                w.round();
+            }
+            assert!(w.up_packets > 0 && !w.up.is_empty(), "evictions reached the parent during the run");
+            assert!(w.verify().is_err(), "before the flush there is no whole aggregate to compare");
+            // A retransmission of an aggregated packet (an old sequence number) is
+            // acknowledged, not added again: the check still passes.
+            let old = w.frames[0].1.clone();
+            let n = w.frames[0].2 as usize;
+            let p = wire::switchagg::AggPacket::new_checked(&old[sa_harness::L2L3L4..]).unwrap();
+            let pairs: Vec<_> = p.pairs().map(|r| r.map(|(k, v)| (k.to_vec(), v)).unwrap()).collect();
+            assert_eq!(pairs.len(), n);
+            send_extra(&mut w, &pairs, 1);
+            w.flush().unwrap();
+            let keys = w.verify().unwrap();
+            assert_eq!(keys, 2048);
+            assert_eq!(super::program_drops(&w.sw, 1), 0);
+            // One forwarded pair off by one: the check must see it.
+            let k = w.up.keys().next().unwrap().clone();
+            *w.up.get_mut(&k).unwrap() += 1;
+            assert!(w.verify().is_err());
+        }
+
+        #[test]
+        fn switchagg_bench_check_catches_a_wrong_aggregate() {
+            // The switch aggregates one pair the rounds do not hold (a packet that is not
+            // part of the workload, in sequence): its aggregate differs from the reference.
+            let mut w = SwitchAggWorkload::new(&switchagg_shares(2048, 2000), small_engines(), 16);
+            for _ in 0..2 {
+                w.round();
+            }
+            let s = w.seq[0];
+            w.seq[0] += 1;
+            send_extra(&mut w, &[(b"key-000000000007".to_vec(), 1)], s);
+            w.flush().unwrap();
+            let e = w.verify().unwrap_err();
+            assert!(e.contains("1 of 2048 keys differ"), "{e}");
+            // A key the reference does not have at all is caught too.
+            let mut w = SwitchAggWorkload::new(&switchagg_shares(512, 500), small_engines(), 16);
+            w.round();
+            let s = w.seq[1];
+            w.seq[1] += 1;
+            send_extra_from(&mut w, 1, &[(b"not-in-the-job".to_vec(), 3)], s);
+            w.flush().unwrap();
+            assert!(w.verify().is_err());
+        }
+
+        fn send_extra_from(w: &mut SwitchAggWorkload, child: u16, pairs: &[(Vec<u8>, u32)], seq: u32) {
+            let f = sa_harness::frame(1 + child as u8, 200, 0, SaOp::Sum, child, seq, 0, pairs);
+            let mut b = w.sw.buffer_for(child);
+            b.copy_from(&f);
+            w.rx.push(b);
+            w.sw.process(&mut w.rx, w.now);
+            w.now += 1;
+            w.recycle();
+        }
+
+        #[test]
+        fn switchagg_bench_runs_without_drops() {
+            // The bench's keys and packets; engines of 4 MB + 8 MB so the flush stays short
+            // in a debug build (the bench itself uses the default 256 MB BPE).
+            let cfg = SaConfig { fpe_bytes: 4 << 20, bpe_bytes: 8 << 20, slots_per_bucket: 4, max_trees: 1, max_children: 3 };
+            let w = SwitchAggWorkload::new(&switchagg_shares(4096, 20_000), cfg, 32);
+            let r = switchagg_measure(w, std::time::Duration::from_millis(200)).unwrap();
+            assert!(r.pair_updates > 0 && r.packets > 0);
+            assert_eq!(r.drops, 0, "{r:?}");
+            assert_eq!(r.verified_keys, 4096, "{r:?}");
+            assert!(r.pair_updates >= r.packets * 60, "full 1500-byte packets of 16-byte keys: {r:?}");
+            assert!(r.cpu_seconds > 0.0 && r.pair_updates_per_cpu_s >= r.pair_updates_per_s * 0.5, "{r:?}");
+            eprintln!("{r:?}");
         }
 
         #[test]

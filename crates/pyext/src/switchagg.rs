@@ -3,7 +3,9 @@
 //! (keys back to back, `uint64` offsets, `uint32` values, little-endian: what numpy's
 //! `tobytes()` gives); results come back the same way.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use ports::aggregation::bench;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -274,9 +276,11 @@ fn switchagg_line_rate<'py>(
 
 /// Pair updates per second one core gets from the `switchagg` program: the pairs (one
 /// tree, `mappers` children, numbered packets of up to 1500 bytes) go through a configured
-/// switch in batches of `batch` frames, repeatedly for `duration` seconds (sequence
-/// numbers continue, so every pass aggregates); the flush is not timed. Returns
-/// `(pairs, seconds, pairs_per_s)`.
+/// switch in batches of `batch` frames, round after round for `duration` seconds (sequence
+/// numbers continue, so every round aggregates); the flush is not timed. After the run the
+/// tree is flushed and the switch's aggregate checked against the pairs' sums times the
+/// rounds run (`ports::aggregation::bench::SwitchAggWorkload`): ValueError if it differs.
+/// Returns `(pairs, seconds, pairs_per_s)` (wall seconds of the timed rounds).
 #[pyfunction]
 #[pyo3(signature = (keys, key_offsets, values, mappers=3, fpe_bytes=4<<20, bpe_bytes=256<<20, batch=32, duration=1.0))]
 #[allow(clippy::too_many_arguments)]
@@ -294,100 +298,42 @@ fn switchagg_bench(
     let m = mappers.clamp(1, 200);
     let shares = pairs_of(keys, key_offsets, values, m)?;
     let cfg = Config { fpe_bytes, bpe_bytes, slots_per_bucket: 4, max_trees: 1, max_children: m as u32 };
-    let r = py.detach(|| bench(&shares, cfg, batch, duration));
-    Ok((r.pairs, r.seconds, r.pairs as f64 / r.seconds))
+    let r = py
+        .detach(|| {
+            bench::switchagg_measure(bench::SwitchAggWorkload::new(&shares, cfg, batch), Duration::from_secs_f64(duration.max(0.05)))
+        })
+        .map_err(|e| value_err(format!("the switch's aggregate is wrong: {e}")))?;
+    Ok((r.pair_updates, r.seconds, r.pair_updates_per_s))
 }
 
-struct BenchResult {
-    pairs: u64,
-    packets: u64,
-    seconds: f64,
-    drops: u64,
-}
-
-/// Push the shares' packets through one configured switch for `duration` seconds.
-fn bench(shares: &[Pairs], cfg: Config, batch: usize, duration: f64) -> BenchResult {
-    let m = shares.len();
-    let (mut sw, _) = harness::single_switch(cfg, m as u16, Operation::Sum);
-    // Packets in mapper round-robin order.
-    let per: Vec<Vec<Pairs>> = shares.iter().map(|s| harness::packetize(s)).collect();
-    let mut order = Vec::new();
-    let most = per.iter().map(|p| p.len()).max().unwrap_or(0);
-    for i in 0..most {
-        for (j, p) in per.iter().enumerate() {
-            if let Some(pk) = p.get(i) {
-                order.push((j, pk));
-            }
-        }
-    }
-    // Frames built once; each repetition rewrites their sequence numbers in place.
-    let mut frames: Vec<(u16, Vec<u8>, u64)> = order
-        .iter()
-        .map(|(j, pk)| (*j as u16, harness::frame(1 + *j as u8, 200, 0, Operation::Sum, *j as u16, 0, 0, pk), pk.len() as u64))
-        .collect();
-    let mut seq = vec![0u32; m];
-    let (mut pairs, mut packets, mut rx) = (0u64, 0u64, Vec::with_capacity(batch));
-    let t = Instant::now();
-    let limit = duration.max(0.05);
-    let mut now = 0;
-    'outer: loop {
-        for chunk in frames.chunks_mut(batch.max(1)) {
-            rx.clear();
-            for (j, f, n) in chunk.iter_mut() {
-                f[L2L3L4 + 8..L2L3L4 + 12].copy_from_slice(&seq[*j as usize].to_be_bytes());
-                seq[*j as usize] += 1;
-                let mut b = sw.buffer_for(*j);
-                b.set_len(f.len());
-                b.raw_mut()[..f.len()].copy_from_slice(f);
-                b.port = *j;
-                rx.push(b);
-                pairs += *n;
-                packets += 1;
-            }
-            now += 1;
-            sw.process(&mut rx, now);
-            for p in 0..(m as u16 + 2) {
-                sw.recycle_tx(p);
-            }
-            if t.elapsed().as_secs_f64() > limit {
-                break 'outer;
-            }
-        }
-    }
-    let seconds = t.elapsed().as_secs_f64();
-    let c = sw.counters();
-    let drops = c.programs.get(1).map(|p| p.drops.iter().sum::<u64>() + p.violations.iter().sum::<u64>()).unwrap_or(0);
-    BenchResult { pairs, packets, seconds, drops }
-}
-
-/// `inswitch bench aggregation`'s SwitchAgg measurement: pair updates per second on one
-/// core, `vocab` distinct 16-byte keys (as the DAIET measurement), full 1500-byte packets
-/// from 3 mappers, default engines (4 MB FPE, 256 MB BPE). Returns a dict: `pair_updates`,
-/// `packets`, `seconds`, `pair_updates_per_s`, `pairs_per_packet`, `drops` (violations
-/// included; drops of absorbed packets are not drops, they become ACKs).
+/// `inswitch bench aggregation`'s SwitchAgg measurement (`ports::aggregation::bench::
+/// switchagg_pipeline`): pair updates on one core, `vocab` distinct 16-byte keys (as the
+/// DAIET measurement), full 1500-byte packets from 3 mappers, default engines (4 MB FPE,
+/// 256 MB BPE), 100 ms warm-up. After the timed rounds the tree is flushed and the switch's
+/// aggregate checked against the reference (ValueError if it differs). Returns a dict:
+/// `pair_updates`, `packets`, `passes`, `seconds` (wall), `pair_updates_per_s` (per wall
+/// second), `cpu_seconds`, `pair_updates_per_cpu_s` (per CPU-second of the measuring
+/// thread), `pairs_per_packet`, `drops` (violations included; absorbed packets are not
+/// drops, they become ACKs), `verified_keys` (keys checked equal to the reference).
 #[pyfunction]
 #[pyo3(signature = (batch=64, vocab=4096, duration=2.0))]
 fn bench_switchagg_pipeline<'py>(py: Python<'py>, batch: usize, vocab: u32, duration: f64) -> PyResult<Bound<'py, PyDict>> {
-    let vocab = vocab.max(1);
-    let shares: Vec<Pairs> = (0..3u32)
-        .map(|j| {
-            (0..20_000u32)
-                .map(|i| {
-                    let k = (i.wrapping_mul(2_654_435_761).wrapping_add(j * 7919)) % vocab;
-                    (format!("key-{k:012}").into_bytes(), 1)
-                })
-                .collect()
+    let r = py
+        .detach(|| {
+            bench::switchagg_measure(bench::switchagg_workload(batch.max(1), vocab.max(1)), Duration::from_secs_f64(duration.max(0.05)))
         })
-        .collect();
-    let cfg = Config { max_trees: 1, max_children: 3, ..Config::default() };
-    let r = py.detach(|| bench(&shares, cfg, batch, duration));
+        .map_err(|e| value_err(format!("SwitchAgg bench: the switch's aggregate is wrong: {e}")))?;
     let d = PyDict::new(py);
-    d.set_item("pair_updates", r.pairs)?;
+    d.set_item("pair_updates", r.pair_updates)?;
     d.set_item("packets", r.packets)?;
+    d.set_item("passes", r.passes)?;
     d.set_item("seconds", r.seconds)?;
-    d.set_item("pair_updates_per_s", r.pairs as f64 / r.seconds)?;
-    d.set_item("pairs_per_packet", r.pairs as f64 / r.packets.max(1) as f64)?;
+    d.set_item("pair_updates_per_s", r.pair_updates_per_s)?;
+    d.set_item("cpu_seconds", r.cpu_seconds)?;
+    d.set_item("pair_updates_per_cpu_s", r.pair_updates_per_cpu_s)?;
+    d.set_item("pairs_per_packet", r.pair_updates as f64 / r.packets.max(1) as f64)?;
     d.set_item("drops", r.drops)?;
+    d.set_item("verified_keys", r.verified_keys)?;
     Ok(d)
 }
 
