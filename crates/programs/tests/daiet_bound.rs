@@ -361,3 +361,14 @@ fn a_full_recirculation_queue_leaves_no_packet_behind_and_stays_exact() {
         assert_quiet(&mut net);
     }
 }
+
+/// The bound and the new drop reason are declared, and the resource report shows them.
+#[test]
+fn the_bound_is_declared_and_shown() {
+    let d = programs::daiet::Daiet::new();
+    let decl = pisa::Program::decl(&d);
+    assert!(decl.drop_reasons.iter().any(|r| r == "daiet_wait_exceeded"));
+    let r = pisa::ResourceReport::new(&[decl], &pisa::Target::tofino1());
+    let want = format!("MAX_WAIT_PASSES = {MAX_WAIT_PASSES}");
+    assert!(r.programs[0].notes.iter().any(|n| n.contains(&want)), "a note states the bound");
+}
