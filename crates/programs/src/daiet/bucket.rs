@@ -50,6 +50,10 @@ pub const OP_STORE: u8 = 0;
 pub const OP_DRAINED: u8 = 1;
 /// Operand: the END's flush takes the head buffer's pairs (the tree is done).
 pub const OP_FLUSH: u8 = 2;
+/// Operand: a flush walker gave up waiting (`MAX_WAIT_PASSES`): the drains and stores it
+/// waited for were lost, so the counter starts afresh (the slots need no clearing: a slot is
+/// written before it is read).
+pub const OP_ABANDON: u8 = 3;
 /// Store: the packet is not yet counted among the storers.
 pub const FIRST: u8 = 4;
 /// Store: the packet has more colliding pairs to store after this one.
@@ -138,7 +142,7 @@ impl SaluBody<Pair, u8, u32> for SpillState {
                     (Pair::new(0, 0), S_FLUSHED | (head << 4) | fill) // the tree starts afresh
                 }
             }
-            _ => (c, 0),
+            _ => (Pair::new(0, 0), 0), // OP_ABANDON
         }
     }
 }

@@ -13,13 +13,14 @@ use wire::daiet::{flags, MAX_PAIRS, SLICES};
 
 use super::bucket::*;
 use super::layout::*;
-use super::{ack_session, Daiet, TreeConfig, WALK_SESSION};
+use super::{ack_session, Daiet, TreeConfig, MAX_WAIT_PASSES, WALK_SESSION};
 
 // During the walk `Bridged::spill` holds the slice whose stack is being drained; then
 // `SLICES`: ask the bucket's counter for its pairs (it answers "wait" while a drain or a
 // packet's stores are under way); then `W_BUCKET | buffer << 8 | count << 4 | next slot`;
 // then `W_DONE`. `Bridged::pending` holds the cell popped in the pass before:
-// slice << 24 | (cell + 1), or 0.
+// slice << 24 | (cell + 1), or 0; while the walker asks the bucket (`spill == SLICES`; no
+// cell is pending then), the passes it has waited (bounded by `MAX_WAIT_PASSES`).
 const W_BUCKET: u16 = 0x8000;
 const W_DONE: u16 = 0x4000;
 
@@ -44,6 +45,10 @@ impl Daiet {
             return;
         }
         if br.spill as usize >= SLICES {
+            if br.spill as usize == SLICES && br.pending >= MAX_WAIT_PASSES {
+                self.give_up_walk(pass, t, br);
+                return;
+            }
             self.walk_bucket(pass, t, br);
             return;
         }
@@ -81,13 +86,32 @@ impl Daiet {
         pass.recirculate();
     }
 
+    /// The walker waited `MAX_WAIT_PASSES` for the bucket's drains and stores: a packet they
+    /// count was lost in the switch (or the registers were rewritten), so they never end.
+    /// Give up in a pass of its own, since the in-flight count (stage 1) comes before the
+    /// bucket's counter (stage 9): undo the END's in-flight count so the sender's
+    /// retransmission is answered (as a duplicate: its pairs were taken in), reset the
+    /// children count, the switch's numbering and the bucket's counter (cells and index
+    /// stacks are empty: the walk took them), and drop the END, counted. Without the
+    /// switch's END the reducer's stream stays incomplete and it falls back.
+    fn give_up_walk(&self, pass: &mut Pass<'_>, t: &TreeConfig, br: &mut Bridged) {
+        pass.execute(&self.complete, t.sender_base + br.child as u32, ());
+        pass.execute(&self.ends_reset, t.tree_idx as u32, ());
+        pass.execute(&self.out_last, t.tree_idx as u32, ());
+        pass.execute(&self.spill_state, t.tree_idx as u32, OP_ABANDON);
+        pass.drop(self.d_wait);
+    }
+
     /// The bucket part of the walk: one slot per pass.
     fn walk_bucket(&self, pass: &mut Pass<'_>, t: &TreeConfig, br: &mut Bridged) {
         let (buf, n, slot) = if br.spill & W_BUCKET == 0 {
             // Stage 9: the bucket's counter hands over the head buffer's pairs.
             let r = pass.execute(&self.spill_state, t.tree_idx as u32, OP_FLUSH);
             if r & S_FLUSHED == 0 {
-                pass.recirculate(); // a drain or a packet's stores are under way
+                // A drain or a packet's stores are under way: ask again, counted (the
+                // give-up is a pass of its own, see `give_up_walk`).
+                br.pending += 1;
+                pass.recirculate();
                 return;
             }
             let n = r & 0xF;

@@ -34,6 +34,13 @@
 //!   sequenced like the others and forwarded whole, never truncated (the public code's
 //!   second defect).
 //!
+//! - Every waiting loop is bounded: an END waiting for its sender's packets in flight and
+//!   the flush walker waiting for the spillover bucket's drains and stores count their
+//!   consecutive waiting passes (bridged metadata); past [`MAX_WAIT_PASSES`] the switch gives
+//!   up on them (a counted `daiet_wait_exceeded` drop; see [`MAX_WAIT_PASSES`] for what is
+//!   left behind), so a lost packet or a reconfigured tree never leaves a packet
+//!   recirculating forever. The hosts' retransmission and fallback finish the job.
+//!
 //! Layout (tofino1), slice s = 0..3: stage 0 `daiet_trees`; 1 `seq_state`, `key_hash_s`;
 //! 2–5 `key0_s`..`key3_s`; 6 `value_s`; 7 `stack_top_s`; 8 `index_stack_s`; 9 `out_seq`,
 //! `ends_seen`, `spill_state`; 10 `spill_key0`..`spill_key3`; 11 `spill_value`,
@@ -49,8 +56,8 @@ pub mod tree;
 
 use pisa::decl::TableSpec;
 use pisa::{
-    ActionId, ClassifyRule, DropCode, Gress, HashAlgo, HashLanes, HashUnit, LanesError, MatchKind, Pair, Pass, Program,
-    ProgramBuilder, ProgramDecl, RegisterAction, RegisterLanes, Table,
+    ActionId, ClassifyRule, DropCode, Gress, HashAlgo, HashLanes, HashUnit, LanesError, MatchKind, Pair, Pass, Program, ProgramBuilder,
+    ProgramDecl, RegisterAction, RegisterLanes, Table,
 };
 use wire::daiet::{flags, Op, MAX_PAIRS, PAIR_LEN, SLICES, UDP_PORT};
 
@@ -65,6 +72,22 @@ pub use tree::{TreeConfig, MAX_TREES};
 pub const CELLS: u32 = 65536;
 /// (tree, sender) slots of `seq_state`.
 pub const SENDER_SLOTS: u32 = 65536;
+/// Waiting passes after which a packet gives up (a counted `daiet_wait_exceeded` drop): an
+/// END waiting in `seq_state` for its sender's packets in flight (`WAIT`), or the flush
+/// walker waiting for the bucket's drains and stores (`S_WAIT`). The counts they wait on
+/// come back within a few hundred passes in a correct job (each packet in flight, drain or
+/// store ends within a few dozen of its own passes; see the tests' measurement); they can
+/// only stay stuck if a packet they count was lost inside the switch (a full recirculation
+/// queue, a tree removed meanwhile) or the controller rewrote the registers.
+/// - The END gives up holding nothing (`WAIT` admits nothing): the sender's count stays as
+///   it is, so a retransmitted END waits and gives up again, the mapper stalls and the
+///   reducer falls back (a stuck count is never cleared in the data plane: clearing it
+///   would acknowledge the lost packet's retransmission as a duplicate without its pairs).
+/// - The walker gives up in a pass of its own (stage 1 comes before the bucket's stage 9):
+///   it undoes its END's in-flight count (`complete`), resets `ends_seen`, `out_seq` and
+///   the bucket's counter (its cells and index stacks are already empty), so the tree is
+///   ready for the next job; its reducer never gets the switch's END and falls back.
+pub const MAX_WAIT_PASSES: u32 = 4096;
 /// Clone session of the ACK copy for a child on port `p`: `ACK_SESSION_BASE + p` (ports
 /// below 511; the controller installs one session per port).
 pub const ACK_SESSION_BASE: u16 = 512;
@@ -127,6 +150,7 @@ pub struct Daiet {
     d_sender: DropCode,
     d_lost_tree: DropCode,
     d_bad_tree: DropCode,
+    d_wait: DropCode,
 }
 
 impl Default for Daiet {
@@ -146,11 +170,14 @@ impl Daiet {
         .bridged_bytes(16)
         .classify(ClassifyRule { udp_dst_port: Some((UDP_PORT, UDP_PORT)), ..Default::default() })
         // The flush walk makes one pass per used cell: bounded by the partition size,
-        // not by a small constant, so no fixed limit is declared.
+        // not by a small constant, and a drain takes on the full buffers that the load
+        // keeps filling, so no fixed limit is declared. Waiting (for counts that a lost
+        // packet would never bring back) is bounded: `MAX_WAIT_PASSES`.
         .max_recirculations(None);
-        b.note("four pairs per pass, one per register slice: a data packet of n pairs makes ceil(n/4) - 1 recirculations (2 for ten pairs), plus one per colliding pair beyond one per pass (each pass stores one in the spillover bucket); the packet that fills a bucket buffer makes one pass per slot draining it (ten, and ten more for each waiting full buffer it takes over); the END that completes a tree makes one per used cell, one per slice, one per pair left in the bucket and one per flushed packet, and recirculates while a drain or a packet's bucket stores are under way");
+        b.note("four pairs per pass, one per register slice: a data packet of n pairs makes ceil(n/4) - 1 recirculations (2 for ten pairs), plus one per colliding pair beyond one per pass (each pass stores one in the spillover bucket); the packet that fills a bucket buffer makes one pass per slot draining it (ten, and ten more for each waiting full buffer it takes over); the END that completes a tree makes one per used cell, one per slice, one per pair left in the bucket and one per flushed packet, and recirculates while a drain or a packet's bucket stores are under way (at most MAX_WAIT_PASSES passes, see below)");
         b.note("the spillover bucket is per tree in registers (stages 9-11): a ring of 16 buffers of ten pair slots (one takes colliding pairs while full ones are drained, each by the packet that filled it), one pair in or out per pass per packet; a colliding pair that finds the bucket busy (head buffer full, waiting for a drain) goes on to the parent in its own packet unaggregated (exact; counted in spill_overflow). The paper's bucket is one buffer flushed at once; a drain here takes ten passes, so under heavy collisions it saturates");
         b.note("spill_state.step keeps the bucket's fill, head buffer and draining-buffer bitmap (lo) and the count of packets still storing (hi) in one 64-bit cell and tests more conditions than a Tofino stateful ALU has; a compiler would split it (as for seq_state.admit)");
+        b.note(&format!("every waiting loop is bounded: an END waiting for its sender's packets in flight, or the flush walker waiting for the spillover bucket's drains and stores, gives up after MAX_WAIT_PASSES = {MAX_WAIT_PASSES} consecutive waiting passes (counted in its bridged metadata, in a field unused while it waits; no extra bridged byte): a counted drop daiet_wait_exceeded, the walker undoing its END's in-flight count and resetting the tree's ends_seen, out_seq and bucket counter; the hosts' retransmission and fallback finish the job"));
         b.note("seq_state.admit compares the sequence number three ways and tests the END bit: one condition more than a Tofino stateful ALU has; a compiler would split it over the cell's two halves");
         b.note(
             "key words are 32-bit cells (the Tofino 1 stateful ALU returns 32 bits): a 16-byte key is four arrays compared in four stages",
@@ -251,6 +278,7 @@ impl Daiet {
         let d_sender = b.drop_reason("daiet_sender_out_of_range");
         let d_lost_tree = b.drop_reason("daiet_tree_removed_in_flight");
         let d_bad_tree = b.drop_reason("daiet_bad_tree_config");
+        let d_wait = b.drop_reason("daiet_wait_exceeded");
         // Every recirculated pass sets its own route (forward to the parent or the child,
         // recirculate, clone, drop; a tree removed in flight is a counted drop), so the base
         // program's L2 tables are not applied on those passes (see `Daiet::ingress`).
@@ -279,6 +307,7 @@ impl Daiet {
             d_sender,
             d_lost_tree,
             d_bad_tree,
+            d_wait,
         }
     }
 
@@ -292,7 +321,7 @@ impl Daiet {
         let mut words = [[0u32; 4]; SLICES]; // a key's words as the registers compare them
         let mut vals = [0u32; SLICES];
         let mut present = 0u32; // lanes with a pair
-        // This pass's pairs as one slice (one bounds check), then 20 bytes each.
+                                // This pass's pairs as one slice (one bounds check), then 20 bytes each.
         let n = SLICES.min(np.saturating_sub(first));
         let group = h.get(pair_at(first)..pair_at(first + n)).unwrap_or_default();
         for (s, pair) in group.chunks_exact(PAIR_LEN).enumerate() {
@@ -520,8 +549,15 @@ impl Daiet {
                 return;
             }
             WAIT => {
+                // Counted in `pending` (unused before admission; zero on arrival). Past the
+                // bound the END gives up: it holds nothing to undo (`WAIT` admits nothing).
                 br.port = port;
-                pass.recirculate();
+                br.pending += 1;
+                if br.pending >= MAX_WAIT_PASSES {
+                    pass.drop(self.d_wait);
+                } else {
+                    pass.recirculate();
+                }
                 return;
             }
             _ => {

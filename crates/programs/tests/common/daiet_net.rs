@@ -24,7 +24,12 @@ pub fn switch(ports: u16, l2: &[(u8, u16)], trees: &[(u16, TreeConfig)]) -> Swit
 
 /// [`switch`] over a given `forward,daiet`-shaped program set (program 0 the base, 1 DAIET).
 pub fn switch_of(set: Arc<ProgramSet>, ports: u16, l2: &[(u8, u16)], trees: &[(u16, TreeConfig)]) -> Switch {
-    let mut sw = Switch::new(set.clone(), ports, 1, PipeConfig::default());
+    switch_with(set, ports, l2, trees, PipeConfig::default())
+}
+
+/// [`switch_of`] with a given pipe configuration (queue sizes, recirculation bandwidth).
+pub fn switch_with(set: Arc<ProgramSet>, ports: u16, l2: &[(u8, u16)], trees: &[(u16, TreeConfig)], cfg: PipeConfig) -> Switch {
+    let mut sw = Switch::new(set.clone(), ports, 1, cfg);
     let (l2t, l2a) = ids(&set, 0, "l2_dmac", "l2_forward");
     for &(h, p) in l2 {
         sw.control(&ControlOp::TableWrite {

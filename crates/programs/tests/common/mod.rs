@@ -181,6 +181,18 @@ impl Net {
 
     /// Deliver frames sent by hosts; returns frames arriving at hosts `(host, frame)`.
     pub fn run(&mut self, sent: Vec<(u8, Vec<u8>)>, now: u64, flush: bool) -> Vec<(u8, Vec<u8>)> {
+        self.run_hooked(sent, now, flush, &mut |_, _, _| {})
+    }
+
+    /// [`Net::run`], calling `hook(now, round, switches)` before each round of the switches'
+    /// batches (a controller acting while packets are inside the switches).
+    pub fn run_hooked(
+        &mut self,
+        sent: Vec<(u8, Vec<u8>)>,
+        now: u64,
+        flush: bool,
+        hook: &mut dyn FnMut(u64, usize, &mut [Switch]),
+    ) -> Vec<(u8, Vec<u8>)> {
         let (clean, faulty): (Vec<_>, Vec<_>) =
             sent.into_iter().map(|(h, f)| (h as usize, f)).partition(|(h, _)| self.clean.contains(&(*h as u8)));
         let mut sent = self.up.pass(faulty, flush);
@@ -197,7 +209,8 @@ impl Net {
                 }
             }
         }
-        for _round in 0..400 {
+        for round in 0..400 {
+            hook(now, round, &mut self.switches);
             let mut moved = false;
             for s in 0..self.switches.len() {
                 let mut rx = std::mem::take(&mut inbox[s]);
@@ -266,6 +279,20 @@ pub fn run_job_tapped(
     port: u16,
     tap: &mut dyn FnMut(u8, &[u8]),
 ) -> Outcome {
+    run_job_hooked(job, net, restart, protocol, port, tap, &mut |_, _, _| {})
+}
+
+/// [`run_job_tapped`], with a controller `hook` called before each round of the switches'
+/// batches ([`Net::run_hooked`]).
+pub fn run_job_hooked(
+    job: &Job,
+    net: &mut Net,
+    restart: Restart,
+    protocol: Protocol,
+    port: u16,
+    tap: &mut dyn FnMut(u8, &[u8]),
+    hook: &mut dyn FnMut(u64, usize, &mut [Switch]),
+) -> Outcome {
     let mut now = 0u64;
     let tree_ids: Vec<u16> = job.reducers.iter().map(|r| r.1).collect();
     let mut mappers: Vec<Mapper> = job
@@ -332,7 +359,7 @@ pub fn run_job_tapped(
                 sent.push((job.reducers[r].0, frame(job.reducers[r].0, port, job.mappers[m], MAPPER_PORT, &p)));
             }
         }
-        for (h, f) in net.run(sent, now, steps.is_multiple_of(20)) {
+        for (h, f) in net.run_hooked(sent, now, steps.is_multiple_of(20), hook) {
             tap(h, &f);
             let Some((dst, dport, payload)) = unframe(&f) else { continue };
             if dst != h {
