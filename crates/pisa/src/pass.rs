@@ -18,9 +18,9 @@ use std::cell::RefCell;
 use serde::Serialize;
 
 use crate::decl::{Digest, DropCode, Gress, HashUnit, Memory, ObjRef, Table};
+use crate::lanes::{HashLanes, RegisterLanes};
 use crate::packet::{PacketBuf, PortId, PORT_CPU, PORT_NONE, PORT_RECIRC};
 pub use crate::packet::{PacketMeta, BRIDGED_BYTES};
-use crate::lanes::{HashLanes, RegisterLanes};
 use crate::register::{Cell, RegisterAction, SaluBody};
 use crate::table::{TableResult, TableState};
 
@@ -586,12 +586,11 @@ impl<'a> Pass<'a> {
         index: [u32; N],
     ) {
         let base = self.regs.as_ptr();
-        for i in 0..N {
+        for (i, (a, ix)) in l.acts.iter().zip(index).enumerate() {
             if active >> i & 1 != 0 {
                 // Any address will do for a hint (it never faults and reads nothing): no
                 // bounds check needed, and a wrong index only wastes the hint.
-                let a = &l.acts[i];
-                prefetch_hint(base.wrapping_add(a.reg.offset as usize + index[i] as usize));
+                prefetch_hint(base.wrapping_add(a.reg.offset as usize + ix as usize));
             }
         }
     }
