@@ -6,6 +6,7 @@
 //! - [`netsha`]: NetSHa's in-switch top-K reduction and answer aggregation for distributed LSH search.
 //! - [`hare`]: Hare (e-MAT, OO-Stat, state manager; KV store and lock manager) and the NetCache and DySO baselines.
 //! - [`inaas`]: INaaS, one multi-tenant in-network service (leases, read/write/reduce/compute).
+//! - [`reply`]: a received frame turned into a reply to its sender (shared by the programs).
 #![forbid(unsafe_code)]
 
 use std::sync::Arc;
@@ -17,6 +18,7 @@ pub mod forward;
 pub mod hare;
 pub mod inaas;
 pub mod netsha;
+pub mod reply;
 pub mod switchagg;
 
 /// Names of the programs this build knows.

@@ -93,65 +93,13 @@ impl Bridged {
     }
 }
 
-/// After the header region changed length: IPv4 total length and checksum, UDP length
-/// (UDP checksum cleared: optional over IPv4), for a frame of `frame_len` bytes. A header
-/// region shorter than Ethernet + IPv4 + UDP is left alone (callers check the length).
-pub fn fix_lengths(h: &mut [u8], frame_len: usize) {
-    // The fixed 42 bytes as one array: every index below is checked once, here.
-    let Some(h) = h.first_chunk_mut::<D>() else { return };
-    let ip_len = (frame_len - 14) as u16;
-    h[16..18].copy_from_slice(&ip_len.to_be_bytes());
-    let udp_len = (frame_len - 34) as u16;
-    h[38..40].copy_from_slice(&udp_len.to_be_bytes());
-    h[40..42].fill(0);
-    h[24..26].fill(0);
-    let c = wire::checksum::sum(&h[14..34]);
-    h[24..26].copy_from_slice(&(!c).to_be_bytes());
-}
+/// The reply rewrite every program shares (see [`crate::reply`]); a DAIET frame's IPv4
+/// header has no options (checked on the first pass).
+pub use crate::reply::fix_lengths;
 
 /// Turn the frame's headers into a reply to where it came from: MACs, IPv4 addresses and
 /// UDP ports swapped. A header region shorter than Ethernet + IPv4 + UDP is left alone.
+#[inline]
 pub fn swap_addresses(h: &mut [u8]) {
-    let Some(h) = h.first_chunk_mut::<D>() else { return };
-    // Each pair of fields read as two fixed arrays and written back crosswise.
-    fn swap<const N: usize>(h: &mut [u8; D], a: usize, b: usize) {
-        let x: [u8; N] = *h[a..].first_chunk().expect("within the 42 bytes");
-        let y: [u8; N] = *h[b..].first_chunk().expect("within the 42 bytes");
-        h[a..a + N].copy_from_slice(&y);
-        h[b..b + N].copy_from_slice(&x);
-    }
-    swap::<6>(h, 0, 6);
-    swap::<4>(h, 26, 30);
-    swap::<2>(h, 34, 36);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn swap_and_lengths_match_the_field_by_field_rewrite() {
-        let mut f: Vec<u8> = (0..PAIRS as u32 + 20).map(|i| (i * 37 + 11) as u8).collect();
-        let mut want = f.clone();
-        for i in 0..6 {
-            want.swap(i, 6 + i);
-        }
-        for i in 0..4 {
-            want.swap(26 + i, 30 + i);
-        }
-        want.swap(34, 36);
-        want.swap(35, 37);
-        swap_addresses(&mut f);
-        assert_eq!(f, want);
-        let n = f.len();
-        fix_lengths(&mut f, n);
-        assert_eq!(u16::from_be_bytes([f[16], f[17]]) as usize, n - 14);
-        assert_eq!(u16::from_be_bytes([f[38], f[39]]) as usize, n - 34);
-        assert_eq!(wire::checksum::sum(&f[14..34]), 0xFFFF, "a valid IPv4 header checksum");
-        // Too short to hold the headers: left alone, no panic.
-        let mut short = vec![7u8; 30];
-        swap_addresses(&mut short);
-        fix_lengths(&mut short, 30);
-        assert_eq!(short, vec![7u8; 30]);
-    }
+    crate::reply::swap_addresses(h, 34);
 }

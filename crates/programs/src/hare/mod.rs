@@ -265,23 +265,8 @@ pub(crate) fn back_to_sender(pass: &mut Pass<'_>, len: usize) {
     pass.truncate_payload();
     let port = pass.ingress_port();
     let h = pass.hdr_mut();
-    for i in 0..6 {
-        h.swap(i, 6 + i);
-    }
-    for i in 0..4 {
-        h.swap(26 + i, 30 + i);
-    }
-    h.swap(34, 36);
-    h.swap(35, 37);
-    let ip_len = (len - 14) as u16;
-    let udp_len = (len - 34) as u16;
-    {
-        let mut ip = wire::Ipv4Packet::new_unchecked(&mut h[14..34]);
-        ip.set_total_len(ip_len);
-        ip.fill_checksum();
-    }
-    h[38..40].copy_from_slice(&udp_len.to_be_bytes());
-    h[40..42].copy_from_slice(&[0, 0]);
+    crate::reply::swap_addresses(h, 34);
+    crate::reply::fix_lengths(h, len);
     if port == PORT_CPU {
         pass.to_cpu();
     } else {

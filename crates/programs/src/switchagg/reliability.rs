@@ -58,15 +58,7 @@ pub fn make_ack(pass: &mut Pass<'_>, at: usize, child: u16, seq: u32) -> bool {
         let h = pass.hdr_mut();
         let ihl = (h[IP_AT] & 0x0F) as usize * 4;
         let udp_at = IP_AT + ihl;
-        for i in 0..6 {
-            h.swap(i, 6 + i);
-        }
-        for i in 0..4 {
-            h.swap(IP_AT + 12 + i, IP_AT + 16 + i);
-        }
-        for i in 0..2 {
-            h.swap(udp_at + i, udp_at + 2 + i);
-        }
+        crate::reply::swap_addresses(h, udp_at);
         h[at + 1] = flags::ACK;
         h[at + 6..at + 8].copy_from_slice(&child.to_be_bytes());
         h[at + 8..at + 12].copy_from_slice(&seq.to_be_bytes());

@@ -1,0 +1,86 @@
+//! Answering from the switch: a received UDP/IPv4 frame turned, in place, into a reply to
+//! its sender (DAIET's and SwitchAgg's ACKs, Hare's replies). One place for what several
+//! programs do the same way.
+
+/// Ethernet (14) + IPv4 without options (20) + UDP (8).
+pub const UDP_IPV4_LEN: usize = 42;
+
+/// Swap the frame's MAC addresses, IPv4 addresses and UDP ports, the UDP header at
+/// `udp_at` (34 unless the IPv4 header has options). False, and nothing changed, if the
+/// header region is too short for that.
+#[inline]
+pub fn swap_addresses(h: &mut [u8], udp_at: usize) -> bool {
+    if udp_at < 34 {
+        return false;
+    }
+    let Some(h) = h.get_mut(..udp_at + 4) else { return false };
+    swap::<6>(h, 0, 6);
+    swap::<4>(h, 26, 30);
+    swap::<2>(h, udp_at, udp_at + 2);
+    true
+}
+
+/// Exchange the `N`-byte fields at `a` and `b` (both inside `h`: the caller checked).
+#[inline(always)]
+fn swap<const N: usize>(h: &mut [u8], a: usize, b: usize) {
+    let x: [u8; N] = *h[a..].first_chunk().expect("field inside the header region");
+    let y: [u8; N] = *h[b..].first_chunk().expect("field inside the header region");
+    h[a..a + N].copy_from_slice(&y);
+    h[b..b + N].copy_from_slice(&x);
+}
+
+/// After the header region changed length, for a frame of `frame_len` bytes with an IPv4
+/// header without options: IPv4 total length and header checksum, UDP length (the UDP
+/// checksum cleared: optional over IPv4). A region shorter than [`UDP_IPV4_LEN`] is left
+/// alone.
+#[inline]
+pub fn fix_lengths(h: &mut [u8], frame_len: usize) {
+    // The fixed 42 bytes as one array: every index below is checked once, here.
+    let Some(h) = h.first_chunk_mut::<UDP_IPV4_LEN>() else { return };
+    let ip_len = (frame_len - 14) as u16;
+    h[16..18].copy_from_slice(&ip_len.to_be_bytes());
+    let udp_len = (frame_len - 34) as u16;
+    h[38..40].copy_from_slice(&udp_len.to_be_bytes());
+    h[40..42].fill(0);
+    h[24..26].fill(0);
+    let c = wire::checksum::sum(&h[14..34]);
+    h[24..26].copy_from_slice(&(!c).to_be_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn swap_and_lengths_match_the_field_by_field_rewrite() {
+        let mut f: Vec<u8> = (0..UDP_IPV4_LEN as u32 + 20).map(|i| (i * 37 + 11) as u8).collect();
+        let mut want = f.clone();
+        for i in 0..6 {
+            want.swap(i, 6 + i);
+        }
+        for i in 0..4 {
+            want.swap(26 + i, 30 + i);
+        }
+        want.swap(34, 36);
+        want.swap(35, 37);
+        assert!(swap_addresses(&mut f, 34));
+        assert_eq!(f, want);
+        let n = f.len();
+        fix_lengths(&mut f, n);
+        assert_eq!(u16::from_be_bytes([f[16], f[17]]) as usize, n - 14);
+        assert_eq!(u16::from_be_bytes([f[38], f[39]]) as usize, n - 34);
+        assert_eq!(wire::checksum::sum(&f[14..34]), 0xFFFF, "a valid IPv4 header checksum");
+        // With IPv4 options the UDP ports are further on.
+        let mut g: Vec<u8> = (0..60u32).map(|i| i as u8).collect();
+        let mut want = g.clone();
+        want.swap(38, 40);
+        want.swap(39, 41);
+        assert!(swap_addresses(&mut g, 38));
+        assert_eq!(&g[34..42], &want[34..42]);
+        // Too short: untouched.
+        let mut short = vec![7u8; 30];
+        assert!(!swap_addresses(&mut short, 34));
+        fix_lengths(&mut short, 30);
+        assert_eq!(short, vec![7u8; 30]);
+    }
+}
