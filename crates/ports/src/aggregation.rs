@@ -425,6 +425,33 @@ pub mod bench {
         ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
     }
 
+    /// 100 ms of rounds not counted: caches, branch predictors and the pool warmed up.
+    fn warm_up(mut round: impl FnMut() -> u64) {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_millis(100) {
+            round();
+        }
+    }
+
+    /// What a timed run of rounds measured: packets, wall seconds, CPU seconds of this
+    /// thread.
+    struct Timed {
+        packets: u64,
+        seconds: f64,
+        cpu_seconds: f64,
+    }
+
+    /// Rounds for `duration` (whole rounds: the last one ends past it).
+    fn timed(duration: Duration, mut round: impl FnMut() -> u64) -> Timed {
+        let mut packets = 0u64;
+        let start = Instant::now();
+        let cpu0 = thread_cpu_ns();
+        while start.elapsed() < duration {
+            packets += round();
+        }
+        Timed { packets, seconds: start.elapsed().as_secs_f64(), cpu_seconds: (thread_cpu_ns() - cpu0) as f64 / 1e9 }
+    }
+
     /// `forward`'s packet rate per CPU-second (64-byte frames, batches of 32), the base of
     /// the aggregation ratio, measured the same way as [`daiet_pipeline`].
     pub fn forward_cpu_rate(duration: Duration) -> f64 {
@@ -584,20 +611,9 @@ pub mod bench {
     /// packets per round, each round run to completion (all recirculations).
     pub fn daiet_pipeline(batch: usize, vocab: u32, duration: Duration) -> AggRate {
         let mut w = daiet_workload(batch, vocab);
-        // Warm-up, then measure.
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_millis(100) {
-            w.round();
-        }
+        warm_up(|| w.round());
         let c0 = w.sw.counters();
-        let mut packets = 0u64;
-        let start = Instant::now();
-        let cpu0 = thread_cpu_ns();
-        while start.elapsed() < duration {
-            packets += w.round();
-        }
-        let seconds = start.elapsed().as_secs_f64();
-        let cpu_seconds = (thread_cpu_ns() - cpu0) as f64 / 1e9;
+        let Timed { packets, seconds, cpu_seconds } = timed(duration, || w.round());
         let c1 = w.sw.counters();
         let pair_updates = packets / w.templates.len() as u64 * w.pairs_per_round;
         let passes = c1.programs[1].ingress_passes - c0.programs[1].ingress_passes;
@@ -958,20 +974,11 @@ pub mod bench {
     /// the flush (not timed) and the check against the reference. Err if the switch's
     /// aggregate is wrong.
     pub fn switchagg_measure(mut w: SwitchAggWorkload, duration: Duration) -> Result<AggRate, String> {
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_millis(100) {
-            w.round();
-        }
+        warm_up(|| w.round());
         let c0 = w.sw.counters();
         let d0 = program_drops(&w.sw, 1);
-        let (rounds0, mut packets) = (w.rounds, 0u64);
-        let start = Instant::now();
-        let cpu0 = thread_cpu_ns();
-        while start.elapsed() < duration {
-            packets += w.round();
-        }
-        let seconds = start.elapsed().as_secs_f64();
-        let cpu_seconds = (thread_cpu_ns() - cpu0) as f64 / 1e9;
+        let rounds0 = w.rounds;
+        let Timed { packets, seconds, cpu_seconds } = timed(duration, || w.round());
         let c1 = w.sw.counters();
         let drops = program_drops(&w.sw, 1) - d0;
         let pair_updates = (w.rounds - rounds0) * w.pairs_per_round;
@@ -1023,17 +1030,6 @@ pub mod bench {
             SaConfig { fpe_bytes: 16 << 10, bpe_bytes: 64 << 10, slots_per_bucket: 4, max_trees: 1, max_children: 3 }
         }
 
-        /// One packet from child 0 with its next sequence number, outside the rounds.
-        fn send_extra(w: &mut SwitchAggWorkload, pairs: &[(Vec<u8>, u32)], seq: u32) {
-            let f = sa_harness::frame(1, 200, 0, SaOp::Sum, 0, seq, 0, pairs);
-            let mut b = w.sw.buffer_for(0);
-            b.copy_from(&f);
-            w.rx.push(b);
-            w.sw.process(&mut w.rx, w.now);
-            w.now += 1;
-            w.recycle();
-        }
-
         #[test]
         fn switchagg_bench_check_passes_with_evictions_and_replays() {
             let mut w = SwitchAggWorkload::new(&switchagg_shares(2048, 2000), small_engines(), 16);
@@ -1049,7 +1045,7 @@ pub mod bench {
             let p = wire::switchagg::AggPacket::new_checked(&old[sa_harness::L2L3L4..]).unwrap();
             let pairs: Vec<_> = p.pairs().map(|r| r.map(|(k, v)| (k.to_vec(), v)).unwrap()).collect();
             assert_eq!(pairs.len(), n);
-            send_extra(&mut w, &pairs, 1);
+            send_extra_from(&mut w, 0, &pairs, 1);
             w.flush().unwrap();
             let keys = w.verify().unwrap();
             assert_eq!(keys, 2048);
@@ -1070,7 +1066,7 @@ pub mod bench {
             }
             let s = w.seq[0];
             w.seq[0] += 1;
-            send_extra(&mut w, &[(b"key-000000000007".to_vec(), 1)], s);
+            send_extra_from(&mut w, 0, &[(b"key-000000000007".to_vec(), 1)], s);
             w.flush().unwrap();
             let e = w.verify().unwrap_err();
             assert!(e.contains("1 of 2048 keys differ"), "{e}");
@@ -1084,6 +1080,7 @@ pub mod bench {
             assert!(w.verify().is_err());
         }
 
+        /// One packet from `child` with sequence number `seq`, outside the rounds.
         fn send_extra_from(w: &mut SwitchAggWorkload, child: u16, pairs: &[(Vec<u8>, u32)], seq: u32) {
             let f = sa_harness::frame(1 + child as u8, 200, 0, SaOp::Sum, child, seq, 0, pairs);
             let mut b = w.sw.buffer_for(child);
