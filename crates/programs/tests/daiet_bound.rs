@@ -10,8 +10,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use hostlib::aggregation::Protocol;
-use pisa::control::{ControlOp, ControlReply, WriteOp};
-use pisa::{DropCode, FieldMatch, PacketBuf, PipeConfig, ProgramSet, Switch};
+use pisa::control::{ControlOp, ControlReply};
+use pisa::{DropCode, PacketBuf, PipeConfig, ProgramSet, Switch};
 use programs::daiet::{TreeConfig, MAX_WAIT_PASSES};
 use wire::daiet::{flags, Op, UDP_PORT};
 
@@ -40,35 +40,6 @@ fn write_cell(sw: &mut Switch, set: &ProgramSet, name: &str, k: u32, value: u64)
     sw.control(&ControlOp::RegisterWrite { register_id: register_id(set, name), index: Some(k), value }).unwrap();
 }
 
-/// Remove the tree's `daiet_trees` entry.
-fn remove_tree(sw: &mut Switch, set: &ProgramSet, id: u16) {
-    let (tt, _) = ids(set, 1, "daiet_trees", "set_tree");
-    sw.control(&ControlOp::TableWrite {
-        table_id: tt,
-        op: WriteOp::Delete,
-        matches: vec![FieldMatch::Exact { field: 0, value: id.to_be_bytes().to_vec() }],
-        priority: 0,
-        action_id: 0,
-        params: vec![],
-    })
-    .unwrap();
-}
-
-/// Install the tree's `daiet_trees` entry again.
-fn add_tree(sw: &mut Switch, set: &ProgramSet, id: u16, cfg: &TreeConfig) {
-    let (tt, ta) = ids(set, 1, "daiet_trees", "set_tree");
-    let params = cfg.params().iter().zip(TreeConfig::PARAMS).enumerate().map(|(i, (v, (_, bits)))| (i as u32 + 1, be(*v, bits))).collect();
-    sw.control(&ControlOp::TableWrite {
-        table_id: tt,
-        op: WriteOp::Insert,
-        matches: vec![FieldMatch::Exact { field: 0, value: id.to_be_bytes().to_vec() }],
-        priority: 0,
-        action_id: ta,
-        params,
-    })
-    .unwrap();
-}
-
 /// DAIET's drops with reason `name`.
 fn drops(sw: &Switch, set: &ProgramSet, name: &str) -> u64 {
     let code = DropCode::FIRST_PROGRAM as usize + set.decl(1).drop_reasons.iter().position(|r| r == name).unwrap();
@@ -80,12 +51,7 @@ fn violations(sw: &Switch) -> u64 {
 }
 
 fn data_frame(sender: u16, seq: u32, fl: u8, pairs: &[(Vec<u8>, u32)]) -> Vec<u8> {
-    let repr = wire::daiet::Repr { tree_id: TREE, flags: fl, sender, seq, num_pairs: pairs.len() as u8, ..Default::default() };
-    let mut p = repr.to_vec();
-    for (k, v) in pairs {
-        wire::daiet::emit_fixed_pair(&mut p, k, *v);
-    }
-    frame(CHILD, MAPPER_PORT, PARENT, UDP_PORT, &p)
+    daiet_data_frame(TREE, CHILD, PARENT, sender, seq, fl, pairs)
 }
 
 /// Tick until nothing is in the pipe (at most `max` ticks); the ticks it took.
@@ -187,7 +153,7 @@ fn a_walker_waiting_for_a_lost_storer_gives_up_and_the_tree_is_reused() {
     assert_eq!(cell(&mut sw, &set, "spill_state", 0) >> 32, 1, "one storer under way");
     remove_tree(&mut sw, &set, TREE);
     settle(&mut sw, 10);
-    add_tree(&mut sw, &set, TREE, &cfg);
+    install_tree(&mut sw, &set, TREE, &cfg);
     assert_eq!(drops(&sw, &set, "daiet_tree_removed_in_flight"), 1);
     assert!(sw.drain_all().is_empty(), "the packet never got its ACK");
     assert_eq!(cell(&mut sw, &set, "spill_state", 0) >> 32, 1, "the lost storer is still counted");
@@ -305,7 +271,7 @@ fn tree_removed_and_readded_mid_job_leaves_no_packet_behind_and_stays_exact() {
                 remove_tree(&mut sws[0], &set, id);
                 done = 1;
             } else if done == 1 {
-                add_tree(&mut sws[0], &set, id, &cfg);
+                install_tree(&mut sws[0], &set, id, &cfg);
                 done = 2;
             }
         };

@@ -7,11 +7,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use pisa::control::{ControlOp, WriteOp};
-use pisa::{DropCode, FieldMatch, PacketBuf, Pass, Program, ProgramBuilder, ProgramDecl, ProgramSet, Switch};
+use pisa::{DropCode, PacketBuf, Pass, Program, ProgramBuilder, ProgramDecl, ProgramSet, Switch};
 use programs::daiet::Daiet;
 use programs::forward::Forward;
-use wire::daiet::{flags, Op, UDP_PORT};
+use wire::daiet::{flags, Op};
 
 mod common;
 use common::daiet_net::*;
@@ -54,13 +53,7 @@ fn plain_set() -> Arc<ProgramSet> {
 }
 
 fn daiet_frame(child: u8, seq: u32, fl: u8, pairs: &[(Vec<u8>, u32)]) -> Vec<u8> {
-    let repr =
-        wire::daiet::Repr { tree_id: TREE, flags: fl, sender: child as u16, seq, num_pairs: pairs.len() as u8, ..Default::default() };
-    let mut p = repr.to_vec();
-    for (k, v) in pairs {
-        wire::daiet::emit_fixed_pair(&mut p, k, *v);
-    }
-    frame(child, MAPPER_PORT, PARENT, UDP_PORT, &p)
+    daiet_data_frame(TREE, child, PARENT, child as u16, seq, fl, pairs)
 }
 
 /// What a run left behind.
@@ -202,16 +195,7 @@ fn a_waiting_end_whose_tree_is_removed_is_a_counted_drop() {
         vec![PacketBuf::from_slice(&daiet_frame(1, 0, 0, &ps), 1), PacketBuf::from_slice(&daiet_frame(1, 1, flags::END, &[]), 1)];
     sw.process(&mut batch, 0);
     assert_eq!(sw.pipes()[0].pending(), 2, "the data packet and the waiting END recirculate");
-    let (tt, _) = ids(&set, 1, "daiet_trees", "set_tree");
-    sw.control(&ControlOp::TableWrite {
-        table_id: tt,
-        op: WriteOp::Delete,
-        matches: vec![FieldMatch::Exact { field: 0, value: TREE.to_be_bytes().to_vec() }],
-        priority: 0,
-        action_id: 0,
-        params: vec![],
-    })
-    .unwrap();
+    remove_tree(&mut sw, &set, TREE);
     for _ in 0..100 {
         if sw.pipes()[0].pending() == 0 {
             break;

@@ -47,12 +47,7 @@ fn bucket_is_empty(sw: &mut Switch, tree_idx: u16) -> bool {
 }
 
 fn data_frame(sender: u16, seq: u32, fl: u8, pairs: &[(Vec<u8>, u32)]) -> Vec<u8> {
-    let repr = wire::daiet::Repr { tree_id: TREE, flags: fl, sender, seq, num_pairs: pairs.len() as u8, ..Default::default() };
-    let mut p = repr.to_vec();
-    for (k, v) in pairs {
-        wire::daiet::emit_fixed_pair(&mut p, k, *v);
-    }
-    frame(CHILD, MAPPER_PORT, PARENT, UDP_PORT, &p)
+    daiet_data_frame(TREE, CHILD, PARENT, sender, seq, fl, pairs)
 }
 
 /// Put one frame through the switch and run it to completion; the frames that left.

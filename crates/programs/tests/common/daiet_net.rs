@@ -42,19 +42,8 @@ pub fn switch_with(set: Arc<ProgramSet>, ports: u16, l2: &[(u8, u16)], trees: &[
         })
         .unwrap();
     }
-    let (tt, ta) = ids(&set, 1, "daiet_trees", "set_tree");
     for (id, cfg) in trees {
-        let params =
-            cfg.params().iter().zip(TreeConfig::PARAMS).enumerate().map(|(i, (v, (_, bits)))| (i as u32 + 1, be(*v, bits))).collect();
-        sw.control(&ControlOp::TableWrite {
-            table_id: tt,
-            op: WriteOp::Insert,
-            matches: vec![FieldMatch::Exact { field: 0, value: id.to_be_bytes().to_vec() }],
-            priority: 0,
-            action_id: ta,
-            params,
-        })
-        .unwrap();
+        install_tree(&mut sw, &set, *id, cfg);
     }
     for p in 0..ports {
         let session_cfg = CloneSession { replicas: vec![Replica { port: p, rid: 0 }], truncate_len: ACK_FRAME_LEN };
@@ -63,6 +52,46 @@ pub fn switch_with(set: Arc<ProgramSet>, ports: u16, l2: &[(u8, u16)], trees: &[
     let session_cfg = CloneSession { replicas: vec![Replica { port: PORT_RECIRC, rid: 0 }], truncate_len: 0 };
     sw.control(&ControlOp::CloneSessionWrite { op: WriteOp::Insert, session: WALK_SESSION, session_cfg }).unwrap();
     sw
+}
+
+/// Install tree `id`'s `daiet_trees` entry, as the controller does.
+pub fn install_tree(sw: &mut Switch, set: &ProgramSet, id: u16, cfg: &TreeConfig) {
+    let (tt, ta) = ids(set, 1, "daiet_trees", "set_tree");
+    let params = cfg.params().iter().zip(TreeConfig::PARAMS).enumerate().map(|(i, (v, (_, bits)))| (i as u32 + 1, be(*v, bits))).collect();
+    sw.control(&ControlOp::TableWrite {
+        table_id: tt,
+        op: WriteOp::Insert,
+        matches: vec![FieldMatch::Exact { field: 0, value: id.to_be_bytes().to_vec() }],
+        priority: 0,
+        action_id: ta,
+        params,
+    })
+    .unwrap();
+}
+
+/// Remove tree `id`'s `daiet_trees` entry, as the controller does.
+pub fn remove_tree(sw: &mut Switch, set: &ProgramSet, id: u16) {
+    let (tt, _) = ids(set, 1, "daiet_trees", "set_tree");
+    sw.control(&ControlOp::TableWrite {
+        table_id: tt,
+        op: WriteOp::Delete,
+        matches: vec![FieldMatch::Exact { field: 0, value: id.to_be_bytes().to_vec() }],
+        priority: 0,
+        action_id: 0,
+        params: vec![],
+    })
+    .unwrap();
+}
+
+/// A DAIET frame of tree `tree` from host `from` to host `to`: sender, sequence number,
+/// flags and fixed-size pairs.
+pub fn daiet_data_frame(tree: u16, from: u8, to: u8, sender: u16, seq: u32, fl: u8, pairs: &[(Vec<u8>, u32)]) -> Vec<u8> {
+    let repr = wire::daiet::Repr { tree_id: tree, flags: fl, sender, seq, num_pairs: pairs.len() as u8, ..Default::default() };
+    let mut p = repr.to_vec();
+    for (k, v) in pairs {
+        wire::daiet::emit_fixed_pair(&mut p, k, *v);
+    }
+    frame(from, MAPPER_PORT, to, wire::daiet::UDP_PORT, &p)
 }
 
 pub fn tree(parent_port: u16, tree_idx: u16, part_base: u32, part_size: u32, op: Op, children: u16, switch_id: u16) -> TreeConfig {
