@@ -577,24 +577,6 @@ impl<'a> Pass<'a> {
         out
     }
 
-    /// Cache hints for the cells lanes will reach at `index` (see [`Pass::prefetch`]).
-    #[inline(always)]
-    pub fn prefetch_lanes<T: Cell, I, O, B: SaluBody<T, I, O>, const N: usize>(
-        &self,
-        l: &RegisterLanes<T, I, O, B, N>,
-        active: u32,
-        index: [u32; N],
-    ) {
-        let base = self.regs.as_ptr();
-        for (i, (a, ix)) in l.acts.iter().zip(index).enumerate() {
-            if active >> i & 1 != 0 {
-                // Any address will do for a hint (it never faults and reads nothing): no
-                // bounds check needed, and a wrong index only wastes the hint.
-                prefetch_hint(base.wrapping_add(a.reg.offset as usize + ix as usize));
-            }
-        }
-    }
-
     /// Compute lanes' hash units, unit `i` (if bit `i` of `active` is set) over
     /// `data[i]`; 0 for a lane not run. The same as one [`Pass::hash`] per active lane.
     #[inline(always)]
@@ -707,12 +689,12 @@ impl<'a> Pass<'a> {
 /// elsewhere).
 #[inline(always)]
 #[allow(unsafe_code)]
-fn prefetch_hint(slot: *const u64) {
+fn prefetch_hint(slot: &u64) {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch only hints the cache: it never faults, whatever the address, and
-    // reads nothing into the program. SSE is part of x86-64.
+    // SAFETY: a prefetch only hints the cache; it never faults and reads nothing into the
+    // program (the pointer comes from a live reference anyway). SSE is part of x86-64.
     unsafe {
-        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(slot as *const i8)
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(slot as *const u64 as *const i8)
     };
     #[cfg(not(target_arch = "x86_64"))]
     let _ = slot;
