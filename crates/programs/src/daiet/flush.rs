@@ -127,12 +127,7 @@ impl Daiet {
         let send = br.cursor as usize + 1 == MAX_PAIRS;
         let seq = if send { pass.execute(&self.out_next, t.tree_idx as u32, ()) } else { 0 };
         // Stages 10-11: read and clear the slot.
-        let idx = bucket_index(t.tree_idx, buf, slot);
-        let mut words = [0u32; 5];
-        for (w, word) in words.iter_mut().take(4).enumerate() {
-            *word = pass.execute(&self.spill_key_take[w], idx, ());
-        }
-        words[4] = pass.execute(&self.spill_value_take, idx, ());
+        let words = self.take_bucket_slot(pass, bucket_index(t.tree_idx, buf, slot));
         if !self.append_pair(pass, br, &words) {
             return;
         }

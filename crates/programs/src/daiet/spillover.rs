@@ -181,12 +181,7 @@ impl Daiet {
         let send = c == MAX_PAIRS || finished;
         let seq = if send { pass.execute(&self.out_next, t.tree_idx as u32, ()) } else { 0 };
         // Stages 10-11: the slot.
-        let idx = bucket_index(t.tree_idx, buf, slot);
-        let mut words = [0u32; 5];
-        for (w, word) in words.iter_mut().take(4).enumerate() {
-            *word = pass.execute(&self.spill_key_take[w], idx, ());
-        }
-        words[4] = pass.execute(&self.spill_value_take, idx, ());
+        let words = self.take_bucket_slot(pass, bucket_index(t.tree_idx, buf, slot));
         if !self.append_pair(pass, br, &words) {
             return;
         }
@@ -215,6 +210,16 @@ impl Daiet {
             br.cursor = 0;
         }
         true
+    }
+
+    /// Read and clear bucket slot `idx` (stages 10-11): its four key words and its value.
+    pub(super) fn take_bucket_slot(&self, pass: &mut Pass<'_>, idx: u32) -> [u32; 5] {
+        let mut words = [0u32; 5];
+        for (w, word) in words.iter_mut().take(4).enumerate() {
+            *word = pass.execute(&self.spill_key_take[w], idx, ());
+        }
+        words[4] = pass.execute(&self.spill_value_take, idx, ());
+        words
     }
 
     /// Append a pair (four key words, value) after the packet's `br.cursor` pairs.
