@@ -9,7 +9,7 @@ use std::sync::Arc;
 use hostlib::aggregation::switchagg::SWITCH_CHILD_MIN;
 use hostlib::aggregation::Protocol;
 use pisa::control::{CloneSession, ControlOp, Replica, WriteOp};
-use pisa::{FieldMatch, PacketBuf, PipeConfig, Program, ProgramSet, Switch, PORT_RECIRC};
+use pisa::{PacketBuf, PipeConfig, Program, ProgramSet, Switch, PORT_RECIRC};
 use programs::forward::Forward;
 use programs::switchagg::harness::tree_config_op;
 use programs::switchagg::{Config, SwitchAgg, ACK_RID, ACK_SESSION_BASE, FLUSH_SESSION};
@@ -48,18 +48,7 @@ fn switch(cfg: Config, ports: u16, l2: &[(u8, u16)], trees: &[TreeAt], op: Op) -
     let set = set(cfg);
     let pc = PipeConfig { queue_capacity: 1 << 16, egress_budget: 1 << 16, recirc_capacity: 1 << 12, ..PipeConfig::default() };
     let mut sw = Switch::new(set.clone(), ports, 1, pc);
-    let (l2t, l2a) = ids(&set, 0, "l2_dmac", "l2_forward");
-    for &(h, p) in l2 {
-        sw.control(&ControlOp::TableWrite {
-            table_id: l2t,
-            op: WriteOp::Insert,
-            matches: vec![FieldMatch::Exact { field: 0, value: mac(h).to_vec() }],
-            priority: 0,
-            action_id: l2a,
-            params: vec![(1, be(p as u64, 9))],
-        })
-        .unwrap();
-    }
+    install_l2(&mut sw, &set, l2);
     for (i, &(id, parent, children, up)) in trees.iter().enumerate() {
         sw.control(&tree_config_op(&set, id, parent, children, operation(op), i as u8, trees.len() as u8, up)).unwrap();
     }

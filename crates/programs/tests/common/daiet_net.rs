@@ -30,18 +30,7 @@ pub fn switch_of(set: Arc<ProgramSet>, ports: u16, l2: &[(u8, u16)], trees: &[(u
 /// [`switch_of`] with a given pipe configuration (queue sizes, recirculation bandwidth).
 pub fn switch_with(set: Arc<ProgramSet>, ports: u16, l2: &[(u8, u16)], trees: &[(u16, TreeConfig)], cfg: PipeConfig) -> Switch {
     let mut sw = Switch::new(set.clone(), ports, 1, cfg);
-    let (l2t, l2a) = ids(&set, 0, "l2_dmac", "l2_forward");
-    for &(h, p) in l2 {
-        sw.control(&ControlOp::TableWrite {
-            table_id: l2t,
-            op: WriteOp::Insert,
-            matches: vec![FieldMatch::Exact { field: 0, value: mac(h).to_vec() }],
-            priority: 0,
-            action_id: l2a,
-            params: vec![(1, be(p as u64, 9))],
-        })
-        .unwrap();
-    }
+    install_l2(&mut sw, &set, l2);
     for (id, cfg) in trees {
         install_tree(&mut sw, &set, *id, cfg);
     }

@@ -9,7 +9,8 @@ use std::collections::HashMap;
 pub mod daiet_net;
 
 use hostlib::aggregation::{Mapper, MapperConfig, Mode, Protocol, Reducer, ReducerConfig};
-use pisa::{PacketBuf, ProgramSet, Switch};
+use pisa::control::{ControlOp, WriteOp};
+use pisa::{FieldMatch, PacketBuf, ProgramSet, Switch};
 use wire::daiet::Op;
 
 // ---- a small seeded generator and lossy links ----------------------------------------
@@ -115,6 +116,22 @@ pub fn ids(set: &ProgramSet, prog: usize, table: &str, action: &str) -> (u32, u3
     let t = d.tables.iter().position(|t| t.name == table).unwrap();
     let a = d.actions.iter().position(|a| a.name == action).unwrap();
     (set.ids(prog).tables[t], set.ids(prog).actions[a])
+}
+
+/// `forward`'s L2 entries `host -> port` (program 0 of `set`), as the controller installs them.
+pub fn install_l2(sw: &mut Switch, set: &ProgramSet, l2: &[(u8, u16)]) {
+    let (l2t, l2a) = ids(set, 0, "l2_dmac", "l2_forward");
+    for &(h, p) in l2 {
+        sw.control(&ControlOp::TableWrite {
+            table_id: l2t,
+            op: WriteOp::Insert,
+            matches: vec![FieldMatch::Exact { field: 0, value: mac(h).to_vec() }],
+            priority: 0,
+            action_id: l2a,
+            params: vec![(1, be(p as u64, 9))],
+        })
+        .unwrap();
+    }
 }
 
 pub fn be(v: u64, bits: u32) -> Vec<u8> {
