@@ -841,12 +841,26 @@ pub mod bench {
                     *s += 1;
                     self.rx.push(buf);
                 }
-                self.sw.process(&mut self.rx, self.now);
-                self.now += 1;
-                self.recycle();
+                self.step();
             }
             self.rounds += 1;
             self.frames.len() as u64
+        }
+
+        /// Queue a frame from `child` outside the rounds' templates: sequence number
+        /// `seq`, `flags`, `pairs`.
+        fn queue(&mut self, child: u16, seq: u32, flags: u8, pairs: &[(Vec<u8>, u32)]) {
+            let f = sa_harness::frame(1 + child as u8, 200, 0, SaOp::Sum, child, seq, flags, pairs);
+            let mut buf = self.sw.buffer_for(child);
+            buf.copy_from(&f);
+            self.rx.push(buf);
+        }
+
+        /// The queued frames through the switch, then the frames it sent recycled.
+        fn step(&mut self) {
+            self.sw.process(&mut self.rx, self.now);
+            self.now += 1;
+            self.recycle();
         }
 
         /// Return sent frames to the pool, summing the pairs that went towards the parent.
@@ -885,14 +899,9 @@ pub mod bench {
             for j in 0..self.children {
                 let s = self.seq[j as usize];
                 self.seq[j as usize] += 1;
-                let f = sa_harness::frame(1 + j as u8, 200, 0, SaOp::Sum, j, s, wire::switchagg::flags::EOT, &[]);
-                let mut buf = self.sw.buffer_for(j);
-                buf.copy_from(&f);
-                self.rx.push(buf);
+                self.queue(j, s, wire::switchagg::flags::EOT, &[]);
             }
-            self.sw.process(&mut self.rx, self.now);
-            self.now += 1;
-            self.recycle();
+            self.step();
             // One pass per bucket word at most (the program's recirculation bound).
             let limit = self.sw.pipes()[0].set().recirc_limit(1).unwrap_or(u32::MAX) as u64 + 16;
             let mut ticks = 0u64;
@@ -1023,7 +1032,7 @@ pub mod bench {
             assert!(w.verify().is_err());
         }
 
-        use super::{sa_harness, switchagg_measure, switchagg_shares, SaConfig, SaOp, SwitchAggWorkload};
+        use super::{sa_harness, switchagg_measure, switchagg_shares, SaConfig, SwitchAggWorkload};
 
         /// Engines small enough that pairs are evicted FPE → BPE → parent during the run.
         fn small_engines() -> SaConfig {
@@ -1082,13 +1091,8 @@ pub mod bench {
 
         /// One packet from `child` with sequence number `seq`, outside the rounds.
         fn send_extra_from(w: &mut SwitchAggWorkload, child: u16, pairs: &[(Vec<u8>, u32)], seq: u32) {
-            let f = sa_harness::frame(1 + child as u8, 200, 0, SaOp::Sum, child, seq, 0, pairs);
-            let mut b = w.sw.buffer_for(child);
-            b.copy_from(&f);
-            w.rx.push(b);
-            w.sw.process(&mut w.rx, w.now);
-            w.now += 1;
-            w.recycle();
+            w.queue(child, seq, 0, pairs);
+            w.step();
         }
 
         #[test]
