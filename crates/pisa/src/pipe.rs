@@ -738,10 +738,17 @@ fn ingress_packet(passes: &mut Passes<'_>, tm: &mut Tm, set: &ProgramSet, classi
     } else if base.is_none() {
         pkt.meta.drop = Some(DropCode::NO_PROGRAM);
     }
-    // The common cases, unicast to a port of this pipe or a recirculation, with no mirror,
-    // decided here; `dispose_ingress` makes the same decisions for them, only later.
+    let limit_of = owner.or(base).unwrap_or(0) as usize;
+    after_ingress(tm, pkt, blame, || set.recirc_limit(limit_of), out);
+}
+
+/// What the traffic manager does with a packet after its ingress passes. The common cases,
+/// unicast to a port of this pipe or a recirculation, with no mirror, are decided here;
+/// `dispose_ingress` makes the same decisions for them, only later. `recirc_limit` (the
+/// owning program's) is looked up only when needed.
+#[inline(always)]
+fn after_ingress(tm: &mut Tm, pkt: PacketBuf, blame: Option<u8>, recirc_limit: impl Fn() -> Option<u32>, out: &mut Handoff) {
     let m = &pkt.meta;
-    let recirc_limit = || set.recirc_limit(owner.or(base).unwrap_or(0) as usize);
     if m.clone_session == 0 && m.drop.is_none() && m.mcast_grp == 0 {
         if m.egress_port < PORT_CPU && tm.map.pipe_of(m.egress_port) == Some(tm.id) {
             tm.enqueue_one(pkt);
@@ -771,18 +778,7 @@ fn ingress_recirculated(passes: &mut Passes<'_>, tm: &mut Tm, set: &ProgramSet, 
         return;
     }
     let blame = passes.other(&mut pkt, kept, &mut tm.counters).or(Some(kept));
-    let m = &pkt.meta;
-    if m.clone_session == 0 && m.drop.is_none() && m.mcast_grp == 0 {
-        if m.egress_port == PORT_RECIRC {
-            tm.recirculate(pkt, set.recirc_limit(kept as usize));
-            return;
-        }
-        if m.egress_port < PORT_CPU && tm.map.pipe_of(m.egress_port) == Some(tm.id) {
-            tm.enqueue_one(pkt);
-            return;
-        }
-    }
-    tm.dispose_ingress(pkt, blame, set.recirc_limit(kept as usize), out);
+    after_ingress(tm, pkt, blame, || set.recirc_limit(kept as usize), out);
 }
 
 /// Egress of one packet dequeued from `port`; unless it is dropped, onto the port's
