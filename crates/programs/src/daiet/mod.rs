@@ -381,11 +381,10 @@ impl Daiet {
 /// `s`).
 #[inline(always)]
 fn decided(present: u32, d: &[u32; SLICES]) -> (u32, u32) {
-    let (mut claimed, mut collided) = (0, 0);
-    for (s, &x) in d.iter().enumerate() {
-        claimed |= ((x == CLAIM) as u32) << s;
-        collided |= ((x == COLLIDE) as u32) << s;
-    }
+    // Lane by lane, not a loop: the compares and shifts stay in registers.
+    let bit = |x: u32, s: u32, v: u32| ((x == v) as u32) << s;
+    let claimed = bit(d[0], 0, CLAIM) | bit(d[1], 1, CLAIM) | bit(d[2], 2, CLAIM) | bit(d[3], 3, CLAIM);
+    let collided = bit(d[0], 0, COLLIDE) | bit(d[1], 1, COLLIDE) | bit(d[2], 2, COLLIDE) | bit(d[3], 3, COLLIDE);
     (claimed & present, collided & present)
 }
 
