@@ -1,7 +1,7 @@
 """MapReduce WordCount: the reducers' counts equal a Counter over the same input, for real
 text, Zipf and uniform keys, long keys, in tcp, udp and switch modes, and under loss on the
 switch's ports. Jobs run real mapper and reducer processes (on loopback, or in a rack of
-network namespaces around the switch when root); racks are named `wordcount1`..`wordcount4` and always
+network namespaces around the switch when root); racks are named `wordcount1`..`wordcount6` and always
 taken down."""
 
 from __future__ import annotations
@@ -135,6 +135,39 @@ def test_loopback_tcp_udp_real_text_with_long_keys() -> None:
     assert doc["where"] == "loopback"
 
 
+def _oversized_text(tmp_path: Path) -> Path:
+    """Words longer than a frame carries (70 kB, 2 kB: above DAIET's 1,380-byte keys; 1,350
+    bytes: above SwitchAgg's 1,300 only) among ordinary ones, in every mapper's share."""
+    p = tmp_path / "oversized.txt"
+    huge, long_, mid = "h" * 70_000, "L" * 2_000, "m" * 1_350
+    p.write_text(" ".join([huge, "the", long_, "cat", huge, mid, "sat"] * 4) + "\n" + TEXT.read_text(encoding="utf-8"), encoding="utf-8")
+    return p
+
+
+def test_words_longer_than_a_packet_take_the_side_channel(tmp_path: Path) -> None:
+    """Never truncated, never a failed job: the words the protocol cannot carry go to their
+    reducer over TCP, and the counts are exact."""
+    text = _oversized_text(tmp_path)
+    doc = run(JobSpec(inputs=[str(text)], mappers=2, reducers=2, where="loopback", timeout_s=60), ["tcp", "udp"])
+    _check(doc, ["tcp", "udp"])
+    assert doc["oversized_keys"] == 2  # the 1,350-byte word still fits a DAIET packet
+    udp = doc["runs"]["udp"]
+    assert udp["max_key_len"] == 1380 and udp["side_channel_pairs"] >= 2
+    assert udp["side_channel_bytes"] >= 70_000 and udp["reducer_bytes"] > udp["side_channel_bytes"]
+    assert "side_channel_pairs" in udp and "max_key_len" not in doc["runs"]["tcp"]
+    assert any("side channel" in n for n in doc["notes"])
+    doc = run(JobSpec(inputs=[str(text)], mappers=2, reducers=2, program="switchagg", where="loopback", timeout_s=60), ["udp"])
+    _check(doc, ["udp"])
+    assert doc["oversized_keys"] == 3 and doc["runs"]["udp"]["max_key_len"] == 1300
+
+
+def test_no_side_channel_without_oversized_words() -> None:
+    doc = run(JobSpec(inputs=[str(TEXT)], mappers=2, reducers=1, where="loopback", timeout_s=30), ["udp"])
+    _check(doc, ["udp"])
+    assert doc["oversized_keys"] == 0 and doc["runs"]["udp"]["side_channel_pairs"] == 0
+    assert "max_key_len" not in doc["runs"]["udp"]
+
+
 def test_loopback_without_combiner() -> None:
     """One (word, 1) pair per occurrence: the reducers do all the summing."""
     doc = run(JobSpec(zipf=0.99, words=6000, vocab=400, mappers=2, reducers=2, combiner=False, where="loopback",
@@ -225,6 +258,19 @@ def test_rack_switch_aggregates_zipf_and_real_text(tmp_path: Path) -> None:
     assert sw["fallback"] is False, [r.get("fallback_reason") for r in sw["per_reducer"]]
     assert sw["reducer_pairs"] < 0.75 * sw["mapper_pairs"], (sw["reducer_pairs"], sw["mapper_pairs"])
     assert doc["reduction"] > 0
+
+
+@netns
+@needs_root
+@needs_switch
+def test_rack_switch_with_words_longer_than_a_packet(tmp_path: Path) -> None:
+    """Through the switch: the words longer than a frame cross it over TCP, the rest is
+    aggregated by the switch (no fallback to the hosts)."""
+    doc = run(JobSpec(inputs=[str(_oversized_text(tmp_path))], mappers=2, reducers=2, rack="wordcount6",
+                      where="netns", timeout_s=60), ["switch"])
+    _check(doc, ["udp", "switch"])
+    assert doc["oversized_keys"] == 2 and doc["runs"]["switch"]["side_channel_pairs"] >= 2
+    assert doc["fallback"] is False
 
 
 @netns

@@ -21,8 +21,12 @@ fn addr(s: &str) -> PyResult<SocketAddr> {
     s.parse().map_err(|_| verr(format!("`{s}` is not an ip:port address")))
 }
 
+fn parse_protocol(protocol: &str) -> PyResult<Protocol> {
+    Protocol::from_name(protocol).ok_or_else(|| verr(format!("unknown protocol `{protocol}` (known: daiet, switchagg)")))
+}
+
 fn parse_common(protocol: &str, op: &str, mode: &str) -> PyResult<(Protocol, Op, Mode)> {
-    let p = Protocol::from_name(protocol).ok_or_else(|| verr(format!("unknown protocol `{protocol}` (known: daiet, switchagg)")))?;
+    let p = parse_protocol(protocol)?;
     let o = Op::from_name(op).ok_or_else(|| verr(format!("op must be sum, min or max, not `{op}`")))?;
     let m = Mode::from_name(mode).ok_or_else(|| verr(format!("mode must be switch or udp, not `{mode}`")))?;
     Ok((p, o, m))
@@ -54,6 +58,13 @@ fn le_chunks<const N: usize>(b: &[u8]) -> impl Iterator<Item = [u8; N]> + '_ {
 /// `loss`, `duplicate`, `reorder` (with `seed`): faults injected on this socket, both
 /// directions. Returns stats: packets_sent, bytes_sent, retransmissions, acks, fallback,
 /// completed, pairs, elapsed_s, faults_injected.
+/// The longest key `protocol` carries whole; `agg_map` refuses longer ones (never
+/// truncates them).
+#[pyfunction]
+fn agg_max_key_len(protocol: &str) -> PyResult<usize> {
+    Ok(parse_protocol(protocol)?.max_key_len())
+}
+
 #[pyfunction]
 #[pyo3(signature = (protocol, bind, trees, mapper_id, op, tree_of_pair, keys, key_offsets, values, timeout_s, mode="switch", loss=0.0, duplicate=0.0, reorder=0.0, seed=1))]
 #[allow(clippy::too_many_arguments)]
@@ -199,6 +210,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(bench_daiet_pipeline, m)?)?;
     m.add_function(wrap_pyfunction!(bench_forward_cpu_rate, m)?)?;
     m.add_function(wrap_pyfunction!(agg_map, m)?)?;
+    m.add_function(wrap_pyfunction!(agg_max_key_len, m)?)?;
     m.add_function(wrap_pyfunction!(agg_reduce, m)?)?;
     Ok(())
 }

@@ -122,6 +122,8 @@ impl Mapper {
         }
         if cfg.protocol == Protocol::SwitchAgg {
             super::switchagg::check_mapper(cfg.mapper_id, &offsets)?;
+        } else if let Some(n) = super::key_too_long(&offsets, super::DAIET_MAX_KEY_LEN) {
+            return Err(format!("daiet: a key of {n} bytes is longer than {} (one frame); never truncated", super::DAIET_MAX_KEY_LEN));
         }
         let mut m = Mapper {
             trees: tree_ids

@@ -93,6 +93,16 @@ impl Protocol {
         }
     }
 
+    /// The longest key this protocol carries whole (a mapper refuses longer ones rather than
+    /// truncating them; an application sends those another way, e.g. WordCount's TCP side
+    /// channel).
+    pub fn max_key_len(self) -> usize {
+        match self {
+            Protocol::Daiet => DAIET_MAX_KEY_LEN,
+            Protocol::SwitchAgg => switchagg::MAX_KEY_LEN,
+        }
+    }
+
     /// Cut a tree's pairs into the data packets of one stream (without sequence numbers,
     /// which [`Protocol::stamp`] writes). `pairs` yields `(key, value)`.
     pub fn packetize<'a>(self, hdr: Header, pairs: impl Iterator<Item = (&'a [u8], u32)>) -> Vec<Vec<u8>> {
@@ -192,6 +202,18 @@ impl Header {
 /// Payload budget of a variable-length packet (fits a 1500-byte MTU with headers).
 pub const VARLEN_BUDGET: usize = 1400;
 
+/// Longest DAIET key: its VARLEN packet (header, pair header, key) is one frame of
+/// [`VARLEN_BUDGET`]. A switch does not reassemble IP fragments: a longer datagram would
+/// reach the switch's DAIET program cut into a first fragment it cannot take as a packet
+/// and fragments without a header, so the in-network stream loses it (found with a 60 kB
+/// word, whose job then fell back to the hosts). Longer keys are refused, never truncated.
+pub const DAIET_MAX_KEY_LEN: usize = VARLEN_BUDGET - dw::HEADER_LEN - dw::VARPAIR_HEADER;
+
+/// The first key longer than `max` (its length), given key offsets.
+pub(crate) fn key_too_long(offsets: &[u64], max: usize) -> Option<usize> {
+    offsets.windows(2).map(|w| (w[1] - w[0]) as usize).find(|&n| n > max)
+}
+
 fn daiet_packetize<'a>(hdr: Header, pairs: impl Iterator<Item = (&'a [u8], u32)>) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     // Fixed pairs wait in one queue per switch slice; each packet takes position p from
@@ -214,7 +236,9 @@ fn daiet_packetize<'a>(hdr: Header, pairs: impl Iterator<Item = (&'a [u8], u32)>
         if dw::key_is_fixed(k) {
             queues[dw::slice_of(k)].push((k, v));
         } else {
-            let k = &k[..k.len().min(u16::MAX as usize)];
+            // `Mapper::new` refuses keys longer than DAIET_MAX_KEY_LEN (never truncated), so k
+            // fits the pair header's 16-bit length.
+            debug_assert!(k.len() <= u16::MAX as usize, "a DAIET key of {} bytes", k.len());
             if nvar == u8::MAX as usize || (nvar > 0 && dw::HEADER_LEN + var.len() + dw::VARPAIR_HEADER + k.len() > VARLEN_BUDGET) {
                 close_var(&mut var, &mut nvar, &mut out);
             }

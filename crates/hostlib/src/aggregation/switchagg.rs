@@ -69,8 +69,8 @@ pub(crate) fn check_mapper(mapper_id: u16, offsets: &[u64]) -> Result<(), String
     if mapper_id as usize >= MAX_MAPPERS {
         return Err(format!("switchagg: mapper id {mapper_id} must be below {MAX_MAPPERS} (the switch's children per tree)"));
     }
-    if let Some(w) = offsets.windows(2).find(|w| (w[1] - w[0]) as usize > MAX_KEY_LEN) {
-        return Err(format!("switchagg: a key of {} bytes is longer than {MAX_KEY_LEN}", w[1] - w[0]));
+    if let Some(n) = super::key_too_long(offsets, MAX_KEY_LEN) {
+        return Err(format!("switchagg: a key of {n} bytes is longer than {MAX_KEY_LEN}"));
     }
     Ok(())
 }

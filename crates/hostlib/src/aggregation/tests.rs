@@ -164,6 +164,28 @@ fn no_switch_falls_back_and_stays_exact() {
     }
 }
 
+/// The longest DAIET key fits one frame's budget with its headers and comes out of the
+/// packet whole; one byte more is refused by the mapper (never truncated).
+#[test]
+fn daiet_longest_key_whole_and_one_more_refused() {
+    let longest = vec![b'x'; DAIET_MAX_KEY_LEN];
+    let hdr = Header { tree_id: 1, flags: 0, op: Op::Sum, sender: 0, epoch: 0 };
+    let pk = Protocol::Daiet.packetize(hdr, [(&longest[..], 7u32)].into_iter());
+    assert_eq!(pk.len(), 1);
+    assert_eq!(pk[0].len(), VARLEN_BUDGET, "exactly one frame's budget");
+    let got: Vec<(Vec<u8>, u32)> = Protocol::Daiet.parse(&pk[0]).unwrap().view.pairs().map(|(k, v)| (k.to_vec(), v)).collect();
+    assert_eq!(got, vec![(longest.clone(), 7)]);
+    assert_eq!(Protocol::Daiet.max_key_len(), DAIET_MAX_KEY_LEN);
+    assert_eq!(Protocol::SwitchAgg.max_key_len(), switchagg::MAX_KEY_LEN);
+    let mk = |klen: usize| {
+        let keys = vec![b'a'; klen + 3];
+        Mapper::new(MapperConfig::new(1, Op::Sum, Mode::Udp), &[1], keys, vec![0, 3, klen as u64 + 3], vec![1, 1], vec![0, 0], 0)
+    };
+    assert!(mk(DAIET_MAX_KEY_LEN).is_ok());
+    let err = mk(DAIET_MAX_KEY_LEN + 1).err().expect("refused");
+    assert!(err.contains(&format!("{} bytes", DAIET_MAX_KEY_LEN + 1)), "{err}");
+}
+
 #[test]
 fn packetize_keeps_long_keys_whole() {
     let long = vec![b'k'; 3000];

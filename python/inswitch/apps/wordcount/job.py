@@ -358,6 +358,15 @@ def _delta(a: dict[str, float], b: dict[str, float]) -> dict[str, int]:
     return {k: int(b[k] - a.get(k, 0)) for k in b if b[k] - a.get(k, 0)}
 
 
+def side_channel_limit(spec: JobSpec, mode: str, ref: dict[bytes, int]) -> int | None:
+    """The protocol's longest key if the input has a longer word (such words then go from
+    mapper to reducer over TCP: the side channel, see `transport`), else None."""
+    if mode == "tcp":
+        return None
+    limit = transport.max_key_len(spec.program)
+    return limit if any(len(k) > limit for k in ref) else None
+
+
 def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir: Path, progress: Progress,
              tree_base: int = 1, step: Optional[Callable[[int], None]] = None) -> dict[str, Any]:
     """`step(k)`: k of this mode's workers have finished (for the progress bar)."""
@@ -369,7 +378,10 @@ def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir:
         info["controller"] = install_trees(env, spec, tree_ids, progress)
     reducer_addrs = [env.reduce_addr(j) for j in range(R)]
     mapper_addrs = [env.map_addr(i) for i in range(M)]
-    common = {"mode": mode, "protocol": spec.program, "op": spec.op, "timeout_s": spec.timeout_s}
+    common: dict[str, Any] = {"mode": mode, "protocol": spec.program, "op": spec.op, "timeout_s": spec.timeout_s}
+    key_limit = side_channel_limit(spec, mode, ref)
+    if key_limit is not None:
+        common["max_key_len"] = key_limit
     reducers: list[subprocess.Popen[str]] = []
     mappers: list[subprocess.Popen[str]] = []
     outs = [workdir / f"{mode}-r{j}.npz" for j in range(R)]
@@ -438,6 +450,8 @@ def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir:
         "reducer_packets": _packets(rstats),
         "reducer_cpu_s": round(sum(r["cpu_s"] for r in rstats), 4),
         "reducer_pairs": sum(int(r.get("pairs") or 0) for r in rstats),
+        "side_channel_pairs": sum(int(r.get("side_channel_pairs") or 0) for r in rstats),
+        "side_channel_bytes": sum(int(r.get("side_channel_bytes") or 0) for r in rstats),
         "job_s": round(job_s, 4),
         "mapper_bytes": sum(int(m.get("bytes_sent") or 0) for m in mstats),
         "mapper_packets": None if mode == "tcp" else sum(int(m.get("packets_sent") or 0) for m in mstats),
@@ -455,6 +469,8 @@ def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir:
         res["reducer_wire_bytes"] = sum(r["wire_bytes"] for r in rstats)
     if res["fallback"]:
         res["note"] = "the switch did not aggregate (restarted or absent): the hosts aggregated instead"
+    if key_limit is not None:
+        res["max_key_len"] = key_limit
     return res
 
 
@@ -517,11 +533,18 @@ def run(spec: JobSpec, modes: list[str], progress: Progress = no_progress, steps
         progress("taking the rack down")
         teardown()
     primary = "switch" if want_switch else order[0] if len(order) == 1 else order[-1]
+    oversized = 0
+    limits = [r["max_key_len"] for r in runs.values() if "max_key_len" in r]
+    if limits:
+        oversized = sum(1 for k in ref if len(k) > limits[0])
+        notes.append(f"{oversized:,} distinct words longer than {spec.program}'s longest key ({limits[0]:,} bytes) went "
+                     "from mapper to reducer over TCP (the side channel; its bytes and segments count as the reducer's)")
     doc: dict[str, Any] = {
         "input": spec.input_summary(),
         "words": sum(ref.values()),
         "distinct_words": len(ref),
         "long_keys": sum(1 for k in ref if len(k) > 16),
+        "oversized_keys": oversized,
         "mappers": spec.mappers,
         "reducers": spec.reducers,
         "program": spec.program if want_switch else None,

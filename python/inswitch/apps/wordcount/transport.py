@@ -6,6 +6,11 @@
 - `udp` / `switch`: `inswitch._native.agg_map` / `agg_reduce` (hostlib's aggregation sender
   and receiver, the exactly-once protocol), in mode "udp" (plain UDP to the reducers) or
   "switch" (aggregated by the switch's program on the way).
+- The side channel: a word longer than the protocol's longest key (`max_key_len`: what one
+  frame carries, as a switch neither reassembles nor creates packets) cannot ride in its
+  packets and is never truncated: such pairs go from the mapper to their reducer over TCP, in the TCP
+  shuffle's frames, after the mapper's aggregation streams are done. The runner turns it on
+  only when the input has such a word; its bytes and segments count as the reducer's.
 
 Pairs cross into the native code as one bytes blob of keys with uint64 offsets and a uint32
 value array, never as a Python object per pair.
@@ -78,6 +83,11 @@ def _need_native() -> Any:
     return nat
 
 
+def max_key_len(protocol: str) -> int:
+    """The longest key `protocol` carries whole in its packets."""
+    return int(_need_native().agg_max_key_len(protocol))
+
+
 def agg_map(protocol: str, bind: str, trees: list[tuple[int, str]], mapper_id: int, op: str,
             tree_of_pair: np.ndarray, pairs: Pairs, timeout_s: float, mode: str) -> dict[str, Any]:
     nat = _need_native()
@@ -140,8 +150,24 @@ def tcp_listen(bind: str) -> socket.socket:
     return ls
 
 
+# `struct tcp_info`'s `tcpi_segs_in` (Linux >= 4.2): segments received on a connection.
+_TCPI_SEGS_IN = struct.Struct("=I")
+_TCPI_SEGS_IN_AT = 140
+
+
+def _segs_in(c: socket.socket) -> int | None:
+    try:
+        info = c.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+    except (OSError, AttributeError):
+        return None
+    if len(info) < _TCPI_SEGS_IN_AT + 4:
+        return None
+    return int(_TCPI_SEGS_IN.unpack_from(info, _TCPI_SEGS_IN_AT)[0])
+
+
 def tcp_reduce(ls: socket.socket, mappers: int, timeout_s: float) -> tuple[dict[bytes, int], dict[str, Any]]:
-    """Accept one connection from each mapper, read each to its end, add the values up."""
+    """Accept one connection from each mapper, read each to its end, add the values up.
+    Stats: payload `bytes`, `segments` received (TCP_INFO, None where unknown)."""
     t0 = time.monotonic()
     deadline = t0 + timeout_s
     sel = selectors.DefaultSelector()
@@ -150,6 +176,7 @@ def tcp_reduce(ls: socket.socket, mappers: int, timeout_s: float) -> tuple[dict[
     bufs: dict[socket.socket, bytearray] = {}
     done: list[bytearray] = []
     nbytes = 0
+    segments: int | None = 0
     counts: dict[bytes, int] = {}
     while len(done) < mappers:
         if time.monotonic() > deadline:
@@ -168,13 +195,15 @@ def tcp_reduce(ls: socket.socket, mappers: int, timeout_s: float) -> tuple[dict[
                 nbytes += len(chunk)
                 continue
             sel.unregister(c)
+            n = _segs_in(c)
+            segments = None if n is None or segments is None else segments + n
             c.close()
             buf = bufs.pop(c)
             _tcp_add(buf, counts)
             done.append(buf)
     sel.close()
-    return counts, {"bytes": nbytes, "packets": None, "fallback": False, "pairs": sum(_tcp_pairs(b) for b in done),
-                    "elapsed_s": time.monotonic() - t0}
+    return counts, {"bytes": nbytes, "packets": None, "segments": segments, "fallback": False,
+                    "pairs": sum(_tcp_pairs(b) for b in done), "elapsed_s": time.monotonic() - t0}
 
 
 def _tcp_pairs(buf: bytearray) -> int:

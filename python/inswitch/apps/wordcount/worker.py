@@ -67,6 +67,13 @@ def run_mapper(spec: dict[str, Any]) -> dict[str, Any]:
     if mode == "tcp":
         stats = transport.tcp_map(spec["reducer_addrs"], [Pairs.from_items(p) for p in parts], spec["timeout_s"])
     else:
+        # Words longer than the protocol carries (the runner sets the limit only when the
+        # input has one) go to their reducer over TCP once the aggregation streams are done.
+        limit = spec.get("max_key_len")
+        side: list[list[tuple[bytes, int]]] = []
+        if limit is not None:
+            side = [[kv for kv in p if len(kv[0]) > limit] for p in parts]
+            parts = [[kv for kv in p if len(kv[0]) <= limit] for p in parts]
         flat = [kv for p in parts for kv in p]
         tree_of_pair = np.concatenate([np.full(len(p), t, dtype=np.uint16) for t, p in enumerate(parts)]) if flat else np.zeros(0, np.uint16)
         pairs = Pairs.from_items(flat)
@@ -76,6 +83,11 @@ def run_mapper(spec: dict[str, Any]) -> dict[str, Any]:
         trees = [(t, a) for t, a in zip(spec["tree_ids"], spec["reducer_addrs"])]
         stats = transport.agg_map(spec["protocol"], spec["bind"], trees, spec["mapper_id"], spec["op"],
                                   tree_of_pair, pairs, spec["timeout_s"], mode)
+        if limit is not None:
+            sc = transport.tcp_map(spec["reducer_addrs"], [Pairs.from_items(p) for p in side], spec["timeout_s"])
+            stats["side_channel_pairs"] = sum(len(p) for p in side)
+            stats["side_channel_bytes"] = sc["bytes_sent"]
+            stats["bytes_sent"] = int(stats.get("bytes_sent") or 0) + sc["bytes_sent"]
     return {"role": "map", "mapper_id": spec["mapper_id"], "words": nwords, "pairs": len(items),
             "map_s": map_s, "job_s": time.monotonic() - t0, **{k: v for k, v in stats.items() if k != "elapsed_s"},
             "send_s": stats.get("elapsed_s")}
@@ -94,11 +106,12 @@ def _iface_counters(iface: str | None) -> tuple[int, int] | None:
 def run_reducer(spec: dict[str, Any]) -> dict[str, Any]:
     mode = spec["mode"]
     wire0 = _iface_counters(spec.get("iface"))
-    ls = transport.tcp_listen(spec["bind"]) if mode == "tcp" else None
+    side = mode != "tcp" and spec.get("max_key_len") is not None  # see transport: the side channel
+    ls = transport.tcp_listen(spec["bind"]) if mode == "tcp" or side else None
     print("READY", flush=True)
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.monotonic()
-    if ls is not None:
+    if ls is not None and not side:
         counts, stats = transport.tcp_reduce(ls, len(spec["mapper_addrs"]), spec["timeout_s"])
         ls.close()
         items = list(counts.items())
@@ -110,6 +123,18 @@ def run_reducer(spec: dict[str, Any]) -> dict[str, Any]:
         agg: dict[bytes, int] = {}
         for k, v in pairs.items():
             agg[k] = agg.get(k, 0) + v
+        if ls is not None:  # the side channel, after every mapper's streams
+            long_counts, sc = transport.tcp_reduce(ls, len(spec["mapper_addrs"]), spec["timeout_s"])
+            ls.close()
+            for k, n in long_counts.items():
+                agg[k] = agg.get(k, 0) + n
+            stats["side_channel_pairs"] = sc["pairs"]
+            stats["side_channel_bytes"] = sc["bytes"]
+            stats["side_channel_segments"] = sc["segments"]
+            stats["bytes"] = int(stats.get("bytes") or 0) + sc["bytes"]
+            stats["pairs"] = int(stats.get("pairs") or 0) + sc["pairs"]
+            if stats.get("packets") is not None:
+                stats["packets"] = None if sc["segments"] is None else int(stats["packets"]) + sc["segments"]
         items = list(agg.items())
     # MapReduce's reducer output is sorted by key (DAIET: "the received data ... require a
     # complete sort operation"): part of the reducer's work in every mode.
