@@ -39,7 +39,9 @@ def _fmt(v: Any) -> str:
 def table(doc: dict[str, Any]) -> Table:
     runs = doc["runs"]
     t = Table(title=f"WordCount: {doc['words']:,} words, {doc['distinct_words']:,} distinct "
-                    f"({doc['long_keys']:,} longer than 16 bytes), {doc['mappers']} mappers, {doc['reducers']} reducers"
+                    f"({doc['long_keys']:,} longer than 16 bytes"
+                    + (f", {doc['oversized_keys']:,} longer than a frame" if doc.get("oversized_keys") else "")
+                    + f"), {doc['mappers']} mappers, {doc['reducers']} reducers"
                     + (f", loss {doc['loss']:g}" if doc["loss"] else ""))
     t.add_column("mode")
     cols = ["correct", "reducer bytes", "reducer packets", "reducer CPU s", "job s", "retransmits"]
