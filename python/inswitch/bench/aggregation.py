@@ -6,7 +6,6 @@ the JSON too."""
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 from typing import Any, Callable, Optional
@@ -16,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from inswitch import _native
+from inswitch.output import ensure_writable, write_json
 
 #: The goal the issue sets for DAIET.
 GOAL_PAIR_UPDATES_PER_S = 50e6
@@ -58,7 +58,12 @@ def aggregation_cmd(
     json_out: Optional[str] = typer.Option(None, "--json", help="Write the results to this file."),
 ) -> None:
     """Pair updates per second per core for the aggregation programs, against `forward`."""
+    from inswitch.bench.cli import check_duration
+
     console = Console()
+    check_duration(duration)
+    if json_out:
+        ensure_writable(json_out)
     with console.status("measuring") as st:
         r = run(duration, progress=lambda s: st.update(f"measuring: {s}"))
     t = Table(title="inswitch bench aggregation (in memory, 1 core)")
@@ -74,8 +79,7 @@ def aggregation_cmd(
     t.add_row("goal (daiet)", f"{GOAL_PAIR_UPDATES_PER_S / 1e6:.0f} M")
     console.print(t)
     if json_out:
-        with open(json_out, "w") as f:
-            json.dump(r, f, indent=2)
+        write_json(json_out, r, indent=2)
         console.print(f"wrote {json_out}")
 
 

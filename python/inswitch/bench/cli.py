@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-import json
 from typing import Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from inswitch.output import ensure_writable, write_json
 
 bench_app = typer.Typer(help="Benchmarks; each prints ratios against a baseline measured in the same run.", no_args_is_help=True)
+
+
+def check_duration(duration: float) -> None:
+    """Every bench's `--duration`: a positive number of seconds (a usage error otherwise)."""
+    if not duration > 0:
+        raise typer.BadParameter(f"must be > 0 seconds, not {duration}", param_hint="--duration")
 
 
 @bench_app.command("forward")
@@ -22,6 +28,9 @@ def forward_cmd(
     from inswitch.bench import forward
 
     console = Console()
+    check_duration(duration)
+    if json_out:
+        ensure_writable(json_out)
     with console.status("measuring") as st:
         r = forward.run(duration=duration, progress=lambda s: st.update(f"measuring: {s}"))
     t = Table(title="inswitch bench forward")
@@ -39,8 +48,7 @@ def forward_cmd(
         t.add_row("veth", r.get("veth_skipped", "skipped"))
     console.print(t)
     if json_out:
-        with open(json_out, "w") as f:
-            json.dump(r, f, indent=2)
+        write_json(json_out, r, indent=2)
         console.print(f"wrote {json_out}")
 
 

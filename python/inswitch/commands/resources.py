@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from inswitch import native
+from inswitch.output import ensure_writable, write_json
 
 UNLIMITED = 2**32 - 1
 
@@ -102,6 +103,8 @@ def register(app: typer.Typer) -> None:
         """Stages, register bits, stateful ALUs, table entries, hash units and parse depth a
         program uses against a target's limits, and whether it fits."""
         console = Console()
+        if out:
+            ensure_writable(out, "--out")
         try:
             names = native.split_programs(program)
             report = native.resources(names, target)
@@ -109,8 +112,7 @@ def register(app: typer.Typer) -> None:
             console.print(f"[red]error:[/red] {e}")
             raise typer.Exit(2)
         if out:
-            with open(out, "w") as f:
-                json.dump(report, f, indent=2)
+            write_json(out, report)
         if as_json:
             print(json.dumps(report, indent=2))
         else:

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from inswitch.apps.inaas.runner import LEDGER_PATH, run_tenants, save_ledger
+from inswitch.output import ensure_writable, write_json
 
 tenants_app = typer.Typer(help="INaaS: applications as tenants of one in-network service.", no_args_is_help=True)
 
@@ -48,6 +49,8 @@ def run_cmd(
 ) -> None:
     """Run applications concurrently as tenants; speedup against host-only, correctness, ledger."""
     console = Console()
+    if json_out:
+        ensure_writable(json_out)
     names = [a.strip() for a in apps.split(",") if a.strip()]
     with console.status("tenants: starting") as st:
         subs = tuple(a.strip() for a in subscribe.split(",") if a.strip())
@@ -65,8 +68,7 @@ def run_cmd(
     _print_ledger(res["ledger"], console)
     save_ledger(res)
     if json_out:
-        Path(json_out).parent.mkdir(parents=True, exist_ok=True)
-        Path(json_out).write_text(json.dumps(res, indent=2, default=float))
+        write_json(json_out, res, indent=2)
         console.print(f"wrote {json_out}")
     if res["cross_tenant_violations"] or not all(f["correct"] for f in res["apps"].values()):
         raise typer.Exit(1)
@@ -88,6 +90,8 @@ def rack_cmd(name: str = typer.Option("inaas1", help="Rack name (namespaces inaa
     """Real processes (needs root): goalkeeper and two tenants on a rack around the switch process."""
     from inswitch.apps.inaas.rack import run_on_rack
 
+    if json_out:
+        ensure_writable(json_out)
     res = run_on_rack(name)
     console = Console()
     for who in ("tenant_a", "tenant_b"):
@@ -96,7 +100,7 @@ def rack_cmd(name: str = typer.Option("inaas1", help="Rack name (namespaces inaa
                           f"{'goalkeeper' if step.get('via_goalkeeper') else 'switch'}, {step.get('rtt_us', 0):.0f} µs")
     console.print(f"goalkeeper: {res['goalkeeper']}")
     if json_out:
-        Path(json_out).write_text(json.dumps(res, indent=2))
+        write_json(json_out, res, indent=2)
 
 
 def register(app: typer.Typer) -> None:

@@ -3,10 +3,8 @@ numbers beside ours."""
 
 from __future__ import annotations
 
-import json
 import os
 import time
-from pathlib import Path
 from typing import Optional
 
 import typer
@@ -14,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from inswitch.experiments import all_experiments, lookup
+from inswitch.output import ensure_dir, write_json
 
 
 def _fmt(v: object) -> str:
@@ -50,8 +49,7 @@ def register(app: typer.Typer) -> None:
         if e.needs_root and os.geteuid() != 0:
             console.print(f"[red]error:[/red] {name} needs root (network namespaces)")
             raise typer.Exit(2)
-        out_dir = Path(out)
-        out_dir.mkdir(parents=True, exist_ok=True)
+        out_dir = ensure_dir(out, "--out")
         t0 = time.monotonic()
         with console.status(f"{name}: starting") as st:
             result = e.run(quick, lambda s: st.update(f"{name}: {s}"))
@@ -61,7 +59,7 @@ def register(app: typer.Typer) -> None:
         result["quick"] = quick
         result["wall_s"] = round(time.monotonic() - t0, 2)
         jpath, ppath = out_dir / f"{name}.json", out_dir / f"{name}.png"
-        jpath.write_text(json.dumps(result, indent=2, default=float))
+        write_json(jpath, result)
         e.plot(result, ppath)
         t = Table(title=f"{name}: {e.paper}, {e.figure}")
         for c in ("quantity", "paper", "ours"):

@@ -3,7 +3,6 @@ over the same seeded trace."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Optional
 
@@ -15,6 +14,7 @@ from rich.table import Table
 from inswitch.apps.hare import rates as plane_rates
 from inswitch.apps.hare.kvsim import SYSTEMS, KvParams, KvRun
 from inswitch.apps.hare.workload import SHIFTS, generate
+from inswitch.output import ensure_writable, write_json
 
 
 def run_kvs(
@@ -92,6 +92,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Replay one seeded KV trace against Hare, NetCache, DySO and no caching."""
         console = Console()
+        if json_out:
+            ensure_writable(json_out)
         systems = list(SYSTEMS) if system == "all" else [system]
         if any(s not in SYSTEMS for s in systems):
             console.print(f"[red]error:[/red] --system must be one of {', '.join(SYSTEMS)} or all")
@@ -133,8 +135,7 @@ def register(app: typer.Typer) -> None:
                 f"({m['packet_over_table_ratio']:.0f}x); the run charged {mod['table_writes_per_s']:.0f} and {mod['packet_interactions_per_s']:.0f} /s"
             )
         if json_out:
-            json_out.parent.mkdir(parents=True, exist_ok=True)
-            json_out.write_text(json.dumps(out, indent=1))
+            write_json(json_out, out, indent=1)
             console.print(f"wrote {json_out}")
         if not all(r["correct"] for r in out["systems"].values()):
             raise typer.Exit(1)
@@ -190,6 +191,8 @@ def _register_locks(app: typer.Typer) -> None:
     ) -> None:
         """Lock manager: Hare's dynamic offloading (dirty lock state moved by packets) vs NetLock-style static offloading vs none."""
         console = Console()
+        if json_out:
+            ensure_writable(json_out)
         systems = list(LOCK_SYSTEMS) if system == "all" else [system]
         if any(s not in LOCK_SYSTEMS for s in systems):
             console.print(f"[red]error:[/red] --system must be one of {', '.join(LOCK_SYSTEMS)} or all")
@@ -207,8 +210,7 @@ def _register_locks(app: typer.Typer) -> None:
                       str(r["retries"]), str(r["moves"]), "[green]yes[/green]" if r["correct"] else "[red]NO[/red]")
         console.print(t)
         if json_out:
-            json_out.parent.mkdir(parents=True, exist_ok=True)
-            json_out.write_text(json.dumps(out, indent=1))
+            write_json(json_out, out, indent=1)
             console.print(f"wrote {json_out}")
         if not all(r["correct"] for r in out["systems"].values()):
             raise typer.Exit(1)

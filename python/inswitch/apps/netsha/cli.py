@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
@@ -10,6 +9,8 @@ import typer
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
+
+from inswitch.output import ensure_writable, write_json
 
 from .datasets import DatasetError, load
 from .search import ALL_MODES, MODES, SearchConfig, run_search
@@ -25,8 +26,12 @@ def bench_netsha(
     """Answers per second through the NetSHa program on one core, in memory, with a
     forwarding-only switch measured in the same run as the base."""
     from inswitch import _native
+    from inswitch.bench.cli import check_duration
 
+    check_duration(duration)
     console = Console()
+    if json_out:
+        ensure_writable(json_out)
     with console.status("measuring netsha and forward"):
         r = dict(_native.netsha_bench(spec, answers_per_packet, queries, duration))
     t = Table(title="inswitch bench netsha")
@@ -38,7 +43,7 @@ def bench_netsha(
     t.add_row("netsha packets/s | forward packets/s", f"{r['netsha_packets_per_s']:,.0f} | {r['forward_packets_per_s']:,.0f}")
     console.print(t)
     if json_out:
-        json_out.write_text(json.dumps(r, indent=2))
+        write_json(json_out, r, indent=2)
         console.print(f"wrote {json_out}")
 
 
@@ -80,6 +85,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run the search in every requested mode over the same data; print and write recall, F1, agent packets and the time split."""
         console = Console()
+        if json_out:
+            ensure_writable(json_out)
         if reduction not in ("paper", "exact"):
             console.print("[red]error:[/red] --reduction must be paper or exact")
             raise typer.Exit(2)
@@ -114,8 +121,7 @@ def register(app: typer.Typer) -> None:
             t.add_row("netsha-rack", f"{r['recall']:.3f}", f"{r['f1']:.3f}", str(r["server_packets"]), str(r["agent_packets"]), str(r["agent_answers"]), f"{r['total_s']:.2f}")
             console.print(t)
             if json_out:
-                json_out.parent.mkdir(parents=True, exist_ok=True)
-                json_out.write_text(json.dumps(result, indent=2, default=float))
+                write_json(json_out, result, indent=2)
                 console.print(f"wrote {json_out}")
             return
         with Progress(console=console, transient=True) as prog:
@@ -139,6 +145,5 @@ def register(app: typer.Typer) -> None:
         if "agent_packets_ratio" in result:
             console.print(f"agent packets, netsha / layered: {result['agent_packets_ratio']:.3f} (paper: 4–10× fewer)")
         if json_out:
-            json_out.parent.mkdir(parents=True, exist_ok=True)
-            json_out.write_text(json.dumps(result, indent=2, default=float))
+            write_json(json_out, result, indent=2)
             console.print(f"wrote {json_out}")

@@ -12,8 +12,6 @@ reductions. `runs` holds every mode's full figures (per reducer and mapper too).
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any, Optional
 
 import typer
@@ -22,6 +20,7 @@ from rich.table import Table
 
 from inswitch.apps.wordcount.job import FIGURES, MODES, JobError, JobSpec, run
 from inswitch.apps.wordcount.progress import job_progress
+from inswitch.output import ensure_writable, write_json
 
 
 def _fmt(v: Any) -> str:
@@ -101,6 +100,8 @@ def register(app: typer.Typer) -> None:
         """MapReduce WordCount through the switch: mappers and reducers as processes in a rack,
         the reducers' counts checked against a Counter over the input."""
         console = Console()
+        if json_out:
+            ensure_writable(json_out)
         if not console.is_terminal:  # a pipe or a log: do not squeeze the table to 80 columns
             console = Console(width=140)
         inputs = list(input or []) + list(extra or [])
@@ -118,8 +119,7 @@ def register(app: typer.Typer) -> None:
         for line in summary_lines(doc):
             console.print(line, highlight=False)
         if json_out:
-            Path(json_out).parent.mkdir(parents=True, exist_ok=True)
-            Path(json_out).write_text(json.dumps(doc, indent=2))
+            write_json(json_out, doc, indent=2)
             console.print(f"wrote {json_out}")
         console.print("correct: reducers' counts equal a Counter over the input" if doc["correct"]
                       else "[red]INCORRECT: reducers' counts differ from the Counter[/red]")
