@@ -366,6 +366,11 @@ impl Pipe {
     pub fn egress(&mut self, now: u64, tx: &mut [Vec<PacketBuf>], out: &mut Handoff) {
         self.env.now_ns = now;
         let Pipe { progs, env, tm, base, spare, .. } = self;
+        // Nothing queued (every port's queue, this pipe's or not): no pass to open.
+        // (`draining` is zero outside this loop.)
+        if tm.queues.iter().all(|q| q.fresh.is_empty() && q.q.is_empty()) {
+            return;
+        }
         let shaped = tm.cfg.port_rate_bps.is_some();
         let mut passes = Passes::open(progs, *base, Gress::Egress, env, spare);
         // The port number indexes the queues, the transmit vectors and the counters alike.
