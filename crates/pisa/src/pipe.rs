@@ -490,6 +490,7 @@ impl Pipe {
     }
 
     /// Return a buffer to this pipe's pool (after transmission).
+    #[inline]
     pub fn recycle(&mut self, pkt: PacketBuf) {
         self.tm.pool.put(pkt);
     }
