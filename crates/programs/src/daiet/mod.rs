@@ -473,10 +473,9 @@ impl Program for Daiet {
             // Not a tree of this switch: forwarded untouched.
             return;
         };
-        if !t.part_size.is_power_of_two()
-            || t.tree_idx as u32 >= MAX_TREES
-            || t.part_base.checked_add(t.part_size).is_none_or(|e| e > CELLS)
-        {
+        // The three checks as one condition (no branch each); the partition's end in 64
+        // bits cannot overflow.
+        if !t.part_size.is_power_of_two() | (t.tree_idx as u32 >= MAX_TREES) | (t.part_base as u64 + t.part_size as u64 > CELLS as u64) {
             pass.drop(self.d_bad_tree);
             return;
         }
