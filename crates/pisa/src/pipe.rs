@@ -775,7 +775,8 @@ fn ingress_packet(passes: &mut Passes<'_>, tm: &mut Tm, set: &ProgramSet, classi
 #[inline(always)]
 fn after_ingress(tm: &mut Tm, pkt: PacketBuf, blame: Option<u8>, recirc_limit: impl Fn() -> Option<u32>, out: &mut Handoff) {
     let m = &pkt.meta;
-    if m.clone_session == 0 && m.drop.is_none() && m.mcast_grp == 0 {
+    // One branch for the three (all usually hold).
+    if (m.clone_session | m.mcast_grp) == 0 && m.drop.is_none() {
         if m.egress_port < PORT_CPU && tm.map.pipe_of(m.egress_port) == Some(tm.id) {
             tm.enqueue_one(pkt);
             return;
