@@ -273,6 +273,8 @@ impl Guard {
 pub struct Pass<'a> {
     pkt: PacketBuf,
     hdr_len: usize,
+    /// The program's parse depth (a copy: read at every [`Pass::load`]).
+    depth: usize,
     regs: &'a mut [u64],
     mems: &'a mut Vec<Box<[u8]>>,
     ro: &'a ProgramRo,
@@ -287,7 +289,7 @@ impl<'a> Pass<'a> {
     pub(crate) fn new(pkt: PacketBuf, state: &'a mut ProgramState, gress: Gress, env: &'a PassEnv) -> Self {
         let ProgramState { regs, mems, ro, .. } = state;
         let hdr_len = ro.depth.min(pkt.len());
-        Pass { pkt, hdr_len, regs, mems, ro, env, guard: Guard::new(gress), items: 0 }
+        Pass { pkt, hdr_len, depth: ro.depth, regs, mems, ro, env, guard: Guard::new(gress), items: 0 }
     }
 
     /// Start a new pass (same program, same gress) over `pkt`: the packet is swapped in,
@@ -296,7 +298,7 @@ impl<'a> Pass<'a> {
     #[inline(always)]
     pub(crate) fn load(&mut self, pkt: &mut PacketBuf) {
         std::mem::swap(&mut self.pkt, pkt);
-        self.hdr_len = self.ro.depth.min(self.pkt.len());
+        self.hdr_len = self.depth.min(self.pkt.len());
         self.guard.reset();
         self.items = 0;
     }
