@@ -273,6 +273,8 @@ impl Guard {
 pub struct Pass<'a> {
     pkt: PacketBuf,
     hdr_len: usize,
+    /// The program's parse depth (a copy: read at every [`Pass::load`]).
+    depth: usize,
     regs: &'a mut [u64],
     mems: &'a mut Vec<Box<[u8]>>,
     ro: &'a ProgramRo,
@@ -287,7 +289,7 @@ impl<'a> Pass<'a> {
     pub(crate) fn new(pkt: PacketBuf, state: &'a mut ProgramState, gress: Gress, env: &'a PassEnv) -> Self {
         let ProgramState { regs, mems, ro, .. } = state;
         let hdr_len = ro.depth.min(pkt.len());
-        Pass { pkt, hdr_len, regs, mems, ro, env, guard: Guard::new(gress), items: 0 }
+        Pass { pkt, hdr_len, depth: ro.depth, regs, mems, ro, env, guard: Guard::new(gress), items: 0 }
     }
 
     /// Start a new pass (same program, same gress) over `pkt`: the packet is swapped in,
@@ -296,7 +298,7 @@ impl<'a> Pass<'a> {
     #[inline(always)]
     pub(crate) fn load(&mut self, pkt: &mut PacketBuf) {
         std::mem::swap(&mut self.pkt, pkt);
-        self.hdr_len = self.ro.depth.min(self.pkt.len());
+        self.hdr_len = self.depth.min(self.pkt.len());
         self.guard.reset();
         self.items = 0;
     }
@@ -341,7 +343,21 @@ impl<'a> Pass<'a> {
     /// Change the header region's length to `n` (the deparser emitting more or fewer
     /// header bytes: headers made valid or invalid). The payload moves with it; new bytes
     /// are zero. Fails, as a violation, beyond the parse depth or the buffer.
+    #[inline]
     pub fn resize_hdr(&mut self, n: usize) -> bool {
+        // Shrinking a region with no payload after it (a packet cut to its headers, as a
+        // reply is): nothing moves, nothing can fail; the general path below does the same.
+        if n <= self.hdr_len && self.pkt.len() == self.hdr_len {
+            self.pkt.set_len(n);
+            self.hdr_len = n;
+            return true;
+        }
+        self.resize_hdr_moving(n)
+    }
+
+    /// [`Pass::resize_hdr`] in general: the payload moves, the region may grow.
+    #[inline(never)]
+    fn resize_hdr_moving(&mut self, n: usize) -> bool {
         let payload = self.pkt.len() - self.hdr_len;
         if n > self.ro.depth || n + payload > self.pkt.capacity() {
             self.guard.fail(Violation::HeaderTooLarge);
@@ -364,6 +380,7 @@ impl<'a> Pass<'a> {
     }
     /// Cut the packet to its header region (drop the payload), e.g. to turn a packet into
     /// a short notification.
+    #[inline]
     pub fn truncate_payload(&mut self) {
         let n = self.hdr_len;
         self.pkt.set_len(n);
@@ -908,5 +925,38 @@ mod tests {
         assert_eq!(g.violation, Some(Violation::WrongGress));
         g.reset();
         assert!(g.enter(obj(0, 0, Gress::Egress)), "reset keeps the gress");
+    }
+
+    /// `resize_hdr`'s shortcut (shrinking with no payload) does what the general path does:
+    /// same result, bytes, length, header region and violation, for every packet length,
+    /// cut or not, and every new length around the parse depth and the buffer's size.
+    #[test]
+    fn resize_hdr_shortcut_equals_general_path() {
+        use crate::decl::ProgramBuilder;
+        let mut b = ProgramBuilder::new("resize", "resize test");
+        b.parser(48, &[("h", 384)]);
+        let decl = b.build().expect("valid");
+        let env = PassEnv { now_ns: 0, digests: RefCell::new(Vec::new()), digest_cap: 0 };
+        let bytes: Vec<u8> = (1..=96).collect();
+        for len in [0, 10, 47, 48, 49, 80, 96] {
+            for cut in [false, true] {
+                for n in [0, 1, 20, 47, 48, 49, 64, 96, 97] {
+                    let run = |general: bool| {
+                        let mut state = ProgramState::new(&decl, 0);
+                        let mut pkt = PacketBuf::with_capacity(96);
+                        assert!(pkt.copy_from(&bytes[..len]));
+                        let mut pass = Pass::new(pkt, &mut state, Gress::Ingress, &env);
+                        if cut {
+                            pass.truncate_payload();
+                        }
+                        let ok = if general { pass.resize_hdr_moving(n) } else { pass.resize_hdr(n) };
+                        let hdr = pass.hdr().to_vec();
+                        let (pkt, v) = pass.finish();
+                        (ok, hdr, pkt.data().to_vec(), v)
+                    };
+                    assert_eq!(run(false), run(true), "len {len} cut {cut} n {n}");
+                }
+            }
+        }
     }
 }

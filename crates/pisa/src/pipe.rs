@@ -154,7 +154,15 @@ struct Tm {
     map: PortMap,
     cfg: PipeConfig,
     queues: Vec<PortQueue>,
-    recirc: VecDeque<PacketBuf>,
+    /// Packets waiting to recirculate, oldest first: recirculations are pushed at the end,
+    /// an ingress call takes its batch from the front (see [`Pipe::ingress`]). Two plain
+    /// vectors instead of a ring: the batch is usually the whole queue, swapped out at once.
+    recirc: Vec<PacketBuf>,
+    /// The batch an ingress call is running (empty between calls; kept for its allocation).
+    recirc_due: Vec<PacketBuf>,
+    /// Packets of that batch not run yet: they still wait in the recirculation queue, as
+    /// far as its capacity is concerned.
+    recirc_due_left: usize,
     cpu: VecDeque<PacketIn>,
     pool: BufPool,
     counters: Counters,
@@ -197,7 +205,9 @@ impl Pipe {
                 counters: Counters::new(n, set.len()),
                 pre: Pre::default(),
                 queues: (0..n).map(|_| PortQueue::new()).collect(),
-                recirc: VecDeque::new(),
+                recirc: Vec::new(),
+                recirc_due: Vec::new(),
+                recirc_due_left: 0,
                 cpu: VecDeque::new(),
                 pool: BufPool::new(cfg.buf_capacity, 0),
                 map,
@@ -237,7 +247,7 @@ impl Pipe {
         // The queues of this pipe's ports, counted in place (drivers poll this between
         // calls: no list of ports is built for it).
         let mine = self.tm.queues.iter().enumerate().filter(|&(p, _)| self.tm.map.pipe_of(p as PortId) == Some(self.id));
-        self.tm.recirc.len() + mine.map(|(_, q)| q.len()).sum::<usize>()
+        self.tm.recirc.len() + self.tm.recirc_due_left + mine.map(|(_, q)| q.len()).sum::<usize>()
     }
 
     /// When the pipe next has work without new input (packet generator, shaped queue).
@@ -270,8 +280,17 @@ impl Pipe {
         }
         let Pipe { progs, env, tm, set, base, classifies, spare, .. } = self;
         let mut passes = Passes::open(progs, *base, Gress::Ingress, env, spare);
-        for _ in 0..n {
-            let Some(mut pkt) = tm.recirc.pop_front() else { break };
+        // The first `n` waiting packets, in order; what they recirculate goes behind the
+        // rest of the queue.
+        let mut due = std::mem::take(&mut tm.recirc_due);
+        if n == tm.recirc.len() {
+            std::mem::swap(&mut due, &mut tm.recirc);
+        } else {
+            due.extend(tm.recirc.drain(..n));
+        }
+        tm.recirc_due_left = due.len();
+        for mut pkt in due.drain(..) {
+            tm.recirc_due_left -= 1;
             // A new pass: the intrinsic metadata starts over except what a recirculated
             // packet carries (its count and bridged bytes; its owner, which only a program
             // owning its recirculated passes keeps, see `ingress_recirculated`).
@@ -285,6 +304,7 @@ impl Pipe {
             tm.counters.recirculations += 1;
             ingress_recirculated(&mut passes, tm, set, *classifies, pkt, out);
         }
+        tm.recirc_due = due;
         for mut pkt in rx.drain(..) {
             let port = pkt.port;
             if let Some(c) = tm.counters.ports.get_mut(port as usize) {
@@ -346,6 +366,11 @@ impl Pipe {
     pub fn egress(&mut self, now: u64, tx: &mut [Vec<PacketBuf>], out: &mut Handoff) {
         self.env.now_ns = now;
         let Pipe { progs, env, tm, base, spare, .. } = self;
+        // Nothing queued (every port's queue, this pipe's or not): no pass to open.
+        // (`draining` is zero outside this loop.)
+        if tm.queues.iter().all(|q| q.fresh.is_empty() && q.q.is_empty()) {
+            return;
+        }
         let shaped = tm.cfg.port_rate_bps.is_some();
         let mut passes = Passes::open(progs, *base, Gress::Egress, env, spare);
         // The port number indexes the queues, the transmit vectors and the counters alike.
@@ -465,6 +490,7 @@ impl Pipe {
     }
 
     /// Return a buffer to this pipe's pool (after transmission).
+    #[inline]
     pub fn recycle(&mut self, pkt: PacketBuf) {
         self.tm.pool.put(pkt);
     }
@@ -749,7 +775,8 @@ fn ingress_packet(passes: &mut Passes<'_>, tm: &mut Tm, set: &ProgramSet, classi
 #[inline(always)]
 fn after_ingress(tm: &mut Tm, pkt: PacketBuf, blame: Option<u8>, recirc_limit: impl Fn() -> Option<u32>, out: &mut Handoff) {
     let m = &pkt.meta;
-    if m.clone_session == 0 && m.drop.is_none() && m.mcast_grp == 0 {
+    // One branch for the three (all usually hold).
+    if (m.clone_session | m.mcast_grp) == 0 && m.drop.is_none() {
         if m.egress_port < PORT_CPU && tm.map.pipe_of(m.egress_port) == Some(tm.id) {
             tm.enqueue_one(pkt);
             return;
@@ -936,14 +963,14 @@ impl Tm {
             let owner = pkt.meta.owner;
             self.count_drop(DropCode::RECIRC_LIMIT, Some(owner));
             self.pool.put(pkt);
-        } else if self.recirc.len() >= self.cfg.recirc_capacity {
+        } else if self.recirc.len() + self.recirc_due_left >= self.cfg.recirc_capacity {
             self.count_drop(DropCode::RECIRC_FULL, None);
             self.pool.put(pkt);
         } else {
             // The recirculation port loops back into this pipe's ingress; its egress
             // control is not run (a simplification: no program here needs it).
             pkt.meta.is_clone = false;
-            self.recirc.push_back(pkt);
+            self.recirc.push(pkt);
         }
     }
 

@@ -40,6 +40,7 @@ impl Switch {
     }
 
     /// A buffer from the pool of the pipe owning `port`, for building input without allocating.
+    #[inline]
     pub fn buffer_for(&mut self, port: PortId) -> PacketBuf {
         let p = self.map.pipe_of(port).unwrap_or(0) as usize;
         let mut b = self.pipes[p].pool().get();
@@ -112,6 +113,7 @@ impl Switch {
     }
 
     /// Return transmitted buffers of `port` to their pool.
+    #[inline]
     pub fn recycle_tx(&mut self, port: PortId) {
         let pipe = self.map.pipe_of(port).unwrap_or(0) as usize;
         for p in self.tx[port as usize].drain(..) {

@@ -29,23 +29,23 @@ impl Daiet {
         if !self.empty_after_copy_left(pass, br) {
             return;
         }
-        if br.spill == W_DONE {
-            if br.cursor > 0 {
+        if br.spill() == W_DONE {
+            if br.cursor() > 0 {
                 // The last pairs, then the END in the next pass.
                 self.send_on(pass, t, 0);
                 pass.clone_ingress(WALK_SESSION);
-                br.cursor = MAX_PAIRS as u8;
+                br.set_cursor(MAX_PAIRS as u8);
                 return;
             }
             // Done: acknowledge the child's END, END to the parent, the tree is reset.
-            pass.execute(&self.complete, t.sender_base + br.child as u32, ());
+            pass.execute(&self.complete, t.sender_base + br.child() as u32, ());
             pass.execute(&self.ends_reset, t.tree_idx as u32, ());
             self.send_on(pass, t, flags::END);
-            pass.clone_ingress(ack_session(br.port));
+            pass.clone_ingress(ack_session(br.port()));
             return;
         }
-        if br.spill as usize >= SLICES {
-            if br.spill as usize == SLICES && br.pending >= MAX_WAIT_PASSES {
+        if br.spill() as usize >= SLICES {
+            if br.spill() as usize == SLICES && br.pending() >= MAX_WAIT_PASSES {
                 self.give_up_walk(pass, t, br);
                 return;
             }
@@ -53,9 +53,9 @@ impl Daiet {
             return;
         }
         // Stages 2-6: read and clear the cell popped in the pass before.
-        if br.pending != 0 {
-            let s = (br.pending >> 24) as usize % SLICES;
-            let idx = (br.pending & 0x00FF_FFFF) - 1;
+        if br.pending() != 0 {
+            let s = (br.pending() >> 24) as usize % SLICES;
+            let idx = (br.pending() & 0x00FF_FFFF) - 1;
             let sl = &self.slices[s];
             let mut words = [0u32; 5];
             for (w, word) in words.iter_mut().take(4).enumerate() {
@@ -65,19 +65,19 @@ impl Daiet {
             if !self.append_pair(pass, br, &words) {
                 return;
             }
-            br.pending = 0;
+            br.set_pending(0);
         }
         // Stages 7-8: pop the next used cell of the slice being drained.
-        let s = br.spill as usize;
+        let s = br.spill() as usize;
         let sl = &self.slices[s];
         let top = pass.execute(&sl.pop, t.tree_idx as u32, ());
         if top > 0 {
             let cell = pass.execute(&sl.stack_read, t.part_base + (top - 1) % t.part_size, ());
-            br.pending = ((s as u32) << 24) | (cell + 1);
+            br.set_pending(((s as u32) << 24) | (cell + 1));
         } else {
-            br.spill += 1;
+            br.set_spill(br.spill() + 1);
         }
-        if br.cursor as usize == MAX_PAIRS {
+        if br.cursor() as usize == MAX_PAIRS {
             // A packet's worth: on to the parent; a clone keeps walking.
             self.send_on(pass, t, 0);
             pass.clone_ingress(WALK_SESSION);
@@ -95,7 +95,7 @@ impl Daiet {
     /// stacks are empty: the walk took them), and drop the END, counted. Without the
     /// switch's END the reducer's stream stays incomplete and it falls back.
     fn give_up_walk(&self, pass: &mut Pass<'_>, t: &TreeConfig, br: &mut Bridged) {
-        pass.execute(&self.complete, t.sender_base + br.child as u32, ());
+        pass.execute(&self.complete, t.sender_base + br.child() as u32, ());
         pass.execute(&self.ends_reset, t.tree_idx as u32, ());
         pass.execute(&self.out_last, t.tree_idx as u32, ());
         pass.execute(&self.spill_state, t.tree_idx as u32, OP_ABANDON);
@@ -104,34 +104,34 @@ impl Daiet {
 
     /// The bucket part of the walk: one slot per pass.
     fn walk_bucket(&self, pass: &mut Pass<'_>, t: &TreeConfig, br: &mut Bridged) {
-        let (buf, n, slot) = if br.spill & W_BUCKET == 0 {
+        let (buf, n, slot) = if br.spill() & W_BUCKET == 0 {
             // Stage 9: the bucket's counter hands over the head buffer's pairs.
             let r = pass.execute(&self.spill_state, t.tree_idx as u32, OP_FLUSH);
             if r & S_FLUSHED == 0 {
                 // A drain or a packet's stores are under way: ask again, counted (the
                 // give-up is a pass of its own, see `give_up_walk`).
-                br.pending += 1;
+                br.set_pending(br.pending() + 1);
                 pass.recirculate();
                 return;
             }
             let n = r & 0xF;
             if n == 0 {
-                br.spill = W_DONE;
+                br.set_spill(W_DONE);
                 pass.recirculate();
                 return;
             }
             (out_buf(r), n, 0)
         } else {
-            ((br.spill as u32 >> 8) & 0xF, (br.spill as u32 >> 4) & 0xF, br.spill as u32 & 0xF)
+            ((br.spill() as u32 >> 8) & 0xF, (br.spill() as u32 >> 4) & 0xF, br.spill() as u32 & 0xF)
         };
-        let send = br.cursor as usize + 1 == MAX_PAIRS;
+        let send = br.cursor() as usize + 1 == MAX_PAIRS;
         let seq = if send { pass.execute(&self.out_next, t.tree_idx as u32, ()) } else { 0 };
         // Stages 10-11: read and clear the slot.
         let words = self.take_bucket_slot(pass, bucket_index(t.tree_idx, buf, slot));
         if !self.append_pair(pass, br, &words) {
             return;
         }
-        br.spill = if slot + 1 == n { W_DONE } else { W_BUCKET | (buf << 8 | n << 4 | (slot + 1)) as u16 };
+        br.set_spill(if slot + 1 == n { W_DONE } else { W_BUCKET | (buf << 8 | n << 4 | (slot + 1)) as u16 });
         if send {
             self.send_with(pass, t, seq, 0);
             pass.clone_ingress(WALK_SESSION);

@@ -45,52 +45,65 @@ pub const DRAIN: u32 = 1 << 17;
 pub const DRAIN_BUF_SHIFT: u32 = 18;
 
 /// Bridged metadata carried across recirculations (16 bytes), as a Tofino program would
-/// carry a bridged header on its recirculated packets.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Bridged {
-    pub phase: u8,
-    /// Next pair to process (data) or pairs collected so far (walk).
-    pub cursor: u8,
-    /// Data: pairs that collided and wait for a slot in the spillover bucket (one per
-    /// pass). Walk: the slice being drained, then the bucket (see `flush`). Drain: the
-    /// bucket buffer (bits 8-11) and the next slot.
-    pub spill: u16,
-    /// Data: [`KEPT`] pairs and the [`STORING`], [`DRAIN`] flags. Walk: a popped cell to
-    /// read (+1; 0 none).
-    pub pending: u32,
-    /// Port the child's packet came in by (its ACK goes back there).
-    pub port: u16,
-    /// The child's sender id and sequence number (for its ACK).
-    pub child: u16,
-    pub child_seq: u32,
+/// carry a bridged header on its recirculated packets. Kept as its bytes (the fields read
+/// and written in place, in the machine's byte order: the bytes are this program's own, no
+/// other program, host or controller reads them), so that loading it at the start of a
+/// pass and storing it at the end are one 16-byte copy each, not one move per field.
+///
+/// Fields: `phase` (byte 0); `cursor` (1): next pair to process (data) or pairs collected
+/// so far (walk); `spill` (2-3): data: pairs that collided and wait for a slot in the
+/// spillover bucket (one per pass), walk: the slice being drained, then the bucket (see
+/// `flush`), drain: the bucket buffer (bits 8-11) and the next slot; `pending` (4-7):
+/// data: [`KEPT`] pairs and the [`STORING`], [`DRAIN`] flags, walk: a popped cell to read
+/// (+1; 0 none); `port` (8-9): the port the child's packet came in by (its ACK goes back
+/// there); `child` (10-11) and `child_seq` (12-15): the child's sender id and sequence
+/// number (for its ACK).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Bridged([u8; 16]);
+
+macro_rules! field {
+    ($get:ident, $set:ident, $t:ty, $at:expr) => {
+        #[inline(always)]
+        pub fn $get(&self) -> $t {
+            const N: usize = std::mem::size_of::<$t>();
+            let mut b = [0u8; N];
+            b.copy_from_slice(&self.0[$at..$at + N]);
+            <$t>::from_ne_bytes(b)
+        }
+        #[inline(always)]
+        pub fn $set(&mut self, v: $t) {
+            const N: usize = std::mem::size_of::<$t>();
+            self.0[$at..$at + N].copy_from_slice(&v.to_ne_bytes());
+        }
+    };
 }
 
 impl Bridged {
-    // The bytes are this program's own (no other program, host or controller reads them):
-    // fields in the machine's byte order, so loading and storing them is plain moves, as
-    // a compiler lays out a bridged header.
     #[inline(always)]
     pub fn load(b: &[u8; 16]) -> Bridged {
-        Bridged {
-            phase: b[0],
-            cursor: b[1],
-            spill: u16::from_ne_bytes([b[2], b[3]]),
-            pending: u32::from_ne_bytes([b[4], b[5], b[6], b[7]]),
-            port: u16::from_ne_bytes([b[8], b[9]]),
-            child: u16::from_ne_bytes([b[10], b[11]]),
-            child_seq: u32::from_ne_bytes([b[12], b[13], b[14], b[15]]),
-        }
+        Bridged(*b)
     }
     #[inline(always)]
     pub fn store(&self, b: &mut [u8; 16]) {
-        b[0] = self.phase;
-        b[1] = self.cursor;
-        b[2..4].copy_from_slice(&self.spill.to_ne_bytes());
-        b[4..8].copy_from_slice(&self.pending.to_ne_bytes());
-        b[8..10].copy_from_slice(&self.port.to_ne_bytes());
-        b[10..12].copy_from_slice(&self.child.to_ne_bytes());
-        b[12..16].copy_from_slice(&self.child_seq.to_ne_bytes());
+        *b = self.0;
     }
+    /// A data packet just admitted: its port, sender and sequence number, the rest zero.
+    #[inline(always)]
+    pub fn admitted(port: u16, child: u16, child_seq: u32) -> Bridged {
+        let mut b = Bridged::default();
+        b.set_phase(PH_DATA);
+        b.set_port(port);
+        b.set_child(child);
+        b.set_child_seq(child_seq);
+        b
+    }
+    field!(phase, set_phase, u8, 0);
+    field!(cursor, set_cursor, u8, 1);
+    field!(spill, set_spill, u16, 2);
+    field!(pending, set_pending, u32, 4);
+    field!(port, set_port, u16, 8);
+    field!(child, set_child, u16, 10);
+    field!(child_seq, set_child_seq, u32, 12);
 }
 
 /// The reply rewrite every program shares (see [`crate::reply`]); a DAIET frame's IPv4
@@ -102,4 +115,43 @@ pub use crate::reply::fix_lengths;
 #[inline]
 pub fn swap_addresses(h: &mut [u8]) {
     crate::reply::swap_addresses(h, 34);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every field keeps its value beside the others set to their extremes (no field
+    /// overlaps another), and survives a store and a load.
+    #[test]
+    fn bridged_fields_are_separate_and_round_trip() {
+        let mut b = Bridged::default();
+        b.set_phase(0xFF);
+        b.set_cursor(0xFE);
+        b.set_spill(0xFFFD);
+        b.set_pending(0xFFFF_FFFC);
+        b.set_port(0xFFFB);
+        b.set_child(0xFFFA);
+        b.set_child_seq(0xFFFF_FFF9);
+        let mut bytes = [0u8; 16];
+        b.store(&mut bytes);
+        let c = Bridged::load(&bytes);
+        assert_eq!(c, b);
+        assert_eq!(
+            (c.phase(), c.cursor(), c.spill(), c.pending(), c.port(), c.child(), c.child_seq()),
+            (0xFF, 0xFE, 0xFFFD, 0xFFFF_FFFC, 0xFFFB, 0xFFFA, 0xFFFF_FFF9)
+        );
+        let mut d = c;
+        d.set_spill(1);
+        d.set_child(0);
+        assert_eq!(
+            (d.phase(), d.cursor(), d.spill(), d.pending(), d.port(), d.child(), d.child_seq()),
+            (0xFF, 0xFE, 1, 0xFFFF_FFFC, 0xFFFB, 0, 0xFFFF_FFF9)
+        );
+        let a = Bridged::admitted(7, 3, 0x0102_0304);
+        assert_eq!(
+            (a.phase(), a.cursor(), a.spill(), a.pending(), a.port(), a.child(), a.child_seq()),
+            (PH_DATA, 0, 0, 0, 7, 3, 0x0102_0304)
+        );
+    }
 }

@@ -466,20 +466,19 @@ impl Program for Daiet {
             // packets in flight) whose tree was removed: dropped and counted (the sender
             // resends; the reducer's gap detection covers the rest). The program owns its
             // recirculated passes, so it decides their route: no L2 lookup to fall back on.
-            if br.phase != PH_FRESH || pass.recirculations() > 0 {
+            if br.phase() != PH_FRESH || pass.recirculations() > 0 {
                 pass.drop(self.d_lost_tree);
             }
             // Not a tree of this switch: forwarded untouched.
             return;
         };
-        if !t.part_size.is_power_of_two()
-            || t.tree_idx as u32 >= MAX_TREES
-            || t.part_base.checked_add(t.part_size).is_none_or(|e| e > CELLS)
-        {
+        // The three checks as one condition (no branch each); the partition's end in 64
+        // bits cannot overflow.
+        if !t.part_size.is_power_of_two() | (t.tree_idx as u32 >= MAX_TREES) | (t.part_base as u64 + t.part_size as u64 > CELLS as u64) {
             pass.drop(self.d_bad_tree);
             return;
         }
-        match br.phase {
+        match br.phase() {
             PH_FRESH => self.first_pass(pass, &t, &mut br),
             PH_DATA => self.data_pass(pass, &t, &mut br),
             PH_WALK => self.walk_pass(pass, &t, &mut br),
@@ -498,7 +497,7 @@ impl Program for Daiet {
                 pass.drop(DropCode::MALFORMED);
                 return;
             }
-            rewrite_as_ack(pass.hdr_mut(), br.child, br.child_seq, len);
+            rewrite_as_ack(pass.hdr_mut(), br.child(), br.child_seq(), len);
         }
     }
 }
@@ -530,7 +529,7 @@ impl Daiet {
             return;
         }
         // An END waiting for the sender's packets in flight keeps the port it came by.
-        let port = if pass.recirculations() > 0 { br.port } else { pass.ingress_port() };
+        let port = if pass.recirculations() > 0 { br.port() } else { pass.ingress_port() };
         // Done in this pass: every pair fits (or none is aggregated here). A final END is
         // not: it walks the tables, so it stays in flight; whether it is final is known
         // only after `ends_seen` (a later stage), so every END is admitted as in flight
@@ -550,9 +549,9 @@ impl Daiet {
             WAIT => {
                 // Counted in `pending` (unused before admission; zero on arrival). Past the
                 // bound the END gives up: it holds nothing to undo (`WAIT` admits nothing).
-                br.port = port;
-                br.pending += 1;
-                if br.pending >= MAX_WAIT_PASSES {
+                br.set_port(port);
+                br.set_pending(br.pending() + 1);
+                if br.pending() >= MAX_WAIT_PASSES {
                     pass.drop(self.d_wait);
                 } else {
                     pass.recirculate();
@@ -564,22 +563,22 @@ impl Daiet {
                 return;
             }
         }
-        *br = Bridged { phase: PH_DATA, cursor: 0, spill: 0, pending: 0, port, child: sender, child_seq: seq };
+        *br = Bridged::admitted(port, sender, seq);
         if end {
             let ends = pass.execute(&self.ends_arrive, t.tree_idx as u32, ());
             if ends + 1 >= t.children as u32 {
-                br.phase = PH_WALK;
+                br.set_phase(PH_WALK);
             }
             pass.recirculate();
             return;
         }
         if varlen {
             // Not aggregated here: every pair goes on, whole.
-            br.pending = KEPT_ALL;
+            br.set_pending(KEPT_ALL);
             self.data_tail(pass, t, br, 0);
         } else {
-            br.spill = self.pairs(pass, t, 0, np);
-            br.cursor = SLICES as u8;
+            br.set_spill(self.pairs(pass, t, 0, np));
+            br.set_cursor(SLICES as u8);
             self.data_tail(pass, t, br, np);
         }
     }
@@ -587,17 +586,17 @@ impl Daiet {
     fn data_pass(&self, pass: &mut Pass<'_>, t: &TreeConfig, br: &mut Bridged) {
         let h = pass.hdr();
         let np = h[NUM_PAIRS] as usize;
-        let first = br.cursor as usize;
+        let first = br.cursor() as usize;
         // The pass that takes the last group of pairs (or a non-final END) completes the
         // packet in `seq_state`; passes after it only store colliding pairs in the bucket
         // (covered by the bucket's `storers`, see [`bucket`]).
         let group = first < np;
         if (group || np == 0 && first == 0) && first + SLICES >= np {
-            pass.execute(&self.complete, t.sender_base + br.child as u32, ());
+            pass.execute(&self.complete, t.sender_base + br.child() as u32, ());
         }
         if group {
-            br.spill |= self.pairs(pass, t, first, np);
-            br.cursor += SLICES as u8;
+            br.set_spill(br.spill() | self.pairs(pass, t, first, np));
+            br.set_cursor(br.cursor() + SLICES as u8);
         }
         self.data_tail(pass, t, br, np);
     }

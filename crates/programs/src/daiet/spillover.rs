@@ -42,9 +42,9 @@ impl Daiet {
         // packet, no drain to do. Then stages 9-11 have nothing to do and the packet
         // recirculates for its next pairs or, all done, becomes its ACK: what the general
         // path below decides for the same metadata, without its bookkeeping.
-        if br.spill == 0 && br.pending & (KEPT | DRAIN) == 0 {
-            if br.cursor as usize >= np {
-                self.ack_in_place(pass, br.child, br.child_seq, br.port);
+        if br.spill() == 0 && br.pending() & (KEPT | DRAIN) == 0 {
+            if br.cursor() as usize >= np {
+                self.ack_in_place(pass, br.child(), br.child_seq(), br.port());
             } else {
                 pass.recirculate();
             }
@@ -59,35 +59,35 @@ impl Daiet {
         // Stage 9: the bucket's counter.
         let mut store = None;
         let mut overflow = 0;
-        if br.spill != 0 {
-            let p = br.spill.trailing_zeros() as usize;
-            let rest = br.spill & (br.spill - 1);
-            let first = if br.pending & STORING == 0 { FIRST } else { 0 };
+        if br.spill() != 0 {
+            let p = br.spill().trailing_zeros() as usize;
+            let rest = br.spill() & (br.spill() - 1);
+            let first = if br.pending() & STORING == 0 { FIRST } else { 0 };
             let more = if rest != 0 { MORE } else { 0 };
             // A packet drains at most one buffer.
-            let no_drain = if br.pending & DRAIN != 0 { NO_DRAIN } else { 0 };
+            let no_drain = if br.pending() & DRAIN != 0 { NO_DRAIN } else { 0 };
             let r = pass.execute(&self.spill_state, t.tree_idx as u32, OP_STORE | first | more | no_drain);
-            br.pending &= !STORING;
+            br.set_pending(br.pending() & !STORING);
             if r & S_STORED != 0 {
                 store = Some((p, bucket_index(t.tree_idx, out_buf(r), r & 0xF)));
-                br.spill = rest;
+                br.set_spill(rest);
                 if rest != 0 {
-                    br.pending |= STORING;
+                    br.set_pending(br.pending() | STORING);
                 }
                 if r & S_DRAIN != 0 {
-                    br.pending |= DRAIN | (out_buf(r) << DRAIN_BUF_SHIFT);
+                    br.set_pending(br.pending() | (DRAIN | (out_buf(r) << DRAIN_BUF_SHIFT)));
                 }
-            } else if (br.cursor as usize) >= np {
+            } else if (br.cursor() as usize) >= np {
                 // The bucket is busy (its head buffer full, waiting for a drain) and the
                 // packet has no pass left: the pairs waiting go on in the packet. (With
                 // passes left they wait and try again: those passes cost nothing extra.)
-                overflow = br.spill.count_ones();
-                br.pending |= br.spill as u32;
-                br.spill = 0;
+                overflow = br.spill().count_ones();
+                br.set_pending(br.pending() | br.spill() as u32);
+                br.set_spill(0);
             }
         }
-        let done = br.cursor as usize >= np && br.spill == 0;
-        let send_on = done && br.pending & KEPT != 0 && br.pending & DRAIN == 0;
+        let done = br.cursor() as usize >= np && br.spill() == 0;
+        let send_on = done && br.pending() & KEPT != 0 && br.pending() & DRAIN == 0;
         let seq = if send_on { pass.execute(&self.out_next, t.tree_idx as u32, ()) } else { 0 };
         // Stages 10-11: the slot.
         if let Some((p, idx)) = store {
@@ -116,11 +116,11 @@ impl Daiet {
 
     /// An admitted data packet (or non-final END) is done with its pairs.
     fn finish_data(&self, pass: &mut Pass<'_>, t: &TreeConfig, br: &mut Bridged, seq: u32) {
-        let kept = (br.pending & KEPT) as u16;
-        let drain = br.pending & DRAIN != 0;
+        let kept = (br.pending() & KEPT) as u16;
+        let drain = br.pending() & DRAIN != 0;
         if kept == 0 && !drain {
             // Everything aggregated or in the bucket: the packet itself becomes the ACK.
-            self.ack_in_place(pass, br.child, br.child_seq, br.port);
+            self.ack_in_place(pass, br.child(), br.child_seq(), br.port());
             return;
         }
         let mut w = pass.hdr()[NUM_PAIRS] as usize;
@@ -143,14 +143,14 @@ impl Daiet {
             }
         }
         // The child's ACK goes back as a truncated clone (egress rewrites it).
-        pass.clone_ingress(ack_session(br.port));
+        pass.clone_ingress(ack_session(br.port()));
         if drain {
             // flushData: this packet drains the buffer it filled, after its kept pairs.
-            let buf = (br.pending >> DRAIN_BUF_SHIFT) & 0xF;
-            br.phase = PH_DRAIN;
-            br.cursor = w as u8;
-            br.spill = (buf << 8) as u16;
-            br.pending = 0;
+            let buf = (br.pending() >> DRAIN_BUF_SHIFT) & 0xF;
+            br.set_phase(PH_DRAIN);
+            br.set_cursor(w as u8);
+            br.set_spill((buf << 8) as u16);
+            br.set_pending(0);
             pass.recirculate();
         } else {
             self.send_with(pass, t, seq, 0);
@@ -162,8 +162,8 @@ impl Daiet {
         if !self.empty_after_copy_left(pass, br) {
             return;
         }
-        let buf = (br.spill >> 8) as u32 & 0xF;
-        let slot = br.spill as u32 & 0xF;
+        let buf = (br.spill() >> 8) as u32 & 0xF;
+        let slot = br.spill() as u32 & 0xF;
         let last = slot + 1 == MAX_PAIRS as u32;
         // Stage 9: after the last slot, the counter frees the buffer and says whether the
         // full head buffer was waiting for it (then this walker drains that one too).
@@ -177,7 +177,7 @@ impl Daiet {
                 finished = true;
             }
         }
-        let c = br.cursor as usize + 1;
+        let c = br.cursor() as usize + 1;
         let send = c == MAX_PAIRS || finished;
         let seq = if send { pass.execute(&self.out_next, t.tree_idx as u32, ()) } else { 0 };
         // Stages 10-11: the slot.
@@ -185,7 +185,7 @@ impl Daiet {
         if !self.append_pair(pass, br, &words) {
             return;
         }
-        br.spill = next as u16;
+        br.set_spill(next as u16);
         if !send {
             pass.recirculate();
             return;
@@ -194,7 +194,7 @@ impl Daiet {
         if !finished {
             // The original leaves with ten pairs; a clone walks on.
             pass.clone_ingress(WALK_SESSION);
-            br.cursor = MAX_PAIRS as u8;
+            br.set_cursor(MAX_PAIRS as u8);
         }
     }
 
@@ -202,12 +202,12 @@ impl Daiet {
     /// ten pairs starts its next packet empty. False if the packet could not be resized
     /// (the pass then ends; the model counts the failed resize as a violation).
     pub(super) fn empty_after_copy_left(&self, pass: &mut Pass<'_>, br: &mut Bridged) -> bool {
-        if br.cursor as usize >= MAX_PAIRS {
+        if br.cursor() as usize >= MAX_PAIRS {
             pass.hdr_mut()[NUM_PAIRS] = 0;
             if !pass.resize_hdr(PAIRS) {
                 return false;
             }
-            br.cursor = 0;
+            br.set_cursor(0);
         }
         true
     }
@@ -224,7 +224,7 @@ impl Daiet {
 
     /// Append a pair (four key words, value) after the packet's `br.cursor` pairs.
     pub(super) fn append_pair(&self, pass: &mut Pass<'_>, br: &mut Bridged, words: &[u32; 5]) -> bool {
-        let c = br.cursor as usize;
+        let c = br.cursor() as usize;
         if !pass.resize_hdr(pair_at(c + 1)) {
             return false;
         }
@@ -234,7 +234,7 @@ impl Daiet {
             h[at + 4 * w..at + 4 * w + 4].copy_from_slice(&word.to_be_bytes());
         }
         h[NUM_PAIRS] = (c + 1) as u8;
-        br.cursor += 1;
+        br.set_cursor(br.cursor() + 1);
         true
     }
 

@@ -1,0 +1,68 @@
+//! A tree configuration the switch cannot use (partition not a power of two, beyond the
+//! arrays, a tree slot beyond the per-tree registers) drops the tree's packets, counted as
+//! `daiet_bad_tree_config`, and touches no register; the same packet under a valid
+//! configuration at the edge of the arrays is aggregated exactly.
+
+use pisa::{DropCode, PacketBuf};
+use programs::daiet::{TreeConfig, CELLS, MAX_TREES};
+use wire::daiet::Op;
+
+mod common;
+use common::daiet_net::*;
+
+const TREE: u16 = 7;
+const CHILD: u8 = 1;
+const PARENT: u8 = 3;
+
+fn with_partition(tree_idx: u16, part_base: u32, part_size: u32) -> TreeConfig {
+    tree(PARENT as u16, tree_idx, part_base, part_size, Op::Sum, 1, 0)
+}
+
+/// Ten pairs of distinct keys from the child through a switch with tree `cfg`: the
+/// `daiet_bad_tree_config` drops, the frames that left, and the sum of every value cell.
+fn run(cfg: TreeConfig) -> (u64, usize, u64) {
+    let set = set();
+    let mut sw = switch(4, &[(CHILD, CHILD as u16), (PARENT, PARENT as u16)], &[(TREE, cfg)]);
+    let pairs: Vec<(Vec<u8>, u32)> = (0..10).map(|i| (format!("key{i}").into_bytes(), i + 1)).collect();
+    let frame = daiet_data_frame(TREE, CHILD, PARENT, 0, 0, 0, &pairs);
+    sw.process(&mut vec![PacketBuf::from_slice(&frame, CHILD as u16)], 0);
+    for t in 1..20 {
+        if sw.pipes()[0].pending() == 0 {
+            break;
+        }
+        sw.tick(t);
+    }
+    let out = sw.drain_all().len();
+    let decl = set.decl(1);
+    let code = DropCode::FIRST_PROGRAM as usize + decl.drop_reasons.iter().position(|r| r == "daiet_bad_tree_config").unwrap();
+    let drops = sw.counters().programs[1].drops[code];
+    let state = sw.pipes()[0].state(1);
+    let values: u64 = decl
+        .registers
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.name.starts_with("value_"))
+        .map(|(i, _)| state.register(i).iter().sum::<u64>())
+        .sum();
+    (drops, out, values)
+}
+
+#[test]
+fn an_unusable_tree_config_is_a_counted_drop_and_a_usable_one_aggregates() {
+    let total: u64 = (1..=10).sum();
+    // At the edge: the last 1024 cells, the last tree slot. The packet is acknowledged.
+    assert_eq!(run(with_partition(MAX_TREES as u16 - 1, CELLS - 1024, 1024)), (0, 1, total));
+    assert_eq!(run(with_partition(0, 0, CELLS)), (0, 1, total));
+    let bad = [
+        with_partition(0, 0, 3),                   // not a power of two
+        with_partition(0, 0, 0),                   // empty
+        with_partition(MAX_TREES as u16, 0, 1024), // no such tree slot
+        with_partition(0, CELLS - 512, 1024),      // beyond the arrays
+        with_partition(0, CELLS, 1),               // starts after them
+        with_partition(0, u32::MAX - 511, 1024),   // its end overflows 32 bits
+        with_partition(0, 1 << 31, 1 << 31),       // the same, both halves
+    ];
+    for (i, cfg) in bad.into_iter().enumerate() {
+        assert_eq!(run(cfg), (1, 0, 0), "config {i}: {cfg:?}");
+    }
+}
