@@ -249,7 +249,10 @@ pub fn run_reducer(
     let mut staged = Vec::new();
     let start = Instant::now();
     let now = || start.elapsed().as_nanos() as u64;
-    let quiet = Duration::from_nanos((cfg.rto_ns * 5).max(100_000_000));
+    // After completion: stay while mappers still ask (one whose DONE was lost asks again
+    // within its backed-off RTO, up to half a second; 100 ms here left such a mapper asking
+    // a closed socket until its timeout), and leave once nothing came for the linger.
+    let quiet = Duration::from_nanos((cfg.rto_ns * 5).max(cfg.linger_ns));
     let mut r = Reducer::new(cfg);
     let mut out = Vec::new();
     let mut buf = vec![0u8; 65536];
@@ -259,13 +262,10 @@ pub fn run_reducer(
     // between switch and reducer, so the fallback's reason names it.
     let mut drops_at_fallback: Option<u64> = None;
     while start.elapsed() < timeout {
-        if let Some(d) = done_at {
-            if last_rx.elapsed() >= quiet || d.elapsed() >= Duration::from_secs(2) {
-                break;
-            }
-        }
         sock.set_read_timeout(Some(wait_for(r.next_deadline(), now())))?;
         let mut first = true;
+        // The blocking receive waited and found nothing (an ICMP error does not count).
+        let mut waited_empty = false;
         loop {
             match sock.recv_from(&mut buf) {
                 Ok((n, from)) => {
@@ -275,7 +275,10 @@ pub fn run_reducer(
                         r.handle(now(), &p);
                     }
                 }
-                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::ConnectionRefused) => break,
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::ConnectionRefused) => {
+                    waited_empty = first && e.kind() != ErrorKind::ConnectionRefused;
+                    break;
+                }
                 Err(e) => return Err(e),
             }
             if first {
@@ -312,6 +315,14 @@ pub fn run_reducer(
         }
         if r.is_complete() && done_at.is_none() {
             done_at = Some(Instant::now());
+        }
+        // Decided only after a receive that waited and found the socket empty: a reducer
+        // descheduled for longer than the linger must still read the report waiting for it.
+        // The second bound stops a linger that stray traffic would keep alive.
+        if let Some(d) = done_at {
+            if (waited_empty && last_rx.elapsed() >= quiet) || d.elapsed() >= 4 * quiet {
+                break;
+            }
         }
     }
     let (rcvbuf_bytes, socket_drops) = socket_rx_state(&sock);
