@@ -347,11 +347,13 @@ pub struct Rtt {
     rttvar: u64,
     /// The current timeout before clamping (initial, computed or backed off).
     rto: u64,
+    /// Timeouts since the last sample.
+    backoffs: u32,
 }
 
 impl Rtt {
     pub fn new(initial_ns: u64) -> Rtt {
-        Rtt { srtt: None, rttvar: 0, rto: initial_ns }
+        Rtt { srtt: None, rttvar: 0, rto: initial_ns, backoffs: 0 }
     }
 
     /// A measured round trip (see `Mapper::handle` for which ACKs give one).
@@ -368,11 +370,22 @@ impl Rtt {
         };
         self.srtt = Some(srtt);
         self.rto = srtt + (4 * self.rttvar).max(1_000);
+        self.backoffs = 0;
     }
 
-    /// A timeout fired: wait twice as long next time.
+    /// A timeout fired: wait twice as long next time. From the second timeout in a row the
+    /// estimate is dropped (RFC 6298 section 5 allows it: it is likely bogus), so the next
+    /// ACK starts it afresh. Otherwise, once every packet left has been sent twice, `handle`
+    /// rejects their samples against the old estimate and the timeout stays backed off to
+    /// the maximum for the rest of the stream (a loopback run at 5% loss spent 10 s at
+    /// 500 ms timeouts and ran into its time limit).
     pub fn back_off(&mut self, max: u64) {
         self.rto = self.rto.saturating_mul(2).min(max);
+        self.backoffs += 1;
+        if self.backoffs >= 2 {
+            self.srtt = None;
+            self.rttvar = 0;
+        }
     }
 
     pub fn rto(&self, min: u64, max: u64) -> u64 {

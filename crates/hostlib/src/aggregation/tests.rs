@@ -200,6 +200,21 @@ fn rtt_estimator_follows_rfc6298() {
         r.back_off(300_000_000);
     }
     assert_eq!(r.rto(1_000, 1_000_000_000), 300_000_000, "backed off no further than the maximum");
+
+    // RFC 6298 section 5: from the second timeout in a row the estimate is dropped, and the
+    // next sample starts it afresh as the first one did (2.2).
+    let mut r = mapper::Rtt::new(20_000_000);
+    r.sample(4_000_000);
+    r.back_off(1_000_000_000);
+    assert_eq!(r.srtt(), Some(4_000_000), "one timeout keeps the estimate");
+    r.sample(4_000_000);
+    r.back_off(1_000_000_000);
+    assert_eq!(r.srtt(), Some(4_000_000), "a sample in between: not two in a row");
+    r.back_off(1_000_000_000);
+    assert_eq!(r.srtt(), None, "two timeouts in a row drop it");
+    assert!(r.rto(1_000, 1_000_000_000) > 4_000_000, "the timeout stays backed off until a sample");
+    r.sample(100_000);
+    assert_eq!((r.srtt(), r.rto(1_000, 1_000_000_000)), (Some(100_000), 100_000 + 4 * 50_000));
 }
 
 /// One mapper and a slow reducer: every packet and ACK takes `delay` each way. Returns
