@@ -284,8 +284,9 @@ pub fn run_reducer_on(
     let start = Instant::now();
     let now = || start.elapsed().as_nanos() as u64;
     // After completion: stay while mappers still ask (one whose DONE was lost asks again
-    // within its backed-off RTO, up to half a second; 100 ms here left such a mapper asking
-    // a closed socket until its timeout), and leave once nothing came for the linger.
+    // within `finished_report_ns`; 100 ms of quiet here, against reports once per RTO of up
+    // to 500 ms, left such a mapper asking a closed socket until its timeout), and leave
+    // once nothing came for the linger.
     let quiet = Duration::from_nanos((cfg.rto_ns * 5).max(cfg.linger_ns));
     let mut r = Reducer::new(cfg);
     let mut out = Vec::new();

@@ -30,6 +30,10 @@ pub struct MapperConfig {
     /// enough that a switch process starved of CPU on a loaded host is not taken for a
     /// restarted one (at 400 ms, a large rack job beside a compile fell back).
     pub stall_ns: u64,
+    /// A mapper whose stream is acknowledged reports FINISHED at least this often (at most
+    /// once per RTO otherwise), so the reducer's linger after completion
+    /// (`ReducerConfig::linger_ns`) covers several reports even when the RTO is backed off.
+    pub finished_report_ns: u64,
 }
 
 impl MapperConfig {
@@ -51,6 +55,7 @@ impl MapperConfig {
             max_rto_ns: 500_000_000,
             window: 64,
             stall_ns: 2_000_000_000,
+            finished_report_ns: 100_000_000,
         }
     }
 }
@@ -218,6 +223,7 @@ impl Mapper {
             let hdr = self.header(i, self.trees[i].epoch, flags::BYPASS | flags::QUERY);
             let mode = self.cfg.mode;
             let stall = self.cfg.stall_ns;
+            let report = self.cfg.finished_report_ns;
             let window = self.cfg.window;
             let t = &mut self.trees[i];
             if t.done {
@@ -243,8 +249,10 @@ impl Mapper {
                     t.timer = Some(now + rto);
                 }
             }
-            // Status reports to the reducer, at most one per RTO.
-            let due = t.last_query.is_none_or(|q| now >= q + rto);
+            // Status reports to the reducer, at most one per RTO (once finished, at least one
+            // per `finished_report_ns`).
+            let every = if t.finished { rto.min(report) } else { rto };
+            let due = t.last_query.is_none_or(|q| now >= q + every);
             let status = if t.finished {
                 Some(info::FINISHED)
             } else if mode == Mode::Switch && t.epoch == 0 && now >= t.last_progress + stall {
@@ -324,9 +332,10 @@ impl Mapper {
             .filter(|t| !t.done)
             .flat_map(|t| {
                 let rto = t.rtt.rto(self.cfg.min_rto_ns, self.cfg.max_rto_ns);
+                let every = if t.finished { rto.min(self.cfg.finished_report_ns) } else { rto };
                 let q = if t.finished || (self.cfg.mode == Mode::Switch && t.epoch == 0) {
                     let stall_at = if t.finished { 0 } else { t.last_progress + self.cfg.stall_ns };
-                    Some(t.last_query.map_or(stall_at, |q| (q + rto).max(stall_at)))
+                    Some(t.last_query.map_or(stall_at, |q| (q + every).max(stall_at)))
                 } else {
                     None
                 };

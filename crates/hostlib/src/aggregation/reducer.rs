@@ -21,9 +21,10 @@ pub struct ReducerConfig {
     /// fall back.
     pub grace_ns: u64,
     /// After completion, keep answering status reports until nothing has arrived for this
-    /// long. A mapper whose DONE was lost asks again only after its retransmission timeout,
-    /// which may be backed off up to `MapperConfig::max_rto_ns` (500 ms): the linger spans
-    /// four of those, so a mapper is left waiting only if four reports in a row are lost.
+    /// long. A mapper whose DONE was lost asks again within
+    /// `MapperConfig::finished_report_ns` (100 ms): the linger spans five of those, so a
+    /// mapper is left waiting only if five reports in a row are lost. (Longer costs every
+    /// job: its reducers exit that much after completion.)
     pub linger_ns: u64,
 }
 
@@ -37,7 +38,7 @@ impl ReducerConfig {
             mode,
             rto_ns: 20_000_000,
             grace_ns: 500_000_000,
-            linger_ns: 2_000_000_000,
+            linger_ns: 500_000_000,
         }
     }
 }

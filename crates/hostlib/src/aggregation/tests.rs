@@ -278,3 +278,41 @@ fn adaptive_rto_stops_spurious_retransmissions() {
         adaptive.retransmissions
     );
 }
+
+/// A finished mapper whose RTO is long (400 ms here) still reports FINISHED every
+/// `finished_report_ns` (100 ms), so a reducer that lingers 500 ms after completion hears
+/// it again if its DONE was lost.
+#[test]
+fn finished_mapper_reports_at_least_every_finished_report_ns() {
+    let data = dataset(50, 20, 3);
+    let mut m = mapper_for(0, &data, Op::Sum, Mode::Udp);
+    m.set_rto_bounds(400_000_000, 400_000_000);
+    // Two mappers expected: the reducer acknowledges mapper 0's stream but never completes.
+    let mut red = Reducer::new(ReducerConfig::new(5, 2, Op::Sum, Mode::Udp));
+    let (mut now, mut reports, mut max_wait) = (0u64, Vec::new(), 0u64);
+    while now < 2_000_000_000 {
+        let mut o = Vec::new();
+        m.poll_transmit(now, &mut o);
+        for (_, p) in o {
+            let r = Protocol::Daiet.parse(&p).unwrap().repr;
+            if r.flags & flags::QUERY != 0 && r.info == wire::daiet::info::FINISHED {
+                reports.push(now);
+            }
+            red.handle(now, &p);
+        }
+        let mut back = Vec::new();
+        red.drain_transmit(&mut back);
+        for (_, p) in back {
+            m.handle(now, &p);
+        }
+        if let Some(d) = m.next_deadline() {
+            max_wait = max_wait.max(d.saturating_sub(now));
+        }
+        now += 1_000_000;
+    }
+    assert_eq!(m.rto_ns(), vec![400_000_000]);
+    assert!(reports.len() >= 15, "FINISHED reports in 2 s: {reports:?}");
+    assert!(reports.windows(2).all(|w| w[1] - w[0] <= 101_000_000), "report gaps: {reports:?}");
+    assert!(max_wait <= 100_000_000, "next_deadline waits {max_wait} ns");
+    assert!(!m.is_done() && !red.is_complete());
+}
