@@ -79,9 +79,12 @@ def test_scapy_layer_dissects_the_rust_encoder() -> None:
     blob, offs = _pairs(words)
     n = len(words)
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind(("127.0.0.1", 47601))
+    # Ports the kernel picks: fixed numbers in the ephemeral range can be taken by anything
+    # else running on the machine.
+    sock.bind(("127.0.0.1", 0))
+    dest = f"127.0.0.1:{sock.getsockname()[1]}"
     sock.settimeout(2.0)
-    t = threading.Thread(target=lambda: _native.agg_map("daiet", "127.0.0.1:47602", [(4, "127.0.0.1:47601")], 1, "sum",
+    t = threading.Thread(target=lambda: _native.agg_map("daiet", "127.0.0.1:0", [(4, dest)], 1, "sum",
                                                          np.zeros(n, np.uint16), blob, offs, np.arange(n, dtype=np.uint32), 0.3, mode="udp"))
     t.start()
     got: list[tuple[bytes, int]] = []

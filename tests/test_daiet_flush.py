@@ -174,7 +174,7 @@ def run_job(st: RackState, trees: tuple[int, int], n_words: int, vocab: int, see
 
 @pytest.fixture(scope="module")
 def rack() -> Iterator[RackState]:
-    name = f"flushfix{os.getpid() % 100}"
+    name = f"ff{os.getpid()}"
     r = Rack()
     try:
         yield r.up(N_MAPPERS + N_REDUCERS, name=name, programs="forward,daiet", p4runtime=_free_tcp(), metrics=_free_tcp(), mode="netns")
@@ -219,7 +219,7 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, default=20_000)
     ap.add_argument("--scale", type=float, default=1.0, help="Pareto draws times this, floored: more distinct keys, larger flushes")
     a = ap.parse_args()
-    name = f"flushfix{os.getpid() % 100}"
+    name = f"ff{os.getpid()}"
     r, st = up_rack(name)
     fallbacks = 0
     try:

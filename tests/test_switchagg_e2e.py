@@ -96,7 +96,7 @@ def test_wordcount_switchagg_in_a_rack() -> None:
     """`inswitch wordcount --zipf 1.0 --words 20000 --vocab 2000 --mode switch --program
     switchagg`: exact, aggregated by the switch (no fallback), fewer pairs at the reducers."""
     doc = run(JobSpec(zipf=1.0, words=20_000, vocab=2_000, mappers=4, reducers=2, program="switchagg",
-                      rack="sagg2wc", where="netns", timeout_s=90), ["switch"])
+                      rack=f"sa{os.getpid()}w", where="netns", timeout_s=90), ["switch"])
     _check(doc)
     sw = doc["runs"]["switch"]
     assert sw["fallback"] is False, [r.get("fallback_reason") for r in sw["per_reducer"]]
@@ -112,7 +112,7 @@ def test_wordcount_switchagg_in_a_rack_under_loss() -> None:
     """3% of frames lost on every switch port: retransmissions, the switch's sequence check
     and (when a switch-to-reducer packet is lost) the host fallback keep the counts exact."""
     doc = run(JobSpec(zipf=0.5, words=40_000, vocab=8_000, mappers=3, reducers=2, loss=0.03, seed=11, program="switchagg",
-                      rack="sagg2loss", where="netns", timeout_s=90), ["switch"])
+                      rack=f"sa{os.getpid()}l", where="netns", timeout_s=90), ["switch"])
     _check(doc)
     sw = doc["runs"]["switch"]
     assert sw["switch_lost_frames"] > 0

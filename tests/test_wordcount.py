@@ -222,6 +222,8 @@ def test_cli_writes_the_json_keys(tmp_path: Path) -> None:
 
 
 # ----- in a rack of network namespaces around the switch ---------------------------------
+# Rack names carry the pid: a job first takes down any rack of its name (a leftover), so a
+# fixed name would tear down the rack of another test run on the same machine.
 
 @netns
 @needs_root
@@ -229,7 +231,7 @@ def test_rack_tcp_udp_uniform_keys_under_loss() -> None:
     """Uniform keys, 3% of frames lost on every switch port: TCP and the udp protocol
     retransmit and the counts are still exact."""
     doc = run(JobSpec(zipf=0.0, words=30_000, vocab=3_000, mappers=3, reducers=2, loss=0.03, seed=7,
-                      rack="wordcount1", where="netns", timeout_s=60), ["tcp", "udp"])
+                      rack=f"wc{os.getpid()}1", where="netns", timeout_s=60), ["tcp", "udp"])
     _check(doc, ["tcp", "udp"])
     for m in ("tcp", "udp"):
         assert doc["runs"][m]["switch_lost_frames"] > 0  # the switch's fault injector did lose frames
@@ -241,14 +243,14 @@ def test_rack_tcp_udp_uniform_keys_under_loss() -> None:
 @needs_root
 @needs_switch
 def test_rack_switch_aggregates_zipf_and_real_text(tmp_path: Path) -> None:
-    doc = run(JobSpec(zipf=0.99, words=40_000, vocab=2_000, mappers=4, reducers=2, rack="wordcount2",
+    doc = run(JobSpec(zipf=0.99, words=40_000, vocab=2_000, mappers=4, reducers=2, rack=f"wc{os.getpid()}2",
                       where="netns", timeout_s=60), ["switch"])
     _check(doc, ["udp", "switch"])
     assert doc["fallback"] is False
     assert doc["reduction"] > 0.4  # 4 mappers with a combiner: at most 1 - 1/4 (plus the udp run's retransmissions)
     assert doc["baseline_udp"]["reducer_bytes"] > doc["reducer_bytes"]
     # Real multilingual text (split among mappers by bytes), long keys included.
-    doc = run(JobSpec(inputs=[str(TEXT), str(_big_text(tmp_path))], mappers=3, reducers=2, rack="wordcount3",
+    doc = run(JobSpec(inputs=[str(TEXT), str(_big_text(tmp_path))], mappers=3, reducers=2, rack=f"wc{os.getpid()}3",
                       where="netns", timeout_s=60), ["switch"])
     _check(doc, ["udp", "switch"])
     assert doc["long_keys"] >= 10 and doc["words"] > 4000
@@ -278,7 +280,7 @@ def test_rack_switch_with_words_longer_than_a_packet(tmp_path: Path) -> None:
 @needs_switch
 def test_rack_switch_under_loss() -> None:
     doc = run(JobSpec(zipf=0.99, words=20_000, vocab=1_000, mappers=3, reducers=2, loss=0.03, seed=11,
-                      rack="wordcount4", where="netns", timeout_s=90), ["switch"])
+                      rack=f"wc{os.getpid()}4", where="netns", timeout_s=90), ["switch"])
     _check(doc, ["udp", "switch"])
     assert doc["runs"]["switch"]["switch_lost_frames"] > 0
     assert doc["runs"]["switch"]["retransmissions"] > 0
@@ -308,7 +310,7 @@ def test_daiet_fig3_quick(tmp_path: Path) -> None:
 def test_rack_switch_absent_falls_back_to_hosts() -> None:
     """Switch mode with the aggregation program missing from the switch: the job still
     completes with the right counts, aggregated by the hosts, and says so."""
-    doc = run(JobSpec(zipf=0.99, words=10_000, vocab=500, mappers=2, reducers=2, rack="wordcount5",
+    doc = run(JobSpec(zipf=0.99, words=10_000, vocab=500, mappers=2, reducers=2, rack=f"wc{os.getpid()}5",
                       where="netns", timeout_s=90, absent_program=True), ["switch"])
     _check(doc, ["udp", "switch"])
     assert doc["fallback"] is True and "note" in doc["runs"]["switch"]

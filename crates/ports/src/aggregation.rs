@@ -108,8 +108,13 @@ impl FaultDir {
 /// hundreds of packets, and a default-sized buffer would drop its tail (the job would still
 /// be correct, through the fallback, but slower).
 fn bind_socket(bind: SocketAddr) -> std::io::Result<UdpSocket> {
-    use std::os::fd::AsRawFd;
     let sock = UdpSocket::bind(bind)?;
+    grow_buffers(&sock);
+    Ok(sock)
+}
+
+fn grow_buffers(sock: &UdpSocket) {
+    use std::os::fd::AsRawFd;
     let size: libc::c_int = 16 << 20;
     let set = |opt: libc::c_int| {
         // SAFETY: a valid socket and a c_int option value of the stated length.
@@ -131,7 +136,6 @@ fn bind_socket(bind: SocketAddr) -> std::io::Result<UdpSocket> {
     if !set(libc::SO_SNDBUFFORCE) {
         set(libc::SO_SNDBUF);
     }
-    Ok(sock)
 }
 
 /// The kernel's view of a socket: its receive buffer size and how many datagrams it
@@ -176,7 +180,25 @@ pub fn run_mapper(
     timeout: Duration,
     faults: SocketFaults,
 ) -> std::io::Result<MapRun> {
-    let sock = bind_socket(bind)?;
+    run_mapper_on(bind_socket(bind)?, cfg, dests, tree_ids, keys, offsets, values, tree_of_pair, timeout, faults)
+}
+
+/// [`run_mapper`] on a socket the caller bound (e.g. to port 0, to learn the address
+/// before anything runs).
+#[allow(clippy::too_many_arguments)]
+pub fn run_mapper_on(
+    sock: UdpSocket,
+    cfg: MapperConfig,
+    dests: &[SocketAddr],
+    tree_ids: &[u16],
+    keys: Vec<u8>,
+    offsets: Vec<u64>,
+    values: Vec<u32>,
+    tree_of_pair: Vec<u16>,
+    timeout: Duration,
+    faults: SocketFaults,
+) -> std::io::Result<MapRun> {
+    grow_buffers(&sock);
     let (mut ftx, mut frx) = (FaultDir::new(faults, 1), FaultDir::new(faults, 2));
     let mut staged = Vec::new();
     let start = Instant::now();
@@ -241,15 +263,31 @@ pub fn run_reducer(
     timeout: Duration,
     faults: SocketFaults,
 ) -> std::io::Result<ReduceRun> {
+    run_reducer_on(bind_socket(bind)?, cfg, mappers, timeout, faults)
+}
+
+/// [`run_reducer`] on a socket the caller bound: bound before the mappers start, it holds
+/// their first packets instead of refusing them.
+pub fn run_reducer_on(
+    sock: UdpSocket,
+    cfg: ReducerConfig,
+    mappers: &[SocketAddr],
+    timeout: Duration,
+    faults: SocketFaults,
+) -> std::io::Result<ReduceRun> {
     // The reducer's socket is where the flush lands: it needs the large buffer most (with
     // the kernel's default of ~208 KB, a flush of a few hundred packets overflowed it while
     // this loop was descheduled, and the tree fell back).
-    let sock = bind_socket(bind)?;
+    grow_buffers(&sock);
     let (mut ftx, mut frx) = (FaultDir::new(faults, 3), FaultDir::new(faults, 4));
     let mut staged = Vec::new();
     let start = Instant::now();
     let now = || start.elapsed().as_nanos() as u64;
-    let quiet = Duration::from_nanos((cfg.rto_ns * 5).max(100_000_000));
+    // After completion: stay while mappers still ask (one whose DONE was lost asks again
+    // within `finished_report_ns`; 100 ms of quiet here, against reports once per RTO of up
+    // to 500 ms, left such a mapper asking a closed socket until its timeout), and leave
+    // once nothing came for the linger.
+    let quiet = Duration::from_nanos((cfg.rto_ns * 5).max(cfg.linger_ns));
     let mut r = Reducer::new(cfg);
     let mut out = Vec::new();
     let mut buf = vec![0u8; 65536];
@@ -259,14 +297,10 @@ pub fn run_reducer(
     // between switch and reducer, so the fallback's reason names it.
     let mut drops_at_fallback: Option<u64> = None;
     while start.elapsed() < timeout {
-        if let Some(d) = done_at {
-            if last_rx.elapsed() >= quiet || d.elapsed() >= Duration::from_secs(2) {
-                break;
-            }
-        }
         sock.set_read_timeout(Some(wait_for(r.next_deadline(), now())))?;
         let mut first = true;
-        loop {
+        // Whether the blocking receive waited and found nothing (an ICMP error does not count).
+        let waited_empty = loop {
             match sock.recv_from(&mut buf) {
                 Ok((n, from)) => {
                     last_rx = Instant::now();
@@ -275,7 +309,9 @@ pub fn run_reducer(
                         r.handle(now(), &p);
                     }
                 }
-                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::ConnectionRefused) => break,
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::ConnectionRefused) => {
+                    break first && e.kind() != ErrorKind::ConnectionRefused;
+                }
                 Err(e) => return Err(e),
             }
             if first {
@@ -292,7 +328,7 @@ pub fn run_reducer(
             for (p, to) in staged.drain(..) {
                 send(&sock, &p, to)?;
             }
-        }
+        };
         if !first {
             sock.set_nonblocking(false)?;
         }
@@ -312,6 +348,14 @@ pub fn run_reducer(
         }
         if r.is_complete() && done_at.is_none() {
             done_at = Some(Instant::now());
+        }
+        // Decided only after a receive that waited and found the socket empty: a reducer
+        // descheduled for longer than the linger must still read the report waiting for it.
+        // The second bound stops a linger that stray traffic would keep alive.
+        if let Some(d) = done_at {
+            if (waited_empty && last_rx.elapsed() >= quiet) || d.elapsed() >= 4 * quiet {
+                break;
+            }
         }
     }
     let (rcvbuf_bytes, socket_drops) = socket_rx_state(&sock);
@@ -340,30 +384,31 @@ mod tests {
     /// falls back and is exact too.
     #[test]
     fn loopback_udp_and_fallback() {
-        let f = SocketFaults { loss: 0.05, duplicate: 0.05, reorder: 0.05, seed: 3 };
-        for (mode, base, faults) in [
-            (Mode::Udp, 46100u16, SocketFaults::default()),
-            (Mode::Switch, 46200, SocketFaults::default()),
-            (Mode::Udp, 46300, f),
-            (Mode::Switch, 46400, f),
-        ] {
+        let (f, none) = (SocketFaults { loss: 0.05, duplicate: 0.05, reorder: 0.05, seed: 3 }, SocketFaults::default());
+        for (mode, faults) in [(Mode::Udp, none), (Mode::Switch, none), (Mode::Udp, f), (Mode::Switch, f)] {
             let words: Vec<Vec<String>> =
                 (0..2).map(|m| (0..2000).map(|i| format!("w{}", (i * 7 + m * 3) % 150)).chain(["x".repeat(40)]).collect()).collect();
             let mut reference: HashMap<Vec<u8>, u64> = HashMap::new();
             for w in words.iter().flatten() {
                 *reference.entry(w.as_bytes().to_vec()).or_default() += 1;
             }
-            let red_addr: SocketAddr = format!("127.0.0.1:{base}").parse().unwrap();
-            let maps: Vec<SocketAddr> = (1..=2).map(|i| format!("127.0.0.1:{}", base + i).parse().unwrap()).collect();
+            // Every socket bound (to a port the kernel picks) before any thread starts: fixed
+            // port numbers in the ephemeral range could be taken by another process, and a
+            // reducer bound late refused the mappers' first window.
+            let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+            let red_sock = bind_socket(any).unwrap();
+            let red_addr = red_sock.local_addr().unwrap();
+            let map_socks: Vec<UdpSocket> = (0..2).map(|_| bind_socket(any).unwrap()).collect();
+            let maps: Vec<SocketAddr> = map_socks.iter().map(|s| s.local_addr().unwrap()).collect();
             let mut rc = ReducerConfig::new(9, 2, Op::Sum, mode);
             rc.grace_ns = 50_000_000;
             let maps2 = maps.clone();
-            let h = std::thread::spawn(move || run_reducer(rc, red_addr, &maps2, Duration::from_secs(20), faults).unwrap());
+            let h = std::thread::spawn(move || run_reducer_on(red_sock, rc, &maps2, Duration::from_secs(20), faults).unwrap());
             let hs: Vec<_> = words
                 .into_iter()
+                .zip(map_socks)
                 .enumerate()
-                .map(|(i, ws)| {
-                    let bind = maps[i];
+                .map(|(i, (ws, sock))| {
                     std::thread::spawn(move || {
                         let mut keys = Vec::new();
                         let mut offs = vec![0u64];
@@ -375,7 +420,7 @@ mod tests {
                         cfg.stall_ns = 50_000_000;
                         let faults = SocketFaults { seed: faults.seed + 10 + i as u64, ..faults };
                         let n = ws.len();
-                        run_mapper(cfg, bind, &[red_addr], &[9], keys, offs, vec![1; n], vec![0; n], Duration::from_secs(20), faults)
+                        run_mapper_on(sock, cfg, &[red_addr], &[9], keys, offs, vec![1; n], vec![0; n], Duration::from_secs(20), faults)
                             .unwrap()
                     })
                 })

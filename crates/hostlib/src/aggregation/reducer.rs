@@ -20,11 +20,26 @@ pub struct ReducerConfig {
     /// Every mapper finished but the switch's stream is incomplete and silent this long:
     /// fall back.
     pub grace_ns: u64,
+    /// After completion, keep answering status reports until nothing has arrived for this
+    /// long. A mapper whose DONE was lost asks again within
+    /// `MapperConfig::finished_report_ns` (100 ms): the linger spans five of those, so a
+    /// mapper is left waiting only if five reports in a row are lost. (Longer costs every
+    /// job: its reducers exit that much after completion.)
+    pub linger_ns: u64,
 }
 
 impl ReducerConfig {
     pub fn new(tree_id: u16, n_mappers: usize, op: Op, mode: Mode) -> ReducerConfig {
-        ReducerConfig { protocol: Protocol::Daiet, tree_id, n_mappers, op, mode, rto_ns: 20_000_000, grace_ns: 500_000_000 }
+        ReducerConfig {
+            protocol: Protocol::Daiet,
+            tree_id,
+            n_mappers,
+            op,
+            mode,
+            rto_ns: 20_000_000,
+            grace_ns: 500_000_000,
+            linger_ns: 500_000_000,
+        }
     }
 }
 

@@ -222,6 +222,21 @@ fn rtt_estimator_follows_rfc6298() {
         r.back_off(300_000_000);
     }
     assert_eq!(r.rto(1_000, 1_000_000_000), 300_000_000, "backed off no further than the maximum");
+
+    // RFC 6298 section 5: from the second timeout in a row the estimate is dropped, and the
+    // next sample starts it afresh as the first one did (2.2).
+    let mut r = mapper::Rtt::new(20_000_000);
+    r.sample(4_000_000);
+    r.back_off(1_000_000_000);
+    assert_eq!(r.srtt(), Some(4_000_000), "one timeout keeps the estimate");
+    r.sample(4_000_000);
+    r.back_off(1_000_000_000);
+    assert_eq!(r.srtt(), Some(4_000_000), "a sample in between: not two in a row");
+    r.back_off(1_000_000_000);
+    assert_eq!(r.srtt(), None, "two timeouts in a row drop it");
+    assert!(r.rto(1_000, 1_000_000_000) > 4_000_000, "the timeout stays backed off until a sample");
+    r.sample(100_000);
+    assert_eq!((r.srtt(), r.rto(1_000, 1_000_000_000)), (Some(100_000), 100_000 + 4 * 50_000));
 }
 
 /// One mapper and a slow reducer: every packet and ACK takes `delay` each way. Returns
@@ -284,4 +299,42 @@ fn adaptive_rto_stops_spurious_retransmissions() {
         fixed.retransmissions,
         adaptive.retransmissions
     );
+}
+
+/// A finished mapper whose RTO is long (400 ms here) still reports FINISHED every
+/// `finished_report_ns` (100 ms), so a reducer that lingers 500 ms after completion hears
+/// it again if its DONE was lost.
+#[test]
+fn finished_mapper_reports_at_least_every_finished_report_ns() {
+    let data = dataset(50, 20, 3);
+    let mut m = mapper_for(0, &data, Op::Sum, Mode::Udp);
+    m.set_rto_bounds(400_000_000, 400_000_000);
+    // Two mappers expected: the reducer acknowledges mapper 0's stream but never completes.
+    let mut red = Reducer::new(ReducerConfig::new(5, 2, Op::Sum, Mode::Udp));
+    let (mut now, mut reports, mut max_wait) = (0u64, Vec::new(), 0u64);
+    while now < 2_000_000_000 {
+        let mut o = Vec::new();
+        m.poll_transmit(now, &mut o);
+        for (_, p) in o {
+            let r = Protocol::Daiet.parse(&p).unwrap().repr;
+            if r.flags & flags::QUERY != 0 && r.info == wire::daiet::info::FINISHED {
+                reports.push(now);
+            }
+            red.handle(now, &p);
+        }
+        let mut back = Vec::new();
+        red.drain_transmit(&mut back);
+        for (_, p) in back {
+            m.handle(now, &p);
+        }
+        if let Some(d) = m.next_deadline() {
+            max_wait = max_wait.max(d.saturating_sub(now));
+        }
+        now += 1_000_000;
+    }
+    assert_eq!(m.rto_ns(), vec![400_000_000]);
+    assert!(reports.len() >= 15, "FINISHED reports in 2 s: {reports:?}");
+    assert!(reports.windows(2).all(|w| w[1] - w[0] <= 101_000_000), "report gaps: {reports:?}");
+    assert!(max_wait <= 100_000_000, "next_deadline waits {max_wait} ns");
+    assert!(!m.is_done() && !red.is_complete());
 }
