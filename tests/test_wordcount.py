@@ -1,7 +1,7 @@
 """MapReduce WordCount: the reducers' counts equal a Counter over the same input, for real
 text, Zipf and uniform keys, long keys, in tcp, udp and switch modes, and under loss on the
 switch's ports. Jobs run real mapper and reducer processes (on loopback, or in a rack of
-network namespaces around the switch when root); racks are named `wordcount1`..`wordcount6` and always
+network namespaces around the switch when root); racks are named `wc<pid>1`..`wc<pid>6` and always
 taken down."""
 
 from __future__ import annotations
@@ -268,7 +268,7 @@ def test_rack_switch_aggregates_zipf_and_real_text(tmp_path: Path) -> None:
 def test_rack_switch_with_words_longer_than_a_packet(tmp_path: Path) -> None:
     """Through the switch: the words longer than a frame cross it over TCP, the rest is
     aggregated by the switch (no fallback to the hosts)."""
-    doc = run(JobSpec(inputs=[str(_oversized_text(tmp_path))], mappers=2, reducers=2, rack="wordcount6",
+    doc = run(JobSpec(inputs=[str(_oversized_text(tmp_path))], mappers=2, reducers=2, rack=f"wc{os.getpid()}6",
                       where="netns", timeout_s=60), ["switch"])
     _check(doc, ["udp", "switch"])
     assert doc["oversized_keys"] == 2 and doc["runs"]["switch"]["side_channel_pairs"] >= 2
