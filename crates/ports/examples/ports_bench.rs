@@ -239,7 +239,7 @@ fn afpacket_forward(secs: Duration, payload: usize, pps: Option<u64>) {
     let base = VethNs::create("ispf").unwrap();
     base.ip_in_ns(&["addr", "add", "10.231.0.1/24", "dev", &base.ns_if]).unwrap();
     ip(&["addr", "add", "10.231.0.2/24", "dev", &base.root_if]).unwrap();
-    let sink_sock = std::net::UdpSocket::bind("10.231.0.2:9000").unwrap();
+    let sink_sock = ports::traffic::sink_socket(SocketAddrV4::new(Ipv4Addr::new(10, 231, 0, 2), 9000)).unwrap();
     let sink = std::thread::spawn(move || ports::traffic::udp_sink_on(sink_sock, secs * 3, Duration::from_millis(300)).unwrap());
     let dst = SocketAddrV4::new(Ipv4Addr::new(10, 231, 0, 2), 9000);
     let b = base.run_in_ns(move || ports::udp_blast(dst, payload, secs, pps).unwrap()).unwrap();

@@ -161,18 +161,30 @@ fn stamp(b: &mut [u8], seq: u64, now: u64) {
     }
 }
 
+/// The sink's receive buffer: what arrives while the sink is not running waits here.
+const SINK_BUF: usize = 8 << 20;
+
 /// Receive UDP datagrams on `bind` until `duration` has passed, or until nothing has arrived
 /// for `idle_timeout` after the first datagram, counting them with `recvmmsg` batches.
 pub fn udp_sink(bind: SocketAddrV4, duration: Duration, idle_timeout: Duration) -> io::Result<SinkReport> {
+    udp_sink_on(sink_socket(bind)?, duration, idle_timeout)
+}
+
+/// A socket bound for [`udp_sink_on`], its receive buffer already large: bind it before
+/// starting the sender, so nothing is lost before the sink runs. (Growing the buffer only
+/// in the sink's thread lost the first ~200 datagrams whenever that thread started tens
+/// of ms after the sender: the default buffer holds a few hundred small datagrams.)
+pub fn sink_socket(bind: SocketAddrV4) -> io::Result<UdpSocket> {
     let sock = UdpSocket::bind(bind)?;
-    udp_sink_on(sock, duration, idle_timeout)
+    grow_sock_buf(sock.as_raw_fd(), true, SINK_BUF);
+    Ok(sock)
 }
 
 /// [`udp_sink`] on an already bound socket (so a caller can bind first, then start the sender,
-/// without a race).
+/// without a race; see [`sink_socket`]).
 pub fn udp_sink_on(sock: UdpSocket, duration: Duration, idle_timeout: Duration) -> io::Result<SinkReport> {
     sock.set_nonblocking(true)?;
-    grow_sock_buf(sock.as_raw_fd(), true, 8 << 20);
+    grow_sock_buf(sock.as_raw_fd(), true, SINK_BUF);
     let fd = sock.as_raw_fd();
     const N: usize = 64;
     let mut bufs = vec![[0u8; 2048]; N];
@@ -240,12 +252,22 @@ mod tests {
 
     #[test]
     fn blast_and_sink_on_loopback() {
-        let sink_sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let sink_sock = sink_socket(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0)).unwrap();
         let addr = match sink_sock.local_addr().unwrap() {
             std::net::SocketAddr::V4(a) => a,
             _ => unreachable!(),
         };
-        let sink = std::thread::spawn(move || udp_sink_on(sink_sock, Duration::from_secs(5), Duration::from_millis(200)).unwrap());
+        // The blast starts once the sink's thread runs: the rate below is measured at the
+        // sink, from its first arrival, and a sink starting late reads a backlog at once.
+        let (started, wait_started) = std::sync::mpsc::channel();
+        // The sink stops after 1 s without a datagram: the blaster's thread, descheduled on a
+        // loaded machine, was seen pausing over 200 ms (the old idle time) before its last
+        // packet, and the sink had stopped without it.
+        let sink = std::thread::spawn(move || {
+            started.send(()).unwrap();
+            udp_sink_on(sink_sock, Duration::from_secs(5), Duration::from_secs(1)).unwrap()
+        });
+        wait_started.recv().unwrap();
         // Paced, so the loopback socket buffer never overflows and every datagram arrives.
         let b = udp_blast(addr, 64, Duration::from_millis(300), Some(20_000)).unwrap();
         let s = sink.join().unwrap();
@@ -256,6 +278,6 @@ mod tests {
         assert!(s.latency_avg_ns.unwrap() < 50_000_000);
         // Paced at 20 kpps: the measured rate is close to it.
         assert!((15_000.0..25_000.0).contains(&s.pps()), "pps {}", s.pps());
-        assert!(s.elapsed < Duration::from_secs(2), "stopped on idle");
+        assert!(s.elapsed < Duration::from_secs(4), "stopped on idle, not at the 5 s limit: {:?}", s.elapsed);
     }
 }
