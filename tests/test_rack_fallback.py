@@ -28,6 +28,10 @@ def mac_bytes(mac: str) -> bytes:
     return bytes(int(x, 16) for x in mac.split(":"))
 
 
+#: A broadcast `attach` floods until every NIC has one; NICs never report it.
+PROBE = b"\xff" * 6 + b"\x02\x00\x00\x00\x00\xee" + ETH_TEST + b"attach probe".ljust(46, b".")
+
+
 class TunnelNic:
     """A bare "NIC" on a tunnel port: sends and receives raw Ethernet frames as datagrams."""
 
@@ -38,17 +42,40 @@ class TunnelNic:
         self.sock.send(b"")  # register: the switch port learns where we are
         self.sock.settimeout(2.0)
 
-    def recv_all(self, quiet: float = 0.3) -> list[bytes]:
+    def recv_all(self, quiet: float = 0.3, first: float = 2.0) -> list[bytes]:
+        """Frames until none came for `quiet` (`first` for the first one: a loaded switch
+        may take longer than `quiet` to forward), attach probes left out."""
         frames = []
-        self.sock.settimeout(quiet)
+        self.sock.settimeout(first)
         try:
             while True:
-                frames.append(self.sock.recv(4096))
+                f = self.sock.recv(4096)
+                if f != PROBE:
+                    frames.append(f)
+                self.sock.settimeout(quiet)
         except socket.timeout:
             return frames
 
     def close(self) -> None:
         self.sock.close()
+
+
+def attach(sender: TunnelNic, others: list[TunnelNic], timeout: float = 10.0) -> None:
+    """Wait until the switch has learned every NIC's address: a frame forwarded to a port
+    before its registration is read is dropped (no peer), and a fixed sleep only assumes the
+    switch process ran in time. `sender` floods probes until each of `others` has one."""
+    pending = list(others)
+    deadline = time.monotonic() + timeout
+    while pending and time.monotonic() < deadline:
+        sender.sock.send(PROBE)
+        for n in list(pending):
+            n.sock.settimeout(0.05)
+            try:
+                if n.sock.recv(4096) == PROBE:
+                    pending.remove(n)
+            except socket.timeout:
+                pass
+    assert not pending, "the switch never learned every tunnel NIC's address"
 
 
 def drops(st: RackState, reason: str) -> float:
@@ -91,7 +118,7 @@ def test_udp_rack_switches_frames_and_counts_runts(udp_rack: RackState) -> None:
     and counted as malformed while forwarding carries on."""
     h1, h2, h3 = (TunnelNic(h.tunnel or "") for h in udp_rack.hosts)
     try:
-        time.sleep(0.05)
+        attach(h1, [h2, h3])  # h1's probes also teach port 0 where h1 is
         a, b = udp_rack.host("h1"), udp_rack.host("h2")
         uni = mac_bytes(b.mac) + mac_bytes(a.mac) + ETH_TEST + b"unicast h1->h2".ljust(46, b".")
         bcast = b"\xff" * 6 + mac_bytes(a.mac) + ETH_TEST + b"broadcast from h1".ljust(46, b".")
@@ -99,7 +126,7 @@ def test_udp_rack_switches_frames_and_counts_runts(udp_rack: RackState) -> None:
         h1.sock.send(bcast)
         assert h2.recv_all() == [uni, bcast]
         assert h3.recv_all() == [bcast]
-        assert h1.recv_all() == []  # the flood skips the ingress port
+        assert h1.recv_all(first=0.3) == []  # the flood skips the ingress port
         before = drops(udp_rack, "malformed")
         runts = [bytes(range(n)) for n in range(1, 14)] * 4
         for r in runts:
