@@ -46,25 +46,33 @@ def dumps(doc: Any, indent: int | None = 2) -> str:
     return json.dumps(doc, indent=indent, default=float)
 
 
-def write_json(path: str | Path, doc: Any, indent: int | None = 2) -> Path:
-    """Write `doc` to `path` atomically (a temporary file renamed over it). If that fails
-    (the disk filled during the run, the directory went away), the result goes to a file in
-    the temporary directory instead, the error says where, and the command exits with 2."""
+def replace_json(path: str | Path, doc: Any, indent: int | None = 2) -> Path:
+    """Write `doc` atomically (a temporary file beside it renamed over it, directories made):
+    a reader never sees half a file. OSError if it cannot."""
     p = Path(path)
-    text = dumps(doc, indent) + "\n"
     tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(text)
+        tmp.write_text(dumps(doc, indent) + "\n")
         os.replace(tmp, p)
-        return p
-    except OSError as e:
+    except OSError:
         try:
             tmp.unlink(missing_ok=True)
         except OSError:
             pass
+        raise
+    return p
+
+
+def write_json(path: str | Path, doc: Any, indent: int | None = 2) -> Path:
+    """Write `doc` to `path` atomically (a temporary file renamed over it). If that fails
+    (the disk filled during the run, the directory went away), the result goes to a file in
+    the temporary directory instead, the error says where, and the command exits with 2."""
+    try:
+        return replace_json(path, doc, indent)
+    except OSError as e:
         fd, rescue = tempfile.mkstemp(prefix="inswitch-", suffix=".json")
         with os.fdopen(fd, "w") as f:
-            f.write(text)
-        print(f"error: cannot write {p}: {e.strerror or e}; the result is in {rescue}", file=sys.stderr)
+            f.write(dumps(doc, indent) + "\n")
+        print(f"error: cannot write {path}: {e.strerror or e}; the result is in {rescue}", file=sys.stderr)
         raise typer.Exit(2) from None

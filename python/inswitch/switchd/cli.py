@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
@@ -16,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from inswitch import native
+from inswitch.output import replace_json
 
 DEFAULT_P4RUNTIME = "127.0.0.1:9559"
 DEFAULT_METRICS = "127.0.0.1:9100"
@@ -49,10 +49,7 @@ def check_programs(spec: str) -> list[str]:
 
 def write_ready_file(path: Path, doc: dict[str, Any]) -> None:
     """Write atomically, so a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(doc, indent=2) + "\n")
-    os.replace(tmp, path)
+    replace_json(path, doc)
 
 
 def parse_fault(text: str) -> tuple[float, float, float, int]:
