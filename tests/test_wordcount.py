@@ -95,6 +95,22 @@ def test_zipf_streams_are_seeded_and_skewed() -> None:
     assert sum(ref.values()) == 10_001 and len(set(words.vocabulary(300, 2))) == 300
 
 
+def test_zipf_stream_in_chunks_is_the_same_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The synthetic stream is drawn a chunk at a time (memory for one chunk, not for the
+    whole input): the chunks concatenate to the stream drawn at once, for every cut."""
+    for alpha in (0.0, 0.99):
+        whole = words.zipf_ranks(alpha, 10_007, 777, seed=4, part=2)
+        for chunk in (1, 333, 4096, 10_007, 50_000):
+            got = np.concatenate(list(words.iter_zipf_ranks(alpha, 10_007, 777, seed=4, part=2, chunk=chunk)))
+            assert np.array_equal(got, whole)
+        counts = words.zipf_counts(alpha, 30_021, 777, seed=4, mappers=3, i=2)
+        monkeypatch.setattr(words, "ZIPF_CHUNK", 1000)  # counted over 11 chunks: the same counts
+        assert np.array_equal(words.zipf_counts(alpha, 30_021, 777, seed=4, mappers=3, i=2), counts)
+        monkeypatch.undo()
+        assert np.array_equal(counts, np.bincount(words.zipf_ranks(alpha, 10_007, 777, seed=4, part=2), minlength=777))
+    assert len(words.zipf_ranks(1.0, 0, 10, seed=1, part=0)) == 0
+
+
 def test_partition_is_stable_and_uses_every_reducer() -> None:
     keys = [w.encode() for w in words.vocabulary(2000, 1)]
     parts = [words.reducer_of(k, 5) for k in keys]
@@ -199,6 +215,14 @@ def test_bad_input_is_a_clear_error(tmp_path: Path) -> None:
         run(JobSpec(inputs=[str(tmp_path / "missing.txt")], where="loopback"), ["tcp"])
     with pytest.raises(JobError, match="either input files or --zipf"):
         run(JobSpec(where="loopback"), ["tcp"])
+    # Options that used to run and report INCORRECT (or be ignored): refused before any work.
+    for bad, msg in ((dict(timeout_s=0.0), "--timeout"), (dict(timeout_s=-1.0), "--timeout"),
+                     (dict(timeout_s=float("nan")), "--timeout"), (dict(where="bogus"), "--where"),
+                     (dict(zipf=float("nan")), "--zipf"), (dict(zipf=float("inf")), "--zipf"),
+                     (dict(loss=float("nan")), "--loss")):
+        spec = JobSpec(**{"zipf": 1.0, "words": 100, "vocab": 10, "where": "loopback", **bad})  # type: ignore[arg-type]
+        with pytest.raises(JobError, match=msg):
+            run(spec, ["tcp"])
 
 
 def test_switchagg_without_its_library_fails_clearly() -> None:

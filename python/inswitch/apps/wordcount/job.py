@@ -12,6 +12,7 @@ rack, same faults) so `reduction` compares like with like.
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import socket
@@ -29,6 +30,7 @@ from inswitch.apps.wordcount.worker import load_result
 
 MODES = ("tcp", "udp", "switch")
 PROGRAMS = ("daiet", "switchagg")
+WHERE = ("auto", "netns", "loopback")
 MAP_PORT = 47000
 #: Reducers listen here: the switch classifies UDP to this port as DAIET
 #: (`wire::daiet::UDP_PORT`), so in a rack every reducer (one per host) uses it.
@@ -79,15 +81,19 @@ class JobSpec:
             for p in self.inputs:
                 if not Path(p).is_file():
                     raise JobError(f"input {p!r} is not a readable file")
-        if self.zipf is not None and (self.zipf < 0 or self.words < 1 or self.vocab < 1):
-            raise JobError("--zipf needs ALPHA >= 0, --words >= 1 and --vocab >= 1")
+        if self.zipf is not None and not (math.isfinite(self.zipf) and self.zipf >= 0 and self.words >= 1 and self.vocab >= 1):
+            raise JobError("--zipf needs a finite ALPHA >= 0, --words >= 1 and --vocab >= 1")
+        if not (math.isfinite(self.timeout_s) and self.timeout_s > 0):
+            raise JobError("--timeout must be a number of seconds > 0")
+        if self.where not in WHERE:
+            raise JobError(f"--where must be one of {', '.join(WHERE)}")
         if not 1 <= self.mappers <= 64 or not 1 <= self.reducers <= 64:
             raise JobError("--mappers and --reducers must be 1..64")
         if self.mappers + self.reducers > 200:
             raise JobError("at most 200 hosts in a rack")
         if self.program not in PROGRAMS:
             raise JobError(f"--program must be one of {', '.join(PROGRAMS)}")
-        if not 0.0 <= self.loss < 1.0:
+        if not 0.0 <= self.loss < 1.0:  # (NaN fails this too)
             raise JobError("--loss must be in [0, 1)")
         if self.op != "sum":
             raise JobError("WordCount sums counts: op must be sum")

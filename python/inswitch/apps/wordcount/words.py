@@ -178,17 +178,41 @@ def vocabulary(vocab: int, seed: int = 0, min_len: int = 3, max_len: int = 12) -
     return tuple(out)
 
 
+#: Draws made at a time: a synthetic stream of any length needs memory for one chunk only.
+ZIPF_CHUNK = 1 << 20
+
+
+def _zipf_cdf(alpha: float, vocab: int) -> np.ndarray:
+    w = 1.0 / np.power(np.arange(1, vocab + 1, dtype=np.float64), alpha)
+    cdf = np.cumsum(w)
+    cdf /= cdf[-1]
+    return cdf
+
+
+def iter_zipf_ranks(alpha: float, words: int, vocab: int, seed: int, part: int,
+                    chunk: int | None = None) -> Iterator[np.ndarray]:
+    """[`zipf_ranks`]'s stream in chunks of at most `chunk` draws (default `ZIPF_CHUNK`).
+    The generator's draws do not depend on how they are cut, so the concatenated chunks are
+    the same stream."""
+    step = chunk or ZIPF_CHUNK
+    rng = np.random.default_rng([seed, part])
+    cdf = None if alpha == 0 else _zipf_cdf(alpha, vocab)
+    left = words
+    while left > 0:
+        n = min(step, left)
+        left -= n
+        if cdf is None:
+            yield rng.integers(0, vocab, size=n, dtype=np.int64)
+        else:
+            yield np.minimum(np.searchsorted(cdf, rng.random(n), side="right"), vocab - 1)
+
+
 def zipf_ranks(alpha: float, words: int, vocab: int, seed: int, part: int) -> np.ndarray:
     """Word indices (0 = most frequent) of part `part` of a seeded stream: `words` draws from
     a Zipf law of exponent `alpha` over `vocab` ranks (P(rank r) ~ 1/r^alpha; alpha 0 is
     uniform). The same (seed, part) gives the same stream in every process."""
-    rng = np.random.default_rng([seed, part])
-    if alpha == 0:
-        return rng.integers(0, vocab, size=words, dtype=np.int64)
-    w = 1.0 / np.power(np.arange(1, vocab + 1, dtype=np.float64), alpha)
-    cdf = np.cumsum(w)
-    cdf /= cdf[-1]
-    return np.minimum(np.searchsorted(cdf, rng.random(words), side="right"), vocab - 1)
+    chunks = list(iter_zipf_ranks(alpha, words, vocab, seed, part))
+    return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
 
 
 def zipf_share(words: int, mappers: int, i: int) -> int:
@@ -197,9 +221,12 @@ def zipf_share(words: int, mappers: int, i: int) -> int:
 
 
 def zipf_counts(alpha: float, words: int, vocab: int, seed: int, mappers: int, i: int) -> np.ndarray:
-    """Mapper i's count of every vocabulary index (length `vocab`)."""
-    ranks = zipf_ranks(alpha, zipf_share(words, mappers, i), vocab, seed, i)
-    return np.bincount(ranks, minlength=vocab)
+    """Mapper i's count of every vocabulary index (length `vocab`), counted chunk by chunk:
+    memory for the vocabulary and one chunk, whatever the number of words."""
+    total = np.zeros(vocab, dtype=np.int64)
+    for ranks in iter_zipf_ranks(alpha, zipf_share(words, mappers, i), vocab, seed, i):
+        total += np.bincount(ranks, minlength=vocab)
+    return total
 
 
 def count_zipf(alpha: float, words: int, vocab: int, seed: int, mappers: int) -> Counter[str]:
