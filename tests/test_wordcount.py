@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import struct
 import subprocess
 import sys
 from collections import Counter
@@ -19,6 +21,7 @@ import pytest
 from inswitch.apps.wordcount import job as job_mod
 from inswitch.apps.wordcount import words
 from inswitch.apps.wordcount.job import JobError, JobSpec, run
+from inswitch.apps.wordcount import transport, worker
 from inswitch.apps.wordcount.transport import Pairs
 
 ROOT = os.geteuid() == 0
@@ -131,6 +134,58 @@ def test_values_above_u32_are_split_not_wrapped() -> None:
     assert total == {b"a": 5, b"big": (1 << 32) + 10}
 
 
+def test_pairs_array_operations_equal_the_items() -> None:
+    """Pairs are taken, selected, joined and framed for TCP as arrays; each equals the same
+    operation on a list of (key, value) tuples."""
+    rng = random.Random(7)
+    items = [(bytes(rng.randrange(256) for _ in range(rng.randrange(0, 40))), rng.randrange(1 << 32)) for _ in range(3000)]
+    p = Pairs.from_items(items)
+    assert p.items() == items
+    idx = np.array([rng.randrange(len(items)) for _ in range(4000)])
+    assert p.take(idx).items() == [items[i] for i in idx]
+    mask = np.array([rng.random() < 0.3 for _ in items])
+    assert p.select(mask).items() == [kv for kv, m in zip(items, mask) if m]
+    assert Pairs.concat([p.take(idx[:5]), Pairs.empty(), p]).items() == [items[i] for i in idx[:5]] + items
+    assert Pairs.of_keys([b"x", b"", b"yz"]).items() == [(b"x", 1), (b"", 1), (b"yz", 1)]
+    framed = transport.tcp_encode(p)
+    assert framed == b"".join(struct.pack("!I", len(k)) + k + struct.pack("!I", v) for k, v in items)
+    assert transport.tcp_encode(Pairs.empty()) == b""
+    # The reducer parses frames as they arrive: any cut of the stream gives the same sums.
+    whole: dict[bytes, int] = {}
+    for k, v in items:
+        whole[k] = whole.get(k, 0) + v
+    for _ in range(5):
+        got: dict[bytes, int] = {}
+        buf, n = bytearray(), 0
+        cuts = sorted(rng.sample(range(1, len(framed)), 40))
+        for a, b in zip([0] + cuts, cuts + [len(framed)]):
+            buf += framed[a:b]
+            used, k = transport.tcp_add_frames(buf, got)
+            del buf[:used]
+            n += k
+        assert not buf and n == len(items) and got == whole
+
+
+def test_map_without_combiner_packs_every_word(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a combiner the mapper packs (word, 1) per occurrence, a chunk at a time:
+    every word of its share, in order, at its reducer, over many chunks."""
+    monkeypatch.setattr(worker, "MAP_CHUNK", 7)
+    monkeypatch.setattr(words, "ZIPF_CHUNK", 100)
+    R = 3
+    size = TEXT.stat().st_size
+    text_spec = {"input": {"files": [[str(TEXT), 0, size]]}, "reducers": R, "combiner": False}
+    want = [w.encode() for w in words.iter_words_range(TEXT)]
+    zipf = {"alpha": 0.99, "words": 2001, "vocab": 50, "seed": 3, "mappers": 2}
+    zipf_spec = {"input": {"zipf": zipf}, "reducers": R, "combiner": False, "mapper_id": 1}
+    voc = words.vocabulary(50, 3)
+    zipf_want = [voc[r].encode() for r in words.zipf_ranks(0.99, words.zipf_share(2001, 2, 1), 50, 3, 1)]
+    for spec, expect in ((text_spec, want), (zipf_spec, zipf_want)):
+        parts, nwords = worker._map_input(spec)
+        assert nwords == len(expect) == sum(len(p) for p in parts)
+        for r, p in enumerate(parts):
+            assert p.items() == [(k, 1) for k in expect if words.reducer_of(k, R) == r]
+
+
 # ----- whole jobs on loopback (no switch) --------------------------------------------------
 
 def _check(doc: dict, modes: list[str]) -> None:
@@ -190,6 +245,9 @@ def test_loopback_without_combiner() -> None:
                       timeout_s=30), ["tcp", "udp"])
     _check(doc, ["tcp", "udp"])
     assert doc["runs"]["tcp"]["mapper_pairs"] == 6000
+    doc = run(JobSpec(inputs=[str(TEXT)], mappers=2, reducers=3, combiner=False, where="loopback", timeout_s=30), ["tcp", "udp"])
+    _check(doc, ["tcp", "udp"])
+    assert doc["runs"]["tcp"]["mapper_pairs"] == doc["words"]
 
 
 def test_a_wrong_reducer_count_is_detected(monkeypatch: pytest.MonkeyPatch) -> None:

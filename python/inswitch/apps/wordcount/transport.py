@@ -64,6 +64,51 @@ class Pairs:
         o = self.offsets.tolist()
         return [(self.keys[o[i]:o[i + 1]], v) for i, v in enumerate(self.values.tolist())]
 
+    # Whole-array operations: a mapper without a combiner holds one pair per word of its
+    # share, so pairs stay in these arrays (about 14 bytes and the key per pair) and are
+    # never turned into Python objects one by one.
+
+    @staticmethod
+    def empty() -> "Pairs":
+        return Pairs(b"", np.zeros(1, dtype=np.uint64), np.zeros(0, dtype=np.uint32))
+
+    @staticmethod
+    def of_keys(keys: list[bytes], value: int = 1) -> "Pairs":
+        """Each key once with the same value."""
+        lens = np.fromiter((len(k) for k in keys), dtype=np.uint64, count=len(keys))
+        offsets = np.zeros(len(keys) + 1, dtype=np.uint64)
+        np.cumsum(lens, out=offsets[1:])
+        return Pairs(b"".join(keys), offsets, np.full(len(keys), value, dtype=np.uint32))
+
+    def key_lens(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def take(self, idx: np.ndarray) -> "Pairs":
+        """The pairs at positions `idx` (in that order, repeats allowed)."""
+        idx = np.asarray(idx, dtype=np.int64)
+        lens = self.key_lens()[idx]
+        offsets = np.zeros(len(idx) + 1, dtype=np.uint64)
+        np.cumsum(lens, out=offsets[1:])
+        src = np.frombuffer(self.keys, dtype=np.uint8)
+        # Byte j of the result comes from its pair's source key at the same distance from
+        # the key's start: one gather over every key byte.
+        shift = np.repeat(self.offsets[:-1][idx].astype(np.int64) - offsets[:-1].astype(np.int64), lens.astype(np.int64))
+        keys = src[np.arange(int(offsets[-1]), dtype=np.int64) + shift].tobytes()
+        return Pairs(keys, offsets, self.values[idx])
+
+    def select(self, mask: np.ndarray) -> "Pairs":
+        """The pairs where `mask` is true, in order."""
+        return self.take(np.flatnonzero(mask))
+
+    @staticmethod
+    def concat(parts: list["Pairs"]) -> "Pairs":
+        if not parts:
+            return Pairs.empty()
+        lens = np.concatenate([p.key_lens() for p in parts])
+        offsets = np.zeros(len(lens) + 1, dtype=np.uint64)
+        np.cumsum(lens, out=offsets[1:])
+        return Pairs(b"".join(p.keys for p in parts), offsets, np.concatenate([p.values for p in parts]))
+
 
 # ----- the native aggregation protocol (udp and switch modes) ------------------------------
 
@@ -108,12 +153,21 @@ _FRAME_HDR = struct.Struct("!I")
 
 
 def tcp_encode(pairs: Pairs) -> bytes:
-    out = bytearray()
-    for k, v in pairs.items():
-        out += _FRAME_HDR.pack(len(k))
-        out += k
-        out += _FRAME_HDR.pack(v)
-    return bytes(out)
+    """The pairs as TCP shuffle frames `<u32 key length, key, u32 value>`, built with array
+    operations (a frame per pair, no Python object per pair)."""
+    n = len(pairs)
+    lens = pairs.key_lens().astype(np.int64)
+    if np.any(lens > U32_MAX) or np.any(pairs.values > U32_MAX):
+        raise ValueError("a TCP frame carries keys and values below 2^32")
+    starts = np.zeros(n, dtype=np.int64)
+    np.cumsum(lens[:-1] + 8, out=starts[1:])
+    out = np.empty(int(lens.sum()) + 8 * n, dtype=np.uint8)
+    four = np.arange(4, dtype=np.int64)
+    out[(starts[:, None] + four).ravel()] = lens.astype(">u4").view(np.uint8)
+    shift = np.repeat(starts + 4 - pairs.offsets[:-1].astype(np.int64), lens)
+    out[np.arange(int(pairs.offsets[-1]), dtype=np.int64) + shift] = np.frombuffer(pairs.keys, dtype=np.uint8)
+    out[((starts + 4 + lens)[:, None] + four).ravel()] = pairs.values.astype(">u4").view(np.uint8)
+    return out.tobytes()
 
 
 def tcp_map(reducers: list[str], per_reducer: list[Pairs], timeout_s: float) -> dict[str, Any]:
@@ -173,14 +227,15 @@ def tcp_reduce(ls: socket.socket, mappers: int, timeout_s: float) -> tuple[dict[
     sel = selectors.DefaultSelector()
     ls.setblocking(False)
     sel.register(ls, selectors.EVENT_READ, None)
-    bufs: dict[socket.socket, bytearray] = {}
-    done: list[bytearray] = []
+    bufs: dict[socket.socket, bytearray] = {}  # each connection's partial frame
+    done = 0
+    npairs = 0
     nbytes = 0
     segments: int | None = 0
     counts: dict[bytes, int] = {}
-    while len(done) < mappers:
+    while done < mappers:
         if time.monotonic() > deadline:
-            raise TimeoutError(f"tcp reducer: {len(done)} of {mappers} mappers finished before the timeout")
+            raise TimeoutError(f"tcp reducer: {done} of {mappers} mappers finished before the timeout")
         for key, _ in sel.select(timeout=0.2):
             if key.data is None:
                 c, _ = ls.accept()
@@ -190,41 +245,38 @@ def tcp_reduce(ls: socket.socket, mappers: int, timeout_s: float) -> tuple[dict[
                 continue
             c = key.data
             chunk = c.recv(1 << 20)
+            buf = bufs[c]
             if chunk:
-                bufs[c] += chunk
+                buf += chunk
                 nbytes += len(chunk)
+                used, n = tcp_add_frames(buf, counts)
+                del buf[:used]
+                npairs += n
                 continue
             sel.unregister(c)
             n = _segs_in(c)
             segments = None if n is None or segments is None else segments + n
             c.close()
-            buf = bufs.pop(c)
-            _tcp_add(buf, counts)
-            done.append(buf)
+            if bufs.pop(c):
+                raise ValueError("tcp reducer: a truncated frame at the end of a mapper's stream")
+            done += 1
     sel.close()
     return counts, {"bytes": nbytes, "packets": None, "segments": segments, "fallback": False,
-                    "pairs": sum(_tcp_pairs(b) for b in done), "elapsed_s": time.monotonic() - t0}
+                    "pairs": npairs, "elapsed_s": time.monotonic() - t0}
 
 
-def _tcp_pairs(buf: bytearray) -> int:
-    n, pos = 0, 0
-    while pos < len(buf):
-        (kl,) = _FRAME_HDR.unpack_from(buf, pos)
-        pos += 8 + kl
-        n += 1
-    return n
-
-
-def _tcp_add(buf: bytearray, counts: dict[bytes, int]) -> None:
-    pos, end = 0, len(buf)
+def tcp_add_frames(buf: bytearray | bytes, counts: dict[bytes, int]) -> tuple[int, int]:
+    """Add the whole frames at the start of `buf` into `counts`: (bytes used, frames). A
+    partial frame at the end is left for the next read."""
+    pos, end, n = 0, len(buf), 0
     unpack = _FRAME_HDR.unpack_from
-    while pos < end:
-        if pos + 4 > end:
-            raise ValueError("tcp reducer: a truncated frame")
+    while pos + 4 <= end:
         (kl,) = unpack(buf, pos)
-        k = bytes(buf[pos + 4:pos + 4 + kl])
         if pos + 8 + kl > end:
-            raise ValueError("tcp reducer: a truncated frame")
+            break
+        k = bytes(buf[pos + 4:pos + 4 + kl])
         (v,) = unpack(buf, pos + 4 + kl)
         counts[k] = counts.get(k, 0) + v
         pos += 8 + kl
+        n += 1
+    return pos, n
