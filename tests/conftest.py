@@ -19,6 +19,18 @@ import pytest
 # module even when a test fails: the machine is shared and must keep no namespace of ours.
 
 
+def pid_tag() -> str:
+    """This process's pid in base 36 (at most 5 characters for any pid Linux hands out): a
+    rack name made of a short prefix and this tag is unique among the processes running now
+    and fits a rack name's 10 characters (a pid modulo 1000 collided once in 1,000 runs)."""
+    n, out = os.getpid(), ""
+    while True:
+        n, d = divmod(n, 36)
+        out = "0123456789abcdefghijklmnopqrstuvwxyz"[d] + out
+        if n == 0:
+            return out
+
+
 def rack_free_tcp_port() -> int:
     """A TCP port free on loopback right now (for a switch's P4Runtime or metrics address)."""
     with socket.socket() as s:
@@ -28,7 +40,7 @@ def rack_free_tcp_port() -> int:
 
 @pytest.fixture(scope="module")
 def rack_factory() -> Iterator[Callable[..., object]]:
-    """`make(suffix, hosts, **up_kwargs)` builds rack `t{pid%1000}{suffix}` on free ports;
+    """`make(suffix, hosts, **up_kwargs)` builds rack `t{pid_tag()}{suffix}` on free ports;
     every rack made is taken down (and checked gone) when the module ends."""
     from inswitch.topology import Rack, netns
 
@@ -36,7 +48,7 @@ def rack_factory() -> Iterator[Callable[..., object]]:
     made: list[str] = []
 
     def make(suffix: str, hosts: int, **kw: object) -> object:
-        name = f"t{os.getpid() % 1000}{suffix}"
+        name = f"t{pid_tag()}{suffix}"
         kw.setdefault("p4runtime", f"127.0.0.1:{rack_free_tcp_port()}")
         kw.setdefault("metrics", f"127.0.0.1:{rack_free_tcp_port()}")
         made.append(name)

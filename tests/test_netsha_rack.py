@@ -3,7 +3,7 @@ over ordinary UDP sockets (ToS bit set with IP_TOS) to an agent process, through
 inswitch switch process running `forward,netsha`. The agent's top K per query must equal
 the top K of everything the servers sent, and the switch must have reduced.
 
-Needs root (namespaces). Racks are named `netsha<pid>` (prefix: $NETSHA_RACK_PREFIX) and always taken down.
+Needs root (namespaces). Racks are named `nsha<pid in base 36>` (prefix: $NETSHA_RACK_PREFIX) and always taken down.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import pid_tag
 
 ROOT = os.geteuid() == 0
 pytestmark = pytest.mark.skipif(not ROOT, reason="needs root: network namespaces")
@@ -76,7 +77,7 @@ def rack():
     from inswitch.topology import Rack, netns
 
     # Namespace names: a prefix of the caller's choosing (parallel runs on a shared machine).
-    name = f"{os.environ.get('NETSHA_RACK_PREFIX', 'netsha')}{os.getpid() % 1000}"
+    name = f"{os.environ.get('NETSHA_RACK_PREFIX', 'nsha')}{pid_tag()}"
     r = Rack()
     # Table 1's defaults (100 registers, 12 slots, p = 8, K = 50), 10 ms timers.
     programs = "forward,netsha"
@@ -157,8 +158,8 @@ def test_search_rack_equals_the_search_without_a_switch() -> None:
 
     ds = random_dataset(1500, 20, seed=8)
     cfg = SearchConfig(servers=3, k=10, concurrency=10)
-    prefix = os.environ.get("NETSHA_RACK_PREFIX", "netsha")
-    r = run_rack_search(ds, cfg, f"{prefix}s{os.getpid() % 1000}")
+    prefix = os.environ.get("NETSHA_RACK_PREFIX", "nsha")
+    r = run_rack_search(ds, cfg, f"{prefix}s{pid_tag()}")
     ref = run_search(ds, cfg, ["tlsh"], keep_topk=True)["modes"]["tlsh"]
     m = r["modes"]["netsha-rack"]
     for q, (a, b) in enumerate(zip(m["topk_distances"], ref["topk_distances"])):
