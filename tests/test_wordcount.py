@@ -283,6 +283,14 @@ def test_bad_input_is_a_clear_error(tmp_path: Path) -> None:
             run(spec, ["tcp"])
 
 
+def test_a_reducer_out_of_time_is_an_error_not_a_partial_result() -> None:
+    """A udp reducer whose tree is not complete at --timeout returns what it had; the job
+    says the reducer timed out (as for a tcp worker) instead of checking a partial count.
+    10 ms is over before any mapper process has started."""
+    with pytest.raises(JobError, match=r"udp: reducers \[0, 1\] did not complete"):
+        run(JobSpec(zipf=1.0, words=2000, vocab=100, mappers=2, reducers=2, where="loopback", timeout_s=0.01), ["udp"])
+
+
 def test_switchagg_without_its_library_fails_clearly() -> None:
     why = job_mod.switch_program_available("switchagg")
     if why is None:

@@ -17,6 +17,7 @@ import textwrap
 import time
 from typing import Any
 
+from inswitch.procs import first_line
 from inswitch.topology import Rack, netns
 
 ETHERTYPE = 0x88B6
@@ -126,7 +127,7 @@ def run_on_rack(name: str = "inaas1", seconds: float = 20.0) -> dict[str, Any]:
         )
         procs.append(gk_proc)
         assert gk_proc.stdout is not None
-        if gk_proc.stdout.readline().strip() != "READY":
+        if first_line(gk_proc) != "READY":
             raise RuntimeError("goalkeeper did not start: " + (gk_proc.stderr.read() if gk_proc.stderr else ""))
         keys = [100 + j for j in range(20)]
         plan_a = [[WRITE, 5, keys, [1000 + j for j in range(20)]], [READ, 5, keys, [0] * 20]]

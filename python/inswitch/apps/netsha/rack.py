@@ -18,6 +18,8 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from inswitch import procs
+
 from .controller import configure_p4rt, table_size
 from .datasets import Dataset, exact_knn
 from .search import SearchConfig, build_cluster, recall_f1, top_k_per_query
@@ -65,7 +67,7 @@ def run_rack_search(ds: Dataset, cfg: SearchConfig, name: str = "netsha", progre
                 servers.append(subprocess.Popen(netns.in_netns(h.netns, cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
             for p in servers:
                 assert p.stdout is not None
-                line = p.stdout.readline().strip()
+                line = procs.first_line(p)
                 if line != "READY":
                     raise RuntimeError(f"a server did not start: {line!r} {p.stderr.read() if p.stderr else ''}")
             qkeys = cluster.fam.keys(cluster.fam.project(ds.queries))

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
+from inswitch import procs
 from inswitch.apps.wordcount import transport, words
 from inswitch.apps.wordcount.worker import load_result
 
@@ -312,6 +313,19 @@ def _spawn(env: Env, place: Place, spec_doc: dict[str, Any], workdir: Path, name
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def _check_completed(mode: str, mstats: list[dict[str, Any]], rstats: list[dict[str, Any]], timeout_s: float) -> None:
+    """A udp/switch reducer that ran out of time returns the part of its tree it had
+    (`completed` false): say so, as a tcp worker's timeout does, instead of checking a partial
+    result. (A mapper without its DONE while every reducer completed lost only the reducer's
+    last word: the result is whole and is checked as usual.)"""
+    late_r = [j for j, r in enumerate(rstats) if r.get("completed") is False]
+    if late_r:
+        late_m = [i for i, m in enumerate(mstats) if m.get("completed") is False]
+        raise JobError(f"{mode}: reducers {late_r} did not complete their trees within --timeout {timeout_s:g} s"
+                       + (f" (mappers {late_m} still unacknowledged)" if late_m else "")
+                       + "; frames were lost for that long (the switch's counters and the hosts' neighbour tables tell where)")
+
+
 def _last_json(out: str, err: str, what: str) -> dict[str, Any]:
     for line in reversed(out.strip().splitlines()):
         if line.startswith("{"):
@@ -399,10 +413,10 @@ def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir:
                                                           "iface": env.reducers[j].iface}, workdir, f"{mode}-r{j}"))
         for j, p in enumerate(reducers):
             assert p.stdout is not None
-            line = p.stdout.readline()  # bounded: the worker prints READY or exits at once
-            if line.strip() != "READY":
+            line = procs.first_line(p)  # bounded: the worker prints READY or exits at once
+            if line != "READY":
                 out, err = p.communicate(timeout=10)
-                raise JobError(f"reducer {j} did not start: {line.strip() or err.strip()[-300:]}")
+                raise JobError(f"reducer {j} did not start: {line or err.strip()[-300:]}")
         progress(f"{mode}: {M} mappers running")
         t0 = time.monotonic()
         inputs = mapper_inputs(spec)
@@ -434,6 +448,7 @@ def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir:
         job_s = time.monotonic() - t0
     finally:
         _kill(mappers + reducers)
+    _check_completed(mode, mstats, rstats, spec.timeout_s)
     sw = _delta(sw0, switch_counters(env))
     progress(f"{mode}: checking the reducers' counts against the reference")
     got: dict[bytes, int] = {}
