@@ -20,15 +20,12 @@ import pytest
 
 
 def pid_tag() -> str:
-    """This process's pid in base 36 (at most 5 characters for any pid Linux hands out): a
-    rack name made of a short prefix and this tag is unique among the processes running now
-    and fits a rack name's 10 characters (a pid modulo 1000 collided once in 1,000 runs)."""
-    n, out = os.getpid(), ""
-    while True:
-        n, d = divmod(n, 36)
-        out = "0123456789abcdefghijklmnopqrstuvwxyz"[d] + out
-        if n == 0:
-            return out
+    """This process's pid in base 36 (`inswitch.topology.state.process_tag`): a rack name of
+    a short prefix and this tag is unique among the processes running now and fits a rack
+    name's 10 characters (a pid modulo 1000 collided once in 1,000 runs)."""
+    from inswitch.topology.state import process_tag
+
+    return process_tag()
 
 
 def rack_free_tcp_port() -> int:

@@ -98,6 +98,21 @@ def test_zipf_streams_are_seeded_and_skewed() -> None:
     assert sum(ref.values()) == 10_001 and len(set(words.vocabulary(300, 2))) == 300
 
 
+def test_a_jobs_rack_is_its_own() -> None:
+    """The default rack name carries the runner's pid (base 36): the leftover clean-up before
+    a run can only remove a crashed run's rack of this pid, never another job's."""
+    from inswitch.topology.state import MAX_NAME_LEN, check_name, process_tag
+
+    assert process_tag(0) == "0" and process_tag(35) == "z" and process_tag(36) == "10"
+    assert process_tag(4_194_304) == "2hwcg" and len(process_tag(4_194_304)) == 5  # pid_max of 64-bit Linux
+    assert process_tag() == process_tag(os.getpid())
+    for prefix in ("wc", "wcx", "wcd", "demo"):
+        name = f"{prefix}{process_tag(4_194_303)}"
+        assert len(name) <= MAX_NAME_LEN
+        check_name(name)
+    assert JobSpec().rack == ""
+
+
 def test_zipf_stream_in_chunks_is_the_same_stream(monkeypatch: pytest.MonkeyPatch) -> None:
     """The synthetic stream is drawn a chunk at a time (memory for one chunk, not for the
     whole input): the chunks concatenate to the stream drawn at once, for every cut."""

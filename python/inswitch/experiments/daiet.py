@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from inswitch.experiments import Experiment, PaperNumber
+from inswitch.topology.state import process_tag
 
 
 def _config(quick: bool) -> dict[str, Any]:
@@ -54,7 +55,7 @@ def run(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
 
     cfg = _config(quick)
     spec = JobSpec(zipf=0.0, words=cfg["words"], vocab=cfg["vocab"], seed=3, mappers=cfg["mappers"],
-                   reducers=cfg["reducers"], program="daiet", rack="wordcountx", where="netns", timeout_s=300)
+                   reducers=cfg["reducers"], program="daiet", rack=f"wcx{process_tag()}", where="netns", timeout_s=300)
     try:
         doc = run_job(spec, ["tcp", "udp", "switch"], progress)
     except JobError as e:

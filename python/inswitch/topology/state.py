@@ -29,6 +29,19 @@ MAX_NAME_LEN = 15 - len("-s250")
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
+def process_tag(pid: int | None = None) -> str:
+    """A process id (this process's by default) in base 36: at most 5 characters for any
+    pid Linux hands out. A rack named with a short prefix and this tag belongs to one running
+    process, so a program that clears a leftover rack of its own name before building one
+    cannot tear down another run's rack."""
+    n, out = os.getpid() if pid is None else pid, ""
+    while True:
+        n, d = divmod(n, 36)
+        out = "0123456789abcdefghijklmnopqrstuvwxyz"[d] + out
+        if n == 0:
+            return out
+
+
 def run_root() -> Path:
     """Where rack state directories live: /run/inswitch for root, a per-user runtime directory
     otherwise (a UDP-mode rack needs no privileges, so it must not need /run either).

@@ -14,6 +14,7 @@ from rich.console import Console
 from inswitch.apps.wordcount.cli import summary_lines, table
 from inswitch.apps.wordcount.job import JobError, JobSpec, run
 from inswitch.apps.wordcount.progress import job_progress
+from inswitch.topology.state import process_tag
 
 #: Real text that Debian-like machines ship, in order of preference (licences and manuals).
 CANDIDATES = ["/usr/share/common-licenses/*", "/usr/share/vim/vim*/doc/options.txt", "/usr/share/vim/vim*/doc/version7.txt"]
@@ -75,10 +76,10 @@ def main(out_dir: Path, console: Console) -> int:
     if files:
         size = sum(os.path.getsize(p) for p in files)
         console.print(f"WordCount input: {len(files)} real text files, {size / 1e3:,.0f} KB ({', '.join(files[:3])}{' …' if len(files) > 3 else ''})")
-        spec = JobSpec(inputs=files, mappers=4, reducers=2, rack="wordcountd", timeout_s=120)
+        spec = JobSpec(inputs=files, mappers=4, reducers=2, rack=f"wcd{process_tag()}", timeout_s=120)
     else:
         console.print("[yellow]no real text of a few hundred KB found under /usr/share: using a generated Zipf(1.0) text instead[/yellow]")
-        spec = JobSpec(zipf=1.0, words=300_000, vocab=30_000, mappers=4, reducers=2, rack="wordcountd", timeout_s=120)
+        spec = JobSpec(zipf=1.0, words=300_000, vocab=30_000, mappers=4, reducers=2, rack=f"wcd{process_tag()}", timeout_s=120)
     try:
         with job_progress(console) as bar:
             doc = run(spec, ["tcp", "udp", "switch"], *bar)

@@ -68,7 +68,9 @@ class JobSpec:
     loss: float = 0.0
     combiner: bool = True
     timeout_s: float = 60.0
-    rack: str = "wordcount"
+    #: The rack's name; "" (the default) is `wc<pid in base 36>`, this process's own, so two
+    #: jobs at once never share (or tear down) each other's rack.
+    rack: str = ""
     #: "auto" (a netns rack when root, else loopback), "netns" or "loopback".
     where: str = "auto"
     #: Run switch mode with the aggregation program absent from the switch (forwarding only,
@@ -230,22 +232,24 @@ def open_env(spec: JobSpec, switch: bool, progress: Progress) -> tuple[Env, Call
         env.notes.append("mappers and reducers ran on loopback without a switch (no root, or --where loopback): tcp and udp modes only")
         return env, lambda: None
     from inswitch.topology.rack import Rack
+    from inswitch.topology.state import process_tag
 
     rack = Rack()
-    rack.down(spec.rack)  # a leftover from an interrupted run
+    name = spec.rack or f"wc{process_tag()}"
+    rack.down(name)  # a leftover of a crashed run of the same name
     programs = f"forward,{spec.program}" if switch and not spec.absent_program else "forward"
     fault = f"loss={spec.loss},seed={spec.seed}" if spec.loss else None
     progress(f"building a rack of {M + R} hosts around the switch ({programs}{', loss ' + str(spec.loss) if fault else ''})")
     try:
-        st = rack.up(M + R, name=spec.rack, programs=programs, p4runtime="127.0.0.1:0", metrics="127.0.0.1:0", fault=fault)
+        st = rack.up(M + R, name=name, programs=programs, p4runtime="127.0.0.1:0", metrics="127.0.0.1:0", fault=fault)
     except BaseException:
-        rack.down(spec.rack)
+        rack.down(name)
         raise
     places = [Place(h.ip, h.netns, h.ifname) for h in st.hosts]
     env = Env("netns", places[:M], places[M:], p4runtime=st.switch.p4runtime, rack_state=st,
               reduce_port=REDUCE_PORTS.get(spec.program, REDUCE_PORT))
     def teardown() -> None:
-        rack.down(spec.rack)
+        rack.down(name)
 
     return env, teardown
 
