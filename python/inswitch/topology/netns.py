@@ -93,6 +93,52 @@ def write_sysctl_root(key: str, value: str) -> None:
         raise RackError(f"could not set {key}={value} ({path}): {e}") from e
 
 
+#: The kernel keeps ONE neighbour (ARP) table for every network namespace on the machine, and
+#: only the root namespace's `gc_thresh*` sysctls bound it (they do not exist inside a
+#: namespace). With the defaults (512 soft, 1024 hard) a rack of 64 hosts where 32 talk to
+#: 32 others needs 2 x 32 x 32 = 2048 entries: the kernel refuses new ones ("neighbor table
+#: overflow!", `table_fulls` in `ip -s ntable`), ARP never resolves, and TCP's SYNs and
+#: every UDP datagram to that peer are dropped before they reach the wire.
+NEIGH_GC_THRESH = "net.ipv4.neigh.default.gc_thresh{}"
+#: Room left for everything else on the machine (the kernel's own default hard limit).
+NEIGH_HEADROOM = 1024
+
+
+def read_sysctl_root(key: str) -> int | None:
+    """An integer sysctl of the root namespace, or None where it does not exist."""
+    try:
+        return int((Path("/proc/sys") / key.replace(".", "/")).read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def neigh_entries_needed(spaces: list[str]) -> int:
+    """ARP entries the racks among `spaces` (namespaces named `{rack}-h{i}`) may hold at
+    once: each host may resolve every other host of its rack."""
+    per_rack: dict[str, int] = {}
+    for ns in spaces:
+        rack, sep, host = ns.rpartition("-h")
+        if sep and rack and host.isdigit():
+            per_rack[rack] = per_rack.get(rack, 0) + 1
+    return sum(n * (n - 1) for n in per_rack.values())
+
+
+def ensure_neigh_capacity(entries: int) -> dict[str, int]:
+    """Raise the shared neighbour table's limits so `entries` fit with [`NEIGH_HEADROOM`] to
+    spare: the soft limit (gc_thresh2, above which the kernel evicts entries not confirmed in
+    the last 5 s) to `entries + HEADROOM/2`, the hard one (gc_thresh3) to `entries + HEADROOM`.
+    Never lowers them (another rack, or the machine's owner, may rely on larger ones); returns
+    the sysctls it changed with their new values."""
+    changed: dict[str, int] = {}
+    for i, want in ((2, entries + NEIGH_HEADROOM // 2), (3, entries + NEIGH_HEADROOM)):
+        key = NEIGH_GC_THRESH.format(i)
+        cur = read_sysctl_root(key)
+        if cur is not None and cur < want:
+            write_sysctl_root(key, str(want))
+            changed[key] = want
+    return changed
+
+
 def sysctl_netns(netns: str, settings: dict[str, str]) -> None:
     """Set sysctls inside `netns` (network sysctls are per namespace, so this must run there)."""
     args = [f"{k}={v}" for k, v in settings.items()]

@@ -141,8 +141,11 @@ class Rack:
                metrics: str, subnet: str, pcap: str | None, fault: str | None = None) -> RackState:
         sdir = state_dir(name)
         sdir.mkdir(parents=True, mode=0o755)
+        neigh: dict[str, int] = {}
         if mode == "netns":
             self._make_hosts(name, hosts)
+            # Every rack on the machine (this one included) shares the kernel's ARP table.
+            neigh = netns.ensure_neigh_capacity(netns.neigh_entries_needed(netns.netns_list()))
             ports = "veth:" + ",".join(h.switch_if or "" for h in hosts)
         else:
             base = int(tunnel.split_addr(hosts[0].tunnel or "")[1])
@@ -155,6 +158,8 @@ class Rack:
                        switch=SwitchInfo(pid=None, argv=argv, ports=ports, p4runtime=p4runtime,
                                          metrics=metrics, log=str(log), ready_file=str(ready_file), pcap=pcap),
                        state_dir=str(sdir), created=time.time(), extra={"ready": False})
+        if neigh:
+            st.extra["neigh_table_raised"] = neigh
         st.switch.pid = switchproc.launch(argv, log, sdir)
         st.save()  # from here on, `down` in another terminal finds the switch by pid
         ready = switchproc.wait_ready(st.switch.pid, ready_file, log, self.ready_timeout)

@@ -489,6 +489,11 @@ def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir:
         "per_mapper": mstats,
         **info,
     }
+    if mode == "tcp" and rstats and all(r.get("segments") is not None for r in rstats):
+        # TCP segments the reducers' sockets received (TCP_INFO): the shuffle's own packets.
+        # `reducer_packets` (the NIC's count) also holds every ARP request flooded to the
+        # reducer, which in a wide rack is most of it (M x R requests reach each reducer).
+        res["reducer_segments"] = sum(int(r["segments"]) for r in rstats)
     if all("wire_packets" in r for r in rstats):
         res["reducer_wire_packets"] = sum(r["wire_packets"] for r in rstats)
         res["reducer_wire_bytes"] = sum(r["wire_bytes"] for r in rstats)
