@@ -105,7 +105,7 @@ impl ProgramState {
             mems: decl.memories.iter().map(|m| vec![0u8; m.bytes() as usize].into_boxed_slice()).collect(),
             ro: ProgramRo {
                 items: decl.items_per_pass.max(1),
-                tables: decl.tables.iter().map(TableState::new).collect(),
+                tables: decl.tables.iter().map(|t| TableState::new(t).with_decoders(&decl.action_decoders)).collect(),
                 digest_enabled: vec![false; decl.digests.len()],
                 depth: decl.parser.depth_bytes as usize,
                 program,
