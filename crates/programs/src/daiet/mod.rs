@@ -320,10 +320,13 @@ impl Daiet {
         let mut words = [[0u32; 4]; SLICES]; // a key's words as the registers compare them
         let mut vals = [0u32; SLICES];
         let mut present = 0u32; // lanes with a pair
-                                // This pass's pairs as one slice (one bounds check), then 20 bytes each.
+                                // This pass's pairs as one slice (one bounds check), then 20-byte arrays (no check
+                                // per byte read).
         let n = SLICES.min(np.saturating_sub(first));
         let group = h.get(pair_at(first)..pair_at(first + n)).unwrap_or_default();
-        for (s, pair) in group.chunks_exact(PAIR_LEN).enumerate() {
+        let (group, _) = group.as_chunks::<PAIR_LEN>();
+        for s in 0..group.len().min(SLICES) {
+            let pair = &group[s];
             if pair[0] == 0 {
                 continue; // a hole
             }
