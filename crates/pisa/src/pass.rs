@@ -202,14 +202,14 @@ impl Guard {
 
     #[inline(always)]
     fn enter(&mut self, o: ObjRef) -> bool {
-        if o.pos > self.pos {
-            if o.pos < self.end {
-                self.pos = o.pos;
-                self.touched = o.bit;
+        if o.pos == self.pos {
+            if self.touched & o.bit == 0 {
+                self.touched |= o.bit;
                 return true;
             }
-        } else if o.pos == self.pos && self.touched & o.bit == 0 {
-            self.touched |= o.bit;
+        } else if o.pos > self.pos && o.pos < self.end {
+            self.pos = o.pos;
+            self.touched = o.bit;
             return true;
         }
         if self.violation.is_none() {
