@@ -314,6 +314,19 @@ pub struct ProgramDecl {
     /// `no_route` drop blamed on this program. See [`ProgramBuilder::owns_recirculated_passes`].
     #[serde(default)]
     pub owns_recirculated_passes: bool,
+    /// Per-entry values computed once from an action's parameters when the control plane
+    /// writes an entry (see [`ProgramBuilder::decode_action`]). Not part of the program's
+    /// description (a function of the model, not of the switch): not serialized.
+    #[serde(skip)]
+    pub action_decoders: Vec<ActionDecoder>,
+}
+
+/// What a table entry of `action` carries beside its parameters: `decode(params)`,
+/// computed when the entry is written (see [`ProgramBuilder::decode_action`]).
+#[derive(Clone, Copy, Debug)]
+pub struct ActionDecoder {
+    pub action: ActionId,
+    pub decode: fn(&[u64; MAX_ACTION_PARAMS]) -> u32,
 }
 
 impl ProgramDecl {
@@ -454,6 +467,7 @@ impl ProgramBuilder {
                 memories: Vec::new(),
                 items_per_pass: 0,
                 owns_recirculated_passes: false,
+                action_decoders: Vec::new(),
             },
             next_obj: 0,
             stage_objs: vec![0; 512],
@@ -615,6 +629,24 @@ impl ProgramBuilder {
             params: params.iter().map(|(n, b)| ParamDecl { name: n.to_string(), bits: *b }).collect(),
         });
         ActionId(self.decl.actions.len() as u16 - 1)
+    }
+
+    /// Give `action` a decoder: every table entry (and default) of `action` then carries
+    /// `decode(params)`, computed when the control plane writes the entry and replaced with
+    /// it on every write, and a lookup returns it as [`crate::TableResult::decoded`] (0 for
+    /// actions without a decoder). For a program that would otherwise decode or check the
+    /// same parameters on every pass: the switch still applies the table on every pass, so
+    /// an entry modified or deleted in flight is seen by the very next pass; only the
+    /// model's arithmetic on the parameters moves to the control plane's write.
+    pub fn decode_action(&mut self, action: ActionId, decode: fn(&[u64; MAX_ACTION_PARAMS]) -> u32) -> &mut Self {
+        if action.0 as usize >= self.decl.actions.len() {
+            self.errors.push(DeclError::Invalid(format!("decoder for action {} that is not declared", action.0)));
+        } else if self.decl.action_decoders.iter().any(|d| d.action == action) {
+            self.errors.push(DeclError::Invalid(format!("action `{}` has two decoders", self.decl.actions[action.0 as usize].name)));
+        } else {
+            self.decl.action_decoders.push(ActionDecoder { action, decode });
+        }
+        self
     }
 
     /// A match-action table.

@@ -105,7 +105,7 @@ impl ProgramState {
             mems: decl.memories.iter().map(|m| vec![0u8; m.bytes() as usize].into_boxed_slice()).collect(),
             ro: ProgramRo {
                 items: decl.items_per_pass.max(1),
-                tables: decl.tables.iter().map(TableState::new).collect(),
+                tables: decl.tables.iter().map(|t| TableState::new(t).with_decoders(&decl.action_decoders)).collect(),
                 digest_enabled: vec![false; decl.digests.len()],
                 depth: decl.parser.depth_bytes as usize,
                 program,
@@ -224,14 +224,16 @@ impl Guard {
     /// records the violation where separate entries would).
     #[inline(always)]
     fn try_enter_all(&mut self, pos: u16, bits: u64) -> bool {
-        if pos == self.pos {
-            if self.touched & bits == 0 {
-                self.touched |= bits;
+        // A later stage first: lanes usually move on to the next stage (the same tests as
+        // `enter`, in the other order).
+        if pos > self.pos {
+            if pos < self.end {
+                self.pos = pos;
+                self.touched = bits;
                 return true;
             }
-        } else if pos > self.pos && pos < self.end {
-            self.pos = pos;
-            self.touched = bits;
+        } else if pos == self.pos && self.touched & bits == 0 {
+            self.touched |= bits;
             return true;
         }
         false
@@ -905,6 +907,56 @@ mod tests {
             p.hash_lanes(&r.hashes, 0b0011, data);
         });
         assert_eq!(v, Some(Violation::DoubleAccess));
+    }
+
+    /// `enter` and `try_enter_all` against the rule written out (an object is reachable if
+    /// it is of the pass's gress and at a later stage than the cursor, or at the cursor's
+    /// stage and not reached yet), from every cursor (fresh, at each stage, violated) with
+    /// every touched set, for objects and groups of every stage of both gresses.
+    #[test]
+    fn guard_entries_follow_the_rule() {
+        for gress in [Gress::Ingress, Gress::Egress] {
+            for cursor in [None, Some(0u8), Some(1), Some(5), Some(255)] {
+                for touched in [0u64, 0b01, 0b10, 0b11] {
+                    for violated in [false, true] {
+                        let mut g = Guard::new(gress);
+                        if let Some(c) = cursor {
+                            g.pos = crate::decl::pos(c, gress);
+                            g.touched = touched;
+                        }
+                        if violated {
+                            g.fail(Violation::StageOrder);
+                        }
+                        for og in [Gress::Ingress, Gress::Egress] {
+                            for stage in [0u8, 1, 2, 5, 6, 255] {
+                                for bits in [0b01u64, 0b10, 0b11] {
+                                    let pos = crate::decl::pos(stage, og);
+                                    let allowed = !violated && og == gress && (pos > g.pos || pos == g.pos && g.touched & bits == 0);
+                                    let (mut a, mut b) = (g, g);
+                                    assert_eq!(a.try_enter_all(pos, bits), allowed, "{gress:?} {cursor:?} {touched} {og:?} {stage} {bits}");
+                                    if allowed {
+                                        let want = if pos == g.pos { g.touched | bits } else { bits };
+                                        assert_eq!((a.pos, a.touched), (pos, want));
+                                    } else {
+                                        assert_eq!((a.pos, a.touched, a.violation), (g.pos, g.touched, g.violation), "nothing changes");
+                                    }
+                                    if bits.count_ones() == 1 {
+                                        let o = ObjRef { bit: bits, pos };
+                                        assert_eq!(b.enter(o), allowed);
+                                        if allowed {
+                                            assert_eq!((b.pos, b.touched, b.violation), (a.pos, a.touched, None));
+                                        } else {
+                                            assert!(b.violation.is_some(), "a refused entry is a violation");
+                                            assert_eq!(b.pos, VIOLATED);
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]

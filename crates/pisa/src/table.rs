@@ -11,7 +11,7 @@ use rustc_hash::FxBuildHasher;
 use serde::{Deserialize, Serialize};
 
 use crate::control::ControlError;
-use crate::decl::{ActionDecl, ActionId, TableDecl, MAX_ACTION_PARAMS};
+use crate::decl::{ActionDecl, ActionDecoder, ActionId, TableDecl, MAX_ACTION_PARAMS};
 
 /// How a key field matches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -32,6 +32,9 @@ pub struct TableResult<'a> {
     pub hit: bool,
     pub action: ActionId,
     pub params: &'a [u64; MAX_ACTION_PARAMS],
+    /// The action's decoder applied to `params` when the entry (or default) was written
+    /// (see [`crate::ProgramBuilder::decode_action`]); 0 if the action has none.
+    pub decoded: u32,
 }
 
 impl TableResult<'_> {
@@ -40,7 +43,8 @@ impl TableResult<'_> {
     pub fn param(&self, i: usize) -> u64 {
         self.params.get(i).copied().unwrap_or(0)
     }
-    pub(crate) const NONE: TableResult<'static> = TableResult { hit: false, action: ActionId(u16::MAX), params: &[0; MAX_ACTION_PARAMS] };
+    pub(crate) const NONE: TableResult<'static> =
+        TableResult { hit: false, action: ActionId(u16::MAX), params: &[0; MAX_ACTION_PARAMS], decoded: 0 };
 }
 
 /// One field of a control-plane match, as P4Runtime sends it (0-based field index; values
@@ -70,13 +74,16 @@ pub struct Entry {
 #[derive(Clone, Copy)]
 struct Act {
     action: ActionId,
+    /// The action's decoder applied to `params` (0 without one); in what was padding after
+    /// `action`, so a slot stays one cache line.
+    decoded: u32,
     params: [u64; MAX_ACTION_PARAMS],
 }
 
 impl Act {
     #[inline(always)]
     fn result(&self, hit: bool) -> TableResult<'_> {
-        TableResult { hit, action: self.action, params: &self.params }
+        TableResult { hit, action: self.action, params: &self.params, decoded: self.decoded }
     }
 }
 
@@ -91,7 +98,7 @@ struct Slot {
     act: Act,
 }
 
-const EMPTY_SLOT: Slot = Slot { key: 0, act: Act { action: NO_ACTION, params: [0; MAX_ACTION_PARAMS] } };
+const EMPTY_SLOT: Slot = Slot { key: 0, act: Act { action: NO_ACTION, decoded: 0, params: [0; MAX_ACTION_PARAMS] } };
 
 /// Exact match on keys of at most 8 bytes (MAC addresses, ports, ids): the common lookup
 /// on the packet path, so it gets its own map instead of a general hash map. Open
@@ -234,6 +241,9 @@ pub struct TableState {
     initial_default: Act,
     const_default: bool,
     needs_priority: bool,
+    /// Decoders of the program's actions ([`TableState::with_decoders`]). (A boxed slice,
+    /// not a `Vec`: the state stays 256 bytes, so a pass finds a table with one shift.)
+    decoders: Box<[ActionDecoder]>,
 }
 
 fn be_u64(b: &[u8]) -> u64 {
@@ -275,7 +285,7 @@ impl TableState {
         for (i, p) in decl.default_params.iter().enumerate().take(MAX_ACTION_PARAMS) {
             params[i] = *p;
         }
-        let default = Act { action: ActionId(decl.default_action), params };
+        let default = Act { action: ActionId(decl.default_action), decoded: 0, params };
         TableState {
             name: decl.name.clone(),
             size: decl.size,
@@ -287,7 +297,17 @@ impl TableState {
             initial_default: default,
             const_default: decl.const_default,
             needs_priority: decl.needs_priority(),
+            decoders: Box::new([]),
         }
+    }
+
+    /// The table with the program's action decoders: from now on every entry and default
+    /// written carries its action's decoded value (the default action is decoded now).
+    pub fn with_decoders(mut self, decoders: &[ActionDecoder]) -> TableState {
+        self.decoders = decoders.into();
+        self.initial_default = self.act(self.initial_default.action, &self.initial_default.params);
+        self.default = self.act(self.default.action, &self.default.params);
+        self
     }
 
     pub fn len(&self) -> usize {
@@ -431,12 +451,16 @@ impl TableState {
         Ok(())
     }
 
-    fn act(action: ActionId, params: &[u64]) -> Act {
+    /// An entry's action data as stored: the parameters, and their decoded value if the
+    /// action has a decoder (computed here, on every write: an entry never keeps a value
+    /// decoded from parameters it no longer has).
+    fn act(&self, action: ActionId, params: &[u64]) -> Act {
         let mut p = [0u64; MAX_ACTION_PARAMS];
         for (i, v) in params.iter().enumerate().take(MAX_ACTION_PARAMS) {
             p[i] = *v;
         }
-        Act { action, params: p }
+        let decoded = self.decoders.iter().find(|d| d.action == action).map_or(0, |d| (d.decode)(&p));
+        Act { action, decoded, params: p }
     }
 
     /// Insert (`modify == false`) or modify an entry.
@@ -453,7 +477,7 @@ impl TableState {
         if action == NO_ACTION {
             return Err(ControlError::InvalidArgument(format!("table {}: action id {} is reserved", self.name, action.0)));
         }
-        let act = Self::act(action, params);
+        let act = self.act(action, params);
         let name = &self.name;
         let full = self.len as u32 >= self.size;
         let exists_err = || ControlError::AlreadyExists(format!("table {name}: entry exists"));
@@ -575,7 +599,7 @@ impl TableState {
         if self.const_default {
             return Err(ControlError::PermissionDenied(format!("table {}: the default action is constant", self.name)));
         }
-        self.default = Self::act(action, params);
+        self.default = self.act(action, params);
         Ok(())
     }
 
@@ -722,7 +746,7 @@ mod tests {
     use super::*;
 
     fn act(v: u64) -> Act {
-        Act { action: ActionId(1), params: [v, 0, 0, 0, 0, 0] }
+        Act { action: ActionId(1), decoded: v as u32, params: [v, 0, 0, 0, 0, 0] }
     }
 
     /// The narrow map against std's HashMap, through growth and many deletions in dense

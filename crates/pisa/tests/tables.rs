@@ -1,7 +1,8 @@
 //! Table lookups against a brute-force reference, over random sequences of control-plane
-//! writes: exact (narrow and wide keys), LPM and ternary.
+//! writes: exact (narrow and wide keys), LPM and ternary; with each entry's decoded value
+//! (`ProgramBuilder::decode_action`) following its parameters through every write.
 
-use pisa::decl::{ActionDecl, KeyDecl, ParamDecl, TableDecl};
+use pisa::decl::{ActionDecl, ActionDecoder, KeyDecl, ParamDecl, TableDecl, MAX_ACTION_PARAMS};
 use pisa::table::{FieldMatch, TableState};
 use pisa::{ActionId, Gress, MatchKind};
 use proptest::prelude::*;
@@ -26,9 +27,19 @@ fn action() -> ActionDecl {
     ActionDecl { name: "a".into(), doc: String::new(), params: vec![ParamDecl { name: "v".into(), bits: 32 }] }
 }
 
+/// A decoder with a different value for every parameter (and never 0).
+fn decode(p: &[u64; MAX_ACTION_PARAMS]) -> u32 {
+    (p[0] as u32).rotate_left(7) ^ 0x5A5A_0001 | 1
+}
+
+fn params(v: u64) -> [u64; MAX_ACTION_PARAMS] {
+    [v, 0, 0, 0, 0, 0]
+}
+
 #[derive(Clone, Debug)]
 enum Op {
     Insert(Vec<u8>, Vec<u8>, i32, u64),
+    Modify(Vec<u8>, Vec<u8>, i32, u64),
     Delete(Vec<u8>, Vec<u8>, i32),
     Lookup(Vec<u8>),
 }
@@ -70,7 +81,8 @@ fn run(kind: &str, ops: Vec<Op>) {
         _ => (decl(&[(16, MatchKind::Ternary), (8, MatchKind::Exact)], 64), 3, false),
     };
     let needs_prio = d.needs_priority();
-    let mut t = TableState::new(&d);
+    // Action 0 (every entry's) has a decoder; the default action 1 has none.
+    let mut t = TableState::new(&d).with_decoders(&[ActionDecoder { action: ActionId(0), decode }]);
     let mut r = Reference { entries: Vec::new(), size: 64, lpm };
     for op in ops {
         match op {
@@ -86,6 +98,18 @@ fn run(kind: &str, ops: Vec<Op>) {
                 } else {
                     res.expect("insert");
                     r.entries.push((v, m, p, val));
+                }
+            }
+            Op::Modify(v, m, p, val) => {
+                let p = if needs_prio { p } else { 0 };
+                let (v, m) = normalize(kind, v, m, key_len);
+                let res = t.write(v.clone().into(), m.clone().into(), p, ActionId(0), &[val], true);
+                match r.find(&v, &m, p) {
+                    Some(i) => {
+                        res.expect("modify");
+                        r.entries[i].3 = val;
+                    }
+                    None => assert!(res.is_err(), "modifying a missing entry must fail"),
                 }
             }
             Op::Delete(v, m, p) => {
@@ -108,8 +132,10 @@ fn run(kind: &str, ops: Vec<Op>) {
                 assert_eq!(got.hit, want.is_some(), "hit for key {k:?}");
                 if let Some(w) = want {
                     assert_eq!(got.param(0), w, "action data for key {k:?}");
+                    assert_eq!(got.decoded, decode(&params(w)), "decoded value for key {k:?}");
                 } else {
                     assert_eq!(got.action, ActionId(1), "default action on a miss");
+                    assert_eq!(got.decoded, 0, "no decoder for the default action");
                 }
             }
         }
@@ -150,6 +176,7 @@ fn ops() -> impl Strategy<Value = Vec<Op>> {
     let bytes = || proptest::collection::vec(prop_oneof![Just(0u8), Just(1), Just(0xF0), Just(0xFF), any::<u8>()], 0..11);
     let op = prop_oneof![
         4 => (bytes(), bytes(), 1..4i32, any::<u32>()).prop_map(|(v, m, p, x)| Op::Insert(v, m, p, x as u64)),
+        2 => (bytes(), bytes(), 1..4i32, any::<u32>()).prop_map(|(v, m, p, x)| Op::Modify(v, m, p, x as u64)),
         1 => (bytes(), bytes(), 1..4i32).prop_map(|(v, m, p)| Op::Delete(v, m, p)),
         4 => bytes().prop_map(Op::Lookup),
     ];
@@ -195,4 +222,28 @@ fn normalize_checks_widths_masks_and_prefixes() {
     assert!(t.normalize(&[FieldMatch::Exact { field: 5, value: vec![1] }]).is_err());
     assert!(t.normalize(&[FieldMatch::Lpm { field: 0, value: vec![1], prefix_len: 1 }]).is_err());
     assert!(t.normalize(&[FieldMatch::Exact { field: 0, value: vec![1] }, FieldMatch::Exact { field: 0, value: vec![1] }]).is_err());
+}
+
+/// A default action with a decoder: a miss returns the default's decoded value, rewritten
+/// by `set_default` and restored by `reset_default`; entries of an action without one
+/// carry 0.
+#[test]
+fn decoded_values_of_the_default_action() {
+    let mut d = decl(&[(16, MatchKind::Exact)], 4);
+    d.default_action = 0;
+    d.default_params = vec![7];
+    let mut t = TableState::new(&d).with_decoders(&[ActionDecoder { action: ActionId(0), decode }]);
+    assert_eq!(t.lookup(&[0, 1]).decoded, decode(&params(7)));
+    t.set_default(ActionId(0), &[9]).unwrap();
+    assert_eq!(t.lookup(&[0, 1]).decoded, decode(&params(9)));
+    t.reset_default();
+    assert_eq!(t.lookup(&[0, 1]).decoded, decode(&params(7)));
+    t.write(vec![0, 1].into(), vec![0xFF, 0xFF].into(), 0, ActionId(1), &[], false).unwrap();
+    let r = t.lookup(&[0, 1]);
+    assert_eq!((r.hit, r.action, r.decoded), (true, ActionId(1), 0));
+    t.write(vec![0, 1].into(), vec![0xFF, 0xFF].into(), 0, ActionId(0), &[3], true).unwrap();
+    assert_eq!(t.lookup_u64(1).decoded, decode(&params(3)), "modified to an action with a decoder");
+    // Without decoders (a table state made directly, as tools do): 0 everywhere.
+    let t = TableState::new(&d);
+    assert_eq!(t.lookup(&[0, 1]).decoded, 0);
 }

@@ -13,7 +13,7 @@ use wire::daiet::{flags, MAX_PAIRS, SLICES};
 
 use super::bucket::*;
 use super::layout::*;
-use super::{ack_session, Daiet, TreeConfig, MAX_WAIT_PASSES, WALK_SESSION};
+use super::{ack_session, Daiet, Tree, MAX_WAIT_PASSES, WALK_SESSION};
 
 // During the walk `Bridged::spill` holds the slice whose stack is being drained; then
 // `SLICES`: ask the bucket's counter for its pairs (it answers "wait" while a drain or a
@@ -25,7 +25,7 @@ const W_BUCKET: u16 = 0x8000;
 const W_DONE: u16 = 0x4000;
 
 impl Daiet {
-    pub(super) fn walk_pass(&self, pass: &mut Pass<'_>, t: &TreeConfig, br: &mut Bridged) {
+    pub(super) fn walk_pass(&self, pass: &mut Pass<'_>, t: &Tree<'_>, br: &mut Bridged) {
         if !self.empty_after_copy_left(pass, br) {
             return;
         }
@@ -38,8 +38,8 @@ impl Daiet {
                 return;
             }
             // Done: acknowledge the child's END, END to the parent, the tree is reset.
-            pass.execute(&self.complete, t.sender_base + br.child() as u32, ());
-            pass.execute(&self.ends_reset, t.tree_idx as u32, ());
+            pass.execute(&self.complete, t.sender_base() + br.child() as u32, ());
+            pass.execute(&self.ends_reset, t.tree_idx() as u32, ());
             self.send_on(pass, t, flags::END);
             pass.clone_ingress(ack_session(br.port()));
             return;
@@ -70,9 +70,9 @@ impl Daiet {
         // Stages 7-8: pop the next used cell of the slice being drained.
         let s = br.spill() as usize;
         let sl = &self.slices[s];
-        let top = pass.execute(&sl.pop, t.tree_idx as u32, ());
+        let top = pass.execute(&sl.pop, t.tree_idx() as u32, ());
         if top > 0 {
-            let cell = pass.execute(&sl.stack_read, t.part_base + (top - 1) % t.part_size, ());
+            let cell = pass.execute(&sl.stack_read, t.part_base() + (top - 1) % t.part_size(), ());
             br.set_pending(((s as u32) << 24) | (cell + 1));
         } else {
             br.set_spill(br.spill() + 1);
@@ -94,19 +94,19 @@ impl Daiet {
     /// children count, the switch's numbering and the bucket's counter (cells and index
     /// stacks are empty: the walk took them), and drop the END, counted. Without the
     /// switch's END the reducer's stream stays incomplete and it falls back.
-    fn give_up_walk(&self, pass: &mut Pass<'_>, t: &TreeConfig, br: &mut Bridged) {
-        pass.execute(&self.complete, t.sender_base + br.child() as u32, ());
-        pass.execute(&self.ends_reset, t.tree_idx as u32, ());
-        pass.execute(&self.out_last, t.tree_idx as u32, ());
-        pass.execute(&self.spill_state, t.tree_idx as u32, OP_ABANDON);
+    fn give_up_walk(&self, pass: &mut Pass<'_>, t: &Tree<'_>, br: &mut Bridged) {
+        pass.execute(&self.complete, t.sender_base() + br.child() as u32, ());
+        pass.execute(&self.ends_reset, t.tree_idx() as u32, ());
+        pass.execute(&self.out_last, t.tree_idx() as u32, ());
+        pass.execute(&self.spill_state, t.tree_idx() as u32, OP_ABANDON);
         pass.drop(self.d_wait);
     }
 
     /// The bucket part of the walk: one slot per pass.
-    fn walk_bucket(&self, pass: &mut Pass<'_>, t: &TreeConfig, br: &mut Bridged) {
+    fn walk_bucket(&self, pass: &mut Pass<'_>, t: &Tree<'_>, br: &mut Bridged) {
         let (buf, n, slot) = if br.spill() & W_BUCKET == 0 {
             // Stage 9: the bucket's counter hands over the head buffer's pairs.
-            let r = pass.execute(&self.spill_state, t.tree_idx as u32, OP_FLUSH);
+            let r = pass.execute(&self.spill_state, t.tree_idx() as u32, OP_FLUSH);
             if r & S_FLUSHED == 0 {
                 // A drain or a packet's stores are under way: ask again, counted (the
                 // give-up is a pass of its own, see `give_up_walk`).
@@ -125,9 +125,9 @@ impl Daiet {
             ((br.spill() as u32 >> 8) & 0xF, (br.spill() as u32 >> 4) & 0xF, br.spill() as u32 & 0xF)
         };
         let send = br.cursor() as usize + 1 == MAX_PAIRS;
-        let seq = if send { pass.execute(&self.out_next, t.tree_idx as u32, ()) } else { 0 };
+        let seq = if send { pass.execute(&self.out_next, t.tree_idx() as u32, ()) } else { 0 };
         // Stages 10-11: read and clear the slot.
-        let words = self.take_bucket_slot(pass, bucket_index(t.tree_idx, buf, slot));
+        let words = self.take_bucket_slot(pass, bucket_index(t.tree_idx(), buf, slot));
         if !self.append_pair(pass, br, &words) {
             return;
         }

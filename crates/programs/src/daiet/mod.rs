@@ -56,8 +56,8 @@ pub mod tree;
 
 use pisa::decl::TableSpec;
 use pisa::{
-    ActionId, ClassifyRule, DropCode, Gress, HashAlgo, HashLanes, HashUnit, LanesError, MatchKind, Pair, Pass, Program, ProgramBuilder,
-    ProgramDecl, RegisterAction, RegisterLanes, Table,
+    ClassifyRule, DropCode, Gress, HashAlgo, HashLanes, HashUnit, LanesError, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl,
+    RegisterAction, RegisterLanes, Table,
 };
 use wire::daiet::{flags, Op, MAX_PAIRS, PAIR_LEN, SLICES, UDP_PORT};
 
@@ -65,7 +65,7 @@ use bucket::*;
 use cells::*;
 use exactly_once::*;
 use layout::*;
-pub use tree::{TreeConfig, MAX_TREES};
+pub use tree::{Tree, TreeConfig, MAX_TREES, TREE_BAD, TREE_NONE, TREE_USABLE};
 
 /// Cells of each slice's key/value arrays and index stack, shared by all trees (a tree's
 /// partition is the same range in every slice).
@@ -128,7 +128,6 @@ struct PairLanes {
 pub struct Daiet {
     decl: ProgramDecl,
     trees: Table,
-    a_set_tree: ActionId,
     admit: RegisterAction<Pair, (u32, u8), u32, Admit>,
     complete: RegisterAction<Pair, (), (), Complete>,
     /// One per slice (an array, not a Vec: indexing by slice needs no bounds check).
@@ -188,6 +187,7 @@ impl Daiet {
             &TreeConfig::PARAMS,
             "the tree's parent port, register slot, memory partition, senders, op, children, switch id",
         );
+        b.decode_action(a_set_tree, TreeConfig::decode);
         let a_untracked = b.action("untracked", &[], "not aggregated here: forward untouched");
         let trees = b.table(TableSpec {
             name: "daiet_trees",
@@ -287,7 +287,6 @@ impl Daiet {
         Daiet {
             decl,
             trees,
-            a_set_tree,
             admit,
             complete,
             slices,
@@ -314,17 +313,20 @@ impl Daiet {
     /// Process the pairs at positions `first..first + SLICES` (below `np`), one per slice,
     /// stage by stage, the four slices as lanes: hash, four key words, value, index
     /// stack. Returns the positions that collided (bit per position).
-    fn pairs(&self, pass: &mut Pass<'_>, t: &TreeConfig, first: usize, np: usize) -> u16 {
+    fn pairs(&self, pass: &mut Pass<'_>, t: &Tree<'_>, first: usize, np: usize) -> u16 {
         let l = &self.lanes;
         let h = pass.hdr();
         let mut keys = [[0u8; 16]; SLICES];
         let mut words = [[0u32; 4]; SLICES]; // a key's words as the registers compare them
         let mut vals = [0u32; SLICES];
         let mut present = 0u32; // lanes with a pair
-                                // This pass's pairs as one slice (one bounds check), then 20 bytes each.
+                                // This pass's pairs as one slice (one bounds check), then 20-byte arrays (no check
+                                // per byte read).
         let n = SLICES.min(np.saturating_sub(first));
         let group = h.get(pair_at(first)..pair_at(first + n)).unwrap_or_default();
-        for (s, pair) in group.chunks_exact(PAIR_LEN).enumerate() {
+        let (group, _) = group.as_chunks::<PAIR_LEN>();
+        for s in 0..group.len().min(SLICES) {
+            let pair = &group[s];
             if pair[0] == 0 {
                 continue; // a hole
             }
@@ -337,9 +339,9 @@ impl Daiet {
         if present == 0 {
             return 0;
         }
-        let mask = t.part_size - 1;
+        let mask = t.part_size() - 1;
         // Stage 1: the hash units.
-        let idx = pass.hash_lanes(&l.key_hash, present, keys.each_ref().map(|k| &k[..])).map(|h| t.part_base + (h & mask));
+        let idx = pass.hash_lanes(&l.key_hash, present, keys.each_ref().map(|k| &k[..])).map(|h| t.part_base() + (h & mask));
         // Stages 2-5: the key words. Every pair runs every stage: the decision (claim,
         // match or collide) travels with it from word to word and into the value.
         // (Written out, not a loop: the decisions then stay in registers between stages.)
@@ -349,7 +351,7 @@ impl Daiet {
         let d = pass.execute_lanes(&l.key_follow[2], present, idx, |s| (words[s][3], d[s]));
         // Stage 6: the values.
         let x = |s: usize| (vals[s], d[s]);
-        match t.op {
+        match t.op() {
             Op::Sum => pass.execute_lanes(&l.v_sum, present, idx, x),
             Op::Min => pass.execute_lanes(&l.v_min, present, idx, x),
             Op::Max => pass.execute_lanes(&l.v_max, present, idx, x),
@@ -357,8 +359,8 @@ impl Daiet {
         let (claimed, collided) = decided(present, &d);
         // Stages 7-8: a newly used cell goes on its slice's index stack.
         if claimed != 0 {
-            let slot = pass.execute_lanes(&l.push, claimed, [t.tree_idx as u32; SLICES], |_| ());
-            pass.execute_lanes(&l.stack_write, claimed, slot.map(|x| t.part_base + (x % t.part_size)), |s| idx[s]);
+            let slot = pass.execute_lanes(&l.push, claimed, [t.tree_idx() as u32; SLICES], |_| ());
+            pass.execute_lanes(&l.stack_write, claimed, slot.map(|x| t.part_base() + (x % t.part_size())), |s| idx[s]);
         }
         (collided << first) as u16
     }
@@ -381,12 +383,35 @@ impl Daiet {
 /// `s`).
 #[inline(always)]
 fn decided(present: u32, d: &[u32; SLICES]) -> (u32, u32) {
-    // Lane by lane, not a loop: the compares and shifts stay in registers.
-    let bit = |x: u32, s: u32, v: u32| ((x == v) as u32) << s;
-    let claimed = bit(d[0], 0, CLAIM) | bit(d[1], 1, CLAIM) | bit(d[2], 2, CLAIM) | bit(d[3], 3, CLAIM);
-    let collided = bit(d[0], 0, COLLIDE) | bit(d[1], 1, COLLIDE) | bit(d[2], 2, COLLIDE) | bit(d[3], 3, COLLIDE);
-    (claimed & present, collided & present)
+    // A decision is CLAIM, MATCH or COLLIDE (0 for a lane not run): two bits each, the
+    // four lanes' in one byte, and both masks from one table load instead of eight
+    // compares.
+    let packed = (d[0] & 3) | (d[1] & 3) << 2 | (d[2] & 3) << 4 | (d[3] & 3) << 6;
+    let x = DECIDED[packed as usize] as u32;
+    (x & 0xF & present, x >> 4 & present)
 }
+
+/// [`decided`]'s table: for four lanes' decisions packed two bits each (lane `s` at bits
+/// `2s..2s + 2`), the lanes that claimed (low nibble) and collided (high nibble).
+const DECIDED: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut s = 0;
+        while s < SLICES {
+            let d = (i >> (2 * s)) as u32 & 3;
+            if d == CLAIM {
+                t[i] |= 1 << s;
+            }
+            if d == COLLIDE {
+                t[i] |= 0x10 << s;
+            }
+            s += 1;
+        }
+        i += 1;
+    }
+    t
+};
 
 /// One slice's actions as `Daiet::new` declares them, before the stages' lanes are made.
 struct SliceActions {
@@ -454,14 +479,15 @@ impl Program for Daiet {
         }
         let tree_id = u16::from_be_bytes([hdr[TREE], hdr[TREE + 1]]);
         let mut br = Bridged::load(pass.bridged());
+        // The table is applied on every pass (a tree removed or rewritten in flight is seen
+        // by the next pass); its entry's parameters were decoded and checked when the
+        // controller wrote it (`TreeConfig::decode`).
         let r = pass.apply_u64(&self.trees, tree_id as u64);
-        let cfg = if r.action == self.a_set_tree {
-            // The hit's parameters in place (a table result borrows them: no copy).
-            TreeConfig::from_params(r.params)
-        } else {
-            None
-        };
-        let Some(t) = cfg else {
+        let Some(t) = Tree::usable(r.params, r.decoded) else {
+            if r.decoded == TREE_BAD {
+                pass.drop(self.d_bad_tree);
+                return;
+            }
             // A packet already in its passes (admitted, or an END waiting for its sender's
             // packets in flight) whose tree was removed: dropped and counted (the sender
             // resends; the reducer's gap detection covers the rest). The program owns its
@@ -472,12 +498,6 @@ impl Program for Daiet {
             // Not a tree of this switch: forwarded untouched.
             return;
         };
-        // The three checks as one condition (no branch each); the partition's end in 64
-        // bits cannot overflow.
-        if !t.part_size.is_power_of_two() | (t.tree_idx as u32 >= MAX_TREES) | (t.part_base as u64 + t.part_size as u64 > CELLS as u64) {
-            pass.drop(self.d_bad_tree);
-            return;
-        }
         match br.phase() {
             PH_FRESH => self.first_pass(pass, &t, &mut br),
             PH_DATA => self.data_pass(pass, &t, &mut br),
@@ -503,7 +523,7 @@ impl Program for Daiet {
 }
 
 impl Daiet {
-    fn first_pass(&self, pass: &mut Pass<'_>, t: &TreeConfig, br: &mut Bridged) {
+    fn first_pass(&self, pass: &mut Pass<'_>, t: &Tree<'_>, br: &mut Bridged) {
         // The fixed headers as one array (`ingress` checked the length): one bounds check,
         // not one per field.
         let Some(h) = pass.hdr().first_chunk::<PAIRS>() else {
@@ -524,7 +544,7 @@ impl Daiet {
             pass.drop(DropCode::MALFORMED);
             return;
         }
-        if sender >= t.max_senders {
+        if sender >= t.max_senders() {
             pass.drop(self.d_sender);
             return;
         }
@@ -536,7 +556,7 @@ impl Daiet {
         // and a non-final one completes in its next pass.
         let one_pass = !end && (varlen || np <= SLICES);
         let mode = (end as u8) | ((one_pass as u8) << 1);
-        match pass.execute(&self.admit, t.sender_base + sender as u32, (seq, mode)) {
+        match pass.execute(&self.admit, t.sender_base() + sender as u32, (seq, mode)) {
             ADMIT => {}
             DUPLICATE => {
                 self.ack_in_place(pass, sender, seq, port);
@@ -565,8 +585,8 @@ impl Daiet {
         }
         *br = Bridged::admitted(port, sender, seq);
         if end {
-            let ends = pass.execute(&self.ends_arrive, t.tree_idx as u32, ());
-            if ends + 1 >= t.children as u32 {
+            let ends = pass.execute(&self.ends_arrive, t.tree_idx() as u32, ());
+            if ends + 1 >= t.children() as u32 {
                 br.set_phase(PH_WALK);
             }
             pass.recirculate();
@@ -583,7 +603,7 @@ impl Daiet {
         }
     }
 
-    fn data_pass(&self, pass: &mut Pass<'_>, t: &TreeConfig, br: &mut Bridged) {
+    fn data_pass(&self, pass: &mut Pass<'_>, t: &Tree<'_>, br: &mut Bridged) {
         let h = pass.hdr();
         let np = h[NUM_PAIRS] as usize;
         let first = br.cursor() as usize;
@@ -592,12 +612,31 @@ impl Daiet {
         // (covered by the bucket's `storers`, see [`bucket`]).
         let group = first < np;
         if (group || np == 0 && first == 0) && first + SLICES >= np {
-            pass.execute(&self.complete, t.sender_base + br.child() as u32, ());
+            pass.execute(&self.complete, t.sender_base() + br.child() as u32, ());
         }
         if group {
             br.set_spill(br.spill() | self.pairs(pass, t, first, np));
             br.set_cursor(br.cursor() + SLICES as u8);
         }
         self.data_tail(pass, t, br, np);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `decided` against its definition lane by lane, for every combination of the four
+    /// lanes' decisions (or none) and every set of lanes with a pair.
+    #[test]
+    fn decided_equals_lane_by_lane() {
+        let vals = [0, CLAIM, MATCH, COLLIDE];
+        for i in 0..256usize {
+            let d: [u32; SLICES] = std::array::from_fn(|s| vals[i >> (2 * s) & 3]);
+            for present in 0..16u32 {
+                let lanes = |v: u32| (0..SLICES).filter(|&s| present >> s & 1 != 0 && d[s] == v).fold(0, |m, s| m | 1 << s);
+                assert_eq!(decided(present, &d), (lanes(CLAIM), lanes(COLLIDE)), "{d:?} {present:#b}");
+            }
+        }
     }
 }

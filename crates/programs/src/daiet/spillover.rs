@@ -31,13 +31,13 @@ use wire::daiet::{flags, MAX_PAIRS, PAIR_LEN};
 
 use super::bucket::*;
 use super::layout::*;
-use super::{ack_session, Daiet, TreeConfig, WALK_SESSION};
+use super::{ack_session, Daiet, Tree, WALK_SESSION};
 
 impl Daiet {
     /// The end of a data pass (stages 9-11): one waiting colliding pair into the bucket,
     /// then the packet recirculates or, all of its pairs done, finishes.
     #[inline(always)]
-    pub(super) fn data_tail(&self, pass: &mut Pass<'_>, t: &TreeConfig, br: &mut Bridged, np: usize) {
+    pub(super) fn data_tail(&self, pass: &mut Pass<'_>, t: &Tree<'_>, br: &mut Bridged, np: usize) {
         // The common case, written out: no pair waiting for the bucket, none kept in the
         // packet, no drain to do. Then stages 9-11 have nothing to do and the packet
         // recirculates for its next pairs or, all done, becomes its ACK: what the general
@@ -55,7 +55,7 @@ impl Daiet {
 
     /// [`Self::data_tail`] with pairs waiting for the bucket, kept or a drain to start.
     #[inline(never)]
-    fn data_tail_bucket(&self, pass: &mut Pass<'_>, t: &TreeConfig, br: &mut Bridged, np: usize) {
+    fn data_tail_bucket(&self, pass: &mut Pass<'_>, t: &Tree<'_>, br: &mut Bridged, np: usize) {
         // Stage 9: the bucket's counter.
         let mut store = None;
         let mut overflow = 0;
@@ -66,10 +66,10 @@ impl Daiet {
             let more = if rest != 0 { MORE } else { 0 };
             // A packet drains at most one buffer.
             let no_drain = if br.pending() & DRAIN != 0 { NO_DRAIN } else { 0 };
-            let r = pass.execute(&self.spill_state, t.tree_idx as u32, OP_STORE | first | more | no_drain);
+            let r = pass.execute(&self.spill_state, t.tree_idx() as u32, OP_STORE | first | more | no_drain);
             br.set_pending(br.pending() & !STORING);
             if r & S_STORED != 0 {
-                store = Some((p, bucket_index(t.tree_idx, out_buf(r), r & 0xF)));
+                store = Some((p, bucket_index(t.tree_idx(), out_buf(r), r & 0xF)));
                 br.set_spill(rest);
                 if rest != 0 {
                     br.set_pending(br.pending() | STORING);
@@ -88,7 +88,7 @@ impl Daiet {
         }
         let done = br.cursor() as usize >= np && br.spill() == 0;
         let send_on = done && br.pending() & KEPT != 0 && br.pending() & DRAIN == 0;
-        let seq = if send_on { pass.execute(&self.out_next, t.tree_idx as u32, ()) } else { 0 };
+        let seq = if send_on { pass.execute(&self.out_next, t.tree_idx() as u32, ()) } else { 0 };
         // Stages 10-11: the slot.
         if let Some((p, idx)) = store {
             let at = pair_at(p);
@@ -105,7 +105,7 @@ impl Daiet {
             pass.execute(&self.spill_value_write, idx, words[4]);
         }
         if overflow > 0 {
-            pass.execute(&self.spill_overflow, t.tree_idx as u32, overflow);
+            pass.execute(&self.spill_overflow, t.tree_idx() as u32, overflow);
         }
         if done {
             self.finish_data(pass, t, br, seq);
@@ -115,7 +115,7 @@ impl Daiet {
     }
 
     /// An admitted data packet (or non-final END) is done with its pairs.
-    fn finish_data(&self, pass: &mut Pass<'_>, t: &TreeConfig, br: &mut Bridged, seq: u32) {
+    fn finish_data(&self, pass: &mut Pass<'_>, t: &Tree<'_>, br: &mut Bridged, seq: u32) {
         let kept = (br.pending() & KEPT) as u16;
         let drain = br.pending() & DRAIN != 0;
         if kept == 0 && !drain {
@@ -158,7 +158,7 @@ impl Daiet {
     }
 
     /// One pass of the drain walker: read-and-clear one slot of the buffer being drained.
-    pub(super) fn drain_pass(&self, pass: &mut Pass<'_>, t: &TreeConfig, br: &mut Bridged) {
+    pub(super) fn drain_pass(&self, pass: &mut Pass<'_>, t: &Tree<'_>, br: &mut Bridged) {
         if !self.empty_after_copy_left(pass, br) {
             return;
         }
@@ -170,7 +170,7 @@ impl Daiet {
         let mut next = (buf << 8) | (slot + 1);
         let mut finished = false;
         if last {
-            let r = pass.execute(&self.spill_state, t.tree_idx as u32, OP_DRAINED | (buf << 4) as u8);
+            let r = pass.execute(&self.spill_state, t.tree_idx() as u32, OP_DRAINED | (buf << 4) as u8);
             if r & S_CONTINUE != 0 {
                 next = out_buf(r) << 8;
             } else {
@@ -179,9 +179,9 @@ impl Daiet {
         }
         let c = br.cursor() as usize + 1;
         let send = c == MAX_PAIRS || finished;
-        let seq = if send { pass.execute(&self.out_next, t.tree_idx as u32, ()) } else { 0 };
+        let seq = if send { pass.execute(&self.out_next, t.tree_idx() as u32, ()) } else { 0 };
         // Stages 10-11: the slot.
-        let words = self.take_bucket_slot(pass, bucket_index(t.tree_idx, buf, slot));
+        let words = self.take_bucket_slot(pass, bucket_index(t.tree_idx(), buf, slot));
         if !self.append_pair(pass, br, &words) {
             return;
         }
@@ -239,24 +239,24 @@ impl Daiet {
     }
 
     /// Number the packet in the switch's stream towards the parent and send it there.
-    pub(super) fn send_on(&self, pass: &mut Pass<'_>, t: &TreeConfig, end: u8) {
+    pub(super) fn send_on(&self, pass: &mut Pass<'_>, t: &Tree<'_>, end: u8) {
         let seq = if end != 0 {
-            pass.execute(&self.out_last, t.tree_idx as u32, ())
+            pass.execute(&self.out_last, t.tree_idx() as u32, ())
         } else {
-            pass.execute(&self.out_next, t.tree_idx as u32, ())
+            pass.execute(&self.out_next, t.tree_idx() as u32, ())
         };
         self.send_with(pass, t, seq, end);
     }
 
     /// Send the packet to the parent with the switch's sequence number `seq` (taken from
     /// `out_seq` earlier in the pass, stage 9).
-    pub(super) fn send_with(&self, pass: &mut Pass<'_>, t: &TreeConfig, seq: u32, end: u8) {
+    pub(super) fn send_with(&self, pass: &mut Pass<'_>, t: &Tree<'_>, seq: u32, end: u8) {
         let len = pass.packet_len();
         let h = pass.hdr_mut();
         h[FLAGS] = (h[FLAGS] & flags::VARLEN) | flags::FROM_SWITCH | end;
-        h[SENDER..SENDER + 2].copy_from_slice(&t.switch_id.to_be_bytes());
+        h[SENDER..SENDER + 2].copy_from_slice(&t.switch_id().to_be_bytes());
         h[SEQ..SEQ + 4].copy_from_slice(&seq.to_be_bytes());
         fix_lengths(h, len);
-        pass.forward(t.parent_port);
+        pass.forward(t.parent_port());
     }
 }

@@ -45,11 +45,16 @@ pub fn switch_with(set: Arc<ProgramSet>, ports: u16, l2: &[(u8, u16)], trees: &[
 
 /// Install tree `id`'s `daiet_trees` entry, as the controller does.
 pub fn install_tree(sw: &mut Switch, set: &ProgramSet, id: u16, cfg: &TreeConfig) {
+    write_tree(sw, set, id, cfg, WriteOp::Insert);
+}
+
+/// Insert or modify (`op`) tree `id`'s `daiet_trees` entry, as the controller does.
+pub fn write_tree(sw: &mut Switch, set: &ProgramSet, id: u16, cfg: &TreeConfig, op: WriteOp) {
     let (tt, ta) = ids(set, 1, "daiet_trees", "set_tree");
     let params = cfg.params().iter().zip(TreeConfig::PARAMS).enumerate().map(|(i, (v, (_, bits)))| (i as u32 + 1, be(*v, bits))).collect();
     sw.control(&ControlOp::TableWrite {
         table_id: tt,
-        op: WriteOp::Insert,
+        op,
         matches: vec![FieldMatch::Exact { field: 0, value: id.to_be_bytes().to_vec() }],
         priority: 0,
         action_id: ta,
