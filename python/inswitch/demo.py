@@ -27,9 +27,12 @@ from rich.table import Table
 
 from inswitch.topology import control, netns
 from inswitch.topology.rack import Rack
-from inswitch.topology.state import RackState
+from inswitch.topology.state import RackState, process_tag
 
-DEMO_RACK = "demo"
+def demo_rack() -> str:
+    """The demo rack's name: `demo` and this process's pid in base 36 (see `process_tag`), so
+    the leftover clean-up below never removes another run's rack."""
+    return f"demo{process_tag()}"
 FLOW_PORT = 9000
 
 
@@ -118,20 +121,21 @@ def _plot(result: dict[str, Any], path: Path) -> None:
 
 def run(hosts: int, duration: float, out_dir: Path, console: Console) -> dict[str, Any]:
     rack = Rack()
-    rack.down(DEMO_RACK)  # a leftover from an interrupted run
+    name = demo_rack()
+    rack.down(name)  # a leftover of a crashed run of this pid
     out_dir.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {}
     try:
         with console.status(f"building a rack of {hosts} hosts around the switch"):
-            st = rack.up(hosts, name=DEMO_RACK, p4runtime="127.0.0.1:0", metrics="127.0.0.1:0")
-        console.print(f"rack [bold]{DEMO_RACK}[/bold] up in {st.mode} mode: {', '.join(f'{h.name}={h.ip}' for h in st.hosts)}; switch pid {st.switch.pid}, P4Runtime {st.switch.p4runtime}")
+            st = rack.up(hosts, name=name, p4runtime="127.0.0.1:0", metrics="127.0.0.1:0")
+        console.print(f"rack [bold]{name}[/bold] up in {st.mode} mode: {', '.join(f'{h.name}={h.ip}' for h in st.hosts)}; switch pid {st.switch.pid}, P4Runtime {st.switch.p4runtime}")
         result = {"mode": st.mode, "hosts": [h.name for h in st.hosts], "pings": []}
         with console.status("every host pings every other host through the switch"):
             for s in st.hosts:
                 for d in st.hosts:
                     if s is d:
                         continue
-                    r, _ = rack.ping(s.name, d.name, name=DEMO_RACK, count=3, timeout=2.0)
+                    r, _ = rack.ping(s.name, d.name, name=name, count=3, timeout=2.0)
                     rtt = min(r.rtts_ms) if r.rtts_ms else None
                     result["pings"].append({"src": s.index - 1, "dst": d.index - 1, "received": r.received, "sent": r.transmitted, "rtt_ms": rtt})
         if st.mode == "netns" and hosts >= 4:
@@ -152,7 +156,7 @@ def run(hosts: int, duration: float, out_dir: Path, console: Console) -> dict[st
             with console.status(f"the same flows through a Linux bridge for {duration:g} s"):
                 result["bridge_flows"] = _with_bridge(st, [(0, 1), (2, 3)], duration)
     finally:
-        rack.down(DEMO_RACK)
+        rack.down(name)
     return result
 
 
