@@ -19,14 +19,9 @@ fn with_partition(tree_idx: u16, part_base: u32, part_size: u32) -> TreeConfig {
     tree(PARENT as u16, tree_idx, part_base, part_size, Op::Sum, 1, 0)
 }
 
-/// Ten pairs of distinct keys from the child through a switch with tree `cfg`: the
-/// `daiet_bad_tree_config` drops, the frames that left, and the sum of every value cell.
-fn run(cfg: TreeConfig) -> (u64, usize, u64) {
-    let set = set();
-    let mut sw = switch(4, &[(CHILD, CHILD as u16), (PARENT, PARENT as u16)], &[(TREE, cfg)]);
-    let pairs: Vec<(Vec<u8>, u32)> = (0..10).map(|i| (format!("key{i}").into_bytes(), i + 1)).collect();
-    let frame = daiet_data_frame(TREE, CHILD, PARENT, 0, 0, 0, &pairs);
-    sw.process(&mut vec![PacketBuf::from_slice(&frame, CHILD as u16)], 0);
+/// Run the switch until no packet recirculates: its `daiet_bad_tree_config` drops and the
+/// frames that left.
+fn settle(sw: &mut Switch, set: &pisa::ProgramSet) -> (u64, usize) {
     for t in 1..20 {
         if sw.pipes()[0].pending() == 0 {
             break;
@@ -36,7 +31,19 @@ fn run(cfg: TreeConfig) -> (u64, usize, u64) {
     let out = sw.drain_all().len();
     let decl = set.decl(1);
     let code = DropCode::FIRST_PROGRAM as usize + decl.drop_reasons.iter().position(|r| r == "daiet_bad_tree_config").unwrap();
-    let drops = sw.counters().programs[1].drops[code];
+    (sw.counters().programs[1].drops[code], out)
+}
+
+/// Ten pairs of distinct keys from the child through a switch with tree `cfg`: the
+/// `daiet_bad_tree_config` drops, the frames that left, and the sum of every value cell.
+fn run(cfg: TreeConfig) -> (u64, usize, u64) {
+    let set = set();
+    let mut sw = switch(4, &[(CHILD, CHILD as u16), (PARENT, PARENT as u16)], &[(TREE, cfg)]);
+    let pairs: Vec<(Vec<u8>, u32)> = (0..10).map(|i| (format!("key{i}").into_bytes(), i + 1)).collect();
+    let frame = daiet_data_frame(TREE, CHILD, PARENT, 0, 0, 0, &pairs);
+    sw.process(&mut vec![PacketBuf::from_slice(&frame, CHILD as u16)], 0);
+    let (drops, out) = settle(&mut sw, &set);
+    let decl = set.decl(1);
     let state = sw.pipes()[0].state(1);
     let values: u64 = decl
         .registers
@@ -92,16 +99,7 @@ fn modified_in_flight(pairs: &[(Vec<u8>, u32)], modified: TreeConfig) -> (Switch
     sw.process(&mut vec![PacketBuf::from_slice(&frame, CHILD as u16)], 0);
     assert_eq!(sw.pipes()[0].pending(), 1, "the packet recirculates after its first pass");
     write_tree(&mut sw, &set, TREE, &modified, WriteOp::Modify);
-    for t in 1..20 {
-        if sw.pipes()[0].pending() == 0 {
-            break;
-        }
-        sw.tick(t);
-    }
-    let out = sw.drain_all().len();
-    let decl = set.decl(1);
-    let code = DropCode::FIRST_PROGRAM as usize + decl.drop_reasons.iter().position(|r| r == "daiet_bad_tree_config").unwrap();
-    let drops = sw.counters().programs[1].drops[code];
+    let (drops, out) = settle(&mut sw, &set);
     (sw, drops, out)
 }
 
