@@ -149,9 +149,12 @@ def test_values_above_u32_are_split_not_wrapped() -> None:
     assert total == {b"a": 5, b"big": (1 << 32) + 10}
 
 
-def test_pairs_array_operations_equal_the_items() -> None:
+def test_pairs_array_operations_equal_the_items(monkeypatch: pytest.MonkeyPatch) -> None:
     """Pairs are taken, selected, joined and framed for TCP as arrays; each equals the same
-    operation on a list of (key, value) tuples."""
+    operation on a list of (key, value) tuples (keys gathered 7 at a time: many steps)."""
+    from inswitch import keys as keyset
+
+    monkeypatch.setattr(keyset, "GATHER_STEP", 7)
     rng = random.Random(7)
     items = [(bytes(rng.randrange(256) for _ in range(rng.randrange(0, 40))), rng.randrange(1 << 32)) for _ in range(3000)]
     p = Pairs.from_items(items)

@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from inswitch import keys as keyset
 from inswitch.experiments import Experiment, PaperNumber
 
 Progress = Callable[[str], None]
@@ -51,18 +52,7 @@ def sample(n_keys: int, m: int, zipf: float | None, seed: int) -> np.ndarray:
 
 def gather(table: tuple[np.ndarray, np.ndarray], ids: np.ndarray) -> tuple[bytes, bytes]:
     """Keys `ids` of `table` back to back: (keys, uint64 offsets), as `_native` takes them."""
-    buf, off = table
-    lens = off[ids + 1] - off[ids]
-    new = np.zeros(len(ids) + 1, dtype=np.uint64)
-    new[1:] = np.cumsum(lens)
-    out = np.empty(int(new[-1]), dtype=np.uint8)
-    # In chunks: the byte index arrays are 8 bytes per key byte.
-    step = 1 << 16
-    for a in range(0, len(ids), step):
-        b = min(a + step, len(ids))
-        lo, hi = int(new[a]), int(new[b])
-        pos = np.repeat(off[ids[a:b]] - new[a:b].astype(np.int64), lens[a:b]) + np.arange(lo, hi)
-        out[lo:hi] = buf[pos]
+    out, new = keyset.gather(*table, ids)
     return out.tobytes(), new.tobytes()
 
 

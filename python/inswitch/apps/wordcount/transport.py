@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from inswitch import keys as keyset
+
 
 U32_MAX = (1 << 32) - 1
 
@@ -55,10 +57,8 @@ class Pairs:
                 v -= U32_MAX
             keys.append(k)
             vals.append(v)
-        lens = np.fromiter((len(k) for k in keys), dtype=np.uint64, count=len(keys))
-        offsets = np.zeros(len(keys) + 1, dtype=np.uint64)
-        np.cumsum(lens, out=offsets[1:])
-        return Pairs(b"".join(keys), offsets, np.asarray(vals, dtype=np.uint32))
+        blob, offsets = keyset.pack(keys)
+        return Pairs(blob, offsets, np.asarray(vals, dtype=np.uint32))
 
     def items(self) -> list[tuple[bytes, int]]:
         o = self.offsets.tolist()
@@ -75,10 +75,8 @@ class Pairs:
     @staticmethod
     def of_keys(keys: list[bytes], value: int = 1) -> "Pairs":
         """Each key once with the same value."""
-        lens = np.fromiter((len(k) for k in keys), dtype=np.uint64, count=len(keys))
-        offsets = np.zeros(len(keys) + 1, dtype=np.uint64)
-        np.cumsum(lens, out=offsets[1:])
-        return Pairs(b"".join(keys), offsets, np.full(len(keys), value, dtype=np.uint32))
+        blob, offsets = keyset.pack(keys)
+        return Pairs(blob, offsets, np.full(len(keys), value, dtype=np.uint32))
 
     def key_lens(self) -> np.ndarray:
         return np.diff(self.offsets)
@@ -86,15 +84,8 @@ class Pairs:
     def take(self, idx: np.ndarray) -> "Pairs":
         """The pairs at positions `idx` (in that order, repeats allowed)."""
         idx = np.asarray(idx, dtype=np.int64)
-        lens = self.key_lens()[idx]
-        offsets = np.zeros(len(idx) + 1, dtype=np.uint64)
-        np.cumsum(lens, out=offsets[1:])
-        src = np.frombuffer(self.keys, dtype=np.uint8)
-        # Byte j of the result comes from its pair's source key at the same distance from
-        # the key's start: one gather over every key byte.
-        shift = np.repeat(self.offsets[:-1][idx].astype(np.int64) - offsets[:-1].astype(np.int64), lens.astype(np.int64))
-        keys = src[np.arange(int(offsets[-1]), dtype=np.int64) + shift].tobytes()
-        return Pairs(keys, offsets, self.values[idx])
+        keys, offsets = keyset.gather(np.frombuffer(self.keys, dtype=np.uint8), self.offsets, idx)
+        return Pairs(keys.tobytes(), offsets, self.values[idx])
 
     def select(self, mask: np.ndarray) -> "Pairs":
         """The pairs where `mask` is true, in order."""
@@ -104,9 +95,7 @@ class Pairs:
     def concat(parts: list["Pairs"]) -> "Pairs":
         if not parts:
             return Pairs.empty()
-        lens = np.concatenate([p.key_lens() for p in parts])
-        offsets = np.zeros(len(lens) + 1, dtype=np.uint64)
-        np.cumsum(lens, out=offsets[1:])
+        offsets = keyset.offsets_of(np.concatenate([p.key_lens() for p in parts]))
         return Pairs(b"".join(p.keys for p in parts), offsets, np.concatenate([p.values for p in parts]))
 
 

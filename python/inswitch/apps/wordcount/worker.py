@@ -15,10 +15,11 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 
+from inswitch import keys as keyset
 from inswitch.apps.wordcount import transport, words
 from inswitch.apps.wordcount.transport import Pairs
 
@@ -27,9 +28,30 @@ from inswitch.apps.wordcount.transport import Pairs
 MAP_CHUNK = 1 << 16
 
 
-def _by_reducer(p: Pairs, reducer: np.ndarray, R: int) -> list[Pairs]:
-    """`p` split by `reducer[i]` (the reducer of pair i), each part in input order."""
-    return [p.select(reducer == r) for r in range(R)]
+def _partition(items: Iterable[tuple[bytes, int]], R: int) -> list[Pairs]:
+    """Combined (key, count) items, one `Pairs` per reducer."""
+    parts: list[list[tuple[bytes, int]]] = [[] for _ in range(R)]
+    for k, n in items:
+        parts[words.reducer_of(k, R)].append((k, n))
+    return [Pairs.from_items(p) for p in parts]
+
+
+def _partition_chunks(chunks: Iterable[tuple[Pairs, np.ndarray]], R: int) -> list[Pairs]:
+    """Pairs that arrive in chunks, each with its pairs' reducers: one `Pairs` per reducer,
+    in input order."""
+    per: list[list[Pairs]] = [[] for _ in range(R)]
+    for p, reducer in chunks:
+        for r in range(R):
+            per[r].append(p.select(reducer == r))
+    return [Pairs.concat(c) for c in per]
+
+
+def _text_chunks(files: list[list[Any]], R: int) -> Iterator[tuple[Pairs, np.ndarray]]:
+    """(word, 1) for every word of the file ranges, `MAP_CHUNK` words at a time."""
+    for path, start, end in files:
+        it = words.iter_words_range(path, start, end)
+        while batch := [w.encode() for w in itertools.islice(it, MAP_CHUNK)]:
+            yield Pairs.of_keys(batch), np.fromiter((words.reducer_of(k, R) for k in batch), dtype=np.int64, count=len(batch))
 
 
 def _map_input(spec: dict[str, Any]) -> tuple[list[Pairs], int]:
@@ -47,44 +69,23 @@ def _map_input(spec: dict[str, Any]) -> tuple[list[Pairs], int]:
     combiner = spec.get("combiner", True)
     if "zipf" in inp:
         z = inp["zipf"]
-        voc = words.vocabulary(z["vocab"], z["seed"])
-        enc = [w.encode() for w in voc]
+        enc = [w.encode() for w in words.vocabulary(z["vocab"], z["seed"])]
         if combiner:
             cnt = words.zipf_counts(z["alpha"], z["words"], z["vocab"], z["seed"], z["mappers"], spec["mapper_id"])
-            parts: list[list[tuple[bytes, int]]] = [[] for _ in range(R)]
-            for j, n in enumerate(cnt.tolist()):
-                if n:
-                    parts[words.reducer_of(enc[j], R)].append((enc[j], n))
-            return [Pairs.from_items(p) for p in parts], int(cnt.sum())
+            return _partition(((enc[j], n) for j, n in enumerate(cnt.tolist()) if n), R), int(cnt.sum())
         vocab = Pairs.of_keys(enc)
         red = np.fromiter((words.reducer_of(k, R) for k in enc), dtype=np.int64, count=len(enc))
-        chunks: list[list[Pairs]] = [[] for _ in range(R)]
-        nwords = 0
         share = words.zipf_share(z["words"], z["mappers"], spec["mapper_id"])
-        for ranks in words.iter_zipf_ranks(z["alpha"], share, z["vocab"], z["seed"], spec["mapper_id"]):
-            nwords += len(ranks)
-            for r, p in enumerate(_by_reducer(vocab.take(ranks), red[ranks], R)):
-                chunks[r].append(p)
-        return [Pairs.concat(c) for c in chunks], nwords
-    if combiner:
+        ranks = words.iter_zipf_ranks(z["alpha"], share, z["vocab"], z["seed"], spec["mapper_id"])
+        parts = _partition_chunks(((vocab.take(r), red[r]) for r in ranks), R)
+    elif combiner:
         c: Counter[str] = Counter()
         for path, start, end in inp["files"]:
             c.update(words.iter_words_range(path, start, end))
-        parts = [[] for _ in range(R)]
-        for w, n in c.items():
-            k = w.encode()
-            parts[words.reducer_of(k, R)].append((k, n))
-        return [Pairs.from_items(p) for p in parts], sum(c.values())
-    chunks = [[] for _ in range(R)]
-    nwords = 0
-    for path, start, end in inp["files"]:
-        it = words.iter_words_range(path, start, end)
-        while batch := [w.encode() for w in itertools.islice(it, MAP_CHUNK)]:
-            nwords += len(batch)
-            red = np.fromiter((words.reducer_of(k, R) for k in batch), dtype=np.int64, count=len(batch))
-            for r, p in enumerate(_by_reducer(Pairs.of_keys(batch), red, R)):
-                chunks[r].append(p)
-    return [Pairs.concat(c) for c in chunks], nwords
+        return _partition(((w.encode(), n) for w, n in c.items()), R), sum(c.values())
+    else:
+        parts = _partition_chunks(_text_chunks(inp["files"], R), R)
+    return parts, sum(len(p) for p in parts)  # without a combiner: a pair per word
 
 
 def run_mapper(spec: dict[str, Any]) -> dict[str, Any]:
@@ -164,10 +165,8 @@ def run_reducer(spec: dict[str, Any]) -> dict[str, Any]:
     # MapReduce's reducer output is sorted by key (DAIET: "the received data ... require a
     # complete sort operation"): part of the reducer's work in every mode.
     items.sort()
-    lens = np.fromiter((len(k) for k, _ in items), dtype=np.uint64, count=len(items))
-    offsets = np.zeros(len(items) + 1, dtype=np.uint64)
-    np.cumsum(lens, out=offsets[1:])
-    out = Pairs(b"".join(k for k, _ in items), offsets, np.fromiter((v for _, v in items), dtype=np.uint64, count=len(items)))
+    blob, offsets = keyset.pack([k for k, _ in items])
+    out = Pairs(blob, offsets, np.fromiter((v for _, v in items), dtype=np.uint64, count=len(items)))
     np.savez(spec["out"], keys=np.frombuffer(out.keys, dtype=np.uint8), offsets=out.offsets, values=out.values)
     ru1 = resource.getrusage(resource.RUSAGE_SELF)
     wire1 = _iface_counters(spec.get("iface"))
