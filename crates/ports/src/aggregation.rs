@@ -104,15 +104,9 @@ impl FaultDir {
     }
 }
 
-/// A UDP socket with a large receive buffer: a switch's flush arrives as a burst of
-/// hundreds of packets, and a default-sized buffer would drop its tail (the job would still
-/// be correct, through the fallback, but slower).
-fn bind_socket(bind: SocketAddr) -> std::io::Result<UdpSocket> {
-    let sock = UdpSocket::bind(bind)?;
-    grow_buffers(&sock);
-    Ok(sock)
-}
-
+/// Give a mapper's or reducer's socket large buffers: a switch's flush arrives as a burst
+/// of hundreds of packets, and a default-sized buffer would drop its tail (the job would
+/// still be correct, through the fallback, but slower).
 fn grow_buffers(sock: &UdpSocket) {
     use std::os::fd::AsRawFd;
     let size: libc::c_int = 16 << 20;
@@ -165,28 +159,11 @@ fn wait_for(deadline: Option<u64>, now: u64) -> Duration {
     Duration::from_nanos(d)
 }
 
-/// Send a mapper's pairs to `dests[tree index]` and serve its trees until every reducer
-/// says DONE or `timeout` passes.
+/// Send a mapper's pairs to `dests[tree index]` from `sock` (bound by the caller, e.g. to
+/// port 0 to learn the address before anything runs) and serve its trees until every
+/// reducer says DONE or `timeout` passes.
 #[allow(clippy::too_many_arguments)]
 pub fn run_mapper(
-    cfg: MapperConfig,
-    bind: SocketAddr,
-    dests: &[SocketAddr],
-    tree_ids: &[u16],
-    keys: Vec<u8>,
-    offsets: Vec<u64>,
-    values: Vec<u32>,
-    tree_of_pair: Vec<u16>,
-    timeout: Duration,
-    faults: SocketFaults,
-) -> std::io::Result<MapRun> {
-    run_mapper_on(bind_socket(bind)?, cfg, dests, tree_ids, keys, offsets, values, tree_of_pair, timeout, faults)
-}
-
-/// [`run_mapper`] on a socket the caller bound (e.g. to port 0, to learn the address
-/// before anything runs).
-#[allow(clippy::too_many_arguments)]
-pub fn run_mapper_on(
     sock: UdpSocket,
     cfg: MapperConfig,
     dests: &[SocketAddr],
@@ -254,21 +231,10 @@ fn send(sock: &UdpSocket, p: &[u8], to: SocketAddr) -> std::io::Result<()> {
     }
 }
 
-/// Receive one tree at `bind` from `mappers` (index = mapper id) until complete (and a
-/// short linger to answer late status reports) or `timeout`.
+/// Receive one tree on `sock` (bound by the caller: bound before the mappers start, it
+/// holds their first packets instead of refusing them) from `mappers` (index = mapper id)
+/// until complete (and a short linger to answer late status reports) or `timeout`.
 pub fn run_reducer(
-    cfg: ReducerConfig,
-    bind: SocketAddr,
-    mappers: &[SocketAddr],
-    timeout: Duration,
-    faults: SocketFaults,
-) -> std::io::Result<ReduceRun> {
-    run_reducer_on(bind_socket(bind)?, cfg, mappers, timeout, faults)
-}
-
-/// [`run_reducer`] on a socket the caller bound: bound before the mappers start, it holds
-/// their first packets instead of refusing them.
-pub fn run_reducer_on(
     sock: UdpSocket,
     cfg: ReducerConfig,
     mappers: &[SocketAddr],
@@ -396,14 +362,14 @@ mod tests {
             // port numbers in the ephemeral range could be taken by another process, and a
             // reducer bound late refused the mappers' first window.
             let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-            let red_sock = bind_socket(any).unwrap();
+            let red_sock = UdpSocket::bind(any).unwrap();
             let red_addr = red_sock.local_addr().unwrap();
-            let map_socks: Vec<UdpSocket> = (0..2).map(|_| bind_socket(any).unwrap()).collect();
+            let map_socks: Vec<UdpSocket> = (0..2).map(|_| UdpSocket::bind(any).unwrap()).collect();
             let maps: Vec<SocketAddr> = map_socks.iter().map(|s| s.local_addr().unwrap()).collect();
             let mut rc = ReducerConfig::new(9, 2, Op::Sum, mode);
             rc.grace_ns = 50_000_000;
             let maps2 = maps.clone();
-            let h = std::thread::spawn(move || run_reducer_on(red_sock, rc, &maps2, Duration::from_secs(20), faults).unwrap());
+            let h = std::thread::spawn(move || run_reducer(red_sock, rc, &maps2, Duration::from_secs(20), faults).unwrap());
             let hs: Vec<_> = words
                 .into_iter()
                 .zip(map_socks)
@@ -420,7 +386,7 @@ mod tests {
                         cfg.stall_ns = 50_000_000;
                         let faults = SocketFaults { seed: faults.seed + 10 + i as u64, ..faults };
                         let n = ws.len();
-                        run_mapper_on(sock, cfg, &[red_addr], &[9], keys, offs, vec![1; n], vec![0; n], Duration::from_secs(20), faults)
+                        run_mapper(sock, cfg, &[red_addr], &[9], keys, offs, vec![1; n], vec![0; n], Duration::from_secs(20), faults)
                             .unwrap()
                     })
                 })

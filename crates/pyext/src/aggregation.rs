@@ -3,7 +3,7 @@
 //! released. Pairs cross as bytes and numpy arrays, never one Python object per pair.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, UdpSocket};
 use std::time::Duration;
 
 use pyo3::exceptions::PyValueError;
@@ -98,8 +98,9 @@ fn agg_map<'py>(
     let mut cfg = MapperConfig::new(mapper_id, op, mode);
     cfg.protocol = proto;
     let timeout = Duration::from_secs_f64(timeout_s.max(0.01));
-    let run =
-        py.detach(|| ports::aggregation::run_mapper(cfg, bind, &dests, &tree_ids, keys, offs, vals, tp, timeout, faults)).map_err(verr)?;
+    let run = py
+        .detach(|| ports::aggregation::run_mapper(UdpSocket::bind(bind)?, cfg, &dests, &tree_ids, keys, offs, vals, tp, timeout, faults))
+        .map_err(verr)?;
     let d = PyDict::new(py);
     d.set_item("packets_sent", run.stats.packets_sent)?;
     d.set_item("bytes_sent", run.stats.bytes_sent)?;
@@ -145,7 +146,7 @@ fn agg_reduce<'py>(
     let mut cfg = ReducerConfig::new(tree_id, maps.len(), op, mode);
     cfg.protocol = proto;
     let timeout = Duration::from_secs_f64(timeout_s.max(0.01));
-    let run = py.detach(|| ports::aggregation::run_reducer(cfg, bind, &maps, timeout, faults)).map_err(verr)?;
+    let run = py.detach(|| ports::aggregation::run_reducer(UdpSocket::bind(bind)?, cfg, &maps, timeout, faults)).map_err(verr)?;
     // Keys in sorted order, so outputs are deterministic.
     let sorted: BTreeMap<&Vec<u8>, &u64> = run.result.iter().collect();
     let mut blob = Vec::new();
