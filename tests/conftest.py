@@ -19,15 +19,6 @@ import pytest
 # module even when a test fails: the machine is shared and must keep no namespace of ours.
 
 
-def pid_tag() -> str:
-    """This process's pid in base 36 (`inswitch.topology.state.process_tag`): a rack name of
-    a short prefix and this tag is unique among the processes running now and fits a rack
-    name's 10 characters (a pid modulo 1000 collided once in 1,000 runs)."""
-    from inswitch.topology.state import process_tag
-
-    return process_tag()
-
-
 def rack_free_tcp_port() -> int:
     """A TCP port free on loopback right now (for a switch's P4Runtime or metrics address)."""
     with socket.socket() as s:
@@ -37,15 +28,16 @@ def rack_free_tcp_port() -> int:
 
 @pytest.fixture(scope="module")
 def rack_factory() -> Iterator[Callable[..., object]]:
-    """`make(suffix, hosts, **up_kwargs)` builds rack `t{pid_tag()}{suffix}` on free ports;
+    """`make(suffix, hosts, **up_kwargs)` builds rack `t{process_tag()}{suffix}` on free ports;
     every rack made is taken down (and checked gone) when the module ends."""
     from inswitch.topology import Rack, netns
+    from inswitch.topology.state import process_tag
 
     rack = Rack()
     made: list[str] = []
 
     def make(suffix: str, hosts: int, **kw: object) -> object:
-        name = f"t{pid_tag()}{suffix}"
+        name = f"t{process_tag()}{suffix}"
         kw.setdefault("p4runtime", f"127.0.0.1:{rack_free_tcp_port()}")
         kw.setdefault("metrics", f"127.0.0.1:{rack_free_tcp_port()}")
         made.append(name)

@@ -17,7 +17,7 @@ import textwrap
 from typing import Iterator
 
 import pytest
-from conftest import pid_tag
+from inswitch.topology.state import process_tag
 
 from inswitch.apps.aggregation import controller
 from inswitch.p4rt.client import SwitchClient
@@ -63,7 +63,7 @@ def _free_tcp() -> str:
 @pytest.fixture(scope="module")
 def rack() -> Iterator[RackState]:
     r = Rack()
-    name = f"daiet{pid_tag()}"
+    name = f"daiet{process_tag()}"
     try:
         yield r.up(3, name=name, programs="forward,daiet", p4runtime=_free_tcp(), metrics=_free_tcp(), mode="netns")
     finally:

@@ -16,7 +16,7 @@ import textwrap
 import time
 
 import pytest
-from conftest import pid_tag
+from inswitch.topology.state import process_tag
 
 from inswitch import _native
 from inswitch.apps.hare import kvsim
@@ -104,7 +104,7 @@ def test_kv_offload_end_to_end_with_real_processes():
     from inswitch.topology import Rack, netns
 
     rack = Rack()
-    name = f"hare{pid_tag()}"
+    name = f"hare{process_tag()}"
     import socket
 
     def free() -> int:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import pid_tag
+from inswitch.topology.state import process_tag
 
 from inswitch.apps.inaas.runner import run_tenants
 from inswitch.apps.inaas.service import READ, REDUCE, WRITE, Service
@@ -150,7 +150,7 @@ def test_real_processes_on_a_rack() -> None:
     from inswitch.apps.inaas.rack import run_on_rack
     from inswitch.topology import netns
 
-    r = run_on_rack(f"inaas{pid_tag()}", seconds=20)
+    r = run_on_rack(f"inaas{process_tag()}", seconds=20)
     a, b = r["tenant_a"], r["tenant_b"]
     assert all(not x.get("lost") for x in a + b)
     # A: the write takes 20 leases (through the goalkeeper), the read is answered by the switch.

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import pid_tag
+from inswitch.topology.state import process_tag
 
 ROOT = os.geteuid() == 0
 pytestmark = pytest.mark.skipif(not ROOT, reason="needs root: network namespaces")
@@ -77,7 +77,7 @@ def rack():
     from inswitch.topology import Rack, netns
 
     # Namespace names: a prefix of the caller's choosing (parallel runs on a shared machine).
-    name = f"{os.environ.get('NETSHA_RACK_PREFIX', 'nsha')}{pid_tag()}"
+    name = f"{os.environ.get('NETSHA_RACK_PREFIX', 'nsha')}{process_tag()}"
     r = Rack()
     # Table 1's defaults (100 registers, 12 slots, p = 8, K = 50), 10 ms timers.
     programs = "forward,netsha"
@@ -159,7 +159,7 @@ def test_search_rack_equals_the_search_without_a_switch() -> None:
     ds = random_dataset(1500, 20, seed=8)
     cfg = SearchConfig(servers=3, k=10, concurrency=10)
     prefix = os.environ.get("NETSHA_RACK_PREFIX", "nsha")
-    r = run_rack_search(ds, cfg, f"{prefix}s{pid_tag()}")
+    r = run_rack_search(ds, cfg, f"{prefix}s{process_tag()}")
     ref = run_search(ds, cfg, ["tlsh"], keep_topk=True)["modes"]["tlsh"]
     m = r["modes"]["netsha-rack"]
     for q, (a, b) in enumerate(zip(m["topk_distances"], ref["topk_distances"])):

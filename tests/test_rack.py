@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import pid_tag
+from inswitch.topology.state import process_tag
 
 from inswitch.topology import Rack, RackError, RackState, netns
 from inswitch.topology import control, rack as rack_mod, state as state_mod, switchproc
@@ -474,7 +474,7 @@ def test_down_without_state_file_and_interrupted_up(rack_factory, monkeypatch: p
     monkeypatch.setattr(switchproc, "wait_ready", interrupt)
     with pytest.raises(KeyboardInterrupt):
         rack_factory("i", 3)
-    assert_rack_gone(f"t{pid_tag()}i")
+    assert_rack_gone(f"t{process_tag()}i")
 
 
 @needs_root
@@ -482,7 +482,7 @@ def test_down_without_state_file_and_interrupted_up(rack_factory, monkeypatch: p
 def test_cli_end_to_end(tmp_path: Path) -> None:
     from conftest import rack_free_tcp_port
 
-    name = f"t{pid_tag()}c"
+    name = f"t{process_tag()}c"
     cli = [PY, "-m", "inswitch", "rack"]
 
     def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -520,7 +520,7 @@ def test_cli_fault_injection(tmp_path: Path) -> None:
     spec is refused before anything is made."""
     from conftest import rack_free_tcp_port
 
-    name = f"t{pid_tag()}f"
+    name = f"t{process_tag()}f"
     cli = [PY, "-m", "inswitch", "rack"]
 
     def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

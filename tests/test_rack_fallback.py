@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import rack_free_tcp_port, pid_tag
+from conftest import rack_free_tcp_port
+from inswitch.topology.state import process_tag
 from inswitch.topology import Rack, RackError, RackState, control, load_state, netns, switchproc
 from inswitch.topology.tunnel import split_addr, tunnel_host_class
 
@@ -157,7 +158,7 @@ def test_udp_rack_ping(udp_rack: RackState) -> None:
 def test_cli_udp_rack_needs_no_privileges() -> None:
     """`rack up` / `status` / `ping` / `exec` / `down` with no capabilities at all: the switch
     itself must also run without any (checked in /proc), and nothing is left behind."""
-    name = f"t{pid_tag()}p"
+    name = f"t{process_tag()}p"
     cli = no_privileges() + [PY, "-m", "inswitch", "rack"]
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import pid_tag
+from inswitch.topology.state import process_tag
 
 from inswitch.apps.wordcount.job import JobSpec, run
 from inswitch.topology import netns
@@ -59,7 +59,7 @@ def test_rack_tcp_32x32_is_not_held_up_by_arp(tmp_path: Path) -> None:
     loopback takes about 5 s. The bound leaves room for a busy machine, not for an RTO storm."""
     text = tmp_path / "small.txt"
     text.write_text("a b c\nb c\nc\n")
-    doc = run(JobSpec(inputs=[str(text)], mappers=32, reducers=32, rack=f"tcpw{pid_tag()}", where="netns",
+    doc = run(JobSpec(inputs=[str(text)], mappers=32, reducers=32, rack=f"tcpw{process_tag()}", where="netns",
                       timeout_s=45), ["tcp"])
     r = doc["runs"]["tcp"]
     assert r["correct"], r["wrong_examples"]
@@ -70,4 +70,4 @@ def test_rack_tcp_32x32_is_not_held_up_by_arp(tmp_path: Path) -> None:
     # The rack's hosts fit in the kernel's ARP table now.
     thresh3 = netns.read_sysctl_root("net.ipv4.neigh.default.gc_thresh3")
     assert thresh3 is not None and thresh3 >= 64 * 63
-    assert not netns.leftovers(f"tcpw{pid_tag()}-")
+    assert not netns.leftovers(f"tcpw{process_tag()}-")
