@@ -328,3 +328,24 @@ fn resource_report_tells_the_truth() {
     let r = ResourceReport::new(&[fwd.decl(), big.decl()], &Target::switchagg_fpga());
     assert!(!r.fits && r.problems.iter().any(|p| p.contains("block RAM")), "{:?}", r.problems);
 }
+
+#[test]
+fn flush_packets_are_filled_to_the_frame() {
+    // 3000 keys of 4..=24 bytes fit the engines: the reducer gets the flush only. Each flush
+    // packet but the last takes bucket words until the next word's pairs do not fit, so it
+    // is short of a full frame by less than one bucket (4 slots of at most 6 + 24 bytes).
+    let cfg = Config { fpe_bytes: 4 << 20, bpe_bytes: 0, ..small() };
+    let j = job(2, 6000, 3000, None, |i| 4 + (i % 21) as usize, 1, Operation::Sum, 9);
+    let out = check(&j, Topology::Single, cfg, Faults::default());
+    assert_eq!((out.fpe_evictions, out.pairs_out), (0, out.result[0].len() as u64), "every key in the FPEs, flushed once");
+    let room = (programs::switchagg::MAX_FRAME - 42 - wire::switchagg::HEADER_LEN) as u64;
+    let least = (room - 4 * 30) as u64;
+    let bound = out.pair_bytes_out.div_ceil(least);
+    eprintln!(
+        "reducer packets {} for {} pair bytes (full frames: {}, bound {bound})",
+        out.reducer_packets,
+        out.pair_bytes_out,
+        out.pair_bytes_out.div_ceil(room)
+    );
+    assert!(out.reducer_packets <= bound, "{} packets for {} pair bytes; at most {bound}", out.reducer_packets, out.pair_bytes_out);
+}

@@ -3,23 +3,28 @@
 //!
 //! The switch cannot create packets, so the last EoT packet does the work: it
 //! recirculates, and each pass drains bucket words of the tree's regions (FPE groups 0-7,
-//! then BPE groups 0-7), one word per item, until the next word might not fit in the
-//! packet. The pass sends the packet to the parent and a copy of it around again (clone
-//! session [`super::FLUSH_SESSION`], whose replica is the recirculation port); the pass
-//! that reads the last word sends the packet with EoT and no copy.
-//! A pass that found nothing (and is not the last) sends nothing: the packet itself
-//! recirculates, so a sparse table costs passes, not empty packets to the parent.
+//! then BPE groups 0-7), one word per item, taking a word only if its pairs fit in what is
+//! left of the frame. A pass that fills the frame sends the packet to the parent and a copy
+//! of it around again (clone session [`super::FLUSH_SESSION`], whose replica is the
+//! recirculation port) to read on from the word that did not fit; the pass that reads the
+//! last word sends the packet with EoT and no copy.
+//! A pass that used its items with room left in the frame (and is not the last) sends
+//! nothing: the packet recirculates with its pairs, so the parent gets full packets and a
+//! sparse table costs passes, not part-filled packets.
 //!
 //! The cursor travels in bridged metadata: `[0]` marker, `[1]` engine memory, `[2..6]`
 //! word within the tree's region, `[6]` set when the pairs in the packet were already
-//! sent (a copy's), `[8..10]`/`[10..14]` child and sequence number the ACK clone answers.
+//! sent (a copy's; clear when they travel on), `[8..10]`/`[10..14]` child and sequence number the ACK clone answers.
 
 use pisa::Pass;
 use wire::switchagg::{flags, HEADER_LEN, PAIR_OVERHEAD};
 
-use super::hash_table::drain;
+use super::hash_table::drain_within;
 use super::payload_analyzer::{slot_len, GROUPS};
 use super::{configuration, reliability, SwitchAgg, MAX_FRAME};
+
+/// The smallest pair: a frame with less room than this is full.
+const SMALLEST_PAIR: usize = PAIR_OVERHEAD + 1;
 
 pub(crate) fn stash_ack(br: &mut [u8], child: u16, seq: u32) {
     br[8..10].copy_from_slice(&child.to_be_bytes());
@@ -54,8 +59,9 @@ pub(crate) fn flush_pass(p: &SwitchAgg, pass: &mut Pass<'_>) {
         return;
     }
     let n_mem = p.fpe.len() + p.bpe.len();
-    let slots = p.cfg.slots_per_bucket as usize;
     let mut items = 0u32;
+    // Set when the next word's pairs (or the smallest pair) no longer fit the frame.
+    let mut full = false;
     let mut buf = [0u8; 8 * (PAIR_OVERHEAD + 64)];
     while mem < n_mem {
         let m = if mem < p.fpe.len() { p.fpe[mem] } else { p.bpe[mem - p.fpe.len()] };
@@ -68,23 +74,37 @@ pub(crate) fn flush_pass(p: &SwitchAgg, pass: &mut Pass<'_>) {
             (mem, word) = (mem + 1, 0);
             continue;
         }
-        let need = slots * (PAIR_OVERHEAD + slot_len(g));
-        if wr + need > MAX_FRAME || items >= super::ITEMS_PER_PASS {
+        if MAX_FRAME - wr < SMALLEST_PAIR {
+            full = true;
+            break;
+        }
+        if items >= super::ITEMS_PER_PASS {
             break;
         }
         if items > 0 && !pass.next_item() {
             return;
         }
         items += 1;
-        let sl = slot_len(g);
-        let (got, len) = pass.access(&m, base + word, |w| {
+        let (sl, room) = (slot_len(g), MAX_FRAME - wr);
+        let (taken, got, len) = pass.access(&m, base + word, |w| {
             let (mut k, mut len) = (0u16, 0usize);
-            drain(w, sl, |key, v| {
+            let taken = drain_within(w, sl, PAIR_OVERHEAD, room, |key, v| {
                 len += wire::switchagg::emit_pair(&mut buf[len..], key, v);
                 k += 1;
             });
-            (k, len)
+            (taken, k, len)
         });
+        if !taken {
+            if wr == at + HEADER_LEN {
+                // A bucket (at most 8 slots of 64 bytes) always fits an empty frame; were
+                // it not so, the flush would go round forever.
+                pass.drop(pisa::DropCode::MALFORMED);
+                return;
+            }
+            // Left whole for the next packet: read again by the copy's pass.
+            full = true;
+            break;
+        }
         pass.hdr_mut()[wr..wr + len].copy_from_slice(&buf[..len]);
         // The header region grows with what was read; the resize below fixes lengths.
         wr += len;
@@ -92,16 +112,18 @@ pub(crate) fn flush_pass(p: &SwitchAgg, pass: &mut Pass<'_>) {
         word += 1;
     }
     let done = mem >= n_mem;
-    if n == 0 && !done {
-        // These words were empty: go around again rather than send the parent an empty
-        // packet (a sparse table would otherwise cost one packet per pass to the reducer).
-        if !reliability::set_agg_len(pass, at, HEADER_LEN) {
+    if !done && !full {
+        // This pass's words are read and the frame has room: go around again with the
+        // pairs rather than send the parent a part-filled packet (a sparse table would
+        // otherwise cost one packet per pass to the reducer).
+        pass.hdr_mut()[at + 12..at + 14].copy_from_slice(&n.to_be_bytes());
+        if !reliability::set_agg_len(pass, at, wr - at) {
             return;
         }
         let b = pass.bridged_mut();
         b[1] = mem as u8;
         b[2..6].copy_from_slice(&word.to_be_bytes());
-        b[6] = 1;
+        b[6] = 0;
         pass.recirculate();
         return;
     }

@@ -138,6 +138,27 @@ pub fn drain(word: &mut [u8], slot_len: usize, mut out: impl FnMut(&[u8], u32)) 
     }
 }
 
+/// Bytes the pairs stored in `word` take in a packet (`PAIR_OVERHEAD` each plus the key).
+#[inline]
+pub fn stored_bytes(word: &[u8], slot_len: usize, pair_overhead: usize) -> usize {
+    let sb = slot_bytes(slot_len);
+    let slots = (word.len() - 1) / sb;
+    (0..slots).map(|s| word[1 + s * sb] as usize).filter(|&len| len != 0).map(|len| pair_overhead + len).sum()
+}
+
+/// The flush's read of one bucket: drain `word` into `out` only if its pairs fit in
+/// `room` bytes of packet (`pair_overhead` per pair plus the key); otherwise leave it
+/// whole for the next packet. One read-modify-write of the word either way, as the
+/// FPGA's flush reads a bucket once. Returns whether the word was taken.
+#[inline]
+pub fn drain_within(word: &mut [u8], slot_len: usize, pair_overhead: usize, room: usize, out: impl FnMut(&[u8], u32)) -> bool {
+    if stored_bytes(word, slot_len, pair_overhead) > room {
+        return false;
+    }
+    drain(word, slot_len, out);
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,6 +181,25 @@ mod tests {
         got.sort();
         assert_eq!(got, vec![(b"abc".to_vec(), 5), (b"xyz".to_vec(), 7)]);
         assert!(w.iter().all(|&b| b == 0) || w[0] == 0);
+    }
+
+    #[test]
+    fn drain_within_takes_the_word_only_if_its_pairs_fit() {
+        let mut w = vec![0u8; bucket_bytes(4, 16)];
+        aggregate(&mut w, 16, b"abcd", 1, Operation::Sum);
+        aggregate(&mut w, 16, b"0123456789", 2, Operation::Sum);
+        // 4 + 10 key bytes and 6 bytes of overhead each.
+        assert_eq!(stored_bytes(&w, 16, 6), 26);
+        let before = w.clone();
+        let mut got = Vec::new();
+        assert!(!drain_within(&mut w, 16, 6, 25, |k, v| got.push((k.to_vec(), v))));
+        assert!(got.is_empty() && w == before, "a word that does not fit is left whole");
+        assert!(drain_within(&mut w, 16, 6, 26, |k, v| got.push((k.to_vec(), v))));
+        got.sort();
+        assert_eq!(got, vec![(b"0123456789".to_vec(), 2), (b"abcd".to_vec(), 1)]);
+        assert_eq!(stored_bytes(&w, 16, 6), 0);
+        // An empty word fits anywhere.
+        assert!(drain_within(&mut w, 16, 6, 0, |_, _| panic!("nothing stored")));
     }
 
     #[test]
