@@ -153,8 +153,9 @@ fn socket_rx_state(sock: &UdpSocket) -> (u64, u64) {
 }
 
 fn wait_for(deadline: Option<u64>, now: u64) -> Duration {
-    // Never block long: the loops also check their overall timeout.
-    let cap = 5_000_000u64;
+    // The loops also check their overall timeout, so never block for long; but an idle
+    // reducer waking every few ms costs CPU the job is measured by.
+    let cap = 100_000_000u64;
     let d = deadline.map_or(cap, |d| d.saturating_sub(now).clamp(50_000, cap));
     Duration::from_nanos(d)
 }
@@ -184,7 +185,8 @@ pub fn run_mapper(
         .map_err(|e| std::io::Error::new(ErrorKind::InvalidInput, e))?;
     let mut out = Vec::new();
     let mut buf = vec![0u8; 65536];
-    while !m.is_done() && start.elapsed() < timeout {
+    // One last round after DONE: it sends the BYEs that let the reducers leave.
+    while !m.is_quiet() && start.elapsed() < timeout {
         out.clear();
         m.poll_transmit(now(), &mut out);
         for (t, p) in out.drain(..) {
@@ -192,6 +194,9 @@ pub fn run_mapper(
         }
         for (p, to) in staged.drain(..) {
             send(&sock, &p, to)?;
+        }
+        if m.is_done() {
+            break;
         }
         sock.set_read_timeout(Some(wait_for(m.next_deadline(), now())))?;
         // Take what has arrived; block only for the first.
@@ -249,10 +254,8 @@ pub fn run_reducer(
     let mut staged = Vec::new();
     let start = Instant::now();
     let now = || start.elapsed().as_nanos() as u64;
-    // After completion: stay while mappers still ask (one whose DONE was lost asks again
-    // within `finished_report_ns`; 100 ms of quiet here, against reports once per RTO of up
-    // to 500 ms, left such a mapper asking a closed socket until its timeout), and leave
-    // once nothing came for the linger.
+    // After completion: leave once every mapper said BYE; else (a BYE or the mapper lost)
+    // once nothing came for the linger, DONE being sent again meanwhile.
     let quiet = Duration::from_nanos((cfg.rto_ns * 5).max(cfg.linger_ns));
     let mut r = Reducer::new(cfg);
     let mut out = Vec::new();
@@ -319,7 +322,7 @@ pub fn run_reducer(
         // descheduled for longer than the linger must still read the report waiting for it.
         // The second bound stops a linger that stray traffic would keep alive.
         if let Some(d) = done_at {
-            if (waited_empty && last_rx.elapsed() >= quiet) || d.elapsed() >= 4 * quiet {
+            if r.all_said_bye() || (waited_empty && last_rx.elapsed() >= quiet) || d.elapsed() >= 4 * quiet {
                 break;
             }
         }
@@ -369,7 +372,11 @@ mod tests {
             let mut rc = ReducerConfig::new(9, 2, Op::Sum, mode);
             rc.grace_ns = 50_000_000;
             let maps2 = maps.clone();
-            let h = std::thread::spawn(move || run_reducer(red_sock, rc, &maps2, Duration::from_secs(20), faults).unwrap());
+            let h = std::thread::spawn(move || {
+                let t0 = Instant::now();
+                let run = run_reducer(red_sock, rc, &maps2, Duration::from_secs(20), faults).unwrap();
+                (run, t0.elapsed())
+            });
             let hs: Vec<_> = words
                 .into_iter()
                 .zip(map_socks)
@@ -392,8 +399,13 @@ mod tests {
                 })
                 .collect();
             let runs: Vec<_> = hs.into_iter().map(|h| h.join().unwrap()).collect();
-            let red = h.join().unwrap();
+            let (red, total) = h.join().unwrap();
             assert!(red.completed);
+            if faults.loss == 0.0 {
+                // Every mapper said BYE: the reducer left without waiting out its linger.
+                let after = total.saturating_sub(red.elapsed);
+                assert!(after < Duration::from_millis(250), "{mode:?}: the reducer left {after:?} after completion");
+            }
             assert_eq!(red.result, reference);
             assert_eq!(red.stats.fallback, mode == Mode::Switch);
             assert!(runs.iter().all(|r| r.completed));

@@ -120,8 +120,9 @@ type ReduceOut<'py> = (Bound<'py, PyBytes>, Bound<'py, PyAny>, Bound<'py, PyAny>
 
 /// Receive one tree: `(keys_blob, key_offsets uint64, values uint64, stats)`. Stats:
 /// packets, bytes (UDP payload bytes received), pairs (received), distinct_keys,
-/// duplicates, malformed, fallback, fallback_reason, completed, elapsed_s, faults_injected.
-/// Fault arguments as for `agg_map`.
+/// duplicates, malformed, fallback, fallback_reason, completed, elapsed_s, faults_injected,
+/// rcvbuf_bytes, socket_drops, done_resent (DONEs sent again to mappers that had not said
+/// BYE). Fault arguments as for `agg_map`.
 #[pyfunction]
 #[pyo3(signature = (protocol, bind, tree_id, mappers, op, timeout_s, mode="switch", loss=0.0, duplicate=0.0, reorder=0.0, seed=1))]
 #[allow(clippy::too_many_arguments)]
@@ -176,6 +177,7 @@ fn agg_reduce<'py>(
     d.set_item("faults_injected", run.faults_injected)?;
     d.set_item("rcvbuf_bytes", run.rcvbuf_bytes)?;
     d.set_item("socket_drops", run.socket_drops)?;
+    d.set_item("done_resent", run.stats.done_resent)?;
     Ok((PyBytes::new(py, &blob), to_arr(offs)?, to_arr(vals)?, d))
 }
 

@@ -74,6 +74,10 @@ pub mod info {
     pub const FINISHED: u8 = 1;
     /// The mapper makes no progress through the switch.
     pub const STALLED: u8 = 2;
+    /// Reducer to mapper: your FINISHED is noted; stop reporting until DONE (or RESEND).
+    pub const NOTED: u8 = 3;
+    /// Mapper to reducer: DONE received, the mapper leaves (the reducer stops resending DONE).
+    pub const BYE: u8 = 4;
 }
 
 /// Aggregation operation.

@@ -31,8 +31,7 @@ pub struct MapperConfig {
     /// restarted one (at 400 ms, a large rack job beside a compile fell back).
     pub stall_ns: u64,
     /// A mapper whose stream is acknowledged reports FINISHED at least this often (at most
-    /// once per RTO otherwise), so the reducer's linger after completion
-    /// (`ReducerConfig::linger_ns`) covers several reports even when the RTO is backed off.
+    /// once per RTO otherwise) until the reducer answers NOTED.
     pub finished_report_ns: u64,
 }
 
@@ -88,7 +87,12 @@ struct TreeTx {
     last_progress: u64,
     last_query: Option<u64>,
     finished: bool,
+    /// The reducer noted FINISHED: no more reports (it sends DONE, or RESEND).
+    noted: bool,
     done: bool,
+    /// A DONE arrived: answer BYE (again for each DONE: the reducer resends DONE until it
+    /// hears BYE).
+    bye_due: bool,
 }
 
 /// A mapper's sender over all trees. Packets go out as `(tree index, UDP payload)`, each to
@@ -146,7 +150,9 @@ impl Mapper {
                     last_progress: now,
                     last_query: None,
                     finished: false,
+                    noted: false,
                     done: false,
+                    bye_due: false,
                 })
                 .collect(),
             cfg,
@@ -194,6 +200,7 @@ impl Mapper {
         t.last_progress = now;
         t.last_query = None;
         t.finished = false;
+        t.noted = false;
     }
 
     /// Change the adaptive timeout's bounds (equal bounds: a fixed timeout).
@@ -210,6 +217,11 @@ impl Mapper {
     /// Every tree complete at its reducer.
     pub fn is_done(&self) -> bool {
         self.trees.iter().all(|t| t.done)
+    }
+
+    /// Done, and every BYE sent: the mapper can leave.
+    pub fn is_quiet(&self) -> bool {
+        self.is_done() && !self.trees.iter().any(|t| t.bye_due)
     }
 
     /// Tree ids still not complete.
@@ -229,6 +241,13 @@ impl Mapper {
             let window = self.cfg.window;
             let t = &mut self.trees[i];
             if t.done {
+                if t.bye_due {
+                    t.bye_due = false;
+                    let p = proto.control(hdr, 0, info::BYE);
+                    self.stats.packets_sent += 1;
+                    self.stats.bytes_sent += p.len() as u64;
+                    out.push((i, p));
+                }
                 continue;
             }
             if t.timer.is_some_and(|d| now >= d) && t.base < t.next {
@@ -256,7 +275,7 @@ impl Mapper {
             let every = if t.finished { rto.min(report) } else { rto };
             let due = t.last_query.is_none_or(|q| now >= q + every);
             let status = if t.finished {
-                Some(info::FINISHED)
+                (!t.noted).then_some(info::FINISHED)
             } else if mode == Mode::Switch && t.epoch == 0 && now >= t.last_progress + stall {
                 Some(info::STALLED)
             } else {
@@ -278,7 +297,16 @@ impl Mapper {
         let r = p.repr;
         let Some(i) = self.trees.iter().position(|t| t.tree_id == r.tree_id) else { return };
         if r.flags & flags::DONE != 0 {
-            self.trees[i].done = true;
+            let t = &mut self.trees[i];
+            t.done = true;
+            t.bye_due = true;
+            return;
+        }
+        if r.flags & flags::QUERY != 0 {
+            let t = &mut self.trees[i];
+            if r.info == info::NOTED && r.sender == super::REDUCER_SENDER && r.epoch == t.epoch && t.finished {
+                t.noted = true;
+            }
             return;
         }
         if r.flags & flags::RESEND != 0 {
@@ -327,15 +355,18 @@ impl Mapper {
         }
     }
 
-    /// When `poll_transmit` has something to do next (a retransmission or a report).
+    /// When `poll_transmit` has something to do next (a retransmission, a report, a BYE).
     pub fn next_deadline(&self) -> Option<u64> {
+        if self.trees.iter().any(|t| t.bye_due) {
+            return Some(0);
+        }
         self.trees
             .iter()
             .filter(|t| !t.done)
             .flat_map(|t| {
                 let rto = t.rtt.rto(self.cfg.min_rto_ns, self.cfg.max_rto_ns);
                 let every = if t.finished { rto.min(self.cfg.finished_report_ns) } else { rto };
-                let q = if t.finished || (self.cfg.mode == Mode::Switch && t.epoch == 0) {
+                let q = if (t.finished && !t.noted) || (!t.finished && self.cfg.mode == Mode::Switch && t.epoch == 0) {
                     let stall_at = if t.finished { 0 } else { t.last_progress + self.cfg.stall_ns };
                     Some(t.last_query.map_or(stall_at, |q| (q + every).max(stall_at)))
                 } else {

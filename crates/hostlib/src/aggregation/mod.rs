@@ -36,8 +36,10 @@
 //!   then acknowledges those itself (Go-Back-N receiver, in-order only) and aggregates.
 //!   The job completes correctly, slower, and the stats say `fallback`.
 //! - **Completion.** A mapper's END acknowledged means the switch holds its pairs, not
-//!   that the reducer has them; so mappers report `QUERY/FINISHED` to the reducer and stay
-//!   until the reducer answers `DONE`. If every mapper has finished and the switch's stream
+//!   that the reducer has them; so mappers report `QUERY/FINISHED` to the reducer (until
+//!   it answers `QUERY/NOTED`) and stay until the reducer sends `DONE`, which it sends
+//!   again, backing off, until the mapper answers `QUERY/BYE`; a reducer every mapper
+//!   said BYE to leaves at once. If every mapper has finished and the switch's stream
 //!   is still incomplete and has been silent for a grace period, the reducer falls back.
 //! - `udp` mode (the baseline): mappers send `BYPASS` from the start (epoch 1); the same
 //!   reliability, no aggregation in the network.
@@ -56,6 +58,10 @@ pub use mapper::{Mapper, MapperConfig, MapperStats};
 pub use reducer::{Reducer, ReducerConfig, ReducerStats};
 
 use wire::daiet::{self as dw, flags, Op};
+
+/// The sender field of the reducer's own control messages (DONE, RESEND, NOTED; an ACK's
+/// sender is the acknowledged mapper's).
+pub const REDUCER_SENDER: u16 = u16::MAX;
 
 /// How a mapper sends its pairs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

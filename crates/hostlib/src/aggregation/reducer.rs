@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 
 use wire::daiet::{flags, info, Op};
 
-use super::{merge, Header, Mode, Protocol};
+use super::{merge, Header, Mode, Protocol, REDUCER_SENDER};
 
 /// Receiver parameters.
 #[derive(Debug, Clone)]
@@ -20,11 +20,11 @@ pub struct ReducerConfig {
     /// Every mapper finished but the switch's stream is incomplete and silent this long:
     /// fall back.
     pub grace_ns: u64,
-    /// After completion, keep answering status reports until nothing has arrived for this
-    /// long. A mapper whose DONE was lost asks again within
-    /// `MapperConfig::finished_report_ns` (100 ms): the linger spans five of those, so a
-    /// mapper is left waiting only if five reports in a row are lost. (Longer costs every
-    /// job: its reducers exit that much after completion.)
+    /// After completion, DONE is sent again to every mapper that has not said BYE, first
+    /// after `rto_ns`, the interval doubling up to a fifth of this; the reducer's loop
+    /// leaves once every mapper said BYE, or nothing has arrived for this long (so a mapper
+    /// is left waiting only if about five DONEs in a row are lost). A job whose mappers all
+    /// say BYE does not pay the linger.
     pub linger_ns: u64,
 }
 
@@ -57,6 +57,8 @@ pub struct ReducerStats {
     /// Why it fell back (empty if it did not).
     pub fallback_reason: String,
     pub packets_sent: u64,
+    /// DONEs sent again because a mapper had not said BYE.
+    pub done_resent: u64,
 }
 
 #[derive(Default)]
@@ -81,6 +83,11 @@ pub struct Reducer {
     resend_pending: Vec<bool>,
     last_resend: u64,
     complete: bool,
+    /// Mappers that said BYE after DONE.
+    said_bye: Vec<bool>,
+    /// When DONE next goes again to the mappers that have not said BYE, and the interval.
+    done_again_at: u64,
+    done_every: u64,
     out: Vec<(usize, Vec<u8>)>,
     pub stats: ReducerStats,
 }
@@ -102,6 +109,9 @@ impl Reducer {
             resend_pending: vec![false; n],
             last_resend: 0,
             complete: false,
+            said_bye: vec![false; n],
+            done_again_at: 0,
+            done_every: 0,
             out: Vec::new(),
             stats: ReducerStats::default(),
             cfg,
@@ -110,6 +120,11 @@ impl Reducer {
 
     pub fn is_complete(&self) -> bool {
         self.complete
+    }
+
+    /// Complete, and every mapper has said BYE: nothing is left to answer.
+    pub fn all_said_bye(&self) -> bool {
+        self.complete && self.said_bye.iter().all(|&b| b)
     }
 
     /// The aggregated result (valid once complete).
@@ -130,7 +145,7 @@ impl Reducer {
     }
 
     fn hdr(&self, extra: u8) -> Header {
-        Header { tree_id: self.cfg.tree_id, flags: flags::BYPASS | extra, op: self.cfg.op, sender: u16::MAX, epoch: self.epoch }
+        Header { tree_id: self.cfg.tree_id, flags: flags::BYPASS | extra, op: self.cfg.op, sender: REDUCER_SENDER, epoch: self.epoch }
     }
 
     fn send(&mut self, to: usize, p: Vec<u8>) {
@@ -143,9 +158,11 @@ impl Reducer {
         self.send(m, p);
     }
 
-    fn set_complete(&mut self) {
+    fn set_complete(&mut self, now: u64) {
         if !self.complete {
             self.complete = true;
+            self.done_every = self.cfg.rto_ns.max(1);
+            self.done_again_at = now + self.done_every;
             for m in 0..self.cfg.n_mappers {
                 self.done_to(m);
             }
@@ -195,7 +212,11 @@ impl Reducer {
                 return;
             }
             if self.complete {
-                self.done_to(m);
+                if r.info == info::BYE {
+                    self.said_bye[m] = true;
+                } else {
+                    self.done_to(m);
+                }
                 return;
             }
             match r.info {
@@ -204,6 +225,10 @@ impl Reducer {
                     if self.all_finished_at.is_none() && self.finished.iter().all(|&f| f) {
                         self.all_finished_at = Some(now);
                     }
+                    // Noted: the mapper stops reporting (each report was a packet and a
+                    // wake-up here for as long as the job ran).
+                    let p = proto.control(self.hdr(flags::QUERY), 0, info::NOTED);
+                    self.send(m, p);
                 }
                 info::STALLED => self.fall_back(now, "a mapper stalled at the switch (switch restarted or lost state)"),
                 _ => {}
@@ -229,7 +254,7 @@ impl Reducer {
                 merge(&mut self.switch_pairs, op, k, v as u64);
             }
             if self.switch.values().any(|s| s.end.is_some_and(|e| s.seen.len() as u64 == e as u64 + 1)) {
-                self.set_complete();
+                self.set_complete(now);
             }
             return;
         }
@@ -262,13 +287,23 @@ impl Reducer {
             self.send(m, p);
         }
         if self.host_ended.iter().all(|&e| e) {
-            self.set_complete();
+            self.set_complete(now);
         }
     }
 
-    /// Timers: the fallback grace period and RESEND retries.
+    /// Timers: the fallback grace period, RESEND retries, and DONE again until BYE.
     pub fn on_timer(&mut self, now: u64) {
         if self.complete {
+            if !self.all_said_bye() && now >= self.done_again_at {
+                for m in 0..self.cfg.n_mappers {
+                    if !self.said_bye[m] {
+                        self.stats.done_resent += 1;
+                        self.done_to(m);
+                    }
+                }
+                self.done_every = (self.done_every * 2).min((self.cfg.linger_ns / 5).max(self.cfg.rto_ns));
+                self.done_again_at = now + self.done_every;
+            }
             return;
         }
         if self.epoch == 0 {
@@ -294,7 +329,7 @@ impl Reducer {
 
     pub fn next_deadline(&self) -> Option<u64> {
         if self.complete {
-            return None;
+            return (!self.all_said_bye()).then_some(self.done_again_at);
         }
         if self.epoch == 0 {
             self.all_finished_at.map(|t| t.max(self.last_switch_rx) + self.cfg.grace_ns)

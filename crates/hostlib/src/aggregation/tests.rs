@@ -301,18 +301,18 @@ fn adaptive_rto_stops_spurious_retransmissions() {
     );
 }
 
-/// A finished mapper whose RTO is long (400 ms here) still reports FINISHED every
-/// `finished_report_ns` (100 ms), so a reducer that lingers 500 ms after completion hears
-/// it again if its DONE was lost.
+/// A finished mapper whose RTO is long (400 ms here) reports FINISHED at least every
+/// `finished_report_ns` (100 ms) while the reducer's NOTED answers are lost, and stops
+/// once one arrives: a waiting mapper then costs the reducer nothing.
 #[test]
-fn finished_mapper_reports_at_least_every_finished_report_ns() {
+fn finished_mapper_reports_until_noted() {
     let data = dataset(50, 20, 3);
     let mut m = mapper_for(0, &data, Op::Sum, Mode::Udp);
     m.set_rto_bounds(400_000_000, 400_000_000);
     // Two mappers expected: the reducer acknowledges mapper 0's stream but never completes.
     let mut red = Reducer::new(ReducerConfig::new(5, 2, Op::Sum, Mode::Udp));
-    let (mut now, mut reports, mut max_wait) = (0u64, Vec::new(), 0u64);
-    while now < 2_000_000_000 {
+    let (mut now, mut reports, mut max_wait, mut noted_lost) = (0u64, Vec::new(), 0u64, 0);
+    while now < 3_000_000_000 {
         let mut o = Vec::new();
         m.poll_transmit(now, &mut o);
         for (_, p) in o {
@@ -325,6 +325,11 @@ fn finished_mapper_reports_at_least_every_finished_report_ns() {
         let mut back = Vec::new();
         red.drain_transmit(&mut back);
         for (_, p) in back {
+            let r = Protocol::Daiet.parse(&p).unwrap().repr;
+            if r.flags & flags::QUERY != 0 && r.info == wire::daiet::info::NOTED && now < 2_000_000_000 {
+                noted_lost += 1;
+                continue;
+            }
             m.handle(now, &p);
         }
         if let Some(d) = m.next_deadline() {
@@ -333,8 +338,67 @@ fn finished_mapper_reports_at_least_every_finished_report_ns() {
         now += 1_000_000;
     }
     assert_eq!(m.rto_ns(), vec![400_000_000]);
-    assert!(reports.len() >= 15, "FINISHED reports in 2 s: {reports:?}");
-    assert!(reports.windows(2).all(|w| w[1] - w[0] <= 101_000_000), "report gaps: {reports:?}");
+    let (lost, after): (Vec<u64>, Vec<u64>) = reports.iter().partition(|&&t| t < 2_000_000_000);
+    assert!(lost.len() >= 15 && noted_lost == lost.len(), "FINISHED reports in 2 s: {lost:?}, NOTED lost: {noted_lost}");
+    assert!(lost.windows(2).all(|w| w[1] - w[0] <= 101_000_000), "report gaps: {lost:?}");
     assert!(max_wait <= 100_000_000, "next_deadline waits {max_wait} ns");
+    assert_eq!(after.len(), 1, "one report after 2 s, answered NOTED, and no more: {after:?}");
+    assert_eq!(m.next_deadline(), None, "a noted mapper has no timer");
     assert!(!m.is_done() && !red.is_complete());
+}
+
+/// After completion the reducer sends DONE again, backing off from `rto_ns` to a fifth of
+/// `linger_ns`, to a mapper that has not said BYE, and stops when it does.
+#[test]
+fn done_is_resent_until_bye() {
+    let data = dataset(200, 40, 4);
+    let mut m = mapper_for(0, &data, Op::Sum, Mode::Udp);
+    let mut cfg = ReducerConfig::new(5, 1, Op::Sum, Mode::Udp);
+    cfg.rto_ns = 10_000_000;
+    cfg.linger_ns = 400_000_000;
+    let mut red = Reducer::new(cfg);
+    // DONE is lost until 300 ms, and the first BYE too. The mapper's FINISHED reports
+    // (each answered with DONE once complete) are lost as well: only the reducer's timer
+    // sends DONE again here.
+    let (mut now, mut dones, mut byes) = (0u64, Vec::new(), 0);
+    while now < 1_000_000_000 && !red.all_said_bye() {
+        let mut o = Vec::new();
+        m.poll_transmit(now, &mut o);
+        for (_, p) in o {
+            let r = Protocol::Daiet.parse(&p).unwrap().repr;
+            if r.flags & flags::QUERY != 0 && r.info == wire::daiet::info::FINISHED {
+                continue;
+            }
+            if r.flags & flags::QUERY != 0 && r.info == wire::daiet::info::BYE {
+                byes += 1;
+                if byes == 1 {
+                    continue;
+                }
+            }
+            red.handle(now, &p);
+        }
+        red.on_timer(now);
+        let mut back = Vec::new();
+        red.drain_transmit(&mut back);
+        for (_, p) in back {
+            if Protocol::Daiet.parse(&p).unwrap().repr.flags & flags::DONE != 0 {
+                dones.push(now);
+                if now < 300_000_000 {
+                    continue;
+                }
+            }
+            m.handle(now, &p);
+        }
+        now += 1_000_000;
+    }
+    assert!(red.is_complete() && m.is_done() && m.is_quiet());
+    assert!(red.all_said_bye(), "the second BYE was heard");
+    assert_eq!(byes, 2);
+    assert_eq!(red.take_result(), reference(&[data], Op::Sum));
+    let gaps: Vec<u64> = dones.windows(2).map(|w| (w[1] - w[0]) / 1_000_000).collect();
+    // 10, 20, 40, 80 ms, then the cap of 80 ms (a fifth of the linger).
+    assert!(gaps.len() >= 5, "DONEs at {dones:?}");
+    assert!(gaps.iter().zip([10u64, 20, 40, 80, 80]).all(|(&g, want)| g.abs_diff(want) <= 1), "gaps {gaps:?} ms");
+    assert_eq!(red.stats.done_resent as usize, dones.len() - 1);
+    assert_eq!(red.next_deadline(), None, "nothing left to send once everyone said BYE");
 }
