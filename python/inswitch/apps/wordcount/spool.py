@@ -9,8 +9,6 @@ A spool file is the TCP shuffle's frames `<u32 key length, key, u32 value>` (net
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import socket
 import time
 from pathlib import Path
@@ -91,20 +89,6 @@ def tcp_send_spools(reducers: list[str], paths: list[Path], timeout_s: float) ->
             s.recv(1)  # the reducer closes once it has read everything
     return {"bytes_sent": sent, "packets_sent": None, "retransmissions": 0, "fallback": False,
             "elapsed_s": time.monotonic() - t0}
-
-
-_libc: Any = None
-
-
-def malloc_trim() -> None:
-    """Give freed heap back to the system (glibc keeps it otherwise, and the peak RSS of a
-    chunked mapper then creeps up with its input)."""
-    global _libc
-    if _libc is None:
-        name = ctypes.util.find_library("c")
-        _libc = ctypes.CDLL(name) if name else False
-    if _libc and hasattr(_libc, "malloc_trim"):
-        _libc.malloc_trim(0)
 
 
 def max_rss_mb() -> float | None:
