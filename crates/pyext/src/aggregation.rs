@@ -57,7 +57,7 @@ fn le_chunks<const N: usize>(b: &[u8]) -> impl Iterator<Item = [u8; N]> + '_ {
 /// Send a mapper's pairs on their trees and serve them until every reducer says DONE.
 /// `loss`, `duplicate`, `reorder` (with `seed`): faults injected on this socket, both
 /// directions. Returns stats: packets_sent, bytes_sent, retransmissions, acks, fallback,
-/// completed, pairs, elapsed_s, faults_injected.
+/// completed, pairs, elapsed_s, faults_injected, max_held_packets (most packets of a tree built and not yet acknowledged).
 /// The longest key `protocol` carries whole; `agg_map` refuses longer ones (never
 /// truncates them).
 #[pyfunction]
@@ -101,6 +101,51 @@ fn agg_map<'py>(
     let run = py
         .detach(|| ports::aggregation::run_mapper(UdpSocket::bind(bind)?, cfg, &dests, &tree_ids, keys, offs, vals, tp, timeout, faults))
         .map_err(verr)?;
+    map_stats(py, &run)
+}
+
+/// `agg_map` for pairs in spool files, `spool_paths[i]` holding tree `trees[i]`'s frames
+/// `<u32 BE key length, key, u32 BE value>` (read as packets are needed: the mapper's
+/// memory does not grow with its input). A malformed or truncated spool raises
+/// ValueError naming the file. Stats as `agg_map`'s.
+#[pyfunction]
+#[pyo3(signature = (protocol, bind, trees, mapper_id, op, spool_paths, timeout_s, mode="switch", loss=0.0, duplicate=0.0, reorder=0.0, seed=1))]
+#[allow(clippy::too_many_arguments)]
+fn agg_map_spool<'py>(
+    py: Python<'py>,
+    protocol: &str,
+    bind: &str,
+    trees: Vec<(u16, String)>,
+    mapper_id: u16,
+    op: &str,
+    spool_paths: Vec<std::path::PathBuf>,
+    timeout_s: f64,
+    mode: &str,
+    loss: f64,
+    duplicate: f64,
+    reorder: f64,
+    seed: u64,
+) -> PyResult<Bound<'py, PyDict>> {
+    let faults = faults(loss, duplicate, reorder, seed)?;
+    let (proto, op, mode) = parse_common(protocol, op, mode)?;
+    let bind = addr(bind)?;
+    let tree_ids: Vec<u16> = trees.iter().map(|t| t.0).collect();
+    let dests = trees.iter().map(|t| addr(&t.1)).collect::<PyResult<Vec<_>>>()?;
+    if spool_paths.len() != trees.len() {
+        return Err(verr(format!("{} trees need {} spool files (got {})", trees.len(), trees.len(), spool_paths.len())));
+    }
+    let src = ports::aggregation::SpoolSource::open(&spool_paths).map_err(verr)?;
+    let mut cfg = MapperConfig::new(mapper_id, op, mode);
+    cfg.protocol = proto;
+    let timeout = Duration::from_secs_f64(timeout_s.max(0.01));
+    let run = py
+        .detach(|| ports::aggregation::run_mapper_source(UdpSocket::bind(bind)?, cfg, &dests, &tree_ids, src, timeout, faults))
+        .map_err(verr)?;
+    map_stats(py, &run)
+}
+
+/// A mapper run's stats for Python.
+fn map_stats<'py>(py: Python<'py>, run: &ports::aggregation::MapRun) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("packets_sent", run.stats.packets_sent)?;
     d.set_item("bytes_sent", run.stats.bytes_sent)?;
@@ -112,6 +157,7 @@ fn agg_map<'py>(
     d.set_item("completed", run.completed)?;
     d.set_item("elapsed_s", run.elapsed.as_secs_f64())?;
     d.set_item("faults_injected", run.faults_injected)?;
+    d.set_item("max_held_packets", run.stats.max_held_packets)?;
     Ok(d)
 }
 
@@ -213,6 +259,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(bench_daiet_pipeline, m)?)?;
     m.add_function(wrap_pyfunction!(bench_forward_cpu_rate, m)?)?;
     m.add_function(wrap_pyfunction!(agg_map, m)?)?;
+    m.add_function(wrap_pyfunction!(agg_map_spool, m)?)?;
     m.add_function(wrap_pyfunction!(agg_max_key_len, m)?)?;
     m.add_function(wrap_pyfunction!(agg_reduce, m)?)?;
     Ok(())

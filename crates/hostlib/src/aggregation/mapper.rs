@@ -8,8 +8,12 @@
 //! loaded reducer answers late (which made the udp baseline's packet counts noisy) or
 //! waits too long after a real loss.
 
+use std::collections::VecDeque;
+
 use wire::daiet::{flags, info, Op};
 
+use super::source::{census, MemPairs, PairSource};
+use super::stream::Packer;
 use super::{Header, Mode, Protocol};
 
 /// Sender parameters.
@@ -70,19 +74,32 @@ pub struct MapperStats {
     pub acks: u64,
     pub fallback: bool,
     pub pairs: u64,
+    /// Most packets of one tree built and not yet acknowledged at once (they are built as
+    /// the window advances and dropped once acknowledged).
+    pub max_held_packets: u64,
+}
+
+/// A built packet not acknowledged yet.
+struct Held {
+    pkt: Vec<u8>,
+    /// When it was last sent ([`UNSENT`] before), and whether it was sent more than once.
+    sent_at: u64,
+    resent: bool,
 }
 
 struct TreeTx {
     tree_id: u16,
     epoch: u16,
-    packets: Vec<Vec<u8>>,
+    /// Cuts the tree's pairs into packets as the window needs them.
+    packer: Packer,
+    /// Packets `base..base + held.len()`, built and not acknowledged.
+    held: VecDeque<Held>,
+    /// The stream's packet count (END included), once END is built.
+    total: Option<usize>,
     base: usize,
     next: usize,
     /// When the oldest unacknowledged packet times out.
     timer: Option<u64>,
-    /// When each packet was last sent, and whether it was sent more than once.
-    sent_at: Vec<u64>,
-    resent: Vec<bool>,
     rtt: Rtt,
     last_progress: u64,
     last_query: Option<u64>,
@@ -97,17 +114,18 @@ struct TreeTx {
 
 /// A mapper's sender over all trees. Packets go out as `(tree index, UDP payload)`, each to
 /// its tree's reducer address (a switch on the path intercepts them).
-pub struct Mapper {
+pub struct Mapper<S: PairSource = MemPairs> {
     cfg: MapperConfig,
     trees: Vec<TreeTx>,
-    keys: Vec<u8>,
-    offsets: Vec<u64>,
-    values: Vec<u32>,
-    tree_of_pair: Vec<u16>,
+    source: S,
+    /// The source's key buffer (reused for every pair).
+    key: Vec<u8>,
+    /// The source failed: the run cannot complete.
+    error: Option<String>,
     pub stats: MapperStats,
 }
 
-impl Mapper {
+impl Mapper<MemPairs> {
     /// `tree_ids[i]` is the tree of index `i`; pair `j` is `keys[offsets[j]..offsets[j+1]]`
     /// with `values[j]`, sent on tree index `tree_of_pair[j]`.
     pub fn new(
@@ -119,33 +137,40 @@ impl Mapper {
         tree_of_pair: Vec<u16>,
         now: u64,
     ) -> Result<Mapper, String> {
-        let n = values.len();
-        if offsets.len() != n + 1 || tree_of_pair.len() != n {
-            return Err(format!("{} values need {} offsets and tree indexes (got {} and {})", n, n + 1, offsets.len(), tree_of_pair.len()));
-        }
-        if offsets.windows(2).any(|w| w[0] > w[1]) || offsets.last().copied().unwrap_or(0) as usize > keys.len() {
-            return Err("key offsets must be non-decreasing and within the keys".into());
-        }
-        if let Some(&t) = tree_of_pair.iter().find(|&&t| t as usize >= tree_ids.len()) {
-            return Err(format!("tree index {t} out of range ({} trees)", tree_ids.len()));
+        let src = MemPairs::new(tree_ids.len(), keys, offsets, values, tree_of_pair)?;
+        Mapper::from_source(cfg, tree_ids, src, now)
+    }
+}
+
+impl<S: PairSource> Mapper<S> {
+    /// A sender of `source`'s pairs (its tree index `i` is `tree_ids[i]`). The source is
+    /// read once first (pair counts, keys the protocol cannot carry: refused before
+    /// anything is sent), then again as packets are needed.
+    pub fn from_source(cfg: MapperConfig, tree_ids: &[u16], mut source: S, now: u64) -> Result<Mapper<S>, String> {
+        if source.trees() != tree_ids.len() {
+            return Err(format!("the source has {} trees, {} tree ids given", source.trees(), tree_ids.len()));
         }
         if cfg.protocol == Protocol::SwitchAgg {
-            super::switchagg::check_mapper(cfg.mapper_id, &offsets)?;
-        } else if let Some(n) = super::key_too_long(&offsets, super::DAIET_MAX_KEY_LEN) {
-            return Err(format!("daiet: a key of {n} bytes is longer than {} (one frame); never truncated", super::DAIET_MAX_KEY_LEN));
+            super::switchagg::check_mapper(cfg.mapper_id)?;
         }
+        let proto = cfg.protocol;
+        let c = census(&mut source, |n| proto.check_key_len(n))?;
+        let (epoch, bypass) = match cfg.mode {
+            Mode::Switch => (0, 0),
+            Mode::Udp => (1, flags::BYPASS),
+        };
         let mut m = Mapper {
             trees: tree_ids
                 .iter()
                 .map(|&t| TreeTx {
                     tree_id: t,
-                    epoch: 0,
-                    packets: Vec::new(),
+                    epoch,
+                    packer: Packer::new(proto, Header { tree_id: t, flags: bypass, op: cfg.op, sender: cfg.mapper_id, epoch }),
+                    held: VecDeque::new(),
+                    total: None,
                     base: 0,
                     next: 0,
                     timer: None,
-                    sent_at: Vec::new(),
-                    resent: Vec::new(),
                     rtt: Rtt::new(cfg.rto_ns),
                     last_progress: now,
                     last_query: None,
@@ -156,44 +181,35 @@ impl Mapper {
                 })
                 .collect(),
             cfg,
-            keys,
-            offsets,
-            values,
-            tree_of_pair,
+            source,
+            key: Vec::new(),
+            error: None,
             stats: MapperStats::default(),
         };
-        m.stats.pairs = n as u64;
-        let (epoch, bypass) = match m.cfg.mode {
-            Mode::Switch => (0, 0),
-            Mode::Udp => (1, flags::BYPASS),
-        };
-        for i in 0..m.trees.len() {
-            m.build(i, epoch, bypass, now);
-        }
+        m.stats.pairs = c.pairs.iter().sum();
         Ok(m)
+    }
+
+    /// Why the run cannot complete: the source failed (e.g. a spool file could not be read).
+    pub fn error(&self) -> Option<&str> {
+        self.error.as_deref()
     }
 
     fn header(&self, tree: usize, epoch: u16, extra: u8) -> Header {
         Header { tree_id: self.trees[tree].tree_id, flags: extra, op: self.cfg.op, sender: self.cfg.mapper_id, epoch }
     }
 
-    /// (Re)build tree `i`'s stream under `epoch`.
+    /// Restart tree `i`'s stream under `epoch`, from its first pair.
     fn build(&mut self, i: usize, epoch: u16, extra: u8, now: u64) {
         let hdr = self.header(i, epoch, extra);
-        let pairs = (0..self.values.len()).filter(|&j| self.tree_of_pair[j] as usize == i).map(|j| {
-            let (a, b) = (self.offsets[j] as usize, self.offsets[j + 1] as usize);
-            (&self.keys[a..b], self.values[j])
-        });
-        let mut packets = self.cfg.protocol.packetize(hdr, pairs);
-        packets.push(self.cfg.protocol.end(hdr));
-        for (s, p) in packets.iter_mut().enumerate() {
-            self.cfg.protocol.stamp(p, s as u32);
+        if let Err(e) = self.source.rewind(i) {
+            self.error.get_or_insert(e);
         }
         let t = &mut self.trees[i];
         t.epoch = epoch;
-        t.sent_at = vec![UNSENT; packets.len()];
-        t.resent = vec![false; packets.len()];
-        t.packets = packets;
+        t.packer = Packer::new(self.cfg.protocol, hdr);
+        t.held.clear();
+        t.total = None;
         t.base = 0;
         t.next = 0;
         t.timer = None;
@@ -258,10 +274,21 @@ impl Mapper {
                 t.timer = None;
             }
             let rto = t.rtt.rto(min_rto, max_rto);
-            while t.next < t.packets.len() && t.next < t.base + window {
-                let p = t.packets[t.next].clone();
-                t.resent[t.next] = t.sent_at[t.next] != UNSENT;
-                t.sent_at[t.next] = now;
+            while t.next < t.base + window {
+                if t.next == t.base + t.held.len() {
+                    match build_next(t, i, &mut self.source, &mut self.key, proto) {
+                        Ok(true) => self.stats.max_held_packets = self.stats.max_held_packets.max(t.held.len() as u64),
+                        Ok(false) => break,
+                        Err(e) => {
+                            self.error.get_or_insert(e);
+                            break;
+                        }
+                    }
+                }
+                let h = &mut t.held[t.next - t.base];
+                h.resent = h.sent_at != UNSENT;
+                h.sent_at = now;
+                let p = h.pkt.clone();
                 self.stats.packets_sent += 1;
                 self.stats.bytes_sent += p.len() as u64;
                 out.push((i, p));
@@ -324,7 +351,7 @@ impl Mapper {
             }
             self.stats.acks += 1;
             let acked = r.seq as usize + 1;
-            if acked > t.base && acked <= t.packets.len() {
+            if acked > t.base && acked <= t.base + t.held.len() {
                 // Timed from the packet's latest copy. For a retransmitted packet that is
                 // ambiguous (the ACK may answer an earlier copy, so it can only
                 // under-estimate), and Karn's rule would take no sample at all; but a
@@ -334,8 +361,8 @@ impl Mapper {
                 // 5% loss stalled for seconds). So a retransmitted packet's sample counts
                 // while there is no estimate yet or when it is at least half the estimate
                 // (an ACK of the earlier copy arrives sooner than that).
-                let last = t.sent_at[acked - 1];
-                let ambiguous = t.resent[acked - 1];
+                let h = &t.held[acked - 1 - t.base];
+                let (last, ambiguous) = (h.sent_at, h.resent);
                 if last != UNSENT && now >= last {
                     let r = now - last;
                     if !ambiguous || t.rtt.srtt().is_none_or(|s| r >= s / 2) {
@@ -343,11 +370,12 @@ impl Mapper {
                     }
                 }
                 let rto = t.rtt.rto(min_rto, max_rto);
+                t.held.drain(..acked - t.base);
                 t.base = acked;
                 t.next = t.next.max(acked);
                 t.last_progress = now;
                 t.timer = if t.base < t.next { Some(now + rto) } else { None };
-                if t.base == t.packets.len() && !t.finished {
+                if t.total == Some(t.base) && !t.finished {
                     t.finished = true;
                     t.last_query = None;
                 }
@@ -377,6 +405,35 @@ impl Mapper {
             .flatten()
             .min()
     }
+}
+
+/// Build tree `i`'s next packet (data, then END) into `t.held`, reading its pairs from `src`
+/// as the packer needs them; false once END is built.
+fn build_next<S: PairSource>(t: &mut TreeTx, i: usize, src: &mut S, key: &mut Vec<u8>, proto: Protocol) -> Result<bool, String> {
+    if t.total.is_some() {
+        return Ok(false);
+    }
+    let seq = t.base + t.held.len();
+    let mut pkt = loop {
+        if let Some(p) = t.packer.pop() {
+            break p;
+        }
+        if t.packer.is_exhausted() {
+            t.total = Some(seq + 1);
+            break proto.end(t.packer.header());
+        }
+        match src.next_pair(i, key)? {
+            Some(v) => {
+                // Checked by the census already; a source changed since is refused too.
+                proto.check_key_len(key.len())?;
+                t.packer.push(key, v);
+            }
+            None => t.packer.finish(),
+        }
+    };
+    proto.stamp(&mut pkt, seq as u32);
+    t.held.push_back(Held { pkt, sent_at: UNSENT, resent: false });
+    Ok(true)
 }
 
 /// `sent_at` of a packet not sent yet.

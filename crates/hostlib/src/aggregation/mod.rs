@@ -52,10 +52,14 @@
 
 pub mod mapper;
 pub mod reducer;
+pub mod source;
+pub mod stream;
 pub mod switchagg;
 
 pub use mapper::{Mapper, MapperConfig, MapperStats};
 pub use reducer::{Reducer, ReducerConfig, ReducerStats};
+pub use source::{MemPairs, PairSource};
+pub use stream::Packer;
 
 use wire::daiet::{self as dw, flags, Op};
 
@@ -111,11 +115,30 @@ impl Protocol {
 
     /// Cut a tree's pairs into the data packets of one stream (without sequence numbers,
     /// which [`Protocol::stamp`] writes). `pairs` yields `(key, value)`.
+    /// The mapper builds the same packets one at a time with a [`Packer`].
     pub fn packetize<'a>(self, hdr: Header, pairs: impl Iterator<Item = (&'a [u8], u32)>) -> Vec<Vec<u8>> {
-        match self {
-            Protocol::Daiet => daiet_packetize(hdr, pairs),
-            Protocol::SwitchAgg => switchagg::packetize(hdr, pairs),
+        let mut packer = Packer::new(self, hdr);
+        let mut out = Vec::new();
+        for (k, v) in pairs {
+            while !packer.wants_input() {
+                out.extend(packer.pop());
+            }
+            packer.push(k, v);
         }
+        packer.finish();
+        out.extend(std::iter::from_fn(|| packer.pop()));
+        out
+    }
+
+    /// Refuse a key this protocol cannot carry whole (longer than [`Protocol::max_key_len`]).
+    pub fn check_key_len(self, len: usize) -> Result<(), String> {
+        if len <= self.max_key_len() {
+            return Ok(());
+        }
+        Err(match self {
+            Protocol::Daiet => format!("daiet: a key of {len} bytes is longer than {DAIET_MAX_KEY_LEN} (one frame); never truncated"),
+            Protocol::SwitchAgg => format!("switchagg: a key of {len} bytes is longer than {}", switchagg::MAX_KEY_LEN),
+        })
     }
 
     /// The END packet of a stream.
@@ -193,7 +216,7 @@ pub struct Header {
 }
 
 impl Header {
-    fn repr(&self) -> dw::Repr {
+    pub(crate) fn repr(&self) -> dw::Repr {
         dw::Repr {
             tree_id: self.tree_id,
             flags: self.flags,
@@ -214,77 +237,6 @@ pub const VARLEN_BUDGET: usize = 1400;
 /// and fragments without a header, so the in-network stream loses it (found with a 60 kB
 /// word, whose job then fell back to the hosts). Longer keys are refused, never truncated.
 pub const DAIET_MAX_KEY_LEN: usize = VARLEN_BUDGET - dw::HEADER_LEN - dw::VARPAIR_HEADER;
-
-/// The first key longer than `max` (its length), given key offsets.
-pub(crate) fn key_too_long(offsets: &[u64], max: usize) -> Option<usize> {
-    offsets.windows(2).map(|w| (w[1] - w[0]) as usize).find(|&n| n > max)
-}
-
-fn daiet_packetize<'a>(hdr: Header, pairs: impl Iterator<Item = (&'a [u8], u32)>) -> Vec<Vec<u8>> {
-    let mut out = Vec::new();
-    // Fixed pairs wait in one queue per switch slice; each packet takes position p from
-    // queue p % SLICES when it can, so a key mostly meets itself in the same slice of the
-    // switch's table; packets are always full (no holes) whatever the key skew.
-    let mut queues: [Vec<(&'a [u8], u32)>; dw::SLICES] = Default::default();
-    let mut var: Vec<u8> = Vec::new();
-    let mut nvar = 0usize;
-    let close_var = |buf: &mut Vec<u8>, n: &mut usize, out: &mut Vec<Vec<u8>>| {
-        if *n == 0 {
-            return;
-        }
-        let mut p = dw::Repr { flags: hdr.flags | flags::VARLEN, num_pairs: *n as u8, ..hdr.repr() }.to_vec();
-        p.extend_from_slice(buf);
-        out.push(p);
-        buf.clear();
-        *n = 0;
-    };
-    for (k, v) in pairs {
-        if dw::key_is_fixed(k) {
-            queues[dw::slice_of(k)].push((k, v));
-        } else {
-            // `Mapper::new` refuses keys longer than DAIET_MAX_KEY_LEN (never truncated), so k
-            // fits the pair header's 16-bit length.
-            debug_assert!(k.len() <= u16::MAX as usize, "a DAIET key of {} bytes", k.len());
-            if nvar == u8::MAX as usize || (nvar > 0 && dw::HEADER_LEN + var.len() + dw::VARPAIR_HEADER + k.len() > VARLEN_BUDGET) {
-                close_var(&mut var, &mut nvar, &mut out);
-            }
-            dw::emit_var_pair(&mut var, k, v);
-            nvar += 1;
-        }
-    }
-    close_var(&mut var, &mut nvar, &mut out);
-    let mut heads = [0usize; dw::SLICES];
-    loop {
-        if (0..dw::SLICES).all(|s| heads[s] == queues[s].len()) {
-            break;
-        }
-        let mut body = Vec::with_capacity(dw::MAX_PAIRS * dw::PAIR_LEN);
-        let mut used = 0;
-        for p in 0..dw::MAX_PAIRS {
-            // The position's own slice if it has a pair waiting; otherwise the fullest queue
-            // (a skewed key spills into other slices rather than leaving holes: it may then
-            // be held in up to SLICES cells, each flushed to the reducer, which merges them).
-            let home = p % dw::SLICES;
-            let s = if heads[home] < queues[home].len() {
-                home
-            } else {
-                match (0..dw::SLICES).filter(|&s| heads[s] < queues[s].len()).max_by_key(|&s| queues[s].len() - heads[s]) {
-                    Some(s) => s,
-                    None => break,
-                }
-            };
-            let (k, v) = queues[s][heads[s]];
-            heads[s] += 1;
-            dw::emit_fixed_pair(&mut body, k, v);
-            used = p + 1;
-        }
-        body.truncate(used * dw::PAIR_LEN);
-        let mut p = dw::Repr { num_pairs: used as u8, ..hdr.repr() }.to_vec();
-        p.extend_from_slice(&body);
-        out.push(p);
-    }
-    out
-}
 
 /// Add a pair into an aggregate map.
 #[inline]

@@ -34,14 +34,14 @@ use std::ops::Range;
 use wire::daiet::{self as dw, flags as df};
 use wire::switchagg::{self as sa, flags as sf};
 
-use super::{Header, VARLEN_BUDGET};
+use super::Header;
 
 /// Child ids from which a switch (not a mapper) sends to the reducer (`up_child` of a
 /// tree's root switch).
 pub const SWITCH_CHILD_MIN: u16 = 0x8000;
 /// Mapper ids must be below this (the `switchagg` program's children per tree).
 pub const MAX_MAPPERS: usize = 256;
-/// Longest key an escaped key can be (all its pieces in one packet of [`VARLEN_BUDGET`]).
+/// Longest key an escaped key can be (all its pieces in one packet of [`super::VARLEN_BUDGET`]).
 pub const MAX_KEY_LEN: usize = 1300;
 /// Longest key the switch aggregates (its largest FPE group).
 pub const ENGINE_KEY_MAX: usize = 64;
@@ -63,14 +63,11 @@ mod kind {
     pub const DONE: u8 = 3;
 }
 
-/// What a SwitchAgg mapper cannot send: an id beyond the switch's children, a key longer
-/// than [`MAX_KEY_LEN`] (refused rather than truncated).
-pub(crate) fn check_mapper(mapper_id: u16, offsets: &[u64]) -> Result<(), String> {
+/// What a SwitchAgg mapper cannot be: an id beyond the switch's children (its keys are
+/// checked by `Protocol::check_key_len`).
+pub(crate) fn check_mapper(mapper_id: u16) -> Result<(), String> {
     if mapper_id as usize >= MAX_MAPPERS {
         return Err(format!("switchagg: mapper id {mapper_id} must be below {MAX_MAPPERS} (the switch's children per tree)"));
-    }
-    if let Some(n) = super::key_too_long(offsets, MAX_KEY_LEN) {
-        return Err(format!("switchagg: a key of {n} bytes is longer than {MAX_KEY_LEN}"));
     }
     Ok(())
 }
@@ -123,43 +120,41 @@ fn pieces(k: &[u8], v: u32, mut f: impl FnMut(&[u8], u32)) {
 }
 
 /// Wire bytes of a key's pairs.
-fn wire_len(k: &[u8]) -> usize {
+pub(crate) fn wire_len(k: &[u8]) -> usize {
     let mut n = 0;
     pieces(k, 0, |p, _| n += sa::pair_len(p.len()));
     n
 }
 
-/// Cut a tree's pairs into SwitchAgg data packets of at most [`VARLEN_BUDGET`] bytes.
-pub(crate) fn packetize<'a>(hdr: Header, pairs: impl Iterator<Item = (&'a [u8], u32)>) -> Vec<Vec<u8>> {
-    let fl = data_flags(&hdr);
-    let mut out = Vec::new();
-    let mut cur = header(&hdr, fl, 0, 0);
-    let mut n: u16 = 0;
-    // The switch's payload analyzer takes at most 256 pairs per packet.
-    const MAX_PAIRS: u16 = 200;
-    let close = |cur: &mut Vec<u8>, n: &mut u16, out: &mut Vec<Vec<u8>>| {
-        if *n > 0 {
-            cur[12..14].copy_from_slice(&n.to_be_bytes());
-            out.push(std::mem::replace(cur, header(&hdr, fl, 0, 0)));
-            *n = 0;
-        }
-    };
-    for (k, v) in pairs {
-        let k = &k[..k.len().min(MAX_KEY_LEN)];
-        let need = wire_len(k);
-        let np = k.len().div_ceil(PIECE_DATA).max(1) as u16;
-        if n > 0 && (cur.len() + need > VARLEN_BUDGET || n + np > MAX_PAIRS) {
-            close(&mut cur, &mut n, &mut out);
-        }
-        pieces(k, v, |pk, pv| {
-            let at = cur.len();
-            cur.resize(at + sa::pair_len(pk.len()), 0);
-            sa::emit_pair(&mut cur[at..], pk, pv);
-            n += 1;
-        });
-    }
-    close(&mut cur, &mut n, &mut out);
-    out
+/// An empty data packet of a stream (pairs are appended by [`emit_key`]).
+pub(crate) fn data_header(hdr: &Header) -> Vec<u8> {
+    header(hdr, data_flags(hdr), 0, 0)
+}
+
+/// Pairs on the wire for a key (its escaped pieces, or itself).
+pub(crate) fn piece_count(k: &[u8]) -> u16 {
+    k.len().div_ceil(PIECE_DATA).max(1) as u16
+}
+
+/// Append a key's pairs to a data packet, counting them in `n`.
+pub(crate) fn emit_key(cur: &mut Vec<u8>, k: &[u8], v: u32, n: &mut u16) {
+    pieces(k, v, |pk, pv| {
+        let at = cur.len();
+        cur.resize(at + sa::pair_len(pk.len()), 0);
+        sa::emit_pair(&mut cur[at..], pk, pv);
+        *n += 1;
+    });
+}
+
+/// Write a data packet's pair count.
+pub(crate) fn set_num_pairs(p: &mut [u8], n: u16) {
+    p[12..14].copy_from_slice(&n.to_be_bytes());
+}
+
+/// Cut a tree's pairs into SwitchAgg data packets of at most [`super::VARLEN_BUDGET`] bytes.
+#[cfg(test)]
+fn packetize<'a>(hdr: Header, pairs: impl Iterator<Item = (&'a [u8], u32)>) -> Vec<Vec<u8>> {
+    super::Protocol::SwitchAgg.packetize(hdr, pairs)
 }
 
 /// The END (EoT) packet.
@@ -280,6 +275,7 @@ pub(crate) fn parse(payload: &[u8]) -> Option<(dw::Repr, Pairs)> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::VARLEN_BUDGET;
     use super::*;
     use wire::daiet::Op;
 

@@ -97,7 +97,23 @@ fn mapper_for(id: u16, pairs: &[(Vec<u8>, u32)], op: Op, mode: Mode) -> Mapper {
 fn run(mode: Mode, op: Op, seed: u64, loss: f64, dup: f64, reorder: f64) -> (HashMap<Vec<u8>, u64>, ReducerStats, bool) {
     let data: Vec<_> = (0..3).map(|m| dataset(500, 120, seed * 7 + m)).collect();
     let mut mappers: Vec<_> = data.iter().enumerate().map(|(i, d)| mapper_for(i as u16, d, op, mode)).collect();
-    let mut cfg = ReducerConfig::new(5, 3, op, mode);
+    let (result, st) = drive(&mut mappers, mode, op, seed, loss, dup, reorder);
+    let fb = mappers.iter().any(|m| m.stats.fallback);
+    assert_eq!(result, reference(&data, op), "reducer result equals the reference");
+    (result, st, fb)
+}
+
+/// Mappers (ids = indexes) and one reducer of tree 5 over lossy links, until complete.
+fn drive<S: PairSource>(
+    mappers: &mut [Mapper<S>],
+    mode: Mode,
+    op: Op,
+    seed: u64,
+    loss: f64,
+    dup: f64,
+    reorder: f64,
+) -> (HashMap<Vec<u8>, u64>, ReducerStats) {
+    let mut cfg = ReducerConfig::new(5, mappers.len(), op, mode);
     cfg.rto_ns = 1_000_000;
     cfg.grace_ns = 10_000_000;
     let mut red = Reducer::new(cfg);
@@ -112,6 +128,7 @@ fn run(mode: Mode, op: Op, seed: u64, loss: f64, dup: f64, reorder: f64) -> (Has
         for (i, m) in mappers.iter_mut().enumerate() {
             let mut o = Vec::new();
             m.poll_transmit(now, &mut o);
+            assert!(m.error().is_none());
             tx.extend(o.into_iter().map(|(_, p)| (i, p)));
         }
         let mut arrived = up.pass(tx);
@@ -133,10 +150,7 @@ fn run(mode: Mode, op: Op, seed: u64, loss: f64, dup: f64, reorder: f64) -> (Has
         }
         now += 100_000;
     }
-    let fb = mappers.iter().any(|m| m.stats.fallback);
-    let result = red.take_result();
-    assert_eq!(result, reference(&data, op), "reducer result equals the reference");
-    (result, red.stats.clone(), fb)
+    (red.take_result(), red.stats.clone())
 }
 
 #[test]
@@ -401,4 +415,114 @@ fn done_is_resent_until_bye() {
     assert!(gaps.iter().zip([10u64, 20, 40, 80, 80]).all(|(&g, want)| g.abs_diff(want) <= 1), "gaps {gaps:?} ms");
     assert_eq!(red.stats.done_resent as usize, dones.len() - 1);
     assert_eq!(red.next_deadline(), None, "nothing left to send once everyone said BYE");
+}
+
+/// A tree of several DAIET placement batches: packets are built as the window advances
+/// (never more than a window held), the fallback re-reads the source from the start, and
+/// the result is exact.
+#[test]
+fn lazy_mapper_holds_one_window_and_rereads_on_fallback() {
+    let n = 2 * stream::DAIET_BATCH + 12_345;
+    for (mode, loss) in [(Mode::Udp, 0.0), (Mode::Switch, 0.02)] {
+        let data: Vec<_> = (0..2).map(|m| dataset(n, 5000, 11 + m)).collect();
+        let mut mappers: Vec<_> = data.iter().enumerate().map(|(i, d)| mapper_for(i as u16, d, Op::Sum, mode)).collect();
+        let (result, st) = drive(&mut mappers, mode, Op::Sum, 3, loss, loss, loss);
+        assert_eq!(result, reference(&data, Op::Sum));
+        assert_eq!(st.fallback, mode == Mode::Switch);
+        for m in &mappers {
+            assert_eq!(m.stats.pairs, n as u64);
+            let window = MapperConfig::new(0, Op::Sum, mode).window as u64;
+            assert!(m.stats.max_held_packets <= window, "{} packets held", m.stats.max_held_packets);
+            assert!(m.stats.max_held_packets > 0);
+        }
+    }
+}
+
+/// Batches keep DAIET's packets full: only the stream's last fixed packet may be short,
+/// and every pair is packed exactly once.
+#[test]
+fn packer_batches_keep_packets_full() {
+    let data = dataset(3 * stream::DAIET_BATCH + 7, 900, 5);
+    let hdr = Header { tree_id: 1, flags: 0, op: Op::Sum, sender: 0, epoch: 0 };
+    let pk = Protocol::Daiet.packetize(hdr, data.iter().map(|(k, v)| (&k[..], *v)));
+    let mut got: Vec<(Vec<u8>, u32)> = Vec::new();
+    let mut short = 0;
+    for p in &pk {
+        let v = Protocol::Daiet.parse(p).unwrap();
+        if v.repr.flags & wire::daiet::flags::VARLEN == 0 && (v.repr.num_pairs as usize) < wire::daiet::MAX_PAIRS {
+            short += 1;
+        }
+        got.extend(v.view.pairs().map(|(k, v)| (k.to_vec(), v)));
+    }
+    assert!(short <= 1, "{short} short fixed packets");
+    got.sort();
+    let mut want = data.clone();
+    want.sort();
+    assert_eq!(got, want);
+}
+
+/// A source that fails on its `fail_at`-th read of a pair (counted over all reads).
+struct Failing {
+    inner: MemPairs,
+    reads: usize,
+    fail_at: usize,
+}
+
+impl PairSource for Failing {
+    fn trees(&self) -> usize {
+        self.inner.trees()
+    }
+    fn rewind(&mut self, tree: usize) -> Result<(), String> {
+        self.inner.rewind(tree)
+    }
+    fn next_pair(&mut self, tree: usize, key: &mut Vec<u8>) -> Result<Option<u32>, String> {
+        self.reads += 1;
+        if self.reads == self.fail_at {
+            return Err("spool: cut short".into());
+        }
+        self.inner.next_pair(tree, key)
+    }
+}
+
+#[test]
+fn source_errors_are_reported() {
+    let data = dataset(1000, 50, 9);
+    let mut keys = Vec::new();
+    let mut offs = vec![0u64];
+    for (k, _) in &data {
+        keys.extend_from_slice(k);
+        offs.push(keys.len() as u64);
+    }
+    let vals: Vec<u32> = data.iter().map(|p| p.1).collect();
+    let src =
+        |fail_at| Failing { inner: MemPairs::new(1, keys.clone(), offs.clone(), vals.clone(), vec![0; 1000]).unwrap(), reads: 0, fail_at };
+    let cfg = MapperConfig::new(0, Op::Sum, Mode::Udp);
+    // In the census: refused before anything is sent.
+    let err = Mapper::from_source(cfg.clone(), &[5], src(10), 0).err().expect("refused");
+    assert!(err.contains("cut short"), "{err}");
+    // While sending: the mapper reports it and builds nothing more.
+    let mut m = Mapper::from_source(cfg, &[5], src(1001 + 300), 0).unwrap();
+    let mut out = Vec::new();
+    for _ in 0..100 {
+        m.poll_transmit(0, &mut out);
+        let acks: Vec<Vec<u8>> = out
+            .drain(..)
+            .map(|(_, p)| {
+                let r = Protocol::Daiet.parse(&p).unwrap().repr;
+                let h = Header {
+                    tree_id: 5,
+                    flags: wire::daiet::flags::ACK | wire::daiet::flags::BYPASS,
+                    op: Op::Sum,
+                    sender: 0,
+                    epoch: r.epoch,
+                };
+                Protocol::Daiet.control(h, r.seq, 0)
+            })
+            .collect();
+        for a in acks {
+            m.handle(0, &a);
+        }
+    }
+    assert!(m.error().is_some_and(|e| e.contains("cut short")), "{:?}", m.error());
+    assert!(!m.is_done());
 }

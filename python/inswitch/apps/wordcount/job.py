@@ -482,6 +482,8 @@ def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir:
         "mapper_packets": None if mode == "tcp" else sum(int(m.get("packets_sent") or 0) for m in mstats),
         "mapper_pairs": sum(int(m["pairs"]) for m in mstats),
         "retransmissions": sum(int(m.get("retransmissions") or 0) for m in mstats),
+        "mapper_max_rss_mb": _max_of(mstats, "max_rss_mb"),
+        "reducer_max_rss_mb": _max_of(rstats, "max_rss_mb"),
         "fallback": any(bool(x.get("fallback")) for x in mstats + rstats),
         "switch_lost_frames": sw.pop("fault_lost", 0),
         "switch_drops": sw,
@@ -502,6 +504,12 @@ def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir:
     if key_limit is not None:
         res["max_key_len"] = key_limit
     return res
+
+
+def _max_of(stats: list[dict[str, Any]], key: str) -> float | None:
+    """The largest `key` over the processes that reported it (None if none did)."""
+    vals = [float(x[key]) for x in stats if x.get(key) is not None]
+    return max(vals) if vals else None
 
 
 def _packets(rstats: list[dict[str, Any]]) -> int | None:

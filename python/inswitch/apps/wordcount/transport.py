@@ -23,6 +23,7 @@ import socket
 import struct
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -129,6 +130,13 @@ def agg_map(protocol: str, bind: str, trees: list[tuple[int, str]], mapper_id: i
                             pairs.offsets, pairs.values, timeout_s, mode))
 
 
+def agg_map_spool(protocol: str, bind: str, trees: list[tuple[int, str]], mapper_id: int, op: str,
+                  spool_paths: list[Path], timeout_s: float, mode: str) -> dict[str, Any]:
+    """`agg_map` for pairs in spool files (see `spool`), one per tree, read as they are sent."""
+    nat = _need_native()
+    return dict(nat.agg_map_spool(protocol, bind, trees, mapper_id, op, [str(p) for p in spool_paths], timeout_s, mode))
+
+
 def agg_reduce(protocol: str, bind: str, tree_id: int, mappers: list[str], op: str, timeout_s: float,
                mode: str) -> tuple[Pairs, dict[str, Any]]:
     nat = _need_native()
@@ -164,24 +172,28 @@ def tcp_map(reducers: list[str], per_reducer: list[Pairs], timeout_s: float) -> 
     t0 = time.monotonic()
     sent = 0
     for addr, pairs in zip(reducers, per_reducer):
-        host, port = addr.rsplit(":", 1)
         data = tcp_encode(pairs)
-        deadline = time.monotonic() + timeout_s
-        while True:  # the reducer may still be starting its listener
-            try:
-                s = socket.create_connection((host, int(port)), timeout=timeout_s)
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-        with s:
+        with tcp_connect(addr, timeout_s) as s:
             s.sendall(data)
             s.shutdown(socket.SHUT_WR)
             s.recv(1)  # the reducer closes once it has read everything
         sent += len(data)
     return {"bytes_sent": sent, "packets_sent": None, "retransmissions": 0, "fallback": False,
             "elapsed_s": time.monotonic() - t0}
+
+
+def tcp_connect(addr: str, timeout_s: float) -> socket.socket:
+    """A connection to a reducer's `ip:port`, retried while it may still be starting its
+    listener."""
+    host, port = addr.rsplit(":", 1)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return socket.create_connection((host, int(port)), timeout=timeout_s)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def tcp_listen(bind: str) -> socket.socket:

@@ -22,7 +22,8 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 
 from inswitch import keys as keyset
-from inswitch.apps.wordcount import transport, words
+from inswitch.apps.wordcount import spool, transport, words
+from inswitch.apps.wordcount.spool import Spools
 from inswitch.apps.wordcount.transport import Pairs
 
 
@@ -65,32 +66,91 @@ def _map_input(spec: dict[str, Any]) -> tuple[list[Pairs], int]:
     for it, so the reduction we measure is not inflated by repeats one mapper could have
     summed itself. `combiner: false` sends one pair `(word, 1)` per occurrence: the input is
     read and packed a chunk at a time into arrays, so the pairs cost their key bytes and
-    about 14 bytes each, not a Python object per word."""
+    about 14 bytes each, not a Python object per word (the worker spools them to disk
+    instead: `_run_spooled_mapper`)."""
     inp = spec["input"]
     R = spec["reducers"]
     combiner = spec.get("combiner", True)
+    if not combiner:
+        parts = _partition_chunks(_pair_chunks(spec), R)
+        return parts, sum(len(p) for p in parts)  # a pair per word
     if "zipf" in inp:
         z = inp["zipf"]
         enc = [w.encode() for w in words.vocabulary(z["vocab"], z["seed"])]
-        if combiner:
-            cnt = words.zipf_counts(z["alpha"], z["words"], z["vocab"], z["seed"], z["mappers"], spec["mapper_id"])
-            return _partition(((enc[j], n) for j, n in enumerate(cnt.tolist()) if n), R), int(cnt.sum())
-        vocab = Pairs.of_keys(enc)
-        red = np.fromiter((words.reducer_of(k, R) for k in enc), dtype=np.int64, count=len(enc))
-        share = words.zipf_share(z["words"], z["mappers"], spec["mapper_id"])
-        ranks = words.iter_zipf_ranks(z["alpha"], share, z["vocab"], z["seed"], spec["mapper_id"])
-        parts = _partition_chunks(((vocab.take(r), red[r]) for r in ranks), R)
-    elif combiner:
-        c: Counter[str] = Counter()
-        for path, start, end in inp["files"]:
-            c.update(words.iter_words_range(path, start, end))
-        return _partition(((w.encode(), n) for w, n in c.items()), R), sum(c.values())
+        cnt = words.zipf_counts(z["alpha"], z["words"], z["vocab"], z["seed"], z["mappers"], spec["mapper_id"])
+        return _partition(((enc[j], n) for j, n in enumerate(cnt.tolist()) if n), R), int(cnt.sum())
+    c: Counter[str] = Counter()
+    for path, start, end in inp["files"]:
+        c.update(words.iter_words_range(path, start, end))
+    return _partition(((w.encode(), n) for w, n in c.items()), R), sum(c.values())
+
+
+def _pair_chunks(spec: dict[str, Any]) -> Iterator[tuple[Pairs, np.ndarray]]:
+    """Without a combiner: (word, 1) per occurrence of the mapper's input, a chunk at a time,
+    with each pair's reducer."""
+    inp = spec["input"]
+    R = spec["reducers"]
+    if "zipf" not in inp:
+        yield from _text_chunks(inp["files"], R)
+        return
+    z = inp["zipf"]
+    enc = [w.encode() for w in words.vocabulary(z["vocab"], z["seed"])]
+    vocab = Pairs.of_keys(enc)
+    red = np.fromiter((words.reducer_of(k, R) for k in enc), dtype=np.int64, count=len(enc))
+    share = words.zipf_share(z["words"], z["mappers"], spec["mapper_id"])
+    for r in words.iter_zipf_ranks(z["alpha"], share, z["vocab"], z["seed"], spec["mapper_id"]):
+        yield vocab.take(r), red[r]
+
+
+def run_mapper(spec: dict[str, Any], spec_path: Path | None = None) -> dict[str, Any]:
+    """A mapper; without a combiner its pairs are spooled beside `spec_path` (the job's
+    spec file) instead of held in memory."""
+    if not spec.get("combiner", True) and spec_path is not None:
+        res = _run_spooled_mapper(spec, spec_path.parent)
     else:
-        parts = _partition_chunks(_text_chunks(inp["files"], R), R)
-    return parts, sum(len(p) for p in parts)  # without a combiner: a pair per word
+        res = _run_mapper(spec)
+    res["max_rss_mb"] = spool.max_rss_mb()
+    return res
 
 
-def run_mapper(spec: dict[str, Any]) -> dict[str, Any]:
+def _run_spooled_mapper(spec: dict[str, Any], directory: Path) -> dict[str, Any]:
+    """Read the input a chunk at a time into one spool file per reducer, then send the
+    spools: memory bounded by a chunk and a window of packets, whatever the input size."""
+    t0 = time.monotonic()
+    mode = spec["mode"]
+    # Words longer than the protocol carries go to their reducer over TCP (see `_run_mapper`).
+    limit = None if mode == "tcp" else spec.get("max_key_len")
+    with Spools(directory, spec["mapper_id"], spec["tree_ids"], limit) as sp:
+        nwords = 0
+        for pairs, reducer in _pair_chunks(spec):
+            sp.add(pairs, reducer)
+            nwords += len(pairs)
+        sp.close()
+        side = sp.side_pairs()
+        map_s = time.monotonic() - t0
+        if mode == "tcp":
+            stats = spool.tcp_send_spools(spec["reducer_addrs"], sp.paths, spec["timeout_s"])
+        else:
+            trees = [(t, a) for t, a in zip(spec["tree_ids"], spec["reducer_addrs"])]
+            stats = transport.agg_map_spool(spec["protocol"], spec["bind"], trees, spec["mapper_id"], spec["op"],
+                                            sp.paths, spec["timeout_s"], mode)
+            if limit is not None:
+                _side_channel(spec, side, stats)
+        stats["spool_bytes"] = sp.bytes
+    return {"role": "map", "mapper_id": spec["mapper_id"], "words": nwords, "pairs": nwords,
+            "map_s": map_s, "job_s": time.monotonic() - t0, **{k: v for k, v in stats.items() if k != "elapsed_s"},
+            "send_s": stats.get("elapsed_s")}
+
+
+def _side_channel(spec: dict[str, Any], side: list[Pairs], stats: dict[str, Any]) -> None:
+    """Send the keys too long for the protocol over TCP, after the aggregation streams."""
+    sc = transport.tcp_map(spec["reducer_addrs"], side, spec["timeout_s"])
+    stats["side_channel_pairs"] = sum(len(p) for p in side)
+    stats["side_channel_bytes"] = sc["bytes_sent"]
+    stats["bytes_sent"] = int(stats.get("bytes_sent") or 0) + sc["bytes_sent"]
+
+
+def _run_mapper(spec: dict[str, Any]) -> dict[str, Any]:
     t0 = time.monotonic()
     parts, nwords = _map_input(spec)
     npairs = sum(len(p) for p in parts)
@@ -112,10 +172,7 @@ def run_mapper(spec: dict[str, Any]) -> dict[str, Any]:
         stats = transport.agg_map(spec["protocol"], spec["bind"], trees, spec["mapper_id"], spec["op"],
                                   tree_of_pair, pairs, spec["timeout_s"], mode)
         if limit is not None:
-            sc = transport.tcp_map(spec["reducer_addrs"], side, spec["timeout_s"])
-            stats["side_channel_pairs"] = sum(len(p) for p in side)
-            stats["side_channel_bytes"] = sc["bytes_sent"]
-            stats["bytes_sent"] = int(stats.get("bytes_sent") or 0) + sc["bytes_sent"]
+            _side_channel(spec, side, stats)
     return {"role": "map", "mapper_id": spec["mapper_id"], "words": nwords, "pairs": npairs,
             "map_s": map_s, "job_s": time.monotonic() - t0, **{k: v for k, v in stats.items() if k != "elapsed_s"},
             "send_s": stats.get("elapsed_s")}
@@ -180,6 +237,7 @@ def run_reducer(spec: dict[str, Any]) -> dict[str, Any]:
         "wall_s": time.monotonic() - t0,
         **{k: v for k, v in stats.items() if k != "elapsed_s"},
     }
+    res["max_rss_mb"] = spool.max_rss_mb()
     if wire0 and wire1:
         res["wire_packets"] = wire1[0] - wire0[0]
         res["wire_bytes"] = wire1[1] - wire0[1]
@@ -194,9 +252,10 @@ def load_result(path: str | Path) -> dict[bytes, int]:
 
 
 def main(argv: list[str]) -> int:
-    spec = json.loads(Path(argv[1]).read_text())
+    path = Path(argv[1])
+    spec = json.loads(path.read_text())
     try:
-        res = run_mapper(spec) if spec["role"] == "map" else run_reducer(spec)
+        res = run_mapper(spec, path) if spec["role"] == "map" else run_reducer(spec)
     except Exception as e:  # one line for the runner, not a traceback in a namespace
         print(json.dumps({"role": spec["role"], "error": f"{type(e).__name__}: {e}"}), flush=True)
         return 1

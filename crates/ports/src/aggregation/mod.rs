@@ -6,7 +6,11 @@ use std::io::ErrorKind;
 use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
-use hostlib::aggregation::{Mapper, MapperConfig, MapperStats, Reducer, ReducerConfig, ReducerStats};
+use hostlib::aggregation::{Mapper, MapperConfig, MapperStats, MemPairs, PairSource, Reducer, ReducerConfig, ReducerStats};
+
+pub mod spool;
+
+pub use spool::SpoolSource;
 
 /// What a mapper run did.
 #[derive(Debug, Clone)]
@@ -176,19 +180,52 @@ pub fn run_mapper(
     timeout: Duration,
     faults: SocketFaults,
 ) -> std::io::Result<MapRun> {
+    let src =
+        MemPairs::new(tree_ids.len(), keys, offsets, values, tree_of_pair).map_err(|e| std::io::Error::new(ErrorKind::InvalidInput, e))?;
+    run_mapper_source(sock, cfg, dests, tree_ids, src, timeout, faults)
+}
+
+/// [`run_mapper`] for pairs read from `source` as the window advances (e.g. a
+/// [`SpoolSource`]: the mapper's memory does not grow with its input). A source that fails
+/// while sending ends the run with an `InvalidData` error.
+pub fn run_mapper_source<S: PairSource>(
+    sock: UdpSocket,
+    cfg: MapperConfig,
+    dests: &[SocketAddr],
+    tree_ids: &[u16],
+    source: S,
+    timeout: Duration,
+    faults: SocketFaults,
+) -> std::io::Result<MapRun> {
     grow_buffers(&sock);
-    let (mut ftx, mut frx) = (FaultDir::new(faults, 1), FaultDir::new(faults, 2));
-    let mut staged = Vec::new();
+    let (ftx, frx) = (FaultDir::new(faults, 1), FaultDir::new(faults, 2));
     let start = Instant::now();
     let now = || start.elapsed().as_nanos() as u64;
-    let mut m = Mapper::new(cfg, tree_ids, keys, offsets, values, tree_of_pair, now())
-        .map_err(|e| std::io::Error::new(ErrorKind::InvalidInput, e))?;
+    let m = Mapper::from_source(cfg, tree_ids, source, now()).map_err(|e| std::io::Error::new(ErrorKind::InvalidInput, e))?;
+    run(sock, m, dests, timeout, ftx, frx, start)
+}
+
+fn run<S: PairSource>(
+    sock: UdpSocket,
+    mut m: Mapper<S>,
+    dests: &[SocketAddr],
+    timeout: Duration,
+    mut ftx: FaultDir,
+    mut frx: FaultDir,
+    start: Instant,
+) -> std::io::Result<MapRun> {
+    let now = || start.elapsed().as_nanos() as u64;
+    let mut staged = Vec::new();
     let mut out = Vec::new();
     let mut buf = vec![0u8; 65536];
     // One last round after DONE: it sends the BYEs that let the reducers leave.
     while !m.is_quiet() && start.elapsed() < timeout {
         out.clear();
         m.poll_transmit(now(), &mut out);
+        // A source that cannot be read fails the run now (it would never complete).
+        if let Some(e) = m.error() {
+            return Err(std::io::Error::new(ErrorKind::InvalidData, e.to_string()));
+        }
         for (t, p) in out.drain(..) {
             ftx.apply((p, dests[t]), &mut staged);
         }
@@ -417,6 +454,76 @@ mod tests {
                 assert!(red.faults_injected + runs.iter().map(|r| r.faults_injected).sum::<u64>() > 0);
             }
         }
+    }
+
+    /// Mappers reading their pairs from spool files (one per tree) on loopback: the same
+    /// result as the reference, in udp mode and through the no-switch fallback (which reads
+    /// the spools again from the start); a truncated spool fails the run with a clear error.
+    #[test]
+    fn loopback_from_spools() {
+        use std::path::PathBuf;
+        let dir = std::env::temp_dir().join(format!("inswitch-spool-loop-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let words: Vec<Vec<String>> =
+            (0..2).map(|m| (0..30_000).map(|i| format!("w{}", (i * 7 + m * 3) % 1500)).chain(["x".repeat(40)]).collect()).collect();
+        let mut reference: HashMap<Vec<u8>, u64> = HashMap::new();
+        for w in words.iter().flatten() {
+            *reference.entry(w.as_bytes().to_vec()).or_default() += 1;
+        }
+        let spools: Vec<PathBuf> = words
+            .iter()
+            .enumerate()
+            .map(|(m, ws)| {
+                let p = dir.join(format!("spool-m{m}-9.bin"));
+                let mut w = std::io::BufWriter::new(std::fs::File::create(&p).unwrap());
+                for x in ws {
+                    spool::write_frame(&mut w, x.as_bytes(), 1).unwrap();
+                }
+                p
+            })
+            .collect();
+        for mode in [Mode::Udp, Mode::Switch] {
+            let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+            let red_sock = UdpSocket::bind(any).unwrap();
+            let red_addr = red_sock.local_addr().unwrap();
+            let map_socks: Vec<UdpSocket> = (0..2).map(|_| UdpSocket::bind(any).unwrap()).collect();
+            let maps: Vec<SocketAddr> = map_socks.iter().map(|s| s.local_addr().unwrap()).collect();
+            let mut rc = ReducerConfig::new(9, 2, Op::Sum, mode);
+            rc.grace_ns = 50_000_000;
+            let h = std::thread::spawn(move || run_reducer(red_sock, rc, &maps, Duration::from_secs(20), SocketFaults::default()).unwrap());
+            let hs: Vec<_> = map_socks
+                .into_iter()
+                .enumerate()
+                .map(|(i, sock)| {
+                    let path = spools[i].clone();
+                    std::thread::spawn(move || {
+                        let mut cfg = MapperConfig::new(i as u16, Op::Sum, mode);
+                        cfg.stall_ns = 50_000_000;
+                        let src = SpoolSource::open(&[path]).unwrap();
+                        run_mapper_source(sock, cfg, &[red_addr], &[9], src, Duration::from_secs(20), SocketFaults::default()).unwrap()
+                    })
+                })
+                .collect();
+            let runs: Vec<_> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+            let red = h.join().unwrap();
+            assert!(red.completed && runs.iter().all(|r| r.completed));
+            assert_eq!(red.result, reference, "{mode:?}");
+            assert_eq!(red.stats.fallback, mode == Mode::Switch);
+            for r in &runs {
+                assert_eq!(r.stats.pairs, 30_001);
+                assert!(r.stats.max_held_packets <= 64, "{}", r.stats.max_held_packets);
+            }
+        }
+        // Cut short: refused before anything is sent.
+        let full = std::fs::read(&spools[0]).unwrap();
+        std::fs::write(&spools[0], &full[..full.len() - 3]).unwrap();
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = sock.local_addr().unwrap();
+        let src = SpoolSource::open(&spools[..1]).unwrap();
+        let cfg = MapperConfig::new(0, Op::Sum, Mode::Udp);
+        let err = run_mapper_source(sock, cfg, &[to], &[9], src, Duration::from_secs(5), SocketFaults::default()).unwrap_err();
+        assert!(err.to_string().contains("truncated frame"), "{err}");
+        std::fs::remove_dir_all(dir).unwrap();
     }
 }
 
