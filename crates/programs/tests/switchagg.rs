@@ -339,7 +339,7 @@ fn flush_packets_are_filled_to_the_frame() {
     let out = check(&j, Topology::Single, cfg, Faults::default());
     assert_eq!((out.fpe_evictions, out.pairs_out), (0, out.result[0].len() as u64), "every key in the FPEs, flushed once");
     let room = (programs::switchagg::MAX_FRAME - 42 - wire::switchagg::HEADER_LEN) as u64;
-    let least = (room - 4 * 30) as u64;
+    let least = room - 4 * 30;
     let bound = out.pair_bytes_out.div_ceil(least);
     eprintln!(
         "reducer packets {} for {} pair bytes (full frames: {}, bound {bound})",
