@@ -86,7 +86,7 @@ def run(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
         "udp_first_copy_packets": first,
         "correct": doc["correct"],
         "fallback": doc.get("fallback"),
-        "totals": {m: {k: runs[m].get(k) for k in ("reducer_bytes", "reducer_packets", "reducer_cpu_s", "job_s", "correct",
+        "totals": {m: {k: runs[m].get(k) for k in ("reducer_bytes", "reducer_packets", "reducer_cpu_s", "reducer_receive_cpu_s", "job_s", "correct",
                                                    "mapper_pairs", "reducer_pairs", "mapper_packets", "retransmissions",
                                                    "switch_drops", "fallback")} for m in runs},
         **red,

@@ -474,6 +474,8 @@ def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir:
         "reducer_bytes": sum(int(r.get("bytes") or 0) for r in rstats),
         "reducer_packets": _packets(rstats),
         "reducer_cpu_s": round(sum(r["cpu_s"] for r in rstats), 4),
+        # Of which receiving the pairs (the rest: sorting and writing the output).
+        "reducer_receive_cpu_s": round(sum(float(r.get("receive_cpu_s") or 0.0) for r in rstats), 4),
         "reducer_pairs": sum(int(r.get("pairs") or 0) for r in rstats),
         "side_channel_pairs": sum(int(r.get("side_channel_pairs") or 0) for r in rstats),
         "side_channel_bytes": sum(int(r.get("side_channel_bytes") or 0) for r in rstats),
