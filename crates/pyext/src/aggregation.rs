@@ -86,18 +86,12 @@ fn agg_map<'py>(
     reorder: f64,
     seed: u64,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let faults = faults(loss, duplicate, reorder, seed)?;
-    let (proto, op, mode) = parse_common(protocol, op, mode)?;
-    let bind = addr(bind)?;
-    let tree_ids: Vec<u16> = trees.iter().map(|t| t.0).collect();
-    let dests = trees.iter().map(|t| addr(&t.1)).collect::<PyResult<Vec<_>>>()?;
+    let MapCall { bind, cfg, tree_ids, dests, timeout, faults } =
+        MapCall::new(protocol, bind, &trees, mapper_id, op, timeout_s, mode, (loss, duplicate, reorder, seed))?;
     let tp: Vec<u16> = le_chunks::<2>(&array_bytes(py, tree_of_pair, "uint16")?).map(u16::from_ne_bytes).collect();
     let offs: Vec<u64> = le_chunks::<8>(&array_bytes(py, key_offsets, "uint64")?).map(u64::from_ne_bytes).collect();
     let vals: Vec<u32> = le_chunks::<4>(&array_bytes(py, values, "uint32")?).map(u32::from_ne_bytes).collect();
     let keys = keys.to_vec();
-    let mut cfg = MapperConfig::new(mapper_id, op, mode);
-    cfg.protocol = proto;
-    let timeout = Duration::from_secs_f64(timeout_s.max(0.01));
     let run = py
         .detach(|| ports::aggregation::run_mapper(UdpSocket::bind(bind)?, cfg, &dests, &tree_ids, keys, offs, vals, tp, timeout, faults))
         .map_err(verr)?;
@@ -126,22 +120,53 @@ fn agg_map_spool<'py>(
     reorder: f64,
     seed: u64,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let faults = faults(loss, duplicate, reorder, seed)?;
-    let (proto, op, mode) = parse_common(protocol, op, mode)?;
-    let bind = addr(bind)?;
-    let tree_ids: Vec<u16> = trees.iter().map(|t| t.0).collect();
-    let dests = trees.iter().map(|t| addr(&t.1)).collect::<PyResult<Vec<_>>>()?;
+    let MapCall { bind, cfg, tree_ids, dests, timeout, faults } =
+        MapCall::new(protocol, bind, &trees, mapper_id, op, timeout_s, mode, (loss, duplicate, reorder, seed))?;
     if spool_paths.len() != trees.len() {
         return Err(verr(format!("{} trees need {} spool files (got {})", trees.len(), trees.len(), spool_paths.len())));
     }
     let src = ports::aggregation::SpoolSource::open(&spool_paths).map_err(verr)?;
-    let mut cfg = MapperConfig::new(mapper_id, op, mode);
-    cfg.protocol = proto;
-    let timeout = Duration::from_secs_f64(timeout_s.max(0.01));
     let run = py
         .detach(|| ports::aggregation::run_mapper_source(UdpSocket::bind(bind)?, cfg, &dests, &tree_ids, src, timeout, faults))
         .map_err(verr)?;
     map_stats(py, &run)
+}
+
+/// What `agg_map` and `agg_map_spool` take alike, parsed and checked.
+struct MapCall {
+    bind: SocketAddr,
+    cfg: MapperConfig,
+    tree_ids: Vec<u16>,
+    dests: Vec<SocketAddr>,
+    timeout: Duration,
+    faults: ports::aggregation::SocketFaults,
+}
+
+impl MapCall {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        protocol: &str,
+        bind: &str,
+        trees: &[(u16, String)],
+        mapper_id: u16,
+        op: &str,
+        timeout_s: f64,
+        mode: &str,
+        (loss, duplicate, reorder, seed): (f64, f64, f64, u64),
+    ) -> PyResult<MapCall> {
+        let faults = faults(loss, duplicate, reorder, seed)?;
+        let (proto, op, mode) = parse_common(protocol, op, mode)?;
+        let mut cfg = MapperConfig::new(mapper_id, op, mode);
+        cfg.protocol = proto;
+        Ok(MapCall {
+            bind: addr(bind)?,
+            cfg,
+            tree_ids: trees.iter().map(|t| t.0).collect(),
+            dests: trees.iter().map(|t| addr(&t.1)).collect::<PyResult<Vec<_>>>()?,
+            timeout: Duration::from_secs_f64(timeout_s.max(0.01)),
+            faults,
+        })
+    }
 }
 
 /// A mapper run's stats for Python.

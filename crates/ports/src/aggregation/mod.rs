@@ -273,6 +273,29 @@ fn send(sock: &UdpSocket, p: &[u8], to: SocketAddr) -> std::io::Result<()> {
     }
 }
 
+/// Send what the reducer has to say (ACKs, NOTED, DONE, RESEND) to its mappers, through
+/// the fault model; `out` and `staged` are the loop's reused buffers.
+fn send_replies(
+    sock: &UdpSocket,
+    r: &mut Reducer,
+    mappers: &[SocketAddr],
+    ftx: &mut FaultDir,
+    out: &mut Vec<(usize, Vec<u8>)>,
+    staged: &mut Vec<(Vec<u8>, SocketAddr)>,
+) -> std::io::Result<()> {
+    out.clear();
+    r.drain_transmit(out);
+    for (m, p) in out.drain(..) {
+        if let Some(a) = mappers.get(m) {
+            ftx.apply((p, *a), staged);
+        }
+    }
+    for (p, to) in staged.drain(..) {
+        send(sock, &p, to)?;
+    }
+    Ok(())
+}
+
 /// Receive one tree on `sock` (bound by the caller: bound before the mappers start, it
 /// holds their first packets instead of refusing them) from `mappers` (index = mapper id)
 /// until complete (and a short linger to answer late status reports) or `timeout`.
@@ -324,31 +347,13 @@ pub fn run_reducer(
                 sock.set_nonblocking(true)?;
                 first = false;
             }
-            out.clear();
-            r.drain_transmit(&mut out);
-            for (m, p) in out.drain(..) {
-                if let Some(a) = mappers.get(m) {
-                    ftx.apply((p, *a), &mut staged);
-                }
-            }
-            for (p, to) in staged.drain(..) {
-                send(&sock, &p, to)?;
-            }
+            send_replies(&sock, &mut r, mappers, &mut ftx, &mut out, &mut staged)?;
         };
         if !first {
             sock.set_nonblocking(false)?;
         }
         r.on_timer(now());
-        out.clear();
-        r.drain_transmit(&mut out);
-        for (m, p) in out.drain(..) {
-            if let Some(a) = mappers.get(m) {
-                ftx.apply((p, *a), &mut staged);
-            }
-        }
-        for (p, to) in staged.drain(..) {
-            send(&sock, &p, to)?;
-        }
+        send_replies(&sock, &mut r, mappers, &mut ftx, &mut out, &mut staged)?;
         if r.stats.fallback && drops_at_fallback.is_none() {
             drops_at_fallback = Some(socket_rx_state(&sock).1);
         }

@@ -10,7 +10,6 @@ A spool file is the TCP shuffle's frames `<u32 key length, key, u32 value>` (net
 from __future__ import annotations
 
 import socket
-import time
 from pathlib import Path
 from types import TracebackType
 from typing import Any, BinaryIO
@@ -80,15 +79,10 @@ class Spools:
 def tcp_send_spools(reducers: list[str], paths: list[Path], timeout_s: float) -> dict[str, Any]:
     """`transport.tcp_map` for spooled pairs: each spool file goes to its reducer as it is
     (`sendfile`: the kernel copies it, no pass through Python)."""
-    t0 = time.monotonic()
-    sent = 0
-    for addr, path in zip(reducers, paths):
-        with transport.tcp_connect(addr, timeout_s) as s, open(path, "rb") as f:
-            sent += s.sendfile(f)
-            s.shutdown(socket.SHUT_WR)
-            s.recv(1)  # the reducer closes once it has read everything
-    return {"bytes_sent": sent, "packets_sent": None, "retransmissions": 0, "fallback": False,
-            "elapsed_s": time.monotonic() - t0}
+    def send(s: socket.socket, r: int) -> int:
+        with open(paths[r], "rb") as f:
+            return s.sendfile(f)
+    return transport.tcp_send_each(reducers, timeout_s, send)
 
 
 def max_rss_mb() -> float | None:

@@ -24,7 +24,7 @@ import struct
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -169,15 +169,23 @@ def tcp_encode(pairs: Pairs) -> bytes:
 
 def tcp_map(reducers: list[str], per_reducer: list[Pairs], timeout_s: float) -> dict[str, Any]:
     """Stream each reducer's pairs over its own TCP connection."""
+    def send(s: socket.socket, r: int) -> int:
+        data = tcp_encode(per_reducer[r])
+        s.sendall(data)
+        return len(data)
+    return tcp_send_each(reducers, timeout_s, send)
+
+
+def tcp_send_each(reducers: list[str], timeout_s: float, send: Callable[[socket.socket, int], int]) -> dict[str, Any]:
+    """One TCP connection per reducer in turn: `send(sock, r)` writes reducer r's frames and
+    returns the bytes written; the mapper's stats."""
     t0 = time.monotonic()
     sent = 0
-    for addr, pairs in zip(reducers, per_reducer):
-        data = tcp_encode(pairs)
+    for r, addr in enumerate(reducers):
         with tcp_connect(addr, timeout_s) as s:
-            s.sendall(data)
+            sent += send(s, r)
             s.shutdown(socket.SHUT_WR)
             s.recv(1)  # the reducer closes once it has read everything
-        sent += len(data)
     return {"bytes_sent": sent, "packets_sent": None, "retransmissions": 0, "fallback": False,
             "elapsed_s": time.monotonic() - t0}
 

@@ -137,7 +137,13 @@ def _run_spooled_mapper(spec: dict[str, Any], directory: Path) -> dict[str, Any]
             if limit is not None:
                 _side_channel(spec, side, stats)
         stats["spool_bytes"] = sp.bytes
-    return {"role": "map", "mapper_id": spec["mapper_id"], "words": nwords, "pairs": nwords,
+    return _map_result(spec, nwords, nwords, map_s, t0, stats)
+
+
+def _map_result(spec: dict[str, Any], nwords: int, npairs: int, map_s: float, t0: float,
+                stats: dict[str, Any]) -> dict[str, Any]:
+    """A mapper's line for the runner: its counts, times and the sender's stats."""
+    return {"role": "map", "mapper_id": spec["mapper_id"], "words": nwords, "pairs": npairs,
             "map_s": map_s, "job_s": time.monotonic() - t0, **{k: v for k, v in stats.items() if k != "elapsed_s"},
             "send_s": stats.get("elapsed_s")}
 
@@ -173,9 +179,7 @@ def _run_mapper(spec: dict[str, Any]) -> dict[str, Any]:
                                   tree_of_pair, pairs, spec["timeout_s"], mode)
         if limit is not None:
             _side_channel(spec, side, stats)
-    return {"role": "map", "mapper_id": spec["mapper_id"], "words": nwords, "pairs": npairs,
-            "map_s": map_s, "job_s": time.monotonic() - t0, **{k: v for k, v in stats.items() if k != "elapsed_s"},
-            "send_s": stats.get("elapsed_s")}
+    return _map_result(spec, nwords, npairs, map_s, t0, stats)
 
 
 def _iface_counters(iface: str | None) -> tuple[int, int] | None:
