@@ -31,6 +31,14 @@ pub(crate) fn stash_ack(br: &mut [u8], child: u16, seq: u32) {
     br[10..14].copy_from_slice(&seq.to_be_bytes());
 }
 
+/// Where the next flush pass reads on (engine memory `mem`, word `word`), and whether the
+/// pairs the packet carries were already sent (a copy's) or travel on with it.
+fn stash_cursor(br: &mut [u8], mem: usize, word: u32, sent: bool) {
+    br[1] = mem as u8;
+    br[2..6].copy_from_slice(&word.to_be_bytes());
+    br[6] = sent as u8;
+}
+
 pub(crate) fn unstash_ack(br: &[u8]) -> (u16, u32) {
     (u16::from_be_bytes([br[8], br[9]]), u32::from_be_bytes([br[10], br[11], br[12], br[13]]))
 }
@@ -120,10 +128,7 @@ pub(crate) fn flush_pass(p: &SwitchAgg, pass: &mut Pass<'_>) {
         if !reliability::set_agg_len(pass, at, wr - at) {
             return;
         }
-        let b = pass.bridged_mut();
-        b[1] = mem as u8;
-        b[2..6].copy_from_slice(&word.to_be_bytes());
-        b[6] = 0;
+        stash_cursor(pass.bridged_mut(), mem, word, false);
         pass.recirculate();
         return;
     }
@@ -140,10 +145,7 @@ pub(crate) fn flush_pass(p: &SwitchAgg, pass: &mut Pass<'_>) {
     }
     pass.forward(tree.parent_port);
     if !done {
-        let b = pass.bridged_mut();
-        b[1] = mem as u8;
-        b[2..6].copy_from_slice(&word.to_be_bytes());
-        b[6] = 1;
+        stash_cursor(pass.bridged_mut(), mem, word, true);
         pass.clone_ingress(super::FLUSH_SESSION);
     }
 }
