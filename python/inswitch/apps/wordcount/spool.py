@@ -84,13 +84,3 @@ def tcp_send_spools(reducers: list[str], paths: list[Path], timeout_s: float) ->
             return s.sendfile(f)
     return transport.tcp_send_each(reducers, timeout_s, send)
 
-
-def max_rss_mb() -> float | None:
-    """This process's peak resident set (VmHWM), in MB."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    except OSError:
-        pass
-    return None

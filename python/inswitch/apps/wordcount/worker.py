@@ -109,7 +109,7 @@ def run_mapper(spec: dict[str, Any], spec_path: Path | None = None) -> dict[str,
         res = _run_spooled_mapper(spec, spec_path.parent)
     else:
         res = _run_mapper(spec)
-    res["max_rss_mb"] = spool.max_rss_mb()
+    res["max_rss_mb"] = _max_rss_mb()
     return res
 
 
@@ -244,11 +244,23 @@ def run_reducer(spec: dict[str, Any]) -> dict[str, Any]:
         "wall_s": time.monotonic() - t0,
         **{k: v for k, v in stats.items() if k != "elapsed_s"},
     }
-    res["max_rss_mb"] = spool.max_rss_mb()
+    res["max_rss_mb"] = _max_rss_mb()
     if wire0 and wire1:
         res["wire_packets"] = wire1[0] - wire0[0]
         res["wire_bytes"] = wire1[1] - wire0[1]
     return res
+
+
+def _max_rss_mb() -> float | None:
+    """This process's peak resident set (VmHWM, in MB). Not `ru_maxrss`: that also keeps the
+    high-water mark of the image before exec, i.e. of the runner this worker was forked from."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return None
 
 
 def _cpu(a: resource.struct_rusage, b: resource.struct_rusage) -> float:
