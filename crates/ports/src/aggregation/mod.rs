@@ -393,6 +393,19 @@ mod tests {
 
     /// Two mappers and a reducer on loopback, no switch: udp mode is exact; switch mode
     /// falls back and is exact too.
+    /// A reducer's and `n` mappers' sockets on loopback, with their addresses. Every socket
+    /// is bound (to a port the kernel picks) before any thread starts: fixed port numbers in
+    /// the ephemeral range could be taken by another process, and a reducer bound late
+    /// refused the mappers' first window.
+    fn loopback(n: usize) -> (UdpSocket, SocketAddr, Vec<UdpSocket>, Vec<SocketAddr>) {
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let red_sock = UdpSocket::bind(any).unwrap();
+        let red_addr = red_sock.local_addr().unwrap();
+        let map_socks: Vec<UdpSocket> = (0..n).map(|_| UdpSocket::bind(any).unwrap()).collect();
+        let maps: Vec<SocketAddr> = map_socks.iter().map(|s| s.local_addr().unwrap()).collect();
+        (red_sock, red_addr, map_socks, maps)
+    }
+
     #[test]
     fn loopback_udp_and_fallback() {
         let (f, none) = (SocketFaults { loss: 0.05, duplicate: 0.05, reorder: 0.05, seed: 3 }, SocketFaults::default());
@@ -403,14 +416,7 @@ mod tests {
             for w in words.iter().flatten() {
                 *reference.entry(w.as_bytes().to_vec()).or_default() += 1;
             }
-            // Every socket bound (to a port the kernel picks) before any thread starts: fixed
-            // port numbers in the ephemeral range could be taken by another process, and a
-            // reducer bound late refused the mappers' first window.
-            let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-            let red_sock = UdpSocket::bind(any).unwrap();
-            let red_addr = red_sock.local_addr().unwrap();
-            let map_socks: Vec<UdpSocket> = (0..2).map(|_| UdpSocket::bind(any).unwrap()).collect();
-            let maps: Vec<SocketAddr> = map_socks.iter().map(|s| s.local_addr().unwrap()).collect();
+            let (red_sock, red_addr, map_socks, maps) = loopback(2);
             let mut rc = ReducerConfig::new(9, 2, Op::Sum, mode);
             rc.grace_ns = 50_000_000;
             let maps2 = maps.clone();
@@ -488,11 +494,7 @@ mod tests {
             })
             .collect();
         for mode in [Mode::Udp, Mode::Switch] {
-            let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-            let red_sock = UdpSocket::bind(any).unwrap();
-            let red_addr = red_sock.local_addr().unwrap();
-            let map_socks: Vec<UdpSocket> = (0..2).map(|_| UdpSocket::bind(any).unwrap()).collect();
-            let maps: Vec<SocketAddr> = map_socks.iter().map(|s| s.local_addr().unwrap()).collect();
+            let (red_sock, red_addr, map_socks, maps) = loopback(2);
             let mut rc = ReducerConfig::new(9, 2, Op::Sum, mode);
             rc.grace_ns = 50_000_000;
             let h = std::thread::spawn(move || run_reducer(red_sock, rc, &maps, Duration::from_secs(20), SocketFaults::default()).unwrap());
