@@ -51,7 +51,11 @@ _register()
 
 
 def main() -> None:
-    app()
+    import sys
+
+    from inswitch.cliopts import run
+
+    sys.exit(run(app))
 
 
 if __name__ == "__main__":
