@@ -69,9 +69,8 @@ def _col(t: Table, name: str, number: bool = False) -> None:
 def render_register(doc: dict[str, Any], out: Console) -> None:
     names = [f["name"] for f in doc["fields"]] or ["value"]
     shown = [c for c in doc["cells"] if c["raw"]] if len(doc["cells"]) > 1 else doc["cells"]
-    title = f"{doc['name']}: {doc['size']} cells of {doc['bits']} bits" + (f" ({doc['doc']})" if doc["doc"] else "")
+    out.print(f"[bold]{doc['name']}[/bold]: {doc['size']} cells of {doc['bits']} bits" + (f"; {doc['doc']}" if doc["doc"] else ""), highlight=False)
     t = _table()
-    t.title = title
     _col(t, "index", True)
     for n in names:
         _col(t, n, True)
@@ -86,8 +85,8 @@ def render_register(doc: dict[str, Any], out: Console) -> None:
 
 def render_table(doc: dict[str, Any], out: Console) -> None:
     keys = [k["name"] for k in doc["keys"]]
+    out.print(f"[bold]{doc['name']}[/bold]: {doc['count']} of {doc['size']} entries", highlight=False)
     t = _table()
-    t.title = f"{doc['name']}: {doc['count']} of {doc['size']} entries"
     for k in keys:
         _col(t, k)
     _col(t, "action")

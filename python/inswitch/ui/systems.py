@@ -16,10 +16,19 @@ MAX_ROWS = 64
 
 
 def _cells(reader: decode.Reader, name: str) -> list[dict[str, int]]:
+    """The register's non-zero cells, decoded (a zero cell is a free or untouched one in
+    every register read here; skipping them keeps a panel of 655K lease cells cheap)."""
     try:
-        return decode.register_cells(reader, name)["cells"]
+        return decode.register_cells(reader, name, nonzero=True)["cells"]
     except KeyError:
         return []
+
+
+def _size(reader: decode.Reader, name: str) -> int:
+    try:
+        return reader.schema.registers.get(name).size
+    except KeyError:
+        return 0
 
 
 def _entries(reader: decode.Reader, table: str) -> list[dict[str, Any]]:
@@ -106,7 +115,7 @@ def netsha(reader: decode.Reader, prog: str, counters: dict[str, Any]) -> Panel:
     """NetSHa (§4): occupancy of the sort-reduce registers (each set's two ways, owned by a
     query or free) and the answers they hold."""
     qid = _cells(reader, _qualified(prog, "qid"))
-    ways = 2 * len(qid)
+    ways = 2 * _size(reader, _qualified(prog, "qid"))
     used = sum((c.get("way0_qid_plus1", 0) != 0) + (c.get("way1_qid_plus1", 0) != 0) for c in qid)
     owners: dict[int, int] = {}
     for c in qid:

@@ -24,6 +24,7 @@ from . import systems
 
 DEFAULT_TABLE_LIMIT = 500
 DEFAULT_CELL_LIMIT = 512
+MAX_TOPOLOGY_PORTS = 32
 
 
 class ApiError(Exception):
@@ -55,7 +56,14 @@ class SwitchView:
         self.name = name
 
     def topology(self) -> dict[str, Any]:
-        return {"switches": [{"name": self.name, "base": "", "ports": self.port_names, "programs": self.programs_fn()}], "hosts": [], "links": []}
+        """The switch and, as its neighbours, its ports (a switch alone does not know what is
+        cabled to them); `inswitch ui` knows the hosts instead."""
+        shown = self.port_names[:MAX_TOPOLOGY_PORTS]
+        return {
+            "switches": [{"name": self.name, "base": "", "ports": self.port_names, "programs": self.programs_fn()}],
+            "hosts": [{"name": p, "ip": p, "short": f"p{i}", "kind": "port"} for i, p in enumerate(shown)],
+            "links": [{"a": p, "b": self.name, "switch": self.name, "port": i} for i, p in enumerate(shown)],
+        }
 
     def counters(self) -> dict[str, Any]:
         doc = self.counters_fn()
@@ -87,16 +95,13 @@ class SwitchView:
         limit = _int_arg(q, "limit", DEFAULT_CELL_LIMIT)
         zeros = q.get("zeros") == "1"
         try:
-            doc = decode.register_cells(self.reader, name, index)
+            doc = decode.register_cells(self.reader, name, index, nonzero=not zeros and index is None)
         except KeyError as e:
             raise ApiError(404, str(e.args[0])) from None
         except IndexError as e:
             raise ApiError(400, str(e)) from None
-        cells = doc["cells"]
-        shown = cells if zeros or index is not None else [c for c in cells if c["raw"]]
-        doc["nonzero"] = sum(1 for c in cells if c["raw"])
-        doc["cells"] = shown[:limit]
-        doc["listed_of"] = len(shown)
+        doc["listed_of"] = len(doc["cells"])
+        doc["cells"] = doc["cells"][:limit]
         return doc
 
     def systems(self) -> dict[str, Any]:

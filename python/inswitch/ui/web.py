@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from p4.v1 import p4runtime_pb2
 
-from inswitch.p4rt.schema import P4InfoIndex
+from inswitch.p4rt.schema import P4InfoIndex, RegisterInfo
 
 from .view import ApiError, SwitchView, encode
 
@@ -76,6 +76,10 @@ class LocalReader:
         if err is not None:
             raise KeyError(getattr(err, "message", str(err)))
         return out
+
+    def register_values(self, r: RegisterInfo, index: Optional[int]) -> list[tuple[int, int]]:
+        with self.device.lock:
+            return list(self.device._register_cells(r.id, index))
 
 
 def local_view(server: Any, dp: Any, name: str = "s1") -> SwitchView:

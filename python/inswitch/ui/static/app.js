@@ -57,7 +57,8 @@ function drawTopology() {
     const mx = (a.x + b.x) / 2, my = (a.y + b.y) / 2;
     gl.append(s("text", { class: "rate", "data-rate": `${l.switch}:${l.port}`, x: mx, y: my - 4 }, "– pkt/s"));
     const sp = pos[l.switch];
-    if (sp) gl.append(s("text", { class: "label", x: sp.x + (b.x - sp.x) * 0.22, y: sp.y + (b.y - sp.y) * 0.22 + 14 }, "p" + l.port));
+    const other = l.a === l.switch ? b : a;
+    if (sp) gl.append(s("text", { class: "port", x: sp.x + (other.x - sp.x) * 0.3, y: sp.y + (other.y - sp.y) * 0.3 + 4 }, "port " + l.port));
   }
   for (const sw of t.switches) {
     const p = pos[sw.name], g = s("g", { class: "node switch", "data-node": sw.name });
@@ -67,9 +68,9 @@ function drawTopology() {
     gn.append(s("text", { class: "label", x: p.x, y: p.y - 28 }, (sw.programs || []).join(", ")));
   }
   for (const ho of t.hosts) {
-    const p = pos[ho.name], g = s("g", { class: "node host", "data-node": ho.name });
+    const p = pos[ho.name], g = s("g", { class: "node " + (ho.kind || "host"), "data-node": ho.name });
     g.append(s("circle", { cx: p.x, cy: p.y, r: 22 }));
-    g.append(s("text", { x: p.x, y: p.y }, ho.name));
+    g.append(s("text", { x: p.x, y: p.y }, ho.short || ho.name));
     gn.append(g);
     gn.append(s("text", { class: "label", x: p.x, y: p.y + 36 }, ho.ip || ""));
   }
@@ -183,7 +184,7 @@ async function loadTable(st) {
   const keys = d.keys.map(k => k.name);
   const head = h("tr", {}, ...keys.map(k => h("th", { title: d.keys.find(x => x.name === k).kind }, k)), h("th", {}, "action"), h("th", {}, "params"), h("th", {}, "priority"));
   const rows = d.entries.map(e => h("tr", {}, ...keys.map(k => h("td", {}, e.match[k] ?? "*")), h("td", {}, e.action),
-    h("td", {}, Object.entries(e.params).map(([n, v]) => `${n}=${v}`).join(", ")), num(e.priority)));
+    h("td", { class: "wrap" }, Object.entries(e.params).map(([n, v]) => `${n}=${v}`).join(", ")), num(e.priority)));
   const dflt = d.default ? `default: ${d.default.action}` + (Object.keys(d.default.params).length ? "(" + Object.entries(d.default.params).map(([n, v]) => `${n}=${v}`).join(", ") + ")" : "") : "";
   view.replaceChildren(h("table", { class: "entries" }, h("thead", {}, head), h("tbody", {}, ...rows)),
     h("p", { class: "note" }, `${d.count} of ${d.size} entries` + (d.entries.length < d.count ? `, first ${d.entries.length} shown` : "") + (dflt ? "; " + dflt : "")));
