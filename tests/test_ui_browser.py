@@ -155,3 +155,24 @@ def test_writes_refused_without_the_flag(ui: str) -> None:
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(req, timeout=5)
     assert e.value.code == 403
+
+
+def test_writes_with_the_flag_go_through_p4runtime(rack: Any) -> None:
+    from inswitch.ui.rack import UiServer, from_rack
+
+    srv = UiServer("127.0.0.1:0", from_rack(rack.name), allow_writes=True)
+    srv.start()
+    value = (77 << 32) | 5
+    url = f"http://{srv.address}/sw/s1/api/register"
+    try:
+        req = urllib.request.Request(url, data=json.dumps({"name": "rx_port_counters", "index": CELL + 1, "value": value}).encode(), method="POST")
+        with urllib.request.urlopen(req, timeout=10) as r:
+            assert r.status == 200
+        bad = urllib.request.Request(url, data=b'{"name": "rx_port_counters", "index": 99999, "value": 1}', method="POST")
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(bad, timeout=10)
+        assert e.value.code == 400
+    finally:
+        srv.stop()
+    with SwitchClient(rack.switch.p4runtime, require_primary=False) as c:
+        assert c.read_register("rx_port_counters", CELL + 1) == [(CELL + 1, value)]

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from inswitch.cliopts import Text, option
-from inswitch.output import dumps, write_json
+from inswitch.output import dumps, ensure_writable, write_json
 
 
 def _addr(text: str) -> str:
@@ -47,6 +47,11 @@ def switch_address(rack: Optional[str], p4runtime: Optional[str]) -> str:
 
         return Rack().state(rack).switch.p4runtime
     return p4runtime or "127.0.0.1:9559"
+
+
+def _check_json(path: Optional[str]) -> None:
+    if path and path != "-":
+        ensure_writable(path)
 
 
 def _emit_json(path: str, doc: Any) -> None:
@@ -132,6 +137,7 @@ def register(app: typer.Typer) -> None:
             name, index = decode.parse_cell_ref(ref)
         except ValueError as e:
             raise typer.BadParameter(str(e), param_hint="NAME[INDEX]") from None
+        _check_json(json_out)
         doc = _read(rack, p4runtime, lambda c: c.register_cells(name, index))
         if json_out:
             _emit_json(json_out, doc)
@@ -149,6 +155,7 @@ def register(app: typer.Typer) -> None:
         prefixes as ADDR/LEN, action parameters by name, and each table's default action.
 
         Example: inswitch tables list l2_dmac --rack isw"""
+        _check_json(json_out)
 
         def get(c: Any) -> list[dict[str, Any]]:
             names = [table] if table else [t.alias for t in c.schema.tables]

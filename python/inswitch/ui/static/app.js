@@ -182,7 +182,7 @@ async function loadTable(st) {
   if (!st.table) { view.replaceChildren(h("p", { class: "note" }, "no tables")); return; }
   const d = await getJSON(st.base + "api/table?name=" + encodeURIComponent(st.table));
   const keys = d.keys.map(k => k.name);
-  const head = h("tr", {}, ...keys.map(k => h("th", { title: d.keys.find(x => x.name === k).kind }, k)), h("th", {}, "action"), h("th", {}, "params"), h("th", {}, "priority"));
+  const head = h("tr", {}, ...keys.map(k => h("th", { title: d.keys.find(x => x.name === k).kind }, k)), h("th", {}, "action"), h("th", {}, "params"), h("th", { class: "num" }, "priority"));
   const rows = d.entries.map(e => h("tr", {}, ...keys.map(k => h("td", {}, e.match[k] ?? "*")), h("td", {}, e.action),
     h("td", { class: "wrap" }, Object.entries(e.params).map(([n, v]) => `${n}=${v}`).join(", ")), num(e.priority)));
   const dflt = d.default ? `default: ${d.default.action}` + (Object.keys(d.default.params).length ? "(" + Object.entries(d.default.params).map(([n, v]) => `${n}=${v}`).join(", ") + ")" : "") : "";
@@ -196,7 +196,7 @@ async function loadRegister(st) {
   const zeros = st.node.querySelector(".register-zeros").checked ? "&zeros=1" : "";
   const d = await getJSON(st.base + "api/register?name=" + encodeURIComponent(st.register) + zeros);
   const fields = d.fields.length ? d.fields.map(f => f.name) : ["value"];
-  const head = h("tr", {}, h("th", {}, "index"), ...fields.map(f => h("th", {}, f)), ...(d.fields.length ? [h("th", {}, "raw")] : []));
+  const head = h("tr", {}, h("th", { class: "num" }, "index"), ...fields.map(f => h("th", { class: "num" }, f)), ...(d.fields.length ? [h("th", { class: "num" }, "raw")] : []));
   const rows = d.cells.map(c => h("tr", { "data-index": c.index }, num(c.index),
     ...fields.map(f => { const td = num(c[f]); td.dataset.field = f; return td; }),
     ...(d.fields.length ? [num(c.raw)] : [])));
@@ -210,7 +210,7 @@ async function loadSystems(st) {
   box.replaceChildren(...d.panels.map(p => h("div", { class: "card system", "data-system": p.program },
     h("h3", {}, p.title),
     h("table", { class: "summary" }, h("tbody", {}, ...p.summary.map(([k, v]) => h("tr", {}, h("td", {}, k), num(v))))),
-    ...(p.rows.columns.length ? [h("table", {}, h("thead", {}, h("tr", {}, ...p.rows.columns.map(c => h("th", {}, c)))),
+    ...(p.rows.columns.length ? [h("table", {}, h("thead", {}, h("tr", {}, ...p.rows.columns.map((c, i) => h("th", { class: typeof (p.rows.data[0] || [])[i] === "number" ? "num" : "" }, c)))),
       h("tbody", {}, ...p.rows.data.map(r => h("tr", {}, ...r.map(v => typeof v === "number" ? num(v) : h("td", {}, v))))))] : []),
     h("p", { class: "note" }, p.note))));
 }
