@@ -124,6 +124,7 @@ def test_register_values_equal_p4runtime(rack: Any, page: Any, tmp_path: Path) -
     page.wait_for_selector(f'table.cells[data-register="forward.rx_port_counters"] tr[data-index="{CELL}"]', timeout=10_000)
     assert _shown_cell(page, CELL, "packets") == PACKETS
     assert _shown_cell(page, CELL, "bytes") == BYTES
+    assert _shown_cell(page, CELL, "raw") == (BYTES << 32) | PACKETS  # all 64 bits, past 2^53
     # A live cell: port 0's received packets as the page shows them and as P4Runtime reads
     # them. Traffic has stopped, so the two agree once the page has refreshed.
     with SwitchClient(rack.switch.p4runtime, require_primary=False) as c:

@@ -123,5 +123,22 @@ class SwitchView:
         return fn()
 
 
+#: Integers above this lose digits as JavaScript numbers (doubles); the API sends them as
+#: decimal strings, which the page shows as they are (a 64-bit register cell is common).
+MAX_SAFE_INTEGER = 2**53 - 1
+
+
+def _js_safe(doc: Any) -> Any:
+    if isinstance(doc, bool):
+        return doc
+    if isinstance(doc, int):
+        return str(doc) if abs(doc) > MAX_SAFE_INTEGER else doc
+    if isinstance(doc, dict):
+        return {k: _js_safe(v) for k, v in doc.items()}
+    if isinstance(doc, (list, tuple)):
+        return [_js_safe(v) for v in doc]
+    return doc
+
+
 def encode(doc: Any) -> bytes:
-    return json.dumps(doc, separators=(",", ":")).encode()
+    return json.dumps(_js_safe(doc), separators=(",", ":")).encode()

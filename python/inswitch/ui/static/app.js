@@ -22,7 +22,12 @@ function s(tag, attrs, text) {
   return e;
 }
 // Whole numbers with digit grouping: never cut, never rounded to "1.2k".
-function fmt(v) { return typeof v === "number" && Number.isInteger(v) ? v.toLocaleString("en-US") : String(v); }
+// Integers past 2^53 arrive as decimal strings (a double would lose their last digits).
+function fmt(v) {
+  if (typeof v === "number" && Number.isInteger(v)) return v.toLocaleString("en-US");
+  if (typeof v === "string" && /^\d{4,}$/.test(v)) return v.replace(/\B(?=(\d{3})+(?!\d))/g, ",");
+  return String(v);
+}
 function fmtRate(x) { return x >= 100 ? x.toFixed(0) : x.toFixed(1); }
 function num(v, extra) { return h("td", { class: "num" + (extra ? " " + extra : "") }, fmt(v)); }
 async function getJSON(url, opts) {
@@ -199,7 +204,8 @@ async function loadRegister(st) {
   const head = h("tr", {}, h("th", { class: "num" }, "index"), ...fields.map(f => h("th", { class: "num" }, f)), ...(d.fields.length ? [h("th", { class: "num" }, "raw")] : []));
   const rows = d.cells.map(c => h("tr", { "data-index": c.index }, num(c.index),
     ...fields.map(f => { const td = num(c[f]); td.dataset.field = f; return td; }),
-    ...(d.fields.length ? [num(c.raw)] : [])));
+    ...(d.fields.length ? [Object.assign(num(c.raw), { title: "the whole cell" })] : [])));
+  for (const tr of rows) if (d.fields.length) tr.lastElementChild.dataset.field = "raw";
   view.replaceChildren(h("p", { class: "note" }, d.doc || ""), h("table", { class: "cells", "data-register": d.name }, h("thead", {}, head), h("tbody", {}, ...rows)),
     h("p", { class: "note" }, `${d.nonzero} of ${d.size} cells non-zero; ${d.cells.length} listed` + (d.cells.length < d.listed_of ? ` of ${d.listed_of}` : "")));
 }
@@ -241,7 +247,9 @@ async function start() {
   document.getElementById("title").textContent = S.topo.title || "";
   document.title = "inswitch " + (S.topo.title || S.topo.switches.map(x => x.name).join(", "));
   drawTopology();
-  await Promise.all(S.topo.switches.map(setupSwitch));
+  try {
+    await Promise.all(S.topo.switches.map(setupSwitch));
+  } catch (e) { setStatus("cannot read a switch's pipeline: " + e.message, true); }
   await tick();
   setInterval(tick, POLL_MS);
   slow();
