@@ -29,11 +29,8 @@ CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 PACKETS, BYTES, CELL = 31337, 2_000_000_123, 300  # a cell of a port the rack does not have
 
-pytestmark = [
-    pytest.mark.netns,
-    pytest.mark.skipif(os.geteuid() != 0, reason="needs root: a netns rack"),
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium"),
-]
+pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium")
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: a netns rack")
 
 
 def _free_port() -> int:
@@ -46,6 +43,8 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def rack(rack_factory: Callable[..., Any]) -> Any:
+    if os.geteuid() != 0:
+        pytest.skip("needs root: a netns rack")
     return rack_factory("u", 3)
 
 
@@ -73,14 +72,20 @@ def ui(rack: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def page(ui: str) -> Iterator[Any]:
+def browser() -> Iterator[Any]:
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        pg = browser.new_page(viewport={"width": 1400, "height": 1000})
-        pg.goto(ui)
-        yield pg
-        browser.close()
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def page(ui: str, browser: Any) -> Iterator[Any]:
+    pg = browser.new_page(viewport={"width": 1400, "height": 1000})
+    pg.goto(ui)
+    yield pg
+    pg.close()
 
 
 def _port_cell(page: Any, port: int, key: str) -> int:
@@ -91,6 +96,8 @@ def _shown_cell(page: Any, index: int, field: str) -> int:
     return int(page.inner_text(f'table.cells tr[data-index="{index}"] td[data-field="{field}"]').replace(",", ""))
 
 
+@needs_root
+@pytest.mark.netns
 def test_topology_shows_every_node(rack: Any, page: Any) -> None:
     page.wait_for_selector('#topology [data-node="s1"]')
     shown = set(page.eval_on_selector_all("#topology .node", "els => els.map(e => e.dataset.node)"))
@@ -98,6 +105,8 @@ def test_topology_shows_every_node(rack: Any, page: Any) -> None:
     assert page.locator("#topology line.link").count() == len(rack.hosts)
 
 
+@needs_root
+@pytest.mark.netns
 def test_counters_and_link_rates_move_while_hosts_ping(rack: Any, page: Any) -> None:
     page.wait_for_selector('tr[data-port="0"] td[data-key="rx_packets"]')
     before = _port_cell(page, 0, "rx_packets")
@@ -117,6 +126,8 @@ def test_counters_and_link_rates_move_while_hosts_ping(rack: Any, page: Any) -> 
     assert seen_rate > 0, "the h1 link showed no packet rate while h1 pinged"
 
 
+@needs_root
+@pytest.mark.netns
 def test_register_values_equal_p4runtime(rack: Any, page: Any, tmp_path: Path) -> None:
     with SwitchClient(rack.switch.p4runtime) as c:
         c.write_register("rx_port_counters", CELL, (BYTES << 32) | PACKETS)
@@ -143,6 +154,8 @@ def test_register_values_equal_p4runtime(rack: Any, page: Any, tmp_path: Path) -
         shutil.copy(shot, keep)
 
 
+@needs_root
+@pytest.mark.netns
 def test_tables_are_decoded_on_the_page(rack: Any, page: Any) -> None:
     page.select_option("select.table-select", "forward.l2_dmac")
     page.wait_for_selector("table.entries tbody tr")
@@ -151,6 +164,8 @@ def test_tables_are_decoded_on_the_page(rack: Any, page: Any) -> None:
         assert h.mac in text  # MACs as MACs, not integers
 
 
+@needs_root
+@pytest.mark.netns
 def test_writes_refused_without_the_flag(ui: str) -> None:
     req = urllib.request.Request(ui + "sw/s1/api/register", data=json.dumps({"name": "rx_port_counters", "index": 5, "value": 1}).encode(), method="POST")
     with pytest.raises(urllib.error.HTTPError) as e:
@@ -158,6 +173,8 @@ def test_writes_refused_without_the_flag(ui: str) -> None:
     assert e.value.code == 403
 
 
+@needs_root
+@pytest.mark.netns
 def test_writes_with_the_flag_go_through_p4runtime(rack: Any) -> None:
     from inswitch.ui.rack import UiServer, from_rack
 
@@ -177,3 +194,38 @@ def test_writes_with_the_flag_go_through_p4runtime(rack: Any) -> None:
         srv.stop()
     with SwitchClient(rack.switch.p4runtime, require_primary=False) as c:
         assert c.read_register("rx_port_counters", CELL + 1) == [(CELL + 1, value)]
+
+
+def test_two_switches_and_a_link_between_them(switchd_factory: Callable[..., Any], browser: Any) -> None:
+    """The page for a fabric-shaped topology (two switches cabled port 3 to port 3, a host
+    on each): every node drawn, one section per switch, each reading its own switch."""
+    from inswitch.ui.rack import Topology, UiServer
+
+    a = switchd_factory("--program", "forward", "--ports", "memory:4")
+    b = switchd_factory("--program", "forward,daiet", "--ports", "memory:4")
+    with SwitchClient(b.p4runtime) as c:
+        c.write_register("rx_port_counters", 1, (BYTES << 32) | PACKETS)
+    topo = Topology.from_doc({
+        "title": "two switches",
+        "switches": [{"name": "sa", "http": a.metrics, "p4runtime": a.p4runtime, "programs": ["forward"]},
+                     {"name": "sb", "http": b.metrics, "p4runtime": b.p4runtime, "programs": ["forward", "daiet"]}],
+        "hosts": [{"name": "ha", "ip": "10.0.0.1"}, {"name": "hb", "ip": "10.0.0.2"}],
+        "links": [{"a": "ha", "b": "sa", "switch": "sa", "port": 0}, {"a": "sa", "b": "sb", "switch": "sa", "port": 3},
+                  {"a": "hb", "b": "sb", "switch": "sb", "port": 0}],
+    })
+    srv = UiServer("127.0.0.1:0", topo)
+    srv.start()
+    pg = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        pg.goto(f"http://{srv.address}/")
+        pg.wait_for_selector('section.switch[data-switch="sb"] table.cells tr[data-index="1"]', timeout=10_000)
+        nodes = set(pg.eval_on_selector_all("#topology .node", "els => els.map(e => e.dataset.node)"))
+        assert nodes == {"sa", "sb", "ha", "hb"}
+        assert pg.locator("#topology line.link").count() == 3
+        sb = 'section.switch[data-switch="sb"]'
+        assert int(pg.inner_text(f'{sb} table.cells tr[data-index="1"] td[data-field="packets"]').replace(",", "")) == PACKETS
+        assert pg.locator('section.switch[data-switch="sa"] table.cells tbody tr').count() == 0  # sa's cells are all zero
+        assert pg.locator(f'{sb} .system[data-system="daiet"]').count() == 1
+    finally:
+        pg.close()
+        srv.stop()

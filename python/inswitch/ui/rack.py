@@ -61,6 +61,18 @@ class Topology:
     hosts: list[HostNode] = field(default_factory=list)
     links: list[Link] = field(default_factory=list)
 
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any]) -> "Topology":
+        """From plain data: {"title", "switches": [{"name", "http", "p4runtime", "programs"}],
+        "hosts": [{"name", "ip", "mac"}], "links": [{"a", "b", "switch", "port"}]} — what a
+        fabric (several switches, switch-to-switch links) hands to `UiServer`."""
+        return cls(
+            str(doc.get("title", "")),
+            [SwitchNode(**s) for s in doc["switches"]],
+            [HostNode(**h) for h in doc.get("hosts", [])],
+            [Link(**link) for link in doc.get("links", [])],
+        )
+
     def switch(self, name: str) -> Optional[SwitchNode]:
         return next((s for s in self.switches if s.name == name), None)
 
