@@ -104,7 +104,7 @@ def hare(reader: decode.Reader, prog: str, counters: dict[str, Any]) -> Panel:
             ["offloaded keys", offloaded],
             [f"queries answered by the switch ({hits_reg or 'no hit register'})", hits],
             [f"{prog} ingress passes", passes],
-            ["hit rate (answered / passes)", f"{hits / passes:.3f}" if passes else "-"],
+            ["hit rate (answered / passes)", f"{hits / passes:.3f}" if passes else "no packets yet"],
         ],
         "rows": {"columns": ["slot", "hits since last clear"], "data": [list(t) for t in top]},
         "note": "the hit counter is cleared when the controller reads it (OO-Stat's fetch_clear); passes count every packet of the program, replies and control included, so the rate is a lower bound on the read hit rate",
@@ -126,7 +126,7 @@ def netsha(reader: decode.Reader, prog: str, counters: dict[str, Any]) -> Panel:
     return {
         "program": prog,
         "title": "NetSHa register occupancy",
-        "summary": [["registers (sets x 2 ways)", ways], ["claimed by a query", used], ["occupancy", f"{used / ways:.3f}" if ways else "-"], ["answers held", held]],
+        "summary": [["registers (sets x 2 ways)", ways], ["claimed by a query", used], ["occupancy", f"{used / ways:.3f}" if ways else "no registers"], ["answers held", held]],
         "rows": {"columns": ["query id", "registers held"], "data": [[q, n] for q, n in sorted(owners.items())][:MAX_ROWS]},
         "note": "from the qid register (QID + 1 per way, 0 = free) and the held field of the state register",
     }
