@@ -159,7 +159,7 @@ function updateCounters(st, c) {
     const pp = prev && prev.programs && prev.programs[name];
     const passes = pc.ingress_passes + pc.egress_passes;
     const r = pp && dt > 0 ? (passes - pp.ingress_passes - pp.egress_passes) / dt : 0;
-    prow.push(h("tr", { "data-program": name }, h("td", {}, name), num(pc.ingress_passes), num(pc.egress_passes), h("td", { class: "num" }, fmtRate(r)), h("td", {}, reasons(pc.drops))));
+    prow.push(h("tr", { "data-program": name }, h("td", {}, name), num(pc.ingress_passes), num(pc.egress_passes), h("td", { class: "num" }, fmtRate(r)), h("td", {}, reasons(pc.drops)), h("td", {}, reasons(pc.violations))));
   }
   pbody.replaceChildren(...prow);
 
