@@ -185,8 +185,10 @@ def test_system_panels_show_what_the_programs_hold(switchd_factory: Callable[...
         c.write_register("lease_0", 3, (123456 << 32) | 77)
         # NetSHa: set 0's way 0 claimed by query 3 (stored as QID + 1)
         c.write_register("netsha.qid", 0, 3 + 1)
-        # Hare: object slot 1 answered 10 queries
+        # Hare: object slot 1 answered 10 queries; slot 1 valid, slot 4 with a write in flight
         c.write_register("hare.oo_stat", 1, 10)
+        c.write_register("hare.obj_state", 1, 1)
+        c.write_register("hare.obj_state", 4, 2)
         sets = c.schema.registers.get("netsha.qid").size
     code, doc = _get(f"http://{sw.metrics}/api/systems")
     assert code == 200
@@ -197,3 +199,5 @@ def test_system_panels_show_what_the_programs_hold(switchd_factory: Callable[...
     assert net["claimed by a query"] == 1 and net["registers (sets x 2 ways)"] == 2 * sets
     assert panels["netsha"]["rows"]["data"] == [[3, 1]]
     assert panels["hare"]["rows"]["data"] == [[1, 10]]
+    hare = dict(map(tuple, panels["hare"]["summary"]))
+    assert hare["offloaded objects"] == 2 and hare["offloaded, valid"] == 1 and hare["offloaded, write in flight"] == 1

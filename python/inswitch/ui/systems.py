@@ -82,16 +82,21 @@ def daiet(reader: decode.Reader, prog: str, counters: dict[str, Any]) -> Panel:
     }
 
 
+#: Hare's object states (crates/programs/src/hare/oostat.rs).
+OBJ_STATES = {1: "valid", 2: "write in flight", 3: "being replaced"}
+
+
 def hare(reader: decode.Reader, prog: str, counters: dict[str, Any]) -> Panel:
-    """Hare (and its NetCache/DySO baselines): the keys offloaded to the switch (e-MAT or
-    cache entries), and the queries the switch answered (OO-Stat / cache_hits) against the
-    program's packets."""
-    tables = [t for t in reader.schema.tables if t.name.startswith(prog + ".") and (t.name.split(".")[-1].startswith("emat_") or t.name.endswith(".cache"))]
-    offloaded = 0
-    if tables:
-        # the last e-MAT (or the cache) holds one entry per offloaded key
-        last = sorted(tables, key=lambda t: t.name)[-1]
-        offloaded = len(_entries(reader, last.name))
+    """Hare (and its NetCache/DySO baselines): the objects offloaded to the switch (slots
+    whose state is not empty, by state), and the queries the switch answered (OO-Stat /
+    cache_hits) against the program's packets."""
+    state_regs = [r.name for r in reader.schema.registers if r.name.startswith(prog + ".") and (r.name.endswith(".obj_state") or r.name.split(".")[-1].startswith("valid_c"))]
+    by_state = {name: 0 for name in OBJ_STATES.values()}
+    for name in state_regs:
+        for c in _cells(reader, name):
+            label = OBJ_STATES.get(c["value"], "other")
+            by_state[label] = by_state.get(label, 0) + 1
+    offloaded = sum(by_state.values())
     hits_reg = next((n for n in ("oo_stat", "cache_hits") if _has(reader, "registers", _qualified(prog, n))), None)
     cells = _cells(reader, _qualified(prog, hits_reg)) if hits_reg else []
     hits = sum(c["value"] for c in cells)
@@ -101,7 +106,8 @@ def hare(reader: decode.Reader, prog: str, counters: dict[str, Any]) -> Panel:
         "program": prog,
         "title": f"{prog}: offloaded keys and hits",
         "summary": [
-            ["offloaded keys", offloaded],
+            ["offloaded objects", offloaded],
+            *([f"offloaded, {k}", n] for k, n in by_state.items()),
             [f"queries answered by the switch ({hits_reg or 'no hit register'})", hits],
             [f"{prog} ingress passes", passes],
             ["hit rate (answered / passes)", f"{hits / passes:.3f}" if passes else "no packets yet"],
