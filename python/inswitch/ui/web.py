@@ -30,7 +30,7 @@ def static(path: str) -> Optional[Response]:
     name = "index.html" if path in ("/", "/index.html") else path.lstrip("/")
     if name not in _STATIC:
         return None
-    body = resources.files("inswitch.ui").joinpath("static", name).read_bytes()
+    body = resources.files("inswitch.ui").joinpath("static").joinpath(name).read_bytes()
     return body, _TYPES["." + name.rsplit(".", 1)[1]], 200
 
 
