@@ -23,7 +23,6 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from inswitch.p4rt.client import SwitchClient
-from inswitch.topology import Rack
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"]
