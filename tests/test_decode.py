@@ -23,6 +23,8 @@ from inswitch.p4rt.client import SwitchClient
 from inswitch.p4rt.p4info import p4info_for
 from inswitch.p4rt.schema import P4InfoIndex, cell_fields
 
+from conftest import free_tcp_port
+
 PROGRAMS = [p for p in native.program_names()]
 
 
@@ -201,3 +203,36 @@ def test_system_panels_show_what_the_programs_hold(switchd_factory: Callable[...
     assert panels["hare"]["rows"]["data"] == [[1, 10]]
     hare = dict(map(tuple, panels["hare"]["summary"]))
     assert hare["offloaded objects"] == 2 and hare["offloaded, valid"] == 1 and hare["offloaded, write in flight"] == 1
+
+
+# ---- inswitch ui's server, without a browser -------------------------------------------------
+
+
+def test_ui_server_proxies_and_reports_a_dead_switch(programmed: Any) -> None:
+    from inswitch.ui.rack import Topology, UiServer
+
+    dead = free_tcp_port()
+    topo = Topology.from_doc({"title": "t", "switches": [
+        {"name": "s1", "http": programmed.metrics, "p4runtime": programmed.p4runtime},
+        {"name": "gone", "http": f"127.0.0.1:{dead}", "p4runtime": f"127.0.0.1:{dead}"}]})
+    srv = UiServer("127.0.0.1:0", topo)
+    srv.start()
+    try:
+        base = f"http://{srv.address}"
+        code, doc = _get(base + "/api/topology")
+        assert code == 200 and [s["base"] for s in doc["switches"]] == ["sw/s1/", "sw/gone/"] and doc["writes"] is False
+        code, doc = _get(base + f"/sw/s1/api/register?name=rx_port_counters&index={CELL}")
+        assert code == 200 and doc["cells"][0]["bytes"] == BYTES
+        assert _get(base + "/sw/s1/api/register?name=nope")[0] == 404  # the switch's own answer, passed on
+        code, doc = _get(base + "/sw/gone/api/counters")
+        assert code == 502 and "does not answer" in doc["error"]
+        assert _get(base + "/sw/nosuch/api/counters")[0] == 404
+    finally:
+        srv.stop()
+
+
+def test_ui_cli_refuses_a_missing_rack() -> None:
+    cp = _cli("ui", "--rack", "nosuchrack", "--listen", "127.0.0.1:0")
+    assert cp.returncode == 1 and "no rack named 'nosuchrack'" in cp.stderr and "Traceback" not in cp.stderr
+    bad = _cli("ui", "--listen", "nohost")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
