@@ -57,7 +57,7 @@ def show(value: int, name: str, bitwidth: int) -> str:
 
 
 def show_match(fm: p4runtime_pb2.FieldMatch, f: Optional[FieldInfo]) -> str:
-    name, bw = (f.name, f.bitwidth) if f else ("", 8 * max(1, len(fm.SerializeToString())))
+    name, bw = (f.name, f.bitwidth) if f else ("", 0)  # a field the P4Info does not name: a number
     kind = fm.WhichOneof("field_match_type")
     if kind == "exact":
         return show(bytestrings.to_int(fm.exact.value), name, bw)
