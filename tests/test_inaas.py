@@ -32,7 +32,7 @@ def _check(r: dict) -> None:
 
 
 def test_inaas_fits_tofino1_beside_forward() -> None:
-    cp = subprocess.run([sys.executable, "-m", "inswitch", "resources", "forward,inaas", "--target", "tofino1", "--json"], capture_output=True, text=True, timeout=60)
+    cp = subprocess.run([sys.executable, "-m", "inswitch", "resources", "forward,inaas", "--target", "tofino1", "--json", "-"], capture_output=True, text=True, timeout=60)
     assert cp.returncode == 0, cp.stderr
     r = json.loads(cp.stdout)
     assert r["fits"], r["problems"]

@@ -310,7 +310,7 @@ def _in_file(text: str) -> str:
     import os
 
     if not os.path.isfile(text) or not os.access(text, os.R_OK):
-        raise ValueError("not a readable file")
+        raise ValueError("no such file, or not readable")
     return text
 
 
