@@ -25,7 +25,7 @@ import typer
 
 import inswitch
 from inswitch.cli import app
-from inswitch.cliopts import checked_type, run
+from inswitch.cliopts import JSON_PATH, checked_type, run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -109,6 +109,17 @@ def test_every_option_declares_a_checked_type() -> None:
                 missing.append(f"{' '.join(path)} {p.opts[0] if p.opts else p.name}")
     assert not missing, f"options without a checked type (declare them with inswitch.cliopts.option): {missing}"
     assert len(COMMANDS) >= 20
+
+
+def test_json_means_the_same_in_every_command() -> None:
+    """`--json` is a path or `-` (standard output) wherever it appears."""
+    seen = 0
+    for path, cmd in COMMANDS:
+        for p in cmd.params:
+            if "--json" in getattr(p, "opts", []):
+                assert checked_type(p) is JSON_PATH, f"{' '.join(path)} --json is not cliopts.JSON_PATH"
+                seen += 1
+    assert seen >= 12
 
 
 def test_every_invalid_value_is_one_line_and_status_2(capsys: pytest.CaptureFixture[str]) -> None:

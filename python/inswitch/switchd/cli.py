@@ -113,7 +113,7 @@ def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Opti
         if msrv is not None:
             msrv.start()
         port_names = list(dp.port_names())
-        _summary(out, names, ports, port_names, dp.num_pipes, server.address, msrv.address if msrv else None, device_id)
+        _summary(out, names, ports, port_names, dp.num_pipes, server.address, msrv.address if msrv else None, device_id, pcap)
         if ready is not None:
             write_ready_file(ready, {
                 "pid": os.getpid(),
@@ -152,7 +152,7 @@ def _version() -> str:
     return inswitch.__version__
 
 
-def _summary(out: Console, names: list[str], spec: str, port_names: list[str], pipes: int, p4rt: str, metrics: Optional[str], device_id: int) -> None:
+def _summary(out: Console, names: list[str], spec: str, port_names: list[str], pipes: int, p4rt: str, metrics: Optional[str], device_id: int, pcap: Optional[str] = None) -> None:
     t = Table(show_header=False, box=None, pad_edge=False)
     t.add_column(style="bold")
     t.add_column()
@@ -161,6 +161,8 @@ def _summary(out: Console, names: list[str], spec: str, port_names: list[str], p
     t.add_row("ports", f"{spec} ({len(port_names)}: {shown}), {pipes} pipe{'s' if pipes != 1 else ''}")
     t.add_row("P4Runtime", f"{p4rt} (device {device_id})")
     t.add_row("metrics", f"http://{metrics}/metrics" if metrics else "off")
+    if pcap:
+        t.add_row("captures", f"{Path(pcap).resolve()} (one pcapng file per port)")
     out.print("[bold green]inswitch switch running[/bold green] (SIGINT or SIGTERM stops it)")
     out.print(t)
 

@@ -4,6 +4,7 @@ commands in its hosts and take it down. Failures print one clear line (no traceb
 from __future__ import annotations
 
 from dataclasses import asdict
+from pathlib import Path
 from typing import List, Optional
 
 import typer
@@ -126,6 +127,8 @@ def register(app: typer.Typer) -> None:
         for h in st.hosts:
             where = h.netns if st.mode == "netns" else f"udp {h.tunnel}"
             console.print(f"  {h.name}  {h.ip:<15} {h.mac}  port {h.port}  {where}")
+        if pcap:
+            console.print(f"  captures: {Path(pcap).resolve()} (one pcapng file per switch port)", highlight=False, soft_wrap=True)
         if st.mode == "netns":
             console.print(f"try: inswitch rack exec {st.name}-h1 -- ping -c1 h2")
 
