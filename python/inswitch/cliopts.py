@@ -328,11 +328,14 @@ def _programs(text: str) -> str:
             raise ValueError(f"unknown program {n!r} (known: {', '.join(known)})")
     if len(set(names)) != len(names):
         raise ValueError("a program is named twice")
+    for n in names:
+        if ":" in n:  # parameters: the program builder checks them (in well under a millisecond)
+            native.resources([n], "unbounded")
     return ",".join(names)
 
 
 #: Program names joined by commas (`forward`, `forward,daiet`, `netsha:slots=8`).
-PROGRAMS = Text("program names joined by commas", check=_programs, bad=("bogus", "forward,forward", ","))
+PROGRAMS = Text("program names joined by commas", check=_programs, bad=("bogus", "forward,forward", ",", "netsha:slots=99"))
 
 
 def _rack_name(text: str) -> str:

@@ -13,7 +13,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from inswitch.cliopts import JSON_PATH, OUT_DIR, PROGRAMS, RACK_NAME, Address, Choice, Float, Int, Text, argument, option
+from inswitch.cliopts import JSON_PATH, OUT_DIR, PROGRAMS, RACK_NAME, Address, Choice, Float, Int, argument, option
+from inswitch.cliopts import Text as TextOpt
 from inswitch.output import is_stdout, note_written, write_json
 from inswitch.switchd.cli import FAULT
 from inswitch.topology.errors import RackError
@@ -36,7 +37,7 @@ def _host(text: str) -> str:
     return text
 
 
-HOST = Text("a host, hN or RACK-hN", check=_host, bad=("bogus", "h", "isw-x1"))
+HOST = TextOpt("a host, hN or RACK-hN", check=_host, bad=("bogus", "h", "isw-x1"))
 
 
 def _subnet(text: str) -> str:
@@ -102,7 +103,7 @@ def register(app: typer.Typer) -> None:
         program: str = option("forward", "--program", type=PROGRAMS, help="Program(s) the switch runs, joined by commas."),
         p4runtime: str = option("127.0.0.1:9559", "--p4runtime", type=Address(), help="Where the switch serves P4Runtime."),
         metrics: str = option("127.0.0.1:9100", "--metrics", type=Address(), help="Where the switch serves /metrics."),
-        subnet: str = option("10.0.0.0/24", "--subnet", type=Text("an IPv4 subnet, e.g. 10.0.0.0/24", check=_subnet, bad=("bogus", "10.0.0.0/33")), help="The hosts' subnet: host i gets its i-th address."),
+        subnet: str = option("10.0.0.0/24", "--subnet", type=TextOpt("an IPv4 subnet, e.g. 10.0.0.0/24", check=_subnet, bad=("bogus", "10.0.0.0/33")), help="The hosts' subnet: host i gets its i-th address."),
         pcap: Optional[str] = option(None, "--pcap", type=OUT_DIR, help="Capture every port to pcapng files in this directory."),
         mode: str = option("auto", "--mode", type=Choice("auto", "netns", "udp"), help="auto: netns if root, else udp; netns: network namespaces and veth pairs; udp: UDP tunnels, no privileges."),
         udp_base: Optional[int] = option(None, "--udp-base", type=Int(1024, 65_535 - MAX_HOSTS), help="UDP mode: tunnel port of switch port 0 (default: a free range)."),
@@ -166,7 +167,7 @@ def register(app: typer.Typer) -> None:
     @rack_app.command("exec", epilog="Examples:\n\n  inswitch rack exec h1 -- ping -c1 h2\n\n  inswitch rack exec lab-h2 -- ip addr\n")
     def exec_cmd(
         host: str = argument(..., type=HOST, help="The host to run in: h1, or isw-h1 (the rack named in the host)."),
-        command: List[str] = argument(..., type=Text("a command word"), help="The command and its arguments, after `--`."),
+        command: List[str] = argument(..., type=TextOpt("a command word"), help="The command and its arguments, after `--`."),
         name: Optional[str] = NAME_FROM_HOST,
     ) -> None:
         """Run a command inside a host's namespace; exits with the command's exit code."""

@@ -87,7 +87,7 @@ def register(app: typer.Typer) -> None:
     def kvs_cmd(
         system: str = option("all", "--system", type=Choice(*SYSTEMS, "all"), help="System to run: hare, netcache, dyso, none, or all of them."),
         keys: int = option(10_000, "--keys", type=Int(1, 10_000_000), help="Number of keys."),
-        key_size: int = option(80, "--key-size", type=Int(1, 255), help="Key size in bytes (enough bytes to tell the keys apart)."),
+        key_size: int = option(80, "--key-size", type=Int(1, 252), help="Key size in bytes (enough bytes to tell the keys apart)."),
         value_size: int = option(64, "--value-size", type=Int(8, 252, multiple_of=4), help="Value size in bytes."),
         cache: int = option(512, "--cache", type=Int(1, 65_536), help="Objects the switch can hold."),
         batch: int = option(64, "--batch", type=Int(1, 4096), help="Hare's batch size K (objects moved per offloading round)."),
@@ -186,7 +186,7 @@ def _register_locks(app: typer.Typer) -> None:
         system: str = option("all", "--system", type=Choice(*LOCK_SYSTEMS, "all"), help="System to run: hare, netlock (static offloading), none, or all of them."),
         locks: int = option(2000, "--locks", type=Int(1, 1_000_000), help="Number of locks."),
         cache: int = option(64, "--cache", type=Int(1, 65_536), help="Locks the switch can hold."),
-        clients: int = option(64, "--clients", type=Int(1, 10_000), help="Concurrent clients (closed loop)."),
+        clients: int = option(64, "--clients", type=Int(1, 1024), help="Concurrent clients (closed loop)."),
         hold: float = option(200e-6, "--hold", type=Float(1e-6, 1), help="Hold time per lock in seconds."),
         exclusive: float = option(0.2, "--exclusive", type=Float(0, 1), help="Fraction of exclusive requests."),
         batch: int = option(16, "--batch", type=Int(1, 4096), help="Hare's batch size K (locks moved per offloading round)."),

@@ -18,8 +18,11 @@ from .search import ALL_MODES, MODES, SearchConfig, run_search
 
 
 def _netsha_spec(text: str) -> str:
+    from inswitch import native
+
     if text.split(":", 1)[0] not in ("netsha", "netsha-tofino1"):
         raise ValueError("expected netsha, netsha-tofino1 or netsha:slots=..")
+    native.resources([text], "unbounded")  # the program builder checks the parameters (ValueError)
     return text
 
 
@@ -33,7 +36,7 @@ def bench_netsha(
     answers_per_packet: int = option(8, "--answers-per-packet", type=Int(1, 120), help="Answers per server packet (one pass each)."),
     queries: int = option(64, "--queries", type=Int(1, 65_536), help="Distinct queries the answers belong to."),
     duration: float = option(2.0, "--duration", type=Float(0.1, 600), help="Seconds per measurement."),
-    spec: str = option("netsha", "--spec", type=Text("a NetSHa program spec", check=_netsha_spec, bad=("bogus",)), help="Program spec: netsha, netsha-tofino1 or netsha:slots=.."),
+    spec: str = option("netsha", "--spec", type=Text("a NetSHa program spec", check=_netsha_spec, bad=("bogus", "netsha:slots=99")), help="Program spec: netsha, netsha-tofino1 or netsha:slots=.."),
     json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Write the results as JSON."),
 ) -> None:
     """Answers per second through the NetSHa program on one core, in memory, with a
@@ -79,20 +82,20 @@ def register(app: typer.Typer) -> None:
         dataset: str = option("random", "--dataset", type=Text("random, digits, text, text:N, text:FILE or a vector file", check=_dataset, bad=("bogus-no-such-file",)), help="The data: random (generated), digits, text (text:N sentences, text:FILE) or a PATH (.fvecs/.bvecs/.ivecs/.hdf5)."),
         queries_file: Optional[str] = option(None, "--queries-file", type=IN_FILE, help="Queries for a PATH dataset, same format."),
         base: int = option(20000, "--base", type=Int(0, 10_000_000), help="Base vectors (random: generated; PATH: the first N, 0 = all)."),
-        servers: int = option(4, "--servers", type=Int(1, 64), help="Search servers S."),
+        servers: int = option(4, "--servers", type=Int(1, 32), help="Search servers S (a query's server set is a 32-bit mask)."),
         queries: int = option(200, "--queries", type=Int(1, 100_000), help="Queries N."),
         k: int = option(50, "--k", type=Int(1, 10_000), help="Answers per query K."),
         registers: int = option(100, "--registers", type=Int(1, 65_536), help="Logical registers per switch (Table 1: 100)."),
         ways: int = option(2, "--ways", type=Int(1, 2), help="Candidate registers per query for Algorithm 2's weight-based selection (must divide --registers)."),
         arrival: str = option("concurrent", "--arrival", type=Choice("concurrent", "sequential", "stream"), help="concurrent: servers answer in parallel, packets interleave; sequential: one server after another; stream: queries arrive --query-gap-ns apart (Figs. 20, 23)."),
         query_gap_ns: int = option(250, "--query-gap-ns", type=Int(1, 10**9), help="With --arrival stream: virtual ns between two queries' arrivals (the query rate)."),
-        slots: int = option(12, "--slots", type=Int(2, 64), help="Slots per register n = p + q (Table 1: 12)."),
-        ga: int = option(8, "--ga", type=Int(1, 63), help="GA slots p (Table 1: 8; fewer than --slots)."),
+        slots: int = option(12, "--slots", type=Int(1, 32), help="Slots per register n = p + q (Table 1: 12)."),
+        ga: int = option(8, "--ga", type=Int(1, 32), help="GA slots p (Table 1: 8; at most --slots)."),
         lam: float = option(0.2, "--lambda", type=Float(0, 1, lo_open=True), help="Concurrency parameter λ (H = λ × registers)."),
         switches: int = option(1, "--switches", type=Int(1, 6), help="Switches on the path, each running NetSHa."),
         mode: str = option("all", "--mode", type=Choice(*ALL_MODES, "all"), help="Which systems to run (all: netsha, layered and tlsh)."),
         reduction: str = option("exact", "--reduction", type=Choice("paper", "exact"), help="paper: Algorithm 1 as written; exact: the corrected reduction."),
-        tables: int = option(10, "--tables", type=Int(1, 64), help="LSH tables L."),
+        tables: int = option(10, "--tables", type=Int(1, 32), help="LSH tables L."),
         hashes: int = option(6, "--hashes", type=Int(1, 32), help="Hashes per table k (concatenated)."),
         width: Optional[float] = option(None, "--width", type=Float(0, 1e9, lo_open=True), help="E2LSH bucket width w (scale with the data's distances; default 32, text 3)."),
         cap: int = option(100, "--cap", type=Int(1, 10_000), help="Answers a server returns per query (its best candidates)."),
@@ -107,14 +110,18 @@ def register(app: typer.Typer) -> None:
         console = console_for(json_out)
         if registers % ways != 0:
             raise typer.BadParameter(f"{ways} does not divide --registers {registers}", param_hint="--ways")
-        if ga >= slots:
-            raise typer.BadParameter(f"GA slots {ga} must be fewer than --slots {slots}", param_hint="--ga")
+        if ga > slots:
+            raise typer.BadParameter(f"GA slots {ga} are more than --slots {slots}", param_hint="--ga")
+        if dataset == "random" and base < 1:
+            raise typer.BadParameter("the random dataset needs at least one base vector", param_hint="--base")
         modes = list(MODES) if mode == "all" else [mode]
         try:
             ds = load(dataset, base, queries, queries_file, seed)
         except DatasetError as e:
             console.print(f"[red]error:[/red] {e}")
             raise typer.Exit(2)
+        if k > ds.base.shape[0]:
+            raise typer.BadParameter(f"{k} answers per query from {ds.base.shape[0]} base vectors", param_hint="--k")
         cfg = SearchConfig(
             servers=servers, k=k, registers=registers, slots=slots, ga=ga, lam=lam, switches=switches, reduction=reduction, seed=seed, per_packet=per_packet,
             tables=tables, hashes=hashes, width=width if width is not None else (ds.lsh_width or 32.0), cap=cap, ways=ways, arrival=arrival, query_gap_ns=query_gap_ns,

@@ -95,7 +95,7 @@ def register(app: typer.Typer) -> None:
         extra: Optional[list[str]] = argument(None, type=IN_FILE, help="More input files (so `--input a.txt b.txt` works)."),
         zipf: Optional[float] = option(None, "--zipf", type=Float(0, 10), help="Synthetic input instead of files: Zipf exponent ALPHA (0: uniform)."),
         words_: int = option(100_000, "--words", type=Int(1, 10**9), help="Synthetic input: number of words."),
-        vocab: int = option(10_000, "--vocab", type=Int(1, 10**8), help="Synthetic input: vocabulary size."),
+        vocab: int = option(10_000, "--vocab", type=Int(1, 10**6), help="Synthetic input: vocabulary size."),
         seed: int = option(1, "--seed", type=SEED, help="Seed of the synthetic input and of the fault injector."),
         mappers: int = option(4, "--mappers", type=Int(1, 64), help="Mapper processes."),
         reducers: int = option(2, "--reducers", type=Int(1, 64), help="Reducer processes (one aggregation tree each)."),
