@@ -234,6 +234,8 @@ class Text(Checked):
 def option(default: Any, *decls: str, type: Checked, help: str, **kw: Any) -> Any:
     """A typer option whose value is parsed and checked by `type`; the help text ends with
     what it accepts."""
+    if isinstance(type, Words):
+        kw.setdefault("metavar", "LIST")  # (typer would show the annotation, `Any`)
     return typer.Option(default, *decls, parser=type, help=f"{help} ({type.describe()})", **kw)
 
 
