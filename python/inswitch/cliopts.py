@@ -15,6 +15,14 @@ before any work starts (`run` below is the CLI's entry point that makes it one l
     ) -> None: ...
 
 A `Words` option is annotated `Any`: typer reads `list[str]` as a repeated option.
+Positional arguments use `argument(default, type=..., help=...)` the same way.
+
+Types many commands share live here too, so one rule has one message: `SEED`, `JSON_PATH`
+(`--json`: a path, or `-` for standard output; see `inswitch.output`), `OUT_FILE`,
+`OUT_DIR`, `IN_FILE`, `PROGRAMS`, `RACK_NAME` and `Address()`. A rule that ties two options
+together cannot live in one declaration: the command checks it first thing and raises
+`typer.BadParameter(..., param_hint="--option")`, which `run` prints as one line too.
+`tests/test_cli_inputs.py` walks every command and fails for an option without a type.
 """
 
 from __future__ import annotations
