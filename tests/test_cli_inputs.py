@@ -291,3 +291,28 @@ def test_tenants_ledger_is_found_from_any_directory(tmp_path: Path) -> None:
     assert json.loads(cp.stdout)["ledger"] == expected
     cp = _cli("tenants", "ledger", cwd=b, env={"INSWITCH_RUN_DIR": str(tmp_path / "empty")})
     assert cp.returncode == 2 and "no ledger" in cp.stderr
+
+
+def test_every_example_parses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each example in the help is a valid command line: its options parse and pass their
+    checks (parsed only, not run; in a scratch directory, as some create their output
+    directory when checked)."""
+    import shlex
+
+    monkeypatch.chdir(tmp_path)
+    root = typer.main.get_command(app)
+    seen = 0
+    for path, cmd in COMMANDS:
+        for line in (cmd.epilog or "").splitlines():
+            line = line.strip()
+            if not line.startswith(("inswitch ", "sudo inswitch ")):
+                continue
+            words = shlex.split(line.split(" | ")[0])
+            words = words[words.index("inswitch") + 1:]
+            node: Any = root
+            while getattr(node, "commands", None) and words and words[0] in node.commands:
+                node = node.commands[words.pop(0)]
+            ctx = node.make_context(node.name, words)  # raises a usage error if it does not parse
+            ctx.close()
+            seen += 1
+    assert seen >= len(COMMANDS)
