@@ -11,7 +11,6 @@ import platform
 from typing import Any, Callable, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from inswitch import _native

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 from inswitch.cliopts import JSON_PATH, Float, option
 from inswitch.output import console_for, note_written, write_json

@@ -3,11 +3,9 @@ over the same seeded trace."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 

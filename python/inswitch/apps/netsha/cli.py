@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from inswitch.apps.wordcount.job import FIGURES, MODES, PROGRAMS, WHERE, JobError, JobSpec, run
