@@ -132,6 +132,10 @@ def register(app: typer.Typer) -> None:
                 "[green]yes[/green]" if r["correct"] else "[red]NO[/red]",
             )
         console.print(t)
+        failed = {n: r["failed_requests"] for n, r in out["systems"].items() if sum(r["failed_requests"].values())}
+        if failed:
+            console.print("requests dropped (mostly by servers under load), reported to their client as failed; reads are checked against acknowledged writes only: "
+                          + "; ".join(f"{n} {f['get']} GETs, {f['put']} PUTs" for n, f in failed.items()), highlight=False)
         if "plane_interaction_rates_measured" in out:
             m = out["plane_interaction_rates_measured"]
             mod = out["config"]["model"]
