@@ -166,7 +166,7 @@ def register(app: typer.Typer) -> None:
     @app.command("switch")
     def switch_cmd(
         program: str = typer.Option("forward", "--program", "-p", help="Program name, or several joined by commas (loaded together)."),
-        ports: str = typer.Option("memory:4", "--ports", help="memory:N | udp:BASEPORT:N | udp:HOST:BASEPORT:N | veth:IF1,IF2,..."),
+        ports: str = typer.Option("memory:4", "--ports", help="memory:N | udp:[HOST:]BASEPORT:N[@PEERHOST:PEERBASE] (with a peer, port i accepts datagrams only from PEERHOST:PEERBASE+i) | veth:IF1,IF2,..."),
         p4runtime: str = typer.Option(DEFAULT_P4RUNTIME, "--p4runtime", help="HOST:PORT the P4Runtime server listens on (port 0: any free port)."),
         pipes: int = typer.Option(1, "--pipes", help="Pipes (data-plane threads); ports are split among them."),
         pcap: Optional[str] = typer.Option(None, "--pcap", help="Directory for per-port packet captures."),

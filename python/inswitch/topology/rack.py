@@ -113,7 +113,8 @@ class Rack:
         check_addr("--p4runtime", p4runtime)
         check_addr("--metrics", metrics)
         if m == "udp" and udp_base is None:
-            udp_base = tunnel.free_udp_base(hosts) if 1 <= hosts <= 250 else 0
+            # Switch ports and then the hosts' own addresses (see plan_hosts).
+            udp_base = tunnel.free_udp_base(2 * hosts) if 1 <= hosts <= 250 else 0
         planned = plan_hosts(name, hosts, subnet, m, udp_base)
         self._refuse_existing(name, m)
         if not switchd_available():
@@ -148,8 +149,7 @@ class Rack:
             neigh = netns.ensure_neigh_capacity(netns.neigh_entries_needed(netns.netns_list()))
             ports = "veth:" + ",".join(h.switch_if or "" for h in hosts)
         else:
-            base = int(tunnel.split_addr(hosts[0].tunnel or "")[1])
-            ports = f"udp:{base}:{len(hosts)}"
+            ports = tunnel.ports_spec(hosts)
         if pcap:
             Path(pcap).mkdir(parents=True, exist_ok=True)
         ready_file, log = Path(ready_marker(name)), sdir / "switch.log"
