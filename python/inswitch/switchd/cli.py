@@ -15,7 +15,10 @@ from rich.console import Console
 from rich.table import Table
 
 from inswitch import native
+from inswitch.cliopts import Text, option
 from inswitch.output import replace_json
+from inswitch.p4rt.tls import OPTIONS as TLS_OPTIONS
+from inswitch.p4rt.tls import TlsFiles, pem_file
 
 DEFAULT_P4RUNTIME = "127.0.0.1:9559"
 DEFAULT_METRICS = "127.0.0.1:9100"
@@ -47,6 +50,31 @@ def check_programs(spec: str) -> list[str]:
     return names
 
 
+def is_loopback(address: str) -> bool:
+    """Whether HOST:PORT can be reached from this machine only."""
+    import ipaddress
+
+    host = address.rpartition(":")[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve to anything
+
+
+def exposure_warnings(p4rt_addr: str, metrics_addr: Optional[str], tls: bool) -> list[str]:
+    """What a listener beyond loopback exposes (listening there is the user's choice; saying
+    what it means is ours)."""
+    out = []
+    if not is_loopback(p4rt_addr) and not tls:
+        out.append(f"P4Runtime listens on {p4rt_addr} without TLS: anyone who can reach it can program "
+                   f"the switch (give {TLS_OPTIONS} for mutual TLS)")
+    if metrics_addr is not None and not is_loopback(metrics_addr):
+        out.append(f"/metrics listens on {metrics_addr}: anyone who can reach it reads the switch's counters")
+    return out
+
+
 def write_ready_file(path: Path, doc: dict[str, Any]) -> None:
     """Write atomically, so a reader never sees half a file."""
     replace_json(path, doc)
@@ -69,7 +97,8 @@ def parse_fault(text: str) -> tuple[float, float, float, int]:
     return (vals["loss"], vals["dup"], vals["reorder"], int(vals["seed"]))
 
 
-def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Optional[str], metrics: str, device_id: int, ready_file: Optional[str], out: Console, err: Console, fault: Optional[str] = None) -> int:
+def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Optional[str], metrics: str, device_id: int, ready_file: Optional[str], out: Console, err: Console, fault: Optional[str] = None,
+               tls: TlsFiles = TlsFiles()) -> int:
     """Run until SIGINT/SIGTERM. Returns the exit status: 0 after a clean stop, 2 for bad
     input, 1 when the switch cannot start (e.g. an address in use)."""
     stop = threading.Event()
@@ -91,6 +120,8 @@ def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Opti
         metrics_addr = None if metrics.strip().lower() == "off" else parse_address(metrics, "--metrics")
         if pipes < 1:
             raise UsageError("--pipes must be at least 1")
+        if tls.enabled and not (tls.cert and tls.key and tls.ca):
+            raise UsageError(f"{TLS_OPTIONS} go together: give all three or none")
         if pcap:
             Path(pcap).mkdir(parents=True, exist_ok=True)
 
@@ -102,7 +133,9 @@ def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Opti
             dp = _native.Dataplane(names, ports, pipes=pipes, pcap_dir=pcap, fault=parse_fault(fault) if fault else None)
         except ValueError as e:
             raise UsageError(str(e)) from None
-        server = SwitchServer(dp, p4rt_addr, device_id)
+        server = SwitchServer(dp, p4rt_addr, device_id, tls=tls)
+        for w in exposure_warnings(p4rt_addr, metrics_addr, server.tls):
+            err.print(f"[yellow]warning:[/yellow] {w}", highlight=False, soft_wrap=True)
         if metrics_addr is not None:
             info = {"programs": ",".join(names), "ports": ports, "device_id": device_id, "version": _version()}
             msrv = MetricsServer(metrics_addr, collector(dp, server.stats, info, lambda: {"inswitch_p4runtime_streams": ("Open P4Runtime StreamChannels (controller sessions)", server.service.streams)}))
@@ -174,10 +207,14 @@ def register(app: typer.Typer) -> None:
         device_id: int = typer.Option(1, "--device-id", help="P4Runtime device id."),
         ready_file: Optional[str] = typer.Option(None, "--ready-file", help="Write JSON (pid, addresses, port names) here once serving; removed on a clean stop."),
         fault: Optional[str] = typer.Option(None, "--fault", help="Inject seeded faults on every port's receive side: loss=P,dup=P,reorder=P,seed=N."),
+        tls_cert: Optional[str] = option(None, "--tls-cert", type=Text("a readable PEM file", check=pem_file, bad=("/nonexistent.pem",)), help="Serve P4Runtime over TLS with this certificate (with --tls-key and --tls-ca)."),
+        tls_key: Optional[str] = option(None, "--tls-key", type=Text("a readable PEM file", check=pem_file, bad=("/nonexistent.pem",)), help="The private key of --tls-cert."),
+        tls_ca: Optional[str] = option(None, "--tls-ca", type=Text("a readable PEM file", check=pem_file, bad=("/nonexistent.pem",)), help="Accept only P4Runtime clients whose certificate this CA signed."),
     ) -> None:
         """Run a software switch: the data plane over PORTS, a P4Runtime server and a metrics
         endpoint, until SIGINT or SIGTERM."""
-        code = run_switch(program, ports, p4runtime, pipes, pcap, metrics, device_id, ready_file, Console(), Console(stderr=True), fault=fault)
+        code = run_switch(program, ports, p4runtime, pipes, pcap, metrics, device_id, ready_file, Console(), Console(stderr=True), fault=fault,
+                          tls=TlsFiles(cert=tls_cert, key=tls_key, ca=tls_ca))
         raise typer.Exit(code)
 
     @app.command("p4info")

@@ -19,6 +19,7 @@ from inswitch import native
 from inswitch.p4rt import bytestrings
 from inswitch.p4rt.bytestrings import BitstringError
 from inswitch.p4rt.p4info import PACKET_OUT_EGRESS_PORT, PORT_METADATA_BITS, THROUGH_INGRESS
+from inswitch.p4rt.tls import TlsFiles
 
 from .arbitration import Arbiter, Session, election_id
 from .device import Device
@@ -252,7 +253,8 @@ class SwitchServer:
     """The control plane of one switch: P4Runtime over gRPC plus the event threads, on top
     of a running native Dataplane (which the caller owns and stops after `stop`)."""
 
-    def __init__(self, dp: Any, address: str = "127.0.0.1:9559", device_id: int = 1, max_workers: int = 32) -> None:
+    def __init__(self, dp: Any, address: str = "127.0.0.1:9559", device_id: int = 1, max_workers: int = 32,
+                 tls: TlsFiles | None = None) -> None:
         self.dp = dp
         self.stats = OpStats()
         self.device = Device(dp, Pipeline.for_programs(list(dp.program_names())), self.stats)
@@ -266,13 +268,17 @@ class SwitchServer:
         p4runtime_pb2_grpc.add_P4RuntimeServicer_to_server(self.service, self._server)
         host = address.rsplit(":", 1)[0]
         try:
-            port = self._server.add_insecure_port(address)
+            if tls is not None and tls.enabled:
+                port = self._server.add_secure_port(address, tls.server_credentials())
+            else:
+                port = self._server.add_insecure_port(address)
         except RuntimeError:
             port = 0
         if not port:
             raise OSError(f"cannot listen for P4Runtime on {address}: the address is in use or not available")
         self.address = f"{host}:{port}"
         self.device_id = device_id
+        self.tls = bool(tls and tls.enabled)
 
     def start(self) -> None:
         self._server.start()
