@@ -11,7 +11,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+import grpc
 import pytest
 
 from inswitch.topology.state import process_tag
@@ -185,3 +187,113 @@ def test_plaintext_p4runtime_off_loopback_is_warned_about(switchd_factory) -> No
     sw = switchd_factory("--program", "forward", "--ports", "memory:1", "--p4runtime", "0.0.0.0:0")
     log = sw.log.read_text()
     assert "warning" in log and "without TLS" in log and "0.0.0.0" in log, log
+
+
+# ---- a Write whose error report a default client could not read ------------------------------
+
+
+def _varint(n: int) -> bytes:
+    out = b""
+    while n >= 0x80:
+        out += bytes([(n & 0x7F) | 0x80])
+        n >>= 7
+    return out + bytes([n])
+
+
+def raw_write(address: str, updates: list[bytes], timeout: float = 60) -> grpc.RpcError | None:
+    """One Write from a default gRPC client (no channel options and no headers: gRPC's own
+    metadata limits, as p4runtime-shell and most controllers run). The request is built from
+    the serialized updates (a repeated field, number 4, is its elements back to back)."""
+    from p4.v1 import p4runtime_pb2
+
+    head = p4runtime_pb2.WriteRequest(device_id=1, election_id=p4runtime_pb2.Uint128(high=0, low=1))
+    body = head.SerializeToString() + b"".join(b"\x22" + _varint(len(u)) + u for u in updates)
+    with grpc.insecure_channel(address) as ch:
+        write = ch.unary_unary("/p4.v1.P4Runtime/Write", request_serializer=bytes,
+                               response_deserializer=p4runtime_pb2.WriteResponse.FromString)
+        try:
+            write(body, timeout=timeout)
+        except grpc.RpcError as e:
+            return e
+    return None
+
+
+def reported_codes(e: grpc.RpcError) -> list[int]:
+    """The canonical code of every item in the per-update error report (0 = applied)."""
+    from google.rpc import status_pb2
+    from p4.v1 import p4runtime_pb2
+
+    for key, value in e.trailing_metadata() or ():
+        if key == "grpc-status-details-bin":
+            st = status_pb2.Status.FromString(value)
+            codes = []
+            for any_ in st.details:
+                p4e = p4runtime_pb2.Error()
+                any_.Unpack(p4e)
+                codes.append(p4e.canonical_code)
+            return codes
+    raise AssertionError(f"no error report: {e.code()} {e.details()}")
+
+
+def inserts(c: Any, n: int) -> list[bytes]:
+    """Serialized INSERTs of l2_dmac entries for MACs 0x100 .. 0x100+n-1 (all two bytes
+    long in canonical form), made from one template by replacing the value bytes: building
+    10,000 protobuf messages costs seconds in pure-Python protobuf."""
+    from p4.v1 import p4runtime_pb2
+
+    assert n <= 0xFF00
+    tpl = c.table_update(p4runtime_pb2.Update.INSERT, "l2_dmac", {"dst_addr": 0xAABB}, "l2_forward", {"port": 1})
+    head, tail = tpl.SerializeToString().split(b"\xaa\xbb")
+    return [head + (0x100 + i).to_bytes(2, "big") + tail for i in range(n)]
+
+
+def test_a_default_client_always_learns_what_a_big_write_did(switchd_factory) -> None:  # type: ignore[no-untyped-def]
+    """10,000 inserts into a 4,096-entry table, 100 of them duplicates of entries already
+    there. A default gRPC client must learn what was applied and what failed: the switch
+    refuses, before applying any, a Write whose error report could exceed the client's
+    metadata limit, and says so; a Write at the largest size it accepts gets its whole
+    report every time (gRPC drops reports between 8 and 16 KB at random); our client, which
+    declares a larger limit, gets the report of all 10,000."""
+    from p4.v1 import p4runtime_pb2
+
+    from inswitch.p4rt import P4RuntimeError, SwitchClient
+
+    sw = switchd_factory("--program", "forward", "--ports", "memory:2")
+    with SwitchClient(sw.p4runtime, timeout=120) as c:
+        c.set_pipeline(["forward"])
+        size = next(t for t in c.p4info().tables if t.preamble.name.endswith("l2_dmac")).size
+        ins = inserts(c, 10_000)
+        assert raw_write(sw.p4runtime, ins[:100]) is None
+
+        e = raw_write(sw.p4runtime, ins)
+        assert e is not None
+        assert e.code() == grpc.StatusCode.INVALID_ARGUMENT, (e.code(), e.details())
+        assert "none applied" in e.details() and "8192" in e.details() and "grpc.max_metadata_size" in e.details()
+        limit = int(e.details().split("at most ")[1].split()[0])
+        assert 100 <= limit < 10_000
+        assert len(c.read_entries("l2_dmac")) == 100, "a refused Write applied something"
+
+        # The largest accepted Write, every update failing: the whole report, every time.
+        for _ in range(10):
+            e = raw_write(sw.p4runtime, ins[:limit])
+            assert e is not None and e.code() == grpc.StatusCode.UNKNOWN, (e and e.code(), e and e.details())
+            codes = reported_codes(e)
+            assert codes[:100] == [grpc.StatusCode.ALREADY_EXISTS.value[0]] * 100
+            assert len(codes) == limit and all(code == 0 for code in codes[100:limit])
+            c.write([c.table_update(p4runtime_pb2.Update.DELETE, "l2_dmac", {"dst_addr": 0x100 + i}) for i in range(100, limit)])
+        e = raw_write(sw.p4runtime, ins[100: limit + 101])
+        assert e is not None and e.code() == grpc.StatusCode.INVALID_ARGUMENT, "one more than the limit is refused"
+        assert len(c.read_entries("l2_dmac")) == 100
+
+    # Our client declares the larger limit it accepts, so a batch beyond the default limit
+    # goes through and it learns exactly which updates failed: the 100 duplicates, and
+    # whatever did not fit in the table (none here; 2,000 keep the test quick).
+    with SwitchClient(sw.p4runtime, timeout=120) as c:
+        n = 2000
+        assert n > limit and n < size
+        with pytest.raises(P4RuntimeError) as err:
+            c.write([p4runtime_pb2.Update.FromString(u) for u in ins[:n]])
+        assert err.value.rpc_code == grpc.StatusCode.UNKNOWN, err.value
+        assert sorted(u.index for u in err.value.errors) == list(range(100))
+        assert {u.code for u in err.value.errors} == {grpc.StatusCode.ALREADY_EXISTS}
+        assert len(c.read_entries("l2_dmac")) == n

@@ -44,9 +44,16 @@ def _varint(n: int) -> bytes:
             return bytes(out)
 
 
+#: Metadata we accept (gRPC's default is 8 KB): the per-update error report of a large batch
+#: travels as metadata. Declared to the switch in `_LIMIT_HEADER`, so it accepts Writes whose
+#: report only fits this (it refuses them from clients with the default).
+_MAX_METADATA = 64 * 1024 * 1024
+_LIMIT_HEADER = (("inswitch-max-metadata-size", str(_MAX_METADATA)),)
 _CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
+    ("grpc.max_metadata_size", _MAX_METADATA),
+    ("grpc.absolute_max_metadata_size", _MAX_METADATA),
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
 ]
@@ -276,7 +283,7 @@ class SwitchClient:
             body = u.SerializeToString()
             parts.append(_UPDATES_TAG + _varint(len(body)) + body)
         try:
-            self._write_raw(b"".join(parts), timeout=self.timeout)
+            self._write_raw(b"".join(parts), timeout=self.timeout, metadata=_LIMIT_HEADER)
         except grpc.RpcError as e:
             raise P4RuntimeError.from_rpc(e) from None
 
@@ -305,7 +312,7 @@ class SwitchClient:
         req = p4runtime_pb2.ReadRequest(device_id=self.device_id, role=self.role)
         req.entities.extend(entities)
         try:
-            return [e for resp in self._stub.Read(req, timeout=self.timeout) for e in resp.entities]
+            return [e for resp in self._stub.Read(req, timeout=self.timeout, metadata=_LIMIT_HEADER) for e in resp.entities]
         except grpc.RpcError as e:
             raise P4RuntimeError.from_rpc(e) from None
 

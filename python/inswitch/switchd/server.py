@@ -26,7 +26,8 @@ from .device import Device
 from .events import DigestEngine, PacketInPump
 from .opstats import OpStats
 from .pipeline import Pipeline, verify
-from .status import P4RTError, batch_status, invalid, not_found, status_code
+from .status import (DEFAULT_CLIENT_METADATA, P4RTError, batch_status, client_metadata_limit, invalid,
+                     max_batch, not_found, status_code)
 
 API_VERSION = "1.4.1"
 #: Entities per ReadResponse: big reads stream in pieces instead of one huge message.
@@ -72,10 +73,20 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
     def Write(self, request: p4runtime_pb2.WriteRequest, context: grpc.ServicerContext) -> p4runtime_pb2.WriteResponse:
         t0 = time.perf_counter()
         failure: P4RTError | None = None
+        limit = client_metadata_limit(context.invocation_metadata())
         try:
             self._check_writer(request)
             if request.atomicity != p4runtime_pb2.WriteRequest.CONTINUE_ON_ERROR:
                 raise P4RTError(grpc.StatusCode.UNIMPLEMENTED, "only CONTINUE_ON_ERROR batches are supported")
+            cap = max_batch(limit)
+            if len(request.updates) > cap:
+                raise invalid(
+                    f"Write of {len(request.updates)} updates refused, none applied: if they failed, their "
+                    f"per-update error report could exceed the client's {limit}-byte metadata limit "
+                    + ("(gRPC's default, grpc.max_metadata_size) " if limit == DEFAULT_CLIENT_METADATA else "")
+                    + f"and the client would learn neither what was applied nor what failed; send at most "
+                    f"{cap} updates per Write, or raise the client's limit and declare it in the "
+                    f"'inswitch-max-metadata-size' request header")
         except P4RTError as e:
             failure = e
         if failure is not None:
@@ -86,7 +97,7 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         self.stats.record("write_rpc", time.perf_counter() - t0, ok)
         self.stats.count("write.updates", len(request.updates))
         if not ok:
-            context.abort_with_status(batch_status(errors, "Write"))
+            context.abort_with_status(batch_status(errors, "Write", limit))
         return p4runtime_pb2.WriteResponse()
 
     def Read(self, request: p4runtime_pb2.ReadRequest, context: grpc.ServicerContext) -> Iterator[p4runtime_pb2.ReadResponse]:
@@ -103,7 +114,7 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         ok = all(e is None for e in errors)
         self.stats.record("read_rpc", time.perf_counter() - t0, ok)
         if not ok:
-            context.abort_with_status(batch_status(errors, "Read"))
+            context.abort_with_status(batch_status(errors, "Read", client_metadata_limit(context.invocation_metadata())))
 
     def SetForwardingPipelineConfig(self, request: p4runtime_pb2.SetForwardingPipelineConfigRequest, context: grpc.ServicerContext) -> p4runtime_pb2.SetForwardingPipelineConfigResponse:
         failure: P4RTError | None = None
