@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from inswitch import native
-from inswitch.cliopts import Text, option
+from inswitch.cliopts import Int, Text, option
 from inswitch.output import replace_json
 from inswitch.p4rt.tls import OPTIONS as TLS_OPTIONS
 from inswitch.p4rt.tls import TlsFiles, pem_file
@@ -98,7 +98,7 @@ def parse_fault(text: str) -> tuple[float, float, float, int]:
 
 
 def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Optional[str], metrics: str, device_id: int, ready_file: Optional[str], out: Console, err: Console, fault: Optional[str] = None,
-               tls: TlsFiles = TlsFiles()) -> int:
+               tls: TlsFiles = TlsFiles(), generation: int = 1) -> int:
     """Run until SIGINT/SIGTERM. Returns the exit status: 0 after a clean stop, 2 for bad
     input, 1 when the switch cannot start (e.g. an address in use)."""
     stop = threading.Event()
@@ -138,7 +138,9 @@ def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Opti
             err.print(f"[yellow]warning:[/yellow] {w}", highlight=False, soft_wrap=True)
         if metrics_addr is not None:
             info = {"programs": ",".join(names), "ports": ports, "device_id": device_id, "version": _version()}
-            msrv = MetricsServer(metrics_addr, collector(dp, server.stats, info, lambda: {"inswitch_p4runtime_streams": ("Open P4Runtime StreamChannels (controller sessions)", server.service.streams)}))
+            msrv = MetricsServer(metrics_addr, collector(dp, server.stats, info, lambda: {
+                "inswitch_p4runtime_streams": ("Open P4Runtime StreamChannels (controller sessions)", server.service.streams),
+                "inswitch_switch_generation": ("Which start of this switch this is: 1, then one more per restart by the rack's supervisor", generation)}))
         server.start()
         if msrv is not None:
             msrv.start()
@@ -153,6 +155,7 @@ def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Opti
                 "programs": names,
                 "ports": port_names,
                 "pipes": dp.num_pipes,
+                "generation": generation,
             })
         while not stop.wait(0.5):
             pass
@@ -209,12 +212,13 @@ def register(app: typer.Typer) -> None:
         fault: Optional[str] = typer.Option(None, "--fault", help="Inject seeded faults on every port's receive side: loss=P,dup=P,reorder=P,seed=N."),
         tls_cert: Optional[str] = option(None, "--tls-cert", type=Text("a readable PEM file", check=pem_file, bad=("/nonexistent.pem",)), help="Serve P4Runtime over TLS with this certificate (with --tls-key and --tls-ca)."),
         tls_key: Optional[str] = option(None, "--tls-key", type=Text("a readable PEM file", check=pem_file, bad=("/nonexistent.pem",)), help="The private key of --tls-cert."),
+        generation: int = option(1, "--generation", type=Int(1, 2**31), help="Which start of this switch this is (set by the rack's supervisor when it restarts one; in the ready file and /metrics)."),
         tls_ca: Optional[str] = option(None, "--tls-ca", type=Text("a readable PEM file", check=pem_file, bad=("/nonexistent.pem",)), help="Accept only P4Runtime clients whose certificate this CA signed."),
     ) -> None:
         """Run a software switch: the data plane over PORTS, a P4Runtime server and a metrics
         endpoint, until SIGINT or SIGTERM."""
         code = run_switch(program, ports, p4runtime, pipes, pcap, metrics, device_id, ready_file, Console(), Console(stderr=True), fault=fault,
-                          tls=TlsFiles(cert=tls_cert, key=tls_key, ca=tls_ca))
+                          tls=TlsFiles(cert=tls_cert, key=tls_key, ca=tls_ca), generation=generation)
         raise typer.Exit(code)
 
     @app.command("p4info")

@@ -160,13 +160,21 @@ class Rack:
                        state_dir=str(sdir), created=time.time(), extra={"ready": False})
         if neigh:
             st.extra["neigh_table_raised"] = neigh
-        st.switch.pid = switchproc.launch(argv, log, sdir)
-        st.save()  # from here on, `down` in another terminal finds the switch by pid
-        ready = switchproc.wait_ready(st.switch.pid, ready_file, log, self.ready_timeout)
+        st.save()  # the supervisor reads the switch's command line from here
+        # The supervisor starts the switch and restarts it if it dies (see supervisor.py);
+        # its command line names the ready file too, so `down` finds it by name as well.
+        sup = switchproc.launch(switchproc.supervisor_argv(name, ready_file, self.python), log, sdir)
+        st.switch.pid = sup
+        st.extra["supervisor_pid"] = sup
+        st.save()  # from here on, `down` in another terminal finds the processes by pid
+        ready = switchproc.wait_ready(sup, ready_file, log, self.ready_timeout)
+        st.switch.pid = int(ready.get("pid") or sup)
         st.switch.p4runtime = str(ready.get("p4runtime") or p4runtime)
         st.switch.metrics = str(ready.get("metrics") or metrics)
         control.program_forwarding(st.switch.p4runtime, hosts, len(hosts))
         st.extra["ready"] = True
+        st.extra["generation"] = 1
+        st.extra["switch_started"] = time.time()
         st.save()
         return st
 
@@ -196,7 +204,10 @@ class Rack:
         pids = set(switchproc.find_by_marker(marker))
         if st and st.switch.pid:
             pids.add(st.switch.pid)
-        for pid in sorted(pids):
+        if st and st.extra.get("supervisor_pid"):
+            pids.add(int(st.extra["supervisor_pid"]))
+        # The supervisor first: it would restart a switch stopped before it.
+        for pid in sorted(pids, key=lambda p: (not switchproc.is_supervisor(p), p)):
             if switchproc.stop(pid, marker, self.stop_timeout):
                 rep.stopped.append(pid)
         rep.removed += self._remove_netns(name)
