@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -73,3 +74,81 @@ def test_killed_switch_is_restarted_on_the_same_ports_and_forwards_again(rack_fa
     rep = Rack().down(st.name)
     time.sleep(0.5)
     assert not switchproc.find_by_marker(st2.switch.ready_file), rep
+
+
+def job_spec(program: str, words: int, name: str = "") -> Any:
+    from inswitch.apps.wordcount import job
+
+    return job.JobSpec(zipf=1.0, words=words, vocab=20_000, seed=3, mappers=2, reducers=2, program=program,
+                       timeout_s=60.0, rack=name, where="netns")
+
+
+def mapper_rx(st: RackState, ports: range) -> float:
+    """Packets the switch has received from the mappers' ports."""
+    return sum(v for n, labels, v in control.scrape_metrics(st.switch.metrics)
+               if n == "inswitch_port_rx_packets_total" and int(labels["port"]) in ports)
+
+
+def run_job_killing_the_switch(program: str, after_packets: int, words: int) -> tuple[dict, float, float]:  # type: ignore[type-arg]
+    """A WordCount job in switch mode whose switch gets `kill -9` once it has received
+    `after_packets` packets from the mappers in the switch run (so it holds part of the
+    aggregation); returns the job's document, when the kill happened and the packets seen."""
+    from inswitch.apps.wordcount import job
+
+    name = f"wk{process_tag()}"
+    spec = job_spec(program, words, name)
+    killed: list[float] = []
+    seen: list[float] = []
+
+    def kill_when_busy() -> None:
+        st = load_state(name)
+        assert st is not None and st.switch.pid
+        mappers = range(spec.mappers)
+        base = mapper_rx(st, mappers)
+        deadline = time.monotonic() + 30
+        while mapper_rx(st, mappers) - base < after_packets and time.monotonic() < deadline:
+            time.sleep(0.01)
+        seen.append(mapper_rx(st, mappers) - base)
+        killed.append(time.time())
+        os.kill(st.switch.pid, signal.SIGKILL)
+
+    def progress(msg: str) -> None:
+        if msg.startswith("switch: ") and "mappers running" in msg and not killed:
+            threading.Thread(target=kill_when_busy, daemon=True).start()
+
+    try:
+        doc = job.run(spec, ["switch"], progress=progress)
+    finally:
+        Rack().down(name)
+    assert killed, "the switch run never started"
+    return doc, killed[0], seen[0]
+
+
+def reference_counts(program: str, words: int) -> Counter[str]:
+    from inswitch.apps.wordcount import job
+
+    return job.reference(job_spec(program, words))
+
+
+@pytest.mark.netns
+@pytest.mark.parametrize("program", ["daiet", "switchagg"])
+def test_wordcount_survives_a_switch_kill(program: str) -> None:
+    """kill -9 of the switch while it aggregates (DAIET, SwitchAgg): the supervisor restarts
+    it, the hosts see its registers empty (gaps, or a stream straight from the mappers) and
+    fall back to host-side aggregation, and the job ends correct (every count equal to a
+    Counter's) within a bounded time of the restart; the output says what happened and how
+    long it took."""
+    if os.geteuid() != 0:
+        pytest.skip("switch mode needs a rack of network namespaces (root)")
+    words = 400_000
+    doc, t_kill, seen = run_job_killing_the_switch(program, 300, words)
+    assert seen < doc["runs"]["switch"]["mapper_packets"] / 2, "the switch died mid-job, not after it"
+    run = doc["runs"]["switch"]
+    assert run["correct"] and run["wrong_keys"] == 0 and run["keys"] == len(reference_counts(program, words))
+    assert run["fallback"], "the switch's aggregation state was lost: the hosts must have aggregated"
+    [r] = run["switch_restarts"]
+    assert r["exit"] == "signal SIGKILL" and abs(r["died_at"] - t_kill) < 1.0 and r["generation"] == 2
+    assert r["recovery_s"] < 15, r
+    assert run["recovered_s"] < 20, f"the job took {run['recovered_s']} s after the switch was back"
+    assert doc["switch_restarts"] == [r]
+    assert any("the switch died (signal SIGKILL)" in n and "forwarding again" in n for n in doc["notes"]), doc["notes"]
