@@ -152,3 +152,52 @@ def test_wordcount_survives_a_switch_kill(program: str) -> None:
     assert run["recovered_s"] < 20, f"the job took {run['recovered_s']} s after the switch was back"
     assert doc["switch_restarts"] == [r]
     assert any("the switch died (signal SIGKILL)" in n and "forwarding again" in n for n in doc["notes"]), doc["notes"]
+
+
+def kill_after_rx(name: str, ports: range, packets: int, killed: list[float]) -> None:
+    """kill -9 the rack's switch once it has received `packets` more packets on `ports`."""
+    st = load_state(name)
+    assert st is not None and st.switch.pid
+    base = mapper_rx(st, ports)
+    deadline = time.monotonic() + 30
+    while mapper_rx(st, ports) - base < packets and time.monotonic() < deadline:
+        time.sleep(0.005)
+    killed.append(time.time())
+    os.kill(st.switch.pid, signal.SIGKILL)
+
+
+@pytest.mark.netns
+@pytest.mark.slow  # ~35 s, most of it the servers' 10 s idle exit and the rack
+def test_netsha_search_survives_a_switch_kill() -> None:
+    """kill -9 of the switch while the agent's queries are out: the controller installs
+    NetSHa's tables on the restarted switch, the agent sends again every query the dead
+    switch may have held, and every query's top K equals the search's without a switch."""
+    if os.geteuid() != 0:
+        pytest.skip("the NetSHa rack needs network namespaces (root)")
+    import numpy as np
+
+    from inswitch.apps.netsha.datasets import random_dataset
+    from inswitch.apps.netsha.rack import run_rack_search
+    from inswitch.apps.netsha.search import SearchConfig, run_search
+
+    ds = random_dataset(1500, 100, seed=8)
+    cfg = SearchConfig(servers=3, k=10, concurrency=10)
+    name = f"ns{process_tag()}k"
+    killed: list[float] = []
+
+    def progress(msg: str) -> None:
+        if msg.startswith("agent:") and not killed:
+            threading.Thread(target=kill_after_rx, args=(name, range(0, 1), 30, killed), daemon=True).start()
+
+    r = run_rack_search(ds, cfg, name, progress=progress)
+    assert killed
+    m = r["modes"]["netsha-rack"]
+    [rec] = m["switch_restarts"]
+    assert rec["exit"] == "signal SIGKILL" and rec["generation"] == 2 and "forwarding_at" in rec
+    assert m["reinstalled_generations"] == [2]
+    assert 0 < m["retried_queries"] < ds.queries.shape[0], m["retried_queries"]
+    assert "retried" in m["restart_note"]
+    ref = run_search(ds, cfg, ["tlsh"], keep_topk=True)["modes"]["tlsh"]
+    for q, (a, b) in enumerate(zip(m["topk_distances"], ref["topk_distances"])):
+        assert np.array_equal(np.asarray(a), np.asarray(b)), q
+    assert m["recall"] == pytest.approx(ref["recall"], abs=1e-12)

@@ -94,6 +94,9 @@ class Supervisor:
                 rec["gave_up"] = f"the switch died {quick} times within {CRASH_WINDOW_S:g} s of starting"
                 self.record(st, rec)
                 return 1
+            # Recorded at once (hosts watch for it: they stop trusting what the switch held),
+            # completed once the switch forwards again.
+            self.record(st, rec)
             generation += 1
             self.ready_file.unlink(missing_ok=True)  # the dead switch's: must not pass for the new one's
             self.child = self.start(with_addresses(st.switch.argv, st, generation), log)
@@ -112,7 +115,12 @@ class Supervisor:
             self.record(st, rec)
 
     def record(self, st: RackState, rec: dict[str, Any]) -> None:
-        st.extra.setdefault("restarts", []).append(rec)
+        """Add `rec` to the rack's restarts, or update it (the same generation's) in place."""
+        restarts = st.extra.setdefault("restarts", [])
+        if restarts and restarts[-1]["generation"] == rec["generation"]:
+            restarts[-1] = dict(rec)
+        else:
+            restarts.append(dict(rec))
         st.extra["generation"] = rec["generation"]
         if Path(st.state_dir).exists():
             st.save()

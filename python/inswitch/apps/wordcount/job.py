@@ -522,10 +522,9 @@ def switch_restarts(env: Env, since: float) -> list[dict[str, Any]]:
     st = env.rack_state
     if st is None:
         return []
-    from inswitch.topology import load_state
+    from inswitch.topology import restarts
 
-    now = load_state(st.name)
-    return [r for r in (now.extra.get("restarts", []) if now else []) if float(r["died_at"]) >= since]
+    return restarts.read(Path(st.state_dir) / "state.json", since)
 
 
 def restart_note(restarts: list[dict[str, Any]], started: float, ended: float) -> str:
