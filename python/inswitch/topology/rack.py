@@ -206,10 +206,12 @@ class Rack:
             pids.add(st.switch.pid)
         if st and st.extra.get("supervisor_pid"):
             pids.add(int(st.extra["supervisor_pid"]))
-        # The supervisor first: it would restart a switch stopped before it.
-        for pid in sorted(pids, key=lambda p: (not switchproc.is_supervisor(p), p)):
-            if switchproc.stop(pid, marker, self.stop_timeout):
-                rep.stopped.append(pid)
+        # The supervisor first: it would restart a switch stopped before it. Stopping it
+        # stops its switch too; both count as stopped.
+        alive = [p for p in pids if switchproc.is_alive(p, marker)]
+        for pid in sorted(alive, key=lambda p: (not switchproc.is_supervisor(p), p)):
+            switchproc.stop(pid, marker, self.stop_timeout)
+        rep.stopped += sorted(p for p in alive if not switchproc.is_alive(p, marker))
         rep.removed += self._remove_netns(name)
         sdir = state_dir(name)
         if sdir.exists():
