@@ -247,3 +247,156 @@ def test_inaas_tenants_survive_a_switch_kill() -> None:
     assert b[0]["status"] == [2] * 20 and all(v == 0 for v in b[0]["values"])
     assert b[2]["values"] == [2000 + j for j in range(20)]
     assert "registered the tenants again" in r["restart_note"]
+
+
+HARE_SERVER = '''
+import json, os, socket, struct, sys, time
+KF = 128
+def msg(op, key, value=b"", seq=0, slot=0, flags=0, status=0):
+    return struct.pack("!BBBBIHHBBH", op, flags, len(key), KF, seq, slot, 0, len(value), status, 0) + key + bytes(KF - len(key)) + value
+def parse(b):
+    op, flags, kl, kf, seq, slot, aux, vl, status, _ = struct.unpack_from("!BBBBIHHBBH", b)
+    return {"op": op, "flags": flags, "seq": seq, "slot": slot, "key": b[16:16 + kl], "value": b[16 + kf:16 + kf + vl]}
+# The KV server: a dict; GET and PUT on UDP 7370, replies to the client's port 7371. Whenever
+# the controller says (file `hare-replacing` in the rack's state dir: a generation) that the
+# switch's slot is being (re)filled, it moves the offloaded key's current value there
+# (DataMvToSwitch) and says so (`hare-moved`).
+key, slot, deadline, sdir = sys.argv[1].encode(), int(sys.argv[2]), time.monotonic() + float(sys.argv[3]), sys.argv[4]
+store = {key: b"v0-" + bytes(61)}
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("0.0.0.0", 7370)); s.settimeout(0.05)
+print("READY", flush=True)
+moved, served = 0, 0
+def want():
+    try:
+        return int(open(os.path.join(sdir, "hare-replacing")).read() or 0)
+    except (OSError, ValueError):
+        return 0
+while time.monotonic() < deadline:
+    g = want()
+    if g > moved:
+        s.sendto(msg(18, b"", store[key], slot=slot), ("10.0.0.1", 7370))
+    try:
+        b, peer = s.recvfrom(2048)
+    except socket.timeout:
+        continue
+    m = parse(b)
+    if m["op"] == 18 and m["flags"] & 2 and g > moved:
+        moved = g
+        open(os.path.join(sdir, "hare-moved.tmp"), "w").write(str(g)); os.replace(os.path.join(sdir, "hare-moved.tmp"), os.path.join(sdir, "hare-moved"))
+    elif m["op"] == 1 and m["key"] == b"__stop__":
+        break
+    elif m["op"] == 1:
+        served += 1
+        s.sendto(msg(2, m["key"], store.get(m["key"], bytes(64)), m["seq"]), (peer[0], 7371))
+    elif m["op"] == 3:
+        store[m["key"]] = m["value"]
+        s.sendto(msg(4, m["key"], m["value"], m["seq"]), (peer[0], 7371))
+print(json.dumps({"served": served, "moved": moved}), flush=True)
+'''
+
+HARE_CLIENT = '''
+import json, socket, struct, sys, time
+KF = 128
+def msg(op, key, value=b"", seq=0):
+    return struct.pack("!BBBBIHHBBH", op, 0, len(key), KF, seq, 0, 0, len(value), 0, 0) + key + bytes(KF - len(key)) + value
+key, seconds = sys.argv[1].encode(), float(sys.argv[2])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("0.0.0.0", 7371)); s.settimeout(0.2)
+out, seq = [], 0
+def ask(op, v=b""):
+    global seq
+    seq += 1
+    s.sendto(msg(op, key, v, seq), ("10.0.0.2", 7370))
+    t = time.time()
+    try:
+        while True:
+            b = s.recv(2048)
+            op_, flags, kl, kf, sq = struct.unpack_from("!BBBBI", b)
+            if sq == seq:
+                vl = b[12]
+                return {"t": t, "op": op_, "hit": bool(flags & 1), "value": b[16 + kf:16 + kf + vl].hex()}
+    except socket.timeout:
+        return {"t": t, "lost": True}
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    out.append(ask(1)); time.sleep(0.02)
+out.append(ask(3, b"v1-" + bytes(61)))
+for _ in range(3):
+    out.append(ask(1))
+s.sendto(msg(1, b"__stop__"), ("10.0.0.2", 7370))
+print(json.dumps(out), flush=True)
+'''
+
+
+@pytest.mark.netns
+def test_hare_cache_is_refilled_after_a_switch_kill(rack_factory) -> None:  # type: ignore[no-untyped-def]
+    """kill -9 of the switch while a client reads an offloaded key: the restarted switch's
+    cache is empty, so the key is served by the server (never a wrong or stale value); the
+    controller treats the slot as empty and refills it (e-MAT entries, REPLACING, the server
+    moves the value again, VALID), after which the switch answers again."""
+    if os.geteuid() != 0:
+        pytest.skip("needs network namespaces (root)")
+    from pathlib import Path
+
+    from inswitch import _native
+    from inswitch.apps.hare import kvsim
+    from inswitch.p4rt import SwitchClient
+    from inswitch.topology import netns, restarts
+
+    st: RackState = rack_factory("h", 2, programs="forward,hare")
+    h1, h2 = st.hosts
+    sdir = Path(st.state_dir)
+    key, slot = "/data/iot/owner=alice/device=thermostat-7", 0
+
+    def fill(restart: dict | None = None) -> None:  # type: ignore[type-arg]
+        """The controller's Steps 4-6 for one key, on an empty switch."""
+        gen = restart["generation"] if restart else 1
+        emat = _native.HareEmat(128, 8192)
+        with SwitchClient(st.switch.p4runtime) as c:
+            c.insert_entry("control_ports", {"ig_intr_md.ingress_port": h2.port}, "allow_control")
+            cpu = lambda op, status: _native.hare_frame(kvsim.CPU, kvsim.server_ep(0), op, b"", 0, b"", 0, slot, 0, status, 0)  # noqa: E731
+            c.packet_out(cpu(kvsim.OP_STATE_SET, kvsim.STATE_REPLACING))
+            for mat, write, first, seg, index in emat.insert(key.encode(), slot):
+                fields = ("hdr.hare.key_len", "hdr.hare.key_seg1") if mat == 0 else ("meta.emat_index", f"hdr.hare.key_seg{mat + 1}")
+                c.insert_entry(f"emat_{mat + 1}", {fields[0]: int.from_bytes(first, "big"), fields[1]: int.from_bytes(seg, "big")}, "set_index", {"index": index})
+            (sdir / "hare-replacing").write_text(str(gen))
+            deadline = time.monotonic() + 15
+            while (sdir / "hare-moved").read_text().strip() != str(gen) if (sdir / "hare-moved").exists() else True:
+                assert time.monotonic() < deadline, "the server never moved the value"
+                time.sleep(0.02)
+            c.packet_out(cpu(kvsim.OP_STATE_SET, kvsim.STATE_VALID))
+        refilled.append(time.time())
+
+    refilled: list[float] = []
+    server = subprocess.Popen(netns.in_netns(h2.netns or "", [PY, "-c", HARE_SERVER, key, str(slot), "60", str(sdir)]),
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None and server.stdout.readline().strip() == "READY"
+        fill()
+        with restarts.Watcher(sdir / "state.json", fill) as w:
+            client = subprocess.Popen(netns.in_netns(h1.netns or "", [PY, "-c", HARE_CLIENT, key, "9"]),
+                                      stdout=subprocess.PIPE, text=True)
+            time.sleep(1.5)
+            t_kill = time.time()
+            os.kill(st.switch.pid or 0, signal.SIGKILL)
+            out, _ = client.communicate(timeout=60)
+        stats = json.loads(server.communicate(timeout=30)[0].strip().splitlines()[-1])
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    assert not w.errors, w.errors
+    got = json.loads(out.strip().splitlines()[-1])
+    gets, put, after = got[:-4], got[-4], got[-3:]
+    v0, v1 = (b"v0-" + bytes(61)).hex(), (b"v1-" + bytes(61)).hex()
+    answered = [g for g in gets if not g.get("lost")]
+    assert all(g["value"] == v0 for g in answered), "a wrong value was served"
+    assert any(g["hit"] for g in answered if g["t"] < t_kill), "the switch served the key before the kill"
+    assert len(refilled) == 2, "the controller refilled the cache once the switch was back"
+    [rec] = restarts.read(sdir / "state.json", t_kill - 1)
+    assert any(not g["hit"] for g in answered if rec["forwarding_at"] <= g["t"] < refilled[1]) or refilled[1] - rec["forwarding_at"] < 0.3, \
+        "between the restart and the refill the server answered"
+    assert any(g["hit"] for g in answered if g["t"] > refilled[1] + 0.1), "the refilled cache serves again"
+    assert put["op"] == 4 and all(a["value"] == v1 and a["hit"] for a in after), (put, after)
+    assert stats["moved"] == 2 and stats["served"] >= 1
