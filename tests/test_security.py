@@ -79,7 +79,8 @@ def test_switch_with_default_addresses_listens_on_loopback_only(tmp_path: Path) 
 
 def test_every_declared_listen_address_defaults_to_loopback() -> None:
     """Every place that has a default address for the switch's P4Runtime or /metrics (the CLI
-    commands that start a switch, the rack, the server and our client) names a loopback one."""
+    commands that start a switch, the rack, the server and our client) or the web view
+    (`--listen`) names a loopback one."""
     import typer
 
     from inswitch.cli import app
@@ -92,7 +93,7 @@ def test_every_declared_listen_address_defaults_to_loopback() -> None:
         subs = getattr(cmd, "commands", {cmd.name: cmd})
         for sub in subs.values():
             for p in sub.params:
-                if any(o in ("--p4runtime", "--metrics") for o in p.opts) and isinstance(p.default, str):
+                if any(o in ("--p4runtime", "--metrics", "--listen") for o in p.opts) and isinstance(p.default, str):
                     seen.append((f"{cmd.name} {sub.name} {p.opts[0]}", p.default))
     for fn, arg in ((Rack.up, "p4runtime"), (Rack.up, "metrics"), (SwitchServer.__init__, "address"),
                     (SwitchClient.__init__, "address")):
