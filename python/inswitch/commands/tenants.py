@@ -13,6 +13,7 @@ from rich.table import Table
 
 from inswitch.apps.inaas.runner import LEDGER_PATH, run_tenants, save_ledger
 from inswitch.output import ensure_writable, write_json
+from inswitch.tables import show
 
 tenants_app = typer.Typer(help="INaaS: applications as tenants of one in-network service.", no_args_is_help=True)
 
@@ -31,7 +32,7 @@ def _print_ledger(ledger: list[dict], console: Console) -> None:
             f"{line['charge']:.9f}",
             "yes" if line["adds_up"] else "[red]no[/red]",
         )
-    console.print(t)
+    show(console, t)
 
 
 @tenants_app.command("run")
@@ -60,7 +61,7 @@ def run_cmd(
         t.add_column(c)
     for name, f in res["apps"].items():
         t.add_row(name, f["metric"], f"{f['inaas']:.4g} {f['unit']}", f"{f['host_only']:.4g} {f['unit']}", f"{f['speedup']:.2f}", "yes" if f["correct"] else "[red]NO[/red]")
-    console.print(t)
+    show(console, t)
     console.print(f"cross-tenant violations: {res['cross_tenant_violations']}")
     if res["attack"] is not None:
         a = res["attack"]
@@ -86,13 +87,14 @@ def ledger_cmd(path: str = typer.Option(str(LEDGER_PATH), help="Ledger written b
 
 
 @tenants_app.command("rack")
-def rack_cmd(name: str = typer.Option("inaas1", help="Rack name (namespaces inaas1-h1..h3)."), json_out: Optional[str] = typer.Option(None, "--json")) -> None:
+def rack_cmd(name: str = typer.Option("inaas1", help="Rack name (namespaces inaas1-h1..h3)."), json_out: Optional[str] = typer.Option(None, "--json"),
+             pcap: Optional[str] = typer.Option(None, "--pcap", help="Capture every switch port into pcapng files in this directory.")) -> None:
     """Real processes (needs root): goalkeeper and two tenants on a rack around the switch process."""
     from inswitch.apps.inaas.rack import run_on_rack
 
     if json_out:
         ensure_writable(json_out)
-    res = run_on_rack(name)
+    res = run_on_rack(name, pcap=pcap)
     console = Console()
     for who in ("tenant_a", "tenant_b"):
         for step in res[who]:

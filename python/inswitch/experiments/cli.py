@@ -13,6 +13,7 @@ from rich.table import Table
 
 from inswitch.experiments import all_experiments, lookup
 from inswitch.output import ensure_dir, write_json
+from inswitch.tables import show
 
 
 def _fmt(v: object) -> str:
@@ -40,7 +41,7 @@ def register(app: typer.Typer) -> None:
                 t.add_column(c)
             for e in sorted(exps.values(), key=lambda e: e.name):
                 t.add_row(e.name, e.paper, e.figure, e.description)
-            console.print(t)
+            show(console, t)
             raise typer.Exit(0 if list_ else 2)
         if name not in exps:
             console.print(f"[red]error:[/red] no experiment {name!r} (known: {', '.join(sorted(exps))})")
@@ -66,5 +67,5 @@ def register(app: typer.Typer) -> None:
             t.add_column(c)
         for n in e.numbers:
             t.add_row(n.what, n.paper, _fmt(lookup(result, n.ours_key)))
-        console.print(t)
+        show(console, t)
         console.print(f"wrote {jpath} and {ppath} ({result['wall_s']} s)")

@@ -14,8 +14,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from inswitch.cliopts import Float, option
 from inswitch import native
 from inswitch.output import replace_json
+from inswitch.tables import show
 
 DEFAULT_P4RUNTIME = "127.0.0.1:9559"
 DEFAULT_METRICS = "127.0.0.1:9100"
@@ -69,7 +71,7 @@ def parse_fault(text: str) -> tuple[float, float, float, int]:
     return (vals["loss"], vals["dup"], vals["reorder"], int(vals["seed"]))
 
 
-def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Optional[str], metrics: str, device_id: int, ready_file: Optional[str], out: Console, err: Console, fault: Optional[str] = None) -> int:
+def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Optional[str], metrics: str, device_id: int, ready_file: Optional[str], out: Console, err: Console, fault: Optional[str] = None, pcap_size: Optional[float] = None) -> int:
     """Run until SIGINT/SIGTERM. Returns the exit status: 0 after a clean stop, 2 for bad
     input, 1 when the switch cannot start (e.g. an address in use)."""
     stop = threading.Event()
@@ -99,7 +101,8 @@ def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Opti
         from inswitch.switchd.server import SwitchServer
 
         try:
-            dp = _native.Dataplane(names, ports, pipes=pipes, pcap_dir=pcap, fault=parse_fault(fault) if fault else None)
+            dp = _native.Dataplane(names, ports, pipes=pipes, pcap_dir=pcap, fault=parse_fault(fault) if fault else None,
+                                   pcap_max_bytes=int(pcap_size * 1e6) if pcap_size else None)
         except ValueError as e:
             raise UsageError(str(e)) from None
         server = SwitchServer(dp, p4rt_addr, device_id)
@@ -111,6 +114,9 @@ def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Opti
             msrv.start()
         port_names = list(dp.port_names())
         _summary(out, names, ports, port_names, dp.num_pipes, server.address, msrv.address if msrv else None, device_id)
+        if pcap:
+            out.print(f"captures in {Path(pcap).resolve()}/port{{N}}.pcapng (flushed after every batch"
+                      + (f", a new file port{{N}}.{{k}}.pcapng every {pcap_size:g} MB)" if pcap_size else ")"), soft_wrap=True)
         if ready is not None:
             write_ready_file(ready, {
                 "pid": os.getpid(),
@@ -159,7 +165,7 @@ def _summary(out: Console, names: list[str], spec: str, port_names: list[str], p
     t.add_row("P4Runtime", f"{p4rt} (device {device_id})")
     t.add_row("metrics", f"http://{metrics}/metrics" if metrics else "off")
     out.print("[bold green]inswitch switch running[/bold green] (SIGINT or SIGTERM stops it)")
-    out.print(t)
+    show(out, t)
 
 
 def register(app: typer.Typer) -> None:
@@ -169,7 +175,9 @@ def register(app: typer.Typer) -> None:
         ports: str = typer.Option("memory:4", "--ports", help="memory:N | udp:BASEPORT:N | udp:HOST:BASEPORT:N | veth:IF1,IF2,..."),
         p4runtime: str = typer.Option(DEFAULT_P4RUNTIME, "--p4runtime", help="HOST:PORT the P4Runtime server listens on (port 0: any free port)."),
         pipes: int = typer.Option(1, "--pipes", help="Pipes (data-plane threads); ports are split among them."),
-        pcap: Optional[str] = typer.Option(None, "--pcap", help="Directory for per-port packet captures."),
+        pcap: Optional[str] = typer.Option(None, "--pcap", help="Directory for per-port packet captures (port{N}.pcapng, readable while the switch runs)."),
+        pcap_size: Optional[float] = option(None, "--pcap-size", type=Float(0.001),
+                                            help="Start a new capture file (port{N}.1.pcapng, ...) when one reaches this many MB; default: one file per port."),
         metrics: str = typer.Option(DEFAULT_METRICS, "--metrics", help="HOST:PORT for Prometheus /metrics, or 'off'."),
         device_id: int = typer.Option(1, "--device-id", help="P4Runtime device id."),
         ready_file: Optional[str] = typer.Option(None, "--ready-file", help="Write JSON (pid, addresses, port names) here once serving; removed on a clean stop."),
@@ -177,7 +185,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run a software switch: the data plane over PORTS, a P4Runtime server and a metrics
         endpoint, until SIGINT or SIGTERM."""
-        code = run_switch(program, ports, p4runtime, pipes, pcap, metrics, device_id, ready_file, Console(), Console(stderr=True), fault=fault)
+        code = run_switch(program, ports, p4runtime, pipes, pcap, metrics, device_id, ready_file, Console(), Console(stderr=True), fault=fault, pcap_size=pcap_size)
         raise typer.Exit(code)
 
     @app.command("p4info")

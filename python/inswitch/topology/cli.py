@@ -13,8 +13,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from inswitch.cliopts import Float, option
 from inswitch.topology.errors import RackError
 from inswitch.topology.rack import DEFAULT_NAME, Rack, RackStatus
+from inswitch.tables import show
 
 console = Console()
 err_console = Console(stderr=True)
@@ -44,7 +46,7 @@ def _render_status(s: RackStatus) -> None:
         label = h.name if s.host_present.get(h.name) else f"[red]{h.name} (missing)[/red]"
         t.add_row(label, h.ip, h.mac, str(h.port),
                   *(str(c[k]) if k in c else "-" for k in ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes")))
-    console.print(t)
+    show(console, t)
     if st.mode == "netns":
         console.print(f"host hN is namespace {st.name}-hN (eth0), cabled to switch port N-1 ({st.name}-sN)")
     else:
@@ -66,7 +68,9 @@ def register(app: typer.Typer) -> None:
         p4runtime: str = typer.Option("127.0.0.1:9559", "--p4runtime", help="Where the switch serves P4Runtime."),
         metrics: str = typer.Option("127.0.0.1:9100", "--metrics", help="Where the switch serves /metrics."),
         subnet: str = typer.Option("10.0.0.0/24", "--subnet", help="Host i gets the i-th address."),
-        pcap: Optional[str] = typer.Option(None, "--pcap", help="Capture every port to pcapng files in this directory."),
+        pcap: Optional[str] = typer.Option(None, "--pcap", help="Capture every port to pcapng files in this directory (readable while the rack runs)."),
+        pcap_size: Optional[float] = option(None, "--pcap-size", type=Float(0.001),
+                                            help="Start a new capture file when one reaches this many MB; default: one file per port."),
         mode: str = typer.Option("auto", "--mode", help="auto (netns if root, else udp), netns or udp."),
         udp_base: Optional[int] = typer.Option(None, "--udp-base", help="UDP mode: tunnel port of switch port 0 (default: a free range)."),
         fault: Optional[str] = typer.Option(None, "--fault", help="Seeded faults on every switch port's receive side: loss=P,dup=P,reorder=P,seed=N."),
@@ -81,7 +85,8 @@ def register(app: typer.Typer) -> None:
                 raise typer.BadParameter(str(e), param_hint="--fault") from None
         try:
             st = Rack().up(hosts, name=name, programs=program, p4runtime=p4runtime, metrics=metrics,
-                           subnet=subnet, pcap=pcap, mode=mode, udp_base=udp_base, fault=fault)  # type: ignore[arg-type]
+                           subnet=subnet, pcap=pcap, mode=mode, udp_base=udp_base, fault=fault,  # type: ignore[arg-type]
+                           pcap_size=pcap_size)
         except KeyboardInterrupt as e:
             notes = getattr(e, "__notes__", [])
             if notes:

@@ -104,7 +104,8 @@ class Rack:
     def up(self, hosts: int, name: str = DEFAULT_NAME, programs: str = "forward",
            p4runtime: str = "127.0.0.1:9559", metrics: str = "127.0.0.1:9100",
            subnet: str = "10.0.0.0/24", pcap: str | None = None, mode: ModeArg = "auto",
-           udp_base: int | None = None, fault: str | None = None) -> RackState:
+           udp_base: int | None = None, fault: str | None = None,
+           pcap_size: float | None = None) -> RackState:
         """Build the rack and start its switch. Everything is validated before anything is
         made; once making starts, any failure or Ctrl-C undoes all of it (by name) and re-raises."""
         check_name(name)
@@ -119,7 +120,7 @@ class Rack:
         if not switchd_available():
             raise RackError("the switch daemon (`inswitch switch`, inswitch.switchd) is not in this build yet")
         try:
-            return self._build(name, m, planned, programs, p4runtime, metrics, subnet, pcap, fault)
+            return self._build(name, m, planned, programs, p4runtime, metrics, subnet, pcap, fault, pcap_size)
         except BaseException as e:  # KeyboardInterrupt included: never leave half a rack
             try:
                 self.down(name)
@@ -138,7 +139,8 @@ class Rack:
                                 f"run `inswitch rack down --name {name}` first")
 
     def _build(self, name: str, mode: Mode, hosts: list[Host], programs: str, p4runtime: str,
-               metrics: str, subnet: str, pcap: str | None, fault: str | None = None) -> RackState:
+               metrics: str, subnet: str, pcap: str | None, fault: str | None = None,
+               pcap_size: float | None = None) -> RackState:
         sdir = state_dir(name)
         sdir.mkdir(parents=True, mode=0o755)
         neigh: dict[str, int] = {}
@@ -153,7 +155,7 @@ class Rack:
         if pcap:
             Path(pcap).mkdir(parents=True, exist_ok=True)
         ready_file, log = Path(ready_marker(name)), sdir / "switch.log"
-        argv = switchproc.switch_argv(programs, ports, p4runtime, metrics, ready_file, pcap, self.python, fault)
+        argv = switchproc.switch_argv(programs, ports, p4runtime, metrics, ready_file, pcap, self.python, fault, pcap_size)
         st = RackState(name=name, mode=mode, programs=programs.split(","), subnet=subnet, hosts=hosts,
                        switch=SwitchInfo(pid=None, argv=argv, ports=ports, p4runtime=p4runtime,
                                          metrics=metrics, log=str(log), ready_file=str(ready_file), pcap=pcap),

@@ -15,6 +15,7 @@ from inswitch.apps.hare import rates as plane_rates
 from inswitch.apps.hare.kvsim import SYSTEMS, KvParams, KvRun
 from inswitch.apps.hare.workload import SHIFTS, generate
 from inswitch.output import ensure_writable, write_json
+from inswitch.tables import show
 
 
 def run_kvs(
@@ -125,7 +126,7 @@ def register(app: typer.Typer) -> None:
                 "yes" if r["fits"]["tofino1"] else "[yellow]no[/yellow]",
                 "[green]yes[/green]" if r["correct"] else "[red]NO[/red]",
             )
-        console.print(t)
+        show(console, t)
         if "plane_interaction_rates_measured" in out:
             m = out["plane_interaction_rates_measured"]
             mod = out["config"]["model"]
@@ -208,7 +209,7 @@ def _register_locks(app: typer.Typer) -> None:
         for name, r in out["systems"].items():
             t.add_row(name, str(r["transactions"]), f(r.get("stable_tps")), f(r.get("recovered_tps")), str(r.get("recovery_s", "-")),
                       str(r["retries"]), str(r["moves"]), "[green]yes[/green]" if r["correct"] else "[red]NO[/red]")
-        console.print(t)
+        show(console, t)
         if json_out:
             write_json(json_out, out, indent=1)
             console.print(f"wrote {json_out}")

@@ -99,13 +99,13 @@ def _p4_name(client: Any, want: str) -> str:
     raise RuntimeError(f"no table {want} in {names}")
 
 
-def run_on_rack(name: str = "inaas1", seconds: float = 20.0) -> dict[str, Any]:
+def run_on_rack(name: str = "inaas1", seconds: float = 20.0, pcap: str | None = None) -> dict[str, Any]:
     """Bring a 3-host rack up, run the goalkeeper and two tenants, take it down."""
     from inswitch.p4rt.client import SwitchClient
 
     rack = Rack()
     try:
-        st = rack.up(3, name=name, programs="forward,inaas", p4runtime=f"127.0.0.1:{_free_port()}", metrics=f"127.0.0.1:{_free_port()}")
+        st = rack.up(3, name=name, programs="forward,inaas", p4runtime=f"127.0.0.1:{_free_port()}", metrics=f"127.0.0.1:{_free_port()}", pcap=pcap)
     except Exception:
         rack.down(name)
         raise

@@ -11,6 +11,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from inswitch.output import ensure_writable, write_json
+from inswitch.tables import show
 
 from .datasets import DatasetError, load
 from .search import ALL_MODES, MODES, SearchConfig, run_search
@@ -41,7 +42,7 @@ def bench_netsha(
     t.add_row("forward only, same frames, same harness", f"{r['forward_answers_per_s']:,.0f} answers/s")
     t.add_row("ratio netsha / forward", f"{r['ratio_netsha_forward']:.3f}")
     t.add_row("netsha packets/s | forward packets/s", f"{r['netsha_packets_per_s']:,.0f} | {r['forward_packets_per_s']:,.0f}")
-    console.print(t)
+    show(console, t)
     if json_out:
         write_json(json_out, r, indent=2)
         console.print(f"wrote {json_out}")
@@ -80,6 +81,7 @@ def register(app: typer.Typer) -> None:
         per_packet: int = typer.Option(0, help="Answers per server packet (0: full packets, 120, §3.3; the switch splits those that run out of room)."),
         rack: bool = typer.Option(False, "--rack", help="NetSHa only, with real processes: a namespace rack (needs root) of S servers and the agent through the switch process."),
         rack_name: str = typer.Option("netsha", "--rack-name", help="Rack name (prefixes its namespaces) for --rack."),
+        pcap: Optional[str] = typer.Option(None, "--pcap", help="With --rack: capture every switch port into pcapng files in this directory."),
         seed: int = typer.Option(0),
         json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here."),
     ) -> None:
@@ -113,13 +115,13 @@ def register(app: typer.Typer) -> None:
                 console.print("[red]error:[/red] --rack needs root (network namespaces)")
                 raise typer.Exit(2)
             with console.status("rack search") as status:
-                result = run_rack_search(ds, cfg, rack_name, lambda m: status.update(m))
+                result = run_rack_search(ds, cfg, rack_name, lambda m: status.update(m), pcap=pcap)
             r = result["modes"]["netsha-rack"]
             t = Table(title=f"search --rack: {ds.name}, {ds.base.shape[0]} × {ds.base.shape[1]}, {ds.queries.shape[0]} queries, K={k}, S={servers}")
             for c in ("mode", "recall", "F1", "server packets", "agent packets", "agent answers", "total s"):
                 t.add_column(c)
             t.add_row("netsha-rack", f"{r['recall']:.3f}", f"{r['f1']:.3f}", str(r["server_packets"]), str(r["agent_packets"]), str(r["agent_answers"]), f"{r['total_s']:.2f}")
-            console.print(t)
+            show(console, t)
             if json_out:
                 write_json(json_out, result, indent=2)
                 console.print(f"wrote {json_out}")
@@ -141,7 +143,7 @@ def register(app: typer.Typer) -> None:
                 f"{r['total_s']:.2f}",
                 *(f"{sp[x]:.1f}" for x in ("selection", "search", "network", "agent")),
             )
-        console.print(t)
+        show(console, t)
         if "agent_packets_ratio" in result:
             console.print(f"agent packets, netsha / layered: {result['agent_packets_ratio']:.3f} (paper: 4–10× fewer)")
         if json_out:

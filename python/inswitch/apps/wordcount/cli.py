@@ -21,6 +21,7 @@ from rich.table import Table
 from inswitch.apps.wordcount.job import FIGURES, MODES, JobError, JobSpec, run
 from inswitch.apps.wordcount.progress import job_progress
 from inswitch.output import ensure_writable, write_json
+from inswitch.tables import show
 
 
 def _fmt(v: Any) -> str:
@@ -96,6 +97,7 @@ def register(app: typer.Typer) -> None:
         timeout: float = typer.Option(120.0, "--timeout", help="Seconds a run may take."),
         where: str = typer.Option("auto", "--where", help="auto | netns | loopback (no switch)."),
         json_out: Optional[str] = typer.Option(None, "--json", help="Write the result here."),
+        pcap: Optional[str] = typer.Option(None, "--pcap", help="Capture every switch port into pcapng files in this directory (switch mode on the netns rack)."),
     ) -> None:
         """MapReduce WordCount through the switch: mappers and reducers as processes in a rack,
         the reducers' counts checked against a Counter over the input."""
@@ -108,14 +110,14 @@ def register(app: typer.Typer) -> None:
         modes = list(MODES) if mode == "all" else [mode]
         spec = JobSpec(inputs=inputs or None, zipf=zipf, words=words_, vocab=vocab, seed=seed, mappers=mappers,
                        reducers=reducers, program=program, loss=loss, combiner=not no_combiner, timeout_s=timeout,
-                       where=where)
+                       where=where, pcap=pcap)
         try:
             with job_progress(console) as bar:
                 doc = run(spec, modes, *bar)
         except JobError as e:
             console.print(f"[red]error:[/red] {e}", highlight=False)
             raise typer.Exit(2)
-        console.print(table(doc))
+        show(console, table(doc))
         for line in summary_lines(doc):
             console.print(line, highlight=False)
         if json_out:
