@@ -44,11 +44,11 @@ def _flows(st: RackState, pairs: list[tuple[int, int]], duration: float) -> list
     sinks, blasts = [], []
     for s, d in pairs:
         dh = st.hosts[d]
-        sinks.append(subprocess.Popen(netns.in_netns(dh.netns, [py, "-m", "inswitch.bench.traffic", "sink", "--bind", f"{dh.ip}:{FLOW_PORT}", "--duration", str(duration + 5), "--idle", "1"]), stdout=subprocess.PIPE, text=True))
+        sinks.append(subprocess.Popen(netns.netns_argv(dh.netns, [py, "-m", "inswitch.bench.traffic", "sink", "--bind", f"{dh.ip}:{FLOW_PORT}", "--duration", str(duration + 5), "--idle", "1"]), stdout=subprocess.PIPE, text=True))
     time.sleep(0.3)
     for s, d in pairs:
         sh, dh = st.hosts[s], st.hosts[d]
-        blasts.append(subprocess.Popen(netns.in_netns(sh.netns, [py, "-m", "inswitch.bench.traffic", "blast", "--dst", f"{dh.ip}:{FLOW_PORT}", "--payload", "18", "--duration", str(duration)]), stdout=subprocess.PIPE, text=True))
+        blasts.append(subprocess.Popen(netns.netns_argv(sh.netns, [py, "-m", "inswitch.bench.traffic", "blast", "--dst", f"{dh.ip}:{FLOW_PORT}", "--payload", "18", "--duration", str(duration)]), stdout=subprocess.PIPE, text=True))
     out = []
     for (s, d), b, k in zip(pairs, blasts, sinks):
         sent = json.loads(b.communicate(timeout=duration + 30)[0].strip().splitlines()[-1])

@@ -174,6 +174,8 @@ pub struct CapturePort<P: Port> {
     max_bytes: Option<u64>,
     /// Files started so far (the current one is number `files - 1`).
     files: u32,
+    /// The current file reached `max_bytes`: the next frame starts a new one.
+    full: bool,
     write_errors: Arc<AtomicU64>,
 }
 
@@ -200,7 +202,16 @@ impl<P: Port> CapturePort<P> {
         std::fs::create_dir_all(&dir)?;
         let path = capture_path(&dir, inner.id(), 0);
         let writer = PcapngWriter::create(&path, inner.name())?;
-        Ok(CapturePort { inner, writer: Some(writer), dir, path, max_bytes, files: 1, write_errors: Arc::new(AtomicU64::new(0)) })
+        Ok(CapturePort {
+            inner,
+            writer: Some(writer),
+            dir,
+            path,
+            max_bytes,
+            files: 1,
+            full: false,
+            write_errors: Arc::new(AtomicU64::new(0)),
+        })
     }
 
     /// The capture file being written.
@@ -237,22 +248,14 @@ impl<P: Port> CapturePort<P> {
     }
 
     fn record<'a>(&mut self, frames: impl Iterator<Item = (&'a [u8], u64)>, dir: Direction) {
-        let Some(w) = self.writer.as_mut() else { return };
-        let mut any = false;
-        for (data, ts) in frames {
-            any = true;
-            if w.write_frame(data, ts, dir).is_err() {
-                return self.fail();
-            }
-        }
-        if !any {
+        let mut frames = frames.peekable();
+        if frames.peek().is_none() {
             return;
         }
-        // One write per batch: readers see the frames while the switch runs.
-        if w.flush().is_err() {
-            return self.fail();
-        }
-        if self.max_bytes.is_some_and(|m| w.bytes_written() >= m) {
+        // The next file is started when the next frame comes, not when the last one filled
+        // the file: no empty file is left behind.
+        if self.full {
+            self.full = false;
             let path = capture_path(&self.dir, self.inner.id(), self.files);
             match PcapngWriter::create(&path, self.inner.name()) {
                 Ok(next) => {
@@ -260,9 +263,20 @@ impl<P: Port> CapturePort<P> {
                     self.path = path;
                     self.files += 1;
                 }
-                Err(_) => self.fail(),
+                Err(_) => return self.fail(),
             }
         }
+        let Some(w) = self.writer.as_mut() else { return };
+        for (data, ts) in frames {
+            if w.write_frame(data, ts, dir).is_err() {
+                return self.fail();
+            }
+        }
+        // One write per batch: readers see the frames while the switch runs.
+        if w.flush().is_err() {
+            return self.fail();
+        }
+        self.full = self.max_bytes.is_some_and(|m| w.bytes_written() >= m);
     }
 
     /// A write failed: count it and stop capturing (the traffic goes on).
@@ -500,7 +514,9 @@ mod tests {
             }
             let bytes = std::fs::read(&p).unwrap();
             assert!(bytes.len() < 1000 + 2 * 144, "{} is {} bytes", p.display(), bytes.len());
-            all.extend(reader::parse(&bytes).records.into_iter().map(|r| r.data));
+            let records = reader::parse(&bytes).records;
+            assert!(!records.is_empty(), "{} holds no frame", p.display());
+            all.extend(records.into_iter().map(|r| r.data));
         }
         assert_eq!(all, frames);
         let _ = std::fs::remove_dir_all(&dir);

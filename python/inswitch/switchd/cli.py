@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from inswitch.cliopts import Float, option
+from inswitch.cliopts import Choice, Float, option
 from inswitch import native
 from inswitch.output import replace_json
 from inswitch.tables import show
@@ -71,7 +71,7 @@ def parse_fault(text: str) -> tuple[float, float, float, int]:
     return (vals["loss"], vals["dup"], vals["reorder"], int(vals["seed"]))
 
 
-def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Optional[str], metrics: str, device_id: int, ready_file: Optional[str], out: Console, err: Console, fault: Optional[str] = None, pcap_size: Optional[float] = None) -> int:
+def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Optional[str], metrics: str, device_id: int, ready_file: Optional[str], out: Console, err: Console, fault: Optional[str] = None, pcap_size: Optional[float] = None, l2: str = "learn") -> int:
     """Run until SIGINT/SIGTERM. Returns the exit status: 0 after a clean stop, 2 for bad
     input, 1 when the switch cannot start (e.g. an address in use)."""
     stop = threading.Event()
@@ -106,6 +106,7 @@ def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Opti
         except ValueError as e:
             raise UsageError(str(e)) from None
         server = SwitchServer(dp, p4rt_addr, device_id)
+        learning = l2 == "learn" and server.enable_learning()
         if metrics_addr is not None:
             info = {"programs": ",".join(names), "ports": ports, "device_id": device_id, "version": _version()}
             msrv = MetricsServer(metrics_addr, collector(dp, server.stats, info, lambda: {"inswitch_p4runtime_streams": ("Open P4Runtime StreamChannels (controller sessions)", server.service.streams)}))
@@ -114,6 +115,8 @@ def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Opti
             msrv.start()
         port_names = list(dp.port_names())
         _summary(out, names, ports, port_names, dp.num_pipes, server.address, msrv.address if msrv else None, device_id)
+        if learning:
+            out.print("L2: learning MACs from the mac_learn digest and flooding unknown destinations, until a P4Runtime controller writes", soft_wrap=True)
         if pcap:
             out.print(f"captures in {Path(pcap).resolve()}/port{{N}}.pcapng (flushed after every batch"
                       + (f", a new file port{{N}}.{{k}}.pcapng every {pcap_size:g} MB)" if pcap_size else ")"), soft_wrap=True)
@@ -182,10 +185,12 @@ def register(app: typer.Typer) -> None:
         device_id: int = typer.Option(1, "--device-id", help="P4Runtime device id."),
         ready_file: Optional[str] = typer.Option(None, "--ready-file", help="Write JSON (pid, addresses, port names) here once serving; removed on a clean stop."),
         fault: Optional[str] = typer.Option(None, "--fault", help="Inject seeded faults on every port's receive side: loss=P,dup=P,reorder=P,seed=N."),
+        l2: str = option("learn", "--l2", type=Choice("learn", "controller"),
+                         help="learn: with the forward program, learn MACs and flood unknown destinations until a P4Runtime controller writes; controller: forward only what a controller installs."),
     ) -> None:
         """Run a software switch: the data plane over PORTS, a P4Runtime server and a metrics
         endpoint, until SIGINT or SIGTERM."""
-        code = run_switch(program, ports, p4runtime, pipes, pcap, metrics, device_id, ready_file, Console(), Console(stderr=True), fault=fault, pcap_size=pcap_size)
+        code = run_switch(program, ports, p4runtime, pipes, pcap, metrics, device_id, ready_file, Console(), Console(stderr=True), fault=fault, pcap_size=pcap_size, l2=l2)
         raise typer.Exit(code)
 
     @app.command("p4info")

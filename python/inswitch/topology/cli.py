@@ -39,14 +39,19 @@ def _render_status(s: RackStatus) -> None:
     console.print(f"switch pid {st.switch.pid} {alive}  P4Runtime {st.switch.p4runtime}  "
                   f"metrics http://{st.switch.metrics}/metrics  log {st.switch.log}", soft_wrap=True)
     t = Table(title="Hosts and switch ports", box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 0))
-    for col in ("host", "ip", "mac", "port", "rx pkts", "rx bytes", "tx pkts", "tx bytes"):
+    faults = s.fault_drops or {}
+    show_faults = any(v for d in faults.values() for v in d.values()) or "--fault" in st.switch.argv
+    cols = ["host", "ip", "mac", "port", "rx pkts", "rx bytes", "tx pkts", "tx bytes"] + (["rx fault drops", "tx fault drops"] if show_faults else [])
+    for col in cols:
         t.add_column(col, no_wrap=True, justify="right" if col.startswith(("rx", "tx", "port")) else "left")
     for h in st.hosts:
-        c = (s.counters or {}).get(h.port, {})
+        c = {**(s.counters or {}).get(h.port, {}), **faults.get(h.port, {})}
         label = h.name if s.host_present.get(h.name) else f"[red]{h.name} (missing)[/red]"
-        t.add_row(label, h.ip, h.mac, str(h.port),
-                  *(str(c[k]) if k in c else "-" for k in ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes")))
+        keys = ["rx_packets", "rx_bytes", "tx_packets", "tx_bytes"] + (["rx_fault", "tx_fault"] if show_faults else [])
+        t.add_row(label, h.ip, h.mac, str(h.port), *(str(c[k]) if k in c else "?" for k in keys))
     show(console, t)
+    if s.counters is None or (show_faults and s.fault_drops is None):
+        console.print("?: not read (see below)")
     if st.mode == "netns":
         console.print(f"host hN is namespace {st.name}-hN (eth0), cabled to switch port N-1 ({st.name}-sN)")
     else:
@@ -65,8 +70,8 @@ def register(app: typer.Typer) -> None:
         hosts: int = typer.Option(..., "--hosts", help="Number of hosts (1-250)."),
         name: str = NAME_OPT,
         program: str = typer.Option("forward", "--program", help="Program(s) the switch runs, comma separated."),
-        p4runtime: str = typer.Option("127.0.0.1:9559", "--p4runtime", help="Where the switch serves P4Runtime."),
-        metrics: str = typer.Option("127.0.0.1:9100", "--metrics", help="Where the switch serves /metrics."),
+        p4runtime: Optional[str] = typer.Option(None, "--p4runtime", help="Where the switch serves P4Runtime (default: 127.0.0.1:9559, or any free port if that is taken)."),
+        metrics: Optional[str] = typer.Option(None, "--metrics", help="Where the switch serves /metrics (default: 127.0.0.1:9100, or any free port if that is taken)."),
         subnet: str = typer.Option("10.0.0.0/24", "--subnet", help="Host i gets the i-th address."),
         pcap: Optional[str] = typer.Option(None, "--pcap", help="Capture every port to pcapng files in this directory (readable while the rack runs)."),
         pcap_size: Optional[float] = option(None, "--pcap-size", type=Float(0.001),
@@ -84,9 +89,14 @@ def register(app: typer.Typer) -> None:
             except UsageError as e:
                 raise typer.BadParameter(str(e), param_hint="--fault") from None
         try:
-            st = Rack().up(hosts, name=name, programs=program, p4runtime=p4runtime, metrics=metrics,
-                           subnet=subnet, pcap=pcap, mode=mode, udp_base=udp_base, fault=fault,  # type: ignore[arg-type]
-                           pcap_size=pcap_size)
+            with console.status(f"rack {name}: planning") as status:
+                def step(msg: str) -> None:
+                    console.print(f"  {msg}", soft_wrap=True, highlight=False)  # a line per step: visible when piped too
+                    status.update(f"rack {name}: {msg}")
+
+                st = Rack().up(hosts, name=name, programs=program, p4runtime=p4runtime, metrics=metrics,
+                               subnet=subnet, pcap=pcap, mode=mode, udp_base=udp_base, fault=fault,  # type: ignore[arg-type]
+                               pcap_size=pcap_size, progress=step)
         except KeyboardInterrupt as e:
             notes = getattr(e, "__notes__", [])
             if notes:
@@ -129,7 +139,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print(json.dumps({"state": asdict(s.state), "switch_alive": s.switch_alive,
                               "host_present": s.host_present, "counters": s.counters,
-                              "counters_error": s.counters_error}, indent=2))
+                              "fault_drops": s.fault_drops, "counters_error": s.counters_error}, indent=2))
         else:
             _render_status(s)
         if not s.switch_alive:

@@ -33,7 +33,7 @@ def switch_argv(programs: str, ports: str, p4runtime: str, metrics: str, ready_f
     """The switch's command line (the contract with `inswitch.switchd`)."""
     argv = [python or sys.executable, "-m", "inswitch", "switch", "--program", programs,
             "--ports", ports, "--p4runtime", p4runtime, "--metrics", metrics,
-            "--ready-file", str(ready_file)]
+            "--ready-file", str(ready_file), "--l2", "controller"]  # the rack's controller programs L2
     if pcap:
         argv += ["--pcap", pcap]
         if pcap_size:

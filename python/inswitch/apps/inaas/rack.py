@@ -122,7 +122,7 @@ def run_on_rack(name: str = "inaas1", seconds: float = 20.0, pcap: str | None = 
         hexmac = lambda m: m.replace(":", "")  # noqa: E731
         py = sys.executable
         gk_proc = subprocess.Popen(
-            netns.in_netns(gk.netns or "", [py, "-c", GOALKEEPER, gk.ifname or "", hexmac(gk.mac), str(seconds), json.dumps([[uids["a"], "kv", 60_000_000], [uids["b"], "kv", 60_000_000]])]),
+            netns.netns_argv(gk.netns or "", [py, "-c", GOALKEEPER, gk.ifname or "", hexmac(gk.mac), str(seconds), json.dumps([[uids["a"], "kv", 60_000_000], [uids["b"], "kv", 60_000_000]])]),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.PIPE, text=True,
         )
         procs.append(gk_proc)
@@ -135,7 +135,7 @@ def run_on_rack(name: str = "inaas1", seconds: float = 20.0, pcap: str | None = 
 
         def tenant(h: Any, uid: int, plan: list) -> list[dict]:
             cp = subprocess.run(
-                netns.in_netns(h.netns or "", [py, "-c", TENANT, h.ifname or "", hexmac(h.mac), hexmac(gk.mac), str(uid), json.dumps(plan)]),
+                netns.netns_argv(h.netns or "", [py, "-c", TENANT, h.ifname or "", hexmac(h.mac), hexmac(gk.mac), str(uid), json.dumps(plan)]),
                 capture_output=True, text=True, timeout=60,
             )
             if cp.returncode != 0:

@@ -66,7 +66,7 @@ def run_rack_search(ds: Dataset, cfg: SearchConfig, name: str = "netsha", progre
             for s, (h, idx) in enumerate(zip(hosts, cluster.indexes)):
                 np.savez(t / f"shard{s}.npz", data=idx.data, ids=idx.ids)
                 cmd = [py, "-m", "inswitch.apps.netsha.rack_node", "server", str(t / f"shard{s}.npz"), agent.ip, "7001", conf, "--per", str(per)]
-                servers.append(subprocess.Popen(netns.in_netns(h.netns, cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+                servers.append(subprocess.Popen(netns.netns_argv(h.netns, cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
             for p in servers:
                 assert p.stdout is not None
                 line = procs.first_line(p)
@@ -77,7 +77,7 @@ def run_rack_search(ds: Dataset, cfg: SearchConfig, name: str = "netsha", progre
             bcast = str(_broadcast(agent.ip, hosts[0].ip))
             say(f"agent: {ds.queries.shape[0]} queries to {bcast}:7000")
             cmd = [py, "-m", "inswitch.apps.netsha.rack_node", "agent", str(t / "queries.npz"), bcast, "--concurrency", str(cfg.concurrency)]
-            cp = subprocess.run(netns.in_netns(agent.netns, cmd), capture_output=True, text=True, timeout=600)
+            cp = subprocess.run(netns.netns_argv(agent.netns, cmd), capture_output=True, text=True, timeout=600)
             if cp.returncode != 0:
                 raise RuntimeError(f"agent failed: {cp.stderr[-2000:]}")
             res = json.loads(cp.stdout.strip().splitlines()[-1])

@@ -149,7 +149,7 @@ class Env:
         if place.netns:
             from inswitch.topology import netns
 
-            return netns.in_netns(place.netns, argv)
+            return netns.netns_argv(place.netns, argv)
         return argv
 
     def map_addr(self, i: int) -> str:
