@@ -56,7 +56,7 @@ def plain_lines(table: Table) -> list[str]:
     headers, rows = cells(table)
     # A multi-line cell is printed on its lines; widths take the longest line.
     widths = [max([len(h)] + [max((len(x) for x in r[i].split("\n")), default=0) for r in rows]) for i, h in enumerate(headers)]
-    numeric = [bool(rows) and all(_is_number(r[i]) or r[i].strip() in ("", "-") for r in rows) for i in range(len(headers))]
+    numeric = [bool(rows) and all(_is_number(r[i]) or r[i].strip() in ("", "-", "n/a") for r in rows) for i in range(len(headers))]
 
     def fmt(row: list[str]) -> list[str]:
         parts = [c.split("\n") for c in row]

@@ -118,14 +118,20 @@ def register(app: typer.Typer) -> None:
             t.add_column(c)
         for name, r in out["systems"].items():
             p99 = [x for x in r["p99_us"] if x is not None]
-            f = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+            f = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
+            if r["recovery_s"] is not None:
+                rec = str(r["recovery_s"])
+            else:
+                rec = "n/a" if not r["stable_hit_rate"] else "not in run"
             t.add_row(
-                name, f(r["stable_hit_rate"]), f(r["recovered_hit_rate"]), "-" if r["recovery_s"] is None else str(r["recovery_s"]),
+                name, f(r["stable_hit_rate"]), f(r["recovered_hit_rate"]), rec,
                 f"{sum(r['throughput_qps']) / max(1, len(r['throughput_qps'])):.0f}", f"{max(p99) if p99 else 0:.0f}",
                 str(r["offloads"]), str(r["control"]["table_ops"]), str(r["control"]["packet_ops"]),
                 "yes" if r["fits"]["tofino1"] else "[yellow]no[/yellow]",
                 "[green]yes[/green]" if r["correct"] else "[red]NO[/red]",
             )
+        t.caption = ("recovery (s): from the popularity change until the hit rate is back within 5% of the stable one; "
+                     "n/a: no hit rate to recover (no switch cache); not in run: never back within the run")
         show(console, t)
         if "plane_interaction_rates_measured" in out:
             m = out["plane_interaction_rates_measured"]
