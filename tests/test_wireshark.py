@@ -107,3 +107,63 @@ def test_tshark_shows_each_protocol_by_its_paper_field_names(tmp_path: Path) -> 
         # Bit fields print as ".... ...1 = END: True".
         missing = [want for want in lines if not any(g == want or g.endswith(f"= {want}") for g in got)]
         assert not missing, f"frame {i} ({proto}): missing {missing} in\n" + "\n".join(got)
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(__import__("os").geteuid() != 0, reason="needs root: the wordcount rack")
+def test_wordcount_pcap_capture_shows_daiet_by_tree(tmp_path: Path) -> None:
+    """`inswitch wordcount --pcap DIR` passes the capture to its rack; the mappers' DAIET
+    packets dissect with the tree the reducer uses, and none carries more pairs than a
+    packet holds (10)."""
+    import sys
+
+    pcap, js = tmp_path / "cap", tmp_path / "wc.json"
+    p = subprocess.run([sys.executable, "-m", "inswitch", "wordcount", "--zipf", "1", "--words", "2000", "--vocab", "200",
+                        "--mappers", "2", "--reducers", "1", "--mode", "switch", "--pcap", str(pcap), "--json", str(js)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert sorted(f.name for f in pcap.glob("*.pcapng")) == ["port0.pcapng", "port1.pcapng", "port2.pcapng"]
+
+    def daiet(port: int, direction: int) -> list[tuple[int, int, int]]:
+        """(tree ID, number of pairs, flags) of the DAIET frames a port captured in one
+        direction (frame.p2p_dir 1: into the switch, 0: out of it)."""
+        out = subprocess.run(["tshark", *wireshark.tshark_args(), "-r", str(pcap / f"port{port}.pcapng"), "-Y", f"daiet && frame.p2p_dir == {direction}",
+                              "-T", "fields", "-e", "daiet.tree_id", "-e", "daiet.num_entries", "-e", "daiet.flags"],
+                             capture_output=True, text=True, timeout=60, check=True).stdout
+        return [(int(a), int(b), int(c, 16)) for a, b, c in (line.split("\t") for line in out.splitlines() if line.strip())]
+
+    BYPASS, ACK, END = 0x04, 0x02, 0x01
+    sent = daiet(0, 1) + daiet(1, 1)  # the mappers' packets, into the switch
+    # The in-network run's tree: the one whose packets do not bypass the switch.
+    trees = {t for t, _, f in sent if not f & (BYPASS | ACK)}
+    assert len(trees) == 1, sent
+    tree = trees.pop()
+    assert all(n <= 10 for _, n, _ in sent)  # at most 10 fixed pairs per packet
+    assert sum(1 for t, _, f in sent if t == tree and f & END) == 2  # both mappers ended their stream
+    pairs_in = sum(n for t, n, f in sent if t == tree and not f & (BYPASS | ACK))
+    pairs_out = sum(n for t, n, f in daiet(2, 0) if t == tree and not f & ACK)  # to the reducer
+    # 2 mappers over 200 words: the switch sums each word's pairs, the reducer gets far fewer.
+    assert 0 < pairs_out < pairs_in, (pairs_out, pairs_in)
+
+
+def test_install_puts_the_dissectors_where_tshark_loads_them(tmp_path: Path) -> None:
+    """`inswitch wireshark install` (no --dir) writes into ~/.local/lib/wireshark/plugins,
+    and a plain `tshark -V` (no -X) then dissects DAIET."""
+    import os
+    import sys
+
+    from scapy.utils import wrpcapng
+
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**os.environ, "HOME": str(home)}
+    p = subprocess.run([sys.executable, "-m", "inswitch", "wireshark", "install"], capture_output=True, text=True, timeout=60, env=env)
+    assert p.returncode == 0, p.stderr
+    plugins = home / ".local" / "lib" / "wireshark" / "plugins"
+    assert len(list(plugins.glob("inswitch-*.lua"))) == 5, p.stdout
+    cap = tmp_path / "one.pcapng"
+    frame, _, lines = CASES[0]
+    wrpcapng(str(cap), [frame])
+    v = subprocess.run(["tshark", "-r", str(cap), "-V"], capture_output=True, text=True, timeout=60, env=env, check=True).stdout
+    got = dict(_subtrees(v)).get("DAIET", [])
+    assert "Tree ID: 3" in got and "Number of pairs: 2" in got, v
