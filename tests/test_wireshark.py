@@ -167,3 +167,28 @@ def test_install_puts_the_dissectors_where_tshark_loads_them(tmp_path: Path) -> 
     v = subprocess.run(["tshark", "-r", str(cap), "-V"], capture_output=True, text=True, timeout=60, env=env, check=True).stdout
     got = dict(_subtrees(v)).get("DAIET", [])
     assert "Tree ID: 3" in got and "Number of pairs: 2" in got, v
+
+
+def test_kvs_pcap_captures_the_simulated_switch(tmp_path: Path) -> None:
+    """`inswitch kvs --pcap DIR`: the in-process switch's ports in DIR/hare/port{N}.pcapng;
+    every GET of the trace enters port 0 (the clients) and tshark shows Hare's fields."""
+    import json
+    import sys
+
+    pcap, js = tmp_path / "cap", tmp_path / "kvs.json"
+    p = subprocess.run([sys.executable, "-m", "inswitch", "kvs", "--system", "hare", "--keys", "300", "--duration", "0.3", "--cache", "32",
+                        "--no-rates", "--pcap", str(pcap), "--json", str(js)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    doc = json.loads(js.read_text())
+    queries, offloads = doc["config"]["queries"], doc["systems"]["hare"]["offloads"]
+
+    def hare(port: str, direction: int) -> list[tuple[int, int]]:
+        out = subprocess.run(["tshark", *wireshark.tshark_args(), "-r", str(pcap / "hare" / f"{port}.pcapng"), "-Y", f"hare && frame.p2p_dir == {direction}",
+                              "-T", "fields", "-e", "hare.op", "-e", "hare.flags"], capture_output=True, text=True, timeout=60, check=True).stdout
+        return [(int(a), int(b, 16)) for a, b in (line.split("\t") for line in out.splitlines() if line.strip())]
+
+    gets_in = [x for x in hare("port0", 1) if x[0] == 1]
+    assert len(gets_in) == queries  # no PUTs in this trace: every query is a GET from the clients' port
+    switch_hits = [x for x in hare("port0", 0) if x[0] == 2 and x[1] & 0x01]
+    assert offloads > 0 and 0 < len(switch_hits) < queries  # replies the switch answered itself
+    assert hare("cpu", 1)  # the control plane's packets (OO-Stat, state manager, data movement)

@@ -9,6 +9,7 @@ mod aggregation;
 mod hare;
 mod inaas;
 mod netsha;
+mod pcap;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -640,5 +641,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     switchagg::register(m)?;
     hare::register(m)?;
     inaas::register(m)?;
+    pcap::register(m)?;
     Ok(())
 }

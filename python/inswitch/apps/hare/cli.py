@@ -39,8 +39,10 @@ def run_kvs(
     table_rate: float = 10_000.0,
     packet_rate: float = 1_000_000.0,
     progress: Optional[Any] = None,
+    pcap: Optional[str] = None,
 ) -> dict[str, Any]:
-    """Generate one trace and replay it against each system; the result the CLI writes."""
+    """Generate one trace and replay it against each system; the result the CLI writes.
+    `pcap`: capture each system's switch ports into `pcap/SYSTEM/port{N}.pcapng`."""
     count = shift_count if shift_count is not None else (cache if shift == "coldest-to-top" else 200)
     trace = generate(keys, rate, duration, zipf, writes, scrambled, shift, duration / 2 if shift != "none" else None, count, 1.0, seed)
     params = KvParams(n_keys=keys, key_size=key_size, value_size=value_size, cache=cache, batch=batch, t_wait=t_wait, service_s=service_s, hare_stats=hare_stats, table_rate=table_rate, packet_rate=packet_rate)
@@ -60,7 +62,7 @@ def run_kvs(
     }
     for name in systems:
         task = progress.add_task(name, total=1.0) if progress else None
-        run = KvRun(name, trace, params)
+        run = KvRun(name, trace, params, pcap_dir=Path(pcap) / name if pcap else None)
         res = run.run((lambda f, task=task: progress.update(task, completed=f)) if progress else None)
         out["systems"][name] = res
     return out
@@ -90,6 +92,7 @@ def register(app: typer.Typer) -> None:
         json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here."),
         rates: bool = typer.Option(True, help="Also measure the two plane-interaction rates here (starts a switch for P4Runtime)."),
         model_rates: str = typer.Option("paper", help="Control costs in the run: paper (10K table writes/s, 1M packets/s) or measured (this machine's P4Runtime and data-plane rates)."),
+        pcap: Optional[str] = typer.Option(None, "--pcap", help="Capture each system's switch ports into DIR/SYSTEM/port{N}.pcapng (and cpu.pcapng), stamped with simulated time."),
     ) -> None:
         """Replay one seeded KV trace against Hare, NetCache, DySO and no caching."""
         console = Console()
@@ -110,7 +113,7 @@ def register(app: typer.Typer) -> None:
         if model_rates == "measured" and measured:
             extra = {"table_rate": measured["p4runtime_table_writes"]["per_s"], "packet_rate": measured["dataplane_control_packets"]["per_s"]}
         with Progress(console=console) as prog:
-            out = run_kvs(systems, keys, key_size, value_size, cache, batch, zipf, shift, duration, rate, writes, scrambled, shift_count, seed, t_wait=t_wait, hare_stats=stats, progress=prog, **extra)
+            out = run_kvs(systems, keys, key_size, value_size, cache, batch, zipf, shift, duration, rate, writes, scrambled, shift_count, seed, t_wait=t_wait, hare_stats=stats, progress=prog, pcap=pcap, **extra)
         if measured:
             out["plane_interaction_rates_measured"] = measured
         t = Table(title=f"kvs: {len(systems)} system(s), {out['config']['queries']} queries, shift {shift}")
@@ -141,6 +144,8 @@ def register(app: typer.Typer) -> None:
                 f"{m['dataplane_control_packets']['per_s']:.0f} control packets/s through the data plane "
                 f"({m['packet_over_table_ratio']:.0f}x); the run charged {mod['table_writes_per_s']:.0f} and {mod['packet_interactions_per_s']:.0f} /s"
             )
+        if pcap:
+            console.print(f"captures in {Path(pcap).resolve()}/SYSTEM/port{{N}}.pcapng")
         if json_out:
             write_json(json_out, out, indent=1)
             console.print(f"wrote {json_out}")
