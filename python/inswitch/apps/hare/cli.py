@@ -15,7 +15,7 @@ from inswitch.apps.hare import rates as plane_rates
 from inswitch.apps.hare.kvsim import SYSTEMS, KvParams, KvRun
 from inswitch.apps.hare.workload import SHIFTS, generate
 from inswitch.output import ensure_writable, write_json
-from inswitch.tables import show
+from inswitch.tables import cells, show
 
 
 def run_kvs(
@@ -133,8 +133,9 @@ def register(app: typer.Typer) -> None:
                 "yes" if r["fits"]["tofino1"] else "[yellow]no[/yellow]",
                 "[green]yes[/green]" if r["correct"] else "[red]NO[/red]",
             )
-        t.caption = ("recovery (s): from the popularity change until the hit rate is back within 5% of the stable one; "
-                     "n/a: no hit rate to recover (no switch cache); not in run: never back within the run")
+        if any(c in ("n/a", "not in run") for row in cells(t)[1] for c in row):
+            t.caption = ("recovery (s): from the popularity change until the hit rate is back within 5% of the stable one; "
+                         "n/a: no hit rate to recover (no switch cache); not in run: never back within the run")
         show(console, t)
         if "plane_interaction_rates_measured" in out:
             m = out["plane_interaction_rates_measured"]
@@ -216,10 +217,15 @@ def _register_locks(app: typer.Typer) -> None:
         t = Table(title=f"locks: {len(systems)} system(s)")
         for c in ("system", "transactions", "stable tps", "recovered tps", "recovery (s)", "retries", "moves", "correct"):
             t.add_column(c)
-        f = lambda v: "-" if v is None else f"{v:.0f}"  # noqa: E731
+        f = lambda v: "n/a" if v is None else f"{v:.0f}"  # noqa: E731
         for name, r in out["systems"].items():
-            t.add_row(name, str(r["transactions"]), f(r.get("stable_tps")), f(r.get("recovered_tps")), str(r.get("recovery_s", "-")),
+            rec = r.get("recovery_s")
+            rec_text = str(rec) if rec is not None else ("n/a" if "recovery_s" not in r else "not in run")
+            t.add_row(name, str(r["transactions"]), f(r.get("stable_tps")), f(r.get("recovered_tps")), rec_text,
                       str(r["retries"]), str(r["moves"]), "[green]yes[/green]" if r["correct"] else "[red]NO[/red]")
+        if any(c in ("n/a", "not in run") for row in cells(t)[1] for c in row):
+            t.caption = ("n/a: no popularity change in this run (nothing to recover from); "
+                         "not in run: throughput never back within 95% of the recovered level before the end")
         show(console, t)
         if json_out:
             write_json(json_out, out, indent=1)
