@@ -51,4 +51,4 @@ def test_standalone_forward_learns_and_floods(tmp_path: Path) -> None:
     finally:
         for h in hosts:
             h.close()
-        assert sw.stop() == 0
+        assert sw.stop(timeout=20) == 0  # a clean exit; generous: the machine may be loaded
