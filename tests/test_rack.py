@@ -505,7 +505,7 @@ def test_cli_end_to_end(tmp_path: Path) -> None:
         # Progress, a line per step, before the summary.
         steps = [line.strip() for line in up.stdout.splitlines()]
         assert any(x.startswith("starting the switch") for x in steps) and any(x.startswith("installing the MAC table") for x in steps), up.stdout
-        st = json.loads(run("status", "--name", name, "--json").stdout)["state"]["switch"]
+        st = json.loads(run("status", "--name", name, "--json", "-").stdout)["state"]["switch"]
         assert not st["p4runtime"].endswith(":9559") and not st["metrics"].endswith(":9100"), st
         assert not st["p4runtime"].endswith(":0") and not st["metrics"].endswith(":0"), st
         again = run("up", "--hosts", "2", "--name", name)
@@ -519,7 +519,7 @@ def test_cli_end_to_end(tmp_path: Path) -> None:
         assert rping.returncode == 0 and "2 received" in rping.stdout, rping.stdout + rping.stderr
         status = run("status", "--name", name)
         assert status.returncode == 0 and "alive" in status.stdout and "h2" in status.stdout, status.stdout + status.stderr
-        js = json.loads(run("status", "--name", name, "--json").stdout)
+        js = json.loads(run("status", "--name", name, "--json", "-").stdout)
         assert js["switch_alive"] and js["counters"]["0"]["rx_packets"] >= 3
         down = run("down", "--name", name)
         assert down.returncode == 0 and "down" in down.stdout
@@ -558,7 +558,7 @@ def test_cli_fault_injection(tmp_path: Path) -> None:
         assert 0 < got < 30, ping.stdout + ping.stderr
         # `rack status` shows what the injector dropped: h1's 40 requests (and its ARP)
         # entered port 0, either counted as received or as a fault drop.
-        js = json.loads(run("status", "--name", name, "--json").stdout)
+        js = json.loads(run("status", "--name", name, "--json", "-").stdout)
         rx, fd = js["counters"]["0"]["rx_packets"], js["fault_drops"]["0"]["rx_fault"]
         assert 0 < fd and rx + fd >= 40, js
         assert 0 < js["fault_drops"]["1"]["rx_fault"]
