@@ -201,7 +201,7 @@ def register(app: typer.Typer) -> None:
         p4runtime: str = option(DEFAULT_P4RUNTIME, "--p4runtime", type=Address(), help="Where the P4Runtime server listens."),
         pipes: int = option(1, "--pipes", type=Int(1, 64), help="Pipes (data-plane threads); the ports are split among them."),
         pcap: Optional[str] = option(None, "--pcap", type=OUT_DIR, help="Directory for per-port packet captures (port{N}.pcapng, readable while the switch runs)."),
-        pcap_size: Optional[float] = option(None, "--pcap-size", type=Float(0.001),
+        pcap_size: Optional[float] = option(None, "--pcap-size", type=Float(0.001, 1_000_000),
                                             help="Start a new capture file (port{N}.1.pcapng, ...) when one reaches this many MB; default: one file per port."),
         metrics: str = option(DEFAULT_METRICS, "--metrics", type=Address(off_ok=True), help="Where Prometheus /metrics and the read-only web view (/) are served, or off."),
         device_id: int = option(1, "--device-id", type=Int(0, 2**64 - 1), help="P4Runtime device id."),

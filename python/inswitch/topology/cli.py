@@ -111,7 +111,7 @@ def register(app: typer.Typer) -> None:
         metrics: Optional[str] = option(None, "--metrics", type=Address(), help="Where the switch serves /metrics (default: 127.0.0.1:9100, or any free port if that is taken)."),
         subnet: str = option("10.0.0.0/24", "--subnet", type=TextOpt("an IPv4 subnet, e.g. 10.0.0.0/24", check=_subnet, bad=("bogus", "10.0.0.0/33")), help="The hosts' subnet: host i gets its i-th address."),
         pcap: Optional[str] = option(None, "--pcap", type=OUT_DIR, help="Capture every port to pcapng files in this directory (readable while the rack runs)."),
-        pcap_size: Optional[float] = option(None, "--pcap-size", type=Float(0.001),
+        pcap_size: Optional[float] = option(None, "--pcap-size", type=Float(0.001, 1_000_000),
                                             help="Start a new capture file when one reaches this many MB; default: one file per port."),
         mode: str = option("auto", "--mode", type=Choice("auto", "netns", "udp"), help="auto: netns if root, else udp; netns: network namespaces and veth pairs; udp: UDP tunnels, no privileges."),
         udp_base: Optional[int] = option(None, "--udp-base", type=Int(1024, 65_535 - MAX_HOSTS), help="UDP mode: tunnel port of switch port 0 (default: a free range)."),
