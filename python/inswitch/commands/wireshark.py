@@ -47,20 +47,29 @@ def install(dest: Optional[Path] = None) -> list[Path]:
     return out
 
 
+INSTALL_EXAMPLES = """Examples:
+
+  inswitch wireshark install && tshark -r out/cap/port0.pcapng -V
+
+  inswitch wireshark install --dir /tmp/plugins
+"""
+
+ARGS_EXAMPLES = """Examples:
+
+  tshark $(inswitch wireshark args) -r out/cap/port0.pcapng -V
+"""
+
+
 def register(app: typer.Typer) -> None:
     ws = typer.Typer(help="Wireshark dissectors for DAIET, SwitchAgg, NetSHa, Hare and INaaS.", no_args_is_help=True)
     app.add_typer(ws, name="wireshark")
 
-    @ws.command("install")
+    @ws.command("install", epilog=INSTALL_EXAMPLES)
     def install_cmd(
         dest: Optional[str] = option(None, "--dir", type=Text("a directory"),
                                      help="Plugin folder to copy into (default: ~/.local/lib/wireshark/plugins)."),
     ) -> None:
-        """Copy the dissectors into Wireshark's personal plugin folder; Wireshark and tshark
-        load them at their next start.
-
-        Example: inswitch wireshark install && tshark -r DIR/port0.pcapng -V
-        """
+        """Copy the dissectors into Wireshark's personal plugin folder (Wireshark and tshark load them at their next start)."""
         try:
             written = install(Path(dest) if dest else None)
         except OSError as e:
@@ -69,10 +78,7 @@ def register(app: typer.Typer) -> None:
         for p in written:
             print(f"wrote {p}")
 
-    @ws.command("args")
+    @ws.command("args", epilog=ARGS_EXAMPLES)
     def args_cmd() -> None:
-        """Print tshark's `-X lua_script:FILE` options for the dissectors (no install needed).
-
-        Example: tshark $(inswitch wireshark args) -r DIR/port0.pcapng -V
-        """
+        """Print tshark's `-X lua_script:FILE` options for the dissectors (no install needed)."""
         print(" ".join(tshark_args()))
