@@ -72,7 +72,7 @@ def test_piped_output_is_plain_aligned_text() -> None:
 
 
 def test_resources_numbers_whole_piped_and_at_80_columns() -> None:
-    doc = json.loads(run_cli(["resources", "forward,daiet", "--json"], terminal=False))
+    doc = json.loads(run_cli(["resources", "forward,daiet", "--json", "-"], terminal=False))
     lim = doc["target"]
     want = {f"{s['sram_blocks']}/{lim['sram_blocks_per_stage']}" for s in doc["stages"]}
     want |= {str(r["cells"]) for r in doc["registers"]} | {str(r["bits"]) for r in doc["registers"]}

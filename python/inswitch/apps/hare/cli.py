@@ -3,6 +3,7 @@ over the same seeded trace."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Optional
 
 import typer
