@@ -44,8 +44,12 @@ def power_law_graph(n: int, mean_degree: int, seed: int) -> tuple[np.ndarray, np
     return e[:, 0], e[:, 1]
 
 
-def supersteps(n: int, src: np.ndarray, dst: np.ndarray, steps: int) -> dict[str, list[np.ndarray]]:
-    """Each algorithm's messages per superstep, as the (src, dst) edges that carry one."""
+Edges = tuple[np.ndarray, np.ndarray]
+
+
+def supersteps(n: int, src: np.ndarray, dst: np.ndarray, steps: int) -> dict[str, tuple[Edges, list[np.ndarray]]]:
+    """Each algorithm's edge list (sorted by source) and, per superstep, the indexes of the
+    edges that carry a message."""
     order = np.argsort(src, kind="stable")
     src, dst = src[order], dst[order]
     out: dict[str, list[np.ndarray]] = {"pagerank": [], "sssp": [], "wcc": []}
@@ -83,9 +87,7 @@ def supersteps(n: int, src: np.ndarray, dst: np.ndarray, steps: int) -> dict[str
         np.minimum.at(new, udst[idx], label[usrc[idx]])
         active = new < label
         label = new
-    out["wcc_edges"] = [usrc, udst]  # type: ignore[list-item]
-    out["wcc"] = wcc
-    return out
+    return {"pagerank": ((src, dst), out["pagerank"]), "sssp": ((src, dst), out["sssp"]), "wcc": ((usrc, udst), wcc)}
 
 
 def _write_messages(path: Path, s: np.ndarray, d: np.ndarray) -> None:
@@ -109,13 +111,11 @@ def run_fig1(quick: bool, progress: Progress) -> dict[str, Any]:
     n = cfg["vertices"]
     src, dst = power_law_graph(n, cfg["mean_degree"], seed=5)
     msgs = supersteps(n, src, dst, cfg["steps"])
-    order = np.argsort(src, kind="stable")
-    edges = {"pagerank": (src[order], dst[order]), "sssp": (src[order], dst[order]), "wcc": tuple(msgs["wcc_edges"])}
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="daiet-fig1-") as tmp:
         for alg in cfg["algorithms"]:
-            s_all, d_all = edges[alg]
-            for step, idx in enumerate(msgs[alg]):
+            (s_all, d_all), steps = msgs[alg]
+            for step, idx in enumerate(steps):
                 s, d = s_all[idx], d_all[idx]
                 f = Path(tmp) / f"{alg}-{step}.txt"
                 _write_messages(f, s, d)
