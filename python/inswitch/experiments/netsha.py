@@ -587,7 +587,7 @@ def plot_fig17(r: dict[str, Any], png: Path) -> None:
     n = r["normalized_total_time"]
     sm = r["small_packets"]["normalized_total_time"]
     labels = [f"{k}\nfull" for k in n] + [f"{k}\n8/pkt" for k in sm]
-    _bar(png, labels, list(n.values()) + list(sm.values()), "Fig. 17: total time / Baseline (wall time, this machine)", "normalised time", None, "solution and server packet size (paper: both components < 1, no values given)")
+    _bar(png, labels, list(n.values()) + list(sm.values()), "Fig. 17: total time / Baseline (wall time, this machine)", "normalised time", None, "solution, server packet size (paper: both < 1; no values given)")
 
 
 EXPERIMENTS = [
