@@ -103,6 +103,27 @@ def _config(quick: bool) -> dict[str, Any]:
     return {"vertices": 20_000, "mean_degree": 14, "steps": 4, "algorithms": ["pagerank", "sssp", "wcc"], "reducers": 2}
 
 
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per algorithm, the reduction over all its supersteps (1 - pairs received / pairs sent,
+    weighted by messages), and the extremes per superstep."""
+    algs: dict[str, dict[str, float]] = {}
+    for r in rows:
+        a = algs.setdefault(r["algorithm"], {"sent": 0, "received": 0, "messages": 0, "destinations": 0})
+        a["sent"] += r["mapper_pairs"]
+        a["received"] += r["reducer_pairs"]
+        a["messages"] += r["messages"]
+        a["destinations"] += r["destinations"]
+    by_alg = {k: {"measured": 1 - v["received"] / max(v["sent"], 1), "potential": 1 - v["destinations"] / max(v["messages"], 1)} for k, v in algs.items()}
+    return {
+        "by_algorithm": by_alg,
+        "algorithm_min": min(v["measured"] for v in by_alg.values()),
+        "algorithm_max": max(v["measured"] for v in by_alg.values()),
+        "superstep_min": min(r["measured_reduction"] for r in rows),
+        "superstep_max": max(r["measured_reduction"] for r in rows),
+        "potential_max": max(r["potential_reduction"] for r in rows),
+    }
+
+
 def run_fig1(quick: bool, progress: Progress) -> dict[str, Any]:
     from inswitch.apps.wordcount.job import JobError, JobSpec, run as run_wc
     from inswitch.topology.state import process_tag
@@ -139,14 +160,11 @@ def run_fig1(quick: bool, progress: Progress) -> dict[str, Any]:
                     "correct": bool(doc["correct"]),
                     "fallback": bool(sw["fallback"]),
                 })
-    meas = [r["measured_reduction"] for r in rows]
     return {
         "config": cfg,
         "graph": {"vertices": n, "edges": int(len(src)), "kind": "synthetic power-law (paper: LiveJournal, 4.8M vertices, 68M edges)"},
         "rows": rows,
-        "measured_min": min(meas),
-        "measured_max": max(meas),
-        "potential_max": max(r["potential_reduction"] for r in rows),
+        **summary(rows),
         "all_correct": all(r["correct"] for r in rows),
         "paper_range": [0.48, 0.93],
         "not_reproduced": "Fig. 1(a), 1(b): TensorFlow SGD/Adam tensor overlap on MNIST (about 42.5% and 66.5%); no TensorFlow here",
@@ -186,8 +204,10 @@ EXPERIMENTS = [
         run=run_fig1,
         plot=plot_fig1,
         numbers=[
-            PaperNumber("traffic reduction, lowest superstep", "48% (0.48)", "measured_min"),
-            PaperNumber("traffic reduction, highest superstep", "93% (0.93)", "measured_max"),
+            PaperNumber("traffic reduction, lowest algorithm (all supersteps)", "48% (0.48)", "algorithm_min"),
+            PaperNumber("traffic reduction, highest algorithm (all supersteps)", "93% (0.93)", "algorithm_max"),
+            PaperNumber("traffic reduction, lowest superstep", "48% (0.48)", "superstep_min"),
+            PaperNumber("traffic reduction, highest superstep", "93% (0.93)", "superstep_max"),
             PaperNumber("potential (no switch limits), highest", "93% (0.93)", "potential_max"),
             PaperNumber("reducer result equals a Counter", "-", "all_correct"),
         ],
