@@ -71,8 +71,8 @@ class Stats:
     ops: int = 0
     retries: int = 0
     timeouts: int = 0
-    #: (completion time ns, latency ns, was a switch hit) of every operation.
-    samples: list[tuple[int, int, bool]] = field(default_factory=list)
+    #: (completion time ns, latency ns, was a get, was a switch hit) of every operation.
+    samples: list[tuple[int, int, bool, bool]] = field(default_factory=list)
 
 
 class Client:
@@ -97,6 +97,8 @@ class Client:
         self.history = history
         self.record_samples = record_samples
         self.stats = Stats()
+        #: Writes that timed out: they may or may not have been applied (key, value, invoked).
+        self.unacked: list[tuple[bytes, Optional[bytes], int]] = []
         # Replies to port 7371 pass the switch's Hare parser (a PUT reply refreshes the
         # cached copy); a client on another port still works, without refreshes.
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -204,10 +206,20 @@ class Client:
                     f[3] += 1
                     self.stats.timeouts += 1
                     if f[3] > self.retries:
+                        self._give_up(ops, results, flight, per_key)
                         raise Timeout(f"{ops[f[0]].kind} {ops[f[0]].key!r}: no answer after {self.retries} retries")
                     f[2] = now + self.timeout
                     self._sendto(ops[f[0]].key, f[1])
         return results
+
+    def _give_up(self, ops: Sequence[Op], results: list[object], flight: dict[int, list], per_key: dict[bytes, deque[int]]) -> None:
+        """Every write of the batch not acknowledged may or may not have landed."""
+        started = {f[0]: f[4] for f in flight.values()}
+        now = time.monotonic_ns()
+        for q in per_key.values():
+            for i in q:
+                if ops[i].kind != "get":
+                    self.unacked.append((ops[i].key, ops[i].value if ops[i].kind == "set" else None, started.get(i, now)))
 
     def _sendto(self, key: bytes, payload: bytes) -> None:
         addr = (self.servers[server_index(key, len(self.servers))], self.port)
@@ -235,7 +247,7 @@ class Client:
         st.ops += 1
         hit = bool(m.flags & wire.FLAG_HIT)
         if self.record_samples:
-            st.samples.append((t, t - invoked, hit))
+            st.samples.append((t, t - invoked, op.kind == "get", hit))
         if op.kind == "get":
             st.gets += 1
             st.hits += hit

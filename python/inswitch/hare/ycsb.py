@@ -126,7 +126,7 @@ class YcsbOp:
 class Workload:
     """One client's operation stream. `shift(kind, count)` moves popularity."""
 
-    def __init__(self, name: str, records: int, seed: int = 1) -> None:
+    def __init__(self, name: str, records: int, seed: int = 1, shift_seed: int = 0) -> None:
         if name not in WORKLOADS:
             raise ValueError(f"workload must be one of {', '.join(WORKLOADS)}")
         self.name, self.records = name, records
@@ -135,7 +135,8 @@ class Workload:
         self.latest = Latest(records, self.rng) if name == "ycsb-d" else None
         self.zipf = ScrambledZipfian(records, self.rng)
         self.order: Optional[np.ndarray] = None
-        self._np = np.random.default_rng(seed)
+        # Every client of a run shifts the same way: the shift has its own seed.
+        self._np = np.random.default_rng(shift_seed)
 
     def shift(self, kind: str, count: int) -> None:
         """Change which record each popularity position is (hotspot shift)."""

@@ -40,7 +40,7 @@ def check_programs(spec: str) -> list[str]:
         raise UsageError(str(e)) from None
     known = native.program_names()
     for n in names:
-        if n not in known:
+        if not native.is_program(n):
             raise UsageError(f"unknown program {n!r} (known: {', '.join(known)})")
     if len(set(names)) != len(names):
         raise UsageError(f"a program is named twice in {spec!r}")
