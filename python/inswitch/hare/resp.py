@@ -1,5 +1,6 @@
-"""RESP2, the Redis protocol, as much as a proxy needs: an incremental parser of client
-commands (arrays of bulk strings, and inline commands) and an encoder of replies.
+"""RESP, the Redis protocol, as much as a proxy needs: an incremental parser of client
+commands (arrays of bulk strings, and inline commands) and an encoder of replies in RESP2
+or, after `HELLO 3`, RESP3 (which differs for our replies only in nil and maps).
 
 Bad input is refused with `RespError` (the connection is answered `-ERR ...` and closed,
 as Redis does), never an exception of another kind; limits keep a hostile client from
@@ -30,11 +31,20 @@ class Simple(str):
     """A simple-string reply (`+OK`)."""
 
 
-def encode(r: Reply) -> bytes:
-    """One reply: None is the nil bulk string, bytes a bulk string, int an integer,
-    `Simple` a simple string, `RespErrorReply` an error, a list an array."""
+class Map(dict):  # type: ignore[type-arg]
+    """A map reply (RESP3 `%`; a flat array in RESP2), e.g. HELLO's."""
+
+
+def encode(r: Reply, proto: int = 2) -> bytes:
+    """One reply: None is nil, bytes a bulk string, int an integer, `Simple` a simple
+    string, `RespErrorReply` an error, a list an array, `Map` a map."""
     if r is None:
-        return b"$-1\r\n"
+        return b"_\r\n" if proto == 3 else b"$-1\r\n"
+    if isinstance(r, Map):
+        flat = [x for kv in r.items() for x in kv]
+        if proto == 3:
+            return b"%%%d\r\n" % len(r) + b"".join(encode(x, proto) for x in flat)
+        return encode(flat, proto)
     if isinstance(r, RespErrorReply):
         return b"-" + str(r).replace("\r", " ").replace("\n", " ").encode() + b"\r\n"
     if isinstance(r, Simple):
@@ -49,7 +59,7 @@ def encode(r: Reply) -> bytes:
         b = r.encode()
         return b"$%d\r\n%s\r\n" % (len(b), b)
     if isinstance(r, list):
-        return b"*%d\r\n" % len(r) + b"".join(encode(x) for x in r)
+        return b"*%d\r\n" % len(r) + b"".join(encode(x, proto) for x in r)
     raise TypeError(f"cannot encode {type(r).__name__}")
 
 

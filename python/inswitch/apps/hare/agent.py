@@ -210,10 +210,10 @@ def serve(a: argparse.Namespace) -> int:
             time.sleep(0.05)
     q = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     q.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-    q.bind(("0.0.0.0", wire.PORT_SERVER))
+    q.bind((a.bind, a.port))
     q.setblocking(False)
     c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    c.bind(("0.0.0.0", wire.PORT_SERVER + 2))
+    c.bind((a.bind, 0))
     srv = RedisKv(a.idx, a.k, a.key_field, a.value_size, r, c, a.switch_dst)
     ctl_path = Path(a.ctl)
     ctl_path.unlink(missing_ok=True)
@@ -224,7 +224,7 @@ def serve(a: argparse.Namespace) -> int:
     sel.register(q, selectors.EVENT_READ, "q")
     sel.register(lsn, selectors.EVENT_READ, "lsn")
     bufs: dict[socket.socket, bytes] = {}
-    print("READY", flush=True)
+    print(f"READY {q.getsockname()[1]}", flush=True)
     while True:
         for sk, _ev in sel.select(1.0):
             if sk.data == "q":
@@ -268,6 +268,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--redis", required=True, help="Redis's Unix socket")
     p.add_argument("--ctl", required=True, help="Unix socket the controller talks to")
     p.add_argument("--switch-dst", default="10.0.0.1", help="any address through the switch (control packets are answered by it)")
+    p.add_argument("--bind", default="0.0.0.0")
+    p.add_argument("--port", type=int, default=wire.PORT_SERVER, help="queries arrive here (0: any free port, printed as READY PORT)")
     p.add_argument("--key-field", type=int, default=64)
     p.add_argument("--value-size", type=int, default=64)
     p.add_argument("--k", type=int, default=64, help="NOO-Stat's heap size (Hare's K)")

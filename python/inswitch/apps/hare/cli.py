@@ -67,9 +67,16 @@ def run_kvs(
 
 def register(app: typer.Typer) -> None:
     _register_locks(app)
+    # `kvs` is a group so that `kvs proxy` can sit under it; without a subcommand it runs.
+    kvs_app = typer.Typer(invoke_without_command=True)
+    app.add_typer(kvs_app, name="kvs")
+    from inswitch.apps.hare import redis_cli
 
-    @app.command("kvs")
+    redis_cli.register_proxy(kvs_app)
+
+    @kvs_app.callback()
     def kvs_cmd(
+        ctx: typer.Context,
         system: str = typer.Option("all", help="hare, netcache, dyso, none or all."),
         keys: int = typer.Option(10_000, help="Number of keys."),
         key_size: int = typer.Option(80, help="Key size in bytes."),
@@ -89,11 +96,24 @@ def register(app: typer.Typer) -> None:
         json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here."),
         rates: bool = typer.Option(True, help="Also measure the two plane-interaction rates here (starts a switch for P4Runtime)."),
         model_rates: str = typer.Option("paper", help="Control costs in the run: paper (10K table writes/s, 1M packets/s) or measured (this machine's P4Runtime and data-plane rates)."),
+        backend: str = redis_cli.BACKEND,
+        workload: str = redis_cli.WORKLOAD,
+        records: int = redis_cli.RECORDS,
+        field_size: int = redis_cli.FIELD_SIZE,
+        clients: int = redis_cli.CLIENTS,
+        servers: int = redis_cli.SERVERS,
+        window: int = redis_cli.WINDOW,
+        plot: Optional[Path] = redis_cli.PLOT,
     ) -> None:
-        """Replay one seeded KV trace against Hare, NetCache, DySO and no caching."""
+        """Hare, NetCache, DySO and no caching on one workload: a trace replay in simulated time (--backend sim, a model) or real Redis servers in a rack (--backend redis, measured)."""
+        if ctx.invoked_subcommand:
+            return
         console = Console()
         if json_out:
             ensure_writable(json_out)
+        if backend == "redis":
+            redis_cli.run_redis(console, system, workload, records, field_size, clients, servers, window, cache, batch, shift, shift_count, duration, t_wait, value_size, seed, json_out, plot)
+            return
         systems = list(SYSTEMS) if system == "all" else [system]
         if any(s not in SYSTEMS for s in systems):
             console.print(f"[red]error:[/red] --system must be one of {', '.join(SYSTEMS)} or all")
@@ -112,7 +132,8 @@ def register(app: typer.Typer) -> None:
             out = run_kvs(systems, keys, key_size, value_size, cache, batch, zipf, shift, duration, rate, writes, scrambled, shift_count, seed, t_wait=t_wait, hare_stats=stats, progress=prog, **extra)
         if measured:
             out["plane_interaction_rates_measured"] = measured
-        t = Table(title=f"kvs: {len(systems)} system(s), {out['config']['queries']} queries, shift {shift}")
+        out["config"]["backend"] = "sim (model: trace replay, FIFO servers, simulated time)"
+        t = Table(title=f"kvs (model, --backend sim): {len(systems)} system(s), {out['config']['queries']} queries, shift {shift}")
         for c in ("system", "stable hit rate", "recovered", "recovery (s)", "mean qps", "max P99 (µs)", "offloads", "table ops", "packet ops", "fits tofino1", "correct"):
             t.add_column(c)
         for name, r in out["systems"].items():

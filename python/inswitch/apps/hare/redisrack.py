@@ -429,7 +429,7 @@ class RedisRack:
                 "--switch-dst", self.client_hosts[0].ip, "--key-field", str(p.key_field), "--value-size", str(p.value_size), "--k", str(p.batch)]
         proc = subprocess.Popen(self.in_host(self.storage_hosts[i], argv), stdout=subprocess.PIPE, stderr=open(self.sdir(i) / "agent.log", "ab"), text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         assert proc.stdout is not None
-        if proc.stdout.readline().strip() != "READY":
+        if not proc.stdout.readline().startswith("READY"):
             raise RuntimeError(f"agent {i} did not start: " + (self.sdir(i) / "agent.log").read_text()[-2000:])
         self.agents[i] = proc
         link = AgentLink(ctl)

@@ -1,0 +1,187 @@
+"""The RESP proxy and the storage agent on loopback, with a real redis-server behind the
+agent (no switch: the client talks to the agent directly), checked against the same
+commands sent to Redis itself; RESP parsing as a property test against redis-py's
+command encoder."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from inswitch.hare import resp, wire
+from inswitch.hare.client import Client
+from inswitch.hare.proxy import Proxy
+
+redis = pytest.importorskip("redis")
+
+
+def _pack(args: list[bytes]) -> bytes:
+    """redis-py's own encoding of a command (the reference encoder)."""
+    return b"".join(redis.connection.Connection().pack_command(*args))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([b"GET", b"SET", b"MGET", b"hset"]), st.lists(st.binary(max_size=40), max_size=5)).map(lambda t: [t[0], *t[1]]), min_size=1, max_size=8),
+       st.lists(st.integers(1, 30), min_size=1, max_size=20))
+def test_resp_parser_reads_what_redis_py_writes(cmds: list[list[bytes]], cuts: list[int]) -> None:
+    data = b"".join(_pack(c) for c in cmds)
+    p, got, at = resp.Parser(), [], 0
+    for n in cuts * (len(data) // max(1, sum(cuts)) + 1):
+        p.feed(data[at : at + n])
+        at += n
+        while (c := p.command()) is not None:
+            got.append(c)
+        if at >= len(data):
+            break
+    assert got == cmds
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200))
+def test_resp_garbage_is_refused_cleanly(data: bytes) -> None:
+    p = resp.Parser()
+    p.feed(data)
+    try:
+        while p.command() is not None:
+            pass
+    except resp.RespError:
+        pass  # refused: the only failure allowed
+
+
+def test_reply_encoding() -> None:
+    assert resp.encode(None) == b"$-1\r\n"
+    assert resp.encode(resp.Simple("OK")) == b"+OK\r\n"
+    assert resp.encode(3) == b":3\r\n"
+    assert resp.encode([b"a", None]) == b"*2\r\n$1\r\na\r\n$-1\r\n"
+    assert resp.encode(resp.RespErrorReply("ERR x\r\ny")) == b"-ERR x  y\r\n"
+
+
+# ---- against a real Redis ---------------------------------------------------------------------
+
+needs_redis = pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server not installed (scripts/install-deps.sh)")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server not installed")
+    d = tmp_path_factory.mktemp("hare-proxy")
+    sock = str(d / "redis.sock")
+    rs = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", sock, "--dir", str(d), "--appendonly", "yes", "--appendfsync", "always", "--save", ""], stdout=subprocess.DEVNULL)
+    agent = None
+    try:
+        r = redis.Redis(unix_socket_path=sock)
+        for _ in range(200):
+            try:
+                r.ping()
+                break
+            except redis.exceptions.ConnectionError:
+                time.sleep(0.05)
+        agent = subprocess.Popen([sys.executable, "-m", "inswitch.apps.hare.agent", "--idx", "0", "--redis", sock, "--ctl", str(d / "agent.sock"), "--bind", "127.0.0.1", "--port", "0"],
+                                 stdout=subprocess.PIPE, text=True)
+        assert agent.stdout is not None
+        port = int(agent.stdout.readline().split()[1])
+        client = Client(["127.0.0.1"], port=port, bind=("127.0.0.1", 0), timeout=0.5)
+        proxy = Proxy(client, ("127.0.0.1", 0))
+        stop = threading.Event()
+        th = threading.Thread(target=proxy.serve_forever, args=(stop.is_set,), daemon=True)
+        th.start()
+        yield {"redis": r, "proxy": proxy, "port": port, "ctl": str(d / "agent.sock"), "client": client}
+        stop.set()
+        th.join(5)
+        proxy.close()
+        client.close()
+    finally:
+        if agent is not None:
+            agent.kill()
+            agent.wait()
+        rs.terminate()
+        rs.wait(10)
+
+
+def _px(stack: dict) -> "redis.Redis":
+    host, port = stack["proxy"].address
+    return redis.Redis(host=host, port=port, socket_timeout=10)
+
+
+@needs_redis
+def test_commands_match_redis(stack: dict) -> None:
+    px, ref = _px(stack), stack["redis"]
+    results = []
+    for c in (px, ref):
+        pre = b"px:" if c is px else b"ref:"
+        out = [c.ping(), c.set(pre + b"a", b"1"), c.get(pre + b"a"), c.get(pre + b"missing"), c.set(pre + b"b", b""),
+               c.mget([pre + b"a", pre + b"b", pre + b"zz"]), c.exists(pre + b"a", pre + b"zz", pre + b"a"),
+               c.delete(pre + b"a", pre + b"zz"), c.get(pre + b"a"), c.exists(pre + b"a")]
+        results.append(out)
+    assert results[0] == results[1]
+    # written through: Redis itself holds what the proxy set
+    assert ref.get(b"px:b") == b"" and ref.get(b"px:a") is None
+
+
+@needs_redis
+def test_unknown_commands_and_oversize_are_refused_whole(stack: dict) -> None:
+    px, ref = _px(stack), stack["redis"]
+    with pytest.raises(redis.exceptions.ResponseError, match="unknown command 'HSET'"):
+        px.execute_command("HSET", "h", "f", "v")
+    with pytest.raises(redis.exceptions.ResponseError, match="key of 65 bytes"):
+        px.set(b"k" * 65, b"v")
+    with pytest.raises(redis.exceptions.ResponseError, match="value of 64 bytes"):
+        px.set(b"big", b"v" * 64)
+    px.set(b"keep", b"1")
+    with pytest.raises(redis.exceptions.ResponseError, match="key of 70 bytes"):
+        px.delete(b"keep", b"x" * 70)
+    assert ref.get(b"keep") == b"1" and px.get(b"keep") == b"1"  # nothing half-applied
+    with pytest.raises(redis.exceptions.ResponseError, match="wrong number of arguments"):
+        px.execute_command("GET")
+
+
+@needs_redis
+def test_10000_pipelined_commands_answered_in_order(stack: dict) -> None:
+    px = _px(stack)
+    pipe = px.pipeline(transaction=False)
+    want = []
+    for i in range(5000):
+        k = b"p%d" % (i % 97)
+        pipe.set(k, b"%d" % i)
+        pipe.get(k)
+        want += [True, b"%d" % i]
+    assert pipe.execute() == want
+
+
+@needs_redis
+def test_protocol_garbage_is_answered_counted_and_closed(stack: dict) -> None:
+    before = stack["proxy"].counters["protocol_errors"]
+    host, port = stack["proxy"].address
+    with socket.create_connection((host, port), timeout=5) as s:
+        s.sendall(b"*2\r\n$3\r\nGET\r\n:oops\r\n")
+        data = s.recv(1000)
+        assert data.startswith(b"-ERR Protocol error")
+        assert s.recv(1000) == b""  # closed
+    assert stack["proxy"].counters["protocol_errors"] == before + 1
+    assert _px(stack).ping()
+
+
+@needs_redis
+def test_agent_counts_malformed_packets(stack: dict) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.sendto(b"\x01\x00", ("127.0.0.1", stack["port"]))
+        s.sendto(wire.Msg(99, b"k", key_field=8).encode(), ("127.0.0.1", stack["port"]))
+    time.sleep(0.2)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
+        c.connect(stack["ctl"])
+        c.sendall(b'{"cmd": "stats"}\n')
+        counters = json.loads(c.makefile().readline())["counters"]
+    assert counters["malformed"] >= 1 and counters["unknown_op"] >= 1
+    assert stack["client"].get(b"px:b") == b""  # still serving
