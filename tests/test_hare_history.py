@@ -55,5 +55,8 @@ def test_porcupine_agrees_with_brute_force_on_random_small_histories() -> None:
                 ops.append(O("get", rng.choice([b"a", b"b", b"c", None, b"0"]), c, r))
         want = history.brute_force(ops, b"0")
         assert history.linearizable(ops, b"0") == want, ops
+        assert history.stale_reads(ops, b"0") == history.stale_reads_naive(ops, b"0"), ops
+        if history.stale_reads(ops, b"0"):
+            assert not want  # a stale read is never linearizable
         seen[want] += 1
     assert seen[True] > 100 and seen[False] > 100  # both outcomes exercised

@@ -13,6 +13,7 @@ latest write completed before it started, or of a write concurrent with it.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections import defaultdict
 from dataclasses import dataclass
@@ -123,17 +124,34 @@ def brute_force(ops: Sequence[Operation], init: Optional[bytes]) -> bool:
 
 
 def stale_reads(ops: Sequence[Operation], init: Optional[bytes]) -> int:
-    """Reads returning neither the latest write completed before them nor a concurrent one."""
-    writes = [o for o in ops if o.kind == "set"]
+    """Reads returning neither the latest write completed before them nor a concurrent one.
+
+    A write w is superseded for read r when another write w2 ran entirely between them
+    (w.ret < w2.call, w2.ret < r.call): with C the latest call of a write completed
+    before r started, the allowed writes are those with w.ret >= C and w.call <= r.ret
+    (and the initial value when no write completed before r)."""
+    writes = sorted((o for o in ops if o.kind == "set"), key=lambda o: o.ret)
+    rets = [w.ret for w in writes]
+    prefix_max_call: list[int] = []
+    m = -1
+    for w in writes:
+        m = max(m, w.call)
+        prefix_max_call.append(m)
+    by_value: dict[Optional[bytes], list[Operation]] = defaultdict(list)
+    for w in writes:
+        by_value[w.value].append(w)
     bad = 0
     for r in ops:
         if r.kind != "get":
             continue
-        before = [w for w in writes if w.ret < r.call]
-        allowed = {w.value for w in writes if w.call < r.ret and not any(w.ret < w2.call and w2.ret < r.call for w2 in writes)}
-        if not before:
-            allowed.add(init)
-        if r.value not in allowed:
+        n_before = bisect.bisect_left(rets, r.call)  # writes with ret < r.call
+        if n_before == 0:
+            if r.value == init or any(w.call <= r.ret for w in by_value.get(r.value, ())):
+                continue
+            bad += 1
+            continue
+        c = prefix_max_call[n_before - 1]
+        if not any(w.ret >= c and w.call <= r.ret for w in by_value.get(r.value, ())):
             bad += 1
     return bad
 
@@ -142,8 +160,24 @@ def may_remain(ops: Sequence[Operation], init: Optional[bytes], unacked: Iterabl
     """Values the store may hold after all operations: a write no other write follows in
     real time (or the initial value when no write completed), or an unacknowledged one."""
     writes = [o for o in ops if o.kind == "set"]
-    last = {w.value for w in writes if not any(w.ret < w2.call for w2 in writes)}
+    latest_call = max((w.call for w in writes), default=-1)
+    last = {w.value for w in writes if w.ret >= latest_call}
     return (last or {init}) | set(unacked)
+
+
+def stale_reads_naive(ops: Sequence[Operation], init: Optional[bytes]) -> int:
+    """The rule as written (quadratic per read): for tests."""
+    writes = [o for o in ops if o.kind == "set"]
+    bad = 0
+    for r in ops:
+        if r.kind != "get":
+            continue
+        allowed = {w.value for w in writes if w.call <= r.ret and not any(w.ret < w2.call and w2.ret < r.call for w2 in writes)}
+        if not any(w.ret < r.call for w in writes):
+            allowed.add(init)
+        if r.value not in allowed:
+            bad += 1
+    return bad
 
 
 @dataclass

@@ -267,12 +267,28 @@ def parse_servers(text: str) -> list[str]:
     return out
 
 
-def run(listen: tuple[str, int], servers: list[str], key_field: int, value_size: int, timeout: float, ready: Optional[Callable[[tuple[str, int]], Any]] = None) -> None:
-    with Client(servers, key_field=key_field, value_size=value_size, timeout=timeout, window=128) as c:
+def run(listen: tuple[str, int], servers: list[str], key_field: int, value_size: int, timeout: float,
+        ready: Optional[Callable[[tuple[str, int]], Any]] = None, history: Optional[str] = None) -> None:
+    """Serve until SIGTERM or SIGINT; with `history`, every operation is recorded and
+    written there (JSON, as the load generators write it) on the way out."""
+    import json
+    import signal
+    import sys
+
+    hist: Optional[list] = [] if history else None
+    signal.signal(signal.SIGTERM, lambda *_a: sys.exit(0))
+    with Client(servers, key_field=key_field, value_size=value_size, timeout=timeout, window=128, history=hist) as c:
         p = Proxy(c, listen)
         if ready:
             ready(p.address)
         try:
             p.serve_forever()
+        except KeyboardInterrupt:
+            pass
         finally:
             p.close()
+            if history and hist is not None:
+                with open(history, "w") as f:
+                    json.dump({"history": [[k.hex(), kind, None if v is None else v.hex(), a, b] for k, kind, v, a, b in hist],
+                               "unacked": [[k.hex(), None if v is None else v.hex(), t] for k, v, t in c.unacked],
+                               "counters": p.counters, "stats": {"ops": c.stats.ops, "gets": c.stats.gets, "hits": c.stats.hits, "retries": c.stats.retries, "timeouts": c.stats.timeouts}}, f)

@@ -96,8 +96,9 @@ def register_proxy(kvs_app: typer.Typer) -> None:
         key_field: int = option(64, "--key-field", type=Int(1, 255), help="The switch program's key field (longest key)."),
         value_size: int = option(64, "--value-size", type=Int(8, 252), help="The switch program's value size (longest value + 1)."),
         timeout: float = option(0.3, "--timeout", type=Float(0.001, 60), help="Seconds before a request to an agent is retransmitted."),
+        history: Optional[str] = option(None, "--history", type=Text("a file path"), help="Record every operation and write them here (JSON) on exit, for the linearizability checker."),
     ) -> None:
         """A RESP endpoint (GET, SET, DEL, MGET, EXISTS, PING) in front of Hare, for unmodified Redis clients."""
         from inswitch.hare.proxy import run
 
-        run(listen, servers, key_field, value_size, timeout, lambda a: print(f"listening on {a[0]}:{a[1]}", flush=True))
+        run(listen, servers, key_field, value_size, timeout, lambda a: print(f"listening on {a[0]}:{a[1]}", flush=True), history)

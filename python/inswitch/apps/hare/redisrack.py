@@ -75,6 +75,9 @@ class RackParams:
     value_size: int = 64
     seed: int = 1
     netcache_threshold: int = 16
+    #: Where each Redis keeps its append-only file (None: the system's temp dir). On a
+    #: tmpfs an fsync is nearly free: quicker tests, no durability across a reboot.
+    workdir: Optional[str] = None
 
     def shift_times(self) -> list[float]:
         if self.shift == "none":
@@ -343,7 +346,7 @@ class RedisRack:
 
         self.p = p
         self.name = name or f"hr{process_tag()}"
-        self.dir = Path(tempfile.mkdtemp(prefix=f"{self.name}-"))
+        self.dir = Path(tempfile.mkdtemp(prefix=f"{self.name}-", dir=p.workdir))
         os.chmod(self.dir, 0o755)
         self.redis: list[Optional[subprocess.Popen]] = []
         self.agents: list[Optional[subprocess.Popen]] = []
@@ -669,3 +672,96 @@ def plot(out: dict[str, Any], path: Path) -> None:
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+# ---- unmodified Redis clients through the proxy ------------------------------------------------
+
+
+class ControlThread:
+    """A system's control loop in the background (while a benchmark runs)."""
+
+    def __init__(self, control: Any) -> None:
+        self.control, self.errors = control, []  # type: ignore[var-annotated]
+        self.stop = threading.Event()
+        self.t0 = time.monotonic()
+        self.th = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.control.step(time.monotonic() - self.t0)
+            except Exception as e:
+                if len(self.errors) < 5:
+                    self.errors.append(f"{type(e).__name__}: {e}")
+            time.sleep(0.005)
+
+    def __enter__(self) -> "ControlThread":
+        self.th.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.th.join(10)
+
+
+def parse_benchmark_csv(text: str) -> dict[str, dict[str, float]]:
+    """redis-benchmark --csv: "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"."""
+    import csv
+    import io
+
+    rows = list(csv.reader(io.StringIO(text)))
+    out: dict[str, dict[str, float]] = {}
+    if not rows:
+        return out
+    head = rows[0]
+    for r in rows[1:]:
+        if len(r) == len(head) and r[0] != head[0]:
+            out[r[0]] = {h: float(v) for h, v in zip(head[1:], r[1:])}
+    return out
+
+
+def redis_benchmark(rack: RedisRack, host: Any, addr: str, port: int, n: int, keyspace: int, tests: str = "get,set", clients: int = 50, pipeline: int = 1, timeout: float = 120) -> dict[str, dict[str, float]]:
+    argv = ["redis-benchmark", "-h", addr, "-p", str(port), "-t", tests, "-n", str(n), "-r", str(keyspace), "-c", str(clients), "-P", str(pipeline), "--csv"]
+    r = subprocess.run(rack.in_host(host, argv), capture_output=True, text=True, timeout=timeout)
+    if r.returncode != 0:
+        raise RuntimeError(f"redis-benchmark failed: {r.stderr[-1000:]}")
+    return parse_benchmark_csv(r.stdout)
+
+
+class ProxyInHost:
+    """`inswitch kvs proxy` in a client host, recording its operations."""
+
+    def __init__(self, rack: RedisRack, host: Any, port: int = 6380) -> None:
+        """Starts the proxy on 0.0.0.0:`port` in `host`."""
+        self.rack, self.host, self.port = rack, host, port
+        self.hist = rack.dir / f"proxy-{host.name}-{time.monotonic_ns()}.json"
+        p = rack.p
+        argv = [sys.executable, "-m", "inswitch", "kvs", "proxy", "--listen", f"0.0.0.0:{port}", "--servers", ",".join(rack.server_ips),
+                "--key-field", str(p.key_field), "--value-size", str(p.value_size), "--history", str(self.hist)]
+        self.proc = subprocess.Popen(rack.in_host(host, argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line.startswith("listening"):
+            self.proc.kill()
+            raise RuntimeError(f"the proxy did not start: {line} {self.proc.stderr.read()[-1000:] if self.proc.stderr else ''}")
+
+    def stop(self) -> dict[str, Any]:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        return json.loads(self.hist.read_text())
+
+    def verdict(self, doc: dict[str, Any], init: dict[bytes, Optional[bytes]]) -> history.Verdict:
+        recs: list[history.Record] = []
+        unacked: dict[bytes, list[Optional[bytes]]] = {}
+        for k, kind, v, a, b in doc["history"]:
+            recs.append((bytes.fromhex(k), kind, None if v is None else bytes.fromhex(v), a, b))
+        for k, v, a in doc["unacked"]:
+            kb = bytes.fromhex(k)
+            unacked.setdefault(kb, []).append(None if v is None else bytes.fromhex(v))
+            recs.append((kb, "set", None if v is None else bytes.fromhex(v), a, 1 << 62))
+        keys = sorted({r[0] for r in recs})
+        return history.check(recs, init, self.rack.read_back(keys), unacked)
