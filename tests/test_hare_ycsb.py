@@ -22,8 +22,10 @@ def test_fnvhash64_matches_ycsb() -> None:
         s = h - (1 << 64) if h >= 1 << 63 else h
         return abs(s)
 
-    for v in [0, 1, 2, 255, 256, 12345678901, (1 << 40) + 7]:
+    vals = [0, 1, 2, 255, 256, 12345678901, (1 << 40) + 7]
+    for v in vals:
         assert ycsb.fnvhash64(v) == ref(v)
+    assert ycsb.fnvhash64_np(np.array(vals, dtype=np.int64)).tolist() == [ref(v) for v in vals]
 
 
 def test_zipfian_frequencies_match_the_distribution() -> None:
@@ -74,9 +76,21 @@ def test_operation_mixes_are_the_published_ones(name: str) -> None:
     assert set(ops) <= set(ycsb.WORKLOADS[name])
 
 
-def test_hotspot_shift_moves_the_hot_record() -> None:
-    w = ycsb.Workload("ycsb-c", 1000, seed=1)
-    before = Counter(w.next().record for _ in range(20_000)).most_common(1)[0][0]
+def test_hotspot_shift_makes_the_coldest_records_hottest() -> None:
+    w = ycsb.Workload("ycsb-c", 1000, seed=1, shift_seed=4)
+    order = w.popularity_order()
+    before = Counter(w.next().record for _ in range(50_000))
+    assert before.most_common(1)[0][0] == order[0]
     w.shift("hot-in", 200)
-    after = Counter(w.next().record for _ in range(20_000)).most_common(1)[0][0]
-    assert before != after
+    after = Counter(w.next().record for _ in range(50_000))
+    # hot-in (workload.shifted): the 200 coldest move to the top, in order
+    assert after.most_common(1)[0][0] == order[800]
+    assert after[order[0]] < before[order[0]] / 3
+    # the load carried by the top 10 positions is the same, now on other records
+    top_before = sum(before[r] for r in order[:10])
+    top_after = sum(after[r] for r in order[800:810])
+    assert abs(top_after - top_before) < 0.1 * top_before
+    # every client with the same shift seed shifts the same way
+    w2 = ycsb.Workload("ycsb-c", 1000, seed=99, shift_seed=4)
+    w2.shift("hot-in", 200)
+    assert (w2.current == w.current).all()

@@ -84,6 +84,30 @@ class Zipfian:
         return min(self.items - 1, int(self.items * (self.eta * u - self.eta + 1) ** self.alpha))
 
 
+def fnvhash64_np(v: np.ndarray) -> np.ndarray:
+    """`fnvhash64` over an array (uint64 arithmetic wraps as Java's long does)."""
+    x = v.astype(np.uint64)
+    h = np.full(x.shape, FNV_OFFSET_64, dtype=np.uint64)
+    for _ in range(8):
+        h ^= x & np.uint64(0xFF)
+        x >>= np.uint64(8)
+        h *= np.uint64(FNV_PRIME_64)
+    return np.abs(h.view(np.int64))
+
+
+def scrambled_draws(items: int, n: int, rng: np.random.Generator) -> np.ndarray:
+    """`n` draws of ScrambledZipfian(items), vectorised (same formula as `Zipfian.next`)."""
+    theta = ZIPFIAN_CONSTANT
+    z = Zipfian.__new__(Zipfian)
+    z.items, z.theta, z.zeta2, z.alpha = SCRAMBLED_ITEMS, theta, zeta(2, theta), 1.0 / (1.0 - theta)
+    z.set_items(SCRAMBLED_ITEMS, SCRAMBLED_ZETAN)
+    u = rng.random(n)
+    uz = u * SCRAMBLED_ZETAN
+    tail = np.minimum(SCRAMBLED_ITEMS - 1, np.floor(SCRAMBLED_ITEMS * np.power(z.eta * u - z.eta + 1, z.alpha))).astype(np.int64)
+    ranks = np.where(uz < 1.0, 0, np.where(uz < 1.0 + 0.5**theta, 1, tail))
+    return fnvhash64_np(ranks) % items
+
+
 class ScrambledZipfian:
     """YCSB's `ScrambledZipfianGenerator` over [0, items)."""
 
@@ -134,23 +158,42 @@ class Workload:
         self.mix = list(WORKLOADS[name].items())
         self.latest = Latest(records, self.rng) if name == "ycsb-d" else None
         self.zipf = ScrambledZipfian(records, self.rng)
-        self.order: Optional[np.ndarray] = None
         # Every client of a run shifts the same way: the shift has its own seed.
+        self.shift_seed = shift_seed
         self._np = np.random.default_rng(shift_seed)
+        #: position (by popularity) of each record the generator yields, and the record
+        #: at each position now (None until the first shift).
+        self.pos_of: Optional[np.ndarray] = None
+        self.current: Optional[np.ndarray] = None
+
+    def popularity_order(self, draws: int = 1_000_000) -> np.ndarray:
+        """Records from most to least popular under the scrambled Zipfian (estimated by
+        drawing with the shift seed, so every client finds the same order)."""
+        counts = np.bincount(scrambled_draws(self.records, draws, np.random.default_rng(self.shift_seed)), minlength=self.records)
+        return np.lexsort((np.arange(self.records), -counts))
+
+    def prepare_shifts(self) -> None:
+        """Find the popularity order now (it takes a moment), not at the first shift."""
+        if self.current is None:
+            order = self.popularity_order()
+            self.pos_of = np.empty(self.records, dtype=np.int64)
+            self.pos_of[order] = np.arange(self.records)
+            self.current = order
 
     def shift(self, kind: str, count: int) -> None:
-        """Change which record each popularity position is (hotspot shift)."""
-        if self.order is None:
-            self.order = np.arange(self.records)
-        # Popularity positions are the scrambled ranks' records: move the `count` records
-        # the scramble makes coldest to the top by remapping through `order`.
-        self.order = shifted(self.order, kind, count, self._np)
+        """A hotspot shift of `apps/hare/workload.py` (hot-in: the `count` coldest records
+        become the hottest, ...), applied to the records' popularity order."""
+        self.prepare_shifts()
+        self.current = shifted(self.current, kind, count, self._np)
 
     def _pick(self) -> int:
         if self.latest is not None:
             return self.latest.next()
         r = self.zipf.next()
-        return int(self.order[r]) if self.order is not None else r
+        if self.current is None or r >= len(self.current):
+            return r
+        assert self.pos_of is not None
+        return int(self.current[self.pos_of[r]])
 
     def next(self) -> YcsbOp:
         u = self.rng.random()

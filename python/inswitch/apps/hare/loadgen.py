@@ -20,6 +20,8 @@ def main(argv: list[str]) -> int:
     w = ycsb.Workload(p["workload"], p["records"], seed=p["seed"], shift_seed=p["shift_seed"])
     start, end = p["start_ns"], p["start_ns"] + int(p["duration"] * 1e9)
     shifts = sorted(int(start + t * 1e9) for t in p.get("shift_times", []))
+    if shifts and p["workload"] != "ycsb-d":
+        w.prepare_shifts()
     while time.monotonic_ns() < start:
         time.sleep(0.001)
     version, errors = 0, 0

@@ -56,9 +56,10 @@ def run_redis(console: Console, system: str, workload: str, records: int, field_
                              value_size=value_size, seed=seed)
     with Progress(console=console) as prog:
         out = redisrack.run_all(systems, p, prog)
+    console = Console(width=max(console.width, 150))  # the table's numbers are never cut
     t = Table(title=f"kvs --backend redis (measured): {workload}, {records} records, shift {shift}, {duration:g} s per system")
-    for c in ("system", "ops/s", "p50 (µs)", "p99 (µs)", "p99.9 (µs)", "hit rate", "stable hit rate", "recovery (s)", "offloads", "stale reads", "lost writes", "correct"):
-        t.add_column(c)
+    for c in ("system", "ops/s", "p50 µs", "p99 µs", "p99.9 µs", "hit rate", "stable hit", "recovery s", "offloads", "stale reads", "lost writes", "correct"):
+        t.add_column(c, no_wrap=True, justify="left" if c in ("system", "recovery s", "correct") else "right")
     f = lambda v, fmt="{:.0f}": "-" if v is None else fmt.format(v)  # noqa: E731
     for name, r in out["systems"].items():
         t.add_row(name, f(r["throughput_ops"]), f(r["p50_us"]), f(r["p99_us"]), f(r["p999_us"]), f(r["hit_rate"], "{:.3f}"), f(r["stable_hit_rate"], "{:.3f}"),
