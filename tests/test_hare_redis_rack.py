@@ -67,3 +67,18 @@ def test_redis_benchmark_and_ycsb_through_each_system(rack: rr.RedisRack, system
     assert r["stale_reads"] == 0 and r["lost_writes"] == 0 and r["linearizable"], r["nonlinearizable_keys"]
     assert r["correct"] and r["operations"] > 500
     assert (r["hit_rate"] > 0) == (system != "none")
+
+
+@pytest.mark.parametrize("what", ["agent", "redis"])
+def test_kill9_mid_run_loses_no_acknowledged_write(rack: rr.RedisRack, what: str) -> None:
+    """SIGKILL of a storage host's agent or Redis in the middle of a Hare run (YCSB-A,
+    half writes): every acknowledged write is in Redis afterwards (lost_writes == 0), no
+    read is stale (the switch never serves a value the store lost), and the outage is
+    reported."""
+    ctl = rack.use("hare")
+    r = rack.run_load("hare", ctl, fault=(what, 1.0, 0))
+    f = r["fault"]
+    assert f["process"] == what and f["unavailable_s"] is not None
+    assert 0 < f["restarted_after_s"] <= f["unavailable_s"] + 0.5
+    assert r["lost_writes"] == 0 and r["stale_reads"] == 0 and r["linearizable"], r["nonlinearizable_keys"]
+    assert r["hit_rate"] > 0

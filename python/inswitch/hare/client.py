@@ -193,6 +193,8 @@ class Client:
                         waiting_retry.sort()
                         continue
                     if m.status & wire.STATUS_ERROR:
+                        flight[m.seq] = f  # its write may have landed before the store failed
+                        self._give_up(ops, results, flight, per_key)
                         raise StoreError(f"the storage agent failed on {ops[i].kind} {ops[i].key!r}")
                     results[i] = self._complete(ops[i], m, f[4])
                     done += 1

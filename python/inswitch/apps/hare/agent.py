@@ -257,8 +257,8 @@ def serve(a: argparse.Namespace) -> int:
                     line, bufs[conn] = bufs[conn].split(b"\n", 1)
                     try:
                         resp = srv.request(json.loads(line))
-                    except (ValueError, KeyError, TypeError) as e:
-                        resp = {"ok": False, "error": str(e)}
+                    except Exception as e:  # bad request, or Redis gone: the agent stays up
+                        resp = {"ok": False, "error": f"{type(e).__name__}: {e}"}
                     conn.sendall(json.dumps(resp).encode() + b"\n")
 
 

@@ -158,12 +158,18 @@ class P4rtSwitch:
 
 class AgentLink:
     def __init__(self, path: str, timeout: float = 5.0) -> None:
-        self.path = path
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(timeout)
-        self.sock.connect(path)
-        self.buf = b""
+        self.path, self.timeout = path, timeout
         self.lock = threading.Lock()
+        self.reconnect()
+
+    def reconnect(self) -> None:
+        """To the agent now at `path` (after a restart)."""
+        if getattr(self, "sock", None) is not None:
+            self.sock.close()
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.path)
+        self.buf = b""
 
     def call(self, **req: Any) -> dict[str, Any]:
         with self.lock:
@@ -435,12 +441,10 @@ class RedisRack:
         if not proc.stdout.readline().startswith("READY"):
             raise RuntimeError(f"agent {i} did not start: " + (self.sdir(i) / "agent.log").read_text()[-2000:])
         self.agents[i] = proc
-        link = AgentLink(ctl)
         if i < len(self.links):
-            self.links[i].close()
-            self.links[i] = link
+            self.links[i].reconnect()  # the controllers hold this link
         else:
-            self.links.append(link)
+            self.links.append(AgentLink(ctl))
 
     def stop_agent(self, i: int, sig: int = signal.SIGTERM) -> None:
         a = self.agents[i]
@@ -528,7 +532,25 @@ class RedisRack:
 
     # ---- one measured run --------------------------------------------------------------------
 
-    def run_load(self, system: str, control: Any, progress: Optional[Callable[[float], None]] = None) -> dict[str, Any]:
+    def kill9(self, what: str, i: int) -> tuple[float, float]:
+        """SIGKILL storage host `i`'s agent or Redis, then start it again (Redis replays its
+        append-only file); (killed, serving again) on the monotonic clock."""
+        proc = self.agents[i] if what == "agent" else self.redis[i]
+        assert proc is not None
+        t_kill = time.monotonic()
+        proc.kill()
+        proc.wait()
+        if what == "agent":
+            self.agents[i] = None
+            self.start_agent(i)
+        else:
+            self.start_redis(i)
+        return t_kill, time.monotonic()
+
+    def run_load(self, system: str, control: Any, progress: Optional[Callable[[float], None]] = None, fault: Optional[tuple[str, float, int]] = None) -> dict[str, Any]:
+        """One measured run; `fault` = (agent|redis, seconds in, storage host) kills that
+        process with SIGKILL mid-run and restarts it. The controller runs in this loop, so
+        it is between two rounds at the kill and resumes after the restart."""
         p = self.p
         start_ns = time.monotonic_ns() + int(1.5e9)
         procs = []
@@ -542,8 +564,12 @@ class RedisRack:
             procs.append(subprocess.Popen(self.in_host(h, [sys.executable, "-m", "inswitch.apps.hare.loadgen", json.dumps(args)]), stderr=subprocess.PIPE, text=True))
         t0 = start_ns / 1e9
         ctl_errors: list[str] = []
+        fault_at: Optional[tuple[float, float]] = None
         while any(pr.poll() is None for pr in procs):
             now = time.monotonic() - t0
+            if fault is not None and fault_at is None and now >= fault[1]:
+                fault_at = self.kill9(fault[0], fault[2])
+                continue
             if now >= 0:
                 try:
                     control.step(now)
@@ -557,7 +583,23 @@ class RedisRack:
             if pr.returncode != 0:
                 raise RuntimeError(f"load generator failed: {pr.stderr.read()[-2000:] if pr.stderr else ''}")
         results = [json.loads(o.read_text()) for o in outs]
-        return self.measure(results, start_ns, control, ctl_errors)
+        out = self.measure(results, start_ns, control, ctl_errors)
+        if fault is not None and fault_at is not None:
+            out["fault"] = self.fault_report(results, fault, fault_at, t0)
+        return out
+
+    def fault_report(self, results: list[dict[str, Any]], fault: tuple[str, float, int], at: tuple[float, float], t0: float) -> dict[str, Any]:
+        """The unavailability window: the longest stretch around the kill with no operation
+        completed on a key of the killed host."""
+        i = fault[2]
+        done = sorted(b / 1e9 for r in results for k, _kind, _v, _a, b in r["history"] if server_index(bytes.fromhex(k), self.p.servers) == i)
+        t_kill, t_back = at
+        before = [t for t in done if t <= t_kill]
+        after = [t for t in done if t > t_kill]
+        last, first = (before[-1] if before else t0), (after[0] if after else None)
+        return {"process": fault[0], "storage_host": i, "killed_at_s": round(t_kill - t0, 3), "restarted_after_s": round(t_back - t_kill, 3),
+                "unavailable_s": None if first is None else round(first - last, 3),
+                "client_errors": sum(r["stats"]["errors"] for r in results), "unacked_writes": sum(len(r["unacked"]) for r in results)}
 
     def measure(self, results: list[dict[str, Any]], start_ns: int, control: Any, ctl_errors: list[str]) -> dict[str, Any]:
         p = self.p
