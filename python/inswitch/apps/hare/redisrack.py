@@ -807,3 +807,21 @@ class ProxyInHost:
             recs.append((kb, "set", None if v is None else bytes.fromhex(v), a, 1 << 62))
         keys = sorted({r[0] for r in recs})
         return history.check(recs, init, self.rack.read_back(keys), unacked)
+
+
+def run_matrix(workloads: list[str], systems: list[str], p: RackParams, progress: Optional[Callable[[str], None]] = None) -> dict[str, Any]:
+    """Every system under every workload, one rack; {workload: {system: result}}."""
+    runs: dict[str, dict[str, Any]] = {}
+    with RedisRack(p) as rack:
+        for w in workloads:
+            rack.p.workload = w
+            runs[w] = {}
+            for s in systems:
+                if progress:
+                    progress(f"{w}: {s}")
+                r = rack.run_load(s, rack.use(s))
+                r.pop("clients", None)
+                runs[w][s] = r
+    cfg = {**asdict(p), "workloads": workloads, "systems": systems, "shift_times": p.shift_times()}
+    cfg.pop("workload")
+    return {"config": cfg, "runs": runs}
