@@ -41,6 +41,7 @@ import numpy as np
 
 from inswitch import _native  # type: ignore[attr-defined]
 from inswitch.apps.hare import framework
+from inswitch.apps.hare.netcache_ctl import NetCacheController
 from inswitch.hare import history, wire, ycsb
 from inswitch.hare.client import server_index
 
@@ -95,8 +96,8 @@ class P4rtSwitch:
     """The control calls the in-process switch (`_native.SimSwitch`) offers, over P4Runtime
     to the rack's switch, so the same control code drives either."""
 
-    def __init__(self, client: Any) -> None:
-        self.c = client
+    def __init__(self, client: Any, key_field: int) -> None:
+        self.c, self.key_field = client, key_field
         self.lock = threading.Lock()
         self.reports: list[bytes] = []
 
@@ -131,6 +132,7 @@ class P4rtSwitch:
             pnames = ["index"]
         elif table == "cache":
             names, pnames = ("hdr.hare.key_len", "hdr.hare.key"), ["slot"]
+            keys = [keys[0], keys[1] + bytes(self.key_field - len(keys[1]))]  # the whole key field
         else:
             raise ValueError(f"no P4Runtime mapping for {program}.{table}")
         match = {n: int.from_bytes(k, "big") for n, k in zip(names, keys)}
@@ -263,64 +265,29 @@ class HareControl:
 
 
 class NetCacheControl:
-    """NetCache's controller: install reported hot keys, evict the coldest sampled one."""
+    """NetCache's controller (`netcache_ctl`) on reports cloned to the CPU port; values
+    from the key's agent, the key marked moving there while it is installed."""
 
     def __init__(self, sw: P4rtSwitch, links: list[AgentLink], p: RackParams) -> None:
-        self.sw, self.links, self.p = sw, links, p
-        self.cached: dict[bytes, int] = {}
-        self.free = list(range(p.cache - 1, -1, -1))
+        self.sw, self.links = sw, links
+        marks = Marks(links)
+        self.nc = NetCacheController(sw, p.cache, p.value_size, p.netcache_threshold, mark=lambda k, on: marks.add(k) if on else marks.discard(k))
         self.next_clear = 1.0
-        self.offloads = self.evictions = self.table_ops = 0
-        self.marks = Marks(links)
+
+    def value_of(self, key: bytes) -> bytes:
+        return bytes.fromhex(self.links[server_index(key, len(self.links))].call(cmd="cell", key=key.hex())["cell"])
 
     def step(self, now: float) -> None:
         if now >= self.next_clear:
             self.next_clear += 1.0
-            for r in [f"cms_{i}" for i in range(4)] + [f"bloom_{i}" for i in range(3)] + ["cache_hits"]:
-                self.sw.register_write("netcache", r, None, 0)
-                self.table_ops += 1
+            self.nc.clear()
         for f in self.sw.take_packet_ins():
             m = _native.hare_parse(f)
-            if m is None or m[0] != wire.OP_GET:
-                continue
-            key = bytes(m[6])
-            if key not in self.cached:
-                self.install(key)
-
-    def install(self, key: bytes) -> None:
-        p = self.p
-        if self.free:
-            slot = self.free.pop()
-        else:
-            items = list(self.cached.items())[:128]
-            counts = [(self.sw.register_read("netcache", "cache_hits", s), k, s) for k, s in items]
-            self.table_ops += len(counts)
-            c, old, slot = min(counts)
-            if c >= p.netcache_threshold:
-                return
-            self.marks.add(old)
-            self.sw.register_write("netcache", "obj_state", slot, framework.STATE_EMPTY)
-            self.sw.table_write("netcache", "cache", "delete", [bytes([len(old)]), old + bytes(p.key_field - len(old))], "", [])
-            self.marks.discard(old)
-            del self.cached[old]
-            self.evictions += 1
-            self.table_ops += 2
-        self.marks.add(key)
-        try:
-            v = bytes.fromhex(self.links[server_index(key, len(self.links))].call(cmd="cell", key=key.hex())["cell"])
-            for w in range(p.value_size // 4):
-                self.sw.register_write("netcache", f"value_{w}", slot, int.from_bytes(v[4 * w : 4 * w + 4], "big"))
-            self.sw.register_write("netcache", "cache_hits", slot, 0)
-            self.sw.table_write("netcache", "cache", "insert", [bytes([len(key)]), key + bytes(p.key_field - len(key))], "cache_hit", [slot.to_bytes(2, "big")])
-            self.sw.register_write("netcache", "obj_state", slot, framework.STATE_VALID)
-            self.table_ops += p.value_size // 4 + 3
-        finally:
-            self.marks.discard(key)
-        self.cached[key] = slot
-        self.offloads += 1
+            if m is not None and m[0] == wire.OP_GET:
+                self.nc.install(bytes(m[6]), self.value_of)
 
     def counters(self) -> dict[str, int]:
-        return {"offloads": self.offloads, "evictions": self.evictions, "table_ops": self.table_ops, "packet_ops": 0}
+        return {"offloads": self.nc.offloads, "evictions": self.nc.evictions, "table_ops": self.nc.table_ops, "packet_ops": 0}
 
 
 class NoControl:
@@ -400,7 +367,7 @@ class RedisRack:
                 self.agents.append(None)
                 self.start_redis(i)
             self.client = SwitchClient(self.st.switch.p4runtime)
-            self.sw = P4rtSwitch(self.client)
+            self.sw = P4rtSwitch(self.client, self.p.key_field)
         except BaseException:
             self.down()
             raise
@@ -470,7 +437,7 @@ class RedisRack:
         self.client.close()
         control.program_forwarding(self.st.switch.p4runtime, self.st.hosts, len(self.st.hosts))
         self.client = SwitchClient(self.st.switch.p4runtime)
-        self.sw = P4rtSwitch(self.client)
+        self.sw = P4rtSwitch(self.client, self.p.key_field)
         if system == "hare":
             for h in self.storage_hosts:
                 self.client.insert_entry("hare.control_ports", {"ig_intr_md.ingress_port": h.port}, "hare.allow_control")
