@@ -185,3 +185,15 @@ def test_agent_counts_malformed_packets(stack: dict) -> None:
         counters = json.loads(c.makefile().readline())["counters"]
     assert counters["malformed"] >= 1 and counters["unknown_op"] >= 1
     assert stack["client"].get(b"px:b") == b""  # still serving
+
+
+@needs_redis
+def test_hello_switches_protocol_for_the_replies_after_it(stack: dict) -> None:
+    host, port = stack["proxy"].address
+    with socket.create_connection((host, port), timeout=5) as s:
+        s.sendall(resp.encode_command([b"GET", b"nope"]) + resp.encode_command([b"HELLO", b"3"]) + resp.encode_command([b"GET", b"nope"]))
+        data = b""
+        while not data.endswith(b"_\r\n"):
+            data += s.recv(4096)
+    assert data.startswith(b"$-1\r\n%")  # RESP2 nil, then HELLO's map in RESP3
+    assert data.endswith(b"_\r\n")  # RESP3 nil

@@ -148,31 +148,33 @@ class Proxy:
         self.counters["connections"] += 1
 
     def _run(self, ready: list[Conn]) -> None:
-        # [(conn, ops, build, reply)] in arrival order per connection
-        items: list[tuple[Conn, list[Op], Optional[Build], Optional[resp.Reply]]] = []
+        # [(conn, ops, build, reply, protocol)] in arrival order per connection; a reply
+        # is encoded in the protocol in force after its command (HELLO 3's own reply is RESP3)
+        items: list[tuple[Conn, list[Op], Optional[Build], Optional[resp.Reply], int]] = []
         for c in ready:
             while not c.closing:
                 try:
                     args = c.parser.command()
                 except resp.RespError as e:
                     self.counters["protocol_errors"] += 1
-                    items.append((c, [], None, _err(f"Protocol error: {e}")))
+                    items.append((c, [], None, _err(f"Protocol error: {e}"), c.proto))
                     c.closing = True
                     break
                 if args is None:
                     break
                 self.counters["commands"] += 1
                 if args[0].lower() == b"quit":
-                    items.append((c, [], None, resp.Simple("OK")))
+                    items.append((c, [], None, resp.Simple("OK"), c.proto))
                     c.closing = True
                     break
                 if args[0].lower() == b"hello":
-                    items.append((c, [], None, self._hello(c, args[1:])))
+                    hello = self._hello(c, args[1:])
+                    items.append((c, [], None, hello, c.proto))
                     continue
                 ops, build, reply = plan(args, self.client.check)
                 if reply is not None and isinstance(reply, resp.RespErrorReply) and "unknown command" in reply:
                     self.counters["unknown_commands"] += 1
-                items.append((c, ops, build, reply))
+                items.append((c, ops, build, reply, c.proto))
         # Run in batches of whole commands.
         i = 0
         while i < len(items):
@@ -188,7 +190,7 @@ class Proxy:
                 results, failure = None, str(e)
                 self.counters["store_errors"] += 1
             at = 0
-            for c, cops, build, reply in items[i:j]:
+            for c, cops, build, reply, proto in items[i:j]:
                 if reply is None:
                     assert build is not None
                     if results is None:
@@ -196,7 +198,7 @@ class Proxy:
                     else:
                         reply = build(results[at : at + len(cops)])
                     at += len(cops)
-                c.out += resp.encode(reply, c.proto)
+                c.out += resp.encode(reply, proto)
             i = j
         for c in {id(c): c for c in ready}.values():
             self._flush(c)
