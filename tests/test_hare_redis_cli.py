@@ -59,3 +59,15 @@ def test_kvs_sim_still_runs_and_is_labelled_a_model(capsys: pytest.CaptureFixtur
     assert rc == 0
     assert "model" in capsys.readouterr().out
     assert json.loads(out.read_text())["config"]["backend"].startswith("sim (model")
+
+
+def test_switchd_takes_sized_program_specs() -> None:
+    from inswitch import native
+    from inswitch.switchd.cli import UsageError, check_programs
+
+    assert check_programs("forward,hare:key=64:value=64:slots=128") == ["forward", "hare:key=64:value=64:slots=128"]
+    assert native.is_program("netcache:key=64:value=64:slots=64:threshold=16")
+    for bad in ("hare:key=64:value=63:slots=8", "nope:key=1", "hare:key=64,value=64"):
+        assert not native.is_program(bad), bad
+    with pytest.raises(UsageError):
+        check_programs("forward,hare:key=64:value=63:slots=8")
