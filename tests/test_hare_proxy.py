@@ -197,3 +197,33 @@ def test_hello_switches_protocol_for_the_replies_after_it(stack: dict) -> None:
             data += s.recv(4096)
     assert data.startswith(b"$-1\r\n%")  # RESP2 nil, then HELLO's map in RESP3
     assert data.endswith(b"_\r\n")  # RESP3 nil
+
+
+@needs_redis
+def test_client_api_errors_and_results(stack: dict) -> None:
+    from inswitch.hare import Client as PublicClient
+    from inswitch.hare import Timeout, TooLarge
+
+    c = stack["client"]
+    assert PublicClient is Client
+    c.set(b"api:a", b"x" * 63)
+    assert c.get(b"api:a") == b"x" * 63 and stack["redis"].get(b"api:a") == b"x" * 63
+    assert c.mget([b"api:a", b"api:none"]) == [b"x" * 63, None]
+    assert c.exists(b"api:a", b"api:none") == 1
+    assert c.delete(b"api:a", b"api:none") == 1 and c.get(b"api:a") is None
+    before = c.stats.ops
+    with pytest.raises(TooLarge):
+        c.mget([b"ok", b"k" * 65])
+    with pytest.raises(TooLarge):
+        c.set(b"ok", b"v" * 64)
+    with pytest.raises(TooLarge):
+        c.get(b"")
+    assert c.stats.ops == before  # nothing was sent
+    # nobody at this port: retried, then Timeout (the write is reported unacknowledged)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as hole:
+        hole.bind(("127.0.0.1", 0))
+        dead = Client(["127.0.0.1"], port=hole.getsockname()[1], bind=("127.0.0.1", 0), timeout=0.02, retries=2)
+        with pytest.raises(Timeout):
+            dead.set(b"k", b"v")
+        assert dead.unacked and dead.unacked[0][:2] == (b"k", b"v")
+        dead.close()
