@@ -23,6 +23,8 @@ def _root() -> None:
 # Modules that add commands: each has `register(app: typer.Typer) -> None`.
 _COMMAND_MODULES = [
     "inswitch.commands.resources",
+    "inswitch.commands.inspect",
+    "inswitch.ui.cli",
     "inswitch.switchd.cli",
     "inswitch.topology.cli",
     "inswitch.bench.cli",

@@ -105,7 +105,9 @@ def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Opti
         server = SwitchServer(dp, p4rt_addr, device_id)
         if metrics_addr is not None:
             info = {"programs": ",".join(names), "ports": ports, "device_id": device_id, "version": _version()}
-            msrv = MetricsServer(metrics_addr, collector(dp, server.stats, info, lambda: {"inswitch_p4runtime_streams": ("Open P4Runtime StreamChannels (controller sessions)", server.service.streams)}))
+            from inswitch.ui.web import local_view, switch_handler
+
+            msrv = MetricsServer(metrics_addr, collector(dp, server.stats, info, lambda: {"inswitch_p4runtime_streams": ("Open P4Runtime StreamChannels (controller sessions)", server.service.streams)}), other=switch_handler(local_view(server, dp)))
         server.start()
         if msrv is not None:
             msrv.start()
@@ -158,6 +160,7 @@ def _summary(out: Console, names: list[str], spec: str, port_names: list[str], p
     t.add_row("ports", f"{spec} ({len(port_names)}: {shown}), {pipes} pipe{'s' if pipes != 1 else ''}")
     t.add_row("P4Runtime", f"{p4rt} (device {device_id})")
     t.add_row("metrics", f"http://{metrics}/metrics" if metrics else "off")
+    t.add_row("web view", f"http://{metrics}/ (read-only)" if metrics else "off")
     out.print("[bold green]inswitch switch running[/bold green] (SIGINT or SIGTERM stops it)")
     out.print(t)
 
@@ -170,7 +173,7 @@ def register(app: typer.Typer) -> None:
         p4runtime: str = typer.Option(DEFAULT_P4RUNTIME, "--p4runtime", help="HOST:PORT the P4Runtime server listens on (port 0: any free port)."),
         pipes: int = typer.Option(1, "--pipes", help="Pipes (data-plane threads); ports are split among them."),
         pcap: Optional[str] = typer.Option(None, "--pcap", help="Directory for per-port packet captures."),
-        metrics: str = typer.Option(DEFAULT_METRICS, "--metrics", help="HOST:PORT for Prometheus /metrics, or 'off'."),
+        metrics: str = typer.Option(DEFAULT_METRICS, "--metrics", help="HOST:PORT for Prometheus /metrics and the read-only web view (/), or 'off'."),
         device_id: int = typer.Option(1, "--device-id", help="P4Runtime device id."),
         ready_file: Optional[str] = typer.Option(None, "--ready-file", help="Write JSON (pid, addresses, port names) here once serving; removed on a clean stop."),
         fault: Optional[str] = typer.Option(None, "--fault", help="Inject seeded faults on every port's receive side: loss=P,dup=P,reorder=P,seed=N."),
