@@ -289,6 +289,16 @@ class NetCacheControl:
         return {"offloads": self.nc.offloads, "evictions": self.nc.evictions, "table_ops": self.nc.table_ops, "packet_ops": 0}
 
 
+def step(control: Any, now: float, errors: list[str]) -> None:
+    """One turn of a system's control loop; a failure is recorded (the run is then not
+    `correct`) and the loop goes on."""
+    try:
+        control.step(now)
+    except Exception as e:
+        if len(errors) < 5:
+            errors.append(f"{type(e).__name__}: {e}")
+
+
 class NoControl:
     def step(self, now: float) -> None:
         pass
@@ -402,7 +412,8 @@ class RedisRack:
         ctl = str(self.sdir(i) / "agent.sock")
         argv = [sys.executable, "-m", "inswitch.apps.hare.agent", "--idx", str(i), "--redis", self.redis_sock(i), "--ctl", ctl,
                 "--switch-dst", self.client_hosts[0].ip, "--key-field", str(p.key_field), "--value-size", str(p.value_size), "--k", str(p.batch)]
-        proc = subprocess.Popen(self.in_host(self.storage_hosts[i], argv), stdout=subprocess.PIPE, stderr=open(self.sdir(i) / "agent.log", "ab"), text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        with open(self.sdir(i) / "agent.log", "ab") as log:
+            proc = subprocess.Popen(self.in_host(self.storage_hosts[i], argv), stdout=subprocess.PIPE, stderr=log, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         assert proc.stdout is not None
         if not proc.stdout.readline().startswith("READY"):
             raise RuntimeError(f"agent {i} did not start: " + (self.sdir(i) / "agent.log").read_text()[-2000:])
@@ -489,11 +500,11 @@ class RedisRack:
                     r.wait()
         if self.client is not None:
             self.client.close()
-        if self.st is not None or getattr(self, "rack", None) is not None:
+        if self.st is not None:  # a failed `up` has taken its half-made rack down itself
             try:
                 self.rack.down(self.name)
-            except Exception:
-                pass
+            except Exception as e:  # say so, without hiding the error that brought us here
+                print(f"warning: taking rack {self.name} down failed: {e} (run `inswitch rack down --name {self.name}`)", file=sys.stderr)
         shutil.rmtree(self.dir, ignore_errors=True)
 
     # ---- one measured run --------------------------------------------------------------------
@@ -537,11 +548,7 @@ class RedisRack:
                 fault_at = self.kill9(fault[0], fault[2])
                 continue
             if now >= 0:
-                try:
-                    control.step(now)
-                except Exception as e:  # reported; the run goes on without offloading
-                    if len(ctl_errors) < 5:
-                        ctl_errors.append(f"{type(e).__name__}: {e}")
+                step(control, now, ctl_errors)
                 if progress:
                     progress(min(1.0, now / p.duration))
             time.sleep(0.005)
@@ -696,11 +703,7 @@ class ControlThread:
 
     def _loop(self) -> None:
         while not self.stop.is_set():
-            try:
-                self.control.step(time.monotonic() - self.t0)
-            except Exception as e:
-                if len(self.errors) < 5:
-                    self.errors.append(f"{type(e).__name__}: {e}")
+            step(self.control, time.monotonic() - self.t0, self.errors)
             time.sleep(0.005)
 
     def __enter__(self) -> "ControlThread":
