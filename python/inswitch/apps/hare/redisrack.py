@@ -114,6 +114,23 @@ class P4rtSwitch:
                     self.reports.append(f)
         return []
 
+    def packet_out_many(self, frames: list[bytes], timeout: float = 1.0) -> list[list[bytes]]:
+        """All frames out, then their control replies (matched by op and slot), in order."""
+        want = [_native.hare_parse(f) for f in frames]
+        got: dict[tuple[int, int], list[bytes]] = {}
+        with self.lock:
+            for f in frames:
+                self.c.packet_out(f)
+            end = time.monotonic() + timeout
+            while len(got) < len(frames) and time.monotonic() < end:
+                for f, _port in self.c.packet_ins(timeout=max(0.0, end - time.monotonic())):
+                    m = _native.hare_parse(f)
+                    if m is not None and m[1] & wire.FLAG_DONE:
+                        got[(m[0], m[3])] = [f]
+                    else:
+                        self.reports.append(f)
+        return [got.get((w[0], w[3]), []) if w is not None else [] for w in want]
+
     def take_packet_ins(self) -> list[bytes]:
         with self.lock:
             out = self.reports + [f for f, _p in self.c.packet_ins(timeout=0)]
