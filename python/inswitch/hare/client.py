@@ -163,6 +163,7 @@ class Client:
         # seq -> [index, payload, deadline, tries, invoked_ns]
         flight: dict[int, list] = {}
         waiting_retry: list[tuple[float, int]] = []
+        n_retry: dict[int, int] = {}
         done = 0
         while done < n:
             now = time.monotonic()
@@ -188,8 +189,10 @@ class Client:
                         continue  # a duplicate or a late answer to a retransmission
                     i = f[0]
                     if m.status & wire.STATUS_RETRY:
+                        # The object is moving: ask again, backing off (0.2 ms doubling to 5 ms).
                         self.stats.retries += 1
-                        waiting_retry.append((time.monotonic() + 0.0002, i))
+                        n_retry[i] = n_retry.get(i, 0) + 1
+                        waiting_retry.append((time.monotonic() + min(0.005, 0.0001 * 2 ** n_retry[i]), i))
                         waiting_retry.sort()
                         continue
                     if m.status & wire.STATUS_ERROR:

@@ -69,7 +69,9 @@ class RedisKv(HareServer):
                 c["unknown_op" if m.key else "malformed"] += 1
                 continue
             c["queries"] += 1
-            if self.is_moving(m.key):
+            # While an object moves only its writes wait ("retry"): a read from Redis is
+            # current, since no write of the object is applied until the move is done.
+            if m.op == wire.OP_PUT and self.is_moving(m.key):
                 c["retries"] += 1
                 plan.append((m, addr, None))
                 continue
