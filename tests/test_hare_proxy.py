@@ -227,3 +227,31 @@ def test_client_api_errors_and_results(stack: dict) -> None:
             dead.set(b"k", b"v")
         assert dead.unacked and dead.unacked[0][:2] == (b"k", b"v")
         dead.close()
+
+
+@needs_redis
+def test_a_moving_objects_writes_wait_and_its_reads_are_served(stack: dict) -> None:
+    """The state manager's mark at the agent: while `k` moves, a PUT is answered retry and
+    not applied; a GET is answered from Redis; after the move the PUT applies."""
+
+    def ctl(req: dict) -> dict:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
+            c.connect(stack["ctl"])
+            c.sendall(json.dumps(req).encode() + b"\n")
+            return json.loads(c.makefile().readline())
+
+    def ask(m: wire.Msg) -> wire.Msg:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.settimeout(5)
+            s.sendto(m.encode(), ("127.0.0.1", stack["port"]))
+            return wire.Msg.decode(s.recv(2048))
+
+    stack["redis"].set(b"mv", b"old")
+    assert ctl({"cmd": "move", "key": b"mv".hex(), "on": True})["ok"]
+    r = ask(wire.Msg(wire.OP_PUT, b"mv", wire.cell(b"new", 64), 7, key_field=64))
+    assert r.status & wire.STATUS_RETRY and stack["redis"].get(b"mv") == b"old"
+    g = ask(wire.Msg(wire.OP_GET, b"mv", b"", 8, key_field=64))
+    assert not g.status & wire.STATUS_RETRY and wire.uncell(g.value) == b"old"
+    assert ctl({"cmd": "move", "key": b"mv".hex(), "on": False})["ok"]
+    r = ask(wire.Msg(wire.OP_PUT, b"mv", wire.cell(b"new", 64), 9, key_field=64))
+    assert r.op == wire.OP_PUT_REPLY and r.status == 0 and stack["redis"].get(b"mv") == b"new"
