@@ -63,11 +63,11 @@ def test_kvs_sim_still_runs_and_is_labelled_a_model(capsys: pytest.CaptureFixtur
 
 def test_switchd_takes_sized_program_specs() -> None:
     from inswitch import native
-    from inswitch.switchd.cli import UsageError, check_programs
+    from inswitch.switchd.pipeline import Pipeline
 
-    assert check_programs("forward,hare:key=64:value=64:slots=128") == ["forward", "hare:key=64:value=64:slots=128"]
+    assert Pipeline.for_programs(["forward", "hare:key=64:value=64:slots=128"]).programs == ("forward", "hare:key=64:value=64:slots=128")
     assert native.is_program("netcache:key=64:value=64:slots=64:threshold=16")
     for bad in ("hare:key=64:value=63:slots=8", "nope:key=1", "hare:key=64,value=64"):
         assert not native.is_program(bad), bad
-    with pytest.raises(UsageError):
-        check_programs("forward,hare:key=64:value=63:slots=8")
+    with pytest.raises(ValueError):
+        Pipeline.for_programs(["forward", "nope:key=1"])

@@ -61,23 +61,20 @@ def register(app: Any) -> None:
     import shutil
 
     import typer
-    from rich.console import Console
     from rich.table import Table
 
     from inswitch.bench.cli import bench_app
-    from inswitch.cliopts import Float, Int, Text, option
-    from inswitch.output import ensure_writable, write_json
+    from inswitch.cliopts import JSON_PATH, Float, Int, option
+    from inswitch.output import console_for, note_written, write_json
 
     @bench_app.command("kvs")
     def kvs(
         duration: float = option(3.0, "--duration", type=Float(0.5, 600), help="Seconds per client-library measurement."),
         requests: int = option(20000, "--requests", type=Int(100, 10_000_000), help="redis-benchmark requests per measurement."),
-        json_out: Optional[str] = option(None, "--json", type=Text("a file path"), help="Write the results here."),
+        json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Write the results as JSON."),
     ) -> None:
         """Hare's path against Redis direct (direct_over_none) and the switch's hit path, in a rack with one real Redis."""
-        console = Console()
-        if json_out:
-            ensure_writable(json_out)
+        console = console_for(json_out)
         if os.geteuid() != 0 or not shutil.which("redis-server") or not shutil.which("redis-benchmark"):
             console.print("[red]error:[/red] bench kvs needs root (a rack of namespaces), redis-server and redis-benchmark")
             raise typer.Exit(2)
@@ -96,4 +93,4 @@ def register(app: Any) -> None:
         console.print(t)
         if json_out:
             write_json(json_out, r, indent=2)
-            console.print(f"wrote {json_out}")
+            note_written(console, json_out)

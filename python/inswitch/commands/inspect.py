@@ -12,30 +12,13 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from inswitch.cliopts import Text, option
+from inswitch.cliopts import JSON_PATH, RACK_NAME, Address, Text, argument, option
 from inswitch.output import dumps, ensure_writable, write_json
 
 
-def _addr(text: str) -> str:
-    host, sep, port = text.strip().rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
-        raise ValueError("use HOST:PORT, e.g. 127.0.0.1:9559")
-    return f"{host}:{int(port)}"
-
-
-def _rack_name(text: str) -> str:
-    from inswitch.topology.errors import RackError
-    from inswitch.topology.state import check_name
-
-    try:
-        return check_name(text.strip())
-    except RackError as e:
-        raise ValueError(str(e)) from None
-
-
-RACK = option(None, "--rack", type=Text("a rack name", _rack_name, bad=("Bad-Name",)), help="Read the switch of this rack (`inswitch rack up --name`).")
-P4RT = option(None, "--p4runtime", type=Text("HOST:PORT", _addr, bad=("nohost", "h:0", "h:99999")), help="Read the switch serving P4Runtime here (default 127.0.0.1:9559).")
-JSON = option(None, "--json", type=Text("a path, or - for standard output"), help="Write the decoded state as JSON.")
+RACK = option(None, "--rack", type=RACK_NAME, help="Read the switch of this rack (`inswitch rack up --name`).")
+P4RT = option(None, "--p4runtime", type=Address(), help="Read the switch serving P4Runtime here (default 127.0.0.1:9559).")
+JSON = option(None, "--json", type=JSON_PATH, help="Write the decoded state as JSON.")
 
 
 def switch_address(rack: Optional[str], p4runtime: Optional[str]) -> str:
@@ -114,29 +97,47 @@ def _fail(msg: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
+def _cell_ref(text: str) -> str:
+    """Checked at parse time: NAME or NAME[INDEX] (decode.parse_cell_ref raises ValueError)."""
+    from inswitch.p4rt import decode
+
+    decode.parse_cell_ref(text)
+    return text
+
+
+READ_EXAMPLES = """Examples:
+
+  inswitch registers read 'rx_port_counters[0]' --rack isw
+
+  inswitch registers read forward.tx_port_counters --p4runtime 127.0.0.1:9559 --json -
+"""
+
+LIST_EXAMPLES = """Examples:
+
+  inswitch tables list l2_dmac --rack isw
+
+  inswitch tables list --rack isw --json tables.json
+"""
+
+
 def register(app: typer.Typer) -> None:
     reg_app = typer.Typer(name="registers", help="Read a running switch's registers, decoded into their named fields.", no_args_is_help=True)
     tab_app = typer.Typer(name="tables", help="List a running switch's match tables, entries decoded by the P4Info.", no_args_is_help=True)
     app.add_typer(reg_app, name="registers")
     app.add_typer(tab_app, name="tables")
 
-    @reg_app.command("read")
+    @reg_app.command("read", epilog=READ_EXAMPLES)
     def read_cmd(
-        ref: str = typer.Argument(..., metavar="NAME[INDEX]", help="A register (forward.rx_port_counters, or rx_port_counters if unique), optionally one cell: rx_port_counters[0]."),
+        ref: str = argument(..., type=Text("a register name, optionally with [INDEX]", check=_cell_ref, bad=("x[", "x[-1]", "[0]")), metavar="NAME[INDEX]", help="A register (forward.rx_port_counters, or rx_port_counters if unique), optionally one cell: rx_port_counters[0]."),
         rack: Optional[str] = RACK,
         p4runtime: Optional[str] = P4RT,
         json_out: Optional[str] = JSON,
     ) -> None:
         """Read a register's cells (every non-zero one, or the one at INDEX), each split
-        into the fields its program declares (packets and bytes for the port counters).
-
-        Example: inswitch registers read 'rx_port_counters[0]' --rack isw"""
+        into the fields its program declares (packets and bytes for the port counters)."""
         from inswitch.p4rt import decode
 
-        try:
-            name, index = decode.parse_cell_ref(ref)
-        except ValueError as e:
-            raise typer.BadParameter(str(e), param_hint="NAME[INDEX]") from None
+        name, index = decode.parse_cell_ref(ref)
         _check_json(json_out)
         doc = _read(rack, p4runtime, lambda c: c.register_cells(name, index))
         if json_out:
@@ -144,17 +145,15 @@ def register(app: typer.Typer) -> None:
         else:
             render_register(doc, Console())
 
-    @tab_app.command("list")
+    @tab_app.command("list", epilog=LIST_EXAMPLES)
     def list_cmd(
-        table: Optional[str] = typer.Argument(None, metavar="[NAME]", help="One table (l2_dmac or forward.l2_dmac); all tables when left out."),
+        table: Optional[str] = argument(None, type=Text("a table name"), metavar="[NAME]", help="One table (l2_dmac or forward.l2_dmac); all tables when left out."),
         rack: Optional[str] = RACK,
         p4runtime: Optional[str] = P4RT,
         json_out: Optional[str] = JSON,
     ) -> None:
         """List match-table entries: MAC addresses as MACs, IPv4 as dotted quads, LPM
-        prefixes as ADDR/LEN, action parameters by name, and each table's default action.
-
-        Example: inswitch tables list l2_dmac --rack isw"""
+        prefixes as ADDR/LEN, action parameters by name, and each table's default action."""
         _check_json(json_out)
 
         def get(c: Any) -> list[dict[str, Any]]:

@@ -10,31 +10,32 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from inswitch.cliopts import Text, option
-from inswitch.commands.inspect import _rack_name
+from inswitch.cliopts import RACK_NAME, Address, option
 
 DEFAULT_LISTEN = "127.0.0.1:8080"
 
 
-def _listen(text: str) -> str:
-    host, sep, port = text.strip().rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError("use HOST:PORT (port 0: any free port)")
-    return f"{host}:{int(port)}"
+UI_EXAMPLES = """Examples:
+
+  inswitch ui --rack isw
+
+  inswitch ui --rack isw --listen 127.0.0.1:0 --allow-writes
+"""
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("ui")
+    @app.command("ui", epilog=UI_EXAMPLES)
     def ui_cmd(
-        rack: str = option("isw", "--rack", type=Text("a rack name", _rack_name, bad=("Bad-Name",)), help="The rack to show (`inswitch rack up --name`)."),
-        listen: str = option(DEFAULT_LISTEN, "--listen", type=Text("HOST:PORT", _listen, bad=("nohost", "h:99999")), help="Where to serve the page (port 0: any free port)."),
+        rack: str = option("isw", "--rack", type=RACK_NAME, help="The rack to show (`inswitch rack up --name`)."),
+        listen: str = option(DEFAULT_LISTEN, "--listen", type=Address(), help="Where to serve the page (port 0: any free port)."),
         allow_writes: bool = typer.Option(False, "--allow-writes", help="Let the page write register cells (through P4Runtime). Off: the page only reads."),
     ) -> None:
-        """Serve one live page for a rack: topology with packet rates on the links, per-port
-        and per-program counters and drops, decoded tables and registers, and a panel per
-        system (DAIET, Hare, NetSHa, INaaS, SwitchAgg). Runs until Ctrl-C.
+        """Serve one live web page for a rack, until Ctrl-C.
 
-        Example: inswitch rack up --hosts 3 && inswitch ui --rack isw   (then open http://127.0.0.1:8080/)"""
+        The page shows the topology with packet rates on the links, per-port and per-program
+        counters and drops, decoded tables and registers, and a panel per system (DAIET,
+        Hare, NetSHa, INaaS, SwitchAgg). Start the rack first (`inswitch rack up --hosts 3
+        --name isw`), then open http://127.0.0.1:8080/."""
         from inswitch.topology.errors import RackError
 
         from .rack import UiServer, from_rack

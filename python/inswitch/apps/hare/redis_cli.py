@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from inswitch.cliopts import Choice, Float, Int, Text, option
+from inswitch.cliopts import OUT_FILE, Address, Choice, Float, Int, Text, option
 from inswitch.hare import ycsb
 
 BACKEND = option("sim", "--backend", type=Choice("sim", "redis"), help="sim: replay a trace against the in-process switch in simulated time (a model); redis: real redis-server, agents, switch daemon and clients in a rack, measured.")
@@ -22,15 +22,15 @@ FIELD_SIZE = option(32, "--field-size", type=Int(24, 251), help="--backend redis
 CLIENTS = option(2, "--clients", type=Int(1, 16), help="--backend redis: client hosts, one load-generating process each.")
 SERVERS = option(2, "--servers", type=Int(1, 16), help="--backend redis: storage hosts, one redis-server and agent each.")
 WINDOW = option(32, "--window", type=Int(1, 1024), help="--backend redis: operations each client keeps in flight.")
-PLOT = option(None, "--plot", type=Text("a PNG path"), help="--backend redis: throughput and hit rate over time (default: the --json path with .png).")
+PLOT = option(None, "--plot", type=OUT_FILE, help="--backend redis: throughput and hit rate over time (default: the --json path with .png).")
 
 
 def run_redis(console: Console, system: str, workload: str, records: int, field_size: int, clients: int, servers: int, window: int,
               cache: int, batch: int, shift: str, shift_count: Optional[int], duration: float, t_wait: float, value_size: int, seed: int,
-              json_out: Optional[Path], plot: Optional[str]) -> None:
+              json_out: Optional[str], plot: Optional[str]) -> None:
     from inswitch.apps.hare import redisrack
     from inswitch.apps.hare.workload import SHIFTS
-    from inswitch.output import write_json
+    from inswitch.output import is_stdout, note_written, write_json
 
     systems = list(redisrack.RACK_SYSTEMS) if system == "all" else [system]
     if any(s not in redisrack.RACK_SYSTEMS for s in systems):
@@ -56,7 +56,7 @@ def run_redis(console: Console, system: str, workload: str, records: int, field_
                              value_size=value_size, seed=seed)
     with Progress(console=console) as prog:
         out = redisrack.run_all(systems, p, prog)
-    console = Console(width=max(console.width, 150))  # the table's numbers are never cut
+    console = Console(width=max(console.width, 150), stderr=console.stderr)  # the table's numbers are never cut
     t = Table(title=f"kvs --backend redis (measured): {workload}, {records} records, shift {shift}, {duration:g} s per system")
     for c in ("system", "ops/s", "p50 µs", "p99 µs", "p99.9 µs", "hit rate", "stable hit", "recovery s", "offloads", "stale reads", "lost writes", "correct"):
         t.add_column(c, no_wrap=True, justify="left" if c in ("system", "recovery s", "correct") else "right")
@@ -66,21 +66,14 @@ def run_redis(console: Console, system: str, workload: str, records: int, field_
                   ", ".join("-" if x is None else f"{x:g}" for x in r["recovery_s"]) or "-", str(r["control"]["offloads"]),
                   str(r["stale_reads"]), str(r["lost_writes"]), "[green]yes[/green]" if r["correct"] else "[red]NO[/red]")
     console.print(t)
-    png = Path(plot) if plot else (json_out.with_suffix(".png") if json_out else None)
+    png = Path(plot) if plot else (Path(json_out).with_suffix(".png") if json_out and not is_stdout(json_out) else None)
     if png:
         redisrack.plot(out, png)
-        console.print(f"wrote {png}")
     if json_out:
         write_json(json_out, out, indent=1)
-        console.print(f"wrote {json_out}")
+    note_written(console, png, json_out)
     if not all(r["correct"] for r in out["systems"].values()):
         raise typer.Exit(1)
-
-
-def _listen(text: str) -> Any:
-    from inswitch.hare.proxy import parse_listen
-
-    return parse_listen(text)
 
 
 def _servers(text: str) -> Any:
@@ -92,14 +85,14 @@ def _servers(text: str) -> Any:
 def register_proxy(kvs_app: typer.Typer) -> None:
     @kvs_app.command("proxy")
     def proxy_cmd(
-        listen: Any = option(..., "--listen", type=Text("HOST:PORT", _listen, bad=("x", "1.2.3.4", ":1", "h:99999")), help="Address the RESP endpoint listens on."),
+        listen: str = option(..., "--listen", type=Address(), help="Address the RESP endpoint listens on."),
         servers: Any = option(..., "--servers", type=Text("comma-separated storage agent IPv4 addresses", _servers, bad=("x", "10.0.0", "10.0.0.1,,")), help="The storage agents (in the rack: the storage hosts' addresses)."),
         key_field: int = option(64, "--key-field", type=Int(1, 255), help="The switch program's key field (longest key)."),
         value_size: int = option(64, "--value-size", type=Int(8, 252), help="The switch program's value size (longest value + 1)."),
         timeout: float = option(0.3, "--timeout", type=Float(0.001, 60), help="Seconds before a request to an agent is retransmitted."),
-        history: Optional[str] = option(None, "--history", type=Text("a file path"), help="Record every operation and write them here (JSON) on exit, for the linearizability checker."),
+        history: Optional[str] = option(None, "--history", type=OUT_FILE, help="Record every operation and write them here (JSON) on exit, for the linearizability checker."),
     ) -> None:
         """A RESP endpoint (GET, SET, DEL, MGET, EXISTS, PING) in front of Hare, for unmodified Redis clients."""
-        from inswitch.hare.proxy import run
+        from inswitch.hare.proxy import parse_listen, run
 
-        run(listen, servers, key_field, value_size, timeout, lambda a: print(f"listening on {a[0]}:{a[1]}", flush=True), history)
+        run(parse_listen(listen), servers, key_field, value_size, timeout, lambda a: print(f"listening on {a[0]}:{a[1]}", flush=True), history)
