@@ -67,7 +67,7 @@ def register(app: Any) -> None:
     from inswitch.cliopts import JSON_PATH, Float, Int, option
     from inswitch.output import console_for, note_written, write_json
 
-    @bench_app.command("kvs")
+    @bench_app.command("kvs", epilog="Examples:\n\n  sudo inswitch bench kvs --json bench/kvs.json\n\n  sudo inswitch bench kvs --duration 5 --requests 50000\n")
     def kvs(
         duration: float = option(3.0, "--duration", type=Float(0.5, 600), help="Seconds per client-library measurement."),
         requests: int = option(20000, "--requests", type=Int(100, 10_000_000), help="redis-benchmark requests per measurement."),

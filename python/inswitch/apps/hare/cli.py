@@ -20,6 +20,8 @@ KVS_EXAMPLES = """Examples:
   inswitch kvs --system all --keys 10000 --cache 512 --shift coldest-to-top --json kvs.json
 
   inswitch kvs --system hare --duration 2 --writes 0.3 --no-rates --json - | jq .systems.hare.correct
+
+  sudo inswitch kvs --backend redis --system all --workload ycsb-b --records 2000 --cache 128 --json kvs-redis.json
 """
 
 LOCKS_EXAMPLES = """Examples:

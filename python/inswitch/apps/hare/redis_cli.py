@@ -82,8 +82,16 @@ def _servers(text: str) -> Any:
     return parse_servers(text)
 
 
+PROXY_EXAMPLES = """Examples:
+
+  sudo inswitch rack exec h1 -- inswitch kvs proxy --listen 127.0.0.1:6380 --servers 10.0.0.3,10.0.0.4
+
+  inswitch kvs proxy --listen 0.0.0.0:6380 --servers 10.0.0.3 --key-field 64 --value-size 64 --history ops.json
+"""
+
+
 def register_proxy(kvs_app: typer.Typer) -> None:
-    @kvs_app.command("proxy")
+    @kvs_app.command("proxy", epilog=PROXY_EXAMPLES)
     def proxy_cmd(
         listen: str = option(..., "--listen", type=Address(), help="Address the RESP endpoint listens on."),
         servers: Any = option(..., "--servers", type=Text("comma-separated storage agent IPv4 addresses", _servers, bad=("x", "10.0.0", "10.0.0.1,,")), help="The storage agents (in the rack: the storage hosts' addresses)."),
