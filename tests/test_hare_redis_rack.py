@@ -79,6 +79,7 @@ def test_kill9_mid_run_loses_no_acknowledged_write(rack: rr.RedisRack, what: str
     r = rack.run_load("hare", ctl, fault=(what, 1.0, 0))
     f = r["fault"]
     assert f["process"] == what and f["unavailable_s"] is not None
-    assert 0 < f["restarted_after_s"] <= f["unavailable_s"] + 0.5
+    # nothing answers from that host while its process is down (replies in flight aside)
+    assert 0 < f["restarted_after_s"] <= f["unavailable_s"] + 0.05
     assert r["lost_writes"] == 0 and r["stale_reads"] == 0 and r["linearizable"], r["nonlinearizable_keys"]
     assert r["hit_rate"] > 0

@@ -73,6 +73,8 @@ class Stats:
     timeouts: int = 0
     #: (completion time ns, latency ns, was a get, was a switch hit) of every operation.
     samples: list[tuple[int, int, bool, bool]] = field(default_factory=list)
+    #: (completion time ns, agent index) of every operation a storage agent answered.
+    served: list[tuple[int, int]] = field(default_factory=list)
 
 
 class Client:
@@ -253,6 +255,8 @@ class Client:
         hit = bool(m.flags & wire.FLAG_HIT)
         if self.record_samples:
             st.samples.append((t, t - invoked, op.kind == "get", hit))
+            if not hit:
+                st.served.append((t, server_index(op.key, len(self.servers))))
         if op.kind == "get":
             st.gets += 1
             st.hits += hit

@@ -47,6 +47,7 @@ def main(argv: list[str]) -> int:
         "history": [[k.hex(), kind, None if v is None else v.hex(), a, b] for k, kind, v, a, b in hist],
         "unacked": [[k.hex(), None if v is None else v.hex(), t] for k, v, t in c.unacked],
         "samples": c.stats.samples,
+        "served": c.stats.served,
         "stats": {"ops": c.stats.ops, "gets": c.stats.gets, "hits": c.stats.hits, "retries": c.stats.retries, "timeouts": c.stats.timeouts, "errors": errors, "records": w.records},
     }
     with open(p["out"], "w") as f:

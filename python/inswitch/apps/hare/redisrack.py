@@ -579,16 +579,18 @@ class RedisRack:
         return out
 
     def fault_report(self, results: list[dict[str, Any]], fault: tuple[str, float, int], at: tuple[float, float], t0: float) -> dict[str, Any]:
-        """The unavailability window: the longest stretch around the kill with no operation
-        completed on a key of the killed host."""
+        """The unavailability window: the stretch around the kill in which the killed host's
+        agent answered no operation (the switch may go on serving hits of its keys)."""
         i = fault[2]
-        done = sorted(b / 1e9 for r in results for k, _kind, _v, _a, b in r["history"] if server_index(bytes.fromhex(k), self.p.servers) == i)
+        done = sorted(t / 1e9 for r in results for t, agent in r["served"] if agent == i)
         t_kill, t_back = at
-        before = [t for t in done if t <= t_kill]
-        after = [t for t in done if t > t_kill]
-        last, first = (before[-1] if before else t0), (after[0] if after else None)
+        # The longest gap between two answers that overlaps the outage (replies already in
+        # flight at the kill still arrive just after it).
+        times = [t0] + done
+        gaps = [(b - a) for a, b in zip(times, times[1:]) if b >= t_kill and a <= t_back]
+        unavailable = max(gaps) if gaps else None
         return {"process": fault[0], "storage_host": i, "killed_at_s": round(t_kill - t0, 3), "restarted_after_s": round(t_back - t_kill, 3),
-                "unavailable_s": None if first is None else round(first - last, 3),
+                "unavailable_s": None if unavailable is None else round(unavailable, 3),
                 "client_errors": sum(r["stats"]["errors"] for r in results), "unacked_writes": sum(len(r["unacked"]) for r in results)}
 
     def measure(self, results: list[dict[str, Any]], start_ns: int, control: Any, ctl_errors: list[str]) -> dict[str, Any]:
