@@ -33,7 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 EXEMPT: dict[tuple[str, str], str] = {}
 
 #: Valid values for required parameters, so a case fails only on the value under test.
-REQUIRED = {"program": "forward", "programs": "forward", "hosts": "2", "host": "h1", "src": "h1", "dst": "h2", "command": "true", "ref": "rx_port_counters[0]"}
+REQUIRED = {"program": "forward", "programs": "forward", "hosts": "2", "host": "h1", "src": "h1", "dst": "h2", "command": "true", "ref": "rx_port_counters[0]",
+            "listen": "127.0.0.1:0", "servers": "10.0.0.2"}
 
 #: Seconds one refused value may take (parsing only; the work must not start).
 CASE_LIMIT_S = 5
@@ -43,6 +44,9 @@ def _commands() -> Iterator[tuple[list[str], Any]]:
     def walk(cmd: Any, path: list[str]) -> Iterator[tuple[list[str], Any]]:
         subs = getattr(cmd, "commands", None)
         if subs:
+            # A group that also runs on its own (`kvs`, beside `kvs proxy`) has options too.
+            if any(not getattr(p, "is_flag", False) and p.name != "help" for p in cmd.params):
+                yield path, cmd
             for name, sub in subs.items():
                 yield from walk(sub, path + [name])
         else:

@@ -39,6 +39,7 @@ _COMMAND_MODULES = [
     "inswitch.topology.cli",
     "inswitch.bench.cli",
     "inswitch.bench.aggregation",
+    "inswitch.bench.kvs",
     "inswitch.experiments.cli",
     "inswitch.demo",
     "inswitch.apps.wordcount.cli",

@@ -16,6 +16,20 @@ def program_names() -> list[str]:
     return list(_native.program_names())
 
 
+def is_program(name: str) -> bool:
+    """A known program name, or a sized spec of one (`hare:key=64:value=64:slots=256`,
+    colons between parameters so a spec fits in a comma-separated program list)."""
+    if name in program_names():
+        return True
+    if ":" not in name or "," in name:
+        return False
+    try:
+        program_set_info([name])
+    except (ValueError, RuntimeError):
+        return False
+    return True
+
+
 def target_names() -> list[str]:
     return list(_native.target_names())
 

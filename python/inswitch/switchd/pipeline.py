@@ -28,7 +28,7 @@ class Pipeline:
     def for_programs(cls, programs: list[str], device_config: bytes | None = None, cookie: int | None = None) -> Pipeline:
         """Raises ValueError for unknown programs or sets the data plane cannot combine."""
         known = native.program_names()
-        unknown = [p for p in programs if p not in known]
+        unknown = [p for p in programs if not native.is_program(p)]
         if unknown:
             raise ValueError(f"unknown program {unknown[0]!r} (known: {', '.join(known)})")
         info = native.program_set_info(list(programs))

@@ -22,6 +22,8 @@ KVS_EXAMPLES = """Examples:
   inswitch kvs --system all --keys 10000 --cache 512 --shift coldest-to-top --json kvs.json
 
   inswitch kvs --system hare --duration 2 --writes 0.3 --no-rates --json - | jq .systems.hare.correct
+
+  sudo inswitch kvs --backend redis --system all --workload ycsb-b --records 2000 --cache 128 --json kvs-redis.json
 """
 
 LOCKS_EXAMPLES = """Examples:
@@ -85,8 +87,16 @@ def run_kvs(
 def register(app: typer.Typer) -> None:
     _register_locks(app)
 
-    @app.command("kvs", epilog=KVS_EXAMPLES)
+    # `kvs` is a group so that `kvs proxy` can sit under it; without a subcommand it runs.
+    kvs_app = typer.Typer(invoke_without_command=True)
+    app.add_typer(kvs_app, name="kvs")
+    from inswitch.apps.hare import redis_cli
+
+    redis_cli.register_proxy(kvs_app)
+
+    @kvs_app.callback(epilog=KVS_EXAMPLES)
     def kvs_cmd(
+        ctx: typer.Context,
         system: str = option("all", "--system", type=Choice(*SYSTEMS, "all"), help="System to run: hare, netcache, dyso, none, or all of them."),
         keys: int = option(10_000, "--keys", type=Int(1, 10_000_000), help="Number of keys."),
         key_size: int = option(80, "--key-size", type=Int(1, 252), help="Key size in bytes (enough bytes to tell the keys apart)."),
@@ -107,9 +117,24 @@ def register(app: typer.Typer) -> None:
         rates: bool = typer.Option(True, help="Also measure the two plane-interaction rates here (starts a switch for P4Runtime)."),
         model_rates: str = option("paper", "--model-rates", type=Choice("paper", "measured"), help="Control costs charged in the run: paper (10K table writes/s, 1M packets/s) or measured (this machine's P4Runtime and data-plane rates)."),
         pcap: Optional[str] = option(None, "--pcap", type=OUT_DIR, help="Capture each system's switch ports into DIR/SYSTEM/port{N}.pcapng (and cpu.pcapng), stamped with simulated time."),
+        backend: str = redis_cli.BACKEND,
+        workload: str = redis_cli.WORKLOAD,
+        records: int = redis_cli.RECORDS,
+        field_size: int = redis_cli.FIELD_SIZE,
+        clients: int = redis_cli.CLIENTS,
+        servers: int = redis_cli.SERVERS,
+        window: int = redis_cli.WINDOW,
+        plot: Optional[str] = redis_cli.PLOT,
     ) -> None:
-        """Replay one seeded KV trace against Hare, NetCache, DySO and no caching."""
+        """Hare, NetCache, DySO and no caching on one workload: a trace replay in simulated time (--backend sim, a model) or real Redis servers in a rack (--backend redis, measured)."""
+        if ctx.invoked_subcommand:
+            return
         console = console_for(json_out)
+        if backend == "redis":
+            if pcap:
+                raise typer.BadParameter("captures are taken with --backend sim only (a redis run's switch is a rack: use inswitch rack up --pcap)", param_hint="--pcap")
+            redis_cli.run_redis(console, system, workload, records, field_size, clients, servers, window, cache, batch, shift, shift_count, duration, t_wait, value_size, seed, json_out, plot)
+            return
         if key_size < 15 and keys > 256**key_size:
             raise typer.BadParameter(f"{key_size}-byte keys cannot tell {keys} keys apart", param_hint="--key-size")
         if shift_count is not None and shift_count > keys:
@@ -123,7 +148,8 @@ def register(app: typer.Typer) -> None:
             out = run_kvs(systems, keys, key_size, value_size, cache, batch, zipf, shift, duration, rate, writes, scrambled, shift_count, seed, t_wait=t_wait, hare_stats=stats, progress=prog, pcap=pcap, **extra)
         if measured:
             out["plane_interaction_rates_measured"] = measured
-        t = Table(title=f"kvs: {len(systems)} system(s), {out['config']['queries']} queries, shift {shift}")
+        out["config"]["backend"] = "sim (model: trace replay, FIFO servers, simulated time)"
+        t = Table(title=f"kvs (model, --backend sim): {len(systems)} system(s), {out['config']['queries']} queries, shift {shift}")
         for c in ("system", "stable hit rate", "recovered", "recovery (s)", "mean qps", "max P99 (µs)", "offloads", "table ops", "packet ops", "fits tofino1", "correct"):
             t.add_column(c)
         for name, r in out["systems"].items():

@@ -168,6 +168,16 @@ class Hare:
         self.packet_ops += 1
         return self.sw.packet_out(_native.hare_frame(CPU, server_ep(0), op, b"", 0, value, 0, slot, 0, status, 0))  # type: ignore[attr-defined]
 
+    def cpu_many(self, packets: list[tuple[int, int, int, bytes]]) -> list[list[bytes]]:
+        """Several control packets `(op, slot, status, value)`, all sent before any answer
+        is awaited when the switch can (`packet_out_many`); the answers in order."""
+        frames = [_native.hare_frame(CPU, server_ep(0), op, b"", 0, value, 0, slot, 0, status, 0) for op, slot, status, value in packets]
+        self.packet_ops += len(frames)
+        many = getattr(self.sw, "packet_out_many", None)
+        if many is not None:
+            return many(frames)  # type: ignore[no-any-return]
+        return [self.sw.packet_out(f) for f in frames]  # type: ignore[attr-defined]
+
     def write_emat(self, ops: list) -> None:
         for mat, write, first, seg, index in ops:
             self.sw.table_write(self.program, f"emat_{mat + 1}", write, [first, seg], "set_index", [index.to_bytes(2, "big")])  # type: ignore[attr-defined]
@@ -199,8 +209,9 @@ class Hare:
             self.base = {k: v // 2 for k, v in self.base.items()}
         # Steps 1–2: OO-Stat of the offloaded objects, by packets (fetch, clear or halve).
         counts: list[tuple[int, bytes, int]] = []
-        for slot, obj in self.slots.items():
-            pins = self.cpu(OP_STAT_FETCH, slot, 1 if p.stats == "clear" else 2 if aging else 0, b"\0\0\0\0")
+        fetch = 1 if p.stats == "clear" else 2 if aging else 0
+        offloaded = list(self.slots.items())
+        for (slot, obj), pins in zip(offloaded, self.cpu_many([(OP_STAT_FETCH, slot, fetch, b"\0\0\0\0") for slot, _o in offloaded])):
             q = Query.parse(pins[0]) if pins else None
             c = struct.unpack(">I", q.value[:4])[0] if q else 0
             counts.append((c + (self.base.get(slot, 0) if p.stats == "age" else 0), obj, slot))

@@ -42,6 +42,7 @@ import numpy as np
 from inswitch import _native  # type: ignore[attr-defined]
 from inswitch.apps.hare import framework
 from inswitch.apps.hare.kvapp import Server
+from inswitch.apps.hare.netcache_ctl import NetCacheController
 from inswitch.apps.hare.workload import Trace, key_bytes, value_bytes
 
 SYSTEMS = ("hare", "netcache", "dyso", "none")
@@ -219,8 +220,7 @@ class KvRun:
             fp = framework.FrameworkParams(p.cache, p.batch, p.t_wait, p.table_rate, p.packet_rate, p.hare_stats)
             self.fw = framework.Hare(self.sw, "hare", self.kf, self.servers, lambda k: self.server_of(self._key_index[k]), fp)
         # NetCache
-        self.nc_cached: dict[bytes, int] = {}
-        self.nc_free = list(range(p.cache - 1, -1, -1))
+        self.nc = NetCacheController(self.sw, p.cache, p.value_size, self.nc_threshold, p.netcache_sample)
         self.nc_next_clear = 1.0
         self.nc_pending: set[bytes] = set()
         # DySO
@@ -399,47 +399,20 @@ class KvRun:
             if m is None:
                 continue
             key = bytes(m[6])
-            if key in self.nc_cached or key in self.nc_pending:
+            if key in self.nc.cached or key in self.nc_pending:
                 continue
             self.nc_pending.add(key)
-            sample = min(p.netcache_sample, len(self.nc_cached)) if len(self.nc_cached) + len(self.nc_pending) > p.cache else 0
+            sample = min(p.netcache_sample, len(self.nc.cached)) if len(self.nc.cached) + len(self.nc_pending) > p.cache else 0
             ops = sample + 2 + p.value_size // 4 + 1
 
             def install(key: bytes = key) -> None:
                 self.nc_pending.discard(key)
-                if key in self.nc_cached:
-                    return
-                if self.nc_free:
-                    slot = self.nc_free.pop()
-                else:
-                    # Sample cached keys' counters, evict the coldest if colder than the report.
-                    items = list(self.nc_cached.items())[: p.netcache_sample]
-                    counts = [(self.sw.register_read("netcache", "cache_hits", s), k, s) for k, s in items]
-                    self.table_ops += len(counts)
-                    c, old, slot = min(counts)
-                    if c >= self.nc_threshold:
-                        return
-                    self.sw.table_write("netcache", "cache", "delete", [bytes([len(old)]), old], "", [])
-                    self.sw.register_write("netcache", "obj_state", slot, STATE_EMPTY)
-                    del self.nc_cached[old]
-                    self.table_ops += 2
-                i = self._key_index[key]
-                v = self.servers[self.server_of(i)].store[key]
-                for w in range(p.value_size // 4):
-                    self.sw.register_write("netcache", f"value_{w}", slot, int.from_bytes(v[4 * w : 4 * w + 4], "big"))
-                self.sw.register_write("netcache", "cache_hits", slot, 0)
-                self.sw.table_write("netcache", "cache", "insert", [bytes([len(key)]), key], "cache_hit", [slot.to_bytes(2, "big")])
-                self.sw.register_write("netcache", "obj_state", slot, STATE_VALID)
-                self.table_ops += p.value_size // 4 + 3
-                self.nc_cached[key] = slot
-                self.offloads += 1
+                self.nc.install(key, lambda k: self.servers[self.server_of(self._key_index[k])].store[k])
 
             self.schedule(t, ops / p.table_rate, install)
 
     def nc_clear(self) -> None:
-        for r in [f"cms_{i}" for i in range(4)] + [f"bloom_{i}" for i in range(3)] + ["cache_hits"]:
-            self.sw.register_write("netcache", r, None, 0)
-            self.table_ops += 1
+        self.nc.clear()
 
     # DySO ----------------------------------------------------------------------------------
 
@@ -530,8 +503,8 @@ class KvRun:
             "failed_requests": dict(self.failed),
             "correct": self.correct,
             "stale_examples": self.stale,
-            "offloads": self.offloads + (self.fw.offloads if self.fw else 0),
-            "control": {"table_ops": self.table_ops + (self.fw.table_ops if self.fw else 0), "packet_ops": self.packet_ops + (self.fw.packet_ops if self.fw else 0)},
+            "offloads": self.offloads + self.nc.offloads + (self.fw.offloads if self.fw else 0),
+            "control": {"table_ops": self.table_ops + self.nc.table_ops + (self.fw.table_ops if self.fw else 0), "packet_ops": self.packet_ops + (self.fw.packet_ops if self.fw else 0)},
             "switch_drops": self.sw.drops(),
             **({"dyso_columns": self.dyso_cols, "dyso_rows": self.dyso_rows} if self.system == "dyso" else {}),
         }

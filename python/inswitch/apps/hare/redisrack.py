@@ -1,0 +1,815 @@
+"""Hare, NetCache, DySO and no caching in front of real Redis servers in a rack, driven
+by real client processes, time measured (issue 17; `inswitch kvs --backend redis`).
+
+The rack (`topology.Rack`, network namespaces and the switch daemon): client hosts
+h1..hC run the load generators (`loadgen.py`) or the RESP proxy; storage hosts run
+`redis-server` (append-only file, `appendfsync always`) and the storage agent
+(`agent.py`). This process is the switch's controller: it loads each system's program
+over P4Runtime in the same rack, installs what the system needs, and runs the system's
+control loop while the clients run:
+
+- hare: the K3 framework itself (`framework.Hare`) with the switch behind P4Runtime
+  (`P4rtSwitch`: e-MAT writes as table writes, OO-Stat and slot states as PacketOuts
+  answered by PacketIns) and the agents behind their Unix sockets (`RemoteServer`:
+  NOO-Stat, the D-modifier, the state manager's marks);
+- netcache: hot-key reports cloned to the controller, installed with register and table
+  writes (the switch-OS path), values fetched from the key's agent, the key marked moving
+  at its agent while it is installed (so no write slips between read and install);
+- none: forwarding only.
+
+Every run is checked: the recorded histories per key (`hare.history`), and Redis read
+back for lost writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from inswitch import _native  # type: ignore[attr-defined]
+from inswitch.apps.hare import framework
+from inswitch.apps.hare.netcache_ctl import NetCacheController
+from inswitch.hare import history, wire, ycsb
+from inswitch.hare.client import server_index
+
+RACK_SYSTEMS = ("hare", "netcache", "none")
+PORT_CPU = 0xFFF0
+NETCACHE_REPORT_SESSION = 90
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class RackParams:
+    workload: str = "ycsb-b"
+    records: int = 2000
+    field_size: int = 32
+    duration: float = 6.0
+    shift: str = "hot-in"
+    shift_count: int = 200
+    #: Seconds into the run of the (first) shift; hot-in / random shift every second after.
+    shift_at: Optional[float] = None
+    clients: int = 2
+    servers: int = 2
+    window: int = 32
+    cache: int = 128
+    batch: int = 32
+    t_wait: float = 0.2
+    key_field: int = 64
+    value_size: int = 64
+    seed: int = 1
+    netcache_threshold: int = 16
+    #: Where each Redis keeps its append-only file (None: the system's temp dir). On a
+    #: tmpfs an fsync is nearly free: quicker tests, no durability across a reboot.
+    workdir: Optional[str] = None
+
+    def shift_times(self) -> list[float]:
+        if self.shift == "none":
+            return []
+        t0 = self.shift_at if self.shift_at is not None else self.duration / 2
+        if self.shift == "coldest-to-top":
+            return [t0]
+        return [float(t) for t in np.arange(t0, self.duration, 1.0)]
+
+
+# ---- the switch behind P4Runtime ------------------------------------------------------------
+
+
+class P4rtSwitch:
+    """The control calls the in-process switch (`_native.SimSwitch`) offers, over P4Runtime
+    to the rack's switch, so the same control code drives either."""
+
+    def __init__(self, client: Any, key_field: int) -> None:
+        self.c, self.key_field = client, key_field
+        self.lock = threading.Lock()
+        self.reports: list[bytes] = []
+
+    def packet_out(self, frame: bytes, timeout: float = 0.5) -> list[bytes]:
+        """Through the ingress pipeline from the CPU port; the control reply it causes."""
+        want = _native.hare_parse(frame)
+        with self.lock:
+            self.c.packet_out(frame)
+            end = time.monotonic() + timeout
+            while time.monotonic() < end:
+                for f, _port in self.c.packet_ins(timeout=max(0.0, end - time.monotonic())):
+                    m = _native.hare_parse(f)
+                    if m is not None and want is not None and m[0] == want[0] and m[3] == want[3] and m[1] & wire.FLAG_DONE:
+                        return [f]
+                    self.reports.append(f)
+        return []
+
+    def packet_out_many(self, frames: list[bytes], timeout: float = 1.0) -> list[list[bytes]]:
+        """All frames out, then their control replies (matched by op and slot), in order."""
+        want = [_native.hare_parse(f) for f in frames]
+        got: dict[tuple[int, int], list[bytes]] = {}
+        with self.lock:
+            for f in frames:
+                self.c.packet_out(f)
+            end = time.monotonic() + timeout
+            while len(got) < len(frames) and time.monotonic() < end:
+                for f, _port in self.c.packet_ins(timeout=max(0.0, end - time.monotonic())):
+                    m = _native.hare_parse(f)
+                    if m is not None and m[1] & wire.FLAG_DONE:
+                        got[(m[0], m[3])] = [f]
+                    else:
+                        self.reports.append(f)
+        return [got.get((w[0], w[3]), []) if w is not None else [] for w in want]
+
+    def take_packet_ins(self) -> list[bytes]:
+        with self.lock:
+            out = self.reports + [f for f, _p in self.c.packet_ins(timeout=0)]
+            self.reports = []
+        return out
+
+    @staticmethod
+    def _emat_fields(table: str) -> tuple[str, str]:
+        n = int(table.rsplit("_", 1)[1])
+        return ("hdr.hare.key_len", "hdr.hare.key_seg1") if n == 1 else ("meta.emat_index", f"hdr.hare.key_seg{n}")
+
+    def table_write(self, program: str, table: str, op: str, keys: list[bytes], action: str, params: list[bytes]) -> None:
+        if table.startswith("emat_"):
+            names = self._emat_fields(table)
+            pnames = ["index"]
+        elif table == "cache":
+            names, pnames = ("hdr.hare.key_len", "hdr.hare.key"), ["slot"]
+            keys = [keys[0], keys[1] + bytes(self.key_field - len(keys[1]))]  # the whole key field
+        else:
+            raise ValueError(f"no P4Runtime mapping for {program}.{table}")
+        match = {n: int.from_bytes(k, "big") for n, k in zip(names, keys)}
+        name = f"{program}.{table}"
+        with self.lock:
+            if op == "delete":
+                self.c.delete_entry(name, match)
+            elif op == "modify":
+                self.c.modify_entry(name, match, f"{program}.{action}", {pn: int.from_bytes(v, "big") for pn, v in zip(pnames, params)})
+            else:
+                self.c.insert_entry(name, match, f"{program}.{action}", {pn: int.from_bytes(v, "big") for pn, v in zip(pnames, params)})
+
+    def register_write(self, program: str, reg: str, index: Optional[int], value: int) -> None:
+        with self.lock:
+            self.c.write_register(f"{program}.{reg}", index, value)
+
+    def register_read(self, program: str, reg: str, index: int) -> int:
+        with self.lock:
+            got = self.c.read_register(f"{program}.{reg}", index)
+        return got[0][1] if got else 0
+
+
+# ---- the agents behind their Unix sockets -----------------------------------------------------
+
+
+class AgentLink:
+    def __init__(self, path: str, timeout: float = 5.0) -> None:
+        self.path, self.timeout = path, timeout
+        self.lock = threading.Lock()
+        self.reconnect()
+
+    def reconnect(self) -> None:
+        """To the agent now at `path` (after a restart)."""
+        if getattr(self, "sock", None) is not None:
+            self.sock.close()
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.path)
+        self.buf = b""
+
+    def call(self, **req: Any) -> dict[str, Any]:
+        with self.lock:
+            self.sock.sendall(json.dumps(req).encode() + b"\n")
+            while b"\n" not in self.buf:
+                d = self.sock.recv(1 << 20)
+                if not d:
+                    raise ConnectionError(f"agent at {self.path} closed")
+                self.buf += d
+            line, self.buf = self.buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class RemoteNoo:
+    """An agent's NOO-Stat, as the framework calls it."""
+
+    def __init__(self, link: AgentLink) -> None:
+        self.link = link
+
+    def top(self) -> list[tuple[bytes, int]]:
+        return [(bytes.fromhex(k), int(c)) for k, c in self.link.call(cmd="top")["top"]]
+
+    def age(self) -> None:
+        self.link.call(cmd="age")
+
+    def clear(self) -> None:
+        self.link.call(cmd="clear")
+
+    def forget(self, key: bytes) -> None:
+        self.link.call(cmd="forget", key=key.hex())
+
+
+class RemoteServer:
+    """A storage agent as the framework sees a backend server."""
+
+    DATAMV_PACKETS_TO_SWITCH = 1
+    DATAMV_PACKETS_TO_SERVER = 0
+
+    def __init__(self, idx: int, link: AgentLink) -> None:
+        self.idx, self.link, self.noo = idx, link, RemoteNoo(link)
+        self.moving: set[bytes] = set()
+
+    def datamv_server2switch(self, key: bytes, slot: int) -> None:
+        r = self.link.call(cmd="datamv", key=key.hex(), slot=slot)
+        if not r.get("ok"):
+            raise RuntimeError(f"agent {self.idx}: data movement failed: {r.get('error')}")
+
+    def datamv_switch2server(self, key: bytes, slot: int) -> None:
+        """Write-through: nothing dirty on the switch."""
+
+
+class Marks(set):  # type: ignore[type-arg]
+    """The state manager's set of moving objects, mirrored at each object's agent before
+    `add` returns (so from then on the agent answers the object's queries "retry")."""
+
+    def __init__(self, links: list[AgentLink]) -> None:
+        super().__init__()
+        self.links = links
+
+    def add(self, key: bytes) -> None:  # type: ignore[override]
+        self.links[server_index(key, len(self.links))].call(cmd="move", key=key.hex(), on=True)
+        super().add(key)
+
+    def discard(self, key: bytes) -> None:  # type: ignore[override]
+        if key in self:
+            self.links[server_index(key, len(self.links))].call(cmd="move", key=key.hex(), on=False)
+        super().discard(key)
+
+
+# ---- the systems' control loops --------------------------------------------------------------
+
+
+class HareControl:
+    def __init__(self, sw: P4rtSwitch, links: list[AgentLink], p: RackParams) -> None:
+        servers = [RemoteServer(i, link) for i, link in enumerate(links)]
+        # Rounds are paced by what their interactions really take here: no modelled cost.
+        fp = framework.FrameworkParams(p.cache, p.batch, p.t_wait, 1e12, 1e12, "age")
+        self.fw = framework.Hare(sw, "hare", p.key_field, servers, lambda k: server_index(k, len(links)), fp)
+        self.fw.moving = Marks(links)
+        for s in servers:
+            s.moving = self.fw.moving
+
+    def step(self, now: float) -> None:
+        self.fw.tick(now)
+
+    def counters(self) -> dict[str, int]:
+        return {"offloads": self.fw.offloads, "evictions": self.fw.evictions, "table_ops": self.fw.table_ops, "packet_ops": self.fw.packet_ops}
+
+
+class NetCacheControl:
+    """NetCache's controller (`netcache_ctl`) on reports cloned to the CPU port; values
+    from the key's agent, the key marked moving there while it is installed."""
+
+    def __init__(self, sw: P4rtSwitch, links: list[AgentLink], p: RackParams) -> None:
+        self.sw, self.links = sw, links
+        marks = Marks(links)
+        self.nc = NetCacheController(sw, p.cache, p.value_size, p.netcache_threshold, mark=lambda k, on: marks.add(k) if on else marks.discard(k))
+        self.next_clear = 1.0
+
+    def value_of(self, key: bytes) -> bytes:
+        return bytes.fromhex(self.links[server_index(key, len(self.links))].call(cmd="cell", key=key.hex())["cell"])
+
+    def step(self, now: float) -> None:
+        if now >= self.next_clear:
+            self.next_clear += 1.0
+            self.nc.clear()
+        for f in self.sw.take_packet_ins():
+            m = _native.hare_parse(f)
+            if m is not None and m[0] == wire.OP_GET:
+                self.nc.install(bytes(m[6]), self.value_of)
+
+    def counters(self) -> dict[str, int]:
+        return {"offloads": self.nc.offloads, "evictions": self.nc.evictions, "table_ops": self.nc.table_ops, "packet_ops": 0}
+
+
+def step(control: Any, now: float, errors: list[str]) -> None:
+    """One turn of a system's control loop; a failure is recorded (the run is then not
+    `correct`) and the loop goes on."""
+    try:
+        control.step(now)
+    except Exception as e:
+        if len(errors) < 5:
+            errors.append(f"{type(e).__name__}: {e}")
+
+
+class NoControl:
+    def step(self, now: float) -> None:
+        pass
+
+    def counters(self) -> dict[str, int]:
+        return {"offloads": 0, "evictions": 0, "table_ops": 0, "packet_ops": 0}
+
+
+def program_of(system: str, p: RackParams) -> list[str]:
+    if system == "hare":
+        return ["forward", f"hare:key={p.key_field}:value={p.value_size}:slots={p.cache}"]
+    if system == "netcache":
+        return ["forward", f"netcache:key={p.key_field}:value={p.value_size}:slots={p.cache}:threshold={p.netcache_threshold}"]
+    if system == "none":
+        return ["forward"]
+    raise ValueError(f"system must be one of {', '.join(RACK_SYSTEMS)}")
+
+
+# ---- the rack -------------------------------------------------------------------------------
+
+
+class RedisRack:
+    """Clients h1..hC, storage hosts after them, each with redis-server and an agent."""
+
+    def __init__(self, p: RackParams, name: Optional[str] = None) -> None:
+        from inswitch.topology.state import process_tag
+
+        self.p = p
+        self.name = name or f"hr{process_tag()}"
+        self.dir = Path(tempfile.mkdtemp(prefix=f"{self.name}-", dir=p.workdir))
+        os.chmod(self.dir, 0o755)
+        self.redis: list[Optional[subprocess.Popen]] = []
+        self.agents: list[Optional[subprocess.Popen]] = []
+        self.links: list[AgentLink] = []
+        self.st: Any = None
+        self.client: Any = None
+        self.sw: Optional[P4rtSwitch] = None
+
+    # hosts
+    @property
+    def client_hosts(self) -> list[Any]:
+        return self.st.hosts[: self.p.clients]
+
+    @property
+    def storage_hosts(self) -> list[Any]:
+        return self.st.hosts[self.p.clients :]
+
+    @property
+    def server_ips(self) -> list[str]:
+        return [h.ip for h in self.storage_hosts]
+
+    def sdir(self, i: int) -> Path:
+        return self.dir / f"s{i}"
+
+    def redis_sock(self, i: int) -> str:
+        return str(self.sdir(i) / "redis.sock")
+
+    def __enter__(self) -> "RedisRack":
+        self.up()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.down()
+
+    def up(self) -> None:
+        from inswitch.p4rt import SwitchClient
+        from inswitch.topology import Rack
+
+        self.rack = Rack()
+        try:
+            self.st = self.rack.up(self.p.clients + self.p.servers, name=self.name, programs="forward", p4runtime=f"127.0.0.1:{_free_port()}", metrics=f"127.0.0.1:{_free_port()}")
+            for i in range(self.p.servers):
+                self.sdir(i).mkdir()
+                self.redis.append(None)
+                self.agents.append(None)
+                self.start_redis(i)
+            self.client = SwitchClient(self.st.switch.p4runtime)
+            self.sw = P4rtSwitch(self.client, self.p.key_field)
+        except BaseException:
+            self.down()
+            raise
+
+    def in_host(self, h: Any, argv: list[str]) -> list[str]:
+        from inswitch.topology import netns
+
+        return netns.netns_argv(h.netns, argv)
+
+    def start_redis(self, i: int) -> None:
+        d = self.sdir(i)
+        argv = ["redis-server", "--port", "6379", "--bind", "0.0.0.0", "--protected-mode", "no", "--unixsocket", str(d / "redis.sock"), "--unixsocketperm", "777",
+                "--dir", str(d), "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--logfile", str(d / "redis.log")]
+        self.redis[i] = subprocess.Popen(self.in_host(self.storage_hosts[i], argv), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.redis_conn(i, wait=10.0).ping()
+
+    def redis_conn(self, i: int, wait: float = 0.0) -> Any:
+        import redis
+
+        end = time.monotonic() + wait
+        while True:
+            try:
+                r = redis.Redis(unix_socket_path=self.redis_sock(i), socket_timeout=10.0)
+                r.ping()
+                return r
+            except redis.exceptions.RedisError:
+                if time.monotonic() >= end:
+                    raise
+                time.sleep(0.05)
+
+    def start_agent(self, i: int) -> None:
+        p = self.p
+        ctl = str(self.sdir(i) / "agent.sock")
+        argv = [sys.executable, "-m", "inswitch.apps.hare.agent", "--idx", str(i), "--redis", self.redis_sock(i), "--ctl", ctl,
+                "--switch-dst", self.client_hosts[0].ip, "--key-field", str(p.key_field), "--value-size", str(p.value_size), "--k", str(p.batch)]
+        with open(self.sdir(i) / "agent.log", "ab") as log:
+            proc = subprocess.Popen(self.in_host(self.storage_hosts[i], argv), stdout=subprocess.PIPE, stderr=log, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        assert proc.stdout is not None
+        if not proc.stdout.readline().startswith("READY"):
+            raise RuntimeError(f"agent {i} did not start: " + (self.sdir(i) / "agent.log").read_text()[-2000:])
+        self.agents[i] = proc
+        if i < len(self.links):
+            self.links[i].reconnect()  # the controllers hold this link
+        else:
+            self.links.append(AgentLink(ctl))
+
+    def stop_agent(self, i: int, sig: int = signal.SIGTERM) -> None:
+        a = self.agents[i]
+        if a is not None and a.poll() is None:
+            a.send_signal(sig)
+            try:
+                a.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                a.kill()
+                a.wait()
+        self.agents[i] = None
+
+    def use(self, system: str) -> Any:
+        """Load the system's program into the switch, restart the agents, load the records;
+        the system's control loop."""
+        from inswitch.p4rt import SwitchClient
+        from inswitch.topology import control
+
+        assert self.client is not None and self.sw is not None
+        progs = program_of(system, self.p)
+        self.client.set_pipeline(progs)
+        # The rack's own forwarding setup takes the controller session for a moment.
+        self.client.close()
+        control.program_forwarding(self.st.switch.p4runtime, self.st.hosts, len(self.st.hosts))
+        self.client = SwitchClient(self.st.switch.p4runtime)
+        self.sw = P4rtSwitch(self.client, self.p.key_field)
+        if system == "hare":
+            for h in self.storage_hosts:
+                self.client.insert_entry("hare.control_ports", {"ig_intr_md.ingress_port": h.port}, "hare.allow_control")
+        if system == "netcache":
+            self.client.set_clone_session(NETCACHE_REPORT_SESSION, [PORT_CPU])
+        self.sw.take_packet_ins()
+        for i in range(self.p.servers):
+            self.stop_agent(i)
+            self.start_agent(i)
+        self.load()
+        if system == "hare":
+            return HareControl(self.sw, self.links, self.p)
+        if system == "netcache":
+            return NetCacheControl(self.sw, self.links, self.p)
+        return NoControl()
+
+    def initial(self) -> dict[bytes, Optional[bytes]]:
+        return {ycsb.record_key(r): ycsb.field_value(r, 0, 0, self.p.field_size) for r in range(self.p.records)}
+
+    def load(self) -> None:
+        """Every Redis emptied, then the records loaded into their owners."""
+        conns = [self.redis_conn(i) for i in range(self.p.servers)]
+        for r in conns:
+            r.flushall()
+        pipes = [r.pipeline(transaction=False) for r in conns]
+        for k, v in self.initial().items():
+            pipes[server_index(k, self.p.servers)].set(k, v)
+        for pp in pipes:
+            pp.execute()
+
+    def read_back(self, keys: list[bytes]) -> dict[bytes, Optional[bytes]]:
+        conns = [self.redis_conn(i, wait=10.0) for i in range(self.p.servers)]
+        out: dict[bytes, Optional[bytes]] = {}
+        for k in keys:
+            out[k] = conns[server_index(k, self.p.servers)].get(k)
+        return out
+
+    def down(self) -> None:
+        for link in self.links:
+            link.close()
+        for i in range(len(self.agents)):
+            self.stop_agent(i)
+        for i, r in enumerate(self.redis):
+            if r is not None and r.poll() is None:
+                r.terminate()
+                try:
+                    r.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    r.kill()
+                    r.wait()
+        if self.client is not None:
+            self.client.close()
+        if self.st is not None:  # a failed `up` has taken its half-made rack down itself
+            try:
+                self.rack.down(self.name)
+            except Exception as e:  # say so, without hiding the error that brought us here
+                print(f"warning: taking rack {self.name} down failed: {e} (run `inswitch rack down --name {self.name}`)", file=sys.stderr)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    # ---- one measured run --------------------------------------------------------------------
+
+    def kill9(self, what: str, i: int) -> tuple[float, float]:
+        """SIGKILL storage host `i`'s agent or Redis, then start it again (Redis replays its
+        append-only file); (killed, serving again) on the monotonic clock."""
+        proc = self.agents[i] if what == "agent" else self.redis[i]
+        assert proc is not None
+        t_kill = time.monotonic()
+        proc.kill()
+        proc.wait()
+        if what == "agent":
+            self.agents[i] = None
+            self.start_agent(i)
+        else:
+            self.start_redis(i)
+        return t_kill, time.monotonic()
+
+    def run_load(self, system: str, control: Any, progress: Optional[Callable[[float], None]] = None, fault: Optional[tuple[str, float, int]] = None) -> dict[str, Any]:
+        """One measured run; `fault` = (agent|redis, seconds in, storage host) kills that
+        process with SIGKILL mid-run and restarts it. The controller runs in this loop, so
+        it is between two rounds at the kill and resumes after the restart."""
+        p = self.p
+        start_ns = time.monotonic_ns() + int(1.5e9)
+        procs = []
+        outs = []
+        for c, h in enumerate(self.client_hosts):
+            out = self.dir / f"{system}-client{c}.json"
+            outs.append(out)
+            args = {"servers": self.server_ips, "key_field": p.key_field, "value_size": p.value_size, "window": p.window, "workload": p.workload,
+                    "records": p.records, "field_size": p.field_size, "seed": p.seed * 1000 + c, "shift_seed": p.seed, "client": c + 1,
+                    "start_ns": start_ns, "duration": p.duration, "shift": p.shift, "shift_count": p.shift_count, "shift_times": p.shift_times(), "out": str(out)}
+            procs.append(subprocess.Popen(self.in_host(h, [sys.executable, "-m", "inswitch.apps.hare.loadgen", json.dumps(args)]), stderr=subprocess.PIPE, text=True))
+        t0 = start_ns / 1e9
+        ctl_errors: list[str] = []
+        fault_at: Optional[tuple[float, float]] = None
+        while any(pr.poll() is None for pr in procs):
+            now = time.monotonic() - t0
+            if fault is not None and fault_at is None and now >= fault[1]:
+                fault_at = self.kill9(fault[0], fault[2])
+                continue
+            if now >= 0:
+                step(control, now, ctl_errors)
+                if progress:
+                    progress(min(1.0, now / p.duration))
+            time.sleep(0.005)
+        for pr in procs:
+            if pr.returncode != 0:
+                raise RuntimeError(f"load generator failed: {pr.stderr.read()[-2000:] if pr.stderr else ''}")
+        results = [json.loads(o.read_text()) for o in outs]
+        out = self.measure(results, start_ns, control, ctl_errors)
+        if fault is not None and fault_at is not None:
+            out["fault"] = self.fault_report(results, fault, fault_at, t0)
+        return out
+
+    def fault_report(self, results: list[dict[str, Any]], fault: tuple[str, float, int], at: tuple[float, float], t0: float) -> dict[str, Any]:
+        """The unavailability window: the stretch around the kill in which the killed host's
+        agent answered no operation (the switch may go on serving hits of its keys)."""
+        i = fault[2]
+        done = sorted(t / 1e9 for r in results for t, agent in r["served"] if agent == i)
+        t_kill, t_back = at
+        # The longest gap between two answers that overlaps the outage (replies already in
+        # flight at the kill still arrive just after it).
+        times = [t0] + done
+        gaps = [(b - a) for a, b in zip(times, times[1:]) if b >= t_kill and a <= t_back]
+        unavailable = max(gaps) if gaps else None
+        return {"process": fault[0], "storage_host": i, "killed_at_s": round(t_kill - t0, 3), "restarted_after_s": round(t_back - t_kill, 3),
+                "unavailable_s": None if unavailable is None else round(unavailable, 3),
+                "client_errors": sum(r["stats"]["errors"] for r in results), "unacked_writes": sum(len(r["unacked"]) for r in results)}
+
+    def measure(self, results: list[dict[str, Any]], start_ns: int, control: Any, ctl_errors: list[str]) -> dict[str, Any]:
+        p = self.p
+        samples = np.array([s for r in results for s in r["samples"]], dtype=np.int64).reshape(-1, 4)
+        t = (samples[:, 0] - start_ns) / 1e9
+        lat_us = samples[:, 1] / 1e3
+        is_get, hit = samples[:, 2].astype(bool), samples[:, 3].astype(bool)
+        n_sec = int(np.ceil(p.duration))
+        thr, hr = [], []
+        for s in range(n_sec):
+            m = (t >= s) & (t < s + 1)
+            thr.append(float(m.sum()))
+            g = m & is_get
+            hr.append(float(hit[g].mean()) if g.any() else None)
+        fine = 0.1
+        fine_hr = []
+        for e in range(int(np.ceil(p.duration / fine))):
+            g = (t >= e * fine) & (t < (e + 1) * fine) & is_get
+            fine_hr.append(float(hit[g].mean()) if g.any() else None)
+        shifts = p.shift_times()
+        t_shift = shifts[0] if shifts else p.duration
+        stable = _mean([h for e, h in enumerate(fine_hr) if h is not None and t_shift - 1.0 <= e * fine < t_shift])
+        recovery = []
+        for k, ts in enumerate(shifts):
+            end = shifts[k + 1] if k + 1 < len(shifts) else p.duration
+            rec = None
+            if stable:
+                for e in range(int(ts / fine), int(end / fine)):
+                    v = fine_hr[e] if e < len(fine_hr) else None
+                    if v is not None and v >= 0.95 * stable:
+                        rec = round((e + 1) * fine - ts, 3)
+                        break
+            recovery.append(rec)
+        recs: list[history.Record] = []
+        unacked: dict[bytes, list[Optional[bytes]]] = {}
+        for r in results:
+            for k, kind, v, a, b in r["history"]:
+                recs.append((bytes.fromhex(k), kind, None if v is None else bytes.fromhex(v), a, b))
+            for k, v, a in r["unacked"]:
+                kb = bytes.fromhex(k)
+                unacked.setdefault(kb, []).append(None if v is None else bytes.fromhex(v))
+                recs.append((kb, "set", None if v is None else bytes.fromhex(v), a, 1 << 62))
+        init = self.initial()
+        keys = sorted({k for k, *_ in recs})
+        verdict = history.check(recs, init, self.read_back(keys), unacked)
+        win = (t >= 0) & (t < p.duration)
+        duration = p.duration
+        return {
+            "throughput_ops": float(win.sum() / duration),
+            "p50_us": float(np.percentile(lat_us, 50)) if len(lat_us) else None,
+            "p99_us": float(np.percentile(lat_us, 99)) if len(lat_us) else None,
+            "p999_us": float(np.percentile(lat_us, 99.9)) if len(lat_us) else None,
+            "hit_rate": float(hit[is_get].mean()) if is_get.any() else None,
+            "stable_hit_rate": stable,
+            "recovery_s": recovery,
+            "correct": bool(verdict.linearizable and verdict.stale_reads == 0 and verdict.lost_writes == 0 and not ctl_errors),
+            "linearizable": verdict.linearizable,
+            "stale_reads": verdict.stale_reads,
+            "lost_writes": verdict.lost_writes,
+            "nonlinearizable_keys": verdict.nonlinearizable_keys,
+            "operations": verdict.operations,
+            "keys_touched": verdict.keys,
+            "series": {"bucket_s": 1.0, "throughput_ops": thr, "hit_rate": hr},
+            "clients": [r["stats"] for r in results],
+            "control": control.counters(),
+            "control_errors": ctl_errors,
+            "agents": [link.call(cmd="stats")["counters"] for link in self.links],
+        }
+
+
+def _mean(xs: list[float]) -> Optional[float]:
+    return float(np.mean(xs)) if xs else None
+
+
+def run_all(systems: list[str], p: RackParams, progress: Optional[Any] = None) -> dict[str, Any]:
+    """Each system in one rack, on the same workload; the result `inswitch kvs` writes."""
+    out: dict[str, Any] = {"config": {**asdict(p), "backend": "redis", "shift_times": p.shift_times(),
+                                      "path": "real processes in a rack: redis-server (appendfsync always) per storage host, storage agents, "
+                                              "the switch daemon, load generators in client namespaces; wall-clock time"},
+                           "systems": {}}
+    with RedisRack(p) as rack:
+        for name in systems:
+            task = progress.add_task(name, total=1.0) if progress else None
+            ctl = rack.use(name)
+            out["systems"][name] = rack.run_load(name, ctl, (lambda f, task=task: progress.update(task, completed=f)) if progress else None)
+    return out
+
+
+def plot(out: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a1, a2) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    for name, r in out["systems"].items():
+        s = r["series"]
+        xs = [i + 0.5 for i in range(len(s["throughput_ops"]))]
+        a1.plot(xs, s["throughput_ops"], marker="o", label=name)
+        a2.plot(xs, [h if h is not None else float("nan") for h in s["hit_rate"]], marker="o", label=name)
+    for ts in out["config"].get("shift_times", []):
+        for a in (a1, a2):
+            a.axvline(ts, color="grey", ls=":", lw=1)
+    c = out["config"]
+    a1.set_title(f"Redis behind the switch, {c['workload']}, {c['records']} records, shift {c['shift']} (measured, 1 s buckets)")
+    a1.set_ylabel("throughput (ops/s)")
+    a2.set_ylabel("switch hit rate")
+    a2.set_xlabel("time (s)")
+    a2.set_ylim(0, 1)
+    a1.legend()
+    fig.text(0.01, 0.01, "paper (Hare Fig. 13, Tofino + 100G): hit rate back within ~1 s of a hotspot shift; here: 2 cores, software switch", fontsize=7)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# ---- unmodified Redis clients through the proxy ------------------------------------------------
+
+
+class ControlThread:
+    """A system's control loop in the background (while a benchmark runs)."""
+
+    def __init__(self, control: Any) -> None:
+        self.control, self.errors = control, []  # type: ignore[var-annotated]
+        self.stop = threading.Event()
+        self.t0 = time.monotonic()
+        self.th = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self.stop.is_set():
+            step(self.control, time.monotonic() - self.t0, self.errors)
+            time.sleep(0.005)
+
+    def __enter__(self) -> "ControlThread":
+        self.th.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.th.join(10)
+
+
+def parse_benchmark_csv(text: str) -> dict[str, dict[str, float]]:
+    """redis-benchmark --csv: "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"."""
+    import csv
+    import io
+
+    rows = list(csv.reader(io.StringIO(text)))
+    out: dict[str, dict[str, float]] = {}
+    if not rows:
+        return out
+    head = rows[0]
+    for r in rows[1:]:
+        if len(r) == len(head) and r[0] != head[0]:
+            out[r[0]] = {h: float(v) for h, v in zip(head[1:], r[1:])}
+    return out
+
+
+def redis_benchmark(rack: RedisRack, host: Any, addr: str, port: int, n: int, keyspace: int, tests: str = "get,set", clients: int = 50, pipeline: int = 1, timeout: float = 120) -> dict[str, dict[str, float]]:
+    argv = ["redis-benchmark", "-h", addr, "-p", str(port), "-t", tests, "-n", str(n), "-r", str(keyspace), "-c", str(clients), "-P", str(pipeline), "--csv"]
+    r = subprocess.run(rack.in_host(host, argv), capture_output=True, text=True, timeout=timeout)
+    if r.returncode != 0:
+        raise RuntimeError(f"redis-benchmark failed: {r.stderr[-1000:]}")
+    return parse_benchmark_csv(r.stdout)
+
+
+class ProxyInHost:
+    """`inswitch kvs proxy` in a client host, recording its operations."""
+
+    def __init__(self, rack: RedisRack, host: Any, port: int = 6380) -> None:
+        """Starts the proxy on 0.0.0.0:`port` in `host`."""
+        self.rack, self.host, self.port = rack, host, port
+        self.hist = rack.dir / f"proxy-{host.name}-{time.monotonic_ns()}.json"
+        p = rack.p
+        argv = [sys.executable, "-m", "inswitch", "kvs", "proxy", "--listen", f"0.0.0.0:{port}", "--servers", ",".join(rack.server_ips),
+                "--key-field", str(p.key_field), "--value-size", str(p.value_size), "--history", str(self.hist)]
+        self.proc = subprocess.Popen(rack.in_host(host, argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line.startswith("listening"):
+            self.proc.kill()
+            raise RuntimeError(f"the proxy did not start: {line} {self.proc.stderr.read()[-1000:] if self.proc.stderr else ''}")
+
+    def stop(self) -> dict[str, Any]:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        return json.loads(self.hist.read_text())
+
+    def verdict(self, doc: dict[str, Any], init: dict[bytes, Optional[bytes]]) -> history.Verdict:
+        recs: list[history.Record] = []
+        unacked: dict[bytes, list[Optional[bytes]]] = {}
+        for k, kind, v, a, b in doc["history"]:
+            recs.append((bytes.fromhex(k), kind, None if v is None else bytes.fromhex(v), a, b))
+        for k, v, a in doc["unacked"]:
+            kb = bytes.fromhex(k)
+            unacked.setdefault(kb, []).append(None if v is None else bytes.fromhex(v))
+            recs.append((kb, "set", None if v is None else bytes.fromhex(v), a, 1 << 62))
+        keys = sorted({r[0] for r in recs})
+        return history.check(recs, init, self.rack.read_back(keys), unacked)
+
+
+def run_matrix(workloads: list[str], systems: list[str], p: RackParams, progress: Optional[Callable[[str], None]] = None) -> dict[str, Any]:
+    """Every system under every workload, one rack; {workload: {system: result}}."""
+    runs: dict[str, dict[str, Any]] = {}
+    with RedisRack(p) as rack:
+        for w in workloads:
+            rack.p.workload = w
+            runs[w] = {}
+            for s in systems:
+                if progress:
+                    progress(f"{w}: {s}")
+                r = rack.run_load(s, rack.use(s))
+                r.pop("clients", None)
+                runs[w][s] = r
+    cfg = {**asdict(p), "workloads": workloads, "systems": systems, "shift_times": p.shift_times()}
+    cfg.pop("workload")
+    return {"config": cfg, "runs": runs}

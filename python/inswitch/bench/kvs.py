@@ -1,0 +1,96 @@
+"""`inswitch bench kvs`: what Hare's path costs and what the switch's hit path serves, in
+one rack with one real Redis (issue 17).
+
+- `none` (switch forwarding only): redis-benchmark GETs through `inswitch kvs proxy` and
+  through the Hare client library, against the same redis-benchmark talking to Redis
+  directly across the same switch: `direct_over_none` = direct ops/s / proxy ops/s;
+- the hit path: `hare` with every key offloaded (64 keys, 128 slots, warmed up), GETs
+  from the client library; `hit_path_ops` = GETs per second answered by the switch, and
+  its ratio to what one Redis served directly."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+
+def run(duration: float = 3.0, requests: int = 20000, progress: Optional[Callable[[str], None]] = None) -> dict[str, Any]:
+    from inswitch.apps.hare import redisrack as rr
+
+    say = progress or (lambda s: None)
+    p = rr.RackParams(clients=1, servers=1, records=64, cache=128, batch=64, t_wait=0.1, duration=duration, workload="ycsb-c", shift="none", window=64)
+    out: dict[str, Any] = {"config": {"records": p.records, "requests": requests, "duration_s": duration, "redis_benchmark": f"-t get -n {requests} -r {p.records} -c 50"}}
+    with rr.RedisRack(p) as rack:
+        h = rack.client_hosts[0]
+        say("none: redis-benchmark direct to Redis")
+        ctl = rack.use("none")
+        direct = rr.redis_benchmark(rack, h, rack.server_ips[0], 6379, requests, p.records, tests="get")["GET"]
+        say("none: redis-benchmark through the proxy")
+        px = rr.ProxyInHost(rack, h)
+        try:
+            proxied = rr.redis_benchmark(rack, h, "127.0.0.1", px.port, requests, p.records, tests="get")["GET"]
+        finally:
+            px.stop()
+        say("none: the client library")
+        lib_none = rack.run_load("none", ctl)
+        say("hare: warming the cache")
+        ctl = rack.use("hare")
+        rack.run_load("hare", ctl)
+        say("hare: hit path")
+        hit = rack.run_load("hare", ctl)
+    hit_ops = hit["throughput_ops"] * (hit["hit_rate"] or 0.0)
+    out.update({
+        "direct_redis_get_ops": direct["rps"],
+        "direct_redis_get_p50_ms": direct["p50_latency_ms"],
+        "proxy_none_get_ops": proxied["rps"],
+        "proxy_none_get_p50_ms": proxied["p50_latency_ms"],
+        "direct_over_none": direct["rps"] / proxied["rps"] if proxied["rps"] else None,
+        "client_none_ops": lib_none["throughput_ops"],
+        "client_none_p50_us": lib_none["p50_us"],
+        "hare_ops": hit["throughput_ops"],
+        "hare_hit_rate": hit["hit_rate"],
+        "hit_path_ops": hit_ops,
+        "hit_path_p50_us": hit["p50_us"],
+        "hit_path_over_one_redis": hit_ops / direct["rps"] if direct["rps"] else None,
+        "correct": bool(lib_none["correct"] and hit["correct"]),
+    })
+    return out
+
+
+def register(app: Any) -> None:
+    import os
+    import shutil
+
+    import typer
+    from rich.table import Table
+
+    from inswitch.bench.cli import bench_app
+    from inswitch.cliopts import JSON_PATH, Float, Int, option
+    from inswitch.output import console_for, note_written, write_json
+
+    @bench_app.command("kvs", epilog="Examples:\n\n  sudo inswitch bench kvs --json bench/kvs.json\n\n  sudo inswitch bench kvs --duration 5 --requests 50000\n")
+    def kvs(
+        duration: float = option(3.0, "--duration", type=Float(0.5, 600), help="Seconds per client-library measurement."),
+        requests: int = option(20000, "--requests", type=Int(100, 10_000_000), help="redis-benchmark requests per measurement."),
+        json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Write the results as JSON."),
+    ) -> None:
+        """Hare's path against Redis direct (direct_over_none) and the switch's hit path, in a rack with one real Redis."""
+        console = console_for(json_out)
+        if os.geteuid() != 0 or not shutil.which("redis-server") or not shutil.which("redis-benchmark"):
+            console.print("[red]error:[/red] bench kvs needs root (a rack of namespaces), redis-server and redis-benchmark")
+            raise typer.Exit(2)
+        with console.status("measuring") as st:
+            r = run(duration, requests, lambda s: st.update(f"measuring: {s}"))
+        t = Table(title="inswitch bench kvs (measured, one Redis, 2-core machine shared)")
+        t.add_column("measurement", no_wrap=True)
+        t.add_column("result", justify="right", no_wrap=True)
+        t.add_row("redis-benchmark GET, direct to Redis", f"{r['direct_redis_get_ops']:,.0f} ops/s")
+        t.add_row("redis-benchmark GET, through the proxy (none)", f"{r['proxy_none_get_ops']:,.0f} ops/s")
+        t.add_row("direct_over_none", f"{r['direct_over_none']:.2f}")
+        t.add_row("client library (Python), none", f"{r['client_none_ops']:,.0f} ops/s")
+        t.add_row("client library, hare, all keys offloaded", f"{r['hare_ops']:,.0f} ops/s, hit rate {r['hare_hit_rate']:.3f}")
+        t.add_row("hit path (GETs answered by the switch)", f"{r['hit_path_ops']:,.0f} ops/s")
+        t.add_row("hit path / one Redis (goal >= 5)", f"{r['hit_path_over_one_redis']:.2f}")
+        console.print(t)
+        if json_out:
+            write_json(json_out, r, indent=2)
+            note_written(console, json_out)

@@ -1,0 +1,73 @@
+"""The options issue 17 added (`kvs --backend redis ...`, `kvs proxy`, `bench kvs`):
+every value their checked types must refuse ends the command with one line and status 2
+before any work starts; `kvs --backend sim` still runs as before."""
+
+from __future__ import annotations
+
+import pytest
+import typer
+
+from inswitch.cli import app
+from inswitch.cliopts import checked_type, run
+
+NEW = {
+    ("kvs",): ["--backend", "--workload", "--records", "--field-size", "--clients", "--servers", "--window", "--plot"],
+    ("kvs", "proxy"): ["--listen", "--servers", "--key-field", "--value-size", "--timeout", "--history"],
+    ("bench", "kvs"): ["--duration", "--requests", "--json"],
+}
+REQUIRED = {("kvs", "proxy"): ["--listen", "0.0.0.0:1", "--servers", "10.0.0.2"]}
+
+
+def _command(path: tuple[str, ...]) -> typer.core.TyperCommand:
+    cmd = typer.main.get_command(app)
+    for p in path:
+        cmd = cmd.commands[p]  # type: ignore[attr-defined]
+    return cmd  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("path", sorted(NEW))
+def test_new_options_refuse_bad_values_in_one_line(path: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:
+    cmd = _command(path)
+    seen = 0
+    for prm in cmd.params:
+        if prm.opts[0] not in NEW[path]:
+            continue
+        ty = checked_type(prm)
+        assert ty is not None, prm.name
+        for bad in ty.invalid_samples():
+            base = list(REQUIRED.get(path, []))
+            if prm.opts[0] in base:
+                i = base.index(prm.opts[0])
+                del base[i : i + 2]
+            assert run(app, [*path, *base, prm.opts[0], bad]) == 2, (prm.name, bad)
+            err = capsys.readouterr().err.strip()
+            assert "\n" not in err and "error:" in err and prm.opts[0] in err, err
+            seen += 1
+    assert seen >= len(NEW[path])
+
+
+def test_kvs_redis_refuses_dyso_and_oversize_fields(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(app, ["kvs", "--backend", "redis", "--system", "dyso"]) == 2
+    assert run(app, ["kvs", "--backend", "redis", "--field-size", "100", "--value-size", "64"]) == 2
+
+
+def test_kvs_sim_still_runs_and_is_labelled_a_model(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
+    import json
+
+    out = tmp_path / "k.json"
+    rc = run(app, ["kvs", "--system", "hare", "--keys", "500", "--cache", "32", "--batch", "8", "--duration", "0.6", "--rate", "2000", "--shift", "none", "--no-rates", "--json", str(out)])
+    assert rc == 0
+    assert "model" in capsys.readouterr().out
+    assert json.loads(out.read_text())["config"]["backend"].startswith("sim (model")
+
+
+def test_switchd_takes_sized_program_specs() -> None:
+    from inswitch import native
+    from inswitch.switchd.pipeline import Pipeline
+
+    assert Pipeline.for_programs(["forward", "hare:key=64:value=64:slots=128"]).programs == ("forward", "hare:key=64:value=64:slots=128")
+    assert native.is_program("netcache:key=64:value=64:slots=64:threshold=16")
+    for bad in ("hare:key=64:value=63:slots=8", "nope:key=1", "hare:key=64,value=64"):
+        assert not native.is_program(bad), bad
+    with pytest.raises(ValueError):
+        Pipeline.for_programs(["forward", "nope:key=1"])
