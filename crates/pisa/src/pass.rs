@@ -17,7 +17,8 @@ use std::cell::RefCell;
 
 use serde::Serialize;
 
-use crate::decl::{Digest, DropCode, Gress, HashUnit, Memory, ObjRef, Table};
+use crate::base::{DropCode, Gress, ObjRef};
+use crate::decl::{Digest, HashUnit, Memory, Table};
 use crate::lanes::{HashLanes, RegisterLanes};
 use crate::packet::{PacketBuf, PortId, PORT_CPU, PORT_NONE, PORT_RECIRC};
 pub use crate::packet::{PacketMeta, BRIDGED_BYTES};
@@ -190,7 +191,7 @@ fn why(pos: u16, end: u16, o: ObjRef) -> Violation {
 impl Guard {
     #[inline(always)]
     fn new(gress: Gress) -> Guard {
-        let start = crate::decl::pos(0, gress);
+        let start = crate::base::pos(0, gress);
         Guard { touched: 0, digests: 0, pos: start, end: start + 256, violation: None, start }
     }
 
@@ -921,7 +922,7 @@ mod tests {
                     for violated in [false, true] {
                         let mut g = Guard::new(gress);
                         if let Some(c) = cursor {
-                            g.pos = crate::decl::pos(c, gress);
+                            g.pos = crate::base::pos(c, gress);
                             g.touched = touched;
                         }
                         if violated {
@@ -930,7 +931,7 @@ mod tests {
                         for og in [Gress::Ingress, Gress::Egress] {
                             for stage in [0u8, 1, 2, 5, 6, 255] {
                                 for bits in [0b01u64, 0b10, 0b11] {
-                                    let pos = crate::decl::pos(stage, og);
+                                    let pos = crate::base::pos(stage, og);
                                     let allowed = !violated && og == gress && (pos > g.pos || pos == g.pos && g.touched & bits == 0);
                                     let (mut a, mut b) = (g, g);
                                     assert_eq!(a.try_enter_all(pos, bits), allowed, "{gress:?} {cursor:?} {touched} {og:?} {stage} {bits}");

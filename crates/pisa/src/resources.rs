@@ -10,8 +10,8 @@
 
 use serde::Serialize;
 
-use crate::decl::{Gress, MemoryKind, ProgramDecl, TableDecl};
-use crate::table::MatchKind;
+use crate::base::{Gress, MatchKind};
+use crate::decl::{MemoryKind, ProgramDecl, TableDecl};
 use crate::target::{is_unlimited, Target};
 
 #[derive(Clone, Debug, Default, Serialize)]

@@ -8,21 +8,10 @@
 
 use hashbrown::HashMap;
 use rustc_hash::FxBuildHasher;
-use serde::{Deserialize, Serialize};
 
-use crate::control::ControlError;
-use crate::decl::{ActionDecl, ActionDecoder, ActionId, TableDecl, MAX_ACTION_PARAMS};
-
-/// How a key field matches.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MatchKind {
-    Exact,
-    Ternary,
-    Lpm,
-    /// P4Runtime's `optional`: exact or wildcard.
-    Optional,
-}
+pub use crate::base::MatchKind;
+use crate::base::{ActionId, ControlError, MAX_ACTION_PARAMS};
+use crate::decl::{ActionDecl, ActionDecoder, TableDecl};
 
 /// A lookup's outcome: whether an entry matched, and the action to run with its data.
 /// The data is borrowed from the table (tables do not change during a pass), so a
