@@ -294,6 +294,17 @@ impl ProgramDecl {
         let m = self.memories.iter().map(|m| m.stage);
         r.chain(t).chain(h).chain(m).map(|s| s as u32 + 1).max().unwrap_or(0)
     }
+
+    /// The name of drop code `code`: the switch's own ([`DropCode::builtin_name`]) or one
+    /// this program declared.
+    pub fn drop_name(&self, code: DropCode) -> Option<&str> {
+        code.builtin_name().or_else(|| self.drop_reasons.get((code.0).checked_sub(DropCode::FIRST_PROGRAM)? as usize).map(|s| s.as_str()))
+    }
+
+    /// The drop code named `name` (see [`ProgramDecl::drop_name`]).
+    pub fn drop_code(&self, name: &str) -> Option<DropCode> {
+        (0..DropCode::MAX as u8).map(DropCode).find(|&c| self.drop_name(c) == Some(name))
+    }
 }
 
 /// Errors in a declaration itself (independent of any target).

@@ -397,14 +397,14 @@ impl Pipe {
         match op {
             ControlOp::TableWrite { table_id, op, matches, priority, action_id, params } => {
                 let t = table(*table_id)?;
-                let st = &mut self.progs[t.program as usize].state.ro.tables[t.index as usize];
+                let st = &mut self.progs[t.program as usize].state.read_only.tables[t.index as usize];
                 let (key, mask) = st.normalize(matches)?;
                 match op {
                     WriteOp::Delete => st.delete(&key, &mask, *priority)?,
                     WriteOp::Insert | WriteOp::Modify => {
                         let a = action_of(t.program, t.index as usize, *action_id)?;
                         let p = params_from_bytes(&set.decl(t.program as usize).actions[a as usize], params)?;
-                        self.progs[t.program as usize].state.ro.tables[t.index as usize].write(
+                        self.progs[t.program as usize].state.read_only.tables[t.index as usize].write(
                             key,
                             mask,
                             *priority,
@@ -420,23 +420,23 @@ impl Pipe {
                 let t = table(*table_id)?;
                 let a = action_of(t.program, t.index as usize, *action_id)?;
                 let p = params_from_bytes(&set.decl(t.program as usize).actions[a as usize], params)?;
-                self.progs[t.program as usize].state.ro.tables[t.index as usize].set_default(crate::base::ActionId(a), &p)?;
+                self.progs[t.program as usize].state.read_only.tables[t.index as usize].set_default(crate::base::ActionId(a), &p)?;
                 Ok(ControlReply::Done)
             }
             ControlOp::TableResetDefault { table_id } => {
                 let t = table(*table_id)?;
-                self.progs[t.program as usize].state.ro.tables[t.index as usize].reset_default();
+                self.progs[t.program as usize].state.read_only.tables[t.index as usize].reset_default();
                 Ok(ControlReply::Done)
             }
             ControlOp::TableClear { table_id } => {
                 let t = table(*table_id)?;
-                self.progs[t.program as usize].state.ro.tables[t.index as usize].clear();
+                self.progs[t.program as usize].state.read_only.tables[t.index as usize].clear();
                 Ok(ControlReply::Done)
             }
             ControlOp::TableRead { table_id } => {
                 let t = table(*table_id)?;
                 let decl = set.decl(t.program as usize);
-                let st = &self.progs[t.program as usize].state.ro.tables[t.index as usize];
+                let st = &self.progs[t.program as usize].state.read_only.tables[t.index as usize];
                 let entries = st.entries(|a| decl.actions.get(a.0 as usize).map_or(0, |a| a.params.len()));
                 let (da, dp) = st.default_action();
                 let np = decl.actions.get(da.0 as usize).map_or(0, |a| a.params.len());
@@ -509,7 +509,7 @@ impl Pipe {
                 let d = set
                     .resolve(*digest_id, id_prefix::DIGEST)
                     .ok_or_else(|| ControlError::NotFound(format!("no digest with id {digest_id:#x}")))?;
-                self.progs[d.program as usize].state.ro.digest_enabled[d.index as usize] = *enabled;
+                self.progs[d.program as usize].state.read_only.digest_enabled[d.index as usize] = *enabled;
                 Ok(ControlReply::Done)
             }
             ControlOp::PktGenConfig { program, name, period_ns } => {
@@ -576,7 +576,7 @@ impl<'a> Passes<'a> {
             Gress::Egress => program.egress(pass),
         }
         let v = pass.unload(pkt);
-        judge(pkt, prog, v, counters)
+        count_violation(pkt, prog, v, counters)
     }
 
     /// The base program's pass over `pkt`; the program's index if it dropped the packet.
@@ -618,7 +618,7 @@ impl<'a> Passes<'a> {
 /// After program `prog`'s pass: count its violation, if any (the packet is then dropped),
 /// and return `prog` if the packet is now to be dropped (who to blame for the drop).
 #[inline(always)]
-fn judge(pkt: &mut PacketBuf, prog: u8, v: Option<Violation>, counters: &mut Counters) -> Option<u8> {
+fn count_violation(pkt: &mut PacketBuf, prog: u8, v: Option<Violation>, counters: &mut Counters) -> Option<u8> {
     if let Some(v) = v {
         counters.programs[prog as usize].violations[v.index()] += 1;
         pkt.meta.drop = Some(DropCode::VIOLATION);
