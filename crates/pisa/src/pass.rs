@@ -709,14 +709,15 @@ impl<'a> Pass<'a> {
         }
     }
 
-    /// Compute a hash unit over `data` (the bytes of the fields it hashes); the result is
-    /// usable from the next stage on.
+    /// Compute a hash unit over `data` (the bytes of the fields it hashes). The result may
+    /// address a register array of the same stage (Tofino's hash distribution feeds the
+    /// stage's stateful ALUs), so it is usable from the unit's own stage on.
     #[inline]
     pub fn hash(&mut self, h: &HashUnit, data: &[u8]) -> Staged<u32> {
         if !self.guard.enter(h.obj) {
-            return Staged::produced_at(0, h.obj.pos);
+            return Staged::usable_at(0, h.obj.pos);
         }
-        Staged::produced_at(h.algo.compute(data) & h.mask, h.obj.pos)
+        Staged::usable_at(h.algo.compute(data) & h.mask, h.obj.pos)
     }
 
     /// Send a digest to the control plane (if the control plane enabled it). `data` is the

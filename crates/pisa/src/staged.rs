@@ -18,7 +18,7 @@ use std::ops;
 /// A value and the first stage position (`gress << 8 | stage`) where it may be used as an
 /// index or operand: its producer's position plus one, or 0 for a value that was in the
 /// packet or the program from the start.
-#[derive(Clone, Copy, Debug, Default, Hash)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct Staged<T> {
     value: T,
     after: u16,
@@ -30,10 +30,16 @@ impl<T> Staged<T> {
     pub const fn now(value: T) -> Staged<T> {
         Staged { value, after: 0 }
     }
-    /// A value produced by an object at position `pos`.
+    /// A value produced by an object at position `pos`: usable from the next stage.
     #[inline(always)]
     pub(crate) const fn produced_at(value: T, pos: u16) -> Staged<T> {
         Staged { value, after: pos + 1 }
+    }
+    /// A value usable from position `pos` on, in that stage too (a hash unit's result: the
+    /// stage's hash distribution feeds its own stateful ALUs' addresses).
+    #[inline(always)]
+    pub(crate) const fn usable_at(value: T, pos: u16) -> Staged<T> {
+        Staged { value, after: pos }
     }
     /// The value itself, no longer tracked (for headers, decisions and counters: what the
     /// deparser and the traffic manager see after the last stage).

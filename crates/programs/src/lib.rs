@@ -21,8 +21,11 @@ pub mod netsha;
 pub mod reply;
 pub mod switchagg;
 
+/// Makes a fresh instance of one program.
+type Constructor = fn() -> Arc<dyn Program>;
+
 /// The programs this build knows: name and constructor, one row each.
-const PROGRAMS: &[(&str, fn() -> Arc<dyn Program>)] = &[
+const PROGRAMS: &[(&str, Constructor)] = &[
     ("forward", || Arc::new(forward::Forward::new())),
     ("daiet", || Arc::new(daiet::Daiet::new())),
     ("switchagg", || Arc::new(switchagg::SwitchAgg::new())),
