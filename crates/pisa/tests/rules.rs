@@ -595,6 +595,8 @@ fn a_value_is_usable_from_the_stage_after_its_producer() {
     assert_eq!(sw.counters().drops[DropCode::VIOLATION.0 as usize], 3);
     let b_cells: Vec<u64> = (0..16).map(|i| reg(&mut sw, &set, 1, i)).collect();
     assert_eq!(b_cells, want, "no violating access changed b");
+}
+
 #[test]
 fn cell_fields_must_cover_the_cell() {
     let mut b = ProgramBuilder::new("fields", "");
