@@ -143,7 +143,7 @@ def test_malformed_and_hostile_packets_are_counted(runs):
     fuzz = [bytes(good[:42]) + bytes(rng.randrange(256) for _ in range(rng.randrange(0, 60))) for _ in range(200)]
     out = sw.process(0, [bytes(bad_op), short, wrong_width, state_from_client] + fuzz)
     d = sw.drops()
-    assert d.get("hare_unknown_op", 0) >= 1 and d.get("hare_malformed", 0) >= 1
+    assert d.get("hare_unknown_op", 0) >= 1 and d.get("malformed", 0) >= 1
     assert d.get("hare_key_field", 0) >= 1 and d.get("hare_control_denied", 0) == 1
     assert "violation" not in d
     assert len(out) + sum(d.values()) == 204

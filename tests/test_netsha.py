@@ -49,7 +49,7 @@ def test_switch_cuts_agent_packets_and_answers(result: dict) -> None:
     assert m["netsha"]["agent_packets"] < m["layered"]["agent_packets"]
     assert result["agent_packets_ratio"] == m["netsha"]["agent_packets"] / m["layered"]["agent_packets"]
     sw = m["netsha"]["switch_counters"]["switch0"]
-    assert sw["dropped_by_threshold"] > 0 and sw["drop_netsha_malformed"] == 0
+    assert sw["dropped_by_threshold"] > 0 and sw["drop_malformed"] == 0
 
 
 def test_paper_reduction_never_beats_exact() -> None:

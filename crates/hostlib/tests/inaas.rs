@@ -69,7 +69,7 @@ fn clearing_write_that_takes_a_lease_completes() {
     s2.run_for(100);
     let r = run_one(&mut s2, 1, &[ItemReq { seg: 1, idx: 2, op: Op::Write { key: 0, value: 0 } }], Operator::Add);
     assert_eq!(r[1], Some(ItemResult::Done(0)));
-    assert_eq!(s2.drops("inaas_malformed"), 0);
+    assert_eq!(s2.drops("malformed"), 0);
     assert_eq!(s2.tenants[1].client.stats.retransmitted, 0);
 }
 
@@ -113,7 +113,7 @@ fn malformed_and_forged_are_counted_drops_or_logged() {
         sent += 1;
     }
     s.run(100_000);
-    let dropped = s.drops("inaas_malformed") + s.drops("inaas_forged_uid");
+    let dropped = s.drops("malformed") + s.drops("inaas_forged_uid");
     let logged = s.gk.stats.forged + s.gk.stats.malformed;
     assert!(dropped + logged > 0);
     assert!(s.forged_on_port(port) <= sent);

@@ -6,45 +6,9 @@
 
 use serde::Serialize;
 
+pub use crate::base::ControlError;
 use crate::packet::PortId;
 use crate::table::{Entry, FieldMatch};
-
-/// Why a control-plane operation failed; the kinds follow gRPC's status codes.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum ControlError {
-    #[error("invalid argument: {0}")]
-    InvalidArgument(String),
-    #[error("not found: {0}")]
-    NotFound(String),
-    #[error("already exists: {0}")]
-    AlreadyExists(String),
-    #[error("resource exhausted: {0}")]
-    ResourceExhausted(String),
-    #[error("permission denied: {0}")]
-    PermissionDenied(String),
-    #[error("out of range: {0}")]
-    OutOfRange(String),
-    #[error("unimplemented: {0}")]
-    Unimplemented(String),
-    #[error("unavailable: {0}")]
-    Unavailable(String),
-}
-
-impl ControlError {
-    /// The gRPC status code number (google.rpc.Code).
-    pub fn grpc_code(&self) -> u32 {
-        match self {
-            ControlError::InvalidArgument(_) => 3,
-            ControlError::NotFound(_) => 5,
-            ControlError::AlreadyExists(_) => 6,
-            ControlError::PermissionDenied(_) => 7,
-            ControlError::ResourceExhausted(_) => 8,
-            ControlError::OutOfRange(_) => 11,
-            ControlError::Unimplemented(_) => 12,
-            ControlError::Unavailable(_) => 14,
-        }
-    }
-}
 
 /// Insert, modify or delete.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

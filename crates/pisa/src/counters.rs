@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use crate::decl::DropCode;
+use crate::base::DropCode;
 use crate::pass::Violation;
 
 #[derive(Clone, Debug, Default, Serialize)]

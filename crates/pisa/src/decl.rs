@@ -7,53 +7,11 @@
 
 use serde::{Deserialize, Serialize};
 
+// Re-exported here, where programs have always found them.
+use crate::base::{pos, MatchKind};
+pub use crate::base::{ActionId, DropCode, Gress, ObjRef, MAX_ACTION_PARAMS};
 use crate::hash::HashAlgo;
 use crate::register::{Cell, Register, RegisterAction, SaluBody, SaluFn, SaluValue};
-use crate::table::MatchKind;
-
-/// Ingress or egress: the two threads of the match-action pipeline.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Gress {
-    Ingress,
-    Egress,
-}
-
-/// Where a stateful or table object sits, and its bit in the per-pass access set.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ObjRef {
-    /// Its bit among the objects of its stage (of its gress). A pass only needs to know
-    /// which objects of its current stage it has used: an earlier stage's objects are out
-    /// of reach anyway, and a later stage's cannot have been used yet.
-    pub(crate) bit: u64,
-    /// Gress and stage as one number, `gress << 8 | stage`: the order in which a pass may
-    /// reach objects (see `pass::Guard`).
-    pub(crate) pos: u16,
-}
-
-impl ObjRef {
-    /// The object with index `local` (below [`MAX_STAGE_OBJECTS`]) in its stage.
-    #[inline]
-    pub(crate) fn new(local: u8, stage: u8, gress: Gress) -> ObjRef {
-        ObjRef { bit: 1u64 << (local & 63), pos: pos(stage, gress) }
-    }
-    pub fn stage(&self) -> u8 {
-        self.pos as u8
-    }
-    pub fn gress(&self) -> Gress {
-        if self.pos >> 8 == 0 {
-            Gress::Ingress
-        } else {
-            Gress::Egress
-        }
-    }
-}
-
-/// `gress << 8 | stage`: the order in which a pass may reach objects.
-#[inline]
-pub(crate) fn pos(stage: u8, gress: Gress) -> u16 {
-    ((gress as u16) << 8) | stage as u16
-}
 
 /// Most objects (tables, register arrays, hash units, digests) one program may declare.
 pub const MAX_OBJECTS: usize = 256;
@@ -63,8 +21,6 @@ pub const MAX_OBJECTS: usize = 256;
 pub const MAX_STAGE_OBJECTS: usize = 64;
 /// Most digests one program may declare (Tofino's digest type is 3 bits).
 pub const MAX_DIGESTS: usize = 64;
-/// Most parameters an action may have.
-pub const MAX_ACTION_PARAMS: usize = 6;
 /// Widest action parameter, in bits.
 pub const MAX_PARAM_BITS: u32 = 64;
 
@@ -350,6 +306,17 @@ impl ProgramDecl {
         let m = self.memories.iter().map(|m| m.stage);
         r.chain(t).chain(h).chain(m).map(|s| s as u32 + 1).max().unwrap_or(0)
     }
+
+    /// The name of drop code `code`: the switch's own ([`DropCode::builtin_name`]) or one
+    /// this program declared.
+    pub fn drop_name(&self, code: DropCode) -> Option<&str> {
+        code.builtin_name().or_else(|| self.drop_reasons.get((code.0).checked_sub(DropCode::FIRST_PROGRAM)? as usize).map(|s| s.as_str()))
+    }
+
+    /// The drop code named `name` (see [`ProgramDecl::drop_name`]).
+    pub fn drop_code(&self, name: &str) -> Option<DropCode> {
+        (0..DropCode::MAX as u8).map(DropCode).find(|&c| self.drop_name(c) == Some(name))
+    }
 }
 
 /// Errors in a declaration itself (independent of any target).
@@ -374,10 +341,6 @@ impl Table {
     }
 }
 
-/// Handle to a table action (program-local index).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-pub struct ActionId(pub u16);
-
 /// Handle to a hash unit.
 #[derive(Clone, Copy, Debug)]
 pub struct HashUnit {
@@ -394,58 +357,6 @@ pub struct Digest {
     pub(crate) bit: u64,
     pub(crate) idx: u16,
     pub(crate) bytes: u16,
-}
-
-/// A reason a packet was dropped. Codes below [`DropCode::FIRST_PROGRAM`] are the switch's
-/// own; programs declare theirs with [`ProgramBuilder::drop_reason`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct DropCode(pub u8);
-
-impl DropCode {
-    /// The program decided to drop (no particular reason).
-    pub const PROGRAM: DropCode = DropCode(1);
-    /// The packet's headers are malformed or truncated.
-    pub const MALFORMED: DropCode = DropCode(2);
-    /// The program reached for a table or register against the hardware rules.
-    pub const VIOLATION: DropCode = DropCode(3);
-    /// No egress port or multicast group was chosen.
-    pub const NO_ROUTE: DropCode = DropCode(4);
-    /// The egress queue of the chosen port was full.
-    pub const QUEUE_FULL: DropCode = DropCode(5);
-    /// The packet recirculated more often than its program allows.
-    pub const RECIRC_LIMIT: DropCode = DropCode(6);
-    /// The recirculation queue was full.
-    pub const RECIRC_FULL: DropCode = DropCode(7);
-    /// A multicast group or clone session that does not exist.
-    pub const NO_GROUP: DropCode = DropCode(8);
-    /// The queue towards the controller (PacketIn) was full.
-    pub const CPU_FULL: DropCode = DropCode(9);
-    /// No program owns the packet and no base program forwards ordinary traffic.
-    pub const NO_PROGRAM: DropCode = DropCode(10);
-    /// A header grew past the parse depth or the buffer.
-    pub const TOO_LARGE: DropCode = DropCode(11);
-    /// Egress port does not exist.
-    pub const BAD_PORT: DropCode = DropCode(12);
-    pub const FIRST_PROGRAM: u8 = 32;
-    pub const MAX: usize = 64;
-
-    pub fn builtin_name(self) -> Option<&'static str> {
-        Some(match self.0 {
-            1 => "program",
-            2 => "malformed",
-            3 => "violation",
-            4 => "no_route",
-            5 => "queue_full",
-            6 => "recirc_limit",
-            7 => "recirc_full",
-            8 => "no_group",
-            9 => "cpu_full",
-            10 => "no_program",
-            11 => "too_large",
-            12 => "bad_port",
-            _ => return None,
-        })
-    }
 }
 
 /// Builds a [`ProgramDecl`] and hands out the handles the program uses at run time.
@@ -530,8 +441,8 @@ impl ProgramBuilder {
     }
 
     pub fn bridged_bytes(&mut self, bytes: u32) -> &mut Self {
-        if bytes as usize > crate::pass::BRIDGED_BYTES {
-            self.errors.push(DeclError::Invalid(format!("bridged metadata is at most {} bytes", crate::pass::BRIDGED_BYTES)));
+        if bytes as usize > crate::base::BRIDGED_BYTES {
+            self.errors.push(DeclError::Invalid(format!("bridged metadata is at most {} bytes", crate::base::BRIDGED_BYTES)));
         }
         self.decl.bridged_bytes = bytes;
         self

@@ -14,7 +14,8 @@
 //!
 //! [`Pass::execute_lanes`]: crate::pass::Pass::execute_lanes
 
-use crate::decl::{HashUnit, ObjRef};
+use crate::base::ObjRef;
+use crate::decl::HashUnit;
 use crate::register::{Cell, RegisterAction};
 
 /// Why lanes cannot be made of the given objects.

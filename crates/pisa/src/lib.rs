@@ -8,12 +8,15 @@
 //!   one thread.
 //! - [`target`] and [`resources`]: target limits and the resource report.
 //! - [`control`]: control-plane operations (what P4Runtime maps to).
+//! - [`base`]: the shared vocabulary (drop codes, object positions, control errors); it
+//!   depends on no other module, which keeps the modules above it free of import cycles.
 //!
 //! Sans-IO: nothing here opens a socket, spawns a thread or reads a clock.
 // No unsafe code, except the one cache hint in `pass::prefetch_hint` and the CRC-32C
 // instruction in `hash` (allowed there).
 #![deny(unsafe_code)]
 
+pub mod base;
 pub mod control;
 pub mod counters;
 pub mod decl;
@@ -25,15 +28,15 @@ pub mod pipe;
 pub mod program;
 pub mod register;
 pub mod resources;
+pub mod staged;
 pub mod switch;
 pub mod table;
 pub mod target;
 pub mod tm;
 
-pub use control::{CloneSession, ControlError, ControlOp, ControlReply, Replica, WriteOp};
-pub use decl::{
-    ActionId, ClassifyRule, Digest, DropCode, Gress, HashUnit, Memory, MemoryKind, ProgramBuilder, ProgramDecl, Table, TableSpec,
-};
+pub use base::{ActionId, ControlError, DropCode, Gress, MatchKind};
+pub use control::{CloneSession, ControlOp, ControlReply, Replica, WriteOp};
+pub use decl::{ClassifyRule, Digest, HashUnit, Memory, MemoryKind, ProgramBuilder, ProgramDecl, Table, TableSpec};
 pub use hash::HashAlgo;
 pub use lanes::{HashLanes, LanesError, RegisterLanes};
 pub use packet::{BufPool, PacketBuf, PortId, PORT_CPU, PORT_NONE, PORT_PKTGEN, PORT_RECIRC};
@@ -42,6 +45,7 @@ pub use pipe::{Handoff, Pipe, PipeConfig, PortMap};
 pub use program::{Program, ProgramSet};
 pub use register::{Cell, Pair, Register, RegisterAction, SaluBody, SaluFn};
 pub use resources::ResourceReport;
+pub use staged::{Staged, StagedArg};
 pub use switch::Switch;
-pub use table::{FieldMatch, MatchKind, TableResult};
+pub use table::{FieldMatch, TableResult};
 pub use target::Target;

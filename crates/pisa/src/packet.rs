@@ -8,7 +8,8 @@
 
 use std::ops::{Deref, DerefMut};
 
-use crate::decl::DropCode;
+use crate::base::DropCode;
+pub use crate::base::BRIDGED_BYTES;
 
 /// A switch port number. Front-panel ports are `0..N`; a few numbers are reserved for the
 /// internal ports every PISA switch has.
@@ -27,9 +28,6 @@ pub const PORT_NONE: PortId = 0xFFFF;
 
 /// Default buffer capacity: a 1500-byte MTU frame plus headers, rounded up.
 pub const DEFAULT_BUF_CAPACITY: usize = 2048;
-
-/// Bytes of metadata the ingress can bridge to the egress.
-pub const BRIDGED_BYTES: usize = 16;
 
 /// Intrinsic metadata that travels with a packet through ingress, the traffic manager and
 /// egress (Tofino's ig_intr_md, ig_intr_md_for_tm, eg_intr_md and bridged metadata).

@@ -17,11 +17,13 @@ use std::cell::RefCell;
 
 use serde::Serialize;
 
-use crate::decl::{Digest, DropCode, Gress, HashUnit, Memory, ObjRef, Table};
+use crate::base::{DropCode, Gress, ObjRef};
+use crate::decl::{Digest, HashUnit, Memory, Table};
 use crate::lanes::{HashLanes, RegisterLanes};
 use crate::packet::{PacketBuf, PortId, PORT_CPU, PORT_NONE, PORT_RECIRC};
 pub use crate::packet::{PacketMeta, BRIDGED_BYTES};
 use crate::register::{Cell, RegisterAction, SaluBody};
+use crate::staged::{Staged, StagedArg};
 use crate::table::{TableResult, TableState};
 
 /// Kinds of hardware-rule violations a program can commit at run time.
@@ -76,11 +78,11 @@ pub struct ProgramState {
     /// What a pass only reads, apart from the registers it writes: a pass borrows the two
     /// halves separately (one pointer each), and table results borrow the read-only half
     /// for the whole pass.
-    pub(crate) ro: ProgramRo,
+    pub(crate) read_only: ProgramReadOnly,
 }
 
 /// The read-only (on the packet path) part of a program's state, and its constants.
-pub(crate) struct ProgramRo {
+pub(crate) struct ProgramReadOnly {
     pub(crate) tables: Vec<TableState>,
     pub(crate) digest_enabled: Vec<bool>,
     /// Parse depth in bytes.
@@ -103,7 +105,7 @@ impl ProgramState {
             regs: vec![0u64; at].into_boxed_slice(),
             spans,
             mems: decl.memories.iter().map(|m| vec![0u8; m.bytes() as usize].into_boxed_slice()).collect(),
-            ro: ProgramRo {
+            read_only: ProgramReadOnly {
                 items: decl.items_per_pass.max(1),
                 tables: decl.tables.iter().map(|t| TableState::new(t).with_decoders(&decl.action_decoders)).collect(),
                 digest_enabled: vec![false; decl.digests.len()],
@@ -131,10 +133,10 @@ impl ProgramState {
         &self.mems[idx]
     }
     pub fn table(&self, idx: usize) -> &TableState {
-        &self.ro.tables[idx]
+        &self.read_only.tables[idx]
     }
     pub fn table_mut(&mut self, idx: usize) -> &mut TableState {
-        &mut self.ro.tables[idx]
+        &mut self.read_only.tables[idx]
     }
 }
 
@@ -190,7 +192,7 @@ fn why(pos: u16, end: u16, o: ObjRef) -> Violation {
 impl Guard {
     #[inline(always)]
     fn new(gress: Gress) -> Guard {
-        let start = crate::decl::pos(0, gress);
+        let start = crate::base::pos(0, gress);
         Guard { touched: 0, digests: 0, pos: start, end: start + 256, violation: None, start }
     }
 
@@ -216,6 +218,18 @@ impl Guard {
             self.fail(why(self.pos, self.end, o));
         }
         false
+    }
+
+    /// Enter `o` with an index or operand usable from position `after` on (see
+    /// [`crate::staged`]): a value produced in `o`'s own stage (or later) is a
+    /// `StageOrder` violation.
+    #[inline(always)]
+    fn enter_after(&mut self, o: ObjRef, after: u16) -> bool {
+        if o.pos < after {
+            self.fail(Violation::StageOrder);
+            return false;
+        }
+        self.enter(o)
     }
 
     /// Enter every object in `bits` (all at position `pos`, distinct, at least one) at
@@ -279,7 +293,7 @@ pub struct Pass<'a> {
     depth: usize,
     regs: &'a mut [u64],
     mems: &'a mut Vec<Box<[u8]>>,
-    ro: &'a ProgramRo,
+    read_only: &'a ProgramReadOnly,
     env: &'a PassEnv,
     guard: Guard,
     /// Items streamed so far in this pass beyond the first ([`Pass::next_item`]).
@@ -289,9 +303,9 @@ pub struct Pass<'a> {
 impl<'a> Pass<'a> {
     #[inline(always)]
     pub(crate) fn new(pkt: PacketBuf, state: &'a mut ProgramState, gress: Gress, env: &'a PassEnv) -> Self {
-        let ProgramState { regs, mems, ro, .. } = state;
-        let hdr_len = ro.depth.min(pkt.len());
-        Pass { pkt, hdr_len, depth: ro.depth, regs, mems, ro, env, guard: Guard::new(gress), items: 0 }
+        let ProgramState { regs, mems, read_only, .. } = state;
+        let hdr_len = read_only.depth.min(pkt.len());
+        Pass { pkt, hdr_len, depth: read_only.depth, regs, mems, read_only, env, guard: Guard::new(gress), items: 0 }
     }
 
     /// Start a new pass (same program, same gress) over `pkt`: the packet is swapped in,
@@ -361,7 +375,7 @@ impl<'a> Pass<'a> {
     #[inline(never)]
     fn resize_hdr_moving(&mut self, n: usize) -> bool {
         let payload = self.pkt.len() - self.hdr_len;
-        if n > self.ro.depth || n + payload > self.pkt.capacity() {
+        if n > self.read_only.depth || n + payload > self.pkt.capacity() {
             self.guard.fail(Violation::HeaderTooLarge);
             return false;
         }
@@ -488,8 +502,8 @@ impl<'a> Pass<'a> {
         if !self.guard.enter(t.obj) {
             return TableResult::NONE;
         }
-        let ro: &'a ProgramRo = self.ro;
-        ro.tables[t.idx as usize].lookup(key)
+        let read_only: &'a ProgramReadOnly = self.read_only;
+        read_only.tables[t.idx as usize].lookup(key)
     }
 
     /// Apply a table whose key fits in 8 bytes, given as a big-endian number.
@@ -498,16 +512,31 @@ impl<'a> Pass<'a> {
         if !self.guard.enter(t.obj) {
             return TableResult::NONE;
         }
-        let ro: &'a ProgramRo = self.ro;
-        ro.tables[t.idx as usize].lookup_u64(key)
+        let read_only: &'a ProgramReadOnly = self.read_only;
+        read_only.tables[t.idx as usize].lookup_u64(key)
     }
 
-    /// Run a register action on cell `index` with operand `input`; returns its output.
+    /// Run a register action on cell `index` with operand `input`; returns its output,
+    /// usable from the next stage on. An index or operand produced in this action's stage
+    /// (or later) is a `StageOrder` violation (see [`crate::staged`]).
     #[inline]
-    pub fn execute<T: Cell, I, O: Default, B: SaluBody<T, I, O>>(&mut self, a: &RegisterAction<T, I, O, B>, index: u32, input: I) -> O {
-        if !self.guard.enter(a.reg.obj) {
-            return O::default();
+    pub fn execute<T: Cell, I, O: Default, B: SaluBody<T, I, O>>(
+        &mut self,
+        a: &RegisterAction<T, I, O, B>,
+        index: impl StagedArg<u32>,
+        input: impl StagedArg<I>,
+    ) -> Staged<O> {
+        let (index, input) = (index.staged(), input.staged());
+        let pos = a.reg.obj.pos;
+        if !self.guard.enter_after(a.reg.obj, index.after().max(input.after())) {
+            return Staged::produced_at(O::default(), pos);
         }
+        Staged::produced_at(self.run_action(a, index.get(), input.get()), pos)
+    }
+
+    /// The action's body on cell `index` (the object entered).
+    #[inline(always)]
+    fn run_action<T: Cell, I, O: Default, B: SaluBody<T, I, O>>(&mut self, a: &RegisterAction<T, I, O, B>, index: u32, input: I) -> O {
         // In the array, then in the program's register memory (the second holds for every
         // handle of this program; checked anyway, never a panic).
         let at = a.reg.offset as usize + index as usize;
@@ -590,7 +619,7 @@ impl<'a> Pass<'a> {
         let mut out = [O::default(); N];
         for i in 0..N {
             if active >> i & 1 != 0 {
-                out[i] = self.execute(&l.acts[i], index[i], input(i));
+                out[i] = self.execute(&l.acts[i], index[i], input(i)).get();
             }
         }
         out
@@ -621,7 +650,7 @@ impl<'a> Pass<'a> {
         let mut out = [0u32; N];
         for i in 0..N {
             if active >> i & 1 != 0 {
-                out[i] = self.hash(&h.units[i], data[i]);
+                out[i] = self.hash(&h.units[i], data[i]).get();
             }
         }
         out
@@ -630,10 +659,12 @@ impl<'a> Pass<'a> {
     /// Read-modify-write one word of a block memory: `f` gets the word and returns the
     /// output (on a rule violation `f` does not run and the default comes back).
     #[inline]
-    pub fn access<R: Default>(&mut self, m: &Memory, word: u32, f: impl FnOnce(&mut [u8]) -> R) -> R {
-        if !self.guard.enter(m.obj) {
+    pub fn access<R: Default>(&mut self, m: &Memory, word: impl StagedArg<u32>, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        let word = word.staged();
+        if !self.guard.enter_after(m.obj, word.after()) {
             return R::default();
         }
+        let word = word.get();
         if word >= m.words {
             self.guard.fail(Violation::IndexOutOfRange);
             return R::default();
@@ -652,7 +683,7 @@ impl<'a> Pass<'a> {
         if self.guard.violation.is_some() {
             return false;
         }
-        if self.items + 1 >= self.ro.items {
+        if self.items + 1 >= self.read_only.items {
             self.guard.fail(Violation::DoubleAccess);
             return false;
         }
@@ -678,13 +709,15 @@ impl<'a> Pass<'a> {
         }
     }
 
-    /// Compute a hash unit over `data` (the bytes of the fields it hashes).
+    /// Compute a hash unit over `data` (the bytes of the fields it hashes). The result may
+    /// address a register array of the same stage (Tofino's hash distribution feeds the
+    /// stage's stateful ALUs), so it is usable from the unit's own stage on.
     #[inline]
-    pub fn hash(&mut self, h: &HashUnit, data: &[u8]) -> u32 {
+    pub fn hash(&mut self, h: &HashUnit, data: &[u8]) -> Staged<u32> {
         if !self.guard.enter(h.obj) {
-            return 0;
+            return Staged::usable_at(0, h.obj.pos);
         }
-        h.algo.compute(data) & h.mask
+        Staged::usable_at(h.algo.compute(data) & h.mask, h.obj.pos)
     }
 
     /// Send a digest to the control plane (if the control plane enabled it). `data` is the
@@ -694,13 +727,13 @@ impl<'a> Pass<'a> {
             return;
         }
         let mut digests = self.env.digests.borrow_mut();
-        if !self.ro.digest_enabled.get(d.idx as usize).copied().unwrap_or(false) || digests.len() >= self.env.digest_cap {
+        if !self.read_only.digest_enabled.get(d.idx as usize).copied().unwrap_or(false) || digests.len() >= self.env.digest_cap {
             return;
         }
         let mut v = vec![0u8; d.bytes as usize];
         let n = data.len().min(v.len());
         v[..n].copy_from_slice(&data[..n]);
-        digests.push(DigestMsg { program: self.ro.program, digest: d.idx, data: v.into_boxed_slice() });
+        digests.push(DigestMsg { program: self.read_only.program, digest: d.idx, data: v.into_boxed_slice() });
     }
 }
 
@@ -842,7 +875,7 @@ mod tests {
                 }
                 for i in 0..4 {
                     if active >> i & 1 != 0 {
-                        out_b[i] = p.execute(&r.one[i], index[i], input[i]);
+                        out_b[i] = p.execute(&r.one[i], index[i], input[i]).get();
                     }
                 }
             });
@@ -921,7 +954,7 @@ mod tests {
                     for violated in [false, true] {
                         let mut g = Guard::new(gress);
                         if let Some(c) = cursor {
-                            g.pos = crate::decl::pos(c, gress);
+                            g.pos = crate::base::pos(c, gress);
                             g.touched = touched;
                         }
                         if violated {
@@ -930,7 +963,7 @@ mod tests {
                         for og in [Gress::Ingress, Gress::Egress] {
                             for stage in [0u8, 1, 2, 5, 6, 255] {
                                 for bits in [0b01u64, 0b10, 0b11] {
-                                    let pos = crate::decl::pos(stage, og);
+                                    let pos = crate::base::pos(stage, og);
                                     let allowed = !violated && og == gress && (pos > g.pos || pos == g.pos && g.touched & bits == 0);
                                     let (mut a, mut b) = (g, g);
                                     assert_eq!(a.try_enter_all(pos, bits), allowed, "{gress:?} {cursor:?} {touched} {og:?} {stage} {bits}");

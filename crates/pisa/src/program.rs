@@ -15,6 +15,8 @@ use serde::Serialize;
 
 use crate::decl::{ClassifyRule, ProgramDecl};
 use crate::pass::Pass;
+use crate::resources::ResourceReport;
+use crate::target::Target;
 
 /// A data-plane program: a declaration and the two control blocks.
 pub trait Program: Send + Sync + 'static {
@@ -73,6 +75,9 @@ pub enum SetError {
     TwoBases(String, String),
     #[error("at most 254 programs in a set")]
     TooMany,
+    /// The set's objects do not fit the target (each problem names the objects).
+    #[error("the programs do not fit {target}: {}", problems.join("; "))]
+    DoesNotFit { target: String, problems: Vec<String> },
 }
 
 fn fnv1a(s: &str) -> u32 {
@@ -80,6 +85,20 @@ fn fnv1a(s: &str) -> u32 {
 }
 
 impl ProgramSet {
+    /// Load `programs` for `target`: refused, before any packet, if their objects do not
+    /// fit it (a stage beyond the target's pipeline, more of a resource in a stage than it
+    /// has, ...; see [`ResourceReport`]), with a message naming the objects.
+    pub fn load_on(programs: Vec<Arc<dyn Program>>, target: &Target) -> Result<ProgramSet, SetError> {
+        let set = ProgramSet::new(programs)?;
+        let decls: Vec<&ProgramDecl> = set.programs.iter().map(|p| p.decl()).collect();
+        let report = ResourceReport::new(&decls, target);
+        if !report.fits {
+            return Err(SetError::DoesNotFit { target: target.name.to_string(), problems: report.problems });
+        }
+        Ok(set)
+    }
+
+    /// Load `programs` with no target's limits (the model's own: see [`ProgramSet::load_on`]).
     pub fn new(programs: Vec<Arc<dyn Program>>) -> Result<ProgramSet, SetError> {
         if programs.len() > 254 {
             return Err(SetError::TooMany);

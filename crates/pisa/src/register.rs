@@ -12,7 +12,7 @@
 
 use std::marker::PhantomData;
 
-use crate::decl::ObjRef;
+use crate::base::ObjRef;
 
 /// A value a register cell can hold. Cells are stored as `u64` bit patterns.
 pub trait Cell: Copy + Default + Send + Sync + 'static {

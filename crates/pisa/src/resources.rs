@@ -10,8 +10,8 @@
 
 use serde::Serialize;
 
-use crate::decl::{Gress, MemoryKind, ProgramDecl, TableDecl};
-use crate::table::MatchKind;
+use crate::base::{Gress, MatchKind};
+use crate::decl::{MemoryKind, ProgramDecl, TableDecl};
 use crate::target::{is_unlimited, Target};
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -347,12 +347,13 @@ impl ResourceReport {
             problems.push(format!("{phv_bits} PHV bits of headers and metadata, the target has {}", target.phv_bits));
         }
         if stages_used > target.stages {
-            problems.push(format!("{stages_used} stages used, the target has {}", target.stages));
+            let beyond: Vec<&str> = stages.iter().skip(target.stages as usize).flat_map(|s| s.objects.iter().map(String::as_str)).collect();
+            problems.push(format!("{stages_used} stages used, the target has {}: {}", target.stages, beyond.join(", ")));
         }
         for s in &stages {
             let mut over = |what: &str, used: u64, limit: u32| {
                 if !is_unlimited(limit) && used > limit as u64 {
-                    problems.push(format!("stage {}: {used} {what}, at most {limit}", s.stage));
+                    problems.push(format!("stage {}: {used} {what}, at most {limit}: {}", s.stage, s.objects.join(", ")));
                 }
             };
             over("stateful ALUs", s.stateful_alus as u64, target.salus_per_stage);

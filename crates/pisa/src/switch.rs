@@ -4,7 +4,8 @@
 
 use std::sync::Arc;
 
-use crate::control::{ControlError, ControlOp, ControlReply};
+use crate::base::ControlError;
+use crate::control::{ControlOp, ControlReply};
 use crate::counters::Counters;
 use crate::packet::{PacketBuf, PortId};
 use crate::pass::DigestMsg;

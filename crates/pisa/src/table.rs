@@ -8,21 +8,10 @@
 
 use hashbrown::HashMap;
 use rustc_hash::FxBuildHasher;
-use serde::{Deserialize, Serialize};
 
-use crate::control::ControlError;
-use crate::decl::{ActionDecl, ActionDecoder, ActionId, TableDecl, MAX_ACTION_PARAMS};
-
-/// How a key field matches.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MatchKind {
-    Exact,
-    Ternary,
-    Lpm,
-    /// P4Runtime's `optional`: exact or wildcard.
-    Optional,
-}
+pub use crate::base::MatchKind;
+use crate::base::{ActionId, ControlError, MAX_ACTION_PARAMS};
+use crate::decl::{ActionDecl, ActionDecoder, TableDecl};
 
 /// A lookup's outcome: whether an entry matched, and the action to run with its data.
 /// The data is borrowed from the table (tables do not change during a pass), so a
@@ -72,7 +61,7 @@ pub struct Entry {
 }
 
 #[derive(Clone, Copy)]
-struct Act {
+struct BoundAction {
     action: ActionId,
     /// The action's decoder applied to `params` (0 without one); in what was padding after
     /// `action`, so a slot stays one cache line.
@@ -80,7 +69,7 @@ struct Act {
     params: [u64; MAX_ACTION_PARAMS],
 }
 
-impl Act {
+impl BoundAction {
     #[inline(always)]
     fn result(&self, hit: bool) -> TableResult<'_> {
         TableResult { hit, action: self.action, params: &self.params, decoded: self.decoded }
@@ -95,10 +84,10 @@ const NO_ACTION: ActionId = ActionId(u16::MAX);
 #[repr(C, align(64))]
 struct Slot {
     key: u64,
-    act: Act,
+    act: BoundAction,
 }
 
-const EMPTY_SLOT: Slot = Slot { key: 0, act: Act { action: NO_ACTION, decoded: 0, params: [0; MAX_ACTION_PARAMS] } };
+const EMPTY_SLOT: Slot = Slot { key: 0, act: BoundAction { action: NO_ACTION, decoded: 0, params: [0; MAX_ACTION_PARAMS] } };
 
 /// Exact match on keys of at most 8 bytes (MAC addresses, ports, ids): the common lookup
 /// on the packet path, so it gets its own map instead of a general hash map. Open
@@ -145,18 +134,18 @@ impl NarrowMap {
     }
 
     #[inline(always)]
-    fn get(&self, key: u64) -> Option<&Act> {
+    fn get(&self, key: u64) -> Option<&BoundAction> {
         let s = &self.slots[self.probe(key)];
         (s.act.action != NO_ACTION).then_some(&s.act)
     }
 
-    fn get_mut(&mut self, key: u64) -> Option<&mut Act> {
+    fn get_mut(&mut self, key: u64) -> Option<&mut BoundAction> {
         let i = self.probe(key);
         let s = &mut self.slots[i];
         (s.act.action != NO_ACTION).then_some(&mut s.act)
     }
 
-    fn insert(&mut self, key: u64, act: Act) {
+    fn insert(&mut self, key: u64, act: BoundAction) {
         debug_assert!(act.action != NO_ACTION);
         if (self.len + 1) * 2 > self.slots.len() {
             let mut bigger = Self::with_slots(self.slots.len() * 2);
@@ -203,7 +192,7 @@ impl NarrowMap {
         *self = Self::new();
     }
 
-    fn iter(&self) -> impl Iterator<Item = (u64, &Act)> {
+    fn iter(&self) -> impl Iterator<Item = (u64, &BoundAction)> {
         self.slots.iter().filter(|s| s.act.action != NO_ACTION).map(|s| (s.key, &s.act))
     }
 }
@@ -212,18 +201,18 @@ struct TernaryEntry {
     value: Box<[u8]>,
     mask: Box<[u8]>,
     priority: i32,
-    act: Act,
+    act: BoundAction,
 }
 
 enum Store {
     /// All-exact key of at most 8 bytes: the key as a big-endian u64.
     ExactNarrow(NarrowMap),
-    ExactWide(HashMap<Box<[u8]>, Act, FxBuildHasher>),
+    ExactWide(HashMap<Box<[u8]>, BoundAction, FxBuildHasher>),
     /// A single LPM field of at most 128 bits: one hash map per prefix length in use.
     Lpm {
         bits: u32,
         lens: Vec<u32>,
-        maps: Vec<HashMap<u128, Act, FxBuildHasher>>,
+        maps: Vec<HashMap<u128, BoundAction, FxBuildHasher>>,
     },
     /// Anything else, sorted by priority (highest first), ties by insertion order.
     Ternary(Vec<TernaryEntry>),
@@ -237,8 +226,8 @@ pub struct TableState {
     fields: Vec<(usize, usize, u32, MatchKind)>, // (offset, bytes, bits, kind)
     store: Store,
     len: usize,
-    default: Act,
-    initial_default: Act,
+    default: BoundAction,
+    initial_default: BoundAction,
     const_default: bool,
     needs_priority: bool,
     /// Decoders of the program's actions ([`TableState::with_decoders`]). (A boxed slice,
@@ -285,7 +274,7 @@ impl TableState {
         for (i, p) in decl.default_params.iter().enumerate().take(MAX_ACTION_PARAMS) {
             params[i] = *p;
         }
-        let default = Act { action: ActionId(decl.default_action), decoded: 0, params };
+        let default = BoundAction { action: ActionId(decl.default_action), decoded: 0, params };
         TableState {
             name: decl.name.clone(),
             size: decl.size,
@@ -454,13 +443,13 @@ impl TableState {
     /// An entry's action data as stored: the parameters, and their decoded value if the
     /// action has a decoder (computed here, on every write: an entry never keeps a value
     /// decoded from parameters it no longer has).
-    fn act(&self, action: ActionId, params: &[u64]) -> Act {
+    fn act(&self, action: ActionId, params: &[u64]) -> BoundAction {
         let mut p = [0u64; MAX_ACTION_PARAMS];
         for (i, v) in params.iter().enumerate().take(MAX_ACTION_PARAMS) {
             p[i] = *v;
         }
         let decoded = self.decoders.iter().find(|d| d.action == action).map_or(0, |d| (d.decode)(&p));
-        Act { action, decoded, params: p }
+        BoundAction { action, decoded, params: p }
     }
 
     /// Insert (`modify == false`) or modify an entry.
@@ -614,7 +603,7 @@ impl TableState {
     /// Every entry, in normalized form (exact tables in unspecified order).
     pub fn entries(&self, n_params: impl Fn(ActionId) -> usize) -> Vec<Entry> {
         let kb = self.key_bytes;
-        let mk = |key: Box<[u8]>, mask: Box<[u8]>, priority: i32, a: &Act| Entry {
+        let mk = |key: Box<[u8]>, mask: Box<[u8]>, priority: i32, a: &BoundAction| Entry {
             key,
             mask,
             priority,
@@ -745,8 +734,8 @@ pub fn canonical_bytes(v: &[u8]) -> Vec<u8> {
 mod tests {
     use super::*;
 
-    fn act(v: u64) -> Act {
-        Act { action: ActionId(1), decoded: v as u32, params: [v, 0, 0, 0, 0, 0] }
+    fn act(v: u64) -> BoundAction {
+        BoundAction { action: ActionId(1), decoded: v as u32, params: [v, 0, 0, 0, 0, 0] }
     }
 
     /// The narrow map against std's HashMap, through growth and many deletions in dense

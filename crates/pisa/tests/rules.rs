@@ -502,6 +502,101 @@ fn per_stage_and_digest_limits() {
     assert_eq!(b.build().unwrap_err().len(), 1);
 }
 
+/// Same-stage dependency: two register arrays and a hash unit in stage 1, one array in
+/// stage 2. What a register action of stage 1 produces may be an index or operand only
+/// from stage 2 on; a hash result may address an array of its own stage (Tofino's hash
+/// distribution feeds the stage's stateful ALUs).
+struct Chain {
+    decl: ProgramDecl,
+    a_read: RegisterAction<u32, (), u32>,
+    b_add: RegisterAction<u32, u32, u32>,
+    c_add: RegisterAction<u32, u32, u32>,
+    h: HashUnit,
+}
+
+const CH_NEXT_STAGE: u8 = 0;
+const CH_INDEX: u8 = 1;
+const CH_OPERAND: u8 = 2;
+const CH_DERIVED: u8 = 3;
+const CH_HASH: u8 = 4;
+const CH_HEADER: u8 = 5;
+
+impl Chain {
+    fn new() -> Chain {
+        let mut b = ProgramBuilder::new("chain", "test program: values across stages");
+        b.parser(64, &[("probe", 512)]);
+        let ra = b.register::<u32>("a", Gress::Ingress, 1, 16, "");
+        let a_read = b.register_action(ra, "read", read);
+        let rb = b.register::<u32>("b", Gress::Ingress, 1, 16, "");
+        let b_add = b.register_action(rb, "add", add);
+        let rc = b.register::<u32>("c", Gress::Ingress, 2, 16, "");
+        let c_add = b.register_action(rc, "add", add);
+        let h = b.hash_unit("h", Gress::Ingress, 1, HashAlgo::Crc32, 4);
+        Chain { decl: b.build().unwrap(), a_read, b_add, c_add, h }
+    }
+}
+
+impl Program for Chain {
+    fn decl(&self) -> &ProgramDecl {
+        &self.decl
+    }
+    fn ingress(&self, p: &mut Pass<'_>) {
+        let op = p.hdr()[0];
+        p.forward(1);
+        match op {
+            CH_NEXT_STAGE => {
+                let v = p.execute(&self.a_read, 0, ());
+                p.execute(&self.c_add, v, v);
+            }
+            CH_INDEX => {
+                let v = p.execute(&self.a_read, 0, ());
+                p.execute(&self.b_add, v, 1);
+            }
+            CH_OPERAND => {
+                let v = p.execute(&self.a_read, 0, ());
+                p.execute(&self.b_add, 0, v);
+            }
+            CH_DERIVED => {
+                let v = p.execute(&self.a_read, 0, ());
+                p.execute(&self.b_add, (v + 1) % 16, 1);
+            }
+            CH_HASH => {
+                let i = p.hash(&self.h, &[7]);
+                p.execute(&self.b_add, i, 1);
+            }
+            CH_HEADER => {
+                let i = p.hdr()[1] as u32;
+                p.execute(&self.a_read, i, ());
+                p.execute(&self.b_add, i, 1);
+            }
+            _ => p.drop(DropCode::PROGRAM),
+        }
+    }
+    fn egress(&self, _: &mut Pass<'_>) {}
+}
+
+#[test]
+fn a_value_is_usable_from_the_stage_after_its_producer() {
+    let set = Arc::new(ProgramSet::new(vec![Arc::new(Chain::new())]).unwrap());
+    let mut sw = Switch::new(set.clone(), 4, 1, PipeConfig::default());
+    // Cell a[0] holds 3: the values read from it are 3.
+    sw.control(&ControlOp::RegisterWrite { register_id: set.ids(0).registers[0], index: Some(0), value: 3 }).unwrap();
+    let legal = send(&mut sw, vec![frame(CH_NEXT_STAGE, 1, 0), frame(CH_HEADER, 5, 0), frame(CH_HASH, 1, 0)]);
+    assert_eq!(legal.len(), 3, "a stage-1 output used in stage 2, a header field or a hash result in stage 1, are fine");
+    assert_eq!(reg(&mut sw, &set, 2, 3), 3, "c[3] += 3");
+    let h = (HashAlgo::Crc32.compute(&[7]) & 0xF) as usize;
+    let mut want = vec![0u64; 16];
+    want[5] += 1;
+    want[h] += 1;
+    let bad = send(&mut sw, vec![frame(CH_INDEX, 1, 0), frame(CH_OPERAND, 1, 0), frame(CH_DERIVED, 1, 0)]);
+    assert!(bad.is_empty(), "each uses a stage-1 output in stage 1: dropped");
+    let v = &sw.counters().programs[0].violations;
+    assert_eq!(v[Violation::StageOrder.index()], 3, "{v:?}");
+    assert_eq!(sw.counters().drops[DropCode::VIOLATION.0 as usize], 3);
+    let b_cells: Vec<u64> = (0..16).map(|i| reg(&mut sw, &set, 1, i)).collect();
+    assert_eq!(b_cells, want, "no violating access changed b");
+}
+
 #[test]
 fn cell_fields_must_cover_the_cell() {
     let mut b = ProgramBuilder::new("fields", "");

@@ -10,9 +10,10 @@ use pisa::{Program, ProgramSet, PORT_RECIRC};
 use ports::dataplane::{Dataplane, DataplaneOptions};
 use ports::memory::memory_pair;
 use ports::{FaultConfig, FaultPort, MemoryPeer, Port};
-use programs::switchagg::harness::{clone_session_op, frame, packetize, tree_config_op, L2L3L4};
+use programs::switchagg::harness::{clone_session_op, frame, packetize, tree_config_op};
 use programs::switchagg::{Config, SwitchAgg, ACK_RID, ACK_SESSION_BASE, FLUSH_SESSION};
 use wire::switchagg::{flags, AggPacket, Operation};
+use wire::L2_L4_LEN;
 
 const MAPPERS: usize = 2;
 const REDUCER_PORT: u16 = 3;
@@ -79,7 +80,7 @@ fn reducer_sums_equal_the_reference_through_fault_ports() {
                 next[m] += 1;
             }
             while let Some(f) = peers[m].recv() {
-                let Ok(a) = AggPacket::new_checked(&f[L2L3L4..]) else { continue };
+                let Ok(a) = AggPacket::new_checked(&f[L2_L4_LEN..]) else { continue };
                 if a.flags() & flags::ACK != 0 && a.child_id() == m as u16 && a.seq() >= base[m] && a.seq() < next[m] {
                     base[m] = a.seq() + 1;
                     sent_at[m] = Instant::now();
@@ -87,7 +88,7 @@ fn reducer_sums_equal_the_reference_through_fault_ports() {
             }
         }
         while let Some(f) = peers[REDUCER_PORT as usize].recv() {
-            let a = AggPacket::new_checked(&f[L2L3L4..]).expect("the switch sends well-formed packets");
+            let a = AggPacket::new_checked(&f[L2_L4_LEN..]).expect("the switch sends well-formed packets");
             assert_eq!(a.seq(), reducer_seq, "the switch's stream to the reducer is in order");
             reducer_seq += 1;
             for (k, v) in a.pairs().map(|r| r.unwrap()) {

@@ -21,29 +21,50 @@ pub mod netsha;
 pub mod reply;
 pub mod switchagg;
 
-/// Names of the programs this build knows.
-pub const NAMES: &[&str] = &["forward", "daiet", "switchagg", "netsha", "netsha-tofino1", "hare", "netcache", "dyso", "hare_lock", "inaas"];
+/// Makes a fresh instance of one program.
+type Constructor = fn() -> Arc<dyn Program>;
 
-/// A fresh instance of a program by name.
+/// The programs this build knows: name and constructor, one row each.
+const PROGRAMS: &[(&str, Constructor)] = &[
+    ("forward", || Arc::new(forward::Forward::new())),
+    ("daiet", || Arc::new(daiet::Daiet::new())),
+    ("switchagg", || Arc::new(switchagg::SwitchAgg::new())),
+    ("netsha", || Arc::new(netsha::Netsha::with_config(netsha::NetshaConfig::default()))),
+    ("netsha-tofino1", || Arc::new(netsha::Netsha::with_config(netsha::NetshaConfig::tofino1()))),
+    ("hare", || Arc::new(hare::Hare::new())),
+    ("netcache", || Arc::new(hare::netcache::NetCache::new())),
+    ("dyso", || Arc::new(hare::dyso::Dyso::new())),
+    ("hare_lock", || Arc::new(hare::lock::HareLock::new())),
+    ("inaas", || Arc::new(inaas::Inaas::new())),
+];
+
+/// Names of the programs this build knows.
+pub fn names() -> impl Iterator<Item = &'static str> {
+    PROGRAMS.iter().map(|(n, _)| *n)
+}
+
+/// A fresh instance of a program by name, or by spec: `netsha:key=value,...` and the
+/// Hare family's specs (see [`netsha::NetshaConfig::from_spec`], [`hare::by_spec`]).
 pub fn by_name(name: &str) -> Option<Arc<dyn Program>> {
-    match name {
-        "forward" => Some(Arc::new(forward::Forward::new())),
-        "daiet" => Some(Arc::new(daiet::Daiet::new())),
-        "switchagg" => Some(Arc::new(switchagg::SwitchAgg::new())),
-        n if n.starts_with("netsha") => {
-            netsha::NetshaConfig::from_spec(n).ok().map(|c| Arc::new(netsha::Netsha::with_config(c)) as Arc<dyn Program>)
-        }
-        "hare" => Some(Arc::new(hare::Hare::new())),
-        "netcache" => Some(Arc::new(hare::netcache::NetCache::new())),
-        "dyso" => Some(Arc::new(hare::dyso::Dyso::new())),
-        "hare_lock" => Some(Arc::new(hare::lock::HareLock::new())),
-        n if hare::is_spec(n) => hare::by_spec(n),
-        "inaas" => Some(Arc::new(inaas::Inaas::new())),
-        _ => None,
+    if let Some((_, new)) = PROGRAMS.iter().find(|(n, _)| *n == name) {
+        return Some(new());
     }
+    if name.starts_with("netsha") {
+        return netsha::NetshaConfig::from_spec(name).ok().map(|c| Arc::new(netsha::Netsha::with_config(c)) as Arc<dyn Program>);
+    }
+    if hare::is_spec(name) {
+        return hare::by_spec(name);
+    }
+    None
 }
 
 /// Instances for a comma-separated or listed set of names, with a clear error for unknown ones.
 pub fn instantiate(names: &[String]) -> Result<Vec<Arc<dyn Program>>, String> {
-    names.iter().map(|n| by_name(n.trim()).ok_or_else(|| format!("unknown program `{}` (known: {})", n.trim(), NAMES.join(", ")))).collect()
+    names
+        .iter()
+        .map(|n| {
+            by_name(n.trim())
+                .ok_or_else(|| format!("unknown program `{}` (known: {})", n.trim(), self::names().collect::<Vec<_>>().join(", ")))
+        })
+        .collect()
 }

@@ -2,8 +2,7 @@
 //! its sender (DAIET's and SwitchAgg's ACKs, Hare's replies). One place for what several
 //! programs do the same way.
 
-/// Ethernet (14) + IPv4 without options (20) + UDP (8).
-pub const UDP_IPV4_LEN: usize = 42;
+use wire::L2_L4_LEN;
 
 /// Swap the frame's MAC addresses, IPv4 addresses and UDP ports, the UDP header at
 /// `udp_at` (34 unless the IPv4 header has options). False, and nothing changed, if the
@@ -31,12 +30,12 @@ fn swap<const N: usize>(h: &mut [u8], a: usize, b: usize) {
 
 /// After the header region changed length, for a frame of `frame_len` bytes with an IPv4
 /// header without options: IPv4 total length and header checksum, UDP length (the UDP
-/// checksum cleared: optional over IPv4). A region shorter than [`UDP_IPV4_LEN`] is left
+/// checksum cleared: optional over IPv4). A region shorter than [`L2_L4_LEN`] is left
 /// alone.
 #[inline]
 pub fn fix_lengths(h: &mut [u8], frame_len: usize) {
     // The fixed 42 bytes as one array: every index below is checked once, here.
-    let Some(h) = h.first_chunk_mut::<UDP_IPV4_LEN>() else { return };
+    let Some(h) = h.first_chunk_mut::<L2_L4_LEN>() else { return };
     let ip_len = (frame_len - 14) as u16;
     h[16..18].copy_from_slice(&ip_len.to_be_bytes());
     let udp_len = (frame_len - 34) as u16;
@@ -53,7 +52,7 @@ mod tests {
 
     #[test]
     fn swap_and_lengths_match_the_field_by_field_rewrite() {
-        let mut f: Vec<u8> = (0..UDP_IPV4_LEN as u32 + 20).map(|i| (i * 37 + 11) as u8).collect();
+        let mut f: Vec<u8> = (0..L2_L4_LEN as u32 + 20).map(|i| (i * 37 + 11) as u8).collect();
         let mut want = f.clone();
         for i in 0..6 {
             want.swap(i, 6 + i);

@@ -14,8 +14,9 @@ use programs::hare::app::{DataMv, HareApp, QueryHit};
 use programs::hare::emat::{mat_name, Emat, EmatState};
 use programs::hare::kv::Packer;
 use programs::hare::oostat::state;
-use programs::hare::{HareConfig, HareProgram, L4_END};
+use programs::hare::{HareConfig, HareProgram};
 use wire::hare::{Op, Packet, Repr, FLAG_DONE, FLAG_HIT, HEADER_LEN, PORT_CLIENT, PORT_SERVER};
+use wire::L2_L4_LEN;
 
 mod hare_common;
 use hare_common::{frame, mac};
@@ -56,8 +57,8 @@ impl HareApp for Tagger {
         pass.execute(&hit.oo.count, hit.slot as u32, ());
         let w = pass.execute(&self.get, hit.slot as u32, ());
         let h = pass.hdr_mut();
-        h[L4_END + HEADER_LEN + cfg.key_bytes..][..4].copy_from_slice(&w.to_be_bytes());
-        h[L4_END + 1] |= FLAG_HIT;
+        h[L2_L4_LEN + HEADER_LEN + cfg.key_bytes..][..4].copy_from_slice(&w.get().to_be_bytes());
+        h[L2_L4_LEN + 1] |= FLAG_HIT;
     }
 
     fn apply_datamv(&self, pass: &mut Pass<'_>, _cfg: &HareConfig, op: Op, dm: &DataMv) -> bool {
@@ -69,7 +70,7 @@ impl HareApp for Tagger {
             pass.execute(&self.put, dm.slot as u32, v);
         } else {
             let w = pass.execute(&self.get, dm.slot as u32, ());
-            pass.hdr_mut()[dm.voff..dm.voff + 4].copy_from_slice(&w.to_be_bytes());
+            pass.hdr_mut()[dm.voff..dm.voff + 4].copy_from_slice(&w.get().to_be_bytes());
         }
         true
     }
@@ -174,10 +175,10 @@ fn a_third_application_runs_on_the_generic_program() {
     assert!(parse(&out[0].1).flags & FLAG_HIT == 0);
     let out = send(&mut sw, 1, frame(2, 2, PORT_SERVER, PORT_SERVER, &msg(Op::DataMvToServer, b"", kb, vec![0; 4], slot, 0)));
     assert_eq!(parse(&out[0].1).value, word.to_be_bytes());
-    // Malformed data movement is the application's to judge, counted under its prefix.
+    // Malformed data movement is the application's to judge, counted as malformed.
     let out = send(&mut sw, 1, frame(2, 2, PORT_SERVER, PORT_SERVER, &msg(Op::DataMvToSwitch, b"", kb, vec![0; 3], slot, 0)));
     assert!(out.is_empty());
     let d = set.decl(1);
-    let i = d.drop_reasons.iter().position(|n| n == "tagger_malformed").unwrap();
-    assert_eq!(sw.counters().drops[pisa::DropCode::FIRST_PROGRAM as usize + i], 1);
+    let code = d.drop_code("malformed").unwrap();
+    assert_eq!(sw.counters().programs[1].drops[code.0 as usize], 1);
 }

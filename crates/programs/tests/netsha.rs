@@ -346,7 +346,7 @@ fn malformed_packets_are_dropped_and_counted_without_disturbing_others() {
     assert_eq!(top_k(&got[&9], 5), top_k(&want[&9], 5), "the good query is untouched");
     assert!(got[&9].iter().all(|a| a.0 < 100), "nothing of the malformed packets reached the agent");
     let drops: HashMap<String, u64> = path.netsha_drops(0).into_iter().collect();
-    assert_eq!(drops["netsha_malformed"], bad_frames.len() as u64, "{drops:?}");
+    assert_eq!(drops["malformed"], bad_frames.len() as u64, "{drops:?}");
 }
 
 #[test]

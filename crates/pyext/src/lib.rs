@@ -49,7 +49,7 @@ fn program_set(names: &[String]) -> PyResult<Arc<ProgramSet>> {
 /// Names of the data-plane programs this build has.
 #[pyfunction]
 fn program_names() -> Vec<&'static str> {
-    programs::NAMES.to_vec()
+    programs::names().collect()
 }
 
 /// Names of the resource-report targets.

@@ -12,10 +12,11 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
 use programs::switchagg::cycles::{self, PairEvent};
-use programs::switchagg::harness::{self, Faults, Job, Topology, L2L3L4};
+use programs::switchagg::harness::{self, Faults, Job, Topology};
 use programs::switchagg::payload_analyzer::{group_of, GROUPS};
 use programs::switchagg::Config;
 use wire::switchagg::{Operation, HEADER_LEN, PAIR_OVERHEAD};
+use wire::L2_L4_LEN;
 
 /// Pairs of one mapper (or one packet).
 type Pairs = Vec<(Vec<u8>, u32)>;
@@ -234,7 +235,7 @@ fn switchagg_line_rate<'py>(
             let mut t_ns = 0.0f64;
             for pkt in harness::packetize(m) {
                 let start = (t_ns * cycles::CLOCK_HZ as f64 / 1e9) as u64;
-                let mut off = (L2L3L4 + HEADER_LEN) as u64;
+                let mut off = (L2_L4_LEN + HEADER_LEN) as u64;
                 for (k, _) in &pkt {
                     off += (PAIR_OVERHEAD + k.len()) as u64;
                     if let Some(g) = group_of(k.len()) {

@@ -169,7 +169,10 @@ pub fn key_is_fixed(key: &[u8]) -> bool {
     !key.is_empty() && key.len() <= KEY_LEN && !key.contains(&0)
 }
 
-mod field {
+/// Byte offsets of the header's fields, from the start of the header: the one layout
+/// the host code (views and reprs) and the switch programs share.
+#[allow(missing_docs)]
+pub mod field {
     pub const TREE: usize = 0;
     pub const FLAGS: usize = 2;
     pub const OP: usize = 3;

@@ -149,8 +149,10 @@ impl fmt::Display for EtherType {
     }
 }
 
-/// Byte offsets of the Ethernet header fields.
-mod field {
+/// Byte offsets of the header's fields, from the start of the header: the one layout
+/// the host code (views and reprs) and the switch programs share.
+#[allow(missing_docs)]
+pub mod field {
     pub const DST: usize = 0;
     pub const SRC: usize = 6;
     pub const ETHERTYPE: usize = 12;

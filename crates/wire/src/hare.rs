@@ -26,7 +26,10 @@ pub const MAX_KEY: usize = 255;
 /// Largest value (bytes).
 pub const MAX_VALUE: usize = 255;
 
-mod field {
+/// Byte offsets of the header's fields, from the start of the header: the one layout
+/// the host code (views and reprs) and the switch programs share.
+#[allow(missing_docs)]
+pub mod field {
     pub const OP: usize = 0;
     pub const FLAGS: usize = 1;
     pub const KEY_LEN: usize = 2;

@@ -58,7 +58,10 @@ pub mod flags {
     pub const EXACT: u8 = 0x20;
 }
 
-mod field {
+/// Byte offsets of the header's fields, from the start of the header: the one layout
+/// the host code (views and reprs) and the switch programs share.
+#[allow(missing_docs)]
+pub mod field {
     pub const OP: usize = 0;
     pub const FLAGS: usize = 1;
     pub const SEQ: usize = 2;

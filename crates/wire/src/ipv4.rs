@@ -252,8 +252,10 @@ impl fmt::Display for Protocol {
     }
 }
 
-/// Byte offsets of the IPv4 header fields.
-mod field {
+/// Byte offsets of the header's fields, from the start of the header: the one layout
+/// the host code (views and reprs) and the switch programs share.
+#[allow(missing_docs)]
+pub mod field {
     pub const VER_IHL: usize = 0;
     pub const TOS: usize = 1;
     pub const LENGTH: usize = 2;

@@ -79,6 +79,23 @@ pub use ipv4::{Ipv4Address, Ipv4Cidr, Ipv4Packet, Ipv4Repr, Protocol as IpProtoc
 pub use netsha::{NetshaPacket, NetshaRepr, QueryPacket, QueryRepr};
 pub use udp::{UdpPacket, UdpRepr};
 
+/// Bytes of the Ethernet, IPv4 (without options) and UDP headers: where the UDP payload,
+/// and so every in-network protocol's header, begins in the frames the switch programs
+/// handle.
+pub const L2_L4_LEN: usize = EthernetFrame::<&[u8]>::HEADER_LEN + Ipv4Packet::<&[u8]>::MIN_HEADER_LEN + UdpPacket::<&[u8]>::HEADER_LEN;
+
+/// Whether `frame` is Ethernet/IPv4/UDP with an IPv4 header without options and all
+/// [`L2_L4_LEN`] header bytes present: the frames whose UDP payload begins at
+/// [`L2_L4_LEN`]. (The switch programs parse only these; anything else is malformed.)
+#[inline]
+pub fn is_ipv4_udp(frame: &[u8]) -> bool {
+    const ETH: usize = EthernetFrame::<&[u8]>::HEADER_LEN;
+    frame.len() >= L2_L4_LEN
+        && frame[ethernet::field::ETHERTYPE..ethernet::field::ETHERTYPE + 2] == u16::from(EtherType::Ipv4).to_be_bytes()
+        && frame[ETH + ipv4::field::VER_IHL] == 0x45
+        && frame[ETH + ipv4::field::PROTOCOL] == u8::from(IpProtocol::Udp)
+}
+
 /// Big-endian field access shared by the views. Callers guarantee the bounds (the checked
 /// constructors validate them once).
 pub(crate) mod bytes {
@@ -114,5 +131,39 @@ pub(crate) mod bytes {
         let end = end.min(data.len());
         let start = start.min(end);
         &mut data[start..end]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A frame built by the reprs passes the check; each of the four things it tests,
+    /// changed alone, fails it.
+    #[test]
+    fn ipv4_udp_check_matches_the_reprs() {
+        let eth = EthernetRepr {
+            src_addr: EthernetAddress([2, 0, 0, 0, 0, 1]),
+            dst_addr: EthernetAddress([2, 0, 0, 0, 0, 2]),
+            ethertype: EtherType::Ipv4,
+        };
+        let (src, dst) = (Ipv4Address::new(10, 0, 0, 1), Ipv4Address::new(10, 0, 0, 2));
+        let udp = UdpRepr { src_port: 1, dst_port: 2 };
+        let ip =
+            Ipv4Repr { src_addr: src, dst_addr: dst, next_header: IpProtocol::Udp, payload_len: udp.buffer_len(), hop_limit: 64, tos: 0 };
+        let mut buf = vec![0u8; eth.buffer_len() + ip.buffer_len() + ip.payload_len];
+        assert_eq!(buf.len(), L2_L4_LEN);
+        let mut frame = EthernetFrame::new_unchecked(&mut buf[..]);
+        eth.emit(&mut frame);
+        let mut packet = Ipv4Packet::new_unchecked(frame.payload_mut());
+        ip.emit(&mut packet);
+        udp.emit(&mut UdpPacket::new_unchecked(packet.payload_mut()), src, dst, 0, |_| {});
+        assert!(is_ipv4_udp(&buf));
+        assert!(!is_ipv4_udp(&buf[..L2_L4_LEN - 1]));
+        for (at, v) in [(12, 0x86), (14, 0x46), (23, 6)] {
+            let mut b = buf.clone();
+            b[at] = v;
+            assert!(!is_ipv4_udp(&b), "byte {at} = {v:#x}");
+        }
     }
 }

@@ -210,6 +210,17 @@ impl NetshaRepr {
 
 /// UDP destination port of NetSHa query packets (the servers' port); answers go elsewhere.
 pub const QUERY_PORT: u16 = 7000;
+/// Byte offsets of a query packet's fields (see [`QueryPacket`]): the one layout the host
+/// code and the switch program share.
+pub mod query_field {
+    /// Query id.
+    pub const QID: usize = 0;
+    /// L, the number of bucket keys.
+    pub const TABLES: usize = 4;
+    /// The first bucket key.
+    pub const KEYS: usize = 5;
+}
+
 /// Most LSH tables a query packet carries (one 8-byte bucket key each).
 pub const MAX_TABLES: usize = 32;
 /// Length of a query packet's fixed header (QID and L).
@@ -257,7 +268,7 @@ impl<T: AsRef<[u8]>> QueryPacket<T> {
         if data.len() < QUERY_HEADER_LEN {
             return Err(Error::Truncated);
         }
-        let l = data[4] as usize;
+        let l = data[query_field::TABLES] as usize;
         if l == 0 || l > MAX_TABLES {
             return Err(Error::Malformed);
         }

@@ -93,7 +93,10 @@ impl Operation {
     }
 }
 
-mod field {
+/// Byte offsets of the header's fields, from the start of the header: the one layout
+/// the host code (views and reprs) and the switch programs share.
+#[allow(missing_docs)]
+pub mod field {
     pub const TYPE: usize = 0;
     pub const FLAGS: usize = 1;
     pub const TREE: usize = 2;

@@ -5,8 +5,10 @@ use crate::checksum;
 use crate::error::{Error, Result};
 use crate::ipv4::{Ipv4Address, Protocol};
 
-/// Byte offsets of the UDP header fields.
-mod field {
+/// Byte offsets of the header's fields, from the start of the header: the one layout
+/// the host code (views and reprs) and the switch programs share.
+#[allow(missing_docs)]
+pub mod field {
     pub const SRC_PORT: usize = 0;
     pub const DST_PORT: usize = 2;
     pub const LENGTH: usize = 4;

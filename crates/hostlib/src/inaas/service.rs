@@ -437,10 +437,8 @@ impl Service {
 
     /// Drops of the `inaas` program by its reason name.
     pub fn drops(&self, reason: &str) -> u64 {
-        let d = self.set.decl(1);
-        let Some(i) = d.drop_reasons.iter().position(|r| r == reason) else { return 0 };
-        let code = pisa::DropCode::FIRST_PROGRAM as usize + i;
-        self.sw.counters().programs[1].drops.get(code).copied().unwrap_or(0)
+        let Some(code) = self.set.decl(1).drop_code(reason) else { return 0 };
+        self.sw.counters().programs[1].drops.get(code.0 as usize).copied().unwrap_or(0)
     }
 
     /// Rule violations counted in the `inaas` program (must stay 0).

@@ -675,7 +675,7 @@ pub mod bench {
         /// Return sent frames to the pool, counting the pairs that went on to the parent.
         fn recycle(&mut self) {
             for f in self.sw.tx(PARENT_PORT).iter() {
-                let Ok(p) = Packet::new_checked(&f.data()[layout::D..]) else { continue };
+                let Ok(p) = Packet::new_checked(&f.data()[wire::L2_L4_LEN..]) else { continue };
                 if p.flags() & wire::daiet::flags::ACK == 0 {
                     for (k, v) in p.pairs() {
                         *self.spilled.entry(k.to_vec()).or_default() += v as u64;
@@ -694,7 +694,7 @@ pub mod bench {
         pub fn verify(&self) -> Result<usize, String> {
             let mut want: HashMap<Vec<u8>, u64> = HashMap::new();
             for t in &self.templates {
-                let p = Packet::new_checked(&t[layout::D..]).map_err(|e| format!("template: {e:?}"))?;
+                let p = Packet::new_checked(&t[wire::L2_L4_LEN..]).map_err(|e| format!("template: {e:?}"))?;
                 for (k, v) in p.pairs() {
                     *want.entry(k.to_vec()).or_default() += v as u64 * self.rounds;
                 }
@@ -857,7 +857,7 @@ pub mod bench {
         let templates: Vec<Vec<u8>> = payloads
             .iter()
             .map(|p| {
-                let mut f = vec![0u8; 42];
+                let mut f = vec![0u8; wire::L2_L4_LEN];
                 f[0..6].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
                 f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
                 f[12..14].copy_from_slice(&[8, 0]);
@@ -968,7 +968,7 @@ pub mod bench {
         /// One round: every mapper packet sent once, in batches, with the next sequence
         /// numbers. Returns the packets sent.
         pub fn round(&mut self) -> u64 {
-            let (l2, b) = (sa_harness::L2L3L4, self.batch);
+            let (l2, b) = (wire::L2_L4_LEN, self.batch);
             for c in 0..self.frames.len().div_ceil(b) {
                 for (j, f, _) in &self.frames[c * b..((c + 1) * b).min(self.frames.len())] {
                     let s = &mut self.seq[*j as usize];
@@ -1004,7 +1004,7 @@ pub mod bench {
         fn recycle(&mut self) {
             let parent = self.children;
             for f in self.sw.tx(parent).iter() {
-                let Some(p) = f.data().get(sa_harness::L2L3L4..).and_then(|b| SaPacket::new_checked(b).ok()) else {
+                let Some(p) = f.data().get(wire::L2_L4_LEN..).and_then(|b| SaPacket::new_checked(b).ok()) else {
                     self.up_seq_errors += 1; // nothing but aggregation packets goes up
                     continue;
                 };
@@ -1169,7 +1169,7 @@ pub mod bench {
             assert!(w.verify().is_err());
         }
 
-        use super::{sa_harness, switchagg_measure, switchagg_shares, SaConfig, SwitchAggWorkload};
+        use super::{switchagg_measure, switchagg_shares, SaConfig, SwitchAggWorkload};
 
         /// Engines small enough that pairs are evicted FPE → BPE → parent during the run.
         fn small_engines() -> SaConfig {
@@ -1188,7 +1188,7 @@ pub mod bench {
             // acknowledged, not added again: the check still passes.
             let old = w.frames[0].1.clone();
             let n = w.frames[0].2 as usize;
-            let p = wire::switchagg::AggPacket::new_checked(&old[sa_harness::L2L3L4..]).unwrap();
+            let p = wire::switchagg::AggPacket::new_checked(&old[wire::L2_L4_LEN..]).unwrap();
             let pairs: Vec<_> = p.pairs().map(|r| r.map(|(k, v)| (k.to_vec(), v)).unwrap()).collect();
             assert_eq!(pairs.len(), n);
             send_extra_from(&mut w, 0, &pairs, 1);

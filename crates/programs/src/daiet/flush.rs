@@ -59,9 +59,9 @@ impl Daiet {
             let sl = &self.slices[s];
             let mut words = [0u32; 5];
             for (w, word) in words.iter_mut().take(4).enumerate() {
-                *word = pass.execute(&sl.key_take[w], idx, ());
+                *word = pass.execute(&sl.key_take[w], idx, ()).get();
             }
-            words[4] = pass.execute(&sl.v_take, idx, ());
+            words[4] = pass.execute(&sl.v_take, idx, ()).get();
             if !self.append_pair(pass, br, &words) {
                 return;
             }
@@ -72,7 +72,7 @@ impl Daiet {
         let sl = &self.slices[s];
         let top = pass.execute(&sl.pop, t.tree_idx() as u32, ());
         if top > 0 {
-            let cell = pass.execute(&sl.stack_read, t.part_base() + (top - 1) % t.part_size(), ());
+            let cell = pass.execute(&sl.stack_read, t.part_base() + (top - 1) % t.part_size(), ()).get();
             br.set_pending(((s as u32) << 24) | (cell + 1));
         } else {
             br.set_spill(br.spill() + 1);
@@ -106,7 +106,7 @@ impl Daiet {
     fn walk_bucket(&self, pass: &mut Pass<'_>, t: &Tree<'_>, br: &mut Bridged) {
         let (buf, n, slot) = if br.spill() & W_BUCKET == 0 {
             // Stage 9: the bucket's counter hands over the head buffer's pairs.
-            let r = pass.execute(&self.spill_state, t.tree_idx() as u32, OP_FLUSH);
+            let r = pass.execute(&self.spill_state, t.tree_idx() as u32, OP_FLUSH).get();
             if r & S_FLUSHED == 0 {
                 // A drain or a packet's stores are under way: ask again, counted (the
                 // give-up is a pass of its own, see `give_up_walk`).
@@ -125,7 +125,7 @@ impl Daiet {
             ((br.spill() as u32 >> 8) & 0xF, (br.spill() as u32 >> 4) & 0xF, br.spill() as u32 & 0xF)
         };
         let send = br.cursor() as usize + 1 == MAX_PAIRS;
-        let seq = if send { pass.execute(&self.out_next, t.tree_idx() as u32, ()) } else { 0 };
+        let seq = if send { pass.execute(&self.out_next, t.tree_idx() as u32, ()).get() } else { 0 };
         // Stages 10-11: read and clear the slot.
         let words = self.take_bucket_slot(pass, bucket_index(t.tree_idx(), buf, slot));
         if !self.append_pair(pass, br, &words) {

@@ -1,18 +1,18 @@
 //! Where things are in a DAIET frame as the switch parses it, and the metadata a packet
 //! carries across its passes.
 
-use wire::daiet::{HEADER_LEN, MAX_PAIRS, PAIR_LEN};
+use wire::daiet::{field, HEADER_LEN, MAX_PAIRS, PAIR_LEN};
+use wire::L2_L4_LEN;
 
-/// Ethernet (14) + IPv4 without options (20) + UDP (8).
-pub const D: usize = 42;
-pub const TREE: usize = D;
-pub const FLAGS: usize = D + 2;
-pub const OP: usize = D + 3;
-pub const SENDER: usize = D + 4;
-pub const SEQ: usize = D + 8;
-pub const NUM_PAIRS: usize = D + 12;
+// The DAIET header's fields as offsets in the frame: wire's layout after the L2-L4 headers.
+pub const TREE: usize = L2_L4_LEN + field::TREE;
+pub const FLAGS: usize = L2_L4_LEN + field::FLAGS;
+pub const OP: usize = L2_L4_LEN + field::OP;
+pub const SENDER: usize = L2_L4_LEN + field::SENDER;
+pub const SEQ: usize = L2_L4_LEN + field::SEQ;
+pub const NUM_PAIRS: usize = L2_L4_LEN + field::NUM_PAIRS;
 /// First pair.
-pub const PAIRS: usize = D + HEADER_LEN;
+pub const PAIRS: usize = L2_L4_LEN + HEADER_LEN;
 /// Header bytes the parser reaches: up to the tenth pair (256, Tofino 1's parse depth).
 pub const PARSE_DEPTH: usize = PAIRS + MAX_PAIRS * PAIR_LEN;
 
@@ -33,10 +33,8 @@ pub const PH_WALK: u8 = 2;
 pub const PH_DRAIN: u8 = 3;
 
 /// Data phase, `Bridged::pending`: bits 0-15 the pairs that stay in the packet and go on
-/// to the parent (the bucket was busy, or a VARLEN packet)...
-pub const KEPT: u32 = 0xFFFF;
-/// ... all of them (VARLEN).
-pub const KEPT_ALL: u32 = 0xFFFF;
+/// to the parent (the bucket was busy; all of them for a VARLEN packet) ...
+pub const KEPT_PAIRS: u32 = 0xFFFF;
 /// ... the packet is counted among the bucket's storers.
 pub const STORING: u32 = 1 << 16;
 /// ... the packet filled a bucket buffer and drains it once its own pairs are stored ...
@@ -54,7 +52,7 @@ pub const DRAIN_BUF_SHIFT: u32 = 18;
 /// so far (walk); `spill` (2-3): data: pairs that collided and wait for a slot in the
 /// spillover bucket (one per pass), walk: the slice being drained, then the bucket (see
 /// `flush`), drain: the bucket buffer (bits 8-11) and the next slot; `pending` (4-7):
-/// data: [`KEPT`] pairs and the [`STORING`], [`DRAIN`] flags, walk: a popped cell to read
+/// data: [`KEPT_PAIRS`] pairs and the [`STORING`], [`DRAIN`] flags, walk: a popped cell to read
 /// (+1; 0 none); `port` (8-9): the port the child's packet came in by (its ACK goes back
 /// there); `child` (10-11) and `child_seq` (12-15): the child's sender id and sequence
 /// number (for its ACK).

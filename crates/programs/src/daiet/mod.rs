@@ -471,7 +471,7 @@ impl Program for Daiet {
         let hdr = pass.hdr();
         // Ethernet, IPv4 without options, UDP, the DAIET header: anything shorter or
         // different is malformed.
-        if hdr.len() < PAIRS || hdr[14] != 0x45 {
+        if hdr.len() < PAIRS || !wire::is_ipv4_udp(hdr) {
             pass.drop(DropCode::MALFORMED);
             return;
         }
@@ -558,7 +558,7 @@ impl Daiet {
         // and a non-final one completes in its next pass.
         let one_pass = !end && (varlen || np <= SLICES);
         let mode = (end as u8) | ((one_pass as u8) << 1);
-        match pass.execute(&self.admit, t.sender_base() + sender as u32, (seq, mode)) {
+        match pass.execute(&self.admit, t.sender_base() + sender as u32, (seq, mode)).get() {
             ADMIT => {}
             DUPLICATE => {
                 self.ack_in_place(pass, sender, seq, port);
@@ -596,7 +596,7 @@ impl Daiet {
         }
         if varlen {
             // Not aggregated here: every pair goes on, whole.
-            br.set_pending(KEPT_ALL);
+            br.set_pending(KEPT_PAIRS);
             self.data_tail(pass, t, br, 0);
         } else {
             br.set_spill(self.pairs(pass, t, 0, np));

@@ -42,7 +42,7 @@ impl Daiet {
         // packet, no drain to do. Then stages 9-11 have nothing to do and the packet
         // recirculates for its next pairs or, all done, becomes its ACK: what the general
         // path below decides for the same metadata, without its bookkeeping.
-        if br.spill() == 0 && br.pending() & (KEPT | DRAIN) == 0 {
+        if br.spill() == 0 && br.pending() & (KEPT_PAIRS | DRAIN) == 0 {
             if br.cursor() as usize >= np {
                 self.ack_in_place(pass, br.child(), br.child_seq(), br.port());
             } else {
@@ -66,7 +66,7 @@ impl Daiet {
             let more = if rest != 0 { MORE } else { 0 };
             // A packet drains at most one buffer.
             let no_drain = if br.pending() & DRAIN != 0 { NO_DRAIN } else { 0 };
-            let r = pass.execute(&self.spill_state, t.tree_idx() as u32, OP_STORE | first | more | no_drain);
+            let r = pass.execute(&self.spill_state, t.tree_idx() as u32, OP_STORE | first | more | no_drain).get();
             br.set_pending(br.pending() & !STORING);
             if r & S_STORED != 0 {
                 store = Some((p, bucket_index(t.tree_idx(), out_buf(r), r & 0xF)));
@@ -87,8 +87,8 @@ impl Daiet {
             }
         }
         let done = br.cursor() as usize >= np && br.spill() == 0;
-        let send_on = done && br.pending() & KEPT != 0 && br.pending() & DRAIN == 0;
-        let seq = if send_on { pass.execute(&self.out_next, t.tree_idx() as u32, ()) } else { 0 };
+        let send_on = done && br.pending() & KEPT_PAIRS != 0 && br.pending() & DRAIN == 0;
+        let seq = if send_on { pass.execute(&self.out_next, t.tree_idx() as u32, ()).get() } else { 0 };
         // Stages 10-11: the slot.
         if let Some((p, idx)) = store {
             let at = pair_at(p);
@@ -116,7 +116,7 @@ impl Daiet {
 
     /// An admitted data packet (or non-final END) is done with its pairs.
     fn finish_data(&self, pass: &mut Pass<'_>, t: &Tree<'_>, br: &mut Bridged, seq: u32) {
-        let kept = (br.pending() & KEPT) as u16;
+        let kept = (br.pending() & KEPT_PAIRS) as u16;
         let drain = br.pending() & DRAIN != 0;
         if kept == 0 && !drain {
             // Everything aggregated or in the bucket: the packet itself becomes the ACK.
@@ -170,7 +170,7 @@ impl Daiet {
         let mut next = (buf << 8) | (slot + 1);
         let mut finished = false;
         if last {
-            let r = pass.execute(&self.spill_state, t.tree_idx() as u32, OP_DRAINED | (buf << 4) as u8);
+            let r = pass.execute(&self.spill_state, t.tree_idx() as u32, OP_DRAINED | (buf << 4) as u8).get();
             if r & S_CONTINUE != 0 {
                 next = out_buf(r) << 8;
             } else {
@@ -179,7 +179,7 @@ impl Daiet {
         }
         let c = br.cursor() as usize + 1;
         let send = c == MAX_PAIRS || finished;
-        let seq = if send { pass.execute(&self.out_next, t.tree_idx() as u32, ()) } else { 0 };
+        let seq = if send { pass.execute(&self.out_next, t.tree_idx() as u32, ()).get() } else { 0 };
         // Stages 10-11: the slot.
         let words = self.take_bucket_slot(pass, bucket_index(t.tree_idx(), buf, slot));
         if !self.append_pair(pass, br, &words) {
@@ -216,9 +216,9 @@ impl Daiet {
     pub(super) fn take_bucket_slot(&self, pass: &mut Pass<'_>, idx: u32) -> [u32; 5] {
         let mut words = [0u32; 5];
         for (w, word) in words.iter_mut().take(4).enumerate() {
-            *word = pass.execute(&self.spill_key_take[w], idx, ());
+            *word = pass.execute(&self.spill_key_take[w], idx, ()).get();
         }
-        words[4] = pass.execute(&self.spill_value_take, idx, ());
+        words[4] = pass.execute(&self.spill_value_take, idx, ()).get();
         words
     }
 
@@ -245,7 +245,7 @@ impl Daiet {
         } else {
             pass.execute(&self.out_next, t.tree_idx() as u32, ())
         };
-        self.send_with(pass, t, seq, end);
+        self.send_with(pass, t, seq.get(), end);
     }
 
     /// Send the packet to the parent with the switch's sequence number `seq` (taken from

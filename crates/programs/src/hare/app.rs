@@ -27,7 +27,7 @@ pub trait HareApp: Send + Sync + Sized + 'static {
     /// The program's name and one-line description.
     const NAME: &'static str;
     const DOC: &'static str;
-    /// Prefix of the program's drop reasons (`{prefix}_malformed`, ...).
+    /// Prefix of the program's drop reasons (`{prefix}_unknown_op`, ...; malformed packets count as the switch's `malformed`).
     const DROP_PREFIX: &'static str;
     /// Per-packet metadata the application needs beside the framework's.
     const METADATA_BITS: u32;

@@ -21,7 +21,7 @@ use wire::hare::{Op, Packet, FLAG_DONE, HEADER_LEN, PORT_CLIENT, PORT_SERVER};
 
 use super::kv::{Packer, ValueStore};
 use super::oostat::{state, StateManager};
-use super::{back_to_sender, L4_END};
+use super::{back_to_sender, L2_L4_LEN};
 
 /// What a DySO switch is built for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -63,7 +63,6 @@ pub struct Dyso {
     columns: Vec<Column>,
     control_ports: Table,
     a_allow: ActionId,
-    d_malformed: DropCode,
     d_unknown_op: DropCode,
     d_key_field: DropCode,
     d_control_denied: DropCode,
@@ -91,7 +90,7 @@ impl Dyso {
         let mut b =
             ProgramBuilder::new("dyso", "DySO baseline: r-MAT (hashed rows x C columns of register-held keys), packet-based offloading");
         b.parser(
-            (L4_END + HEADER_LEN + cfg.key_bytes + cfg.value_bytes) as u32,
+            (L2_L4_LEN + HEADER_LEN + cfg.key_bytes + cfg.value_bytes) as u32,
             &[("ethernet", 112), ("ipv4", 160), ("udp", 64), ("hare", HEADER_LEN as u32 * 8)],
         )
         .metadata_bits(32 + 8 * cfg.columns as u32)
@@ -148,7 +147,6 @@ impl Dyso {
             let values = ValueStore::declare(&mut b, &format!("value_c{c}"), cfg.value_bytes, cfg.rows, &mut packer);
             columns.push(Column { key_cmp, key_put, valid, values });
         }
-        let d_malformed = b.drop_reason("dyso_malformed");
         let d_unknown_op = b.drop_reason("dyso_unknown_op");
         let d_key_field = b.drop_reason("dyso_key_field");
         let d_control_denied = b.drop_reason("dyso_control_denied");
@@ -160,7 +158,7 @@ impl Dyso {
             cfg.key_bytes
         ));
         let decl = b.build().expect("dyso declaration is valid");
-        Dyso { decl, cfg, row_hash, columns, control_ports, a_allow, d_malformed, d_unknown_op, d_key_field, d_control_denied }
+        Dyso { decl, cfg, row_hash, columns, control_ports, a_allow, d_unknown_op, d_key_field, d_control_denied }
     }
 
     pub fn config(&self) -> &DysoConfig {
@@ -192,14 +190,14 @@ impl Program for Dyso {
         let kb = self.cfg.key_bytes;
         let vb = self.cfg.value_bytes;
         let hdr = pass.hdr();
-        if hdr.len() < L4_END + HEADER_LEN || hdr[14] != 0x45 {
-            pass.drop(self.d_malformed);
+        if hdr.len() < L2_L4_LEN + HEADER_LEN || !wire::is_ipv4_udp(hdr) {
+            pass.drop(DropCode::MALFORMED);
             return;
         }
-        let (op, key_len, kf, vlen, flags, aux, status) = match Packet::new_checked(&hdr[L4_END..]) {
+        let (op, key_len, kf, vlen, flags, aux, status) = match Packet::new_checked(&hdr[L2_L4_LEN..]) {
             Ok(p) => (p.op(), p.key_len(), p.key_field() as usize, p.value_len() as usize, p.flags(), p.aux(), p.status()),
             Err(_) => {
-                pass.drop(self.d_malformed);
+                pass.drop(DropCode::MALFORMED);
                 return;
             }
         };
@@ -217,9 +215,9 @@ impl Program for Dyso {
         }
         let mut key = [0u8; 257];
         key[0] = key_len;
-        key[1..1 + kb].copy_from_slice(&pass.hdr()[L4_END + HEADER_LEN..L4_END + HEADER_LEN + kb]);
+        key[1..1 + kb].copy_from_slice(&pass.hdr()[L2_L4_LEN + HEADER_LEN..L2_L4_LEN + HEADER_LEN + kb]);
         let row = pass.hash(&self.row_hash, &key[..1 + kb]);
-        let voff = L4_END + HEADER_LEN + kb;
+        let voff = L2_L4_LEN + HEADER_LEN + kb;
         if control {
             let port = pass.ingress_port();
             let allowed = port == PORT_CPU || pass.apply_u64(&self.control_ports, port as u64).action == self.a_allow;
@@ -229,7 +227,7 @@ impl Program for Dyso {
             }
             let c = aux as usize;
             if c >= self.columns.len() || (op == Op::DataMvToSwitch && vlen != vb) {
-                pass.drop(self.d_malformed);
+                pass.drop(DropCode::MALFORMED);
                 return;
             }
             let col = &self.columns[c];
@@ -239,12 +237,12 @@ impl Program for Dyso {
                     pass.execute(a, row, w);
                 }
                 pass.execute(&col.valid.set, row, state::VALID);
-                col.values.store(pass, row as u16, voff, vb);
+                col.values.store(pass, row.get() as u16, voff, vb);
             } else {
                 pass.execute(&col.valid.set, row, status.min(state::REPLACING));
             }
             let h = pass.hdr_mut();
-            h[L4_END + 1] |= FLAG_DONE;
+            h[L2_L4_LEN + wire::hare::field::FLAGS] |= FLAG_DONE;
             let end = voff + vlen;
             back_to_sender(pass, end);
             return;
@@ -255,7 +253,7 @@ impl Program for Dyso {
             let mut eq = true;
             for (j, a) in col.key_cmp.iter().enumerate() {
                 let w = u32::from_be_bytes([key[1 + 4 * j], key[2 + 4 * j], key[3 + 4 * j], key[4 + 4 * j]]);
-                eq &= pass.execute(a, row, w);
+                eq &= pass.execute(a, row, w).get();
             }
             if eq && hit.is_none() {
                 hit = Some(c);
@@ -264,15 +262,15 @@ impl Program for Dyso {
         let Some(c) = hit else { return };
         let col = &self.columns[c];
         match op {
-            Op::Get if pass.execute(&col.valid.check, row, ()) == state::VALID => {
-                col.values.serve_get(pass, row as u16, kb, vb);
+            Op::Get if pass.execute(&col.valid.check, row, ()).get() == state::VALID => {
+                col.values.serve_get(pass, row.get() as u16, kb, vb);
             }
             Op::Put => {
                 pass.execute(&col.valid.invalidate, row, ());
             }
             Op::PutReply if vlen == vb => {
                 pass.execute(&col.valid.revalidate, row, ());
-                col.values.store(pass, row as u16, voff, vb);
+                col.values.store(pass, row.get() as u16, voff, vb);
             }
             _ => {}
         }

@@ -58,7 +58,7 @@ use wire::hare::{Op, Packet, FLAG_HIT, HEADER_LEN};
 
 use super::app::{DataMv, HareApp, QueryHit};
 use super::oostat::state;
-use super::{back_to_sender, HareConfig, L4_END};
+use super::{back_to_sender, HareConfig, L2_L4_LEN};
 
 /// The KV store as a Hare application (K3): its values, and write-through query-hit
 /// processing. Everything else is the generic program's.
@@ -131,11 +131,11 @@ impl ValueStore {
     /// Query-hit processing of a GET: read the value of `slot` and turn the request into
     /// its reply, back to the client.
     pub(crate) fn serve_get(&self, pass: &mut Pass<'_>, slot: u16, kb: usize, vb: usize) {
-        let voff = L4_END + HEADER_LEN + kb;
+        let voff = L2_L4_LEN + HEADER_LEN + kb;
         let len = voff + vb;
         let mut val = [0u8; 256];
         for (i, a) in self.get.iter().enumerate() {
-            let w = pass.execute(a, slot as u32, ());
+            let w = pass.execute(a, slot as u32, ()).get();
             val[4 * i..4 * i + 4].copy_from_slice(&w.to_be_bytes());
         }
         pass.truncate_payload();
@@ -143,7 +143,7 @@ impl ValueStore {
             return;
         }
         let h = pass.hdr_mut();
-        let mut p = Packet::new_unchecked(&mut h[L4_END..]);
+        let mut p = Packet::new_unchecked(&mut h[L2_L4_LEN..]);
         p.set_op(Op::GetReply);
         p.set_flags(p.flags() | FLAG_HIT);
         p.set_hit_index(slot);
@@ -166,7 +166,7 @@ impl ValueStore {
     pub(crate) fn load(&self, pass: &mut Pass<'_>, slot: u16, voff: usize, vb: usize) {
         let mut val = [0u8; 256];
         for (i, a) in self.get.iter().enumerate() {
-            let w = pass.execute(a, slot as u32, ());
+            let w = pass.execute(a, slot as u32, ()).get();
             val[4 * i..4 * i + 4].copy_from_slice(&w.to_be_bytes());
         }
         pass.hdr_mut()[voff..voff + vb].copy_from_slice(&val[..vb]);

@@ -31,7 +31,7 @@ use wire::hare::{Op, Packet, HEADER_LEN, PORT_CLIENT};
 use super::app::{DataMv, HareApp, QueryHit};
 use super::kv::Packer;
 use super::oostat::state;
-use super::{back_to_sender, HareConfig, HareProgram, L4_END};
+use super::{back_to_sender, HareConfig, HareProgram, L2_L4_LEN};
 
 /// Waiting requests per offloaded lock.
 pub const QUEUE: u32 = 8;
@@ -270,7 +270,7 @@ impl HareApp for LockApp {
         }
         pass.execute(&hit.oo.count, slot as u32, ());
         let (mode, aux, seq) = {
-            let p = Packet::new_unchecked(&pass.hdr()[L4_END..]);
+            let p = Packet::new_unchecked(&pass.hdr()[L2_L4_LEN..]);
             (p.status(), p.aux(), p.seq())
         };
         let voff = hit.voff;
@@ -278,10 +278,10 @@ impl HareApp for LockApp {
         match op {
             Op::Acquire => {
                 let out = pass.execute(&self.acquire, slot as u32, (mode == EXCLUSIVE) as u32);
-                match out & !0xFF {
+                match (out & !0xFF).get() {
                     OUT_GRANT => {
                         let h = pass.hdr_mut();
-                        let mut p = Packet::new_unchecked(&mut h[L4_END..]);
+                        let mut p = Packet::new_unchecked(&mut h[L2_L4_LEN..]);
                         p.set_op(Op::Grant);
                         p.set_status(GRANTED);
                         back_to_sender(pass, end);
@@ -298,7 +298,7 @@ impl HareApp for LockApp {
                     }
                     _ => {
                         let h = pass.hdr_mut();
-                        let mut p = Packet::new_unchecked(&mut h[L4_END..]);
+                        let mut p = Packet::new_unchecked(&mut h[L2_L4_LEN..]);
                         p.set_op(Op::Grant);
                         p.set_status(RETRY);
                         back_to_sender(pass, end);
@@ -308,15 +308,15 @@ impl HareApp for LockApp {
             Op::Release => {
                 let out = pass.execute(&self.release, slot as u32, ());
                 let h = pass.hdr_mut();
-                let mut p = Packet::new_unchecked(&mut h[L4_END..]);
+                let mut p = Packet::new_unchecked(&mut h[L2_L4_LEN..]);
                 p.set_op(Op::ReleaseAck);
                 p.set_status(GRANTED);
                 if out & !0xFF == OUT_NEXT {
                     let i = slot as u32 * QUEUE + (out & 0xFF);
-                    let cell = Pair::new(pass.execute(&self.qip_read, i, ()), pass.execute(&self.qtag_read, i, ()));
+                    let cell = Pair::new(pass.execute(&self.qip_read, i, ()).get(), pass.execute(&self.qtag_read, i, ()).get());
                     let h = pass.hdr_mut();
                     Self::pair_into(cell, &mut h[voff..end]);
-                    h[L4_END + 1] |= FLAG_GRANT_NEXT;
+                    h[L2_L4_LEN + wire::hare::field::FLAGS] |= FLAG_GRANT_NEXT;
                     pass.clone_ingress(GRANT_SESSION);
                 }
                 back_to_sender(pass, end);
@@ -337,7 +337,7 @@ impl HareApp for LockApp {
                 let v = Self::pair_from(&pass.hdr()[voff..end]);
                 pass.execute(&self.state_write, slot, v);
             } else {
-                let half = pass.execute(&self.state_read, slot, a - QUEUE);
+                let half = pass.execute(&self.state_read, slot, a - QUEUE).get();
                 pass.hdr_mut()[voff + 4..end].copy_from_slice(&half.to_be_bytes());
             }
         } else {
@@ -347,7 +347,7 @@ impl HareApp for LockApp {
                 pass.execute(&self.qip_write, i, v.lo);
                 pass.execute(&self.qtag_write, i, v.hi);
             } else {
-                let v = Pair::new(pass.execute(&self.qip_read, i, ()), pass.execute(&self.qtag_read, i, ()));
+                let v = Pair::new(pass.execute(&self.qip_read, i, ()).get(), pass.execute(&self.qtag_read, i, ()).get());
                 Self::pair_into(v, &mut pass.hdr_mut()[voff..end]);
             }
         }
@@ -368,7 +368,7 @@ impl LockApp {
     /// release ack becomes the waiter's grant.
     fn grant_next(&self, pass: &mut Pass<'_>) {
         let kb = self.key_bytes;
-        let voff = L4_END + HEADER_LEN + kb;
+        let voff = L2_L4_LEN + HEADER_LEN + kb;
         let cell = Self::pair_from(&pass.hdr()[voff..voff + 8]);
         let ip = cell.lo.to_be_bytes();
         let r = pass.apply(&self.lock_hosts, &ip);
@@ -385,12 +385,12 @@ impl LockApp {
             let mut ipv = wire::Ipv4Packet::new_unchecked(&mut h[14..34]);
             ipv.fill_checksum();
         }
-        let mut p = Packet::new_unchecked(&mut h[L4_END..]);
+        let mut p = Packet::new_unchecked(&mut h[L2_L4_LEN..]);
         p.set_op(Op::Grant);
         p.set_flags(0);
         p.set_status(GRANTED);
         p.set_aux((cell.hi >> 16) as u16);
-        h[L4_END + 4..L4_END + 8].copy_from_slice(&(cell.hi & 0xFFFF).to_be_bytes());
+        h[L2_L4_LEN + wire::hare::field::SEQ..][..4].copy_from_slice(&(cell.hi & 0xFFFF).to_be_bytes());
         pass.forward(port);
     }
 }

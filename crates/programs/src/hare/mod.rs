@@ -29,13 +29,12 @@ pub mod oostat;
 use pisa::decl::TableSpec;
 use pisa::{ActionId, DropCode, Gress, MatchKind, Pass, Program, ProgramBuilder, ProgramDecl, Table, PORT_CPU};
 use wire::hare::{Op, Packet, FLAG_DONE, HEADER_LEN, PORT_CLIENT, PORT_SERVER};
+use wire::L2_L4_LEN;
 
 use app::{DataMv, HareApp, QueryHit};
 use emat::{Emat, EmatShape};
 use oostat::{state, OoStat, StateManager};
 
-/// Ethernet + IPv4 (no options) + UDP.
-pub const L4_END: usize = 14 + 20 + 8;
 /// First ingress stage Hare uses (stage 0 holds the base program's L2 tables).
 pub const FIRST_STAGE: u8 = 1;
 
@@ -84,7 +83,7 @@ impl HareConfig {
 
     /// Bytes the parser must reach: headers, key field and value.
     pub fn parse_depth(&self) -> usize {
-        L4_END + HEADER_LEN + self.key_bytes + self.value_bytes
+        L2_L4_LEN + HEADER_LEN + self.key_bytes + self.value_bytes
     }
 }
 
@@ -99,7 +98,6 @@ pub struct HareProgram<A: HareApp> {
     states: StateManager,
     oo: OoStat,
     app: A,
-    d_malformed: DropCode,
     d_unknown_op: DropCode,
     d_key_field: DropCode,
     d_control_denied: DropCode,
@@ -151,27 +149,12 @@ impl<A: HareApp> HareProgram<A> {
         let oo = OoStat::declare(&mut b, st_stage + 1, cfg.slots);
         let app = A::define_appdata(&mut b, &cfg, &mut kv::Packer { stage: st_stage + 1, free: 3, per_stage: 4 });
         let drop = |b: &mut ProgramBuilder, what: &str| b.drop_reason(&format!("{}_{what}", A::DROP_PREFIX));
-        let d_malformed = drop(&mut b, "malformed");
         let d_unknown_op = drop(&mut b, "unknown_op");
         let d_key_field = drop(&mut b, "key_field");
         let d_control_denied = drop(&mut b, "control_denied");
         let d_bad_slot = drop(&mut b, "bad_slot");
         let decl = b.build().expect("hare declaration is valid");
-        HareProgram {
-            decl,
-            cfg,
-            emat,
-            control_ports,
-            a_allow,
-            states,
-            oo,
-            app,
-            d_malformed,
-            d_unknown_op,
-            d_key_field,
-            d_control_denied,
-            d_bad_slot,
-        }
+        HareProgram { decl, cfg, emat, control_ports, a_allow, states, oo, app, d_unknown_op, d_key_field, d_control_denied, d_bad_slot }
     }
 
     /// The configuration.
@@ -182,7 +165,7 @@ impl<A: HareApp> HareProgram<A> {
     fn query(&self, pass: &mut Pass<'_>, op: Op) {
         let kb = self.cfg.key_bytes;
         let (key_len, key_field_ok, value_len) = {
-            let p = Packet::new_unchecked(&pass.hdr()[L4_END..]);
+            let p = Packet::new_unchecked(&pass.hdr()[L2_L4_LEN..]);
             (p.key_len(), p.key_field() as usize == kb, p.value_len() as usize)
         };
         if !key_field_ok || !A::query_ok(&self.cfg, value_len) {
@@ -190,14 +173,14 @@ impl<A: HareApp> HareProgram<A> {
             return;
         }
         let mut key = [0u8; 256];
-        key[..kb].copy_from_slice(&pass.hdr()[L4_END + HEADER_LEN..L4_END + HEADER_LEN + kb]);
+        key[..kb].copy_from_slice(&pass.hdr()[L2_L4_LEN + HEADER_LEN..L2_L4_LEN + HEADER_LEN + kb]);
         let Some(slot) = self.emat.lookup(pass, key_len, &key[..kb]) else {
             return; // a miss: on to the server (the base program's decision)
         };
         if slot as u32 >= self.cfg.slots {
             return;
         }
-        let hit = QueryHit { slot, voff: L4_END + HEADER_LEN + kb, value_len, states: &self.states, oo: &self.oo };
+        let hit = QueryHit { slot, voff: L2_L4_LEN + HEADER_LEN + kb, value_len, states: &self.states, oo: &self.oo };
         self.app.apply_queryhit(pass, &self.cfg, op, &hit);
     }
 
@@ -210,19 +193,19 @@ impl<A: HareApp> HareProgram<A> {
         }
         let kb = self.cfg.key_bytes;
         let (slot, status, kf, vlen, aux) = {
-            let p = Packet::new_unchecked(&pass.hdr()[L4_END..]);
+            let p = Packet::new_unchecked(&pass.hdr()[L2_L4_LEN..]);
             (p.hit_index(), p.status(), p.key_field() as usize, p.value_len() as usize, p.aux())
         };
         if slot as u32 >= self.cfg.slots {
             pass.drop(self.d_bad_slot);
             return;
         }
-        let voff = L4_END + HEADER_LEN + kf;
+        let voff = L2_L4_LEN + HEADER_LEN + kf;
         let end = voff + vlen;
         match op {
             Op::StatFetch => {
                 if vlen != 4 {
-                    pass.drop(self.d_malformed);
+                    pass.drop(DropCode::MALFORMED);
                     return;
                 }
                 let c = match status {
@@ -230,18 +213,18 @@ impl<A: HareApp> HareProgram<A> {
                     2 => pass.execute(&self.oo.fetch_halve, slot as u32, ()),
                     _ => pass.execute(&self.oo.fetch, slot as u32, ()),
                 };
-                pass.hdr_mut()[voff..voff + 4].copy_from_slice(&c.to_be_bytes());
+                pass.hdr_mut()[voff..voff + 4].copy_from_slice(&c.get().to_be_bytes());
             }
             Op::StateSet => {
                 if status > state::REPLACING {
-                    pass.drop(self.d_malformed);
+                    pass.drop(DropCode::MALFORMED);
                     return;
                 }
                 pass.execute(&self.states.set, slot as u32, status);
             }
             Op::DataMvToSwitch | Op::DataMvToServer => {
                 if kf != kb || !self.app.apply_datamv(pass, &self.cfg, op, &DataMv { slot, aux, voff, vlen }) {
-                    pass.drop(self.d_malformed);
+                    pass.drop(DropCode::MALFORMED);
                     return;
                 }
             }
@@ -251,7 +234,7 @@ impl<A: HareApp> HareProgram<A> {
             }
         }
         let h = pass.hdr_mut();
-        h[L4_END + 1] |= FLAG_DONE;
+        h[L2_L4_LEN + wire::hare::field::FLAGS] |= FLAG_DONE;
         back_to_sender(pass, end);
     }
 }
@@ -288,14 +271,14 @@ impl<A: HareApp> Program for HareProgram<A> {
     fn ingress(&self, pass: &mut Pass<'_>) {
         let hdr = pass.hdr();
         // Fixed offsets: IPv4 without options.
-        if hdr.len() < L4_END + HEADER_LEN || hdr[14] != 0x45 {
-            pass.drop(self.d_malformed);
+        if hdr.len() < L2_L4_LEN + HEADER_LEN || !wire::is_ipv4_udp(hdr) {
+            pass.drop(DropCode::MALFORMED);
             return;
         }
-        let (op, flags) = match Packet::new_checked(&hdr[L4_END..]) {
+        let (op, flags) = match Packet::new_checked(&hdr[L2_L4_LEN..]) {
             Ok(p) => (p.op(), p.flags()),
             Err(_) => {
-                pass.drop(self.d_malformed);
+                pass.drop(DropCode::MALFORMED);
                 return;
             }
         };

@@ -18,7 +18,7 @@ use wire::hare::{Op, Packet, HEADER_LEN, PORT_CLIENT, PORT_SERVER};
 
 use super::kv::ValueStore;
 use super::oostat::{state, StateManager};
-use super::L4_END;
+use super::L2_L4_LEN;
 
 /// Clone session of hot-key reports to the controller.
 pub const REPORT_SESSION: u16 = 90;
@@ -65,7 +65,6 @@ pub struct NetCache {
     cms: Vec<(HashUnit, RegisterAction<u32, (), u32>)>,
     bloom: Vec<(HashUnit, RegisterAction<bool, (), bool>)>,
     values: ValueStore,
-    d_malformed: DropCode,
     d_unknown_op: DropCode,
     d_key_field: DropCode,
 }
@@ -82,7 +81,7 @@ impl NetCache {
             "NetCache baseline: one-stage key MAT, count-min + Bloom hot-key reports, write-through values",
         );
         b.parser(
-            (L4_END + HEADER_LEN + cfg.key_bytes + cfg.value_bytes) as u32,
+            (L2_L4_LEN + HEADER_LEN + cfg.key_bytes + cfg.value_bytes) as u32,
             &[("ethernet", 112), ("ipv4", 160), ("udp", 64), ("hare", HEADER_LEN as u32 * 8)],
         )
         .metadata_bits(16 + 32 + 8)
@@ -141,14 +140,13 @@ impl NetCache {
             cfg.slots,
             &mut super::kv::Packer { stage: FIRST_STAGE + 3, free: 1, per_stage: 4 },
         );
-        let d_malformed = b.drop_reason("netcache_malformed");
         let d_unknown_op = b.drop_reason("netcache_unknown_op");
         let d_key_field = b.drop_reason("netcache_key_field");
         if cfg.key_bytes > 127 {
             b.note("NetCache matches the whole key in one stage: keys over 127 bytes do not fit its MAT");
         }
         let decl = b.build().expect("netcache declaration is valid");
-        NetCache { decl, cfg, cache, a_hit, valid, hits, cms, bloom, values, d_malformed, d_unknown_op, d_key_field }
+        NetCache { decl, cfg, cache, a_hit, valid, hits, cms, bloom, values, d_unknown_op, d_key_field }
     }
 
     pub fn config(&self) -> &NetCacheConfig {
@@ -171,14 +169,14 @@ impl Program for NetCache {
         let kb = self.cfg.key_bytes;
         let vb = self.cfg.value_bytes;
         let hdr = pass.hdr();
-        if hdr.len() < L4_END + HEADER_LEN || hdr[14] != 0x45 {
-            pass.drop(self.d_malformed);
+        if hdr.len() < L2_L4_LEN + HEADER_LEN || !wire::is_ipv4_udp(hdr) {
+            pass.drop(DropCode::MALFORMED);
             return;
         }
-        let (op, key_len, kf, vlen) = match Packet::new_checked(&hdr[L4_END..]) {
+        let (op, key_len, kf, vlen) = match Packet::new_checked(&hdr[L2_L4_LEN..]) {
             Ok(p) => (p.op(), p.key_len(), p.key_field() as usize, p.value_len() as usize),
             Err(_) => {
-                pass.drop(self.d_malformed);
+                pass.drop(DropCode::MALFORMED);
                 return;
             }
         };
@@ -195,10 +193,10 @@ impl Program for NetCache {
         }
         let mut key = [0u8; 257];
         key[0] = key_len;
-        key[1..1 + kb].copy_from_slice(&pass.hdr()[L4_END + HEADER_LEN..L4_END + HEADER_LEN + kb]);
+        key[1..1 + kb].copy_from_slice(&pass.hdr()[L2_L4_LEN + HEADER_LEN..L2_L4_LEN + HEADER_LEN + kb]);
         let r = pass.apply(&self.cache, &key[..1 + kb]);
         let slot = if r.hit && r.action == self.a_hit { Some(r.param(0) as u16) } else { None };
-        let voff = L4_END + HEADER_LEN + kb;
+        let voff = L2_L4_LEN + HEADER_LEN + kb;
         match (op, slot) {
             (Op::Get, Some(s)) if s as u32 >= self.cfg.slots => {}
             (Op::Get, Some(s)) if pass.execute(&self.valid.check, s as u32, ()) == state::VALID => {
@@ -209,13 +207,13 @@ impl Program for NetCache {
                 let mut est = u32::MAX;
                 for (h, a) in &self.cms {
                     let i = pass.hash(h, &key[..1 + kb]);
-                    est = est.min(pass.execute(a, i, ()));
+                    est = est.min(pass.execute(a, i, ()).get());
                 }
                 if est >= self.cfg.report_threshold {
                     let mut seen = true;
                     for (h, a) in &self.bloom {
                         let i = pass.hash(h, &key[..1 + kb]);
-                        seen &= pass.execute(a, i, ());
+                        seen &= pass.execute(a, i, ()).get();
                     }
                     if !seen {
                         pass.clone_ingress(REPORT_SESSION);

@@ -96,7 +96,6 @@ pub struct Inaas {
     forged: RegisterAction<u32, (), ()>,
     usage: RegisterAction<Pair, (u32, u32), ()>,
     events: RegisterAction<Pair, (u32, u32), ()>,
-    d_malformed: DropCode,
     d_forged: DropCode,
     d_no_goalkeeper: DropCode,
 }
@@ -185,24 +184,10 @@ impl Inaas {
         );
         b.cell_fields(&er, &[("mismatches", 32), ("leases_taken", 32)]);
         let events = b.register_action(er, "add", add_pair);
-        let d_malformed = b.drop_reason("inaas_malformed");
         let d_forged = b.drop_reason("inaas_forged_uid");
         let d_no_goalkeeper = b.drop_reason("inaas_no_goalkeeper");
         let decl = b.build().expect("inaas declaration is valid");
-        Inaas {
-            decl,
-            segments,
-            tenants,
-            goalkeeper,
-            a_set_tenant,
-            a_set_goalkeeper,
-            forged,
-            usage,
-            events,
-            d_malformed,
-            d_forged,
-            d_no_goalkeeper,
-        }
+        Inaas { decl, segments, tenants, goalkeeper, a_set_tenant, a_set_goalkeeper, forged, usage, events, d_forged, d_no_goalkeeper }
     }
 
     /// The primitive of every item, from the flags alone (`None`: a forbidden combination).
@@ -258,7 +243,7 @@ impl Inaas {
         let port = pass.ingress_port();
         let v = InaasPacket::new_unchecked(&pass.hdr()[14..]);
         let Some(prims) = self.check(&v) else {
-            pass.drop(self.d_malformed);
+            pass.drop(DropCode::MALFORMED);
             return;
         };
         let uid = v.uid();
@@ -330,7 +315,7 @@ impl Inaas {
             let mut value_out = value;
             if out.preempted & bit != 0 {
                 let install = if installs(prims[j]) { value } else { 0 };
-                value_out = pass.execute(&seg.exchange, idx as u32, (true, (0, install)));
+                value_out = pass.execute(&seg.exchange, idx as u32, (true, (0, install))).get();
                 out.alu_ops += 1;
             } else {
                 match prims[j] {
@@ -345,7 +330,7 @@ impl Inaas {
                             out.failed |= bit;
                             out.mismatches += 1;
                         } else {
-                            value_out = got;
+                            value_out = got.get();
                         }
                     }
                     Prim::Write => {
@@ -355,7 +340,7 @@ impl Inaas {
                     Prim::Reduce => {
                         let s = pass.execute(&seg.reduce, idx as u32, (key, value));
                         out.alu_ops += 1;
-                        match s {
+                        match s.get() {
                             reduce_status::MISMATCH => {
                                 out.failed |= bit;
                                 out.mismatches += 1;
@@ -419,7 +404,7 @@ impl Inaas {
         let v = InaasPacket::new_unchecked(&pass.hdr()[14..]);
         // Checked on the first pass; since then the switch itself rewrote the values.
         let Some(prims) = Self::prims(&v) else {
-            pass.drop(self.d_malformed);
+            pass.drop(DropCode::MALFORMED);
             return;
         };
         let uid = v.uid();
@@ -432,7 +417,7 @@ impl Inaas {
         let mut holders = [0u32; ITEMS];
         for j in 0..SEGMENTS {
             if preempted & 1 << j != 0 {
-                holders[j] = pass.execute(&self.segments[j].commit, items[j].0 as u32, uid);
+                holders[j] = pass.execute(&self.segments[j].commit, items[j].0 as u32, uid).get();
             }
         }
         let mut alu = 0u8;
@@ -448,7 +433,7 @@ impl Inaas {
                 continue;
             }
             let install = if installs(prims[j]) { items[j].1 } else { 0 };
-            let old_key = pass.execute(&self.segments[j].write, items[j].0 as u32, (true, (install, 0)));
+            let old_key = pass.execute(&self.segments[j].write, items[j].0 as u32, (true, (install, 0))).get();
             alu += 1;
             InaasPacket::new_unchecked(&mut pass.hdr_mut()[14..]).set_key(j, old_key);
         }
@@ -486,7 +471,7 @@ impl Program for Inaas {
 
     fn ingress(&self, pass: &mut Pass<'_>) {
         if pass.hdr().len() < PARSE_DEPTH as usize {
-            pass.drop(self.d_malformed);
+            pass.drop(DropCode::MALFORMED);
             return;
         }
         let fl = pass.hdr()[15];

@@ -55,6 +55,7 @@ use pisa::{
     RegisterAction, Table,
 };
 use wire::netsha::{self as nw, ANSWER_LEN, BLOCK_HEADER_LEN, MAX_ANSWERS};
+use wire::L2_L4_LEN;
 
 use best_effort::BestEffortAlu;
 use selection::{outcome, tag, Selected, WaySelectAlu, WeightAlu, FREE};
@@ -66,10 +67,8 @@ pub use sort_reduce::Reduction as ReductionMode;
 
 /// Most slots per logical register this program supports.
 pub const MAX_SLOTS: usize = 32;
-/// Where the NetSHa payload starts: Ethernet (14), IPv4 without options (20), UDP (8).
-pub const SECTION: usize = 14 + 20 + 8;
 /// Ethernet + IPv4 + UDP + Query#.
-pub const MIN_LEN: usize = SECTION + nw::HEADER_LEN;
+pub const MIN_LEN: usize = L2_L4_LEN + nw::HEADER_LEN;
 /// UDP source port of the timer packets the generator emits.
 pub const TIMER_SRC_PORT: u16 = 0x4E53;
 /// Clone session of the split (ingress mirror to the recirculation port): the control
@@ -250,7 +249,7 @@ impl NetshaConfig {
         if self.tables as usize > nw::MAX_TABLES || (self.tables > 0 && self.select_size == 0) {
             return Err(format!("need tables <= {} and select_size >= 1", nw::MAX_TABLES));
         }
-        if self.tables > 0 && (self.parse_depth as usize) < SECTION + nw::query_header_len(self.tables as usize) {
+        if self.tables > 0 && (self.parse_depth as usize) < L2_L4_LEN + nw::query_header_len(self.tables as usize) {
             return Err("parse depth below a query packet's header".into());
         }
         if self.max_recirculations > 250 {
@@ -325,7 +324,6 @@ pub struct Netsha {
     query_events: Act<Pair, Pair, (), AddPair>,
     d_query_malformed: DropCode,
     d_query_pruned: DropCode,
-    d_malformed: DropCode,
     d_absorbed: DropCode,
     d_timer_idle: DropCode,
     d_timer_raced: DropCode,
@@ -376,16 +374,16 @@ impl pisa::SaluBody<u32, u32, u32> for SplitTurnAlu {
 }
 
 /// What one pass sends for a register: at most n + 1 answers.
-struct Out {
+struct SentAnswers {
     qid: u32,
     ids: [u32; MAX_SLOTS + 1],
     codes: [u32; MAX_SLOTS + 1],
     len: usize,
 }
 
-impl Out {
-    fn new(qid: u32) -> Out {
-        Out { qid, ids: [0; MAX_SLOTS + 1], codes: [0; MAX_SLOTS + 1], len: 0 }
+impl SentAnswers {
+    fn new(qid: u32) -> SentAnswers {
+        SentAnswers { qid, ids: [0; MAX_SLOTS + 1], codes: [0; MAX_SLOTS + 1], len: 0 }
     }
     fn push(&mut self, a: Pair) {
         if a.hi != 0 {
@@ -409,7 +407,7 @@ impl Netsha {
         let n = cfg.slots as usize;
         let r = cfg.registers;
         let mut b = ProgramBuilder::new(&cfg.name, "NetSHa: in-switch top-K answer reduction and aggregation for distributed LSH search");
-        b.parser(cfg.parse_depth, &[("ethernet", 112), ("ipv4", 160), ("udp", 64), ("netsha", (cfg.parse_depth - SECTION as u32) * 8)])
+        b.parser(cfg.parse_depth, &[("ethernet", 112), ("ipv4", 160), ("udp", 64), ("netsha", (cfg.parse_depth - L2_L4_LEN as u32) * 8)])
             .metadata_bits(32 * 4 + 64 * (n as u32 + 1))
             .classify(ClassifyRule { ip_protocol: Some(17), ..ClassifyRule::ipv4_tos_bit(nw::TOS_BIT) })
             .max_recirculations(Some(cfg.max_recirculations));
@@ -540,7 +538,6 @@ impl Netsha {
         let query_events = b.register_action_body(qe, "add", AddPair);
         let d_query_malformed = b.drop_reason("netsha_query_malformed");
         let d_query_pruned = b.drop_reason("netsha_query_pruned");
-        let d_malformed = b.drop_reason("netsha_malformed");
         let d_absorbed = b.drop_reason("netsha_absorbed");
         let d_timer_idle = b.drop_reason("netsha_timer_idle");
         let d_timer_raced = b.drop_reason("netsha_timer_raced");
@@ -601,7 +598,6 @@ impl Netsha {
             query_events,
             d_query_malformed,
             d_query_pruned,
-            d_malformed,
             d_absorbed,
             d_timer_idle,
             d_timer_raced,
@@ -616,9 +612,9 @@ impl Netsha {
     fn insert(&self, p: &mut Pass<'_>, idx: u32, c: Pair, upto: usize) -> Pair {
         let (mut cd, mut cid) = (c.hi, c.lo);
         for i in 0..upto {
-            let out = p.execute(&self.slot_d[i], idx, (cd, slots::OP_INSERT));
+            let out = p.execute(&self.slot_d[i], idx, (cd, slots::OP_INSERT)).get();
             if out != cd {
-                cid = p.execute(&self.slot_id[i], idx, (cid, slots::OP_SWAP));
+                cid = p.execute(&self.slot_id[i], idx, (cid, slots::OP_SWAP)).get();
                 cd = out;
             }
         }
@@ -627,27 +623,27 @@ impl Netsha {
 
     /// Take slot i's answer out, leaving it empty.
     fn take(&self, p: &mut Pass<'_>, idx: u32, i: usize) -> Pair {
-        let d = p.execute(&self.slot_d[i], idx, (0, slots::OP_TAKE));
-        let id = p.execute(&self.slot_id[i], idx, (0, slots::OP_TAKE));
+        let d = p.execute(&self.slot_d[i], idx, (0, slots::OP_TAKE)).get();
+        let id = p.execute(&self.slot_id[i], idx, (0, slots::OP_TAKE)).get();
         Pair::new(id, d)
     }
 
     // ---- packet layout (what the deparser emits) -------------------------------------
 
     fn qcount(p: &Pass<'_>) -> u8 {
-        p.hdr()[SECTION]
+        p.hdr()[L2_L4_LEN]
     }
 
     /// Remove the first answer of the first block (and the block if it is then empty).
     fn consume_front(p: &mut Pass<'_>) {
         let len = p.hdr().len();
-        let at = SECTION + 1;
+        let at = L2_L4_LEN + nw::HEADER_LEN;
         let num = u16::from_be_bytes([p.hdr()[at + 4], p.hdr()[at + 5]]);
         let h = p.hdr_mut();
         if num <= 1 {
             h.copy_within(at + BLOCK_HEADER_LEN + ANSWER_LEN * num as usize..len, at);
             let cut = BLOCK_HEADER_LEN + ANSWER_LEN * num as usize;
-            h[SECTION] -= 1;
+            h[L2_L4_LEN] -= 1;
             p.resize_hdr(len - cut);
             let b = p.bridged_mut();
             b[br::INPUTS] -= 1;
@@ -661,21 +657,21 @@ impl Netsha {
     /// Drop leading empty input blocks.
     fn skip_empty_inputs(p: &mut Pass<'_>) {
         while p.bridged()[br::INPUTS] > 0 {
-            let at = SECTION + 1;
+            let at = L2_L4_LEN + nw::HEADER_LEN;
             if p.hdr()[at + 4] != 0 || p.hdr()[at + 5] != 0 {
                 return;
             }
             let len = p.hdr().len();
             let h = p.hdr_mut();
             h.copy_within(at + BLOCK_HEADER_LEN..len, at);
-            h[SECTION] -= 1;
+            h[L2_L4_LEN] -= 1;
             p.resize_hdr(len - BLOCK_HEADER_LEN);
             p.bridged_mut()[br::INPUTS] -= 1;
         }
     }
 
     /// Append a block of answers (id, code) for `qid`.
-    fn append(p: &mut Pass<'_>, out: &Out) {
+    fn append(p: &mut Pass<'_>, out: &SentAnswers) {
         if out.len == 0 {
             return;
         }
@@ -684,7 +680,7 @@ impl Netsha {
             return; // room was checked before the registers were touched
         }
         let h = p.hdr_mut();
-        h[SECTION] += 1;
+        h[L2_L4_LEN] += 1;
         h[len..len + 4].copy_from_slice(&out.qid.to_be_bytes());
         h[len + 4..len + 6].copy_from_slice(&(out.len as u16).to_be_bytes());
         for i in 0..out.len {
@@ -696,7 +692,7 @@ impl Netsha {
     /// answer in it belongs to the same query, hence to the same register. Returns its
     /// number of answers.
     fn bypass_front_block(p: &mut Pass<'_>) -> u32 {
-        let at = SECTION + 1;
+        let at = L2_L4_LEN + nw::HEADER_LEN;
         let h = p.hdr_mut();
         let num = u16::from_be_bytes([h[at + 4], h[at + 5]]);
         let blen = BLOCK_HEADER_LEN + ANSWER_LEN * num as usize;
@@ -731,9 +727,9 @@ impl Netsha {
     /// First pass of a server's packet: the parser's checks.
     fn start(&self, p: &mut Pass<'_>) -> bool {
         let h = p.hdr();
-        let ok_l3 = h.len() >= MIN_LEN && h[14] == 0x45 && h[23] == 17;
+        let ok_l3 = h.len() >= MIN_LEN && wire::is_ipv4_udp(h);
         if !ok_l3 {
-            p.drop(self.d_malformed);
+            p.drop(DropCode::MALFORMED);
             return false;
         }
         if p.payload_len() > 0 {
@@ -749,16 +745,16 @@ impl Netsha {
         }
         let h = p.hdr();
         if udp_len != h.len() - 34 || ip_len != h.len() - 14 {
-            p.drop(self.d_malformed);
+            p.drop(DropCode::MALFORMED);
             return false;
         }
-        let Ok(pkt) = nw::NetshaPacket::new_checked(&h[SECTION..]) else {
-            p.drop(self.d_malformed);
+        let Ok(pkt) = nw::NetshaPacket::new_checked(&h[L2_L4_LEN..]) else {
+            p.drop(DropCode::MALFORMED);
             return false;
         };
         let bad = pkt.blocks().any(|b| (0..b.num).any(|i| !valid_distance(pkt.answer(&b, i).1)));
         if bad {
-            p.drop(self.d_malformed);
+            p.drop(DropCode::MALFORMED);
             return false;
         }
         let q = pkt.query_count();
@@ -787,7 +783,7 @@ impl Netsha {
 
     /// The query's set of candidate registers.
     fn index(&self, p: &mut Pass<'_>, qid: u32) -> u32 {
-        p.hash(&self.qid_hash, &qid.to_be_bytes()) % (self.cfg.registers / self.cfg.ways)
+        p.hash(&self.qid_hash, &qid.to_be_bytes()).get() % (self.cfg.registers / self.cfg.ways)
     }
 
     /// A register index as (set, way).
@@ -798,7 +794,7 @@ impl Netsha {
     /// Compare-and-swap on one register's owner tag (see [`selection::WAY_CAS`]).
     fn owner_cas(&self, p: &mut Pass<'_>, idx: u32, new: u32, expected: u32) -> u32 {
         let (set, way) = self.set_way(idx);
-        p.execute(&self.qid, set, (Pair::new(new, expected), selection::WAY_CAS | way << 4))
+        p.execute(&self.qid, set, (Pair::new(new, expected), selection::WAY_CAS | way << 4)).get()
     }
 
     /// One answer of a server's packet.
@@ -836,7 +832,7 @@ impl Netsha {
             return;
         }
         let h = p.hdr();
-        let at = SECTION + 1;
+        let at = L2_L4_LEN + nw::HEADER_LEN;
         let qid = u32::from_be_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
         let (id, d) = nw::answer_at(h, at + BLOCK_HEADER_LEN);
         let Some(my) = tag(qid) else {
@@ -858,28 +854,29 @@ impl Netsha {
             (outcome(old, my, expected), way)
         } else {
             let o = p.execute(&self.qid, set, (Pair::new(my, FREE), selection::WAY_LOOKUP | ways << 8));
-            let sel = match o & 0xF {
+            let sel = match (o & 0xF).get() {
                 selection::KIND_HIT => Selected::Hit,
                 selection::KIND_CLAIMED => Selected::Claimed,
                 _ => Selected::Occupied(0),
             };
-            (sel, (o >> 4) & 1)
+            (sel, ((o >> 4) & 1).get())
         };
         let idx = set * ways + way;
         let (st, t_prev, pending) = match sel {
             Selected::Occupied(_) => {
                 let granted = p.execute(&self.replacements, 0, (best_effort::OP_GRANT, self.h));
                 // The replacement register: the candidate that carried the most data pairs.
-                let v = p.execute(&self.weight, set, selection::W_CHOOSE);
+                let v = p.execute(&self.weight, set, selection::W_CHOOSE).get();
                 let vidx = set * ways + v;
-                let victim = if granted == 0 { 0 } else { p.execute(&self.born, vidx, (Pair::new(timer::OP_OWNER, 0), Pair::new(0, 0))) };
+                let victim =
+                    if granted == 0 { 0 } else { p.execute(&self.born, vidx, (Pair::new(timer::OP_OWNER, 0), Pair::new(0, 0))).get() };
                 if victim == 0 {
                     let num = Self::bypass_front_block(p);
                     p.execute(&self.answer_events, answer_event::BYPASS_COLLISION, num);
                 } else {
                     // Replace: tombstone the victim, flush all its answers, claim next pass.
                     p.execute(&self.state, vidx, (sort_reduce::OP_TOMB, 0));
-                    let mut out = Out::new(victim - 1);
+                    let mut out = SentAnswers::new(victim - 1);
                     for i in 0..n {
                         out.push(self.take(p, vidx, i));
                     }
@@ -899,22 +896,22 @@ impl Netsha {
                 p.execute(&self.weight, set, selection::W_SET1 | way << 4);
                 p.execute(&self.born, idx, (Pair::new(timer::OP_SET, 0), Pair::new(now, my)));
                 p.execute(&self.threshold, idx, (sort_reduce::T_RESET, 0));
-                let o = p.execute(&self.state, idx, (sort_reduce::OP_INSERT_FRESH, self.prm.pack()));
+                let o = p.execute(&self.state, idx, (sort_reduce::OP_INSERT_FRESH, self.prm.pack())).get();
                 let (st, pend) = decode_step(o);
                 (st, 0, pend)
             }
             Selected::Hit => {
                 p.execute(&self.weight, set, selection::W_ADD | way << 4);
-                let t = p.execute(&self.threshold, idx, (sort_reduce::T_READ, 0));
+                let t = p.execute(&self.threshold, idx, (sort_reduce::T_READ, 0)).get();
                 let ge = c.hi >= t;
                 let op = sort_reduce::OP_INSERT | if ge { sort_reduce::GE_T } else { 0 };
-                let o = p.execute(&self.state, idx, (op, self.prm.pack()));
+                let o = p.execute(&self.state, idx, (op, self.prm.pack())).get();
                 let (st, pend) = decode_step(o);
                 (st, t, pend)
             }
         };
         let claimed = matches!(sel, Selected::Claimed);
-        let mut out = Out::new(qid);
+        let mut out = SentAnswers::new(qid);
         let mut commit = false;
         let (ev, cause, mut cleared) = match st {
             Step::Tomb => {
@@ -1000,7 +997,7 @@ impl Netsha {
     /// unchanged), which shrinks the packet; otherwise its front block goes on unreduced.
     fn no_room(&self, p: &mut Pass<'_>) {
         let h = p.hdr();
-        let at = SECTION + 1;
+        let at = L2_L4_LEN + nw::HEADER_LEN;
         let qid = u32::from_be_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
         let (_, d) = nw::answer_at(h, at + BLOCK_HEADER_LEN);
         let code = encode_distance(d);
@@ -1010,9 +1007,9 @@ impl Netsha {
             let o = p.execute(&self.qid, set, (Pair::new(my, FREE), selection::WAY_PROBE | self.cfg.ways << 8));
             if o & 0xF == selection::KIND_HIT {
                 let idx = set * self.cfg.ways + ((o >> 4) & 1);
-                let t = p.execute(&self.threshold, idx, (sort_reduce::T_READ, 0));
+                let t = p.execute(&self.threshold, idx, (sort_reduce::T_READ, 0)).get();
                 let op = sort_reduce::OP_DROP_ONLY | if code >= t { sort_reduce::GE_T } else { 0 };
-                let (st, _) = decode_step(p.execute(&self.state, idx, (op, self.prm.pack())));
+                let (st, _) = decode_step(p.execute(&self.state, idx, (op, self.prm.pack())).get());
                 dropped = st == Step::Drop;
             }
         }
@@ -1022,7 +1019,7 @@ impl Netsha {
         } else if self.prm.reduce && Self::splittable(p) {
             // Split: both copies come back (recirculation port) and each keeps a part.
             // (Without reduction nothing would be dropped: the block goes on as it is.)
-            let id = p.execute(&self.splits, 0, ());
+            let id = p.execute(&self.splits, 0, ()).get();
             let b = p.bridged_mut();
             b[br::FLAGS] |= br::SPLIT_FLAG;
             Self::sa(b, br::C, id);
@@ -1042,14 +1039,14 @@ impl Netsha {
     fn splittable(p: &Pass<'_>) -> bool {
         let h = p.hdr();
         let inputs = p.bridged()[br::INPUTS] as usize;
-        let mut at = SECTION + 1;
+        let mut at = L2_L4_LEN + nw::HEADER_LEN;
         let mut total = 0usize;
         for _ in 0..inputs {
             let num = u16::from_be_bytes([h[at + 4], h[at + 5]]) as usize;
             total += num;
             at += BLOCK_HEADER_LEN + ANSWER_LEN * num;
         }
-        total >= 2 || (h[SECTION] as usize) > inputs
+        total >= 2 || (h[L2_L4_LEN] as usize) > inputs
     }
 
     /// One copy of a split keeps its part (the deparser emitting only some entries of the
@@ -1065,9 +1062,9 @@ impl Netsha {
         let h = p.hdr();
         let len = h.len();
         let inputs = p.bridged()[br::INPUTS] as usize;
-        let q = h[SECTION] as usize;
+        let q = h[L2_L4_LEN] as usize;
         let mut blocks = [(0usize, 0usize); 256];
-        let mut at = SECTION + 1;
+        let mut at = L2_L4_LEN + nw::HEADER_LEN;
         let mut total = 0usize;
         for b in blocks.iter_mut().take(inputs) {
             let num = u16::from_be_bytes([h[at + 4], h[at + 5]]) as usize;
@@ -1084,7 +1081,7 @@ impl Netsha {
         let t = by_len.max(by_count).max(1).min(if q > inputs { total } else { total / 2 });
         let cut = total - t;
         let (lo, hi) = if second { (cut, total) } else { (0, cut) };
-        let mut v = Vec::with_capacity(len - SECTION);
+        let mut v = Vec::with_capacity(len - L2_L4_LEN);
         v.push(0u8);
         let mut kept = 0usize;
         let mut base = 0usize;
@@ -1105,8 +1102,8 @@ impl Netsha {
             count += q - inputs;
         }
         v[0] = count as u8;
-        let new_len = SECTION + v.len();
-        p.hdr_mut()[SECTION..new_len].copy_from_slice(&v);
+        let new_len = L2_L4_LEN + v.len();
+        p.hdr_mut()[L2_L4_LEN..new_len].copy_from_slice(&v);
         p.resize_hdr(new_len);
         p.bridged_mut()[br::INPUTS] = kept as u8;
         if second {
@@ -1165,10 +1162,10 @@ impl Netsha {
             p.drop(self.d_timer_idle);
             return;
         }
-        let idx = p.execute(&self.sweep, 0, self.cfg.registers);
+        let idx = p.execute(&self.sweep, 0, self.cfg.registers).get();
         let timeout = (self.cfg.timeout_ns / 1_000) as u32;
         let now = now_us(p.now_ns());
-        let owner = p.execute(&self.born, idx, (Pair::new(timer::OP_READ, timeout), Pair::new(now, 0)));
+        let owner = p.execute(&self.born, idx, (Pair::new(timer::OP_READ, timeout), Pair::new(now, 0))).get();
         if owner == 0 {
             p.drop(self.d_timer_idle);
             return;
@@ -1201,7 +1198,7 @@ impl Netsha {
         p.execute(&self.born, idx, (Pair::new(timer::OP_SET, 0), Pair::new(0, 0)));
         p.execute(&self.threshold, idx, (sort_reduce::T_RESET, 0));
         p.execute(&self.state, idx, (sort_reduce::OP_RESET, 0));
-        let mut out = Out::new(victim - 1);
+        let mut out = SentAnswers::new(victim - 1);
         for i in 0..self.cfg.slots as usize {
             out.push(self.take(p, idx, i));
         }
@@ -1220,7 +1217,7 @@ impl Netsha {
     /// A query packet: UDP to the servers' port.
     fn is_query(p: &Pass<'_>) -> bool {
         let h = p.hdr();
-        h.len() >= SECTION && u16::from_be_bytes([h[36], h[37]]) == nw::QUERY_PORT
+        h.len() >= L2_L4_LEN && u16::from_be_bytes([h[36], h[37]]) == nw::QUERY_PORT
     }
 
     /// §4 "Query server selection": one lookup per LSH table, the bitmaps ORed, the query
@@ -1229,17 +1226,16 @@ impl Netsha {
         let l = self.cfg.tables as usize;
         let h = p.hdr();
         let total = p.packet_len();
-        let need = SECTION + nw::query_header_len(l);
+        let need = L2_L4_LEN + nw::query_header_len(l);
         let ip_len = if h.len() >= 18 { u16::from_be_bytes([h[16], h[17]]) as usize } else { 0 };
         let udp_len = if h.len() >= 40 { u16::from_be_bytes([h[38], h[39]]) as usize } else { 0 };
         // Lengths agree with the frame (or it is a short frame's Ethernet padding), the
         // header holds L keys and DIM, and DIM accounts for the rest.
         let ok = h.len() >= need
-            && h[14] == 0x45
-            && h[23] == 17
+            && wire::is_ipv4_udp(h)
             && ip_len == udp_len + 20
             && (ip_len + 14 == total || (total == 60 && ip_len + 14 < 60))
-            && h[SECTION + 4] as usize == l
+            && h[L2_L4_LEN + nw::query_field::TABLES] as usize == l
             && {
                 let dim = u16::from_be_bytes([h[need - 2], h[need - 1]]) as usize;
                 udp_len == 8 + nw::query_header_len(l) + 4 * dim
@@ -1250,7 +1246,7 @@ impl Netsha {
         }
         let mut bits = 0u32;
         for (t, table) in self.select.iter().enumerate() {
-            let at = SECTION + nw::QUERY_HEADER_LEN + nw::KEY_LEN * t;
+            let at = L2_L4_LEN + nw::QUERY_HEADER_LEN + nw::KEY_LEN * t;
             let key: [u8; 8] = p.hdr()[at..at + 8].try_into().expect("8 bytes");
             let r = p.apply(table, &key);
             if r.action == self.a_servers {

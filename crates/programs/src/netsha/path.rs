@@ -30,7 +30,7 @@ pub fn server_mac(i: usize) -> [u8; 6] {
 /// An answer packet from server `i` to the agent: Ethernet, IPv4 with the NetSHa ToS bit
 /// (or without it: ordinary traffic), UDP, NetSHa payload.
 pub fn answer_frame(server: usize, payload: &[u8], netsha_bit: bool) -> Vec<u8> {
-    let mut v = vec![0u8; super::SECTION + payload.len()];
+    let mut v = vec![0u8; wire::L2_L4_LEN + payload.len()];
     v[0..6].copy_from_slice(&AGENT_MAC);
     v[6..12].copy_from_slice(&server_mac(server));
     v[12..14].copy_from_slice(&[0x08, 0x00]);
@@ -47,14 +47,14 @@ pub fn answer_frame(server: usize, payload: &[u8], netsha_bit: bool) -> Vec<u8> 
     v[34..36].copy_from_slice(&SERVER_PORT.to_be_bytes());
     v[36..38].copy_from_slice(&AGENT_PORT.to_be_bytes());
     v[38..40].copy_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
-    v[super::SECTION..].copy_from_slice(payload);
+    v[wire::L2_L4_LEN..].copy_from_slice(payload);
     v
 }
 
 /// A query packet from the agent toward the servers: Ethernet (broadcast), IPv4 with the
 /// NetSHa ToS bit, UDP to [`nw::QUERY_PORT`], `payload` (a [`nw::QueryRepr`] emitted).
 pub fn query_frame(payload: &[u8]) -> Vec<u8> {
-    let mut v = vec![0u8; super::SECTION + payload.len()];
+    let mut v = vec![0u8; wire::L2_L4_LEN + payload.len()];
     v[0..6].copy_from_slice(&[0xFF; 6]);
     v[6..12].copy_from_slice(&AGENT_MAC);
     v[12..14].copy_from_slice(&[0x08, 0x00]);
@@ -71,7 +71,7 @@ pub fn query_frame(payload: &[u8]) -> Vec<u8> {
     v[34..36].copy_from_slice(&AGENT_PORT.to_be_bytes());
     v[36..38].copy_from_slice(&nw::QUERY_PORT.to_be_bytes());
     v[38..40].copy_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
-    v[super::SECTION..].copy_from_slice(payload);
+    v[wire::L2_L4_LEN..].copy_from_slice(payload);
     v
 }
 
@@ -93,7 +93,7 @@ pub fn parse_frame(frame: &[u8]) -> Option<nw::NetshaRepr> {
     if end > frame.len() || udp_len < 8 {
         return None;
     }
-    nw::NetshaRepr::parse(&nw::NetshaPacket::new_checked(&frame[super::SECTION..end]).ok()?).ok()
+    nw::NetshaRepr::parse(&nw::NetshaPacket::new_checked(&frame[wire::L2_L4_LEN..end]).ok()?).ok()
 }
 
 struct Hop {
@@ -328,15 +328,14 @@ impl SwitchPath {
         self.hops[hop].sw.counters()
     }
 
-    /// Drops by reason name of the NetSHa program of switch `hop`.
+    /// Drops by reason name (the switch's own and the program's) blamed on the NetSHa
+    /// program of switch `hop`.
     pub fn netsha_drops(&self, hop: usize) -> Vec<(String, u64)> {
         let Some(p) = self.hops[hop].netsha else { return vec![] };
         let c = self.counters(hop);
         let decl = self.hops[hop].set.decl(p);
-        decl.drop_reasons
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (n.clone(), c.programs[p].drops[pisa::DropCode::FIRST_PROGRAM as usize + i]))
+        (0..pisa::DropCode::MAX as u8)
+            .filter_map(|code| Some((decl.drop_name(pisa::DropCode(code))?.to_string(), c.programs[p].drops[code as usize])))
             .collect()
     }
 

@@ -137,7 +137,7 @@ pub(crate) fn flush_pass(p: &SwitchAgg, pass: &mut Pass<'_>) {
         let h = pass.hdr_mut();
         h[at + 1] = if done { flags::EOT } else { 0 };
         h[at + 6..at + 8].copy_from_slice(&tree.up_child.to_be_bytes());
-        h[at + 8..at + 12].copy_from_slice(&up.to_be_bytes());
+        h[at + 8..at + 12].copy_from_slice(&up.get().to_be_bytes());
         h[at + 12..at + 14].copy_from_slice(&n.to_be_bytes());
     }
     if !reliability::set_agg_len(pass, at, wr - at) {

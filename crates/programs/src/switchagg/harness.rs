@@ -16,6 +16,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use wire::L2_L4_LEN;
 
 use pisa::control::{CloneSession, ControlOp, ControlReply, Replica, WriteOp};
 use pisa::{FieldMatch, PacketBuf, PipeConfig, PortId, Program, ProgramSet, Switch, PORT_RECIRC};
@@ -23,10 +24,8 @@ use wire::switchagg::{self as sa, flags, AggPacket, Operation, HEADER_LEN, PAIR_
 
 use super::{reg, Config, SwitchAgg, ACK_RID, ACK_SESSION_BASE, FLUSH_SESSION, MAX_FRAME};
 
-/// Bytes before the aggregation header: Ethernet, IPv4, UDP.
-pub const L2L3L4: usize = 14 + 20 + 8;
 /// Most pair bytes one packet carries.
-pub const MAX_PAIR_BYTES: usize = MAX_FRAME - L2L3L4 - HEADER_LEN;
+pub const MAX_PAIR_BYTES: usize = MAX_FRAME - L2_L4_LEN - HEADER_LEN;
 
 /// Faults on the links between mappers and their switch (both directions).
 #[derive(Clone, Copy, Debug, Default)]
@@ -133,7 +132,7 @@ fn mac(host: u8) -> [u8; 6] {
 pub fn frame(src: u8, dst: u8, tree: u16, op: Operation, child: u16, seq: u32, fl: u8, pairs: &[(Vec<u8>, u32)]) -> Vec<u8> {
     let r = sa::AggRepr { flags: fl, tree_id: tree, op, child_id: child, seq, pairs: pairs.to_vec() };
     let n = r.buffer_len();
-    let mut b = vec![0u8; L2L3L4 + n];
+    let mut b = vec![0u8; L2_L4_LEN + n];
     b[0..6].copy_from_slice(&mac(dst));
     b[6..12].copy_from_slice(&mac(src));
     b[12..14].copy_from_slice(&[0x08, 0x00]);
@@ -149,7 +148,7 @@ pub fn frame(src: u8, dst: u8, tree: u16, op: Operation, child: u16, seq: u32, f
     b[34..36].copy_from_slice(&40000u16.to_be_bytes());
     b[36..38].copy_from_slice(&sa::UDP_PORT.to_be_bytes());
     b[38..40].copy_from_slice(&((8 + n) as u16).to_be_bytes());
-    r.emit(&mut b[L2L3L4..]).expect("pairs of 1..=255-byte keys");
+    r.emit(&mut b[L2_L4_LEN..]).expect("pairs of 1..=255-byte keys");
     b
 }
 
@@ -420,7 +419,7 @@ impl Rack {
     }
 
     fn mapper_receive(&mut self, i: usize, bytes: &[u8], now: u64) {
-        let Some(p) = bytes.get(L2L3L4..).and_then(|b| AggPacket::new_checked(b).ok()) else { return };
+        let Some(p) = bytes.get(L2_L4_LEN..).and_then(|b| AggPacket::new_checked(b).ok()) else { return };
         let s = &mut self.senders[i];
         if p.flags() & flags::ACK == 0 || p.child_id() != s.child {
             return;
@@ -435,7 +434,7 @@ impl Rack {
     fn reducer_receive(&mut self, t: usize, bytes: &[u8]) {
         self.out.reducer_packets += 1;
         self.out.reducer_bytes += bytes.len() as u64;
-        let Some(p) = bytes.get(L2L3L4..).and_then(|b| AggPacket::new_checked(b).ok()) else { return };
+        let Some(p) = bytes.get(L2_L4_LEN..).and_then(|b| AggPacket::new_checked(b).ok()) else { return };
         let e = self.expect.entry((t, p.child_id())).or_insert(0);
         if p.seq() != *e {
             self.out.reducer_seq_errors += 1;

@@ -286,7 +286,7 @@ impl SwitchAgg {
     /// Offset of the aggregation header and end of the UDP payload, if the frame is
     /// IPv4/UDP with consistent lengths inside the header region.
     fn locate(hdr: &[u8]) -> Option<(usize, usize)> {
-        if hdr.len() < 14 + 20 + 8 || hdr[12..14] != [0x08, 0x00] || hdr[14] >> 4 != 4 {
+        if hdr.len() < wire::L2_L4_LEN || hdr[12..14] != [0x08, 0x00] || hdr[14] >> 4 != 4 {
             return None;
         }
         let ihl = (hdr[14] & 0x0F) as usize * 4;
@@ -324,7 +324,7 @@ impl SwitchAgg {
             return out.spill;
         };
         let s = out.spill;
-        let h2 = pass.hash(&self.bpe_hash, s.key());
+        let h2 = pass.hash(&self.bpe_hash, s.key()).get();
         let out2 = pass.access(&bm, bbase + h2 % bper, |w| hash_table::aggregate(w, sl, s.key(), s.value, op));
         if out2.evicted {
             pass.execute(&self.bpe_evictions, g as u32, ());
@@ -386,7 +386,7 @@ impl Program for SwitchAgg {
         }
         let verdict = pass.execute(&self.expected_seq, tree.region * self.cfg.max_children + child as u32, seq);
         let in_port = pass.ingress_port();
-        match verdict {
+        match verdict.get() {
             reliability::NEW => {}
             reliability::DUPLICATE => {
                 // Aggregated already: only the ACK is owed.
@@ -433,7 +433,7 @@ impl Program for SwitchAgg {
             }
         }
 
-        let last = fl & flags::EOT != 0 && pass.execute(&self.eot_count, tree.region, tree.children);
+        let last = fl & flags::EOT != 0 && pass.execute(&self.eot_count, tree.region, tree.children).get();
         if last {
             // Every child is done: this packet carries what is left of it and then walks
             // the tree's memory (flush passes), ending at the parent with EoT.
@@ -467,7 +467,7 @@ impl Program for SwitchAgg {
             let h = pass.hdr_mut();
             h[at + 1] = 0;
             h[at + 6..at + 8].copy_from_slice(&tree.up_child.to_be_bytes());
-            h[at + 8..at + 12].copy_from_slice(&up.to_be_bytes());
+            h[at + 8..at + 12].copy_from_slice(&up.get().to_be_bytes());
             h[at + 12..at + 14].copy_from_slice(&out_n.to_be_bytes());
         }
         if !reliability::set_agg_len(pass, at, wr - at) {

@@ -185,7 +185,7 @@ def run_tenants(
         "switch": {
             "violations": int(svc.raw.violations()),
             "recirculations": int(svc.raw.recirculations()),
-            "malformed_drops": int(svc.raw.drops("inaas_malformed")),
+            "malformed_drops": int(svc.raw.drops("malformed")),
             "forged_uid_drops": int(svc.raw.drops("inaas_forged_uid")),
             "lost_frames": int(svc.raw.lost_frames()),
         },
