@@ -25,6 +25,7 @@ _COMMAND_MODULES = [
     "inswitch.commands.resources",
     "inswitch.switchd.cli",
     "inswitch.topology.cli",
+    "inswitch.topology.fabric.cli",
     "inswitch.bench.cli",
     "inswitch.bench.aggregation",
     "inswitch.experiments.cli",

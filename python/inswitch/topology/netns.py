@@ -185,9 +185,7 @@ def create_veth_host(h: VethHost) -> None:
     flood), and the host interface gets its MAC before it is up for the same reason."""
     ip("netns", "add", h.netns)
     ip("link", "add", h.switch_if, "type", "veth", "peer", "name", h.ifname, "netns", h.netns)
-    write_sysctl_root(f"net.ipv6.conf.{h.switch_if}.disable_ipv6", "1")
-    offloads_off(h.switch_if)
-    ip("link", "set", "dev", h.switch_if, "mtu", str(h.mtu), "promisc", "on", "up")
+    switch_port_up(h.switch_if, h.mtu)
     sysctl_netns(h.netns, {"net.ipv6.conf.all.disable_ipv6": "1",
                            "net.ipv6.conf.default.disable_ipv6": "1"})
     offloads_off(h.ifname, netns=h.netns, required=REQUIRED_NS_OFFLOADS)
@@ -195,6 +193,45 @@ def create_veth_host(h: VethHost) -> None:
     ip("addr", "add", f"{h.ip}/{h.prefix_len}", "dev", h.ifname, netns=h.netns)
     ip("link", "set", "dev", h.ifname, "up", netns=h.netns)
     ip("link", "set", "dev", "lo", "up", netns=h.netns)
+
+
+def switch_port_up(dev: str, mtu: int = 1500) -> None:
+    """Ready a root-namespace interface to be a switch port: no IPv6 (so it never sends router
+    solicitations or DAD probes, noise the switch would count and flood; disabled before it
+    goes up), no offloads, promiscuous, up."""
+    write_sysctl_root(f"net.ipv6.conf.{dev}.disable_ipv6", "1")
+    offloads_off(dev)
+    ip("link", "set", "dev", dev, "mtu", str(mtu), "promisc", "on", "up")
+
+
+def create_switch_link(a: str, b: str, mtu: int = 1500) -> None:
+    """A veth pair between two switch ports, both ends in the root namespace (each opened by
+    its switch over AF_PACKET, like a host link's switch end)."""
+    ip("link", "add", a, "type", "veth", "peer", "name", b)
+    switch_port_up(a, mtu)
+    switch_port_up(b, mtu)
+
+
+def netem(dev: str, delay_ms: float | None = None, jitter_ms: float | None = None,
+          rate_mbit: float | None = None, loss_pct: float | None = None, netns: str | None = None) -> list[str]:
+    """Shape what `dev` sends with the kernel's `tc netem` (delay, jitter, loss and rate in
+    one qdisc); returns the tc arguments used (empty: nothing to do)."""
+    args: list[str] = []
+    if delay_ms is not None:
+        args += ["delay", f"{delay_ms:g}ms"] + ([f"{jitter_ms:g}ms"] if jitter_ms else [])
+    if loss_pct is not None:
+        args += ["loss", f"{loss_pct:g}%"]
+    if rate_mbit is not None:
+        args += ["rate", f"{rate_mbit:g}mbit"]
+    if args:
+        run(["tc"] + (["-n", netns] if netns else []) + ["qdisc", "replace", "dev", dev, "root", "netem", *args])
+    return args
+
+
+def qdisc_of(dev: str, netns: str | None = None) -> str:
+    """The root qdisc line of `dev` as `tc qdisc show` prints it (for status)."""
+    cp = run(["tc"] + (["-n", netns] if netns else []) + ["qdisc", "show", "dev", dev, "root"], check=False)
+    return cp.stdout.strip().splitlines()[0] if cp.stdout.strip() else ""
 
 
 def write_hosts_file(netns: str, entries: list[tuple[str, list[str]]]) -> Path:
