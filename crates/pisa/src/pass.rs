@@ -82,6 +82,7 @@ pub struct ProgramState {
 /// The read-only (on the packet path) part of a program's state, and its constants.
 pub(crate) struct ProgramRo {
     pub(crate) tables: Vec<TableState>,
+    pub(crate) profiles: Vec<crate::selector::ProfileState>,
     pub(crate) digest_enabled: Vec<bool>,
     /// Parse depth in bytes.
     depth: usize,
@@ -106,6 +107,7 @@ impl ProgramState {
             ro: ProgramRo {
                 items: decl.items_per_pass.max(1),
                 tables: decl.tables.iter().map(|t| TableState::new(t).with_decoders(&decl.action_decoders)).collect(),
+                profiles: decl.action_profiles.iter().map(crate::selector::ProfileState::new).collect(),
                 digest_enabled: vec![false; decl.digests.len()],
                 depth: decl.parser.depth_bytes as usize,
                 program,
@@ -685,6 +687,17 @@ impl<'a> Pass<'a> {
             return 0;
         }
         h.algo.compute(data) & h.mask
+    }
+
+    /// Resolve a hit of a table implemented by action selector `s` to the member's action:
+    /// a member entry directly, a group entry by the selector's hash of `data` (its stage's
+    /// hash unit, so it counts as that unit's use). Direct results and misses pass through.
+    pub fn select(&mut self, s: &crate::selector::ActionSelector, r: TableResult<'a>, data: &[u8]) -> TableResult<'a> {
+        let ro: &'a ProgramRo = self.ro;
+        let Some(p) = ro.profiles.get(s.idx as usize) else {
+            return TableResult::NONE;
+        };
+        p.resolve(r, || self.hash(&s.hash, data))
     }
 
     /// Send a digest to the control plane (if the control plane enabled it). `data` is the

@@ -180,5 +180,6 @@ pub fn is_read(op: &ControlOp) -> bool {
             | ControlOp::RegisterRead { .. }
             | ControlOp::McastGroupRead { .. }
             | ControlOp::CloneSessionRead { .. }
+            | ControlOp::ProfileRead { .. }
     )
 }

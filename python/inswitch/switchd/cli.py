@@ -69,7 +69,7 @@ def parse_fault(text: str) -> tuple[float, float, float, int]:
     return (vals["loss"], vals["dup"], vals["reorder"], int(vals["seed"]))
 
 
-def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Optional[str], metrics: str, device_id: int, ready_file: Optional[str], out: Console, err: Console, fault: Optional[str] = None) -> int:
+def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Optional[str], metrics: str, device_id: int, ready_file: Optional[str], out: Console, err: Console, fault: Optional[str] = None, port_qdisc: bool = False) -> int:
     """Run until SIGINT/SIGTERM. Returns the exit status: 0 after a clean stop, 2 for bad
     input, 1 when the switch cannot start (e.g. an address in use)."""
     stop = threading.Event()
@@ -99,7 +99,8 @@ def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Opti
         from inswitch.switchd.server import SwitchServer
 
         try:
-            dp = _native.Dataplane(names, ports, pipes=pipes, pcap_dir=pcap, fault=parse_fault(fault) if fault else None)
+            dp = _native.Dataplane(names, ports, pipes=pipes, pcap_dir=pcap, fault=parse_fault(fault) if fault else None,
+                                   **({"port_qdisc": True} if port_qdisc else {}))
         except ValueError as e:
             raise UsageError(str(e)) from None
         server = SwitchServer(dp, p4rt_addr, device_id)
@@ -174,10 +175,11 @@ def register(app: typer.Typer) -> None:
         device_id: int = typer.Option(1, "--device-id", help="P4Runtime device id."),
         ready_file: Optional[str] = typer.Option(None, "--ready-file", help="Write JSON (pid, addresses, port names) here once serving; removed on a clean stop."),
         fault: Optional[str] = typer.Option(None, "--fault", help="Inject seeded faults on every port's receive side: loss=P,dup=P,reorder=P,seed=N."),
+        port_qdisc: bool = typer.Option(False, "--port-qdisc", help="veth ports send through the interface's qdisc (so `tc netem` on a port shapes what the switch sends) instead of bypassing it."),
     ) -> None:
         """Run a software switch: the data plane over PORTS, a P4Runtime server and a metrics
         endpoint, until SIGINT or SIGTERM."""
-        code = run_switch(program, ports, p4runtime, pipes, pcap, metrics, device_id, ready_file, Console(), Console(stderr=True), fault=fault)
+        code = run_switch(program, ports, p4runtime, pipes, pcap, metrics, device_id, ready_file, Console(), Console(stderr=True), fault=fault, port_qdisc=port_qdisc)
         raise typer.Exit(code)
 
     @app.command("p4info")

@@ -212,20 +212,36 @@ def create_switch_link(a: str, b: str, mtu: int = 1500) -> None:
     switch_port_up(b, mtu)
 
 
-def netem(dev: str, delay_ms: float | None = None, jitter_ms: float | None = None,
+def shape(dev: str, delay_ms: float | None = None, jitter_ms: float | None = None,
           rate_mbit: float | None = None, loss_pct: float | None = None, netns: str | None = None) -> list[str]:
-    """Shape what `dev` sends with the kernel's `tc netem` (delay, jitter, loss and rate in
-    one qdisc); returns the tc arguments used (empty: nothing to do)."""
+    """Shape what `dev` sends with the kernel's qdiscs: `netem` for delay, jitter and loss
+    (and the rate with them, netem's own `rate`), `tbf` for a rate alone (it needs no
+    sch_netem, which some kernels lack). Returns the tc arguments used (empty: nothing)."""
     args: list[str] = []
     if delay_ms is not None:
         args += ["delay", f"{delay_ms:g}ms"] + ([f"{jitter_ms:g}ms"] if jitter_ms else [])
     if loss_pct is not None:
         args += ["loss", f"{loss_pct:g}%"]
-    if rate_mbit is not None:
-        args += ["rate", f"{rate_mbit:g}mbit"]
     if args:
-        run(["tc"] + (["-n", netns] if netns else []) + ["qdisc", "replace", "dev", dev, "root", "netem", *args])
+        args = ["netem", *args] + (["rate", f"{rate_mbit:g}mbit"] if rate_mbit is not None else [])
+    elif rate_mbit is not None:
+        # Burst: 10 ms at the rate, at least two full frames; queue up to 50 ms.
+        burst = max(int(rate_mbit * 1e6 / 8 / 100), 3028)
+        args = ["tbf", "rate", f"{rate_mbit:g}mbit", "burst", str(burst), "latency", "50ms"]
+    if args:
+        run(["tc"] + (["-n", netns] if netns else []) + ["qdisc", "replace", "dev", dev, "root", *args])
     return args
+
+
+def qdisc_available(kind: str, probe_netns: str) -> bool:
+    """Whether this kernel has qdisc `kind` (e.g. netem, absent without CONFIG_NET_SCH_NETEM),
+    tried on the loopback of a throwaway namespace `probe_netns`."""
+    ip("netns", "add", probe_netns)
+    try:
+        cp = run(["tc", "-n", probe_netns, "qdisc", "add", "dev", "lo", "root", kind], check=False)
+        return cp.returncode == 0
+    finally:
+        ip("netns", "del", probe_netns, check=False)
 
 
 def qdisc_of(dev: str, netns: str | None = None) -> str:

@@ -90,7 +90,7 @@ def _render(s: FabricStatus) -> None:
     console.print(h)
     shaped = [ln for ln in st.links if not ln.props.is_empty()]
     if shaped:
-        lt = Table(title="Shaped links (tc netem on each end)", box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1))
+        lt = Table(title="Shaped links (tc on each end)", box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1))
         for col in ("link", "properties", "qdiscs"):
             lt.add_column(col, no_wrap=col != "qdiscs")
         for ln in shaped:

@@ -1,7 +1,7 @@
 """A fabric: the switches of a topology, each its own `inswitch switch` process with its own
 P4Runtime endpoint and device id, hosts in network namespaces, and every link a veth pair
 (switch ends in the root namespace, opened by their switch over AF_PACKET; no kernel bridge
-anywhere), shaped with `tc netem` where the topology asks.
+anywhere), shaped with `tc` (netem, tbf) where the topology asks.
 
 It grows the rack: the same namespace and veth helpers (`netns.py`), switch process
 management (`switchproc.py`), state directory (`state.py`) and name-based teardown
@@ -142,6 +142,10 @@ class Fabric:
         if left:
             raise RackError(f"objects named {name}-... exist ({', '.join(left[:5])}); "
                             f"run `inswitch fabric down --name {name}` first")
+        needs_netem = [ln for ln in plan.links if any(v is not None for v in (ln.props.delay_ms, ln.props.loss_pct))]
+        if needs_netem and not netns.qdisc_available("netem", f"{name}-probe"):
+            raise RackError(f"link {needs_netem[0].endpoints} asks for delay/jitter/loss, which need the kernel's netem "
+                            "qdisc, and this kernel has none (CONFIG_NET_SCH_NETEM); a rate alone works (tbf)")
         try:
             return self._build(topo, plan, t0)
         except BaseException as e:
@@ -200,7 +204,7 @@ class Fabric:
                 netns.create_switch_link(ln.a_if, ln.b_if)
             for dev, ns in ((ln.a_if, ln.a_netns), (ln.b_if, ln.b_netns)):
                 p = ln.props
-                netns.netem(dev, p.delay_ms, p.jitter_ms, p.rate_mbit, p.loss_pct, netns=ns)
+                netns.shape(dev, p.delay_ms, p.jitter_ms, p.rate_mbit, p.loss_pct, netns=ns)
 
     # ----- down, status, exec ---------------------------------------------------------
 

@@ -146,7 +146,8 @@ def parse_loss_pct(text: Any) -> float:
 
 @dataclass(frozen=True)
 class LinkProps:
-    """What `tc netem` applies on each end of a link (per direction). None: not set."""
+    """What `tc` applies on each end of a link (so in each direction): netem for delay,
+    jitter and loss, tbf for a rate alone. None: not set."""
 
     delay_ms: Optional[float] = None
     jitter_ms: Optional[float] = None
