@@ -121,6 +121,11 @@ def test_leaf_spine_all_pairs_ping(fabric) -> None:
     _check_all_pairs(st)
     status = fab.status(name)
     assert all(sw.alive and sw.counters for sw in status.switches)
+    # Per-program counters (from each switch's /metrics): every switch ran forward on
+    # the pings, and per-port rx counters add up to at least the passes' worth of traffic.
+    assert all(sw.programs["forward"]["ingress_passes"] > 0 for sw in status.switches)
+    for sw in status.switches:
+        assert sum(c["rx_packets"] for c in sw.counters.values()) == sw.programs["forward"]["ingress_passes"]
 
 
 @pytest.mark.slow

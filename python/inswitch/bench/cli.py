@@ -52,5 +52,49 @@ def forward_cmd(
         console.print(f"wrote {json_out}")
 
 
+@bench_app.command("fabric")
+def fabric_cmd(
+    topology: Optional[list[str]] = typer.Option(None, "--topology", "-t", help="Topologies to measure (repeat; default leaf-spine:4,2,4 and fat-tree:4)."),
+    udp_seconds: float = typer.Option(3.0, "--udp-seconds", help="Seconds per UDP throughput measurement."),
+    json_out: Optional[str] = typer.Option(None, "--json", help="Write the results to this file."),
+) -> None:
+    """Fabrics of switch processes: up/down time, switch memory, all-pairs ping, UDP over 3
+    switches against 1 (needs root)."""
+    import os
+
+    from inswitch.bench import fabric
+
+    console = Console()
+    check_duration(udp_seconds)
+    if os.geteuid() != 0:
+        Console(stderr=True).print("error: bench fabric needs root (network namespaces, veth pairs)")
+        raise typer.Exit(1)
+    if json_out:
+        ensure_writable(json_out)
+    with console.status("measuring") as st:
+        r = fabric.run(tuple(topology) if topology else fabric.DEFAULT_SPECS, udp_s=udp_seconds,
+                       progress=lambda s: st.update(f"measuring: {s}"))
+    t = Table(title="inswitch bench fabric")
+    t.add_column("measurement", no_wrap=True)
+    for spec in r["topologies"]:
+        t.add_column(spec, justify="right", no_wrap=True)
+    rows = [("switches / hosts", lambda m: f"{m['switches']} / {m['hosts']}"),
+            ("up_s", lambda m: f"{m['up_s']:.2f}"),
+            ("down_s", lambda m: f"{m['down_s']:.2f}"),
+            ("switch_rss_mb max / mean", lambda m: f"{m['switch_rss_mb']:.1f} / {m['switch_rss_mb_mean']:.1f}"),
+            ("pairs_ok / pairs", lambda m: f"{m['pairs_ok']} / {m['pairs']}"),
+            ("all-pairs ping s", lambda m: f"{m['ping_all_pairs_s']:.2f}"),
+            ("UDP Mbit/s 1 switch", lambda m: f"{m['udp_hop1_mbit']:.1f}" if "udp_hop1_mbit" in m else "-"),
+            ("UDP Mbit/s 3 switches", lambda m: f"{m['udp_hop3_mbit']:.1f}" if "udp_hop3_mbit" in m else "-")]
+    for label, fmt in rows:
+        t.add_row(label, *(fmt(m) for m in r["topologies"].values()))
+    console.print(t)
+    if r.get("hop3_over_hop1") is not None:
+        console.print(f"hop3_over_hop1 = {r['hop3_over_hop1']:.3f}")
+    if json_out:
+        write_json(json_out, r, indent=2)
+        console.print(f"wrote {json_out}")
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(bench_app, name="bench")

@@ -81,6 +81,15 @@ def _render(s: FabricStatus) -> None:
             t.add_row(label if p == 0 else "", str(sw.pid) if p == 0 else "", f"{sw.p4runtime} ({sw.device_id})" if p == 0 else "",
                       f"{pname} = {p}", ifname, *(str(c[k]) if k in c else "-" for k in ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes")))
     console.print(t)
+    pt = Table(title="Programs", box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1))
+    for col in ("switch", "program", "ingress passes", "egress passes", "drops (by reason)"):
+        pt.add_column(col, no_wrap=col != "drops (by reason)", justify="right" if "passes" in col else "left")
+    for sw in s.switches:
+        for prog, c in sw.programs.items():
+            drops = ", ".join(f"{r} {n}" for r, n in sorted(c["drops"].items())) or "-"
+            pt.add_row(sw.name, prog, str(c["ingress_passes"]), str(c["egress_passes"]), drops)
+    if pt.row_count:
+        console.print(pt)
     h = Table(title="Hosts", box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1))
     for col in ("host", "ip", "mac", "gateway", "switch:port", "namespace"):
         h.add_column(col, no_wrap=True)

@@ -105,6 +105,8 @@ class SwitchStatus:
     device_id: int
     counters: Optional[dict[int, dict[str, int]]]
     error: Optional[str] = None
+    #: Per program: {"ingress_passes", "egress_passes", "drops": {reason: n}} (from /metrics).
+    programs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -241,6 +243,7 @@ class Fabric:
                 try:
                     s.counters = control.read_port_counters(sw.p4runtime, list(range(len(sw.plan.ifaces))),
                                                             device_id=sw.plan.device_id)
+                    s.programs = program_counters(sw.metrics) if sw.metrics else {}
                 except RackError as e:
                     s.error = str(e)
             out.append(s)
@@ -270,6 +273,21 @@ class Fabric:
             raise RackError(f"cannot run {argv[0]!r} in {h.netns}: {e}") from e
 
 
+def program_counters(metrics: str) -> dict[str, dict[str, Any]]:
+    """Per-program passes and drops by reason, from a switch's /metrics."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, labels, value in control.scrape_metrics(metrics):
+        prog = labels.get("program")
+        if prog is None:
+            continue
+        p = out.setdefault(prog, {"ingress_passes": 0, "egress_passes": 0, "drops": {}})
+        if name == "inswitch_program_passes_total":
+            p[f"{labels.get('gress', '')}_passes"] = int(value)
+        elif name == "inswitch_program_drops_total" and value:
+            p["drops"][labels.get("reason", "?")] = int(value)
+    return out
+
+
 def qdisc_key(dev: str, ns: Optional[str]) -> str:
     return f"{ns}:{dev}" if ns else dev
 
@@ -282,7 +300,7 @@ def status_json(s: FabricStatus) -> dict[str, Any]:
         "switches": {sw.name: {"pid": sw.pid, "alive": sw.alive, "p4runtime": sw.p4runtime, "device_id": sw.device_id,
                                "ports": {run.plan.port_names[p]: {"port": p, "interface": run.plan.ifaces[p], **c}
                                          for p, c in (sw.counters or {}).items()},
-                               "error": sw.error}
+                               "programs": sw.programs, "error": sw.error}
                      for sw, run in zip(s.switches, st.switches)},
         "hosts": {h.name: {"ip": h.ip, "mac": h.mac, "netns": h.netns, "switch": h.switch, "port": h.port,
                            "present": s.host_present.get(h.name, False)} for h in st.hosts},
