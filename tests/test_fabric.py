@@ -52,7 +52,8 @@ def fabric() -> Iterator[tuple[Fabric, list[str]]]:
 
 
 def _name(suffix: str) -> str:
-    return f"f{process_tag()}"[:5] + suffix
+    """A fabric name of this test process (at most 6 characters: it prefixes interfaces)."""
+    return f"f{process_tag()[-3:]}{suffix}"
 
 
 def _ping(st: FabricState, src: str, dst_ip: str) -> tuple[bool, int | None]:

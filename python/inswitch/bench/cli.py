@@ -7,6 +7,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 from rich.table import Table
+from inswitch.cliopts import Float, option
 from inswitch.output import ensure_writable, write_json
 
 bench_app = typer.Typer(help="Benchmarks; each prints ratios against a baseline measured in the same run.", no_args_is_help=True)
@@ -55,7 +56,7 @@ def forward_cmd(
 @bench_app.command("fabric")
 def fabric_cmd(
     topology: Optional[list[str]] = typer.Option(None, "--topology", "-t", help="Topologies to measure (repeat; default leaf-spine:4,2,4 and fat-tree:4)."),
-    udp_seconds: float = typer.Option(3.0, "--udp-seconds", help="Seconds per UDP throughput measurement."),
+    udp_seconds: float = option(3.0, "--udp-seconds", type=Float(0, 60, lo_open=True), help="Seconds per UDP throughput measurement."),
     json_out: Optional[str] = typer.Option(None, "--json", help="Write the results to this file."),
 ) -> None:
     """Fabrics of switch processes: up/down time, switch memory, all-pairs ping, UDP over 3
@@ -65,7 +66,6 @@ def fabric_cmd(
     from inswitch.bench import fabric
 
     console = Console()
-    check_duration(udp_seconds)
     if os.geteuid() != 0:
         Console(stderr=True).print("error: bench fabric needs root (network namespaces, veth pairs)")
         raise typer.Exit(1)

@@ -5,6 +5,7 @@ Failures print one line (no traceback): exit 2 for bad options or topologies, 1 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, List, Optional
 
@@ -19,6 +20,7 @@ from inswitch.topology.errors import RackError
 from inswitch.topology.fabric.fabric import DEFAULT_NAME, Fabric, FabricStatus, status_json
 from inswitch.topology.fabric.generators import load_spec
 from inswitch.topology.fabric.model import LinkProps, Topology, parse_link_props
+from inswitch.topology.fabric.plan import MAX_FABRIC_NAME
 from inswitch.topology.state import check_name
 
 console = Console()
@@ -33,10 +35,9 @@ def _topology(text: str) -> Topology:
 
 
 def _name(text: str) -> str:
-    try:
-        return check_name(text)
-    except RackError as e:
-        raise ValueError(str(e)) from None
+    if not re.fullmatch(rf"[a-z][a-z0-9_]{{0,{MAX_FABRIC_NAME - 1}}}", text):
+        raise ValueError(f"1-{MAX_FABRIC_NAME} characters a-z, 0-9, _ starting with a letter")
+    return check_name(text)
 
 
 def _link_default(text: str) -> LinkProps:
@@ -54,7 +55,7 @@ def _link_default(text: str) -> LinkProps:
 
 TOPOLOGY = Text("leaf-spine:LEAVES,SPINES,HOSTS_PER_LEAF, fat-tree:K or a topology file", check=_topology,
                 bad=("ring:3", "leaf-spine:1,1", "fat-tree:3", "/nonexistent.yml"))
-NAME = Text("a fabric name (a-z, 0-9, _; it prefixes interface names)", check=_name, bad=("Bad-Name", "x" * 20))
+NAME = Text(f"a fabric name (at most {MAX_FABRIC_NAME} characters a-z, 0-9, _; it prefixes interface names)", check=_name, bad=("Bad-Name", "x" * 20))
 LINK_DEFAULT = Text("delay=T,jitter=T,rate=R,loss=P, e.g. delay=1ms,rate=100mbit", check=_link_default,
                     bad=("delay", "speed=1", "delay=soon", "loss=200%"))
 
@@ -136,7 +137,7 @@ def register(app: typer.Typer) -> None:
                       f"{len(st.hosts)} hosts, {len(st.links)} links")
         for sw in st.switches:
             console.print(f"  {sw.plan.name:<8} pid {sw.pid}  P4Runtime {sw.p4runtime} (device {sw.plan.device_id})  "
-                          f"ports {','.join(sw.plan.ifaces)}", highlight=False)
+                          f"ports {','.join(sw.plan.ifaces)}", highlight=False, soft_wrap=True)
         h0, h1 = st.hosts[0], st.hosts[-1]
         console.print(f"try: inswitch fabric exec --name {st.name} {h0.name} -- ping -c1 {h1.ip}")
 
