@@ -82,6 +82,8 @@ def fabric_cmd(
             ("up_s", lambda m: f"{m['up_s']:.2f}"),
             ("down_s", lambda m: f"{m['down_s']:.2f}"),
             ("switch_rss_mb max / mean", lambda m: f"{m['switch_rss_mb']:.1f} / {m['switch_rss_mb_mean']:.1f}"),
+            ("switch PSS MB mean", lambda m: f"{m['switch_pss_mb_mean']:.1f}"),
+            ("switch RSS anon / file MB mean", lambda m: f"{m['switch_rss_anon_mb_mean']:.1f} / {m['switch_rss_file_mb_mean']:.1f}"),
             ("pairs_ok / pairs", lambda m: f"{m['pairs_ok']} / {m['pairs']}"),
             ("all-pairs ping s", lambda m: f"{m['ping_all_pairs_s']:.2f}"),
             ("UDP Mbit/s 1 switch", lambda m: f"{m['udp_hop1_mbit']:.1f}" if "udp_hop1_mbit" in m else "-"),

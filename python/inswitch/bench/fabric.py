@@ -35,6 +35,23 @@ def peak_rss_mb(pid: int | None) -> float:
     return 0.0
 
 
+def memory_mb(pid: int | None) -> dict[str, float]:
+    """A process's memory now, MB: anonymous and file-backed resident pages (the AF_PACKET
+    rings are file-backed, as are the shared libraries) and its proportional share (PSS:
+    pages shared with the other switches, e.g. libraries, divided among them)."""
+    out: dict[str, float] = {}
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(("RssAnon:", "RssFile:")):
+                out[line.split(":")[0].lower()] = int(line.split()[1]) / 1024
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                out["pss"] = int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return out
+
+
 def all_pairs(st: FabricState) -> tuple[int, int, float]:
     """(pairs answering, pairs, seconds) for one echo between every ordered host pair."""
     pairs = [(a, b) for a in st.hosts for b in st.hosts if a.name != b.name]
@@ -82,12 +99,16 @@ def measure(spec: str, name: str, progress: Callable[[str], None], udp_s: float)
         st = fab.up(spec, name=name)
         up_s = time.monotonic() - t0
         rss = [peak_rss_mb(s.pid) for s in st.switches]
+        mem = [memory_mb(s.pid) for s in st.switches]
         progress(f"{spec}: all-pairs ping")
         ok, total, ping_s = all_pairs(st)
         out: dict[str, Any] = {
             "switches": len(st.switches), "hosts": len(st.hosts), "links": len(st.links),
             "up_s": round(up_s, 3), "up_phases_s": {k: round(v, 3) for k, v in st.timings.items()},
             "switch_rss_mb": round(max(rss), 1), "switch_rss_mb_mean": round(sum(rss) / len(rss), 1),
+            "switch_pss_mb_mean": round(sum(m.get("pss", 0) for m in mem) / len(mem), 1),
+            "switch_rss_anon_mb_mean": round(sum(m.get("rssanon", 0) for m in mem) / len(mem), 1),
+            "switch_rss_file_mb_mean": round(sum(m.get("rssfile", 0) for m in mem) / len(mem), 1),
             "pairs_ok": ok, "pairs": total, "ping_all_pairs_s": round(ping_s, 2),
         }
         if spec.startswith("leaf-spine") and shutil.which("iperf3"):
