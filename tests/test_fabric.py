@@ -293,6 +293,11 @@ def test_down_after_kill_9_leaves_nothing(fabric) -> None:
     assert switchproc.find_by_marker(marker(name)) == []
     assert not any(switchproc.is_alive(s.pid, s.ready_file) for s in st.switches)
     assert not state_dir(name).exists()
+    # A fabric's name is not a rack's: `rack down` refuses it (and `fabric down` a rack's).
+    fab.up("leaf-spine:1,1,1", name=name)
+    cp = subprocess.run([sys.executable, "-m", "inswitch", "rack", "down", "--name", name], capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 1 and "is a fabric" in cp.stderr and netns.leftovers(f"{name}-")
+    fab.down(name)
     # Down again: nothing to do, still exit 0.
     cp = subprocess.run([sys.executable, "-m", "inswitch", "fabric", "down", "--name", name], capture_output=True, text=True, timeout=60)
     assert cp.returncode == 0 and "nothing to do" in cp.stdout

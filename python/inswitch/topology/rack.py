@@ -179,6 +179,7 @@ class Rack:
         Works from names alone, so it also cleans up after a crashed switch, a lost state file
         or an interrupted `up`. Idempotent: `found` says whether there was anything."""
         check_name(name)
+        teardown.check_kind(name, "rack")
         try:
             st = load_state(name)
         except RackError:

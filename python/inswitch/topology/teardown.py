@@ -22,6 +22,15 @@ class DownReport:
     removed: list[str] = field(default_factory=list)
 
 
+def check_kind(name: str, kind: str) -> None:
+    """Refuse to take down a rack with `fabric down` or a fabric with `rack down`: they share
+    one name space, and the other kind's state file says which it is."""
+    other = {"rack": ("fabric.json", "fabric"), "fabric": ("state.json", "rack")}[kind]
+    sdir = state_dir(name)
+    if (sdir / other[0]).exists() and not (sdir / ("state.json" if kind == "rack" else "fabric.json")).exists():
+        raise RackError(f"{name!r} is a {other[1]}, not a {kind}: use `inswitch {other[1]} down --name {name}`")
+
+
 def teardown(name: str, marker: str, known_pids: list[int], what: str = "rack",
              stop_timeout: float = 5.0) -> DownReport:
     """Stop every live process whose command line holds `marker` (plus `known_pids`, checked

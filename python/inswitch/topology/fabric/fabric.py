@@ -26,7 +26,7 @@ from inswitch.topology.fabric.model import LinkProps, Topology, parse_topology
 from inswitch.topology.fabric.plan import FabricPlan, HostPlan, LinkPlan, SwitchPlan, plan_fabric
 from inswitch.topology.rack import is_root, switchd_available
 from inswitch.topology.state import check_name, state_dir
-from inswitch.topology.teardown import DownReport, teardown
+from inswitch.topology.teardown import DownReport, check_kind, teardown
 
 DEFAULT_NAME = "fab"
 STATE_FILE = "fabric.json"
@@ -214,6 +214,7 @@ class Fabric:
         """Stop every switch and remove everything named `{name}-` and the state directory;
         works from names alone (after a crash, `kill -9`, a lost state file). Idempotent."""
         check_name(name)
+        check_kind(name, "fabric")
         try:
             st = FabricState.load(name)
         except RackError:
