@@ -132,6 +132,10 @@ class Fabric:
         topo = load_spec(spec) if isinstance(spec, str) else spec
         name = check_name(name or DEFAULT_NAME)
         plan = plan_fabric(topo, name, link_default)
+        machines = sorted({n.machine for n in topo.nodes.values() if n.machine})
+        if len(machines) > 1:
+            raise RackError(f"the topology spans machines {', '.join(machines)}: fabrics across machines "
+                            "(`--machine`, VXLAN links) are not implemented yet; drop the `machine` keys to run it here")
         if not is_root():
             raise RackError("a fabric needs root (network namespaces, veth pairs, raw sockets); the UDP-tunnel "
                             "fallback of `rack` is not available for fabrics")
