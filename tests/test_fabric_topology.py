@@ -162,3 +162,15 @@ def test_export_command_writes_a_file_that_parses(tmp_path) -> None:
     bad = subprocess.run([sys.executable, "-m", "inswitch", "fabric", "export", "--topology", "fat-tree:3"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr
+
+
+def test_a_topology_across_machines_is_refused_before_anything_is_made() -> None:
+    from inswitch.topology.errors import RackError
+    from inswitch.topology.fabric.fabric import Fabric
+    from inswitch.topology.state import state_dir
+
+    t = parse_topology("name: x\ntopology:\n  nodes:\n    s1: {kind: inswitch, machine: a}\n    s2: {kind: inswitch, machine: b}\n"
+                       "  links:\n    - endpoints: [\"s1:p1\", \"s2:p1\"]\n")
+    with pytest.raises(RackError, match="across machines"):
+        Fabric().up(t, name="tmach")
+    assert not state_dir("tmach").exists()
