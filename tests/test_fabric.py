@@ -269,7 +269,7 @@ def test_link_rate_is_applied_both_ways_and_shown(fabric, tmp_path: Path) -> Non
     assert free > 2 * max(out_, in_), (free, out_, in_)
     s = fab.status(name)
     assert "tbf" in s.qdiscs[st.links[0].a_if] and "rate 20Mbit" in s.qdiscs[st.links[0].a_if]
-    doc = json.loads(subprocess.run([sys.executable, "-m", "inswitch", "fabric", "status", "--name", name, "--json"],
+    doc = json.loads(subprocess.run([sys.executable, "-m", "inswitch", "fabric", "status", "--name", name, "--json", "-"],
                                     capture_output=True, text=True, timeout=60).stdout)
     assert doc["links"][0]["rate"] == "20mbit" and "tbf" in json.dumps(doc["links"][0]["qdisc"])
     assert doc["links"][1]["qdisc"] == {}

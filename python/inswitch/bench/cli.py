@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
-from inswitch.cliopts import Float, option
-from inswitch.output import ensure_writable, write_json
+from inswitch.cliopts import JSON_PATH, Float, option
+from inswitch.output import console_for, note_written, write_json
+from inswitch.topology.fabric.cli import TOPOLOGY as FABRIC_TOPOLOGY
 
 bench_app = typer.Typer(help="Benchmarks; each prints ratios against a baseline measured in the same run.", no_args_is_help=True)
 
@@ -19,19 +19,20 @@ def check_duration(duration: float) -> None:
         raise typer.BadParameter(f"must be > 0 seconds, not {duration}", param_hint="--duration")
 
 
-@bench_app.command("forward")
+#: Every bench's `--duration`: seconds per measurement.
+DURATION = Float(0.1, 600)
+
+
+@bench_app.command("forward", epilog="Examples:\n\n  inswitch bench forward --duration 3 --json bench/forward.json\n")
 def forward_cmd(
-    duration: float = typer.Option(3.0, help="Seconds per measurement."),
-    json_out: Optional[str] = typer.Option(None, "--json", help="Write the results to this file."),
+    duration: float = option(3.0, "--duration", type=DURATION, help="Seconds per measurement."),
+    json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Write the results as JSON."),
 ) -> None:
     """Forwarding rate: in memory on one core, and between two namespaces over veth against
     the Linux kernel bridge (same namespaces, same run)."""
     from inswitch.bench import forward
 
-    console = Console()
-    check_duration(duration)
-    if json_out:
-        ensure_writable(json_out)
+    console = console_for(json_out)
     with console.status("measuring") as st:
         r = forward.run(duration=duration, progress=lambda s: st.update(f"measuring: {s}"))
     t = Table(title="inswitch bench forward")
@@ -50,29 +51,29 @@ def forward_cmd(
     console.print(t)
     if json_out:
         write_json(json_out, r, indent=2)
-        console.print(f"wrote {json_out}")
+        note_written(console, json_out)
 
 
-@bench_app.command("fabric")
+@bench_app.command("fabric", epilog="Examples:\n\n  inswitch bench fabric --json bench/fabric.json\n  inswitch bench fabric -t leaf-spine:2,2,2\n")
 def fabric_cmd(
-    topology: Optional[list[str]] = typer.Option(None, "--topology", "-t", help="Topologies to measure (repeat; default leaf-spine:4,2,4 and fat-tree:4)."),
+    topology: Optional[str] = option(None, "--topology", "-t", type=FABRIC_TOPOLOGY, help="One topology to measure (default: leaf-spine:4,2,4 and fat-tree:4)."),
     udp_seconds: float = option(3.0, "--udp-seconds", type=Float(0, 60, lo_open=True), help="Seconds per UDP throughput measurement."),
-    json_out: Optional[str] = typer.Option(None, "--json", help="Write the results to this file."),
+    json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Write the results as JSON."),
 ) -> None:
     """Fabrics of switch processes: up/down time, switch memory, all-pairs ping, UDP over 3
     switches against 1 (needs root)."""
     import os
 
+    from rich.console import Console
+
     from inswitch.bench import fabric
 
-    console = Console()
     if os.geteuid() != 0:
         Console(stderr=True).print("error: bench fabric needs root (network namespaces, veth pairs)")
         raise typer.Exit(1)
-    if json_out:
-        ensure_writable(json_out)
+    console = console_for(json_out)
     with console.status("measuring") as st:
-        r = fabric.run(tuple(topology) if topology else fabric.DEFAULT_SPECS, udp_s=udp_seconds,
+        r = fabric.run((topology.source,) if topology else fabric.DEFAULT_SPECS, udp_s=udp_seconds,
                        progress=lambda s: st.update(f"measuring: {s}"))
     t = Table(title="inswitch bench fabric")
     t.add_column("measurement", no_wrap=True)
@@ -95,7 +96,7 @@ def fabric_cmd(
         console.print(f"hop3_over_hop1 = {r['hop3_over_hop1']:.3f}")
     if json_out:
         write_json(json_out, r, indent=2)
-        console.print(f"wrote {json_out}")
+        note_written(console, json_out)
 
 
 def register(app: typer.Typer) -> None:

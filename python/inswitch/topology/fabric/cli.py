@@ -4,7 +4,6 @@ Failures print one line (no traceback): exit 2 for bad options or topologies, 1 
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any, List, Optional
@@ -15,7 +14,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text as RichText
 
-from inswitch.cliopts import Text, option
+from inswitch.cliopts import JSON_PATH, OUT_FILE, Text, argument, option
+from inswitch.output import is_stdout, note_written, write_json
 from inswitch.topology.errors import RackError
 from inswitch.topology.fabric.fabric import DEFAULT_NAME, Fabric, FabricStatus, status_json
 from inswitch.topology.fabric.generators import load_spec
@@ -40,6 +40,10 @@ def _name(text: str) -> str:
     return check_name(text)
 
 
+def _bad_node() -> str:
+    raise ValueError("a node name is letters, digits and _, starting with a letter")
+
+
 def _link_default(text: str) -> LinkProps:
     vals: dict[str, str] = {}
     for part in text.split(","):
@@ -56,6 +60,8 @@ def _link_default(text: str) -> LinkProps:
 TOPOLOGY = Text("leaf-spine:LEAVES,SPINES,HOSTS_PER_LEAF, fat-tree:K or a topology file", check=_topology,
                 bad=("ring:3", "leaf-spine:1,1", "fat-tree:3", "/nonexistent.yml"))
 NAME = Text(f"a fabric name (at most {MAX_FABRIC_NAME} characters a-z, 0-9, _; it prefixes interface names)", check=_name, bad=("Bad-Name", "x" * 20))
+NODE = Text("a host of the fabric, e.g. h1", check=lambda t: t if re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,23}", t) else _bad_node(),
+            bad=("-x", "h 1", "1h"))
 LINK_DEFAULT = Text("delay=T,jitter=T,rate=R,loss=P, e.g. delay=1ms,rate=100mbit", check=_link_default,
                     bad=("delay", "speed=1", "delay=soon", "loss=200%"))
 
@@ -117,7 +123,7 @@ def register(app: typer.Typer) -> None:
                       no_args_is_help=True)
     app.add_typer(fab, name="fabric")
 
-    @fab.command("up")
+    @fab.command("up", epilog="Examples:\n\n  inswitch fabric up --topology leaf-spine:2,2,2 --name fab\n\n  inswitch fabric up --topology fat-tree:4 --name ft --link-default rate=100mbit\n")
     def up_cmd(
         topology: Any = option(..., "--topology", "-t", type=TOPOLOGY, help="The topology."),
         name: Any = option(DEFAULT_NAME, "--name", "-n", type=NAME, help="Fabric name."),
@@ -141,7 +147,7 @@ def register(app: typer.Typer) -> None:
         h0, h1 = st.hosts[0], st.hosts[-1]
         console.print(f"try: inswitch fabric exec --name {st.name} {h0.name} -- ping -c1 {h1.ip}")
 
-    @fab.command("down")
+    @fab.command("down", epilog="Examples:\n\n  inswitch fabric down --name fab\n")
     def down_cmd(name: Any = option(DEFAULT_NAME, "--name", "-n", type=NAME, help="Fabric name.")) -> None:
         """Stop every switch and remove the namespaces, links and state (also after a crash)."""
         try:
@@ -154,40 +160,41 @@ def register(app: typer.Typer) -> None:
         console.print(f"[green]fabric {name} is down[/green]: stopped {len(rep.stopped)} switch processes; "
                       f"removed {len(rep.removed)} objects")
 
-    @fab.command("status")
+    @fab.command("status", epilog="Examples:\n\n  inswitch fabric status --name fab\n\n  inswitch fabric status --name fab --json - | jq .switches\n")
     def status_cmd(name: Any = option(DEFAULT_NAME, "--name", "-n", type=NAME, help="Fabric name."),
-                   as_json: bool = typer.Option(False, "--json", help="Print the status as JSON.")) -> None:
-        """Switches (alive, P4Runtime, per-port counters), hosts and link shaping."""
+                   json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Write the status as JSON (- prints it instead of the tables).")) -> None:
+        """Switches (alive, P4Runtime, per-port and per-program counters), hosts and link shaping."""
         try:
             s = Fabric().status(name)
         except RackError as e:
             raise _fail(e)
-        if as_json:
-            print(json.dumps(status_json(s), indent=2))
-        else:
+        if json_out:
+            write_json(json_out, status_json(s))
+        if not is_stdout(json_out):
             _render(s)
+            note_written(console, json_out)
         if not all(sw.alive for sw in s.switches):
             raise typer.Exit(1)
 
-    @fab.command("exec")
+    @fab.command("exec", epilog="Examples:\n\n  inswitch fabric exec --name fab h1 -- ping -c1 10.0.2.1\n")
     def exec_cmd(
-        node: str = typer.Argument(..., help="A host of the fabric (h1)."),
-        command: List[str] = typer.Argument(..., help="The command, after `--`."),
+        host: str = argument(..., type=NODE, help="A host of the fabric (h1)."),
+        command: List[str] = argument(..., type=Text("a command word"), help="The command and its arguments, after `--`."),
         name: Any = option(DEFAULT_NAME, "--name", "-n", type=NAME, help="Fabric name."),
     ) -> None:
         """Run a command in a host's namespace; exits with the command's exit code."""
         if command[:1] == ["--"]:
             command = command[1:]
         try:
-            cp = Fabric().exec(node, command, name=name)
+            cp = Fabric().exec(host, command, name=name)
         except RackError as e:
             raise _fail(e)
         raise typer.Exit(cp.returncode)
 
-    @fab.command("export")
+    @fab.command("export", epilog="Examples:\n\n  inswitch fabric export --topology fat-tree:4 --out ft.clab.yml\n")
     def export_cmd(
         topology: Any = option(..., "--topology", "-t", type=TOPOLOGY, help="The topology."),
-        out: Optional[str] = typer.Option(None, "--out", "-o", help="Write here instead of printing."),
+        out: Optional[str] = option(None, "--out", "-o", type=OUT_FILE, help="Write here instead of printing."),
     ) -> None:
         """Write a topology (e.g. a generator's) as a containerlab topology file."""
         text = topology.to_yaml()
