@@ -16,12 +16,12 @@ def test_forward_on_tofino1_json() -> None:
     assert cp.returncode == 0, cp.stderr
     r = json.loads(cp.stdout)
     assert r["fits"] and r["problems"] == []
-    assert r["stages_used"] == 2
+    assert r["stages_used"] == 3  # stage 2: ipv4_ecmp and its selector's hash unit
     assert r["stateful_alus_total"] == 2
-    assert r["parse_depth_bytes"] == 34
+    assert r["parse_depth_bytes"] == 38  # Ethernet, IPv4, the L4 ports ECMP hashes
     assert r["register_bits_total"] == 2 * 512 * 64
-    assert {t["name"]: t["entries"] for t in r["tables"]} == {"forward.l2_smac": 4096, "forward.l2_dmac": 4096, "forward.ipv4_lpm": 1024}
-    assert r["tcam_blocks_total"] == 2
+    assert {t["name"]: t["entries"] for t in r["tables"]} == {"forward.l2_smac": 4096, "forward.l2_dmac": 4096, "forward.ipv4_lpm": 1024, "forward.ipv4_ecmp": 1024}
+    assert r["tcam_blocks_total"] == 4
     assert r["target"]["stages"] == 12 and r["target"]["salus_per_stage"] == 4
 
 

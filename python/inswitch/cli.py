@@ -37,6 +37,7 @@ _COMMAND_MODULES = [
     "inswitch.ui.cli",
     "inswitch.switchd.cli",
     "inswitch.topology.cli",
+    "inswitch.topology.fabric.cli",
     "inswitch.bench.cli",
     "inswitch.bench.aggregation",
     "inswitch.bench.kvs",

@@ -88,6 +88,32 @@ pub enum ControlOp {
         digest_id: u32,
         enabled: bool,
     },
+    /// Insert, modify or delete an action profile member (an action of the profile's table).
+    ProfileMemberWrite {
+        profile_id: u32,
+        op: WriteOp,
+        member_id: u32,
+        action_id: u32,
+        params: Vec<(u32, Vec<u8>)>,
+    },
+    /// Insert, modify or delete an action selector's group of (member, weight).
+    ProfileGroupWrite {
+        profile_id: u32,
+        op: WriteOp,
+        group_id: u32,
+        members: Vec<(u32, u32)>,
+    },
+    ProfileRead {
+        profile_id: u32,
+    },
+    /// Insert, modify or delete an entry of a table implemented by an action profile.
+    TableWriteIndirect {
+        table_id: u32,
+        op: WriteOp,
+        matches: Vec<FieldMatch>,
+        priority: i32,
+        target: crate::selector::IndirectRef,
+    },
     /// Change a packet generator's period (0 disables it).
     PktGenConfig {
         program: String,
@@ -100,8 +126,17 @@ pub enum ControlOp {
 #[derive(Clone, Debug)]
 pub enum ControlReply {
     Done,
-    TableEntries { entries: Vec<Entry>, default_action: u16, default_params: Vec<u64> },
+    TableEntries {
+        entries: Vec<Entry>,
+        default_action: u16,
+        default_params: Vec<u64>,
+    },
     RegisterCells(Vec<(u32, u64)>),
     McastGroups(Vec<(u16, Vec<Replica>)>),
     CloneSessions(Vec<(u16, CloneSession)>),
+    /// An action profile's members (id, action index, parameters) and groups.
+    ProfileEntries {
+        members: Vec<crate::selector::MemberRead>,
+        groups: Vec<crate::selector::GroupRead>,
+    },
 }

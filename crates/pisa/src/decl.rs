@@ -287,6 +287,9 @@ pub struct ProgramDecl {
     /// description (a function of the model, not of the switch): not serialized.
     #[serde(skip)]
     pub action_decoders: Vec<ActionDecoder>,
+    /// Action profiles (with or without a selector) implementing some of the tables.
+    #[serde(default)]
+    pub action_profiles: Vec<crate::selector::ActionProfileDecl>,
 }
 
 /// What a table entry of `action` carries beside its parameters: `decode(params)`,
@@ -391,6 +394,7 @@ impl ProgramBuilder {
                 items_per_pass: 0,
                 owns_recirculated_passes: false,
                 action_decoders: Vec::new(),
+                action_profiles: Vec::new(),
             },
             next_obj: 0,
             stage_objs: vec![0; 512],
@@ -640,6 +644,45 @@ impl ProgramBuilder {
         self.decl.hash_units.push(HashDecl { name: name.to_string(), gress, stage, algo, out_bits });
         let mask = if out_bits >= 32 { u32::MAX } else { (1u32 << out_bits) - 1 };
         HashUnit { obj, algo, mask }
+    }
+
+    /// An action selector implementing `table`: its entries point at members (an action of
+    /// the table with its data) or groups of members, and a group's member is picked by the
+    /// hash `algo` (`out_bits` wide) of what the program passes to [`crate::Pass::select`],
+    /// computed by a hash unit of the table's stage. At most `size` members and `size`
+    /// groups, `max_group_size` members per group.
+    #[allow(clippy::too_many_arguments)]
+    pub fn action_selector(
+        &mut self,
+        name: &str,
+        doc: &str,
+        table: &Table,
+        size: u32,
+        max_group_size: u32,
+        algo: HashAlgo,
+        out_bits: u32,
+    ) -> crate::selector::ActionSelector {
+        let taken = self.decl.action_profiles.iter().any(|p| p.name == name);
+        self.check_name("action profile", name, taken);
+        if size == 0 || max_group_size == 0 {
+            self.errors.push(DeclError::Invalid(format!("action selector `{name}` has size 0")));
+        }
+        if self.decl.action_profiles.iter().any(|p| p.tables.contains(&table.idx)) {
+            self.errors.push(DeclError::Invalid(format!("table {} already has an action profile", table.idx)));
+        }
+        let t = &self.decl.tables[table.idx as usize];
+        let (gress, stage) = (t.gress, t.stage);
+        let hash = self.hash_unit(&format!("{name}_hash"), gress, stage, algo, out_bits);
+        let idx = self.decl.action_profiles.len() as u16;
+        self.decl.action_profiles.push(crate::selector::ActionProfileDecl {
+            name: name.to_string(),
+            doc: doc.to_string(),
+            tables: vec![table.idx],
+            size,
+            max_group_size,
+            hash_unit: Some(self.decl.hash_units.len() as u16 - 1),
+        });
+        crate::selector::ActionSelector { idx, hash }
     }
 
     /// A digest: a small record sent to the control plane (at most one per packet pass).

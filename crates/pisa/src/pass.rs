@@ -84,6 +84,7 @@ pub struct ProgramState {
 /// The read-only (on the packet path) part of a program's state, and its constants.
 pub(crate) struct ProgramReadOnly {
     pub(crate) tables: Vec<TableState>,
+    pub(crate) profiles: Vec<crate::selector::ProfileState>,
     pub(crate) digest_enabled: Vec<bool>,
     /// Parse depth in bytes.
     depth: usize,
@@ -108,6 +109,7 @@ impl ProgramState {
             read_only: ProgramReadOnly {
                 items: decl.items_per_pass.max(1),
                 tables: decl.tables.iter().map(|t| TableState::new(t).with_decoders(&decl.action_decoders)).collect(),
+                profiles: decl.action_profiles.iter().map(crate::selector::ProfileState::new).collect(),
                 digest_enabled: vec![false; decl.digests.len()],
                 depth: decl.parser.depth_bytes as usize,
                 program,
@@ -718,6 +720,17 @@ impl<'a> Pass<'a> {
             return Staged::usable_at(0, h.obj.pos);
         }
         Staged::usable_at(h.algo.compute(data) & h.mask, h.obj.pos)
+    }
+
+    /// Resolve a hit of a table implemented by action selector `s` to the member's action:
+    /// a member entry directly, a group entry by the selector's hash of `data` (its stage's
+    /// hash unit, so it counts as that unit's use). Direct results and misses pass through.
+    pub fn select(&mut self, s: &crate::selector::ActionSelector, r: TableResult<'a>, data: &[u8]) -> TableResult<'a> {
+        let ro: &'a ProgramReadOnly = self.read_only;
+        let Some(p) = ro.profiles.get(s.idx as usize) else {
+            return TableResult::NONE;
+        };
+        p.resolve(r, || self.hash(&s.hash, data).get())
     }
 
     /// Send a digest to the control plane (if the control plane enabled it). `data` is the

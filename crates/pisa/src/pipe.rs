@@ -397,6 +397,13 @@ impl Pipe {
         match op {
             ControlOp::TableWrite { table_id, op, matches, priority, action_id, params } => {
                 let t = table(*table_id)?;
+                if let Some(p) = profile_of(&set, t.program, t.index) {
+                    return Err(ControlError::InvalidArgument(format!(
+                        "table {} is implemented by action profile {}: its entries point at members or groups",
+                        set.decl(t.program as usize).tables[t.index as usize].name,
+                        set.decl(t.program as usize).action_profiles[p].name
+                    )));
+                }
                 let st = &mut self.progs[t.program as usize].state.read_only.tables[t.index as usize];
                 let (key, mask) = st.normalize(matches)?;
                 match op {
@@ -437,10 +444,80 @@ impl Pipe {
                 let t = table(*table_id)?;
                 let decl = set.decl(t.program as usize);
                 let st = &self.progs[t.program as usize].state.read_only.tables[t.index as usize];
-                let entries = st.entries(|a| decl.actions.get(a.0 as usize).map_or(0, |a| a.params.len()));
+                let entries =
+                    st.entries(
+                        |a| if crate::selector::is_ref(a) { 1 } else { decl.actions.get(a.0 as usize).map_or(0, |a| a.params.len()) },
+                    );
                 let (da, dp) = st.default_action();
                 let np = decl.actions.get(da.0 as usize).map_or(0, |a| a.params.len());
                 Ok(ControlReply::TableEntries { entries, default_action: da.0, default_params: dp[..np].to_vec() })
+            }
+            ControlOp::TableWriteIndirect { table_id, op, matches, priority, target } => {
+                let t = table(*table_id)?;
+                let prog = &mut self.progs[t.program as usize].state.read_only;
+                let p = profile_of(&set, t.program, t.index).ok_or_else(|| {
+                    ControlError::InvalidArgument(format!(
+                        "table {} has no action profile: its entries take an action",
+                        set.decl(t.program as usize).tables[t.index as usize].name
+                    ))
+                })?;
+                let st = &prog.tables[t.index as usize];
+                let (key, mask) = st.normalize(matches)?;
+                if *op == WriteOp::Delete {
+                    prog.tables[t.index as usize].delete(&key, &mask, *priority)?;
+                } else {
+                    prog.profiles[p].check_ref(*target)?;
+                    let (a, params) = target.stored();
+                    prog.tables[t.index as usize].write(key, mask, *priority, a, &params, *op == WriteOp::Modify)?;
+                }
+                Ok(ControlReply::Done)
+            }
+            ControlOp::ProfileMemberWrite { profile_id, op, member_id, action_id, params } => {
+                let p = set
+                    .resolve(*profile_id, id_prefix::ACTION_PROFILE)
+                    .ok_or_else(|| ControlError::NotFound(format!("no action profile with id {profile_id:#x}")))?;
+                let decl = set.decl(p.program as usize);
+                let pd = &decl.action_profiles[p.index as usize];
+                let (a, values) = if *op == WriteOp::Delete {
+                    (crate::decl::ActionId(0), Vec::new())
+                } else {
+                    // A member's action must be an action of (every) table the profile implements.
+                    let mut a = 0;
+                    for &ti in &pd.tables {
+                        a = action_of(p.program, ti as usize, *action_id)?;
+                    }
+                    (crate::decl::ActionId(a), params_from_bytes(&decl.actions[a as usize], params)?)
+                };
+                let ro = &mut self.progs[p.program as usize].state.read_only;
+                let in_use = *op == WriteOp::Delete && profile_in_use(ro, pd, crate::selector::IndirectRef::Member(*member_id));
+                ro.profiles[p.index as usize].write_member(*op, *member_id, a, &values, in_use)?;
+                Ok(ControlReply::Done)
+            }
+            ControlOp::ProfileGroupWrite { profile_id, op, group_id, members } => {
+                let p = set
+                    .resolve(*profile_id, id_prefix::ACTION_PROFILE)
+                    .ok_or_else(|| ControlError::NotFound(format!("no action profile with id {profile_id:#x}")))?;
+                let pd = &set.decl(p.program as usize).action_profiles[p.index as usize];
+                let ro = &mut self.progs[p.program as usize].state.read_only;
+                let in_use = *op == WriteOp::Delete && profile_in_use(ro, pd, crate::selector::IndirectRef::Group(*group_id));
+                ro.profiles[p.index as usize].write_group(*op, *group_id, members, in_use)?;
+                Ok(ControlReply::Done)
+            }
+            ControlOp::ProfileRead { profile_id } => {
+                let p = set
+                    .resolve(*profile_id, id_prefix::ACTION_PROFILE)
+                    .ok_or_else(|| ControlError::NotFound(format!("no action profile with id {profile_id:#x}")))?;
+                let decl = set.decl(p.program as usize);
+                let st = &self.progs[p.program as usize].state.read_only.profiles[p.index as usize];
+                let members = st
+                    .members()
+                    .into_iter()
+                    .map(|(id, a, mut v)| {
+                        v.truncate(decl.actions.get(a.0 as usize).map_or(0, |a| a.params.len()));
+                        (id, a, v)
+                    })
+                    .collect();
+                Ok(ControlReply::ProfileEntries { members, groups: st.groups() })
             }
             ControlOp::RegisterRead { register_id, index } => {
                 let r = set
@@ -741,4 +818,16 @@ fn egress_packet(
         return None;
     }
     Some(pkt)
+}
+
+/// The action profile implementing table `index` of program `program`, if any.
+fn profile_of(set: &ProgramSet, program: u8, index: u16) -> Option<usize> {
+    set.decl(program as usize).action_profiles.iter().position(|p| p.tables.contains(&index))
+}
+
+/// Whether an entry of a table implemented by `pd` points at `r`.
+fn profile_in_use(ro: &crate::pass::ProgramReadOnly, pd: &crate::selector::ActionProfileDecl, r: crate::selector::IndirectRef) -> bool {
+    pd.tables.iter().any(|&t| {
+        ro.tables[t as usize].entries(|_| 1).iter().any(|e| crate::selector::IndirectRef::of_stored(e.action, &e.params) == Some(r))
+    })
 }

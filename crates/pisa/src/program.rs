@@ -33,6 +33,7 @@ pub mod id_prefix {
     pub const TABLE: u32 = 0x02;
     pub const REGISTER: u32 = 0x16;
     pub const DIGEST: u32 = 0x17;
+    pub const ACTION_PROFILE: u32 = 0x11;
 }
 
 /// The P4Runtime ids of one program's objects, in declaration order.
@@ -42,6 +43,7 @@ pub struct ProgramIds {
     pub actions: Vec<u32>,
     pub registers: Vec<u32>,
     pub digests: Vec<u32>,
+    pub action_profiles: Vec<u32>,
 }
 
 /// What a P4Runtime id names: program index and object index within it.
@@ -146,6 +148,9 @@ impl ProgramSet {
             }
             for (i, g) in d.digests.iter().enumerate() {
                 pid.digests.push(assign(id_prefix::DIGEST, &g.name, i));
+            }
+            for (i, a) in d.action_profiles.iter().enumerate() {
+                pid.action_profiles.push(assign(id_prefix::ACTION_PROFILE, &a.name, i));
             }
             ids.push(pid);
         }

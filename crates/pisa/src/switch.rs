@@ -181,5 +181,6 @@ pub fn is_read(op: &ControlOp) -> bool {
             | ControlOp::RegisterRead { .. }
             | ControlOp::McastGroupRead { .. }
             | ControlOp::CloneSessionRead { .. }
+            | ControlOp::ProfileRead { .. }
     )
 }

@@ -225,6 +225,9 @@ pub struct OpenOptions {
     pub udp_sock_buf: usize,
     /// If set, inject faults on every port; port `i` uses seed `seed + i` so ports differ.
     pub fault: Option<FaultConfig>,
+    /// AF_PACKET ports transmit straight to the driver, skipping the interface's qdisc
+    /// (false: through it, so `tc` shaping on a switch port applies to what it sends).
+    pub qdisc_bypass: bool,
 }
 
 impl Default for OpenOptions {
@@ -240,6 +243,7 @@ impl Default for OpenOptions {
             memory_queue_depth: DEFAULT_QUEUE_DEPTH,
             udp_sock_buf: DEFAULT_SOCK_BUF,
             fault: None,
+            qdisc_bypass: af.qdisc_bypass,
         }
     }
 }
@@ -294,6 +298,7 @@ pub fn open_ports(spec: &PortSpec, opts: &OpenOptions) -> Result<OpenedPorts, Po
                     rx_ring_frames: opts.rx_ring_frames,
                     tx_ring_frames: opts.tx_ring_frames,
                     tx_mode: opts.tx_mode,
+                    qdisc_bypass: opts.qdisc_bypass,
                     ..AfPacketConfig::default()
                 };
                 Box::new(AfPacketPort::open(id, &ifaces[i], &cfg).map_err(open_err(id, ifaces[i].clone()))?)

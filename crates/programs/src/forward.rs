@@ -6,19 +6,26 @@
 //! Layout (tofino1):
 //! - ingress stage 0: `rx_port_counters` (register), `l2_smac`, `l2_dmac` (exact)
 //! - ingress stage 1: `ipv4_lpm` (LPM) with TTL decrement and incremental checksum
+//! - ingress stage 2, on an `ipv4_lpm` miss: `ipv4_ecmp` (LPM) implemented by the action
+//!   selector `ecmp_selector`: a route points at a member (one next hop) or a group (ECMP),
+//!   whose member is picked by a CRC-32 of the 5-tuple, so a flow keeps its path
 //! - egress stage 0: `tx_port_counters` (register)
 
 use pisa::decl::TableSpec;
 use pisa::{
-    ActionId, Digest, DropCode, Gress, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl, RegisterAction, SaluBody, Table,
+    ActionId, ActionSelector, Digest, DropCode, Gress, HashAlgo, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl,
+    RegisterAction, SaluBody, Table,
 };
 use wire::ethernet::{EtherType, EthernetFrame};
 use wire::ipv4::Ipv4Packet;
 
 /// Ports covered by the per-port counters.
 pub const PORT_COUNTERS: u32 = 512;
-/// Parse depth: Ethernet and the fixed IPv4 header.
-pub const PARSE_DEPTH: u32 = 14 + 20;
+/// Parse depth: Ethernet, the fixed IPv4 header and the L4 ports (ECMP hashes them).
+pub const PARSE_DEPTH: u32 = 14 + 20 + 4;
+/// Members (next hops) and groups the ECMP selector holds; members per group.
+pub const ECMP_MEMBERS: u32 = 1024;
+pub const ECMP_GROUP_SIZE: u32 = 64;
 
 pub struct Forward {
     decl: ProgramDecl,
@@ -27,6 +34,8 @@ pub struct Forward {
     l2_smac: Table,
     l2_dmac: Table,
     ipv4_lpm: Table,
+    ipv4_ecmp: Table,
+    ecmp: ActionSelector,
     learn: Digest,
     a_learn: ActionId,
     a_l2_forward: ActionId,
@@ -63,7 +72,7 @@ fn be_u48(b: &[u8]) -> u64 {
 impl Forward {
     pub fn new() -> Forward {
         let mut b = ProgramBuilder::new("forward", "L2 switching, IPv4 LPM routing, per-port counters");
-        b.parser(PARSE_DEPTH, &[("ethernet", 112), ("ipv4", 160)]).metadata_bits(32);
+        b.parser(PARSE_DEPTH, &[("ethernet", 112), ("ipv4", 160), ("l4_ports", 32)]).metadata_bits(32);
         let rx = b.register::<Pair>("rx_port_counters", Gress::Ingress, 0, PORT_COUNTERS, "received packets (lo) and bytes (hi) per port");
         b.cell_fields(&rx, &[("packets", 32), ("bytes", 32)]);
         let rx_count = b.register_action_body(rx, "count", Count);
@@ -114,6 +123,26 @@ impl Forward {
             default_action: (a_drop, &[]),
             const_default: false,
         });
+        let ipv4_ecmp = b.table(TableSpec {
+            name: "ipv4_ecmp",
+            doc: "IPv4 routes over one or several equal-cost next hops (action selector ecmp_selector), on an ipv4_lpm miss",
+            gress: Gress::Ingress,
+            stage: 2,
+            size: 1024,
+            keys: &[("hdr.ipv4.dst_addr", 32, MatchKind::Lpm)],
+            actions: &[a_set_nexthop, a_drop],
+            default_action: (a_drop, &[]),
+            const_default: false,
+        });
+        let ecmp = b.action_selector(
+            "ecmp_selector",
+            "next hops of ipv4_ecmp; a group's member is picked by a CRC-32 of the 5-tuple",
+            &ipv4_ecmp,
+            ECMP_MEMBERS,
+            ECMP_GROUP_SIZE,
+            HashAlgo::Crc32,
+            32,
+        );
         let learn = b.digest("mac_learn", &[("src_addr", 48), ("port", 16)], "a source address not in l2_smac, and where it came from");
         let d_ttl = b.drop_reason("ttl_expired");
         let d_no_route = b.drop_reason("no_ipv4_route");
@@ -126,6 +155,8 @@ impl Forward {
             l2_smac,
             l2_dmac,
             ipv4_lpm,
+            ipv4_ecmp,
+            ecmp,
             learn,
             a_learn,
             a_l2_forward,
@@ -154,7 +185,12 @@ impl Forward {
             return;
         }
         let dst = [hdr[30], hdr[31], hdr[32], hdr[33]];
-        let r = pass.apply(&self.ipv4_lpm, &dst);
+        let flow = five_tuple(hdr);
+        let mut r = pass.apply(&self.ipv4_lpm, &dst);
+        if !r.hit {
+            let e = pass.apply(&self.ipv4_ecmp, &dst);
+            r = pass.select(&self.ecmp, e, &flow);
+        }
         if r.action != self.a_set_nexthop {
             pass.drop(self.d_no_route);
             return;
@@ -172,6 +208,21 @@ impl Forward {
         hdr[6..12].copy_from_slice(&r.param(2).to_be_bytes()[2..]);
         pass.forward(r.param(0) as u16);
     }
+}
+
+/// What ECMP hashes: source and destination address, protocol, and for an unfragmented TCP
+/// or UDP packet without IP options the two ports (else zeros, so all fragments of a
+/// datagram take one path).
+#[inline]
+fn five_tuple(hdr: &[u8]) -> [u8; 13] {
+    let mut t = [0u8; 13];
+    t[..8].copy_from_slice(&hdr[26..34]);
+    t[8] = hdr[23];
+    let unfragmented = hdr[20] & 0x3F == 0 && hdr[21] == 0; // MF clear, offset 0
+    if (hdr[23] == 6 || hdr[23] == 17) && hdr[14] & 0x0F == 5 && unfragmented && hdr.len() >= 38 {
+        t[9..13].copy_from_slice(&hdr[34..38]);
+    }
+    t
 }
 
 impl Default for Forward {

@@ -23,7 +23,7 @@ use pyo3::types::{PyBytes, PyList, PyTuple};
 
 use pisa::control::{CloneSession, ControlError, ControlOp, ControlReply, Replica, WriteOp};
 use pisa::table::{canonical_bytes, FieldMatch};
-use pisa::{ProgramSet, ResourceReport, Target};
+use pisa::{IndirectRef, ProgramSet, ResourceReport, Target};
 use ports::dataplane::{Dataplane as RsDataplane, DataplaneOptions};
 use ports::spec::{open_ports, OpenOptions, PortSpec};
 use ports::MemoryPeer;
@@ -137,6 +137,9 @@ impl Dataplane {
     }
 }
 
+/// An entry of a table with an action profile: (matches, priority, "member" | "group", id).
+type IndirectEntry<'py> = (Vec<Bound<'py, PyTuple>>, i32, &'static str, u32);
+
 /// A multicast group as Python sees it: `(group, [(port, rid)])`.
 type GroupTuple = (u16, Vec<(u16, u16)>);
 
@@ -152,7 +155,9 @@ impl Dataplane {
     /// `fault=(loss, duplicate, reorder, seed)` wraps every port in a seeded fault injector
     /// (ports::fault) acting on received frames.
     /// `pcap_max_bytes` rotates each port's capture file when it reaches that size.
-    #[pyo3(signature = (programs, ports, pipes=1, pcap_dir=None, queue_capacity=4096, port_rate_bps=None, buf_capacity=2048, batch=64, fault=None, pcap_max_bytes=None))]
+    /// `port_qdisc=True` sends AF_PACKET frames through each interface's qdisc (so `tc netem`
+    /// shaping a link applies to what the switch sends) instead of straight to the driver.
+    #[pyo3(signature = (programs, ports, pipes=1, pcap_dir=None, queue_capacity=4096, port_rate_bps=None, buf_capacity=2048, batch=64, fault=None, pcap_max_bytes=None, port_qdisc=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -166,6 +171,7 @@ impl Dataplane {
         batch: usize,
         fault: Option<(f64, f64, f64, u64)>,
         pcap_max_bytes: Option<u64>,
+        port_qdisc: bool,
     ) -> PyResult<Self> {
         let set = program_set(&programs)?;
         let spec = PortSpec::parse(ports).map_err(value_err)?;
@@ -180,7 +186,14 @@ impl Dataplane {
             }
             None => None,
         };
-        let opts = OpenOptions { buf_capacity, pcap_dir: pcap_dir.map(Into::into), pcap_max_bytes, fault, ..OpenOptions::default() };
+        let opts = OpenOptions {
+            buf_capacity,
+            pcap_dir: pcap_dir.map(Into::into),
+            pcap_max_bytes,
+            fault,
+            qdisc_bypass: !port_qdisc,
+            ..OpenOptions::default()
+        };
         let (ports, peers) = open_ports(&spec, &opts).map_err(value_err)?;
         if pipes == 0 || pipes as usize > ports.len().max(1) {
             return Err(value_err(format!("pipes must be 1..={}", ports.len().max(1))));
@@ -273,11 +286,108 @@ impl Dataplane {
                 .collect()
         };
         let mut out = Vec::new();
-        for e in &entries {
+        // Entries pointing at action profile members or groups: see `table_read_indirect`.
+        for e in entries.iter().filter(|e| IndirectRef::of_stored(e.action, &e.params).is_none()) {
             let ms = state.field_matches(e).iter().map(|m| match_tuple(py, m)).collect::<PyResult<Vec<_>>>()?;
             out.push((ms, e.priority, aid(e.action.0), params(e.action.0, &e.params)));
         }
         Ok((out, (aid(default_action), params(default_action, &default_params))))
+    }
+
+    /// Insert, modify or delete an entry of a table implemented by an action profile,
+    /// pointing at a member or (exactly one of the two) a group.
+    #[pyo3(signature = (op, table_id, matches, priority=0, member_id=None, group_id=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn table_write_indirect(
+        &self,
+        py: Python<'_>,
+        op: &str,
+        table_id: u32,
+        matches: &Bound<'_, PyList>,
+        priority: i32,
+        member_id: Option<u32>,
+        group_id: Option<u32>,
+    ) -> PyResult<()> {
+        let target = match (member_id, group_id) {
+            (Some(m), None) => IndirectRef::Member(m),
+            (None, Some(g)) => IndirectRef::Group(g),
+            _ => return Err(value_err("an indirect entry points at a member or a group (one of the two)")),
+        };
+        let op = ControlOp::TableWriteIndirect { table_id, op: write_op(op)?, matches: parse_matches(matches)?, priority, target };
+        self.control(py, op).map(|_| ())
+    }
+    /// Entries of a table implemented by an action profile: `[(matches, priority, kind, id)]`
+    /// with kind "member" or "group".
+    fn table_read_indirect<'py>(&self, py: Python<'py>, table_id: u32) -> PyResult<Vec<IndirectEntry<'py>>> {
+        let dp = self.dp()?;
+        let set = dp.program_set();
+        let ControlReply::TableEntries { entries, .. } = self.control(py, ControlOp::TableRead { table_id })? else {
+            return Err(value_err("unexpected reply"));
+        };
+        let addr = set.resolve(table_id, pisa::program::id_prefix::TABLE).ok_or_else(|| value_err("table vanished"))?;
+        let state = pisa::table::TableState::new(&set.decl(addr.program as usize).tables[addr.index as usize]);
+        let mut out = Vec::new();
+        for e in &entries {
+            let ms = state.field_matches(e).iter().map(|m| match_tuple(py, m)).collect::<PyResult<Vec<_>>>()?;
+            match IndirectRef::of_stored(e.action, &e.params) {
+                Some(IndirectRef::Member(m)) => out.push((ms, e.priority, "member", m)),
+                Some(IndirectRef::Group(g)) => out.push((ms, e.priority, "group", g)),
+                None => return Err(value_err("a direct entry in a table with an action profile")),
+            }
+        }
+        Ok(out)
+    }
+    /// Insert, modify or delete an action profile member (action id and params as in table_write).
+    #[pyo3(signature = (op, profile_id, member_id, action_id=0, params=Vec::new()))]
+    fn profile_member_write(
+        &self,
+        py: Python<'_>,
+        op: &str,
+        profile_id: u32,
+        member_id: u32,
+        action_id: u32,
+        params: Vec<(u32, Vec<u8>)>,
+    ) -> PyResult<()> {
+        let op = ControlOp::ProfileMemberWrite { profile_id, op: write_op(op)?, member_id, action_id, params };
+        self.control(py, op).map(|_| ())
+    }
+    /// Insert, modify or delete an action selector group of `[(member_id, weight)]`.
+    #[pyo3(signature = (op, profile_id, group_id, members=Vec::new()))]
+    fn profile_group_write(&self, py: Python<'_>, op: &str, profile_id: u32, group_id: u32, members: Vec<(u32, u32)>) -> PyResult<()> {
+        let op = ControlOp::ProfileGroupWrite { profile_id, op: write_op(op)?, group_id, members };
+        self.control(py, op).map(|_| ())
+    }
+    /// An action profile's members `[(member_id, action_id, [(param_id, bytes)])]` and
+    /// groups `[(group_id, [(member_id, weight)])]`.
+    #[allow(clippy::type_complexity)]
+    fn profile_read<'py>(
+        &self,
+        py: Python<'py>,
+        profile_id: u32,
+    ) -> PyResult<(Vec<(u32, u32, Vec<(u32, Bound<'py, PyBytes>)>)>, Vec<(u32, Vec<(u32, u32)>)>)> {
+        let dp = self.dp()?;
+        let set = dp.program_set();
+        let ControlReply::ProfileEntries { members, groups } = self.control(py, ControlOp::ProfileRead { profile_id })? else {
+            return Err(value_err("unexpected reply"));
+        };
+        let addr = set.resolve(profile_id, pisa::program::id_prefix::ACTION_PROFILE).ok_or_else(|| value_err("profile vanished"))?;
+        let decl = set.decl(addr.program as usize);
+        let ids = set.ids(addr.program as usize);
+        let mut out = Vec::new();
+        for (id, a, values) in members {
+            let ad = &decl.actions[a.0 as usize];
+            let ps = ad
+                .params
+                .iter()
+                .zip(&values)
+                .enumerate()
+                .map(|(i, (pd, v))| {
+                    ((i + 1) as u32, PyBytes::new(py, &canonical_bytes(&v.to_be_bytes()[8 - pd.bits.div_ceil(8) as usize..])))
+                })
+                .collect();
+            out.push((id, ids.actions[a.0 as usize], ps));
+        }
+        Ok((out, groups))
     }
 
     /// Cells of a register: `[(index, value)]`, all cells when `index` is None. Values are

@@ -9,6 +9,7 @@ from rich.table import Table
 from inswitch.cliopts import JSON_PATH, Float, option
 from inswitch.output import console_for, note_written, write_json
 from inswitch.tables import show
+from inswitch.topology.fabric.cli import TOPOLOGY as FABRIC_TOPOLOGY
 
 bench_app = typer.Typer(help="Benchmarks; each prints ratios against a baseline measured in the same run.", no_args_is_help=True)
 
@@ -49,6 +50,51 @@ def forward_cmd(
     else:
         t.add_row("veth", r.get("veth_skipped", "skipped"))
     show(console, t)
+    if json_out:
+        write_json(json_out, r, indent=2)
+        note_written(console, json_out)
+
+
+@bench_app.command("fabric", epilog="Examples:\n\n  inswitch bench fabric --json bench/fabric.json\n  inswitch bench fabric -t leaf-spine:2,2,2\n")
+def fabric_cmd(
+    topology: Optional[str] = option(None, "--topology", "-t", type=FABRIC_TOPOLOGY, help="One topology to measure (default: leaf-spine:4,2,4 and fat-tree:4)."),
+    udp_seconds: float = option(3.0, "--udp-seconds", type=Float(0, 60, lo_open=True), help="Seconds per UDP throughput measurement."),
+    json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Write the results as JSON."),
+) -> None:
+    """Fabrics of switch processes: up/down time, switch memory, all-pairs ping, UDP over 3
+    switches against 1 (needs root)."""
+    import os
+
+    from rich.console import Console
+
+    from inswitch.bench import fabric
+
+    if os.geteuid() != 0:
+        Console(stderr=True).print("error: bench fabric needs root (network namespaces, veth pairs)")
+        raise typer.Exit(1)
+    console = console_for(json_out)
+    with console.status("measuring") as st:
+        r = fabric.run((topology.source,) if topology else fabric.DEFAULT_SPECS, udp_s=udp_seconds,
+                       progress=lambda s: st.update(f"measuring: {s}"))
+    t = Table(title="inswitch bench fabric")
+    t.add_column("measurement", no_wrap=True)
+    for spec in r["topologies"]:
+        t.add_column(spec, justify="right", no_wrap=True)
+    rows = [("switches / hosts", lambda m: f"{m['switches']} / {m['hosts']}"),
+            ("up_s", lambda m: f"{m['up_s']:.2f}"),
+            ("down_s", lambda m: f"{m['down_s']:.2f}"),
+            ("switch_rss_mb max / mean", lambda m: f"{m['switch_rss_mb']:.1f} / {m['switch_rss_mb_mean']:.1f}"),
+            ("switch PSS MB mean", lambda m: f"{m['switch_pss_mb_mean']:.1f}"),
+            ("switch RSS anon / file MB mean", lambda m: f"{m['switch_rss_anon_mb_mean']:.1f} / {m['switch_rss_file_mb_mean']:.1f}"),
+            ("pairs_ok / pairs", lambda m: f"{m['pairs_ok']} / {m['pairs']}"),
+            ("all-pairs ping s", lambda m: f"{m['ping_all_pairs_s']:.2f}"),
+            ("UDP Mbit/s 1 switch", lambda m: f"{m['udp_hop1_mbit']:.1f}" if "udp_hop1_mbit" in m else "-"),
+            ("UDP Mbit/s 3 switches", lambda m: f"{m['udp_hop3_mbit']:.1f}" if "udp_hop3_mbit" in m else "-")]
+    for label, fmt in rows:
+        t.add_row(label, *(fmt(m) for m in r["topologies"].values()))
+    console.print(t)
+    if r.get("hop3_over_hop1") is not None:
+        console.print(f"hop3_over_hop1 = {r['hop3_over_hop1']:.3f}")
     if json_out:
         write_json(json_out, r, indent=2)
         note_written(console, json_out)

@@ -333,9 +333,10 @@ class SwitchClient:
                 del te.match[-1]
         return t
 
-    def _action(self, te: p4runtime_pb2.TableEntry, action: str, params: Optional[Mapping[str, Any]]) -> None:
+    def _action(self, te: Any, action: str, params: Optional[Mapping[str, Any]]) -> None:
+        """Fill the action of a table entry (or an action profile member)."""
         a = self.schema.actions.get(action)
-        msg = te.action.action
+        msg = te.action.action if isinstance(te, p4runtime_pb2.TableEntry) else te.action
         msg.action_id = a.id
         for name, value in (params or {}).items():
             p = a.param(name)
@@ -343,19 +344,84 @@ class SwitchClient:
             prm.param_id = p.id
             prm.value = bytestrings.encode(value, p.bitwidth)
 
-    def table_update(self, kind: int, table: str, match: Optional[Mapping[str, Any]], action: Optional[str] = None, params: Optional[Mapping[str, Any]] = None, priority: int = 0) -> p4runtime_pb2.Update:
-        """The Update for a table entry (INSERT/MODIFY/DELETE), for callers building batches."""
+    def table_update(self, kind: int, table: str, match: Optional[Mapping[str, Any]], action: Optional[str] = None, params: Optional[Mapping[str, Any]] = None, priority: int = 0, member: Optional[int] = None, group: Optional[int] = None) -> p4runtime_pb2.Update:
+        """The Update for a table entry (INSERT/MODIFY/DELETE), for callers building batches.
+        An entry of a table with an action profile points at a `member` or a `group` instead
+        of taking an action."""
         u = p4runtime_pb2.Update(type=kind)
         te = u.entity.table_entry
         self._fill_table_entry(te, table, match, priority)
         if action is not None:
             self._action(te, action, params)
+        elif member is not None:
+            te.action.action_profile_member_id = member
+        elif group is not None:
+            te.action.action_profile_group_id = group
         return u
 
-    def insert_entry(self, table: str, match: Mapping[str, Any], action: str, params: Optional[Mapping[str, Any]] = None, priority: int = 0) -> None:
+    def insert_entry(self, table: str, match: Mapping[str, Any], action: Optional[str] = None, params: Optional[Mapping[str, Any]] = None, priority: int = 0, member: Optional[int] = None, group: Optional[int] = None) -> None:
         """Add an entry. Match keys are field names ("hdr.ethernet.dst_addr" or just
-        "dst_addr"); values as described in the module docs; None means don't-care."""
-        self.write([self.table_update(Update.INSERT, table, match, action, params, priority)])
+        "dst_addr"); values as described in the module docs; None means don't-care. In a
+        table with an action profile, give `member` or `group` instead of an action."""
+        self.write([self.table_update(Update.INSERT, table, match, action, params, priority, member, group)])
+
+    # ---- action profiles -------------------------------------------------------------------
+
+    def member_update(self, kind: int, profile: str, member_id: int, action: Optional[str] = None, params: Optional[Mapping[str, Any]] = None) -> p4runtime_pb2.Update:
+        u = p4runtime_pb2.Update(type=kind)
+        m = u.entity.action_profile_member
+        m.action_profile_id = self.schema.action_profiles.get(profile).id
+        m.member_id = member_id
+        if action is not None:
+            self._action(m, action, params)
+        return u
+
+    def group_update(self, kind: int, profile: str, group_id: int, members: Sequence[Union[int, tuple[int, int]]] = ()) -> p4runtime_pb2.Update:
+        u = p4runtime_pb2.Update(type=kind)
+        g = u.entity.action_profile_group
+        prof = self.schema.action_profiles.get(profile)
+        g.action_profile_id, g.group_id = prof.id, group_id
+        for m in members:
+            mid, w = m if isinstance(m, tuple) else (m, 1)
+            x = g.members.add()
+            x.member_id, x.weight = mid, w
+        return u
+
+    def insert_member(self, profile: str, member_id: int, action: str, params: Optional[Mapping[str, Any]] = None) -> None:
+        """Add an action profile member: an action with its data, by id."""
+        self.write([self.member_update(Update.INSERT, profile, member_id, action, params)])
+
+    def delete_member(self, profile: str, member_id: int) -> None:
+        self.write([self.member_update(Update.DELETE, profile, member_id)])
+
+    def insert_group(self, profile: str, group_id: int, members: Sequence[Union[int, tuple[int, int]]]) -> None:
+        """Add an action selector group of member ids (or (member id, weight))."""
+        self.write([self.group_update(Update.INSERT, profile, group_id, members)])
+
+    def modify_group(self, profile: str, group_id: int, members: Sequence[Union[int, tuple[int, int]]]) -> None:
+        self.write([self.group_update(Update.MODIFY, profile, group_id, members)])
+
+    def delete_group(self, profile: str, group_id: int) -> None:
+        self.write([self.group_update(Update.DELETE, profile, group_id)])
+
+    def read_members(self, profile: str) -> dict[int, dict[str, Any]]:
+        """Members of a profile: {member id: {"action": name, "params": {name: int}}}."""
+        ent = p4runtime_pb2.Entity()
+        ent.action_profile_member.action_profile_id = self.schema.action_profiles.get(profile).id
+        out = {}
+        for e in self.read([ent]):
+            m = e.action_profile_member
+            act = self.schema.actions.by_id.get(m.action.action_id)
+            params = {(act.param(p.param_id).name if act else str(p.param_id)): bytestrings.to_int(p.value) for p in m.action.params}
+            out[m.member_id] = {"action": act.alias if act else m.action.action_id, "params": params}
+        return out
+
+    def read_groups(self, profile: str) -> dict[int, list[tuple[int, int]]]:
+        """Groups of a selector: {group id: [(member id, weight)]}."""
+        ent = p4runtime_pb2.Entity()
+        ent.action_profile_group.action_profile_id = self.schema.action_profiles.get(profile).id
+        return {e.action_profile_group.group_id: [(m.member_id, m.weight) for m in e.action_profile_group.members]
+                for e in self.read([ent])}
 
     def modify_entry(self, table: str, match: Mapping[str, Any], action: str, params: Optional[Mapping[str, Any]] = None, priority: int = 0) -> None:
         self.write([self.table_update(Update.MODIFY, table, match, action, params, priority)])
@@ -385,10 +451,15 @@ class SwitchClient:
         for fm in te.match:
             f = t.field_by_id(fm.field_id)
             match[f.name if f else str(fm.field_id)] = _match_value(fm)
-        a = te.action.action
-        act = self.schema.actions.by_id.get(a.action_id)
-        params = {(act.param(p.param_id).name if act else str(p.param_id)): bytestrings.to_int(p.value) for p in a.params}
-        out: dict[str, Any] = {"match": match, "action": act.alias if act else a.action_id, "params": params, "priority": te.priority}
+        kind = te.action.WhichOneof("type")
+        if kind in ("action_profile_member_id", "action_profile_group_id"):
+            ref = "member" if kind == "action_profile_member_id" else "group"
+            out: dict[str, Any] = {"match": match, ref: getattr(te.action, kind), "priority": te.priority}
+        else:
+            a = te.action.action
+            act = self.schema.actions.by_id.get(a.action_id)
+            params = {(act.param(p.param_id).name if act else str(p.param_id)): bytestrings.to_int(p.value) for p in a.params}
+            out = {"match": match, "action": act.alias if act else a.action_id, "params": params, "priority": te.priority}
         if te.controller_metadata or te.metadata:
             out["controller_metadata"], out["metadata"] = te.controller_metadata, bytes(te.metadata)
         return out

@@ -84,6 +84,12 @@ def entry(schema: P4InfoIndex, te: p4runtime_pb2.TableEntry) -> dict[str, Any]:
         match[f.name] = show_match(fm, f) if fm is not None else "*"
     for fid, fm in given.items():
         match[str(fid)] = show_match(fm, None)
+    ref = te.action.WhichOneof("type")
+    if ref in ("action_profile_member_id", "action_profile_group_id"):
+        # An entry of a table with an action profile points at a member or a group.
+        kind = "member" if ref == "action_profile_member_id" else "group"
+        return {"table": t.alias if t else str(te.table_id), "match": match,
+                "action": f"{kind} {getattr(te.action, ref)}", "params": {}, "priority": te.priority}
     a = te.action.action
     act = schema.actions.by_id.get(a.action_id)
     params: dict[str, str] = {}

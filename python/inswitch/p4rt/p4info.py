@@ -73,6 +73,8 @@ def build_p4info(info: ProgramSetInfo) -> p4info_pb2.P4Info:
         return [f'{p["decl"]["name"]}.{o["name"]}' for p in info.programs for o in p["decl"][kind]]
 
     alias = {kind: _aliases(qualified(kind)) for kind in ("tables", "actions", "registers", "digests")}
+    alias["action_profiles"] = _aliases([f'{p["decl"]["name"]}.{o["name"]}' for p in info.programs
+                                         for o in p["decl"].get("action_profiles", [])])
 
     for prog in info.programs:
         decl, ids = prog["decl"], prog["ids"]
@@ -106,6 +108,20 @@ def build_p4info(info: ProgramSetInfo) -> p4info_pb2.P4Info:
                 arg.param_id = j
                 arg.value = bytestrings.from_int(int(v), pdecl["bits"])
             tab.size = t["size"]
+        table_ids = ids["tables"]
+        for ap, apid in zip(decl.get("action_profiles", []), ids.get("action_profiles", [])):
+            prof = p4.action_profiles.add()
+            qn = f"{pname}.{ap['name']}"
+            prof.preamble.id = apid
+            prof.preamble.name = qn
+            prof.preamble.alias = alias["action_profiles"][qn]
+            _doc(prof.preamble, ap.get("doc", ""))
+            prof.table_ids.extend(table_ids[t] for t in ap["tables"])
+            prof.with_selector = ap["max_group_size"] > 0
+            prof.size = ap["size"]
+            prof.max_group_size = ap["max_group_size"]
+            for t in ap["tables"]:
+                next(tab for tab in p4.tables if tab.preamble.id == table_ids[t]).implementation_id = apid
         for a, aid in zip(decl["actions"], action_ids):
             act = p4.actions.add()
             qn = f"{pname}.{a['name']}"

@@ -64,6 +64,8 @@ class TableInfo:
     actions: dict[int, int]  # action id -> ActionRef scope
     const_default_action_id: int
     size: int
+    #: The action profile implementing the table (0: none, entries take actions directly).
+    implementation_id: int = 0
 
     @property
     def needs_priority(self) -> bool:
@@ -84,6 +86,17 @@ class TableInfo:
         if len(short) == 1:
             return short[0]
         raise KeyError(f"table {self.alias} has no match field {key!r} (has: {', '.join(f.name for f in self.fields) or 'none'})")
+
+
+@dataclass(frozen=True)
+class ActionProfileInfo:
+    id: int
+    name: str
+    alias: str
+    table_ids: tuple[int, ...]
+    with_selector: bool
+    size: int
+    max_group_size: int
 
 
 @dataclass(frozen=True)
@@ -138,7 +151,7 @@ class DigestInfo:
     fields: tuple[tuple[str, int], ...]  # (name, bitwidth) of each struct member, in order
 
 
-T = TypeVar("T", TableInfo, ActionInfo, RegisterInfo, DigestInfo)
+T = TypeVar("T", TableInfo, ActionInfo, RegisterInfo, DigestInfo, ActionProfileInfo)
 
 
 @dataclass
@@ -196,7 +209,11 @@ class P4InfoIndex:
             self.actions.add(ActionInfo(a.preamble.id, a.preamble.name, a.preamble.alias or a.preamble.name, tuple(ParamInfo(p.id, p.name, p.bitwidth) for p in a.params)))
         for t in p4.tables:
             fields = tuple(FieldInfo(f.id, f.name, f.bitwidth, MATCH_KIND.get(f.match_type, "other")) for f in t.match_fields)
-            self.tables.add(TableInfo(t.preamble.id, t.preamble.name, t.preamble.alias or t.preamble.name, fields, {r.id: r.scope for r in t.action_refs}, t.const_default_action_id, t.size))
+            self.tables.add(TableInfo(t.preamble.id, t.preamble.name, t.preamble.alias or t.preamble.name, fields, {r.id: r.scope for r in t.action_refs}, t.const_default_action_id, t.size, t.implementation_id))
+        self.action_profiles: _Kind[ActionProfileInfo] = _Kind("action profile")
+        for ap in p4.action_profiles:
+            self.action_profiles.add(ActionProfileInfo(ap.preamble.id, ap.preamble.name, ap.preamble.alias or ap.preamble.name,
+                                                       tuple(ap.table_ids), ap.with_selector, ap.size, ap.max_group_size))
         for r in p4.registers:
             self.registers.add(RegisterInfo(r.preamble.id, r.preamble.name, r.preamble.alias or r.preamble.name, _bitwidth(r.type_spec), r.size, cell_fields(r.preamble.annotations), r.preamble.doc.brief))
         for d in p4.digests:

@@ -168,6 +168,10 @@ class Device:
             self._write_pre(u.type, e.packet_replication_engine_entry)
         elif kind == "digest_entry":
             self._write_digest(u.type, e.digest_entry)
+        elif kind == "action_profile_member" and e.action_profile_member.action_profile_id in self.pipeline.index.action_profiles:
+            self._write_member(u.type, e.action_profile_member)
+        elif kind == "action_profile_group" and e.action_profile_group.action_profile_id in self.pipeline.index.action_profiles:
+            self._write_group(u.type, e.action_profile_group)
         elif kind is None:
             raise invalid("the update has no entity")
         else:
@@ -240,7 +244,9 @@ class Device:
         kind = ta.WhichOneof("type")
         if kind != "action":
             raise invalid(f"table {t.name} is a direct table: its entries take an action, not {kind or 'nothing'}")
-        a = ta.action
+        return self._check_action(t, ta.action, default)
+
+    def _check_action(self, t: TableInfo, a: p4runtime_pb2.Action, default: bool) -> tuple[int, list[tuple[int, bytes]]]:
         index = self.pipeline.index
         if a.action_id not in t.actions:
             if a.action_id in index.actions:
@@ -295,11 +301,16 @@ class Device:
         if not t.needs_priority and te.priority != 0:
             raise invalid(f"table {t.name} has only exact/LPM fields: entries take no priority")
         key: EntryKey = (t.id, matches, te.priority)
-        if op == Update.DELETE:
+        if t.implementation_id:
+            self._write_indirect(op, t, te, matches)
+        elif op == Update.DELETE:
             self.call(self.dp.table_write, "delete", t.id, list(matches), te.priority, 0, [])
+        if op == Update.DELETE:
             self.entry_meta.pop(key, None)
             return
-        if op == Update.INSERT:
+        if t.implementation_id:
+            pass
+        elif op == Update.INSERT:
             if not te.HasField("action"):
                 raise invalid("an INSERT needs an action")
             aid, params = self._action(t, te.action, default=False)
@@ -314,6 +325,61 @@ class Device:
             self.entry_meta[key] = meta
         else:
             self.entry_meta.pop(key, None)
+
+    def _write_indirect(self, op: int, t: TableInfo, te: p4runtime_pb2.TableEntry, matches: tuple[DpMatch, ...]) -> None:
+        """An entry of a table implemented by an action profile: it points at a member or a
+        group (the data plane checks that it exists)."""
+        prof = self.pipeline.index.action_profiles.by_id[t.implementation_id]
+        if op == Update.DELETE:
+            self.call(self.dp.table_write_indirect, "delete", t.id, list(matches), te.priority, 0, None)
+            return
+        kind = te.action.WhichOneof("type") if te.HasField("action") else None
+        if kind is None and op == Update.MODIFY:
+            if not any(self._entry_key(t, m, p) == (t.id, matches, te.priority) for m, p, _, _ in self.call(self.dp.table_read_indirect, t.id)):
+                raise not_found(f"table {t.name}: no such entry")
+            return
+        if kind == "action_profile_member_id":
+            ref = {"member_id": te.action.action_profile_member_id}
+        elif kind == "action_profile_group_id":
+            if not prof.with_selector:
+                raise invalid(f"action profile {prof.name} has no selector: entries of {t.name} point at members")
+            ref = {"group_id": te.action.action_profile_group_id}
+        else:
+            raise invalid(f"table {t.name} is implemented by action profile {prof.name}: its entries point at a "
+                          f"member or a group, not {kind or 'nothing'}")
+        self.call(lambda: self.dp.table_write_indirect("insert" if op == Update.INSERT else "modify", t.id,
+                                                       list(matches), te.priority, **ref))
+
+    def _profile(self, pid: int) -> Any:
+        p = self.pipeline.index.action_profiles.by_id.get(pid)
+        if p is None:
+            raise not_found(f"no action profile with id 0x{pid:08x}")
+        return p
+
+    def _write_member(self, op: int, m: p4runtime_pb2.ActionProfileMember) -> None:
+        prof = self._profile(m.action_profile_id)
+        if op == Update.DELETE:
+            self.call(self.dp.profile_member_write, "delete", prof.id, m.member_id)
+            return
+        if not m.HasField("action"):
+            raise invalid(f"member {m.member_id} of {prof.name} needs an action")
+        t = self._table(prof.table_ids[0])
+        aid, params = self._check_action(t, m.action, default=False)
+        self.call(self.dp.profile_member_write, _OP_NAMES[op], prof.id, m.member_id, aid, params)
+
+    def _write_group(self, op: int, g: p4runtime_pb2.ActionProfileGroup) -> None:
+        prof = self._profile(g.action_profile_id)
+        if not prof.with_selector:
+            raise invalid(f"action profile {prof.name} has no selector, hence no groups")
+        if op == Update.DELETE:
+            self.call(self.dp.profile_group_write, "delete", prof.id, g.group_id, [])
+            return
+        if g.max_size and g.max_size > prof.max_group_size:
+            raise P4RTError(grpc.StatusCode.RESOURCE_EXHAUSTED, f"group max_size {g.max_size} exceeds {prof.name}'s {prof.max_group_size}")
+        if g.max_size and len(g.members) > g.max_size:
+            raise P4RTError(grpc.StatusCode.RESOURCE_EXHAUSTED, f"group {g.group_id} has {len(g.members)} members, over its max_size {g.max_size}")
+        members = [(m.member_id, m.weight or 1) for m in g.members]
+        self.call(self.dp.profile_group_write, _OP_NAMES[op], prof.id, g.group_id, members)
 
     @staticmethod
     def _entry_key(t: TableInfo, matches: Sequence[DpMatch], priority: int) -> EntryKey:
@@ -473,6 +539,10 @@ class Device:
             yield from self._read_pre(ent.packet_replication_engine_entry)
         elif kind == "digest_entry":
             yield from self._read_digest(ent.digest_entry)
+        elif kind in ("action_profile_member", "action_profile_group") and (
+                getattr(ent, kind).action_profile_id in self.pipeline.index.action_profiles or
+                (not getattr(ent, kind).action_profile_id and len(self.pipeline.index.action_profiles.by_id))):
+            yield from self._read_profile(kind, getattr(ent, kind))
         elif kind is None:
             raise invalid("a read request must set an entity")
         else:
@@ -497,6 +567,8 @@ class Device:
         want_action = te.action.action.action_id if te.action.WhichOneof("type") == "action" else 0
         for t in tables:
             entries, (daid, dparams) = self.call(self.dp.table_read, t.id)
+            if t.implementation_id and not te.is_default_action:
+                entries = [(m, p, 0, [(kind, ref)]) for m, p, kind, ref in self.call(self.dp.table_read_indirect, t.id)]
             if te.is_default_action:
                 ent = p4runtime_pb2.Entity()
                 e = ent.table_entry
@@ -538,8 +610,43 @@ class Device:
                 self._fill_meta(e, meta)
                 yield ent
 
+    def _read_profile(self, kind: str, want: Any) -> Iterator[p4runtime_pb2.Entity]:
+        profs = [self._profile(want.action_profile_id)] if want.action_profile_id else list(self.pipeline.index.action_profiles)
+        for prof in profs:
+            members, groups = self.call(self.dp.profile_read, prof.id)
+            if kind == "action_profile_member":
+                for mid, aid, params in members:
+                    if want.member_id and mid != want.member_id:
+                        continue
+                    ent = p4runtime_pb2.Entity()
+                    m = ent.action_profile_member
+                    m.action_profile_id, m.member_id = prof.id, mid
+                    m.action.action_id = aid
+                    for pid, value in params:
+                        p = m.action.params.add()
+                        p.param_id, p.value = pid, value
+                    yield ent
+            else:
+                for gid, gm in groups:
+                    if want.group_id and gid != want.group_id:
+                        continue
+                    ent = p4runtime_pb2.Entity()
+                    g = ent.action_profile_group
+                    g.action_profile_id, g.group_id, g.max_size = prof.id, gid, prof.max_group_size
+                    for mid, w in gm:
+                        x = g.members.add()
+                        x.member_id, x.weight = mid, w
+                    yield ent
+
     @staticmethod
-    def _fill_action(e: p4runtime_pb2.TableEntry, aid: int, params: Sequence[tuple[int, bytes]]) -> None:
+    def _fill_action(e: p4runtime_pb2.TableEntry, aid: int, params: Sequence[tuple[int, Any]]) -> None:
+        if params and params[0][0] in ("member", "group"):
+            kind, ref = params[0]
+            if kind == "member":
+                e.action.action_profile_member_id = ref
+            else:
+                e.action.action_profile_group_id = ref
+            return
         a = e.action.action
         a.action_id = aid
         for pid, value in params:

@@ -54,12 +54,14 @@ def sigint_deferred() -> Iterator[None]:
 
 
 @contextmanager
-def connect(address: str, read_only: bool = False, wait_s: float = 5.0) -> Iterator[Any]:
-    """A SwitchClient on `address`, closed on exit. Writers arbitrate as primary with election
-    id (0, 1); readers (`status`) take a backup session so they work whoever is primary."""
+def connect(address: str, read_only: bool = False, wait_s: float = 5.0, device_id: int = 1,
+            election_id: tuple[int, int] = (0, 1)) -> Iterator[Any]:
+    """A SwitchClient on `address`, closed on exit. Writers arbitrate as primary with
+    `election_id`; readers (`status`) take a backup session so they work whoever is primary."""
     cls = _client_class()
     try:
-        client = cls(address, device_id=1, election_id=(0, 1), timeout=wait_s, require_primary=not read_only)
+        client = cls(address, device_id=device_id, election_id=election_id, timeout=wait_s,
+                     require_primary=not read_only)
     except ConnectionError as e:
         raise RackError(f"cannot use the switch's P4Runtime server at {address}: {e}") from e
     try:
@@ -81,11 +83,11 @@ def program_forwarding(address: str, hosts: list[Host], num_ports: int) -> None:
             raise RackError(f"programming the switch through P4Runtime ({address}) failed: {e}") from e
 
 
-def read_port_counters(address: str, ports: list[int]) -> dict[int, dict[str, int]]:
+def read_port_counters(address: str, ports: list[int], device_id: int = 1) -> dict[int, dict[str, int]]:
     """Per-port `{rx_packets, rx_bytes, tx_packets, tx_bytes}` from the forward program's
     counter registers, split into packets and bytes by the fields the P4Info declares."""
     out: dict[int, dict[str, int]] = {p: {} for p in ports}
-    with sigint_deferred(), connect(address, read_only=True) as c:
+    with sigint_deferred(), connect(address, read_only=True, device_id=device_id) as c:
         for reg in COUNTER_REGISTERS:
             try:
                 cells = {cell["index"]: cell for cell in c.register_cells(reg)["cells"]}

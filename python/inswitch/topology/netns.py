@@ -194,9 +194,7 @@ def create_veth_host(h: VethHost) -> None:
     flood), and the host interface gets its MAC before it is up for the same reason."""
     ip("netns", "add", h.netns)
     ip("link", "add", h.switch_if, "type", "veth", "peer", "name", h.ifname, "netns", h.netns)
-    write_sysctl_root(f"net.ipv6.conf.{h.switch_if}.disable_ipv6", "1")
-    offloads_off(h.switch_if)
-    ip("link", "set", "dev", h.switch_if, "mtu", str(h.mtu), "promisc", "on", "up")
+    switch_port_up(h.switch_if, h.mtu)
     sysctl_netns(h.netns, {"net.ipv6.conf.all.disable_ipv6": "1",
                            "net.ipv6.conf.default.disable_ipv6": "1"})
     offloads_off(h.ifname, netns=h.netns, required=REQUIRED_NS_OFFLOADS)
@@ -204,6 +202,61 @@ def create_veth_host(h: VethHost) -> None:
     ip("addr", "add", f"{h.ip}/{h.prefix_len}", "dev", h.ifname, netns=h.netns)
     ip("link", "set", "dev", h.ifname, "up", netns=h.netns)
     ip("link", "set", "dev", "lo", "up", netns=h.netns)
+
+
+def switch_port_up(dev: str, mtu: int = 1500) -> None:
+    """Ready a root-namespace interface to be a switch port: no IPv6 (so it never sends router
+    solicitations or DAD probes, noise the switch would count and flood; disabled before it
+    goes up), no offloads, promiscuous, up."""
+    write_sysctl_root(f"net.ipv6.conf.{dev}.disable_ipv6", "1")
+    offloads_off(dev)
+    ip("link", "set", "dev", dev, "mtu", str(mtu), "promisc", "on", "up")
+
+
+def create_switch_link(a: str, b: str, mtu: int = 1500) -> None:
+    """A veth pair between two switch ports, both ends in the root namespace (each opened by
+    its switch over AF_PACKET, like a host link's switch end)."""
+    ip("link", "add", a, "type", "veth", "peer", "name", b)
+    switch_port_up(a, mtu)
+    switch_port_up(b, mtu)
+
+
+def shape(dev: str, delay_ms: float | None = None, jitter_ms: float | None = None,
+          rate_mbit: float | None = None, loss_pct: float | None = None, netns: str | None = None) -> list[str]:
+    """Shape what `dev` sends with the kernel's qdiscs: `netem` for delay, jitter and loss
+    (and the rate with them, netem's own `rate`), `tbf` for a rate alone (it needs no
+    sch_netem, which some kernels lack). Returns the tc arguments used (empty: nothing)."""
+    args: list[str] = []
+    if delay_ms is not None:
+        args += ["delay", f"{delay_ms:g}ms"] + ([f"{jitter_ms:g}ms"] if jitter_ms else [])
+    if loss_pct is not None:
+        args += ["loss", f"{loss_pct:g}%"]
+    if args:
+        args = ["netem", *args] + (["rate", f"{rate_mbit:g}mbit"] if rate_mbit is not None else [])
+    elif rate_mbit is not None:
+        # Burst: 10 ms at the rate, at least two full frames; queue up to 50 ms.
+        burst = max(int(rate_mbit * 1e6 / 8 / 100), 3028)
+        args = ["tbf", "rate", f"{rate_mbit:g}mbit", "burst", str(burst), "latency", "50ms"]
+    if args:
+        run(["tc"] + (["-n", netns] if netns else []) + ["qdisc", "replace", "dev", dev, "root", *args])
+    return args
+
+
+def qdisc_available(kind: str, probe_netns: str) -> bool:
+    """Whether this kernel has qdisc `kind` (e.g. netem, absent without CONFIG_NET_SCH_NETEM),
+    tried on the loopback of a throwaway namespace `probe_netns`."""
+    ip("netns", "add", probe_netns)
+    try:
+        cp = run(["tc", "-n", probe_netns, "qdisc", "add", "dev", "lo", "root", kind], check=False)
+        return cp.returncode == 0
+    finally:
+        ip("netns", "del", probe_netns, check=False)
+
+
+def qdisc_of(dev: str, netns: str | None = None) -> str:
+    """The root qdisc line of `dev` as `tc qdisc show` prints it (for status)."""
+    cp = run(["tc"] + (["-n", netns] if netns else []) + ["qdisc", "show", "dev", dev, "root"], check=False)
+    return cp.stdout.strip().splitlines()[0] if cp.stdout.strip() else ""
 
 
 def write_hosts_file(netns: str, entries: list[tuple[str, list[str]]]) -> Path:

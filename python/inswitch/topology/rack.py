@@ -18,16 +18,16 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
 import socket
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Literal
 
-from inswitch.topology import control, netns, switchproc, tunnel
-from inswitch.topology.errors import CommandError, RackError
+from inswitch.topology import control, netns, switchproc, teardown, tunnel
+from inswitch.topology.errors import RackError
+from inswitch.topology.teardown import DownReport
 from inswitch.topology.state import (
     Host, Mode, RackState, SwitchInfo, check_name, load_state, plan_hosts, state_dir)
 
@@ -86,14 +86,6 @@ def ready_marker(name: str) -> str:
     """The switch's ready-file path: unique to the rack and on the switch's command line, so it
     identifies the rack's switch process even without a state file."""
     return str(state_dir(name) / "ready.json")
-
-
-@dataclass
-class DownReport:
-    name: str
-    found: bool
-    stopped: list[int] = field(default_factory=list)
-    removed: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -223,42 +215,17 @@ class Rack:
         Works from names alone, so it also cleans up after a crashed switch, a lost state file
         or an interrupted `up`. Idempotent: `found` says whether there was anything."""
         check_name(name)
-        rep = DownReport(name=name, found=False)
+        teardown.check_kind(name, "rack")
         try:
             st = load_state(name)
         except RackError:
             st = None  # unreadable: fall back to names
-        marker = ready_marker(name)
-        pids = set(switchproc.find_by_marker(marker))
-        if st and st.switch.pid:
-            pids.add(st.switch.pid)
+        known = [st.switch.pid] if st and st.switch.pid else []
         if st and st.extra.get("supervisor_pid"):
-            pids.add(int(st.extra["supervisor_pid"]))
-        # The supervisor first: it would restart a switch stopped before it. Stopping it
-        # stops its switch too; both count as stopped.
-        alive = [p for p in pids if switchproc.is_alive(p, marker)]
-        for pid in sorted(alive, key=lambda p: (not switchproc.is_supervisor(p), p)):
-            switchproc.stop(pid, marker, self.stop_timeout)
-        rep.stopped += sorted(p for p in alive if not switchproc.is_alive(p, marker))
-        rep.removed += self._remove_netns(name)
-        sdir = state_dir(name)
-        if sdir.exists():
-            shutil.rmtree(sdir)
-            rep.removed.append(str(sdir))
-        rep.found = bool(st or rep.stopped or rep.removed)
+            known.append(int(st.extra["supervisor_pid"]))
+        rep = teardown.teardown(name, ready_marker(name), known, "rack", self.stop_timeout)
+        rep.found = rep.found or st is not None
         return rep
-
-    def _remove_netns(self, name: str) -> list[str]:
-        prefix = f"{name}-"
-        try:
-            left = netns.leftovers(prefix)
-        except CommandError:
-            return []  # no `ip` here: this machine never had a netns rack
-        if not left:
-            return []
-        if not is_root():
-            raise RackError(f"removing {', '.join(left[:5])} needs root; run `sudo inswitch rack down --name {name}`")
-        return netns.delete_by_prefix(prefix)
 
     # ----- status, exec, ping ---------------------------------------------------------
 

@@ -1,0 +1,209 @@
+"""`inswitch fabric ...`: bring a fabric of switches up from a topology (generator or
+containerlab file), look at it, run commands in its hosts, take it down, export a topology.
+Failures print one line (no traceback): exit 2 for bad options or topologies, 1 otherwise."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, List, Optional
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text as RichText
+
+from inswitch.cliopts import JSON_PATH, OUT_FILE, Text, argument, option
+from inswitch.output import is_stdout, note_written, write_json
+from inswitch.topology.errors import RackError
+from inswitch.topology.fabric.fabric import DEFAULT_NAME, Fabric, FabricStatus, status_json
+from inswitch.topology.fabric.generators import load_spec
+from inswitch.topology.fabric.model import LinkProps, Topology, parse_link_props
+from inswitch.topology.fabric.plan import MAX_FABRIC_NAME
+from inswitch.topology.state import check_name
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _topology(text: str) -> Topology:
+    try:
+        return load_spec(text)
+    except RackError as e:
+        raise ValueError(str(e)) from None
+
+
+def _name(text: str) -> str:
+    if not re.fullmatch(rf"[a-z][a-z0-9_]{{0,{MAX_FABRIC_NAME - 1}}}", text):
+        raise ValueError(f"1-{MAX_FABRIC_NAME} characters a-z, 0-9, _ starting with a letter")
+    return check_name(text)
+
+
+def _bad_node() -> str:
+    raise ValueError("a node name is letters, digits and _, starting with a letter")
+
+
+def _link_default(text: str) -> LinkProps:
+    vals: dict[str, str] = {}
+    for part in text.split(","):
+        k, sep, v = part.strip().partition("=")
+        if not sep or k not in ("delay", "jitter", "rate", "loss") or k in vals:
+            raise ValueError("expected delay=T,jitter=T,rate=R,loss=P (each at most once)")
+        vals[k] = v
+    try:
+        return parse_link_props(vals, "")
+    except RackError as e:
+        raise ValueError(str(e)) from None
+
+
+TOPOLOGY = Text("leaf-spine:LEAVES,SPINES,HOSTS_PER_LEAF, fat-tree:K or a topology file", check=_topology,
+                bad=("ring:3", "leaf-spine:1,1", "fat-tree:3", "/nonexistent.yml"))
+NAME = Text(f"a fabric name (at most {MAX_FABRIC_NAME} characters a-z, 0-9, _; it prefixes interface names)", check=_name, bad=("Bad-Name", "x" * 20))
+NODE = Text("a host of the fabric, e.g. h1", check=lambda t: t if re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,23}", t) else _bad_node(),
+            bad=("-x", "h 1", "1h"))
+LINK_DEFAULT = Text("delay=T,jitter=T,rate=R,loss=P, e.g. delay=1ms,rate=100mbit", check=_link_default,
+                    bad=("delay", "speed=1", "delay=soon", "loss=200%"))
+
+
+def _fail(e: BaseException, code: int = 1) -> typer.Exit:
+    err_console.print(RichText("error: ", style="red") + RichText(str(e)), soft_wrap=True, highlight=False)
+    for note in getattr(e, "__notes__", []):
+        err_console.print(f"  {note}", soft_wrap=True, highlight=False, markup=False)
+    return typer.Exit(code)
+
+
+def _render(s: FabricStatus) -> None:
+    st = s.state
+    alive = sum(sw.alive for sw in s.switches)
+    console.print(f"fabric [bold]{st.name}[/bold]: {len(s.switches)} switches ({alive} alive), {len(st.hosts)} hosts, "
+                  f"{len(st.links)} links" + (f"; up in {st.timings['up_s']:.2f} s" if "up_s" in st.timings else ""))
+    t = Table(title="Switch ports", box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1))
+    for col in ("switch", "pid", "P4Runtime (device)", "port", "interface", "rx pkts", "rx bytes", "tx pkts", "tx bytes"):
+        t.add_column(col, no_wrap=True, justify="right" if col.startswith(("rx", "tx", "pid")) else "left")
+    for sw, run in zip(s.switches, st.switches):
+        label = sw.name if sw.alive else f"[red]{sw.name} (not running)[/red]"
+        for p, (pname, ifname) in enumerate(zip(run.plan.port_names, run.plan.ifaces)):
+            c = (sw.counters or {}).get(p, {})
+            t.add_row(label if p == 0 else "", str(sw.pid) if p == 0 else "", f"{sw.p4runtime} ({sw.device_id})" if p == 0 else "",
+                      f"{pname} = {p}", ifname, *(str(c[k]) if k in c else "-" for k in ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes")))
+    console.print(t)
+    pt = Table(title="Programs", box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1))
+    for col in ("switch", "program", "ingress passes", "egress passes", "drops (by reason)"):
+        pt.add_column(col, no_wrap=col != "drops (by reason)", justify="right" if "passes" in col else "left")
+    for sw in s.switches:
+        for prog, c in sw.programs.items():
+            drops = ", ".join(f"{r} {n}" for r, n in sorted(c["drops"].items())) or "-"
+            pt.add_row(sw.name, prog, str(c["ingress_passes"]), str(c["egress_passes"]), drops)
+    if pt.row_count:
+        console.print(pt)
+    h = Table(title="Hosts", box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1))
+    for col in ("host", "ip", "mac", "gateway", "switch:port", "namespace"):
+        h.add_column(col, no_wrap=True)
+    for hp in st.hosts:
+        name = hp.name if s.host_present.get(hp.name) else f"[red]{hp.name} (missing)[/red]"
+        h.add_row(name, f"{hp.ip}/{hp.prefix_len}", hp.mac, hp.gateway, f"{hp.switch}:{hp.port}", hp.netns)
+    console.print(h)
+    shaped = [ln for ln in st.links if not ln.props.is_empty()]
+    if shaped:
+        lt = Table(title="Shaped links (tc on each end)", box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1))
+        for col in ("link", "properties", "qdiscs"):
+            lt.add_column(col, no_wrap=col != "qdiscs")
+        for ln in shaped:
+            q = "; ".join(f"{k}: {v}" for k, v in s.qdiscs.items() if k in (ln.a_if, ln.b_if, f"{ln.a_netns}:{ln.a_if}", f"{ln.b_netns}:{ln.b_if}"))
+            lt.add_row(ln.endpoints, ln.props.describe(), q)
+        console.print(lt)
+    for sw in s.switches:
+        if sw.error:
+            console.print(f"[yellow]{sw.name}:[/yellow] {sw.error}", soft_wrap=True, highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    fab = typer.Typer(name="fabric", help="Many switches, each its own process, with hosts and links between them.",
+                      no_args_is_help=True)
+    app.add_typer(fab, name="fabric")
+
+    @fab.command("up", epilog="Examples:\n\n  inswitch fabric up --topology leaf-spine:2,2,2 --name fab\n\n  inswitch fabric up --topology fat-tree:4 --name ft --link-default rate=100mbit\n")
+    def up_cmd(
+        topology: Any = option(..., "--topology", "-t", type=TOPOLOGY, help="The topology."),
+        name: Any = option(DEFAULT_NAME, "--name", "-n", type=NAME, help="Fabric name."),
+        link_default: Any = option(None, "--link-default", type=LINK_DEFAULT,
+                                   help="Link properties for every link that does not set its own."),
+    ) -> None:
+        """Create hosts and links, start one switch process per switch, program the routing."""
+        topo: Topology = topology
+        try:
+            st = Fabric().up(topo, name=name, link_default=link_default or LinkProps())
+        except KeyboardInterrupt:
+            err_console.print("interrupted; everything `up` had made was removed")
+            raise typer.Exit(130)
+        except RackError as e:
+            raise _fail(e)
+        console.print(f"[green]fabric {st.name} is up[/green] in {st.timings['up_s']:.2f} s: {len(st.switches)} switches, "
+                      f"{len(st.hosts)} hosts, {len(st.links)} links")
+        for sw in st.switches:
+            console.print(f"  {sw.plan.name:<8} pid {sw.pid}  P4Runtime {sw.p4runtime} (device {sw.plan.device_id})  "
+                          f"ports {','.join(sw.plan.ifaces)}", highlight=False, soft_wrap=True)
+        h0, h1 = st.hosts[0], st.hosts[-1]
+        console.print(f"try: inswitch fabric exec --name {st.name} {h0.name} -- ping -c1 {h1.ip}")
+
+    @fab.command("down", epilog="Examples:\n\n  inswitch fabric down --name fab\n")
+    def down_cmd(name: Any = option(DEFAULT_NAME, "--name", "-n", type=NAME, help="Fabric name.")) -> None:
+        """Stop every switch and remove the namespaces, links and state (also after a crash)."""
+        try:
+            rep = Fabric().down(name)
+        except RackError as e:
+            raise _fail(e)
+        if not rep.found:
+            console.print(f"no fabric named {name!r}; nothing to do")
+            return
+        console.print(f"[green]fabric {name} is down[/green]: stopped {len(rep.stopped)} switch processes; "
+                      f"removed {len(rep.removed)} objects")
+
+    @fab.command("status", epilog="Examples:\n\n  inswitch fabric status --name fab\n\n  inswitch fabric status --name fab --json - | jq .switches\n")
+    def status_cmd(name: Any = option(DEFAULT_NAME, "--name", "-n", type=NAME, help="Fabric name."),
+                   json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Write the status as JSON (- prints it instead of the tables).")) -> None:
+        """Switches (alive, P4Runtime, per-port and per-program counters), hosts and link shaping."""
+        try:
+            s = Fabric().status(name)
+        except RackError as e:
+            raise _fail(e)
+        if json_out:
+            write_json(json_out, status_json(s))
+        if not is_stdout(json_out):
+            _render(s)
+            note_written(console, json_out)
+        if not all(sw.alive for sw in s.switches):
+            raise typer.Exit(1)
+
+    @fab.command("exec", epilog="Examples:\n\n  inswitch fabric exec --name fab h1 -- ping -c1 10.0.2.1\n")
+    def exec_cmd(
+        host: str = argument(..., type=NODE, help="A host of the fabric (h1)."),
+        command: List[str] = argument(..., type=Text("a command word"), help="The command and its arguments, after `--`."),
+        name: Any = option(DEFAULT_NAME, "--name", "-n", type=NAME, help="Fabric name."),
+    ) -> None:
+        """Run a command in a host's namespace; exits with the command's exit code."""
+        if command[:1] == ["--"]:
+            command = command[1:]
+        try:
+            cp = Fabric().exec(host, command, name=name)
+        except RackError as e:
+            raise _fail(e)
+        raise typer.Exit(cp.returncode)
+
+    @fab.command("export", epilog="Examples:\n\n  inswitch fabric export --topology fat-tree:4 --out ft.clab.yml\n")
+    def export_cmd(
+        topology: Any = option(..., "--topology", "-t", type=TOPOLOGY, help="The topology."),
+        out: Optional[str] = option(None, "--out", "-o", type=OUT_FILE, help="Write here instead of printing."),
+    ) -> None:
+        """Write a topology (e.g. a generator's) as a containerlab topology file."""
+        text = topology.to_yaml()
+        if out:
+            try:
+                Path(out).write_text(text)
+            except OSError as e:
+                raise _fail(e)
+            err_console.print(f"wrote {out} ({len(topology.switches)} switches, {len(topology.hosts)} hosts, "
+                              f"{len(topology.links)} links)", highlight=False)
+        else:
+            typer.echo(text, nl=False)

@@ -1,0 +1,314 @@
+"""Fabrics as real processes: every switch its own `inswitch switch`, hosts in namespaces,
+veth links, one controller. Checked against references computed here without the switches:
+every pair of hosts reaches every other with the TTL the hop count predicts, the ECMP spine
+of every flow is the one a CRC-32 of its 5-tuple picks (zlib's), a shaped link delays by
+what the topology says, and `fabric down` leaves nothing after a `kill -9`.
+
+Needs root. Each fabric is taken down at the end of its test whatever happened.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import textwrap
+import time
+import zlib
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from inswitch.topology import netns, switchproc
+from inswitch.topology.fabric.fabric import Fabric, FabricState, marker
+from inswitch.topology.fabric.generators import load_spec
+from inswitch.topology.state import process_tag, state_dir
+
+pytestmark = [pytest.mark.netns,
+              pytest.mark.skipif(os.geteuid() != 0, reason="needs root: namespaces, veth pairs, AF_PACKET")]
+
+
+@pytest.fixture
+def fabric() -> Iterator[tuple[Fabric, list[str]]]:
+    """A Fabric and a list the test appends fabric names to; all are taken down and checked
+    gone afterwards."""
+    fab, made = Fabric(), []
+    yield fab, made
+    problems = []
+    for name in made:
+        try:
+            fab.down(name)
+            left = netns.leftovers(f"{name}-") + switchproc.find_by_marker(marker(name))
+            if left:
+                problems.append(f"{name}: {left}")
+        except Exception as e:
+            problems.append(f"{name}: {e}")
+    assert not problems, problems
+
+
+def _name(suffix: str) -> str:
+    """A fabric name of this test process (at most 6 characters: it prefixes interfaces)."""
+    return f"f{process_tag()[-3:]}{suffix}"
+
+
+def _ping(st: FabricState, src: str, dst_ip: str) -> tuple[bool, int | None]:
+    h = st.host(src)
+    cp = subprocess.run(netns.netns_argv(h.netns, ["ping", "-n", "-c", "1", "-W", "3", dst_ip]),
+                        capture_output=True, text=True, timeout=20)
+    ttl = None
+    for line in cp.stdout.splitlines():
+        if "ttl=" in line:
+            ttl = int(line.split("ttl=", 1)[1].split()[0])
+    return cp.returncode == 0, ttl
+
+
+def _routers_between(topo, a: str, b: str) -> int:
+    """Switches a packet from host a to host b crosses that route it (L3 hops), from the
+    raw links: 0 on one leaf (L2), else the switch-path length + 1."""
+    leaf = {}
+    adj: dict[str, set[str]] = {}
+    for ln in topo.links:
+        for x, y in ((ln.a.node, ln.b.node), (ln.b.node, ln.a.node)):
+            if topo.nodes[x].is_switch and topo.nodes[y].is_switch:
+                adj.setdefault(x, set()).add(y)
+            elif not topo.nodes[x].is_switch:
+                leaf[x] = y
+    if leaf[a] == leaf[b]:
+        return 0
+    dist, todo = {leaf[a]: 0}, [leaf[a]]
+    while todo:
+        n = todo.pop(0)
+        for m in adj.get(n, ()):
+            if m not in dist:
+                dist[m] = dist[n] + 1
+                todo.append(m)
+    return dist[leaf[b]] + 1
+
+
+def _all_pairs(st: FabricState) -> dict[tuple[str, str], tuple[bool, int | None]]:
+    pairs = [(a.name, b) for a in st.hosts for b in st.hosts if a.name != b.name]
+    with ThreadPoolExecutor(max_workers=16) as ex:
+        res = ex.map(lambda p: _ping(st, p[0], p[1].ip), pairs)
+        return {(a, b.name): r for (a, b), r in zip(pairs, res)}
+
+
+def _check_all_pairs(st: FabricState) -> None:
+    topo = st.topo()
+    got = _all_pairs(st)
+    bad = {k: v for k, v in got.items() if not v[0]}
+    assert not bad, f"{len(bad)} of {len(got)} pairs failed: {sorted(bad)[:8]}"
+    for (a, b), (_, ttl) in got.items():
+        assert ttl == 64 - _routers_between(topo, a, b), (a, b, ttl)
+
+
+def test_leaf_spine_all_pairs_ping(fabric) -> None:
+    fab, made = fabric
+    name = _name("ls")
+    made.append(name)
+    st = fab.up("leaf-spine:2,2,2", name=name)
+    # One process per switch, each its own P4Runtime endpoint and device id.
+    assert len({s.pid for s in st.switches}) == 4 and all(switchproc.is_alive(s.pid, s.ready_file) for s in st.switches)
+    assert len({s.p4runtime for s in st.switches}) == 4
+    assert sorted(s.plan.device_id for s in st.switches) == [1, 2, 3, 4]
+    # No kernel bridge anywhere: every switch port is a plain veth end with no master.
+    for s in st.switches:
+        for dev in s.plan.ifaces:
+            assert netns.link_master(dev) is None
+    _check_all_pairs(st)
+    status = fab.status(name)
+    assert all(sw.alive and sw.counters for sw in status.switches)
+    # Per-program counters (from each switch's /metrics): every switch ran forward on
+    # the pings, and per-port rx counters add up to at least the passes' worth of traffic.
+    assert all(sw.programs["forward"]["ingress_passes"] > 0 for sw in status.switches)
+    for sw in status.switches:
+        assert sum(c["rx_packets"] for c in sw.counters.values()) == sw.programs["forward"]["ingress_passes"]
+
+
+@pytest.mark.slow
+def test_fat_tree_all_pairs_ping(fabric) -> None:
+    """fat-tree:4: 20 switch processes, 16 hosts, 240 pairs (ECMP on edges and aggs)."""
+    fab, made = fabric
+    name = _name("ft")
+    made.append(name)
+    st = fab.up("fat-tree:4", name=name)
+    assert len(st.switches) == 20 and len(st.hosts) == 16
+    _check_all_pairs(st)
+
+
+SENDER = textwrap.dedent("""
+    import socket, sys
+    dst, dport, first, flows, repeat = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    for sport in range(first, first + flows):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind(("0.0.0.0", sport))
+        for _ in range(repeat):
+            s.sendto(b"x" * 32, (dst, dport))
+        s.close()
+""")
+SINK = "import socket,time; s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM); s.bind(('0.0.0.0',5555)); print('ready',flush=True); time.sleep(60)"
+
+
+def _spine_rx(fab: Fabric, name: str) -> dict[str, int]:
+    s = fab.status(name)
+    return {sw.name: sum(c["rx_packets"] for c in (sw.counters or {}).values()) for sw in s.switches if sw.name.startswith("spine")}
+
+
+def test_ecmp_spreads_flows_over_spines_and_keeps_each_flow_on_one(fabric) -> None:
+    fab, made = fabric
+    name = _name("ec")
+    made.append(name)
+    st = fab.up("leaf-spine:2,2,1", name=name)
+    h1, h2 = st.host("h1"), st.host("h2")
+    sink = subprocess.Popen(netns.netns_argv(h2.netns, [sys.executable, "-c", SINK]), stdout=subprocess.PIPE, text=True)
+    try:
+        assert sink.stdout is not None and sink.stdout.readline().strip() == "ready"
+        before = _spine_rx(fab, name)
+        flows, repeat, first = 200, 3, 20000
+        subprocess.run(netns.netns_argv(h1.netns, [sys.executable, "-c", SENDER, h2.ip, "5555", str(first), str(flows), str(repeat)]),
+                       check=True, timeout=60)
+        # The reference: leaf1's group lists its uplinks in port order (spine1, spine2); a
+        # flow's member is CRC-32(src, dst, proto, sport, dport) mod 2.
+        want = {"spine1": 0, "spine2": 0}
+        src, dst = bytes(map(int, h1.ip.split("."))), bytes(map(int, h2.ip.split(".")))
+        for sport in range(first, first + flows):
+            key = src + dst + bytes([17]) + struct.pack("!HH", sport, 5555)
+            want[f"spine{zlib.crc32(key) % 2 + 1}"] += repeat
+        deadline = time.monotonic() + 5
+        while True:
+            after = _spine_rx(fab, name)
+            got = {k: after[k] - before[k] for k in after}
+            if got == want or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert got == want, f"per-spine packets {got}, the 5-tuple hash says {want}"
+        assert min(want.values()) > flows * repeat // 4, want  # and they do spread
+    finally:
+        sink.kill()
+        sink.wait()
+
+
+def _shaped_file(tmp_path: Path, props: str) -> str:
+    """Three hosts on one switch; h1's link carries `props` (one "key: value" line)."""
+    path = tmp_path / "shaped.clab.yml"
+    path.write_text("name: shaped\ntopology:\n  nodes:\n    s1: {kind: inswitch}\n"
+                    "    h1: {kind: linux}\n    h2: {kind: linux}\n    h3: {kind: linux}\n  links:\n"
+                    f"    - endpoints: [\"s1:p1\", \"h1:eth0\"]\n      {props}\n"
+                    "    - endpoints: [\"s1:p2\", \"h2:eth0\"]\n    - endpoints: [\"s1:p3\", \"h3:eth0\"]\n")
+    return str(path)
+
+
+def test_link_delay_is_applied_or_refused_up_front(fabric, tmp_path: Path) -> None:
+    """With the kernel's netem: a 15 ms link delays an echo both ways (h1's end the request,
+    the switch's end, which sends through its qdisc, the reply). Without netem (some kernels
+    lack CONFIG_NET_SCH_NETEM): `up` refuses with one clear error and makes nothing."""
+    fab, made = fabric
+    name = _name("dl")
+    made.append(name)
+    spec = _shaped_file(tmp_path, "delay: 15ms")
+    if not netns.qdisc_available("netem", f"{name}-probe"):
+        cp = subprocess.run([sys.executable, "-m", "inswitch", "fabric", "up", "-t", spec, "-n", name], capture_output=True, text=True, timeout=60)
+        assert cp.returncode == 1 and "netem" in cp.stderr and len(cp.stderr.strip().splitlines()) == 1, cp.stderr
+        assert netns.leftovers(f"{name}-") == [] and not state_dir(name).exists()
+        return
+    st = fab.up(spec, name=name)
+    h1, h2 = st.host("h1"), st.host("h2")
+    cp = subprocess.run(netns.netns_argv(h1.netns, ["ping", "-n", "-c", "3", "-i", "0.2", h2.ip]), capture_output=True, text=True, timeout=30)
+    rtts = [float(line.split("time=")[1].split()[0]) for line in cp.stdout.splitlines() if "time=" in line]
+    assert len(rtts) == 3 and min(rtts) >= 30.0, cp.stdout
+    assert "netem" in fab.status(name).qdiscs[st.links[0].a_if]
+
+
+TCP_SINK = textwrap.dedent("""
+    import socket, sys, time
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("0.0.0.0", 5001)); s.listen(1)
+    print("ready", flush=True)
+    c, _ = s.accept(); n = 0; t0 = None
+    while True:
+        b = c.recv(1 << 16)
+        if not b:
+            break
+        if t0 is None:
+            t0 = time.monotonic()
+        n += len(b)
+    print(n, time.monotonic() - t0, flush=True)
+""")
+TCP_SEND = "import socket,sys; s=socket.create_connection((sys.argv[1],5001)); s.sendall(b'x'*int(sys.argv[2])); s.close()"
+
+
+def _mbit(st: FabricState, src: str, dst: str, nbytes: int) -> float:
+    """TCP goodput from host src to host dst, measured by the receiver."""
+    d = st.host(dst)
+    sink = subprocess.Popen(netns.netns_argv(d.netns, [sys.executable, "-c", TCP_SINK]), stdout=subprocess.PIPE, text=True)
+    try:
+        assert sink.stdout is not None and sink.stdout.readline().strip() == "ready"
+        subprocess.run(netns.netns_argv(st.host(src).netns, [sys.executable, "-c", TCP_SEND, d.ip, str(nbytes)]), check=True, timeout=60)
+        n, secs = sink.stdout.readline().split()
+        assert int(n) == nbytes
+        return int(n) * 8 / float(secs) / 1e6
+    finally:
+        sink.kill()
+        sink.wait()
+
+
+def test_link_rate_is_applied_both_ways_and_shown(fabric, tmp_path: Path) -> None:
+    """A 20 Mbit/s link (tbf on each end) caps TCP both ways: h1 -> h2 by h1's end, h2 -> h1
+    by the switch's end (the switch sends through the qdisc); an unshaped pair is faster."""
+    fab, made = fabric
+    name = _name("rt")
+    made.append(name)
+    st = fab.up(_shaped_file(tmp_path, "rate: 20mbit"), name=name)
+    out_ = _mbit(st, "h1", "h2", 2_500_000)
+    in_ = _mbit(st, "h2", "h1", 2_500_000)
+    free = _mbit(st, "h3", "h2", 2_500_000)
+    assert 8 <= out_ <= 23 and 8 <= in_ <= 23, (out_, in_)
+    assert free > 2 * max(out_, in_), (free, out_, in_)
+    s = fab.status(name)
+    assert "tbf" in s.qdiscs[st.links[0].a_if] and "rate 20Mbit" in s.qdiscs[st.links[0].a_if]
+    doc = json.loads(subprocess.run([sys.executable, "-m", "inswitch", "fabric", "status", "--name", name, "--json", "-"],
+                                    capture_output=True, text=True, timeout=60).stdout)
+    assert doc["links"][0]["rate"] == "20mbit" and "tbf" in json.dumps(doc["links"][0]["qdisc"])
+    assert doc["links"][1]["qdisc"] == {}
+
+
+def test_down_after_kill_9_leaves_nothing(fabric) -> None:
+    fab, made = fabric
+    name = _name("k9")
+    made.append(name)
+    st = fab.up("leaf-spine:2,1,1", name=name)
+    victim = st.switches[0]
+    os.kill(victim.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while switchproc.is_alive(victim.pid, victim.ready_file) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    cp = subprocess.run([sys.executable, "-m", "inswitch", "fabric", "status", "--name", name], capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 1 and "not running" in cp.stdout
+    cp = subprocess.run([sys.executable, "-m", "inswitch", "fabric", "down", "--name", name], capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 0, cp.stderr
+    assert netns.leftovers(f"{name}-") == []
+    assert switchproc.find_by_marker(marker(name)) == []
+    assert not any(switchproc.is_alive(s.pid, s.ready_file) for s in st.switches)
+    assert not state_dir(name).exists()
+    # A fabric's name is not a rack's: `rack down` refuses it (and `fabric down` a rack's).
+    fab.up("leaf-spine:1,1,1", name=name)
+    cp = subprocess.run([sys.executable, "-m", "inswitch", "rack", "down", "--name", name], capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 1 and "is a fabric" in cp.stderr and netns.leftovers(f"{name}-")
+    fab.down(name)
+    # Down again: nothing to do, still exit 0.
+    cp = subprocess.run([sys.executable, "-m", "inswitch", "fabric", "down", "--name", name], capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 0 and "nothing to do" in cp.stdout
+
+
+def test_bad_topology_is_refused_before_anything_is_made(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yml"
+    bad.write_text("name: x\ntopology:\n  nodes:\n    s1: {kind: inswitch}\n  links:\n    - endpoints: [\"s1:p1\", \"h9:eth0\"]\n")
+    name = _name("bad")
+    cp = subprocess.run([sys.executable, "-m", "inswitch", "fabric", "up", "--topology", str(bad), "--name", name],
+                        capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 2 and len(cp.stderr.strip().splitlines()) == 1, cp.stderr
+    assert "bad.yml:6: dangling endpoint h9:eth0" in cp.stderr
+    assert netns.leftovers(f"{name}-") == [] and not state_dir(name).exists()
