@@ -37,11 +37,14 @@ pub struct DataplaneOptions {
     pub batch: usize,
     /// Most PacketIn messages / digests held for the controller before new ones are dropped.
     pub event_capacity: usize,
+    /// File ports start replaying only at [`Dataplane::start_replay`] (so the controller can
+    /// install entries first), instead of at once.
+    pub hold_replay: bool,
 }
 
 impl Default for DataplaneOptions {
     fn default() -> Self {
-        DataplaneOptions { pipes: 1, pipe: PipeConfig::default(), batch: 64, event_capacity: 65536 }
+        DataplaneOptions { pipes: 1, pipe: PipeConfig::default(), batch: 64, event_capacity: 65536, hold_replay: false }
     }
 }
 
@@ -109,6 +112,8 @@ pub struct Dataplane {
     map: PortMap,
     /// Packets handed from one pipe to another and not yet enqueued there.
     in_flight: Arc<AtomicU64>,
+    /// Set while file ports wait for [`Dataplane::start_replay`].
+    replay_held: Arc<AtomicBool>,
 }
 
 fn recv_reply<T>(rx: Receiver<T>) -> Result<T, ControlError> {
@@ -148,6 +153,7 @@ impl Dataplane {
         let peers: Vec<(Sender<Cmd>, Arc<EventFd>)> = handles.iter().map(|h| (h.tx.clone(), h.bell.clone())).collect();
         let mut threads = Vec::new();
         let in_flight = Arc::new(AtomicU64::new(0));
+        let replay_held = Arc::new(AtomicBool::new(opts.hold_replay));
         for (i, (ports, rx)) in per_pipe.into_iter().zip(receivers).enumerate() {
             let pipe = Pipe::new(i as u8, set.clone(), map.clone(), opts.pipe.clone());
             let worker = Worker {
@@ -162,10 +168,21 @@ impl Dataplane {
                 map: map.clone(),
                 cfg: opts.pipe.clone(),
                 in_flight: in_flight.clone(),
+                replay_held: replay_held.clone(),
             };
             threads.push(std::thread::Builder::new().name(format!("pipe{i}")).spawn(move || worker.run())?);
         }
-        Ok(Dataplane { pipes: handles, threads: Mutex::new(threads), stop, events, port_stats, set: Mutex::new(set), map, in_flight })
+        Ok(Dataplane {
+            pipes: handles,
+            threads: Mutex::new(threads),
+            stop,
+            events,
+            port_stats,
+            set: Mutex::new(set),
+            map,
+            in_flight,
+            replay_held,
+        })
     }
 
     /// Front-panel ports.
@@ -286,6 +303,14 @@ impl Dataplane {
         Ok(Some(answers.iter().all(|a| a.drained) && self.in_flight.load(Ordering::SeqCst) == 0))
     }
 
+    /// Let file ports held by [`DataplaneOptions::hold_replay`] start replaying.
+    pub fn start_replay(&self) {
+        self.replay_held.store(false, Ordering::SeqCst);
+        for h in &self.pipes {
+            h.bell.signal();
+        }
+    }
+
     /// Events dropped because the controller did not collect them in time.
     pub fn events_dropped(&self) -> u64 {
         self.events.dropped.load(Ordering::Relaxed)
@@ -350,6 +375,7 @@ struct Worker {
     map: PortMap,
     cfg: PipeConfig,
     in_flight: Arc<AtomicU64>,
+    replay_held: Arc<AtomicBool>,
 }
 
 /// epoll set of a worker's fds.
@@ -425,11 +451,12 @@ impl Worker {
             let mut full = false;
             // A file can wait: read replaying ports only while the traffic manager has room,
             // so a replay runs as fast as the pipeline drains and never overflows a queue.
+            let held = self.replay_held.load(Ordering::Relaxed);
             let room = self.pipe.pending() < self.cfg.queue_capacity / 2;
             for p in &mut self.ports {
                 let replay = p.replay_done();
-                if replay.is_some() && !room {
-                    full = true;
+                if replay.is_some() && (held || !room) {
+                    full |= !held;
                     continue;
                 }
                 let got = p.recv_batch(self.pipe.pool(), &mut rx_batch, self.batch);
