@@ -302,7 +302,7 @@ pub fn open_ports(spec: &PortSpec, opts: &OpenOptions) -> Result<OpenedPorts, Po
             }
             PortSpec::Files { files } => {
                 let (input, output) = &files[i];
-                Box::new(FilePort::open(id, input, output).map_err(open_err(id, format!("pcap:{}", input.display())))?)
+                Box::new(FilePort::open(id, input, output).map_err(open_err(id, "file port".into()))?)
             }
         };
         let port: Box<dyn Port> = match &opts.fault {

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -15,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from inswitch import native
-from inswitch.cliopts import OUT_DIR, OUT_FILE, PROGRAMS, Address, Int, Text, argument, option
+from inswitch.cliopts import OUT_DIR, OUT_FILE, PROGRAMS, Address, Float, Int, Text, argument, option
 from inswitch.output import replace_json
 
 DEFAULT_P4RUNTIME = "127.0.0.1:9559"
@@ -29,12 +30,19 @@ class UsageError(ValueError):
 def _ports(text: str) -> str:
     """The port spec's shape (the data plane checks the rest when it opens the ports)."""
     kind, sep, rest = text.strip().partition(":")
-    if kind not in ("memory", "udp", "veth") or not sep or not rest:
-        raise ValueError("expected memory:N, udp:BASEPORT:N, udp:HOST:BASEPORT:N or veth:IF1,IF2,..")
+    if kind not in ("memory", "udp", "veth", "pcap") or not sep or not rest:
+        raise ValueError("expected memory:N, udp:BASEPORT:N, udp:HOST:BASEPORT:N, veth:IF1,IF2,.. or pcap:IN:OUT,IN:OUT,..")
     if kind == "memory" and not (rest.isdigit() and 1 <= int(rest) <= 4096):
         raise ValueError("memory:N takes 1..4096 ports")
     if kind == "udp" and not all(x.isdigit() for x in rest.split(":")[-2:]):
         raise ValueError("udp ports need a numeric BASEPORT and N")
+    if kind == "pcap":
+        for i, pair in enumerate(rest.split(","), 1):
+            parts = pair.split(":")
+            if len(parts) != 2 or not all(parts):
+                raise ValueError(f"port {i} {pair!r}: expected IN:OUT (file paths without ':' or ',')")
+            if not os.path.isfile(parts[0]) or not os.access(parts[0], os.R_OK):
+                raise ValueError(f"port {i}: input {parts[0]!r} is not a readable file")
     return text.strip()
 
 
@@ -43,7 +51,7 @@ def _fault(text: str) -> str:
     return text
 
 
-PORTS = Text("memory:N, udp:BASEPORT:N, udp:HOST:BASEPORT:N or veth:IF1,IF2,..", check=_ports, bad=("bogus:4", "memory:x", "memory:0", "udp:x:4"))
+PORTS = Text("memory:N, udp:BASEPORT:N, udp:HOST:BASEPORT:N, veth:IF1,IF2,.. or pcap:IN:OUT,IN:OUT,..", check=_ports, bad=("bogus:4", "memory:x", "memory:0", "udp:x:4", "pcap:x", "pcap:/proc/inswitch-none.pcap:o.pcapng"))
 #: The fault injector's spec (`--fault` of `switch` and `rack up`).
 FAULT = Text("loss=P,dup=P,reorder=P,seed=N (P in [0, 1])", check=_fault, bad=("loss=2", "loss=nan", "bogus=1", "seed=-1", "loss"))
 
@@ -72,9 +80,12 @@ def parse_fault(text: str) -> tuple[float, float, float, int]:
     return (vals["loss"], vals["dup"], vals["reorder"], int(vals["seed"]))
 
 
-def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Optional[str], metrics: str, device_id: int, ready_file: Optional[str], out: Console, err: Console, fault: Optional[str] = None) -> int:
-    """Run until SIGINT/SIGTERM. Returns the exit status: 0 after a clean stop, 2 for bad
-    input, 1 when the switch cannot start (e.g. an address in use)."""
+def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Optional[str], metrics: str, device_id: int, ready_file: Optional[str], out: Console, err: Console, fault: Optional[str] = None, replay_wait: float = 0.0) -> int:
+    """Run until SIGINT/SIGTERM, or, with file ports (`pcap:IN:OUT,...`), until every input
+    has been replayed (starting `replay_wait` s after the switch serves, so a controller can
+    install entries) and the pipeline is empty: the outputs are then complete. Returns the
+    exit status: 0 after a clean stop or a finished replay, 2 for bad input, 1 when the
+    switch cannot start (e.g. an address in use)."""
     stop = threading.Event()
 
     def on_signal(signum: int, frame: Optional[FrameType]) -> None:
@@ -102,7 +113,7 @@ def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Opti
         from inswitch.switchd.server import SwitchServer
 
         try:
-            dp = _native.Dataplane(names, ports, pipes=pipes, pcap_dir=pcap, fault=parse_fault(fault) if fault else None)
+            dp = _native.Dataplane(names, ports, pipes=pipes, pcap_dir=pcap, fault=parse_fault(fault) if fault else None, hold_replay=True)
         except ValueError as e:
             raise UsageError(str(e)) from None
         server = SwitchServer(dp, p4rt_addr, device_id)
@@ -126,8 +137,17 @@ def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Opti
                 "ports": port_names,
                 "pipes": dp.num_pipes,
             })
-        while not stop.wait(0.5):
-            pass
+        if dp.replay_done() is None:
+            while not stop.wait(0.5):
+                pass
+        elif not stop.wait(replay_wait):
+            dp.start_replay()
+            while not dp.replay_done():
+                if stop.wait(0.01):
+                    break
+            else:
+                c = [p["io"] or {} for p in json.loads(dp.counters_json())["ports"]]
+                out.print(f"replay done: {sum(p.get('rx_packets', 0) for p in c)} frames replayed, {sum(p.get('tx_packets', 0) for p in c)} written", highlight=False)
     except UsageError as e:
         err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
         status = 2
@@ -177,6 +197,8 @@ SWITCH_EXAMPLES = """Examples:
   inswitch switch --program forward,daiet --ports veth:s1,s2,s3 --p4runtime 127.0.0.1:9559 --metrics off
 
   inswitch switch --ports udp:127.0.0.1:40000:4 --p4runtime 127.0.0.1:0 --ready-file /tmp/sw.json
+
+  inswitch switch --ports pcap:p0-in.pcap:p0-out.pcapng,p1-in.pcap:p1-out.pcapng --replay-wait 2
 """
 
 P4INFO_EXAMPLES = """Examples:
@@ -199,10 +221,11 @@ def register(app: typer.Typer) -> None:
         device_id: int = option(1, "--device-id", type=Int(0, 2**64 - 1), help="P4Runtime device id."),
         ready_file: Optional[str] = option(None, "--ready-file", type=OUT_FILE, help="Write JSON (pid, addresses, port names) here once serving; removed on a clean stop."),
         fault: Optional[str] = option(None, "--fault", type=FAULT, help="Inject seeded faults on every port's receive side."),
+        replay_wait: float = option(0.0, "--replay-wait", type=Float(0, 3600), help="With pcap: ports, seconds to wait after starting before replaying (time for a controller to install entries); the switch exits once every input is replayed and the pipeline is empty."),
     ) -> None:
         """Run a software switch: the data plane over PORTS, a P4Runtime server and a
         metrics endpoint, until SIGINT or SIGTERM."""
-        code = run_switch(program, ports, p4runtime, pipes, pcap, metrics, device_id, ready_file, Console(), Console(stderr=True), fault=fault)
+        code = run_switch(program, ports, p4runtime, pipes, pcap, metrics, device_id, ready_file, Console(), Console(stderr=True), fault=fault, replay_wait=replay_wait)
         raise typer.Exit(code)
 
     @app.command("p4info", epilog=P4INFO_EXAMPLES)
