@@ -153,7 +153,7 @@ fn parse_pcapng(b: &[u8]) -> Result<Frames, FormatError> {
             linktypes.clear();
         }
         let total = r.u32(o + 4)? as usize;
-        if total < 12 || total % 4 != 0 {
+        if total < 12 || !total.is_multiple_of(4) {
             return bad(format!("block at byte {o} has invalid length {total}"));
         }
         if o + total > b.len() {
