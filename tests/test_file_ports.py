@@ -134,3 +134,6 @@ def test_malformed_input_is_one_line_and_status_2(tmp_path: Path) -> None:
     lines = [line for line in cp.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "claims 60 bytes; the file ends first" in lines[0] and "bad.pcap" in lines[0], cp.stderr
     assert "Traceback" not in cp.stderr
+    cmd[cmd.index("--ports") + 1] = f"pcap:{tmp_path}/missing.pcap:{tmp_path}/o.pcapng"
+    cp = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 2 and "missing.pcap: No such file" in cp.stderr and len(cp.stderr.strip().splitlines()) == 1, cp.stderr
