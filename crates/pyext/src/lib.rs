@@ -510,12 +510,13 @@ impl TunnelHost {
 #[pymethods]
 impl TunnelHost {
     #[new]
-    #[pyo3(signature = (switch_addr, mac, ip, prefix_len=24, gateway=None))]
-    fn new(switch_addr: &str, mac: &str, ip: &str, prefix_len: u8, gateway: Option<&str>) -> PyResult<Self> {
+    #[pyo3(signature = (switch_addr, mac, ip, prefix_len=24, gateway=None, local_addr=None))]
+    fn new(switch_addr: &str, mac: &str, ip: &str, prefix_len: u8, gateway: Option<&str>, local_addr: Option<&str>) -> PyResult<Self> {
         let mac: wire::ethernet::EthernetAddress = mac.parse().map_err(|_| value_err(format!("not a MAC address: {mac:?}")))?;
         let gw = gateway.map(parse_ip).transpose()?;
-        let h =
-            ports::tunnelhost::TunnelHost::start(parse_sockaddr(switch_addr)?, mac, parse_ip(ip)?, prefix_len, gw).map_err(value_err)?;
+        let local = local_addr.map(parse_sockaddr).transpose()?;
+        let h = ports::tunnelhost::TunnelHost::start(parse_sockaddr(switch_addr)?, local, mac, parse_ip(ip)?, prefix_len, gw)
+            .map_err(value_err)?;
         Ok(TunnelHost { inner: Some(h) })
     }
     /// Accept datagrams to `port`.

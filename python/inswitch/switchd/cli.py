@@ -18,6 +18,8 @@ from rich.table import Table
 from inswitch import native
 from inswitch.cliopts import OUT_DIR, OUT_FILE, PROGRAMS, Address, Float, Int, Text, argument, option
 from inswitch.output import replace_json
+from inswitch.p4rt.tls import OPTIONS as TLS_OPTIONS
+from inswitch.p4rt.tls import TlsFiles, pem_file
 
 DEFAULT_P4RUNTIME = "127.0.0.1:9559"
 DEFAULT_METRICS = "127.0.0.1:9100"
@@ -35,8 +37,10 @@ def _ports(text: str) -> str:
         raise ValueError("expected memory:N, udp:BASEPORT:N, udp:HOST:BASEPORT:N, veth:IF1,IF2,.. or pcap:IN:OUT,IN:OUT,..")
     if kind == "memory" and not (rest.isdigit() and 1 <= int(rest) <= 4096):
         raise ValueError("memory:N takes 1..4096 ports")
-    if kind == "udp" and not all(x.isdigit() for x in rest.split(":")[-2:]):
-        raise ValueError("udp ports need a numeric BASEPORT and N")
+    if kind == "udp":
+        own, at, peer = rest.partition("@")  # udp:[HOST:]BASEPORT:N[@PEERHOST:PEERBASE]
+        if not all(x.isdigit() for x in own.split(":")[-2:]) or (at and not peer.rpartition(":")[2].isdigit()):
+            raise ValueError("udp ports need a numeric BASEPORT and N (and a numeric PEERBASE after @)")
     if kind == "pcap":
         for i, pair in enumerate(rest.split(","), 1):
             parts = pair.split(":")
@@ -50,9 +54,36 @@ def _fault(text: str) -> str:
     return text
 
 
-PORTS = Text("memory:N, udp:BASEPORT:N, udp:HOST:BASEPORT:N, veth:IF1,IF2,.. or pcap:IN:OUT,IN:OUT,..", check=_ports, bad=("bogus:4", "memory:x", "memory:0", "udp:x:4", "pcap:x", "pcap:a:b:c"))
+PORTS = Text("memory:N, udp:[HOST:]BASEPORT:N[@PEERHOST:PEERBASE] (with a peer, port i accepts datagrams only from PEERHOST:PEERBASE+i), veth:IF1,IF2,.. or pcap:IN:OUT,IN:OUT,.. (file ports: replay IN, write OUT)", check=_ports, bad=("bogus:4", "memory:x", "memory:0", "udp:x:4", "pcap:x", "pcap:a:b:c"))
+#: A PEM file given to --tls-cert, --tls-key or --tls-ca.
+PEM = Text("a readable PEM file", check=pem_file, bad=("/nonexistent.pem",))
 #: The fault injector's spec (`--fault` of `switch` and `rack up`).
 FAULT = Text("loss=P,dup=P,reorder=P,seed=N (P in [0, 1])", check=_fault, bad=("loss=2", "loss=nan", "bogus=1", "seed=-1", "loss"))
+
+
+def is_loopback(address: str) -> bool:
+    """Whether HOST:PORT can be reached from this machine only."""
+    import ipaddress
+
+    host = address.rpartition(":")[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve to anything
+
+
+def exposure_warnings(p4rt_addr: str, metrics_addr: Optional[str], tls: bool) -> list[str]:
+    """What a listener beyond loopback exposes (listening there is the user's choice; saying
+    what it means is ours)."""
+    out = []
+    if not is_loopback(p4rt_addr) and not tls:
+        out.append(f"P4Runtime listens on {p4rt_addr} without TLS: anyone who can reach it can program "
+                   f"the switch (give {TLS_OPTIONS} for mutual TLS)")
+    if metrics_addr is not None and not is_loopback(metrics_addr):
+        out.append(f"/metrics listens on {metrics_addr}: anyone who can reach it reads the switch's counters")
+    return out
 
 
 def write_ready_file(path: Path, doc: dict[str, Any]) -> None:
@@ -79,7 +110,8 @@ def parse_fault(text: str) -> tuple[float, float, float, int]:
     return (vals["loss"], vals["dup"], vals["reorder"], int(vals["seed"]))
 
 
-def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Optional[str], metrics: str, device_id: int, ready_file: Optional[str], out: Console, err: Console, fault: Optional[str] = None, replay_wait: float = 0.0) -> int:
+def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Optional[str], metrics: str, device_id: int, ready_file: Optional[str], out: Console, err: Console, fault: Optional[str] = None,
+               tls: TlsFiles = TlsFiles(), generation: int = 1, replay_wait: float = 0.0) -> int:
     """Run until SIGINT/SIGTERM, or, with file ports (`pcap:IN:OUT,...`), until every input
     has been replayed (starting `replay_wait` s after the switch serves, so a controller can
     install entries) and the pipeline is empty: the outputs are then complete. Returns the
@@ -104,6 +136,8 @@ def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Opti
         names = native.split_programs(programs)
         p4rt_addr = p4runtime
         metrics_addr = None if metrics == "off" else metrics
+        if tls.enabled and not (tls.cert and tls.key and tls.ca):
+            raise UsageError(f"{TLS_OPTIONS} go together: give all three or none")
         if pcap:
             Path(pcap).mkdir(parents=True, exist_ok=True)
 
@@ -115,12 +149,17 @@ def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Opti
             dp = _native.Dataplane(names, ports, pipes=pipes, pcap_dir=pcap, fault=parse_fault(fault) if fault else None, hold_replay=True)
         except ValueError as e:
             raise UsageError(str(e)) from None
-        server = SwitchServer(dp, p4rt_addr, device_id)
+        server = SwitchServer(dp, p4rt_addr, device_id, tls=tls)
+        for w in exposure_warnings(p4rt_addr, metrics_addr, server.tls):
+            err.print(f"[yellow]warning:[/yellow] {w}", highlight=False, soft_wrap=True)
         if metrics_addr is not None:
             info = {"programs": ",".join(names), "ports": ports, "device_id": device_id, "version": _version()}
             from inswitch.ui.web import local_view, switch_handler
 
-            msrv = MetricsServer(metrics_addr, collector(dp, server.stats, info, lambda: {"inswitch_p4runtime_streams": ("Open P4Runtime StreamChannels (controller sessions)", server.service.streams)}), other=switch_handler(local_view(server, dp)))
+            msrv = MetricsServer(metrics_addr, collector(dp, server.stats, info, lambda: {
+                "inswitch_p4runtime_streams": ("Open P4Runtime StreamChannels (controller sessions)", server.service.streams),
+                "inswitch_switch_generation": ("Which start of this switch this is: 1, then one more per restart by the rack's supervisor", generation)}),
+                other=switch_handler(local_view(server, dp)))
         server.start()
         if msrv is not None:
             msrv.start()
@@ -135,6 +174,7 @@ def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Opti
                 "programs": names,
                 "ports": port_names,
                 "pipes": dp.num_pipes,
+                "generation": generation,
             })
         if dp.replay_done() is None:
             while not stop.wait(0.5):
@@ -220,11 +260,16 @@ def register(app: typer.Typer) -> None:
         device_id: int = option(1, "--device-id", type=Int(0, 2**64 - 1), help="P4Runtime device id."),
         ready_file: Optional[str] = option(None, "--ready-file", type=OUT_FILE, help="Write JSON (pid, addresses, port names) here once serving; removed on a clean stop."),
         fault: Optional[str] = option(None, "--fault", type=FAULT, help="Inject seeded faults on every port's receive side."),
+        tls_cert: Optional[str] = option(None, "--tls-cert", type=PEM, help="Serve P4Runtime over TLS with this certificate (with --tls-key and --tls-ca)."),
+        tls_key: Optional[str] = option(None, "--tls-key", type=PEM, help="The private key of --tls-cert."),
+        tls_ca: Optional[str] = option(None, "--tls-ca", type=PEM, help="Accept only P4Runtime clients whose certificate this CA signed."),
+        generation: int = option(1, "--generation", type=Int(1, 2**31), help="Which start of this switch this is (set by the rack's supervisor when it restarts one; in the ready file and /metrics)."),
         replay_wait: float = option(0.0, "--replay-wait", type=Float(0, 3600), help="With pcap: ports, seconds to wait after starting before replaying (time for a controller to install entries); the switch exits once every input is replayed and the pipeline is empty."),
     ) -> None:
         """Run a software switch: the data plane over PORTS, a P4Runtime server and a
         metrics endpoint, until SIGINT or SIGTERM."""
-        code = run_switch(program, ports, p4runtime, pipes, pcap, metrics, device_id, ready_file, Console(), Console(stderr=True), fault=fault, replay_wait=replay_wait)
+        code = run_switch(program, ports, p4runtime, pipes, pcap, metrics, device_id, ready_file, Console(), Console(stderr=True), fault=fault,
+                          tls=TlsFiles(cert=tls_cert, key=tls_key, ca=tls_ca), generation=generation, replay_wait=replay_wait)
         raise typer.Exit(code)
 
     @app.command("p4info", epilog=P4INFO_EXAMPLES)

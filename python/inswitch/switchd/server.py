@@ -19,13 +19,15 @@ from inswitch import native
 from inswitch.p4rt import bytestrings
 from inswitch.p4rt.bytestrings import BitstringError
 from inswitch.p4rt.p4info import PACKET_OUT_EGRESS_PORT, PORT_METADATA_BITS, THROUGH_INGRESS
+from inswitch.p4rt.tls import TlsFiles
 
 from .arbitration import Arbiter, Session, election_id
 from .device import Device
 from .events import DigestEngine, PacketInPump
 from .opstats import OpStats
 from .pipeline import Pipeline, verify
-from .status import P4RTError, batch_status, invalid, not_found, status_code
+from .status import (DEFAULT_CLIENT_METADATA, P4RTError, batch_status, client_metadata_limit, invalid,
+                     max_batch, not_found, status_code)
 
 API_VERSION = "1.4.1"
 #: Entities per ReadResponse: big reads stream in pieces instead of one huge message.
@@ -71,10 +73,20 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
     def Write(self, request: p4runtime_pb2.WriteRequest, context: grpc.ServicerContext) -> p4runtime_pb2.WriteResponse:
         t0 = time.perf_counter()
         failure: P4RTError | None = None
+        limit = client_metadata_limit(context.invocation_metadata())
         try:
             self._check_writer(request)
             if request.atomicity != p4runtime_pb2.WriteRequest.CONTINUE_ON_ERROR:
                 raise P4RTError(grpc.StatusCode.UNIMPLEMENTED, "only CONTINUE_ON_ERROR batches are supported")
+            cap = max_batch(limit)
+            if len(request.updates) > cap:
+                raise invalid(
+                    f"Write of {len(request.updates)} updates refused, none applied: if they failed, their "
+                    f"per-update error report could exceed the client's {limit}-byte metadata limit "
+                    + ("(gRPC's default, grpc.max_metadata_size) " if limit == DEFAULT_CLIENT_METADATA else "")
+                    + f"and the client would learn neither what was applied nor what failed; send at most "
+                    f"{cap} updates per Write, or raise the client's limit and declare it in the "
+                    f"'inswitch-max-metadata-size' request header")
         except P4RTError as e:
             failure = e
         if failure is not None:
@@ -85,7 +97,7 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         self.stats.record("write_rpc", time.perf_counter() - t0, ok)
         self.stats.count("write.updates", len(request.updates))
         if not ok:
-            context.abort_with_status(batch_status(errors, "Write"))
+            context.abort_with_status(batch_status(errors, "Write", limit))
         return p4runtime_pb2.WriteResponse()
 
     def Read(self, request: p4runtime_pb2.ReadRequest, context: grpc.ServicerContext) -> Iterator[p4runtime_pb2.ReadResponse]:
@@ -102,7 +114,7 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         ok = all(e is None for e in errors)
         self.stats.record("read_rpc", time.perf_counter() - t0, ok)
         if not ok:
-            context.abort_with_status(batch_status(errors, "Read"))
+            context.abort_with_status(batch_status(errors, "Read", client_metadata_limit(context.invocation_metadata())))
 
     def SetForwardingPipelineConfig(self, request: p4runtime_pb2.SetForwardingPipelineConfigRequest, context: grpc.ServicerContext) -> p4runtime_pb2.SetForwardingPipelineConfigResponse:
         failure: P4RTError | None = None
@@ -252,7 +264,8 @@ class SwitchServer:
     """The control plane of one switch: P4Runtime over gRPC plus the event threads, on top
     of a running native Dataplane (which the caller owns and stops after `stop`)."""
 
-    def __init__(self, dp: Any, address: str = "127.0.0.1:9559", device_id: int = 1, max_workers: int = 32) -> None:
+    def __init__(self, dp: Any, address: str = "127.0.0.1:9559", device_id: int = 1, max_workers: int = 32,
+                 tls: TlsFiles | None = None) -> None:
         self.dp = dp
         self.stats = OpStats()
         self.device = Device(dp, Pipeline.for_programs(list(dp.program_names())), self.stats)
@@ -266,13 +279,17 @@ class SwitchServer:
         p4runtime_pb2_grpc.add_P4RuntimeServicer_to_server(self.service, self._server)
         host = address.rsplit(":", 1)[0]
         try:
-            port = self._server.add_insecure_port(address)
+            if tls is not None and tls.enabled:
+                port = self._server.add_secure_port(address, tls.server_credentials())
+            else:
+                port = self._server.add_insecure_port(address)
         except RuntimeError:
             port = 0
         if not port:
             raise OSError(f"cannot listen for P4Runtime on {address}: the address is in use or not available")
         self.address = f"{host}:{port}"
         self.device_id = device_id
+        self.tls = bool(tls and tls.enabled)
 
     def start(self) -> None:
         self._server.start()

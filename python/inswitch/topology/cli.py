@@ -3,6 +3,7 @@ commands in its hosts and take it down. Failures print one clear line (no traceb
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import List, Optional
@@ -74,6 +75,12 @@ def _render_status(s: RackStatus) -> None:
                   f"programs {','.join(st.programs)})")
     console.print(f"switch pid {st.switch.pid} {alive}  P4Runtime {st.switch.p4runtime}  "
                   f"metrics http://{st.switch.metrics}/metrics  log {st.switch.log}", soft_wrap=True)
+    for r in st.extra.get("restarts", []):
+        how = (f"back in {r['recovery_s']} s (serving and forwarding again)" if "forwarding_at" in r
+               else r.get("gave_up") or r.get("error") or "not back")
+        console.print(f"[yellow]switch restarted[/yellow]: generation {r['generation']}, the previous one ended "
+                      f"({r['exit']}) at {time.strftime('%H:%M:%S', time.localtime(r['died_at']))}; {how}",
+                      soft_wrap=True, highlight=False)
     t = Table(title="Hosts and switch ports", box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 0))
     for col in ("host", "ip", "mac", "port", "rx pkts", "rx bytes", "tx pkts", "tx bytes"):
         t.add_column(col, no_wrap=True, justify="right" if col.startswith(("rx", "tx", "port")) else "left")
@@ -156,6 +163,8 @@ def register(app: typer.Typer) -> None:
             raise _fail(e)
         if json_out:
             write_json(json_out, {"state": asdict(s.state), "switch_alive": s.switch_alive,
+                                  "switch_generation": s.state.extra.get("generation", 1),
+                                  "switch_restarts": s.state.extra.get("restarts", []),
                                   "host_present": s.host_present, "counters": s.counters,
                                   "counters_error": s.counters_error})
         if not is_stdout(json_out):

@@ -113,7 +113,8 @@ class Rack:
         check_addr("--p4runtime", p4runtime)
         check_addr("--metrics", metrics)
         if m == "udp" and udp_base is None:
-            udp_base = tunnel.free_udp_base(hosts) if 1 <= hosts <= 250 else 0
+            # Switch ports and then the hosts' own addresses (see plan_hosts).
+            udp_base = tunnel.free_udp_base(2 * hosts) if 1 <= hosts <= 250 else 0
         planned = plan_hosts(name, hosts, subnet, m, udp_base)
         self._refuse_existing(name, m)
         if not switchd_available():
@@ -148,8 +149,7 @@ class Rack:
             neigh = netns.ensure_neigh_capacity(netns.neigh_entries_needed(netns.netns_list()))
             ports = "veth:" + ",".join(h.switch_if or "" for h in hosts)
         else:
-            base = int(tunnel.split_addr(hosts[0].tunnel or "")[1])
-            ports = f"udp:{base}:{len(hosts)}"
+            ports = tunnel.ports_spec(hosts)
         if pcap:
             Path(pcap).mkdir(parents=True, exist_ok=True)
         ready_file, log = Path(ready_marker(name)), sdir / "switch.log"
@@ -160,13 +160,21 @@ class Rack:
                        state_dir=str(sdir), created=time.time(), extra={"ready": False})
         if neigh:
             st.extra["neigh_table_raised"] = neigh
-        st.switch.pid = switchproc.launch(argv, log, sdir)
-        st.save()  # from here on, `down` in another terminal finds the switch by pid
-        ready = switchproc.wait_ready(st.switch.pid, ready_file, log, self.ready_timeout)
+        st.save()  # the supervisor reads the switch's command line from here
+        # The supervisor starts the switch and restarts it if it dies (see supervisor.py);
+        # its command line names the ready file too, so `down` finds it by name as well.
+        sup = switchproc.launch(switchproc.supervisor_argv(name, ready_file, self.python), log, sdir)
+        st.switch.pid = sup
+        st.extra["supervisor_pid"] = sup
+        st.save()  # from here on, `down` in another terminal finds the processes by pid
+        ready = switchproc.wait_ready(sup, ready_file, log, self.ready_timeout)
+        st.switch.pid = int(ready.get("pid") or sup)
         st.switch.p4runtime = str(ready.get("p4runtime") or p4runtime)
         st.switch.metrics = str(ready.get("metrics") or metrics)
         control.program_forwarding(st.switch.p4runtime, hosts, len(hosts))
         st.extra["ready"] = True
+        st.extra["generation"] = 1
+        st.extra["switch_started"] = time.time()
         st.save()
         return st
 
@@ -196,9 +204,14 @@ class Rack:
         pids = set(switchproc.find_by_marker(marker))
         if st and st.switch.pid:
             pids.add(st.switch.pid)
-        for pid in sorted(pids):
-            if switchproc.stop(pid, marker, self.stop_timeout):
-                rep.stopped.append(pid)
+        if st and st.extra.get("supervisor_pid"):
+            pids.add(int(st.extra["supervisor_pid"]))
+        # The supervisor first: it would restart a switch stopped before it. Stopping it
+        # stops its switch too; both count as stopped.
+        alive = [p for p in pids if switchproc.is_alive(p, marker)]
+        for pid in sorted(alive, key=lambda p: (not switchproc.is_supervisor(p), p)):
+            switchproc.stop(pid, marker, self.stop_timeout)
+        rep.stopped += sorted(p for p in alive if not switchproc.is_alive(p, marker))
         rep.removed += self._remove_netns(name)
         sdir = state_dir(name)
         if sdir.exists():

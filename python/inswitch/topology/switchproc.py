@@ -40,6 +40,16 @@ def switch_argv(programs: str, ports: str, p4runtime: str, metrics: str, ready_f
     return argv
 
 
+def supervisor_argv(name: str, ready_file: Path, python: str | None = None) -> list[str]:
+    """The command line of the rack's switch supervisor (`supervisor.py`)."""
+    return [python or sys.executable, "-m", "inswitch.topology.supervisor", name, "--ready-file", str(ready_file)]
+
+
+def is_supervisor(pid: int) -> bool:
+    cmd = _cmdline(pid, settle_s=0)
+    return bool(cmd and "inswitch.topology.supervisor" in cmd)
+
+
 def launch(argv: list[str], log: Path, cwd: Path) -> int:
     """Start `argv` detached with stdout and stderr to `log`; returns its pid."""
     with open(log, "ab") as out:

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -34,7 +35,7 @@ def _free_port() -> int:
 def run_rack_search(ds: Dataset, cfg: SearchConfig, name: str = "netsha", progress: Optional[Callable[[str], None]] = None) -> dict[str, Any]:
     """NetSHa through a rack of real processes; the JSON `inswitch search --rack` writes
     (mode `netsha-rack`). Needs root (network namespaces). The rack is always taken down."""
-    from inswitch.topology import Rack, control, netns
+    from inswitch.topology import Rack, control, netns, restarts
 
     say = progress or (lambda _m: None)
     cluster = build_cluster(ds, cfg, ternary=True)
@@ -56,9 +57,17 @@ def run_rack_search(ds: Dataset, cfg: SearchConfig, name: str = "netsha", progre
         mac = int(agent.mac.replace(":", ""), 16)
         ip = int.from_bytes(socket.inet_aton(agent.ip), "big")
         say(f"controller: {len(cluster.selection)} selection entries")
-        with control.connect(st.switch.p4runtime) as c:
-            configure_p4rt(c, (agent.port, mac, ip, 7001), [h.port for h in hosts], cluster.selection)
-        with tempfile.TemporaryDirectory() as tmp:
+        def configure(_restart: object = None) -> None:
+            with control.connect(st.switch.p4runtime) as c:
+                configure_p4rt(c, (agent.port, mac, ip, 7001), [h.port for h in hosts], cluster.selection)
+
+        configure()
+        state_file = Path(st.state_dir) / "state.json"
+        t_start = time.time()
+        # A restarted switch has no NetSHa state: the controller installs it again (queries
+        # flood to every server meanwhile, which the answers survive) and the agent retries.
+        watcher = restarts.Watcher(state_file, configure)
+        with watcher, tempfile.TemporaryDirectory() as tmp:
             t = Path(tmp)
             conf = json.dumps({"tables": cfg.tables, "hashes": cfg.hashes, "width": cfg.width, "seed": cfg.seed, "delta": cfg.delta, "cap": cfg.cap})
             for s, (h, idx) in enumerate(zip(hosts, cluster.indexes)):
@@ -74,7 +83,8 @@ def run_rack_search(ds: Dataset, cfg: SearchConfig, name: str = "netsha", progre
             np.savez(t / "queries.npz", vectors=ds.queries.astype(np.float32), keys=qkeys.astype(np.int64))
             bcast = str(_broadcast(agent.ip, hosts[0].ip))
             say(f"agent: {ds.queries.shape[0]} queries to {bcast}:7000")
-            cmd = [py, "-m", "inswitch.apps.netsha.rack_node", "agent", str(t / "queries.npz"), bcast, "--concurrency", str(cfg.concurrency)]
+            cmd = [py, "-m", "inswitch.apps.netsha.rack_node", "agent", str(t / "queries.npz"), bcast, "--concurrency", str(cfg.concurrency),
+                   "--rack-state", str(state_file)]
             cp = subprocess.run(netns.in_netns(agent.netns, cmd), capture_output=True, text=True, timeout=600)
             if cp.returncode != 0:
                 raise RuntimeError(f"agent failed: {cp.stderr[-2000:]}")
@@ -83,6 +93,7 @@ def run_rack_search(ds: Dataset, cfg: SearchConfig, name: str = "netsha", progre
         for p in servers:
             out, _ = p.communicate(timeout=60)
             sent += json.loads(out.strip().splitlines()[-1])["packets"]
+        recs = restarts.read(state_file, t_start)
     finally:
         for p in servers:
             if p.poll() is None:
@@ -110,9 +121,20 @@ def run_rack_search(ds: Dataset, cfg: SearchConfig, name: str = "netsha", progre
                 "server_selection": "switch (query packets, selection tables), switchd",
                 "path": "rack of real processes through the switch process",
                 "topk_distances": [d.tolist() for d in got_d],
+                "switch_restarts": recs,
+                "retried_queries": int(res.get("retried_queries", 0)),
+                "reinstalled_generations": sorted(watcher.handled),
+                **({"restart_note": _restart_note(recs, int(res.get("retried_queries", 0)), watcher.errors)} if recs else {}),
             }
         },
     }
+
+
+def _restart_note(recs: list[dict[str, Any]], retried: int, errors: list[str]) -> str:
+    parts = [f"the switch died ({r['exit']}) and was forwarding again {r.get('recovery_s', '?')} s later "
+             f"(generation {r['generation']})" for r in recs]
+    return ("; ".join(parts) + f"; the controller installed NetSHa's tables again and the agent retried {retried} queries"
+            + (f"; re-install errors: {'; '.join(errors)}" if errors else ""))
 
 
 def _broadcast(a: str, b: str) -> str:
