@@ -30,12 +30,8 @@ use crate::udp::{UdpConfig, UdpPort, DEFAULT_SOCK_BUF};
 /// Most ports one spec may declare (a large switch has a few hundred front-panel ports).
 pub const MAX_PORTS: usize = 1024;
 
-<<<<<<< HEAD
 const ACCEPTED: &str =
-    "accepted forms: memory:N | udp:BASEPORT:N | udp:HOST:BASEPORT:N | veth:IF1,IF2,... | pcap:IN:OUT,IN:OUT,... (N from 1 to 1024)";
-=======
-const ACCEPTED: &str = "accepted forms: memory:N | udp:[HOST:]BASEPORT:N[@PEERHOST:PEERBASE] | veth:IF1,IF2,... (N from 1 to 1024)";
->>>>>>> main
+    "accepted forms: memory:N | udp:[HOST:]BASEPORT:N[@PEERHOST:PEERBASE] | veth:IF1,IF2,... | pcap:IN:OUT,IN:OUT,... (N from 1 to 1024)";
 
 /// A parsed port spec.
 #[derive(Debug, Clone, PartialEq, Eq)]
