@@ -13,6 +13,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
+
 from inswitch import _native, native
 
 PORTS = 4
@@ -83,11 +85,13 @@ def spec(tmp: Path) -> str:
     return "pcap:" + ",".join(f"{tmp}/in{p}.pcap:{tmp}/out{p}.pcapng" for p in range(PORTS))
 
 
-def test_replay_through_forward_matches_the_l2_rules(tmp_path: Path) -> None:
-    inputs = make_inputs(random.Random(20), 400)
+@pytest.mark.parametrize("pipes", [1, 2])
+def test_replay_through_forward_matches_the_l2_rules(tmp_path: Path, pipes: int) -> None:
+    """With 2 pipes half the frames cross between pipes: done must wait for those too."""
+    inputs = make_inputs(random.Random(20 + pipes), 400)
     for p, frames in inputs.items():
         write_pcap(tmp_path / f"in{p}.pcap", frames)
-    dp = _native.Dataplane(["forward"], spec(tmp_path), hold_replay=True)
+    dp = _native.Dataplane(["forward"], spec(tmp_path), pipes=pipes, hold_replay=True)
     try:
         install_l2(dp)
         assert dp.replay_done() is False  # held: nothing replayed yet
