@@ -63,7 +63,7 @@ def test_killed_switch_is_restarted_on_the_same_ports_and_forwards_again(rack_fa
     finally:
         h1.close()
         h2.close()
-    status = subprocess.run([PY, "-m", "inswitch", "rack", "status", "--name", st.name, "--json"],
+    status = subprocess.run([PY, "-m", "inswitch", "rack", "status", "--name", st.name, "--json", "-"],
                             capture_output=True, text=True, timeout=60)
     js = json.loads(status.stdout)
     assert js["switch_alive"] and js["switch_generation"] == 2 and len(js["switch_restarts"]) == 1
@@ -369,13 +369,13 @@ def test_hare_cache_is_refilled_after_a_switch_kill(rack_factory) -> None:  # ty
         refilled.append(time.time())
 
     refilled: list[float] = []
-    server = subprocess.Popen(netns.in_netns(h2.netns or "", [PY, "-c", HARE_SERVER, key, str(slot), "60", str(sdir)]),
+    server = subprocess.Popen(netns.netns_argv(h2.netns or "", [PY, "-c", HARE_SERVER, key, str(slot), "60", str(sdir)]),
                               stdout=subprocess.PIPE, text=True)
     try:
         assert server.stdout is not None and server.stdout.readline().strip() == "READY"
         fill()
         with restarts.Watcher(sdir / "state.json", fill) as w:
-            client = subprocess.Popen(netns.in_netns(h1.netns or "", [PY, "-c", HARE_CLIENT, key, "9"]),
+            client = subprocess.Popen(netns.netns_argv(h1.netns or "", [PY, "-c", HARE_CLIENT, key, "9"]),
                                       stdout=subprocess.PIPE, text=True)
             time.sleep(1.5)
             t_kill = time.time()

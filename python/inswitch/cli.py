@@ -45,6 +45,7 @@ _COMMAND_MODULES = [
     "inswitch.apps.netsha.cli",
     "inswitch.apps.hare.cli",
     "inswitch.commands.tenants",
+    "inswitch.commands.wireshark",
 ]
 
 

@@ -246,6 +246,8 @@ pub struct OpenOptions {
     pub buf_capacity: usize,
     /// If set, capture every port's traffic into `DIR/port{ID}.pcapng`.
     pub pcap_dir: Option<PathBuf>,
+    /// If set, start a new capture file when one reaches this many bytes.
+    pub pcap_max_bytes: Option<u64>,
     /// AF_PACKET receive ring slots per port.
     pub rx_ring_frames: usize,
     /// AF_PACKET transmit ring slots per port.
@@ -266,6 +268,7 @@ impl Default for OpenOptions {
         OpenOptions {
             buf_capacity: DEFAULT_BUF_CAPACITY,
             pcap_dir: None,
+            pcap_max_bytes: None,
             rx_ring_frames: af.rx_ring_frames,
             tx_ring_frames: af.tx_ring_frames,
             tx_mode: af.tx_mode,
@@ -340,7 +343,9 @@ pub fn open_ports(spec: &PortSpec, opts: &OpenOptions) -> Result<OpenedPorts, Po
             None => port,
         };
         let port: Box<dyn Port> = match &opts.pcap_dir {
-            Some(dir) => Box::new(CapturePort::new(port, dir).map_err(open_err(id, format!("capture in {}", dir.display())))?),
+            Some(dir) => Box::new(
+                CapturePort::with_limit(port, dir, opts.pcap_max_bytes).map_err(open_err(id, format!("capture in {}", dir.display())))?,
+            ),
             None => port,
         };
         ports.push(port);

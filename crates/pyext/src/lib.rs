@@ -9,6 +9,7 @@ mod aggregation;
 mod hare;
 mod inaas;
 mod netsha;
+mod pcap;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -152,7 +153,8 @@ impl Dataplane {
     /// (ports::fault) acting on received frames.
     /// `hold_replay=True` keeps file ports (`pcap:IN:OUT,...`) from replaying until
     /// `start_replay()`, so entries can be installed first.
-    #[pyo3(signature = (programs, ports, pipes=1, pcap_dir=None, queue_capacity=4096, port_rate_bps=None, buf_capacity=2048, batch=64, fault=None, hold_replay=false))]
+    /// `pcap_max_bytes` rotates each port's capture file when it reaches that size.
+    #[pyo3(signature = (programs, ports, pipes=1, pcap_dir=None, queue_capacity=4096, port_rate_bps=None, buf_capacity=2048, batch=64, fault=None, pcap_max_bytes=None, hold_replay=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -165,6 +167,7 @@ impl Dataplane {
         buf_capacity: usize,
         batch: usize,
         fault: Option<(f64, f64, f64, u64)>,
+        pcap_max_bytes: Option<u64>,
         hold_replay: bool,
     ) -> PyResult<Self> {
         let set = program_set(&programs)?;
@@ -180,7 +183,7 @@ impl Dataplane {
             }
             None => None,
         };
-        let opts = OpenOptions { buf_capacity, pcap_dir: pcap_dir.map(Into::into), fault, ..OpenOptions::default() };
+        let opts = OpenOptions { buf_capacity, pcap_dir: pcap_dir.map(Into::into), pcap_max_bytes, fault, ..OpenOptions::default() };
         let (ports, peers) = open_ports(&spec, &opts).map_err(value_err)?;
         if pipes == 0 || pipes as usize > ports.len().max(1) {
             return Err(value_err(format!("pipes must be 1..={}", ports.len().max(1))));
@@ -672,5 +675,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     switchagg::register(m)?;
     hare::register(m)?;
     inaas::register(m)?;
+    pcap::register(m)?;
     Ok(())
 }

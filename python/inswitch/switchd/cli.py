@@ -16,10 +16,11 @@ from rich.console import Console
 from rich.table import Table
 
 from inswitch import native
-from inswitch.cliopts import OUT_DIR, OUT_FILE, PROGRAMS, Address, Float, Int, Text, argument, option
+from inswitch.cliopts import OUT_DIR, OUT_FILE, PROGRAMS, Address, Choice, Float, Int, Text, argument, option
 from inswitch.output import replace_json
 from inswitch.p4rt.tls import OPTIONS as TLS_OPTIONS
 from inswitch.p4rt.tls import TlsFiles, pem_file
+from inswitch.tables import show
 
 DEFAULT_P4RUNTIME = "127.0.0.1:9559"
 DEFAULT_METRICS = "127.0.0.1:9100"
@@ -111,7 +112,7 @@ def parse_fault(text: str) -> tuple[float, float, float, int]:
 
 
 def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Optional[str], metrics: str, device_id: int, ready_file: Optional[str], out: Console, err: Console, fault: Optional[str] = None,
-               tls: TlsFiles = TlsFiles(), generation: int = 1, replay_wait: float = 0.0) -> int:
+               tls: TlsFiles = TlsFiles(), generation: int = 1, pcap_size: Optional[float] = None, l2: str = "learn", replay_wait: float = 0.0) -> int:
     """Run until SIGINT/SIGTERM, or, with file ports (`pcap:IN:OUT,...`), until every input
     has been replayed (starting `replay_wait` s after the switch serves, so a controller can
     install entries) and the pipeline is empty: the outputs are then complete. Returns the
@@ -146,12 +147,14 @@ def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Opti
         from inswitch.switchd.server import SwitchServer
 
         try:
-            dp = _native.Dataplane(names, ports, pipes=pipes, pcap_dir=pcap, fault=parse_fault(fault) if fault else None, hold_replay=True)
+            dp = _native.Dataplane(names, ports, pipes=pipes, pcap_dir=pcap, fault=parse_fault(fault) if fault else None,
+                                   pcap_max_bytes=int(pcap_size * 1e6) if pcap_size else None, hold_replay=True)
         except ValueError as e:
             raise UsageError(str(e)) from None
         server = SwitchServer(dp, p4rt_addr, device_id, tls=tls)
         for w in exposure_warnings(p4rt_addr, metrics_addr, server.tls):
             err.print(f"[yellow]warning:[/yellow] {w}", highlight=False, soft_wrap=True)
+        learning = l2 == "learn" and server.enable_learning()
         if metrics_addr is not None:
             info = {"programs": ",".join(names), "ports": ports, "device_id": device_id, "version": _version()}
             from inswitch.ui.web import local_view, switch_handler
@@ -164,7 +167,9 @@ def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Opti
         if msrv is not None:
             msrv.start()
         port_names = list(dp.port_names())
-        _summary(out, names, ports, port_names, dp.num_pipes, server.address, msrv.address if msrv else None, device_id, pcap)
+        _summary(out, names, ports, port_names, dp.num_pipes, server.address, msrv.address if msrv else None, device_id, pcap, pcap_size)
+        if learning:
+            out.print("L2: learning MACs from the mac_learn digest and flooding unknown destinations, until a P4Runtime controller writes", soft_wrap=True)
         if ready is not None:
             write_ready_file(ready, {
                 "pid": os.getpid(),
@@ -213,7 +218,7 @@ def _version() -> str:
     return inswitch.__version__
 
 
-def _summary(out: Console, names: list[str], spec: str, port_names: list[str], pipes: int, p4rt: str, metrics: Optional[str], device_id: int, pcap: Optional[str] = None) -> None:
+def _summary(out: Console, names: list[str], spec: str, port_names: list[str], pipes: int, p4rt: str, metrics: Optional[str], device_id: int, pcap: Optional[str] = None, pcap_size: Optional[float] = None) -> None:
     t = Table(show_header=False, box=None, pad_edge=False)
     t.add_column(style="bold")
     t.add_column()
@@ -224,9 +229,10 @@ def _summary(out: Console, names: list[str], spec: str, port_names: list[str], p
     t.add_row("metrics", f"http://{metrics}/metrics" if metrics else "off")
     t.add_row("web view", f"http://{metrics}/ (read-only)" if metrics else "off")
     if pcap:
-        t.add_row("captures", f"{Path(pcap).resolve()} (one pcapng file per port)")
+        t.add_row("captures", f"{Path(pcap).resolve()}/port{{N}}.pcapng, flushed after every batch"
+                  + (f"; a new file port{{N}}.{{k}}.pcapng every {pcap_size:g} MB" if pcap_size else ""))
     out.print("[bold green]inswitch switch running[/bold green] (SIGINT or SIGTERM stops it)")
-    out.print(t)
+    show(out, t)
 
 
 SWITCH_EXAMPLES = """Examples:
@@ -255,11 +261,15 @@ def register(app: typer.Typer) -> None:
         ports: str = option("memory:4", "--ports", type=PORTS, help="The switch's ports."),
         p4runtime: str = option(DEFAULT_P4RUNTIME, "--p4runtime", type=Address(), help="Where the P4Runtime server listens."),
         pipes: int = option(1, "--pipes", type=Int(1, 64), help="Pipes (data-plane threads); the ports are split among them."),
-        pcap: Optional[str] = option(None, "--pcap", type=OUT_DIR, help="Directory for per-port packet captures."),
+        pcap: Optional[str] = option(None, "--pcap", type=OUT_DIR, help="Directory for per-port packet captures (port{N}.pcapng, readable while the switch runs)."),
+        pcap_size: Optional[float] = option(None, "--pcap-size", type=Float(0.001, 1_000_000),
+                                            help="Start a new capture file (port{N}.1.pcapng, ...) when one reaches this many MB; default: one file per port."),
         metrics: str = option(DEFAULT_METRICS, "--metrics", type=Address(off_ok=True), help="Where Prometheus /metrics and the read-only web view (/) are served, or off."),
         device_id: int = option(1, "--device-id", type=Int(0, 2**64 - 1), help="P4Runtime device id."),
         ready_file: Optional[str] = option(None, "--ready-file", type=OUT_FILE, help="Write JSON (pid, addresses, port names) here once serving; removed on a clean stop."),
         fault: Optional[str] = option(None, "--fault", type=FAULT, help="Inject seeded faults on every port's receive side."),
+        l2: str = option("learn", "--l2", type=Choice("learn", "controller"),
+                         help="learn: with the forward program, learn MACs and flood unknown destinations until a P4Runtime controller writes; controller: forward only what a controller installs."),
         tls_cert: Optional[str] = option(None, "--tls-cert", type=PEM, help="Serve P4Runtime over TLS with this certificate (with --tls-key and --tls-ca)."),
         tls_key: Optional[str] = option(None, "--tls-key", type=PEM, help="The private key of --tls-cert."),
         tls_ca: Optional[str] = option(None, "--tls-ca", type=PEM, help="Accept only P4Runtime clients whose certificate this CA signed."),
@@ -268,7 +278,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run a software switch: the data plane over PORTS, a P4Runtime server and a
         metrics endpoint, until SIGINT or SIGTERM."""
-        code = run_switch(program, ports, p4runtime, pipes, pcap, metrics, device_id, ready_file, Console(), Console(stderr=True), fault=fault,
+        code = run_switch(program, ports, p4runtime, pipes, pcap, metrics, device_id, ready_file, Console(), Console(stderr=True), fault=fault, pcap_size=pcap_size, l2=l2,
                           tls=TlsFiles(cert=tls_cert, key=tls_key, ca=tls_ca), generation=generation, replay_wait=replay_wait)
         raise typer.Exit(code)
 

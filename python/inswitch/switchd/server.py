@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 import grpc
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
@@ -24,6 +24,7 @@ from inswitch.p4rt.tls import TlsFiles
 from .arbitration import Arbiter, Session, election_id
 from .device import Device
 from .events import DigestEngine, PacketInPump
+from .learning import L2Learner, learner_for
 from .opstats import OpStats
 from .pipeline import Pipeline, verify
 from .status import (DEFAULT_CLIENT_METADATA, P4RTError, batch_status, client_metadata_limit, invalid,
@@ -42,6 +43,8 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         self.device = device
         self.arbiter = arbiter
         self.digests = digests
+        #: The standalone L2 learner, if the switch runs one (SwitchServer sets it).
+        self.learner: Optional[L2Learner] = None
         self.stats = stats
         self._saved: Pipeline | None = None  # VERIFY_AND_SAVE'd, waiting for COMMIT
         self._sessions: set[Session] = set()
@@ -92,6 +95,7 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         if failure is not None:
             self.stats.record("write_rpc", time.perf_counter() - t0, False)
             context.abort(failure.code, failure.message)
+        self._controller_writes()
         errors = self.device.write_batch(request.updates)
         ok = all(e is None for e in errors)
         self.stats.record("write_rpc", time.perf_counter() - t0, ok)
@@ -116,7 +120,16 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         if not ok:
             context.abort_with_status(batch_status(errors, "Read", client_metadata_limit(context.invocation_metadata())))
 
+    def _controller_writes(self) -> None:
+        """A controller takes over the tables: standalone learning steps aside."""
+        lr = self.learner
+        if lr is not None:
+            lr.yield_to_controller()
+            self.digests.local.pop(lr.digest.id, None)
+            self.learner = None
+
     def SetForwardingPipelineConfig(self, request: p4runtime_pb2.SetForwardingPipelineConfigRequest, context: grpc.ServicerContext) -> p4runtime_pb2.SetForwardingPipelineConfigResponse:
+        self._controller_writes()
         failure: P4RTError | None = None
         with self.stats.timed("set_pipeline"):
             try:
@@ -273,6 +286,7 @@ class SwitchServer:
         self.digests = DigestEngine(self.device, self.arbiter, self.stats)
         self.packet_ins = PacketInPump(self.device, self.arbiter, self.stats)
         self.service = P4RuntimeService(self.device, self.arbiter, self.digests, self.stats)
+        self.learner: Optional[L2Learner] = None
         # so_reuseport off: a second switch on the same address must fail, not share it.
         options = [("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", _MAX_MESSAGE), ("grpc.max_send_message_length", _MAX_MESSAGE)]
         self._server = grpc.server(ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="p4rt"), options=options)
@@ -290,6 +304,18 @@ class SwitchServer:
         self.address = f"{host}:{port}"
         self.device_id = device_id
         self.tls = bool(tls and tls.enabled)
+
+    def enable_learning(self) -> bool:
+        """Standalone L2 learning and flooding (inswitch.switchd.learning), until a
+        controller writes. False if the pipeline has no `forward`."""
+        lr = learner_for(self.device, self.stats)
+        if lr is None:
+            return False
+        lr.start(int(self.dp.num_ports))
+        self.digests.local[lr.digest.id] = lr.on_digest
+        self.service.learner = lr
+        self.learner = lr
+        return True
 
     def start(self) -> None:
         self._server.start()

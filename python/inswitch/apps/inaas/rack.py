@@ -132,7 +132,8 @@ def _p4_name(client: Any, want: str) -> str:
     raise RuntimeError(f"no table {want} in {names}")
 
 
-def run_on_rack(name: str = "inaas1", seconds: float = 20.0, pause_a_s: float = 0.0) -> dict[str, Any]:
+def run_on_rack(name: str = "inaas1", seconds: float = 20.0, pause_a_s: float = 0.0,
+                pcap: str | None = None) -> dict[str, Any]:
     """Bring a 3-host rack up, run the goalkeeper and two tenants, take it down. Tenant A
     waits `pause_a_s` between its write and its read (time for a switch to die)."""
     from pathlib import Path
@@ -142,7 +143,7 @@ def run_on_rack(name: str = "inaas1", seconds: float = 20.0, pause_a_s: float = 
 
     rack = Rack()
     try:
-        st = rack.up(3, name=name, programs="forward,inaas", p4runtime=f"127.0.0.1:{_free_port()}", metrics=f"127.0.0.1:{_free_port()}")
+        st = rack.up(3, name=name, programs="forward,inaas", p4runtime=f"127.0.0.1:{_free_port()}", metrics=f"127.0.0.1:{_free_port()}", pcap=pcap)
     except Exception:
         rack.down(name)
         raise
@@ -168,7 +169,7 @@ def run_on_rack(name: str = "inaas1", seconds: float = 20.0, pause_a_s: float = 
         hexmac = lambda m: m.replace(":", "")  # noqa: E731
         py = sys.executable
         gk_proc = subprocess.Popen(
-            netns.in_netns(gk.netns or "", [py, "-c", GOALKEEPER, gk.ifname or "", hexmac(gk.mac), str(seconds), json.dumps([[uids["a"], "kv", 60_000_000], [uids["b"], "kv", 60_000_000]])]),
+            netns.netns_argv(gk.netns or "", [py, "-c", GOALKEEPER, gk.ifname or "", hexmac(gk.mac), str(seconds), json.dumps([[uids["a"], "kv", 60_000_000], [uids["b"], "kv", 60_000_000]])]),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.PIPE, text=True,
         )
         procs.append(gk_proc)
@@ -181,7 +182,7 @@ def run_on_rack(name: str = "inaas1", seconds: float = 20.0, pause_a_s: float = 
 
         def tenant(h: Any, uid: int, plan: list) -> list[dict]:
             cp = subprocess.run(
-                netns.in_netns(h.netns or "", [py, "-c", TENANT, h.ifname or "", hexmac(h.mac), hexmac(gk.mac), str(uid), json.dumps(plan),
+                netns.netns_argv(h.netns or "", [py, "-c", TENANT, h.ifname or "", hexmac(h.mac), hexmac(gk.mac), str(uid), json.dumps(plan),
                                                str(state_file), str(marker)]),
                 capture_output=True, text=True, timeout=60,
             )

@@ -32,7 +32,8 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_rack_search(ds: Dataset, cfg: SearchConfig, name: str = "netsha", progress: Optional[Callable[[str], None]] = None) -> dict[str, Any]:
+def run_rack_search(ds: Dataset, cfg: SearchConfig, name: str = "netsha", progress: Optional[Callable[[str], None]] = None,
+                    pcap: Optional[str] = None) -> dict[str, Any]:
     """NetSHa through a rack of real processes; the JSON `inswitch search --rack` writes
     (mode `netsha-rack`). Needs root (network namespaces). The rack is always taken down."""
     from inswitch.topology import Rack, control, netns, restarts
@@ -52,7 +53,8 @@ def run_rack_search(ds: Dataset, cfg: SearchConfig, name: str = "netsha", progre
     servers: list[subprocess.Popen[str]] = []
     try:
         say(f"rack {name}: 1 agent + {cfg.servers} servers, switch `forward,{spec}`")
-        st = rack.up(cfg.servers + 1, name=name, programs=f"forward,{spec}", p4runtime=f"127.0.0.1:{_free_port()}", metrics=f"127.0.0.1:{_free_port()}")
+        st = rack.up(cfg.servers + 1, name=name, programs=f"forward,{spec}", p4runtime=f"127.0.0.1:{_free_port()}", metrics=f"127.0.0.1:{_free_port()}",
+                     pcap=pcap)
         agent, hosts = st.hosts[0], st.hosts[1:]
         mac = int(agent.mac.replace(":", ""), 16)
         ip = int.from_bytes(socket.inet_aton(agent.ip), "big")
@@ -73,7 +75,7 @@ def run_rack_search(ds: Dataset, cfg: SearchConfig, name: str = "netsha", progre
             for s, (h, idx) in enumerate(zip(hosts, cluster.indexes)):
                 np.savez(t / f"shard{s}.npz", data=idx.data, ids=idx.ids)
                 cmd = [py, "-m", "inswitch.apps.netsha.rack_node", "server", str(t / f"shard{s}.npz"), agent.ip, "7001", conf, "--per", str(per)]
-                servers.append(subprocess.Popen(netns.in_netns(h.netns, cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+                servers.append(subprocess.Popen(netns.netns_argv(h.netns, cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
             for p in servers:
                 assert p.stdout is not None
                 line = procs.first_line(p)
@@ -85,7 +87,7 @@ def run_rack_search(ds: Dataset, cfg: SearchConfig, name: str = "netsha", progre
             say(f"agent: {ds.queries.shape[0]} queries to {bcast}:7000")
             cmd = [py, "-m", "inswitch.apps.netsha.rack_node", "agent", str(t / "queries.npz"), bcast, "--concurrency", str(cfg.concurrency),
                    "--rack-state", str(state_file)]
-            cp = subprocess.run(netns.in_netns(agent.netns, cmd), capture_output=True, text=True, timeout=600)
+            cp = subprocess.run(netns.netns_argv(agent.netns, cmd), capture_output=True, text=True, timeout=600)
             if cp.returncode != 0:
                 raise RuntimeError(f"agent failed: {cp.stderr[-2000:]}")
             res = json.loads(cp.stdout.strip().splitlines()[-1])

@@ -76,6 +76,8 @@ class JobSpec:
     #: Run switch mode with the aggregation program absent from the switch (forwarding only,
     #: no trees): the hosts must notice and aggregate themselves (`fallback`).
     absent_program: bool = False
+    #: Capture every switch port into pcapng files in this directory (netns rack only).
+    pcap: str | None = None
 
     def check(self) -> None:
         if (self.inputs is None) == (self.zipf is None):
@@ -147,7 +149,7 @@ class Env:
         if place.netns:
             from inswitch.topology import netns
 
-            return netns.in_netns(place.netns, argv)
+            return netns.netns_argv(place.netns, argv)
         return argv
 
     def map_addr(self, i: int) -> str:
@@ -226,6 +228,8 @@ def open_env(spec: JobSpec, switch: bool, progress: Progress) -> tuple[Env, Call
             raise JobError("switch mode needs root: the switch sits between hosts in network namespaces")
         if spec.loss:
             raise JobError("--loss acts on the switch's ports: it needs the netns rack (root)")
+        if spec.pcap:
+            raise JobError("--pcap captures the switch's ports: it needs the netns rack (root)")
         base = _free_port_base(M + R + 100 + R)
         env = Env("loopback", [Place("127.0.0.1", None, None)] * M, [Place("127.0.0.1", None, None)] * R,
                   map_port=base, reduce_port=base + 100)
@@ -241,13 +245,17 @@ def open_env(spec: JobSpec, switch: bool, progress: Progress) -> tuple[Env, Call
     fault = f"loss={spec.loss},seed={spec.seed}" if spec.loss else None
     progress(f"building a rack of {M + R} hosts around the switch ({programs}{', loss ' + str(spec.loss) if fault else ''})")
     try:
-        st = rack.up(M + R, name=name, programs=programs, p4runtime="127.0.0.1:0", metrics="127.0.0.1:0", fault=fault)
+        st = rack.up(M + R, name=name, programs=programs, p4runtime="127.0.0.1:0", metrics="127.0.0.1:0", fault=fault,
+                     pcap=spec.pcap)
     except BaseException:
         rack.down(name)
         raise
     places = [Place(h.ip, h.netns, h.ifname) for h in st.hosts]
     env = Env("netns", places[:M], places[M:], p4runtime=st.switch.p4runtime, rack_state=st,
               reduce_port=REDUCE_PORTS.get(spec.program, REDUCE_PORT))
+    if spec.pcap:
+        env.notes.append(f"switch ports captured in {Path(spec.pcap).resolve()}/port{{N}}.pcapng")
+
     def teardown() -> None:
         rack.down(name)
 
