@@ -10,7 +10,7 @@
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -37,11 +37,14 @@ pub struct DataplaneOptions {
     pub batch: usize,
     /// Most PacketIn messages / digests held for the controller before new ones are dropped.
     pub event_capacity: usize,
+    /// File ports start replaying only at [`Dataplane::start_replay`] (so the controller can
+    /// install entries first), instead of at once.
+    pub hold_replay: bool,
 }
 
 impl Default for DataplaneOptions {
     fn default() -> Self {
-        DataplaneOptions { pipes: 1, pipe: PipeConfig::default(), batch: 64, event_capacity: 65536 }
+        DataplaneOptions { pipes: 1, pipe: PipeConfig::default(), batch: 64, event_capacity: 65536, hold_replay: false }
     }
 }
 
@@ -53,6 +56,16 @@ enum Cmd {
     Counters(Reply<Counters>),
     Replace(Arc<ProgramSet>, Reply<()>),
     Handoff(Vec<PacketBuf>),
+    Replay(Reply<Replay>),
+}
+
+/// One pipe's answer to "is the replay over?".
+#[derive(Clone, Copy)]
+struct Replay {
+    /// The pipe has a port replaying a file.
+    replays: bool,
+    /// Every replaying port of the pipe is done and nothing waits in the pipe.
+    drained: bool,
 }
 
 /// A queue the controller waits on (each queue has its own condition variable).
@@ -97,6 +110,10 @@ pub struct Dataplane {
     port_stats: Vec<(String, Arc<PortStats>)>,
     set: Mutex<Arc<ProgramSet>>,
     map: PortMap,
+    /// Packets handed from one pipe to another and not yet enqueued there.
+    in_flight: Arc<AtomicU64>,
+    /// Set while file ports wait for [`Dataplane::start_replay`].
+    replay_held: Arc<AtomicBool>,
 }
 
 fn recv_reply<T>(rx: Receiver<T>) -> Result<T, ControlError> {
@@ -135,6 +152,8 @@ impl Dataplane {
         }
         let peers: Vec<(Sender<Cmd>, Arc<EventFd>)> = handles.iter().map(|h| (h.tx.clone(), h.bell.clone())).collect();
         let mut threads = Vec::new();
+        let in_flight = Arc::new(AtomicU64::new(0));
+        let replay_held = Arc::new(AtomicBool::new(opts.hold_replay));
         for (i, (ports, rx)) in per_pipe.into_iter().zip(receivers).enumerate() {
             let pipe = Pipe::new(i as u8, set.clone(), map.clone(), opts.pipe.clone());
             let worker = Worker {
@@ -148,10 +167,22 @@ impl Dataplane {
                 batch: opts.batch.max(1),
                 map: map.clone(),
                 cfg: opts.pipe.clone(),
+                in_flight: in_flight.clone(),
+                replay_held: replay_held.clone(),
             };
             threads.push(std::thread::Builder::new().name(format!("pipe{i}")).spawn(move || worker.run())?);
         }
-        Ok(Dataplane { pipes: handles, threads: Mutex::new(threads), stop, events, port_stats, set: Mutex::new(set), map })
+        Ok(Dataplane {
+            pipes: handles,
+            threads: Mutex::new(threads),
+            stop,
+            events,
+            port_stats,
+            set: Mutex::new(set),
+            map,
+            in_flight,
+            replay_held,
+        })
     }
 
     /// Front-panel ports.
@@ -250,6 +281,36 @@ impl Dataplane {
         }
     }
 
+    /// For a switch with file ports: `Some(true)` once every input has been replayed and
+    /// every packet has left the pipeline (so the outputs are complete once the data plane
+    /// stops); `None` if no port replays a file.
+    pub fn replay_done(&self) -> Result<Option<bool>, ControlError> {
+        let mut rxs = Vec::new();
+        for h in &self.pipes {
+            let (tx, rx) = channel();
+            h.send(Cmd::Replay(tx))?;
+            rxs.push(rx);
+        }
+        let mut answers = Vec::new();
+        for rx in rxs {
+            answers.push(recv_reply(rx)?);
+        }
+        if !answers.iter().any(|a| a.replays) {
+            return Ok(None);
+        }
+        // A pipe answers between iterations, after its handoffs were sent (and counted in
+        // `in_flight`), so a packet between pipes is either in a pipe or in `in_flight`.
+        Ok(Some(answers.iter().all(|a| a.drained) && self.in_flight.load(Ordering::SeqCst) == 0))
+    }
+
+    /// Let file ports held by [`DataplaneOptions::hold_replay`] start replaying.
+    pub fn start_replay(&self) {
+        self.replay_held.store(false, Ordering::SeqCst);
+        for h in &self.pipes {
+            h.bell.signal();
+        }
+    }
+
     /// Events dropped because the controller did not collect them in time.
     pub fn events_dropped(&self) -> u64 {
         self.events.dropped.load(Ordering::Relaxed)
@@ -313,6 +374,8 @@ struct Worker {
     batch: usize,
     map: PortMap,
     cfg: PipeConfig,
+    in_flight: Arc<AtomicU64>,
+    replay_held: Arc<AtomicBool>,
 }
 
 /// epoll set of a worker's fds.
@@ -386,9 +449,18 @@ impl Worker {
             }
             // Receive.
             let mut full = false;
+            // A file can wait: read replaying ports only while the traffic manager has room,
+            // so a replay runs as fast as the pipeline drains and never overflows a queue.
+            let held = self.replay_held.load(Ordering::Relaxed);
+            let room = self.pipe.pending() < self.cfg.queue_capacity / 2;
             for p in &mut self.ports {
+                let replay = p.replay_done();
+                if replay.is_some() && (held || !room) {
+                    full |= !held;
+                    continue;
+                }
                 let got = p.recv_batch(self.pipe.pool(), &mut rx_batch, self.batch);
-                full |= got >= self.batch;
+                full |= got >= self.batch || replay == Some(false);
             }
             busy |= !rx_batch.is_empty();
             let now = monotonic_ns();
@@ -402,9 +474,13 @@ impl Worker {
                     self.pipe.enqueue(&mut handoff.per_pipe[q]);
                 } else {
                     let v = std::mem::take(&mut handoff.per_pipe[q]);
+                    let n = v.len() as u64;
                     let (tx, bell) = &self.peers[q];
+                    self.in_flight.fetch_add(n, Ordering::SeqCst);
                     if tx.send(Cmd::Handoff(v)).is_ok() {
                         bell.signal();
+                    } else {
+                        self.in_flight.fetch_sub(n, Ordering::SeqCst);
                     }
                 }
             }
@@ -453,7 +529,17 @@ impl Worker {
                 self.pipe = Pipe::new(self.pipe.id(), set, self.map.clone(), self.cfg.clone());
                 let _ = reply.send(());
             }
-            Cmd::Handoff(mut v) => self.pipe.enqueue(&mut v),
+            Cmd::Handoff(mut v) => {
+                let n = v.len() as u64;
+                self.pipe.enqueue(&mut v);
+                self.in_flight.fetch_sub(n, Ordering::SeqCst);
+            }
+            Cmd::Replay(reply) => {
+                let states: Vec<Option<bool>> = self.ports.iter().map(|p| p.replay_done()).collect();
+                let replays = states.iter().any(Option::is_some);
+                let drained = states.iter().all(|s| *s != Some(false)) && self.pipe.pending() == 0 && handoff.is_empty();
+                let _ = reply.send(Replay { replays, drained });
+            }
         }
     }
 

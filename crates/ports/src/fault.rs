@@ -225,6 +225,11 @@ impl<P: Port> Port for FaultPort<P> {
             for f in self.scratch.drain(..) {
                 self.rx.process(&self.cfg, f, pool, &mut self.rx_ready, &c);
             }
+            // A replayed input has no later traffic to release held frames: the end of the
+            // file does.
+            if self.inner.replay_done() == Some(true) {
+                self.rx_ready.extend(self.rx.held.drain(..).map(|h| h.0));
+            }
         }
         let n = self.rx_ready.len().min(max);
         out.extend(self.rx_ready.drain(..n));
@@ -254,6 +259,10 @@ impl<P: Port> Port for FaultPort<P> {
 
     fn stats(&self) -> Arc<PortStats> {
         self.port_stats.clone()
+    }
+
+    fn replay_done(&self) -> Option<bool> {
+        self.inner.replay_done().map(|d| d && self.rx_ready.is_empty() && self.rx.held.is_empty())
     }
 }
 

@@ -9,6 +9,8 @@
 //! - [`UdpPort`] — one UDP socket per port on loopback, one frame per datagram (no root);
 //! - [`AfPacketPort`] — AF_PACKET with a PACKET_MMAP ring on a real interface, typically the
 //!   switch end of a veth pair (root);
+//! - [`FilePort`] — replays a pcap/pcapng capture and writes what it sends (bmv2's
+//!   `--use-files`);
 //!
 //! and wrappers: [`CapturePort`] (pcapng capture) and [`FaultPort`] (loss, duplication,
 //! reordering). [`PortSpec`] and [`open_ports`] build a set of ports from a string such as
@@ -22,6 +24,7 @@ pub mod aggregation;
 pub mod bench;
 pub mod dataplane;
 pub mod fault;
+pub mod file;
 pub mod memory;
 pub mod netns;
 pub mod pcap;
@@ -35,6 +38,7 @@ pub mod udp;
 
 pub use afpacket::{complete_l4_checksum, AfPacketConfig, AfPacketPort, TxMode};
 pub use fault::{FaultConfig, FaultPort, FaultStats};
+pub use file::{parse_capture, read_capture, FilePort, Frames};
 pub use memory::{memory_pair, memory_pair_with, MemoryConfig, MemoryPeer, MemoryPort};
 pub use pcap::{capture_path, CapturePort, Direction, PcapngWriter};
 pub use port::Port;

@@ -317,6 +317,10 @@ impl<P: Port> Port for CapturePort<P> {
     fn stats(&self) -> Arc<PortStats> {
         self.inner.stats()
     }
+
+    fn replay_done(&self) -> Option<bool> {
+        self.inner.replay_done()
+    }
 }
 
 #[cfg(test)]

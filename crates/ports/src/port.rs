@@ -38,6 +38,14 @@ pub trait Port: Send {
 
     /// Shared counters (readable from another thread while the port runs).
     fn stats(&self) -> Arc<PortStats>;
+
+    /// For a port replaying a finite input (a capture file): `Some(true)` once every frame
+    /// has been delivered. `None` for live ports. The driver reads a replaying port only
+    /// while the traffic manager has room (a file can wait; a wire cannot), and the switch
+    /// knows a replay is over when every replaying port is done and the pipeline is empty.
+    fn replay_done(&self) -> Option<bool> {
+        None
+    }
 }
 
 /// Boxed ports are ports, so wrappers such as [`CapturePort`](crate::CapturePort) and
@@ -61,5 +69,8 @@ impl<P: Port + ?Sized> Port for Box<P> {
     }
     fn stats(&self) -> Arc<PortStats> {
         (**self).stats()
+    }
+    fn replay_done(&self) -> Option<bool> {
+        (**self).replay_done()
     }
 }

@@ -7,6 +7,8 @@
 //! udp:HOST:BASEPORT:N        the same on another local IPv4 address
 //! udp:...@PEERHOST:PEERBASE  the same, port i accepting datagrams only from PEERHOST:PEERBASE+i
 //! veth:IF1,IF2,...           AF_PACKET on existing interfaces; port i is the i-th name
+//! pcap:IN:OUT,IN:OUT,...     file ports: port i replays capture IN (pcap or pcapng) and
+//!                            writes what it sends to OUT (pcapng); paths without ':' or ','
 //! ```
 
 use std::fmt;
@@ -19,6 +21,7 @@ use pisa::packet::{PortId, DEFAULT_BUF_CAPACITY};
 
 use crate::afpacket::{AfPacketConfig, AfPacketPort, TxMode};
 use crate::fault::{FaultConfig, FaultPort};
+use crate::file::FilePort;
 use crate::memory::{memory_pair_with, MemoryConfig, MemoryPeer, DEFAULT_QUEUE_DEPTH};
 use crate::pcap::CapturePort;
 use crate::port::Port;
@@ -27,7 +30,8 @@ use crate::udp::{UdpConfig, UdpPort, DEFAULT_SOCK_BUF};
 /// Most ports one spec may declare (a large switch has a few hundred front-panel ports).
 pub const MAX_PORTS: usize = 1024;
 
-const ACCEPTED: &str = "accepted forms: memory:N | udp:[HOST:]BASEPORT:N[@PEERHOST:PEERBASE] | veth:IF1,IF2,... (N from 1 to 1024)";
+const ACCEPTED: &str =
+    "accepted forms: memory:N | udp:[HOST:]BASEPORT:N[@PEERHOST:PEERBASE] | veth:IF1,IF2,... | pcap:IN:OUT,IN:OUT,... (N from 1 to 1024)";
 
 /// A parsed port spec.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,6 +58,11 @@ pub enum PortSpec {
     Veth {
         /// Interface of each port, in port order.
         ifaces: Vec<String>,
+    },
+    /// `pcap:IN:OUT,IN:OUT,...`
+    Files {
+        /// Input capture and output capture of each port, in port order.
+        files: Vec<(PathBuf, PathBuf)>,
     },
 }
 
@@ -123,6 +132,27 @@ impl PortSpec {
                 }
                 Ok(PortSpec::Veth { ifaces })
             }
+            "pcap" | "file" => {
+                let mut files: Vec<(PathBuf, PathBuf)> = Vec::new();
+                for (i, pair) in rest.split(',').enumerate() {
+                    let parts: Vec<&str> = pair.split(':').collect();
+                    let [input, output] = parts.as_slice() else {
+                        return Err(bad(format!("port {} {pair:?}: expected IN:OUT (paths without ':')", i + 1)));
+                    };
+                    if input.is_empty() || output.is_empty() {
+                        return Err(bad(format!("port {} {pair:?}: empty file name", i + 1)));
+                    }
+                    let (input, output) = (PathBuf::from(input), PathBuf::from(output));
+                    if files.iter().any(|(a, b)| *b == output || *a == output) || input == output {
+                        return Err(bad(format!("output {} is used twice", output.display())));
+                    }
+                    files.push((input, output));
+                }
+                if files.len() > MAX_PORTS {
+                    return Err(bad(format!("{} ports, at most {MAX_PORTS}", files.len())));
+                }
+                Ok(PortSpec::Files { files })
+            }
             other => Err(SpecError::UnknownKind(other.to_string())),
         }
     }
@@ -132,6 +162,7 @@ impl PortSpec {
         match self {
             PortSpec::Memory { count } | PortSpec::Udp { count, .. } => *count as usize,
             PortSpec::Veth { ifaces } => ifaces.len(),
+            PortSpec::Files { files } => files.len(),
         }
     }
 }
@@ -200,6 +231,10 @@ impl fmt::Display for PortSpec {
                 }
             }
             PortSpec::Veth { ifaces } => write!(f, "veth:{}", ifaces.join(",")),
+            PortSpec::Files { files } => {
+                let pairs: Vec<String> = files.iter().map(|(i, o)| format!("{}:{}", i.display(), o.display())).collect();
+                write!(f, "pcap:{}", pairs.join(","))
+            }
         }
     }
 }
@@ -303,6 +338,10 @@ pub fn open_ports(spec: &PortSpec, opts: &OpenOptions) -> Result<OpenedPorts, Po
                 };
                 Box::new(AfPacketPort::open(id, &ifaces[i], &cfg).map_err(open_err(id, ifaces[i].clone()))?)
             }
+            PortSpec::Files { files } => {
+                let (input, output) = &files[i];
+                Box::new(FilePort::open(id, input, output).map_err(open_err(id, "file port".into()))?)
+            }
         };
         let port: Box<dyn Port> = match &opts.fault {
             Some(f) => Box::new(FaultPort::new(port, FaultConfig { seed: f.seed.wrapping_add(i as u64), ..f.clone() })),
@@ -340,6 +379,10 @@ mod tests {
                 },
             ),
             ("veth:s1,s2,eth0.100", PortSpec::Veth { ifaces: vec!["s1".into(), "s2".into(), "eth0.100".into()] }),
+            (
+                "pcap:a.pcap:b.pcapng,/t/c:d",
+                PortSpec::Files { files: vec![("a.pcap".into(), "b.pcapng".into()), ("/t/c".into(), "d".into())] },
+            ),
         ] {
             let got = PortSpec::parse(s).unwrap();
             assert_eq!(got, want);
@@ -372,6 +415,12 @@ mod tests {
             "veth:waytoolonginterfacename",
             "",
             "tap:3",
+            "pcap:",
+            "pcap:a",
+            "pcap:a:b:c",
+            "pcap:a:,b:c",
+            "pcap:a:o,b:o",
+            "pcap:a:a",
         ] {
             let e = err(s);
             assert!(e.contains("accepted forms: memory:N"), "{s:?}: {e}");
@@ -380,6 +429,8 @@ mod tests {
         assert!(err("memory:0").contains("port count 0"));
         assert!(err("veth:a,,b").contains("interface 2 \"\": empty name"));
         assert!(err("tap:3").starts_with("unknown port kind \"tap\""));
+        assert!(err("pcap:a:o,b:o").contains("output o is used twice"));
+        assert!(err("pcap:a").contains("port 1 \"a\": expected IN:OUT"));
     }
 
     #[test]

@@ -154,10 +154,12 @@ impl Dataplane {
     #[new]
     /// `fault=(loss, duplicate, reorder, seed)` wraps every port in a seeded fault injector
     /// (ports::fault) acting on received frames.
+    /// `hold_replay=True` keeps file ports (`pcap:IN:OUT,...`) from replaying until
+    /// `start_replay()`, so entries can be installed first.
     /// `pcap_max_bytes` rotates each port's capture file when it reaches that size.
     /// `port_qdisc=True` sends AF_PACKET frames through each interface's qdisc (so `tc netem`
     /// shaping a link applies to what the switch sends) instead of straight to the driver.
-    #[pyo3(signature = (programs, ports, pipes=1, pcap_dir=None, queue_capacity=4096, port_rate_bps=None, buf_capacity=2048, batch=64, fault=None, pcap_max_bytes=None, port_qdisc=false))]
+    #[pyo3(signature = (programs, ports, pipes=1, pcap_dir=None, queue_capacity=4096, port_rate_bps=None, buf_capacity=2048, batch=64, fault=None, pcap_max_bytes=None, port_qdisc=false, hold_replay=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -172,6 +174,7 @@ impl Dataplane {
         fault: Option<(f64, f64, f64, u64)>,
         pcap_max_bytes: Option<u64>,
         port_qdisc: bool,
+        hold_replay: bool,
     ) -> PyResult<Self> {
         let set = program_set(&programs)?;
         let spec = PortSpec::parse(ports).map_err(value_err)?;
@@ -198,7 +201,7 @@ impl Dataplane {
         if pipes == 0 || pipes as usize > ports.len().max(1) {
             return Err(value_err(format!("pipes must be 1..={}", ports.len().max(1))));
         }
-        let mut dopts = DataplaneOptions { pipes, batch, ..DataplaneOptions::default() };
+        let mut dopts = DataplaneOptions { pipes, batch, hold_replay, ..DataplaneOptions::default() };
         dopts.pipe.queue_capacity = queue_capacity;
         dopts.pipe.port_rate_bps = port_rate_bps;
         dopts.pipe.buf_capacity = buf_capacity;
@@ -206,6 +209,17 @@ impl Dataplane {
         Ok(Dataplane { inner, peers, stopped: false.into() })
     }
 
+    /// Let held file ports start replaying.
+    fn start_replay(&self) -> PyResult<()> {
+        self.dp()?.start_replay();
+        Ok(())
+    }
+    /// With file ports: True once every input is replayed and the pipeline is empty (stop
+    /// the data plane then to close the outputs). None without file ports.
+    fn replay_done(&self, py: Python<'_>) -> PyResult<Option<bool>> {
+        let dp = self.dp()?;
+        py.detach(|| dp.replay_done()).map_err(control_err)
+    }
     #[getter]
     fn num_ports(&self) -> PyResult<u16> {
         Ok(self.dp()?.num_ports())
@@ -734,6 +748,23 @@ fn bench_forward_pipeline(py: Python<'_>, frame_len: usize, batch: usize, durati
     (r.packets, r.seconds, r.mpps)
 }
 
+/// The IPv4 routing path of `forward` in memory on one core: `(packets, seconds, mpps)`.
+#[pyfunction]
+#[pyo3(signature = (frame_len=64, batch=32, duration=2.0))]
+fn bench_route_pipeline(py: Python<'_>, frame_len: usize, batch: usize, duration: f64) -> (u64, f64, f64) {
+    let r = py.detach(|| ports::bench::route_pipeline(frame_len, batch.max(1), Duration::from_secs_f64(duration.max(0.1))));
+    (r.packets, r.seconds, r.mpps)
+}
+
+/// The IPv4 routing path through file ports (a capture of `packets` frames replayed
+/// through a running data plane, files in `dir`): `(packets, seconds, mpps)`.
+#[pyfunction]
+#[pyo3(signature = (dir, frame_len=64, packets=200_000))]
+fn bench_pcap_route(py: Python<'_>, dir: String, frame_len: usize, packets: usize) -> PyResult<(u64, f64, f64)> {
+    let r = py.detach(|| ports::bench::pcap_route(frame_len, packets.max(1), std::path::Path::new(&dir))).map_err(value_err)?;
+    Ok((r.packets, r.seconds, r.mpps))
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ControlPlaneError", m.py().get_type::<ControlPlaneError>())?;
@@ -748,6 +779,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(udp_sink, m)?)?;
     m.add_function(wrap_pyfunction!(bench_forward_pipeline, m)?)?;
     m.add_function(wrap_pyfunction!(bench_bare_forward_loop, m)?)?;
+    m.add_function(wrap_pyfunction!(bench_route_pipeline, m)?)?;
+    m.add_function(wrap_pyfunction!(bench_pcap_route, m)?)?;
     aggregation::register(m)?;
     switchagg::register(m)?;
     hare::register(m)?;

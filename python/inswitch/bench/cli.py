@@ -29,8 +29,9 @@ def forward_cmd(
     duration: float = option(3.0, "--duration", type=DURATION, help="Seconds per measurement."),
     json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Write the results as JSON."),
 ) -> None:
-    """Forwarding rate: in memory on one core, and between two namespaces over veth against
-    the Linux kernel bridge (same namespaces, same run)."""
+    """Forwarding rate: in memory on one core (L2 and the IPv4 routing path), the routing
+    path replayed through file ports, and between two namespaces over veth against the
+    Linux kernel bridge (same namespaces, same run)."""
     from inswitch.bench import forward
 
     console = console_for(json_out)
@@ -42,6 +43,8 @@ def forward_cmd(
     t.add_row("in-memory pipeline, 64 B frames, 1 core", f"{r['in_memory_mpps']:.2f} Mpps")
     t.add_row("bare loop, same essential work, no model", f"{r['bare_loop_mpps']:.2f} Mpps")
     t.add_row("ratio pipeline / bare loop", f"{r['in_memory_bare_ratio']:.2f}")
+    t.add_row("in-memory IPv4 routing path (simple_router's work), 1 core", f"{r['in_memory_route_mpps']:.2f} Mpps")
+    t.add_row(f"routing path through file ports ({r['pcap_route']['packets']:,} frames from pcap)", f"{r['pcap_route_mpps']:.3f} Mpps")
     if "veth_pps" in r:
         t.add_row("veth through inswitch (received)", f"{r['veth_pps']:,} pps")
         t.add_row("veth through Linux bridge (received)", f"{r['bridge_pps']:,} pps")

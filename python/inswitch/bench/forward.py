@@ -1,6 +1,8 @@
-"""`inswitch bench forward`: the switch's forwarding rate, (a) in memory on one core and
-(b) between two network namespaces over veth, against the Linux kernel bridge forwarding
-between the same two namespaces in the same run."""
+"""`inswitch bench forward`: the switch's forwarding rate, (a) in memory on one core (L2, and
+the IPv4 routing path of bmv2's `simple_router`: parse, LPM, TTL decrement, checksum update,
+MAC rewrite), (b) the routing path replayed through file ports (`pcap:IN:OUT`, as bmv2's
+--use-files benchmark does), and (c) between two network namespaces over veth, against the
+Linux kernel bridge forwarding between the same two namespaces in the same run."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -19,6 +22,8 @@ from inswitch.topology import netns as nx
 #: Frames of 64 bytes on the wire: 14 Ethernet + 20 IPv4 + 8 UDP + 18 payload + 4 FCS.
 PAYLOAD_64B = 18
 SINK_PORT = 9000
+#: Frames in the capture replayed through file ports (~80 MB in, ~100 MB out; a few tenths of a second).
+PCAP_FRAMES = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -112,11 +117,20 @@ def run(duration: float = 3.0, payload: int = PAYLOAD_64B, progress: Callable[[s
     pkts, secs, mpps = _native.bench_forward_pipeline(64, 32, max(duration, 1.0))
     progress("bare loop (same essential work, no model)")
     _, _, bare = _native.bench_bare_forward_loop(32, max(duration, 1.0))
+    progress("in-memory IPv4 routing path")
+    rpkts, rsecs, route = _native.bench_route_pipeline(64, 32, max(duration, 1.0))
+    progress("IPv4 routing path through file ports")
+    with tempfile.TemporaryDirectory(prefix="inswitch-bench-pcap-") as d:
+        ppkts, psecs, pcap_route = _native.bench_pcap_route(d, 64, PCAP_FRAMES)
     out: dict[str, Any] = {
         "in_memory_mpps": round(mpps, 3),
         "bare_loop_mpps": round(bare, 3),
         "in_memory_bare_ratio": round(mpps / bare, 3) if bare else None,
         "in_memory": {"packets": pkts, "seconds": secs, "frame_bytes": 64, "batch": 32},
+        "in_memory_route_mpps": round(route, 3),
+        "in_memory_route": {"packets": rpkts, "seconds": rsecs, "frame_bytes": 64, "batch": 32, "routes": 17},
+        "pcap_route_mpps": round(pcap_route, 3),
+        "pcap_route": {"packets": ppkts, "seconds": psecs, "frame_bytes": 64, "pipes": 1},
         "machine": machine(),
     }
     if os.geteuid() != 0:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -30,16 +31,22 @@ class UsageError(ValueError):
 
 
 def _ports(text: str) -> str:
-    """The port spec's shape (the data plane checks the rest when it opens the ports)."""
+    """The port spec's shape (the data plane checks the rest when it opens the ports: a
+    missing or malformed capture is a one-line error there, exit status 2)."""
     kind, sep, rest = text.strip().partition(":")
-    if kind not in ("memory", "udp", "veth") or not sep or not rest:
-        raise ValueError("expected memory:N, udp:BASEPORT:N, udp:HOST:BASEPORT:N or veth:IF1,IF2,..")
+    if kind not in ("memory", "udp", "veth", "pcap") or not sep or not rest:
+        raise ValueError("expected memory:N, udp:BASEPORT:N, udp:HOST:BASEPORT:N, veth:IF1,IF2,.. or pcap:IN:OUT,IN:OUT,..")
     if kind == "memory" and not (rest.isdigit() and 1 <= int(rest) <= 4096):
         raise ValueError("memory:N takes 1..4096 ports")
     if kind == "udp":
         own, at, peer = rest.partition("@")  # udp:[HOST:]BASEPORT:N[@PEERHOST:PEERBASE]
         if not all(x.isdigit() for x in own.split(":")[-2:]) or (at and not peer.rpartition(":")[2].isdigit()):
             raise ValueError("udp ports need a numeric BASEPORT and N (and a numeric PEERBASE after @)")
+    if kind == "pcap":
+        for i, pair in enumerate(rest.split(","), 1):
+            parts = pair.split(":")
+            if len(parts) != 2 or not all(parts):
+                raise ValueError(f"port {i} {pair!r}: expected IN:OUT (file paths without ':' or ',')")
     return text.strip()
 
 
@@ -48,7 +55,7 @@ def _fault(text: str) -> str:
     return text
 
 
-PORTS = Text("memory:N, udp:[HOST:]BASEPORT:N[@PEERHOST:PEERBASE] (with a peer, port i accepts datagrams only from PEERHOST:PEERBASE+i) or veth:IF1,IF2,..", check=_ports, bad=("bogus:4", "memory:x", "memory:0", "udp:x:4"))
+PORTS = Text("memory:N, udp:[HOST:]BASEPORT:N[@PEERHOST:PEERBASE] (with a peer, port i accepts datagrams only from PEERHOST:PEERBASE+i), veth:IF1,IF2,.. or pcap:IN:OUT,IN:OUT,.. (file ports: replay IN, write OUT)", check=_ports, bad=("bogus:4", "memory:x", "memory:0", "udp:x:4", "pcap:x", "pcap:a:b:c"))
 #: A PEM file given to --tls-cert, --tls-key or --tls-ca.
 PEM = Text("a readable PEM file", check=pem_file, bad=("/nonexistent.pem",))
 #: The fault injector's spec (`--fault` of `switch` and `rack up`).
@@ -105,9 +112,12 @@ def parse_fault(text: str) -> tuple[float, float, float, int]:
 
 
 def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Optional[str], metrics: str, device_id: int, ready_file: Optional[str], out: Console, err: Console, fault: Optional[str] = None,
-               tls: TlsFiles = TlsFiles(), generation: int = 1, pcap_size: Optional[float] = None, l2: str = "learn", port_qdisc: bool = False) -> int:
-    """Run until SIGINT/SIGTERM. Returns the exit status: 0 after a clean stop, 2 for bad
-    input, 1 when the switch cannot start (e.g. an address in use)."""
+               tls: TlsFiles = TlsFiles(), generation: int = 1, pcap_size: Optional[float] = None, l2: str = "learn", replay_wait: float = 0.0, port_qdisc: bool = False) -> int:
+    """Run until SIGINT/SIGTERM, or, with file ports (`pcap:IN:OUT,...`), until every input
+    has been replayed (starting `replay_wait` s after the switch serves, so a controller can
+    install entries) and the pipeline is empty: the outputs are then complete. Returns the
+    exit status: 0 after a clean stop or a finished replay, 2 for bad input, 1 when the
+    switch cannot start (e.g. an address in use)."""
     stop = threading.Event()
 
     def on_signal(signum: int, frame: Optional[FrameType]) -> None:
@@ -138,7 +148,7 @@ def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Opti
 
         try:
             dp = _native.Dataplane(names, ports, pipes=pipes, pcap_dir=pcap, fault=parse_fault(fault) if fault else None,
-                                   pcap_max_bytes=int(pcap_size * 1e6) if pcap_size else None,
+                                   pcap_max_bytes=int(pcap_size * 1e6) if pcap_size else None, hold_replay=True,
                                    **({"port_qdisc": True} if port_qdisc else {}))
         except ValueError as e:
             raise UsageError(str(e)) from None
@@ -172,8 +182,17 @@ def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Opti
                 "pipes": dp.num_pipes,
                 "generation": generation,
             })
-        while not stop.wait(0.5):
-            pass
+        if dp.replay_done() is None:
+            while not stop.wait(0.5):
+                pass
+        elif not stop.wait(replay_wait):
+            dp.start_replay()
+            while not dp.replay_done():
+                if stop.wait(0.01):
+                    break
+            else:
+                c = [p["io"] or {} for p in json.loads(dp.counters_json())["ports"]]
+                out.print(f"replay done: {sum(p.get('rx_packets', 0) for p in c)} frames replayed, {sum(p.get('tx_packets', 0) for p in c)} written", highlight=False)
     except UsageError as e:
         err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
         status = 2
@@ -224,6 +243,8 @@ SWITCH_EXAMPLES = """Examples:
   inswitch switch --program forward,daiet --ports veth:s1,s2,s3 --p4runtime 127.0.0.1:9559 --metrics off
 
   inswitch switch --ports udp:127.0.0.1:40000:4 --p4runtime 127.0.0.1:0 --ready-file /tmp/sw.json
+
+  inswitch switch --ports pcap:p0-in.pcap:p0-out.pcapng,p1-in.pcap:p1-out.pcapng --replay-wait 2
 """
 
 P4INFO_EXAMPLES = """Examples:
@@ -255,11 +276,12 @@ def register(app: typer.Typer) -> None:
         tls_ca: Optional[str] = option(None, "--tls-ca", type=PEM, help="Accept only P4Runtime clients whose certificate this CA signed."),
         generation: int = option(1, "--generation", type=Int(1, 2**31), help="Which start of this switch this is (set by the rack's supervisor when it restarts one; in the ready file and /metrics)."),
         port_qdisc: bool = typer.Option(False, "--port-qdisc", help="veth ports send through the interface's qdisc (so `tc` shaping on a port applies to what the switch sends) instead of bypassing it."),
+        replay_wait: float = option(0.0, "--replay-wait", type=Float(0, 3600), help="With pcap: ports, seconds to wait after starting before replaying (time for a controller to install entries); the switch exits once every input is replayed and the pipeline is empty."),
     ) -> None:
         """Run a software switch: the data plane over PORTS, a P4Runtime server and a
         metrics endpoint, until SIGINT or SIGTERM."""
         code = run_switch(program, ports, p4runtime, pipes, pcap, metrics, device_id, ready_file, Console(), Console(stderr=True), fault=fault, pcap_size=pcap_size, l2=l2,
-                          tls=TlsFiles(cert=tls_cert, key=tls_key, ca=tls_ca), generation=generation, port_qdisc=port_qdisc)
+                          tls=TlsFiles(cert=tls_cert, key=tls_key, ca=tls_ca), generation=generation, port_qdisc=port_qdisc, replay_wait=replay_wait)
         raise typer.Exit(code)
 
     @app.command("p4info", epilog=P4INFO_EXAMPLES)
