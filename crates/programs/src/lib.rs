@@ -1,6 +1,7 @@
 //! Data-plane programs, one module each, written against `pisa` only.
 //!
 //! - [`forward`]: the base program (L2, IPv4 LPM, per-port counters).
+//! - [`allreduce`]: SwitchML-style aggregation of 32-bit integer vectors (ML gradients), exactly once.
 //! - [`daiet`]: DAIET in-network key-value aggregation, exactly once.
 //! - [`switchagg`]: SwitchAgg's FPGA aggregation engines (FPE/BPE), on the `switchagg-fpga` target.
 //! - [`netsha`]: NetSHa's in-switch top-K reduction and answer aggregation for distributed LSH search.
@@ -13,6 +14,7 @@ use std::sync::Arc;
 
 use pisa::Program;
 
+pub mod allreduce;
 pub mod daiet;
 pub mod forward;
 pub mod hare;
@@ -22,7 +24,8 @@ pub mod reply;
 pub mod switchagg;
 
 /// Names of the programs this build knows.
-pub const NAMES: &[&str] = &["forward", "daiet", "switchagg", "netsha", "netsha-tofino1", "hare", "netcache", "dyso", "hare_lock", "inaas"];
+pub const NAMES: &[&str] =
+    &["forward", "daiet", "switchagg", "netsha", "netsha-tofino1", "hare", "netcache", "dyso", "hare_lock", "inaas", "allreduce"];
 
 /// A fresh instance of a program by name.
 pub fn by_name(name: &str) -> Option<Arc<dyn Program>> {
@@ -39,6 +42,7 @@ pub fn by_name(name: &str) -> Option<Arc<dyn Program>> {
         "hare_lock" => Some(Arc::new(hare::lock::HareLock::new())),
         n if hare::is_spec(n) => hare::by_spec(n),
         "inaas" => Some(Arc::new(inaas::Inaas::new())),
+        "allreduce" => Some(Arc::new(allreduce::Allreduce::new())),
         _ => None,
     }
 }

@@ -27,12 +27,19 @@ pub const ELEMS: usize = 32;
 
 /// Byte offsets of the fields in the UDP payload.
 pub mod field {
+    /// Job id (u16).
     pub const JOB: usize = 0;
+    /// Flags (u8).
     pub const FLAGS: usize = 2;
+    /// Shadow copy (u8).
     pub const VER: usize = 3;
+    /// Worker id (u16).
     pub const WORKER: usize = 4;
+    /// Slot (u16).
     pub const SLOT: usize = 6;
+    /// Chunk number (u32).
     pub const OFFSET: usize = 8;
+    /// First value (i32 each).
     pub const VALUES: usize = 12;
 }
 
@@ -182,7 +189,15 @@ impl Repr {
         if p.flags() & !flags::ALL != 0 || p.ver() > 1 {
             return Err(Error::Malformed);
         }
-        Ok(Repr { job: p.job(), flags: p.flags(), ver: p.ver(), worker: p.worker(), slot: p.slot(), offset: p.offset(), values: p.values() })
+        Ok(Repr {
+            job: p.job(),
+            flags: p.flags(),
+            ver: p.ver(),
+            worker: p.worker(),
+            slot: p.slot(),
+            offset: p.offset(),
+            values: p.values(),
+        })
     }
     /// Bytes [`Repr::emit`] writes.
     pub const fn buffer_len(&self) -> usize {
