@@ -33,6 +33,7 @@ _COMMAND_MODULES = [
     "inswitch.apps.netsha.cli",
     "inswitch.apps.hare.cli",
     "inswitch.commands.tenants",
+    "inswitch.apps.allreduce.cli",
 ]
 
 

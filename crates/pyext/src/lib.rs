@@ -6,6 +6,7 @@
 //! wait release the GIL.
 
 mod aggregation;
+mod allreduce;
 mod hare;
 mod inaas;
 mod netsha;
@@ -635,6 +636,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(bench_forward_pipeline, m)?)?;
     m.add_function(wrap_pyfunction!(bench_bare_forward_loop, m)?)?;
     aggregation::register(m)?;
+    allreduce::register(m)?;
     switchagg::register(m)?;
     hare::register(m)?;
     inaas::register(m)?;
