@@ -113,7 +113,12 @@ fn allreduce_exponents<'py>(py: Python<'py>, arr: &Bound<'py, PyAny>) -> PyResul
 
 /// float32 values to int32 with the agreed per-chunk codes, for `workers` workers.
 #[pyfunction]
-fn allreduce_quantize<'py>(py: Python<'py>, arr: &Bound<'py, PyAny>, codes: &Bound<'py, PyAny>, workers: u32) -> PyResult<Bound<'py, PyAny>> {
+fn allreduce_quantize<'py>(
+    py: Python<'py>,
+    arr: &Bound<'py, PyAny>,
+    codes: &Bound<'py, PyAny>,
+    workers: u32,
+) -> PyResult<Bound<'py, PyAny>> {
     let (xs, codes) = (f32s(py, arr)?, u32s(py, codes)?);
     if codes.len() != xs.len().div_ceil(wire::allreduce::ELEMS) || workers == 0 {
         return Err(verr("one code per 32 values, and at least one worker"));
@@ -123,7 +128,12 @@ fn allreduce_quantize<'py>(py: Python<'py>, arr: &Bound<'py, PyAny>, codes: &Bou
 
 /// Aggregated int32 values back to float32 (NaN for a chunk with a non-finite input).
 #[pyfunction]
-fn allreduce_dequantize<'py>(py: Python<'py>, arr: &Bound<'py, PyAny>, codes: &Bound<'py, PyAny>, workers: u32) -> PyResult<Bound<'py, PyAny>> {
+fn allreduce_dequantize<'py>(
+    py: Python<'py>,
+    arr: &Bound<'py, PyAny>,
+    codes: &Bound<'py, PyAny>,
+    workers: u32,
+) -> PyResult<Bound<'py, PyAny>> {
     let (qs, codes) = (i32s(py, arr)?, u32s(py, codes)?);
     if codes.len() != qs.len().div_ceil(wire::allreduce::ELEMS) || workers == 0 {
         return Err(verr("one code per 32 values, and at least one worker"));

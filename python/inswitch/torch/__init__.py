@@ -21,8 +21,6 @@ the job, e.g. `inswitch train`): `INSWITCH_JOB`, `INSWITCH_SLOTS`, `INSWITCH_DES
 the controller wrote in the switch's `worker_addr`), optionally `INSWITCH_RTO_S`.
 """
 
-from __future__ import annotations
-
 import logging
 import os
 import time
@@ -172,6 +170,8 @@ def register() -> None:
         dist.Backend.register_backend(BACKEND, _create, devices=["cpu"])
 
 
+# No `from __future__ import annotations` in this module: DDP checks that a hook's
+# `bucket` annotation is dist.GradBucket itself, not a string.
 def switch_hook(worker: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP communication hook: average a float32 gradient bucket through the switch (other
     dtypes through the process group, i.e. Gloo, logged)."""

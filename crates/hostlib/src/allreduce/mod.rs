@@ -4,8 +4,9 @@
 //! (`handle`, `handle_timeout`, `poll_transmit`, `poll_timeout`). One operation at a time
 //! aggregates a vector of 32-bit integers, [`ELEMS`] per packet: chunk `k` goes to slot
 //! `k mod s` of the job's pool; a slot's next chunk is sent when its result arrives, in the
-//! other shadow copy. A contribution whose result does not come back within `rto_ns` is
-//! sent again unchanged (the switch adds it once, and answers with the result if it is
+//! other shadow copy. A contribution whose result does not come back within the
+//! retransmission timeout (RFC 6298's estimate from the round trips, at least `rto_ns`,
+//! doubled at each timeout) is sent again unchanged (the switch adds it once, and answers with the result if it is
 //! complete). Every worker of a job must run the same operations in the same order.
 //!
 //! [`Worker::start_floats`] runs a float32 allreduce as two operations: the per-chunk
@@ -26,7 +27,7 @@ pub struct WorkerConfig {
     pub workers: u16,
     /// Slots of the job's pool (as the controller installed them): the window.
     pub slots: u16,
-    /// Retransmission timeout.
+    /// Smallest retransmission timeout (the timeout adapts to the measured round trip above it).
     pub rto_ns: u64,
 }
 
@@ -48,7 +49,12 @@ struct InFlight {
     chunk: u32,
     ver: u8,
     sent_at: u64,
+    /// Sent more than once: its result gives no round-trip sample (Karn's rule).
+    resent: bool,
 }
+
+/// Longest retransmission timeout.
+const MAX_RTO_NS: u64 = 1_000_000_000;
 
 /// What the current float operation is waiting for.
 enum FloatPhase {
@@ -72,12 +78,17 @@ pub struct Worker {
     float: FloatPhase,
     float_result: Option<Vec<f32>>,
     float_len: usize,
+    /// Smoothed round trip and its variation (RFC 6298), 0 before the first sample.
+    srtt: u64,
+    rttvar: u64,
+    rto: u64,
 }
 
 impl Worker {
     pub fn new(cfg: WorkerConfig) -> Worker {
         assert!(cfg.slots > 0 && cfg.worker < cfg.workers, "a worker needs slots and an id below the worker count");
         let s = cfg.slots as usize;
+        let cfg_rto = cfg.rto_ns;
         Worker {
             cfg,
             ver: vec![0; s],
@@ -92,6 +103,9 @@ impl Worker {
             float: FloatPhase::None,
             float_result: None,
             float_len: 0,
+            srtt: 0,
+            rttvar: 0,
+            rto: cfg_rto,
         }
     }
 
@@ -148,7 +162,7 @@ impl Worker {
     fn send_chunk(&mut self, now: u64, chunk: u32) {
         let slot = chunk % self.cfg.slots as u32;
         let ver = self.ver[slot as usize];
-        self.inflight[slot as usize] = Some(InFlight { chunk, ver, sent_at: now });
+        self.inflight[slot as usize] = Some(InFlight { chunk, ver, sent_at: now, resent: false });
         self.tx.push_back(self.packet(chunk, ver));
         self.stats.packets_sent += 1;
         self.stats.bytes_sent += PACKET_LEN as u64;
@@ -191,6 +205,9 @@ impl Worker {
                 return;
             }
         };
+        if !fl.resent {
+            self.rtt_sample(now.saturating_sub(fl.sent_at));
+        }
         let at = fl.chunk as usize * ELEMS;
         self.result[at..at + ELEMS].copy_from_slice(&r.values);
         self.inflight[slot] = None;
@@ -227,18 +244,41 @@ impl Worker {
         }
     }
 
+    /// RFC 6298's estimator; the timeout never goes below the configured one.
+    fn rtt_sample(&mut self, r: u64) {
+        if self.srtt == 0 {
+            self.srtt = r.max(1);
+            self.rttvar = r / 2;
+        } else {
+            self.rttvar = (3 * self.rttvar + self.srtt.abs_diff(r)) / 4;
+            self.srtt = (7 * self.srtt + r) / 8;
+        }
+        self.rto = (self.srtt + 4 * self.rttvar).clamp(self.cfg.rto_ns, MAX_RTO_NS);
+    }
+
+    /// The current retransmission timeout.
+    pub fn rto_ns(&self) -> u64 {
+        self.rto
+    }
+
     /// Retransmit what timed out.
     pub fn handle_timeout(&mut self, now: u64) {
+        let mut fired = false;
         for slot in 0..self.inflight.len() {
             if let Some(f) = self.inflight[slot] {
-                if now >= f.sent_at + self.cfg.rto_ns {
-                    self.inflight[slot] = Some(InFlight { sent_at: now, ..f });
+                if now >= f.sent_at + self.rto {
+                    self.inflight[slot] = Some(InFlight { sent_at: now, resent: true, ..f });
                     self.tx.push_back(self.packet(f.chunk, f.ver));
                     self.stats.packets_sent += 1;
                     self.stats.bytes_sent += PACKET_LEN as u64;
                     self.stats.retransmissions += 1;
+                    fired = true;
                 }
             }
+        }
+        if fired {
+            // Back off (RFC 6298 5.5): a timeout that fires is too short for this path.
+            self.rto = (2 * self.rto).min(MAX_RTO_NS);
         }
     }
 
@@ -249,6 +289,6 @@ impl Worker {
 
     /// When [`Worker::handle_timeout`] should run next.
     pub fn poll_timeout(&self) -> Option<u64> {
-        self.inflight.iter().flatten().map(|f| f.sent_at + self.cfg.rto_ns).min()
+        self.inflight.iter().flatten().map(|f| f.sent_at + self.rto).min()
     }
 }
