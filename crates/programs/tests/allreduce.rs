@@ -63,6 +63,8 @@ fn install(sw: &mut Switch, set: &ProgramSet, job: &JobSpec) {
                 (1, be(u64::from_be_bytes(m), 48)),
                 (2, be(u32::from_be_bytes([10, 0, 0, h]) as u64, 32)),
                 (3, be(WORKER_PORT as u64, 16)),
+                (4, be(0x0200_0000_00FE, 48)),
+                (5, be(u32::from_be_bytes([10, 0, 0, 254]) as u64, 32)),
             ],
         })
         .unwrap();
@@ -110,6 +112,7 @@ fn run(jobs: &[JobSpec], inputs: &[Vec<Vec<Vec<i32>>>], f: Faults, seed: u64) ->
         for (h, fr) in arrived {
             let (dst, dport, payload) = unframe(&fr).expect("a UDP frame");
             assert_eq!((dst, dport), (h, WORKER_PORT), "each copy addressed to its worker");
+            assert_ne!(fr[26..30], [10, 0, 0, h], "never from the worker's own address (its kernel would drop it)");
             let w = ws.iter_mut().find(|x| x.2 == h).unwrap();
             w.3.handle(now, payload);
         }

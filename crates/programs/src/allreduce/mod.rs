@@ -29,8 +29,9 @@
 //! - ingress stage 1: `seen` (u8 per (slot, worker): bit `ver` = contributed to copy `ver`)
 //! - ingress stage 2: `count` (per (slot, copy): contributions so far, mod n)
 //! - ingress stages 3–10: `pool_0` … `pool_31` (per (slot, copy)), four per stage
-//! - egress stage 1: `worker_addr` (exact: replica id → the worker's MAC, IPv4, UDP port),
-//!   so each multicast copy of a result reaches its worker's socket.
+//! - egress stage 1: `worker_addr` (exact: replica id → the worker's MAC, IPv4, UDP port,
+//!   and the switch's source addresses), so each multicast copy of a result reaches its
+//!   worker's socket.
 //!
 //! `MAX` packets (flag [`flags::MAX`]) aggregate with an unsigned maximum instead of the
 //! sum: the hosts' exponent round (see `hostlib::allreduce`).
@@ -183,7 +184,11 @@ impl Allreduce {
             acts.push(b.register_action_body(r, "update", Pool));
         }
         let pool = acts.chunks(LANES).map(|c| PoolLanes::new([c[0], c[1], c[2], c[3]]).expect("four pool arrays per stage")).collect();
-        let a_set_addr = b.action("set_addr", &[("mac", 48), ("ip", 32), ("port", 16)], "the worker behind this replica id");
+        let a_set_addr = b.action(
+            "set_addr",
+            &[("mac", 48), ("ip", 32), ("port", 16), ("src_mac", 48), ("src_ip", 32)],
+            "the worker behind this replica id, and the source the switch's results come from",
+        );
         let a_no_addr = b.action("no_addr", &[], "unknown replica: drop");
         let worker_addr = b.table(TableSpec {
             name: "worker_addr",
@@ -321,11 +326,13 @@ impl Program for Allreduce {
             pass.drop(self.d_no_addr);
             return;
         }
-        let (mac, ip, port) = (r.param(0), r.param(1) as u32, r.param(2) as u16);
+        let (mac, ip, port, src_mac, src_ip) = (r.param(0), r.param(1) as u32, r.param(2) as u16, r.param(3), r.param(4) as u32);
         let h = pass.hdr_mut();
-        // Each copy to its worker; the source is the completing worker's, the source port
-        // the allreduce port (as on a unicast result).
+        // Each copy to its worker, from the switch's own addresses: the completing worker's,
+        // kept, would make its own copy a "martian" (a local source) its kernel drops.
         h[0..6].copy_from_slice(&mac.to_be_bytes()[2..]);
+        h[6..12].copy_from_slice(&src_mac.to_be_bytes()[2..]);
+        h[26..30].copy_from_slice(&src_ip.to_be_bytes());
         h[30..34].copy_from_slice(&ip.to_be_bytes());
         h[34..36].copy_from_slice(&UDP_PORT.to_be_bytes());
         h[36..38].copy_from_slice(&port.to_be_bytes());

@@ -2,8 +2,8 @@
 
 A job gets a partition of the switch's memory (`slots` slots from `pool_base`, and
 `slots * workers` seen-cells from `seen_base`), a multicast group of its workers' ports, and
-one `worker_addr` entry per worker (replica id -> MAC, IPv4, UDP port) so each multicast
-copy of a result reaches its worker's socket. The constants mirror
+one `worker_addr` entry per worker (replica id -> MAC, IPv4, UDP port, and the switch's
+source addresses) so each multicast copy of a result reaches its worker's socket. The constants mirror
 `crates/programs/src/allreduce/mod.rs`.
 """
 
@@ -63,8 +63,26 @@ def plan(jobs: Sequence[tuple[int, int]], slots: int) -> list[JobSpec]:
     return out
 
 
+#: The source of the switch's multicast results: an address no worker has (a worker's own
+#: address as a source is a "martian" its kernel drops).
+SWITCH_MAC = "02:00:00:00:fe:fe"
+
+
+def switch_ip(workers: Sequence[WorkerAddr]) -> str:
+    """An address in the workers' /24 that none of them has (the highest free one)."""
+    import ipaddress
+
+    used = {w.ip for w in workers}
+    net = ipaddress.ip_network(f"{workers[0].ip}/24", strict=False)
+    for a in reversed(list(net.hosts())):
+        if str(a) not in used:
+            return str(a)
+    raise ValueError("no free address for the switch in the workers' subnet")
+
+
 def install(client: SwitchClient, spec: JobSpec, workers: Sequence[WorkerAddr]) -> None:
     """Write the job's entries and group (replacing any left by an earlier job of that id)."""
+    src_ip = switch_ip(workers)
     spec.check(len(workers))
     for e in client.read_entries("allreduce.jobs"):
         if next(iter(e["match"].values())) == spec.job:
@@ -75,7 +93,7 @@ def install(client: SwitchClient, spec: JobSpec, workers: Sequence[WorkerAddr]) 
         if rid in old:
             client.delete_entry("allreduce.worker_addr", {"eg_intr_md.rid": rid})
         client.insert_entry("allreduce.worker_addr", {"eg_intr_md.rid": rid}, "allreduce.set_addr",
-                            {"mac": w.mac, "ip": w.ip, "port": w.udp_port})
+                            {"mac": w.mac, "ip": w.ip, "port": w.udp_port, "src_mac": SWITCH_MAC, "src_ip": src_ip})
     client.set_multicast_group(spec.group, [(w.port, spec.rid_base + i) for i, w in enumerate(workers)])
     client.insert_entry("allreduce.jobs", {"hdr.allreduce.job": spec.job}, "allreduce.set_job",
                         {"pool_base": spec.pool_base, "slots": spec.slots, "workers": len(workers),
