@@ -152,12 +152,11 @@ fn exact_sum(per_worker: &[Vec<Vec<i32>>], op: usize) -> Vec<i32> {
 }
 
 fn check(jobs: &[JobSpec], ins: &[Vec<Vec<Vec<i32>>>], out: &[Vec<Vec<Vec<i32>>>]) {
-    for (j, job) in jobs.iter().enumerate() {
-        for op in 0..ins[j][0].len() {
-            let want = exact_sum(&ins[j], op);
-            for w in 0..job.hosts.len() {
-                let got = &out[j][w][op][..want.len()];
-                assert_eq!(got, &want[..], "job {} worker {w} op {op}", job.id);
+    for ((job, job_in), job_out) in jobs.iter().zip(ins).zip(out) {
+        for op in 0..job_in[0].len() {
+            let want = exact_sum(job_in, op);
+            for (w, got) in job_out.iter().enumerate() {
+                assert_eq!(&got[op][..want.len()], &want[..], "job {} worker {w} op {op}", job.id);
             }
         }
     }
