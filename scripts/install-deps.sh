@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Install what inswitch needs on a fresh Debian machine: system packages (iproute2, ping,
-# ethtool, tshark for captures), a Rust toolchain check, and a Python virtualenv in .venv
-# with the package's Python dependencies. Idempotent: installs only what is missing.
+# ethtool, tshark for captures, chromium for the web view's browser test), a Rust toolchain
+# check, and a Python virtualenv in .venv with the package's Python dependencies.
+# Idempotent: installs only what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
-for pair in ip:iproute2 ping:iputils-ping ethtool:ethtool tshark:tshark tcpdump:tcpdump iperf3:iperf3; do
+for pair in ip:iproute2 ping:iputils-ping ethtool:ethtool tshark:tshark tcpdump:tcpdump iperf3:iperf3 chromium:chromium; do
   cmd=${pair%%:*}; pkg=${pair#*:}
   command -v "$cmd" >/dev/null 2>&1 || need_apt+=("$pkg")
 done

@@ -55,3 +55,31 @@ def test_every_invalid_sample_is_one_line_and_status_2(capsys: pytest.CaptureFix
 def test_unknown_option_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert run(_app(), ["t", "--nope", "1"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_shared_types(tmp_path: Any) -> None:
+    from inswitch.cliopts import JSON_PATH, OUT_DIR, PROGRAMS, SEED, Address
+
+    assert Int(8, 252, multiple_of=4)("12") == 12
+    for bad in ("10", "7", "256"):
+        with pytest.raises(typer.BadParameter):
+            Int(8, 252, multiple_of=4)(bad)
+    assert "9" in Int(8, 252, multiple_of=4).invalid_samples()
+    assert Address()(" 127.0.0.1:0") == "127.0.0.1:0" and Address(off_ok=True)("OFF") == "off"
+    assert Address()("[::1]:9559") == "[::1]:9559"
+    for bad in ("off", "127.0.0.1", "127.0.0.1:65536"):
+        with pytest.raises(typer.BadParameter):
+            Address()(bad)
+    assert JSON_PATH("-") == "-"
+    target = tmp_path / "new" / "r.json"
+    assert JSON_PATH(str(target)) == str(target) and target.parent.is_dir() and not target.exists()
+    with pytest.raises(typer.BadParameter, match="directory"):
+        JSON_PATH(str(tmp_path))
+    assert OUT_DIR(str(tmp_path / "d")) and (tmp_path / "d").is_dir()
+    assert PROGRAMS(" forward , daiet") == "forward,daiet" and PROGRAMS("netsha:slots=8") == "netsha:slots=8"
+    for bad in ("nosuch", "forward,forward", "netsha:slots=99", ""):
+        with pytest.raises(typer.BadParameter):
+            PROGRAMS(bad)
+    assert SEED("4294967295") == 2**32 - 1
+    with pytest.raises(typer.BadParameter):
+        SEED("-1")

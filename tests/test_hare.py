@@ -9,6 +9,7 @@ import json
 import random
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -249,3 +250,47 @@ def test_scapy_layer_matches_the_rust_encoder():
     crafted = bytes(Ether() / IP(src="10.0.0.1", dst="10.0.0.2") / UDP(sport=7371, dport=7370) / Hare(op=1, key=b"abc" + bytes(5), seq=5))
     m = _native.hare_parse(crafted)
     assert m is not None and (m[0], m[2], bytes(m[6])) == (1, 5, b"abc")
+
+
+# Issue 22 §3: the issue's run, where the servers drop requests under load. Before the fix a
+# dropped PUT still advanced the expected version and `none` (seed 2) and `netcache` (seed 3)
+# reported stale reads that were not.
+@pytest.mark.parametrize("system,seed", [("none", 2), ("netcache", 3)])
+def test_dropped_requests_fail_and_are_no_stale_reads(system: str, seed: int) -> None:
+    from inswitch.apps.hare.cli import run_kvs
+
+    r = run_kvs([system], 10_000, 80, 64, 512, 64, 0.99, "coldest-to-top", 4.0, 10_000.0, 0.3, False, None, seed)["systems"][system]
+    failed = r["failed_requests"]
+    assert failed["put"] >= 1, r["failed_requests"]  # the case the issue is about happened
+    assert failed["put"] + failed["get"] == r["dropped"]  # every drop reached its client as a failure
+    assert r["correct"] is True, r["stale_examples"]
+
+
+def test_a_write_acknowledged_but_lost_is_a_stale_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check still catches staleness: a server that acknowledges PUTs without applying
+    them makes later reads stale."""
+    from inswitch.apps.hare import kvapp
+    from inswitch.apps.hare.cli import run_kvs
+
+    real = kvapp.Server.process_query
+
+    def ack_but_forget(self: kvapp.Server, q: Any) -> list[bytes]:
+        if q.op == kvapp.OP_PUT:
+            return [self.frame(kvapp.CLIENT, kvapp.OP_PUT_REPLY, q.key, q.value, q.seq)]
+        return real(self, q)
+
+    monkeypatch.setattr(kvapp.Server, "process_query", ack_but_forget)
+    r = run_kvs(["none"], 200, 16, 16, 16, 8, 0.99, "none", 0.3, 2000.0, 0.3, False, None, 1)["systems"]["none"]
+    assert r["correct"] is False and r["stale_examples"]
+    assert all(x["got_version"] < x["want_version"] for x in r["stale_examples"])
+
+
+def test_read_ok_against_acknowledged_versions() -> None:
+    from inswitch.apps.hare.workload import value_bytes
+
+    v = lambda ver: value_bytes(7, ver, 64)  # noqa: E731
+    assert kvsim.read_ok(v(3), 7, acked=3, issued=3, size=64)
+    assert kvsim.read_ok(v(4), 7, acked=3, issued=4, size=64)  # an unacknowledged write, applied
+    assert not kvsim.read_ok(v(2), 7, acked=3, issued=4, size=64)  # older than an acknowledged write
+    assert not kvsim.read_ok(v(5), 7, acked=3, issued=4, size=64)  # never written
+    assert not kvsim.read_ok(value_bytes(8, 3, 64), 7, acked=3, issued=3, size=64)  # another key's value

@@ -5,6 +5,7 @@ Every figure is checked against a reference computed without the switch."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -32,7 +33,7 @@ def _check(r: dict) -> None:
 
 
 def test_inaas_fits_tofino1_beside_forward() -> None:
-    cp = subprocess.run([sys.executable, "-m", "inswitch", "resources", "forward,inaas", "--target", "tofino1", "--json"], capture_output=True, text=True, timeout=60)
+    cp = subprocess.run([sys.executable, "-m", "inswitch", "resources", "forward,inaas", "--target", "tofino1", "--json", "-"], capture_output=True, text=True, timeout=60)
     assert cp.returncode == 0, cp.stderr
     r = json.loads(cp.stdout)
     assert r["fits"], r["problems"]
@@ -113,12 +114,14 @@ def test_same_tenant_workers_reduce_concurrently() -> None:
 
 def test_cli_run_json_and_ledger(tmp_path: Path) -> None:
     out = tmp_path / "t.json"
+    env = {**os.environ, "INSWITCH_RUN_DIR": str(tmp_path / "run")}  # the ledger's home: this test's own
     cp = subprocess.run(
         [sys.executable, "-m", "inswitch", "tenants", "run", "--apps", "kv,bloom,paxos", "--instances", "2", "--attacker", "--json", str(out)],
         capture_output=True,
         text=True,
         timeout=120,
         cwd=tmp_path,
+        env=env,
     )
     assert cp.returncode == 0, cp.stdout + cp.stderr
     r = json.loads(out.read_text())
@@ -126,7 +129,7 @@ def test_cli_run_json_and_ledger(tmp_path: Path) -> None:
         assert k in r
     assert all("correct" in f for f in r["apps"].values())
     assert r["attacker_detected"] is True
-    cp = subprocess.run([sys.executable, "-m", "inswitch", "tenants", "ledger"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    cp = subprocess.run([sys.executable, "-m", "inswitch", "tenants", "ledger"], capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
     assert cp.returncode == 0 and "ledger" in cp.stdout
 
 

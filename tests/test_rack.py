@@ -503,7 +503,7 @@ def test_cli_end_to_end(tmp_path: Path) -> None:
         assert rping.returncode == 0 and "2 received" in rping.stdout, rping.stdout + rping.stderr
         status = run("status", "--name", name)
         assert status.returncode == 0 and "alive" in status.stdout and "h2" in status.stdout, status.stdout + status.stderr
-        js = json.loads(run("status", "--name", name, "--json").stdout)
+        js = json.loads(run("status", "--name", name, "--json", "-").stdout)
         assert js["switch_alive"] and js["counters"]["0"]["rx_packets"] >= 3
         down = run("down", "--name", name)
         assert down.returncode == 0 and "down" in down.stdout

@@ -172,7 +172,7 @@ def test_cli_udp_rack_needs_no_privileges() -> None:
         status_lines = Path(f"/proc/{st.switch.pid}/status").read_text().splitlines()
         cap_eff = next(line.split()[1] for line in status_lines if line.startswith("CapEff:"))
         assert int(cap_eff, 16) == 0, f"the switch runs with capabilities {cap_eff}"
-        status = run("status", "--name", name, "--json")
+        status = run("status", "--name", name, "--json", "-")
         assert status.returncode == 0, status.stderr
         js = json.loads(status.stdout)
         assert js["switch_alive"] and js["state"]["mode"] == "udp" and len(js["state"]["hosts"]) == 2

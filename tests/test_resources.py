@@ -12,7 +12,7 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_forward_on_tofino1_json() -> None:
-    cp = run("forward", "--target", "tofino1", "--json")
+    cp = run("forward", "--target", "tofino1", "--json", "-")
     assert cp.returncode == 0, cp.stderr
     r = json.loads(cp.stdout)
     assert r["fits"] and r["problems"] == []
@@ -26,7 +26,7 @@ def test_forward_on_tofino1_json() -> None:
 
 
 def test_targets_differ_and_text_report_says_fits() -> None:
-    t2 = json.loads(run("forward", "--target", "tofino2", "--json").stdout)
+    t2 = json.loads(run("forward", "--target", "tofino2", "--json", "-").stdout)
     assert t2["target"]["stages"] == 20
     cp = run("forward")
     assert cp.returncode == 0 and "FITS" in cp.stdout

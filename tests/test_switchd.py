@@ -136,7 +136,7 @@ def test_bad_input_gives_a_clean_error() -> None:
     free = lambda: f"127.0.0.1:{free_tcp_port()}"  # noqa: E731
     cases = {
         "unknown program": (run_cli("switch", "--program", "forward,nosuch", "--ports", "memory:2", "--p4runtime", free(), "--metrics", "off"), "unknown program 'nosuch'"),
-        "bad ports": (run_cli("switch", "--ports", "memory:x", "--p4runtime", free(), "--metrics", "off"), "accepted forms"),
+        "bad ports": (run_cli("switch", "--ports", "memory:x", "--p4runtime", free(), "--metrics", "off"), "memory:N"),
         "bad address": (run_cli("switch", "--ports", "memory:2", "--p4runtime", "localhost", "--metrics", "off"), "HOST:PORT"),
         "p4runtime in use": (run_cli("switch", "--ports", "memory:2", "--p4runtime", taken, "--metrics", "off"), "in use"),
         "metrics in use": (run_cli("switch", "--ports", "memory:2", "--p4runtime", free(), "--metrics", taken), "cannot listen for metrics"),

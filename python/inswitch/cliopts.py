@@ -15,6 +15,14 @@ before any work starts (`run` below is the CLI's entry point that makes it one l
     ) -> None: ...
 
 A `Words` option is annotated `Any`: typer reads `list[str]` as a repeated option.
+Positional arguments use `argument(default, type=..., help=...)` the same way.
+
+Types many commands share live here too, so one rule has one message: `SEED`, `JSON_PATH`
+(`--json`: a path, or `-` for standard output; see `inswitch.output`), `OUT_FILE`,
+`OUT_DIR`, `IN_FILE`, `PROGRAMS`, `RACK_NAME` and `Address()`. A rule that ties two options
+together cannot live in one declaration: the command checks it first thing and raises
+`typer.BadParameter(..., param_hint="--option")`, which `run` prints as one line too.
+`tests/test_cli_inputs.py` walks every command and fails for an option without a type.
 """
 
 from __future__ import annotations
@@ -63,10 +71,12 @@ def _range_text(lo: Any, hi: Any, lo_open: bool = False, hi_open: bool = False) 
 
 @dataclass(frozen=True)
 class Int(Checked):
-    """An integer in [lo, hi] (either end may be open-ended with None)."""
+    """An integer in [lo, hi] (either end may be open-ended with None), a multiple of
+    `multiple_of` if given."""
 
     lo: Optional[int] = None
     hi: Optional[int] = None
+    multiple_of: Optional[int] = None
     __name__ = "INTEGER"
 
     def __call__(self, text: Any) -> int:
@@ -79,11 +89,14 @@ class Int(Checked):
                 raise self.fail(text) from None
         if (self.lo is not None and v < self.lo) or (self.hi is not None and v > self.hi):
             raise self.fail(text)
+        if self.multiple_of and v % self.multiple_of:
+            raise self.fail(text)
         return v
 
     def describe(self) -> str:
         r = _range_text(self.lo, self.hi)
-        return f"an integer {r}" if r else "an integer"
+        m = f", a multiple of {self.multiple_of}" if self.multiple_of else ""
+        return (f"an integer {r}" if r else "an integer") + m
 
     def invalid_samples(self) -> list[str]:
         out = ["", "x", "1.5", "nan"]
@@ -93,6 +106,8 @@ class Int(Checked):
             out.append(str(self.hi + 1))
         else:
             out.append(str(HUGE))
+        if self.multiple_of and self.multiple_of > 1:
+            out.append(str((self.lo or 0) + 1 if ((self.lo or 0) + 1) % self.multiple_of else (self.lo or 0) + 2))
         return out
 
 
@@ -227,7 +242,124 @@ class Text(Checked):
 def option(default: Any, *decls: str, type: Checked, help: str, **kw: Any) -> Any:
     """A typer option whose value is parsed and checked by `type`; the help text ends with
     what it accepts."""
+    if isinstance(type, Words):
+        kw.setdefault("metavar", "LIST")  # (typer would show the annotation, `Any`)
     return typer.Option(default, *decls, parser=type, help=f"{help} ({type.describe()})", **kw)
+
+
+def argument(default: Any, *, type: Checked, help: str, **kw: Any) -> Any:
+    """A positional argument parsed and checked by `type`, like `option`."""
+    return typer.Argument(default, parser=type, help=f"{help} ({type.describe()})", **kw)
+
+
+# Types many commands share. Each is a `Text` with its check, so the walker tests them too.
+
+#: A seed: numpy's generators take 0 .. 2**32 - 1.
+SEED = Int(0, 2**32 - 1)
+
+
+def _address(text: str, off_ok: bool) -> str:
+    if off_ok and text.strip().lower() == "off":
+        return "off"
+    host, sep, port = text.strip().rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError("expected HOST:PORT, e.g. 127.0.0.1:9559")
+    return f"{host}:{int(port)}"
+
+
+def Address(off_ok: bool = False) -> Text:
+    """HOST:PORT (IPv6 hosts in brackets; port 0 asks for any free port), or `off` if
+    `off_ok`. The value is normalised (`host:port`)."""
+    what = "HOST:PORT (port 0: any free port)" + (", or off" if off_ok else "")
+    return Text(what, check=lambda t: _address(t, off_ok), bad=("nohost", "127.0.0.1:99999", "127.0.0.1:x", ":9559"))
+
+
+def _json_path(text: str) -> str:
+    if text == "-":
+        return text
+    from inswitch.output import writable_problem
+
+    why = writable_problem(text)
+    if why:
+        raise ValueError(why)
+    return text
+
+
+#: `--json`: a file to write the result to (checked writable before the work starts,
+#: missing directories made), or `-` for standard output. Same meaning in every command.
+JSON_PATH = Text("a file path, or - for standard output", check=_json_path, bad=("/", "/proc/inswitch-none/x.json"))
+
+
+def _out_file(text: str) -> str:
+    from inswitch.output import writable_problem
+
+    why = writable_problem(text)
+    if why:
+        raise ValueError(why)
+    return text
+
+
+#: A file a command writes (checked writable before the work; missing directories made).
+OUT_FILE = Text("a writable file path", check=_out_file, bad=("/", "/proc/inswitch-none/x"))
+
+
+def _out_dir(text: str) -> str:
+    from inswitch.output import dir_problem
+
+    why = dir_problem(text)
+    if why:
+        raise ValueError(why)
+    return text
+
+
+#: A directory results are written into (made if missing; must be writable).
+OUT_DIR = Text("a writable directory (made if missing)", check=_out_dir, bad=("/proc/inswitch-none",))
+
+
+def _in_file(text: str) -> str:
+    import os
+
+    if not os.path.isfile(text) or not os.access(text, os.R_OK):
+        raise ValueError("no such file, or not readable")
+    return text
+
+
+#: An input file that must exist and be readable.
+IN_FILE = Text("a readable file", check=_in_file, bad=("/proc/inswitch-none.txt", "/"))
+
+
+def _programs(text: str) -> str:
+    from inswitch import native
+
+    names = native.split_programs(text)  # ValueError when empty
+    known = native.program_names()
+    for n in names:
+        if n.split(":", 1)[0] not in known:
+            raise ValueError(f"unknown program {n!r} (known: {', '.join(known)})")
+    if len(set(names)) != len(names):
+        raise ValueError("a program is named twice")
+    for n in names:
+        if ":" in n:  # parameters: the program builder checks them (in well under a millisecond)
+            native.resources([n], "unbounded")
+    return ",".join(names)
+
+
+#: Program names joined by commas (`forward`, `forward,daiet`, `netsha:slots=8`).
+PROGRAMS = Text("program names joined by commas", check=_programs, bad=("bogus", "forward,forward", ",", "netsha:slots=99"))
+
+
+def _rack_name(text: str) -> str:
+    from inswitch.topology.errors import RackError
+    from inswitch.topology.state import MAX_NAME_LEN, check_name
+
+    try:
+        return check_name(text)
+    except RackError:
+        raise ValueError(f"1-{MAX_NAME_LEN} characters a-z, 0-9, _, starting with a letter") from None
+
+
+#: A rack name (it prefixes namespaces and interface names).
+RACK_NAME = Text("a rack name", check=_rack_name, bad=("Bad-Name", "x" * 40, "1abc"))
 
 
 def checked_type(param: Any) -> Optional[Checked]:

@@ -25,6 +25,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from inswitch.cliopts import OUT_DIR, Float, Int, option
 from inswitch.topology import control, netns
 from inswitch.topology.rack import Rack
 from inswitch.topology.state import RackState, process_tag
@@ -193,11 +194,11 @@ def report(result: dict[str, Any], out_dir: Path, console: Console) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("demo")
+    @app.command("demo", epilog="Examples:\n\n  inswitch demo\n\n  sudo inswitch demo --rack --hosts 4 --duration 3 --out out/demo\n")
     def demo_cmd(
-        hosts: int = typer.Option(4, help="Hosts in the rack."),
-        duration: float = typer.Option(3.0, help="Seconds of UDP traffic per measurement."),
-        out: str = typer.Option("out/demo", help="Directory for demo.json and demo.png."),
+        hosts: int = option(4, "--hosts", type=Int(2, 32), help="With --rack: hosts in the rack."),
+        duration: float = option(3.0, "--duration", type=Float(0.1, 600), help="With --rack: seconds of UDP traffic per measurement."),
+        out: str = option("out/demo", "--out", type=OUT_DIR, help="Directory for the demo's JSON and PNG."),
         rack_tour: bool = typer.Option(False, "--rack", help="The rack tour (pings, UDP flows, port counters) instead of WordCount."),
     ) -> None:
         """WordCount through the switch with and without in-network aggregation (or, with

@@ -123,6 +123,18 @@ pub struct RegisterDecl {
     pub size: u32,
     pub cell_bits: u32,
     pub actions: Vec<RegisterActionDecl>,
+    /// How a cell splits into named fields, least significant first (empty: one number).
+    /// Published in the P4Info so a controller shows `packets` and `bytes`, not one packed
+    /// integer; the data plane itself never reads it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fields: Vec<CellFieldDecl>,
+}
+
+/// One named bit field of a register cell (see [`RegisterDecl::fields`]).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CellFieldDecl {
+    pub name: String,
+    pub bits: u32,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -582,8 +594,24 @@ impl ProgramBuilder {
             size,
             cell_bits: T::BITS,
             actions: Vec::new(),
+            fields: Vec::new(),
         });
         Register::new(obj, idx, size, offset)
+    }
+
+    /// Name the bit fields of `reg`'s cells, least significant first (`[("packets", 32),
+    /// ("bytes", 32)]` for a [`crate::Pair`] with packets in `lo`); their widths must add
+    /// up to the cell's. Only for readers (P4Info, `inswitch registers read`, the web view).
+    pub fn cell_fields<T: Cell>(&mut self, reg: &Register<T>, fields: &[(&str, u32)]) -> &mut Self {
+        let total: u32 = fields.iter().map(|(_, b)| *b).sum();
+        let r = &mut self.decl.registers[reg.idx as usize];
+        if total != T::BITS || fields.iter().any(|(n, b)| n.is_empty() || *b == 0) {
+            let name = r.name.clone();
+            self.errors.push(DeclError::Invalid(format!("fields of register `{name}` must be named and add up to its {} bits", T::BITS)));
+            return self;
+        }
+        r.fields = fields.iter().map(|(n, b)| CellFieldDecl { name: n.to_string(), bits: *b }).collect();
+        self
     }
 
     /// A register action on `reg`: the stateful ALU program a packet can run on one cell.

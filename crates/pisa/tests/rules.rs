@@ -501,3 +501,20 @@ fn per_stage_and_digest_limits() {
     }
     assert_eq!(b.build().unwrap_err().len(), 1);
 }
+
+#[test]
+fn cell_fields_must_cover_the_cell() {
+    let mut b = ProgramBuilder::new("fields", "");
+    let r = b.register::<Pair>("counters", Gress::Ingress, 0, 4, "");
+    b.cell_fields(&r, &[("packets", 32), ("bytes", 32)]);
+    let decl = b.build().expect("a split covering all 64 bits is valid");
+    let names: Vec<_> = decl.registers[0].fields.iter().map(|f| (f.name.as_str(), f.bits)).collect();
+    assert_eq!(names, [("packets", 32), ("bytes", 32)]);
+
+    for bad in [&[("packets", 32)][..], &[("a", 32), ("b", 33)][..], &[("", 32), ("b", 32)][..], &[("a", 0), ("b", 64)][..]] {
+        let mut b = ProgramBuilder::new("fields", "");
+        let r = b.register::<Pair>("counters", Gress::Ingress, 0, 4, "");
+        b.cell_fields(&r, bad);
+        assert!(b.build().is_err(), "{bad:?} must be refused");
+    }
+}

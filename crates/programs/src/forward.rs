@@ -65,8 +65,10 @@ impl Forward {
         let mut b = ProgramBuilder::new("forward", "L2 switching, IPv4 LPM routing, per-port counters");
         b.parser(PARSE_DEPTH, &[("ethernet", 112), ("ipv4", 160)]).metadata_bits(32);
         let rx = b.register::<Pair>("rx_port_counters", Gress::Ingress, 0, PORT_COUNTERS, "received packets (lo) and bytes (hi) per port");
+        b.cell_fields(&rx, &[("packets", 32), ("bytes", 32)]);
         let rx_count = b.register_action_body(rx, "count", Count);
         let tx = b.register::<Pair>("tx_port_counters", Gress::Egress, 0, PORT_COUNTERS, "sent packets (lo) and bytes (hi) per port");
+        b.cell_fields(&tx, &[("packets", 32), ("bytes", 32)]);
         let tx_count = b.register_action_body(tx, "count", Count);
 
         let a_nop = b.action("nop", &[], "do nothing");

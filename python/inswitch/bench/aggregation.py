@@ -11,11 +11,11 @@ import platform
 from typing import Any, Callable, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from inswitch import _native
-from inswitch.output import ensure_writable, write_json
+from inswitch.cliopts import JSON_PATH, Float, option
+from inswitch.output import console_for, note_written, write_json
 
 #: The goal the issue sets for DAIET.
 GOAL_PAIR_UPDATES_PER_S = 50e6
@@ -54,16 +54,11 @@ def run(duration: float = 2.0, progress: Callable[[str], None] = lambda s: None)
 
 
 def aggregation_cmd(
-    duration: float = typer.Option(2.0, help="Seconds per measurement."),
-    json_out: Optional[str] = typer.Option(None, "--json", help="Write the results to this file."),
+    duration: float = option(2.0, "--duration", type=Float(0.1, 600), help="Seconds per measurement."),
+    json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Write the results as JSON."),
 ) -> None:
     """Pair updates per second per core for the aggregation programs, against `forward`."""
-    from inswitch.bench.cli import check_duration
-
-    console = Console()
-    check_duration(duration)
-    if json_out:
-        ensure_writable(json_out)
+    console = console_for(json_out)
     with console.status("measuring") as st:
         r = run(duration, progress=lambda s: st.update(f"measuring: {s}"))
     t = Table(title="inswitch bench aggregation (in memory, 1 core)")
@@ -80,10 +75,10 @@ def aggregation_cmd(
     console.print(t)
     if json_out:
         write_json(json_out, r, indent=2)
-        console.print(f"wrote {json_out}")
+        note_written(console, json_out)
 
 
 def register(app: typer.Typer) -> None:
     from inswitch.bench.cli import bench_app
 
-    bench_app.command("aggregation")(aggregation_cmd)
+    bench_app.command("aggregation", epilog="Examples:\n\n  inswitch bench aggregation --duration 2 --json bench/aggregation.json\n")(aggregation_cmd)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
-from inswitch.output import ensure_writable, write_json
+from inswitch.cliopts import JSON_PATH, Float, option
+from inswitch.output import console_for, note_written, write_json
 
 bench_app = typer.Typer(help="Benchmarks; each prints ratios against a baseline measured in the same run.", no_args_is_help=True)
 
@@ -18,19 +18,20 @@ def check_duration(duration: float) -> None:
         raise typer.BadParameter(f"must be > 0 seconds, not {duration}", param_hint="--duration")
 
 
-@bench_app.command("forward")
+#: Every bench's `--duration`: seconds per measurement.
+DURATION = Float(0.1, 600)
+
+
+@bench_app.command("forward", epilog="Examples:\n\n  inswitch bench forward --duration 3 --json bench/forward.json\n")
 def forward_cmd(
-    duration: float = typer.Option(3.0, help="Seconds per measurement."),
-    json_out: Optional[str] = typer.Option(None, "--json", help="Write the results to this file."),
+    duration: float = option(3.0, "--duration", type=DURATION, help="Seconds per measurement."),
+    json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Write the results as JSON."),
 ) -> None:
     """Forwarding rate: in memory on one core, and between two namespaces over veth against
     the Linux kernel bridge (same namespaces, same run)."""
     from inswitch.bench import forward
 
-    console = Console()
-    check_duration(duration)
-    if json_out:
-        ensure_writable(json_out)
+    console = console_for(json_out)
     with console.status("measuring") as st:
         r = forward.run(duration=duration, progress=lambda s: st.update(f"measuring: {s}"))
     t = Table(title="inswitch bench forward")
@@ -49,7 +50,7 @@ def forward_cmd(
     console.print(t)
     if json_out:
         write_json(json_out, r, indent=2)
-        console.print(f"wrote {json_out}")
+        note_written(console, json_out)
 
 
 def register(app: typer.Typer) -> None:

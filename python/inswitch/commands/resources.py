@@ -3,7 +3,6 @@ a target's limits, and whether it fits."""
 
 from __future__ import annotations
 
-import json
 from typing import Any, Optional
 
 import typer
@@ -11,7 +10,22 @@ from rich.console import Console
 from rich.table import Table
 
 from inswitch import native
-from inswitch.output import ensure_writable, write_json
+from inswitch.cliopts import JSON_PATH, PROGRAMS, Text, argument, option
+from inswitch.output import is_stdout, note_written, write_json
+
+EXAMPLES = """Examples:
+
+  inswitch resources forward,daiet --target tofino1
+
+  inswitch resources netsha --target tofino2 --json - | jq .fits
+"""
+
+
+def _target(text: str) -> str:
+    known = native.target_names()
+    if text not in known:
+        raise ValueError(f"known: {', '.join(known)}")
+    return text
 
 UNLIMITED = 2**32 - 1
 
@@ -93,28 +107,26 @@ def render(report: dict[str, Any], console: Console) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("resources")
+    @app.command("resources", epilog=EXAMPLES)
     def resources_cmd(
-        program: str = typer.Argument(..., help="Program name, or several joined by commas (loaded together)."),
-        target: str = typer.Option("tofino1", "--target", "-t", help="tofino1, tofino2, unbounded or switchagg-fpga."),
-        as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
-        out: Optional[str] = typer.Option(None, "--out", help="Also write the JSON report to this file."),
+        program: str = argument(..., type=PROGRAMS, help="Program name, or several joined by commas (loaded together)."),
+        target: str = option("tofino1", "--target", "-t", type=Text("a target name", check=_target, bad=("bogus",)), help="Target whose limits the program is checked against: tofino1, tofino2, unbounded or switchagg-fpga."),
+        json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Write the report as JSON (- prints it instead of the tables)."),
+        out: Optional[str] = option(None, "--out", type=JSON_PATH, help="Also write the JSON report to this file (the same as --json FILE, kept for old scripts)."),
     ) -> None:
         """Stages, register bits, stateful ALUs, table entries, hash units and parse depth a
         program uses against a target's limits, and whether it fits."""
         console = Console()
-        if out:
-            ensure_writable(out, "--out")
         try:
             names = native.split_programs(program)
             report = native.resources(names, target)
         except ValueError as e:
-            console.print(f"[red]error:[/red] {e}")
+            Console(stderr=True).print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
             raise typer.Exit(2)
-        if out:
-            write_json(out, report)
-        if as_json:
-            print(json.dumps(report, indent=2))
-        else:
+        written = [p for p in (json_out, out) if p]
+        for p in written:
+            write_json(p, report)
+        if not is_stdout(json_out):
             render(report, console)
+            note_written(console, *written)
         raise typer.Exit(0 if report["fits"] else 1)

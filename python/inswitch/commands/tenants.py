@@ -5,14 +5,37 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from inswitch.apps.inaas.runner import LEDGER_PATH, run_tenants, save_ledger
-from inswitch.output import ensure_writable, write_json
+from inswitch.apps.inaas.adapters import APPS
+from inswitch.apps.inaas.runner import ledger_path, run_tenants, save_ledger
+from inswitch.cliopts import JSON_PATH, RACK_NAME, SEED, Choice, Float, Int, Text, Words, option
+from inswitch.output import console_for, note_written, write_json
+
+RUN_EXAMPLES = """Examples:
+
+  inswitch tenants run --apps kv,sparse,dense,bloom,paxos --instances 2 --attacker --json out/t.json
+
+  inswitch tenants run --apps kv,bloom --scheduler fq --loss 0.01 --subscribe kv
+
+  inswitch tenants ledger
+"""
+
+LEDGER_EXAMPLES = """Examples:
+
+  inswitch tenants ledger
+
+  inswitch tenants ledger --json - | jq '.ledger[0]'
+"""
+
+RACK_EXAMPLES = """Examples:
+
+  sudo inswitch tenants rack --name inaas1 --json out/inaas-rack.json
+"""
 
 tenants_app = typer.Typer(help="INaaS: applications as tenants of one in-network service.", no_args_is_help=True)
 
@@ -34,26 +57,30 @@ def _print_ledger(ledger: list[dict], console: Console) -> None:
     console.print(t)
 
 
-@tenants_app.command("run")
+@tenants_app.command("run", epilog=RUN_EXAMPLES)
 def run_cmd(
-    apps: str = typer.Option("kv,sparse,dense,bloom,paxos", help="Applications, comma-separated: kv, sparse, dense, bloom, paxos."),
-    instances: int = typer.Option(1, help="Concurrent instances of each application (1, 2 or 4)."),
-    scheduler: str = typer.Option("inaas", help="Switch memory scheduler: inaas, fcfs, fq."),
-    loss: float = typer.Option(0.0, help="Packet loss probability on the tenants' links."),
+    apps: Any = option(list(APPS), "--apps", type=Words(list(APPS), "all"), help="Applications to run as tenants, comma-separated."),
+    instances: int = option(1, "--instances", type=Int(1, 4), help="Concurrent instances of each application."),
+    scheduler: str = option("inaas", "--scheduler", type=Choice("inaas", "fcfs", "fq"), help="Switch memory scheduler."),
+    loss: float = option(0.0, "--loss", type=Float(0, 0.5), help="Packet loss probability on the tenants' links."),
     attacker: bool = typer.Option(False, "--attacker", help="Add an attacker tenant (forged uids, replays, random keys)."),
-    subscribe: str = typer.Option("", help="Applications on the subscription plan (priority on switch memory), comma-separated."),
-    budget: int = typer.Option(512, help="Registers per segment the scheduler divides among the tenants."),
+    subscribe: Any = option(None, "--subscribe", type=Words(list(APPS)), help="Applications on the subscription plan (priority on switch memory), comma-separated (default: none)."),
+    budget: int = option(512, "--budget", type=Int(16, 32_768), help="Registers per segment the scheduler divides among the tenants."),
     full: bool = typer.Option(False, "--full", help="Larger workloads (default: quick sizes)."),
-    seed: int = typer.Option(1),
-    json_out: Optional[str] = typer.Option(None, "--json", help="Write the result here."),
+    seed: int = option(1, "--seed", type=SEED, help="Seed of the workloads and the loss."),
+    json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Write the result as JSON."),
 ) -> None:
-    """Run applications concurrently as tenants; speedup against host-only, correctness, ledger."""
-    console = Console()
-    if json_out:
-        ensure_writable(json_out)
-    names = [a.strip() for a in apps.split(",") if a.strip()]
+    """Run applications concurrently as tenants: speedup against host-only, correctness,
+    and the ledger (kept for `inswitch tenants ledger`)."""
+    console = console_for(json_out)
+    names = list(apps)
+    subs_list = list(subscribe or [])
+    if any(a not in names for a in subs_list):
+        raise typer.BadParameter(f"{', '.join(a for a in subs_list if a not in names)} is not among --apps", param_hint="--subscribe")
+    if budget < len(names) * instances:
+        raise typer.BadParameter(f"{budget} registers cannot hold {len(names) * instances} tenants", param_hint="--budget")
     with console.status("tenants: starting") as st:
-        subs = tuple(a.strip() for a in subscribe.split(",") if a.strip())
+        subs = tuple(subs_list)
         res = run_tenants(names, instances, scheduler, loss, attacker, quick=not full, seed=seed, progress=lambda s: st.update(f"tenants: {s}"), subscribers=subs, budget=budget)
     t = Table(title=f"INaaS tenants ({scheduler}, {instances}x, loss {loss}) — {res['mode']}")
     for c in ("app", "metric", "INaaS", "host-only", "speedup", "correct"):
@@ -66,34 +93,50 @@ def run_cmd(
         a = res["attack"]
         console.print(f"attacker detected: {a['detected']} after {a['detection_time_us']} µs; values leaked: {a['attacker_values_leaked']}")
     _print_ledger(res["ledger"], console)
-    save_ledger(res)
+    ledger = save_ledger(res)
+    console.print(f"ledger kept in {ledger} (`inswitch tenants ledger` prints it)", highlight=False, soft_wrap=True)
     if json_out:
         write_json(json_out, res, indent=2)
-        console.print(f"wrote {json_out}")
+        note_written(console, json_out)
     if res["cross_tenant_violations"] or not all(f["correct"] for f in res["apps"].values()):
         raise typer.Exit(1)
 
 
-@tenants_app.command("ledger")
-def ledger_cmd(path: str = typer.Option(str(LEDGER_PATH), help="Ledger written by the last `tenants run`.")) -> None:
-    """Print the bill of the last `inswitch tenants run`."""
-    console = Console()
-    p = Path(path)
-    if not p.exists():
-        console.print(f"[red]error:[/red] no ledger at {p} (run `inswitch tenants run` first)")
+@tenants_app.command("ledger", epilog=LEDGER_EXAMPLES)
+def ledger_cmd(
+    path: Optional[str] = option(None, "--path", type=Text("a ledger file"), help="Ledger file to print (default: the one the last `tenants run` kept, in the state directory)."),
+    json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Also write the ledger as JSON."),
+) -> None:
+    """Print the bill of the last `inswitch tenants run` (from any working directory)."""
+    console = console_for(json_out)
+    p = Path(path) if path else ledger_path()
+    if not p.is_file():
+        Console(stderr=True).print(f"[red]error:[/red] no ledger at {p} (run `inswitch tenants run` first)", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
-    _print_ledger(json.loads(p.read_text())["ledger"], console)
+    try:
+        doc = json.loads(p.read_text())
+        ledger = doc["ledger"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        Console(stderr=True).print(f"[red]error:[/red] {p} is not a ledger: {e}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
+    _print_ledger(ledger, console)
+    console.print(f"read {p}", highlight=False, soft_wrap=True)
+    if json_out:
+        write_json(json_out, doc, indent=2)
+        note_written(console, json_out)
 
 
-@tenants_app.command("rack")
-def rack_cmd(name: str = typer.Option("inaas1", help="Rack name (namespaces inaas1-h1..h3)."), json_out: Optional[str] = typer.Option(None, "--json")) -> None:
-    """Real processes (needs root): goalkeeper and two tenants on a rack around the switch process."""
+@tenants_app.command("rack", epilog=RACK_EXAMPLES)
+def rack_cmd(
+    name: str = option("inaas1", "--name", type=RACK_NAME, help="Rack name (namespaces NAME-h1..h3)."),
+    json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Write the result as JSON."),
+) -> None:
+    """Real processes (needs root): the goalkeeper and two tenants on a rack around the
+    switch process."""
     from inswitch.apps.inaas.rack import run_on_rack
 
-    if json_out:
-        ensure_writable(json_out)
     res = run_on_rack(name)
-    console = Console()
+    console = console_for(json_out)
     for who in ("tenant_a", "tenant_b"):
         for step in res[who]:
             console.print(f"{who} request {step['seq']}: {sum(1 for x in step.get('status', []) if x == 1)}/20 done, "
@@ -101,6 +144,7 @@ def rack_cmd(name: str = typer.Option("inaas1", help="Rack name (namespaces inaa
     console.print(f"goalkeeper: {res['goalkeeper']}")
     if json_out:
         write_json(json_out, res, indent=2)
+        note_written(console, json_out)
 
 
 def register(app: typer.Typer) -> None:

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from inswitch.experiments import all_experiments, lookup
+from inswitch.cliopts import OUT_DIR, Text, argument, option
 from inswitch.output import ensure_dir, write_json
 
 
@@ -23,11 +24,18 @@ def _fmt(v: object) -> str:
     return str(v)
 
 
+def _experiment(text: str) -> str:
+    known = all_experiments()
+    if text not in known:
+        raise ValueError(f"known: {', '.join(sorted(known))}")
+    return text
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("experiment")
+    @app.command("experiment", epilog="Examples:\n\n  inswitch experiment --list\n\n  inswitch experiment hare-fig13 --quick --out out/experiments\n")
     def experiment_cmd(
-        name: Optional[str] = typer.Argument(None, help="Experiment name (see --list)."),
-        out: str = typer.Option("out/experiments", help="Directory for NAME.json and NAME.png."),
+        name: Optional[str] = argument(None, type=Text("an experiment name", check=_experiment, bad=("bogus",)), help="Experiment name (see --list)."),
+        out: str = option("out/experiments", "--out", type=OUT_DIR, help="Directory for NAME.json and NAME.png."),
         quick: bool = typer.Option(False, "--quick", help="A small run (what the tests use)."),
         list_: bool = typer.Option(False, "--list", help="List the experiments."),
     ) -> None:

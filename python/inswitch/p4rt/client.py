@@ -421,6 +421,21 @@ class SwitchClient:
             ent.register_entry.index.index = index
         return [(e.register_entry.index.index, bytestrings.to_int(e.register_entry.data.bitstring)) for e in self.read([ent])]
 
+    def register_cells(self, name: str, index: Optional[int] = None) -> dict[str, Any]:
+        """A register decoded into its named fields: {"register", "size", "fields", "cells":
+        [{"index", "raw", field: int, ...}]} (e.g. `packets` and `bytes` for
+        forward.rx_port_counters); see `decode.register_cells`."""
+        from . import decode
+
+        return decode.register_cells(self, name, index)
+
+    def table_entries(self, table: str, limit: Optional[int] = None) -> dict[str, Any]:
+        """A table decoded: entries with MACs, dotted quads and prefixes as text, its key
+        fields and its default action; see `decode.table_entries`."""
+        from . import decode
+
+        return decode.table_entries(self, table, limit)
+
     def write_register(self, name: str, index: Optional[int], value: int) -> None:
         """Set one cell, or every cell when `index` is None."""
         r = self.schema.registers.get(name)

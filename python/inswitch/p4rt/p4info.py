@@ -127,6 +127,8 @@ def build_p4info(info: ProgramSetInfo) -> p4info_pb2.P4Info:
             _doc(reg.preamble, r.get("doc", ""))
             reg.type_spec.bitstring.bit.bitwidth = r["cell_bits"]
             reg.size = r["size"]
+            if r.get("fields"):
+                reg.preamble.annotations.append(cell_fields_annotation([(f["name"], f["bits"]) for f in r["fields"]]))
         for d, did in zip(decl["digests"], ids["digests"]):
             dig = p4.digests.add()
             qn = f"{pname}.{d['name']}"
@@ -157,6 +159,18 @@ def build_p4info(info: ProgramSetInfo) -> p4info_pb2.P4Info:
     md = pout.metadata.add()
     md.id, md.name, md.bitwidth = PACKET_OUT_EGRESS_PORT, "egress_port", PORT_METADATA_BITS
     return p4
+
+
+def cell_fields_annotation(fields: list[tuple[str, int]]) -> str:
+    """`@cell_fields("packets[31:0],bytes[63:32]")` for fields given least significant
+    first: how a register cell splits into named fields (the declaration's `cell_fields`).
+    P4Info has no other place for this while the cell stays a bit<W> on the wire, which
+    keeps every existing reader of the register working. See docs/ui.md."""
+    parts, lsb = [], 0
+    for name, bits in fields:
+        parts.append(f"{name}[{lsb + bits - 1}:{lsb}]")
+        lsb += bits
+    return f'@cell_fields("{",".join(parts)}")'
 
 
 def p4info_for(programs: list[str]) -> p4info_pb2.P4Info:

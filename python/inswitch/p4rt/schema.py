@@ -7,6 +7,7 @@ only the P4Info, so it works for any P4Info, not only ones inswitch generated.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Generic, Iterable, Iterator, TypeVar
 
@@ -86,12 +87,47 @@ class TableInfo:
 
 
 @dataclass(frozen=True)
+class CellField:
+    """A named bit field of a register cell: bits lsb .. lsb+bits-1."""
+
+    name: str
+    lsb: int
+    bits: int
+
+    def get(self, cell: int) -> int:
+        return (cell >> self.lsb) & ((1 << self.bits) - 1)
+
+
+_CELL_FIELDS = re.compile(r'^@cell_fields\("([^"]*)"\)$')
+_CELL_FIELD = re.compile(r"^(\w+)\[(\d+):(\d+)\]$")
+
+
+def cell_fields(annotations: Iterable[str]) -> tuple[CellField, ...]:
+    """The fields an `@cell_fields("packets[31:0],bytes[63:32]")` annotation names (see
+    p4info.cell_fields_annotation), least significant first; () without one."""
+    for a in annotations:
+        m = _CELL_FIELDS.match(a.strip())
+        if not m:
+            continue
+        out = []
+        for part in filter(None, (p.strip() for p in m.group(1).split(","))):
+            f = _CELL_FIELD.match(part)
+            if f is None or int(f.group(2)) < int(f.group(3)):
+                return ()  # malformed: show the cell as one number rather than guess
+            out.append(CellField(f.group(1), int(f.group(3)), int(f.group(2)) - int(f.group(3)) + 1))
+        return tuple(sorted(out, key=lambda c: c.lsb))
+    return ()
+
+
+@dataclass(frozen=True)
 class RegisterInfo:
     id: int
     name: str
     alias: str
     bitwidth: int
     size: int
+    fields: tuple[CellField, ...] = ()
+    doc: str = ""
 
 
 @dataclass(frozen=True)
@@ -162,7 +198,7 @@ class P4InfoIndex:
             fields = tuple(FieldInfo(f.id, f.name, f.bitwidth, MATCH_KIND.get(f.match_type, "other")) for f in t.match_fields)
             self.tables.add(TableInfo(t.preamble.id, t.preamble.name, t.preamble.alias or t.preamble.name, fields, {r.id: r.scope for r in t.action_refs}, t.const_default_action_id, t.size))
         for r in p4.registers:
-            self.registers.add(RegisterInfo(r.preamble.id, r.preamble.name, r.preamble.alias or r.preamble.name, _bitwidth(r.type_spec), r.size))
+            self.registers.add(RegisterInfo(r.preamble.id, r.preamble.name, r.preamble.alias or r.preamble.name, _bitwidth(r.type_spec), r.size, cell_fields(r.preamble.annotations), r.preamble.doc.brief))
         for d in p4.digests:
             self.digests.add(DigestInfo(d.preamble.id, d.preamble.name, d.preamble.alias or d.preamble.name, self._struct_fields(d.type_spec)))
         self.packet_in: dict[int, tuple[str, int]] = {}

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from inswitch import native
+from inswitch.cliopts import OUT_DIR, OUT_FILE, PROGRAMS, Address, Int, Text, argument, option
 from inswitch.output import replace_json
 
 DEFAULT_P4RUNTIME = "127.0.0.1:9559"
@@ -25,26 +26,26 @@ class UsageError(ValueError):
     """Bad command-line input: reported in one line, exit status 2."""
 
 
-def parse_address(text: str, what: str) -> str:
-    """Check HOST:PORT (IPv6 hosts in brackets); port 0 asks for any free port."""
-    host, sep, port = text.strip().rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise UsageError(f"{what} must be HOST:PORT (e.g. 127.0.0.1:9559), not {text!r}")
-    return f"{host}:{int(port)}"
+def _ports(text: str) -> str:
+    """The port spec's shape (the data plane checks the rest when it opens the ports)."""
+    kind, sep, rest = text.strip().partition(":")
+    if kind not in ("memory", "udp", "veth") or not sep or not rest:
+        raise ValueError("expected memory:N, udp:BASEPORT:N, udp:HOST:BASEPORT:N or veth:IF1,IF2,..")
+    if kind == "memory" and not (rest.isdigit() and 1 <= int(rest) <= 4096):
+        raise ValueError("memory:N takes 1..4096 ports")
+    if kind == "udp" and not all(x.isdigit() for x in rest.split(":")[-2:]):
+        raise ValueError("udp ports need a numeric BASEPORT and N")
+    return text.strip()
 
 
-def check_programs(spec: str) -> list[str]:
-    try:
-        names = native.split_programs(spec)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-    known = native.program_names()
-    for n in names:
-        if n not in known:
-            raise UsageError(f"unknown program {n!r} (known: {', '.join(known)})")
-    if len(set(names)) != len(names):
-        raise UsageError(f"a program is named twice in {spec!r}")
-    return names
+def _fault(text: str) -> str:
+    parse_fault(text)
+    return text
+
+
+PORTS = Text("memory:N, udp:BASEPORT:N, udp:HOST:BASEPORT:N or veth:IF1,IF2,..", check=_ports, bad=("bogus:4", "memory:x", "memory:0", "udp:x:4"))
+#: The fault injector's spec (`--fault` of `switch` and `rack up`).
+FAULT = Text("loss=P,dup=P,reorder=P,seed=N (P in [0, 1])", check=_fault, bad=("loss=2", "loss=nan", "bogus=1", "seed=-1", "loss"))
 
 
 def write_ready_file(path: Path, doc: dict[str, Any]) -> None:
@@ -59,13 +60,15 @@ def parse_fault(text: str) -> tuple[float, float, float, int]:
     for part in filter(None, (x.strip() for x in text.split(","))):
         k, sep, v = part.partition("=")
         if not sep or k not in vals:
-            raise UsageError(f"--fault takes loss=P,dup=P,reorder=P,seed=N, not {text!r}")
+            raise UsageError(f"{part!r} is not one of loss=P, dup=P, reorder=P, seed=N")
         try:
             vals[k] = int(v) if k == "seed" else float(v)
         except ValueError:
-            raise UsageError(f"--fault: {k}={v!r} is not a number") from None
-        if k != "seed" and not 0.0 <= vals[k] <= 1.0:
-            raise UsageError(f"--fault: {k}={v} is outside 0..1")
+            raise UsageError(f"{k}={v!r} is not a number") from None
+        if k != "seed" and not 0.0 <= vals[k] <= 1.0:  # (NaN fails this too)
+            raise UsageError(f"{k}={v} is outside 0..1")
+        if k == "seed" and not 0 <= vals[k] < 2**64:
+            raise UsageError(f"seed={v} is outside 0..2**64-1")
     return (vals["loss"], vals["dup"], vals["reorder"], int(vals["seed"]))
 
 
@@ -86,11 +89,11 @@ def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Opti
     msrv: Any = None
     status = 0
     try:
-        names = check_programs(programs)
-        p4rt_addr = parse_address(p4runtime, "--p4runtime")
-        metrics_addr = None if metrics.strip().lower() == "off" else parse_address(metrics, "--metrics")
-        if pipes < 1:
-            raise UsageError("--pipes must be at least 1")
+        # The options were checked where the command declares them (PROGRAMS, Address, ...);
+        # callers from Python pass checked values too.
+        names = native.split_programs(programs)
+        p4rt_addr = p4runtime
+        metrics_addr = None if metrics == "off" else metrics
         if pcap:
             Path(pcap).mkdir(parents=True, exist_ok=True)
 
@@ -105,12 +108,14 @@ def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Opti
         server = SwitchServer(dp, p4rt_addr, device_id)
         if metrics_addr is not None:
             info = {"programs": ",".join(names), "ports": ports, "device_id": device_id, "version": _version()}
-            msrv = MetricsServer(metrics_addr, collector(dp, server.stats, info, lambda: {"inswitch_p4runtime_streams": ("Open P4Runtime StreamChannels (controller sessions)", server.service.streams)}))
+            from inswitch.ui.web import local_view, switch_handler
+
+            msrv = MetricsServer(metrics_addr, collector(dp, server.stats, info, lambda: {"inswitch_p4runtime_streams": ("Open P4Runtime StreamChannels (controller sessions)", server.service.streams)}), other=switch_handler(local_view(server, dp)))
         server.start()
         if msrv is not None:
             msrv.start()
         port_names = list(dp.port_names())
-        _summary(out, names, ports, port_names, dp.num_pipes, server.address, msrv.address if msrv else None, device_id)
+        _summary(out, names, ports, port_names, dp.num_pipes, server.address, msrv.address if msrv else None, device_id, pcap)
         if ready is not None:
             write_ready_file(ready, {
                 "pid": os.getpid(),
@@ -149,7 +154,7 @@ def _version() -> str:
     return inswitch.__version__
 
 
-def _summary(out: Console, names: list[str], spec: str, port_names: list[str], pipes: int, p4rt: str, metrics: Optional[str], device_id: int) -> None:
+def _summary(out: Console, names: list[str], spec: str, port_names: list[str], pipes: int, p4rt: str, metrics: Optional[str], device_id: int, pcap: Optional[str] = None) -> None:
     t = Table(show_header=False, box=None, pad_edge=False)
     t.add_column(style="bold")
     t.add_column()
@@ -158,42 +163,58 @@ def _summary(out: Console, names: list[str], spec: str, port_names: list[str], p
     t.add_row("ports", f"{spec} ({len(port_names)}: {shown}), {pipes} pipe{'s' if pipes != 1 else ''}")
     t.add_row("P4Runtime", f"{p4rt} (device {device_id})")
     t.add_row("metrics", f"http://{metrics}/metrics" if metrics else "off")
+    t.add_row("web view", f"http://{metrics}/ (read-only)" if metrics else "off")
+    if pcap:
+        t.add_row("captures", f"{Path(pcap).resolve()} (one pcapng file per port)")
     out.print("[bold green]inswitch switch running[/bold green] (SIGINT or SIGTERM stops it)")
     out.print(t)
 
 
+SWITCH_EXAMPLES = """Examples:
+
+  inswitch switch --program forward --ports memory:4
+
+  inswitch switch --program forward,daiet --ports veth:s1,s2,s3 --p4runtime 127.0.0.1:9559 --metrics off
+
+  inswitch switch --ports udp:127.0.0.1:40000:4 --p4runtime 127.0.0.1:0 --ready-file /tmp/sw.json
+"""
+
+P4INFO_EXAMPLES = """Examples:
+
+  inswitch p4info forward,daiet --out daiet.p4info.txt --device-config daiet.bin
+
+  inswitch p4info netsha
+"""
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("switch")
+    @app.command("switch", epilog=SWITCH_EXAMPLES)
     def switch_cmd(
-        program: str = typer.Option("forward", "--program", "-p", help="Program name, or several joined by commas (loaded together)."),
-        ports: str = typer.Option("memory:4", "--ports", help="memory:N | udp:BASEPORT:N | udp:HOST:BASEPORT:N | veth:IF1,IF2,..."),
-        p4runtime: str = typer.Option(DEFAULT_P4RUNTIME, "--p4runtime", help="HOST:PORT the P4Runtime server listens on (port 0: any free port)."),
-        pipes: int = typer.Option(1, "--pipes", help="Pipes (data-plane threads); ports are split among them."),
-        pcap: Optional[str] = typer.Option(None, "--pcap", help="Directory for per-port packet captures."),
-        metrics: str = typer.Option(DEFAULT_METRICS, "--metrics", help="HOST:PORT for Prometheus /metrics, or 'off'."),
-        device_id: int = typer.Option(1, "--device-id", help="P4Runtime device id."),
-        ready_file: Optional[str] = typer.Option(None, "--ready-file", help="Write JSON (pid, addresses, port names) here once serving; removed on a clean stop."),
-        fault: Optional[str] = typer.Option(None, "--fault", help="Inject seeded faults on every port's receive side: loss=P,dup=P,reorder=P,seed=N."),
+        program: str = option("forward", "--program", "-p", type=PROGRAMS, help="Program name, or several joined by commas (loaded together)."),
+        ports: str = option("memory:4", "--ports", type=PORTS, help="The switch's ports."),
+        p4runtime: str = option(DEFAULT_P4RUNTIME, "--p4runtime", type=Address(), help="Where the P4Runtime server listens."),
+        pipes: int = option(1, "--pipes", type=Int(1, 64), help="Pipes (data-plane threads); the ports are split among them."),
+        pcap: Optional[str] = option(None, "--pcap", type=OUT_DIR, help="Directory for per-port packet captures."),
+        metrics: str = option(DEFAULT_METRICS, "--metrics", type=Address(off_ok=True), help="Where Prometheus /metrics and the read-only web view (/) are served, or off."),
+        device_id: int = option(1, "--device-id", type=Int(0, 2**64 - 1), help="P4Runtime device id."),
+        ready_file: Optional[str] = option(None, "--ready-file", type=OUT_FILE, help="Write JSON (pid, addresses, port names) here once serving; removed on a clean stop."),
+        fault: Optional[str] = option(None, "--fault", type=FAULT, help="Inject seeded faults on every port's receive side."),
     ) -> None:
-        """Run a software switch: the data plane over PORTS, a P4Runtime server and a metrics
-        endpoint, until SIGINT or SIGTERM."""
+        """Run a software switch: the data plane over PORTS, a P4Runtime server and a
+        metrics endpoint, until SIGINT or SIGTERM."""
         code = run_switch(program, ports, p4runtime, pipes, pcap, metrics, device_id, ready_file, Console(), Console(stderr=True), fault=fault)
         raise typer.Exit(code)
 
-    @app.command("p4info")
+    @app.command("p4info", epilog=P4INFO_EXAMPLES)
     def p4info_cmd(
-        programs: str = typer.Argument(..., help="Program name, or several joined by commas."),
-        out: Optional[str] = typer.Option(None, "--out", help="Write the P4Info (protobuf text format) here instead of printing it."),
-        device_config: Optional[str] = typer.Option(None, "--device-config", help="Also write the device config (the p4_device_config bytes) here."),
+        programs: str = argument(..., type=PROGRAMS, help="Program name, or several joined by commas."),
+        out: Optional[str] = option(None, "--out", type=OUT_FILE, help="Write the P4Info (protobuf text format) here instead of printing it."),
+        device_config: Optional[str] = option(None, "--device-config", type=OUT_FILE, help="Also write the device config (the p4_device_config bytes) here."),
     ) -> None:
         """The P4Info and device config of a program set: what a P4Runtime client (e.g.
         p4runtime-shell's FwdPipeConfig) needs to set the switch's pipeline."""
         err = Console(stderr=True)
-        try:
-            names = check_programs(programs)
-        except UsageError as e:
-            err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
-            raise typer.Exit(2)
+        names = native.split_programs(programs)
         from inswitch.p4rt.p4info import device_config as make_device_config
         from inswitch.p4rt.p4info import p4info_for, to_text
 

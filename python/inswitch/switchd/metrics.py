@@ -172,9 +172,10 @@ def render(counters: Mapping[str, Any], stats: OpStats | None = None, info: Mapp
 
 class MetricsServer:
     """`/metrics` and `/healthz` on HOST:PORT in a daemon thread. `collect` returns the
-    exposition text; it runs per scrape."""
+    exposition text; it runs per scrape. `other` answers every other GET path (the web
+    view, ui/web.py): (body, content type, status), or None for 404."""
 
-    def __init__(self, address: str, collect: Callable[[], str]) -> None:
+    def __init__(self, address: str, collect: Callable[[], str], other: Callable[[str, str], tuple[bytes, str, int] | None] | None = None) -> None:
         host, _, port = address.rpartition(":")
         if not host or not port.isdigit():
             raise ValueError(f"metrics address must be HOST:PORT, not {address!r}")
@@ -192,6 +193,8 @@ class MetricsServer:
                         body, ctype, code = f"collecting metrics failed: {e}\n".encode(), "text/plain", 500
                 elif path == "/healthz":
                     body, ctype, code = b"ok\n", "text/plain", 200
+                elif outer._other is not None and (got := outer._other(path, self.path.partition("?")[2])) is not None:
+                    body, ctype, code = got
                 else:
                     body, ctype, code = b"not found; try /metrics or /healthz\n", "text/plain", 404
                 self.send_response(code)
@@ -204,6 +207,7 @@ class MetricsServer:
                 pass
 
         self._collect = collect
+        self._other = other
         try:
             self._httpd = ThreadingHTTPServer((host.strip("[]"), int(port)), Handler)
         except OSError as e:

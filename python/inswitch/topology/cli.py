@@ -3,8 +3,8 @@ commands in its hosts and take it down. Failures print one clear line (no traceb
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
+from pathlib import Path
 from typing import List, Optional
 
 import typer
@@ -13,13 +13,51 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from inswitch.cliopts import JSON_PATH, OUT_DIR, PROGRAMS, RACK_NAME, Address, Choice, Float, Int, argument, option
+from inswitch.cliopts import Text as TextOpt
+from inswitch.output import is_stdout, note_written, write_json
+from inswitch.switchd.cli import FAULT
 from inswitch.topology.errors import RackError
+from inswitch.topology.state import MAX_HOSTS
 from inswitch.topology.rack import DEFAULT_NAME, Rack, RackStatus
 
 console = Console()
 err_console = Console(stderr=True)
 
-NAME_OPT = typer.Option(DEFAULT_NAME, "--name", "-n", help="Rack name (prefixes its namespaces and interfaces).")
+NAME_OPT = option(DEFAULT_NAME, "--name", "-n", type=RACK_NAME, help="Rack name (prefixes its namespaces and interfaces).")
+#: `exec` and `ping` take the rack from the host's name (`isw-h1`) when --name is absent.
+NAME_FROM_HOST = option(None, "--name", "-n", type=RACK_NAME, help="Rack name (default: from the host's name, else isw).")
+
+
+def _host(text: str) -> str:
+    import re
+
+    if not re.fullmatch(r"([a-z][a-z0-9_]*-)?h[0-9]{1,3}", text):
+        raise ValueError("expected hN or RACK-hN, e.g. h1 or isw-h1")
+    return text
+
+
+HOST = TextOpt("a host, hN or RACK-hN", check=_host, bad=("bogus", "h", "isw-x1"))
+
+
+def _subnet(text: str) -> str:
+    import ipaddress
+
+    try:
+        ipaddress.ip_network(text, strict=False)
+    except ValueError as e:
+        raise ValueError(str(e)) from None
+    return text
+
+
+UP_EXAMPLES = """Examples:
+
+  inswitch rack up --hosts 4
+
+  inswitch rack up --hosts 3 --name lab --program forward,daiet --p4runtime 127.0.0.1:0 --metrics 127.0.0.1:0
+
+  inswitch rack up --hosts 2 --mode udp --fault loss=0.01,seed=3
+"""
 
 
 def _fail(e: BaseException, code: int = 1) -> typer.Exit:
@@ -58,27 +96,20 @@ def register(app: typer.Typer) -> None:
                            no_args_is_help=True)
     app.add_typer(rack_app, name="rack")
 
-    @rack_app.command("up")
+    @rack_app.command("up", epilog=UP_EXAMPLES)
     def up_cmd(
-        hosts: int = typer.Option(..., "--hosts", help="Number of hosts (1-250)."),
+        hosts: int = option(..., "--hosts", type=Int(1, MAX_HOSTS), help="Number of hosts."),
         name: str = NAME_OPT,
-        program: str = typer.Option("forward", "--program", help="Program(s) the switch runs, comma separated."),
-        p4runtime: str = typer.Option("127.0.0.1:9559", "--p4runtime", help="Where the switch serves P4Runtime."),
-        metrics: str = typer.Option("127.0.0.1:9100", "--metrics", help="Where the switch serves /metrics."),
-        subnet: str = typer.Option("10.0.0.0/24", "--subnet", help="Host i gets the i-th address."),
-        pcap: Optional[str] = typer.Option(None, "--pcap", help="Capture every port to pcapng files in this directory."),
-        mode: str = typer.Option("auto", "--mode", help="auto (netns if root, else udp), netns or udp."),
-        udp_base: Optional[int] = typer.Option(None, "--udp-base", help="UDP mode: tunnel port of switch port 0 (default: a free range)."),
-        fault: Optional[str] = typer.Option(None, "--fault", help="Seeded faults on every switch port's receive side: loss=P,dup=P,reorder=P,seed=N."),
+        program: str = option("forward", "--program", type=PROGRAMS, help="Program(s) the switch runs, joined by commas."),
+        p4runtime: str = option("127.0.0.1:9559", "--p4runtime", type=Address(), help="Where the switch serves P4Runtime."),
+        metrics: str = option("127.0.0.1:9100", "--metrics", type=Address(), help="Where the switch serves /metrics."),
+        subnet: str = option("10.0.0.0/24", "--subnet", type=TextOpt("an IPv4 subnet, e.g. 10.0.0.0/24", check=_subnet, bad=("bogus", "10.0.0.0/33")), help="The hosts' subnet: host i gets its i-th address."),
+        pcap: Optional[str] = option(None, "--pcap", type=OUT_DIR, help="Capture every port to pcapng files in this directory."),
+        mode: str = option("auto", "--mode", type=Choice("auto", "netns", "udp"), help="auto: netns if root, else udp; netns: network namespaces and veth pairs; udp: UDP tunnels, no privileges."),
+        udp_base: Optional[int] = option(None, "--udp-base", type=Int(1024, 65_535 - MAX_HOSTS), help="UDP mode: tunnel port of switch port 0 (default: a free range)."),
+        fault: Optional[str] = option(None, "--fault", type=FAULT, help="Seeded faults on every switch port's receive side."),
     ) -> None:
         """Create the hosts, start the switch and fill its MAC table."""
-        if fault:
-            from inswitch.switchd.cli import UsageError, parse_fault
-
-            try:  # a bad spec is a usage error now, not a switch that fails to start
-                parse_fault(fault)
-            except UsageError as e:
-                raise typer.BadParameter(str(e), param_hint="--fault") from None
         try:
             st = Rack().up(hosts, name=name, programs=program, p4runtime=p4runtime, metrics=metrics,
                            subnet=subnet, pcap=pcap, mode=mode, udp_base=udp_base, fault=fault)  # type: ignore[arg-type]
@@ -97,10 +128,12 @@ def register(app: typer.Typer) -> None:
         for h in st.hosts:
             where = h.netns if st.mode == "netns" else f"udp {h.tunnel}"
             console.print(f"  {h.name}  {h.ip:<15} {h.mac}  port {h.port}  {where}")
+        if pcap:
+            console.print(f"  captures: {Path(pcap).resolve()} (one pcapng file per switch port)", highlight=False, soft_wrap=True)
         if st.mode == "netns":
             console.print(f"try: inswitch rack exec {st.name}-h1 -- ping -c1 h2")
 
-    @rack_app.command("down")
+    @rack_app.command("down", epilog="Examples:\n\n  inswitch rack down --name lab\n")
     def down_cmd(name: str = NAME_OPT) -> None:
         """Stop the switch and remove the rack's namespaces, interfaces and state (works after crashes too)."""
         try:
@@ -113,28 +146,29 @@ def register(app: typer.Typer) -> None:
         stopped = f"stopped switch pid {', '.join(map(str, rep.stopped))}" if rep.stopped else "switch was not running"
         console.print(f"[green]rack {name} is down[/green]: {stopped}; removed {len(rep.removed)} objects")
 
-    @rack_app.command("status")
+    @rack_app.command("status", epilog="Examples:\n\n  inswitch rack status --name lab\n\n  inswitch rack status --name lab --json - | jq .counters\n")
     def status_cmd(name: str = NAME_OPT,
-                   as_json: bool = typer.Option(False, "--json", help="Print the status as JSON.")) -> None:
+                   json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Write the status as JSON (- prints it instead of the table).")) -> None:
         """Hosts, whether the switch is alive, and per-port counters read through P4Runtime."""
         try:
             s = Rack().status(name)
         except RackError as e:
             raise _fail(e)
-        if as_json:
-            print(json.dumps({"state": asdict(s.state), "switch_alive": s.switch_alive,
-                              "host_present": s.host_present, "counters": s.counters,
-                              "counters_error": s.counters_error}, indent=2))
-        else:
+        if json_out:
+            write_json(json_out, {"state": asdict(s.state), "switch_alive": s.switch_alive,
+                                  "host_present": s.host_present, "counters": s.counters,
+                                  "counters_error": s.counters_error})
+        if not is_stdout(json_out):
             _render_status(s)
+            note_written(console, json_out)
         if not s.switch_alive:
             raise typer.Exit(1)
 
-    @rack_app.command("exec")
+    @rack_app.command("exec", epilog="Examples:\n\n  inswitch rack exec h1 -- ping -c1 h2\n\n  inswitch rack exec lab-h2 -- ip addr\n")
     def exec_cmd(
-        host: str = typer.Argument(..., help="h1, or isw-h1 (rack named in the host)."),
-        command: List[str] = typer.Argument(..., help="The command, after `--`."),
-        name: Optional[str] = typer.Option(None, "--name", "-n", help="Rack name (default: from HOST, else isw)."),
+        host: str = argument(..., type=HOST, help="The host to run in: h1, or isw-h1 (the rack named in the host)."),
+        command: List[str] = argument(..., type=TextOpt("a command word"), help="The command and its arguments, after `--`."),
+        name: Optional[str] = NAME_FROM_HOST,
     ) -> None:
         """Run a command inside a host's namespace; exits with the command's exit code."""
         if command[:1] == ["--"]:
@@ -145,13 +179,13 @@ def register(app: typer.Typer) -> None:
             raise _fail(e)
         raise typer.Exit(cp.returncode)
 
-    @rack_app.command("ping")
+    @rack_app.command("ping", epilog="Examples:\n\n  inswitch rack ping h1 h2\n\n  inswitch rack ping lab-h1 h3 --count 10 --timeout 1\n")
     def ping_cmd(
-        src: str = typer.Argument(..., help="Sending host (h1)."),
-        dst: str = typer.Argument(..., help="Destination host (h2)."),
-        count: int = typer.Option(3, "--count", "-c", help="Echo requests to send."),
-        timeout: float = typer.Option(2.0, "--timeout", "-W", help="Seconds to wait for each reply."),
-        name: Optional[str] = typer.Option(None, "--name", "-n", help="Rack name (default: from SRC, else isw)."),
+        src: str = argument(..., type=HOST, help="Sending host (h1)."),
+        dst: str = argument(..., type=HOST, help="Destination host (h2)."),
+        count: int = option(3, "--count", "-c", type=Int(1, 100_000), help="Echo requests to send."),
+        timeout: float = option(2.0, "--timeout", "-W", type=Float(0.01, 3600), help="Seconds to wait for each reply."),
+        name: Optional[str] = NAME_FROM_HOST,
     ) -> None:
         """Ping one host from another through the switch (both modes)."""
         try:

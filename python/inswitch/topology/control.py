@@ -81,34 +81,21 @@ def program_forwarding(address: str, hosts: list[Host], num_ports: int) -> None:
             raise RackError(f"programming the switch through P4Runtime ({address}) failed: {e}") from e
 
 
-def _cells(values: Any) -> dict[int, int]:
-    """Normalise `read_register` output: {index: value} or [(index, value)] or [value, ...]."""
-    if isinstance(values, dict):
-        return {int(k): int(v) for k, v in values.items()}
-    out: dict[int, int] = {}
-    for i, v in enumerate(values):
-        if isinstance(v, (tuple, list)):
-            out[int(v[0])] = int(v[1])
-        else:
-            out[i] = int(v)
-    return out
-
-
 def read_port_counters(address: str, ports: list[int]) -> dict[int, dict[str, int]]:
-    """Per-port `{rx_packets, rx_bytes, tx_packets, tx_bytes}` from the forward program's pair
-    registers (packets in the low 32 bits of a cell, bytes in the high 32)."""
+    """Per-port `{rx_packets, rx_bytes, tx_packets, tx_bytes}` from the forward program's
+    counter registers, split into packets and bytes by the fields the P4Info declares."""
     out: dict[int, dict[str, int]] = {p: {} for p in ports}
     with sigint_deferred(), connect(address, read_only=True) as c:
         for reg in COUNTER_REGISTERS:
             try:
-                cells = _cells(c.read_register(reg))
+                cells = {cell["index"]: cell for cell in c.register_cells(reg)["cells"]}
             except Exception as e:  # P4RuntimeError, or KeyError without the forward program
                 raise RackError(f"reading register {reg} through P4Runtime ({address}) failed: {e}") from e
             side = reg.split("_", 1)[0]
             for p in ports:
-                v = cells.get(p, 0)
-                out[p][f"{side}_packets"] = v & 0xFFFF_FFFF
-                out[p][f"{side}_bytes"] = v >> 32
+                cell = cells.get(p, {})
+                out[p][f"{side}_packets"] = cell.get("packets", 0)
+                out[p][f"{side}_bytes"] = cell.get("bytes", 0)
     return out
 
 

@@ -207,6 +207,7 @@ impl Daiet {
             SENDER_SLOTS,
             "per (tree, sender): next expected seq (lo), packets in flight (hi)",
         );
+        b.cell_fields(&seq, &[("next_seq", 32), ("in_flight", 32)]);
         let admit = b.register_action_body(seq, "admit", Admit);
         let complete = b.register_action_body(seq, "complete", Complete);
         // Per slice, stage by stage: the hash unit (stage 1), four key words (2-5), the
@@ -256,6 +257,7 @@ impl Daiet {
             MAX_TREES,
             "per tree: the spillover bucket's fill, head buffer, buffers draining (lo); packets still storing (hi)",
         );
+        b.cell_fields(&st, &[("fill", 4), ("head", 4), ("unused", 8), ("draining", 16), ("storing", 32)]);
         let spill_state = b.register_action_body(st, "step", SpillState);
         let sk: Vec<_> = (0..4)
             .map(|w| b.register::<u32>(&format!("spill_key{w}"), Gress::Ingress, 10, BUCKET_CELLS, "spillover bucket slots: key word"))

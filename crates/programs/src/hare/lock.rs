@@ -184,6 +184,19 @@ impl HareApp for LockApp {
             cfg.slots,
             "holders and mode (lo); queue head, length, exclusive-waiter mask (hi)",
         );
+        b.cell_fields(
+            &ls,
+            &[
+                ("holders", 16),
+                ("mode", 2),
+                ("unused", 14),
+                ("queue_head", 3),
+                ("queue_length", 4),
+                ("unused_hi", 1),
+                ("exclusive_waiters", 8),
+                ("unused_top", 16),
+            ],
+        );
         let acquire = b.register_action_body(ls, "acquire", Acquire);
         let release = b.register_action_body(ls, "release", Release);
         let state_read = b.register_action(ls, "read_half", read_half);

@@ -162,9 +162,11 @@ impl Inaas {
                 SEGMENT_SIZE,
                 "uid of the holder (lo) and its lease deadline in switch µs (hi)",
             );
+            b.cell_fields(&lr, &[("holder_uid", 32), ("deadline_us", 32)]);
             let lease = b.register_action_body(lr, "check", LeaseCheck);
             let commit = b.register_action_body(lr, "commit", LeaseCommit);
             let kr = b.register::<Pair>(&format!("kv_{j}"), Gress::Ingress, kv_stage(j), SEGMENT_SIZE, "key (lo) and value (hi)");
+            b.cell_fields(&kr, &[("key", 32), ("value", 32)]);
             let exchange = b.register_action_body(kr, "exchange", Exchange);
             let read = b.register_action_body(kr, "read", Read);
             let write = b.register_action_body(kr, "write", Write);
@@ -172,6 +174,7 @@ impl Inaas {
             segments.push(Segment { lease, commit, exchange, read, write, reduce });
         }
         let ur = b.register::<Pair>("tenant_usage", Gress::Egress, 1, TENANT_SLOTS, "per tenant slot: ALU operations (lo), packets (hi)");
+        b.cell_fields(&ur, &[("alu_ops", 32), ("packets", 32)]);
         let usage = b.register_action(ur, "add", add_pair);
         let er = b.register::<Pair>(
             "tenant_events",
@@ -180,6 +183,7 @@ impl Inaas {
             TENANT_SLOTS,
             "per tenant slot: mismatching accesses (lo), leases taken (hi)",
         );
+        b.cell_fields(&er, &[("mismatches", 32), ("leases_taken", 32)]);
         let events = b.register_action(er, "add", add_pair);
         let d_malformed = b.drop_reason("inaas_malformed");
         let d_forged = b.drop_reason("inaas_forged_uid");

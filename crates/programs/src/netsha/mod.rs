@@ -438,6 +438,7 @@ impl Netsha {
             sets,
             "owners of the candidate registers of each set (Algorithm 2): QID + 1 of way 0 (lo) and way 1 (hi), 0 = free",
         );
+        b.cell_fields(&qid_r, &[("way0_qid_plus1", 32), ("way1_qid_plus1", 32)]);
         let qid = b.register_action_body(qid_r, "select", WaySelectAlu);
         let weight_r = b.register::<Pair>(
             "weight",
@@ -446,8 +447,10 @@ impl Netsha {
             sets,
             "Algorithm 2's weight: data pairs each way's register has carried since its claim",
         );
+        b.cell_fields(&weight_r, &[("way0", 32), ("way1", 32)]);
         let weight = b.register_action_body(weight_r, "weight", WeightAlu);
         let born_r = b.register::<Pair>("born", Gress::Ingress, 3, r, "claim time in µs (lo) and owner tag (hi), for the timer");
+        b.cell_fields(&born_r, &[("claim_us", 32), ("owner_tag", 32)]);
         let born = b.register_action_body(born_r, "born", BornAlu);
         let rep_r =
             b.register::<u32>("replacements", Gress::Ingress, 2, 1, "best-effort counter: replacements since a register was last free");
@@ -462,6 +465,7 @@ impl Netsha {
         let threshold = b.register_action_body(t_r, "threshold", ThresholdAlu);
         let s_r =
             b.register::<Pair>("state", Gress::Ingress, 4, r, "held answers | commits pending << 16 | tombstone << 31 (lo), r.k (hi)");
+        b.cell_fields(&s_r, &[("held", 16), ("commits_pending", 15), ("tombstone", 1), ("k", 32)]);
         let state = b.register_action_body(s_r, "sort_reduce", StateAlu);
         let mut slot_d = Vec::new();
         let mut slot_id = Vec::new();
@@ -493,6 +497,7 @@ impl Netsha {
             emit_event::NAMES.len() as u32,
             "answers sent (lo) and cleared (hi) by cause",
         );
+        b.cell_fields(&ee, &[("sent", 32), ("cleared", 32)]);
         let emit_events = b.register_action_body(ee, "add", AddPair);
         // Stage 5 (after the state test that decides a split; slot 0's stage has ALUs to spare).
         let sp = b.register::<u32>("splits", Gress::Ingress, 5, 1, "split counter: the id of the last split");
@@ -531,6 +536,7 @@ impl Netsha {
             query_event::NAMES.len() as u32,
             "query packets (lo) and the servers they went to (hi): selected, or every server (see query_event)",
         );
+        b.cell_fields(&qe, &[("packets", 32), ("servers", 32)]);
         let query_events = b.register_action_body(qe, "add", AddPair);
         let d_query_malformed = b.drop_reason("netsha_query_malformed");
         let d_query_pruned = b.drop_reason("netsha_query_pruned");

@@ -190,7 +190,14 @@ class KvRun:
         ]
         for srv in self.servers:
             srv.send = lambda frames, port=1 + srv.idx: self.server_send(port, frames)
-        self.version = np.zeros(trace.n_keys, dtype=np.int64)  # reference: latest written version
+        # The client's reference, per key: the latest version a PUT carried (issued) and the
+        # latest one the store acknowledged (acked). A PUT the servers drop under load is
+        # never acknowledged: its client learns it failed (`failed`), and a later read of
+        # the older value is not stale. A read must return a version written no earlier
+        # than the last acknowledged one when it was sent (nor one never written).
+        self.version = np.zeros(trace.n_keys, dtype=np.int64)  # issued
+        self.acked = np.zeros(trace.n_keys, dtype=np.int64)
+        self.failed = {"get": 0, "put": 0}
         self.epochs = int(math.ceil((float(trace.t[-1]) if len(trace) else 0.0) / p.epoch_s)) + 1
         self.m = Metrics(self.epochs, p.epoch_s)
         self.correct = True
@@ -278,15 +285,17 @@ class KvRun:
     def slice(self, lo: int, hi: int) -> None:
         tr, p = self.trace, self.p
         frames = []
-        expect: dict[int, int] = {}
+        expect: dict[int, int] = {}  # GET seq -> the key's acknowledged version when sent
+        put_version: dict[int, int] = {}  # PUT seq -> the version it writes
         for q in range(lo, hi):
             i = int(tr.key[q])
             s = self.server_of(i)
             if tr.put[q]:
                 self.version[i] += 1
+                put_version[q] = int(self.version[i])
                 frames.append(self.frame(CLIENT, server_ep(s), OP_PUT, self.key(i), self.value(i), q))
             else:
-                expect[q] = int(self.version[i])
+                expect[q] = int(self.acked[i])
                 frames.append(self.frame(CLIENT, server_ep(s), OP_GET, self.key(i), b"", q))
         out = self.sw.process(0, frames)
         replies: list[bytes] = []
@@ -322,13 +331,20 @@ class KvRun:
             for port, f in self.sw.process(1 + s, back):
                 if port == 0:
                     replies.append(f)
+        answered: set[int] = set()
         for f in replies:
             m = _native.hare_parse(f)
             if m is None:
                 continue
             op, flags, seq, _hi, _aux, _st, key, value, _ip, _port = m
-            if op != OP_GET_REPLY:
+            if op == OP_PUT_REPLY and seq in put_version:
+                answered.add(seq)
+                i = int(tr.key[seq])
+                self.acked[i] = max(int(self.acked[i]), put_version[seq])
                 continue
+            if op != OP_GET_REPLY or seq not in expect:
+                continue
+            answered.add(seq)
             i = int(tr.key[seq])
             if flags & FLAG_HIT:
                 t = float(tr.t[seq])
@@ -337,11 +353,16 @@ class KvRun:
                 self.m.hits[e] += 1
                 self.m.done[e] += 1
                 self.m.lat[e].append(2 * p.link_s * 1e6)
-            want = value_bytes(i, expect[seq], p.value_size)
-            if value != want:
+            if not read_ok(value, i, expect[seq], int(self.version[i]), p.value_size):
                 self.correct = False
                 if len(self.stale) < 10:
-                    self.stale.append({"seq": seq, "key": i, "hit": bool(flags & FLAG_HIT), "want_version": expect[seq]})
+                    self.stale.append({"seq": seq, "key": i, "hit": bool(flags & FLAG_HIT), "want_version": expect[seq],
+                                       "got_version": int.from_bytes(value[4:8], "big") if len(value) >= 8 else None})
+        # Every request of the slice has had its answer (the servers answer within it): one
+        # without is reported to its client as failed (a drop under load, or by the switch).
+        for q in range(lo, hi):
+            if q not in answered:
+                self.failed["put" if tr.put[q] else "get"] += 1
 
     # ---- control -----------------------------------------------------------------------
 
@@ -495,6 +516,9 @@ class KvRun:
             "p50_us": p50,
             "p99_us": p99,
             "dropped": int(m.dropped.sum()),
+            # Requests the client saw fail (no reply): what the servers dropped, and any the
+            # switch dropped. Reads are checked against acknowledged writes only.
+            "failed_requests": dict(self.failed),
             "correct": self.correct,
             "stale_examples": self.stale,
             "offloads": self.offloads + (self.fw.offloads if self.fw else 0),
@@ -502,6 +526,17 @@ class KvRun:
             "switch_drops": self.sw.drops(),
             **({"dyso_columns": self.dyso_cols, "dyso_rows": self.dyso_rows} if self.system == "dyso" else {}),
         }
+
+
+def read_ok(value: bytes, i: int, acked: int, issued: int, size: int) -> bool:
+    """A read of key `i` is right if it returns a value some PUT wrote (or the initial one),
+    of a version no older than the one acknowledged when the read was sent (`acked`) and
+    no newer than the latest sent (`issued`): an unacknowledged write may or may not have
+    been applied, an acknowledged one must be seen."""
+    if len(value) < 8:
+        return False
+    v = int.from_bytes(value[4:8], "big")
+    return acked <= v <= issued and value == value_bytes(i, v, size)
 
 
 def _mean_window(v: list[Optional[float]], step: float, t0: float, t1: float) -> Optional[float]:

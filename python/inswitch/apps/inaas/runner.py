@@ -23,7 +23,15 @@ from inswitch.apps.inaas.service import ITEMS, READ, Service
 BUDGET = 512
 #: Which way "speedup" is computed per application (Table II's metrics).
 HIGHER_IS_BETTER = {"kv": False, "sparse": True, "dense": True, "bloom": False, "paxos": False}
-LEDGER_PATH = Path("out/inaas/ledger.json")
+
+
+def ledger_path() -> Path:
+    """Where `tenants run` keeps the last ledger and `tenants ledger` finds it: beside the
+    racks' state (`topology.state.run_root`), so it does not depend on the working
+    directory. (`-` is never a character of a rack name, so no rack's directory is this.)"""
+    from inswitch.topology.state import run_root
+
+    return run_root() / "inaas-ledger.json"
 
 
 def _attack(svc: Service, det: Detection, apps: list[App], until_us: int, rng: np.random.Generator) -> dict[str, Any]:
@@ -185,6 +193,8 @@ def run_tenants(
     }
 
 
-def save_ledger(result: dict[str, Any], path: Path = LEDGER_PATH) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"ledger": result["ledger"], "scheduler": result["scheduler"], "instances": result["instances"]}, indent=2))
+def save_ledger(result: dict[str, Any], path: Path | None = None) -> Path:
+    """Write the ledger (atomically) and return where."""
+    from inswitch.output import replace_json
+
+    return replace_json(path or ledger_path(), {"ledger": result["ledger"], "scheduler": result["scheduler"], "instances": result["instances"]})

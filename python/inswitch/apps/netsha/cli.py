@@ -6,32 +6,43 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from inswitch.output import ensure_writable, write_json
+from inswitch.cliopts import IN_FILE, JSON_PATH, RACK_NAME, SEED, Choice, Float, Int, Text, option
+from inswitch.output import console_for, note_written, write_json
 
 from .datasets import DatasetError, load
 from .search import ALL_MODES, MODES, SearchConfig, run_search
 
 
+def _netsha_spec(text: str) -> str:
+    from inswitch import native
+
+    if text.split(":", 1)[0] not in ("netsha", "netsha-tofino1"):
+        raise ValueError("expected netsha, netsha-tofino1 or netsha:slots=..")
+    native.resources([text], "unbounded")  # the program builder checks the parameters (ValueError)
+    return text
+
+
+def _dataset(text: str) -> str:
+    if text in ("random", "digits", "text") or text.startswith("text:") or Path(text).is_file():
+        return text
+    raise ValueError("no dataset by that name and no such file")
+
+
 def bench_netsha(
-    answers_per_packet: int = typer.Option(8, help="Answers per server packet (one pass each)."),
-    queries: int = typer.Option(64, help="Distinct queries the answers belong to."),
-    duration: float = typer.Option(2.0, help="Seconds per measurement."),
-    spec: str = typer.Option("netsha", help="Program spec (netsha, netsha-tofino1, netsha:slots=..)."),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results here."),
+    answers_per_packet: int = option(8, "--answers-per-packet", type=Int(1, 120), help="Answers per server packet (one pass each)."),
+    queries: int = option(64, "--queries", type=Int(1, 65_536), help="Distinct queries the answers belong to."),
+    duration: float = option(2.0, "--duration", type=Float(0.1, 600), help="Seconds per measurement."),
+    spec: str = option("netsha", "--spec", type=Text("a NetSHa program spec", check=_netsha_spec, bad=("bogus", "netsha:slots=99")), help="Program spec: netsha, netsha-tofino1 or netsha:slots=.."),
+    json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Write the results as JSON."),
 ) -> None:
     """Answers per second through the NetSHa program on one core, in memory, with a
     forwarding-only switch measured in the same run as the base."""
     from inswitch import _native
-    from inswitch.bench.cli import check_duration
 
-    check_duration(duration)
-    console = Console()
-    if json_out:
-        ensure_writable(json_out)
+    console = console_for(json_out)
     with console.status("measuring netsha and forward"):
         r = dict(_native.netsha_bench(spec, answers_per_packet, queries, duration))
     t = Table(title="inswitch bench netsha")
@@ -44,64 +55,72 @@ def bench_netsha(
     console.print(t)
     if json_out:
         write_json(json_out, r, indent=2)
-        console.print(f"wrote {json_out}")
+        note_written(console, json_out)
+
+
+SEARCH_EXAMPLES = """Examples:
+
+  inswitch search --dataset random --mode all --json out/search.json
+
+  inswitch search --base 800 --queries 12 --servers 2 --k 5 --registers 8 --mode netsha
+
+  inswitch search --dataset text:160 --base 0 --queries 20 --k 10 --json -
+"""
 
 
 def register(app: typer.Typer) -> None:
     try:
         from inswitch.bench.cli import bench_app
 
-        bench_app.command("netsha")(bench_netsha)
+        bench_app.command("netsha", epilog="Examples:\n\n  inswitch bench netsha --duration 2 --json bench/netsha.json\n\n  inswitch bench netsha --spec netsha-tofino1 --answers-per-packet 16\n")(bench_netsha)
     except ImportError:  # the bench area is not built
         pass
 
-    @app.command("search")
+    @app.command("search", epilog=SEARCH_EXAMPLES)
     def search_cmd(
-        dataset: str = typer.Option("random", help="random | digits | text (text:N sentences, text:FILE) | PATH (.fvecs/.bvecs/.ivecs/.hdf5)."),
-        queries_file: Optional[str] = typer.Option(None, help="Queries for a PATH dataset, same format."),
-        base: int = typer.Option(20000, help="Base vectors (random: generated; PATH: first N, 0 = all)."),
-        servers: int = typer.Option(4, help="Search servers S."),
-        queries: int = typer.Option(200, help="Queries N."),
-        k: int = typer.Option(50, help="Answers per query K."),
-        registers: int = typer.Option(100, help="Logical registers per switch (Table 1: 100)."),
-        ways: int = typer.Option(2, min=1, max=2, help="Candidate registers per query for Algorithm 2's weight-based selection (must divide --registers)."),
-        arrival: str = typer.Option("concurrent", help="concurrent (servers answer in parallel, packets interleave) | sequential (one server after another) | stream (queries arrive --query-gap-ns apart; Figs. 20, 23)."),
-        query_gap_ns: int = typer.Option(250, min=1, help="With --arrival stream: virtual ns between two queries' arrivals (the query rate)."),
-        slots: int = typer.Option(12, help="Slots per register n = p + q (Table 1: 12)."),
-        ga: int = typer.Option(8, help="GA slots p (Table 1: 8)."),
-        lam: float = typer.Option(0.2, "--lambda", help="Concurrency parameter λ (H = λ × registers)."),
-        switches: int = typer.Option(1, min=1, max=6, help="Switches on the path, each running NetSHa."),
-        mode: str = typer.Option("all", help="netsha | layered | tlsh | netsha-agg | all."),
-        reduction: str = typer.Option("exact", help="paper (Algorithm 1 as written) | exact."),
-        tables: int = typer.Option(10, help="LSH tables L."),
-        hashes: int = typer.Option(6, help="Hashes per table k (concatenated)."),
-        width: Optional[float] = typer.Option(None, help="E2LSH bucket width w (scale with the data's distances; default 32, text 3)."),
-        cap: int = typer.Option(100, help="Answers a server returns per query (its best candidates)."),
-        per_packet: int = typer.Option(0, help="Answers per server packet (0: full packets, 120, §3.3; the switch splits those that run out of room)."),
+        dataset: str = option("random", "--dataset", type=Text("random, digits, text, text:N, text:FILE or a vector file", check=_dataset, bad=("bogus-no-such-file",)), help="The data: random (generated), digits, text (text:N sentences, text:FILE) or a PATH (.fvecs/.bvecs/.ivecs/.hdf5)."),
+        queries_file: Optional[str] = option(None, "--queries-file", type=IN_FILE, help="Queries for a PATH dataset, same format."),
+        base: int = option(20000, "--base", type=Int(0, 10_000_000), help="Base vectors (random: generated; PATH: the first N, 0 = all)."),
+        servers: int = option(4, "--servers", type=Int(1, 32), help="Search servers S (a query's server set is a 32-bit mask)."),
+        queries: int = option(200, "--queries", type=Int(1, 100_000), help="Queries N."),
+        k: int = option(50, "--k", type=Int(1, 10_000), help="Answers per query K."),
+        registers: int = option(100, "--registers", type=Int(1, 65_536), help="Logical registers per switch (Table 1: 100)."),
+        ways: int = option(2, "--ways", type=Int(1, 2), help="Candidate registers per query for Algorithm 2's weight-based selection (must divide --registers)."),
+        arrival: str = option("concurrent", "--arrival", type=Choice("concurrent", "sequential", "stream"), help="concurrent: servers answer in parallel, packets interleave; sequential: one server after another; stream: queries arrive --query-gap-ns apart (Figs. 20, 23)."),
+        query_gap_ns: int = option(250, "--query-gap-ns", type=Int(1, 10**9), help="With --arrival stream: virtual ns between two queries' arrivals (the query rate)."),
+        slots: int = option(12, "--slots", type=Int(1, 32), help="Slots per register n = p + q (Table 1: 12)."),
+        ga: int = option(8, "--ga", type=Int(1, 32), help="GA slots p (Table 1: 8; at most --slots)."),
+        lam: float = option(0.2, "--lambda", type=Float(0, 1, lo_open=True), help="Concurrency parameter λ (H = λ × registers)."),
+        switches: int = option(1, "--switches", type=Int(1, 6), help="Switches on the path, each running NetSHa."),
+        mode: str = option("all", "--mode", type=Choice(*ALL_MODES, "all"), help="Which systems to run (all: netsha, layered and tlsh)."),
+        reduction: str = option("exact", "--reduction", type=Choice("paper", "exact"), help="paper: Algorithm 1 as written; exact: the corrected reduction."),
+        tables: int = option(10, "--tables", type=Int(1, 32), help="LSH tables L."),
+        hashes: int = option(6, "--hashes", type=Int(1, 32), help="Hashes per table k (concatenated)."),
+        width: Optional[float] = option(None, "--width", type=Float(0, 1e9, lo_open=True), help="E2LSH bucket width w (scale with the data's distances; default 32, text 3)."),
+        cap: int = option(100, "--cap", type=Int(1, 10_000), help="Answers a server returns per query (its best candidates)."),
+        per_packet: int = option(0, "--per-packet", type=Int(0, 120), help="Answers per server packet (0: full packets, 120, §3.3; the switch splits those that run out of room)."),
         rack: bool = typer.Option(False, "--rack", help="NetSHa only, with real processes: a namespace rack (needs root) of S servers and the agent through the switch process."),
-        rack_name: str = typer.Option("netsha", "--rack-name", help="Rack name (prefixes its namespaces) for --rack."),
-        seed: int = typer.Option(0),
-        json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here."),
+        rack_name: str = option("netsha", "--rack-name", type=RACK_NAME, help="Rack name (prefixes its namespaces) for --rack."),
+        seed: int = option(0, "--seed", type=SEED, help="Seed of the data, the queries and the hashes."),
+        json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Write the result as JSON."),
     ) -> None:
-        """Run the search in every requested mode over the same data; print and write recall, F1, agent packets and the time split."""
-        console = Console()
-        if json_out:
-            ensure_writable(json_out)
-        if reduction not in ("paper", "exact"):
-            console.print("[red]error:[/red] --reduction must be paper or exact")
-            raise typer.Exit(2)
-        if arrival not in ("concurrent", "sequential", "stream") or registers % ways != 0:
-            console.print("[red]error:[/red] --arrival must be concurrent, sequential or stream, and --ways must divide --registers")
-            raise typer.Exit(2)
+        """Run the search in every requested mode over the same data; print and write recall,
+        F1, agent packets and the time split."""
+        console = console_for(json_out)
+        if registers % ways != 0:
+            raise typer.BadParameter(f"{ways} does not divide --registers {registers}", param_hint="--ways")
+        if ga > slots:
+            raise typer.BadParameter(f"GA slots {ga} are more than --slots {slots}", param_hint="--ga")
+        if dataset == "random" and base < 1:
+            raise typer.BadParameter("the random dataset needs at least one base vector", param_hint="--base")
         modes = list(MODES) if mode == "all" else [mode]
-        if any(m not in ALL_MODES for m in modes):
-            console.print(f"[red]error:[/red] --mode must be one of {', '.join(ALL_MODES)} or all")
-            raise typer.Exit(2)
         try:
             ds = load(dataset, base, queries, queries_file, seed)
         except DatasetError as e:
             console.print(f"[red]error:[/red] {e}")
             raise typer.Exit(2)
+        if k > ds.base.shape[0]:
+            raise typer.BadParameter(f"{k} answers per query from {ds.base.shape[0]} base vectors", param_hint="--k")
         cfg = SearchConfig(
             servers=servers, k=k, registers=registers, slots=slots, ga=ga, lam=lam, switches=switches, reduction=reduction, seed=seed, per_packet=per_packet,
             tables=tables, hashes=hashes, width=width if width is not None else (ds.lsh_width or 32.0), cap=cap, ways=ways, arrival=arrival, query_gap_ns=query_gap_ns,
@@ -122,7 +141,7 @@ def register(app: typer.Typer) -> None:
             console.print(t)
             if json_out:
                 write_json(json_out, result, indent=2)
-                console.print(f"wrote {json_out}")
+                note_written(console, json_out)
             return
         with Progress(console=console, transient=True) as prog:
             tasks = {m: prog.add_task(m, total=ds.queries.shape[0]) for m in modes}
@@ -146,4 +165,4 @@ def register(app: typer.Typer) -> None:
             console.print(f"agent packets, netsha / layered: {result['agent_packets_ratio']:.3f} (paper: 4–10× fewer)")
         if json_out:
             write_json(json_out, result, indent=2)
-            console.print(f"wrote {json_out}")
+            note_written(console, json_out)

@@ -15,12 +15,21 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from inswitch.apps.wordcount.job import FIGURES, MODES, JobError, JobSpec, run
+from inswitch.apps.wordcount.job import FIGURES, MODES, PROGRAMS, WHERE, JobError, JobSpec, run
 from inswitch.apps.wordcount.progress import job_progress
-from inswitch.output import ensure_writable, write_json
+from inswitch.cliopts import IN_FILE, JSON_PATH, SEED, Choice, Float, Int, argument, option
+from inswitch.output import console_for, note_written, write_json
+
+EXAMPLES = """Examples:
+
+  inswitch wordcount --input /usr/share/common-licenses/GPL-3 --mode all --json out/wc.json
+
+  inswitch wordcount --zipf 1.1 --words 200000 --vocab 5000 --mode switch --program switchagg
+
+  inswitch wordcount --zipf 1.0 --mode tcp --where loopback --json -
+"""
 
 
 def _fmt(v: Any) -> str:
@@ -79,31 +88,35 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("wordcount")
+    @app.command("wordcount", epilog=EXAMPLES)
     def wordcount_cmd(
-        input: Optional[list[str]] = typer.Option(None, "--input", help="Text files (any language, any size; streamed). Repeat or list several."),
-        extra: Optional[list[str]] = typer.Argument(None, help="More input files (so `--input a.txt b.txt` works)."),
-        zipf: Optional[float] = typer.Option(None, "--zipf", help="Synthetic input instead: Zipf exponent ALPHA (0 = uniform)."),
-        words_: int = typer.Option(100_000, "--words", help="Synthetic input: number of words."),
-        vocab: int = typer.Option(10_000, "--vocab", help="Synthetic input: vocabulary size."),
-        seed: int = typer.Option(1, "--seed", help="Seed of the synthetic input and of the fault injector."),
-        mappers: int = typer.Option(4, "--mappers", help="Mapper processes."),
-        reducers: int = typer.Option(2, "--reducers", help="Reducer processes (one aggregation tree each)."),
-        mode: str = typer.Option("switch", "--mode", help="switch | udp | tcp | all."),
-        program: str = typer.Option("daiet", "--program", help="Switch program for switch mode: daiet | switchagg."),
-        loss: float = typer.Option(0.0, "--loss", help="Probability that the switch's ports lose a frame (seeded by --seed)."),
+        input: Optional[list[str]] = option(None, "--input", type=IN_FILE, help="Text files (any language, any size; streamed). Repeat, or list several after one --input."),
+        extra: Optional[list[str]] = argument(None, type=IN_FILE, help="More input files (so `--input a.txt b.txt` works)."),
+        zipf: Optional[float] = option(None, "--zipf", type=Float(0, 10), help="Synthetic input instead of files: Zipf exponent ALPHA (0: uniform)."),
+        words_: int = option(100_000, "--words", type=Int(1, 10**9), help="Synthetic input: number of words."),
+        vocab: int = option(10_000, "--vocab", type=Int(1, 10**6), help="Synthetic input: vocabulary size."),
+        seed: int = option(1, "--seed", type=SEED, help="Seed of the synthetic input and of the fault injector."),
+        mappers: int = option(4, "--mappers", type=Int(1, 64), help="Mapper processes."),
+        reducers: int = option(2, "--reducers", type=Int(1, 64), help="Reducer processes (one aggregation tree each)."),
+        mode: str = option("switch", "--mode", type=Choice(*MODES, "all"), help="How the pairs reach the reducers: through the switch's aggregation, plain udp or tcp, or all three in turn."),
+        program: str = option("daiet", "--program", type=Choice(*PROGRAMS), help="Switch program for switch mode."),
+        loss: float = option(0.0, "--loss", type=Float(0, 1, hi_open=True), help="Probability that the switch's ports lose a frame (seeded by --seed)."),
         no_combiner: bool = typer.Option(False, "--no-combiner", help="Send (word, 1) per occurrence instead of one pair per word per mapper."),
-        timeout: float = typer.Option(120.0, "--timeout", help="Seconds a run may take."),
-        where: str = typer.Option("auto", "--where", help="auto | netns | loopback (no switch)."),
-        json_out: Optional[str] = typer.Option(None, "--json", help="Write the result here."),
+        timeout: float = option(120.0, "--timeout", type=Float(0, 86_400, lo_open=True), help="Seconds a run may take."),
+        where: str = option("auto", "--where", type=Choice(*WHERE), help="Where the processes run: auto (a netns rack when root, else loopback), netns, or loopback (no switch)."),
+        json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Write the result as JSON."),
     ) -> None:
-        """MapReduce WordCount through the switch: mappers and reducers as processes in a rack,
-        the reducers' counts checked against a Counter over the input."""
-        console = Console()
-        if json_out:
-            ensure_writable(json_out)
+        """MapReduce WordCount through the switch: mappers and reducers as processes in a
+        rack, the reducers' counts checked against a Counter over the input."""
+        console = console_for(json_out)
         if not console.is_terminal:  # a pipe or a log: do not squeeze the table to 80 columns
-            console = Console(width=140)
+            console = console_for(json_out, width=140)
+        if mappers + reducers > 200:
+            raise typer.BadParameter("at most 200 hosts in a rack (mappers + reducers)", param_hint="--mappers")
+        if (input or extra) and zipf is not None:
+            raise typer.BadParameter("give either input files or --zipf ALPHA, not both", param_hint="--zipf")
+        if not (input or extra) and zipf is None:
+            raise typer.BadParameter("give input files (--input FILE) or --zipf ALPHA", param_hint="--input")
         inputs = list(input or []) + list(extra or [])
         modes = list(MODES) if mode == "all" else [mode]
         spec = JobSpec(inputs=inputs or None, zipf=zipf, words=words_, vocab=vocab, seed=seed, mappers=mappers,
@@ -120,7 +133,7 @@ def register(app: typer.Typer) -> None:
             console.print(line, highlight=False)
         if json_out:
             write_json(json_out, doc, indent=2)
-            console.print(f"wrote {json_out}")
+            note_written(console, json_out)
         console.print("correct: reducers' counts equal a Counter over the input" if doc["correct"]
                       else "[red]INCORRECT: reducers' counts differ from the Counter[/red]")
         raise typer.Exit(0 if doc["correct"] else 1)

@@ -1,0 +1,88 @@
+"""Serving the web view: the page's static files (package data in ui/static, no CDN) and
+the JSON API of `view.SwitchView`, as one function an HTTP handler calls per GET.
+
+The switch daemon plugs `switch_handler` into its metrics server (same address as
+`/metrics`); `inswitch ui` (ui/rack.py) serves the same files and proxies each switch's
+API under `/sw/NAME/`.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from importlib import resources
+from typing import Any, Callable, Optional, Sequence
+
+from p4.v1 import p4runtime_pb2
+
+from inswitch.p4rt.schema import P4InfoIndex, RegisterInfo
+
+from .view import ApiError, SwitchView, encode
+
+Response = tuple[bytes, str, int]
+
+_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
+_STATIC = ("index.html", "app.js", "style.css")
+
+
+def static(path: str) -> Optional[Response]:
+    """`/` and the page's own files; None for anything else."""
+    name = "index.html" if path in ("/", "/index.html") else path.lstrip("/")
+    if name not in _STATIC:
+        return None
+    body = resources.files("inswitch.ui").joinpath("static").joinpath(name).read_bytes()
+    return body, _TYPES["." + name.rsplit(".", 1)[1]], 200
+
+
+def json_response(doc: Any, status: int = 200) -> Response:
+    return encode(doc), "application/json", status
+
+
+def api(view: SwitchView, path: str, query: str) -> Response:
+    q = {k: v[-1] for k, v in urllib.parse.parse_qs(query, keep_blank_values=True).items()}
+    try:
+        return json_response(view.get(path, q))
+    except ApiError as e:
+        return json_response({"error": str(e)}, e.status)
+    except Exception as e:  # e.g. the switch stopping under us: an answer, not a dead thread
+        return json_response({"error": f"{type(e).__name__}: {e}"}, 500)
+
+
+def switch_handler(view: SwitchView) -> Callable[[str, str], Optional[Response]]:
+    """For MetricsServer(other=...): the page and /api/* of one switch."""
+
+    def handle(path: str, query: str) -> Optional[Response]:
+        if path.startswith("/api/"):
+            return api(view, path, query)
+        return static(path)
+
+    return handle
+
+
+class LocalReader:
+    """A `decode.Reader` over the switch daemon's own Device: the same reads a P4Runtime
+    client makes, without the gRPC round trip (and without a controller session)."""
+
+    def __init__(self, device: Any) -> None:
+        self.device = device
+
+    @property
+    def schema(self) -> P4InfoIndex:
+        return self.device.pipeline.index
+
+    def read(self, entities: Sequence[p4runtime_pb2.Entity]) -> list[p4runtime_pb2.Entity]:
+        out, errors = self.device.read_batch(entities)
+        err = next((e for e in errors if e is not None), None)
+        if err is not None:
+            raise KeyError(getattr(err, "message", str(err)))
+        return out
+
+    def register_values(self, r: RegisterInfo, index: Optional[int]) -> list[tuple[int, int]]:
+        with self.device.lock:
+            return list(self.device._register_cells(r.id, index))
+
+
+def local_view(server: Any, dp: Any, name: str = "s1") -> SwitchView:
+    """The view of the switch a `SwitchServer` serves over data plane `dp`."""
+    ports = list(dp.port_names())
+    return SwitchView(LocalReader(server.device), lambda: json.loads(dp.counters_json()), lambda: list(server.device.pipeline.programs), ports, name)
