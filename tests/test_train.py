@@ -27,7 +27,7 @@ def test_two_epochs_switch_matches_gloo(tmp_path: Path) -> None:
     png = tmp_path / "train.png"
     r = subprocess.run([sys.executable, "-m", "inswitch", "train", "--model", "mlp", "--data", "digits", "--workers", "3",
                         "--mode", "both", "--epochs", "2", "--json", str(out), "--png", str(png)],
-                       capture_output=True, text=True, timeout=240)
+                       capture_output=True, text=True, timeout=480)
     assert r.returncode == 0, r.stdout + r.stderr
     doc = json.loads(out.read_text())
     sw, gl = doc["runs"]["switch"], doc["runs"]["gloo"]
