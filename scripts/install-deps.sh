@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
-for pair in ip:iproute2 ping:iputils-ping ethtool:ethtool tshark:tshark tcpdump:tcpdump iperf3:iperf3 chromium:chromium; do
+for pair in ip:iproute2 ping:iputils-ping ethtool:ethtool tshark:tshark tcpdump:tcpdump iperf3:iperf3 chromium:chromium openssl:openssl; do
   cmd=${pair%%:*}; pkg=${pair#*:}
   command -v "$cmd" >/dev/null 2>&1 || need_apt+=("$pkg")
 done

@@ -85,7 +85,7 @@ def _words(seed: int, n: int, vocab: int, scale: float) -> Any:
 
 def _udp_counters(ns: str) -> dict[str, int]:
     """The namespace's UDP counters (`/proc/net/snmp`): RcvbufErrors is a full socket buffer."""
-    out = subprocess.run(netns.in_netns(ns, ["cat", "/proc/net/snmp"]), capture_output=True, text=True, timeout=10).stdout
+    out = subprocess.run(netns.netns_argv(ns, ["cat", "/proc/net/snmp"]), capture_output=True, text=True, timeout=10).stdout
     lines = [line.split() for line in out.splitlines() if line.startswith("Udp:")]
     if len(lines) < 2:
         return {}
@@ -127,10 +127,10 @@ def run_job(st: RackState, trees: tuple[int, int], n_words: int, vocab: int, see
     map_addrs = [f"{h.ip}:6001" for h in mappers]
     before = [_udp_counters(h.netns or "") for h in reducers]
     sw0 = _switch_drops(st)
-    rps = [subprocess.Popen(netns.in_netns(h.netns or "", [PY, "-c", REDUCER, json.dumps({"bind": red_addrs[i], "tree": trees[i], "mappers": map_addrs, "timeout": timeout})]),
+    rps = [subprocess.Popen(netns.netns_argv(h.netns or "", [PY, "-c", REDUCER, json.dumps({"bind": red_addrs[i], "tree": trees[i], "mappers": map_addrs, "timeout": timeout})]),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i, h in enumerate(reducers)]
     time.sleep(0.3)  # the reducers' sockets are bound before the first flush can arrive
-    mps = [subprocess.Popen(netns.in_netns(h.netns or "", [PY, "-c", MAPPER, json.dumps({"bind": map_addrs[i], "trees": list(zip(trees, red_addrs)), "id": i,
+    mps = [subprocess.Popen(netns.netns_argv(h.netns or "", [PY, "-c", MAPPER, json.dumps({"bind": map_addrs[i], "trees": list(zip(trees, red_addrs)), "id": i,
                                                                                           "seed": seed * 100 + i, "n": n_words, "vocab": vocab, "scale": scale, "timeout": timeout})]),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i, h in enumerate(mappers[:active])]
     ref: list[collections.Counter[str]] = [collections.Counter() for _ in trees]

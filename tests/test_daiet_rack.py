@@ -77,10 +77,10 @@ def _run_job(st: RackState, mode: str, tree: int, mapper_faults: dict | None = N
     ref = collections.Counter(w for ws in words for w in ws)
     red_addr = f"{red.ip}:7070"
     maps = [f"{m1.ip}:6001", f"{m2.ip}:6001"]
-    rp = subprocess.Popen(netns.in_netns(red.netns, [PY, "-c", REDUCER, json.dumps({"bind": red_addr, "tree": tree, "mappers": maps, "mode": mode, "faults": reducer_faults or {}})]),
+    rp = subprocess.Popen(netns.netns_argv(red.netns, [PY, "-c", REDUCER, json.dumps({"bind": red_addr, "tree": tree, "mappers": maps, "mode": mode, "faults": reducer_faults or {}})]),
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     mps = [
-        subprocess.Popen(netns.in_netns(h.netns, [PY, "-c", MAPPER, json.dumps({"bind": maps[i], "tree": tree, "reducer": red_addr, "id": i, "words": words[i], "mode": mode,
+        subprocess.Popen(netns.netns_argv(h.netns, [PY, "-c", MAPPER, json.dumps({"bind": maps[i], "tree": tree, "reducer": red_addr, "id": i, "words": words[i], "mode": mode,
                                                                  "faults": {**(mapper_faults or {}), "seed": 10 + i} if mapper_faults else {}})]),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for i, h in enumerate((m1, m2))

@@ -127,14 +127,14 @@ def test_kv_offload_end_to_end_with_real_processes():
                 fields = ("hdr.hare.key_len", "hdr.hare.key_seg1") if mat == 0 else ("meta.emat_index", f"hdr.hare.key_seg{mat + 1}")
                 c.insert_entry(f"emat_{mat + 1}", {fields[0]: int.from_bytes(first, "big"), fields[1]: int.from_bytes(seg, "big")}, "set_index", {"index": index})
             # Step 5, D-modifier: the server process moves the value in with a packet.
-            server = subprocess.Popen(netns.in_netns(h2.netns, [sys.executable, "-c", SERVER, key, str(slot), "20"]), stdout=subprocess.PIPE, text=True)
+            server = subprocess.Popen(netns.netns_argv(h2.netns, [sys.executable, "-c", SERVER, key, str(slot), "20"]), stdout=subprocess.PIPE, text=True)
             assert server.stdout is not None
             assert server.stdout.readline().strip() == "READY"
             c.packet_out(cpu(kvsim.OP_STATE_SET, kvsim.STATE_VALID))  # Step 6
             pins = c.packet_ins(timeout=2.0)
             assert pins, "the switch answers control packets from the CPU port"
             time.sleep(0.2)
-            r = subprocess.run(netns.in_netns(h1.netns, [sys.executable, "-c", CLIENT, key]), capture_output=True, text=True, timeout=30)
+            r = subprocess.run(netns.netns_argv(h1.netns, [sys.executable, "-c", CLIENT, key]), capture_output=True, text=True, timeout=30)
             assert r.returncode == 0, r.stderr
             got = json.loads(r.stdout.strip().splitlines()[-1])
             stats = json.loads(server.stdout.readline())

@@ -144,7 +144,7 @@ def test_packet_experiments_quick(name: str, tmp_path: Path) -> None:
     assert (tmp_path / f"{name}.png").stat().st_size > 0
 
 
-@pytest.mark.parametrize("name", ["netsha-table2", "netsha-fig21", "netsha-fig23", "netsha-fig18-19", "netsha-fig22", "netsha-fig20"])
+@pytest.mark.parametrize("name", ["netsha-table2", "netsha-fig21", "netsha-fig23", "netsha-fig18-19", "netsha-fig22", "netsha-fig20", "netsha-fig11", "netsha-fig13", "netsha-fig14-15", "netsha-fig17"])
 def test_other_experiments_quick(name: str, tmp_path: Path) -> None:
     from inswitch.experiments import all_experiments, lookup
 
@@ -155,6 +155,23 @@ def test_other_experiments_quick(name: str, tmp_path: Path) -> None:
         assert lookup(res, n.ours_key) is not None, n.ours_key
     e.plot(res, tmp_path / f"{name}.png")
     assert (tmp_path / f"{name}.png").stat().st_size > 0
+
+
+def test_time_experiments_count_the_same_packets() -> None:
+    """Figs. 13 and 14-15 (quick): the packet counts behind the timings. Layered's switch
+    only forwards, so its agent packets do not depend on the query rate; NetSHa's agent
+    gets fewer packets than Layered's, and more as the rate forces replacements."""
+    from inswitch.experiments import all_experiments
+
+    f13 = all_experiments()["netsha-fig13"].run(True, lambda s: None)
+    assert f13["normalized_agent_packets"]["netsha"] < 1.0
+    assert f13["modes"]["netsha"]["recall"] >= f13["modes"]["tlsh"]["recall"] - 1e-9
+    f14 = all_experiments()["netsha-fig14-15"].run(True, lambda s: None)
+    pts = f14["points"]
+    assert len({p["agent_packets"]["layered"] for p in pts}) == 1
+    assert all(p["agent_packets"]["netsha"] < p["agent_packets"]["layered"] for p in pts)
+    assert pts[-1]["replacements"] > pts[0]["replacements"]
+    assert pts[-1]["agent_packets"]["netsha"] >= pts[0]["agent_packets"]["netsha"]
 
 
 def test_scapy_layer_reads_the_rust_encoding() -> None:

@@ -118,13 +118,13 @@ def test_answers_through_the_rack_are_exact_and_reduced(rack, tmp_path: Path, pe
     (tmp_path / "answers.json").write_text(json.dumps(data))
     (tmp_path / "server.py").write_text(SERVER)
     (tmp_path / "agent.py").write_text(AGENT)
-    ag = subprocess.Popen(netns.in_netns(agent.netns, [PY, str(tmp_path / "agent.py"), "7001", "3.0", "60"]), stdout=subprocess.PIPE, text=True)
+    ag = subprocess.Popen(netns.netns_argv(agent.netns, [PY, str(tmp_path / "agent.py"), "7001", "3.0", "60"]), stdout=subprocess.PIPE, text=True)
     try:
         assert ag.stdout and ag.stdout.readline().strip() == "READY"
         sent = 0
         for i, h in enumerate(servers):
             cp = subprocess.run(
-                netns.in_netns(h.netns, [PY, str(tmp_path / "server.py"), str(tmp_path / "answers.json"), str(i), agent.ip, "7001", str(per)]),
+                netns.netns_argv(h.netns, [PY, str(tmp_path / "server.py"), str(tmp_path / "answers.json"), str(i), agent.ip, "7001", str(per)]),
                 capture_output=True, text=True, timeout=60,
             )
             assert cp.returncode == 0, cp.stderr

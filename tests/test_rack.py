@@ -166,7 +166,7 @@ def write_script(tmp: Path, name: str, text: str) -> Path:
 def in_host(st: RackState, host: str, argv: list[str]) -> list[str]:
     ns = st.host(host).netns
     assert ns
-    return netns.in_netns(ns, argv)
+    return netns.netns_argv(ns, argv)
 
 
 def run_in(st: RackState, host: str, argv: list[str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
@@ -443,6 +443,8 @@ def assert_rack_gone(name: str) -> None:
 def test_down_after_kill9_cleans_everything(rack_factory) -> None:  # type: ignore[no-untyped-def]
     st: RackState = rack_factory("k", 2)
     assert st.switch.pid
+    # The whole rack crashes: its supervisor (which would restart the switch) and the switch.
+    os.kill(int(st.extra["supervisor_pid"]), signal.SIGKILL)
     os.kill(st.switch.pid, signal.SIGKILL)
     deadline = time.monotonic() + 5
     while switchproc.is_alive(st.switch.pid, st.switch.ready_file) and time.monotonic() < deadline:
@@ -465,7 +467,7 @@ def test_down_after_kill9_cleans_everything(rack_factory) -> None:  # type: igno
 def test_down_without_state_file_and_interrupted_up(rack_factory, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     st: RackState = rack_factory("s", 2)
     Path(st.state_dir, "state.json").unlink()
-    assert Rack().down(st.name).stopped == [st.switch.pid]
+    assert Rack().down(st.name).stopped == sorted([st.switch.pid, int(st.extra["supervisor_pid"])])
     assert_rack_gone(st.name)
 
     def interrupt(*a: object, **k: object) -> None:
@@ -480,18 +482,34 @@ def test_down_without_state_file_and_interrupted_up(rack_factory, monkeypatch: p
 @needs_root
 @pytest.mark.netns
 def test_cli_end_to_end(tmp_path: Path) -> None:
-    from conftest import rack_free_tcp_port
-
     name = f"t{process_tag()}c"
     cli = [PY, "-m", "inswitch", "rack"]
 
     def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         return subprocess.run(cli + list(args), capture_output=True, text=True, timeout=timeout)
 
+    import socket
+
+    # The default P4Runtime and metrics ports are taken (as by a first rack): `up` without
+    # --p4runtime/--metrics must pick free ones, not fail.
+    held = []
+    for port in (9559, 9100):
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", port))
+            s.listen()
+            held.append(s)
+        except OSError:
+            s.close()  # already taken by someone else: just as good
     try:
-        up = run("up", "--hosts", "2", "--name", name, "--p4runtime", f"127.0.0.1:{rack_free_tcp_port()}",
-                 "--metrics", f"127.0.0.1:{rack_free_tcp_port()}")
+        up = run("up", "--hosts", "2", "--name", name)
         assert up.returncode == 0, up.stdout + up.stderr
+        # Progress, a line per step, before the summary.
+        steps = [line.strip() for line in up.stdout.splitlines()]
+        assert any(x.startswith("starting the switch") for x in steps) and any(x.startswith("installing the MAC table") for x in steps), up.stdout
+        st = json.loads(run("status", "--name", name, "--json", "-").stdout)["state"]["switch"]
+        assert not st["p4runtime"].endswith(":9559") and not st["metrics"].endswith(":9100"), st
+        assert not st["p4runtime"].endswith(":0") and not st["metrics"].endswith(":0"), st
         again = run("up", "--hosts", "2", "--name", name)
         assert again.returncode == 1 and "rack down" in again.stderr and "Traceback" not in again.stderr
         ping = run("exec", f"{name}-h1", "--", "ping", "-c1", "-W2", "h2")
@@ -511,6 +529,8 @@ def test_cli_end_to_end(tmp_path: Path) -> None:
         missing = run("status", "--name", name)
         assert missing.returncode == 1 and "no rack named" in missing.stderr and "Traceback" not in missing.stderr
     finally:
+        for s in held:
+            s.close()
         Rack().down(name)
 
 
@@ -538,6 +558,14 @@ def test_cli_fault_injection(tmp_path: Path) -> None:
         ping = run("exec", f"{name}-h1", "--", "ping", "-c40", "-i0.02", "-W1", "h2")
         got = int(ping.stdout.split(" received")[0].rsplit(" ", 1)[-1]) if " received" in ping.stdout else 0
         assert 0 < got < 30, ping.stdout + ping.stderr
+        # `rack status` shows what the injector dropped: h1's 40 requests (and its ARP)
+        # entered port 0, either counted as received or as a fault drop.
+        js = json.loads(run("status", "--name", name, "--json", "-").stdout)
+        rx, fd = js["counters"]["0"]["rx_packets"], js["fault_drops"]["0"]["rx_fault"]
+        assert 0 < fd and rx + fd >= 40, js
+        assert 0 < js["fault_drops"]["1"]["rx_fault"]
+        text = run("status", "--name", name).stdout
+        assert "rx fault drops" in text and str(fd) in text.split(), text
     finally:
         Rack().down(name)
     assert_rack_gone(name)

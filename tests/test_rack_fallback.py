@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import rack_free_tcp_port
-from inswitch.topology.state import process_tag
+from inswitch.topology.state import Host, process_tag
 from inswitch.topology import Rack, RackError, RackState, control, load_state, netns, switchproc
 from inswitch.topology.tunnel import split_addr, tunnel_host_class
 
@@ -36,11 +36,10 @@ PROBE = b"\xff" * 6 + b"\x02\x00\x00\x00\x00\xee" + ETH_TEST + b"attach probe".l
 class TunnelNic:
     """A bare "NIC" on a tunnel port: sends and receives raw Ethernet frames as datagrams."""
 
-    def __init__(self, tunnel: str) -> None:
+    def __init__(self, host: Host) -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.connect(split_addr(tunnel))
-        self.sock.send(b"")  # register: the switch port learns where we are
+        self.sock.bind(split_addr(host.tunnel_nic or ""))  # the one source the port accepts
+        self.sock.connect(split_addr(host.tunnel or ""))
         self.sock.settimeout(2.0)
 
     def recv_all(self, quiet: float = 0.3, first: float = 2.0) -> list[bytes]:
@@ -62,9 +61,9 @@ class TunnelNic:
 
 
 def attach(sender: TunnelNic, others: list[TunnelNic], timeout: float = 10.0) -> None:
-    """Wait until the switch has learned every NIC's address: a frame forwarded to a port
-    before its registration is read is dropped (no peer), and a fixed sleep only assumes the
-    switch process ran in time. `sender` floods probes until each of `others` has one."""
+    """Wait until the switch forwards between the NICs (it may still be installing its MAC
+    table, and a fixed sleep only assumes the switch process ran in time): `sender` floods
+    probes until each of `others` has one."""
     pending = list(others)
     deadline = time.monotonic() + timeout
     while pending and time.monotonic() < deadline:
@@ -103,10 +102,11 @@ def test_udp_rack_describes_hosts_and_makes_no_namespaces(udp_rack: RackState) -
     st = load_state(udp_rack.name)
     assert st is not None and st.mode == "udp"
     base = int(st.switch.ports.split(":")[1])
-    assert st.switch.ports == f"udp:{base}:3"
+    assert st.switch.ports == f"udp:{base}:3@127.0.0.1:{base + 3}"
     for i, h in enumerate(st.hosts, start=1):
         assert (h.name, h.mac, h.ip, h.port) == (f"h{i}", f"02:00:00:00:00:0{i}", f"10.0.0.{i}", i - 1)
         assert h.tunnel == f"127.0.0.1:{base + i - 1}" and h.netns is None
+        assert h.tunnel_nic == f"127.0.0.1:{base + 3 + i - 1}"
     assert switchproc.is_alive(st.switch.pid, st.switch.ready_file)
     assert not netns.leftovers(f"{st.name}-")
     with pytest.raises(RackError, match="UDP-tunnel mode"):
@@ -117,7 +117,7 @@ def test_udp_rack_switches_frames_and_counts_runts(udp_rack: RackState) -> None:
     """Unicast goes to the one port the MAC table names, broadcast floods to every other port,
     and frames shorter than an Ethernet header (which only a tunnel can deliver) are dropped
     and counted as malformed while forwarding carries on."""
-    h1, h2, h3 = (TunnelNic(h.tunnel or "") for h in udp_rack.hosts)
+    h1, h2, h3 = (TunnelNic(h) for h in udp_rack.hosts)
     try:
         attach(h1, [h2, h3])  # h1's probes also teach port 0 where h1 is
         a, b = udp_rack.host("h1"), udp_rack.host("h2")
@@ -189,3 +189,40 @@ def test_cli_udp_rack_needs_no_privileges() -> None:
         assert not Path(st.state_dir).exists()
     finally:
         Rack().down(name)
+
+
+def port_io_drops(st: RackState, port: int, reason: str) -> float:
+    """One switch port's I/O-layer drop counter from /metrics (`inswitch_port_io_drops_total`)."""
+    return sum(v for name, labels, v in control.scrape_metrics(st.switch.metrics)
+               if name == "inswitch_port_io_drops_total" and labels.get("reason") == reason
+               and labels.get("port") == str(port))
+
+
+def test_udp_tunnel_cannot_be_hijacked(udp_rack: RackState) -> None:
+    """Issue 22 §4: another local process that sends one datagram to h2's tunnel port must not
+    receive h2's frames (the port's peer is fixed when the rack is built), and its datagram is
+    dropped and counted (`rx_foreign` in /metrics)."""
+    h1, h2 = (TunnelNic(h) for h in udp_rack.hosts[:2])
+    thief = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        attach(h1, [h2])
+        thief.bind(("127.0.0.1", 0))
+        port = udp_rack.host("h2").port
+        before = port_io_drops(udp_rack, port, "rx_foreign")
+        thief.sendto(PROBE, split_addr(udp_rack.host("h2").tunnel or ""))
+        a, b = udp_rack.host("h1"), udp_rack.host("h2")
+        uni = mac_bytes(b.mac) + mac_bytes(a.mac) + ETH_TEST + b"for h2 only".ljust(46, b".")
+        deadline = time.monotonic() + 3
+        while port_io_drops(udp_rack, port, "rx_foreign") - before < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        h1.sock.send(uni)
+        assert h2.recv_all() == [uni], "the registered host lost its frames"
+        thief.settimeout(0.5)
+        with pytest.raises(socket.timeout):
+            got = thief.recv(4096)
+            pytest.fail(f"the hijacker received {got!r}")
+        assert port_io_drops(udp_rack, port, "rx_foreign") - before == 1
+    finally:
+        for n in (h1, h2):
+            n.close()
+        thief.close()

@@ -143,3 +143,25 @@ def test_switchagg_trees_install_and_reinstall_over_p4runtime(switchd_factory) -
     for tree, port in ((1, 3), (2, 4)):
         p = got[tree]
         assert (p["parent_port"], p["children"], p["op"], p["up_child"], p["regions"]) == (port, 3, 2, SWITCH_CHILD_MIN, 2)
+
+
+@needs_rack[0]
+@needs_rack[1]
+@needs_rack[2]
+def test_experiment_fig10_11_quick(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`inswitch experiment switchagg-fig10-11 --quick` (one rack job, ~20 s): the counts are
+    exact in every mode, the switch removed most of the Zipf pairs before the reducer, and
+    the PNG is written."""
+    from inswitch.experiments import all_experiments, lookup
+
+    e = all_experiments()["switchagg-fig10-11"]
+    res = e.run(True, lambda s: None)
+    assert res["all_correct"] and not res["any_fallback"]
+    row = res["rows"][-1]
+    # Every mapper pair reaches a reducer unaggregated without the switch's engines.
+    assert row["tcp"]["reducer_pairs"] == row["tcp"]["mapper_pairs"] == row["words"]
+    assert row["switch"]["reducer_pairs"] < 0.5 * row["switch"]["mapper_pairs"]
+    for n in e.numbers:
+        assert lookup(res, n.ours_key) is not None, n.ours_key
+    e.plot(res, tmp_path / "f.png")
+    assert (tmp_path / "f.png").stat().st_size > 0

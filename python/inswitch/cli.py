@@ -46,6 +46,7 @@ _COMMAND_MODULES = [
     "inswitch.apps.hare.cli",
     "inswitch.commands.tenants",
     "inswitch.apps.allreduce.cli",
+    "inswitch.commands.wireshark",
 ]
 
 

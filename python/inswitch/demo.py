@@ -28,7 +28,9 @@ from rich.table import Table
 from inswitch.cliopts import OUT_DIR, Float, Int, option
 from inswitch.topology import control, netns
 from inswitch.topology.rack import Rack
+from inswitch.tables import show
 from inswitch.topology.state import RackState, process_tag
+
 
 def demo_rack() -> str:
     """The demo rack's name: `demo` and this process's pid in base 36 (see `process_tag`), so
@@ -43,11 +45,11 @@ def _flows(st: RackState, pairs: list[tuple[int, int]], duration: float) -> list
     sinks, blasts = [], []
     for s, d in pairs:
         dh = st.hosts[d]
-        sinks.append(subprocess.Popen(netns.in_netns(dh.netns, [py, "-m", "inswitch.bench.traffic", "sink", "--bind", f"{dh.ip}:{FLOW_PORT}", "--duration", str(duration + 5), "--idle", "1"]), stdout=subprocess.PIPE, text=True))
+        sinks.append(subprocess.Popen(netns.netns_argv(dh.netns, [py, "-m", "inswitch.bench.traffic", "sink", "--bind", f"{dh.ip}:{FLOW_PORT}", "--duration", str(duration + 5), "--idle", "1"]), stdout=subprocess.PIPE, text=True))
     time.sleep(0.3)
     for s, d in pairs:
         sh, dh = st.hosts[s], st.hosts[d]
-        blasts.append(subprocess.Popen(netns.in_netns(sh.netns, [py, "-m", "inswitch.bench.traffic", "blast", "--dst", f"{dh.ip}:{FLOW_PORT}", "--payload", "18", "--duration", str(duration)]), stdout=subprocess.PIPE, text=True))
+        blasts.append(subprocess.Popen(netns.netns_argv(sh.netns, [py, "-m", "inswitch.bench.traffic", "blast", "--dst", f"{dh.ip}:{FLOW_PORT}", "--payload", "18", "--duration", str(duration)]), stdout=subprocess.PIPE, text=True))
     out = []
     for (s, d), b, k in zip(pairs, blasts, sinks):
         sent = json.loads(b.communicate(timeout=duration + 30)[0].strip().splitlines()[-1])
@@ -173,13 +175,13 @@ def report(result: dict[str, Any], out_dir: Path, console: Console) -> None:
         grid[p["src"]][p["dst"]] = f"{p['rtt_ms']:.2f} ms" if p["rtt_ms"] is not None else "lost"
     for i, h in enumerate(result["hosts"]):
         t.add_row(h, *grid[i])
-    console.print(t)
+    show(console, t)
     t = Table(title="per-port counters read from the switch's registers through P4Runtime")
     for c in ("port", "host", "rx packets", "rx bytes", "tx packets", "tx bytes"):
         t.add_column(c, justify="right")
     for p in result["ports"]:
         t.add_row(str(p["port"]), p["host"], f"{p['rx_packets']:,}", f"{p['rx_bytes']:,}", f"{p['tx_packets']:,}", f"{p['tx_bytes']:,}")
-    console.print(t)
+    show(console, t)
     if result.get("flows"):
         t = Table(title="concurrent UDP flows, 64-byte frames (received rate)")
         for c in ("flow", "inswitch kpps", "inswitch loss", "Linux bridge kpps", "bridge loss", "inswitch / bridge"):
@@ -187,7 +189,7 @@ def report(result: dict[str, Any], out_dir: Path, console: Console) -> None:
         for f, b in zip(result["flows"], result["bridge_flows"]):
             loss = lambda x: f"{1 - x['received'] / max(x['sent'], 1):.1%}"
             t.add_row(f["flow"], f"{f['pps'] / 1e3:.0f}", loss(f), f"{b['pps'] / 1e3:.0f}", loss(b), f"{f['pps'] / max(b['pps'], 1):.2f}")
-        console.print(t)
+        show(console, t)
     console.print(f"pipeline drops by reason: {result['drops'] or 'none'}")
     console.print(f"port I/O drops (frames lost before the pipeline, e.g. receive-ring overruns): {result.get('port_io_drops') or 'none'}")
     console.print(f"wrote {out_dir / 'demo.json'} and {out_dir / 'demo.png'}")

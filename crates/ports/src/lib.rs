@@ -37,7 +37,7 @@ pub mod udp;
 pub use afpacket::{complete_l4_checksum, AfPacketConfig, AfPacketPort, TxMode};
 pub use fault::{FaultConfig, FaultPort, FaultStats};
 pub use memory::{memory_pair, memory_pair_with, MemoryConfig, MemoryPeer, MemoryPort};
-pub use pcap::{CapturePort, Direction, PcapngWriter};
+pub use pcap::{capture_path, CapturePort, Direction, PcapngWriter};
 pub use port::Port;
 pub use spec::{open_ports, OpenOptions, OpenedPorts, PortError, PortSpec, SpecError, MAX_PORTS};
 pub use stats::{PortStats, PortStatsSnapshot, DROP_REASONS};

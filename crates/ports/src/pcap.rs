@@ -4,6 +4,12 @@
 //! nanoseconds (`if_tsresol` = 9), and one Enhanced Packet Block per frame with the direction
 //! (inbound/outbound) in `epb_flags`. [`CapturePort`] wraps any port and records every frame it
 //! receives and every frame it is asked to transmit into `DIR/port{ID}.pcapng`.
+//!
+//! The capture is flushed after every batch the port moves, so Wireshark or tshark can read
+//! the file while the switch runs (a reader sees whole blocks up to the last batch). With a
+//! size limit, a file that reaches it is closed and the next one started: `port{ID}.pcapng`,
+//! then `port{ID}.1.pcapng`, `port{ID}.2.pcapng`, ... (see [`capture_path`]); each is a
+//! complete pcapng file.
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
@@ -55,12 +61,16 @@ pub struct PcapngWriter<W: Write> {
     /// Added to CLOCK_MONOTONIC stamps to put them on the wall clock that pcapng expects.
     mono_to_wall: u64,
     scratch: Vec<u8>,
+    /// Bytes written so far (headers included), for rotation by size.
+    written: u64,
 }
 
 impl PcapngWriter<File> {
     /// Create (truncate) `path` and write the headers, naming the interface `if_name`.
     pub fn create(path: impl AsRef<Path>, if_name: &str) -> io::Result<Self> {
-        Self::new(File::create(path)?, if_name)
+        let mut w = Self::new(File::create(path)?, if_name)?;
+        w.flush()?; // a file with no frames yet is already a valid capture
+        Ok(w)
     }
 }
 
@@ -71,6 +81,7 @@ impl<W: Write> PcapngWriter<W> {
             out: BufWriter::with_capacity(1 << 16, w),
             mono_to_wall: realtime_ns().wrapping_sub(monotonic_ns()),
             scratch: Vec::with_capacity(256),
+            written: 0,
         };
         // Section Header Block: byte-order magic, version 1.0, unknown section length.
         let mut body = Vec::new();
@@ -98,7 +109,14 @@ impl<W: Write> PcapngWriter<W> {
         self.out.write_all(&kind.to_le_bytes())?;
         self.out.write_all(&total.to_le_bytes())?;
         self.out.write_all(body)?;
-        self.out.write_all(&total.to_le_bytes())
+        self.out.write_all(&total.to_le_bytes())?;
+        self.written += total as u64;
+        Ok(())
+    }
+
+    /// Bytes of the stream so far (buffered or not).
+    pub fn bytes_written(&self) -> u64 {
+        self.written
     }
 
     /// Append one frame seen at `ts_mono_ns` (CLOCK_MONOTONIC, as in `PacketBuf::ts_ns`).
@@ -150,22 +168,60 @@ fn push_option(body: &mut Vec<u8>, code: u16, value: &[u8]) {
 pub struct CapturePort<P: Port> {
     inner: P,
     writer: Option<PcapngWriter<File>>,
+    dir: PathBuf,
     path: PathBuf,
+    /// Start a new file once the current one holds this many bytes.
+    max_bytes: Option<u64>,
+    /// Files started so far (the current one is number `files - 1`).
+    files: u32,
+    /// The current file reached `max_bytes`: the next frame starts a new one.
+    full: bool,
     write_errors: Arc<AtomicU64>,
+}
+
+/// The `n`-th capture file of port `id` in `dir`: `port{ID}.pcapng` first, then
+/// `port{ID}.{n}.pcapng`.
+pub fn capture_path(dir: &Path, id: PortId, n: u32) -> PathBuf {
+    if n == 0 {
+        dir.join(format!("port{id}.pcapng"))
+    } else {
+        dir.join(format!("port{id}.{n}.pcapng"))
+    }
 }
 
 impl<P: Port> CapturePort<P> {
     /// Wrap `inner`, creating `dir` if needed and the capture file in it.
     pub fn new(inner: P, dir: impl AsRef<Path>) -> io::Result<Self> {
-        std::fs::create_dir_all(dir.as_ref())?;
-        let path = dir.as_ref().join(format!("port{}.pcapng", inner.id()));
-        let writer = PcapngWriter::create(&path, inner.name())?;
-        Ok(CapturePort { inner, writer: Some(writer), path, write_errors: Arc::new(AtomicU64::new(0)) })
+        Self::with_limit(inner, dir, None)
     }
 
-    /// The capture file.
+    /// Like [`new`](Self::new), starting a new file whenever one reaches `max_bytes`
+    /// (checked after each batch, so a file may exceed it by one batch).
+    pub fn with_limit(inner: P, dir: impl AsRef<Path>, max_bytes: Option<u64>) -> io::Result<Self> {
+        let dir = dir.as_ref().to_path_buf();
+        std::fs::create_dir_all(&dir)?;
+        let path = capture_path(&dir, inner.id(), 0);
+        let writer = PcapngWriter::create(&path, inner.name())?;
+        Ok(CapturePort {
+            inner,
+            writer: Some(writer),
+            dir,
+            path,
+            max_bytes,
+            files: 1,
+            full: false,
+            write_errors: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
+    /// The capture file being written.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Capture files started so far.
+    pub fn files(&self) -> u32 {
+        self.files
     }
 
     /// Write errors so far (after the first, capture is off).
@@ -192,15 +248,41 @@ impl<P: Port> CapturePort<P> {
     }
 
     fn record<'a>(&mut self, frames: impl Iterator<Item = (&'a [u8], u64)>, dir: Direction) {
-        if let Some(w) = self.writer.as_mut() {
-            for (data, ts) in frames {
-                if w.write_frame(data, ts, dir).is_err() {
-                    self.write_errors.fetch_add(1, Ordering::Relaxed);
-                    self.writer = None;
-                    return;
+        let mut frames = frames.peekable();
+        if frames.peek().is_none() {
+            return;
+        }
+        // The next file is started when the next frame comes, not when the last one filled
+        // the file: no empty file is left behind.
+        if self.full {
+            self.full = false;
+            let path = capture_path(&self.dir, self.inner.id(), self.files);
+            match PcapngWriter::create(&path, self.inner.name()) {
+                Ok(next) => {
+                    self.writer = Some(next); // drops (closes) the full file
+                    self.path = path;
+                    self.files += 1;
                 }
+                Err(_) => return self.fail(),
             }
         }
+        let Some(w) = self.writer.as_mut() else { return };
+        for (data, ts) in frames {
+            if w.write_frame(data, ts, dir).is_err() {
+                return self.fail();
+            }
+        }
+        // One write per batch: readers see the frames while the switch runs.
+        if w.flush().is_err() {
+            return self.fail();
+        }
+        self.full = self.max_bytes.is_some_and(|m| w.bytes_written() >= m);
+    }
+
+    /// A write failed: count it and stop capturing (the traffic goes on).
+    fn fail(&mut self) {
+        self.write_errors.fetch_add(1, Ordering::Relaxed);
+        self.writer = None;
     }
 }
 
@@ -395,6 +477,48 @@ mod tests {
             Ok(out) => panic!("tshark failed: {}", String::from_utf8_lossy(&out.stderr)),
             Err(_) => eprintln!("tshark not installed: skipping the tshark check"),
         }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn capture_is_readable_before_stop_and_rotates_by_size() {
+        let dir = tmpdir("rot");
+        let (port, peer) = memory_pair(3, 64);
+        // Each 100-byte frame takes a 100 + 32 + 12 byte block; headers take well under 200.
+        let mut port = CapturePort::with_limit(port, &dir, Some(1000)).unwrap();
+        let mut pool = BufPool::new(DEFAULT_BUF_CAPACITY, 16);
+        let frames: Vec<Vec<u8>> = (0..20u8).map(|i| vec![i; 100]).collect();
+        let mut seen = Vec::new();
+        for chunk in frames.chunks(2) {
+            for f in chunk {
+                peer.send(f);
+            }
+            let mut v = Vec::new();
+            assert_eq!(port.recv_batch(&mut pool, &mut v, 64), 2);
+            // Flushed after the batch: the current file parses and ends with this batch.
+            let cur = reader::parse(&std::fs::read(port.path()).unwrap());
+            let last: Vec<_> = cur.records.iter().map(|r| r.data.clone()).collect();
+            if !last.is_empty() {
+                assert_eq!(last.last(), chunk.last());
+            }
+            seen.push(port.files());
+        }
+        assert!(port.files() >= 3, "20 frames of 144 bytes in files of 1000 bytes: {seen:?}");
+        drop(port);
+        // Every file is a valid capture, none much above the limit, together all frames in order.
+        let mut all = Vec::new();
+        for n in 0.. {
+            let p = capture_path(&dir, 3, n);
+            if !p.exists() {
+                break;
+            }
+            let bytes = std::fs::read(&p).unwrap();
+            assert!(bytes.len() < 1000 + 2 * 144, "{} is {} bytes", p.display(), bytes.len());
+            let records = reader::parse(&bytes).records;
+            assert!(!records.is_empty(), "{} holds no frame", p.display());
+            all.extend(records.into_iter().map(|r| r.data));
+        }
+        assert_eq!(all, frames);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -5,6 +5,7 @@
 //! memory:N                   N in-memory ports (hosts attach through MemoryPeer handles)
 //! udp:BASEPORT:N             N UDP tunnel ports on 127.0.0.1:BASEPORT .. BASEPORT+N-1
 //! udp:HOST:BASEPORT:N        the same on another local IPv4 address
+//! udp:...@PEERHOST:PEERBASE  the same, port i accepting datagrams only from PEERHOST:PEERBASE+i
 //! veth:IF1,IF2,...           AF_PACKET on existing interfaces; port i is the i-th name
 //! ```
 
@@ -26,7 +27,7 @@ use crate::udp::{UdpConfig, UdpPort, DEFAULT_SOCK_BUF};
 /// Most ports one spec may declare (a large switch has a few hundred front-panel ports).
 pub const MAX_PORTS: usize = 1024;
 
-const ACCEPTED: &str = "accepted forms: memory:N | udp:BASEPORT:N | udp:HOST:BASEPORT:N | veth:IF1,IF2,... (N from 1 to 1024)";
+const ACCEPTED: &str = "accepted forms: memory:N | udp:[HOST:]BASEPORT:N[@PEERHOST:PEERBASE] | veth:IF1,IF2,... (N from 1 to 1024)";
 
 /// A parsed port spec.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,7 +37,7 @@ pub enum PortSpec {
         /// Number of ports.
         count: u16,
     },
-    /// `udp:[HOST:]BASEPORT:N`
+    /// `udp:[HOST:]BASEPORT:N[@PEERHOST:PEERBASE]`
     Udp {
         /// Address the sockets bind to (127.0.0.1 unless given).
         host: Ipv4Addr,
@@ -44,6 +45,10 @@ pub enum PortSpec {
         base: u16,
         /// Number of ports.
         count: u16,
+        /// The host address of port 0 (port i's is `peer.port() + i`): a port with a peer
+        /// sends only there and drops datagrams from anywhere else. `None` learns the peer
+        /// from the latest datagram, which any local process can then take over.
+        peer: Option<SocketAddrV4>,
     },
     /// `veth:IF1,IF2,...`
     Veth {
@@ -83,6 +88,10 @@ impl PortSpec {
         match kind {
             "memory" | "mem" => Ok(PortSpec::Memory { count: parse_count(rest).map_err(bad)? }),
             "udp" => {
+                let (rest, peer) = match rest.split_once('@') {
+                    Some((r, p)) => (r, Some(p)),
+                    None => (rest, None),
+                };
                 let parts: Vec<&str> = rest.split(':').collect();
                 let (host, base, count) = match parts.as_slice() {
                     [base, count] => (Ipv4Addr::LOCALHOST, *base, *count),
@@ -98,7 +107,8 @@ impl PortSpec {
                 if last > 65535 {
                     return Err(bad(format!("ports {base}..{last} go past UDP port 65535")));
                 }
-                Ok(PortSpec::Udp { host, base: base as u16, count })
+                let peer = peer.map(|p| parse_peer(p, count)).transpose().map_err(bad)?;
+                Ok(PortSpec::Udp { host, base: base as u16, count, peer })
             }
             "veth" | "afpacket" | "if" => {
                 let ifaces: Vec<String> = rest.split(',').map(str::to_string).collect();
@@ -134,6 +144,18 @@ fn parse_count(s: &str) -> Result<u16, String> {
     Ok(n as u16)
 }
 
+/// `PEERHOST:PEERBASE`, with room for `count` consecutive peer ports.
+fn parse_peer(s: &str, count: u16) -> Result<SocketAddrV4, String> {
+    let (host, base) = s.rsplit_once(':').ok_or_else(|| format!("peer {s:?} is not PEERHOST:PEERBASE"))?;
+    let host = parse_host(host)?;
+    let base: u32 = base.parse().map_err(|_| format!("PEERBASE {base:?} is not a number"))?;
+    let last = base + count as u32 - 1;
+    if base == 0 || last > 65535 {
+        return Err(format!("peer ports {base}..{last} are outside 1-65535"));
+    }
+    Ok(SocketAddrV4::new(host, base as u16))
+}
+
 fn parse_host(s: &str) -> Result<Ipv4Addr, String> {
     if s == "localhost" {
         return Ok(Ipv4Addr::LOCALHOST);
@@ -166,10 +188,17 @@ impl fmt::Display for PortSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             PortSpec::Memory { count } => write!(f, "memory:{count}"),
-            PortSpec::Udp { host, base, count } if *host == Ipv4Addr::LOCALHOST => {
-                write!(f, "udp:{base}:{count}")
+            PortSpec::Udp { host, base, count, peer } => {
+                write!(f, "udp:")?;
+                if *host != Ipv4Addr::LOCALHOST {
+                    write!(f, "{host}:")?;
+                }
+                write!(f, "{base}:{count}")?;
+                match peer {
+                    Some(p) => write!(f, "@{p}"),
+                    None => Ok(()),
+                }
             }
-            PortSpec::Udp { host, base, count } => write!(f, "udp:{host}:{base}:{count}"),
             PortSpec::Veth { ifaces } => write!(f, "veth:{}", ifaces.join(",")),
         }
     }
@@ -182,6 +211,8 @@ pub struct OpenOptions {
     pub buf_capacity: usize,
     /// If set, capture every port's traffic into `DIR/port{ID}.pcapng`.
     pub pcap_dir: Option<PathBuf>,
+    /// If set, start a new capture file when one reaches this many bytes.
+    pub pcap_max_bytes: Option<u64>,
     /// AF_PACKET receive ring slots per port.
     pub rx_ring_frames: usize,
     /// AF_PACKET transmit ring slots per port.
@@ -202,6 +233,7 @@ impl Default for OpenOptions {
         OpenOptions {
             buf_capacity: DEFAULT_BUF_CAPACITY,
             pcap_dir: None,
+            pcap_max_bytes: None,
             rx_ring_frames: af.rx_ring_frames,
             tx_ring_frames: af.tx_ring_frames,
             tx_mode: af.tx_mode,
@@ -250,9 +282,10 @@ pub fn open_ports(spec: &PortSpec, opts: &OpenOptions) -> Result<OpenedPorts, Po
                 peers.push(peer);
                 Box::new(port)
             }
-            PortSpec::Udp { host, base, .. } => {
+            PortSpec::Udp { host, base, peer, .. } => {
                 let addr = SocketAddrV4::new(*host, base + id);
-                let cfg = UdpConfig { sock_buf: opts.udp_sock_buf, ..UdpConfig::new(addr) };
+                let peer = peer.map(|p| SocketAddrV4::new(*p.ip(), p.port() + id));
+                let cfg = UdpConfig { sock_buf: opts.udp_sock_buf, peer, ..UdpConfig::new(addr) };
                 Box::new(UdpPort::open(id, &cfg).map_err(open_err(id, format!("udp:{addr}")))?)
             }
             PortSpec::Veth { ifaces } => {
@@ -271,7 +304,9 @@ pub fn open_ports(spec: &PortSpec, opts: &OpenOptions) -> Result<OpenedPorts, Po
             None => port,
         };
         let port: Box<dyn Port> = match &opts.pcap_dir {
-            Some(dir) => Box::new(CapturePort::new(port, dir).map_err(open_err(id, format!("capture in {}", dir.display())))?),
+            Some(dir) => Box::new(
+                CapturePort::with_limit(port, dir, opts.pcap_max_bytes).map_err(open_err(id, format!("capture in {}", dir.display())))?,
+            ),
             None => port,
         };
         ports.push(port);
@@ -288,8 +323,17 @@ mod tests {
     fn parses_every_form_and_round_trips() {
         for (s, want) in [
             ("memory:4", PortSpec::Memory { count: 4 }),
-            ("udp:40000:8", PortSpec::Udp { host: Ipv4Addr::LOCALHOST, base: 40000, count: 8 }),
-            ("udp:10.0.0.1:5000:2", PortSpec::Udp { host: Ipv4Addr::new(10, 0, 0, 1), base: 5000, count: 2 }),
+            ("udp:40000:8", PortSpec::Udp { host: Ipv4Addr::LOCALHOST, base: 40000, count: 8, peer: None }),
+            ("udp:10.0.0.1:5000:2", PortSpec::Udp { host: Ipv4Addr::new(10, 0, 0, 1), base: 5000, count: 2, peer: None }),
+            (
+                "udp:40000:8@127.0.0.1:41000",
+                PortSpec::Udp {
+                    host: Ipv4Addr::LOCALHOST,
+                    base: 40000,
+                    count: 8,
+                    peer: Some(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 41000)),
+                },
+            ),
             ("veth:s1,s2,eth0.100", PortSpec::Veth { ifaces: vec!["s1".into(), "s2".into(), "eth0.100".into()] }),
         ] {
             let got = PortSpec::parse(s).unwrap();
@@ -313,6 +357,9 @@ mod tests {
             "udp:40000",
             "udp:a.b.c.d:40000:2",
             "udp:1:2:3:4",
+            "udp:40000:2@127.0.0.1",
+            "udp:40000:2@127.0.0.1:65535",
+            "udp:40000:2@nohost:5",
             "veth:",
             "veth:a,,b",
             "veth:a,a",
@@ -355,7 +402,7 @@ mod tests {
         // Find a free base by binding port 0, then open two ports there.
         let probe = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let taken = probe.local_addr().unwrap().port();
-        let spec = PortSpec::Udp { host: Ipv4Addr::LOCALHOST, base: taken, count: 1 };
+        let spec = PortSpec::Udp { host: Ipv4Addr::LOCALHOST, base: taken, count: 1, peer: None };
         let e = open_ports(&spec, &OpenOptions::default()).err().unwrap();
         assert!(matches!(e, PortError::Open { id: 0, .. }), "{e}");
         assert!(e.to_string().contains(&format!("udp:127.0.0.1:{taken}")));

@@ -73,6 +73,8 @@ port_stats! {
         tx_error: "Frames not sent because of another error (EMSGSIZE, ENETDOWN, ...).",
         tx_no_peer: "Frames not sent because the port has no peer yet (UDP tunnel before its \
                      host has sent anything).",
+        rx_foreign: "Received datagrams dropped because they came from another address than the \
+                     port's fixed peer (a UDP tunnel port bound to its host; anyone else is refused).",
         rx_fault: "Received frames dropped on purpose by a fault injector.",
         tx_fault: "Transmitted frames dropped on purpose by a fault injector.",
     }

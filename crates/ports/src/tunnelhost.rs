@@ -82,15 +82,21 @@ fn to_io(e: SendError) -> io::Error {
 }
 
 impl TunnelHost {
-    /// Attach a host with `mac` and `ip/prefix_len` to the switch port at `switch`.
+    /// Attach a host with `mac` and `ip/prefix_len` to the switch port at `switch`, from
+    /// `local` if given (a port with a fixed peer accepts only that address), else from an
+    /// ephemeral port.
     pub fn start(
         switch: SocketAddrV4,
+        local: Option<SocketAddrV4>,
         mac: EthernetAddress,
         ip: Ipv4Address,
         prefix_len: u8,
         gateway: Option<Ipv4Address>,
     ) -> io::Result<TunnelHost> {
-        let sock = UdpTunnelHost::connect(switch)?;
+        let sock = match local {
+            Some(l) => UdpTunnelHost::connect_from(switch, l)?,
+            None => UdpTunnelHost::connect(switch)?,
+        };
         sock.register()?;
         let mut stack = HostStack::new(mac, ip, prefix_len);
         stack.set_gateway(gateway);

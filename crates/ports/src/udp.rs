@@ -2,11 +2,15 @@
 //! and each datagram carries exactly one Ethernet frame. Needs no privileges, so it is how
 //! processes on an ordinary machine attach to the switch.
 //!
-//! The port learns its peer (the attached "host NIC") from the source address of the most
-//! recent datagram it received, the way a learning bridge would; until then it cannot transmit
-//! and counts `tx_no_peer`. A host that wants to receive before it sends can announce itself
-//! with an empty datagram ([`UdpTunnelHost::register`]), which the port uses for learning only.
-//! Both directions move a batch with one `recvmmsg`/`sendmmsg` system call.
+//! A port given a fixed peer (what the rack does: it assigns every host its tunnel address)
+//! sends only there and drops datagrams from any other source, counted as `rx_foreign`: a
+//! learning port could be taken over by any local process that sends it one datagram.
+//!
+//! Without a fixed peer the port learns it (the attached "host NIC") from the source address
+//! of the most recent datagram it received, the way a learning bridge would; until then it
+//! cannot transmit and counts `tx_no_peer`. A host that wants to receive before it sends can
+//! announce itself with an empty datagram ([`UdpTunnelHost::register`]), which the port uses
+//! for learning only. Both directions move a batch with one `recvmmsg`/`sendmmsg` system call.
 
 use std::io;
 use std::mem::{size_of, zeroed};
@@ -185,12 +189,18 @@ impl Port for UdpPort {
         }
         let ts = monotonic_ns();
         let cap = pool.buf_capacity();
-        let (mut got, mut bytes, mut oversize) = (0usize, 0u64, 0u64);
+        let (mut got, mut bytes, mut oversize, mut foreign) = (0usize, 0u64, 0u64, 0u64);
         let mut learned = None;
         for i in 0..r as usize {
             let m = &self.rx.msgs[i];
             let len = m.msg_len as usize;
-            if m.msg_hdr.msg_namelen as usize >= size_of::<libc::sockaddr_in>() {
+            let named = m.msg_hdr.msg_namelen as usize >= size_of::<libc::sockaddr_in>();
+            if self.fixed_peer {
+                if !(named && self.peer.as_ref().is_some_and(|p| same_addr(p, &self.rx.addrs[i]))) {
+                    foreign += 1;
+                    continue;
+                }
+            } else if named {
                 learned = Some(i);
             }
             if m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 || len > cap {
@@ -209,7 +219,7 @@ impl Port for UdpPort {
             out.push(b);
             got += 1;
         }
-        if let (Some(i), false) = (learned, self.fixed_peer) {
+        if let Some(i) = learned {
             let sa = self.rx.addrs[i];
             if sa.sin_family == libc::AF_INET as libc::sa_family_t {
                 self.peer = Some(sa);
@@ -217,6 +227,7 @@ impl Port for UdpPort {
         }
         self.stats.add_rx(got as u64, bytes);
         PortStats::count(&self.stats.rx_oversize, oversize);
+        PortStats::count(&self.stats.rx_foreign, foreign);
         got
     }
 
@@ -249,6 +260,10 @@ impl Port for UdpPort {
     }
 }
 
+fn same_addr(a: &libc::sockaddr_in, b: &libc::sockaddr_in) -> bool {
+    a.sin_family == b.sin_family && a.sin_port == b.sin_port && a.sin_addr.s_addr == b.sin_addr.s_addr
+}
+
 fn local_addr_v4(fd: RawFd) -> io::Result<SocketAddrV4> {
     // SAFETY: all-zero is a valid sockaddr_in.
     let mut sa: libc::sockaddr_in = unsafe { zeroed() };
@@ -270,7 +285,13 @@ impl UdpTunnelHost {
     /// address (or on all addresses if `switch` is not a loopback address).
     pub fn connect(switch: SocketAddrV4) -> io::Result<Self> {
         let ip = if switch.ip().is_loopback() { *switch.ip() } else { Ipv4Addr::UNSPECIFIED };
-        let sock = UdpSocket::bind(SocketAddrV4::new(ip, 0))?;
+        Self::connect_from(switch, SocketAddrV4::new(ip, 0))
+    }
+
+    /// Attach to the switch port at `switch` from `local`: the address a port with a fixed
+    /// peer expects its host at (the only source it accepts).
+    pub fn connect_from(switch: SocketAddrV4, local: SocketAddrV4) -> io::Result<Self> {
+        let sock = UdpSocket::bind(local)?;
         sock.connect(switch)?;
         sock.set_nonblocking(true)?;
         grow_sock_buf(sock.as_raw_fd(), true, DEFAULT_SOCK_BUF);
@@ -520,6 +541,39 @@ mod tests {
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].data(), &frame(1, 100)[..]);
         assert_eq!(port.stats().snapshot().rx_oversize, 1);
+    }
+
+    #[test]
+    fn fixed_peer_refuses_and_counts_other_senders() {
+        let probe = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let host_addr = match probe.local_addr().unwrap() {
+            std::net::SocketAddr::V4(a) => a,
+            _ => unreachable!(),
+        };
+        drop(probe);
+        let mut cfg = UdpConfig::new(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0));
+        cfg.peer = Some(host_addr);
+        let mut port = UdpPort::open(3, &cfg).unwrap();
+        let mut pool = BufPool::new(DEFAULT_BUF_CAPACITY, 8);
+        let host = UdpTunnelHost::connect_from(port.local_addr(), host_addr).unwrap();
+        let thief = UdpTunnelHost::connect(port.local_addr()).unwrap();
+        thief.send(&frame(9, 64)).unwrap();
+        thief.register().unwrap();
+        host.send(&frame(1, 64)).unwrap();
+        let got = recv_n(&mut port, &mut pool, 1);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].data(), &frame(1, 64)[..]);
+        assert_eq!(port.peer(), Some(host_addr), "the peer never moves");
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while port.stats().snapshot().rx_foreign < 2 && Instant::now() < deadline {
+            port.recv_batch(&mut pool, &mut Vec::new(), 8);
+        }
+        assert_eq!(port.stats().snapshot().rx_foreign, 2);
+        assert_eq!(port.stats().snapshot().rx_packets, 1);
+        let mut v = got;
+        assert_eq!(port.send_batch(&mut v, &mut pool), 1);
+        assert_eq!(host.recv_frame(Duration::from_secs(2)).unwrap().unwrap(), frame(1, 64));
+        assert_eq!(thief.recv_frame(Duration::from_millis(200)).unwrap(), None);
     }
 
     #[test]

@@ -57,8 +57,8 @@ fn hosts_ping_and_exchange_datagrams_through_the_switch() {
     .unwrap();
 
     let addr = |i: u16| SocketAddrV4::new([127, 0, 0, 1].into(), base + i);
-    let h1 = TunnelHost::start(addr(0), mac(1), Ipv4Address::new(10, 0, 0, 1), 24, None).unwrap();
-    let h2 = TunnelHost::start(addr(1), mac(2), Ipv4Address::new(10, 0, 0, 2), 24, None).unwrap();
+    let h1 = TunnelHost::start(addr(0), None, mac(1), Ipv4Address::new(10, 0, 0, 1), 24, None).unwrap();
+    let h2 = TunnelHost::start(addr(1), None, mac(2), Ipv4Address::new(10, 0, 0, 2), 24, None).unwrap();
     std::thread::sleep(Duration::from_millis(50)); // let both registrations reach the switch
 
     let rtts = h1.ping(Ipv4Address::new(10, 0, 0, 2), 3, Duration::from_secs(2), Duration::from_millis(10)).unwrap();

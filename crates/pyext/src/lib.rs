@@ -10,6 +10,7 @@ mod allreduce;
 mod hare;
 mod inaas;
 mod netsha;
+mod pcap;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -151,7 +152,8 @@ impl Dataplane {
     #[new]
     /// `fault=(loss, duplicate, reorder, seed)` wraps every port in a seeded fault injector
     /// (ports::fault) acting on received frames.
-    #[pyo3(signature = (programs, ports, pipes=1, pcap_dir=None, queue_capacity=4096, port_rate_bps=None, buf_capacity=2048, batch=64, fault=None))]
+    /// `pcap_max_bytes` rotates each port's capture file when it reaches that size.
+    #[pyo3(signature = (programs, ports, pipes=1, pcap_dir=None, queue_capacity=4096, port_rate_bps=None, buf_capacity=2048, batch=64, fault=None, pcap_max_bytes=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -164,6 +166,7 @@ impl Dataplane {
         buf_capacity: usize,
         batch: usize,
         fault: Option<(f64, f64, f64, u64)>,
+        pcap_max_bytes: Option<u64>,
     ) -> PyResult<Self> {
         let set = program_set(&programs)?;
         let spec = PortSpec::parse(ports).map_err(value_err)?;
@@ -178,7 +181,7 @@ impl Dataplane {
             }
             None => None,
         };
-        let opts = OpenOptions { buf_capacity, pcap_dir: pcap_dir.map(Into::into), fault, ..OpenOptions::default() };
+        let opts = OpenOptions { buf_capacity, pcap_dir: pcap_dir.map(Into::into), pcap_max_bytes, fault, ..OpenOptions::default() };
         let (ports, peers) = open_ports(&spec, &opts).map_err(value_err)?;
         if pipes == 0 || pipes as usize > ports.len().max(1) {
             return Err(value_err(format!("pipes must be 1..={}", ports.len().max(1))));
@@ -497,12 +500,13 @@ impl TunnelHost {
 #[pymethods]
 impl TunnelHost {
     #[new]
-    #[pyo3(signature = (switch_addr, mac, ip, prefix_len=24, gateway=None))]
-    fn new(switch_addr: &str, mac: &str, ip: &str, prefix_len: u8, gateway: Option<&str>) -> PyResult<Self> {
+    #[pyo3(signature = (switch_addr, mac, ip, prefix_len=24, gateway=None, local_addr=None))]
+    fn new(switch_addr: &str, mac: &str, ip: &str, prefix_len: u8, gateway: Option<&str>, local_addr: Option<&str>) -> PyResult<Self> {
         let mac: wire::ethernet::EthernetAddress = mac.parse().map_err(|_| value_err(format!("not a MAC address: {mac:?}")))?;
         let gw = gateway.map(parse_ip).transpose()?;
-        let h =
-            ports::tunnelhost::TunnelHost::start(parse_sockaddr(switch_addr)?, mac, parse_ip(ip)?, prefix_len, gw).map_err(value_err)?;
+        let local = local_addr.map(parse_sockaddr).transpose()?;
+        let h = ports::tunnelhost::TunnelHost::start(parse_sockaddr(switch_addr)?, local, mac, parse_ip(ip)?, prefix_len, gw)
+            .map_err(value_err)?;
         Ok(TunnelHost { inner: Some(h) })
     }
     /// Accept datagrams to `port`.
@@ -640,5 +644,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     switchagg::register(m)?;
     hare::register(m)?;
     inaas::register(m)?;
+    pcap::register(m)?;
     Ok(())
 }

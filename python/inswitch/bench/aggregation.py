@@ -16,6 +16,7 @@ from rich.table import Table
 from inswitch import _native
 from inswitch.cliopts import JSON_PATH, Float, option
 from inswitch.output import console_for, note_written, write_json
+from inswitch.tables import show
 
 #: The goal the issue sets for DAIET.
 GOAL_PAIR_UPDATES_PER_S = 50e6
@@ -72,7 +73,7 @@ def aggregation_cmd(
     t.add_row("forward packets per CPU-second (64 B)", f"{r['forward_pps'] / 1e6:.2f} M")
     t.add_row("ratio daiet pair updates / forward packets", f"{r['daiet_over_forward']:.2f}")
     t.add_row("goal (daiet)", f"{GOAL_PAIR_UPDATES_PER_S / 1e6:.0f} M")
-    console.print(t)
+    show(console, t)
     if json_out:
         write_json(json_out, r, indent=2)
         note_written(console, json_out)

@@ -8,6 +8,7 @@ import typer
 from rich.table import Table
 from inswitch.cliopts import JSON_PATH, Float, option
 from inswitch.output import console_for, note_written, write_json
+from inswitch.tables import show
 
 bench_app = typer.Typer(help="Benchmarks; each prints ratios against a baseline measured in the same run.", no_args_is_help=True)
 
@@ -47,7 +48,7 @@ def forward_cmd(
         t.add_row("loss through inswitch / bridge", f"{r['veth']['loss']:.1%} / {r['bridge']['loss']:.1%}")
     else:
         t.add_row("veth", r.get("veth_skipped", "skipped"))
-    console.print(t)
+    show(console, t)
     if json_out:
         write_json(json_out, r, indent=2)
         note_written(console, json_out)

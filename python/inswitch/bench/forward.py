@@ -32,7 +32,7 @@ class Pair:
 
 
 def _py_in(netns: str, args: list[str]) -> list[str]:
-    return nx.in_netns(netns, [sys.executable, "-m", "inswitch.bench.traffic", *args])
+    return nx.netns_argv(netns, [sys.executable, "-m", "inswitch.bench.traffic", *args])
 
 
 def measure_flow(pair: Pair, duration: float, payload: int) -> dict[str, float]:

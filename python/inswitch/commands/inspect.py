@@ -14,6 +14,7 @@ from rich.table import Table
 
 from inswitch.cliopts import JSON_PATH, RACK_NAME, Address, Text, argument, option
 from inswitch.output import dumps, ensure_writable, write_json
+from inswitch.tables import show
 
 
 RACK = option(None, "--rack", type=RACK_NAME, help="Read the switch of this rack (`inswitch rack up --name`).")
@@ -66,7 +67,7 @@ def render_register(doc: dict[str, Any], out: Console) -> None:
         _col(t, "raw", True)
     for c in shown:
         t.add_row(str(c["index"]), *(str(c[n]) for n in names), *([str(c["raw"])] if doc["fields"] else []))
-    out.print(t)
+    show(out, t)
     if len(doc["cells"]) > 1:
         out.print(f"{len(shown)} of {len(doc['cells'])} cells are non-zero (zero cells not listed)", highlight=False)
 
@@ -86,7 +87,7 @@ def render_table(doc: dict[str, Any], out: Console) -> None:
         if len(t.columns) > len(row):
             row.append(str(e["priority"]))
         t.add_row(*row)
-    out.print(t)
+    show(out, t)
     d = doc.get("default")
     if d:
         out.print(f"default action: {d['action']}" + (f"({', '.join(f'{n}={v}' for n, v in d['params'].items())})" if d["params"] else ""), highlight=False)

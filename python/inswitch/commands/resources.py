@@ -12,6 +12,7 @@ from rich.table import Table
 from inswitch import native
 from inswitch.cliopts import JSON_PATH, PROGRAMS, Text, argument, option
 from inswitch.output import is_stdout, note_written, write_json
+from inswitch.tables import show
 
 EXAMPLES = """Examples:
 
@@ -57,7 +58,7 @@ def render(report: dict[str, Any], console: Console) -> None:
             _cell(s["hash_units"], t["hash_units_per_stage"]),
             _cell(s["exact_key_bits"], t["exact_key_bits_per_stage"]),
         )
-    console.print(st)
+    show(console, st)
     for s in report["stages"]:
         console.print(f"  stage {s['stage']}: " + "; ".join(s["objects"]), soft_wrap=True)
     if report["registers"]:
@@ -67,7 +68,7 @@ def render(report: dict[str, Any], console: Console) -> None:
             rt.add_column(col)
         for r in report["registers"]:
             rt.add_row(r["name"], r["gress"], str(r["stage"]), str(r["cells"]), str(r["cell_bits"]), str(r["bits"]), str(r["sram_blocks"]), f'{r["register_actions"]}/{_lim(t["max_register_actions"])}', str(r["max_action_out_bits"]))
-        console.print(rt)
+        show(console, rt)
     if report["tables"]:
         tt = Table(title="Match tables")
         tt.add_column("table", no_wrap=True)
@@ -75,7 +76,7 @@ def render(report: dict[str, Any], console: Console) -> None:
             tt.add_column(col)
         for x in report["tables"]:
             tt.add_row(x["name"], x["gress"], str(x["stage"]), ",".join(x["match_kinds"]), str(x["entries"]), str(x["key_bits"]), str(x["action_data_bits"]), str(x["sram_blocks"]), str(x["tcam_blocks"]))
-        console.print(tt)
+        show(console, tt)
     console.print(
         f"stages used {_cell(report['stages_used'], t['stages'])}   "
         f"parse depth {_cell(report['parse_depth_bytes'], t['parse_depth_bytes'])} B   "

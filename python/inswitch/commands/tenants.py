@@ -13,8 +13,9 @@ from rich.table import Table
 
 from inswitch.apps.inaas.adapters import APPS
 from inswitch.apps.inaas.runner import ledger_path, run_tenants, save_ledger
-from inswitch.cliopts import JSON_PATH, RACK_NAME, SEED, Choice, Float, Int, Text, Words, option
+from inswitch.cliopts import JSON_PATH, OUT_DIR, RACK_NAME, SEED, Choice, Float, Int, Text, Words, option
 from inswitch.output import console_for, note_written, write_json
+from inswitch.tables import show
 
 RUN_EXAMPLES = """Examples:
 
@@ -54,7 +55,7 @@ def _print_ledger(ledger: list[dict], console: Console) -> None:
             f"{line['charge']:.9f}",
             "yes" if line["adds_up"] else "[red]no[/red]",
         )
-    console.print(t)
+    show(console, t)
 
 
 @tenants_app.command("run", epilog=RUN_EXAMPLES)
@@ -87,7 +88,7 @@ def run_cmd(
         t.add_column(c)
     for name, f in res["apps"].items():
         t.add_row(name, f["metric"], f"{f['inaas']:.4g} {f['unit']}", f"{f['host_only']:.4g} {f['unit']}", f"{f['speedup']:.2f}", "yes" if f["correct"] else "[red]NO[/red]")
-    console.print(t)
+    show(console, t)
     console.print(f"cross-tenant violations: {res['cross_tenant_violations']}")
     if res["attack"] is not None:
         a = res["attack"]
@@ -130,12 +131,13 @@ def ledger_cmd(
 def rack_cmd(
     name: str = option("inaas1", "--name", type=RACK_NAME, help="Rack name (namespaces NAME-h1..h3)."),
     json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Write the result as JSON."),
+    pcap: Optional[str] = option(None, "--pcap", type=OUT_DIR, help="Capture every switch port into pcapng files in this directory."),
 ) -> None:
     """Real processes (needs root): the goalkeeper and two tenants on a rack around the
     switch process."""
     from inswitch.apps.inaas.rack import run_on_rack
 
-    res = run_on_rack(name)
+    res = run_on_rack(name, pcap=pcap)
     console = console_for(json_out)
     for who in ("tenant_a", "tenant_b"):
         for step in res[who]:

@@ -8,7 +8,9 @@ An experiment is a module in this package that defines `EXPERIMENTS`, a list of
 from __future__ import annotations
 
 import importlib
+import math
 import pkgutil
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -21,6 +23,13 @@ class PaperNumber:
     what: str
     paper: str
     ours_key: str
+    #: Ours times `scale` is in the paper's unit (100: ours is a fraction, the paper's a %).
+    scale: float = 1.0
+    #: Why ours differs from the paper, when it does (printed with the verdict). Empty: the
+    #: output says the reason is not established.
+    why: str = ""
+    #: What "-" in `paper` means: why the paper has no number here.
+    no_paper: str = "beyond the paper, which reports no number for this"
 
 
 @dataclass(frozen=True)
@@ -59,3 +68,62 @@ def lookup(result: dict[str, Any], key: str) -> Any:
             return None
         cur = cur[part]
     return cur
+
+
+#: A single paper value agrees when ours is within this fraction of it.
+TOLERANCE = 0.2
+
+_NUM = r"[-+]?\d+(?:\.\d+)?"
+
+
+def paper_bounds(text: str) -> tuple[float, float] | None:
+    """The range of values a paper number allows, from its text: `> X`, `< X`, `A-B`,
+    `≈ X` / `~X` / `X` (within TOLERANCE), percentages kept as percentages; a parenthesised
+    aside is ignored. None when the text is qualitative ("rising", "immediately")."""
+    t = re.sub(r"\(.*?\)", "", text).replace("×", "x").replace("−", "-").strip()
+    t = t.split(";")[0].split(",")[0].strip()
+    m = re.fullmatch(rf"([<>])\s*({_NUM})\s*[%x]?", t)
+    if m:
+        v = float(m.group(2))
+        return (v, math.inf) if m.group(1) == ">" else (-math.inf, v)
+    m = re.fullmatch(rf"({_NUM})\s*%?\s*or (?:higher|more)", t)
+    if m:
+        return float(m.group(1)), math.inf
+    m = re.fullmatch(rf"({_NUM})\s*[%x]?\s*[-–]\s*({_NUM})\s*[%x]?", t)
+    if m:
+        return float(m.group(1)), float(m.group(2))
+    m = re.fullmatch(rf"(?:≈|~)?\s*({_NUM})\s*[%x]?", t)
+    if m:
+        v = float(m.group(1))
+        d = TOLERANCE * abs(v) if v else 0.05
+        return v - d, v + d
+    return None
+
+
+def compare(result: dict[str, Any], numbers: list[PaperNumber], quick: bool) -> list[dict[str, Any]]:
+    """Each paper number beside ours, in the paper's unit, with a verdict: `agrees`,
+    `differs`, `qualitative` (the paper gives no figure to compare), `no paper number`,
+    or `not measured` (with why)."""
+    rows = []
+    for n in numbers:
+        raw = lookup(result, n.ours_key)
+        ours = raw * n.scale if isinstance(raw, (int, float)) and not isinstance(raw, bool) else raw
+        row: dict[str, Any] = {"quantity": n.what, "paper": n.paper, "ours": ours, "ours_key": n.ours_key}
+        if raw is None:
+            row["verdict"] = "not measured"
+            row["why"] = ("not part of a --quick run" if quick else "this run did not produce it") + f" ({n.ours_key})"
+        elif n.paper.strip() in ("", "-"):
+            row["verdict"] = "no paper number"
+            row["why"] = n.no_paper
+        elif not isinstance(ours, (int, float)) or isinstance(ours, bool):
+            row["verdict"] = "qualitative"
+        else:
+            b = paper_bounds(n.paper)
+            if b is None:
+                row["verdict"] = "qualitative"
+            else:
+                row["verdict"] = "agrees" if b[0] <= ours <= b[1] else "differs"
+                if row["verdict"] == "differs":
+                    row["why"] = n.why or "reason not established"
+        rows.append(row)
+    return rows

@@ -11,9 +11,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from inswitch.experiments import all_experiments, lookup
+from inswitch.experiments import TOLERANCE, all_experiments, compare
 from inswitch.cliopts import OUT_DIR, Text, argument, option
 from inswitch.output import ensure_dir, write_json
+from inswitch.tables import show
 
 
 def _fmt(v: object) -> str:
@@ -48,7 +49,7 @@ def register(app: typer.Typer) -> None:
                 t.add_column(c)
             for e in sorted(exps.values(), key=lambda e: e.name):
                 t.add_row(e.name, e.paper, e.figure, e.description)
-            console.print(t)
+            show(console, t)
             raise typer.Exit(0 if list_ else 2)
         if name not in exps:
             console.print(f"[red]error:[/red] no experiment {name!r} (known: {', '.join(sorted(exps))})")
@@ -67,12 +68,55 @@ def register(app: typer.Typer) -> None:
         result["quick"] = quick
         result["wall_s"] = round(time.monotonic() - t0, 2)
         jpath, ppath = out_dir / f"{name}.json", out_dir / f"{name}.png"
-        write_json(jpath, result)
         e.plot(result, ppath)
-        t = Table(title=f"{name}: {e.paper}, {e.figure}")
-        for c in ("quantity", "paper", "ours"):
-            t.add_column(c)
-        for n in e.numbers:
-            t.add_row(n.what, n.paper, _fmt(lookup(result, n.ours_key)))
-        console.print(t)
+        rows = compare(result, e.numbers, quick)
+        result["comparison"] = rows
+        write_json(jpath, result)
+        render_comparison(console, f"{name}: {e.paper}, {e.figure}", rows, quick, result)
         console.print(f"wrote {jpath} and {ppath} ({result['wall_s']} s)")
+
+
+def _notes(result: dict) -> list[str]:
+    """The explanations an experiment put in its JSON (`note`, `notes`, at the top or one
+    level down), in order."""
+    out: list[str] = []
+
+    def take(d: dict) -> None:
+        for k in ("note", "notes"):
+            v = d.get(k)
+            if isinstance(v, str):
+                out.append(v)
+            elif isinstance(v, list):
+                out.extend(str(x) for x in v)
+
+    take(result)
+    for v in result.values():
+        if isinstance(v, dict):
+            take(v)
+    return list(dict.fromkeys(out))
+
+
+def render_comparison(console: Console, title: str, rows: list[dict], quick: bool, result: dict) -> None:
+    """The paper's numbers beside ours (same units), a verdict per row with the reason when
+    they differ or a value is missing, and the experiment's notes."""
+    if quick:
+        console.print("[yellow]--quick run[/yellow]: smaller than the paper's setup; the numbers show the trend, not the paper's scale", soft_wrap=True)
+    t = Table(title=title)
+    for c in ("quantity", "paper", "ours", "verdict"):
+        t.add_column(c)
+    reasons: list[str] = []
+    for r in rows:
+        verdict = r["verdict"]
+        if r.get("why"):
+            if r["why"] not in reasons:
+                reasons.append(r["why"])
+            verdict += f" [{reasons.index(r['why']) + 1}]"
+        paper = r["paper"] if r["paper"].strip() not in ("", "-") else "(none)"
+        ours = _fmt(r["ours"]) if r["ours"] is not None else "(not measured)"
+        t.add_row(r["quantity"], paper, ours, verdict)
+    show(console, t)
+    console.print(f"agrees: inside the paper's range, or within {TOLERANCE:.0%} of its single value", soft_wrap=True)
+    for i, why in enumerate(reasons, 1):
+        console.print(f"[{i}] {why}", soft_wrap=True, markup=False)
+    for n in _notes(result):
+        console.print(f"note: {n}", soft_wrap=True, markup=False, highlight=False)

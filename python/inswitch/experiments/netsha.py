@@ -33,7 +33,7 @@ def _run(quick: bool, modes: list[str], progress: Progress, label: str = "", **o
     return run_search(ds, cfg, modes)
 
 
-def _bar(png: Path, labels: list[str], values: list[float], title: str, ylabel: str, paper: list[float] | None = None) -> None:
+def _bar(png: Path, labels: list[str], values: list[float], title: str, ylabel: str, paper: list[float] | None = None, xlabel: str = "") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -45,6 +45,7 @@ def _bar(png: Path, labels: list[str], values: list[float], title: str, ylabel: 
     if paper is not None:
         ax.bar([i + 0.2 for i in x], paper, width=0.4, label="paper", alpha=0.6)
     ax.set_xticks(list(x), labels)
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.legend()
@@ -205,8 +206,36 @@ def fig21(quick: bool, progress: Progress) -> dict[str, Any]:
 
 
 def plot_fig21(r: dict[str, Any], png: Path) -> None:
+    # Bars side by side, not lines: recall and F1 are nearly equal here (every mode returns K
+    # answers), and a line drawn on top would hide the other.
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     ms = list(r["recall"])
-    _lines(png, ms, {"recall": [r["recall"][m] for m in ms], "F1": [r["f1"][m] for m in ms]}, "Fig. 21: search quality", "mode", "")
+    series = {"recall@K": [r["recall"][m] for m in ms], "F1": [r["f1"][m] for m in ms]}
+    if r.get("netsha_paper_reduction"):
+        ms = ms + ["netsha (Alg. 1\nas written)"]
+        series["recall@K"].append(r["netsha_paper_reduction"]["recall"])
+        series["F1"].append(r["netsha_paper_reduction"]["f1"])
+    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    w = 0.38
+    for i, (lab, ys) in enumerate(series.items()):
+        xs = [j + (i - 0.5) * w for j in range(len(ms))]
+        bars = ax.bar(xs, ys, w, label=f"ours: {lab}")
+        ax.bar_label(bars, fmt="%.3f", fontsize=7)
+    ax.axhline(0.9, color="k", ls="--", lw=1, label="paper: recall > 0.9 (NetSHa, TLSH)")
+    ax.set_xticks(range(len(ms)), ms)
+    ax.set_ylim(0, 1.1)
+    ax.set_xlabel("mode")
+    ax.set_ylabel("recall@K / F1")
+    ax.set_title("NetSHa Fig. 21: search quality" + (" (--quick)" if r.get("quick") else ""))
+    # Below the axes: inside, it would cover a bar.
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=3, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
 
 
 # ---- Figs. 20 and 23: many queries in flight, few registers ---------------------------------
@@ -241,9 +270,10 @@ def _gap_ns(rate: float, registers: int) -> int:
     return max(1, int(4 * TIMEOUT_US * 1_000 / (registers * rate)))
 
 
-def _stream(quick: bool, progress: Progress, label: str, rate: float, lam: float, per_packet: int = 8) -> dict[str, Any]:
+def _stream_setup(quick: bool, rate: float, lam: float, per_packet: int) -> tuple[Any, Any]:
+    """The dataset and configuration of the stream regime at QueryRate `rate`."""
     from inswitch.apps.netsha.datasets import random_dataset
-    from inswitch.apps.netsha.search import SearchConfig, run_search
+    from inswitch.apps.netsha.search import SearchConfig
 
     sz, rg = _sizes(quick), _regime(quick)
     ds = random_dataset(sz["base"], rg["queries"], seed=0)
@@ -251,6 +281,14 @@ def _stream(quick: bool, progress: Progress, label: str, rate: float, lam: float
         k=sz["k"], servers=sz["servers"], registers=rg["registers"], lam=lam, per_packet=per_packet, timeout_us=TIMEOUT_US,
         arrival="stream", query_gap_ns=_gap_ns(rate, rg["registers"]), concurrency=50,
     )
+    return ds, cfg
+
+
+def _stream(quick: bool, progress: Progress, label: str, rate: float, lam: float, per_packet: int = 8) -> dict[str, Any]:
+    from inswitch.apps.netsha.search import run_search
+
+    ds, cfg = _stream_setup(quick, rate, lam, per_packet)
+    rg = _regime(quick)
     progress(f"{label} QueryRate {rate}, λ={lam}")
     m = run_search(ds, cfg, ["netsha"])["modes"]["netsha"]
     c = m["switch_counters"]["switch0"]
@@ -450,6 +488,136 @@ def plot_fig20(r: dict[str, Any], png: Path) -> None:
     plt.close(fig)
 
 
+
+# ---- Figs. 11, 13: total time and the agent's time of the three solutions --------------------
+#
+# Wall times of this machine: numpy servers and agent, the switch model for the network part
+# (`time_split_pct` of Table 2). The agent's time is its top-K merge over the answers it
+# receives, so it follows the answers; the packet counts are the model's exact counts.
+
+PAPER_TIME_US = {m: v["time_us"] for m, v in PAPER_TABLE2_RANDOM.items()}
+PAPER_AGENT_US = {m: v["time_us"] * v["agent"] / 100 for m, v in PAPER_TABLE2_RANDOM.items()}
+
+
+def fig11(quick: bool, progress: Progress) -> dict[str, Any]:
+    r = _run(quick, ["layered", "tlsh", "netsha"], progress)
+    tot = {m: v["total_s"] for m, v in r["modes"].items()}
+    r["total_s"] = tot
+    r["speedup_over_netsha"] = {m: tot[m] / max(tot["netsha"], 1e-12) for m in tot}
+    r["paper_time_per_query"] = PAPER_TIME_US
+    r["paper_speedup_over_netsha"] = {m: PAPER_TIME_US[m] / PAPER_TIME_US["netsha"] for m in PAPER_TIME_US}
+    return r
+
+
+def plot_fig11(r: dict[str, Any], png: Path) -> None:
+    ms = list(r["total_s"])
+    _bar(png, ms, [r["speedup_over_netsha"][m] for m in ms], "Fig. 11: total time / NetSHa's (wall time, this machine)", "time / NetSHa time", [r["paper_speedup_over_netsha"][m] for m in ms], "solution (paper: Table 2, Random)")
+
+
+def fig13(quick: bool, progress: Progress) -> dict[str, Any]:
+    r = _run(quick, ["layered", "tlsh", "netsha"], progress)
+    agent = {m: v["time_per_query_us"]["agent"] for m, v in r["modes"].items()}
+    lay_t, lay_p = agent["layered"] or 1e-12, r["modes"]["layered"]["agent_packets"] or 1
+    r["agent_us_per_query"] = agent
+    r["normalized_agent_time"] = {m: agent[m] / lay_t for m in agent}
+    r["normalized_agent_packets"] = {m: v["agent_packets"] / lay_p for m, v in r["modes"].items()}
+    r["normalized_agent_answers"] = {m: v["agent_answers"] / max(r["modes"]["layered"]["agent_answers"], 1) for m, v in r["modes"].items()}
+    r["paper_normalized_agent_time"] = {m: PAPER_AGENT_US[m] / PAPER_AGENT_US["layered"] for m in PAPER_AGENT_US}
+    return r
+
+
+def plot_fig13(r: dict[str, Any], png: Path) -> None:
+    ms = list(r["normalized_agent_time"])
+    _bar(png, ms, [r["normalized_agent_time"][m] for m in ms], "Fig. 13: agent time / Layered's (wall time, this machine)", "agent time / Layered", [r["paper_normalized_agent_time"][m] for m in ms], "solution (paper: from Table 2, Random)")
+
+
+# ---- Figs. 14, 15: the query rate ---------------------------------------------------------------
+#
+# The stream regime of Figs. 20/23 (queries one by one, registers held until their timer),
+# QueryRate 1 = a quarter of the registers busy. The baselines' switch only forwards, so the
+# rate changes nothing for them but the virtual arrival times; NetSHa replaces registers
+# (λ = 0.2) and forwards more as the rate grows. Paper Fig. 15 uses Deep; this uses Random.
+
+
+def fig14_15(quick: bool, progress: Progress) -> dict[str, Any]:
+    from inswitch.apps.netsha.search import run_search
+
+    rates = [1.0, 4.0] if quick else [1.0, 2.0, 3.0, 4.0]
+    pts = []
+    for rate in rates:
+        ds, cfg = _stream_setup(quick, rate, 0.2, 8)
+        progress(f"Figs. 14-15 QueryRate {rate}")
+        modes = run_search(ds, cfg, ["layered", "tlsh", "netsha"])["modes"]
+        pts.append({
+            "query_rate": rate,
+            "total_s": {m: v["total_s"] for m, v in modes.items()},
+            "agent_packets": {m: v["agent_packets"] for m, v in modes.items()},
+            "recall": {m: v["recall"] for m, v in modes.items()},
+            "replacements": modes["netsha"]["switch_counters"]["switch0"].get("replacements", 0),
+        })
+    first, last = pts[0], pts[-1]
+    return {
+        "points": pts,
+        "netsha_packets_last_over_first_rate": last["agent_packets"]["netsha"] / max(first["agent_packets"]["netsha"], 1),
+        "layered_packets_last_over_first_rate": last["agent_packets"]["layered"] / max(first["agent_packets"]["layered"], 1),
+        "netsha_over_layered_packets_at_last_rate": last["agent_packets"]["netsha"] / max(last["agent_packets"]["layered"], 1),
+        "netsha_over_layered_time_at_last_rate": last["total_s"]["netsha"] / max(last["total_s"]["layered"], 1e-12),
+        "dataset": "random (paper Fig. 15: Deep)",
+        "paper": "Fig. 14: NetSHa's time rises slightly with the rate (more replacements); Fig. 15: baselines flat, NetSHa still well below them",
+    }
+
+
+def plot_fig14_15(r: dict[str, Any], png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rates = [p["query_rate"] for p in r["points"]]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.5))
+    for m in ("layered", "tlsh", "netsha"):
+        a.plot(rates, [p["agent_packets"][m] for p in r["points"]], marker="o", label=m)
+        b.plot(rates, [p["total_s"][m] for p in r["points"]], marker="o", label=m)
+    a.set_xlabel("QueryRate")
+    a.set_ylabel("agent packets")
+    a.set_title("Figs. 14-15: agent packets (paper: NetSHa rises slightly)", fontsize=9)
+    b.set_xlabel("QueryRate")
+    b.set_ylabel("total time (s, wall, this machine)")
+    b.set_title("total time (paper: baselines flat, NetSHa lowest)", fontsize=9)
+    a.legend(fontsize=7)
+    b.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+
+
+# ---- Fig. 17: breakdown, total time ---------------------------------------------------------------
+
+
+def fig17(quick: bool, progress: Progress) -> dict[str, Any]:
+    """Fig. 16's three solutions (TLSH servers, switch forwarding only / + aggregation /
+    + reduction), their total time normalised to the baseline's; with full packets and with
+    8-answer packets."""
+    r = _run(quick, ["tlsh", "netsha-agg", "netsha"], progress)
+    small = _run(quick, ["tlsh", "netsha-agg", "netsha"], progress, "8 answers per packet", per_packet=8)
+
+    def norm(x: dict[str, Any]) -> dict[str, float]:
+        base = x["modes"]["tlsh"]["total_s"] or 1e-12
+        return {"baseline": 1.0, "baseline+agg": x["modes"]["netsha-agg"]["total_s"] / base, "netsha": x["modes"]["netsha"]["total_s"] / base}
+
+    r["normalized_total_time"] = norm(r)
+    r["small_packets"] = {"per_packet": 8, "modes": small["modes"], "normalized_total_time": norm(small)}
+    r["paper"] = "both components reduce the total time (NetSHa < Baseline+agg < Baseline)"
+    return r
+
+
+def plot_fig17(r: dict[str, Any], png: Path) -> None:
+    n = r["normalized_total_time"]
+    sm = r["small_packets"]["normalized_total_time"]
+    labels = [f"{k}\nfull" for k in n] + [f"{k}\n8/pkt" for k in sm]
+    _bar(png, labels, list(n.values()) + list(sm.values()), "Fig. 17: total time / Baseline (wall time, this machine)", "normalised time", None, "solution, server packet size (paper: both < 1; no values given)")
+
+
 EXPERIMENTS = [
     Experiment(
         "netsha-fig12",
@@ -543,6 +711,59 @@ EXPERIMENTS = [
             PaperNumber("BF answers / replacement answers, QueryRate 4", "> 1", "bf_over_replacement_answers"),
             PaperNumber("the same, full server packets (answers)", "> 1", "full_packets.bf_over_replacement_answers"),
             PaperNumber("BF / replacement packets, old one-wave harness", "-", "wave_regime.bf_over_replacement_packets"),
+        ],
+    ),
+    Experiment(
+        "netsha-fig11",
+        "NetSHa",
+        "Fig. 11",
+        "total time of Layered-LSH, TLSH and NetSHa (wall time of this machine)",
+        fig11,
+        plot_fig11,
+        [
+            PaperNumber("Layered time / NetSHa time", "5.6 (Table 2, Random; > 3×)", "speedup_over_netsha.layered"),
+            PaperNumber("TLSH time / NetSHa time", "2.8 (Table 2, Random; > 3× in Fig. 11)", "speedup_over_netsha.tlsh"),
+        ],
+    ),
+    Experiment(
+        "netsha-fig13",
+        "NetSHa",
+        "Fig. 13",
+        "the agent's processing time normalised to Layered-LSH's (wall time of this machine)",
+        fig13,
+        plot_fig13,
+        [
+            PaperNumber("NetSHa agent time / Layered", "≈ 0.2 (about 80% less); 0.13 from Table 2", "normalized_agent_time.netsha"),
+            PaperNumber("TLSH agent time / Layered", "0.54 from Table 2", "normalized_agent_time.tlsh"),
+            PaperNumber("NetSHa agent packets / Layered", "0.1–0.25 (Fig. 12)", "normalized_agent_packets.netsha"),
+        ],
+    ),
+    Experiment(
+        "netsha-fig14-15",
+        "NetSHa",
+        "Fig. 14–15",
+        "agent packets and total time of the three solutions as the query rate grows",
+        fig14_15,
+        plot_fig14_15,
+        [
+            PaperNumber("NetSHa packets, highest / lowest QueryRate", "slightly > 1", "netsha_packets_last_over_first_rate"),
+            PaperNumber("Layered packets, highest / lowest QueryRate", "1 (insensitive)", "layered_packets_last_over_first_rate"),
+            PaperNumber("NetSHa / Layered packets, highest QueryRate", "well below 1", "netsha_over_layered_packets_at_last_rate"),
+            PaperNumber("NetSHa / Layered time, highest QueryRate", "well below 1", "netsha_over_layered_time_at_last_rate"),
+        ],
+    ),
+    Experiment(
+        "netsha-fig17",
+        "NetSHa",
+        "Fig. 17",
+        "breakdown: total time of forwarding only, + aggregation, + reduction (wall time of this machine)",
+        fig17,
+        plot_fig17,
+        [
+            PaperNumber("Baseline+agg time / Baseline", "< 1", "normalized_total_time.baseline+agg"),
+            PaperNumber("NetSHa time / Baseline", "< Baseline+agg", "normalized_total_time.netsha"),
+            PaperNumber("Baseline+agg / Baseline, 8-answer packets", "< 1", "small_packets.normalized_total_time.baseline+agg"),
+            PaperNumber("NetSHa / Baseline, 8-answer packets", "< Baseline+agg", "small_packets.normalized_total_time.netsha"),
         ],
     ),
 ]

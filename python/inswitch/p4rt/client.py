@@ -24,6 +24,7 @@ from p4.v1 import p4data_pb2, p4runtime_pb2, p4runtime_pb2_grpc
 from . import bytestrings
 from .errors import P4RuntimeError
 from .schema import FieldInfo, P4InfoIndex, TableInfo
+from .tls import TlsFiles
 
 Update = p4runtime_pb2.Update
 PortSpec = Union[int, tuple[int, int]]  # a port, or (port, instance)
@@ -43,9 +44,16 @@ def _varint(n: int) -> bytes:
             return bytes(out)
 
 
+#: Metadata we accept (gRPC's default is 8 KB): the per-update error report of a large batch
+#: travels as metadata. Declared to the switch in `_LIMIT_HEADER`, so it accepts Writes whose
+#: report only fits this (it refuses them from clients with the default).
+_MAX_METADATA = 64 * 1024 * 1024
+_LIMIT_HEADER = (("inswitch-max-metadata-size", str(_MAX_METADATA)),)
 _CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
+    ("grpc.max_metadata_size", _MAX_METADATA),
+    ("grpc.absolute_max_metadata_size", _MAX_METADATA),
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
 ]
@@ -103,9 +111,14 @@ class SwitchClient:
 
     Raises ConnectionError if nothing answers at `address` within `timeout` seconds, or if
     another controller holds a higher election id (unless `require_primary=False`, which
-    gives a read-only backup session). Use as a context manager or call `close()`."""
+    gives a read-only backup session). Use as a context manager or call `close()`.
 
-    def __init__(self, address: str = "127.0.0.1:9559", device_id: int = 1, election_id: tuple[int, int] = (0, 1), timeout: float = 10.0, role: str = "", require_primary: bool = True) -> None:
+    `tls_ca`, `tls_cert`, `tls_key` (PEM files) talk TLS to a switch started with
+    `--tls-cert/--tls-key/--tls-ca`: the CA that signed the switch's certificate, and the
+    certificate (with its key) this controller presents."""
+
+    def __init__(self, address: str = "127.0.0.1:9559", device_id: int = 1, election_id: tuple[int, int] = (0, 1), timeout: float = 10.0, role: str = "", require_primary: bool = True,
+                 tls_ca: Optional[str] = None, tls_cert: Optional[str] = None, tls_key: Optional[str] = None) -> None:
         self.address = address
         self.device_id = device_id
         self.election_id = election_id
@@ -121,12 +134,17 @@ class SwitchClient:
         self._packets: queue.Queue[Optional[p4runtime_pb2.PacketIn]] = queue.Queue()
         self._digests: queue.Queue[Optional[p4runtime_pb2.DigestList]] = queue.Queue()
         self._stream_status: Optional[str] = None
-        self._channel = grpc.insecure_channel(address, options=_CHANNEL_OPTIONS)
+        tls = TlsFiles(cert=tls_cert, key=tls_key, ca=tls_ca)
+        if tls.enabled:
+            self._channel = grpc.secure_channel(address, tls.channel_credentials(), options=_CHANNEL_OPTIONS)
+        else:
+            self._channel = grpc.insecure_channel(address, options=_CHANNEL_OPTIONS)
         try:
             grpc.channel_ready_future(self._channel).result(timeout=timeout)
         except grpc.FutureTimeoutError:
             self._channel.close()
-            raise ConnectionError(f"no P4Runtime server answers at {address} (waited {timeout:g} s)") from None
+            how = " over TLS (is it serving TLS, signed by our CA, and does it accept our certificate?)" if tls.enabled else ""
+            raise ConnectionError(f"no P4Runtime server answers at {address}{how} (waited {timeout:g} s)") from None
         self._stub = p4runtime_pb2_grpc.P4RuntimeStub(self._channel)
         self._write_raw = self._channel.unary_unary("/p4.v1.P4Runtime/Write", request_serializer=bytes, response_deserializer=p4runtime_pb2.WriteResponse.FromString)
         self._stream = self._stub.StreamChannel(self._requests())
@@ -265,7 +283,7 @@ class SwitchClient:
             body = u.SerializeToString()
             parts.append(_UPDATES_TAG + _varint(len(body)) + body)
         try:
-            self._write_raw(b"".join(parts), timeout=self.timeout)
+            self._write_raw(b"".join(parts), timeout=self.timeout, metadata=_LIMIT_HEADER)
         except grpc.RpcError as e:
             raise P4RuntimeError.from_rpc(e) from None
 
@@ -294,7 +312,7 @@ class SwitchClient:
         req = p4runtime_pb2.ReadRequest(device_id=self.device_id, role=self.role)
         req.entities.extend(entities)
         try:
-            return [e for resp in self._stub.Read(req, timeout=self.timeout) for e in resp.entities]
+            return [e for resp in self._stub.Read(req, timeout=self.timeout, metadata=_LIMIT_HEADER) for e in resp.entities]
         except grpc.RpcError as e:
             raise P4RuntimeError.from_rpc(e) from None
 

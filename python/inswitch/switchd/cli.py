@@ -15,8 +15,11 @@ from rich.console import Console
 from rich.table import Table
 
 from inswitch import native
-from inswitch.cliopts import OUT_DIR, OUT_FILE, PROGRAMS, Address, Int, Text, argument, option
+from inswitch.cliopts import OUT_DIR, OUT_FILE, PROGRAMS, Address, Choice, Float, Int, Text, argument, option
 from inswitch.output import replace_json
+from inswitch.p4rt.tls import OPTIONS as TLS_OPTIONS
+from inswitch.p4rt.tls import TlsFiles, pem_file
+from inswitch.tables import show
 
 DEFAULT_P4RUNTIME = "127.0.0.1:9559"
 DEFAULT_METRICS = "127.0.0.1:9100"
@@ -33,8 +36,10 @@ def _ports(text: str) -> str:
         raise ValueError("expected memory:N, udp:BASEPORT:N, udp:HOST:BASEPORT:N or veth:IF1,IF2,..")
     if kind == "memory" and not (rest.isdigit() and 1 <= int(rest) <= 4096):
         raise ValueError("memory:N takes 1..4096 ports")
-    if kind == "udp" and not all(x.isdigit() for x in rest.split(":")[-2:]):
-        raise ValueError("udp ports need a numeric BASEPORT and N")
+    if kind == "udp":
+        own, at, peer = rest.partition("@")  # udp:[HOST:]BASEPORT:N[@PEERHOST:PEERBASE]
+        if not all(x.isdigit() for x in own.split(":")[-2:]) or (at and not peer.rpartition(":")[2].isdigit()):
+            raise ValueError("udp ports need a numeric BASEPORT and N (and a numeric PEERBASE after @)")
     return text.strip()
 
 
@@ -43,9 +48,36 @@ def _fault(text: str) -> str:
     return text
 
 
-PORTS = Text("memory:N, udp:BASEPORT:N, udp:HOST:BASEPORT:N or veth:IF1,IF2,..", check=_ports, bad=("bogus:4", "memory:x", "memory:0", "udp:x:4"))
+PORTS = Text("memory:N, udp:[HOST:]BASEPORT:N[@PEERHOST:PEERBASE] (with a peer, port i accepts datagrams only from PEERHOST:PEERBASE+i) or veth:IF1,IF2,..", check=_ports, bad=("bogus:4", "memory:x", "memory:0", "udp:x:4"))
+#: A PEM file given to --tls-cert, --tls-key or --tls-ca.
+PEM = Text("a readable PEM file", check=pem_file, bad=("/nonexistent.pem",))
 #: The fault injector's spec (`--fault` of `switch` and `rack up`).
 FAULT = Text("loss=P,dup=P,reorder=P,seed=N (P in [0, 1])", check=_fault, bad=("loss=2", "loss=nan", "bogus=1", "seed=-1", "loss"))
+
+
+def is_loopback(address: str) -> bool:
+    """Whether HOST:PORT can be reached from this machine only."""
+    import ipaddress
+
+    host = address.rpartition(":")[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve to anything
+
+
+def exposure_warnings(p4rt_addr: str, metrics_addr: Optional[str], tls: bool) -> list[str]:
+    """What a listener beyond loopback exposes (listening there is the user's choice; saying
+    what it means is ours)."""
+    out = []
+    if not is_loopback(p4rt_addr) and not tls:
+        out.append(f"P4Runtime listens on {p4rt_addr} without TLS: anyone who can reach it can program "
+                   f"the switch (give {TLS_OPTIONS} for mutual TLS)")
+    if metrics_addr is not None and not is_loopback(metrics_addr):
+        out.append(f"/metrics listens on {metrics_addr}: anyone who can reach it reads the switch's counters")
+    return out
 
 
 def write_ready_file(path: Path, doc: dict[str, Any]) -> None:
@@ -72,7 +104,8 @@ def parse_fault(text: str) -> tuple[float, float, float, int]:
     return (vals["loss"], vals["dup"], vals["reorder"], int(vals["seed"]))
 
 
-def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Optional[str], metrics: str, device_id: int, ready_file: Optional[str], out: Console, err: Console, fault: Optional[str] = None) -> int:
+def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Optional[str], metrics: str, device_id: int, ready_file: Optional[str], out: Console, err: Console, fault: Optional[str] = None,
+               tls: TlsFiles = TlsFiles(), generation: int = 1, pcap_size: Optional[float] = None, l2: str = "learn") -> int:
     """Run until SIGINT/SIGTERM. Returns the exit status: 0 after a clean stop, 2 for bad
     input, 1 when the switch cannot start (e.g. an address in use)."""
     stop = threading.Event()
@@ -94,6 +127,8 @@ def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Opti
         names = native.split_programs(programs)
         p4rt_addr = p4runtime
         metrics_addr = None if metrics == "off" else metrics
+        if tls.enabled and not (tls.cert and tls.key and tls.ca):
+            raise UsageError(f"{TLS_OPTIONS} go together: give all three or none")
         if pcap:
             Path(pcap).mkdir(parents=True, exist_ok=True)
 
@@ -102,20 +137,29 @@ def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Opti
         from inswitch.switchd.server import SwitchServer
 
         try:
-            dp = _native.Dataplane(names, ports, pipes=pipes, pcap_dir=pcap, fault=parse_fault(fault) if fault else None)
+            dp = _native.Dataplane(names, ports, pipes=pipes, pcap_dir=pcap, fault=parse_fault(fault) if fault else None,
+                                   pcap_max_bytes=int(pcap_size * 1e6) if pcap_size else None)
         except ValueError as e:
             raise UsageError(str(e)) from None
-        server = SwitchServer(dp, p4rt_addr, device_id)
+        server = SwitchServer(dp, p4rt_addr, device_id, tls=tls)
+        for w in exposure_warnings(p4rt_addr, metrics_addr, server.tls):
+            err.print(f"[yellow]warning:[/yellow] {w}", highlight=False, soft_wrap=True)
+        learning = l2 == "learn" and server.enable_learning()
         if metrics_addr is not None:
             info = {"programs": ",".join(names), "ports": ports, "device_id": device_id, "version": _version()}
             from inswitch.ui.web import local_view, switch_handler
 
-            msrv = MetricsServer(metrics_addr, collector(dp, server.stats, info, lambda: {"inswitch_p4runtime_streams": ("Open P4Runtime StreamChannels (controller sessions)", server.service.streams)}), other=switch_handler(local_view(server, dp)))
+            msrv = MetricsServer(metrics_addr, collector(dp, server.stats, info, lambda: {
+                "inswitch_p4runtime_streams": ("Open P4Runtime StreamChannels (controller sessions)", server.service.streams),
+                "inswitch_switch_generation": ("Which start of this switch this is: 1, then one more per restart by the rack's supervisor", generation)}),
+                other=switch_handler(local_view(server, dp)))
         server.start()
         if msrv is not None:
             msrv.start()
         port_names = list(dp.port_names())
-        _summary(out, names, ports, port_names, dp.num_pipes, server.address, msrv.address if msrv else None, device_id, pcap)
+        _summary(out, names, ports, port_names, dp.num_pipes, server.address, msrv.address if msrv else None, device_id, pcap, pcap_size)
+        if learning:
+            out.print("L2: learning MACs from the mac_learn digest and flooding unknown destinations, until a P4Runtime controller writes", soft_wrap=True)
         if ready is not None:
             write_ready_file(ready, {
                 "pid": os.getpid(),
@@ -125,6 +169,7 @@ def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Opti
                 "programs": names,
                 "ports": port_names,
                 "pipes": dp.num_pipes,
+                "generation": generation,
             })
         while not stop.wait(0.5):
             pass
@@ -154,7 +199,7 @@ def _version() -> str:
     return inswitch.__version__
 
 
-def _summary(out: Console, names: list[str], spec: str, port_names: list[str], pipes: int, p4rt: str, metrics: Optional[str], device_id: int, pcap: Optional[str] = None) -> None:
+def _summary(out: Console, names: list[str], spec: str, port_names: list[str], pipes: int, p4rt: str, metrics: Optional[str], device_id: int, pcap: Optional[str] = None, pcap_size: Optional[float] = None) -> None:
     t = Table(show_header=False, box=None, pad_edge=False)
     t.add_column(style="bold")
     t.add_column()
@@ -165,9 +210,10 @@ def _summary(out: Console, names: list[str], spec: str, port_names: list[str], p
     t.add_row("metrics", f"http://{metrics}/metrics" if metrics else "off")
     t.add_row("web view", f"http://{metrics}/ (read-only)" if metrics else "off")
     if pcap:
-        t.add_row("captures", f"{Path(pcap).resolve()} (one pcapng file per port)")
+        t.add_row("captures", f"{Path(pcap).resolve()}/port{{N}}.pcapng, flushed after every batch"
+                  + (f"; a new file port{{N}}.{{k}}.pcapng every {pcap_size:g} MB" if pcap_size else ""))
     out.print("[bold green]inswitch switch running[/bold green] (SIGINT or SIGTERM stops it)")
-    out.print(t)
+    show(out, t)
 
 
 SWITCH_EXAMPLES = """Examples:
@@ -194,15 +240,24 @@ def register(app: typer.Typer) -> None:
         ports: str = option("memory:4", "--ports", type=PORTS, help="The switch's ports."),
         p4runtime: str = option(DEFAULT_P4RUNTIME, "--p4runtime", type=Address(), help="Where the P4Runtime server listens."),
         pipes: int = option(1, "--pipes", type=Int(1, 64), help="Pipes (data-plane threads); the ports are split among them."),
-        pcap: Optional[str] = option(None, "--pcap", type=OUT_DIR, help="Directory for per-port packet captures."),
+        pcap: Optional[str] = option(None, "--pcap", type=OUT_DIR, help="Directory for per-port packet captures (port{N}.pcapng, readable while the switch runs)."),
+        pcap_size: Optional[float] = option(None, "--pcap-size", type=Float(0.001, 1_000_000),
+                                            help="Start a new capture file (port{N}.1.pcapng, ...) when one reaches this many MB; default: one file per port."),
         metrics: str = option(DEFAULT_METRICS, "--metrics", type=Address(off_ok=True), help="Where Prometheus /metrics and the read-only web view (/) are served, or off."),
         device_id: int = option(1, "--device-id", type=Int(0, 2**64 - 1), help="P4Runtime device id."),
         ready_file: Optional[str] = option(None, "--ready-file", type=OUT_FILE, help="Write JSON (pid, addresses, port names) here once serving; removed on a clean stop."),
         fault: Optional[str] = option(None, "--fault", type=FAULT, help="Inject seeded faults on every port's receive side."),
+        l2: str = option("learn", "--l2", type=Choice("learn", "controller"),
+                         help="learn: with the forward program, learn MACs and flood unknown destinations until a P4Runtime controller writes; controller: forward only what a controller installs."),
+        tls_cert: Optional[str] = option(None, "--tls-cert", type=PEM, help="Serve P4Runtime over TLS with this certificate (with --tls-key and --tls-ca)."),
+        tls_key: Optional[str] = option(None, "--tls-key", type=PEM, help="The private key of --tls-cert."),
+        tls_ca: Optional[str] = option(None, "--tls-ca", type=PEM, help="Accept only P4Runtime clients whose certificate this CA signed."),
+        generation: int = option(1, "--generation", type=Int(1, 2**31), help="Which start of this switch this is (set by the rack's supervisor when it restarts one; in the ready file and /metrics)."),
     ) -> None:
         """Run a software switch: the data plane over PORTS, a P4Runtime server and a
         metrics endpoint, until SIGINT or SIGTERM."""
-        code = run_switch(program, ports, p4runtime, pipes, pcap, metrics, device_id, ready_file, Console(), Console(stderr=True), fault=fault)
+        code = run_switch(program, ports, p4runtime, pipes, pcap, metrics, device_id, ready_file, Console(), Console(stderr=True), fault=fault, pcap_size=pcap_size, l2=l2,
+                          tls=TlsFiles(cert=tls_cert, key=tls_key, ca=tls_ca), generation=generation)
         raise typer.Exit(code)
 
     @app.command("p4info", epilog=P4INFO_EXAMPLES)

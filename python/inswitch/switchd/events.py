@@ -12,7 +12,7 @@ import itertools
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 from p4.v1 import p4data_pb2, p4runtime_pb2
 
@@ -89,6 +89,9 @@ class DigestEngine(_Worker):
         self._state: dict[int, _DigestState] = {}
         self._outstanding: dict[int, tuple[int, list[bytes], int]] = {}  # list id -> (digest id, data, sent ns)
         self._list_ids = itertools.count(1)
+        #: Digest id -> a handler in this process (the standalone L2 learner), called with
+        #: each message before (and regardless of) delivery to controllers.
+        self.local: dict[int, Callable[[bytes], None]] = {}
         device.on_change.append(self.reset)
 
     def reset(self) -> None:
@@ -123,8 +126,16 @@ class DigestEngine(_Worker):
             except ValueError:
                 return
             now = time.monotonic_ns()
+            local = self.local
+            if local:
+                for did, data in items:
+                    h = local.get(did)
+                    if h is not None:
+                        h(bytes(data))
             with self._lock:
                 for did, data in items:
+                    if did in local and did not in self.device.digest_configs:
+                        continue  # for the local handler only: no controller asked for it
                     self._add(did, bytes(data), now)
                 self._flush_due(now)
                 self._expire(now)

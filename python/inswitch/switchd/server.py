@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 import grpc
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
@@ -19,13 +19,16 @@ from inswitch import native
 from inswitch.p4rt import bytestrings
 from inswitch.p4rt.bytestrings import BitstringError
 from inswitch.p4rt.p4info import PACKET_OUT_EGRESS_PORT, PORT_METADATA_BITS, THROUGH_INGRESS
+from inswitch.p4rt.tls import TlsFiles
 
 from .arbitration import Arbiter, Session, election_id
 from .device import Device
 from .events import DigestEngine, PacketInPump
+from .learning import L2Learner, learner_for
 from .opstats import OpStats
 from .pipeline import Pipeline, verify
-from .status import P4RTError, batch_status, invalid, not_found, status_code
+from .status import (DEFAULT_CLIENT_METADATA, P4RTError, batch_status, client_metadata_limit, invalid,
+                     max_batch, not_found, status_code)
 
 API_VERSION = "1.4.1"
 #: Entities per ReadResponse: big reads stream in pieces instead of one huge message.
@@ -40,6 +43,8 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         self.device = device
         self.arbiter = arbiter
         self.digests = digests
+        #: The standalone L2 learner, if the switch runs one (SwitchServer sets it).
+        self.learner: Optional[L2Learner] = None
         self.stats = stats
         self._saved: Pipeline | None = None  # VERIFY_AND_SAVE'd, waiting for COMMIT
         self._sessions: set[Session] = set()
@@ -71,21 +76,32 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
     def Write(self, request: p4runtime_pb2.WriteRequest, context: grpc.ServicerContext) -> p4runtime_pb2.WriteResponse:
         t0 = time.perf_counter()
         failure: P4RTError | None = None
+        limit = client_metadata_limit(context.invocation_metadata())
         try:
             self._check_writer(request)
             if request.atomicity != p4runtime_pb2.WriteRequest.CONTINUE_ON_ERROR:
                 raise P4RTError(grpc.StatusCode.UNIMPLEMENTED, "only CONTINUE_ON_ERROR batches are supported")
+            cap = max_batch(limit)
+            if len(request.updates) > cap:
+                raise invalid(
+                    f"Write of {len(request.updates)} updates refused, none applied: if they failed, their "
+                    f"per-update error report could exceed the client's {limit}-byte metadata limit "
+                    + ("(gRPC's default, grpc.max_metadata_size) " if limit == DEFAULT_CLIENT_METADATA else "")
+                    + f"and the client would learn neither what was applied nor what failed; send at most "
+                    f"{cap} updates per Write, or raise the client's limit and declare it in the "
+                    f"'inswitch-max-metadata-size' request header")
         except P4RTError as e:
             failure = e
         if failure is not None:
             self.stats.record("write_rpc", time.perf_counter() - t0, False)
             context.abort(failure.code, failure.message)
+        self._controller_writes()
         errors = self.device.write_batch(request.updates)
         ok = all(e is None for e in errors)
         self.stats.record("write_rpc", time.perf_counter() - t0, ok)
         self.stats.count("write.updates", len(request.updates))
         if not ok:
-            context.abort_with_status(batch_status(errors, "Write"))
+            context.abort_with_status(batch_status(errors, "Write", limit))
         return p4runtime_pb2.WriteResponse()
 
     def Read(self, request: p4runtime_pb2.ReadRequest, context: grpc.ServicerContext) -> Iterator[p4runtime_pb2.ReadResponse]:
@@ -102,9 +118,18 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         ok = all(e is None for e in errors)
         self.stats.record("read_rpc", time.perf_counter() - t0, ok)
         if not ok:
-            context.abort_with_status(batch_status(errors, "Read"))
+            context.abort_with_status(batch_status(errors, "Read", client_metadata_limit(context.invocation_metadata())))
+
+    def _controller_writes(self) -> None:
+        """A controller takes over the tables: standalone learning steps aside."""
+        lr = self.learner
+        if lr is not None:
+            lr.yield_to_controller()
+            self.digests.local.pop(lr.digest.id, None)
+            self.learner = None
 
     def SetForwardingPipelineConfig(self, request: p4runtime_pb2.SetForwardingPipelineConfigRequest, context: grpc.ServicerContext) -> p4runtime_pb2.SetForwardingPipelineConfigResponse:
+        self._controller_writes()
         failure: P4RTError | None = None
         with self.stats.timed("set_pipeline"):
             try:
@@ -252,7 +277,8 @@ class SwitchServer:
     """The control plane of one switch: P4Runtime over gRPC plus the event threads, on top
     of a running native Dataplane (which the caller owns and stops after `stop`)."""
 
-    def __init__(self, dp: Any, address: str = "127.0.0.1:9559", device_id: int = 1, max_workers: int = 32) -> None:
+    def __init__(self, dp: Any, address: str = "127.0.0.1:9559", device_id: int = 1, max_workers: int = 32,
+                 tls: TlsFiles | None = None) -> None:
         self.dp = dp
         self.stats = OpStats()
         self.device = Device(dp, Pipeline.for_programs(list(dp.program_names())), self.stats)
@@ -260,19 +286,36 @@ class SwitchServer:
         self.digests = DigestEngine(self.device, self.arbiter, self.stats)
         self.packet_ins = PacketInPump(self.device, self.arbiter, self.stats)
         self.service = P4RuntimeService(self.device, self.arbiter, self.digests, self.stats)
+        self.learner: Optional[L2Learner] = None
         # so_reuseport off: a second switch on the same address must fail, not share it.
         options = [("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", _MAX_MESSAGE), ("grpc.max_send_message_length", _MAX_MESSAGE)]
         self._server = grpc.server(ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="p4rt"), options=options)
         p4runtime_pb2_grpc.add_P4RuntimeServicer_to_server(self.service, self._server)
         host = address.rsplit(":", 1)[0]
         try:
-            port = self._server.add_insecure_port(address)
+            if tls is not None and tls.enabled:
+                port = self._server.add_secure_port(address, tls.server_credentials())
+            else:
+                port = self._server.add_insecure_port(address)
         except RuntimeError:
             port = 0
         if not port:
             raise OSError(f"cannot listen for P4Runtime on {address}: the address is in use or not available")
         self.address = f"{host}:{port}"
         self.device_id = device_id
+        self.tls = bool(tls and tls.enabled)
+
+    def enable_learning(self) -> bool:
+        """Standalone L2 learning and flooding (inswitch.switchd.learning), until a
+        controller writes. False if the pipeline has no `forward`."""
+        lr = learner_for(self.device, self.stats)
+        if lr is None:
+            return False
+        lr.start(int(self.dp.num_ports))
+        self.digests.local[lr.digest.id] = lr.on_digest
+        self.service.learner = lr
+        self.learner = lr
+        return True
 
     def start(self) -> None:
         self._server.start()

@@ -3,6 +3,7 @@ commands in its hosts and take it down. Failures print one clear line (no traceb
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import List, Optional
@@ -20,6 +21,7 @@ from inswitch.switchd.cli import FAULT
 from inswitch.topology.errors import RackError
 from inswitch.topology.state import MAX_HOSTS
 from inswitch.topology.rack import DEFAULT_NAME, Rack, RackStatus
+from inswitch.tables import show
 
 console = Console()
 err_console = Console(stderr=True)
@@ -74,15 +76,26 @@ def _render_status(s: RackStatus) -> None:
                   f"programs {','.join(st.programs)})")
     console.print(f"switch pid {st.switch.pid} {alive}  P4Runtime {st.switch.p4runtime}  "
                   f"metrics http://{st.switch.metrics}/metrics  log {st.switch.log}", soft_wrap=True)
+    for r in st.extra.get("restarts", []):
+        how = (f"back in {r['recovery_s']} s (serving and forwarding again)" if "forwarding_at" in r
+               else r.get("gave_up") or r.get("error") or "not back")
+        console.print(f"[yellow]switch restarted[/yellow]: generation {r['generation']}, the previous one ended "
+                      f"({r['exit']}) at {time.strftime('%H:%M:%S', time.localtime(r['died_at']))}; {how}",
+                      soft_wrap=True, highlight=False)
     t = Table(title="Hosts and switch ports", box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 0))
-    for col in ("host", "ip", "mac", "port", "rx pkts", "rx bytes", "tx pkts", "tx bytes"):
+    faults = s.fault_drops or {}
+    show_faults = any(v for d in faults.values() for v in d.values()) or "--fault" in st.switch.argv
+    cols = ["host", "ip", "mac", "port", "rx pkts", "rx bytes", "tx pkts", "tx bytes"] + (["rx fault drops", "tx fault drops"] if show_faults else [])
+    for col in cols:
         t.add_column(col, no_wrap=True, justify="right" if col.startswith(("rx", "tx", "port")) else "left")
     for h in st.hosts:
-        c = (s.counters or {}).get(h.port, {})
+        c = {**(s.counters or {}).get(h.port, {}), **faults.get(h.port, {})}
         label = h.name if s.host_present.get(h.name) else f"[red]{h.name} (missing)[/red]"
-        t.add_row(label, h.ip, h.mac, str(h.port),
-                  *(str(c[k]) if k in c else "-" for k in ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes")))
-    console.print(t)
+        keys = ["rx_packets", "rx_bytes", "tx_packets", "tx_bytes"] + (["rx_fault", "tx_fault"] if show_faults else [])
+        t.add_row(label, h.ip, h.mac, str(h.port), *(str(c[k]) if k in c else "?" for k in keys))
+    show(console, t)
+    if s.counters is None or (show_faults and s.fault_drops is None):
+        console.print("?: not read (see below)")
     if st.mode == "netns":
         console.print(f"host hN is namespace {st.name}-hN (eth0), cabled to switch port N-1 ({st.name}-sN)")
     else:
@@ -101,18 +114,26 @@ def register(app: typer.Typer) -> None:
         hosts: int = option(..., "--hosts", type=Int(1, MAX_HOSTS), help="Number of hosts."),
         name: str = NAME_OPT,
         program: str = option("forward", "--program", type=PROGRAMS, help="Program(s) the switch runs, joined by commas."),
-        p4runtime: str = option("127.0.0.1:9559", "--p4runtime", type=Address(), help="Where the switch serves P4Runtime."),
-        metrics: str = option("127.0.0.1:9100", "--metrics", type=Address(), help="Where the switch serves /metrics."),
+        p4runtime: Optional[str] = option(None, "--p4runtime", type=Address(), help="Where the switch serves P4Runtime (default: 127.0.0.1:9559, or any free port if that is taken)."),
+        metrics: Optional[str] = option(None, "--metrics", type=Address(), help="Where the switch serves /metrics (default: 127.0.0.1:9100, or any free port if that is taken)."),
         subnet: str = option("10.0.0.0/24", "--subnet", type=TextOpt("an IPv4 subnet, e.g. 10.0.0.0/24", check=_subnet, bad=("bogus", "10.0.0.0/33")), help="The hosts' subnet: host i gets its i-th address."),
-        pcap: Optional[str] = option(None, "--pcap", type=OUT_DIR, help="Capture every port to pcapng files in this directory."),
+        pcap: Optional[str] = option(None, "--pcap", type=OUT_DIR, help="Capture every port to pcapng files in this directory (readable while the rack runs)."),
+        pcap_size: Optional[float] = option(None, "--pcap-size", type=Float(0.001, 1_000_000),
+                                            help="Start a new capture file when one reaches this many MB; default: one file per port."),
         mode: str = option("auto", "--mode", type=Choice("auto", "netns", "udp"), help="auto: netns if root, else udp; netns: network namespaces and veth pairs; udp: UDP tunnels, no privileges."),
         udp_base: Optional[int] = option(None, "--udp-base", type=Int(1024, 65_535 - MAX_HOSTS), help="UDP mode: tunnel port of switch port 0 (default: a free range)."),
         fault: Optional[str] = option(None, "--fault", type=FAULT, help="Seeded faults on every switch port's receive side."),
     ) -> None:
         """Create the hosts, start the switch and fill its MAC table."""
         try:
-            st = Rack().up(hosts, name=name, programs=program, p4runtime=p4runtime, metrics=metrics,
-                           subnet=subnet, pcap=pcap, mode=mode, udp_base=udp_base, fault=fault)  # type: ignore[arg-type]
+            with console.status(f"rack {name}: planning") as status:
+                def step(msg: str) -> None:
+                    console.print(f"  {msg}", soft_wrap=True, highlight=False)  # a line per step: visible when piped too
+                    status.update(f"rack {name}: {msg}")
+
+                st = Rack().up(hosts, name=name, programs=program, p4runtime=p4runtime, metrics=metrics,
+                               subnet=subnet, pcap=pcap, mode=mode, udp_base=udp_base, fault=fault,  # type: ignore[arg-type]
+                               pcap_size=pcap_size, progress=step)
         except KeyboardInterrupt as e:
             notes = getattr(e, "__notes__", [])
             if notes:
@@ -156,8 +177,10 @@ def register(app: typer.Typer) -> None:
             raise _fail(e)
         if json_out:
             write_json(json_out, {"state": asdict(s.state), "switch_alive": s.switch_alive,
+                                  "switch_generation": s.state.extra.get("generation", 1),
+                                  "switch_restarts": s.state.extra.get("restarts", []),
                                   "host_present": s.host_present, "counters": s.counters,
-                                  "counters_error": s.counters_error})
+                                  "fault_drops": s.fault_drops, "counters_error": s.counters_error})
         if not is_stdout(json_out):
             _render_status(s)
             note_written(console, json_out)

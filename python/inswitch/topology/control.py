@@ -119,6 +119,18 @@ def parse_prometheus(text: str) -> list[tuple[str, dict[str, str], float]]:
     return out
 
 
+def read_fault_drops(metrics: str, ports: list[int]) -> dict[int, dict[str, int]]:
+    """Per-port frames the switch's fault injector dropped on purpose (`--fault`),
+    `{port: {"rx_fault": n, "tx_fault": n}}`, from its /metrics."""
+    out = {p: {"rx_fault": 0, "tx_fault": 0} for p in ports}
+    for name, labels, v in scrape_metrics(metrics):
+        if name == "inswitch_port_io_drops_total" and labels.get("reason") in ("rx_fault", "tx_fault"):
+            p = int(labels.get("port", -1))
+            if p in out:
+                out[p][labels["reason"]] = int(v)
+    return out
+
+
 def scrape_metrics(address: str, timeout: float = 5.0) -> list[tuple[str, dict[str, str], float]]:
     """GET http://ADDRESS/metrics and parse it."""
     url = f"http://{address}/metrics"

@@ -32,7 +32,7 @@ REQUIRED_NS_OFFLOADS = ("tx",)
 DEFAULT_TIMEOUT = 10.0
 
 
-def run(argv: list[str], *, timeout: float = DEFAULT_TIMEOUT, check: bool = True,
+def run(argv: list[str], *, timeout: float | None = DEFAULT_TIMEOUT, check: bool = True,
         input: str | None = None) -> subprocess.CompletedProcess[str]:
     """Run a command to completion, capturing text output. Raises [`CommandError`] when it
     cannot start, times out, or (with `check`) exits non-zero."""
@@ -56,9 +56,18 @@ def ip(*args: str, netns: str | None = None, timeout: float = DEFAULT_TIMEOUT,
     return run(argv, timeout=timeout, check=check)
 
 
-def in_netns(netns: str, argv: list[str]) -> list[str]:
-    """The argv that runs `argv` inside `netns` (with its /etc/netns files bind-mounted)."""
+def netns_argv(netns: str, argv: list[str]) -> list[str]:
+    """The argv that runs `argv` inside `netns` (with its /etc/netns files bind-mounted):
+    for `subprocess.Popen` when the process should run in the background."""
     return ["ip", "netns", "exec", netns, *argv]
+
+
+def in_netns(netns: str, argv: list[str], *, timeout: float | None = None, check: bool = False,
+             input: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `argv` inside `netns` to completion and return it (text output captured).
+    `check`: raise [`CommandError`] on a non-zero exit. For a background process, use
+    `subprocess.Popen(netns_argv(netns, argv))`."""
+    return run(netns_argv(netns, argv), timeout=timeout, check=check, input=input)
 
 
 def netns_list() -> list[str]:
@@ -142,7 +151,7 @@ def ensure_neigh_capacity(entries: int) -> dict[str, int]:
 def sysctl_netns(netns: str, settings: dict[str, str]) -> None:
     """Set sysctls inside `netns` (network sysctls are per namespace, so this must run there)."""
     args = [f"{k}={v}" for k, v in settings.items()]
-    run(in_netns(netns, ["sysctl", "-q", "-w", *args]))
+    run(netns_argv(netns, ["sysctl", "-q", "-w", *args]))
 
 
 def offloads_off(dev: str, netns: str | None = None,
@@ -151,7 +160,7 @@ def offloads_off(dev: str, netns: str | None = None,
     some); fails only if a `required` one cannot be turned off. Returns the ones that failed."""
     def ethtool(features: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
         argv = ["ethtool", "-K", dev] + [w for f in features for w in (f, "off")]
-        return run(in_netns(netns, argv) if netns else argv, check=False)
+        return run(netns_argv(netns, argv) if netns else argv, check=False)
 
     if ethtool(OFFLOADS).returncode == 0:
         return []

@@ -19,11 +19,12 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Callable, Literal
 
 from inswitch.topology import control, netns, switchproc, tunnel
 from inswitch.topology.errors import CommandError, RackError
@@ -32,6 +33,9 @@ from inswitch.topology.state import (
 
 ModeArg = Literal["auto", "netns", "udp"]
 DEFAULT_NAME = "isw"
+#: Where a rack's switch serves P4Runtime and /metrics when these are free.
+DEFAULT_P4RUNTIME = "127.0.0.1:9559"
+DEFAULT_METRICS = "127.0.0.1:9100"
 
 
 def is_root() -> bool:
@@ -66,6 +70,18 @@ def check_addr(what: str, addr: str) -> str:
     return addr
 
 
+def default_or_free(addr: str) -> str:
+    """`addr` if nothing listens there, else the same host with port 0: the switch then
+    binds any free port and reports it in its ready file (no race with a port chosen here)."""
+    host, _, port = addr.rpartition(":")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, int(port)))
+        except OSError:
+            return f"{host}:0"
+    return addr
+
+
 def ready_marker(name: str) -> str:
     """The switch's ready-file path: unique to the rack and on the switch's command line, so it
     identifies the rack's switch process even without a state file."""
@@ -87,6 +103,8 @@ class RackStatus:
     host_present: dict[str, bool]
     counters: dict[int, dict[str, int]] | None
     counters_error: str | None = None
+    #: Per port, frames the fault injector dropped (`rx_fault`, `tx_fault`); None if unread.
+    fault_drops: dict[int, dict[str, int]] | None = None
 
 
 class Rack:
@@ -102,24 +120,30 @@ class Rack:
     # ----- up -------------------------------------------------------------------------
 
     def up(self, hosts: int, name: str = DEFAULT_NAME, programs: str = "forward",
-           p4runtime: str = "127.0.0.1:9559", metrics: str = "127.0.0.1:9100",
+           p4runtime: str | None = None, metrics: str | None = None,
            subnet: str = "10.0.0.0/24", pcap: str | None = None, mode: ModeArg = "auto",
-           udp_base: int | None = None, fault: str | None = None) -> RackState:
+           udp_base: int | None = None, fault: str | None = None,
+           pcap_size: float | None = None, progress: Callable[[str], None] | None = None) -> RackState:
         """Build the rack and start its switch. Everything is validated before anything is
         made; once making starts, any failure or Ctrl-C undoes all of it (by name) and re-raises."""
         check_name(name)
         m = resolve_mode(mode)
         pcap = str(Path(pcap).resolve()) if pcap else None  # the switch runs in the state dir
+        # Unset: the usual ports when free, else any free one (a second rack must not fail).
+        p4runtime = p4runtime or default_or_free(DEFAULT_P4RUNTIME)
+        metrics = metrics or default_or_free(DEFAULT_METRICS)
         check_addr("--p4runtime", p4runtime)
         check_addr("--metrics", metrics)
         if m == "udp" and udp_base is None:
-            udp_base = tunnel.free_udp_base(hosts) if 1 <= hosts <= 250 else 0
+            # Switch ports and then the hosts' own addresses (see plan_hosts).
+            udp_base = tunnel.free_udp_base(2 * hosts) if 1 <= hosts <= 250 else 0
         planned = plan_hosts(name, hosts, subnet, m, udp_base)
         self._refuse_existing(name, m)
         if not switchd_available():
             raise RackError("the switch daemon (`inswitch switch`, inswitch.switchd) is not in this build yet")
         try:
-            return self._build(name, m, planned, programs, p4runtime, metrics, subnet, pcap, fault)
+            return self._build(name, m, planned, programs, p4runtime, metrics, subnet, pcap, fault, pcap_size,
+                               progress or (lambda _s: None))
         except BaseException as e:  # KeyboardInterrupt included: never leave half a rack
             try:
                 self.down(name)
@@ -138,35 +162,47 @@ class Rack:
                                 f"run `inswitch rack down --name {name}` first")
 
     def _build(self, name: str, mode: Mode, hosts: list[Host], programs: str, p4runtime: str,
-               metrics: str, subnet: str, pcap: str | None, fault: str | None = None) -> RackState:
+               metrics: str, subnet: str, pcap: str | None, fault: str | None = None,
+               pcap_size: float | None = None, say: Callable[[str], None] = lambda _s: None) -> RackState:
         sdir = state_dir(name)
         sdir.mkdir(parents=True, mode=0o755)
         neigh: dict[str, int] = {}
         if mode == "netns":
+            say(f"creating {len(hosts)} host namespaces and their veth cables")
             self._make_hosts(name, hosts)
             # Every rack on the machine (this one included) shares the kernel's ARP table.
             neigh = netns.ensure_neigh_capacity(netns.neigh_entries_needed(netns.netns_list()))
             ports = "veth:" + ",".join(h.switch_if or "" for h in hosts)
         else:
-            base = int(tunnel.split_addr(hosts[0].tunnel or "")[1])
-            ports = f"udp:{base}:{len(hosts)}"
+            ports = tunnel.ports_spec(hosts)
         if pcap:
             Path(pcap).mkdir(parents=True, exist_ok=True)
         ready_file, log = Path(ready_marker(name)), sdir / "switch.log"
-        argv = switchproc.switch_argv(programs, ports, p4runtime, metrics, ready_file, pcap, self.python, fault)
+        argv = switchproc.switch_argv(programs, ports, p4runtime, metrics, ready_file, pcap, self.python, fault, pcap_size)
         st = RackState(name=name, mode=mode, programs=programs.split(","), subnet=subnet, hosts=hosts,
                        switch=SwitchInfo(pid=None, argv=argv, ports=ports, p4runtime=p4runtime,
                                          metrics=metrics, log=str(log), ready_file=str(ready_file), pcap=pcap),
                        state_dir=str(sdir), created=time.time(), extra={"ready": False})
         if neigh:
             st.extra["neigh_table_raised"] = neigh
-        st.switch.pid = switchproc.launch(argv, log, sdir)
-        st.save()  # from here on, `down` in another terminal finds the switch by pid
-        ready = switchproc.wait_ready(st.switch.pid, ready_file, log, self.ready_timeout)
+        st.save()  # the supervisor reads the switch's command line from here
+        # The supervisor starts the switch and restarts it if it dies (see supervisor.py);
+        # its command line names the ready file too, so `down` finds it by name as well.
+        say(f"starting the switch ({programs}, {ports}) under its supervisor")
+        sup = switchproc.launch(switchproc.supervisor_argv(name, ready_file, self.python), log, sdir)
+        st.switch.pid = sup
+        st.extra["supervisor_pid"] = sup
+        st.save()  # from here on, `down` in another terminal finds the processes by pid
+        say("waiting for the switch to serve P4Runtime")
+        ready = switchproc.wait_ready(sup, ready_file, log, self.ready_timeout)
+        st.switch.pid = int(ready.get("pid") or sup)
         st.switch.p4runtime = str(ready.get("p4runtime") or p4runtime)
         st.switch.metrics = str(ready.get("metrics") or metrics)
+        say(f"installing the MAC table ({len(hosts)} hosts) and the flood group over P4Runtime")
         control.program_forwarding(st.switch.p4runtime, hosts, len(hosts))
         st.extra["ready"] = True
+        st.extra["generation"] = 1
+        st.extra["switch_started"] = time.time()
         st.save()
         return st
 
@@ -196,9 +232,14 @@ class Rack:
         pids = set(switchproc.find_by_marker(marker))
         if st and st.switch.pid:
             pids.add(st.switch.pid)
-        for pid in sorted(pids):
-            if switchproc.stop(pid, marker, self.stop_timeout):
-                rep.stopped.append(pid)
+        if st and st.extra.get("supervisor_pid"):
+            pids.add(int(st.extra["supervisor_pid"]))
+        # The supervisor first: it would restart a switch stopped before it. Stopping it
+        # stops its switch too; both count as stopped.
+        alive = [p for p in pids if switchproc.is_alive(p, marker)]
+        for pid in sorted(alive, key=lambda p: (not switchproc.is_supervisor(p), p)):
+            switchproc.stop(pid, marker, self.stop_timeout)
+        rep.stopped += sorted(p for p in alive if not switchproc.is_alive(p, marker))
         rep.removed += self._remove_netns(name)
         sdir = state_dir(name)
         if sdir.exists():
@@ -237,16 +278,20 @@ class Rack:
         if st.mode == "netns":
             spaces = set(netns.netns_list())
             present = {h.name: h.netns in spaces for h in st.hosts}
-        counters, err = None, None
+        counters, err, faults = None, None, None
         if alive:
             try:
                 counters = control.read_port_counters(st.switch.p4runtime, [h.port for h in st.hosts])
             except RackError as e:
                 err = str(e)
+            try:
+                faults = control.read_fault_drops(st.switch.metrics, [h.port for h in st.hosts])
+            except RackError as e:
+                err = f"{err}; {e}" if err else str(e)
         else:
             err = "the switch is not running"
         return RackStatus(state=st, switch_alive=alive, host_present=present, counters=counters,
-                          counters_error=err)
+                          counters_error=err, fault_drops=faults)
 
     def resolve_host(self, ref: str, name: str | None = None) -> tuple[RackState, Host]:
         """`h1` (in rack `name`, default isw) or `isw-h1` (rack named in the reference)."""
@@ -271,7 +316,7 @@ class Rack:
         if h.netns not in netns.netns_list():
             raise RackError(f"namespace {h.netns} is gone; run `inswitch rack down --name {st.name}` and up again")
         try:
-            return subprocess.run(netns.in_netns(h.netns, argv), capture_output=capture, text=True,
+            return subprocess.run(netns.netns_argv(h.netns, argv), capture_output=capture, text=True,
                                   timeout=timeout)
         except FileNotFoundError as e:
             raise RackError(f"cannot run {argv[0]!r} in {h.netns}: {e}") from e

@@ -81,7 +81,9 @@ def host_mac(i: int) -> str:
 @dataclass
 class Host:
     """One host as `status`, `exec` and `ping` need it. `netns`/`switch_if` are set in netns
-    mode, `tunnel` (the switch port's UDP address the host attaches to) in UDP mode."""
+    mode; in UDP mode `tunnel` is the switch port's UDP address the host attaches to and
+    `tunnel_nic` the host's own address, the only source that port accepts (so no other local
+    process can take the host's frames)."""
 
     name: str
     index: int
@@ -93,6 +95,7 @@ class Host:
     ifname: str | None = None
     switch_if: str | None = None
     tunnel: str | None = None
+    tunnel_nic: str | None = None
 
 
 @dataclass
@@ -163,7 +166,8 @@ def load_state(name: str) -> RackState | None:
 
 def plan_hosts(name: str, count: int, subnet: str, mode: Mode, udp_base: int | None = None) -> list[Host]:
     """Names, MACs, addresses and switch ports of `count` hosts; validates the count and that
-    the subnet holds them (host i gets the subnet's i-th address)."""
+    the subnet holds them (host i gets the subnet's i-th address). In UDP mode switch port i
+    is `udp_base + i` and its host sends from `udp_base + count + i`."""
     if not 1 <= count <= MAX_HOSTS:
         raise RackError(f"--hosts must be 1..{MAX_HOSTS}, not {count}")
     try:
@@ -181,5 +185,6 @@ def plan_hosts(name: str, count: int, subnet: str, mode: Mode, udp_base: int | N
         else:
             assert udp_base is not None
             h.tunnel = f"127.0.0.1:{udp_base + i - 1}"
+            h.tunnel_nic = f"127.0.0.1:{udp_base + count + i - 1}"
         hosts.append(h)
     return hosts

@@ -28,16 +28,29 @@ _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
 
 def switch_argv(programs: str, ports: str, p4runtime: str, metrics: str, ready_file: Path,
-                pcap: str | None = None, python: str | None = None, fault: str | None = None) -> list[str]:
+                pcap: str | None = None, python: str | None = None, fault: str | None = None,
+                pcap_size: float | None = None) -> list[str]:
     """The switch's command line (the contract with `inswitch.switchd`)."""
     argv = [python or sys.executable, "-m", "inswitch", "switch", "--program", programs,
             "--ports", ports, "--p4runtime", p4runtime, "--metrics", metrics,
-            "--ready-file", str(ready_file)]
+            "--ready-file", str(ready_file), "--l2", "controller"]  # the rack's controller programs L2
     if pcap:
         argv += ["--pcap", pcap]
+        if pcap_size:
+            argv += ["--pcap-size", repr(pcap_size)]
     if fault:
         argv += ["--fault", fault]
     return argv
+
+
+def supervisor_argv(name: str, ready_file: Path, python: str | None = None) -> list[str]:
+    """The command line of the rack's switch supervisor (`supervisor.py`)."""
+    return [python or sys.executable, "-m", "inswitch.topology.supervisor", name, "--ready-file", str(ready_file)]
+
+
+def is_supervisor(pid: int) -> bool:
+    cmd = _cmdline(pid, settle_s=0)
+    return bool(cmd and "inswitch.topology.supervisor" in cmd)
 
 
 def launch(argv: list[str], log: Path, cwd: Path) -> int:

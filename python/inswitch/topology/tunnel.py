@@ -45,6 +45,17 @@ def free_udp_base(count: int, host: str = "127.0.0.1", attempts: int = 50) -> in
     raise RackError(f"found no {count} consecutive free UDP ports in {lo}-{hi} on {host}")
 
 
+def ports_spec(hosts: list[Host]) -> str:
+    """The switch's `--ports` for a UDP rack: port i at host i's `tunnel`, bound to host i's
+    `tunnel_nic` (`udp:BASE:N@127.0.0.1:NICBASE`), so each port sends only to its host and
+    drops, and counts as `rx_foreign`, datagrams from anyone else."""
+    base = split_addr(hosts[0].tunnel or "")[1]
+    nic_host, nic_base = split_addr(hosts[0].tunnel_nic or "")
+    for i, h in enumerate(hosts):
+        assert split_addr(h.tunnel or "")[1] == base + i and split_addr(h.tunnel_nic or "")[1] == nic_base + i
+    return f"udp:{base}:{len(hosts)}@{nic_host}:{nic_base}"
+
+
 def split_addr(addr: str) -> tuple[str, int]:
     host, _, port = addr.rpartition(":")
     return host, int(port)
@@ -71,10 +82,10 @@ def tunnel_ping(src: Host, dst: Host, count: int, timeout: float) -> PingResult:
     tunnel ports in this process: `dst` answers ARP and echo requests in its native thread,
     `src` resolves `dst` by ARP broadcast (through the switch's flood group) and pings.
 
-    Uses `TunnelHost(switch_addr, mac, ip, prefix_len)` and `.ping(dst_ip, count, timeout)`
-    (round-trip seconds per echo, None when lost). Attaching re-points the switch port at
-    this process (the port learns its peer from the latest datagram), which is what a host
-    "being" h1 means in this mode."""
+    Uses `TunnelHost(switch_addr, mac, ip, prefix_len, local_addr=...)` and
+    `.ping(dst_ip, count, timeout)` (round-trip seconds per echo, None when lost). Each host
+    sends from its `tunnel_nic`, the only address its switch port accepts, which is what a
+    host "being" h1 means in this mode (and why two pings of one host cannot overlap)."""
     cls = tunnel_host_class()
     if cls is None:
         raise RackError("ping in UDP-tunnel mode needs inswitch._native.TunnelHost (a userspace host "
@@ -82,9 +93,9 @@ def tunnel_ping(src: Host, dst: Host, count: int, timeout: float) -> PingResult:
     assert src.tunnel and dst.tunnel
     with ExitStack() as stack:
         try:
-            responder = cls(dst.tunnel, dst.mac, dst.ip, dst.prefix_len)
+            responder = cls(dst.tunnel, dst.mac, dst.ip, dst.prefix_len, local_addr=dst.tunnel_nic)
             stack.callback(responder.close)
-            pinger = cls(src.tunnel, src.mac, src.ip, src.prefix_len)
+            pinger = cls(src.tunnel, src.mac, src.ip, src.prefix_len, local_addr=src.tunnel_nic)
             stack.callback(pinger.close)
             rtts = list(pinger.ping(dst.ip, count, timeout))
         except (TypeError, AttributeError) as e:

@@ -3,6 +3,7 @@ over the same seeded trace."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Optional
 
 import typer
@@ -12,8 +13,9 @@ from rich.table import Table
 from inswitch.apps.hare import rates as plane_rates
 from inswitch.apps.hare.kvsim import SYSTEMS, KvParams, KvRun
 from inswitch.apps.hare.workload import SHIFTS, generate
-from inswitch.cliopts import JSON_PATH, SEED, Choice, Float, Int, option
+from inswitch.cliopts import JSON_PATH, OUT_DIR, SEED, Choice, Float, Int, option
 from inswitch.output import console_for, note_written, write_json
+from inswitch.tables import cells, show
 
 KVS_EXAMPLES = """Examples:
 
@@ -51,8 +53,10 @@ def run_kvs(
     table_rate: float = 10_000.0,
     packet_rate: float = 1_000_000.0,
     progress: Optional[Any] = None,
+    pcap: Optional[str] = None,
 ) -> dict[str, Any]:
-    """Generate one trace and replay it against each system; the result the CLI writes."""
+    """Generate one trace and replay it against each system; the result the CLI writes.
+    `pcap`: capture each system's switch ports into `pcap/SYSTEM/port{N}.pcapng`."""
     count = shift_count if shift_count is not None else (cache if shift == "coldest-to-top" else 200)
     trace = generate(keys, rate, duration, zipf, writes, scrambled, shift, duration / 2 if shift != "none" else None, count, 1.0, seed)
     params = KvParams(n_keys=keys, key_size=key_size, value_size=value_size, cache=cache, batch=batch, t_wait=t_wait, service_s=service_s, hare_stats=hare_stats, table_rate=table_rate, packet_rate=packet_rate)
@@ -72,7 +76,7 @@ def run_kvs(
     }
     for name in systems:
         task = progress.add_task(name, total=1.0) if progress else None
-        run = KvRun(name, trace, params)
+        run = KvRun(name, trace, params, pcap_dir=Path(pcap) / name if pcap else None)
         res = run.run((lambda f, task=task: progress.update(task, completed=f)) if progress else None)
         out["systems"][name] = res
     return out
@@ -102,6 +106,7 @@ def register(app: typer.Typer) -> None:
         json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Write the result as JSON."),
         rates: bool = typer.Option(True, help="Also measure the two plane-interaction rates here (starts a switch for P4Runtime)."),
         model_rates: str = option("paper", "--model-rates", type=Choice("paper", "measured"), help="Control costs charged in the run: paper (10K table writes/s, 1M packets/s) or measured (this machine's P4Runtime and data-plane rates)."),
+        pcap: Optional[str] = option(None, "--pcap", type=OUT_DIR, help="Capture each system's switch ports into DIR/SYSTEM/port{N}.pcapng (and cpu.pcapng), stamped with simulated time."),
     ) -> None:
         """Replay one seeded KV trace against Hare, NetCache, DySO and no caching."""
         console = console_for(json_out)
@@ -115,7 +120,7 @@ def register(app: typer.Typer) -> None:
         if model_rates == "measured" and measured:
             extra = {"table_rate": measured["p4runtime_table_writes"]["per_s"], "packet_rate": measured["dataplane_control_packets"]["per_s"]}
         with Progress(console=console) as prog:
-            out = run_kvs(systems, keys, key_size, value_size, cache, batch, zipf, shift, duration, rate, writes, scrambled, shift_count, seed, t_wait=t_wait, hare_stats=stats, progress=prog, **extra)
+            out = run_kvs(systems, keys, key_size, value_size, cache, batch, zipf, shift, duration, rate, writes, scrambled, shift_count, seed, t_wait=t_wait, hare_stats=stats, progress=prog, pcap=pcap, **extra)
         if measured:
             out["plane_interaction_rates_measured"] = measured
         t = Table(title=f"kvs: {len(systems)} system(s), {out['config']['queries']} queries, shift {shift}")
@@ -123,15 +128,22 @@ def register(app: typer.Typer) -> None:
             t.add_column(c)
         for name, r in out["systems"].items():
             p99 = [x for x in r["p99_us"] if x is not None]
-            f = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+            f = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
+            if r["recovery_s"] is not None:
+                rec = str(r["recovery_s"])
+            else:
+                rec = "n/a" if not r["stable_hit_rate"] else "not in run"
             t.add_row(
-                name, f(r["stable_hit_rate"]), f(r["recovered_hit_rate"]), "-" if r["recovery_s"] is None else str(r["recovery_s"]),
+                name, f(r["stable_hit_rate"]), f(r["recovered_hit_rate"]), rec,
                 f"{sum(r['throughput_qps']) / max(1, len(r['throughput_qps'])):.0f}", f"{max(p99) if p99 else 0:.0f}",
                 str(r["offloads"]), str(r["control"]["table_ops"]), str(r["control"]["packet_ops"]),
                 "yes" if r["fits"]["tofino1"] else "[yellow]no[/yellow]",
                 "[green]yes[/green]" if r["correct"] else "[red]NO[/red]",
             )
-        console.print(t)
+        if any(c in ("n/a", "not in run") for row in cells(t)[1] for c in row):
+            t.caption = ("recovery (s): from the popularity change until the hit rate is back within 5% of the stable one; "
+                         "n/a: no hit rate to recover (no switch cache); not in run: never back within the run")
+        show(console, t)
         failed = {n: r["failed_requests"] for n, r in out["systems"].items() if sum(r["failed_requests"].values())}
         if failed:
             console.print("requests dropped (mostly by servers under load), reported to their client as failed; reads are checked against acknowledged writes only: "
@@ -144,6 +156,8 @@ def register(app: typer.Typer) -> None:
                 f"{m['dataplane_control_packets']['per_s']:.0f} control packets/s through the data plane "
                 f"({m['packet_over_table_ratio']:.0f}x); the run charged {mod['table_writes_per_s']:.0f} and {mod['packet_interactions_per_s']:.0f} /s"
             )
+        if pcap:
+            console.print(f"captures in {Path(pcap).resolve()}/SYSTEM/port{{N}}.pcapng")
         if json_out:
             write_json(json_out, out, indent=1)
             note_written(console, json_out)
@@ -212,11 +226,16 @@ def _register_locks(app: typer.Typer) -> None:
         t = Table(title=f"locks: {len(systems)} system(s)")
         for c in ("system", "transactions", "stable tps", "recovered tps", "recovery (s)", "retries", "moves", "correct"):
             t.add_column(c)
-        f = lambda v: "-" if v is None else f"{v:.0f}"  # noqa: E731
+        f = lambda v: "n/a" if v is None else f"{v:.0f}"  # noqa: E731
         for name, r in out["systems"].items():
-            t.add_row(name, str(r["transactions"]), f(r.get("stable_tps")), f(r.get("recovered_tps")), str(r.get("recovery_s", "-")),
+            rec = r.get("recovery_s")
+            rec_text = str(rec) if rec is not None else ("n/a" if "recovery_s" not in r else "not in run")
+            t.add_row(name, str(r["transactions"]), f(r.get("stable_tps")), f(r.get("recovered_tps")), rec_text,
                       str(r["retries"]), str(r["moves"]), "[green]yes[/green]" if r["correct"] else "[red]NO[/red]")
-        console.print(t)
+        if any(c in ("n/a", "not in run") for row in cells(t)[1] for c in row):
+            t.caption = ("n/a: no popularity change in this run (nothing to recover from); "
+                         "not in run: throughput never back within 95% of the recovered level before the end")
+        show(console, t)
         if json_out:
             write_json(json_out, out, indent=1)
             note_written(console, json_out)

@@ -153,7 +153,7 @@ class Metrics:
 class KvRun:
     """One system over one trace."""
 
-    def __init__(self, system: str, trace: Trace, p: KvParams, wal_dir: Optional[Path] = None):
+    def __init__(self, system: str, trace: Trace, p: KvParams, wal_dir: Optional[Path] = None, pcap_dir: Optional[Path] = None):
         if system not in SYSTEMS:
             raise ValueError(f"system must be one of {', '.join(SYSTEMS)}")
         self.system, self.trace, self.p = system, trace, p
@@ -176,6 +176,12 @@ class KvRun:
         rep = _json.loads(_native.resources_json(programs, "tofino1"))
         self.fits = {"tofino1": rep["fits"], "problems": rep["problems"]}
         self.sw = _native.SimSwitch(programs, 1 + p.servers)
+        #: Simulated time of the slice being run (stamps captured frames).
+        self.t_now = 0.0
+        if pcap_dir is not None:
+            from inswitch.capture import CapturedSim
+
+            self.sw = CapturedSim(self.sw, 1 + p.servers, Path(pcap_dir), lambda: self.t_now)
         for h, port in [(1, 0)] + [(2 + s, 1 + s) for s in range(p.servers)] + [(0xFE, 0)]:
             self.sw.table_write("forward", "l2_dmac", "insert", [_mac(h)], "l2_forward", [port.to_bytes(2, "big")])
             self.sw.table_write("forward", "l2_smac", "insert", [_mac(h)], "nop", [])
@@ -269,6 +275,7 @@ class KvRun:
         t_end = float(tr.t[-1]) if n else 0.0
         now = 0.0
         while lo < n:
+            self.t_now = now
             now += p.slice_s
             self.run_pending(now - p.slice_s)
             if self.fw is not None:
@@ -280,6 +287,8 @@ class KvRun:
             lo = hi
             if progress:
                 progress(min(1.0, now / max(t_end, 1e-9)))
+        if hasattr(self.sw, "close"):
+            self.sw.close()  # a capture: flush its files
         return self.result()
 
     def slice(self, lo: int, hi: int) -> None:

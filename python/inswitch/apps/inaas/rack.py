@@ -5,6 +5,11 @@ The controller registers the tenants over P4Runtime. Needs root.
 
 Tenant A writes 20 pairs (one per segment) and reads them back; tenant B reads A's
 registers with A's keys (it must get nothing), then writes and reads its own.
+
+A switch that dies and comes back (the rack's supervisor) holds no registration, no lease
+and no value: the controller registers the tenants again (and says so in the rack's state
+directory, `inaas-generation`), and each tenant, before its next operation, waits for that
+and then writes again everything it had written, which takes its leases again.
 """
 
 from __future__ import annotations
@@ -56,8 +61,24 @@ TENANT = textwrap.dedent('''
     ifname, mac, gk_mac, uid, plan = sys.argv[1], bytes.fromhex(sys.argv[2]), bytes.fromhex(sys.argv[3]), int(sys.argv[4]), json.loads(sys.argv[5])
     s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x88B6))
     s.bind((ifname, 0x88B6)); s.settimeout(0.05)
+    state, marker = sys.argv[6], sys.argv[7]
+    from inswitch.topology import restarts
+    t_start = time.time(); handled = set(); seen = []; replayed = 0
     out = []
-    for seq, (ops, idx, keys, values) in enumerate(plan, start=1):
+    writes = []
+    seq = 0
+    def wait_registered(gen):
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if int(open(marker).read().strip() or 0) >= gen:
+                    return
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.05)
+    def op(ops, idx, keys, values):
+        global seq
+        seq += 1
         n = len(keys)
         args = (bytes(range(n)), np.full(n, idx, "<u2").tobytes(), bytes([ops] * n), np.asarray(keys, "<u4").tobytes(), np.asarray(values, "<i4").tobytes())
         frame = _native.inaas_frame(mac, gk_mac, uid, seq, 1_000_000, *args)
@@ -76,10 +97,22 @@ TENANT = textwrap.dedent('''
             if r and r[1] == seq:
                 got = r
         if got is None:
-            out.append({"seq": seq, "lost": True}); continue
+            return {"seq": seq, "lost": True}
         st = list(np.frombuffer(got[3], np.uint8)[:n]); vals = list(np.frombuffer(got[4], "<i8")[:n])
-        out.append({"seq": seq, "status": [int(x) for x in st], "values": [int(v) for v in vals], "via_goalkeeper": bool(got[2] & 0x08), "tries": tries, "rtt_us": (time.monotonic() - t0) * 1e6})
-    print(json.dumps(out), flush=True)
+        return {"seq": seq, "status": [int(x) for x in st], "values": [int(v) for v in vals], "via_goalkeeper": bool(got[2] & 0x08), "tries": tries, "rtt_us": (time.monotonic() - t0) * 1e6}
+    for step in plan:
+        if step[0] == "pause":
+            time.sleep(step[1]); continue
+        new = [r for r in restarts.wait_back(state, t_start) if r["generation"] not in handled]
+        for r in new:
+            handled.add(r["generation"]); seen.append(r["generation"])
+            wait_registered(r["generation"])
+            for w in writes:  # the switch lost them: write again (taking the leases again)
+                op(*w); replayed += 1
+        if step[0] == 1:
+            writes.append(step)
+        out.append(op(*step))
+    print(json.dumps({"ops": out, "restarts_seen": seen, "replayed_writes": replayed}), flush=True)
 ''')
 
 READ, WRITE = 0, 1
@@ -99,30 +132,44 @@ def _p4_name(client: Any, want: str) -> str:
     raise RuntimeError(f"no table {want} in {names}")
 
 
-def run_on_rack(name: str = "inaas1", seconds: float = 20.0) -> dict[str, Any]:
-    """Bring a 3-host rack up, run the goalkeeper and two tenants, take it down."""
+def run_on_rack(name: str = "inaas1", seconds: float = 20.0, pause_a_s: float = 0.0,
+                pcap: str | None = None) -> dict[str, Any]:
+    """Bring a 3-host rack up, run the goalkeeper and two tenants, take it down. Tenant A
+    waits `pause_a_s` between its write and its read (time for a switch to die)."""
+    from pathlib import Path
+
     from inswitch.p4rt.client import SwitchClient
+    from inswitch.topology import restarts
 
     rack = Rack()
     try:
-        st = rack.up(3, name=name, programs="forward,inaas", p4runtime=f"127.0.0.1:{_free_port()}", metrics=f"127.0.0.1:{_free_port()}")
+        st = rack.up(3, name=name, programs="forward,inaas", p4runtime=f"127.0.0.1:{_free_port()}", metrics=f"127.0.0.1:{_free_port()}", pcap=pcap)
     except Exception:
         rack.down(name)
         raise
     procs: list[subprocess.Popen[str]] = []
+    watcher: restarts.Watcher | None = None
     try:
         gk, ta, tb = st.hosts
         uids = {"a": 0x1234567, "b": 0x7654321}
-        with SwitchClient(st.switch.p4runtime) as c:
-            tenants, gkt = _p4_name(c, "tenants"), _p4_name(c, "goalkeeper")
-            c.insert_entry(gkt, {"meta.zero": 0}, "set_goalkeeper", {"port": gk.port})
-            for slot, (h, uid) in enumerate(((ta, uids["a"]), (tb, uids["b"]))):
-                for port in (h.port, gk.port):
-                    c.insert_entry(tenants, {"ig_intr_md.ingress_port": port, "hdr.inaas.uid": uid}, "set_tenant", {"slot": slot, "max_lease_us": 60_000_000})
+        state_file, marker = Path(st.state_dir) / "state.json", Path(st.state_dir) / "inaas-generation"
+
+        def register(restart: dict[str, Any] | None = None) -> None:
+            with SwitchClient(st.switch.p4runtime) as c:
+                tenants, gkt = _p4_name(c, "tenants"), _p4_name(c, "goalkeeper")
+                c.insert_entry(gkt, {"meta.zero": 0}, "set_goalkeeper", {"port": gk.port})
+                for slot, (h, uid) in enumerate(((ta, uids["a"]), (tb, uids["b"]))):
+                    for port in (h.port, gk.port):
+                        c.insert_entry(tenants, {"ig_intr_md.ingress_port": port, "hdr.inaas.uid": uid}, "set_tenant", {"slot": slot, "max_lease_us": 60_000_000})
+            marker.write_text(str(restart["generation"] if restart else 1))
+
+        register()
+        watcher = restarts.Watcher(state_file, register).__enter__()
+        t_start = time.time()
         hexmac = lambda m: m.replace(":", "")  # noqa: E731
         py = sys.executable
         gk_proc = subprocess.Popen(
-            netns.in_netns(gk.netns or "", [py, "-c", GOALKEEPER, gk.ifname or "", hexmac(gk.mac), str(seconds), json.dumps([[uids["a"], "kv", 60_000_000], [uids["b"], "kv", 60_000_000]])]),
+            netns.netns_argv(gk.netns or "", [py, "-c", GOALKEEPER, gk.ifname or "", hexmac(gk.mac), str(seconds), json.dumps([[uids["a"], "kv", 60_000_000], [uids["b"], "kv", 60_000_000]])]),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.PIPE, text=True,
         )
         procs.append(gk_proc)
@@ -130,12 +177,13 @@ def run_on_rack(name: str = "inaas1", seconds: float = 20.0) -> dict[str, Any]:
         if first_line(gk_proc) != "READY":
             raise RuntimeError("goalkeeper did not start: " + (gk_proc.stderr.read() if gk_proc.stderr else ""))
         keys = [100 + j for j in range(20)]
-        plan_a = [[WRITE, 5, keys, [1000 + j for j in range(20)]], [READ, 5, keys, [0] * 20]]
+        plan_a = [[WRITE, 5, keys, [1000 + j for j in range(20)]], ["pause", pause_a_s], [READ, 5, keys, [0] * 20]]
         plan_b = [[READ, 5, keys, [0] * 20], [WRITE, 6, keys, [2000 + j for j in range(20)]], [READ, 6, keys, [0] * 20]]
 
         def tenant(h: Any, uid: int, plan: list) -> list[dict]:
             cp = subprocess.run(
-                netns.in_netns(h.netns or "", [py, "-c", TENANT, h.ifname or "", hexmac(h.mac), hexmac(gk.mac), str(uid), json.dumps(plan)]),
+                netns.netns_argv(h.netns or "", [py, "-c", TENANT, h.ifname or "", hexmac(h.mac), hexmac(gk.mac), str(uid), json.dumps(plan),
+                                               str(state_file), str(marker)]),
                 capture_output=True, text=True, timeout=60,
             )
             if cp.returncode != 0:
@@ -146,8 +194,21 @@ def run_on_rack(name: str = "inaas1", seconds: float = 20.0) -> dict[str, Any]:
         res_b = tenant(tb, uids["b"], plan_b)
         gk_out, gk_err = gk_proc.communicate(input="", timeout=seconds + 10)
         gk_res = json.loads(gk_out.strip().splitlines()[-1])
-        return {"mode": "rack of network namespaces, real processes, AF_PACKET", "tenant_a": res_a, "tenant_b": res_b, "goalkeeper": gk_res}
+        watcher.__exit__(None, None, None)
+        watcher_done, watcher = watcher, None
+        recs = restarts.read(state_file, t_start)
+        doc = {"mode": "rack of network namespaces, real processes, AF_PACKET", "tenant_a": res_a["ops"], "tenant_b": res_b["ops"],
+               "goalkeeper": gk_res, "switch_restarts": recs, "reregistered_generations": sorted(watcher_done.handled),
+               "replayed_writes": {"a": res_a["replayed_writes"], "b": res_b["replayed_writes"]}}
+        if recs:
+            doc["restart_note"] = "; ".join(
+                f"the switch died ({r['exit']}) and was forwarding again {r.get('recovery_s', '?')} s later (generation {r['generation']})"
+                for r in recs) + (f"; the controller registered the tenants again, and the tenants wrote again "
+                                  f"{res_a['replayed_writes'] + res_b['replayed_writes']} operations' worth of state (re-acquiring their leases)")
+        return doc
     finally:
+        if watcher is not None:
+            watcher.__exit__(None, None, None)
         for p in procs:
             if p.poll() is None:
                 p.kill()

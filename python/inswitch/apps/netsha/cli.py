@@ -9,8 +9,9 @@ import typer
 from rich.progress import Progress
 from rich.table import Table
 
-from inswitch.cliopts import IN_FILE, JSON_PATH, RACK_NAME, SEED, Choice, Float, Int, Text, option
+from inswitch.cliopts import IN_FILE, JSON_PATH, OUT_DIR, RACK_NAME, SEED, Choice, Float, Int, Text, option
 from inswitch.output import console_for, note_written, write_json
+from inswitch.tables import show
 
 from .datasets import DatasetError, load
 from .search import ALL_MODES, MODES, SearchConfig, run_search
@@ -52,7 +53,7 @@ def bench_netsha(
     t.add_row("forward only, same frames, same harness", f"{r['forward_answers_per_s']:,.0f} answers/s")
     t.add_row("ratio netsha / forward", f"{r['ratio_netsha_forward']:.3f}")
     t.add_row("netsha packets/s | forward packets/s", f"{r['netsha_packets_per_s']:,.0f} | {r['forward_packets_per_s']:,.0f}")
-    console.print(t)
+    show(console, t)
     if json_out:
         write_json(json_out, r, indent=2)
         note_written(console, json_out)
@@ -101,6 +102,7 @@ def register(app: typer.Typer) -> None:
         per_packet: int = option(0, "--per-packet", type=Int(0, 120), help="Answers per server packet (0: full packets, 120, §3.3; the switch splits those that run out of room)."),
         rack: bool = typer.Option(False, "--rack", help="NetSHa only, with real processes: a namespace rack (needs root) of S servers and the agent through the switch process."),
         rack_name: str = option("netsha", "--rack-name", type=RACK_NAME, help="Rack name (prefixes its namespaces) for --rack."),
+        pcap: Optional[str] = option(None, "--pcap", type=OUT_DIR, help="With --rack: capture every switch port into pcapng files in this directory."),
         seed: int = option(0, "--seed", type=SEED, help="Seed of the data, the queries and the hashes."),
         json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Write the result as JSON."),
     ) -> None:
@@ -132,13 +134,13 @@ def register(app: typer.Typer) -> None:
                 console.print("[red]error:[/red] --rack needs root (network namespaces)")
                 raise typer.Exit(2)
             with console.status("rack search") as status:
-                result = run_rack_search(ds, cfg, rack_name, lambda m: status.update(m))
+                result = run_rack_search(ds, cfg, rack_name, lambda m: status.update(m), pcap=pcap)
             r = result["modes"]["netsha-rack"]
             t = Table(title=f"search --rack: {ds.name}, {ds.base.shape[0]} × {ds.base.shape[1]}, {ds.queries.shape[0]} queries, K={k}, S={servers}")
             for c in ("mode", "recall", "F1", "server packets", "agent packets", "agent answers", "total s"):
                 t.add_column(c)
             t.add_row("netsha-rack", f"{r['recall']:.3f}", f"{r['f1']:.3f}", str(r["server_packets"]), str(r["agent_packets"]), str(r["agent_answers"]), f"{r['total_s']:.2f}")
-            console.print(t)
+            show(console, t)
             if json_out:
                 write_json(json_out, result, indent=2)
                 note_written(console, json_out)
@@ -160,7 +162,7 @@ def register(app: typer.Typer) -> None:
                 f"{r['total_s']:.2f}",
                 *(f"{sp[x]:.1f}" for x in ("selection", "search", "network", "agent")),
             )
-        console.print(t)
+        show(console, t)
         if "agent_packets_ratio" in result:
             console.print(f"agent packets, netsha / layered: {result['agent_packets_ratio']:.3f} (paper: 4–10× fewer)")
         if json_out:

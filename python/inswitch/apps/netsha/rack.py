@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -31,10 +32,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_rack_search(ds: Dataset, cfg: SearchConfig, name: str = "netsha", progress: Optional[Callable[[str], None]] = None) -> dict[str, Any]:
+def run_rack_search(ds: Dataset, cfg: SearchConfig, name: str = "netsha", progress: Optional[Callable[[str], None]] = None,
+                    pcap: Optional[str] = None) -> dict[str, Any]:
     """NetSHa through a rack of real processes; the JSON `inswitch search --rack` writes
     (mode `netsha-rack`). Needs root (network namespaces). The rack is always taken down."""
-    from inswitch.topology import Rack, control, netns
+    from inswitch.topology import Rack, control, netns, restarts
 
     say = progress or (lambda _m: None)
     cluster = build_cluster(ds, cfg, ternary=True)
@@ -51,20 +53,29 @@ def run_rack_search(ds: Dataset, cfg: SearchConfig, name: str = "netsha", progre
     servers: list[subprocess.Popen[str]] = []
     try:
         say(f"rack {name}: 1 agent + {cfg.servers} servers, switch `forward,{spec}`")
-        st = rack.up(cfg.servers + 1, name=name, programs=f"forward,{spec}", p4runtime=f"127.0.0.1:{_free_port()}", metrics=f"127.0.0.1:{_free_port()}")
+        st = rack.up(cfg.servers + 1, name=name, programs=f"forward,{spec}", p4runtime=f"127.0.0.1:{_free_port()}", metrics=f"127.0.0.1:{_free_port()}",
+                     pcap=pcap)
         agent, hosts = st.hosts[0], st.hosts[1:]
         mac = int(agent.mac.replace(":", ""), 16)
         ip = int.from_bytes(socket.inet_aton(agent.ip), "big")
         say(f"controller: {len(cluster.selection)} selection entries")
-        with control.connect(st.switch.p4runtime) as c:
-            configure_p4rt(c, (agent.port, mac, ip, 7001), [h.port for h in hosts], cluster.selection)
-        with tempfile.TemporaryDirectory() as tmp:
+        def configure(_restart: object = None) -> None:
+            with control.connect(st.switch.p4runtime) as c:
+                configure_p4rt(c, (agent.port, mac, ip, 7001), [h.port for h in hosts], cluster.selection)
+
+        configure()
+        state_file = Path(st.state_dir) / "state.json"
+        t_start = time.time()
+        # A restarted switch has no NetSHa state: the controller installs it again (queries
+        # flood to every server meanwhile, which the answers survive) and the agent retries.
+        watcher = restarts.Watcher(state_file, configure)
+        with watcher, tempfile.TemporaryDirectory() as tmp:
             t = Path(tmp)
             conf = json.dumps({"tables": cfg.tables, "hashes": cfg.hashes, "width": cfg.width, "seed": cfg.seed, "delta": cfg.delta, "cap": cfg.cap})
             for s, (h, idx) in enumerate(zip(hosts, cluster.indexes)):
                 np.savez(t / f"shard{s}.npz", data=idx.data, ids=idx.ids)
                 cmd = [py, "-m", "inswitch.apps.netsha.rack_node", "server", str(t / f"shard{s}.npz"), agent.ip, "7001", conf, "--per", str(per)]
-                servers.append(subprocess.Popen(netns.in_netns(h.netns, cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+                servers.append(subprocess.Popen(netns.netns_argv(h.netns, cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
             for p in servers:
                 assert p.stdout is not None
                 line = procs.first_line(p)
@@ -74,8 +85,9 @@ def run_rack_search(ds: Dataset, cfg: SearchConfig, name: str = "netsha", progre
             np.savez(t / "queries.npz", vectors=ds.queries.astype(np.float32), keys=qkeys.astype(np.int64))
             bcast = str(_broadcast(agent.ip, hosts[0].ip))
             say(f"agent: {ds.queries.shape[0]} queries to {bcast}:7000")
-            cmd = [py, "-m", "inswitch.apps.netsha.rack_node", "agent", str(t / "queries.npz"), bcast, "--concurrency", str(cfg.concurrency)]
-            cp = subprocess.run(netns.in_netns(agent.netns, cmd), capture_output=True, text=True, timeout=600)
+            cmd = [py, "-m", "inswitch.apps.netsha.rack_node", "agent", str(t / "queries.npz"), bcast, "--concurrency", str(cfg.concurrency),
+                   "--rack-state", str(state_file)]
+            cp = subprocess.run(netns.netns_argv(agent.netns, cmd), capture_output=True, text=True, timeout=600)
             if cp.returncode != 0:
                 raise RuntimeError(f"agent failed: {cp.stderr[-2000:]}")
             res = json.loads(cp.stdout.strip().splitlines()[-1])
@@ -83,6 +95,7 @@ def run_rack_search(ds: Dataset, cfg: SearchConfig, name: str = "netsha", progre
         for p in servers:
             out, _ = p.communicate(timeout=60)
             sent += json.loads(out.strip().splitlines()[-1])["packets"]
+        recs = restarts.read(state_file, t_start)
     finally:
         for p in servers:
             if p.poll() is None:
@@ -110,9 +123,20 @@ def run_rack_search(ds: Dataset, cfg: SearchConfig, name: str = "netsha", progre
                 "server_selection": "switch (query packets, selection tables), switchd",
                 "path": "rack of real processes through the switch process",
                 "topk_distances": [d.tolist() for d in got_d],
+                "switch_restarts": recs,
+                "retried_queries": int(res.get("retried_queries", 0)),
+                "reinstalled_generations": sorted(watcher.handled),
+                **({"restart_note": _restart_note(recs, int(res.get("retried_queries", 0)), watcher.errors)} if recs else {}),
             }
         },
     }
+
+
+def _restart_note(recs: list[dict[str, Any]], retried: int, errors: list[str]) -> str:
+    parts = [f"the switch died ({r['exit']}) and was forwarding again {r.get('recovery_s', '?')} s later "
+             f"(generation {r['generation']})" for r in recs]
+    return ("; ".join(parts) + f"; the controller installed NetSHa's tables again and the agent retried {retried} queries"
+            + (f"; re-install errors: {'; '.join(errors)}" if errors else ""))
 
 
 def _broadcast(a: str, b: str) -> str:

@@ -11,6 +11,11 @@ a rack host's namespace (`python -m inswitch.apps.netsha.rack_node server|agent 
 
 Both stop on their own: the server after `idle` seconds without a query (and at most
 `limit` seconds), the agent when no answer came for `idle` seconds after its last wave.
+
+If the switch dies meanwhile (the rack's state file, `--rack-state`, records it), the
+answers it held and those in flight are lost: once it is back, the agent sends again every
+query sent since a second before it died, and keeps each (query, id) answer once (a query's
+top K over the union of its answers is its top K: every answer is a true candidate).
 """
 
 from __future__ import annotations
@@ -127,12 +132,36 @@ def agent(args: argparse.Namespace) -> None:
             last = time.monotonic()
             got.extend(decode_answers(b))
 
-    for w in range(0, len(qv), args.concurrency):
-        for q in range(w, min(len(qv), w + args.concurrency)):
-            tx.sendto(encode_query(q, qk[q], qv[q]), (args.broadcast, QUERY_PORT))
-        drain(args.wave_idle)
+    sent_at = [0.0] * len(qv)
+
+    def send(queries: list[int]) -> None:
+        for w in range(0, len(queries), args.concurrency):
+            for q in queries[w : w + args.concurrency]:
+                sent_at[q] = time.time()
+                tx.sendto(encode_query(q, qk[q], qv[q]), (args.broadcast, QUERY_PORT))
+            drain(args.wave_idle)
+
+    wall0 = time.time()
+    send(list(range(len(qv))))
     drain(args.idle)
-    print(json.dumps({"packets": packets, "answers": got, "seconds": time.monotonic() - t0}), flush=True)
+    handled: set[int] = set()
+    retried = 0
+    while args.rack_state:
+        from inswitch.topology import restarts
+
+        new = [r for r in restarts.wait_back(args.rack_state, wall0) if r["generation"] not in handled]
+        if not new:
+            break
+        for r in new:
+            handled.add(r["generation"])
+        died = min(float(r["died_at"]) for r in new)
+        redo = [q for q in range(len(qv)) if sent_at[q] >= died - 1.0]
+        retried += len(redo)
+        send(redo)
+        drain(args.idle)
+    unique = sorted(set(got))
+    print(json.dumps({"packets": packets, "answers": unique, "seconds": time.monotonic() - t0,
+                      "retried_queries": retried, "restarts_seen": sorted(handled)}), flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -154,6 +183,7 @@ def main(argv: list[str] | None = None) -> None:
     a.add_argument("--wave-idle", type=float, default=0.3)
     a.add_argument("--idle", type=float, default=1.0)
     a.add_argument("--limit", type=float, default=300.0)
+    a.add_argument("--rack-state", default="", help="the rack's state.json: retry after a switch restart")
     args = p.parse_args(argv)
     server(args) if args.role == "server" else agent(args)
 

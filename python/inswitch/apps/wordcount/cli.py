@@ -19,8 +19,9 @@ from rich.table import Table
 
 from inswitch.apps.wordcount.job import FIGURES, MODES, PROGRAMS, WHERE, JobError, JobSpec, run
 from inswitch.apps.wordcount.progress import job_progress
-from inswitch.cliopts import IN_FILE, JSON_PATH, SEED, Choice, Float, Int, argument, option
+from inswitch.cliopts import IN_FILE, JSON_PATH, OUT_DIR, SEED, Choice, Float, Int, argument, option
 from inswitch.output import console_for, note_written, write_json
+from inswitch.tables import show
 
 EXAMPLES = """Examples:
 
@@ -105,6 +106,7 @@ def register(app: typer.Typer) -> None:
         timeout: float = option(120.0, "--timeout", type=Float(0, 86_400, lo_open=True), help="Seconds a run may take."),
         where: str = option("auto", "--where", type=Choice(*WHERE), help="Where the processes run: auto (a netns rack when root, else loopback), netns, or loopback (no switch)."),
         json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Write the result as JSON."),
+        pcap: Optional[str] = option(None, "--pcap", type=OUT_DIR, help="Capture every switch port into pcapng files in this directory (switch mode on the netns rack)."),
     ) -> None:
         """MapReduce WordCount through the switch: mappers and reducers as processes in a
         rack, the reducers' counts checked against a Counter over the input."""
@@ -121,14 +123,14 @@ def register(app: typer.Typer) -> None:
         modes = list(MODES) if mode == "all" else [mode]
         spec = JobSpec(inputs=inputs or None, zipf=zipf, words=words_, vocab=vocab, seed=seed, mappers=mappers,
                        reducers=reducers, program=program, loss=loss, combiner=not no_combiner, timeout_s=timeout,
-                       where=where)
+                       where=where, pcap=pcap)
         try:
             with job_progress(console) as bar:
                 doc = run(spec, modes, *bar)
         except JobError as e:
             console.print(f"[red]error:[/red] {e}", highlight=False)
             raise typer.Exit(2)
-        console.print(table(doc))
+        show(console, table(doc))
         for line in summary_lines(doc):
             console.print(line, highlight=False)
         if json_out:

@@ -15,6 +15,7 @@ from inswitch.apps.wordcount.cli import summary_lines, table
 from inswitch.apps.wordcount.job import JobError, JobSpec, run
 from inswitch.apps.wordcount.progress import job_progress
 from inswitch.topology.state import process_tag
+from inswitch.tables import show
 
 #: Real text that Debian-like machines ship, in order of preference (licences and manuals).
 CANDIDATES = ["/usr/share/common-licenses/*", "/usr/share/vim/vim*/doc/options.txt", "/usr/share/vim/vim*/doc/version7.txt"]
@@ -89,7 +90,7 @@ def main(out_dir: Path, console: Console) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "wordcount.json").write_text(json.dumps(doc, indent=2))
     plot(doc, out_dir / "wordcount.png")
-    console.print(table(doc))
+    show(console, table(doc))
     for line in summary_lines(doc):
         console.print(line, highlight=False)
     console.print("every mode's reducers' counts equal a Counter over the text" if doc["correct"]

@@ -76,6 +76,8 @@ class JobSpec:
     #: Run switch mode with the aggregation program absent from the switch (forwarding only,
     #: no trees): the hosts must notice and aggregate themselves (`fallback`).
     absent_program: bool = False
+    #: Capture every switch port into pcapng files in this directory (netns rack only).
+    pcap: str | None = None
 
     def check(self) -> None:
         if (self.inputs is None) == (self.zipf is None):
@@ -147,7 +149,7 @@ class Env:
         if place.netns:
             from inswitch.topology import netns
 
-            return netns.in_netns(place.netns, argv)
+            return netns.netns_argv(place.netns, argv)
         return argv
 
     def map_addr(self, i: int) -> str:
@@ -226,6 +228,8 @@ def open_env(spec: JobSpec, switch: bool, progress: Progress) -> tuple[Env, Call
             raise JobError("switch mode needs root: the switch sits between hosts in network namespaces")
         if spec.loss:
             raise JobError("--loss acts on the switch's ports: it needs the netns rack (root)")
+        if spec.pcap:
+            raise JobError("--pcap captures the switch's ports: it needs the netns rack (root)")
         base = _free_port_base(M + R + 100 + R)
         env = Env("loopback", [Place("127.0.0.1", None, None)] * M, [Place("127.0.0.1", None, None)] * R,
                   map_port=base, reduce_port=base + 100)
@@ -241,13 +245,17 @@ def open_env(spec: JobSpec, switch: bool, progress: Progress) -> tuple[Env, Call
     fault = f"loss={spec.loss},seed={spec.seed}" if spec.loss else None
     progress(f"building a rack of {M + R} hosts around the switch ({programs}{', loss ' + str(spec.loss) if fault else ''})")
     try:
-        st = rack.up(M + R, name=name, programs=programs, p4runtime="127.0.0.1:0", metrics="127.0.0.1:0", fault=fault)
+        st = rack.up(M + R, name=name, programs=programs, p4runtime="127.0.0.1:0", metrics="127.0.0.1:0", fault=fault,
+                     pcap=spec.pcap)
     except BaseException:
         rack.down(name)
         raise
     places = [Place(h.ip, h.netns, h.ifname) for h in st.hosts]
     env = Env("netns", places[:M], places[M:], p4runtime=st.switch.p4runtime, rack_state=st,
               reduce_port=REDUCE_PORTS.get(spec.program, REDUCE_PORT))
+    if spec.pcap:
+        env.notes.append(f"switch ports captured in {Path(spec.pcap).resolve()}/port{{N}}.pcapng")
+
     def teardown() -> None:
         rack.down(name)
 
@@ -395,6 +403,7 @@ def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir:
              tree_base: int = 1, step: Optional[Callable[[int], None]] = None) -> dict[str, Any]:
     """`step(k)`: k of this mode's workers have finished (for the progress bar)."""
     M, R = spec.mappers, spec.reducers
+    wall0 = time.time()
     sw0 = switch_counters(env)
     tree_ids = [tree_base + j for j in range(R)]
     info: dict[str, Any] = {}
@@ -452,8 +461,11 @@ def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir:
         job_s = time.monotonic() - t0
     finally:
         _kill(mappers + reducers)
+    wall1 = time.time()
+    restarts = switch_restarts(env, wall0)
     _check_completed(mode, mstats, rstats, spec.timeout_s)
-    sw = _delta(sw0, switch_counters(env))
+    # A restarted switch's counters start again from 0: the delta counts only what is comparable.
+    sw = _delta(sw0, switch_counters(env)) if not restarts else {}
     progress(f"{mode}: checking the reducers' counts against the reference")
     got: dict[bytes, int] = {}
     misplaced = 0
@@ -503,9 +515,36 @@ def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir:
         res["reducer_wire_bytes"] = sum(r["wire_bytes"] for r in rstats)
     if res["fallback"]:
         res["note"] = "the switch did not aggregate (restarted or absent): the hosts aggregated instead"
+    if restarts:
+        res["switch_restarts"] = restarts
+        res["restart_note"] = restart_note(restarts, wall0, wall1)
+        res["recovered_s"] = round(wall1 - max(float(r.get("forwarding_at") or wall1) for r in restarts), 3)
     if key_limit is not None:
         res["max_key_len"] = key_limit
     return res
+
+
+def switch_restarts(env: Env, since: float) -> list[dict[str, Any]]:
+    """Restarts of the rack's switch (recorded by its supervisor) after `since` (time.time()),
+    each with when it died and how long until it was forwarding again."""
+    st = env.rack_state
+    if st is None:
+        return []
+    from inswitch.topology import restarts
+
+    return restarts.read(Path(st.state_dir) / "state.json", since)
+
+
+def restart_note(restarts: list[dict[str, Any]], started: float, ended: float) -> str:
+    """What happened, in one line: when the switch died, when it forwarded again, and how
+    long after that the job ended."""
+    parts = []
+    for r in restarts:
+        back = r.get("forwarding_at")
+        parts.append(f"the switch died ({r['exit']}) {r['died_at'] - started:.1f} s into the run and "
+                     + (f"was restarted and forwarding again {r['recovery_s']:.1f} s later (generation {r['generation']}); "
+                        f"the job ended {ended - float(back):.1f} s after that" if back else "did not come back"))
+    return "; ".join(parts)
 
 
 def _max_of(stats: list[dict[str, Any]], key: str) -> float | None:
@@ -599,6 +638,11 @@ def run(spec: JobSpec, modes: list[str], progress: Progress = no_progress, steps
     }
     for k in FIGURES[1:]:
         doc[k] = runs[primary][k]
+    restarts = [r for run in runs.values() for r in run.get("switch_restarts", [])]
+    doc["switch_restarts"] = restarts
+    for m, r in runs.items():
+        if r.get("restart_note"):
+            doc["notes"].append(f"{m}: {r['restart_note']}")
     if want_switch:
         doc["fallback"] = runs["switch"]["fallback"]
         doc["baseline_udp"] = {k: runs["udp"][k] for k in FIGURES}
