@@ -36,7 +36,7 @@ def run_workers(st: Any, sizes_mb: list[float], reps: int, workdir: Path, timeou
                "reps": reps, "env": env, "ifname": h.ifname or "eth0", "timeout_s": timeout_s}
         path = workdir / f"bench-{r}.json"
         path.write_text(json.dumps(doc))
-        argv = netns.in_netns(h.netns, [sys.executable, "-m", "inswitch.apps.allreduce.bench_worker", str(path)])
+        argv = netns.netns_argv(h.netns, [sys.executable, "-m", "inswitch.apps.allreduce.bench_worker", str(path)])
         procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     outs = []
     deadline = time.monotonic() + timeout_s

@@ -74,7 +74,7 @@ def run_mode(spec: TrainSpec, mode: str, st: Any, workdir: Path, progress: Calla
                "weights": str(weights), "env": env, "ifname": h.ifname or "eth0"}
         path = workdir / f"{mode}-{r}.json"
         path.write_text(json.dumps(doc))
-        argv = netns.in_netns(h.netns, [sys.executable, "-m", "inswitch.apps.allreduce.train_worker", str(path)])
+        argv = netns.netns_argv(h.netns, [sys.executable, "-m", "inswitch.apps.allreduce.train_worker", str(path)])
         procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     progress(f"{mode}: {len(procs)} workers training")
     outs = []
