@@ -38,7 +38,7 @@ fi
 mapfile -t reqs < <(.venv/bin/python - <<'PYEOF'
 import tomllib
 d = tomllib.load(open("pyproject.toml", "rb"))
-for r in d["build-system"]["requires"] + d["project"]["dependencies"] + d["project"]["optional-dependencies"]["test"]:
+for r in d["build-system"]["requires"] + d["project"]["dependencies"] + d["project"]["optional-dependencies"]["test"] + d["project"]["optional-dependencies"]["ml"]:
     print(r)
 PYEOF
 )

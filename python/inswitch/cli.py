@@ -47,6 +47,7 @@ _COMMAND_MODULES = [
     "inswitch.apps.netsha.cli",
     "inswitch.apps.hare.cli",
     "inswitch.commands.tenants",
+    "inswitch.apps.allreduce.cli",
     "inswitch.commands.wireshark",
 ]
 

@@ -21,6 +21,7 @@
 
 pub mod afpacket;
 pub mod aggregation;
+pub mod allreduce;
 pub mod bench;
 pub mod dataplane;
 pub mod fault;

@@ -1,6 +1,7 @@
 //! Data-plane programs, one module each, written against `pisa` only.
 //!
 //! - [`forward`]: the base program (L2, IPv4 LPM, per-port counters).
+//! - [`allreduce`]: SwitchML-style aggregation of 32-bit integer vectors (ML gradients), exactly once.
 //! - [`daiet`]: DAIET in-network key-value aggregation, exactly once.
 //! - [`switchagg`]: SwitchAgg's FPGA aggregation engines (FPE/BPE), on the `switchagg-fpga` target.
 //! - [`netsha`]: NetSHa's in-switch top-K reduction and answer aggregation for distributed LSH search.
@@ -13,6 +14,7 @@ use std::sync::Arc;
 
 use pisa::Program;
 
+pub mod allreduce;
 pub mod daiet;
 pub mod forward;
 pub mod hare;
@@ -36,6 +38,7 @@ const PROGRAMS: &[(&str, Constructor)] = &[
     ("dyso", || Arc::new(hare::dyso::Dyso::new())),
     ("hare_lock", || Arc::new(hare::lock::HareLock::new())),
     ("inaas", || Arc::new(inaas::Inaas::new())),
+    ("allreduce", || Arc::new(allreduce::Allreduce::new())),
 ];
 
 /// Names of the programs this build knows.

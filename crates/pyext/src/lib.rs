@@ -6,6 +6,7 @@
 //! wait release the GIL.
 
 mod aggregation;
+mod allreduce;
 mod hare;
 mod inaas;
 mod netsha;
@@ -782,6 +783,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(bench_route_pipeline, m)?)?;
     m.add_function(wrap_pyfunction!(bench_pcap_route, m)?)?;
     aggregation::register(m)?;
+    allreduce::register(m)?;
     switchagg::register(m)?;
     hare::register(m)?;
     inaas::register(m)?;

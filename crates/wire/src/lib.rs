@@ -58,6 +58,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod allreduce;
 pub mod arp;
 pub mod checksum;
 pub mod daiet;

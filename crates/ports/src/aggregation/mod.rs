@@ -111,7 +111,7 @@ impl FaultDir {
 /// Give a mapper's or reducer's socket large buffers: a switch's flush arrives as a burst
 /// of hundreds of packets, and a default-sized buffer would drop its tail (the job would
 /// still be correct, through the fallback, but slower).
-fn grow_buffers(sock: &UdpSocket) {
+pub(crate) fn grow_buffers(sock: &UdpSocket) {
     use std::os::fd::AsRawFd;
     let size: libc::c_int = 16 << 20;
     let set = |opt: libc::c_int| {
@@ -156,7 +156,7 @@ fn socket_rx_state(sock: &UdpSocket) -> (u64, u64) {
     (if ok { rcvbuf.max(0) as u64 } else { 0 }, drops)
 }
 
-fn wait_for(deadline: Option<u64>, now: u64) -> Duration {
+pub(crate) fn wait_for(deadline: Option<u64>, now: u64) -> Duration {
     // The loops also check their overall timeout, so never block for long; but an idle
     // reducer waking every few ms costs CPU the job is measured by.
     let cap = 100_000_000u64;
@@ -261,7 +261,7 @@ fn run<S: PairSource>(
     Ok(MapRun { completed: m.is_done(), stats: m.stats.clone(), elapsed: start.elapsed(), faults_injected: ftx.injected + frx.injected })
 }
 
-fn send(sock: &UdpSocket, p: &[u8], to: SocketAddr) -> std::io::Result<()> {
+pub(crate) fn send(sock: &UdpSocket, p: &[u8], to: SocketAddr) -> std::io::Result<()> {
     loop {
         match sock.send_to(p, to) {
             Ok(_) => return Ok(()),

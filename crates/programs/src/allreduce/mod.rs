@@ -1,0 +1,345 @@
+//! `allreduce`: SwitchML-style in-network aggregation of fixed-size vectors of 32-bit
+//! integers (Sapio et al., NSDI'21, Algorithm 3 "switch logic with packet loss recovery"),
+//! the machine-learning use DAIET names (§2) and INaaS's DML tenant.
+//!
+//! Each job owns a partition of the switch's memory: a pool of `s` slots, each slot two
+//! shadow copies (`ver` 0/1) of [`ELEMS`] 32-bit cells, a contribution counter per copy,
+//! and a seen-cell per (slot, worker). A worker sends chunk `k` of its vector into slot
+//! `k mod s` and alternates the copy at each reuse of the slot; it sends its next chunk
+//! for a slot only once it has that slot's result. Per packet:
+//!
+//! - new contribution (this worker's seen bit for `ver` clear): set it, clear its bit for
+//!   the other copy (the worker is done with it), count `(count + 1) mod n`; the first
+//!   contribution overwrites the cells, later ones add; the one that brings the count back
+//!   to 0 completes the slot: its packet becomes the result, multicast to every worker;
+//!   any other is absorbed (a counted drop).
+//! - already seen (a retransmission): if the copy is complete, the result goes back to
+//!   that worker alone (it missed the multicast); else it is absorbed, nothing added.
+//!
+//! A copy is overwritten only by the first contribution of its next use, which a worker
+//! sends only after it has the other copy's result, which exists only when every worker
+//! has contributed to it, which each did only after receiving this copy's result: so a
+//! result is never overwritten while a worker may still ask for it, and a contribution is
+//! added exactly once. The counter (not a 32-bit bitmap) and the seen-cell per worker
+//! leave the number of workers to the control plane: a job of `n` workers and `s` slots
+//! uses `n * s` seen-cells of [`SEEN_CELLS`].
+//!
+//! Layout (tofino1; `forward` uses stages 0–1 besides):
+//! - ingress stage 0: `jobs` (exact: job id → pool base, slots, workers, seen base, group)
+//! - ingress stage 1: `seen` (u8 per (slot, worker): bit `ver` = contributed to copy `ver`)
+//! - ingress stage 2: `count` (per (slot, copy): contributions so far, mod n)
+//! - ingress stages 3–10: `pool_0` … `pool_31` (per (slot, copy)), four per stage
+//! - egress stage 1: `worker_addr` (exact: replica id → the worker's MAC, IPv4, UDP port,
+//!   and the switch's source addresses), so each multicast copy of a result reaches its
+//!   worker's socket.
+//!
+//! `MAX` packets (flag [`flags::MAX`]) aggregate with an unsigned maximum instead of the
+//! sum: the hosts' exponent round (see `hostlib::allreduce`).
+
+use pisa::decl::TableSpec;
+use pisa::{
+    ActionId, DropCode, Gress, MatchKind, Pass, Program, ProgramBuilder, ProgramDecl, RegisterAction, RegisterLanes, SaluBody, Table,
+};
+use wire::allreduce::{field, flags, ELEMS, PACKET_LEN, UDP_PORT};
+
+use crate::reply::{fix_lengths, swap_addresses};
+use wire::L2_L4_LEN as UDP_IPV4_LEN;
+
+/// Slots (each with two copies) shared by the jobs of one switch.
+pub const POOL_SLOTS: u32 = 16384;
+/// Cells of each pool array and of `count`: two copies per slot.
+pub const POOL_CELLS: u32 = 2 * POOL_SLOTS;
+/// Seen-cells: a job of `n` workers and `s` slots takes `n * s` of them.
+pub const SEEN_CELLS: u32 = 1 << 19;
+/// Entries of `jobs`.
+pub const MAX_JOBS: u32 = 1024;
+/// Entries of `worker_addr` (replica ids).
+pub const MAX_REPLICAS: u32 = 4096;
+/// First stage of the pool arrays.
+const POOL_STAGE: u8 = 3;
+/// Pool arrays per stage (a Tofino 1 stage's stateful ALUs).
+const LANES: usize = 4;
+/// Bytes the parser reaches.
+pub const PARSE_DEPTH: u32 = (UDP_IPV4_LEN + PACKET_LEN) as u32;
+/// Where the allreduce payload starts in the frame (IPv4 without options).
+const AT: usize = UDP_IPV4_LEN;
+
+/// `seen` cell update: bit `ver` set, the other copy's bit cleared; returns whether bit
+/// `ver` was set before (a retransmission).
+#[derive(Clone, Copy)]
+struct Seen;
+impl SaluBody<u8, u8, bool> for Seen {
+    #[inline(always)]
+    fn run(self, cell: u8, ver: u8) -> (u8, bool) {
+        let bit = 1u8 << (ver & 1);
+        (bit, cell & bit != 0)
+    }
+}
+
+/// `count` update. Input: (new contribution?, n). A new contribution counts
+/// `(c + 1) mod n`; returns [`FIRST`] if the count was 0 before, or'ed with the count
+/// after (0: the copy is complete). A retransmission reads the count.
+#[derive(Clone, Copy)]
+struct Count;
+/// Set in [`Count`]'s output: the first contribution to this use of the copy.
+const FIRST: u32 = 1 << 31;
+impl SaluBody<u32, (bool, u32), u32> for Count {
+    #[inline(always)]
+    fn run(self, c: u32, (new, n): (bool, u32)) -> (u32, u32) {
+        if !new {
+            return (c, c);
+        }
+        let next = if c + 1 >= n { 0 } else { c + 1 };
+        (next, next | if c == 0 { FIRST } else { 0 })
+    }
+}
+
+/// What a pool cell does with the packet's value.
+mod pool_op {
+    /// Leave the cell, return it.
+    pub const READ: u8 = 0;
+    /// Overwrite with the value (the first contribution).
+    pub const FIRST: u8 = 1;
+    /// Add the value (wrapping).
+    pub const ADD: u8 = 2;
+    /// Unsigned maximum with the value.
+    pub const MAX: u8 = 3;
+}
+
+/// Pool cell update: returns the cell after the update.
+#[derive(Clone, Copy)]
+struct Pool;
+impl SaluBody<u32, (u8, u32), u32> for Pool {
+    #[inline(always)]
+    fn run(self, c: u32, (op, v): (u8, u32)) -> (u32, u32) {
+        let n = match op {
+            pool_op::FIRST => v,
+            pool_op::ADD => c.wrapping_add(v),
+            pool_op::MAX => c.max(v),
+            _ => c,
+        };
+        (n, n)
+    }
+}
+
+type PoolLanes = RegisterLanes<u32, (u8, u32), u32, Pool, LANES>;
+
+pub struct Allreduce {
+    decl: ProgramDecl,
+    jobs: Table,
+    a_set_job: ActionId,
+    worker_addr: Table,
+    a_set_addr: ActionId,
+    seen: RegisterAction<u8, u8, bool, Seen>,
+    count: RegisterAction<u32, (bool, u32), u32, Count>,
+    pool: Vec<PoolLanes>,
+    d_absorbed: DropCode,
+    d_unknown_job: DropCode,
+    d_out_of_range: DropCode,
+    d_no_addr: DropCode,
+}
+
+/// Bridged byte: this packet is a result being multicast (egress rewrites its address).
+const BR_MCAST: usize = 0;
+
+impl Allreduce {
+    pub fn new() -> Allreduce {
+        let mut b = ProgramBuilder::new(
+            "allreduce",
+            "SwitchML-style aggregation: 32 x 32-bit integers per packet summed in a job's pool of slots, shadow copies, exactly once, result multicast",
+        );
+        b.parser(PARSE_DEPTH, &[("ethernet", 112), ("ipv4", 160), ("udp", 64), ("allreduce", PACKET_LEN as u32 * 8)])
+            .metadata_bits(64 + 2 * 32 + 16)
+            .bridged_bytes(1)
+            .classify(pisa::ClassifyRule::udp_port(UDP_PORT))
+            .note("a counter per (slot, copy) and a seen-cell per (slot, worker), not a 32-bit bitmap: no limit on workers but the seen array (n x s cells per job)")
+            .note("32 elements per pass (one register array each, four per stage, stages 3-10); SwitchML's 64 would need a second pass")
+            .note("sums wrap at 2^32: the hosts pick each chunk's scale so n workers' values cannot overflow");
+
+        let a_set_job = b.action(
+            "set_job",
+            &[("pool_base", 32), ("slots", 16), ("workers", 16), ("seen_base", 32), ("group", 16)],
+            "the job's partition: first slot, slots, workers, first seen-cell, multicast group",
+        );
+        let a_no_job = b.action("no_job", &[], "unknown job: drop");
+        let jobs = b.table(TableSpec {
+            name: "jobs",
+            doc: "job id -> memory partition and multicast group; filled by the controller",
+            gress: Gress::Ingress,
+            stage: 0,
+            size: MAX_JOBS,
+            keys: &[("hdr.allreduce.job", 16, MatchKind::Exact)],
+            actions: &[a_set_job, a_no_job],
+            default_action: (a_no_job, &[]),
+            const_default: true,
+        });
+        let sr = b.register::<u8>("seen", Gress::Ingress, 1, SEEN_CELLS, "per (slot, worker): bit ver = contributed to copy ver");
+        let seen = b.register_action_body(sr, "mark", Seen);
+        let cr = b.register::<u32>("count", Gress::Ingress, 2, POOL_CELLS, "per (slot, copy): contributions so far, mod n");
+        let count = b.register_action_body(cr, "count", Count);
+        let mut acts = Vec::with_capacity(ELEMS);
+        for e in 0..ELEMS {
+            let stage = POOL_STAGE + (e / LANES) as u8;
+            let r =
+                b.register::<u32>(&format!("pool_{e}"), Gress::Ingress, stage, POOL_CELLS, "per (slot, copy): element e of the aggregate");
+            acts.push(b.register_action_body(r, "update", Pool));
+        }
+        let pool = acts.chunks(LANES).map(|c| PoolLanes::new([c[0], c[1], c[2], c[3]]).expect("four pool arrays per stage")).collect();
+        let a_set_addr = b.action(
+            "set_addr",
+            &[("mac", 48), ("ip", 32), ("port", 16), ("src_mac", 48), ("src_ip", 32)],
+            "the worker behind this replica id, and the source the switch's results come from",
+        );
+        let a_no_addr = b.action("no_addr", &[], "unknown replica: drop");
+        let worker_addr = b.table(TableSpec {
+            name: "worker_addr",
+            doc: "replica id -> the worker's addresses, for the multicast copies of a result",
+            gress: Gress::Egress,
+            stage: 1,
+            size: MAX_REPLICAS,
+            keys: &[("eg_intr_md.rid", 16, MatchKind::Exact)],
+            actions: &[a_set_addr, a_no_addr],
+            default_action: (a_no_addr, &[]),
+            const_default: true,
+        });
+        let d_absorbed = b.drop_reason("allreduce_absorbed");
+        let d_unknown_job = b.drop_reason("allreduce_unknown_job");
+        let d_out_of_range = b.drop_reason("allreduce_out_of_range");
+        let d_no_addr = b.drop_reason("allreduce_no_worker_addr");
+        let decl = b.build().expect("allreduce declaration is valid");
+        Allreduce {
+            decl,
+            jobs,
+            a_set_job,
+            worker_addr,
+            a_set_addr,
+            seen,
+            count,
+            pool,
+            d_absorbed,
+            d_unknown_job,
+            d_out_of_range,
+            d_no_addr,
+        }
+    }
+}
+
+impl Default for Allreduce {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn get_u16(h: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([h[at], h[at + 1]])
+}
+
+impl Program for Allreduce {
+    fn decl(&self) -> &ProgramDecl {
+        &self.decl
+    }
+
+    fn ingress(&self, pass: &mut Pass<'_>) {
+        let h = pass.hdr();
+        // Not IPv4/UDP, IPv4 with options or a short frame: the fixed offsets do not hold.
+        if h.len() < PARSE_DEPTH as usize || !wire::is_ipv4_udp(h) {
+            pass.drop(DropCode::MALFORMED);
+            return;
+        }
+        let fl = h[AT + field::FLAGS];
+        let ver = h[AT + field::VER];
+        if fl & !flags::ALL != 0 || fl & flags::RESULT != 0 || ver > 1 {
+            pass.drop(DropCode::MALFORMED);
+            return;
+        }
+        let (job, worker, slot) = (get_u16(h, AT + field::JOB), get_u16(h, AT + field::WORKER) as u32, get_u16(h, AT + field::SLOT) as u32);
+        let mut values = [0u32; ELEMS];
+        for (i, v) in values.iter_mut().enumerate() {
+            let at = AT + field::VALUES + 4 * i;
+            *v = u32::from_be_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
+        }
+
+        // Stage 0: the job's partition.
+        let t = pass.apply_u64(&self.jobs, job as u64);
+        if t.action != self.a_set_job {
+            pass.drop(self.d_unknown_job);
+            return;
+        }
+        let (pool_base, slots, workers, seen_base, group) =
+            (t.param(0) as u32, t.param(1) as u32, t.param(2) as u32, t.param(3) as u32, t.param(4) as u16);
+        if slot >= slots || worker >= workers {
+            pass.drop(self.d_out_of_range);
+            return;
+        }
+        let cell = (pool_base + slot) * 2 + ver as u32;
+
+        // Stage 1: has this worker contributed to this copy? Stage 2: count.
+        let seen = pass.execute(&self.seen, seen_base + slot * workers + worker, ver);
+        let c = pass.execute(&self.count, cell, seen.map(|s| (!s, workers)));
+        // From here on (stages 3-10) the stage-1 and stage-2 outputs may be used.
+        let (seen, c) = (seen.get(), c.get());
+        let complete = c & !FIRST == 0;
+        let op = match (seen, c & FIRST != 0, fl & flags::MAX != 0) {
+            (true, _, _) => pool_op::READ,
+            (false, true, _) => pool_op::FIRST,
+            (false, false, false) => pool_op::ADD,
+            (false, false, true) => pool_op::MAX,
+        };
+        if !complete {
+            // Stages 3–10 still run for a contribution; a retransmission to an incomplete
+            // copy changes nothing and is absorbed.
+            if !seen {
+                for (s, lanes) in self.pool.iter().enumerate() {
+                    pass.execute_lanes(lanes, 0xF, [cell; LANES], |i| (op, values[s * LANES + i]));
+                }
+            }
+            pass.drop(self.d_absorbed);
+            return;
+        }
+        let mut out = [0u32; ELEMS];
+        for (s, lanes) in self.pool.iter().enumerate() {
+            let o = pass.execute_lanes(lanes, 0xF, [cell; LANES], |i| (op, values[s * LANES + i]));
+            out[s * LANES..(s + 1) * LANES].copy_from_slice(&o);
+        }
+        let h = pass.hdr_mut();
+        for (i, v) in out.iter().enumerate() {
+            let at = AT + field::VALUES + 4 * i;
+            h[at..at + 4].copy_from_slice(&v.to_be_bytes());
+        }
+        h[AT + field::FLAGS] = fl | flags::RESULT;
+        if seen {
+            // A worker that missed the result: to it alone, back where it came from.
+            swap_addresses(h, UDP_IPV4_LEN - 8);
+            let len = pass.packet_len();
+            fix_lengths(pass.hdr_mut(), len);
+            let port = pass.ingress_port();
+            pass.forward(port);
+        } else {
+            pass.bridged_mut()[BR_MCAST] = 1;
+            pass.multicast(group, None);
+        }
+    }
+
+    fn egress(&self, pass: &mut Pass<'_>) {
+        if pass.bridged()[BR_MCAST] != 1 {
+            return;
+        }
+        let r = pass.apply_u64(&self.worker_addr, pass.replication_id() as u64);
+        if r.action != self.a_set_addr {
+            pass.drop(self.d_no_addr);
+            return;
+        }
+        let (mac, ip, port, src_mac, src_ip) = (r.param(0), r.param(1) as u32, r.param(2) as u16, r.param(3), r.param(4) as u32);
+        let h = pass.hdr_mut();
+        // Each copy to its worker, from the switch's own addresses: the completing worker's,
+        // kept, would make its own copy a "martian" (a local source) its kernel drops.
+        h[0..6].copy_from_slice(&mac.to_be_bytes()[2..]);
+        h[6..12].copy_from_slice(&src_mac.to_be_bytes()[2..]);
+        h[26..30].copy_from_slice(&src_ip.to_be_bytes());
+        h[30..34].copy_from_slice(&ip.to_be_bytes());
+        h[34..36].copy_from_slice(&UDP_PORT.to_be_bytes());
+        h[36..38].copy_from_slice(&port.to_be_bytes());
+        let len = pass.packet_len();
+        fix_lengths(pass.hdr_mut(), len);
+    }
+}

@@ -1,0 +1,100 @@
+"""Install an allreduce job on a switch through P4Runtime.
+
+A job gets a partition of the switch's memory (`slots` slots from `pool_base`, and
+`slots * workers` seen-cells from `seen_base`), a multicast group of its workers' ports, and
+one `worker_addr` entry per worker (replica id -> MAC, IPv4, UDP port, and the switch's
+source addresses) so each multicast copy of a result reaches its worker's socket. The constants mirror
+`crates/programs/src/allreduce/mod.rs`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from inswitch.p4rt.client import SwitchClient
+
+#: Slots shared by the jobs of one switch (`POOL_SLOTS`).
+POOL_SLOTS = 16384
+#: Seen-cells (`SEEN_CELLS`): a job takes slots x workers of them.
+SEEN_CELLS = 1 << 19
+#: Replica ids `worker_addr` holds (`MAX_REPLICAS`).
+MAX_REPLICAS = 4096
+#: UDP port the switch takes allreduce packets on (`wire::allreduce::UDP_PORT`).
+UDP_PORT = 7074
+
+
+@dataclass(frozen=True)
+class WorkerAddr:
+    """Where a worker is: its switch port, MAC, IPv4 address and UDP port."""
+
+    port: int
+    mac: str
+    ip: str
+    udp_port: int
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    job: int
+    slots: int
+    pool_base: int
+    seen_base: int
+    group: int
+    rid_base: int
+
+    def check(self, workers: int) -> None:
+        if not 1 <= self.slots <= 65535 or self.pool_base + self.slots > POOL_SLOTS:
+            raise ValueError(f"job {self.job}: slots [{self.pool_base}, +{self.slots}) beyond the switch's {POOL_SLOTS}")
+        if self.seen_base + self.slots * workers > SEEN_CELLS:
+            raise ValueError(f"job {self.job}: {self.slots} slots x {workers} workers beyond the {SEEN_CELLS} seen-cells")
+        if self.rid_base + workers > MAX_REPLICAS:
+            raise ValueError(f"job {self.job}: replica ids beyond {MAX_REPLICAS}")
+
+
+def plan(jobs: Sequence[tuple[int, int]], slots: int) -> list[JobSpec]:
+    """Partitions for jobs `(job id, workers)` side by side, `slots` slots each."""
+    out, pool, seen, rid = [], 0, 0, 0
+    for i, (job, workers) in enumerate(jobs):
+        spec = JobSpec(job=job, slots=slots, pool_base=pool, seen_base=seen, group=100 + i, rid_base=rid)
+        spec.check(workers)
+        out.append(spec)
+        pool, seen, rid = pool + slots, seen + slots * workers, rid + workers
+    return out
+
+
+#: The source of the switch's multicast results: an address no worker has (a worker's own
+#: address as a source is a "martian" its kernel drops).
+SWITCH_MAC = "02:00:00:00:fe:fe"
+
+
+def switch_ip(workers: Sequence[WorkerAddr]) -> str:
+    """An address in the workers' /24 that none of them has (the highest free one)."""
+    import ipaddress
+
+    used = {w.ip for w in workers}
+    net = ipaddress.ip_network(f"{workers[0].ip}/24", strict=False)
+    for a in reversed(list(net.hosts())):
+        if str(a) not in used:
+            return str(a)
+    raise ValueError("no free address for the switch in the workers' subnet")
+
+
+def install(client: SwitchClient, spec: JobSpec, workers: Sequence[WorkerAddr]) -> None:
+    """Write the job's entries and group (replacing any left by an earlier job of that id)."""
+    src_ip = switch_ip(workers)
+    spec.check(len(workers))
+    for e in client.read_entries("allreduce.jobs"):
+        if next(iter(e["match"].values())) == spec.job:
+            client.delete_entry("allreduce.jobs", {"hdr.allreduce.job": spec.job})
+    old = {next(iter(e["match"].values())) for e in client.read_entries("allreduce.worker_addr")}
+    for i, w in enumerate(workers):
+        rid = spec.rid_base + i
+        if rid in old:
+            client.delete_entry("allreduce.worker_addr", {"eg_intr_md.rid": rid})
+        client.insert_entry("allreduce.worker_addr", {"eg_intr_md.rid": rid}, "allreduce.set_addr",
+                            {"mac": w.mac, "ip": w.ip, "port": w.udp_port, "src_mac": SWITCH_MAC, "src_ip": src_ip})
+    client.set_multicast_group(spec.group, [(w.port, spec.rid_base + i) for i, w in enumerate(workers)])
+    client.insert_entry("allreduce.jobs", {"hdr.allreduce.job": spec.job}, "allreduce.set_job",
+                        {"pool_base": spec.pool_base, "slots": spec.slots, "workers": len(workers),
+                         "seen_base": spec.seen_base, "group": spec.group})
