@@ -95,9 +95,16 @@ def test_every_declared_listen_address_defaults_to_loopback() -> None:
             for p in sub.params:
                 if any(o in ("--p4runtime", "--metrics", "--listen") for o in p.opts) and isinstance(p.default, str):
                     seen.append((f"{cmd.name} {sub.name} {p.opts[0]}", p.default))
+    from inswitch.topology import rack as rack_mod
+
     for fn, arg in ((Rack.up, "p4runtime"), (Rack.up, "metrics"), (SwitchServer.__init__, "address"),
                     (SwitchClient.__init__, "address")):
-        seen.append((f"{fn.__qualname__}({arg})", inspect.signature(fn).parameters[arg].default))
+        default = inspect.signature(fn).parameters[arg].default
+        if default is None and fn is Rack.up:
+            # Unset: the rack's usual address when free, else port 0 on the same host.
+            default = {"p4runtime": rack_mod.DEFAULT_P4RUNTIME, "metrics": rack_mod.DEFAULT_METRICS}[arg]
+            seen.append((f"Rack.up({arg}) when taken", rack_mod.default_or_free(default).rpartition(":")[0] + ":0"))
+        seen.append((f"{fn.__qualname__}({arg})", default))
     assert len(seen) >= 8, seen
     for where, default in seen:
         assert default == "off" or is_loopback(default), f"{where} defaults to {default}"

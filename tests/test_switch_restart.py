@@ -195,7 +195,9 @@ def test_netsha_search_survives_a_switch_kill() -> None:
     [rec] = m["switch_restarts"]
     assert rec["exit"] == "signal SIGKILL" and rec["generation"] == 2 and "forwarding_at" in rec
     assert m["reinstalled_generations"] == [2]
-    assert 0 < m["retried_queries"] < ds.queries.shape[0], m["retried_queries"]
+    # Every query sent since a second before the death is sent again: all of them when the
+    # agent sent the whole batch within that second (a fast machine), some otherwise.
+    assert 0 < m["retried_queries"] <= ds.queries.shape[0], m["retried_queries"]
     assert "retried" in m["restart_note"]
     ref = run_search(ds, cfg, ["tlsh"], keep_topk=True)["modes"]["tlsh"]
     for q, (a, b) in enumerate(zip(m["topk_distances"], ref["topk_distances"])):

@@ -224,6 +224,8 @@ def test_two_switches_and_a_link_between_them(switchd_factory: Callable[..., Any
         sb = 'section.switch[data-switch="sb"]'
         assert int(pg.inner_text(f'{sb} table.cells tr[data-index="1"] td[data-field="packets"]').replace(",", "")) == PACKETS
         assert pg.locator('section.switch[data-switch="sa"] table.cells tbody tr').count() == 0  # sa's cells are all zero
+        # The system panels come from their own poll (/api/systems), after the cells.
+        pg.wait_for_selector(f'{sb} .system[data-system="daiet"]', timeout=10_000)
         assert pg.locator(f'{sb} .system[data-system="daiet"]').count() == 1
     finally:
         pg.close()

@@ -13,11 +13,11 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from inswitch.cliopts import Choice, Float, Int, Text, option
-from inswitch.output import ensure_writable, write_json
+from inswitch.cliopts import JSON_PATH, OUT_FILE, Choice, Float, Int, Text, option
+from inswitch.output import console_for, ensure_writable, note_written, write_json
+from inswitch.tables import show
 
 
 def table(doc: dict[str, Any]) -> Table:
@@ -33,12 +33,25 @@ def table(doc: dict[str, Any]) -> Table:
     return t
 
 
+TRAIN_EXAMPLES = """Examples:
+
+  inswitch train --model mlp --workers 3 --mode both --epochs 2 --json train.json --png train.png
+
+  inswitch train --model cnn --workers 4 --mode switch --loss 0.01
+"""
+
+BENCH_EXAMPLES = """Examples:
+
+  inswitch bench allreduce --workers 4,8 --sizes 1,4,16 --json bench/allreduce.json
+"""
+
+
 def register(app: typer.Typer) -> None:
     from inswitch.bench.cli import bench_app
 
-    bench_app.command("allreduce")(bench_cmd)
+    bench_app.command("allreduce", epilog=BENCH_EXAMPLES)(bench_cmd)
 
-    @app.command("train")
+    @app.command("train", epilog=TRAIN_EXAMPLES)
     def train_cmd(
         model: str = option("mlp", "--model", type=Choice("mlp", "cnn"), help="Model."),
         data: str = option("digits", "--data", type=Choice("digits"), help="Data set (scikit-learn's bundled digits)."),
@@ -47,16 +60,15 @@ def register(app: typer.Typer) -> None:
         loss: float = option(0.0, "--loss", type=Float(0, 0.5), help="Probability that the switch's ports lose a frame."),
         epochs: int = option(5, "--epochs", type=Int(1, 1000), help="Epochs."),
         seed: int = option(1, "--seed", type=Int(0, 2**31 - 1), help="Seed of the model and the batches (same in both modes)."),
-        json_out: Optional[str] = option(None, "--json", type=Text("a file path"), help="Write the result here."),
-        png: Optional[str] = option(None, "--png", type=Text("a file path"), help="Accuracy against wall time, both modes."),
+        json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Write the result here."),
+        png: Optional[str] = option(None, "--png", type=OUT_FILE, help="Accuracy against wall time, both modes."),
     ) -> None:
         """Train on digits with gradients averaged in the switch or by Gloo."""
         from inswitch.apps.allreduce.train import MODES, TrainError, TrainSpec, plot, run
 
-        console = Console() if Console().is_terminal else Console(width=140)
-        for p, o in ((json_out, "--json"), (png, "--png")):
-            if p:
-                ensure_writable(p, o)
+        console = console_for(json_out)
+        if png:
+            ensure_writable(png, "--png")
         spec = TrainSpec(model=model, data=data, workers=workers, modes=MODES if mode == "both" else (mode,),
                          loss=loss, epochs=epochs, seed=seed)
         try:
@@ -64,7 +76,7 @@ def register(app: typer.Typer) -> None:
         except TrainError as e:
             console.print(f"[red]error:[/red] {e}", highlight=False)
             raise typer.Exit(2)
-        console.print(table(doc))
+        show(console, table(doc))
         if "max_weight_diff" in doc:
             console.print(f"max |switch weight - gloo weight| after the same seeded run: {doc['max_weight_diff']:.3g}")
         for mode_, r in doc["runs"].items():
@@ -72,10 +84,9 @@ def register(app: typer.Typer) -> None:
                 console.print(f"{mode_}: fell back to Gloo for {r['fallbacks']}", highlight=False)
         if png:
             plot(doc, png)
-            console.print(f"wrote {png}")
         if json_out:
             write_json(json_out, doc, indent=2)
-            console.print(f"wrote {json_out}")
+        note_written(console, png, json_out)
 
 
 def bench_cmd(
@@ -84,15 +95,13 @@ def bench_cmd(
     sizes: Any = option("1,4,16", "--sizes", type=Text("sizes in MB, e.g. 1,4,16", check=lambda s: _floats(s, 0.001, 256)),
                         help="float32 tensor sizes in MB (comma-separated)."),
     reps: int = option(3, "--reps", type=Int(1, 100), help="Repetitions per size (the median is kept)."),
-    json_out: Optional[str] = option(None, "--json", type=Text("a file path"), help="Write the result here."),
+    json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Write the result here."),
 ) -> None:
     """float32 allreduce through the switch against Gloo, in the same rack and run."""
     from inswitch.apps.allreduce.bench import run as bench_run
     from inswitch.apps.allreduce.train import TrainError
 
-    console = Console() if Console().is_terminal else Console(width=140)
-    if json_out:
-        ensure_writable(json_out)
+    console = console_for(json_out)
     try:
         doc = bench_run(workers, sizes, reps, progress=lambda s: console.print(f"[dim]{s}[/dim]", highlight=False))
     except TrainError as e:
@@ -104,10 +113,10 @@ def bench_cmd(
     for r in doc["results"]:
         t.add_row(f"{r['size_mb']:g}", str(r["workers"]), f"{r['switch_s']:.3f}", f"{r['gloo_s']:.3f}", f"{r['speedup']:.2f}",
                   f"{r['bytes_per_worker']:,.0f}", f"{r['gloo_bytes_per_worker']:,.0f}", f"{r['max_rel_diff']:.2g}")
-    console.print(t)
+    show(console, t)
     if json_out:
         write_json(json_out, doc, indent=2)
-        console.print(f"wrote {json_out}")
+    note_written(console, json_out)
 
 
 def _ints(s: str, lo: int, hi: int) -> list[int]:

@@ -532,7 +532,9 @@ def switch_restarts(env: Env, since: float) -> list[dict[str, Any]]:
         return []
     from inswitch.topology import restarts
 
-    return restarts.read(Path(st.state_dir) / "state.json", since)
+    # A job that fell back may end before its dead switch forwards again: wait (bounded)
+    # until each restart has ended, so the report says how long recovery took.
+    return restarts.wait_back(Path(st.state_dir) / "state.json", since, timeout=30.0)
 
 
 def restart_note(restarts: list[dict[str, Any]], started: float, ended: float) -> str:
@@ -543,7 +545,9 @@ def restart_note(restarts: list[dict[str, Any]], started: float, ended: float) -
         back = r.get("forwarding_at")
         parts.append(f"the switch died ({r['exit']}) {r['died_at'] - started:.1f} s into the run and "
                      + (f"was restarted and forwarding again {r['recovery_s']:.1f} s later (generation {r['generation']}); "
-                        f"the job ended {ended - float(back):.1f} s after that" if back else "did not come back"))
+                        + (f"the job ended {ended - float(back):.1f} s after that" if ended >= float(back)
+                           else f"the job had ended {float(back) - ended:.1f} s before that, on host-side aggregation")
+                        if back else "did not come back"))
     return "; ".join(parts)
 
 
