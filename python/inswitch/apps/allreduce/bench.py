@@ -15,11 +15,10 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any, Callable
 
-from inswitch.apps.allreduce.train import SLOTS, WORKER_UDP_PORT, TrainError, _last_json, install_job
+from inswitch.apps.allreduce.train import SLOTS, WORKER_UDP_PORT, TrainError, collect_workers, install_job
 
 STORE_PORT = 29537
 
@@ -38,24 +37,7 @@ def run_workers(st: Any, sizes_mb: list[float], reps: int, workdir: Path, timeou
         path.write_text(json.dumps(doc))
         argv = netns.netns_argv(h.netns, [sys.executable, "-m", "inswitch.apps.allreduce.bench_worker", str(path)])
         procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    outs = []
-    deadline = time.monotonic() + timeout_s
-    try:
-        for r, p in enumerate(procs):
-            try:
-                out, err = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                raise TrainError(f"bench worker {r} did not finish within {timeout_s:g} s") from None
-            doc = _last_json(out)
-            if p.returncode != 0 or doc is None:
-                tail = (err.strip().splitlines() or ["(no output)"])[-1]
-                raise TrainError(f"bench worker {r} failed (exit {p.returncode}): {tail}")
-            outs.append(doc)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+    outs = collect_workers(procs, timeout_s, "bench worker")
     rows = []
     for i, first in enumerate(outs[0]["results"]):
         each = [o["results"][i] for o in outs]

@@ -44,6 +44,31 @@ class TrainSpec:
     timeout_s: float = 600.0
 
 
+def collect_workers(procs: list[subprocess.Popen[str]], timeout_s: float, label: str) -> list[dict[str, Any]]:
+    """Each worker's last JSON line, in rank order, within one shared deadline; the first
+    worker that fails or times out is a TrainError naming it (`label` r). Every worker still
+    running is killed on the way out."""
+    outs = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        for r, p in enumerate(procs):
+            try:
+                out, err = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                raise TrainError(f"{label} {r} did not finish within {timeout_s:g} s") from None
+            doc = _last_json(out)
+            if p.returncode != 0 or doc is None:
+                tail = (err.strip().splitlines() or ["(no output)"])[-1]
+                raise TrainError(f"{label} {r} failed (exit {p.returncode}): {tail}")
+            outs.append(doc)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return outs
+
+
 def _last_json(out: str) -> dict[str, Any] | None:
     for line in reversed(out.strip().splitlines()):
         try:
@@ -77,24 +102,7 @@ def run_mode(spec: TrainSpec, mode: str, st: Any, workdir: Path, progress: Calla
         argv = netns.netns_argv(h.netns, [sys.executable, "-m", "inswitch.apps.allreduce.train_worker", str(path)])
         procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     progress(f"{mode}: {len(procs)} workers training")
-    outs = []
-    deadline = time.monotonic() + spec.timeout_s
-    try:
-        for r, p in enumerate(procs):
-            try:
-                out, err = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                raise TrainError(f"{mode}: worker {r} did not finish within {spec.timeout_s:g} s") from None
-            doc = _last_json(out)
-            if p.returncode != 0 or doc is None:
-                tail = (err.strip().splitlines() or ["(no output)"])[-1]
-                raise TrainError(f"{mode}: worker {r} failed (exit {p.returncode}): {tail}")
-            outs.append(doc)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+    outs = collect_workers(procs, spec.timeout_s, f"{mode}: worker")
     r0 = outs[0]
     n = len(outs)
     return {
