@@ -89,17 +89,26 @@ pub fn forward_rounds(frame_len: usize, batch: usize, rounds: u64) -> u64 {
 /// input), so the measurement is the pipeline, not allocation or copying.
 pub fn forward_pipeline(frame_len: usize, batch: usize, duration: Duration) -> PipelineRate {
     let (mut sw, mut rx) = forward_rig(frame_len, batch);
-    let mut packets = 0u64;
     let mut now = 1u64;
-    let mut start = Instant::now();
-    let mut warm = true;
-    loop {
+    timed(duration, || {
+        let mut packets = 0;
         for _ in 0..256 {
             packets += round(&mut sw, &mut rx, now);
             now += 1;
         }
+        packets
+    })
+}
+
+/// Run `step` (which returns the packets it moved) over and over: 100 ms of warm-up, then
+/// measure until `duration` has passed.
+fn timed(duration: Duration, mut step: impl FnMut() -> u64) -> PipelineRate {
+    let mut packets = 0u64;
+    let mut start = Instant::now();
+    let mut warm = true;
+    loop {
+        packets += step();
         let el = start.elapsed();
-        // 100 ms of warm-up, then measure until the duration has passed.
         if warm && el > Duration::from_millis(100) {
             warm = false;
             packets = 0;
@@ -249,11 +258,9 @@ pub fn route_pipeline(frame_len: usize, batch: usize, duration: Duration) -> Pip
             b
         })
         .collect();
-    let mut packets = 0u64;
     let mut now = 1u64;
-    let mut start = Instant::now();
-    let mut warm = true;
-    loop {
+    timed(duration, || {
+        let mut packets = 0;
         for _ in 0..200 {
             packets += round(&mut sw, &mut rx, now);
             now += 1;
@@ -262,18 +269,8 @@ pub fn route_pipeline(frame_len: usize, batch: usize, duration: Duration) -> Pip
         for (b, f) in rx.iter_mut().zip(&frames) {
             b.copy_from(f);
         }
-        let el = start.elapsed();
-        if warm && el > Duration::from_millis(100) {
-            warm = false;
-            packets = 0;
-            start = Instant::now();
-            continue;
-        }
-        if !warm && el >= duration {
-            let seconds = el.as_secs_f64();
-            return PipelineRate { packets, seconds, mpps: packets as f64 / seconds / 1e6 };
-        }
-    }
+        packets
+    })
 }
 
 /// The routing path through file ports: `packets` frames replayed from a pcap file in
