@@ -111,8 +111,9 @@ def register(app: typer.Typer) -> None:
         timeout: float = option(10.0, "--timeout", type=Float(0, 3600, lo_open=True), help="Stop after this many seconds, traced or not."),
         json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Also write the decoded records as JSON."),
     ) -> None:
-        """Follow matching packets through a running switch: for each packet, one line per
-        event: the parser's outcome, each table applied (key, hit or miss, action and its
+        """Follow matching packets through a running switch, one line per event.
+
+        For each packet: the parser's outcome, each table applied (key, hit or miss, action and its
         data), each register action (cell before and after, in its named fields), hash
         results, recirculations, clones and multicast ports, the drop reason, the port it
         leaves by. Names and values are decoded by the P4Info, as `tables list` shows them.
