@@ -17,7 +17,7 @@ use std::cell::RefCell;
 
 use serde::Serialize;
 
-use crate::base::{DropCode, Gress, ObjRef};
+use crate::base::{ActionId, DropCode, Gress, ObjRef, MAX_ACTION_PARAMS};
 use crate::decl::{Digest, HashUnit, Memory, Table};
 use crate::lanes::{HashLanes, RegisterLanes};
 use crate::packet::{PacketBuf, PortId, PORT_CPU, PORT_NONE, PORT_RECIRC};
@@ -359,25 +359,20 @@ impl<'a> Pass<'a> {
         self.env.record(self.trace, ev);
     }
 
+    /// (The result's fields by value: a reference would make the caller keep the result in
+    /// memory on the untraced path too.)
     #[cold]
     #[inline(never)]
-    fn trace_table(&self, table: u16, key: &[u8], r: &TableResult<'_>) {
-        let ev = Event::Table {
-            program: self.read_only.program,
-            table,
-            key: key.into(),
-            hit: r.hit,
-            action: r.action.0,
-            params: r.params[..].into(),
-        };
+    fn trace_table(&self, table: u16, key: &[u8], hit: bool, action: ActionId, params: &[u64; MAX_ACTION_PARAMS]) {
+        let ev = Event::Table { program: self.read_only.program, table, key: key.into(), hit, action: action.0, params: params[..].into() };
         self.env.record(self.trace, ev);
     }
 
     #[cold]
     #[inline(never)]
-    fn trace_table_u64(&self, table: u16, key: u64, r: &TableResult<'_>) {
+    fn trace_table_u64(&self, table: u16, key: u64, hit: bool, action: ActionId, params: &[u64; MAX_ACTION_PARAMS]) {
         let n = self.read_only.tables[table as usize].key_bytes().min(8);
-        self.trace_table(table, &key.to_be_bytes()[8 - n..], r);
+        self.trace_table(table, &key.to_be_bytes()[8 - n..], hit, action, params);
     }
 
     #[cold]
@@ -585,7 +580,7 @@ impl<'a> Pass<'a> {
         let read_only: &'a ProgramReadOnly = self.read_only;
         let r = read_only.tables[t.idx as usize].lookup(key);
         if self.trace != 0 {
-            self.trace_table(t.idx, key, &r);
+            self.trace_table(t.idx, key, r.hit, r.action, r.params);
         }
         r
     }
@@ -599,7 +594,7 @@ impl<'a> Pass<'a> {
         let read_only: &'a ProgramReadOnly = self.read_only;
         let r = read_only.tables[t.idx as usize].lookup_u64(key);
         if self.trace != 0 {
-            self.trace_table_u64(t.idx, key, &r);
+            self.trace_table_u64(t.idx, key, r.hit, r.action, r.params);
         }
         r
     }

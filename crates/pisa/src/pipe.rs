@@ -698,8 +698,11 @@ impl<'a> Passes<'a> {
             Gress::Egress => program.egress(pass),
         }
         let v = pass.unload(pkt);
-        if let (Some(kind), true) = (v, pkt.meta.trace != 0) {
-            pass.trace_violation(kind);
+        if let Some(kind) = v {
+            // (Inside the rare branch: a violation-free pass tests nothing more.)
+            if pkt.meta.trace != 0 {
+                pass.trace_violation(kind);
+            }
         }
         count_violation(pkt, prog, v, counters)
     }
