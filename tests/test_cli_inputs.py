@@ -34,7 +34,7 @@ EXEMPT: dict[tuple[str, str], str] = {}
 
 #: Valid values for required parameters, so a case fails only on the value under test.
 REQUIRED = {"program": "forward", "programs": "forward", "hosts": "2", "host": "h1", "src": "h1", "dst": "h2", "command": "true", "ref": "rx_port_counters[0]",
-            "listen": "127.0.0.1:0", "servers": "10.0.0.2", "topology": "leaf-spine:1,1,1"}
+            "listen": "127.0.0.1:0", "servers": "10.0.0.2", "topology": "leaf-spine:1,1,1", "match": "udp dst 7070"}
 
 #: Seconds one refused value may take (parsing only; the work must not start).
 CASE_LIMIT_S = 5

@@ -312,3 +312,26 @@ def test_bad_topology_is_refused_before_anything_is_made(tmp_path: Path) -> None
     assert cp.returncode == 2 and len(cp.stderr.strip().splitlines()) == 1, cp.stderr
     assert "bad.yml:6: dangling endpoint h9:eth0" in cp.stderr
     assert netns.leftovers(f"{name}-") == [] and not state_dir(name).exists()
+
+
+def test_pcap_captures_every_switch_while_running(fabric, tmp_path: Path) -> None:
+    """`fabric up --pcap DIR`: each switch writes DIR/SWITCH/port{N}.pcapng, readable (by
+    scapy) while the fabric runs, holding the pings that crossed it."""
+    from scapy.layers.inet import ICMP, IP
+
+    from inswitch.scapy import read_capture
+
+    fab, made = fabric
+    name = _name("pc")
+    made.append(name)
+    st = fab.up("leaf-spine:2,1,1", name=name, pcap=str(tmp_path / "cap"))
+    a, b = st.hosts[0], st.hosts[-1]
+    ok, _ = _ping(st, a.name, b.ip)
+    assert ok
+    time.sleep(0.3)
+    for sw in st.switches:
+        files = sorted((tmp_path / "cap" / sw.plan.name).glob("port*.pcapng"))
+        assert len(files) == len(sw.plan.ifaces), (sw.plan.name, files)
+        echoes = [p for f in files for p, _ in read_capture(f) if IP in p and ICMP in p and p[IP].src == a.ip and p[IP].dst == b.ip]
+        # Every switch lies on the one path from a leaf to the other through the spine.
+        assert echoes, f"{sw.plan.name}: no echo request from {a.ip} to {b.ip} in {files}"

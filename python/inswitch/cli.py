@@ -34,6 +34,7 @@ def _root(
 _COMMAND_MODULES = [
     "inswitch.commands.resources",
     "inswitch.commands.inspect",
+    "inswitch.commands.trace",
     "inswitch.ui.cli",
     "inswitch.switchd.cli",
     "inswitch.topology.cli",

@@ -350,6 +350,8 @@ pub struct HashUnit {
     pub(crate) obj: ObjRef,
     pub(crate) algo: HashAlgo,
     pub(crate) mask: u32,
+    /// Its index in the program's hash units (names it in a packet trace).
+    pub(crate) idx: u16,
 }
 
 /// Handle to a digest.
@@ -641,9 +643,10 @@ impl ProgramBuilder {
             self.errors.push(DeclError::Invalid(format!("hash unit `{name}`: out_bits must be 1..={}", algo.width())));
         }
         let obj = self.obj(stage, gress);
+        let idx = self.decl.hash_units.len() as u16;
         self.decl.hash_units.push(HashDecl { name: name.to_string(), gress, stage, algo, out_bits });
         let mask = if out_bits >= 32 { u32::MAX } else { (1u32 << out_bits) - 1 };
-        HashUnit { obj, algo, mask }
+        HashUnit { obj, algo, mask, idx }
     }
 
     /// An action selector implementing `table`: its entries point at members (an action of

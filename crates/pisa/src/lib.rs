@@ -34,6 +34,7 @@ pub mod switch;
 pub mod table;
 pub mod target;
 pub mod tm;
+pub mod trace;
 
 pub use base::{ActionId, ControlError, DropCode, Gress, MatchKind};
 pub use control::{CloneSession, ControlOp, ControlReply, Replica, WriteOp};
@@ -51,3 +52,4 @@ pub use staged::{Staged, StagedArg};
 pub use switch::Switch;
 pub use table::{FieldMatch, TableResult};
 pub use target::Target;
+pub use trace::{TraceFilter, TraceSession, TraceTake};

@@ -52,6 +52,8 @@ pub struct PacketMeta {
     pub e2e_clone_session: u16,
     /// Replication id (multicast instance or clone replica) seen by egress.
     pub rid: u16,
+    /// The packet trace recording this packet and its copies (0: none; see [`crate::trace`]).
+    pub trace: u16,
     /// Set when the packet is to be dropped.
     pub drop: Option<DropCode>,
     /// Recirculations so far (0 on the first pass).
@@ -62,7 +64,7 @@ pub struct PacketMeta {
     pub is_clone: bool,
     /// Unused: rounds the struct up to whole 16-byte words, so copying it is a few aligned
     /// vector moves.
-    pub(crate) _reserved: [u8; 9],
+    pub(crate) _reserved: [u8; 7],
 }
 
 impl PacketMeta {
@@ -95,7 +97,8 @@ impl PacketMeta {
         recirculations: 0,
         owner: 0xFF,
         is_clone: false,
-        _reserved: [0; 9],
+        trace: 0,
+        _reserved: [0; 7],
     };
 }
 

@@ -17,7 +17,7 @@ use std::cell::RefCell;
 
 use serde::Serialize;
 
-use crate::base::{DropCode, Gress, ObjRef};
+use crate::base::{ActionId, DropCode, Gress, ObjRef, MAX_ACTION_PARAMS};
 use crate::decl::{Digest, HashUnit, Memory, Table};
 use crate::lanes::{HashLanes, RegisterLanes};
 use crate::packet::{PacketBuf, PortId, PORT_CPU, PORT_NONE, PORT_RECIRC};
@@ -25,6 +25,7 @@ pub use crate::packet::{PacketMeta, BRIDGED_BYTES};
 use crate::register::{Cell, RegisterAction, SaluBody};
 use crate::staged::{Staged, StagedArg};
 use crate::table::{TableResult, TableState};
+use crate::trace::Event;
 
 /// Kinds of hardware-rule violations a program can commit at run time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -150,6 +151,23 @@ pub(crate) struct PassEnv {
     pub(crate) now_ns: u64,
     pub(crate) digests: RefCell<Vec<DigestMsg>>,
     pub(crate) digest_cap: usize,
+    /// The armed trace session, if any (see [`crate::trace`]).
+    pub(crate) trace: RefCell<Option<Box<crate::trace::Tracer>>>,
+}
+
+impl PassEnv {
+    pub(crate) fn new(digest_cap: usize) -> PassEnv {
+        PassEnv { now_ns: 0, digests: RefCell::new(Vec::new()), digest_cap, trace: RefCell::new(None) }
+    }
+
+    /// Add `ev` to trace `id` (out of line: only traced packets get here).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn record(&self, id: u16, ev: crate::trace::Event) {
+        if let Some(t) = self.trace.borrow_mut().as_mut() {
+            t.push(id, self.now_ns, ev);
+        }
+    }
 }
 
 /// The per-pass access set and stage cursor.
@@ -300,6 +318,8 @@ pub struct Pass<'a> {
     guard: Guard,
     /// Items streamed so far in this pass beyond the first ([`Pass::next_item`]).
     items: u32,
+    /// The packet's trace id (0: not traced; the hooks test only this).
+    pub(crate) trace: u16,
 }
 
 impl<'a> Pass<'a> {
@@ -307,7 +327,8 @@ impl<'a> Pass<'a> {
     pub(crate) fn new(pkt: PacketBuf, state: &'a mut ProgramState, gress: Gress, env: &'a PassEnv) -> Self {
         let ProgramState { regs, mems, read_only, .. } = state;
         let hdr_len = read_only.depth.min(pkt.len());
-        Pass { pkt, hdr_len, depth: read_only.depth, regs, mems, read_only, env, guard: Guard::new(gress), items: 0 }
+        let trace = pkt.meta.trace;
+        Pass { pkt, hdr_len, depth: read_only.depth, regs, mems, read_only, env, guard: Guard::new(gress), items: 0, trace }
     }
 
     /// Start a new pass (same program, same gress) over `pkt`: the packet is swapped in,
@@ -319,6 +340,58 @@ impl<'a> Pass<'a> {
         self.hdr_len = self.depth.min(self.pkt.len());
         self.guard.reset();
         self.items = 0;
+        self.trace = self.pkt.meta.trace;
+        if self.trace != 0 {
+            self.trace_pass();
+        }
+    }
+
+    // ---- trace hooks (cold: reached only for traced packets) ----------------------------
+
+    #[cold]
+    #[inline(never)]
+    fn trace_pass(&self) {
+        let m = &self.pkt.meta;
+        let gress = if self.guard.start == 0 { Gress::Ingress } else { Gress::Egress };
+        let port = if gress == Gress::Ingress { m.ingress_port } else { m.egress_port };
+        let ev =
+            Event::Pass { program: self.read_only.program, gress, recirculations: m.recirculations, port, rid: m.rid, clone: m.is_clone };
+        self.env.record(self.trace, ev);
+    }
+
+    /// (The result's fields by value: a reference would make the caller keep the result in
+    /// memory on the untraced path too.)
+    #[cold]
+    #[inline(never)]
+    fn trace_table(&self, table: u16, key: &[u8], hit: bool, action: ActionId, params: &[u64; MAX_ACTION_PARAMS]) {
+        let ev = Event::Table { program: self.read_only.program, table, key: key.into(), hit, action: action.0, params: params[..].into() };
+        self.env.record(self.trace, ev);
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn trace_table_u64(&self, table: u16, key: u64, hit: bool, action: ActionId, params: &[u64; MAX_ACTION_PARAMS]) {
+        let n = self.read_only.tables[table as usize].key_bytes().min(8);
+        self.trace_table(table, &key.to_be_bytes()[8 - n..], hit, action, params);
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn trace_register(&self, register: u16, index: u32, before: u64, after: u64) {
+        self.env.record(self.trace, Event::Register { program: self.read_only.program, register, index, before, after });
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn trace_hash(&self, unit: u16, value: u32) {
+        self.env.record(self.trace, Event::Hash { program: self.read_only.program, unit, value });
+    }
+
+    /// A violation committed by this pass.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn trace_violation(&self, kind: Violation) {
+        self.env.record(self.trace, Event::Violation { program: self.read_only.program, kind });
     }
 
     /// End the pass: the packet is swapped out into `pkt` (and what `pkt` held goes back
@@ -505,7 +578,11 @@ impl<'a> Pass<'a> {
             return TableResult::NONE;
         }
         let read_only: &'a ProgramReadOnly = self.read_only;
-        read_only.tables[t.idx as usize].lookup(key)
+        let r = read_only.tables[t.idx as usize].lookup(key);
+        if self.trace != 0 {
+            self.trace_table(t.idx, key, r.hit, r.action, r.params);
+        }
+        r
     }
 
     /// Apply a table whose key fits in 8 bytes, given as a big-endian number.
@@ -515,7 +592,11 @@ impl<'a> Pass<'a> {
             return TableResult::NONE;
         }
         let read_only: &'a ProgramReadOnly = self.read_only;
-        read_only.tables[t.idx as usize].lookup_u64(key)
+        let r = read_only.tables[t.idx as usize].lookup_u64(key);
+        if self.trace != 0 {
+            self.trace_table_u64(t.idx, key, r.hit, r.action, r.params);
+        }
+        r
     }
 
     /// Run a register action on cell `index` with operand `input`; returns its output,
@@ -544,8 +625,13 @@ impl<'a> Pass<'a> {
         let at = a.reg.offset as usize + index as usize;
         match self.regs.get_mut(at).filter(|_| index < a.reg.size) {
             Some(slot) => {
-                let (c, out) = a.body.run(T::from_bits(*slot), input);
-                *slot = c.to_bits();
+                let before = *slot;
+                let (c, out) = a.body.run(T::from_bits(before), input);
+                let after = c.to_bits();
+                *slot = after;
+                if self.trace != 0 {
+                    self.trace_register(a.reg.idx, index, before, after);
+                }
                 out
             }
             None => {
@@ -581,9 +667,14 @@ impl<'a> Pass<'a> {
             let a = &l.acts[i];
             if index[i] < a.reg.size {
                 if let Some(slot) = pass.regs.get_mut(a.reg.offset as usize + index[i] as usize) {
-                    let (c, o) = a.body.run(T::from_bits(*slot), input(i));
-                    *slot = c.to_bits();
+                    let before = *slot;
+                    let (c, o) = a.body.run(T::from_bits(before), input(i));
+                    let after = c.to_bits();
+                    *slot = after;
                     out[i] = o;
+                    if pass.trace != 0 {
+                        pass.trace_register(a.reg.idx, index[i], before, after);
+                    }
                     return true;
                 }
             }
@@ -643,6 +734,13 @@ impl<'a> Pass<'a> {
         for o in &mut out {
             *o &= u.mask;
         }
+        if self.trace != 0 {
+            for (i, o) in out.iter().enumerate() {
+                if active >> i & 1 != 0 {
+                    self.trace_hash(h.units[i].idx, *o);
+                }
+            }
+        }
         out
     }
 
@@ -673,7 +771,21 @@ impl<'a> Pass<'a> {
         }
         let w = m.word_bytes as usize;
         let at = word as usize * w;
+        if self.trace != 0 {
+            return self.access_traced(m, word, at..at + w, f);
+        }
         f(&mut self.mems[m.idx as usize][at..at + w])
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn access_traced<R>(&mut self, m: &Memory, word: u32, at: std::ops::Range<usize>, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        let cell = &mut self.mems[m.idx as usize][at];
+        let before: Box<[u8]> = (&*cell).into();
+        let r = f(cell);
+        let after: Box<[u8]> = (&*cell).into();
+        self.env.record(self.trace, Event::Memory { program: self.read_only.program, memory: m.idx, word, before, after });
+        r
     }
 
     /// The next item of this packet enters the stages (a payload analyzer handing the
@@ -719,7 +831,11 @@ impl<'a> Pass<'a> {
         if !self.guard.enter(h.obj) {
             return Staged::usable_at(0, h.obj.pos);
         }
-        Staged::usable_at(h.algo.compute(data) & h.mask, h.obj.pos)
+        let v = h.algo.compute(data) & h.mask;
+        if self.trace != 0 {
+            self.trace_hash(h.idx, v);
+        }
+        Staged::usable_at(v, h.obj.pos)
     }
 
     /// Resolve a hit of a table implemented by action selector `s` to the member's action:
@@ -730,7 +846,13 @@ impl<'a> Pass<'a> {
         let Some(p) = ro.profiles.get(s.idx as usize) else {
             return TableResult::NONE;
         };
-        p.resolve(r, || self.hash(&s.hash, data).get())
+        let out = p.resolve(r, || self.hash(&s.hash, data).get());
+        if self.trace != 0 {
+            let ev =
+                Event::Selector { program: self.read_only.program, profile: s.idx, action: out.action.0, params: out.params[..].into() };
+            self.env.record(self.trace, ev);
+        }
+        out
     }
 
     /// Send a digest to the control plane (if the control plane enabled it). `data` is the
@@ -738,6 +860,9 @@ impl<'a> Pass<'a> {
     pub fn digest(&mut self, d: &Digest, data: &[u8]) {
         if !self.guard.enter_digest(d.bit) {
             return;
+        }
+        if self.trace != 0 {
+            self.env.record(self.trace, Event::Digest { program: self.read_only.program, digest: d.idx });
         }
         let mut digests = self.env.digests.borrow_mut();
         if !self.read_only.digest_enabled.get(d.idx as usize).copied().unwrap_or(false) || digests.len() >= self.env.digest_cap {
@@ -847,7 +972,7 @@ mod tests {
 
         /// Run `f` on a fresh pass over `state`; the violation it committed.
         pub fn with_pass(state: &mut ProgramState, f: impl FnOnce(&mut Pass<'_>)) -> Option<Violation> {
-            let env = PassEnv { now_ns: 0, digests: RefCell::new(Vec::new()), digest_cap: 0 };
+            let env = PassEnv::new(0);
             let mut pass = Pass::new(PacketBuf::with_capacity(64), state, Gress::Ingress, &env);
             f(&mut pass);
             pass.finish().1
@@ -1034,7 +1159,7 @@ mod tests {
         let mut b = ProgramBuilder::new("resize", "resize test");
         b.parser(48, &[("h", 384)]);
         let decl = b.build().expect("valid");
-        let env = PassEnv { now_ns: 0, digests: RefCell::new(Vec::new()), digest_cap: 0 };
+        let env = PassEnv::new(0);
         let bytes: Vec<u8> = (1..=96).collect();
         for len in [0, 10, 47, 48, 49, 80, 96] {
             for cut in [false, true] {

@@ -11,7 +11,6 @@
 //! pipe of its egress port. Ingress output goes into a [`Handoff`] with one vector per
 //! destination pipe; the driver passes each vector to that pipe's [`Pipe::enqueue`].
 
-use std::cell::RefCell;
 use std::sync::Arc;
 
 use crate::base::{ControlError, DropCode, Gress};
@@ -87,7 +86,7 @@ impl Pipe {
             progs,
             base: set.base(),
             classifies,
-            env: PassEnv { now_ns: 0, digests: RefCell::new(Vec::new()), digest_cap: cfg.digest_capacity },
+            env: PassEnv::new(cfg.digest_capacity),
             pktgens,
             spare: Vec::new(),
             tm: Tm::new(id, map, cfg, set.len()),
@@ -177,12 +176,15 @@ impl Pipe {
                 recirculations: m.recirculations.saturating_add(1),
                 bridged: m.bridged,
                 owner: m.owner,
+                trace: m.trace,
                 ..PacketMeta::new(PORT_RECIRC)
             };
             tm.counters.recirculations += 1;
             ingress_recirculated(&mut passes, tm, set, *classifies, pkt, out);
         }
         tm.recirc_due = due;
+        // One test per batch when no trace session is armed.
+        let tracing = env.trace.borrow().is_some();
         for mut pkt in rx.drain(..) {
             let port = pkt.port;
             if let Some(c) = tm.counters.ports.get_mut(port as usize) {
@@ -190,9 +192,45 @@ impl Pipe {
                 c.rx_bytes += pkt.len() as u64;
             }
             pkt.meta.reset(port);
+            if tracing {
+                trace_start(env, set, *classifies, &mut pkt);
+            }
             ingress_packet(&mut passes, tm, set, *classifies, pkt, out);
         }
         passes.close(&mut tm.counters, spare);
+        if !tm.traced_drops.is_empty() {
+            flush_traced_drops(env, tm);
+        }
+    }
+
+    // ---- packet traces ----------------------------------------------------------------------
+
+    /// Arm a trace session (replacing any), or disarm with None (records not taken are
+    /// dropped; packets in flight with an id record nothing more).
+    pub fn trace_arm(&mut self, session: Option<crate::trace::TraceSession>) {
+        let pipes = self.tm.map.pipes();
+        *self.env.trace.borrow_mut() = session.map(|s| Box::new(crate::trace::Tracer::new(s, self.id, pipes)));
+        self.tm.traced_drops.clear();
+    }
+
+    /// The records complete at `now`: no copy queued in this pipe and no event for
+    /// `quiet_ns` (0 with an idle pipeline: everything recorded so far).
+    pub fn trace_take(&mut self, now: u64, quiet_ns: u64) -> crate::trace::TraceTake {
+        if !self.tm.traced_drops.is_empty() {
+            flush_traced_drops(&self.env, &mut self.tm);
+        }
+        let tm = &self.tm;
+        let queued: Vec<u16> = tm
+            .recirc
+            .iter()
+            .chain(tm.queues.iter().flat_map(|q| q.q.iter().chain(q.fresh.iter())))
+            .map(|p| p.meta.trace)
+            .filter(|&t| t != 0)
+            .collect();
+        match self.env.trace.borrow_mut().as_mut() {
+            Some(t) => t.take(now, quiet_ns, &queued),
+            None => crate::trace::TraceTake::default(),
+        }
     }
 
     fn run_pktgens(&mut self, now: u64, out: &mut Handoff) {
@@ -226,6 +264,9 @@ impl Pipe {
         let mut passes = Passes::open(progs, *base, Gress::Ingress, env, spare);
         ingress_packet(&mut passes, tm, set, *classifies, pkt, out);
         passes.close(&mut tm.counters, spare);
+        if !tm.traced_drops.is_empty() {
+            flush_traced_drops(env, tm);
+        }
     }
 
     // ---- traffic manager ------------------------------------------------------------------
@@ -319,6 +360,9 @@ impl Pipe {
             c.tx_bytes += sent_bytes;
         }
         passes.close(&mut tm.counters, spare);
+        if !tm.traced_drops.is_empty() {
+            flush_traced_drops(env, tm);
+        }
     }
 
     // ---- controller packets -------------------------------------------------------------------
@@ -620,6 +664,7 @@ impl Pipe {
 /// its own open pass, on its own state, beside the base program's.
 struct Passes<'a> {
     gress: Gress,
+    env: &'a PassEnv,
     /// One open pass per program, in the set's order.
     open: Vec<(Pass<'a>, &'a dyn Program)>,
     base: Option<u8>,
@@ -639,7 +684,7 @@ impl<'a> Passes<'a> {
             })
             .collect::<Vec<_>>();
         let base = base.filter(|&b| (b as usize) < open.len());
-        Passes { gress, open, base, count: 0 }
+        Passes { gress, env, open, base, count: 0 }
     }
 
     /// Program `prog`'s pass over `pkt` (the packet is swapped in and out); the program's
@@ -653,6 +698,12 @@ impl<'a> Passes<'a> {
             Gress::Egress => program.egress(pass),
         }
         let v = pass.unload(pkt);
+        if let Some(kind) = v {
+            // (Inside the rare branch: a violation-free pass tests nothing more.)
+            if pkt.meta.trace != 0 {
+                pass.trace_violation(kind);
+            }
+        }
         count_violation(pkt, prog, v, counters)
     }
 
@@ -720,7 +771,43 @@ fn ingress_packet(passes: &mut Passes<'_>, tm: &mut Tm, set: &ProgramSet, classi
         pkt.meta.drop = Some(DropCode::NO_PROGRAM);
     }
     let limit_of = owner.or(base).unwrap_or(0) as usize;
+    if pkt.meta.trace != 0 {
+        trace_ingress_result(passes.env, tm, &pkt, blame);
+    }
     after_ingress(tm, pkt, blame, || set.recirc_limit(limit_of), out);
+}
+
+/// A received frame: traced if the armed session's filter takes it (out of line: runs
+/// only while a session is armed).
+#[cold]
+#[inline(never)]
+fn trace_start(env: &PassEnv, set: &ProgramSet, classifies: bool, pkt: &mut PacketBuf) {
+    let mut t = env.trace.borrow_mut();
+    let Some(t) = t.as_mut() else { return };
+    let owner = if classifies { set.classify(pkt.data()) } else { None };
+    pkt.meta.trace = t.start(pkt.data(), pkt.port, owner, env.now_ns);
+}
+
+/// What ingress decided for a traced packet, with the replication engine's ports.
+#[cold]
+#[inline(never)]
+fn trace_ingress_result(env: &PassEnv, tm: &Tm, pkt: &PacketBuf, blame: Option<u8>) {
+    let m = &pkt.meta;
+    let ports = |r: Option<&[crate::control::Replica]>| r.map(|r| r.iter().map(|r| r.port).collect::<Vec<_>>()).unwrap_or_default();
+    let mcast = (m.mcast_grp != 0)
+        .then(|| (m.mcast_grp, ports(tm.pre.group(m.mcast_grp)).into_iter().filter(|&p| p != m.mcast_prune_port).collect()));
+    let clone = (m.clone_session != 0).then(|| (m.clone_session, ports(tm.pre.session(m.clone_session).map(|s| s.replicas.as_slice()))));
+    let ev = crate::trace::Event::IngressResult { egress_port: m.egress_port, mcast, clone, drop: m.drop.map(|c| (c, blame)) };
+    env.record(m.trace, ev);
+}
+
+/// Drops the traffic manager made of traced packets, into their records.
+#[cold]
+#[inline(never)]
+fn flush_traced_drops(env: &PassEnv, tm: &mut Tm) {
+    for (id, code, program) in tm.traced_drops.drain(..) {
+        env.record(id, crate::trace::Event::Drop { code, program });
+    }
 }
 
 /// What the traffic manager does with a packet after its ingress passes. The common cases,
@@ -812,12 +899,31 @@ fn egress_packet(
         tm.clone_to_session(&pkt, s, out);
         tm.queues[port].draining = 0;
     }
+    if pkt.meta.trace != 0 {
+        trace_egress_result(passes.env, &pkt, blame);
+    }
     if let Some(code) = pkt.meta.drop {
         tm.count_drop(code, blame);
         tm.pool.put(pkt);
         return None;
     }
     Some(pkt)
+}
+
+/// A traced copy after its egress passes: dropped, or sent (its length as it leaves).
+#[cold]
+#[inline(never)]
+fn trace_egress_result(env: &PassEnv, pkt: &PacketBuf, blame: Option<u8>) {
+    let m = &pkt.meta;
+    let ev = match m.drop {
+        Some(code) => crate::trace::Event::Drop { code, program: blame },
+        None => {
+            let t = m.truncate_len as usize;
+            let len = if t > 0 && pkt.len() > t { t } else { pkt.len() };
+            crate::trace::Event::Transmit { port: m.egress_port, len: len as u32 }
+        }
+    };
+    env.record(m.trace, ev);
 }
 
 /// The action profile implementing table `index` of program `program`, if any.

@@ -168,6 +168,23 @@ impl Switch {
         c
     }
 
+    /// Arm a packet trace session on every pipe (None disarms; see [`crate::trace`]).
+    pub fn trace_arm(&mut self, session: Option<crate::trace::TraceSession>) {
+        for p in &mut self.pipes {
+            p.trace_arm(session.clone());
+        }
+    }
+
+    /// The complete trace records of every pipe (see [`Pipe::trace_take`]), a packet's
+    /// parts from several pipes joined.
+    pub fn trace_take(&mut self, now: u64, quiet_ns: u64) -> crate::trace::TraceTake {
+        let mut all = crate::trace::TraceTake::default();
+        for p in &mut self.pipes {
+            all.merge(p.trace_take(now, quiet_ns));
+        }
+        all
+    }
+
     pub fn next_deadline(&self) -> Option<u64> {
         self.pipes.iter().filter_map(|p| p.next_deadline()).min()
     }

@@ -247,6 +247,9 @@ pub(crate) struct Tm {
     pub(crate) cpu: VecDeque<PacketIn>,
     pub(crate) pool: BufPool,
     pub(crate) counters: Counters,
+    /// Traced packets this traffic manager dropped (trace id, reason, program to blame),
+    /// until the pipe moves them into their records.
+    pub(crate) traced_drops: Vec<(u16, DropCode, Option<u8>)>,
 }
 
 impl Tm {
@@ -262,6 +265,7 @@ impl Tm {
             recirc_due_left: 0,
             cpu: VecDeque::new(),
             pool: BufPool::new(cfg.buf_capacity, 0),
+            traced_drops: Vec::new(),
             map,
             cfg,
         }
@@ -273,6 +277,14 @@ impl Tm {
             if let Some(c) = self.counters.programs.get_mut(p as usize) {
                 c.drops[code.0 as usize] += 1;
             }
+        }
+    }
+
+    /// Note the drop of a traced packet (drops are the rare path: one more test there).
+    #[inline]
+    fn trace_drop(&mut self, pkt: &PacketBuf, code: DropCode, program: Option<u8>) {
+        if pkt.meta.trace != 0 {
+            self.traced_drops.push((pkt.meta.trace, code, program));
         }
     }
 
@@ -292,6 +304,7 @@ impl Tm {
         }
         if meta.mcast_grp != 0 {
             let Some(replicas) = self.pre.group(meta.mcast_grp) else {
+                self.trace_drop(&pkt, DropCode::NO_GROUP, None);
                 self.count_drop(DropCode::NO_GROUP, None);
                 self.pool.put(pkt);
                 return;
@@ -321,6 +334,7 @@ impl Tm {
             return;
         }
         if meta.egress_port == PORT_NONE {
+            self.trace_drop(&pkt, DropCode::NO_ROUTE, blame);
             self.count_drop(DropCode::NO_ROUTE, blame);
             self.pool.put(pkt);
             return;
@@ -334,6 +348,7 @@ impl Tm {
         match pkt.meta.egress_port {
             PORT_CPU => {
                 if self.cpu.len() >= self.cfg.cpu_capacity {
+                    self.trace_drop(&pkt, DropCode::CPU_FULL, None);
                     self.count_drop(DropCode::CPU_FULL, None);
                     self.pool.put(pkt);
                 } else {
@@ -348,6 +363,7 @@ impl Tm {
                 Some(p) if p == self.id => self.enqueue_one(pkt),
                 Some(p) => out.per_pipe[p as usize].push(pkt),
                 None => {
+                    self.trace_drop(&pkt, DropCode::BAD_PORT, None);
                     self.count_drop(DropCode::BAD_PORT, None);
                     self.pool.put(pkt);
                 }
@@ -362,9 +378,11 @@ impl Tm {
         let over = recirc_limit.is_some_and(|l| pkt.meta.recirculations as u32 >= l);
         if over {
             let owner = pkt.meta.owner;
+            self.trace_drop(&pkt, DropCode::RECIRC_LIMIT, Some(owner));
             self.count_drop(DropCode::RECIRC_LIMIT, Some(owner));
             self.pool.put(pkt);
         } else if self.recirc.len() + self.recirc_due_left >= self.cfg.recirc_capacity {
+            self.trace_drop(&pkt, DropCode::RECIRC_FULL, None);
             self.count_drop(DropCode::RECIRC_FULL, None);
             self.pool.put(pkt);
         } else {
@@ -407,6 +425,7 @@ impl Tm {
         let q = &mut self.queues[port];
         let n = q.len();
         if n >= self.cfg.queue_capacity {
+            self.trace_drop(&pkt, DropCode::QUEUE_FULL, None);
             self.counters.ports[port].queue_drops += 1;
             self.counters.drops[DropCode::QUEUE_FULL.0 as usize] += 1;
             self.pool.put(pkt);

@@ -57,6 +57,8 @@ enum Cmd {
     Replace(Arc<ProgramSet>, Reply<()>),
     Handoff(Vec<PacketBuf>),
     Replay(Reply<Replay>),
+    TraceArm(Option<pisa::TraceSession>, Reply<()>),
+    TraceTake(u64, Reply<pisa::TraceTake>),
 }
 
 /// One pipe's answer to "is the replay over?".
@@ -311,6 +313,36 @@ impl Dataplane {
         }
     }
 
+    /// Arm a packet trace session on every pipe (None disarms; see `pisa::trace`).
+    pub fn trace_arm(&self, session: Option<pisa::TraceSession>) -> Result<(), ControlError> {
+        let mut rxs = Vec::new();
+        for h in &self.pipes {
+            let (tx, rx) = channel();
+            h.send(Cmd::TraceArm(session.clone(), tx))?;
+            rxs.push(rx);
+        }
+        for rx in rxs {
+            recv_reply(rx)?;
+        }
+        Ok(())
+    }
+
+    /// The trace records complete now: no copy queued and no event for `quiet` (a
+    /// packet's parts in several pipes joined).
+    pub fn trace_take(&self, quiet: Duration) -> Result<pisa::TraceTake, ControlError> {
+        let mut rxs = Vec::new();
+        for h in &self.pipes {
+            let (tx, rx) = channel();
+            h.send(Cmd::TraceTake(quiet.as_nanos() as u64, tx))?;
+            rxs.push(rx);
+        }
+        let mut all = pisa::TraceTake::default();
+        for rx in rxs {
+            all.merge(recv_reply(rx)?);
+        }
+        Ok(all)
+    }
+
     /// Events dropped because the controller did not collect them in time.
     pub fn events_dropped(&self) -> u64 {
         self.events.dropped.load(Ordering::Relaxed)
@@ -528,6 +560,13 @@ impl Worker {
             Cmd::Replace(set, reply) => {
                 self.pipe = Pipe::new(self.pipe.id(), set, self.map.clone(), self.cfg.clone());
                 let _ = reply.send(());
+            }
+            Cmd::TraceArm(session, reply) => {
+                self.pipe.trace_arm(session);
+                let _ = reply.send(());
+            }
+            Cmd::TraceTake(quiet_ns, reply) => {
+                let _ = reply.send(self.pipe.trace_take(monotonic_ns(), quiet_ns));
             }
             Cmd::Handoff(mut v) => {
                 let n = v.len() as u64;

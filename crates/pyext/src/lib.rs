@@ -47,6 +47,12 @@ fn program_set(names: &[String]) -> PyResult<Arc<ProgramSet>> {
     Ok(Arc::new(ProgramSet::new(progs).map_err(value_err)?))
 }
 
+/// Check a packet-trace match expression; raises ValueError saying what is wrong.
+#[pyfunction]
+fn trace_filter_check(expr: &str) -> PyResult<String> {
+    pisa::TraceFilter::parse(expr).map(|f| f.text().to_string()).map_err(value_err)
+}
+
 /// Names of the data-plane programs this build has.
 #[pyfunction]
 fn program_names() -> Vec<&'static str> {
@@ -594,6 +600,29 @@ impl Dataplane {
         py.detach(|| self.inner.stop());
     }
 
+    /// Arm a packet trace: packets matching `expr` (see `trace_filter_check`), at most
+    /// `limit` per pipe; None disarms. A bad expression raises ValueError.
+    #[pyo3(signature = (expr, limit=1_000_000))]
+    fn trace_arm(&self, py: Python<'_>, expr: Option<String>, limit: u32) -> PyResult<()> {
+        let dp = self.dp()?;
+        let session = match expr {
+            Some(e) => Some(pisa::TraceSession { filter: pisa::TraceFilter::parse(&e).map_err(value_err)?, limit }),
+            None => None,
+        };
+        py.detach(|| dp.trace_arm(session)).map_err(control_err)
+    }
+
+    /// The packet traces complete now (no event for `quiet` seconds), as JSON:
+    /// `{"records": [...], "matched", "skipped", "armed"}` (pisa::trace::Record::to_json).
+    #[pyo3(signature = (quiet=0.05))]
+    fn trace_take(&self, py: Python<'_>, quiet: f64) -> PyResult<String> {
+        let dp = self.dp()?;
+        let t = py.detach(|| dp.trace_take(Duration::from_secs_f64(quiet.max(0.0)))).map_err(control_err)?;
+        let set = dp.program_set();
+        let records: Vec<_> = t.records.iter().map(|r| r.to_json(&set)).collect();
+        Ok(serde_json::json!({"records": records, "matched": t.matched, "skipped": t.skipped, "armed": t.armed}).to_string())
+    }
+
     /// Names of the ports, by port number.
     fn port_names(&self) -> PyResult<Vec<String>> {
         Ok(self.dp()?.port_stats().iter().map(|(n, _)| n.clone()).collect())
@@ -770,6 +799,7 @@ fn bench_pcap_route(py: Python<'_>, dir: String, frame_len: usize, packets: usiz
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ControlPlaneError", m.py().get_type::<ControlPlaneError>())?;
     m.add_function(wrap_pyfunction!(program_names, m)?)?;
+    m.add_function(wrap_pyfunction!(trace_filter_check, m)?)?;
     m.add_function(wrap_pyfunction!(target_names, m)?)?;
     m.add_function(wrap_pyfunction!(program_set_json, m)?)?;
     m.add_function(wrap_pyfunction!(resources_json, m)?)?;

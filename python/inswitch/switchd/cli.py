@@ -158,12 +158,14 @@ def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Opti
         learning = l2 == "learn" and server.enable_learning()
         if metrics_addr is not None:
             info = {"programs": ",".join(names), "ports": ports, "device_id": device_id, "version": _version()}
-            from inswitch.ui.web import local_view, switch_handler
+            from inswitch.trace import Sessions
+            from inswitch.ui.web import local_view, switch_handler, trace_post_handler
 
+            traces = Sessions(dp, lambda: server.device.pipeline.index)
             msrv = MetricsServer(metrics_addr, collector(dp, server.stats, info, lambda: {
                 "inswitch_p4runtime_streams": ("Open P4Runtime StreamChannels (controller sessions)", server.service.streams),
                 "inswitch_switch_generation": ("Which start of this switch this is: 1, then one more per restart by the rack's supervisor", generation)}),
-                other=switch_handler(local_view(server, dp)))
+                other=switch_handler(local_view(server, dp), traces), post=trace_post_handler(traces))
         server.start()
         if msrv is not None:
             msrv.start()
@@ -228,7 +230,7 @@ def _summary(out: Console, names: list[str], spec: str, port_names: list[str], p
     t.add_row("ports", f"{spec} ({len(port_names)}: {shown}), {pipes} pipe{'s' if pipes != 1 else ''}")
     t.add_row("P4Runtime", f"{p4rt} (device {device_id})")
     t.add_row("metrics", f"http://{metrics}/metrics" if metrics else "off")
-    t.add_row("web view", f"http://{metrics}/ (read-only)" if metrics else "off")
+    t.add_row("web view", f"http://{metrics}/ (read-only; packet traces: inswitch trace --metrics {metrics})" if metrics else "off")
     if pcap:
         t.add_row("captures", f"{Path(pcap).resolve()}/port{{N}}.pcapng, flushed after every batch"
                   + (f"; a new file port{{N}}.{{k}}.pcapng every {pcap_size:g} MB" if pcap_size else ""))

@@ -173,9 +173,11 @@ def render(counters: Mapping[str, Any], stats: OpStats | None = None, info: Mapp
 class MetricsServer:
     """`/metrics` and `/healthz` on HOST:PORT in a daemon thread. `collect` returns the
     exposition text; it runs per scrape. `other` answers every other GET path (the web
-    view, ui/web.py): (body, content type, status), or None for 404."""
+    view, ui/web.py): (body, content type, status), or None for 404; `post` answers POSTs
+    (path, query, body) the same way (packet traces)."""
 
-    def __init__(self, address: str, collect: Callable[[], str], other: Callable[[str, str], tuple[bytes, str, int] | None] | None = None) -> None:
+    def __init__(self, address: str, collect: Callable[[], str], other: Callable[[str, str], tuple[bytes, str, int] | None] | None = None,
+                 post: Callable[[str, str, bytes], tuple[bytes, str, int] | None] | None = None) -> None:
         host, _, port = address.rpartition(":")
         if not host or not port.isdigit():
             raise ValueError(f"metrics address must be HOST:PORT, not {address!r}")
@@ -197,6 +199,19 @@ class MetricsServer:
                     body, ctype, code = got
                 else:
                     body, ctype, code = b"not found; try /metrics or /healthz\n", "text/plain", 404
+                self._answer(body, ctype, code)
+
+            def do_POST(self) -> None:  # noqa: N802
+                # Only what `post` serves (packet traces): nothing here writes switch state.
+                n = int(self.headers.get("Content-Length") or 0)
+                data = self.rfile.read(min(max(n, 0), 1 << 16))
+                path, _, query = self.path.partition("?")
+                got = outer._post(path, query, data) if outer._post is not None else None
+                if got is None:
+                    got = b"not found\n", "text/plain", 404
+                self._answer(*got)
+
+            def _answer(self, body: bytes, ctype: str, code: int) -> None:
                 self.send_response(code)
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(body)))
@@ -208,6 +223,7 @@ class MetricsServer:
 
         self._collect = collect
         self._other = other
+        self._post = post
         try:
             self._httpd = ThreadingHTTPServer((host.strip("[]"), int(port)), Handler)
         except OSError as e:

@@ -48,13 +48,56 @@ def api(view: SwitchView, path: str, query: str) -> Response:
         return json_response({"error": f"{type(e).__name__}: {e}"}, 500)
 
 
-def switch_handler(view: SwitchView) -> Callable[[str, str], Optional[Response]]:
-    """For MetricsServer(other=...): the page and /api/* of one switch."""
+def switch_handler(view: SwitchView, traces: Any = None) -> Callable[[str, str], Optional[Response]]:
+    """For MetricsServer(other=...): the page and /api/* of one switch; with `traces`
+    (inswitch.trace.Sessions), `GET /api/trace?session=ID` collects a trace session's packets."""
 
     def handle(path: str, query: str) -> Optional[Response]:
+        if path == "/api/trace" and traces is not None:
+            q = urllib.parse.parse_qs(query)
+            sid = (q.get("session") or [""])[-1]
+            if not sid.isdigit():
+                return json_response({"error": "give ?session=ID (from POST /api/trace)"}, 400)
+            return _trace_call(lambda: traces.poll(int(sid)))
         if path.startswith("/api/"):
             return api(view, path, query)
         return static(path)
+
+    return handle
+
+
+def _trace_call(fn: Callable[[], Any]) -> Response:
+    from inswitch.trace import SessionError
+
+    try:
+        return json_response(fn())
+    except SessionError as e:
+        return json_response({"error": str(e)}, e.status)
+    except Exception as e:  # the switch stopping under us: an answer, not a dead thread
+        return json_response({"error": f"{type(e).__name__}: {e}"}, 500)
+
+
+def trace_post_handler(traces: Any) -> Callable[[str, str, bytes], Optional[Response]]:
+    """For MetricsServer(post=...): `POST /api/trace` with `{"match", "count", "timeout"}`
+    arms a trace session (answer `{"session": ID, ...}`); `POST /api/trace/stop?session=ID`
+    ends it. Arming changes nothing a packet sees, so it is served on the read-only address
+    (docs/trace.md)."""
+
+    def handle(path: str, query: str, body: bytes) -> Optional[Response]:
+        if path == "/api/trace":
+            try:
+                doc = json.loads(body or b"{}")
+            except ValueError:
+                return json_response({"error": "the body must be JSON: {\"match\": ..., \"count\": N, \"timeout\": S}"}, 400)
+            if not isinstance(doc, dict):
+                return json_response({"error": "the body must be a JSON object"}, 400)
+            return _trace_call(lambda: traces.arm(doc.get("match"), doc.get("count", 1), doc.get("timeout", 10.0)))
+        if path == "/api/trace/stop":
+            sid = (urllib.parse.parse_qs(query).get("session") or [""])[-1]
+            if not sid.isdigit():
+                return json_response({"error": "give ?session=ID"}, 400)
+            return _trace_call(lambda: traces.stop(int(sid)))
+        return None
 
     return handle
 

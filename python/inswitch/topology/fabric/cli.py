@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text as RichText
 
-from inswitch.cliopts import JSON_PATH, OUT_FILE, Text, argument, option
+from inswitch.cliopts import JSON_PATH, OUT_DIR, OUT_FILE, Text, argument, option
 from inswitch.output import is_stdout, note_written, write_json
 from inswitch.topology.errors import RackError
 from inswitch.topology.fabric.fabric import DEFAULT_NAME, Fabric, FabricStatus, status_json
@@ -129,11 +129,12 @@ def register(app: typer.Typer) -> None:
         name: Any = option(DEFAULT_NAME, "--name", "-n", type=NAME, help="Fabric name."),
         link_default: Any = option(None, "--link-default", type=LINK_DEFAULT,
                                    help="Link properties for every link that does not set its own."),
+        pcap: Optional[str] = option(None, "--pcap", type=OUT_DIR, help="Capture every switch's ports into DIR/SWITCH/port{N}.pcapng (readable while the fabric runs)."),
     ) -> None:
         """Create hosts and links, start one switch process per switch, program the routing."""
         topo: Topology = topology
         try:
-            st = Fabric().up(topo, name=name, link_default=link_default or LinkProps())
+            st = Fabric().up(topo, name=name, link_default=link_default or LinkProps(), pcap=pcap)
         except KeyboardInterrupt:
             err_console.print("interrupted; everything `up` had made was removed")
             raise typer.Exit(130)
@@ -144,6 +145,8 @@ def register(app: typer.Typer) -> None:
         for sw in st.switches:
             console.print(f"  {sw.plan.name:<8} pid {sw.pid}  P4Runtime {sw.p4runtime} (device {sw.plan.device_id})  "
                           f"ports {','.join(sw.plan.ifaces)}", highlight=False, soft_wrap=True)
+        if pcap:
+            console.print(f"captures: {Path(pcap).resolve()}/SWITCH/port{{N}}.pcapng", highlight=False, soft_wrap=True)
         h0, h1 = st.hosts[0], st.hosts[-1]
         console.print(f"try: inswitch fabric exec --name {st.name} {h0.name} -- ping -c1 {h1.ip}")
 
