@@ -216,6 +216,12 @@ pub struct SaluDecl {
 /// instruction. `T` the cell, `I` the PHV operands (at most two), `O` the output word.
 pub trait SaluProgram<T: Cell, I: SaluIn, O: SaluOut>: Copy + Send + Sync + 'static {
     const SALU: Salu;
+    /// The instruction on one cell (for tests and host-side models of the same state).
+    #[inline(always)]
+    fn run(self, cell: T, input: I) -> (T, O) {
+        let (c, w) = eval(&Self::SALU, cell, input.phv());
+        (c, O::from_word(w))
+    }
 }
 
 /// The body a [`SaluProgram`] runs as (see [`crate::SaluBody`]).
@@ -422,8 +428,7 @@ pub fn eval<T: Cell>(s: &Salu, cell: T, phv: [u32; 2]) -> (T, u32) {
 impl<T: Cell, I: SaluIn, O: SaluOut, P: SaluProgram<T, I, O>> crate::register::SaluBody<T, I, O> for Declared<P> {
     #[inline(always)]
     fn run(self, cell: T, input: I) -> (T, O) {
-        let (c, w) = eval(&P::SALU, cell, input.phv());
-        (c, O::from_word(w))
+        SaluProgram::run(self.0, cell, input)
     }
 }
 
@@ -459,13 +464,17 @@ pub mod common {
     /// Add the two operands to the two halves of a 64-bit cell.
     #[derive(Clone, Copy, Debug)]
     pub struct AddPair;
+    const ADD_PAIR: Salu = Salu {
+        conds: &[],
+        lo: &[Update::always(Src::Lo, Op::Add, Src::PhvLo)],
+        hi: &[Update::always(Src::Hi, Op::Add, Src::PhvHi)],
+        out: &[],
+    };
     impl SaluProgram<Pair, (u32, u32), ()> for AddPair {
-        const SALU: Salu = Salu {
-            conds: &[],
-            lo: &[Update::always(Src::Lo, Op::Add, Src::PhvLo)],
-            hi: &[Update::always(Src::Hi, Op::Add, Src::PhvHi)],
-            out: &[],
-        };
+        const SALU: Salu = ADD_PAIR;
+    }
+    impl SaluProgram<Pair, Pair, ()> for AddPair {
+        const SALU: Salu = ADD_PAIR;
     }
 
     /// Return the low half.
@@ -480,6 +489,26 @@ pub mod common {
     pub struct Write;
     impl<T: Cell, I: SaluIn + SaluValue + super::SaluScalar> SaluProgram<T, I, ()> for Write {
         const SALU: Salu = Salu { conds: &[], lo: &[Update::set(Pred::ALWAYS, Src::PhvLo)], hi: &[], out: &[] };
+    }
+
+    /// Count, saturating at the cell's width; return the count after.
+    #[derive(Clone, Copy, Debug)]
+    pub struct CountSat;
+    impl<T: Cell, O: SaluOut + SaluValue> SaluProgram<T, (), O> for CountSat {
+        const SALU: Salu =
+            Salu { conds: &[], lo: &[Update::always(Src::Lo, Op::SatAdd, Src::K(1))], hi: &[], out: &[Out::always(OutSrc::NewLo)] };
+    }
+
+    /// Whether the low half equals the operand (the cell unchanged).
+    #[derive(Clone, Copy, Debug)]
+    pub struct Equals;
+    impl<T: Cell> SaluProgram<T, u32, bool> for Equals {
+        const SALU: Salu = Salu {
+            conds: &[super::Cond::new(Src::Lo, super::Cmp::Eq, Src::PhvLo)],
+            lo: &[],
+            hi: &[],
+            out: &[Out::new(Pred::C0, OutSrc::Predicate)],
+        };
     }
 
     /// Return the low half and clear it.

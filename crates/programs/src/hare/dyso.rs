@@ -14,6 +14,8 @@
 //! fixed-size keys.
 
 use pisa::decl::TableSpec;
+use pisa::salu::common::{Equals, Write};
+use pisa::Declared;
 use pisa::{
     ActionId, DropCode, Gress, HashAlgo, HashUnit, MatchKind, Pass, Program, ProgramBuilder, ProgramDecl, RegisterAction, Table, PORT_CPU,
 };
@@ -41,16 +43,9 @@ impl Default for DysoConfig {
     }
 }
 
-fn cmp(c: u32, x: u32) -> (u32, bool) {
-    (c, c == x)
-}
-fn put(_: u32, x: u32) -> (u32, ()) {
-    (x, ())
-}
-
 struct Column {
-    key_cmp: Vec<RegisterAction<u32, u32, bool>>,
-    key_put: Vec<RegisterAction<u32, u32, ()>>,
+    key_cmp: Vec<RegisterAction<u32, u32, bool, Declared<Equals>>>,
+    key_put: Vec<RegisterAction<u32, u32, (), Declared<Write>>>,
     valid: StateManager,
     values: ValueStore,
 }
@@ -131,8 +126,8 @@ impl Dyso {
                     cfg.rows,
                     "r-MAT: word j of the key in column c, per row",
                 );
-                kc.push(b.register_action(r, "compare", cmp));
-                kp.push(b.register_action(r, "put", put));
+                kc.push(b.register_action_salu(r, "compare", Equals));
+                kp.push(b.register_action_salu(r, "put", Write));
             }
             keys.push((kc, kp));
         }

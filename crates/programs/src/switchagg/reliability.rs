@@ -10,7 +10,6 @@
 //! parent): the switch never creates a packet.
 
 use pisa::{Cmp, Cond, Op, Out, OutSrc, Pass, Pred, Salu, SaluProgram, Src, Update};
-use pisa::{Declared, SaluBody};
 use wire::switchagg::{flags, HEADER_LEN};
 
 /// Verdicts of the sequence check.
@@ -33,7 +32,7 @@ impl SaluProgram<u32, u32, u8> for SeqCheck {
 
 /// [`SeqCheck`] on one cell: the new cell and the verdict.
 pub fn seq_check(expected: u32, seq: u32) -> (u32, u8) {
-    Declared(SeqCheck).run(expected, seq)
+    SeqCheck.run(expected, seq)
 }
 
 /// Where the IPv4 header starts.
