@@ -48,7 +48,7 @@ pub use pipe::{Handoff, Pipe, PipeConfig, PortMap};
 pub use program::{Program, ProgramSet};
 pub use register::{Cell, Pair, Register, RegisterAction, SaluBody, SaluFn};
 pub use resources::ResourceReport;
-pub use salu::{Cmp, Cond, Declared, Op, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
+pub use salu::{Cmp, Cond, Declared, Op, Out, OutSrc, Pred, Salu, SaluAction, SaluLanes, SaluProgram, Src, Update};
 pub use selector::{ActionProfileDecl, ActionSelector, IndirectRef};
 pub use staged::{Staged, StagedArg};
 pub use switch::Switch;

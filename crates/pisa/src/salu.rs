@@ -224,6 +224,11 @@ pub trait SaluProgram<T: Cell, I: SaluIn, O: SaluOut>: Copy + Send + Sync + 'sta
     }
 }
 
+/// A register action whose body is the declared instruction `P`.
+pub type SaluAction<T, I, O, P> = crate::register::RegisterAction<T, I, O, Declared<P>>;
+/// Lanes of register actions whose body is the declared instruction `P`.
+pub type SaluLanes<T, I, O, P, const N: usize> = crate::lanes::RegisterLanes<T, I, O, Declared<P>, N>;
+
 /// The body a [`SaluProgram`] runs as (see [`crate::SaluBody`]).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Declared<P>(pub P);

@@ -130,7 +130,7 @@ fn an_instruction_naming_what_the_action_lacks_is_a_declaration_error() {
     let mut b = ProgramBuilder::new("bad", "");
     let r = b.register::<u32>("r", Gress::Ingress, 0, 16, "");
     b.register_action_salu(r, "hi", ReadsHi);
-    let e = b.build().err().expect("a 32-bit cell has no high half");
+    let e = b.build().expect_err("a 32-bit cell has no high half");
     let msg = format!("{e:?}");
     assert!(msg.contains("`r.hi`") && msg.contains("high half of a 32-bit cell"), "{msg}");
 }

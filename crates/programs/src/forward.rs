@@ -13,10 +13,9 @@
 
 use pisa::decl::TableSpec;
 use pisa::{
-    ActionId, ActionSelector, Digest, DropCode, Gress, HashAlgo, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl,
-    RegisterAction, Table,
+    ActionId, ActionSelector, Digest, DropCode, Gress, HashAlgo, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl, Table,
 };
-use pisa::{Declared, Op, Salu, SaluProgram, Src, Update};
+use pisa::{Op, Salu, SaluProgram, Src, Update};
 use wire::ethernet::{EtherType, EthernetFrame};
 use wire::ipv4::Ipv4Packet;
 
@@ -30,8 +29,8 @@ pub const ECMP_GROUP_SIZE: u32 = 64;
 
 pub struct Forward {
     decl: ProgramDecl,
-    rx_count: RegisterAction<Pair, u32, (), Declared<Count>>,
-    tx_count: RegisterAction<Pair, u32, (), Declared<Count>>,
+    rx_count: pisa::SaluAction<Pair, u32, (), Count>,
+    tx_count: pisa::SaluAction<Pair, u32, (), Count>,
     l2_smac: Table,
     l2_dmac: Table,
     ipv4_lpm: Table,

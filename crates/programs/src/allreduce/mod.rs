@@ -40,7 +40,7 @@ use pisa::decl::TableSpec;
 use pisa::{
     ActionId, DropCode, Gress, MatchKind, Pass, Program, ProgramBuilder, ProgramDecl, RegisterAction, RegisterLanes, SaluBody, Table,
 };
-use pisa::{Cmp, Cond, Declared, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
+use pisa::{Cmp, Cond, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
 use wire::allreduce::{field, flags, ELEMS, PACKET_LEN, UDP_PORT};
 
 use crate::reply::{fix_lengths, swap_addresses};
@@ -134,7 +134,7 @@ pub struct Allreduce {
     a_set_job: ActionId,
     worker_addr: Table,
     a_set_addr: ActionId,
-    seen: RegisterAction<u8, u8, bool, Declared<Seen>>,
+    seen: pisa::SaluAction<u8, u8, bool, Seen>,
     count: RegisterAction<u32, (bool, u32), u32, Count>,
     pool: Vec<PoolLanes>,
     d_absorbed: DropCode,

@@ -55,7 +55,6 @@ pub mod spillover;
 pub mod tree;
 
 use pisa::decl::TableSpec;
-use pisa::Declared;
 use pisa::{
     ClassifyRule, DropCode, Gress, HashAlgo, HashLanes, HashUnit, LanesError, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl,
     RegisterAction, RegisterLanes, Table,
@@ -106,10 +105,10 @@ pub const ACK_FRAME_LEN: u32 = PAIRS as u32;
 /// `p % SLICES == s` use; here the actions the flush runs on one slice at a time.
 #[derive(Clone, Copy)]
 struct Slice {
-    key_take: [RegisterAction<u32, (), u32, Declared<Take>>; 4],
-    v_take: RegisterAction<u32, (), u32, Declared<Take>>,
-    pop: RegisterAction<u32, (), u32, Declared<Pop>>,
-    stack_read: RegisterAction<u32, (), u32, Declared<Read>>,
+    key_take: [pisa::SaluAction<u32, (), u32, Take>; 4],
+    v_take: pisa::SaluAction<u32, (), u32, Take>,
+    pop: pisa::SaluAction<u32, (), u32, Pop>,
+    stack_read: pisa::SaluAction<u32, (), u32, Read>,
 }
 
 /// The actions a pass runs on the four slices side by side, stage by stage: lane `s` is
@@ -117,34 +116,34 @@ struct Slice {
 /// separate accesses).
 struct PairLanes {
     key_hash: HashLanes<SLICES>,
-    key0: RegisterLanes<u32, u32, u32, Declared<ClaimOrMatch>, SLICES>,
-    key_follow: [RegisterLanes<u32, (u32, u32), u32, Declared<Follow>, SLICES>; 3],
-    v_sum: RegisterLanes<u32, (u32, u32), (), Declared<Sum>, SLICES>,
-    v_min: RegisterLanes<u32, (u32, u32), (), Declared<Min>, SLICES>,
-    v_max: RegisterLanes<u32, (u32, u32), (), Declared<Max>, SLICES>,
-    push: RegisterLanes<u32, (), u32, Declared<Push>, SLICES>,
-    stack_write: RegisterLanes<u32, u32, (), Declared<Write>, SLICES>,
+    key0: pisa::SaluLanes<u32, u32, u32, ClaimOrMatch, SLICES>,
+    key_follow: [pisa::SaluLanes<u32, (u32, u32), u32, Follow, SLICES>; 3],
+    v_sum: pisa::SaluLanes<u32, (u32, u32), (), Sum, SLICES>,
+    v_min: pisa::SaluLanes<u32, (u32, u32), (), Min, SLICES>,
+    v_max: pisa::SaluLanes<u32, (u32, u32), (), Max, SLICES>,
+    push: pisa::SaluLanes<u32, (), u32, Push, SLICES>,
+    stack_write: pisa::SaluLanes<u32, u32, (), Write, SLICES>,
 }
 
 pub struct Daiet {
     decl: ProgramDecl,
     trees: Table,
     admit: RegisterAction<Pair, (u32, u8), u32, Admit>,
-    complete: RegisterAction<Pair, (), (), Declared<Complete>>,
+    complete: pisa::SaluAction<Pair, (), (), Complete>,
     /// One per slice (an array, not a Vec: indexing by slice needs no bounds check).
     slices: [Slice; SLICES],
     lanes: PairLanes,
-    out_next: RegisterAction<u32, (), u32, Declared<Push>>,
-    out_last: RegisterAction<u32, (), u32, Declared<Take>>,
-    ends_arrive: RegisterAction<u32, (), u32, Declared<Push>>,
-    ends_reset: RegisterAction<u32, (), u32, Declared<Take>>,
+    out_next: pisa::SaluAction<u32, (), u32, Push>,
+    out_last: pisa::SaluAction<u32, (), u32, Take>,
+    ends_arrive: pisa::SaluAction<u32, (), u32, Push>,
+    ends_reset: pisa::SaluAction<u32, (), u32, Take>,
     /// The spillover bucket ([`bucket`]).
     spill_state: RegisterAction<Pair, u8, u32, SpillState>,
-    spill_key_write: [RegisterAction<u32, u32, (), Declared<Write>>; 4],
-    spill_key_take: [RegisterAction<u32, (), u32, Declared<Take>>; 4],
-    spill_value_write: RegisterAction<u32, u32, (), Declared<Write>>,
-    spill_value_take: RegisterAction<u32, (), u32, Declared<Take>>,
-    spill_overflow: RegisterAction<u32, u32, (), Declared<AddN>>,
+    spill_key_write: [pisa::SaluAction<u32, u32, (), Write>; 4],
+    spill_key_take: [pisa::SaluAction<u32, (), u32, Take>; 4],
+    spill_value_write: pisa::SaluAction<u32, u32, (), Write>,
+    spill_value_take: pisa::SaluAction<u32, (), u32, Take>,
+    spill_overflow: pisa::SaluAction<u32, u32, (), AddN>,
     d_gap: DropCode,
     d_busy: DropCode,
     d_sender: DropCode,
@@ -419,13 +418,13 @@ const DECIDED: [u8; 256] = {
 /// One slice's actions as `Daiet::new` declares them, before the stages' lanes are made.
 struct SliceActions {
     key_hash: HashUnit,
-    key0: RegisterAction<u32, u32, u32, Declared<ClaimOrMatch>>,
-    key_follow: [RegisterAction<u32, (u32, u32), u32, Declared<Follow>>; 3],
-    v_sum: RegisterAction<u32, (u32, u32), (), Declared<Sum>>,
-    v_min: RegisterAction<u32, (u32, u32), (), Declared<Min>>,
-    v_max: RegisterAction<u32, (u32, u32), (), Declared<Max>>,
-    push: RegisterAction<u32, (), u32, Declared<Push>>,
-    stack_write: RegisterAction<u32, u32, (), Declared<Write>>,
+    key0: pisa::SaluAction<u32, u32, u32, ClaimOrMatch>,
+    key_follow: [pisa::SaluAction<u32, (u32, u32), u32, Follow>; 3],
+    v_sum: pisa::SaluAction<u32, (u32, u32), (), Sum>,
+    v_min: pisa::SaluAction<u32, (u32, u32), (), Min>,
+    v_max: pisa::SaluAction<u32, (u32, u32), (), Max>,
+    push: pisa::SaluAction<u32, (), u32, Push>,
+    stack_write: pisa::SaluAction<u32, u32, (), Write>,
     slice: Slice,
 }
 

@@ -15,10 +15,7 @@
 
 use pisa::decl::TableSpec;
 use pisa::salu::common::{Equals, Write};
-use pisa::Declared;
-use pisa::{
-    ActionId, DropCode, Gress, HashAlgo, HashUnit, MatchKind, Pass, Program, ProgramBuilder, ProgramDecl, RegisterAction, Table, PORT_CPU,
-};
+use pisa::{ActionId, DropCode, Gress, HashAlgo, HashUnit, MatchKind, Pass, Program, ProgramBuilder, ProgramDecl, Table, PORT_CPU};
 use wire::hare::{Op, Packet, FLAG_DONE, HEADER_LEN, PORT_CLIENT, PORT_SERVER};
 
 use super::kv::{Packer, ValueStore};
@@ -44,8 +41,8 @@ impl Default for DysoConfig {
 }
 
 struct Column {
-    key_cmp: Vec<RegisterAction<u32, u32, bool, Declared<Equals>>>,
-    key_put: Vec<RegisterAction<u32, u32, (), Declared<Write>>>,
+    key_cmp: Vec<pisa::SaluAction<u32, u32, bool, Equals>>,
+    key_put: Vec<pisa::SaluAction<u32, u32, (), Write>>,
     valid: StateManager,
     values: ValueStore,
 }

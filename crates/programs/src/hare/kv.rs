@@ -4,7 +4,7 @@
 //! stage's stateful ALUs), as NetCache lays its values out.
 
 use pisa::salu::common::{Read, Write};
-use pisa::{Declared, Gress, ProgramBuilder, RegisterAction};
+use pisa::{Gress, ProgramBuilder};
 
 /// Places register arrays on stateful ALUs: `free` left in `stage`, then `per_stage` a stage.
 pub struct Packer {
@@ -27,8 +27,8 @@ impl Packer {
 
 /// The value arrays `{prefix}_0 ..` (4 bytes each) and their `get_value` / `put_value`.
 pub struct ValueStore {
-    pub(crate) get: Vec<RegisterAction<u32, (), u32, Declared<Read>>>,
-    pub(crate) put: Vec<RegisterAction<u32, u32, (), Declared<Write>>>,
+    pub(crate) get: Vec<pisa::SaluAction<u32, (), u32, Read>>,
+    pub(crate) put: Vec<pisa::SaluAction<u32, u32, (), Write>>,
 }
 
 impl ValueStore {

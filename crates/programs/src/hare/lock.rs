@@ -27,7 +27,7 @@
 use pisa::decl::TableSpec;
 use pisa::salu::common::{Read, Write};
 use pisa::{ActionId, DropCode, Gress, MatchKind, Pair, Pass, ProgramBuilder, RegisterAction, SaluBody, Table, PORT_RECIRC};
-use pisa::{Declared, Pred, Salu, SaluProgram, Src, Update};
+use pisa::{Pred, Salu, SaluProgram, Src, Update};
 use wire::hare::{Op, Packet, HEADER_LEN, PORT_CLIENT};
 
 use super::app::{DataMv, HareApp, QueryHit};
@@ -150,11 +150,11 @@ pub struct LockApp {
     acquire: RegisterAction<Pair, u32, u32, Acquire>,
     release: RegisterAction<Pair, (), u32, Release>,
     state_read: RegisterAction<Pair, u32, u32>,
-    state_write: RegisterAction<Pair, Pair, (), Declared<WritePair>>,
-    qip_read: RegisterAction<u32, (), u32, Declared<Read>>,
-    qip_write: RegisterAction<u32, u32, (), Declared<Write>>,
-    qtag_read: RegisterAction<u32, (), u32, Declared<Read>>,
-    qtag_write: RegisterAction<u32, u32, (), Declared<Write>>,
+    state_write: pisa::SaluAction<Pair, Pair, (), WritePair>,
+    qip_read: pisa::SaluAction<u32, (), u32, Read>,
+    qip_write: pisa::SaluAction<u32, u32, (), Write>,
+    qtag_read: pisa::SaluAction<u32, (), u32, Read>,
+    qtag_write: pisa::SaluAction<u32, u32, (), Write>,
     lock_hosts: Table,
     a_host: ActionId,
     d_waiting: DropCode,

@@ -14,8 +14,8 @@
 
 use pisa::decl::TableSpec;
 use pisa::salu::common::CountSat;
-use pisa::{ActionId, DropCode, Gress, HashAlgo, HashUnit, MatchKind, Pass, Program, ProgramBuilder, ProgramDecl, RegisterAction, Table};
-use pisa::{Declared, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
+use pisa::{ActionId, DropCode, Gress, HashAlgo, HashUnit, MatchKind, Pass, Program, ProgramBuilder, ProgramDecl, Table};
+use pisa::{Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
 use wire::hare::{Op, Packet, HEADER_LEN, PORT_CLIENT, PORT_SERVER};
 
 use super::kv::ValueStore;
@@ -62,9 +62,9 @@ pub struct NetCache {
     cache: Table,
     a_hit: ActionId,
     valid: StateManager,
-    hits: RegisterAction<u32, (), u32, Declared<CountSat>>,
-    cms: Vec<(HashUnit, RegisterAction<u32, (), u32, Declared<CountSat>>)>,
-    bloom: Vec<(HashUnit, RegisterAction<bool, (), bool, Declared<TestAndSet>>)>,
+    hits: pisa::SaluAction<u32, (), u32, CountSat>,
+    cms: Vec<(HashUnit, pisa::SaluAction<u32, (), u32, CountSat>)>,
+    bloom: Vec<(HashUnit, pisa::SaluAction<bool, (), bool, TestAndSet>)>,
     values: ValueStore,
     d_unknown_op: DropCode,
     d_key_field: DropCode,

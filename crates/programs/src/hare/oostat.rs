@@ -3,7 +3,7 @@
 //! being replaced are not served inconsistently: §IV-D).
 
 use pisa::salu::common::{CountSat, Read, Take};
-use pisa::{Cmp, Cond, Declared, Gress, Out, OutSrc, Pred, ProgramBuilder, RegisterAction, Salu, SaluProgram, Src, Update};
+use pisa::{Cmp, Cond, Gress, Out, OutSrc, Pred, ProgramBuilder, RegisterAction, Salu, SaluProgram, Src, Update};
 
 /// State-manager states of a slot.
 pub mod state {
@@ -54,10 +54,10 @@ fn fetch_halve(c: u32, _: ()) -> (u32, u32) {
 pub struct StateManager {
     /// Built-ins for an application's query-hit processing (K3): read the slot's state,
     /// invalidate it (a write passed), revalidate it (the write's new data is in).
-    pub check: RegisterAction<u8, (), u8, Declared<Read>>,
-    pub(crate) set: RegisterAction<u8, u8, u8, Declared<Set>>,
-    pub invalidate: RegisterAction<u8, (), u8, Declared<Invalidate>>,
-    pub revalidate: RegisterAction<u8, (), u8, Declared<Revalidate>>,
+    pub check: pisa::SaluAction<u8, (), u8, Read>,
+    pub(crate) set: pisa::SaluAction<u8, u8, u8, Set>,
+    pub invalidate: pisa::SaluAction<u8, (), u8, Invalidate>,
+    pub revalidate: pisa::SaluAction<u8, (), u8, Revalidate>,
 }
 
 impl StateManager {
@@ -80,9 +80,9 @@ impl StateManager {
 /// OO-Stat: one 32-bit counter per slot.
 pub struct OoStat {
     /// Built-in for an application's query-hit processing (K3): count a hit.
-    pub count: RegisterAction<u32, (), u32, Declared<CountSat>>,
-    pub(crate) fetch: RegisterAction<u32, (), u32, Declared<Read>>,
-    pub(crate) fetch_clear: RegisterAction<u32, (), u32, Declared<Take>>,
+    pub count: pisa::SaluAction<u32, (), u32, CountSat>,
+    pub(crate) fetch: pisa::SaluAction<u32, (), u32, Read>,
+    pub(crate) fetch_clear: pisa::SaluAction<u32, (), u32, Take>,
     pub(crate) fetch_halve: RegisterAction<u32, (), u32>,
 }
 

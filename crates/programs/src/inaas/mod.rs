@@ -26,7 +26,6 @@ pub mod primitives;
 
 use pisa::decl::TableSpec;
 use pisa::salu::common::{AddPair, Inc};
-use pisa::Declared;
 use pisa::{ActionId, DropCode, Gress, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl, RegisterAction, Table, PORT_RECIRC};
 use wire::inaas::{flags, Bitmap, InaasPacket, Operator, ETHERTYPE, HEADER_LEN, ITEMS, OP_DONE};
 
@@ -95,9 +94,9 @@ pub struct Inaas {
     goalkeeper: Table,
     a_set_tenant: ActionId,
     a_set_goalkeeper: ActionId,
-    forged: RegisterAction<u32, (), (), Declared<Inc>>,
-    usage: RegisterAction<Pair, (u32, u32), (), Declared<AddPair>>,
-    events: RegisterAction<Pair, (u32, u32), (), Declared<AddPair>>,
+    forged: pisa::SaluAction<u32, (), (), Inc>,
+    usage: pisa::SaluAction<Pair, (u32, u32), (), AddPair>,
+    events: pisa::SaluAction<Pair, (u32, u32), (), AddPair>,
     d_forged: DropCode,
     d_no_goalkeeper: DropCode,
 }

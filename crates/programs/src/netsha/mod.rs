@@ -54,7 +54,7 @@ use pisa::{
     ActionId, ClassifyRule, DropCode, Gress, HashAlgo, HashUnit, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl,
     RegisterAction, Table,
 };
-use pisa::{Cmp, Cond, Declared, Op, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
+use pisa::{Cmp, Cond, Op, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
 use wire::netsha::{self as nw, ANSWER_LEN, BLOCK_HEADER_LEN, MAX_ANSWERS};
 use wire::L2_L4_LEN;
 
@@ -305,24 +305,24 @@ pub struct Netsha {
     prm: Params,
     h: u32,
     qid_hash: HashUnit,
-    sweep: Act<u32, u32, u32, Declared<SweepAlu>>,
+    sweep: pisa::SaluAction<u32, u32, u32, SweepAlu>,
     agent: Table,
     a_to_agent: ActionId,
     qid: Act<Pair, (Pair, u32), u32, WaySelectAlu>,
     weight: Act<Pair, u32, u32, WeightAlu>,
     born: Act<Pair, (Pair, Pair), u32, BornAlu>,
-    replacements: Act<u32, (u32, u32), u32, Declared<BestEffortAlu>>,
-    threshold: Act<u32, (u32, u32), u32, Declared<ThresholdAlu>>,
+    replacements: pisa::SaluAction<u32, (u32, u32), u32, BestEffortAlu>,
+    threshold: pisa::SaluAction<u32, (u32, u32), u32, ThresholdAlu>,
     state: Act<Pair, (u32, u32), u32, StateAlu>,
-    slot_d: Vec<Act<u32, (u32, u32), u32, Declared<SlotDistanceAlu>>>,
-    slot_id: Vec<Act<u32, (u32, u32), u32, Declared<SlotIdAlu>>>,
-    answer_events: Act<u32, u32, (), Declared<AddU32>>,
-    emit_events: Act<Pair, Pair, (), Declared<AddPair>>,
-    splits: Act<u32, (), u32, Declared<SplitCounterAlu>>,
-    split_turn: Act<u32, u32, u32, Declared<SplitTurnAlu>>,
+    slot_d: Vec<pisa::SaluAction<u32, (u32, u32), u32, SlotDistanceAlu>>,
+    slot_id: Vec<pisa::SaluAction<u32, (u32, u32), u32, SlotIdAlu>>,
+    answer_events: pisa::SaluAction<u32, u32, (), AddU32>,
+    emit_events: pisa::SaluAction<Pair, Pair, (), AddPair>,
+    splits: pisa::SaluAction<u32, (), u32, SplitCounterAlu>,
+    split_turn: pisa::SaluAction<u32, u32, u32, SplitTurnAlu>,
     select: Vec<Table>,
     a_servers: ActionId,
-    query_events: Act<Pair, Pair, (), Declared<AddPair>>,
+    query_events: pisa::SaluAction<Pair, Pair, (), AddPair>,
     d_query_malformed: DropCode,
     d_query_pruned: DropCode,
     d_absorbed: DropCode,

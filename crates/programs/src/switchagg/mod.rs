@@ -38,9 +38,9 @@ use pisa::decl::TableSpec;
 use pisa::salu::common::{FetchInc, Inc};
 use pisa::{
     ActionId, ClassifyRule, DropCode, Gress, HashAlgo, HashUnit, MatchKind, Memory, MemoryKind, Pass, Program, ProgramBuilder, ProgramDecl,
-    RegisterAction, Table,
+    Table,
 };
-use pisa::{Cmp, Cond, Declared, Op, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
+use pisa::{Cmp, Cond, Op, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
 use wire::switchagg::{self as sa, flags, Operation, HEADER_LEN, PAIR_OVERHEAD};
 
 use hash_table::{bucket_bytes, Spill};
@@ -95,15 +95,15 @@ pub struct SwitchAgg {
     cfg: Config,
     tree_config: Table,
     a_set_tree: ActionId,
-    expected_seq: RegisterAction<u32, u32, u8, Declared<reliability::SeqCheck>>,
+    expected_seq: pisa::SaluAction<u32, u32, u8, reliability::SeqCheck>,
     key_hash: HashUnit,
     bpe_hash: HashUnit,
     fpe: Vec<Memory>,
     bpe: Vec<Memory>,
-    fpe_evictions: RegisterAction<u32, (), (), Declared<Inc>>,
-    bpe_evictions: RegisterAction<u32, (), (), Declared<Inc>>,
-    eot_count: RegisterAction<u16, u16, bool, Declared<Arrive>>,
-    up_seq: RegisterAction<u32, (), u32, Declared<FetchInc>>,
+    fpe_evictions: pisa::SaluAction<u32, (), (), Inc>,
+    bpe_evictions: pisa::SaluAction<u32, (), (), Inc>,
+    eot_count: pisa::SaluAction<u16, u16, bool, Arrive>,
+    up_seq: pisa::SaluAction<u32, (), u32, FetchInc>,
     d_unknown_tree: DropCode,
     d_op_mismatch: DropCode,
     d_bad_child: DropCode,
