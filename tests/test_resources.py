@@ -52,3 +52,13 @@ def test_stateful_alu_instructions_are_reported() -> None:
     assert all(a["conditions"] <= 2 for reg in d["registers"] for a in reg["actions"] if a["checked"])
     cp = run("forward,daiet")
     assert cp.returncode == 0 and "unchecked ALU" in cp.stdout and "daiet.seq_state.admit" in cp.stdout
+
+
+def test_switch_refuses_a_set_that_does_not_fit_its_target() -> None:
+    # The default NetSHa needs 18 stages; on tofino1 the switch refuses to load it, naming
+    # the objects beyond the pipeline, before serving anything.
+    cp = subprocess.run([sys.executable, "-m", "inswitch", "switch", "--program", "forward,netsha", "--ports", "memory:2",
+                         "--target", "tofino1", "--metrics", "off", "--p4runtime", "127.0.0.1:0"], capture_output=True, text=True, timeout=60)
+    out = cp.stdout + cp.stderr
+    assert cp.returncode == 2, out
+    assert "do not fit tofino1" in out and "netsha.slot_id_7" in out and "Traceback" not in out
