@@ -37,3 +37,28 @@ def test_bad_input_is_a_clear_error() -> None:
         cp = run(*args)
         assert cp.returncode == 2
         assert "error:" in cp.stdout + cp.stderr and "Traceback" not in cp.stdout + cp.stderr
+
+
+def test_stateful_alu_instructions_are_reported() -> None:
+    # forward's counters are declared instructions: one update per half, no condition.
+    r = json.loads(run("forward", "--target", "tofino1", "--json", "-").stdout)
+    acts = {f"{reg['name']}.{a['name']}": a for reg in r["registers"] for a in reg["actions"]}
+    assert acts["forward.rx_port_counters.count"] == {"name": "count", "checked": True, "conditions": 0, "updates_lo": 1, "updates_hi": 1, "outputs": 0}
+    assert r["unchecked_alus"] == []
+    assert r["target"]["salu_conditions"] == 2 and r["target"]["salu_output_words"] == 1
+    # A program with Rust bodies left is flagged, in the JSON and in the text.
+    d = json.loads(run("forward,daiet", "--json", "-").stdout)
+    assert "daiet.seq_state.admit" in d["unchecked_alus"]
+    assert all(a["conditions"] <= 2 for reg in d["registers"] for a in reg["actions"] if a["checked"])
+    cp = run("forward,daiet")
+    assert cp.returncode == 0 and "unchecked ALU" in cp.stdout and "daiet.seq_state.admit" in cp.stdout
+
+
+def test_switch_refuses_a_set_that_does_not_fit_its_target() -> None:
+    # The default NetSHa needs 18 stages; on tofino1 the switch refuses to load it, naming
+    # the objects beyond the pipeline, before serving anything.
+    cp = subprocess.run([sys.executable, "-m", "inswitch", "switch", "--program", "forward,netsha", "--ports", "memory:2",
+                         "--target", "tofino1", "--metrics", "off", "--p4runtime", "127.0.0.1:0"], capture_output=True, text=True, timeout=60)
+    out = cp.stdout + cp.stderr
+    assert cp.returncode == 2, out
+    assert "do not fit tofino1" in out and "netsha.slot_id_7" in out and "Traceback" not in out

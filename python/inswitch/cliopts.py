@@ -19,7 +19,7 @@ Positional arguments use `argument(default, type=..., help=...)` the same way.
 
 Types many commands share live here too, so one rule has one message: `SEED`, `JSON_PATH`
 (`--json`: a path, or `-` for standard output; see `inswitch.output`), `OUT_FILE`,
-`OUT_DIR`, `IN_FILE`, `PROGRAMS`, `RACK_NAME` and `Address()`. A rule that ties two options
+`OUT_DIR`, `IN_FILE`, `PROGRAMS`, `TARGET`, `RACK_NAME` and `Address()`. A rule that ties two options
 together cannot live in one declaration: the command checks it first thing and raises
 `typer.BadParameter(..., param_hint="--option")`, which `run` prints as one line too.
 `tests/test_cli_inputs.py` walks every command and fails for an option without a type.
@@ -346,6 +346,19 @@ def _programs(text: str) -> str:
 
 #: Program names joined by commas (`forward`, `forward,daiet`, `netsha:slots=8`).
 PROGRAMS = Text("program names joined by commas", check=_programs, bad=("bogus", "forward,forward", ",", "netsha:slots=99"))
+
+
+def _target(text: str) -> str:
+    from inswitch import native
+
+    known = native.target_names()
+    if text not in known:
+        raise ValueError(f"known: {', '.join(known)}")
+    return text
+
+
+#: A target whose limits a program set is checked against (`resources --target`, `switch --target`).
+TARGET = Text("a target name", check=_target, bad=("bogus",))
 
 
 def _rack_name(text: str) -> str:

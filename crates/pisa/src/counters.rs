@@ -43,6 +43,11 @@ pub struct Counters {
     /// All drops by drop code.
     pub drops: Vec<u64>,
     pub recirculations: u64,
+    /// Bytes through the recirculation port.
+    pub recirc_bytes: u64,
+    /// Ingress calls at which the recirculation port's line rate held waiting
+    /// recirculations back (back-pressure; drops once the queue is full are `recirc_full`).
+    pub recirc_rate_waits: u64,
     pub pktgen_packets: u64,
     pub packet_in: u64,
     pub packet_out: u64,
@@ -86,6 +91,8 @@ impl Counters {
         }
         add(&mut self.drops, &o.drops);
         self.recirculations += o.recirculations;
+        self.recirc_bytes += o.recirc_bytes;
+        self.recirc_rate_waits += o.recirc_rate_waits;
         self.pktgen_packets += o.pktgen_packets;
         self.packet_in += o.packet_in;
         self.packet_out += o.packet_out;

@@ -12,6 +12,7 @@ use crate::base::{pos, MatchKind};
 pub use crate::base::{ActionId, DropCode, Gress, ObjRef, MAX_ACTION_PARAMS};
 use crate::hash::HashAlgo;
 use crate::register::{Cell, Register, RegisterAction, SaluBody, SaluFn, SaluValue};
+use crate::salu::{Declared, SaluDecl, SaluIn, SaluOut, SaluProgram};
 
 /// Most objects (tables, register arrays, hash units, digests) one program may declare.
 pub const MAX_OBJECTS: usize = 256;
@@ -68,6 +69,13 @@ pub struct RegisterActionDecl {
     pub name: String,
     pub in_bits: u32,
     pub out_bits: u32,
+    /// The stateful ALU instruction, when declared as one ([`crate::salu::Salu`]); `None`
+    /// for a Rust body, which the loader cannot check (reported as an unchecked ALU).
+    #[serde(default)]
+    pub alu: Option<SaluDecl>,
+    /// Widest PHV operand, in bits (declared instructions only).
+    #[serde(default)]
+    pub phv_bits: u32,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -549,11 +557,42 @@ impl ProgramBuilder {
         name: &str,
         body: B,
     ) -> RegisterAction<T, I, O, B> {
+        self.push_register_action(reg, name, I::BITS, O::BITS, None, 0);
+        RegisterAction::new(reg, body)
+    }
+
+    /// A register action whose body is a declared stateful ALU instruction (see
+    /// [`crate::salu`]): checked against the target when the program loads and reported
+    /// by `inswitch resources`. An instruction naming a half the cell lacks, an operand the
+    /// action does not take or an undeclared condition is refused here.
+    pub fn register_action_salu<T: Cell, I: SaluIn + SaluValue, O: SaluOut + SaluValue, P: SaluProgram<T, I, O>>(
+        &mut self,
+        reg: Register<T>,
+        name: &str,
+        body: P,
+    ) -> RegisterAction<T, I, O, Declared<P>> {
+        let d = P::SALU.to_decl();
+        for e in crate::salu::check_shape(&d, T::BITS, I::OPERANDS, O::WORDS) {
+            let r = &self.decl.registers[reg.idx as usize].name;
+            self.errors.push(DeclError::Invalid(format!("register action `{r}.{name}`: {e}")));
+        }
+        self.push_register_action(reg, name, <I as SaluValue>::BITS, <O as SaluValue>::BITS, Some(d), <I as SaluIn>::BITS);
+        RegisterAction::new(reg, Declared(body))
+    }
+
+    fn push_register_action<T: Cell>(
+        &mut self,
+        reg: Register<T>,
+        name: &str,
+        in_bits: u32,
+        out_bits: u32,
+        alu: Option<SaluDecl>,
+        phv_bits: u32,
+    ) {
         let r = &mut self.decl.registers[reg.idx as usize];
         let taken = r.actions.iter().any(|a| a.name == name);
-        r.actions.push(RegisterActionDecl { name: name.to_string(), in_bits: I::BITS, out_bits: O::BITS });
+        r.actions.push(RegisterActionDecl { name: name.to_string(), in_bits, out_bits, alu, phv_bits });
         self.check_name("register action", name, taken);
-        RegisterAction::new(reg, body)
     }
 
     /// A table action with control-plane parameters `(name, bits)`.

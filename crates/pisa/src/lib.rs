@@ -6,6 +6,7 @@
 //! - [`program`]: the [`program::Program`] trait and program sets sharing one pipeline.
 //! - [`pipe`]: ingress, traffic manager and egress of one pipe; [`switch`]: all pipes in
 //!   one thread.
+//! - [`salu`]: what a stateful ALU computes, as a declared instruction the loader checks.
 //! - [`target`] and [`resources`]: target limits and the resource report.
 //! - [`control`]: control-plane operations (what P4Runtime maps to).
 //! - [`base`]: the shared vocabulary (drop codes, object positions, control errors); it
@@ -28,6 +29,7 @@ pub mod pipe;
 pub mod program;
 pub mod register;
 pub mod resources;
+pub mod salu;
 pub mod selector;
 pub mod staged;
 pub mod switch;
@@ -47,6 +49,7 @@ pub use pipe::{Handoff, Pipe, PipeConfig, PortMap};
 pub use program::{Program, ProgramSet};
 pub use register::{Cell, Pair, Register, RegisterAction, SaluBody, SaluFn};
 pub use resources::ResourceReport;
+pub use salu::{Cmp, Cond, Declared, Op, Out, OutSrc, Pred, Salu, SaluAction, SaluLanes, SaluProgram, Src, Update};
 pub use selector::{ActionProfileDecl, ActionSelector, IndirectRef};
 pub use staged::{Staged, StagedArg};
 pub use switch::Switch;

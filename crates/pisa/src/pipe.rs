@@ -135,6 +135,12 @@ impl Pipe {
         } else {
             None
         };
+        // Recirculations held back by the recirculation port's rate.
+        let r = (self.tm.cfg.recirc_rate().is_some() && !self.tm.recirc.is_empty()).then(|| self.tm.recirc_port.next_free_ns());
+        let q = match (q, r) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         match (g, q) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -151,7 +157,7 @@ impl Pipe {
         if !self.pktgens.is_empty() {
             self.run_pktgens(now, out);
         }
-        let n = self.tm.recirc.len().min(self.tm.cfg.recirc_per_batch);
+        let n = self.recirc_admitted(now);
         if n == 0 && rx.is_empty() {
             return;
         }
@@ -231,6 +237,27 @@ impl Pipe {
             Some(t) => t.take(now, quiet_ns, &queued),
             None => crate::trace::TraceTake::default(),
         }
+    }
+
+    /// How many waiting recirculations run now: at most a batch, and at the recirculation
+    /// port's line rate (the rest wait; see [`PipeConfig::recirc_rate_bps`]).
+    #[inline]
+    fn recirc_admitted(&mut self, now: u64) -> usize {
+        let tm = &mut self.tm;
+        let n = tm.recirc.len().min(tm.cfg.recirc_per_batch);
+        let Some(rate) = tm.cfg.recirc_rate() else {
+            tm.counters.recirc_bytes += tm.recirc[..n].iter().map(|p| p.len() as u64).sum::<u64>();
+            return n;
+        };
+        let mut k = 0;
+        while k < n && tm.recirc_port.admit(now, Some(rate), tm.recirc[k].len()) {
+            tm.counters.recirc_bytes += tm.recirc[k].len() as u64;
+            k += 1;
+        }
+        if k < n {
+            tm.counters.recirc_rate_waits += 1;
+        }
+        k
     }
 
     fn run_pktgens(&mut self, now: u64, out: &mut Handoff) {

@@ -41,6 +41,20 @@ pub struct RegisterUsage {
     pub sram_blocks: u32,
     pub register_actions: u32,
     pub max_action_out_bits: u32,
+    /// What each register action's stateful ALU instruction uses.
+    pub actions: Vec<AluUsage>,
+}
+
+/// The stateful ALU instruction of one register action: what it uses of the ALU, or that
+/// it is a Rust body the loader cannot check (`checked: false`, an "unchecked ALU").
+#[derive(Clone, Debug, Serialize)]
+pub struct AluUsage {
+    pub name: String,
+    pub checked: bool,
+    pub conditions: u32,
+    pub updates_lo: u32,
+    pub updates_hi: u32,
+    pub outputs: u32,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -103,6 +117,9 @@ pub struct ResourceReport {
     pub memory_sram_bytes: u64,
     pub memory_dram_bytes: u64,
     pub fits: bool,
+    /// Register actions whose body is Rust, not a declared stateful ALU instruction
+    /// (`program.register.action`): the loader cannot tell whether a Tofino computes them.
+    pub unchecked_alus: Vec<String>,
     /// Every limit exceeded, in words.
     pub problems: Vec<String>,
 }
@@ -184,6 +201,7 @@ impl ResourceReport {
         let mut programs = Vec::new();
         let mut hash_total = 0;
         let mut memories = Vec::new();
+        let mut unchecked_alus = Vec::new();
 
         for d in decls {
             for r in &d.registers {
@@ -226,6 +244,30 @@ impl ResourceReport {
                         target.max_blocks_per_register
                     ));
                 }
+                let mut actions = Vec::new();
+                for a in &r.actions {
+                    let qualified = format!("{}.{}.{}", d.name, r.name, a.name);
+                    let usage = match &a.alu {
+                        Some(alu) => {
+                            for e in crate::salu::check(alu, a.phv_bits, target) {
+                                problems.push(format!("{qualified}: {e}"));
+                            }
+                            AluUsage {
+                                name: a.name.clone(),
+                                checked: true,
+                                conditions: alu.conds.len() as u32,
+                                updates_lo: alu.lo.len() as u32,
+                                updates_hi: alu.hi.len() as u32,
+                                outputs: alu.out.len() as u32,
+                            }
+                        }
+                        None => {
+                            unchecked_alus.push(qualified);
+                            AluUsage { name: a.name.clone(), checked: false, conditions: 0, updates_lo: 0, updates_hi: 0, outputs: 0 }
+                        }
+                    };
+                    actions.push(usage);
+                }
                 registers.push(RegisterUsage {
                     name: format!("{}.{}", d.name, r.name),
                     gress: r.gress,
@@ -236,6 +278,7 @@ impl ResourceReport {
                     sram_blocks: blocks,
                     register_actions: r.actions.len() as u32,
                     max_action_out_bits: out,
+                    actions,
                 });
             }
             for tb in &d.tables {
@@ -399,6 +442,7 @@ impl ResourceReport {
             parse_depth_bytes: parse_depth,
             phv_bits,
             fits: problems.is_empty(),
+            unchecked_alus,
             problems,
             programs,
             target: target.clone(),

@@ -39,6 +39,18 @@ pub struct Target {
     pub max_register_actions: u32,
     /// Bits a register action can return to the PHV.
     pub salu_output_bits: u32,
+    /// Condition units of one stateful ALU (docs/tofino-numbers.md section 4).
+    pub salu_conditions: u32,
+    /// Update ALUs per 32-bit half of the cell.
+    pub salu_updates_per_half: u32,
+    /// Output words one register action returns.
+    pub salu_output_words: u32,
+    /// Widest PHV operand the stateful ALU takes.
+    pub salu_phv_bits: u32,
+    /// Register-file rows for constants outside the inline range.
+    pub salu_regfile_rows: u32,
+    /// Constants an instruction carries inline.
+    pub salu_inline_const: (i32, i32),
     /// SRAM blocks one register array may span (the stateful ALU's reach).
     pub max_blocks_per_register: u32,
     /// Extra SRAM blocks the compiler spends per register array.
@@ -102,6 +114,12 @@ impl Target {
             max_register_cell_bits: 64,
             max_register_actions: 4,
             salu_output_bits: 32,
+            salu_conditions: 2,
+            salu_updates_per_half: 2,
+            salu_output_words: 1,
+            salu_phv_bits: 32,
+            salu_regfile_rows: 4,
+            salu_inline_const: (-8, 7),
             max_blocks_per_register: 35,
             register_spare_blocks: 1,
             exact_key_bits_per_stage: 1024,
@@ -141,6 +159,12 @@ impl Target {
             max_register_cell_bits: 128,
             max_register_actions: 4,
             salu_output_bits: 128,
+            salu_conditions: 4,
+            salu_updates_per_half: 2,
+            salu_output_words: 4,
+            salu_phv_bits: 64,
+            salu_regfile_rows: 4,
+            salu_inline_const: (-8, 7),
             max_blocks_per_register: 23,
             register_spare_blocks: 1,
             exact_key_bits_per_stage: 1024,
@@ -180,6 +204,12 @@ impl Target {
             max_register_cell_bits: 64,
             max_register_actions: UNLIMITED,
             salu_output_bits: UNLIMITED,
+            salu_conditions: UNLIMITED,
+            salu_updates_per_half: UNLIMITED,
+            salu_output_words: UNLIMITED,
+            salu_phv_bits: UNLIMITED,
+            salu_regfile_rows: UNLIMITED,
+            salu_inline_const: (i32::MIN, i32::MAX),
             max_blocks_per_register: UNLIMITED,
             register_spare_blocks: 0,
             exact_key_bits_per_stage: UNLIMITED,
@@ -231,6 +261,12 @@ impl Target {
             max_register_cell_bits: 64,
             max_register_actions: UNLIMITED,
             salu_output_bits: UNLIMITED,
+            salu_conditions: UNLIMITED,
+            salu_updates_per_half: UNLIMITED,
+            salu_output_words: UNLIMITED,
+            salu_phv_bits: UNLIMITED,
+            salu_regfile_rows: UNLIMITED,
+            salu_inline_const: (i32::MIN, i32::MAX),
             max_blocks_per_register: UNLIMITED,
             register_spare_blocks: 0,
             exact_key_bits_per_stage: UNLIMITED,

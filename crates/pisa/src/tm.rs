@@ -85,13 +85,40 @@ pub struct PortQueue {
     /// While egress queues a packet's clones: the packets it took out of `fresh` with it
     /// and has not sent yet, which count as still queued.
     pub(crate) draining: usize,
-    /// Earliest time the port can start sending its next packet (shaping).
+    shaper: Shaper,
+}
+
+/// A port's line rate: when it can start sending its next frame. Used by the egress
+/// queues and by the recirculation port, which is one port of the same rate.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Shaper {
     next_free_ns: u64,
+}
+
+impl Shaper {
+    /// May a frame of `len` bytes start at `now` on a port of `rate_bps`? If yes, account
+    /// for it. `None`: the port takes whatever it is given.
+    #[inline]
+    pub fn admit(&mut self, now: u64, rate_bps: Option<u64>, len: usize) -> bool {
+        let Some(rate) = rate_bps else { return true };
+        if now < self.next_free_ns {
+            return false;
+        }
+        // Preamble, frame gap and FCS add 24 bytes on the wire per frame.
+        let wire_bits = ((len + 24) * 8) as u64;
+        let start = self.next_free_ns.max(now.saturating_sub(1_000)); // at most 1 us of burst credit
+        self.next_free_ns = start + wire_bits * 1_000_000_000 / rate.max(1);
+        true
+    }
+
+    pub fn next_free_ns(&self) -> u64 {
+        self.next_free_ns
+    }
 }
 
 impl PortQueue {
     pub fn new() -> Self {
-        PortQueue { q: VecDeque::new(), fresh: Vec::new(), draining: 0, next_free_ns: 0 }
+        PortQueue { q: VecDeque::new(), fresh: Vec::new(), draining: 0, shaper: Shaper::default() }
     }
 
     /// Packets queued.
@@ -118,19 +145,11 @@ impl PortQueue {
     /// May the head packet leave at `now` on a port of `rate_bps`? If yes, account for it.
     #[inline]
     pub fn admit(&mut self, now: u64, rate_bps: Option<u64>, len: usize) -> bool {
-        let Some(rate) = rate_bps else { return true };
-        if now < self.next_free_ns {
-            return false;
-        }
-        // Preamble, frame gap and FCS add 24 bytes on the wire per frame.
-        let wire_bits = ((len + 24) * 8) as u64;
-        let start = self.next_free_ns.max(now.saturating_sub(1_000)); // at most 1 us of burst credit
-        self.next_free_ns = start + wire_bits * 1_000_000_000 / rate.max(1);
-        true
+        self.shaper.admit(now, rate_bps, len)
     }
 
     pub fn next_free_ns(&self) -> u64 {
-        self.next_free_ns
+        self.shaper.next_free_ns()
     }
 }
 
@@ -177,8 +196,13 @@ pub struct PipeConfig {
     pub queue_capacity: usize,
     /// Packets waiting to recirculate.
     pub recirc_capacity: usize,
-    /// Recirculated packets admitted per ingress batch (the recirculation port's bandwidth).
+    /// Recirculated packets admitted per ingress batch (a bound on one call's work).
     pub recirc_per_batch: usize,
+    /// Line rate of the pipe's recirculation port; `None`: the front-panel ports' rate
+    /// ([`PipeConfig::port_rate_bps`]), as on Tofino, where it is one port of the pipe.
+    /// Recirculated passes beyond it wait in the recirculation queue (back-pressure) and,
+    /// once that is full, are counted `recirc_full` drops. See [`PipeConfig::recirc_rate`].
+    pub recirc_rate_bps: Option<u64>,
     /// PacketIn messages waiting for the controller.
     pub cpu_capacity: usize,
     /// Digests waiting for the controller.
@@ -197,12 +221,20 @@ impl Default for PipeConfig {
             queue_capacity: 4096,
             recirc_capacity: 4096,
             recirc_per_batch: 256,
+            recirc_rate_bps: None,
             cpu_capacity: 4096,
             digest_capacity: 4096,
             buf_capacity: crate::packet::DEFAULT_BUF_CAPACITY,
             port_rate_bps: None,
             egress_budget: 256,
         }
+    }
+}
+
+impl PipeConfig {
+    /// The recirculation port's line rate (`None`: unshaped, as the ports are).
+    pub fn recirc_rate(&self) -> Option<u64> {
+        self.recirc_rate_bps.or(self.port_rate_bps)
     }
 }
 
@@ -244,6 +276,8 @@ pub(crate) struct Tm {
     /// Packets of that batch not run yet: they still wait in the recirculation queue, as
     /// far as its capacity is concerned.
     pub(crate) recirc_due_left: usize,
+    /// The recirculation port's line rate.
+    pub(crate) recirc_port: Shaper,
     pub(crate) cpu: VecDeque<PacketIn>,
     pub(crate) pool: BufPool,
     pub(crate) counters: Counters,
@@ -263,6 +297,7 @@ impl Tm {
             recirc: Vec::new(),
             recirc_due: Vec::new(),
             recirc_due_left: 0,
+            recirc_port: Shaper::default(),
             cpu: VecDeque::new(),
             pool: BufPool::new(cfg.buf_capacity, 0),
             traced_drops: Vec::new(),

@@ -64,3 +64,73 @@ fn a_stage_beyond_the_pipeline_is_refused_by_name() {
     // The same set loads without a target's limits (the model's own), as before.
     assert!(ProgramSet::new(vec![Arc::new(Shape::new(1, t.stages as u8))]).is_ok());
 }
+
+/// Three conditions: one more than a Tofino 1 stateful ALU has, within Tofino 2's four.
+#[derive(Clone, Copy)]
+struct Between;
+impl SaluProgram<u32, (u32, u32), u32> for Between {
+    const SALU: Salu = Salu {
+        conds: &[
+            Cond::new(Src::Lo, Cmp::GeU, Src::PhvLo),
+            Cond::new(Src::Lo, Cmp::LeU, Src::PhvHi),
+            Cond::new(Src::Lo, Cmp::Ne, Src::K(0)),
+        ],
+        lo: &[Update::new(Pred::C0.and(Pred::C1).and(Pred::C2), Src::Lo, Op::Add, Src::K(1))],
+        hi: &[],
+        out: &[Out::always(OutSrc::Predicate)],
+    };
+}
+
+struct Alu(ProgramDecl);
+impl Program for Alu {
+    fn decl(&self) -> &ProgramDecl {
+        &self.0
+    }
+    fn ingress(&self, _: &mut Pass<'_>) {}
+}
+
+fn alu_program(declared: bool) -> Arc<dyn Program> {
+    let mut b = ProgramBuilder::new("alu", "test program: one register action");
+    b.parser(64, &[("probe", 512)]);
+    let r = b.register::<u32>("window", Gress::Ingress, 0, 16, "");
+    if declared {
+        b.register_action_salu(r, "between", Between);
+    } else {
+        b.register_action(r, "read", read);
+    }
+    Arc::new(Alu(b.build().unwrap()))
+}
+
+#[test]
+fn a_register_action_beyond_the_stateful_alu_is_refused_by_name() {
+    let e = ProgramSet::load_on(vec![alu_program(true)], &Target::tofino1()).err().expect("three conditions on Tofino 1");
+    let msg = e.to_string();
+    assert!(msg.contains("alu.window.between") && msg.contains("3 conditions") && msg.contains("2 condition units"), "{msg}");
+    assert!(ProgramSet::load_on(vec![alu_program(true)], &Target::tofino2()).is_ok(), "Tofino 2 has four");
+}
+
+#[test]
+fn a_rust_body_is_reported_as_an_unchecked_alu() {
+    let set = ProgramSet::new(vec![alu_program(false)]).unwrap();
+    let r = ResourceReport::new(&[set.decl(0)], &Target::tofino1());
+    assert_eq!(r.unchecked_alus, vec!["alu.window.read".to_string()]);
+    assert!(!r.registers[0].actions[0].checked);
+    let set = ProgramSet::new(vec![alu_program(true)]).unwrap();
+    let r = ResourceReport::new(&[set.decl(0)], &Target::tofino2());
+    assert!(r.unchecked_alus.is_empty() && r.registers[0].actions[0].checked && r.registers[0].actions[0].conditions == 3);
+}
+
+#[test]
+fn an_instruction_naming_what_the_action_lacks_is_a_declaration_error() {
+    #[derive(Clone, Copy)]
+    struct ReadsHi;
+    impl SaluProgram<u32, (), u32> for ReadsHi {
+        const SALU: Salu = Salu { conds: &[], lo: &[], hi: &[], out: &[Out::always(OutSrc::OldHi)] };
+    }
+    let mut b = ProgramBuilder::new("bad", "");
+    let r = b.register::<u32>("r", Gress::Ingress, 0, 16, "");
+    b.register_action_salu(r, "hi", ReadsHi);
+    let e = b.build().expect_err("a 32-bit cell has no high half");
+    let msg = format!("{e:?}");
+    assert!(msg.contains("`r.hi`") && msg.contains("high half of a 32-bit cell"), "{msg}");
+}

@@ -5,6 +5,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use pisa::counters::Counters;
 use pisa::*;
 
 /// Byte 0: the packet's id; byte 1: how many times it recirculates before leaving by port 1
@@ -110,4 +111,42 @@ fn recirculation_queue_is_a_bounded_fifo_with_a_per_batch_share() {
         }
         assert!(m.full_drops > 0, "the capacity bound was exercised");
     }
+}
+
+/// Recirculated passes offered at `passes_per_us` per microsecond for `us` microseconds
+/// (packets of 16 bytes recirculating 4 times), one ingress call per microsecond: the
+/// switch's counters after.
+fn offer(recirc_rate_bps: Option<u64>, passes_per_us: u8, us: u64) -> Counters {
+    let set = Arc::new(ProgramSet::new(vec![Arc::new(Loop::new())]).expect("loads"));
+    let cfg = PipeConfig { recirc_rate_bps, ..PipeConfig::default() };
+    let mut sw = Switch::new(set, 2, 1, cfg);
+    for t in 0..us {
+        let mut bufs: Vec<PacketBuf> = (0..passes_per_us / 4).map(|i| frame(&mut sw, i, 4)).collect();
+        sw.process(&mut bufs, t * 1_000);
+        sw.recycle_tx(1);
+    }
+    sw.counters()
+}
+
+#[test]
+fn recirculation_is_limited_to_one_ports_line_rate() {
+    // 1 Gb/s; a 16-byte pass is 16 + 24 bytes on the wire: one pass per 320 ns.
+    let (rate, us) = (1_000_000_000u64, 2_000u64);
+    let pass_ns = (16 + 24) * 8 * 1_000_000_000 / rate;
+    // Offered: 8 passes per microsecond, 2.5 times what the port carries.
+    let c = offer(Some(rate), 32, us);
+    let elapsed = (us - 1) * 1_000;
+    // What a port of this rate carries by the last call, with the shaper's 1 us of credit.
+    let most = (elapsed + 1_000) / pass_ns + 1;
+    let least = elapsed / pass_ns - 4;
+    assert!((least..=most).contains(&c.recirculations), "{} recirculations, expected {least}..={most}", c.recirculations);
+    assert_eq!(c.recirc_bytes, c.recirculations * 16, "every pass's bytes crossed the recirculation port");
+    assert!(c.recirc_rate_waits > 0, "back-pressure was counted");
+    assert!(c.drops[DropCode::RECIRC_FULL.0 as usize] > 0, "beyond the queue, recirculations are counted drops");
+    // The same traffic without a recirculation rate: every offered pass runs.
+    let free = offer(None, 32, us);
+    // A packet sent at call t recirculates at calls t+1..=t+4 (those before the last call).
+    let per_call = 32 / 4;
+    assert_eq!(free.recirculations, per_call * (4 * (us - 4) + 3 + 2 + 1));
+    assert_eq!(free.recirc_rate_waits, 0);
 }

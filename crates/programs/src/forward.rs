@@ -13,9 +13,9 @@
 
 use pisa::decl::TableSpec;
 use pisa::{
-    ActionId, ActionSelector, Digest, DropCode, Gress, HashAlgo, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl,
-    RegisterAction, SaluBody, Table,
+    ActionId, ActionSelector, Digest, DropCode, Gress, HashAlgo, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl, Table,
 };
+use pisa::{Op, Salu, SaluProgram, Src, Update};
 use wire::ethernet::{EtherType, EthernetFrame};
 use wire::ipv4::Ipv4Packet;
 
@@ -29,8 +29,8 @@ pub const ECMP_GROUP_SIZE: u32 = 64;
 
 pub struct Forward {
     decl: ProgramDecl,
-    rx_count: RegisterAction<Pair, u32, (), Count>,
-    tx_count: RegisterAction<Pair, u32, (), Count>,
+    rx_count: pisa::SaluAction<Pair, u32, (), Count>,
+    tx_count: pisa::SaluAction<Pair, u32, (), Count>,
     l2_smac: Table,
     l2_dmac: Table,
     ipv4_lpm: Table,
@@ -49,16 +49,18 @@ pub struct Forward {
 }
 
 /// Count one packet of `bytes` bytes: packets in the low half, bytes in the high half
-/// (both wrap at 2^32, as 32-bit hardware counters do). A zero-sized body rather than a
-/// `fn`, so it inlines: it runs twice per packet.
+/// (both wrap at 2^32, as 32-bit hardware counters do). One update per half, no
+/// condition, no output.
 #[derive(Clone, Copy)]
 struct Count;
 
-impl SaluBody<Pair, u32, ()> for Count {
-    #[inline(always)]
-    fn run(self, c: Pair, bytes: u32) -> (Pair, ()) {
-        (Pair::new(c.lo.wrapping_add(1), c.hi.wrapping_add(bytes)), ())
-    }
+impl SaluProgram<Pair, u32, ()> for Count {
+    const SALU: Salu = Salu {
+        conds: &[],
+        lo: &[Update::always(Src::Lo, Op::Add, Src::K(1))],
+        hi: &[Update::always(Src::Hi, Op::Add, Src::PhvLo)],
+        out: &[],
+    };
 }
 
 /// The first 6 of 8 bytes as a big-endian number.
@@ -75,10 +77,10 @@ impl Forward {
         b.parser(PARSE_DEPTH, &[("ethernet", 112), ("ipv4", 160), ("l4_ports", 32)]).metadata_bits(32);
         let rx = b.register::<Pair>("rx_port_counters", Gress::Ingress, 0, PORT_COUNTERS, "received packets (lo) and bytes (hi) per port");
         b.cell_fields(&rx, &[("packets", 32), ("bytes", 32)]);
-        let rx_count = b.register_action_body(rx, "count", Count);
+        let rx_count = b.register_action_salu(rx, "count", Count);
         let tx = b.register::<Pair>("tx_port_counters", Gress::Egress, 0, PORT_COUNTERS, "sent packets (lo) and bytes (hi) per port");
         b.cell_fields(&tx, &[("packets", 32), ("bytes", 32)]);
-        let tx_count = b.register_action_body(tx, "count", Count);
+        let tx_count = b.register_action_salu(tx, "count", Count);
 
         let a_nop = b.action("nop", &[], "do nothing");
         let a_learn = b.action("learn", &[], "report the source address to the controller");

@@ -53,6 +53,22 @@ fn trace_filter_check(expr: &str) -> PyResult<String> {
     pisa::TraceFilter::parse(expr).map(|f| f.text().to_string()).map_err(value_err)
 }
 
+fn target(name: &str) -> PyResult<Target> {
+    Target::by_name(name).ok_or_else(|| value_err(format!("unknown target `{name}` (known: {})", Target::NAMES.join(", "))))
+}
+
+/// A program set for a switch to run: checked against `target` (default `unbounded`, the
+/// model's own limits) when it loads, so a set that does not fit is refused naming the
+/// objects, before any packet.
+fn loaded_set(names: &[String], target_name: Option<&str>) -> PyResult<Arc<ProgramSet>> {
+    if names.is_empty() {
+        return Err(value_err("no programs given"));
+    }
+    let t = target(target_name.unwrap_or("unbounded"))?;
+    let progs = programs::instantiate(names).map_err(value_err)?;
+    Ok(Arc::new(ProgramSet::load_on(progs, &t).map_err(value_err)?))
+}
+
 /// Names of the data-plane programs this build has.
 #[pyfunction]
 fn program_names() -> Vec<&'static str> {
@@ -74,7 +90,7 @@ fn program_set_json(programs: Vec<String>) -> PyResult<String> {
 /// The resource report of a program set against a target, as JSON.
 #[pyfunction]
 fn resources_json(programs: Vec<String>, target: &str) -> PyResult<String> {
-    let t = Target::by_name(target).ok_or_else(|| value_err(format!("unknown target `{target}` (known: {})", Target::NAMES.join(", "))))?;
+    let t = self::target(target)?;
     let set = program_set(&programs)?;
     let decls: Vec<_> = (0..set.len()).map(|i| set.decl(i)).collect();
     serde_json::to_string(&ResourceReport::new(&decls, &t)).map_err(value_err)
@@ -166,7 +182,9 @@ impl Dataplane {
     /// `pcap_max_bytes` rotates each port's capture file when it reaches that size.
     /// `port_qdisc=True` sends AF_PACKET frames through each interface's qdisc (so `tc netem`
     /// shaping a link applies to what the switch sends) instead of straight to the driver.
-    #[pyo3(signature = (programs, ports, pipes=1, pcap_dir=None, queue_capacity=4096, port_rate_bps=None, buf_capacity=2048, batch=64, fault=None, pcap_max_bytes=None, port_qdisc=false, hold_replay=false))]
+    /// `target` (default `unbounded`): the set is refused at load, naming the objects, if it
+    /// does not fit that target's limits.
+    #[pyo3(signature = (programs, ports, pipes=1, pcap_dir=None, queue_capacity=4096, port_rate_bps=None, buf_capacity=2048, batch=64, fault=None, pcap_max_bytes=None, port_qdisc=false, hold_replay=false, target=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -182,8 +200,9 @@ impl Dataplane {
         pcap_max_bytes: Option<u64>,
         port_qdisc: bool,
         hold_replay: bool,
+        target: Option<String>,
     ) -> PyResult<Self> {
-        let set = program_set(&programs)?;
+        let set = loaded_set(&programs, target.as_deref())?;
         let spec = PortSpec::parse(ports).map_err(value_err)?;
         let fault = match fault {
             Some((loss, duplicate, reorder, seed)) => {
@@ -243,9 +262,11 @@ impl Dataplane {
     fn program_set_json(&self) -> PyResult<String> {
         Ok(self.dp()?.program_set().to_json().to_string())
     }
-    /// Load another program set; all tables, registers and replication state start over.
-    fn set_programs(&self, py: Python<'_>, programs: Vec<String>) -> PyResult<()> {
-        let set = program_set(&programs)?;
+    /// Load another program set (checked against `target` as in the constructor); all
+    /// tables, registers and replication state start over.
+    #[pyo3(signature = (programs, target=None))]
+    fn set_programs(&self, py: Python<'_>, programs: Vec<String>, target: Option<String>) -> PyResult<()> {
+        let set = loaded_set(&programs, target.as_deref())?;
         let dp = self.dp()?;
         py.detach(|| dp.replace_program_set(set)).map_err(control_err)
     }

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from inswitch import native
-from inswitch.cliopts import JSON_PATH, PROGRAMS, Text, argument, option
+from inswitch.cliopts import JSON_PATH, PROGRAMS, TARGET, argument, option
 from inswitch.output import is_stdout, note_written, write_json
 from inswitch.tables import show
 
@@ -22,11 +22,6 @@ EXAMPLES = """Examples:
 """
 
 
-def _target(text: str) -> str:
-    known = native.target_names()
-    if text not in known:
-        raise ValueError(f"known: {', '.join(known)}")
-    return text
 
 UNLIMITED = 2**32 - 1
 
@@ -69,6 +64,19 @@ def render(report: dict[str, Any], console: Console) -> None:
         for r in report["registers"]:
             rt.add_row(r["name"], r["gress"], str(r["stage"]), str(r["cells"]), str(r["cell_bits"]), str(r["bits"]), str(r["sram_blocks"]), f'{r["register_actions"]}/{_lim(t["max_register_actions"])}', str(r["max_action_out_bits"]))
         show(console, rt)
+        at = Table(title="Stateful ALU instructions (register actions)")
+        at.add_column("register action", no_wrap=True)
+        for col in ("ALU", "conditions", "updates lo", "updates hi", "outputs"):
+            at.add_column(col)
+        for r in report["registers"]:
+            for a in r.get("actions", []):
+                name = f"{r['name']}.{a['name']}"
+                if not a["checked"]:
+                    at.add_row(name, "[yellow]unchecked ALU[/yellow]", "-", "-", "-", "-")
+                    continue
+                per_half = t["salu_updates_per_half"]
+                at.add_row(name, "declared", _cell(a["conditions"], t["salu_conditions"]), _cell(a["updates_lo"], per_half), _cell(a["updates_hi"], per_half), _cell(a["outputs"], t["salu_output_words"]))
+        show(console, at)
     if report["tables"]:
         tt = Table(title="Match tables")
         tt.add_column("table", no_wrap=True)
@@ -99,8 +107,12 @@ def render(report: dict[str, Any], console: Console) -> None:
         console.print(f"  {p['name']}: {p['stages']} stages, parse {p['parse_depth_bytes']} B, recirculations/packet {recirc}, packet generators {p['packet_generators']}, digests {digests}")
         for note in p["notes"]:
             console.print(f"    note: {note}")
+    unchecked = report.get("unchecked_alus", [])
+    if unchecked:
+        # A Rust body: the loader cannot tell whether the target's stateful ALU computes it.
+        console.print(f"[yellow]unchecked ALU[/yellow]: {len(unchecked)} register actions are Rust bodies, not declared instructions: {', '.join(unchecked)}", soft_wrap=True)
     if report["fits"]:
-        console.print(f"[bold green]FITS[/bold green] {t['name']}")
+        console.print(f"[bold green]FITS[/bold green] {t['name']}" + (f" (except {len(unchecked)} unchecked ALUs)" if unchecked else ""))
     else:
         console.print(f"[bold red]DOES NOT FIT[/bold red] {t['name']}:")
         for prob in report["problems"]:
@@ -111,7 +123,7 @@ def register(app: typer.Typer) -> None:
     @app.command("resources", epilog=EXAMPLES)
     def resources_cmd(
         program: str = argument(..., type=PROGRAMS, help="Program name, or several joined by commas (loaded together)."),
-        target: str = option("tofino1", "--target", "-t", type=Text("a target name", check=_target, bad=("bogus",)), help="Target whose limits the program is checked against: tofino1, tofino2, unbounded or switchagg-fpga."),
+        target: str = option("tofino1", "--target", "-t", type=TARGET, help="Target whose limits the program is checked against: tofino1, tofino2, unbounded or switchagg-fpga."),
         json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Write the report as JSON (- prints it instead of the tables)."),
         out: Optional[str] = option(None, "--out", type=JSON_PATH, help="Also write the JSON report to this file (the same as --json FILE, kept for old scripts)."),
     ) -> None:

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from inswitch import native
-from inswitch.cliopts import OUT_DIR, OUT_FILE, PROGRAMS, Address, Choice, Float, Int, Text, argument, option
+from inswitch.cliopts import OUT_DIR, OUT_FILE, PROGRAMS, TARGET, Address, Choice, Float, Int, Text, argument, option
 from inswitch.output import replace_json
 from inswitch.p4rt.tls import OPTIONS as TLS_OPTIONS
 from inswitch.p4rt.tls import TlsFiles, pem_file
@@ -112,7 +112,8 @@ def parse_fault(text: str) -> tuple[float, float, float, int]:
 
 
 def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Optional[str], metrics: str, device_id: int, ready_file: Optional[str], out: Console, err: Console, fault: Optional[str] = None,
-               tls: TlsFiles = TlsFiles(), generation: int = 1, pcap_size: Optional[float] = None, l2: str = "learn", replay_wait: float = 0.0, port_qdisc: bool = False) -> int:
+               tls: TlsFiles = TlsFiles(), generation: int = 1, pcap_size: Optional[float] = None, l2: str = "learn", replay_wait: float = 0.0, port_qdisc: bool = False,
+               target: Optional[str] = None) -> int:
     """Run until SIGINT/SIGTERM, or, with file ports (`pcap:IN:OUT,...`), until every input
     has been replayed (starting `replay_wait` s after the switch serves, so a controller can
     install entries) and the pipeline is empty: the outputs are then complete. Returns the
@@ -149,7 +150,7 @@ def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Opti
         try:
             dp = _native.Dataplane(names, ports, pipes=pipes, pcap_dir=pcap, fault=parse_fault(fault) if fault else None,
                                    pcap_max_bytes=int(pcap_size * 1e6) if pcap_size else None, hold_replay=True,
-                                   **({"port_qdisc": True} if port_qdisc else {}))
+                                   **({"port_qdisc": True} if port_qdisc else {}), **({"target": target} if target else {}))
         except ValueError as e:
             raise UsageError(str(e)) from None
         server = SwitchServer(dp, p4rt_addr, device_id, tls=tls)
@@ -278,12 +279,14 @@ def register(app: typer.Typer) -> None:
         tls_ca: Optional[str] = option(None, "--tls-ca", type=PEM, help="Accept only P4Runtime clients whose certificate this CA signed."),
         generation: int = option(1, "--generation", type=Int(1, 2**31), help="Which start of this switch this is (set by the rack's supervisor when it restarts one; in the ready file and /metrics)."),
         port_qdisc: bool = typer.Option(False, "--port-qdisc", help="veth ports send through the interface's qdisc (so `tc` shaping on a port applies to what the switch sends) instead of bypassing it."),
+        target: Optional[str] = option(None, "--target", "-t", type=TARGET,
+                                       help="Refuse to load the programs unless they fit this target (tofino1, tofino2, unbounded, switchagg-fpga); default: the model's own limits (unbounded)."),
         replay_wait: float = option(0.0, "--replay-wait", type=Float(0, 3600), help="With pcap: ports, seconds to wait after starting before replaying (time for a controller to install entries); the switch exits once every input is replayed and the pipeline is empty."),
     ) -> None:
         """Run a software switch: the data plane over PORTS, a P4Runtime server and a
         metrics endpoint, until SIGINT or SIGTERM."""
         code = run_switch(program, ports, p4runtime, pipes, pcap, metrics, device_id, ready_file, Console(), Console(stderr=True), fault=fault, pcap_size=pcap_size, l2=l2,
-                          tls=TlsFiles(cert=tls_cert, key=tls_key, ca=tls_ca), generation=generation, port_qdisc=port_qdisc, replay_wait=replay_wait)
+                          tls=TlsFiles(cert=tls_cert, key=tls_key, ca=tls_ca), generation=generation, port_qdisc=port_qdisc, replay_wait=replay_wait, target=target)
         raise typer.Exit(code)
 
     @app.command("p4info", epilog=P4INFO_EXAMPLES)

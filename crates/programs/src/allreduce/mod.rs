@@ -40,6 +40,7 @@ use pisa::decl::TableSpec;
 use pisa::{
     ActionId, DropCode, Gress, MatchKind, Pass, Program, ProgramBuilder, ProgramDecl, RegisterAction, RegisterLanes, SaluBody, Table,
 };
+use pisa::{Cmp, Cond, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
 use wire::allreduce::{field, flags, ELEMS, PACKET_LEN, UDP_PORT};
 
 use crate::reply::{fix_lengths, swap_addresses};
@@ -64,16 +65,19 @@ pub const PARSE_DEPTH: u32 = (UDP_IPV4_LEN + PACKET_LEN) as u32;
 /// Where the allreduce payload starts in the frame (IPv4 without options).
 const AT: usize = UDP_IPV4_LEN;
 
-/// `seen` cell update: bit `ver` set, the other copy's bit cleared; returns whether bit
-/// `ver` was set before (a retransmission).
+/// `seen` cell update: bit `ver` (0 or 1, checked before) set, the other copy's bit
+/// cleared; returns whether bit `ver` was set before (a retransmission). The cell only
+/// ever holds 0, 1 or 2, so "bit set" is "cell == ver + 1": c0 ver is 0, c1 the cell
+/// equals ver + 1.
 #[derive(Clone, Copy)]
 struct Seen;
-impl SaluBody<u8, u8, bool> for Seen {
-    #[inline(always)]
-    fn run(self, cell: u8, ver: u8) -> (u8, bool) {
-        let bit = 1u8 << (ver & 1);
-        (bit, cell & bit != 0)
-    }
+impl SaluProgram<u8, u8, bool> for Seen {
+    const SALU: Salu = Salu {
+        conds: &[Cond::new(Src::PhvLo, Cmp::Eq, Src::K(0)), Cond::lin(Src::Lo, Src::PhvLo, -1, Cmp::Eq)],
+        lo: &[Update::set(Pred::C0, Src::K(1)), Update::set(Pred::ALWAYS, Src::K(2))],
+        hi: &[],
+        out: &[Out::new(Pred::C1, OutSrc::Predicate)],
+    };
 }
 
 /// `count` update. Input: (new contribution?, n). A new contribution counts
@@ -130,7 +134,7 @@ pub struct Allreduce {
     a_set_job: ActionId,
     worker_addr: Table,
     a_set_addr: ActionId,
-    seen: RegisterAction<u8, u8, bool, Seen>,
+    seen: pisa::SaluAction<u8, u8, bool, Seen>,
     count: RegisterAction<u32, (bool, u32), u32, Count>,
     pool: Vec<PoolLanes>,
     d_absorbed: DropCode,
@@ -174,7 +178,7 @@ impl Allreduce {
             const_default: true,
         });
         let sr = b.register::<u8>("seen", Gress::Ingress, 1, SEEN_CELLS, "per (slot, worker): bit ver = contributed to copy ver");
-        let seen = b.register_action_body(sr, "mark", Seen);
+        let seen = b.register_action_salu(sr, "mark", Seen);
         let cr = b.register::<u32>("count", Gress::Ingress, 2, POOL_CELLS, "per (slot, copy): contributions so far, mod n");
         let count = b.register_action_body(cr, "count", Count);
         let mut acts = Vec::with_capacity(ELEMS);

@@ -148,14 +148,7 @@ impl SaluBody<Pair, u8, u32> for SpillState {
 }
 
 /// A counter that adds its operand.
-#[derive(Clone, Copy)]
-pub struct AddN;
-impl SaluBody<u32, u32, ()> for AddN {
-    #[inline(always)]
-    fn run(self, c: u32, n: u32) -> (u32, ()) {
-        (c.wrapping_add(n), ())
-    }
-}
+pub use pisa::salu::common::Add as AddN;
 
 #[cfg(test)]
 mod tests {

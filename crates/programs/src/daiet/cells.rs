@@ -9,7 +9,11 @@
 //! the spillover bucket. Keys never contain a zero byte on this path (see
 //! `wire::daiet::key_is_fixed`), so a zero first word marks an empty cell.
 
-use pisa::SaluBody;
+use pisa::{Cmp, Cond, Op, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
+
+/// Read a cell and clear it (the flush); index stack: push returns the slot to write,
+/// write stores a cell index; read a cell.
+pub use pisa::salu::common::{FetchInc as Push, Read, Take, Write};
 
 /// The key word was written into an empty cell.
 pub const CLAIM: u32 = 1;
@@ -18,147 +22,77 @@ pub const MATCH: u32 = 2;
 /// A different key is stored.
 pub const COLLIDE: u32 = 3;
 
-/// First key word: claim an empty cell or compare.
+/// First key word: claim an empty cell or compare. Conditions: c0 the cell differs from
+/// the word, c1 the cell is occupied; the output is the predicate, which is CLAIM (c0
+/// only: an empty cell, key words are never 0), MATCH (c1 only) or COLLIDE (both).
 #[derive(Clone, Copy)]
 pub struct ClaimOrMatch;
-impl SaluBody<u32, u32, u32> for ClaimOrMatch {
-    #[inline(always)]
-    fn run(self, c: u32, word: u32) -> (u32, u32) {
-        if c == 0 {
-            (word, CLAIM)
-        } else if c == word {
-            (c, MATCH)
-        } else {
-            (c, COLLIDE)
-        }
-    }
+impl SaluProgram<u32, u32, u32> for ClaimOrMatch {
+    const SALU: Salu = Salu {
+        conds: &[Cond::new(Src::Lo, Cmp::Ne, Src::PhvLo), Cond::new(Src::Lo, Cmp::Ne, Src::K(0))],
+        lo: &[Update::set(Pred::C0.and(Pred::C1.not()), Src::PhvLo)],
+        hi: &[],
+        out: &[Out::always(OutSrc::Predicate)],
+    };
 }
 
 /// Later key words: `(word, decision so far)`; a claim writes (the cell is empty: the
 /// words of a key are written and cleared together), otherwise the word is compared and
 /// the decision carried on (a match stays a match only while the words are equal; a
 /// collision stays a collision and leaves the cell as it is). Every pair of the pass runs
-/// it, whatever the earlier words decided: two comparisons, one output, as a stateful ALU.
+/// it, whatever the earlier words decided. Conditions: c0 the decision so far is CLAIM, c1
+/// the cell differs from the word; the decision passed on is computed by the high update
+/// ALUs (a scratch result on this 32-bit cell) and output.
 #[derive(Clone, Copy)]
 pub struct Follow;
-impl SaluBody<u32, (u32, u32), u32> for Follow {
-    #[inline(always)]
-    fn run(self, c: u32, (word, prev): (u32, u32)) -> (u32, u32) {
-        if prev == CLAIM {
-            (word, CLAIM)
-        } else if c == word {
-            (c, prev)
-        } else {
-            (c, COLLIDE)
-        }
-    }
-}
-
-/// Read a cell and clear it (the flush).
-#[derive(Clone, Copy)]
-pub struct Take;
-impl SaluBody<u32, (), u32> for Take {
-    #[inline(always)]
-    fn run(self, c: u32, _: ()) -> (u32, u32) {
-        (0, c)
-    }
+impl SaluProgram<u32, (u32, u32), u32> for Follow {
+    const SALU: Salu = Salu {
+        conds: &[Cond::new(Src::PhvHi, Cmp::Eq, Src::K(CLAIM as i32)), Cond::new(Src::Lo, Cmp::Ne, Src::PhvLo)],
+        lo: &[Update::set(Pred::C0, Src::PhvLo)],
+        hi: &[Update::set(Pred::C1.and(Pred::C0.not()), Src::K(COLLIDE as i32)), Update::set(Pred::ALWAYS, Src::PhvHi)],
+        out: &[Out::always(OutSrc::NewHi)],
+    };
 }
 
 /// Value update: `(value, decision)`; a claimed cell takes the value, a matched one
-/// aggregates it, a collision leaves the cell as it is (its pair goes to the spillover
-/// bucket).
+/// aggregates it with `op`, a collision leaves the cell as it is (its pair goes to the
+/// spillover bucket).
+const AGGREGATE_CONDS: &[Cond] =
+    &[Cond::new(Src::PhvHi, Cmp::Eq, Src::K(CLAIM as i32)), Cond::new(Src::PhvHi, Cmp::Eq, Src::K(MATCH as i32))];
+macro_rules! aggregate {
+    ($op:expr) => {
+        Salu {
+            conds: AGGREGATE_CONDS,
+            lo: &[Update::set(Pred::C0, Src::PhvLo), Update::new(Pred::C1, Src::Lo, $op, Src::PhvLo)],
+            hi: &[],
+            out: &[],
+        }
+    };
+}
 #[derive(Clone, Copy)]
 pub struct Sum;
-impl SaluBody<u32, (u32, u32), ()> for Sum {
-    #[inline(always)]
-    fn run(self, c: u32, (v, d): (u32, u32)) -> (u32, ()) {
-        (
-            if d == CLAIM {
-                v
-            } else if d == MATCH {
-                c.wrapping_add(v)
-            } else {
-                c
-            },
-            (),
-        )
-    }
+impl SaluProgram<u32, (u32, u32), ()> for Sum {
+    const SALU: Salu = aggregate!(Op::Add);
 }
 #[derive(Clone, Copy)]
 pub struct Min;
-impl SaluBody<u32, (u32, u32), ()> for Min {
-    #[inline(always)]
-    fn run(self, c: u32, (v, d): (u32, u32)) -> (u32, ()) {
-        (
-            if d == CLAIM {
-                v
-            } else if d == MATCH {
-                c.min(v)
-            } else {
-                c
-            },
-            (),
-        )
-    }
+impl SaluProgram<u32, (u32, u32), ()> for Min {
+    const SALU: Salu = aggregate!(Op::MinU);
 }
 #[derive(Clone, Copy)]
 pub struct Max;
-impl SaluBody<u32, (u32, u32), ()> for Max {
-    #[inline(always)]
-    fn run(self, c: u32, (v, d): (u32, u32)) -> (u32, ()) {
-        (
-            if d == CLAIM {
-                v
-            } else if d == MATCH {
-                c.max(v)
-            } else {
-                c
-            },
-            (),
-        )
-    }
-}
-
-/// Index stack top: push returns the slot to write.
-#[derive(Clone, Copy)]
-pub struct Push;
-impl SaluBody<u32, (), u32> for Push {
-    #[inline(always)]
-    fn run(self, c: u32, _: ()) -> (u32, u32) {
-        (c.wrapping_add(1), c)
-    }
+impl SaluProgram<u32, (u32, u32), ()> for Max {
+    const SALU: Salu = aggregate!(Op::MaxU);
 }
 
 /// Index stack top: pop returns the old top (0: empty; else the slot is top - 1).
 #[derive(Clone, Copy)]
 pub struct Pop;
-impl SaluBody<u32, (), u32> for Pop {
-    #[inline(always)]
-    fn run(self, c: u32, _: ()) -> (u32, u32) {
-        if c == 0 {
-            (0, 0)
-        } else {
-            (c - 1, c)
-        }
-    }
-}
-
-/// Index stack slot: write a cell index.
-#[derive(Clone, Copy)]
-pub struct Write;
-impl SaluBody<u32, u32, ()> for Write {
-    #[inline(always)]
-    fn run(self, _: u32, v: u32) -> (u32, ()) {
-        (v, ())
-    }
-}
-
-/// Read a cell.
-#[derive(Clone, Copy)]
-pub struct Read;
-impl SaluBody<u32, (), u32> for Read {
-    #[inline(always)]
-    fn run(self, c: u32, _: ()) -> (u32, u32) {
-        (c, c)
-    }
+impl SaluProgram<u32, (), u32> for Pop {
+    const SALU: Salu = Salu {
+        conds: &[Cond::new(Src::Lo, Cmp::Ne, Src::K(0))],
+        lo: &[Update::new(Pred::C0, Src::Lo, Op::Sub, Src::K(1))],
+        hi: &[],
+        out: &[Out::always(OutSrc::OldLo)],
+    };
 }

@@ -15,7 +15,7 @@
 //! two conditions; a compiler would split it over the pair's two halves (a note in the
 //! resource report says so).
 
-use pisa::{Pair, SaluBody};
+use pisa::{Cmp, Cond, Op, Pair, Pred, Salu, SaluBody, SaluProgram, Src, Update};
 
 /// `admit` outputs.
 pub const ADMIT: u32 = 1;
@@ -64,9 +64,11 @@ impl SaluBody<Pair, (u32, u8), u32> for Admit {
 /// An admitted packet is done.
 #[derive(Clone, Copy)]
 pub struct Complete;
-impl SaluBody<Pair, (), ()> for Complete {
-    #[inline(always)]
-    fn run(self, c: Pair, _: ()) -> (Pair, ()) {
-        (Pair::new(c.lo, c.hi.saturating_sub(1)), ())
-    }
+impl SaluProgram<Pair, (), ()> for Complete {
+    const SALU: Salu = Salu {
+        conds: &[Cond::new(Src::Hi, Cmp::Ne, Src::K(0))],
+        lo: &[],
+        hi: &[Update::new(Pred::C0, Src::Hi, Op::Sub, Src::K(1))],
+        out: &[],
+    };
 }

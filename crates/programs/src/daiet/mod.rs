@@ -105,10 +105,10 @@ pub const ACK_FRAME_LEN: u32 = PAIRS as u32;
 /// `p % SLICES == s` use; here the actions the flush runs on one slice at a time.
 #[derive(Clone, Copy)]
 struct Slice {
-    key_take: [RegisterAction<u32, (), u32, Take>; 4],
-    v_take: RegisterAction<u32, (), u32, Take>,
-    pop: RegisterAction<u32, (), u32, Pop>,
-    stack_read: RegisterAction<u32, (), u32, Read>,
+    key_take: [pisa::SaluAction<u32, (), u32, Take>; 4],
+    v_take: pisa::SaluAction<u32, (), u32, Take>,
+    pop: pisa::SaluAction<u32, (), u32, Pop>,
+    stack_read: pisa::SaluAction<u32, (), u32, Read>,
 }
 
 /// The actions a pass runs on the four slices side by side, stage by stage: lane `s` is
@@ -116,34 +116,34 @@ struct Slice {
 /// separate accesses).
 struct PairLanes {
     key_hash: HashLanes<SLICES>,
-    key0: RegisterLanes<u32, u32, u32, ClaimOrMatch, SLICES>,
-    key_follow: [RegisterLanes<u32, (u32, u32), u32, Follow, SLICES>; 3],
-    v_sum: RegisterLanes<u32, (u32, u32), (), Sum, SLICES>,
-    v_min: RegisterLanes<u32, (u32, u32), (), Min, SLICES>,
-    v_max: RegisterLanes<u32, (u32, u32), (), Max, SLICES>,
-    push: RegisterLanes<u32, (), u32, Push, SLICES>,
-    stack_write: RegisterLanes<u32, u32, (), Write, SLICES>,
+    key0: pisa::SaluLanes<u32, u32, u32, ClaimOrMatch, SLICES>,
+    key_follow: [pisa::SaluLanes<u32, (u32, u32), u32, Follow, SLICES>; 3],
+    v_sum: pisa::SaluLanes<u32, (u32, u32), (), Sum, SLICES>,
+    v_min: pisa::SaluLanes<u32, (u32, u32), (), Min, SLICES>,
+    v_max: pisa::SaluLanes<u32, (u32, u32), (), Max, SLICES>,
+    push: pisa::SaluLanes<u32, (), u32, Push, SLICES>,
+    stack_write: pisa::SaluLanes<u32, u32, (), Write, SLICES>,
 }
 
 pub struct Daiet {
     decl: ProgramDecl,
     trees: Table,
     admit: RegisterAction<Pair, (u32, u8), u32, Admit>,
-    complete: RegisterAction<Pair, (), (), Complete>,
+    complete: pisa::SaluAction<Pair, (), (), Complete>,
     /// One per slice (an array, not a Vec: indexing by slice needs no bounds check).
     slices: [Slice; SLICES],
     lanes: PairLanes,
-    out_next: RegisterAction<u32, (), u32, Push>,
-    out_last: RegisterAction<u32, (), u32, Take>,
-    ends_arrive: RegisterAction<u32, (), u32, Push>,
-    ends_reset: RegisterAction<u32, (), u32, Take>,
+    out_next: pisa::SaluAction<u32, (), u32, Push>,
+    out_last: pisa::SaluAction<u32, (), u32, Take>,
+    ends_arrive: pisa::SaluAction<u32, (), u32, Push>,
+    ends_reset: pisa::SaluAction<u32, (), u32, Take>,
     /// The spillover bucket ([`bucket`]).
     spill_state: RegisterAction<Pair, u8, u32, SpillState>,
-    spill_key_write: [RegisterAction<u32, u32, (), Write>; 4],
-    spill_key_take: [RegisterAction<u32, (), u32, Take>; 4],
-    spill_value_write: RegisterAction<u32, u32, (), Write>,
-    spill_value_take: RegisterAction<u32, (), u32, Take>,
-    spill_overflow: RegisterAction<u32, u32, (), AddN>,
+    spill_key_write: [pisa::SaluAction<u32, u32, (), Write>; 4],
+    spill_key_take: [pisa::SaluAction<u32, (), u32, Take>; 4],
+    spill_value_write: pisa::SaluAction<u32, u32, (), Write>,
+    spill_value_take: pisa::SaluAction<u32, (), u32, Take>,
+    spill_overflow: pisa::SaluAction<u32, u32, (), AddN>,
     d_gap: DropCode,
     d_busy: DropCode,
     d_sender: DropCode,
@@ -209,7 +209,7 @@ impl Daiet {
         );
         b.cell_fields(&seq, &[("next_seq", 32), ("in_flight", 32)]);
         let admit = b.register_action_body(seq, "admit", Admit);
-        let complete = b.register_action_body(seq, "complete", Complete);
+        let complete = b.register_action_salu(seq, "complete", Complete);
         // Per slice, stage by stage: the hash unit (stage 1), four key words (2-5), the
         // value (6), the index stack's top (7) and slots (8).
         let mut per: Vec<SliceActions> = Vec::with_capacity(SLICES);
@@ -217,9 +217,9 @@ impl Daiet {
             let key_hash = b.hash_unit(&format!("key_hash_{i}"), Gress::Ingress, 1, HashAlgo::Crc32c, 32);
             let k: Vec<_> =
                 (0..4).map(|w| b.register::<u32>(&format!("key{w}_{i}"), Gress::Ingress, 2 + w as u8, CELLS, "key word")).collect();
-            let key0 = b.register_action_body(k[0], "claim_or_match", ClaimOrMatch);
-            let key_follow = [1, 2, 3].map(|w| b.register_action_body(k[w], "follow", Follow));
-            let key_take = [0, 1, 2, 3].map(|w| b.register_action_body(k[w], "take", Take));
+            let key0 = b.register_action_salu(k[0], "claim_or_match", ClaimOrMatch);
+            let key_follow = [1, 2, 3].map(|w| b.register_action_salu(k[w], "follow", Follow));
+            let key_take = [0, 1, 2, 3].map(|w| b.register_action_salu(k[w], "take", Take));
             let val = b.register::<u32>(&format!("value_{i}"), Gress::Ingress, 6, CELLS, "aggregated value");
             let top =
                 b.register::<u32>(&format!("stack_top_{i}"), Gress::Ingress, 7, MAX_TREES, "per tree: cells on the slice's index stack");
@@ -228,16 +228,16 @@ impl Daiet {
                 key_hash,
                 key0,
                 key_follow,
-                v_sum: b.register_action_body(val, "sum", Sum),
-                v_min: b.register_action_body(val, "min", Min),
-                v_max: b.register_action_body(val, "max", Max),
-                push: b.register_action_body(top, "push", Push),
-                stack_write: b.register_action_body(stack, "write", Write),
+                v_sum: b.register_action_salu(val, "sum", Sum),
+                v_min: b.register_action_salu(val, "min", Min),
+                v_max: b.register_action_salu(val, "max", Max),
+                push: b.register_action_salu(top, "push", Push),
+                stack_write: b.register_action_salu(stack, "write", Write),
                 slice: Slice {
                     key_take,
-                    v_take: b.register_action_body(val, "take", Take),
-                    pop: b.register_action_body(top, "pop", Pop),
-                    stack_read: b.register_action_body(stack, "read", Read),
+                    v_take: b.register_action_salu(val, "take", Take),
+                    pop: b.register_action_salu(top, "pop", Pop),
+                    stack_read: b.register_action_salu(stack, "read", Read),
                 },
             });
         }
@@ -245,11 +245,11 @@ impl Daiet {
         let slices: [Slice; SLICES] = std::array::from_fn(|i| per[i].slice);
         let out =
             b.register::<u32>("out_seq", Gress::Ingress, 9, MAX_TREES, "per tree: the switch's next sequence number towards the parent");
-        let out_next = b.register_action_body(out, "next", Push);
-        let out_last = b.register_action_body(out, "last", Take);
+        let out_next = b.register_action_salu(out, "next", Push);
+        let out_last = b.register_action_salu(out, "last", Take);
         let ends = b.register::<u32>("ends_seen", Gress::Ingress, 9, MAX_TREES, "per tree: children that sent END");
-        let ends_arrive = b.register_action_body(ends, "arrive", Push);
-        let ends_reset = b.register_action_body(ends, "reset", Take);
+        let ends_arrive = b.register_action_salu(ends, "arrive", Push);
+        let ends_reset = b.register_action_salu(ends, "reset", Take);
         let st = b.register::<Pair>(
             "spill_state",
             Gress::Ingress,
@@ -262,11 +262,11 @@ impl Daiet {
         let sk: Vec<_> = (0..4)
             .map(|w| b.register::<u32>(&format!("spill_key{w}"), Gress::Ingress, 10, BUCKET_CELLS, "spillover bucket slots: key word"))
             .collect();
-        let spill_key_write = [0, 1, 2, 3].map(|w| b.register_action_body(sk[w], "store", Write));
-        let spill_key_take = [0, 1, 2, 3].map(|w| b.register_action_body(sk[w], "take", Take));
+        let spill_key_write = [0, 1, 2, 3].map(|w| b.register_action_salu(sk[w], "store", Write));
+        let spill_key_take = [0, 1, 2, 3].map(|w| b.register_action_salu(sk[w], "take", Take));
         let sv = b.register::<u32>("spill_value", Gress::Ingress, 11, BUCKET_CELLS, "spillover bucket slots: value");
-        let spill_value_write = b.register_action_body(sv, "store", Write);
-        let spill_value_take = b.register_action_body(sv, "take", Take);
+        let spill_value_write = b.register_action_salu(sv, "store", Write);
+        let spill_value_take = b.register_action_salu(sv, "take", Take);
         let so = b.register::<u32>(
             "spill_overflow",
             Gress::Ingress,
@@ -274,7 +274,7 @@ impl Daiet {
             MAX_TREES,
             "per tree: colliding pairs that found the bucket busy and went on in their packet",
         );
-        let spill_overflow = b.register_action_body(so, "add", AddN);
+        let spill_overflow = b.register_action_salu(so, "add", AddN);
         let d_gap = b.drop_reason("daiet_seq_gap");
         let d_busy = b.drop_reason("daiet_in_flight_copy");
         let d_sender = b.drop_reason("daiet_sender_out_of_range");
@@ -418,13 +418,13 @@ const DECIDED: [u8; 256] = {
 /// One slice's actions as `Daiet::new` declares them, before the stages' lanes are made.
 struct SliceActions {
     key_hash: HashUnit,
-    key0: RegisterAction<u32, u32, u32, ClaimOrMatch>,
-    key_follow: [RegisterAction<u32, (u32, u32), u32, Follow>; 3],
-    v_sum: RegisterAction<u32, (u32, u32), (), Sum>,
-    v_min: RegisterAction<u32, (u32, u32), (), Min>,
-    v_max: RegisterAction<u32, (u32, u32), (), Max>,
-    push: RegisterAction<u32, (), u32, Push>,
-    stack_write: RegisterAction<u32, u32, (), Write>,
+    key0: pisa::SaluAction<u32, u32, u32, ClaimOrMatch>,
+    key_follow: [pisa::SaluAction<u32, (u32, u32), u32, Follow>; 3],
+    v_sum: pisa::SaluAction<u32, (u32, u32), (), Sum>,
+    v_min: pisa::SaluAction<u32, (u32, u32), (), Min>,
+    v_max: pisa::SaluAction<u32, (u32, u32), (), Max>,
+    push: pisa::SaluAction<u32, (), u32, Push>,
+    stack_write: pisa::SaluAction<u32, u32, (), Write>,
     slice: Slice,
 }
 

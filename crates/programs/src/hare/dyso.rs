@@ -14,9 +14,8 @@
 //! fixed-size keys.
 
 use pisa::decl::TableSpec;
-use pisa::{
-    ActionId, DropCode, Gress, HashAlgo, HashUnit, MatchKind, Pass, Program, ProgramBuilder, ProgramDecl, RegisterAction, Table, PORT_CPU,
-};
+use pisa::salu::common::{Equals, Write};
+use pisa::{ActionId, DropCode, Gress, HashAlgo, HashUnit, MatchKind, Pass, Program, ProgramBuilder, ProgramDecl, Table, PORT_CPU};
 use wire::hare::{Op, Packet, FLAG_DONE, HEADER_LEN, PORT_CLIENT, PORT_SERVER};
 
 use super::kv::{Packer, ValueStore};
@@ -41,16 +40,9 @@ impl Default for DysoConfig {
     }
 }
 
-fn cmp(c: u32, x: u32) -> (u32, bool) {
-    (c, c == x)
-}
-fn put(_: u32, x: u32) -> (u32, ()) {
-    (x, ())
-}
-
 struct Column {
-    key_cmp: Vec<RegisterAction<u32, u32, bool>>,
-    key_put: Vec<RegisterAction<u32, u32, ()>>,
+    key_cmp: Vec<pisa::SaluAction<u32, u32, bool, Equals>>,
+    key_put: Vec<pisa::SaluAction<u32, u32, (), Write>>,
     valid: StateManager,
     values: ValueStore,
 }
@@ -131,8 +123,8 @@ impl Dyso {
                     cfg.rows,
                     "r-MAT: word j of the key in column c, per row",
                 );
-                kc.push(b.register_action(r, "compare", cmp));
-                kp.push(b.register_action(r, "put", put));
+                kc.push(b.register_action_salu(r, "compare", Equals));
+                kp.push(b.register_action_salu(r, "put", Write));
             }
             keys.push((kc, kp));
         }

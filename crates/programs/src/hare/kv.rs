@@ -3,14 +3,8 @@
 //! because a Tofino stateful ALU returns at most 32 bits. Four arrays per stage (the
 //! stage's stateful ALUs), as NetCache lays its values out.
 
-use pisa::{Gress, ProgramBuilder, RegisterAction};
-
-fn get_value(c: u32, _: ()) -> (u32, u32) {
-    (c, c)
-}
-fn put_value(_: u32, v: u32) -> (u32, ()) {
-    (v, ())
-}
+use pisa::salu::common::{Read, Write};
+use pisa::{Gress, ProgramBuilder};
 
 /// Places register arrays on stateful ALUs: `free` left in `stage`, then `per_stage` a stage.
 pub struct Packer {
@@ -33,8 +27,8 @@ impl Packer {
 
 /// The value arrays `{prefix}_0 ..` (4 bytes each) and their `get_value` / `put_value`.
 pub struct ValueStore {
-    pub(crate) get: Vec<RegisterAction<u32, (), u32>>,
-    pub(crate) put: Vec<RegisterAction<u32, u32, ()>>,
+    pub(crate) get: Vec<pisa::SaluAction<u32, (), u32, Read>>,
+    pub(crate) put: Vec<pisa::SaluAction<u32, u32, (), Write>>,
 }
 
 impl ValueStore {
@@ -46,8 +40,8 @@ impl ValueStore {
         for i in 0..value_bytes / 4 {
             let stage = packer.take();
             let r = b.register::<u32>(&format!("{prefix}_{i}"), Gress::Ingress, stage, slots, "bytes 4i..4i+4 of each offloaded value");
-            get.push(b.register_action(r, "get_value", get_value));
-            put.push(b.register_action(r, "put_value", put_value));
+            get.push(b.register_action_salu(r, "get_value", Read));
+            put.push(b.register_action_salu(r, "put_value", Write));
         }
         ValueStore { get, put }
     }

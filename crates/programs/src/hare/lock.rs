@@ -25,7 +25,9 @@
 //! `hi` = client id (bits 16..32) | request seq (bits 0..16).
 
 use pisa::decl::TableSpec;
+use pisa::salu::common::{Read, Write};
 use pisa::{ActionId, DropCode, Gress, MatchKind, Pair, Pass, ProgramBuilder, RegisterAction, SaluBody, Table, PORT_RECIRC};
+use pisa::{Pred, Salu, SaluProgram, Src, Update};
 use wire::hare::{Op, Packet, HEADER_LEN, PORT_CLIENT};
 
 use super::app::{DataMv, HareApp, QueryHit};
@@ -108,14 +110,13 @@ impl SaluBody<Pair, (), u32> for Release {
 fn read_half(c: Pair, hi: u32) -> (Pair, u32) {
     (c, if hi != 0 { c.hi } else { c.lo })
 }
-fn write_pair(_: Pair, v: Pair) -> (Pair, ()) {
-    (v, ())
-}
-fn read_u32(c: u32, _: ()) -> (u32, u32) {
-    (c, c)
-}
-fn write_u32(_: u32, v: u32) -> (u32, ()) {
-    (v, ())
+
+/// Overwrite both halves of the lock state.
+#[derive(Clone, Copy)]
+struct WritePair;
+impl SaluProgram<Pair, Pair, ()> for WritePair {
+    const SALU: Salu =
+        Salu { conds: &[], lo: &[Update::set(Pred::ALWAYS, Src::PhvLo)], hi: &[Update::set(Pred::ALWAYS, Src::PhvHi)], out: &[] };
 }
 
 /// What a lock switch is built for.
@@ -149,11 +150,11 @@ pub struct LockApp {
     acquire: RegisterAction<Pair, u32, u32, Acquire>,
     release: RegisterAction<Pair, (), u32, Release>,
     state_read: RegisterAction<Pair, u32, u32>,
-    state_write: RegisterAction<Pair, Pair, ()>,
-    qip_read: RegisterAction<u32, (), u32>,
-    qip_write: RegisterAction<u32, u32, ()>,
-    qtag_read: RegisterAction<u32, (), u32>,
-    qtag_write: RegisterAction<u32, u32, ()>,
+    state_write: pisa::SaluAction<Pair, Pair, (), WritePair>,
+    qip_read: pisa::SaluAction<u32, (), u32, Read>,
+    qip_write: pisa::SaluAction<u32, u32, (), Write>,
+    qtag_read: pisa::SaluAction<u32, (), u32, Read>,
+    qtag_write: pisa::SaluAction<u32, u32, (), Write>,
     lock_hosts: Table,
     a_host: ActionId,
     d_waiting: DropCode,
@@ -200,10 +201,10 @@ impl HareApp for LockApp {
         let acquire = b.register_action_body(ls, "acquire", Acquire);
         let release = b.register_action_body(ls, "release", Release);
         let state_read = b.register_action(ls, "read_half", read_half);
-        let state_write = b.register_action(ls, "write", write_pair);
+        let state_write = b.register_action_salu(ls, "write", WritePair);
         let qi = b.register::<u32>("lock_queue_ip", Gress::Ingress, st2, cfg.slots * QUEUE, "waiting requests: client IPv4 address");
-        let qip_read = b.register_action(qi, "read", read_u32);
-        let qip_write = b.register_action(qi, "write", write_u32);
+        let qip_read = b.register_action_salu(qi, "read", Read);
+        let qip_write = b.register_action_salu(qi, "write", Write);
         let qt = b.register::<u32>(
             "lock_queue_tag",
             Gress::Ingress,
@@ -211,8 +212,8 @@ impl HareApp for LockApp {
             cfg.slots * QUEUE,
             "waiting requests: client id (high 16 bits) and request seq (low 16)",
         );
-        let qtag_read = b.register_action(qt, "read", read_u32);
-        let qtag_write = b.register_action(qt, "write", write_u32);
+        let qtag_read = b.register_action_salu(qt, "read", Read);
+        let qtag_write = b.register_action_salu(qt, "write", Write);
         let a_host = b.action("set_host", &[("port", 9), ("mac", 48)], "where a client is");
         let a_nohost = b.action("unknown_host", &[], "a client the control plane has not described");
         let lock_hosts = b.table(TableSpec {

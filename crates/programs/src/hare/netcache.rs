@@ -13,7 +13,9 @@
 //!   register writes), NetCache's switch-OS path.
 
 use pisa::decl::TableSpec;
-use pisa::{ActionId, DropCode, Gress, HashAlgo, HashUnit, MatchKind, Pass, Program, ProgramBuilder, ProgramDecl, RegisterAction, Table};
+use pisa::salu::common::CountSat;
+use pisa::{ActionId, DropCode, Gress, HashAlgo, HashUnit, MatchKind, Pass, Program, ProgramBuilder, ProgramDecl, Table};
+use pisa::{Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
 use wire::hare::{Op, Packet, HEADER_LEN, PORT_CLIENT, PORT_SERVER};
 
 use super::kv::ValueStore;
@@ -46,12 +48,11 @@ impl Default for NetCacheConfig {
     }
 }
 
-fn count(c: u32, _: ()) -> (u32, u32) {
-    let n = c.saturating_add(1);
-    (n, n)
-}
-fn test_and_set(c: bool, _: ()) -> (bool, bool) {
-    (true, c)
+/// A Bloom filter bit: set it, return it as it was.
+#[derive(Clone, Copy)]
+struct TestAndSet;
+impl SaluProgram<bool, (), bool> for TestAndSet {
+    const SALU: Salu = Salu { conds: &[], lo: &[Update::set(Pred::ALWAYS, Src::K(1))], hi: &[], out: &[Out::always(OutSrc::OldLo)] };
 }
 
 /// The NetCache program.
@@ -61,9 +62,9 @@ pub struct NetCache {
     cache: Table,
     a_hit: ActionId,
     valid: StateManager,
-    hits: RegisterAction<u32, (), u32>,
-    cms: Vec<(HashUnit, RegisterAction<u32, (), u32>)>,
-    bloom: Vec<(HashUnit, RegisterAction<bool, (), bool>)>,
+    hits: pisa::SaluAction<u32, (), u32, CountSat>,
+    cms: Vec<(HashUnit, pisa::SaluAction<u32, (), u32, CountSat>)>,
+    bloom: Vec<(HashUnit, pisa::SaluAction<bool, (), bool, TestAndSet>)>,
     values: ValueStore,
     d_unknown_op: DropCode,
     d_key_field: DropCode,
@@ -109,7 +110,7 @@ impl NetCache {
         let valid = StateManager::declare(&mut b, FIRST_STAGE + 1, cfg.slots);
         let hr =
             b.register::<u32>("cache_hits", Gress::Ingress, FIRST_STAGE + 1, cfg.slots, "hits per cached key (read by the controller)");
-        let hits = b.register_action(hr, "count", count);
+        let hits = b.register_action_salu(hr, "count", CountSat);
         let algos = [HashAlgo::Crc32, HashAlgo::Crc32c, HashAlgo::Crc32Mpeg2, HashAlgo::Crc32Bzip2];
         let cms = (0..CMS_ROWS)
             .map(|i| {
@@ -121,7 +122,7 @@ impl NetCache {
                     CMS_WIDTH,
                     "count-min sketch row (GETs of uncached keys)",
                 );
-                (h, b.register_action(r, "count", count))
+                (h, b.register_action_salu(r, "count", CountSat))
             })
             .collect();
         let balgos = [HashAlgo::Crc16, HashAlgo::Crc16Xmodem, HashAlgo::Crc16Kermit];
@@ -130,7 +131,7 @@ impl NetCache {
                 let h = b.hash_unit(&format!("bloom_hash_{i}"), Gress::Ingress, FIRST_STAGE + 3, balgos[i], 9);
                 let r =
                     b.register::<bool>(&format!("bloom_{i}"), Gress::Ingress, FIRST_STAGE + 3, BLOOM_BITS, "Bloom filter of reported keys");
-                (h, b.register_action(r, "test_and_set", test_and_set))
+                (h, b.register_action_salu(r, "test_and_set", TestAndSet))
             })
             .collect();
         let values = ValueStore::declare(

@@ -2,7 +2,8 @@
 //! packets: Hare §IV-C, Tech 2) and the state manager (one state per slot, so objects
 //! being replaced are not served inconsistently: §IV-D).
 
-use pisa::{Gress, ProgramBuilder, RegisterAction};
+use pisa::salu::common::{CountSat, Read, Take};
+use pisa::{Cmp, Cond, Gress, Out, OutSrc, Pred, ProgramBuilder, RegisterAction, Salu, SaluProgram, Src, Update};
 
 /// State-manager states of a slot.
 pub mod state {
@@ -16,30 +17,33 @@ pub mod state {
     pub const REPLACING: u8 = 3;
 }
 
-fn read_u8(c: u8, _: ()) -> (u8, u8) {
-    (c, c)
-}
-fn set_u8(_: u8, v: u8) -> (u8, u8) {
-    (v, v)
+/// Store the operand, return it.
+#[derive(Clone, Copy)]
+pub struct Set;
+impl SaluProgram<u8, u8, u8> for Set {
+    const SALU: Salu = Salu { conds: &[], lo: &[Update::set(Pred::ALWAYS, Src::PhvLo)], hi: &[], out: &[Out::always(OutSrc::NewLo)] };
 }
 /// A PUT passes: a valid copy becomes invalid; other states stay. Returns the old state.
-fn invalidate(c: u8, _: ()) -> (u8, u8) {
-    (if c == state::VALID { state::INVALID } else { c }, c)
+#[derive(Clone, Copy)]
+pub struct Invalidate;
+impl SaluProgram<u8, (), u8> for Invalidate {
+    const SALU: Salu = Salu {
+        conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::K(state::VALID as i32))],
+        lo: &[Update::set(Pred::C0, Src::K(state::INVALID as i32))],
+        hi: &[],
+        out: &[Out::always(OutSrc::OldLo)],
+    };
 }
 /// The server's PUT reply passes: the refreshed copy is valid again (unless replacing).
-fn revalidate(c: u8, _: ()) -> (u8, u8) {
-    (if c == state::INVALID { state::VALID } else { c }, c)
-}
-
-fn count(c: u32, _: ()) -> (u32, u32) {
-    let n = c.saturating_add(1);
-    (n, n)
-}
-fn fetch(c: u32, _: ()) -> (u32, u32) {
-    (c, c)
-}
-fn fetch_clear(c: u32, _: ()) -> (u32, u32) {
-    (0, c)
+#[derive(Clone, Copy)]
+pub struct Revalidate;
+impl SaluProgram<u8, (), u8> for Revalidate {
+    const SALU: Salu = Salu {
+        conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::K(state::INVALID as i32))],
+        lo: &[Update::set(Pred::C0, Src::K(state::VALID as i32))],
+        hi: &[],
+        out: &[Out::always(OutSrc::OldLo)],
+    };
 }
 /// Read and halve: the periodic aging of the statistics (the paper halves counts every 1 s).
 fn fetch_halve(c: u32, _: ()) -> (u32, u32) {
@@ -50,10 +54,10 @@ fn fetch_halve(c: u32, _: ()) -> (u32, u32) {
 pub struct StateManager {
     /// Built-ins for an application's query-hit processing (K3): read the slot's state,
     /// invalidate it (a write passed), revalidate it (the write's new data is in).
-    pub check: RegisterAction<u8, (), u8>,
-    pub(crate) set: RegisterAction<u8, u8, u8>,
-    pub invalidate: RegisterAction<u8, (), u8>,
-    pub revalidate: RegisterAction<u8, (), u8>,
+    pub check: pisa::SaluAction<u8, (), u8, Read>,
+    pub(crate) set: pisa::SaluAction<u8, u8, u8, Set>,
+    pub invalidate: pisa::SaluAction<u8, (), u8, Invalidate>,
+    pub revalidate: pisa::SaluAction<u8, (), u8, Revalidate>,
 }
 
 impl StateManager {
@@ -65,10 +69,10 @@ impl StateManager {
     pub fn declare_named(b: &mut ProgramBuilder, name: &str, stage: u8, slots: u32) -> StateManager {
         let r = b.register::<u8>(name, Gress::Ingress, stage, slots, "state: empty / valid / invalid (write in flight) / replacing");
         StateManager {
-            check: b.register_action(r, "check", read_u8),
-            set: b.register_action(r, "set", set_u8),
-            invalidate: b.register_action(r, "invalidate", invalidate),
-            revalidate: b.register_action(r, "revalidate", revalidate),
+            check: b.register_action_salu(r, "check", Read),
+            set: b.register_action_salu(r, "set", Set),
+            invalidate: b.register_action_salu(r, "invalidate", Invalidate),
+            revalidate: b.register_action_salu(r, "revalidate", Revalidate),
         }
     }
 }
@@ -76,9 +80,9 @@ impl StateManager {
 /// OO-Stat: one 32-bit counter per slot.
 pub struct OoStat {
     /// Built-in for an application's query-hit processing (K3): count a hit.
-    pub count: RegisterAction<u32, (), u32>,
-    pub(crate) fetch: RegisterAction<u32, (), u32>,
-    pub(crate) fetch_clear: RegisterAction<u32, (), u32>,
+    pub count: pisa::SaluAction<u32, (), u32, CountSat>,
+    pub(crate) fetch: pisa::SaluAction<u32, (), u32, Read>,
+    pub(crate) fetch_clear: pisa::SaluAction<u32, (), u32, Take>,
     pub(crate) fetch_halve: RegisterAction<u32, (), u32>,
 }
 
@@ -86,9 +90,9 @@ impl OoStat {
     pub fn declare(b: &mut ProgramBuilder, stage: u8, slots: u32) -> OoStat {
         let r = b.register::<u32>("oo_stat", Gress::Ingress, stage, slots, "OO-Stat: queries per offloaded object since the last clear");
         OoStat {
-            count: b.register_action(r, "count", count),
-            fetch: b.register_action(r, "fetch", fetch),
-            fetch_clear: b.register_action(r, "fetch_clear", fetch_clear),
+            count: b.register_action_salu(r, "count", CountSat),
+            fetch: b.register_action_salu(r, "fetch", Read),
+            fetch_clear: b.register_action_salu(r, "fetch_clear", Take),
             fetch_halve: b.register_action(r, "fetch_halve", fetch_halve),
         }
     }

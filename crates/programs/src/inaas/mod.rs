@@ -25,6 +25,7 @@ pub mod lease;
 pub mod primitives;
 
 use pisa::decl::TableSpec;
+use pisa::salu::common::{AddPair, Inc};
 use pisa::{ActionId, DropCode, Gress, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl, RegisterAction, Table, PORT_RECIRC};
 use wire::inaas::{flags, Bitmap, InaasPacket, Operator, ETHERTYPE, HEADER_LEN, ITEMS, OP_DONE};
 
@@ -93,18 +94,11 @@ pub struct Inaas {
     goalkeeper: Table,
     a_set_tenant: ActionId,
     a_set_goalkeeper: ActionId,
-    forged: RegisterAction<u32, (), ()>,
-    usage: RegisterAction<Pair, (u32, u32), ()>,
-    events: RegisterAction<Pair, (u32, u32), ()>,
+    forged: pisa::SaluAction<u32, (), (), Inc>,
+    usage: pisa::SaluAction<Pair, (u32, u32), (), AddPair>,
+    events: pisa::SaluAction<Pair, (u32, u32), (), AddPair>,
     d_forged: DropCode,
     d_no_goalkeeper: DropCode,
-}
-
-fn count_one(c: u32, _: ()) -> (u32, ()) {
-    (c.wrapping_add(1), ())
-}
-fn add_pair(c: Pair, (lo, hi): (u32, u32)) -> (Pair, ()) {
-    (Pair::new(c.lo.wrapping_add(lo), c.hi.wrapping_add(hi)), ())
 }
 
 impl Inaas {
@@ -150,7 +144,7 @@ impl Inaas {
             const_default: true,
         });
         let fr = b.register::<u32>("forged_uid", Gress::Ingress, 1, PORTS, "packets per ingress port whose uid is not registered there");
-        let forged = b.register_action(fr, "count", count_one);
+        let forged = b.register_action_salu(fr, "count", Inc);
 
         let mut segments = Vec::with_capacity(SEGMENTS);
         for j in 0..SEGMENTS {
@@ -174,7 +168,7 @@ impl Inaas {
         }
         let ur = b.register::<Pair>("tenant_usage", Gress::Egress, 1, TENANT_SLOTS, "per tenant slot: ALU operations (lo), packets (hi)");
         b.cell_fields(&ur, &[("alu_ops", 32), ("packets", 32)]);
-        let usage = b.register_action(ur, "add", add_pair);
+        let usage = b.register_action_salu(ur, "add", AddPair);
         let er = b.register::<Pair>(
             "tenant_events",
             Gress::Egress,
@@ -183,7 +177,7 @@ impl Inaas {
             "per tenant slot: mismatching accesses (lo), leases taken (hi)",
         );
         b.cell_fields(&er, &[("mismatches", 32), ("leases_taken", 32)]);
-        let events = b.register_action(er, "add", add_pair);
+        let events = b.register_action_salu(er, "add", AddPair);
         let d_forged = b.drop_reason("inaas_forged_uid");
         let d_no_goalkeeper = b.drop_reason("inaas_no_goalkeeper");
         let decl = b.build().expect("inaas declaration is valid");

@@ -4,7 +4,7 @@
 //! becomes available (the timer releases one). λ = 0 is the bypass-forwarding (BF)
 //! mechanism of Fig. 20.
 
-use pisa::SaluBody;
+use pisa::{Cmp, Cond, Op, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
 
 /// Ask for one replacement (operand: H); out 1 if granted.
 pub const OP_GRANT: u32 = 0;
@@ -19,15 +19,15 @@ pub fn threshold(lambda: f64, registers: u32) -> u32 {
 #[derive(Clone, Copy)]
 pub struct BestEffortAlu;
 
-impl SaluBody<u32, (u32, u32), u32> for BestEffortAlu {
-    #[inline(always)]
-    fn run(self, c: u32, (op, h): (u32, u32)) -> (u32, u32) {
-        match op {
-            OP_RESET => (0, 0),
-            _ if c < h => (c + 1, 1),
-            _ => (c, 0),
-        }
-    }
+/// Conditions: c0 RESET, c1 below the threshold; the grant (1 or 0) comes from the high
+/// update ALUs.
+impl SaluProgram<u32, (u32, u32), u32> for BestEffortAlu {
+    const SALU: Salu = Salu {
+        conds: &[Cond::new(Src::PhvLo, Cmp::Eq, Src::K(OP_RESET as i32)), Cond::new(Src::Lo, Cmp::LtU, Src::PhvHi)],
+        lo: &[Update::set(Pred::C0, Src::K(0)), Update::new(Pred::C1, Src::Lo, Op::Add, Src::K(1))],
+        hi: &[Update::set(Pred::C1.and(Pred::C0.not()), Src::K(1)), Update::set(Pred::ALWAYS, Src::K(0))],
+        out: &[Out::always(OutSrc::NewHi)],
+    };
 }
 
 #[cfg(test)]

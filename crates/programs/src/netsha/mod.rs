@@ -54,6 +54,7 @@ use pisa::{
     ActionId, ClassifyRule, DropCode, Gress, HashAlgo, HashUnit, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl,
     RegisterAction, Table,
 };
+use pisa::{Cmp, Cond, Op, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
 use wire::netsha::{self as nw, ANSWER_LEN, BLOCK_HEADER_LEN, MAX_ANSWERS};
 use wire::L2_L4_LEN;
 
@@ -304,24 +305,24 @@ pub struct Netsha {
     prm: Params,
     h: u32,
     qid_hash: HashUnit,
-    sweep: Act<u32, u32, u32, SweepAlu>,
+    sweep: pisa::SaluAction<u32, u32, u32, SweepAlu>,
     agent: Table,
     a_to_agent: ActionId,
     qid: Act<Pair, (Pair, u32), u32, WaySelectAlu>,
     weight: Act<Pair, u32, u32, WeightAlu>,
     born: Act<Pair, (Pair, Pair), u32, BornAlu>,
-    replacements: Act<u32, (u32, u32), u32, BestEffortAlu>,
-    threshold: Act<u32, (u32, u32), u32, ThresholdAlu>,
+    replacements: pisa::SaluAction<u32, (u32, u32), u32, BestEffortAlu>,
+    threshold: pisa::SaluAction<u32, (u32, u32), u32, ThresholdAlu>,
     state: Act<Pair, (u32, u32), u32, StateAlu>,
-    slot_d: Vec<Act<u32, (u32, u32), u32, SlotDistanceAlu>>,
-    slot_id: Vec<Act<u32, (u32, u32), u32, SlotIdAlu>>,
-    answer_events: Act<u32, u32, (), AddU32>,
-    emit_events: Act<Pair, Pair, (), AddPair>,
-    splits: Act<u32, (), u32, SplitCounterAlu>,
-    split_turn: Act<u32, u32, u32, SplitTurnAlu>,
+    slot_d: Vec<pisa::SaluAction<u32, (u32, u32), u32, SlotDistanceAlu>>,
+    slot_id: Vec<pisa::SaluAction<u32, (u32, u32), u32, SlotIdAlu>>,
+    answer_events: pisa::SaluAction<u32, u32, (), AddU32>,
+    emit_events: pisa::SaluAction<Pair, Pair, (), AddPair>,
+    splits: pisa::SaluAction<u32, (), u32, SplitCounterAlu>,
+    split_turn: pisa::SaluAction<u32, u32, u32, SplitTurnAlu>,
     select: Vec<Table>,
     a_servers: ActionId,
-    query_events: Act<Pair, Pair, (), AddPair>,
+    query_events: pisa::SaluAction<Pair, Pair, (), AddPair>,
     d_query_malformed: DropCode,
     d_query_pruned: DropCode,
     d_absorbed: DropCode,
@@ -329,32 +330,18 @@ pub struct Netsha {
     d_timer_raced: DropCode,
 }
 
-#[derive(Clone, Copy)]
-pub struct AddU32;
-impl pisa::SaluBody<u32, u32, ()> for AddU32 {
-    #[inline(always)]
-    fn run(self, c: u32, x: u32) -> (u32, ()) {
-        (c.wrapping_add(x), ())
-    }
-}
-#[derive(Clone, Copy)]
-pub struct AddPair;
-impl pisa::SaluBody<Pair, Pair, ()> for AddPair {
-    #[inline(always)]
-    fn run(self, c: Pair, x: Pair) -> (Pair, ()) {
-        (Pair::new(c.lo.wrapping_add(x.lo), c.hi.wrapping_add(x.hi)), ())
-    }
-}
+pub use pisa::salu::common::{Add as AddU32, AddPair};
 
 /// Numbers the splits (ids from 1).
 #[derive(Clone, Copy)]
 pub struct SplitCounterAlu;
-impl pisa::SaluBody<u32, (), u32> for SplitCounterAlu {
-    #[inline(always)]
-    fn run(self, c: u32, _: ()) -> (u32, u32) {
-        let next = if c == u32::MAX { 1 } else { c + 1 };
-        (next, next)
-    }
+impl SaluProgram<u32, (), u32> for SplitCounterAlu {
+    const SALU: Salu = Salu {
+        conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::K(-1))],
+        lo: &[Update::set(Pred::C0, Src::K(1)), Update::always(Src::Lo, Op::Add, Src::K(1))],
+        hi: &[],
+        out: &[Out::always(OutSrc::NewLo)],
+    };
 }
 
 /// Which copy of a split this is: the first copy to come back claims the cell with the
@@ -362,15 +349,13 @@ impl pisa::SaluBody<u32, (), u32> for SplitCounterAlu {
 /// returns 1 ("second"). A test-and-set, since the clone and the original are identical.
 #[derive(Clone, Copy)]
 pub struct SplitTurnAlu;
-impl pisa::SaluBody<u32, u32, u32> for SplitTurnAlu {
-    #[inline(always)]
-    fn run(self, c: u32, id: u32) -> (u32, u32) {
-        if c == id {
-            (0, 1)
-        } else {
-            (id, 0)
-        }
-    }
+impl SaluProgram<u32, u32, u32> for SplitTurnAlu {
+    const SALU: Salu = Salu {
+        conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::PhvLo)],
+        lo: &[Update::set(Pred::C0, Src::K(0)), Update::set(Pred::ALWAYS, Src::PhvLo)],
+        hi: &[],
+        out: &[Out::new(Pred::C0, OutSrc::Predicate)],
+    };
 }
 
 /// What one pass sends for a register: at most n + 1 answers.
@@ -413,7 +398,7 @@ impl Netsha {
             .max_recirculations(Some(cfg.max_recirculations));
         let qid_hash = b.hash_unit("qid_hash", Gress::Ingress, 0, HashAlgo::Crc32, 32);
         let sweep_r = b.register::<u32>("sweep", Gress::Ingress, 0, 1, "timer cursor: the register the next timer packet visits");
-        let sweep = b.register_action_body(sweep_r, "next", SweepAlu);
+        let sweep = b.register_action_salu(sweep_r, "next", SweepAlu);
         let a_to_agent =
             b.action("to_agent", &[("port", 9), ("dmac", 48), ("dip", 32), ("dport", 16)], "address a timer packet to the agent");
         let a_none = b.action("no_agent", &[], "no agent configured: timer packets are dropped");
@@ -452,7 +437,7 @@ impl Netsha {
         let born = b.register_action_body(born_r, "born", BornAlu);
         let rep_r =
             b.register::<u32>("replacements", Gress::Ingress, 2, 1, "best-effort counter: replacements since a register was last free");
-        let replacements = b.register_action_body(rep_r, "grant", BestEffortAlu);
+        let replacements = b.register_action_salu(rep_r, "grant", BestEffortAlu);
         let t_r = b.register::<u32>(
             "threshold",
             Gress::Ingress,
@@ -460,7 +445,7 @@ impl Netsha {
             r,
             "r.T: distance code of the worst answer sent (phase 2 drops at or beyond it)",
         );
-        let threshold = b.register_action_body(t_r, "threshold", ThresholdAlu);
+        let threshold = b.register_action_salu(t_r, "threshold", ThresholdAlu);
         let s_r =
             b.register::<Pair>("state", Gress::Ingress, 4, r, "held answers | commits pending << 16 | tombstone << 31 (lo), r.k (hi)");
         b.cell_fields(&s_r, &[("held", 16), ("commits_pending", 15), ("tombstone", 1), ("k", 32)]);
@@ -475,9 +460,9 @@ impl Netsha {
                 r,
                 "distance code of one answer slot of every logical register (0 = empty); slot 0 the worst",
             );
-            slot_d.push(b.register_action_body(d, "slot_sort", SlotDistanceAlu));
+            slot_d.push(b.register_action_salu(d, "slot_sort", SlotDistanceAlu));
             let id = b.register::<u32>(&format!("slot_id_{i}"), Gress::Ingress, 6 + i as u8, r, "data id of the same slot");
-            slot_id.push(b.register_action_body(id, "follow", SlotIdAlu));
+            slot_id.push(b.register_action_salu(id, "follow", SlotIdAlu));
         }
         let ev_stage = 5 + n as u8;
         let ae = b.register::<u32>(
@@ -487,7 +472,7 @@ impl Netsha {
             answer_event::NAMES.len() as u32,
             "per-pass outcomes (see answer_event)",
         );
-        let answer_events = b.register_action_body(ae, "add", AddU32);
+        let answer_events = b.register_action_salu(ae, "add", AddU32);
         let ee = b.register::<Pair>(
             "emit_events",
             Gress::Ingress,
@@ -496,10 +481,10 @@ impl Netsha {
             "answers sent (lo) and cleared (hi) by cause",
         );
         b.cell_fields(&ee, &[("sent", 32), ("cleared", 32)]);
-        let emit_events = b.register_action_body(ee, "add", AddPair);
+        let emit_events = b.register_action_salu::<Pair, Pair, (), _>(ee, "add", AddPair);
         // Stage 5 (after the state test that decides a split; slot 0's stage has ALUs to spare).
         let sp = b.register::<u32>("splits", Gress::Ingress, 5, 1, "split counter: the id of the last split");
-        let splits = b.register_action_body(sp, "next", SplitCounterAlu);
+        let splits = b.register_action_salu(sp, "next", SplitCounterAlu);
         let st = b.register::<u32>(
             "split_turn",
             Gress::Ingress,
@@ -507,7 +492,7 @@ impl Netsha {
             SPLIT_CELLS,
             "split id mod cells: set by the first copy of a split to come back, cleared by the second (which half each keeps)",
         );
-        let split_turn = b.register_action_body(st, "turn", SplitTurnAlu);
+        let split_turn = b.register_action_salu(st, "turn", SplitTurnAlu);
         // Query server selection (§4): one exact-match table per LSH table, bucket key ->
         // bitmap of the servers holding that bucket; one lookup each, ORed in stage order.
         let a_servers = b.action("servers", &[("bitmap", 32)], "OR the servers holding this bucket into the query's bitmap");
@@ -535,7 +520,7 @@ impl Netsha {
             "query packets (lo) and the servers they went to (hi): selected, or every server (see query_event)",
         );
         b.cell_fields(&qe, &[("packets", 32), ("servers", 32)]);
-        let query_events = b.register_action_body(qe, "add", AddPair);
+        let query_events = b.register_action_salu::<Pair, Pair, (), _>(qe, "add", AddPair);
         let d_query_malformed = b.drop_reason("netsha_query_malformed");
         let d_query_pruned = b.drop_reason("netsha_query_pruned");
         let d_absorbed = b.drop_reason("netsha_absorbed");

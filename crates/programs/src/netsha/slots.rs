@@ -21,7 +21,7 @@
 //! best) are the last p slots, so sending them clears exactly those slots and leaves the
 //! q PA answers in place, in order.
 
-use pisa::{Pair, SaluBody};
+use pisa::{Cmp, Cond, Op, Out, OutSrc, Pair, Pred, Salu, SaluProgram, Src, Update};
 
 /// An empty slot.
 pub const EMPTY: Pair = Pair::new(0, 0);
@@ -62,17 +62,15 @@ pub const OP_SWAP: u32 = 2;
 #[derive(Clone, Copy)]
 pub struct SlotDistanceAlu;
 
-impl SaluBody<u32, (u32, u32), u32> for SlotDistanceAlu {
-    #[inline(always)]
-    fn run(self, s: u32, (c, op): (u32, u32)) -> (u32, u32) {
-        if op == OP_TAKE {
-            (0, s)
-        } else if c > s {
-            (c, s)
-        } else {
-            (s, c)
-        }
-    }
+/// Conditions: c0 the op is TAKE, c1 the carried distance is larger; the output (the
+/// smaller distance, or the stored one on TAKE) comes from the high update ALUs.
+impl SaluProgram<u32, (u32, u32), u32> for SlotDistanceAlu {
+    const SALU: Salu = Salu {
+        conds: &[Cond::new(Src::PhvHi, Cmp::Eq, Src::K(OP_TAKE as i32)), Cond::new(Src::PhvLo, Cmp::GtU, Src::Lo)],
+        lo: &[Update::set(Pred::C0, Src::K(0)), Update::set(Pred::C1, Src::PhvLo)],
+        hi: &[Update::set(Pred::C0, Src::Lo), Update::new(Pred::ALWAYS, Src::Lo, Op::MinU, Src::PhvLo)],
+        out: &[Out::always(OutSrc::NewHi)],
+    };
 }
 
 /// The stateful ALU of a slot's data id: swap (store the carried id, out the old), take
@@ -80,15 +78,15 @@ impl SaluBody<u32, (u32, u32), u32> for SlotDistanceAlu {
 #[derive(Clone, Copy)]
 pub struct SlotIdAlu;
 
-impl SaluBody<u32, (u32, u32), u32> for SlotIdAlu {
-    #[inline(always)]
-    fn run(self, s: u32, (c, op): (u32, u32)) -> (u32, u32) {
-        match op {
-            OP_SWAP => (c, s),
-            OP_TAKE => (0, s),
-            _ => (s, c),
-        }
-    }
+/// Conditions: c0 SWAP, c1 TAKE; the output (the stored id on SWAP and TAKE, else the
+/// carried one) comes from the high update ALUs.
+impl SaluProgram<u32, (u32, u32), u32> for SlotIdAlu {
+    const SALU: Salu = Salu {
+        conds: &[Cond::new(Src::PhvHi, Cmp::Eq, Src::K(OP_SWAP as i32)), Cond::new(Src::PhvHi, Cmp::Eq, Src::K(OP_TAKE as i32))],
+        lo: &[Update::set(Pred::C0, Src::PhvLo), Update::set(Pred::C1, Src::K(0))],
+        hi: &[Update::set(Pred::C0.or(Pred::C1), Src::Lo), Update::set(Pred::ALWAYS, Src::PhvLo)],
+        out: &[Out::always(OutSrc::NewHi)],
+    };
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@
 //! answer below the r.T of the earlier batches (or all of them while a commit is pending):
 //! those, and only those, may still be in the top K. [`Reduction::Off`] aggregates only.
 
-use pisa::{Pair, SaluBody};
+use pisa::{Cmp, Cond, Op, Out, OutSrc, Pair, Pred, Salu, SaluBody, SaluProgram, Src, Update};
 
 /// Which answers the final flush of Algorithm 1 keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -233,16 +233,13 @@ pub const T_READ: u32 = 0;
 pub const T_RESET: u32 = 1;
 pub const T_MAX: u32 = 2;
 
-impl SaluBody<u32, (u32, u32), u32> for ThresholdAlu {
-    #[inline(always)]
-    fn run(self, t: u32, (op, v): (u32, u32)) -> (u32, u32) {
-        let new = match op {
-            T_RESET => 0,
-            T_MAX => t.max(v),
-            _ => t,
-        };
-        (new, t)
-    }
+impl SaluProgram<u32, (u32, u32), u32> for ThresholdAlu {
+    const SALU: Salu = Salu {
+        conds: &[Cond::new(Src::PhvLo, Cmp::Eq, Src::K(T_RESET as i32)), Cond::new(Src::PhvLo, Cmp::Eq, Src::K(T_MAX as i32))],
+        lo: &[Update::set(Pred::C0, Src::K(0)), Update::new(Pred::C1, Src::Lo, Op::MaxU, Src::PhvHi)],
+        hi: &[],
+        out: &[Out::always(OutSrc::OldLo)],
+    };
 }
 
 /// Which answers a final flush sends. `old` are the register's n − 1 answers (worst

@@ -9,7 +9,7 @@
 //! carries all of its answers to the agent. Every answer therefore reaches the agent
 //! within `timeout + registers × period` (+ one pass) of entering a register.
 
-use pisa::{Pair, SaluBody};
+use pisa::{Cmp, Cond, Op, Out, OutSrc, Pair, Pred, Salu, SaluBody, SaluProgram, Src, Update};
 
 /// Time in the `born` array: microseconds, wrapping at 2^32 (71 minutes), compared with
 /// wrapping subtraction.
@@ -46,12 +46,15 @@ impl SaluBody<Pair, (Pair, Pair), u32> for BornAlu {
 #[derive(Clone, Copy)]
 pub struct SweepAlu;
 
-impl SaluBody<u32, u32, u32> for SweepAlu {
-    #[inline(always)]
-    fn run(self, c: u32, r: u32) -> (u32, u32) {
-        let next = if c + 1 >= r { 0 } else { c + 1 };
-        (next, c.min(r.saturating_sub(1)))
-    }
+/// Conditions: c0 the cursor is at the last register, c1 beyond it (R shrank); the output
+/// (the cursor, at most R - 1) comes from the high update ALUs.
+impl SaluProgram<u32, u32, u32> for SweepAlu {
+    const SALU: Salu = Salu {
+        conds: &[Cond::lin(Src::Lo, Src::PhvLo, 1, Cmp::GeU), Cond::new(Src::Lo, Cmp::GeU, Src::PhvLo)],
+        lo: &[Update::set(Pred::C0, Src::K(0)), Update::always(Src::Lo, Op::Add, Src::K(1))],
+        hi: &[Update::new(Pred::C1, Src::PhvLo, Op::SatSub, Src::K(1)), Update::set(Pred::ALWAYS, Src::Lo)],
+        out: &[Out::always(OutSrc::NewHi)],
+    };
 }
 
 /// Whether a register claimed at `born_us` has expired at `now_us`.

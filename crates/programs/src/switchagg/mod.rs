@@ -35,10 +35,12 @@ pub mod payload_analyzer;
 pub mod reliability;
 
 use pisa::decl::TableSpec;
+use pisa::salu::common::{FetchInc, Inc};
 use pisa::{
     ActionId, ClassifyRule, DropCode, Gress, HashAlgo, HashUnit, MatchKind, Memory, MemoryKind, Pass, Program, ProgramBuilder, ProgramDecl,
-    RegisterAction, Table,
+    Table,
 };
+use pisa::{Cmp, Cond, Op, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
 use wire::switchagg::{self as sa, flags, Operation, HEADER_LEN, PAIR_OVERHEAD};
 
 use hash_table::{bucket_bytes, Spill};
@@ -93,15 +95,15 @@ pub struct SwitchAgg {
     cfg: Config,
     tree_config: Table,
     a_set_tree: ActionId,
-    expected_seq: RegisterAction<u32, u32, u8>,
+    expected_seq: pisa::SaluAction<u32, u32, u8, reliability::SeqCheck>,
     key_hash: HashUnit,
     bpe_hash: HashUnit,
     fpe: Vec<Memory>,
     bpe: Vec<Memory>,
-    fpe_evictions: RegisterAction<u32, (), ()>,
-    bpe_evictions: RegisterAction<u32, (), ()>,
-    eot_count: RegisterAction<u16, u16, bool>,
-    up_seq: RegisterAction<u32, (), u32>,
+    fpe_evictions: pisa::SaluAction<u32, (), (), Inc>,
+    bpe_evictions: pisa::SaluAction<u32, (), (), Inc>,
+    eot_count: pisa::SaluAction<u16, u16, bool, Arrive>,
+    up_seq: pisa::SaluAction<u32, (), u32, FetchInc>,
     d_unknown_tree: DropCode,
     d_op_mismatch: DropCode,
     d_bad_child: DropCode,
@@ -109,21 +111,17 @@ pub struct SwitchAgg {
     d_ack: DropCode,
 }
 
-fn count(c: u32, _: ()) -> (u32, ()) {
-    (c.wrapping_add(1), ())
+/// One more child has sent EoT: true (and the count starts over) when all have.
+#[derive(Clone, Copy)]
+struct Arrive;
+impl SaluProgram<u16, u16, bool> for Arrive {
+    const SALU: Salu = Salu {
+        conds: &[Cond::lin(Src::Lo, Src::PhvLo, 1, Cmp::GeU)],
+        lo: &[Update::set(Pred::C0, Src::K(0)), Update::always(Src::Lo, Op::Add, Src::K(1))],
+        hi: &[],
+        out: &[Out::new(Pred::C0, OutSrc::Predicate)],
+    };
 }
-fn arrive(c: u16, children: u16) -> (u16, bool) {
-    let n = c.wrapping_add(1);
-    if n >= children {
-        (0, true)
-    } else {
-        (n, false)
-    }
-}
-fn next_seq(c: u32, _: ()) -> (u32, u32) {
-    (c.wrapping_add(1), c)
-}
-
 /// A tree's configuration, from `tree_config`.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Tree {
@@ -182,7 +180,7 @@ impl SwitchAgg {
             cfg.max_trees * cfg.max_children,
             "next expected sequence number per (tree region, child)",
         );
-        let expected_seq = b.register_action(r, "check", reliability::seq_check);
+        let expected_seq = b.register_action_salu(r, "check", reliability::SeqCheck);
         let key_hash = b.hash_unit("key_hash", Gress::Ingress, 1, HashAlgo::Crc32, 32);
         let fpe: Vec<Memory> = (0..GROUPS)
             .map(|g| {
@@ -201,7 +199,7 @@ impl SwitchAgg {
             .collect();
         let bpe_hash = b.hash_unit("bpe_hash", Gress::Ingress, 3, HashAlgo::Crc32c, 32);
         let r = b.register::<u32>("fpe_evictions", Gress::Ingress, 3, GROUPS as u32, "pairs each FPE evicted");
-        let fpe_evictions = b.register_action(r, "count", count);
+        let fpe_evictions = b.register_action_salu(r, "count", Inc);
         let bpe: Vec<Memory> = if cfg.bpe_bytes == 0 {
             Vec::new()
         } else {
@@ -222,11 +220,11 @@ impl SwitchAgg {
                 .collect()
         };
         let r = b.register::<u32>("bpe_evictions", Gress::Ingress, 5, GROUPS as u32, "pairs the BPE evicted to the next hop");
-        let bpe_evictions = b.register_action(r, "count", count);
+        let bpe_evictions = b.register_action_salu(r, "count", Inc);
         let r = b.register::<u16>("eot_count", Gress::Ingress, 6, cfg.max_trees, "children of each tree that have sent EoT");
-        let eot_count = b.register_action(r, "arrive", arrive);
+        let eot_count = b.register_action_salu(r, "arrive", Arrive);
         let r = b.register::<u32>("up_seq", Gress::Ingress, 7, cfg.max_trees, "next sequence number towards each tree's parent");
-        let up_seq = b.register_action(r, "next", next_seq);
+        let up_seq = b.register_action_salu(r, "next", FetchInc);
         let words: u64 = fpe.iter().chain(&bpe).map(|m| m.words() as u64).sum();
         b.max_recirculations(Some((words + 2).min(u32::MAX as u64) as u32));
         b.note("SwitchAgg is an FPGA design (NetFPGA-SUME): it needs the `switchagg-fpga` target's payload analyzer and block memories; on a Tofino see `daiet`.");

@@ -9,7 +9,7 @@
 //! nothing of it travels on) or as a truncated clone of it (when pairs travel on to the
 //! parent): the switch never creates a packet.
 
-use pisa::Pass;
+use pisa::{Cmp, Cond, Op, Out, OutSrc, Pass, Pred, Salu, SaluProgram, Src, Update};
 use wire::switchagg::{flags, HEADER_LEN};
 
 /// Verdicts of the sequence check.
@@ -17,15 +17,22 @@ pub const NEW: u8 = 0;
 pub const DUPLICATE: u8 = 1;
 pub const GAP: u8 = 2;
 
-/// The stateful ALU of `expected_seq`: cell = next expected sequence number.
+/// The stateful ALU of `expected_seq`: cell = next expected sequence number. Conditions:
+/// c0 the sequence number is older, c1 newer; the verdict is the predicate (NEW: neither).
+#[derive(Clone, Copy)]
+pub struct SeqCheck;
+impl SaluProgram<u32, u32, u8> for SeqCheck {
+    const SALU: Salu = Salu {
+        conds: &[Cond::new(Src::PhvLo, Cmp::LtU, Src::Lo), Cond::new(Src::PhvLo, Cmp::GtU, Src::Lo)],
+        lo: &[Update::new(Pred::C0.or(Pred::C1).not(), Src::Lo, Op::Add, Src::K(1))],
+        hi: &[],
+        out: &[Out::always(OutSrc::Predicate)],
+    };
+}
+
+/// [`SeqCheck`] on one cell: the new cell and the verdict.
 pub fn seq_check(expected: u32, seq: u32) -> (u32, u8) {
-    if seq == expected {
-        (expected.wrapping_add(1), NEW)
-    } else if seq < expected {
-        (expected, DUPLICATE)
-    } else {
-        (expected, GAP)
-    }
+    SeqCheck.run(expected, seq)
 }
 
 /// Where the IPv4 header starts.
