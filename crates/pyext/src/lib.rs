@@ -709,6 +709,18 @@ fn udp_blast(
     .collect())
 }
 
+/// Send copies of one Ethernet `frame` out of interface `ifname` (in the calling process's
+/// namespace) for `duration` seconds as fast as the transmit ring takes them, through AF_XDP
+/// (`xdp`) or a PACKET_MMAP TX ring. Returns (sent, seconds, pps, ring_full, port).
+#[pyfunction]
+#[pyo3(signature = (ifname, frame, duration, xdp=true))]
+fn frame_blast(py: Python<'_>, ifname: &str, frame: Vec<u8>, duration: f64, xdp: bool) -> PyResult<(u64, f64, f64, u64, String)> {
+    let r = py
+        .detach(|| ports::traffic::frame_blast(ifname, &frame, Duration::from_secs_f64(duration.max(0.0)), xdp))
+        .map_err(value_err)?;
+    Ok((r.sent, r.elapsed.as_secs_f64(), r.pps(), r.ring_full, r.port))
+}
+
 /// Count UDP datagrams arriving at `bind` ("IP:PORT") for up to `duration` seconds (or until
 /// `idle` seconds pass without one after the first). Returns counts and the rate over the
 /// active interval.
@@ -778,6 +790,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<TunnelHost>()?;
     m.add_function(wrap_pyfunction!(udp_blast, m)?)?;
     m.add_function(wrap_pyfunction!(udp_sink, m)?)?;
+    m.add_function(wrap_pyfunction!(frame_blast, m)?)?;
     m.add_function(wrap_pyfunction!(bench_forward_pipeline, m)?)?;
     m.add_function(wrap_pyfunction!(bench_bare_forward_loop, m)?)?;
     m.add_function(wrap_pyfunction!(bench_route_pipeline, m)?)?;
