@@ -535,7 +535,7 @@ impl Port for XdpPort {
         let n = self.rx.ready().min(max as u32);
         if n == 0 {
             self.polls = self.polls.wrapping_add(1);
-            if self.polls % 1024 == 0 {
+            if self.polls.is_multiple_of(1024) {
                 self.sync_kernel_stats();
             }
             return 0;
@@ -574,7 +574,7 @@ impl Port for XdpPort {
         self.fill.prod().store(self.fill.local, Ordering::Release);
         self.stats.add_rx(got as u64, bytes);
         PortStats::count(&self.stats.rx_oversize, oversize);
-        if n as usize == max && self.rx.ready() > (self.rx.mask + 1) / 2 {
+        if n as usize == max && self.rx.ready() * 2 > self.rx.mask + 1 {
             // Falling behind: look at the kernel's counters more often.
             self.sync_kernel_stats();
         }

@@ -715,9 +715,8 @@ fn udp_blast(
 #[pyfunction]
 #[pyo3(signature = (ifname, frame, duration, xdp=true))]
 fn frame_blast(py: Python<'_>, ifname: &str, frame: Vec<u8>, duration: f64, xdp: bool) -> PyResult<(u64, f64, f64, u64, String)> {
-    let r = py
-        .detach(|| ports::traffic::frame_blast(ifname, &frame, Duration::from_secs_f64(duration.max(0.0)), xdp))
-        .map_err(value_err)?;
+    let r =
+        py.detach(|| ports::traffic::frame_blast(ifname, &frame, Duration::from_secs_f64(duration.max(0.0)), xdp)).map_err(value_err)?;
     Ok((r.sent, r.elapsed.as_secs_f64(), r.pps(), r.ring_full, r.port))
 }
 
