@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from inswitch.topology import Rack, RackState, netns, switchproc
+from inswitch.topology import Rack, RackState, control, netns, switchproc
 
 ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not ROOT, reason="needs root: network namespaces, veth pairs and AF_XDP")
@@ -45,6 +45,11 @@ def test_xdp_rack_forwards_and_kill9_detaches(rack_factory, monkeypatch: pytest.
         assert f"xdp:{dev}(native,copy)" in log, log
         assert xdp_attached(dev)
     ping(st, "h1", st.host("h2").ip)
+    # Per-ring counters of every XDP port are in /metrics (nothing dropped by a ping).
+    ring = {(lab["port"], lab["reason"]): v for n, lab, v in control.scrape_metrics(st.switch.metrics)
+            if n == "inswitch_port_io_drops_total" and lab["reason"] in ("rx_full", "rx_fill_empty", "rx_xdp_dropped", "tx_full")}
+    assert sorted(ring) == sorted((str(p), r) for p in range(2) for r in ("rx_full", "rx_fill_empty", "rx_xdp_dropped", "tx_full"))
+    assert not any(ring.values()), ring
     os.kill(int(st.extra["supervisor_pid"]), signal.SIGKILL)
     os.kill(st.switch.pid, signal.SIGKILL)
     deadline = time.monotonic() + 5

@@ -358,7 +358,14 @@ pub fn open_ports(spec: &PortSpec, opts: &OpenOptions) -> Result<OpenedPorts, Po
             }
             PortSpec::Xdp { ifaces } => {
                 let name = &ifaces[i];
-                let xdp = if opts.xdp_off { Err(io::Error::other("INSWITCH_XDP=off")) } else { XdpPort::open(id, name, &opts.xdp) };
+                let xdp = if opts.xdp_off {
+                    Err(io::Error::other("INSWITCH_XDP=off"))
+                } else if !opts.qdisc_bypass {
+                    // AF_XDP transmits straight to the driver: only AF_PACKET can honour a qdisc.
+                    Err(io::Error::other("sending through the qdisc needs AF_PACKET"))
+                } else {
+                    XdpPort::open(id, name, &opts.xdp)
+                };
                 match xdp {
                     Ok(p) => {
                         eprintln!("switch port {id}: {}", p.name());

@@ -160,7 +160,8 @@ impl Dataplane {
     /// `pcap_max_bytes` rotates each port's capture file when it reaches that size.
     /// `port_qdisc=True` sends AF_PACKET frames through each interface's qdisc (so `tc netem`
     /// shaping a link applies to what the switch sends) instead of straight to the driver.
-    #[pyo3(signature = (programs, ports, pipes=1, pcap_dir=None, queue_capacity=4096, port_rate_bps=None, buf_capacity=2048, batch=64, fault=None, pcap_max_bytes=None, port_qdisc=false, hold_replay=false))]
+    /// `xdp_busy_poll=True` makes `xdp:` ports ask the kernel to busy-poll their sockets.
+    #[pyo3(signature = (programs, ports, pipes=1, pcap_dir=None, queue_capacity=4096, port_rate_bps=None, buf_capacity=2048, batch=64, fault=None, pcap_max_bytes=None, port_qdisc=false, hold_replay=false, xdp_busy_poll=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -176,6 +177,7 @@ impl Dataplane {
         pcap_max_bytes: Option<u64>,
         port_qdisc: bool,
         hold_replay: bool,
+        xdp_busy_poll: bool,
     ) -> PyResult<Self> {
         let set = program_set(&programs)?;
         let spec = PortSpec::parse(ports).map_err(value_err)?;
@@ -196,6 +198,7 @@ impl Dataplane {
             pcap_max_bytes,
             fault,
             qdisc_bypass: !port_qdisc,
+            xdp: ports::XdpConfig { busy_poll: xdp_busy_poll, ..Default::default() },
             ..OpenOptions::default()
         };
         let (ports, peers) = open_ports(&spec, &opts).map_err(value_err)?;

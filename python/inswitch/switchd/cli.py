@@ -112,7 +112,8 @@ def parse_fault(text: str) -> tuple[float, float, float, int]:
 
 
 def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Optional[str], metrics: str, device_id: int, ready_file: Optional[str], out: Console, err: Console, fault: Optional[str] = None,
-               tls: TlsFiles = TlsFiles(), generation: int = 1, pcap_size: Optional[float] = None, l2: str = "learn", replay_wait: float = 0.0, port_qdisc: bool = False) -> int:
+               tls: TlsFiles = TlsFiles(), generation: int = 1, pcap_size: Optional[float] = None, l2: str = "learn", replay_wait: float = 0.0, port_qdisc: bool = False,
+               xdp_busy_poll: bool = False) -> int:
     """Run until SIGINT/SIGTERM, or, with file ports (`pcap:IN:OUT,...`), until every input
     has been replayed (starting `replay_wait` s after the switch serves, so a controller can
     install entries) and the pipeline is empty: the outputs are then complete. Returns the
@@ -149,7 +150,8 @@ def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Opti
         try:
             dp = _native.Dataplane(names, ports, pipes=pipes, pcap_dir=pcap, fault=parse_fault(fault) if fault else None,
                                    pcap_max_bytes=int(pcap_size * 1e6) if pcap_size else None, hold_replay=True,
-                                   **({"port_qdisc": True} if port_qdisc else {}))
+                                   **({"port_qdisc": True} if port_qdisc else {}),
+                                   **({"xdp_busy_poll": True} if xdp_busy_poll else {}))
         except ValueError as e:
             raise UsageError(str(e)) from None
         server = SwitchServer(dp, p4rt_addr, device_id, tls=tls)
@@ -275,13 +277,15 @@ def register(app: typer.Typer) -> None:
         tls_key: Optional[str] = option(None, "--tls-key", type=PEM, help="The private key of --tls-cert."),
         tls_ca: Optional[str] = option(None, "--tls-ca", type=PEM, help="Accept only P4Runtime clients whose certificate this CA signed."),
         generation: int = option(1, "--generation", type=Int(1, 2**31), help="Which start of this switch this is (set by the rack's supervisor when it restarts one; in the ready file and /metrics)."),
-        port_qdisc: bool = typer.Option(False, "--port-qdisc", help="veth ports send through the interface's qdisc (so `tc` shaping on a port applies to what the switch sends) instead of bypassing it."),
+        port_qdisc: bool = typer.Option(False, "--port-qdisc", help="veth ports send through the interface's qdisc (so `tc` shaping on a port applies to what the switch sends) instead of bypassing it (xdp ports then fall back to AF_PACKET)."),
+        xdp_busy_poll: bool = typer.Option(False, "--xdp-busy-poll", help="xdp ports ask the kernel to busy-poll their sockets (SO_PREFER_BUSY_POLL; costs CPU, cuts latency)."),
         replay_wait: float = option(0.0, "--replay-wait", type=Float(0, 3600), help="With pcap: ports, seconds to wait after starting before replaying (time for a controller to install entries); the switch exits once every input is replayed and the pipeline is empty."),
     ) -> None:
         """Run a software switch: the data plane over PORTS, a P4Runtime server and a
         metrics endpoint, until SIGINT or SIGTERM."""
         code = run_switch(program, ports, p4runtime, pipes, pcap, metrics, device_id, ready_file, Console(), Console(stderr=True), fault=fault, pcap_size=pcap_size, l2=l2,
-                          tls=TlsFiles(cert=tls_cert, key=tls_key, ca=tls_ca), generation=generation, port_qdisc=port_qdisc, replay_wait=replay_wait)
+                          tls=TlsFiles(cert=tls_cert, key=tls_key, ca=tls_ca), generation=generation, port_qdisc=port_qdisc, replay_wait=replay_wait,
+                          xdp_busy_poll=xdp_busy_poll)
         raise typer.Exit(code)
 
     @app.command("p4info", epilog=P4INFO_EXAMPLES)
