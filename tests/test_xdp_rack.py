@@ -1,7 +1,7 @@
-"""A rack whose switch uses AF_XDP ports (`INSWITCH_RACK_PORTS=xdp`): traffic crosses it,
+"""A rack whose switch uses AF_XDP ports (the default; `INSWITCH_RACK_PORTS=veth` for AF_PACKET): traffic crosses it,
 the XDP programs are attached while it runs and gone as soon as it is killed with SIGKILL,
 and forcing XDP off gives a working rack over AF_PACKET, said in the switch's log.
-The rest of the rack suite runs over AF_XDP with `INSWITCH_RACK_PORTS=xdp` (bench/RESULTS.md)."""
+Every other rack test runs over AF_XDP too, through the default."""
 
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ def switch_ifs(st: RackState) -> list[str]:
 @needs_root
 @pytest.mark.netns
 def test_xdp_rack_forwards_and_kill9_detaches(rack_factory, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setenv("INSWITCH_RACK_PORTS", "xdp")
+    # The default: no setting needed.
+    monkeypatch.delenv("INSWITCH_RACK_PORTS", raising=False)
     monkeypatch.delenv("INSWITCH_XDP", raising=False)
     st: RackState = rack_factory("x", 2)
     assert st.switch.ports.startswith("xdp:")
