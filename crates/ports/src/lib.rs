@@ -9,6 +9,8 @@
 //! - [`UdpPort`] — one UDP socket per port on loopback, one frame per datagram (no root);
 //! - [`AfPacketPort`] — AF_PACKET with a PACKET_MMAP ring on a real interface, typically the
 //!   switch end of a veth pair (root);
+//! - [`XdpPort`] — AF_XDP (UMEM + fill/completion/rx/tx rings) with a redirect program the
+//!   port attaches itself (root; falls back to AF_PACKET where XDP is unavailable);
 //! - [`FilePort`] — replays a pcap/pcapng capture and writes what it sends (bmv2's
 //!   `--use-files`);
 //!
@@ -36,6 +38,7 @@ mod sys;
 pub mod traffic;
 pub mod tunnelhost;
 pub mod udp;
+pub mod xdp;
 
 pub use afpacket::{complete_l4_checksum, AfPacketConfig, AfPacketPort, TxMode};
 pub use fault::{FaultConfig, FaultPort, FaultStats};
@@ -48,6 +51,7 @@ pub use stats::{PortStats, PortStatsSnapshot, DROP_REASONS};
 pub use sys::{monotonic_ns, realtime_ns};
 pub use traffic::{udp_blast, udp_sink, BlastReport, SinkReport};
 pub use udp::{UdpConfig, UdpPort, UdpTunnelHost};
+pub use xdp::{XdpConfig, XdpPort};
 
 #[cfg(test)]
 mod tests {
@@ -61,6 +65,7 @@ mod tests {
         send::<MemoryPort>();
         send::<UdpPort>();
         send::<AfPacketPort>();
+        send::<XdpPort>();
         send::<CapturePort<Box<dyn Port>>>();
         send::<FaultPort<Box<dyn Port>>>();
         send_sync::<MemoryPeer>();

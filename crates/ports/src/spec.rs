@@ -7,6 +7,7 @@
 //! udp:HOST:BASEPORT:N        the same on another local IPv4 address
 //! udp:...@PEERHOST:PEERBASE  the same, port i accepting datagrams only from PEERHOST:PEERBASE+i
 //! veth:IF1,IF2,...           AF_PACKET on existing interfaces; port i is the i-th name
+//! xdp:IF1,IF2,...            AF_XDP on existing interfaces (AF_PACKET where XDP is unavailable)
 //! pcap:IN:OUT,IN:OUT,...     file ports: port i replays capture IN (pcap or pcapng) and
 //!                            writes what it sends to OUT (pcapng); paths without ':' or ','
 //! ```
@@ -26,12 +27,13 @@ use crate::memory::{memory_pair_with, MemoryConfig, MemoryPeer, DEFAULT_QUEUE_DE
 use crate::pcap::CapturePort;
 use crate::port::Port;
 use crate::udp::{UdpConfig, UdpPort, DEFAULT_SOCK_BUF};
+use crate::xdp::{XdpConfig, XdpPort};
 
 /// Most ports one spec may declare (a large switch has a few hundred front-panel ports).
 pub const MAX_PORTS: usize = 1024;
 
 const ACCEPTED: &str =
-    "accepted forms: memory:N | udp:[HOST:]BASEPORT:N[@PEERHOST:PEERBASE] | veth:IF1,IF2,... | pcap:IN:OUT,IN:OUT,... (N from 1 to 1024)";
+    "accepted forms: memory:N | udp:[HOST:]BASEPORT:N[@PEERHOST:PEERBASE] | veth:IF1,IF2,... | xdp:IF1,IF2,... | pcap:IN:OUT,IN:OUT,... (N from 1 to 1024)";
 
 /// A parsed port spec.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,6 +58,11 @@ pub enum PortSpec {
     },
     /// `veth:IF1,IF2,...`
     Veth {
+        /// Interface of each port, in port order.
+        ifaces: Vec<String>,
+    },
+    /// `xdp:IF1,IF2,...`
+    Xdp {
         /// Interface of each port, in port order.
         ifaces: Vec<String>,
     },
@@ -119,7 +126,7 @@ impl PortSpec {
                 let peer = peer.map(|p| parse_peer(p, count)).transpose().map_err(bad)?;
                 Ok(PortSpec::Udp { host, base: base as u16, count, peer })
             }
-            "veth" | "afpacket" | "if" => {
+            "veth" | "afpacket" | "if" | "xdp" => {
                 let ifaces: Vec<String> = rest.split(',').map(str::to_string).collect();
                 for (i, name) in ifaces.iter().enumerate() {
                     check_ifname(name).map_err(|why| bad(format!("interface {} {name:?}: {why}", i + 1)))?;
@@ -130,7 +137,7 @@ impl PortSpec {
                 if ifaces.len() > MAX_PORTS {
                     return Err(bad(format!("{} interfaces, at most {MAX_PORTS}", ifaces.len())));
                 }
-                Ok(PortSpec::Veth { ifaces })
+                Ok(if kind == "xdp" { PortSpec::Xdp { ifaces } } else { PortSpec::Veth { ifaces } })
             }
             "pcap" | "file" => {
                 let mut files: Vec<(PathBuf, PathBuf)> = Vec::new();
@@ -161,7 +168,7 @@ impl PortSpec {
     pub fn count(&self) -> usize {
         match self {
             PortSpec::Memory { count } | PortSpec::Udp { count, .. } => *count as usize,
-            PortSpec::Veth { ifaces } => ifaces.len(),
+            PortSpec::Veth { ifaces } | PortSpec::Xdp { ifaces } => ifaces.len(),
             PortSpec::Files { files } => files.len(),
         }
     }
@@ -231,6 +238,7 @@ impl fmt::Display for PortSpec {
                 }
             }
             PortSpec::Veth { ifaces } => write!(f, "veth:{}", ifaces.join(",")),
+            PortSpec::Xdp { ifaces } => write!(f, "xdp:{}", ifaces.join(",")),
             PortSpec::Files { files } => {
                 let pairs: Vec<String> = files.iter().map(|(i, o)| format!("{}:{}", i.display(), o.display())).collect();
                 write!(f, "pcap:{}", pairs.join(","))
@@ -263,6 +271,11 @@ pub struct OpenOptions {
     /// AF_PACKET ports transmit straight to the driver, skipping the interface's qdisc
     /// (false: through it, so `tc` shaping on a switch port applies to what it sends).
     pub qdisc_bypass: bool,
+    /// `xdp:` ports: AF_XDP settings (busy polling, ring sizes).
+    pub xdp: XdpConfig,
+    /// `xdp:` ports open as AF_PACKET without trying AF_XDP (as when XDP is unavailable).
+    /// Defaults to true when the environment has `INSWITCH_XDP=off`.
+    pub xdp_off: bool,
 }
 
 impl Default for OpenOptions {
@@ -279,6 +292,8 @@ impl Default for OpenOptions {
             udp_sock_buf: DEFAULT_SOCK_BUF,
             fault: None,
             qdisc_bypass: af.qdisc_bypass,
+            xdp: XdpConfig::default(),
+            xdp_off: std::env::var("INSWITCH_XDP").is_ok_and(|v| v == "off" || v == "0"),
         }
     }
 }
@@ -300,6 +315,17 @@ pub enum PortError {
         #[source]
         source: io::Error,
     },
+}
+
+fn afpacket_config(opts: &OpenOptions) -> AfPacketConfig {
+    AfPacketConfig {
+        buf_capacity: opts.buf_capacity,
+        rx_ring_frames: opts.rx_ring_frames,
+        tx_ring_frames: opts.tx_ring_frames,
+        tx_mode: opts.tx_mode,
+        qdisc_bypass: opts.qdisc_bypass,
+        ..AfPacketConfig::default()
+    }
 }
 
 /// What [`open_ports`] returns: the ports, in port order, and for `memory:N` the host end of
@@ -328,15 +354,32 @@ pub fn open_ports(spec: &PortSpec, opts: &OpenOptions) -> Result<OpenedPorts, Po
                 Box::new(UdpPort::open(id, &cfg).map_err(open_err(id, format!("udp:{addr}")))?)
             }
             PortSpec::Veth { ifaces } => {
-                let cfg = AfPacketConfig {
-                    buf_capacity: opts.buf_capacity,
-                    rx_ring_frames: opts.rx_ring_frames,
-                    tx_ring_frames: opts.tx_ring_frames,
-                    tx_mode: opts.tx_mode,
-                    qdisc_bypass: opts.qdisc_bypass,
-                    ..AfPacketConfig::default()
+                Box::new(AfPacketPort::open(id, &ifaces[i], &afpacket_config(opts)).map_err(open_err(id, ifaces[i].clone()))?)
+            }
+            PortSpec::Xdp { ifaces } => {
+                let name = &ifaces[i];
+                let xdp = if opts.xdp_off {
+                    Err(io::Error::other("INSWITCH_XDP=off"))
+                } else if !opts.qdisc_bypass {
+                    // AF_XDP transmits straight to the driver: only AF_PACKET can honour a qdisc.
+                    Err(io::Error::other("sending through the qdisc needs AF_PACKET"))
+                } else {
+                    XdpPort::open(id, name, &opts.xdp)
                 };
-                Box::new(AfPacketPort::open(id, &ifaces[i], &cfg).map_err(open_err(id, ifaces[i].clone()))?)
+                match xdp {
+                    Ok(p) => {
+                        eprintln!("switch port {id}: {}", p.name());
+                        Box::new(p)
+                    }
+                    Err(e) => {
+                        // Not a missing interface: that is an error whichever socket is used.
+                        if e.kind() == io::ErrorKind::NotFound {
+                            return Err(open_err(id, name.clone())(e));
+                        }
+                        eprintln!("switch port {id}: AF_XDP unavailable on {name} ({e}); using AF_PACKET");
+                        Box::new(AfPacketPort::open(id, name, &afpacket_config(opts)).map_err(open_err(id, name.clone()))?)
+                    }
+                }
             }
             PortSpec::Files { files } => {
                 let (input, output) = &files[i];
@@ -379,6 +422,7 @@ mod tests {
                 },
             ),
             ("veth:s1,s2,eth0.100", PortSpec::Veth { ifaces: vec!["s1".into(), "s2".into(), "eth0.100".into()] }),
+            ("xdp:s1,s2", PortSpec::Xdp { ifaces: vec!["s1".into(), "s2".into()] }),
             (
                 "pcap:a.pcap:b.pcapng,/t/c:d",
                 PortSpec::Files { files: vec![("a.pcap".into(), "b.pcapng".into()), ("/t/c".into(), "d".into())] },

@@ -68,6 +68,10 @@ port_stats! {
         rx_oversize: "Received frames larger than the buffer capacity (e.g. GSO super-packets).",
         rx_full: "Received frames lost because the receive queue or ring was full (kernel drops \
                   included where the kernel reports them).",
+        rx_fill_empty: "Received frames the kernel could not deliver to an AF_XDP port because its \
+                        fill ring was empty (no free buffer to receive into).",
+        rx_xdp_dropped: "Received frames an AF_XDP socket dropped for another reason (e.g. larger \
+                         than a UMEM chunk).",
         rx_error: "Receive calls that failed with an error other than \"nothing to read\".",
         tx_full: "Frames not sent because the queue, ring or socket buffer was full (EAGAIN, ENOBUFS).",
         tx_error: "Frames not sent because of another error (EMSGSIZE, ENETDOWN, ...).",

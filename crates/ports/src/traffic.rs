@@ -281,3 +281,70 @@ mod tests {
         assert!(s.elapsed < Duration::from_secs(4), "stopped on idle, not at the 5 s limit: {:?}", s.elapsed);
     }
 }
+
+/// What [`frame_blast`] did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FrameBlastReport {
+    /// Frames the port queued for transmission.
+    pub sent: u64,
+    /// Frames refused because the transmit ring was full (retried with the next batch).
+    pub ring_full: u64,
+    /// How long the blast ran.
+    pub elapsed: Duration,
+    /// The port that sent (e.g. `xdp:eth0(native,copy)`), which says the path taken.
+    pub port: String,
+}
+
+impl FrameBlastReport {
+    /// Frames sent per second.
+    pub fn pps(&self) -> f64 {
+        rate(self.sent, self.elapsed)
+    }
+}
+
+/// Send copies of one Ethernet `frame` out of interface `ifname` for `duration`, as fast as
+/// the transmit ring takes them: through an AF_XDP socket (`xdp`) or a PACKET_MMAP TX ring.
+/// Unlike [`udp_blast`], no socket layer or routing runs per frame, so the sender outruns a
+/// forwarding path between two namespaces and the path, not the sender, is measured.
+pub fn frame_blast(ifname: &str, frame: &[u8], duration: Duration, xdp: bool) -> io::Result<FrameBlastReport> {
+    use crate::afpacket::{AfPacketConfig, AfPacketPort, TxMode};
+    use crate::port::Port;
+    use crate::xdp::{XdpConfig, XdpPort};
+    use pisa::packet::{BufPool, PacketBuf, DEFAULT_BUF_CAPACITY};
+
+    if frame.len() < 14 || frame.len() > DEFAULT_BUF_CAPACITY {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("frame of {} bytes", frame.len())));
+    }
+    let mut port: Box<dyn Port> = if xdp {
+        Box::new(XdpPort::open(0, ifname, &XdpConfig::default())?)
+    } else {
+        Box::new(AfPacketPort::open(0, ifname, &AfPacketConfig { tx_mode: TxMode::Ring, tx_ring_frames: 4096, ..Default::default() })?)
+    };
+    let mut pool = BufPool::new(DEFAULT_BUF_CAPACITY, 4 * BATCH * 2);
+    let batch = 2 * BATCH;
+    let start = Instant::now();
+    let mut v: Vec<PacketBuf> = Vec::with_capacity(batch);
+    let mut rx = Vec::new();
+    while start.elapsed() < duration {
+        for _ in 0..16 {
+            v.extend((0..batch).map(|_| {
+                let mut b = pool.get();
+                b.raw_mut()[..frame.len()].copy_from_slice(frame);
+                b.set_len(frame.len());
+                b
+            }));
+            if port.send_batch(&mut v, &mut pool) == 0 {
+                // Ring full: let the kernel drain it (and reclaim completions).
+                std::thread::yield_now();
+            }
+            // Anything arriving on the sender's interface is not ours to keep.
+            port.recv_batch(&mut pool, &mut rx, batch);
+            rx.drain(..).for_each(|p| pool.put(p));
+        }
+    }
+    let elapsed = start.elapsed();
+    // Let the last ring contents leave before the port (and its ring) is closed.
+    std::thread::sleep(Duration::from_millis(20));
+    let s = port.stats().snapshot();
+    Ok(FrameBlastReport { sent: s.tx_packets, ring_full: s.tx_full, elapsed, port: port.name().to_string() })
+}

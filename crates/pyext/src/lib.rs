@@ -182,9 +182,10 @@ impl Dataplane {
     /// `pcap_max_bytes` rotates each port's capture file when it reaches that size.
     /// `port_qdisc=True` sends AF_PACKET frames through each interface's qdisc (so `tc netem`
     /// shaping a link applies to what the switch sends) instead of straight to the driver.
+    /// `xdp_busy_poll=True` makes `xdp:` ports ask the kernel to busy-poll their sockets.
     /// `target` (default `unbounded`): the set is refused at load, naming the objects, if it
     /// does not fit that target's limits.
-    #[pyo3(signature = (programs, ports, pipes=1, pcap_dir=None, queue_capacity=4096, port_rate_bps=None, buf_capacity=2048, batch=64, fault=None, pcap_max_bytes=None, port_qdisc=false, hold_replay=false, target=None))]
+    #[pyo3(signature = (programs, ports, pipes=1, pcap_dir=None, queue_capacity=4096, port_rate_bps=None, buf_capacity=2048, batch=64, fault=None, pcap_max_bytes=None, port_qdisc=false, hold_replay=false, target=None, xdp_busy_poll=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -201,6 +202,7 @@ impl Dataplane {
         port_qdisc: bool,
         hold_replay: bool,
         target: Option<String>,
+        xdp_busy_poll: bool,
     ) -> PyResult<Self> {
         let set = loaded_set(&programs, target.as_deref())?;
         let spec = PortSpec::parse(ports).map_err(value_err)?;
@@ -221,6 +223,7 @@ impl Dataplane {
             pcap_max_bytes,
             fault,
             qdisc_bypass: !port_qdisc,
+            xdp: ports::XdpConfig { busy_poll: xdp_busy_poll, ..Default::default() },
             ..OpenOptions::default()
         };
         let (ports, peers) = open_ports(&spec, &opts).map_err(value_err)?;
@@ -759,6 +762,17 @@ fn udp_blast(
     .collect())
 }
 
+/// Send copies of one Ethernet `frame` out of interface `ifname` (in the calling process's
+/// namespace) for `duration` seconds as fast as the transmit ring takes them, through AF_XDP
+/// (`xdp`) or a PACKET_MMAP TX ring. Returns (sent, seconds, pps, ring_full, port).
+#[pyfunction]
+#[pyo3(signature = (ifname, frame, duration, xdp=true))]
+fn frame_blast(py: Python<'_>, ifname: &str, frame: Vec<u8>, duration: f64, xdp: bool) -> PyResult<(u64, f64, f64, u64, String)> {
+    let r =
+        py.detach(|| ports::traffic::frame_blast(ifname, &frame, Duration::from_secs_f64(duration.max(0.0)), xdp)).map_err(value_err)?;
+    Ok((r.sent, r.elapsed.as_secs_f64(), r.pps(), r.ring_full, r.port))
+}
+
 /// Count UDP datagrams arriving at `bind` ("IP:PORT") for up to `duration` seconds (or until
 /// `idle` seconds pass without one after the first). Returns counts and the rate over the
 /// active interval.
@@ -829,6 +843,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<TunnelHost>()?;
     m.add_function(wrap_pyfunction!(udp_blast, m)?)?;
     m.add_function(wrap_pyfunction!(udp_sink, m)?)?;
+    m.add_function(wrap_pyfunction!(frame_blast, m)?)?;
     m.add_function(wrap_pyfunction!(bench_forward_pipeline, m)?)?;
     m.add_function(wrap_pyfunction!(bench_bare_forward_loop, m)?)?;
     m.add_function(wrap_pyfunction!(bench_route_pipeline, m)?)?;

@@ -1,13 +1,17 @@
 """`inswitch bench forward`: the switch's forwarding rate, (a) in memory on one core (L2, and
 the IPv4 routing path of bmv2's `simple_router`: parse, LPM, TTL decrement, checksum update,
 MAC rewrite), (b) the routing path replayed through file ports (`pcap:IN:OUT`, as bmv2's
---use-files benchmark does), and (c) between two network namespaces over veth, against the
-Linux kernel bridge forwarding between the same two namespaces in the same run."""
+--use-files benchmark does), (c) between two network namespaces over veth, against the
+Linux kernel bridge forwarding between the same two namespaces in the same run, and (d) the
+same with AF_XDP switch ports, offered load from a frame generator that outruns the switch
+(copies of one frame out of an AF_XDP socket in the sender's namespace; the kernel's pktgen
+is not available on these machines), against the bridge fed by the same generator."""
 
 from __future__ import annotations
 
 import json
 import os
+import struct
 import platform
 import subprocess
 import sys
@@ -86,7 +90,8 @@ def _through_switch(pair: Pair, duration: float, payload: int) -> dict[str, Any]
         dp.stop()
 
 
-def _through_bridge(pair: Pair, duration: float, payload: int) -> dict[str, Any]:
+def _through_bridge(pair: Pair, duration: float, payload: int,
+                    measure: Callable[[Pair, float, int], dict[str, Any]] = measure_flow) -> dict[str, Any]:
     br = f"{pair.prefix}br"
     nx.ip("link", "add", br, "type", "bridge")
     try:
@@ -94,9 +99,64 @@ def _through_bridge(pair: Pair, duration: float, payload: int) -> dict[str, Any]
         for i in (1, 2):
             nx.ip("link", "set", pair.host(i).switch_if, "master", br)
         nx.ip("link", "set", br, "up")
-        return measure_flow(pair, duration, payload)
+        return measure(pair, duration, payload)
     finally:
+        for i in (1, 2):
+            nx.ip("link", "set", pair.host(i).switch_if, "nomaster", check=False)
         nx.ip("link", "del", br, check=False)
+
+
+def udp_frame(src: nx.VethHost, dst: nx.VethHost, payload: int) -> bytes:
+    """An Ethernet/IPv4/UDP frame from `src` to `dst`'s sink port (checksummed IPv4 header,
+    UDP checksum 0 = none), `payload` bytes of zeros."""
+    mac = lambda m: bytes.fromhex(m.replace(":", ""))  # noqa: E731
+    ip = lambda a: bytes(int(x) for x in a.split("."))  # noqa: E731
+    hdr = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 28 + payload, 0, 0x4000, 64, 17, 0, ip(src.ip), ip(dst.ip))
+    words = sum(struct.unpack("!10H", hdr))
+    while words >> 16:
+        words = (words & 0xFFFF) + (words >> 16)
+    hdr = hdr[:10] + struct.pack("!H", ~words & 0xFFFF) + hdr[12:]
+    udp = struct.pack("!HHHH", 40000, SINK_PORT, 8 + payload, 0)
+    return mac(dst.mac) + mac(src.mac) + b"\x08\x00" + hdr + udp + bytes(payload)
+
+
+def _rx_packets(h: nx.VethHost) -> int:
+    return int(nx.run(nx.netns_argv(h.netns, ["cat", f"/sys/class/net/{h.ifname}/statistics/rx_packets"])).stdout)
+
+
+def measure_frames(pair: Pair, duration: float, payload: int) -> dict[str, Any]:
+    """The frame generator in h1 for `duration` s; delivered = what h2's interface received
+    (its counter, so no receiving process limits the rate)."""
+    h1, h2 = pair.host(1), pair.host(2)
+    frame = udp_frame(h1, h2, payload)
+    before = _rx_packets(h2)
+    gen = nx.run(_py_in(h1.netns, ["frames", "--ifname", h1.ifname, "--frame-hex", frame.hex(), "--duration", str(duration)]), timeout=duration + 30)
+    time.sleep(0.2)  # the last frames cross
+    got = _rx_packets(h2) - before
+    sent = json.loads(gen.stdout.strip().splitlines()[-1])
+    return {"sent": sent["sent"], "sent_pps": sent["pps"], "generator": sent["port"], "received": got,
+            "pps": got / sent["seconds"], "loss": max(0.0, 1 - got / max(sent["sent"], 1))}
+
+
+def _through_xdp_switch(pair: Pair, duration: float, payload: int) -> dict[str, Any]:
+    h1, h2 = pair.host(1), pair.host(2)
+    dp = _native.Dataplane(["forward"], f"xdp:{h1.switch_if},{h2.switch_if}")
+    try:
+        info = native.program_set_info(["forward"])
+        for port, h in enumerate((h1, h2)):
+            mac = bytes.fromhex(h.mac.replace(":", ""))
+            dp.table_write("insert", info.table_id("l2_dmac"), [("exact", 1, mac)], 0, info.action_id("l2_forward"), [(1, bytes([port]))])
+            dp.table_write("insert", info.table_id("l2_smac"), [("exact", 1, mac)], 0, info.action_id("nop"), [])
+        r = measure_frames(pair, duration, payload)
+        c = json.loads(dp.counters_json())
+        r["switch_ports"] = [p["name"] for p in c["ports"]]
+        r["switch_rx"] = c["ports"][0]["rx_packets"]
+        r["switch_tx"] = c["ports"][1]["tx_packets"]
+        r["switch_drops"] = c["drops"]
+        r["port_io_drops"] = {p["name"]: p["io"]["drops"] for p in c["ports"] if p["io"]}
+        return r
+    finally:
+        dp.stop()
 
 
 def machine() -> dict[str, Any]:
@@ -143,14 +203,24 @@ def run(duration: float = 3.0, payload: int = PAYLOAD_64B, progress: Callable[[s
         sw = _through_switch(pair, duration, payload)
         progress("veth through the Linux bridge")
         br = _through_bridge(pair, duration, payload)
+        progress("AF_XDP ports, frame generator")
+        xdp = _through_xdp_switch(pair, duration, payload)
+        progress("Linux bridge, frame generator")
+        brg = _through_bridge(pair, duration, payload, measure_frames)
     finally:
         nx.delete_by_prefix(pair.prefix)
     out.update({
         "veth_pps": round(sw["pps"]),
         "bridge_pps": round(br["pps"]),
         "veth_bridge_ratio": round(sw["pps"] / br["pps"], 3) if br["pps"] else None,
+        "xdp_pps": round(xdp["pps"]),
+        "bridge_generator_pps": round(brg["pps"]),
+        "xdp_bridge_ratio": round(xdp["pps"] / brg["pps"], 3) if brg["pps"] else None,
+        "loss": round(xdp["loss"], 4),
         "veth": sw,
         "bridge": br,
+        "xdp": xdp,
+        "bridge_generator": brg,
         "duration_s": duration,
         "frame_bytes": payload + 46,
     })

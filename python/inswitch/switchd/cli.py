@@ -34,8 +34,8 @@ def _ports(text: str) -> str:
     """The port spec's shape (the data plane checks the rest when it opens the ports: a
     missing or malformed capture is a one-line error there, exit status 2)."""
     kind, sep, rest = text.strip().partition(":")
-    if kind not in ("memory", "udp", "veth", "pcap") or not sep or not rest:
-        raise ValueError("expected memory:N, udp:BASEPORT:N, udp:HOST:BASEPORT:N, veth:IF1,IF2,.. or pcap:IN:OUT,IN:OUT,..")
+    if kind not in ("memory", "udp", "veth", "xdp", "pcap") or not sep or not rest:
+        raise ValueError("expected memory:N, udp:BASEPORT:N, udp:HOST:BASEPORT:N, veth:IF1,IF2,.., xdp:IF1,IF2,.. or pcap:IN:OUT,IN:OUT,..")
     if kind == "memory" and not (rest.isdigit() and 1 <= int(rest) <= 4096):
         raise ValueError("memory:N takes 1..4096 ports")
     if kind == "udp":
@@ -55,7 +55,7 @@ def _fault(text: str) -> str:
     return text
 
 
-PORTS = Text("memory:N, udp:[HOST:]BASEPORT:N[@PEERHOST:PEERBASE] (with a peer, port i accepts datagrams only from PEERHOST:PEERBASE+i), veth:IF1,IF2,.. or pcap:IN:OUT,IN:OUT,.. (file ports: replay IN, write OUT)", check=_ports, bad=("bogus:4", "memory:x", "memory:0", "udp:x:4", "pcap:x", "pcap:a:b:c"))
+PORTS = Text("memory:N, udp:[HOST:]BASEPORT:N[@PEERHOST:PEERBASE] (with a peer, port i accepts datagrams only from PEERHOST:PEERBASE+i), veth:IF1,IF2,.. (AF_PACKET), xdp:IF1,IF2,.. (AF_XDP; AF_PACKET where XDP is unavailable or INSWITCH_XDP=off) or pcap:IN:OUT,IN:OUT,.. (file ports: replay IN, write OUT)", check=_ports, bad=("bogus:4", "memory:x", "memory:0", "udp:x:4", "pcap:x", "pcap:a:b:c"))
 #: A PEM file given to --tls-cert, --tls-key or --tls-ca.
 PEM = Text("a readable PEM file", check=pem_file, bad=("/nonexistent.pem",))
 #: The fault injector's spec (`--fault` of `switch` and `rack up`).
@@ -113,7 +113,7 @@ def parse_fault(text: str) -> tuple[float, float, float, int]:
 
 def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Optional[str], metrics: str, device_id: int, ready_file: Optional[str], out: Console, err: Console, fault: Optional[str] = None,
                tls: TlsFiles = TlsFiles(), generation: int = 1, pcap_size: Optional[float] = None, l2: str = "learn", replay_wait: float = 0.0, port_qdisc: bool = False,
-               target: Optional[str] = None) -> int:
+               target: Optional[str] = None, xdp_busy_poll: bool = False) -> int:
     """Run until SIGINT/SIGTERM, or, with file ports (`pcap:IN:OUT,...`), until every input
     has been replayed (starting `replay_wait` s after the switch serves, so a controller can
     install entries) and the pipeline is empty: the outputs are then complete. Returns the
@@ -150,7 +150,8 @@ def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Opti
         try:
             dp = _native.Dataplane(names, ports, pipes=pipes, pcap_dir=pcap, fault=parse_fault(fault) if fault else None,
                                    pcap_max_bytes=int(pcap_size * 1e6) if pcap_size else None, hold_replay=True,
-                                   **({"port_qdisc": True} if port_qdisc else {}), **({"target": target} if target else {}))
+                                   **({"port_qdisc": True} if port_qdisc else {}), **({"target": target} if target else {}),
+                                   **({"xdp_busy_poll": True} if xdp_busy_poll else {}))
         except ValueError as e:
             raise UsageError(str(e)) from None
         server = SwitchServer(dp, p4rt_addr, device_id, tls=tls)
@@ -278,15 +279,17 @@ def register(app: typer.Typer) -> None:
         tls_key: Optional[str] = option(None, "--tls-key", type=PEM, help="The private key of --tls-cert."),
         tls_ca: Optional[str] = option(None, "--tls-ca", type=PEM, help="Accept only P4Runtime clients whose certificate this CA signed."),
         generation: int = option(1, "--generation", type=Int(1, 2**31), help="Which start of this switch this is (set by the rack's supervisor when it restarts one; in the ready file and /metrics)."),
-        port_qdisc: bool = typer.Option(False, "--port-qdisc", help="veth ports send through the interface's qdisc (so `tc` shaping on a port applies to what the switch sends) instead of bypassing it."),
+        port_qdisc: bool = typer.Option(False, "--port-qdisc", help="veth ports send through the interface's qdisc (so `tc` shaping on a port applies to what the switch sends) instead of bypassing it (xdp ports then fall back to AF_PACKET)."),
         target: Optional[str] = option(None, "--target", "-t", type=TARGET,
                                        help="Refuse to load the programs unless they fit this target (tofino1, tofino2, unbounded, switchagg-fpga); default: the model's own limits (unbounded)."),
+        xdp_busy_poll: bool = typer.Option(False, "--xdp-busy-poll", help="xdp ports ask the kernel to busy-poll their sockets (SO_PREFER_BUSY_POLL; costs CPU, cuts latency)."),
         replay_wait: float = option(0.0, "--replay-wait", type=Float(0, 3600), help="With pcap: ports, seconds to wait after starting before replaying (time for a controller to install entries); the switch exits once every input is replayed and the pipeline is empty."),
     ) -> None:
         """Run a software switch: the data plane over PORTS, a P4Runtime server and a
         metrics endpoint, until SIGINT or SIGTERM."""
         code = run_switch(program, ports, p4runtime, pipes, pcap, metrics, device_id, ready_file, Console(), Console(stderr=True), fault=fault, pcap_size=pcap_size, l2=l2,
-                          tls=TlsFiles(cert=tls_cert, key=tls_key, ca=tls_ca), generation=generation, port_qdisc=port_qdisc, replay_wait=replay_wait, target=target)
+                          tls=TlsFiles(cert=tls_cert, key=tls_key, ca=tls_ca), generation=generation, port_qdisc=port_qdisc, replay_wait=replay_wait, target=target,
+                          xdp_busy_poll=xdp_busy_poll)
         raise typer.Exit(code)
 
     @app.command("p4info", epilog=P4INFO_EXAMPLES)

@@ -287,6 +287,12 @@ def delete_by_prefix(prefix: str, timeout: float = 10.0) -> list[str]:
     namespaces (started there with `rack exec`) are stopped first, or they would keep the
     namespace alive."""
     removed: list[str] = []
+    # A switch with xdp: ports attaches its XDP program through a BPF link, which the kernel
+    # removes when the switch dies, kill -9 included; a program attached any other way (an
+    # older switch, a user's `ip link set xdp`) would outlive it, so turn XDP off explicitly
+    # on every switch end before anything else happens to it.
+    for dev in [d for d in link_names() if d.startswith(prefix)]:
+        ip("link", "set", "dev", dev, "xdp", "off", check=False)
     spaces = [n for n in netns_list() if n.startswith(prefix)]
     for ns in spaces:
         for pid in netns_pids(ns):

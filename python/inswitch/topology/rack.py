@@ -99,6 +99,19 @@ class RackStatus:
     fault_drops: dict[int, dict[str, int]] | None = None
 
 
+#: What a netns rack's switch ports are: `xdp` (AF_XDP, the switch printing and using
+#: AF_PACKET where XDP is unavailable) or `veth` (AF_PACKET). `INSWITCH_RACK_PORTS` overrides.
+#: AF_XDP since the rack, WordCount, NetSHa, DAIET, Hare rack suites passed over it (issue 20).
+DEFAULT_RACK_PORTS = "xdp"
+
+
+def rack_port_kind() -> str:
+    kind = os.environ.get("INSWITCH_RACK_PORTS", DEFAULT_RACK_PORTS)
+    if kind not in ("veth", "xdp"):
+        raise RackError(f"INSWITCH_RACK_PORTS={kind!r}: expected veth or xdp")
+    return kind
+
+
 class Rack:
     """Builds, inspects and removes racks. Stateless between calls: everything it needs is in
     the rack's state directory or derivable from the rack's name."""
@@ -164,7 +177,7 @@ class Rack:
             self._make_hosts(name, hosts)
             # Every rack on the machine (this one included) shares the kernel's ARP table.
             neigh = netns.ensure_neigh_capacity(netns.neigh_entries_needed(netns.netns_list()))
-            ports = "veth:" + ",".join(h.switch_if or "" for h in hosts)
+            ports = f"{rack_port_kind()}:" + ",".join(h.switch_if or "" for h in hosts)
         else:
             ports = tunnel.ports_spec(hosts)
         if pcap:
