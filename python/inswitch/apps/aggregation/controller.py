@@ -196,10 +196,11 @@ def _clear_stale_cells(c: SwitchClient, slots: Sequence[tuple[int, int, int]]) -
     return cleared
 
 
-def _install_one(address: str, trees: Sequence[TreeSpec], num_ports: int) -> dict[str, object]:
+def _install_one(address: str, trees: Sequence[TreeSpec], num_ports: int, device_id: int = 1,
+                 election_id: tuple[int, int] = (0, 1)) -> dict[str, object]:
     for t in trees:
         t.check()
-    with SwitchClient(address) as c:
+    with SwitchClient(address, device_id=device_id, election_id=election_id) as c:
         old = c.read_entries("daiet_trees")
         existing = {e["match"]["hdr.daiet.tree_id"] for e in old}
         # Cells an abandoned job left behind (a finished flush empties every cell it
@@ -245,7 +246,12 @@ def _install_one(address: str, trees: Sequence[TreeSpec], num_ports: int) -> dic
         return {"address": address, "trees": [t.tree_id for t in trees], "clone_sessions": num_ports + 1, "stale_cells_cleared": cleared}
 
 
-def install(switches: Mapping[str, Sequence[TreeSpec]], num_ports: int = 64) -> list[dict[str, object]]:
+def install(switches: Mapping[str, Sequence[TreeSpec]], num_ports: int | Mapping[str, int] = 64,
+            device_ids: Mapping[str, int] | None = None, election_id: tuple[int, int] = (0, 1)) -> list[dict[str, object]]:
     """Install trees on every switch (P4Runtime address -> its trees); returns one
-    acknowledgement per switch once everything reads back as written."""
-    return [_install_one(addr, trees, num_ports) for addr, trees in switches.items()]
+    acknowledgement per switch once everything reads back as written. On a fabric each
+    switch has its own port count and device id (by address), and its controller's
+    election id (a switch refuses a primary below the highest it has seen)."""
+    ports = (lambda a: num_ports[a]) if isinstance(num_ports, Mapping) else (lambda a: num_ports)
+    ids = device_ids or {}
+    return [_install_one(addr, trees, ports(addr), ids.get(addr, 1), election_id) for addr, trees in switches.items()]

@@ -59,6 +59,9 @@ def _link_default(text: str) -> LinkProps:
 
 TOPOLOGY = Text("leaf-spine:LEAVES,SPINES,HOSTS_PER_LEAF, fat-tree:K or a topology file", check=_topology,
                 bad=("ring:3", "leaf-spine:1,1", "fat-tree:3", "/nonexistent.yml"))
+#: The same check, keeping the text (for commands that bring their own fabric up later).
+TOPOLOGY_SPEC = Text("leaf-spine:LEAVES,SPINES,HOSTS_PER_LEAF, fat-tree:K or a topology file",
+                     check=lambda t: (_topology(t), t)[1], bad=("ring:3", "leaf-spine:1,1", "fat-tree:3", "/nonexistent.yml"))
 NAME = Text(f"a fabric name (at most {MAX_FABRIC_NAME} characters a-z, 0-9, _; it prefixes interface names)", check=_name, bad=("Bad-Name", "x" * 20))
 NODE = Text("a host of the fabric, e.g. h1", check=lambda t: t if re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,23}", t) else _bad_node(),
             bad=("-x", "h 1", "1h"))

@@ -125,9 +125,11 @@ class Fabric:
 
     # ----- up -------------------------------------------------------------------------
 
-    def up(self, spec: str | Topology, name: Optional[str] = None, link_default: LinkProps = LinkProps()) -> FabricState:
+    def up(self, spec: str | Topology, name: Optional[str] = None, link_default: LinkProps = LinkProps(),
+           fault: Optional[str] = None) -> FabricState:
         """Validate everything, then build; any failure or Ctrl-C once building started
-        takes down all of it (by name) and re-raises."""
+        takes down all of it (by name) and re-raises. `fault`: every switch's `--fault`
+        (its own ports: so every link, switch-to-switch links at both ends)."""
         t0 = time.monotonic()
         topo = load_spec(spec) if isinstance(spec, str) else spec
         name = check_name(name or DEFAULT_NAME)
@@ -153,7 +155,7 @@ class Fabric:
             raise RackError(f"link {needs_netem[0].endpoints} asks for delay/jitter/loss, which need the kernel's netem "
                             "qdisc, and this kernel has none (CONFIG_NET_SCH_NETEM); a rate alone works (tbf)")
         try:
-            return self._build(topo, plan, t0)
+            return self._build(topo, plan, t0, fault)
         except BaseException as e:
             try:
                 self.down(name)
@@ -161,7 +163,7 @@ class Fabric:
                 e.add_note(f"cleanup after the failed `up` also failed: {cleanup_err}")
             raise
 
-    def _build(self, topo: Topology, plan: FabricPlan, t0: float) -> FabricState:
+    def _build(self, topo: Topology, plan: FabricPlan, t0: float, fault: Optional[str] = None) -> FabricState:
         sdir = state_dir(plan.name)
         sdir.mkdir(parents=True, mode=0o755)
         st = FabricState(name=plan.name, topology=topo.to_yaml(), switches=[SwitchRun(plan=s) for s in plan.switches],
@@ -177,7 +179,7 @@ class Fabric:
             sw.argv = switchproc.switch_argv(
                 sw.plan.program, "veth:" + ",".join(sw.plan.ifaces), f"127.0.0.1:{sw.plan.p4runtime_port}",
                 "127.0.0.1:0", Path(sw.ready_file), python=self.python, device_id=sw.plan.device_id,
-                pipes=sw.plan.pipes, port_qdisc=bool(shaped & set(sw.plan.ifaces)))
+                pipes=sw.plan.pipes, port_qdisc=bool(shaped & set(sw.plan.ifaces)), fault=fault)
             sw.pid = switchproc.launch(sw.argv, Path(sw.log), sdir)
         st.save()  # from here on `down` in another terminal finds every switch by pid too
         for sw in st.switches:
