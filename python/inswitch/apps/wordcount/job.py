@@ -704,6 +704,11 @@ def run(spec: JobSpec, modes: list[str], progress: Progress = no_progress, steps
     ref = {w.encode(): n for w, n in ref_words.items()}
     ref_s = time.monotonic() - t
     env, teardown = open_env(spec, want_switch, progress)
+    placement = None
+    if env.layout is not None:
+        lay = env.layout
+        placement = {"mappers": [{"host": h.name, "switch": h.switch} for h in lay.mappers],
+                     "reducers": [{"host": h.name, "switch": h.switch} for h in lay.reducers], "aggregation": lay.agg}
     runs: dict[str, Any] = {}
     try:
         with tempfile.TemporaryDirectory(prefix="wordcount-") as tmp:
@@ -735,6 +740,7 @@ def run(spec: JobSpec, modes: list[str], progress: Progress = no_progress, steps
         "combiner": spec.combiner,
         "where": env.kind,
         "fabric": spec.fabric,
+        "placement": placement,
         "reference_s": round(ref_s, 3),
         "mode": primary if len(order) == 1 or want_switch else "all",
         "correct": all(r["correct"] for r in runs.values()),
