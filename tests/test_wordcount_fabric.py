@@ -62,3 +62,59 @@ def test_two_level_daiet_exact_under_loss_on_every_link() -> None:
     assert doc["correct"], doc["runs"]["switch"]["wrong_examples"]
     assert doc["runs"]["switch"]["switch_lost_frames"] > 0
     assert doc["runs"]["switch"]["retransmissions"] > 0
+
+
+def test_tree_along_a_path_of_three_switches_accounts_every_hop(tmp_path) -> None:
+    from inswitch.experiments.switchagg_hops import chain
+
+    topo = tmp_path / "chain3.yml"
+    topo.write_text(chain(3, 3, 1).to_yaml())
+    spec = JobSpec(zipf=0.0, words=20_000, vocab=4_000, seed=2, mappers=3, reducers=1, timeout_s=60, fabric=str(topo),
+                   tree_cells=256, rack=f"w{process_tag()[-3:]}c")
+    doc = run(spec, ["switch"])
+    assert not netns.leftovers(f"{spec.rack}-")
+    assert doc["correct"], doc["runs"]["switch"]["wrong_examples"]
+    assert doc["placement"]["path"] == ["s1", "s2", "s3"]
+    sw, r = doc["switches"], doc["runs"]["switch"]
+    assert sw["s1"]["pairs_in"] == r["mapper_pairs"]
+    assert sw["s2"]["pairs_in"] == sw["s1"]["pairs_out"]
+    assert sw["s3"]["pairs_in"] == sw["s2"]["pairs_out"]
+    assert sw["s3"]["pairs_out"] == r["reducer_pairs"]
+    # 4,000 keys in 1,024 cells: the first switch cannot hold them all; later ones still merge some.
+    assert 0 < sw["s1"]["reduction"] < 0.5
+    assert sw["s2"]["pairs_out"] <= sw["s2"]["pairs_in"]
+
+
+def _experiment(name: str, tmp_path) -> dict:
+    import json
+    import subprocess
+    import sys
+
+    cp = subprocess.run([sys.executable, "-m", "inswitch", "experiment", name, "--quick", "--out", str(tmp_path)],
+                        capture_output=True, text=True, timeout=600)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert (tmp_path / f"{name}.png").stat().st_size > 0
+    return json.loads((tmp_path / f"{name}.json").read_text())
+
+
+@pytest.mark.slow  # ~35 s; test_two_level_daiet_exact_and_every_level_accounted covers the path
+def test_daiet_two_level_quick(tmp_path) -> None:
+    doc = _experiment("daiet-two-level", tmp_path)
+    assert doc["correct"] is True
+    lv = doc["levels"]
+    assert lv["aggregation"]["pairs_in"] == lv["leaves"]["pairs_out"]
+    assert doc["two_level"]["mapper_pairs"] == doc["one_switch"]["mapper_pairs"]  # the same input
+    assert 0 < doc["leaf_reduction"] < 1 and 0 < doc["one_switch"]["reduction"] < 1
+
+
+@pytest.mark.slow  # ~75 s (six fabrics); test_tree_along_a_path_of_three_switches_accounts_every_hop covers the path
+def test_switchagg_hops_quick(tmp_path) -> None:
+    from inswitch.experiments.switchagg import formula3
+
+    doc = _experiment("switchagg-hops", tmp_path)
+    assert doc["all_correct"] is True
+    for rows in doc["by_distribution"].values():
+        assert [r["hops"] for r in rows] == [1, 2, 3]
+        assert all(r["formula3"] == round(formula3(r["keys"], r["pairs"], doc["capacity_pairs"]), 4) for r in rows)
+        # More hops never undo a reduction: each switch forwards at most what it took in.
+        assert all(a["measured"] <= b["measured"] + 1e-9 for a, b in zip(rows, rows[1:]))

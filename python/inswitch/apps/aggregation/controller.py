@@ -152,6 +152,26 @@ def plan_two_level(tors: Sequence[Tor], agg_name: str, agg_downlinks: Mapping[st
     return plan
 
 
+def plan_path(path: Sequence[tuple[str, int]], reducers: Mapping[int, int], n_mappers: int, op: str = "sum",
+              cells: int = CELLS) -> dict[str, list[TreeSpec]]:
+    """Trees along a path of switches (SwitchAgg's streamline, §2): `path` lists each
+    switch and its port towards the next one, the mappers under the first, the reducers
+    (tree id -> port on the last switch) under the last. The first switch aggregates the
+    mappers, each next one the switch before it (one child); the last sends to the reducer.
+    `cells`: the cells the trees share on each switch (less memory: fewer cells)."""
+    size = _partition(len(reducers), cells)
+    base = max(SWITCH_ID_BASE, n_mappers)
+    senders = _senders(base + len(path))
+    plan: dict[str, list[TreeSpec]] = {name: [] for name, _ in path}
+    for i, (t, rport) in enumerate(sorted(reducers.items())):
+        for k, (name, nxt) in enumerate(path):
+            last = k == len(path) - 1
+            plan[name].append(TreeSpec(tree_id=t, parent_port=rport if last else nxt, children=n_mappers if k == 0 else 1,
+                                       op=op, tree_idx=i, part_base=i * size, part_size=size, switch_id=base + k,
+                                       max_senders=senders))
+    return plan
+
+
 #: Per-tree registers reset for a fresh job; `spill_state` is the spillover bucket's counter
 #: (an abandoned job's drains or stores would otherwise keep the next END waiting).
 _PER_TREE = ("out_seq", "ends_seen", *(f"stack_top_{s}" for s in range(SLICES)), "spill_state", "spill_overflow")

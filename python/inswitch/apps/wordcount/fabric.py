@@ -46,6 +46,7 @@ class FabricLayout:
 
     mappers: list[Any]  # HostPlan
     reducers: list[Any]  # HostPlan
+    #: The aggregation switch of a two-level tree ("" for a path).
     agg: str
     #: leaf name -> its port towards the aggregation switch
     uplinks: dict[str, int]
@@ -53,6 +54,11 @@ class FabricLayout:
     downlinks: dict[str, int]
     #: switch name -> (child ports, parent ports) of the trees there
     ports: dict[str, tuple[list[int], list[int]]] = field(default_factory=dict)
+    #: A path instead (every mapper under its first switch, every reducer under its last):
+    #: (switch, its port towards the next one; -1 on the last).
+    path: list[tuple[str, int]] = field(default_factory=list)
+    #: path switch -> its port towards the switch before it
+    back: dict[str, int] = field(default_factory=dict)
 
 
 def _neighbour_ports(topo: Any, name: str) -> dict[str, int]:
@@ -71,8 +77,6 @@ def place(topo: Any, hosts: list[Any], mappers: int, reducers: int) -> FabricLay
     for h in hosts:
         if h.switch not in leaves:
             leaves.append(h.switch)
-    if len(leaves) < 2:
-        raise FabricJobError("a fabric job needs hosts under at least two leaves")
     if mappers + reducers > len(hosts):
         raise FabricJobError(f"the fabric has {len(hosts)} hosts; --mappers + --reducers is {mappers + reducers}")
     under = {lf: [h for h in hosts if h.switch == lf] for lf in leaves}
@@ -89,6 +93,10 @@ def place(topo: Any, hosts: list[Any], mappers: int, reducers: int) -> FabricLay
                 maps.append(hs[i])
         i += 1
     used = sorted({h.switch for h in maps + reds}, key=leaves.index)
+    if len({h.switch for h in maps}) == 1 and len(set(leaves) - {root}) <= 1:
+        path = _path(topo, maps[0].switch, root)
+        back = {path[k][0]: _neighbour_ports(topo, path[k][0])[path[k - 1][0]] for k in range(1, len(path))}
+        return FabricLayout(maps, reds, "", {}, {}, path=path, back=back)
     switches = [n.name for n in topo.switches]
     common = [s for s in switches if s not in used and all(lf in _neighbour_ports(topo, s) for lf in used)]
     if not common:
@@ -100,16 +108,54 @@ def place(topo: Any, hosts: list[Any], mappers: int, reducers: int) -> FabricLay
     return FabricLayout(maps, reds, aggn, ups, {lf: downs[lf] for lf in used})
 
 
-def plan_trees(lay: FabricLayout, tree_ids: list[int], op: str) -> dict[str, list[agg.TreeSpec]]:
-    """`plan_two_level` over the job's leaves; also records each switch's child and
+def _path(topo: Any, a: str, b: str) -> list[tuple[str, int]]:
+    """The shortest switch path from `a` to `b` (breadth first, names in order), each switch
+    with its port towards the next."""
+    switches = {n.name for n in topo.switches}
+    prev: dict[str, str] = {a: a}
+    todo = [a]
+    while todo and b not in prev:
+        cur = todo.pop(0)
+        for nb in _neighbour_ports(topo, cur):
+            if nb in switches and nb not in prev:
+                prev[nb] = cur
+                todo.append(nb)
+    if b not in prev:
+        raise FabricJobError(f"no switch path from {a} to {b}")
+    names = [b]
+    while names[-1] != a:
+        names.append(prev[names[-1]])
+    names.reverse()
+    return [(n, _neighbour_ports(topo, n)[names[i + 1]] if i + 1 < len(names) else -1) for i, n in enumerate(names)]
+
+
+def plan_path_trees(lay: FabricLayout, tree_ids: list[int], op: str, cells: int) -> dict[str, list[agg.TreeSpec]]:
+    reducers = {t: r.port for t, r in zip(tree_ids, lay.reducers)}
+    plan = agg.plan_path(lay.path, reducers, len(lay.mappers), op=op, cells=cells)
+    lay.ports = {}
+    for k, (name, nxt) in enumerate(lay.path):
+        kids = [h.port for h in lay.mappers] if k == 0 else [_port_back(lay, k)]
+        lay.ports[name] = (kids, sorted(reducers.values()) if nxt < 0 else [nxt])
+    return plan
+
+
+def _port_back(lay: FabricLayout, k: int) -> int:
+    """The port of path switch k towards switch k - 1 (recorded by `place`)."""
+    return lay.back[lay.path[k][0]]
+
+
+def plan_trees(lay: FabricLayout, tree_ids: list[int], op: str, cells: int = agg.CELLS) -> dict[str, list[agg.TreeSpec]]:
+    """`plan_path` along a path layout, else `plan_two_level` over the job's leaves; also records each switch's child and
     parent ports (for `pairs_in`/`pairs_out`)."""
     leaves = list(lay.uplinks)
     tors = [agg.Tor(name=lf, mapper_ports=[h.port for h in lay.mappers if h.switch == lf], uplink=lay.uplinks[lf])
             for lf in leaves]
+    if lay.path:
+        return plan_path_trees(lay, tree_ids, op, cells)
     by = {t.name: t for t in tors}
     for t, r in zip(tree_ids, lay.reducers):
         by[r.switch].reducers[t] = r.port
-    plan = agg.plan_two_level(tors, lay.agg, lay.downlinks, op=op)
+    plan = agg.plan_two_level(tors, lay.agg, lay.downlinks, op=op, cells=cells)
     roots = {r.switch for r in lay.reducers}
     lay.ports = {}
     for tor in tors:
@@ -154,15 +200,17 @@ def pin_paths(st: Any, lay: FabricLayout, program_l2: Callable[[Any, list[tuple[
             netns.ip("route", "replace", f"{r.ip}/32", "dev", m.ifname, netns=m.netns)
             netns.ip("neigh", "replace", r.ip, "lladdr", r.mac, "dev", m.ifname, "nud", "permanent", netns=m.netns)
     macs = [h.mac for h in lay.mappers + lay.reducers]
+    nxt = dict(lay.path)
     for run in st.switches:
         name = run.plan.name
-        if name not in lay.uplinks and name != lay.agg:
+        if name not in lay.uplinks and name != lay.agg and name not in nxt:
             continue
         dmac = []
         for r in lay.reducers:
             if name == r.switch:
                 continue  # its own host: the fabric controller has it
-            dmac.append((r.mac, lay.downlinks[r.switch] if name == lay.agg else lay.uplinks[name]))
+            port = nxt[name] if lay.path else lay.downlinks[r.switch] if name == lay.agg else lay.uplinks[name]
+            dmac.append((r.mac, port))
         own = {h.mac for h in st.hosts if h.switch == name}
         program_l2(run, dmac, [m for m in macs if m not in own])
 
@@ -185,7 +233,7 @@ def per_switch(lay: FabricLayout, before: dict[str, dict[int, dict[str, int]]],
 
         pin = sum(pairs_of(d(p, "rx_bytes"), d(p, "rx_packets")) for p in kids)
         pout = sum(pairs_of(d(p, "tx_bytes"), d(p, "tx_packets")) for p in parents)
-        role = "aggregation" if name == lay.agg else "leaf (reducers)" if any(r.switch == name for r in lay.reducers) else "leaf"
+        role = f"hop {[n for n, _ in lay.path].index(name) + 1}" if lay.path else "aggregation" if name == lay.agg else "leaf (reducers)" if any(r.switch == name for r in lay.reducers) else "leaf"
         out[name] = {"role": role, "pairs_in": pin, "pairs_out": pout,
                      "reduction": round(1.0 - pout / pin, 4) if pin else None}
     return out

@@ -81,6 +81,9 @@ class JobSpec:
     #: Run on a fabric (a generator spec or a topology file) instead of a one-switch rack:
     #: two-level trees over its leaves and one aggregation switch (see `fabric.py`).
     fabric: str | None = None
+    #: On a fabric: register cells (per slice) each tree may use on each switch; None: the
+    #: switch's cells shared evenly by the trees. Less memory for the capacity experiments.
+    tree_cells: int | None = None
 
     def check(self) -> None:
         if (self.inputs is None) == (self.zipf is None):
@@ -310,7 +313,8 @@ def open_fabric_env(spec: JobSpec, switch: bool, progress: Progress) -> tuple[En
               [Place(h.ip, h.netns, h.ifname) for h in lay.reducers], fabric_state=st, layout=lay,
               reduce_port=REDUCE_PORTS.get(spec.program, REDUCE_PORT))
     env.notes.append(f"fabric {spec.fabric}: mappers under {', '.join(sorted({h.switch for h in lay.mappers}))}, "
-                     f"reducers under {', '.join(sorted({h.switch for h in lay.reducers}))}, aggregation switch {lay.agg}")
+                     f"reducers under {', '.join(sorted({h.switch for h in lay.reducers}))}, "
+                     + (f"trees along the path {' -> '.join(n for n, _ in lay.path)}" if lay.path else f"aggregation switch {lay.agg}"))
 
     def teardown() -> None:
         fab.down(name)
@@ -325,7 +329,8 @@ def _install_fabric_trees(env: Env, spec: JobSpec, tree_ids: list[int], progress
     from inswitch.apps.wordcount import fabric as wf
     from inswitch.topology.fabric.controller import ELECTION_ID
 
-    plan = wf.plan_trees(env.layout, tree_ids, spec.op)
+    plan = wf.plan_trees(env.layout, tree_ids, spec.op,
+                         cells=controller.CELLS if spec.tree_cells is None else spec.tree_cells * len(tree_ids))
     runs = {r.plan.name: r for r in env.fabric_state.switches}
     progress(f"installing {len(tree_ids)} two-level trees on {len(plan)} switches through P4Runtime")
     try:
@@ -708,7 +713,8 @@ def run(spec: JobSpec, modes: list[str], progress: Progress = no_progress, steps
     if env.layout is not None:
         lay = env.layout
         placement = {"mappers": [{"host": h.name, "switch": h.switch} for h in lay.mappers],
-                     "reducers": [{"host": h.name, "switch": h.switch} for h in lay.reducers], "aggregation": lay.agg}
+                     "reducers": [{"host": h.name, "switch": h.switch} for h in lay.reducers], "aggregation": lay.agg,
+                     "path": [n for n, _ in lay.path]}
     runs: dict[str, Any] = {}
     try:
         with tempfile.TemporaryDirectory(prefix="wordcount-") as tmp:
