@@ -23,6 +23,7 @@ from inswitch.topology.errors import RackError
 from inswitch.topology.fabric import controller
 from inswitch.topology.fabric.generators import load_spec
 from inswitch.topology.fabric.model import LinkProps, Topology, parse_topology
+from inswitch.topology.fabric.supervisor import SUPERVISOR_FILE
 from inswitch.topology.fabric.plan import FabricPlan, HostPlan, LinkPlan, SwitchPlan, plan_fabric
 from inswitch.topology.rack import is_root, switchd_available
 from inswitch.topology.state import check_name, state_dir
@@ -61,6 +62,13 @@ class FabricState:
     created: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)
     ready: bool = False
+    #: The process that restarts dead switches (`supervisor.py`), once the fabric is up.
+    supervisor_pid: Optional[int] = None
+
+    @property
+    def restarts_file(self) -> Path:
+        """Where the supervisor records restarts (`restarts.read` reads it)."""
+        return Path(self.state_dir) / SUPERVISOR_FILE
 
     def save(self) -> None:
         path = Path(self.state_dir) / STATE_FILE
@@ -192,6 +200,15 @@ class Fabric:
         st.timings["up_s"] = time.monotonic() - t0
         st.ready = True
         st.save()
+        # From here on a dead switch is restarted and its routing installed again.
+        argv = switchproc.supervisor_argv(plan.name, st.restarts_file, self.python) + ["--fabric"]
+        st.supervisor_pid = switchproc.launch(argv, sdir / "supervisor.log", sdir)
+        st.save()
+        deadline = time.monotonic() + 10.0
+        while not st.restarts_file.exists() and time.monotonic() < deadline:
+            if not switchproc.is_alive(st.supervisor_pid, marker(plan.name)):
+                raise RackError(f"the fabric's supervisor exited: {switchproc.log_tail(sdir / 'supervisor.log')}")
+            time.sleep(0.05)
         return st
 
     def _make_links(self, st: FabricState) -> None:
@@ -225,7 +242,7 @@ class Fabric:
             st = FabricState.load(name)
         except RackError:
             st = None
-        pids = [s.pid for s in st.switches if s.pid] if st else []
+        pids = ([s.pid for s in st.switches if s.pid] + ([st.supervisor_pid] if st.supervisor_pid else [])) if st else []
         rep = teardown(name, marker(name), pids, "fabric", self.stop_timeout)
         rep.found = rep.found or st is not None
         return rep
