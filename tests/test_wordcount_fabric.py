@@ -118,3 +118,36 @@ def test_switchagg_hops_quick(tmp_path) -> None:
         assert all(r["formula3"] == round(formula3(r["keys"], r["pairs"], doc["capacity_pairs"]), 4) for r in rows)
         # More hops never undo a reduction: each switch forwards at most what it took in.
         assert all(a["measured"] <= b["measured"] + 1e-9 for a, b in zip(rows, rows[1:]))
+
+
+@pytest.mark.slow  # ~40 s: a fabric, a job long enough to kill a switch in, its restart
+def test_two_level_daiet_exactly_once_when_a_leaf_is_killed_mid_job() -> None:
+    """kill -9 of a leaf with mappers while they send: the fabric's supervisor restarts it
+    and reinstalls its routing, the job puts its path back, the hosts fall back to
+    host-side aggregation; the counts are still exactly the Counter's, and the run says so."""
+    import signal
+    import threading
+
+    from inswitch.topology.fabric.fabric import FabricState
+
+    spec = JobSpec(zipf=1.0, words=300_000, vocab=30_000, seed=4, mappers=4, reducers=2, timeout_s=90,
+                   fabric=SPEC, rack=f"w{process_tag()[-3:]}k")
+    killed: list[int] = []
+
+    def progress(msg: str) -> None:
+        if msg.startswith("switch:") and "mappers running" in msg and not killed:
+            st = FabricState.load(spec.rack)
+            assert st is not None
+            leaf = next(s for s in st.switches if s.plan.name == "leaf1")
+            killed.append(leaf.pid)
+            threading.Timer(0.3, os.kill, (leaf.pid, signal.SIGKILL)).start()
+
+    doc = run(spec, ["switch"], progress)
+    assert killed
+    assert not netns.leftovers(f"{spec.rack}-")
+    assert doc["correct"], doc["runs"]["switch"]["wrong_examples"]
+    r = doc["runs"]["switch"]
+    assert [x["switch"] for x in r["switch_restarts"]] == ["leaf1"]
+    assert "forwarding_at" in r["switch_restarts"][0]
+    assert r["fallback"] and "leaf1" in r["restart_note"] and "fell back" in r["restart_note"]
+    assert doc["switches"]["leaf1"]["restarted"] is True

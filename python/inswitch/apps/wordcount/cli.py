@@ -86,6 +86,9 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
     if doc.get("fallback"):
         out.append("[yellow]the switch did not aggregate (restarted, absent or lost its stream): the job completed with host-side aggregation[/yellow]")
     for name, sw in (doc.get("switches") or {}).items():
+        if sw.get("restarted"):
+            out.append(f"switch {name} ({sw['role']}): restarted during the run (its counters started again from 0)")
+            continue
         red = "-" if sw["reduction"] is None else f"{sw['reduction']:.1%}"
         out.append(f"switch {name} ({sw['role']}): {sw['pairs_in']:,} pairs in, {sw['pairs_out']:,} out, reduction {red}")
     out += [f"note: {n}" for n in doc.get("notes", [])]

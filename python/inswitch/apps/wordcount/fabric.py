@@ -190,12 +190,14 @@ def _program_l2(run: Any, dmac: list[tuple[str, int]], smac: list[str]) -> None:
                     c.insert_entry("l2_smac", {"hdr.ethernet.src_addr": mac}, "nop", {})
 
 
-def pin_paths(st: Any, lay: FabricLayout, program_l2: Callable[[Any, list[tuple[str, int]], list[str]], None] = _program_l2) -> None:
+def pin_paths(st: Any, lay: FabricLayout, program_l2: Callable[[Any, list[tuple[str, int]], list[str]], None] = _program_l2,
+              only: str | None = None) -> None:
     """Make the tree's path the packets' path (see the module doc): on-link routes in the
-    mappers, the reducers' MACs along the tree on the switches."""
+    mappers, the reducers' MACs along the tree on the switches. `only`: that switch's part
+    alone (a restarted switch: its tables start empty)."""
     from inswitch.topology import netns
 
-    for m in lay.mappers:
+    for m in ([] if only else lay.mappers):
         for r in lay.reducers:
             netns.ip("route", "replace", f"{r.ip}/32", "dev", m.ifname, netns=m.netns)
             netns.ip("neigh", "replace", r.ip, "lladdr", r.mac, "dev", m.ifname, "nud", "permanent", netns=m.netns)
@@ -203,7 +205,7 @@ def pin_paths(st: Any, lay: FabricLayout, program_l2: Callable[[Any, list[tuple[
     nxt = dict(lay.path)
     for run in st.switches:
         name = run.plan.name
-        if name not in lay.uplinks and name != lay.agg and name not in nxt:
+        if (name not in lay.uplinks and name != lay.agg and name not in nxt) or (only and name != only):
             continue
         dmac = []
         for r in lay.reducers:

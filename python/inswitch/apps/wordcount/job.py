@@ -154,6 +154,7 @@ class Env:
     #: On a fabric: its state (`FabricState`) and the job's layout (`fabric.FabricLayout`).
     fabric_state: Any = None
     layout: Any = None
+    watcher: Any = None
     map_port: int = MAP_PORT
     reduce_port: int = REDUCE_PORT
     notes: list[str] = field(default_factory=list)
@@ -316,7 +317,16 @@ def open_fabric_env(spec: JobSpec, switch: bool, progress: Progress) -> tuple[En
                      f"reducers under {', '.join(sorted({h.switch for h in lay.reducers}))}, "
                      + (f"trees along the path {' -> '.join(n for n, _ in lay.path)}" if lay.path else f"aggregation switch {lay.agg}"))
 
+    from inswitch.topology import restarts
+
+    # A restarted switch gets its routing back from the fabric's supervisor; the job's own
+    # part (the pinned path) it puts back here. Its trees are not: the hosts fall back.
+    watcher = restarts.Watcher(st.restarts_file, lambda rec: wf.pin_paths(st, lay, only=str(rec["switch"]))).__enter__()
+    env.watcher = watcher
+
     def teardown() -> None:
+        watcher.__exit__(None, None, None)
+        env.notes.extend(f"putting the job's path back on a restarted switch failed: {e}" for e in watcher.errors)
         fab.down(name)
 
     return env, teardown
@@ -568,6 +578,9 @@ def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir:
 
         info["switches"] = wf.per_switch(env.layout, ports0, fabric_port_counters(env))
     restarts = switch_restarts(env, wall0)
+    for rec in restarts:  # a restarted switch's counters started again from 0: nothing to say
+        if rec.get("switch") in info.get("switches", {}):
+            info["switches"][rec["switch"]].update(pairs_in=None, pairs_out=None, reduction=None, restarted=True)
     _check_completed(mode, mstats, rstats, spec.timeout_s)
     # A restarted switch's counters start again from 0: the delta counts only what is comparable.
     sw = _delta(sw0, switch_counters(env)) if not restarts else {}
@@ -623,6 +636,9 @@ def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir:
     if restarts:
         res["switch_restarts"] = restarts
         res["restart_note"] = restart_note(restarts, wall0, wall1)
+        if env.fabric_state is not None and res["fallback"]:
+            res["restart_note"] += ("; the restarted switch came back without its trees: the mappers under it stalled and the "
+                                    "reducers fell back to host-side aggregation (RESEND, then BYPASS through every switch)")
         res["recovered_s"] = round(wall1 - max(float(r.get("forwarding_at") or wall1) for r in restarts), 3)
     if key_limit is not None:
         res["max_key_len"] = key_limit
@@ -632,11 +648,13 @@ def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir:
 def switch_restarts(env: Env, since: float) -> list[dict[str, Any]]:
     """Restarts of the rack's switch (recorded by its supervisor) after `since` (time.time()),
     each with when it died and how long until it was forwarding again."""
-    st = env.rack_state
-    if st is None:
-        return []
     from inswitch.topology import restarts
 
+    st = env.rack_state
+    if env.fabric_state is not None:
+        return restarts.wait_back(env.fabric_state.restarts_file, since, timeout=30.0)
+    if st is None:
+        return []
     # A job that fell back may end before its dead switch forwards again: wait (bounded)
     # until each restart has ended, so the report says how long recovery took.
     return restarts.wait_back(Path(st.state_dir) / "state.json", since, timeout=30.0)
@@ -648,7 +666,7 @@ def restart_note(restarts: list[dict[str, Any]], started: float, ended: float) -
     parts = []
     for r in restarts:
         back = r.get("forwarding_at")
-        parts.append(f"the switch died ({r['exit']}) {r['died_at'] - started:.1f} s into the run and "
+        parts.append(f"{'switch ' + str(r['switch']) if r.get('switch') else 'the switch'} died ({r['exit']}) {r['died_at'] - started:.1f} s into the run and "
                      + (f"was restarted and forwarding again {r['recovery_s']:.1f} s later (generation {r['generation']}); "
                         + (f"the job ended {ended - float(back):.1f} s after that" if ended >= float(back)
                            else f"the job had ended {float(back) - ended:.1f} s before that, on host-side aggregation")
