@@ -121,13 +121,12 @@ def test_switchagg_hops_quick(tmp_path) -> None:
 
 
 @pytest.mark.slow  # ~45 s: a fabric, a job long enough to kill a switch in, its restart
-@pytest.mark.xfail(reason="known bug, not fixed: when the kill lands near the end of the leaf's mappers' streams "
-                          "the reducers sometimes complete without falling back, with counts missing "
-                          "(3 of 4 runs here; see docs/fabric.md)", strict=False)
 def test_two_level_daiet_exactly_once_when_a_leaf_is_killed_mid_job() -> None:
     """kill -9 of a leaf with mappers while they send: the fabric's supervisor restarts it
-    and reinstalls its routing, the job puts its path back, the hosts fall back to
-    host-side aggregation; the counts are still exactly the Counter's, and the run says so."""
+    and reinstalls its routing, the job puts its (empty) trees and its path back, the hosts
+    fall back to host-side aggregation; the counts are still exactly the Counter's, and the
+    run says so. (Before the trees were put back, the restarted leaf forwarded its mappers'
+    packets untouched and the spine counted their ENDs: 3 runs in 4 were short.)"""
     import signal
     import threading
 
@@ -143,7 +142,8 @@ def test_two_level_daiet_exactly_once_when_a_leaf_is_killed_mid_job() -> None:
             assert st is not None
             leaf = next(s for s in st.switches if s.plan.name == "leaf1")
             killed.append(leaf.pid)
-            threading.Timer(0.3, os.kill, (leaf.pid, signal.SIGKILL)).start()
+            # Mid-stream: after the mappers' map phase (~0.8 s here), before their ~2 s of sending end.
+            threading.Timer(1.2, os.kill, (leaf.pid, signal.SIGKILL)).start()
 
     doc = run(spec, ["switch"], progress)
     assert killed
@@ -152,5 +152,9 @@ def test_two_level_daiet_exactly_once_when_a_leaf_is_killed_mid_job() -> None:
     r = doc["runs"]["switch"]
     assert [x["switch"] for x in r["switch_restarts"]] == ["leaf1"]
     assert "forwarding_at" in r["switch_restarts"][0]
-    assert r["fallback"] and "leaf1" in r["restart_note"] and "fell back" in r["restart_note"]
+    assert "leaf1" in r["restart_note"]
+    # Killed after it acknowledged anything, the leaf's mappers stall and the reducers fall
+    # back; killed before, the leaf's empty trees take the streams from the start. Exact
+    # either way, and the run says which.
+    assert r["fallback"] == ("fell back" in r["restart_note"])
     assert doc["switches"]["leaf1"]["restarted"] is True

@@ -155,6 +155,8 @@ class Env:
     fabric_state: Any = None
     layout: Any = None
     watcher: Any = None
+    #: The trees installed for the current run (switch name -> its trees), for a restart.
+    tree_plan: dict[str, Any] = field(default_factory=dict)
     map_port: int = MAP_PORT
     reduce_port: int = REDUCE_PORT
     notes: list[str] = field(default_factory=list)
@@ -320,13 +322,25 @@ def open_fabric_env(spec: JobSpec, switch: bool, progress: Progress) -> tuple[En
     from inswitch.topology import restarts
 
     # A restarted switch gets its routing back from the fabric's supervisor; the job's own
-    # part (the pinned path) it puts back here. Its trees are not: the hosts fall back.
-    watcher = restarts.Watcher(st.restarts_file, lambda rec: wf.pin_paths(st, lay, only=str(rec["switch"]))).__enter__()
+    # part it puts back here, trees first, then the pinned path. Trees first: a restarted
+    # switch without them would forward its mappers' packets untouched along the path, and
+    # the next switch would take them as new children of its tree from sequence number 0,
+    # count their ENDs and flush before its real children are done (pairs lost without a
+    # fallback). With the trees back (registers empty), a mapper the dead switch had
+    # acknowledged anything of finds a gap, stalls, and the reducers fall back; until the
+    # path is back, the restarted switch cannot send the reducers' MACs anywhere.
+    def on_back(rec: dict[str, Any]) -> None:
+        sw = str(rec["switch"])
+        if env.tree_plan.get(sw):
+            _install_on(env, {sw: env.tree_plan[sw]})
+        wf.pin_paths(st, lay, only=sw)
+
+    watcher = restarts.Watcher(st.restarts_file, on_back).__enter__()
     env.watcher = watcher
 
     def teardown() -> None:
         watcher.__exit__(None, None, None)
-        env.notes.extend(f"putting the job's path back on a restarted switch failed: {e}" for e in watcher.errors)
+        env.notes.extend(f"putting the job's trees and path back on a restarted switch failed: {e}" for e in watcher.errors)
         fab.down(name)
 
     return env, teardown
@@ -337,19 +351,28 @@ def _install_fabric_trees(env: Env, spec: JobSpec, tree_ids: list[int], progress
     switch acknowledges by reading everything back."""
     from inswitch.apps.aggregation import controller
     from inswitch.apps.wordcount import fabric as wf
-    from inswitch.topology.fabric.controller import ELECTION_ID
 
     plan = wf.plan_trees(env.layout, tree_ids, spec.op,
                          cells=controller.CELLS if spec.tree_cells is None else spec.tree_cells * len(tree_ids))
-    runs = {r.plan.name: r for r in env.fabric_state.switches}
     progress(f"installing {len(tree_ids)} two-level trees on {len(plan)} switches through P4Runtime")
+    env.tree_plan = plan
     try:
-        acks = controller.install({runs[n].p4runtime: trees for n, trees in plan.items()},
-                                  num_ports={runs[n].p4runtime: len(runs[n].plan.ifaces) for n in plan},
-                                  device_ids={runs[n].p4runtime: runs[n].plan.device_id for n in plan},
-                                  election_id=ELECTION_ID)
+        return _install_on(env, plan)
     except Exception as e:
         raise JobError(f"installing the aggregation trees failed: {e}") from None
+
+
+def _install_on(env: Env, plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """Install `plan` (switch name -> its trees) on those switches of the fabric; one
+    acknowledgement per switch (everything read back)."""
+    from inswitch.apps.aggregation import controller
+    from inswitch.topology.fabric.controller import ELECTION_ID
+
+    runs = {r.plan.name: r for r in env.fabric_state.switches}
+    acks = controller.install({runs[n].p4runtime: trees for n, trees in plan.items()},
+                              num_ports={runs[n].p4runtime: len(runs[n].plan.ifaces) for n in plan},
+                              device_ids={runs[n].p4runtime: runs[n].plan.device_id for n in plan},
+                              election_id=ELECTION_ID)
     by_addr = {r.p4runtime: n for n, r in runs.items()}
     return [{"switch": by_addr[str(a["address"])], **a} for a in acks]
 
@@ -637,7 +660,7 @@ def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir:
         res["switch_restarts"] = restarts
         res["restart_note"] = restart_note(restarts, wall0, wall1)
         if env.fabric_state is not None and res["fallback"]:
-            res["restart_note"] += ("; the restarted switch came back without its trees: the mappers under it stalled and the "
+            res["restart_note"] += ("; the restarted switch came back with its trees empty: the mappers under it stalled and the "
                                     "reducers fell back to host-side aggregation (RESEND, then BYPASS through every switch)")
         res["recovered_s"] = round(wall1 - max(float(r.get("forwarding_at") or wall1) for r in restarts), 3)
     if key_limit is not None:
