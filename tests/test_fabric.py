@@ -330,6 +330,13 @@ def test_killed_switch_is_restarted_with_its_routing(fabric) -> None:
     assert new.pid != victim.pid and switchproc.is_alive(new.pid, new.ready_file)
     assert json.loads(Path(new.ready_file).read_text())["p4runtime"] == victim.p4runtime
     assert _ping(st, "h1", st.host("h2").ip) == (True, ttl)
+    cp = subprocess.run([sys.executable, "-m", "inswitch", "fabric", "status", "--name", name, "--json", "-"],
+                        capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 0, cp.stderr
+    shown = json.loads(cp.stdout)
+    assert [r["switch"] for r in shown["restarts"]] == ["leaf1"] and shown["switches"]["leaf1"]["pid"] == new.pid
+    cp = subprocess.run([sys.executable, "-m", "inswitch", "fabric", "status", "--name", name], capture_output=True, text=True, timeout=60)
+    assert "restart: leaf1 died" in cp.stdout
     fab.down(name)
     assert switchproc.find_by_marker(marker(name)) == [] and netns.leftovers(f"{name}-") == []
 

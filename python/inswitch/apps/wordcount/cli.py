@@ -8,6 +8,9 @@ CPU time, getrusage), `job_s` (first mapper start to last reducer done); for swi
 (1 - switch reducer bytes / udp reducer bytes), `packet_reduction_vs_udp`,
 `cpu_reduction_vs_udp`, and with `--mode all` also `baseline_tcp` and the `*_vs_tcp`
 reductions. `runs` holds every mode's full figures (per reducer and mapper too).
+With `--fabric`: `switches` (switch name -> `pairs_in`, `pairs_out`, `reduction` at that
+switch, its `role`) and `placement` (which host and leaf each mapper and reducer got, the
+aggregation switch or the path).
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ EXAMPLES = """Examples:
   inswitch wordcount --zipf 1.1 --words 200000 --vocab 5000 --mode switch --program switchagg
 
   inswitch wordcount --zipf 1.0 --mode tcp --where loopback --json -
+
+  inswitch wordcount --zipf 1.1 --mappers 4 --reducers 2 --fabric leaf-spine:3,1,2 --loss 0.02
 """
 
 

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from inswitch.topology import control, netns, switchproc
+from inswitch.topology import control, netns, restarts, switchproc
 from inswitch.topology.errors import RackError
 from inswitch.topology.fabric import controller
 from inswitch.topology.fabric.generators import load_spec
@@ -332,4 +332,6 @@ def status_json(s: FabricStatus) -> dict[str, Any]:
                    "qdisc": {k: s.qdiscs[k] for k in (qdisc_key(ln.a_if, ln.a_netns), qdisc_key(ln.b_if, ln.b_netns))
                              if k in s.qdiscs}}
                   for ln in st.links],
+        "supervisor_pid": st.supervisor_pid,
+        "restarts": restarts.read(st.restarts_file),
     }
