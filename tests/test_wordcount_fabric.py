@@ -40,11 +40,15 @@ def test_two_level_daiet_exact_and_every_level_accounted() -> None:
     leaves = {m["switch"] for m in place["mappers"]}
     root = {x["switch"] for x in place["reducers"]}
     assert len(leaves) >= 2 and not leaves & root, place
-    # Each leaf took in exactly the pairs its own mappers sent.
+    # Each leaf took in exactly the pairs its own mappers sent (more if they retransmitted:
+    # on a loaded machine a late ACK makes a mapper resend, and the leaf counts the copy).
     for leaf in leaves:
-        sent = sum(m["pairs"]
-                   for m, p in zip(r["per_mapper"], place["mappers"]) if p["switch"] == leaf)
-        assert sw[leaf]["pairs_in"] == sent, (leaf, sw[leaf], sent)
+        mine = [m for m, p in zip(r["per_mapper"], place["mappers"]) if p["switch"] == leaf]
+        sent = sum(m["pairs"] for m in mine)
+        if any(m["retransmissions"] for m in mine):
+            assert sw[leaf]["pairs_in"] >= sent, (leaf, sw[leaf], sent)
+        else:
+            assert sw[leaf]["pairs_in"] == sent, (leaf, sw[leaf], sent)
         assert 0 < sw[leaf]["reduction"] < 1
     # The aggregation switch took in what the leaves sent up, and sent the root leaf what it took in.
     assert sw[agg]["pairs_in"] == sum(sw[leaf]["pairs_out"] for leaf in leaves)
@@ -76,7 +80,10 @@ def test_tree_along_a_path_of_three_switches_accounts_every_hop(tmp_path) -> Non
     assert doc["correct"], doc["runs"]["switch"]["wrong_examples"]
     assert doc["placement"]["path"] == ["s1", "s2", "s3"]
     sw, r = doc["switches"], doc["runs"]["switch"]
-    assert sw["s1"]["pairs_in"] == r["mapper_pairs"]
+    if r["retransmissions"]:  # see above: a resent copy is counted again
+        assert sw["s1"]["pairs_in"] >= r["mapper_pairs"]
+    else:
+        assert sw["s1"]["pairs_in"] == r["mapper_pairs"]
     assert sw["s2"]["pairs_in"] == sw["s1"]["pairs_out"]
     assert sw["s3"]["pairs_in"] == sw["s2"]["pairs_out"]
     assert sw["s3"]["pairs_out"] == r["reducer_pairs"]
