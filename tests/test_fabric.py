@@ -303,6 +303,44 @@ def test_down_after_kill_9_leaves_nothing(fabric) -> None:
     assert cp.returncode == 0 and "nothing to do" in cp.stdout
 
 
+def test_killed_switch_is_restarted_with_its_routing(fabric) -> None:
+    """kill -9 of a leaf: the fabric's supervisor starts it again on the same ports and
+    P4Runtime address, the controller's routes come back (ping across the fabric works
+    again, with the TTL of the same path), the restart is recorded; `down` takes the
+    supervisor and the new switch too."""
+    from inswitch.topology import restarts
+
+    fab, made = fabric
+    name = _name("rs")
+    made.append(name)
+    st = fab.up("leaf-spine:2,1,1", name=name)
+    ok, ttl = _ping(st, "h1", st.host("h2").ip)
+    assert ok
+    victim = next(s for s in st.switches if s.plan.name == "leaf1")
+    t = time.time()
+    os.kill(victim.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 15
+    while not restarts.read(st.restarts_file, t - 1) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (rec,) = restarts.wait_back(st.restarts_file, t - 1, timeout=60)
+    assert rec["switch"] == "leaf1" and "forwarding_at" in rec and "error" not in rec, rec
+    now = FabricState.load(name)
+    assert now is not None
+    new = next(s for s in now.switches if s.plan.name == "leaf1")
+    assert new.pid != victim.pid and switchproc.is_alive(new.pid, new.ready_file)
+    assert json.loads(Path(new.ready_file).read_text())["p4runtime"] == victim.p4runtime
+    assert _ping(st, "h1", st.host("h2").ip) == (True, ttl)
+    cp = subprocess.run([sys.executable, "-m", "inswitch", "fabric", "status", "--name", name, "--json", "-"],
+                        capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 0, cp.stderr
+    shown = json.loads(cp.stdout)
+    assert [r["switch"] for r in shown["restarts"]] == ["leaf1"] and shown["switches"]["leaf1"]["pid"] == new.pid
+    cp = subprocess.run([sys.executable, "-m", "inswitch", "fabric", "status", "--name", name], capture_output=True, text=True, timeout=60)
+    assert "restart: leaf1 died" in cp.stdout
+    fab.down(name)
+    assert switchproc.find_by_marker(marker(name)) == [] and netns.leftovers(f"{name}-") == []
+
+
 def test_bad_topology_is_refused_before_anything_is_made(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yml"
     bad.write_text("name: x\ntopology:\n  nodes:\n    s1: {kind: inswitch}\n  links:\n    - endpoints: [\"s1:p1\", \"h9:eth0\"]\n")

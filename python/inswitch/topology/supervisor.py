@@ -131,7 +131,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="inswitch.topology.supervisor")
     ap.add_argument("name")
     ap.add_argument("--ready-file", required=True, type=Path)
+    ap.add_argument("--fabric", action="store_true", help="supervise a fabric's switches (topology/fabric/supervisor.py)")
     a = ap.parse_args(argv)
+    if a.fabric:
+        from inswitch.topology.fabric import supervisor as fabric_supervisor
+
+        return fabric_supervisor.main(a.name, a.ready_file)
     return Supervisor(a.name, a.ready_file).run()
 
 

@@ -152,6 +152,26 @@ def plan_two_level(tors: Sequence[Tor], agg_name: str, agg_downlinks: Mapping[st
     return plan
 
 
+def plan_path(path: Sequence[tuple[str, int]], reducers: Mapping[int, int], n_mappers: int, op: str = "sum",
+              cells: int = CELLS) -> dict[str, list[TreeSpec]]:
+    """Trees along a path of switches (SwitchAgg's streamline, §2): `path` lists each
+    switch and its port towards the next one, the mappers under the first, the reducers
+    (tree id -> port on the last switch) under the last. The first switch aggregates the
+    mappers, each next one the switch before it (one child); the last sends to the reducer.
+    `cells`: the cells the trees share on each switch (less memory: fewer cells)."""
+    size = _partition(len(reducers), cells)
+    base = max(SWITCH_ID_BASE, n_mappers)
+    senders = _senders(base + len(path))
+    plan: dict[str, list[TreeSpec]] = {name: [] for name, _ in path}
+    for i, (t, rport) in enumerate(sorted(reducers.items())):
+        for k, (name, nxt) in enumerate(path):
+            last = k == len(path) - 1
+            plan[name].append(TreeSpec(tree_id=t, parent_port=rport if last else nxt, children=n_mappers if k == 0 else 1,
+                                       op=op, tree_idx=i, part_base=i * size, part_size=size, switch_id=base + k,
+                                       max_senders=senders))
+    return plan
+
+
 #: Per-tree registers reset for a fresh job; `spill_state` is the spillover bucket's counter
 #: (an abandoned job's drains or stores would otherwise keep the next END waiting).
 _PER_TREE = ("out_seq", "ends_seen", *(f"stack_top_{s}" for s in range(SLICES)), "spill_state", "spill_overflow")
@@ -196,10 +216,11 @@ def _clear_stale_cells(c: SwitchClient, slots: Sequence[tuple[int, int, int]]) -
     return cleared
 
 
-def _install_one(address: str, trees: Sequence[TreeSpec], num_ports: int) -> dict[str, object]:
+def _install_one(address: str, trees: Sequence[TreeSpec], num_ports: int, device_id: int = 1,
+                 election_id: tuple[int, int] = (0, 1)) -> dict[str, object]:
     for t in trees:
         t.check()
-    with SwitchClient(address) as c:
+    with SwitchClient(address, device_id=device_id, election_id=election_id) as c:
         old = c.read_entries("daiet_trees")
         existing = {e["match"]["hdr.daiet.tree_id"] for e in old}
         # Cells an abandoned job left behind (a finished flush empties every cell it
@@ -245,7 +266,12 @@ def _install_one(address: str, trees: Sequence[TreeSpec], num_ports: int) -> dic
         return {"address": address, "trees": [t.tree_id for t in trees], "clone_sessions": num_ports + 1, "stale_cells_cleared": cleared}
 
 
-def install(switches: Mapping[str, Sequence[TreeSpec]], num_ports: int = 64) -> list[dict[str, object]]:
+def install(switches: Mapping[str, Sequence[TreeSpec]], num_ports: int | Mapping[str, int] = 64,
+            device_ids: Mapping[str, int] | None = None, election_id: tuple[int, int] = (0, 1)) -> list[dict[str, object]]:
     """Install trees on every switch (P4Runtime address -> its trees); returns one
-    acknowledgement per switch once everything reads back as written."""
-    return [_install_one(addr, trees, num_ports) for addr, trees in switches.items()]
+    acknowledgement per switch once everything reads back as written. On a fabric each
+    switch has its own port count and device id (by address), and its controller's
+    election id (a switch refuses a primary below the highest it has seen)."""
+    ports = (lambda a: num_ports[a]) if isinstance(num_ports, Mapping) else (lambda a: num_ports)
+    ids = device_ids or {}
+    return [_install_one(addr, trees, ports(addr), ids.get(addr, 1), election_id) for addr, trees in switches.items()]

@@ -8,6 +8,9 @@ CPU time, getrusage), `job_s` (first mapper start to last reducer done); for swi
 (1 - switch reducer bytes / udp reducer bytes), `packet_reduction_vs_udp`,
 `cpu_reduction_vs_udp`, and with `--mode all` also `baseline_tcp` and the `*_vs_tcp`
 reductions. `runs` holds every mode's full figures (per reducer and mapper too).
+With `--fabric`: `switches` (switch name -> `pairs_in`, `pairs_out`, `reduction` at that
+switch, its `role`) and `placement` (which host and leaf each mapper and reducer got, the
+aggregation switch or the path).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from inswitch.apps.wordcount.progress import job_progress
 from inswitch.cliopts import IN_FILE, JSON_PATH, OUT_DIR, SEED, Choice, Float, Int, argument, option
 from inswitch.output import console_for, note_written, write_json
 from inswitch.tables import show
+from inswitch.topology.fabric.cli import TOPOLOGY_SPEC
 
 EXAMPLES = """Examples:
 
@@ -30,6 +34,8 @@ EXAMPLES = """Examples:
   inswitch wordcount --zipf 1.1 --words 200000 --vocab 5000 --mode switch --program switchagg
 
   inswitch wordcount --zipf 1.0 --mode tcp --where loopback --json -
+
+  inswitch wordcount --zipf 1.1 --mappers 4 --reducers 2 --fabric leaf-spine:3,1,2 --loss 0.02
 """
 
 
@@ -84,6 +90,12 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
                    f"reducer CPU {_chg(doc.get('cpu_reduction_vs_tcp'))}")
     if doc.get("fallback"):
         out.append("[yellow]the switch did not aggregate (restarted, absent or lost its stream): the job completed with host-side aggregation[/yellow]")
+    for name, sw in (doc.get("switches") or {}).items():
+        if sw.get("restarted"):
+            out.append(f"switch {name} ({sw['role']}): restarted during the run (its counters started again from 0)")
+            continue
+        red = "-" if sw["reduction"] is None else f"{sw['reduction']:.1%}"
+        out.append(f"switch {name} ({sw['role']}): {sw['pairs_in']:,} pairs in, {sw['pairs_out']:,} out, reduction {red}")
     out += [f"note: {n}" for n in doc.get("notes", [])]
     return out
 
@@ -107,6 +119,7 @@ def register(app: typer.Typer) -> None:
         where: str = option("auto", "--where", type=Choice(*WHERE), help="Where the processes run: auto (a netns rack when root, else loopback), netns, or loopback (no switch)."),
         json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Write the result as JSON."),
         pcap: Optional[str] = option(None, "--pcap", type=OUT_DIR, help="Capture every switch port into pcapng files in this directory (switch mode on the netns rack)."),
+        fabric: Optional[str] = option(None, "--fabric", type=TOPOLOGY_SPEC, help="Run on a fabric (e.g. leaf-spine:3,1,2) instead of one switch: mappers under several leaves, reducers under the last, DAIET two-level trees; the JSON gains `switches` (pairs in and out per switch)."),
     ) -> None:
         """MapReduce WordCount through the switch: mappers and reducers as processes in a
         rack, the reducers' counts checked against a Counter over the input."""
@@ -123,7 +136,7 @@ def register(app: typer.Typer) -> None:
         modes = list(MODES) if mode == "all" else [mode]
         spec = JobSpec(inputs=inputs or None, zipf=zipf, words=words_, vocab=vocab, seed=seed, mappers=mappers,
                        reducers=reducers, program=program, loss=loss, combiner=not no_combiner, timeout_s=timeout,
-                       where=where, pcap=pcap)
+                       where=where, pcap=pcap, fabric=fabric)
         try:
             with job_progress(console) as bar:
                 doc = run(spec, modes, *bar)

@@ -78,6 +78,12 @@ class JobSpec:
     absent_program: bool = False
     #: Capture every switch port into pcapng files in this directory (netns rack only).
     pcap: str | None = None
+    #: Run on a fabric (a generator spec or a topology file) instead of a one-switch rack:
+    #: two-level trees over its leaves and one aggregation switch (see `fabric.py`).
+    fabric: str | None = None
+    #: On a fabric: register cells (per slice) each tree may use on each switch; None: the
+    #: switch's cells shared evenly by the trees. Less memory for the capacity experiments.
+    tree_cells: int | None = None
 
     def check(self) -> None:
         if (self.inputs is None) == (self.zipf is None):
@@ -102,6 +108,10 @@ class JobSpec:
             raise JobError("--loss must be in [0, 1)")
         if self.op != "sum":
             raise JobError("WordCount sums counts: op must be sum")
+        if self.fabric is not None and self.program != "daiet":
+            raise JobError("--fabric: two-level trees are installed for --program daiet (switchagg's are not in this build)")
+        if self.fabric is not None and self.pcap:
+            raise JobError("--pcap captures one switch's ports: not with --fabric")
 
     def input_summary(self) -> dict[str, Any]:
         if self.inputs is not None:
@@ -141,6 +151,12 @@ class Env:
     reducers: list[Place]
     p4runtime: str | None = None
     rack_state: Any = None
+    #: On a fabric: its state (`FabricState`) and the job's layout (`fabric.FabricLayout`).
+    fabric_state: Any = None
+    layout: Any = None
+    watcher: Any = None
+    #: The trees installed for the current run (switch name -> its trees), for a restart.
+    tree_plan: dict[str, Any] = field(default_factory=dict)
     map_port: int = MAP_PORT
     reduce_port: int = REDUCE_PORT
     notes: list[str] = field(default_factory=list)
@@ -235,6 +251,8 @@ def open_env(spec: JobSpec, switch: bool, progress: Progress) -> tuple[Env, Call
                   map_port=base, reduce_port=base + 100)
         env.notes.append("mappers and reducers ran on loopback without a switch (no root, or --where loopback): tcp and udp modes only")
         return env, lambda: None
+    if spec.fabric is not None:
+        return open_fabric_env(spec, switch, progress)
     from inswitch.topology.rack import Rack
     from inswitch.topology.state import process_tag
 
@@ -262,6 +280,115 @@ def open_env(spec: JobSpec, switch: bool, progress: Progress) -> tuple[Env, Call
     return env, teardown
 
 
+def open_fabric_env(spec: JobSpec, switch: bool, progress: Progress) -> tuple[Env, Callable[[], None]]:
+    """A fabric of `spec.fabric` with every switch running forward,daiet; the job's hosts
+    placed under several leaves and their path pinned to the trees (`fabric.py`)."""
+    from inswitch.apps.wordcount import fabric as wf
+    from inswitch.topology.errors import RackError
+    from inswitch.topology.fabric.fabric import Fabric
+    from inswitch.topology.fabric.generators import load_spec
+    from inswitch.topology.state import process_tag
+
+    assert spec.fabric is not None
+    try:
+        topo = load_spec(spec.fabric)
+    except RackError as e:
+        raise JobError(str(e)) from None
+    programs = f"forward,{spec.program}" if switch and not spec.absent_program else "forward"
+    for n in topo.switches:
+        n.program = programs
+    fab = Fabric()
+    name = spec.rack or f"wf{process_tag()}"[:6]
+    fab.down(name)
+    fault = f"loss={spec.loss},seed={spec.seed}" if spec.loss else None
+    progress(f"building fabric {spec.fabric}: {len(topo.switches)} switches ({programs}{', loss ' + str(spec.loss) if fault else ''})")
+    try:
+        st = fab.up(topo, name=name, fault=fault)
+        lay = wf.place(topo, st.hosts, spec.mappers, spec.reducers)
+        if switch:
+            wf.pin_paths(st, lay)
+    except BaseException as e:
+        fab.down(name)
+        if isinstance(e, (RackError, wf.FabricJobError)):
+            raise JobError(str(e)) from None
+        raise
+    env = Env("netns", [Place(h.ip, h.netns, h.ifname) for h in lay.mappers],
+              [Place(h.ip, h.netns, h.ifname) for h in lay.reducers], fabric_state=st, layout=lay,
+              reduce_port=REDUCE_PORTS.get(spec.program, REDUCE_PORT))
+    env.notes.append(f"fabric {spec.fabric}: mappers under {', '.join(sorted({h.switch for h in lay.mappers}))}, "
+                     f"reducers under {', '.join(sorted({h.switch for h in lay.reducers}))}, "
+                     + (f"trees along the path {' -> '.join(n for n, _ in lay.path)}" if lay.path else f"aggregation switch {lay.agg}"))
+
+    from inswitch.topology import restarts
+
+    # A restarted switch gets its routing back from the fabric's supervisor; the job's own
+    # part it puts back here, trees first, then the pinned path. Trees first: a restarted
+    # switch without them would forward its mappers' packets untouched along the path, and
+    # the next switch would take them as new children of its tree from sequence number 0,
+    # count their ENDs and flush before its real children are done (pairs lost without a
+    # fallback). With the trees back (registers empty), a mapper the dead switch had
+    # acknowledged anything of finds a gap, stalls, and the reducers fall back; until the
+    # path is back, the restarted switch cannot send the reducers' MACs anywhere.
+    def on_back(rec: dict[str, Any]) -> None:
+        sw = str(rec["switch"])
+        if env.tree_plan.get(sw):
+            _install_on(env, {sw: env.tree_plan[sw]})
+        wf.pin_paths(st, lay, only=sw)
+
+    watcher = restarts.Watcher(st.restarts_file, on_back).__enter__()
+    env.watcher = watcher
+
+    def teardown() -> None:
+        watcher.__exit__(None, None, None)
+        env.notes.extend(f"putting the job's trees and path back on a restarted switch failed: {e}" for e in watcher.errors)
+        fab.down(name)
+
+    return env, teardown
+
+
+def _install_fabric_trees(env: Env, spec: JobSpec, tree_ids: list[int], progress: Progress) -> list[dict[str, Any]]:
+    """`plan_two_level` over the job's leaves, installed on every switch of the trees; each
+    switch acknowledges by reading everything back."""
+    from inswitch.apps.aggregation import controller
+    from inswitch.apps.wordcount import fabric as wf
+
+    plan = wf.plan_trees(env.layout, tree_ids, spec.op,
+                         cells=controller.CELLS if spec.tree_cells is None else spec.tree_cells * len(tree_ids))
+    progress(f"installing {len(tree_ids)} two-level trees on {len(plan)} switches through P4Runtime")
+    env.tree_plan = plan
+    try:
+        return _install_on(env, plan)
+    except Exception as e:
+        raise JobError(f"installing the aggregation trees failed: {e}") from None
+
+
+def _install_on(env: Env, plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """Install `plan` (switch name -> its trees) on those switches of the fabric; one
+    acknowledgement per switch (everything read back)."""
+    from inswitch.apps.aggregation import controller
+    from inswitch.topology.fabric.controller import ELECTION_ID
+
+    runs = {r.plan.name: r for r in env.fabric_state.switches}
+    acks = controller.install({runs[n].p4runtime: trees for n, trees in plan.items()},
+                              num_ports={runs[n].p4runtime: len(runs[n].plan.ifaces) for n in plan},
+                              device_ids={runs[n].p4runtime: runs[n].plan.device_id for n in plan},
+                              election_id=ELECTION_ID)
+    by_addr = {r.p4runtime: n for n, r in runs.items()}
+    return [{"switch": by_addr[str(a["address"])], **a} for a in acks]
+
+
+def fabric_port_counters(env: Env) -> dict[str, dict[int, dict[str, int]]]:
+    """Port counters of every switch of the job's trees."""
+    from inswitch.topology import control
+
+    out = {}
+    for run in env.fabric_state.switches:
+        if run.plan.name in env.layout.ports:
+            out[run.plan.name] = control.read_port_counters(run.p4runtime, list(range(len(run.plan.ifaces))),
+                                                            device_id=run.plan.device_id)
+    return out
+
+
 def install_trees(env: Env, spec: JobSpec, tree_ids: list[int], progress: Progress) -> list[dict[str, Any]]:
     """One aggregation tree per reducer (rooted at the reducer's switch port, every mapper a
     child, the switch's memory split evenly), installed by the aggregation controller through
@@ -270,6 +397,8 @@ def install_trees(env: Env, spec: JobSpec, tree_ids: list[int], progress: Progre
         from inswitch.apps.aggregation import controller
     except ImportError:
         raise JobError("the aggregation controller (inswitch.apps.aggregation.controller) is not in this build") from None
+    if env.fabric_state is not None:
+        return _install_fabric_trees(env, spec, tree_ids, progress)
     if spec.program == "switchagg":
         return _install_switchagg_trees(env, spec, tree_ids, progress)
     if spec.program != "daiet":
@@ -363,13 +492,17 @@ def _kill(procs: list[subprocess.Popen[str]]) -> None:
 def switch_counters(env: Env) -> dict[str, float]:
     """The switch's own drop counters (its /metrics): frames its ports' fault injector lost
     (`fault_lost`), and pipeline drops by reason (e.g. malformed aggregation packets)."""
-    if env.rack_state is None:
+    if env.rack_state is not None:
+        urls = [env.rack_state.switch.metrics]
+    elif env.fabric_state is not None:
+        urls = [r.metrics for r in env.fabric_state.switches if r.metrics]
+    else:
         return {}
     from inswitch.topology import control
 
     out: dict[str, float] = {}
     try:
-        samples = control.scrape_metrics(env.rack_state.switch.metrics)
+        samples = [x for u in urls for x in control.scrape_metrics(u)]
     except Exception:
         return {}
     for name, labels, v in samples:
@@ -409,6 +542,7 @@ def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir:
     info: dict[str, Any] = {}
     if mode == "switch" and not spec.absent_program:
         info["controller"] = install_trees(env, spec, tree_ids, progress)
+    ports0 = fabric_port_counters(env) if mode == "switch" and env.layout is not None and env.layout.ports else None
     reducer_addrs = [env.reduce_addr(j) for j in range(R)]
     mapper_addrs = [env.map_addr(i) for i in range(M)]
     common: dict[str, Any] = {"mode": mode, "protocol": spec.program, "op": spec.op, "timeout_s": spec.timeout_s}
@@ -462,7 +596,14 @@ def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir:
     finally:
         _kill(mappers + reducers)
     wall1 = time.time()
+    if ports0 is not None:
+        from inswitch.apps.wordcount import fabric as wf
+
+        info["switches"] = wf.per_switch(env.layout, ports0, fabric_port_counters(env))
     restarts = switch_restarts(env, wall0)
+    for rec in restarts:  # a restarted switch's counters started again from 0: nothing to say
+        if rec.get("switch") in info.get("switches", {}):
+            info["switches"][rec["switch"]].update(pairs_in=None, pairs_out=None, reduction=None, restarted=True)
     _check_completed(mode, mstats, rstats, spec.timeout_s)
     # A restarted switch's counters start again from 0: the delta counts only what is comparable.
     sw = _delta(sw0, switch_counters(env)) if not restarts else {}
@@ -518,6 +659,9 @@ def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir:
     if restarts:
         res["switch_restarts"] = restarts
         res["restart_note"] = restart_note(restarts, wall0, wall1)
+        if env.fabric_state is not None and res["fallback"]:
+            res["restart_note"] += ("; the restarted switch came back with its trees empty: the mappers under it stalled and the "
+                                    "reducers fell back to host-side aggregation (RESEND, then BYPASS through every switch)")
         res["recovered_s"] = round(wall1 - max(float(r.get("forwarding_at") or wall1) for r in restarts), 3)
     if key_limit is not None:
         res["max_key_len"] = key_limit
@@ -527,11 +671,13 @@ def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir:
 def switch_restarts(env: Env, since: float) -> list[dict[str, Any]]:
     """Restarts of the rack's switch (recorded by its supervisor) after `since` (time.time()),
     each with when it died and how long until it was forwarding again."""
-    st = env.rack_state
-    if st is None:
-        return []
     from inswitch.topology import restarts
 
+    st = env.rack_state
+    if env.fabric_state is not None:
+        return restarts.wait_back(env.fabric_state.restarts_file, since, timeout=30.0)
+    if st is None:
+        return []
     # A job that fell back may end before its dead switch forwards again: wait (bounded)
     # until each restart has ended, so the report says how long recovery took.
     return restarts.wait_back(Path(st.state_dir) / "state.json", since, timeout=30.0)
@@ -543,7 +689,7 @@ def restart_note(restarts: list[dict[str, Any]], started: float, ended: float) -
     parts = []
     for r in restarts:
         back = r.get("forwarding_at")
-        parts.append(f"the switch died ({r['exit']}) {r['died_at'] - started:.1f} s into the run and "
+        parts.append(f"{'switch ' + str(r['switch']) if r.get('switch') else 'the switch'} died ({r['exit']}) {r['died_at'] - started:.1f} s into the run and "
                      + (f"was restarted and forwarding again {r['recovery_s']:.1f} s later (generation {r['generation']}); "
                         + (f"the job ended {ended - float(back):.1f} s after that" if ended >= float(back)
                            else f"the job had ended {float(back) - ended:.1f} s before that, on host-side aggregation")
@@ -604,6 +750,12 @@ def run(spec: JobSpec, modes: list[str], progress: Progress = no_progress, steps
     ref = {w.encode(): n for w, n in ref_words.items()}
     ref_s = time.monotonic() - t
     env, teardown = open_env(spec, want_switch, progress)
+    placement = None
+    if env.layout is not None:
+        lay = env.layout
+        placement = {"mappers": [{"host": h.name, "switch": h.switch} for h in lay.mappers],
+                     "reducers": [{"host": h.name, "switch": h.switch} for h in lay.reducers], "aggregation": lay.agg,
+                     "path": [n for n, _ in lay.path]}
     runs: dict[str, Any] = {}
     try:
         with tempfile.TemporaryDirectory(prefix="wordcount-") as tmp:
@@ -634,6 +786,8 @@ def run(spec: JobSpec, modes: list[str], progress: Progress = no_progress, steps
         "loss": spec.loss,
         "combiner": spec.combiner,
         "where": env.kind,
+        "fabric": spec.fabric,
+        "placement": placement,
         "reference_s": round(ref_s, 3),
         "mode": primary if len(order) == 1 or want_switch else "all",
         "correct": all(r["correct"] for r in runs.values()),
@@ -648,6 +802,8 @@ def run(spec: JobSpec, modes: list[str], progress: Progress = no_progress, steps
         if r.get("restart_note"):
             doc["notes"].append(f"{m}: {r['restart_note']}")
     if want_switch:
+        if "switches" in runs["switch"]:
+            doc["switches"] = runs["switch"]["switches"]
         doc["fallback"] = runs["switch"]["fallback"]
         doc["baseline_udp"] = {k: runs["udp"][k] for k in FIGURES}
         doc["reduction"] = _reduction(runs["switch"]["reducer_bytes"], runs["udp"]["reducer_bytes"])

@@ -5,6 +5,7 @@ Failures print one line (no traceback): exit 2 for bad options or topologies, 1 
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 from typing import Any, List, Optional
 
@@ -16,6 +17,7 @@ from rich.text import Text as RichText
 
 from inswitch.cliopts import JSON_PATH, OUT_DIR, OUT_FILE, Text, argument, option
 from inswitch.output import is_stdout, note_written, write_json
+from inswitch.topology import restarts
 from inswitch.topology.errors import RackError
 from inswitch.topology.fabric.fabric import DEFAULT_NAME, Fabric, FabricStatus, status_json
 from inswitch.topology.fabric.generators import load_spec
@@ -59,6 +61,9 @@ def _link_default(text: str) -> LinkProps:
 
 TOPOLOGY = Text("leaf-spine:LEAVES,SPINES,HOSTS_PER_LEAF, fat-tree:K or a topology file", check=_topology,
                 bad=("ring:3", "leaf-spine:1,1", "fat-tree:3", "/nonexistent.yml"))
+#: The same check, keeping the text (for commands that bring their own fabric up later).
+TOPOLOGY_SPEC = Text("leaf-spine:LEAVES,SPINES,HOSTS_PER_LEAF, fat-tree:K or a topology file",
+                     check=lambda t: (_topology(t), t)[1], bad=("ring:3", "leaf-spine:1,1", "fat-tree:3", "/nonexistent.yml"))
 NAME = Text(f"a fabric name (at most {MAX_FABRIC_NAME} characters a-z, 0-9, _; it prefixes interface names)", check=_name, bad=("Bad-Name", "x" * 20))
 NODE = Text("a host of the fabric, e.g. h1", check=lambda t: t if re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,23}", t) else _bad_node(),
             bad=("-x", "h 1", "1h"))
@@ -78,6 +83,10 @@ def _render(s: FabricStatus) -> None:
     alive = sum(sw.alive for sw in s.switches)
     console.print(f"fabric [bold]{st.name}[/bold]: {len(s.switches)} switches ({alive} alive), {len(st.hosts)} hosts, "
                   f"{len(st.links)} links" + (f"; up in {st.timings['up_s']:.2f} s" if "up_s" in st.timings else ""))
+    for r in restarts.read(st.restarts_file):
+        back = f"forwarding again after {r['recovery_s']:.1f} s" if "forwarding_at" in r else r.get("gave_up") or r.get("error") or "restarting"
+        console.print(f"restart: {r['switch']} died ({r['exit']}) at {time.strftime('%H:%M:%S', time.localtime(r['died_at']))}; {back}",
+                      highlight=False)
     t = Table(title="Switch ports", box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1))
     for col in ("switch", "pid", "P4Runtime (device)", "port", "interface", "rx pkts", "rx bytes", "tx pkts", "tx bytes"):
         t.add_column(col, no_wrap=True, justify="right" if col.startswith(("rx", "tx", "pid")) else "left")

@@ -18,11 +18,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from inswitch.topology import control, netns, switchproc
+from inswitch.topology import control, netns, restarts, switchproc
 from inswitch.topology.errors import RackError
 from inswitch.topology.fabric import controller
 from inswitch.topology.fabric.generators import load_spec
 from inswitch.topology.fabric.model import LinkProps, Topology, parse_topology
+from inswitch.topology.fabric.supervisor import SUPERVISOR_FILE
 from inswitch.topology.fabric.plan import FabricPlan, HostPlan, LinkPlan, SwitchPlan, plan_fabric
 from inswitch.topology.rack import is_root, switchd_available
 from inswitch.topology.state import check_name, state_dir
@@ -61,6 +62,13 @@ class FabricState:
     created: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)
     ready: bool = False
+    #: The process that restarts dead switches (`supervisor.py`), once the fabric is up.
+    supervisor_pid: Optional[int] = None
+
+    @property
+    def restarts_file(self) -> Path:
+        """Where the supervisor records restarts (`restarts.read` reads it)."""
+        return Path(self.state_dir) / SUPERVISOR_FILE
 
     def save(self) -> None:
         path = Path(self.state_dir) / STATE_FILE
@@ -126,10 +134,12 @@ class Fabric:
     # ----- up -------------------------------------------------------------------------
 
     def up(self, spec: str | Topology, name: Optional[str] = None, link_default: LinkProps = LinkProps(),
-           pcap: Optional[str] = None) -> FabricState:
+           pcap: Optional[str] = None, fault: Optional[str] = None) -> FabricState:
         """Validate everything, then build; any failure or Ctrl-C once building started
         takes down all of it (by name) and re-raises. With `pcap`, every switch captures
-        its ports into `pcap/SWITCH/port{N}.pcapng` (the switch's own `--pcap`)."""
+        its ports into `pcap/SWITCH/port{N}.pcapng` (the switch's own `--pcap`). `fault`:
+        every switch's `--fault` (its own ports: so every link, switch-to-switch links at
+        both ends)."""
         t0 = time.monotonic()
         topo = load_spec(spec) if isinstance(spec, str) else spec
         name = check_name(name or DEFAULT_NAME)
@@ -155,7 +165,7 @@ class Fabric:
             raise RackError(f"link {needs_netem[0].endpoints} asks for delay/jitter/loss, which need the kernel's netem "
                             "qdisc, and this kernel has none (CONFIG_NET_SCH_NETEM); a rate alone works (tbf)")
         try:
-            return self._build(topo, plan, t0, pcap)
+            return self._build(topo, plan, t0, pcap, fault)
         except BaseException as e:
             try:
                 self.down(name)
@@ -163,7 +173,12 @@ class Fabric:
                 e.add_note(f"cleanup after the failed `up` also failed: {cleanup_err}")
             raise
 
-    def _build(self, topo: Topology, plan: FabricPlan, t0: float, pcap: Optional[str] = None) -> FabricState:
+           pcap: Optional[str] = None, fault: Optional[str] = None) -> FabricState:
+        """Validate everything, then build; any failure or Ctrl-C once building started
+        takes down all of it (by name) and re-raises. With `pcap`, every switch captures
+        its ports into `pcap/SWITCH/port{N}.pcapng` (the switch's own `--pcap`). `fault`:
+        every switch's `--fault` (its own ports: so every link, switch-to-switch links at
+        both ends)."""
         sdir = state_dir(plan.name)
         sdir.mkdir(parents=True, mode=0o755)
         st = FabricState(name=plan.name, topology=topo.to_yaml(), switches=[SwitchRun(plan=s) for s in plan.switches],
@@ -180,7 +195,7 @@ class Fabric:
                 sw.plan.program, "veth:" + ",".join(sw.plan.ifaces), f"127.0.0.1:{sw.plan.p4runtime_port}",
                 "127.0.0.1:0", Path(sw.ready_file), python=self.python, device_id=sw.plan.device_id,
                 pipes=sw.plan.pipes, port_qdisc=bool(shaped & set(sw.plan.ifaces)),
-                pcap=str(Path(pcap).resolve() / sw.plan.name) if pcap else None)
+                pcap=str(Path(pcap).resolve() / sw.plan.name) if pcap else None, fault=fault)
             sw.pid = switchproc.launch(sw.argv, Path(sw.log), sdir)
         st.save()  # from here on `down` in another terminal finds every switch by pid too
         for sw in st.switches:
@@ -193,6 +208,15 @@ class Fabric:
         st.timings["up_s"] = time.monotonic() - t0
         st.ready = True
         st.save()
+        # From here on a dead switch is restarted and its routing installed again.
+        argv = switchproc.supervisor_argv(plan.name, st.restarts_file, self.python) + ["--fabric"]
+        st.supervisor_pid = switchproc.launch(argv, sdir / "supervisor.log", sdir)
+        st.save()
+        deadline = time.monotonic() + 10.0
+        while not st.restarts_file.exists() and time.monotonic() < deadline:
+            if not switchproc.is_alive(st.supervisor_pid, marker(plan.name)):
+                raise RackError(f"the fabric's supervisor exited: {switchproc.log_tail(sdir / 'supervisor.log')}")
+            time.sleep(0.05)
         return st
 
     def _make_links(self, st: FabricState) -> None:
@@ -226,7 +250,7 @@ class Fabric:
             st = FabricState.load(name)
         except RackError:
             st = None
-        pids = [s.pid for s in st.switches if s.pid] if st else []
+        pids = ([s.pid for s in st.switches if s.pid] + ([st.supervisor_pid] if st.supervisor_pid else [])) if st else []
         rep = teardown(name, marker(name), pids, "fabric", self.stop_timeout)
         rep.found = rep.found or st is not None
         return rep
@@ -316,4 +340,6 @@ def status_json(s: FabricStatus) -> dict[str, Any]:
                    "qdisc": {k: s.qdiscs[k] for k in (qdisc_key(ln.a_if, ln.a_netns), qdisc_key(ln.b_if, ln.b_netns))
                              if k in s.qdiscs}}
                   for ln in st.links],
+        "supervisor_pid": st.supervisor_pid,
+        "restarts": restarts.read(st.restarts_file),
     }
