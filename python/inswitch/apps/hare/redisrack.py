@@ -375,6 +375,8 @@ class RedisRack:
         self.system = "none"
         #: Switch generations whose restart this controller has recovered from.
         self.recovered: dict[int, float] = {}
+        #: The control loop of the system in use (`use`; replaced after a restart).
+        self.control: Any = None
 
     # hosts
     @property
@@ -482,7 +484,8 @@ class RedisRack:
             self.stop_agent(i)
             self.start_agent(i)
         self.load()
-        return self.new_control(system)
+        self.control = self.new_control(system)
+        return self.control
 
     def install(self, system: str) -> None:
         """The system's program and what it needs on the switch, on an empty cache: at
@@ -623,11 +626,13 @@ class RedisRack:
             self.start_redis(i)
         return t_kill, time.monotonic()
 
-    def run_load(self, system: str, control: Any, progress: Optional[Callable[[float], None]] = None, fault: Optional[tuple[str, float, int]] = None) -> dict[str, Any]:
+    def run_load(self, system: str, control: Any, progress: Optional[Callable[[float], None]] = None, fault: Optional[tuple[str, float, int]] = None,
+                 initial: Optional[dict[bytes, Optional[bytes]]] = None) -> dict[str, Any]:
         """One measured run; `fault` = (agent|redis|switch, seconds in, storage host) kills
         that process with SIGKILL mid-run and restarts it (the switch: its supervisor).
         The controller runs in this loop, so it is between two rounds at the kill and
-        resumes after the restart."""
+        resumes after the restart. `initial`: what the store holds at the start (default:
+        the records as `load` writes them), for a run that follows another without a load."""
         p = self.p
         start_ns = time.monotonic_ns() + int(1.5e9)
         procs = []
@@ -648,7 +653,8 @@ class RedisRack:
         watch = threading.Thread(target=self.watch_deaths, args=(stop_watch,), name="switch-deaths", daemon=True)
         watch.start()
         try:
-            control = self._drive(procs, control, t0, fault, progress, ctl_errors, since, recoveries)
+            # the loop after a recovery is a new one: the next run goes on with it
+            control = self.control = self._drive(procs, control, t0, fault, progress, ctl_errors, since, recoveries)
         finally:
             stop_watch.set()
             watch.join(5)
@@ -662,7 +668,7 @@ class RedisRack:
         # restart and the recovery are reported instead.
         cut = [(float(r["died_at"]) - 1.0, self.recovered.get(r["generation"], time.time())) for r in recs]
         interrupted = [e for t, e in ctl_errors if any(a <= t <= b for a, b in cut)]
-        out = self.measure(results, start_ns, control, [e for t, e in ctl_errors if not any(a <= t <= b for a, b in cut)])
+        out = self.measure(results, start_ns, control, [e for t, e in ctl_errors if not any(a <= t <= b for a, b in cut)], initial)
         out.update(self.restart_report(recs, recoveries, interrupted, results, start_ns))
         if fault is not None and fault_at is not None and fault[0] != "switch":
             out["fault"] = self.fault_report(results, fault, fault_at, t0)
@@ -744,7 +750,8 @@ class RedisRack:
                 "unavailable_s": None if unavailable is None else round(unavailable, 3),
                 "client_errors": sum(r["stats"]["errors"] for r in results), "unacked_writes": sum(len(r["unacked"]) for r in results)}
 
-    def measure(self, results: list[dict[str, Any]], start_ns: int, control: Any, ctl_errors: list[str]) -> dict[str, Any]:
+    def measure(self, results: list[dict[str, Any]], start_ns: int, control: Any, ctl_errors: list[str],
+                initial: Optional[dict[bytes, Optional[bytes]]] = None) -> dict[str, Any]:
         p = self.p
         samples = np.array([s for r in results for s in r["samples"]], dtype=np.int64).reshape(-1, 4)
         t = (samples[:, 0] - start_ns) / 1e9
@@ -785,7 +792,7 @@ class RedisRack:
                 kb = bytes.fromhex(k)
                 unacked.setdefault(kb, []).append(None if v is None else bytes.fromhex(v))
                 recs.append((kb, "set", None if v is None else bytes.fromhex(v), a, 1 << 62))
-        init = self.initial()
+        init = initial if initial is not None else self.initial()
         keys = sorted({k for k, *_ in recs})
         verdict = history.check(recs, init, self.read_back(keys), unacked)
         win = (t >= 0) & (t < p.duration)

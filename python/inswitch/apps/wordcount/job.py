@@ -78,6 +78,9 @@ class JobSpec:
     absent_program: bool = False
     #: Capture every switch port into pcapng files in this directory (netns rack only).
     pcap: str | None = None
+    #: The switch's fault injection as `--fault` takes it (`loss=P,dup=P,reorder=P,seed=N`);
+    #: replaces the loss-only fault `loss` makes.
+    fault: str | None = None
 
     def check(self) -> None:
         if (self.inputs is None) == (self.zipf is None):
@@ -242,7 +245,7 @@ def open_env(spec: JobSpec, switch: bool, progress: Progress) -> tuple[Env, Call
     name = spec.rack or f"wc{process_tag()}"
     rack.down(name)  # a leftover of a crashed run of the same name
     programs = f"forward,{spec.program}" if switch and not spec.absent_program else "forward"
-    fault = f"loss={spec.loss},seed={spec.seed}" if spec.loss else None
+    fault = spec.fault or (f"loss={spec.loss},seed={spec.seed}" if spec.loss else None)
     progress(f"building a rack of {M + R} hosts around the switch ({programs}{', loss ' + str(spec.loss) if fault else ''})")
     try:
         st = rack.up(M + R, name=name, programs=programs, p4runtime="127.0.0.1:0", metrics="127.0.0.1:0", fault=fault,
