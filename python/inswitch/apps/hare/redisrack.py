@@ -791,7 +791,7 @@ class RedisRack:
             for k, v, a in r["unacked"]:
                 kb = bytes.fromhex(k)
                 unacked.setdefault(kb, []).append(None if v is None else bytes.fromhex(v))
-                recs.append((kb, "set", None if v is None else bytes.fromhex(v), a, 1 << 62))
+                recs.append((kb, "set", None if v is None else bytes.fromhex(v), a, history.UNACKED))
         init = initial if initial is not None else self.initial()
         keys = sorted({k for k, *_ in recs})
         verdict = history.check(recs, init, self.read_back(keys), unacked)
@@ -959,7 +959,7 @@ class ProxyInHost:
         for k, v, a in doc["unacked"]:
             kb = bytes.fromhex(k)
             unacked.setdefault(kb, []).append(None if v is None else bytes.fromhex(v))
-            recs.append((kb, "set", None if v is None else bytes.fromhex(v), a, 1 << 62))
+            recs.append((kb, "set", None if v is None else bytes.fromhex(v), a, history.UNACKED))
         keys = sorted({r[0] for r in recs})
         return history.check(recs, init, self.rack.read_back(keys), unacked)
 
