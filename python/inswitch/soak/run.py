@@ -185,10 +185,19 @@ class Soak:
         t0 = time.time()
         until = t0 + cfg.minutes * 60.0
         kill_at = t0 + cfg.minutes * 60.0 * cfg.restart_at if cfg.restart_at is not None and "kv" in cfg.workloads else None
+        stop: list[int] = []
+        # SIGTERM/SIGINT: the workers end their rounds and take their racks down; the
+        # report is written for what ran (a background run ignores SIGINT: send SIGTERM).
+        old = {s: signal.signal(s, lambda signum, _f: stop.append(signum)) for s in (signal.SIGTERM, signal.SIGINT)}
         self.start(until)
         try:
             next_sample = time.time()
             while any(p.poll() is None for p in self.workers.values()):
+                if stop and stop[0] > 0:
+                    for p in self.workers.values():
+                        if p.poll() is None:
+                            p.send_signal(signal.SIGTERM)
+                    stop[0] = 0
                 now = time.time()
                 if kill_at is not None and now >= kill_at and self.kill is None:
                     self.kill_switch(t0)
@@ -211,6 +220,8 @@ class Soak:
                     except subprocess.TimeoutExpired:
                         p.kill()
                         p.wait()
+            for s, h in old.items():
+                signal.signal(s, h)
         self.poll_events()
         return self.report(t0, time.time())
 
