@@ -663,7 +663,10 @@ class RedisRack:
             if pr.returncode != 0:
                 raise RuntimeError(f"load generator failed: {pr.stderr.read()[-2000:] if pr.stderr else ''}")
         results = [json.loads(o.read_text()) for o in outs]
-        recs = restarts.read(self.state_file, since)
+        # the restarts during the run, and one between the previous run and this one that
+        # this run recovered from
+        mine = {c["generation"] for c in recoveries}
+        recs = [r for r in restarts.read(self.state_file) if float(r["died_at"]) >= since or r["generation"] in mine]
         # A control step the switch's death cut short is not an error of the system: the
         # restart and the recovery are reported instead.
         cut = [(float(r["died_at"]) - 1.0, self.recovered.get(r["generation"], time.time())) for r in recs]
