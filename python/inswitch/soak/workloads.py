@@ -52,12 +52,13 @@ def inaas_round(name: str, fault: str, n: int) -> dict[str, Any]:
     r = run_on_rack(name, seconds=10.0, fault=fault)
     a, b = r["tenant_a"], r["tenant_b"]
     checks = {
-        "a_reads_its_writes": a[-1]["status"] == [1] * 20 and a[-1]["values"] == [1000 + j for j in range(20)],
-        "b_refused_a": b[0]["status"] == [2] * 20 and all(v == 0 for v in b[0]["values"]),
-        "b_reads_its_writes": b[-1]["values"] == [2000 + j for j in range(20)],
+        "a_reads_its_writes": a[-1].get("status") == [1] * 20 and a[-1].get("values") == [1000 + j for j in range(20)],
+        "b_refused_a": b[0].get("status") == [2] * 20 and all(v == 0 for v in b[0].get("values", [1])),
+        "b_reads_its_writes": b[-1].get("values") == [2000 + j for j in range(20)],
         "none_lost": all(not x.get("lost") for x in a + b),
     }
     return {"correct": all(checks.values()), **{k: bool(v) for k, v in checks.items()},
+            "lost_requests": sum(1 for x in a + b if x.get("lost")),
             "switch_restarts": len(r.get("switch_restarts", []))}
 
 

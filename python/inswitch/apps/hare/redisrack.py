@@ -685,6 +685,12 @@ class RedisRack:
         p = self.p
         fault_at: Optional[tuple[float, float]] = None
         next_look = 0.0
+        # The control loop's own clock (its rounds are due every t_wait on it): from the
+        # start of the first run that drives it, so a loop that goes on into the next run
+        # (or a new one after a restart) keeps its pace instead of waiting for the run's
+        # clock to catch up with its schedule.
+        if getattr(control, "epoch", None) is None:
+            control.epoch = t0
         while any(pr.poll() is None for pr in procs):
             now = time.monotonic() - t0
             if fault is not None and fault_at is None and now >= fault[1]:
@@ -701,13 +707,14 @@ class RedisRack:
                     if "forwarding_at" in r and r["generation"] not in self.recovered:
                         try:
                             control = self.recover(control)
+                            control.epoch = time.monotonic()
                         except Exception as e:
                             ctl_errors.append((time.time(), f"recovery from generation {r['generation']}: {type(e).__name__}: {e}"))
                         self.recovered[r["generation"]] = time.time()
                         recoveries.append({"generation": r["generation"], "reinstalled_at": time.time()})
             if now >= 0:
                 errs: list[str] = []
-                step(control, now, errs)
+                step(control, time.monotonic() - control.epoch, errs)
                 ctl_errors += [(time.time(), e) for e in errs]
                 if progress:
                     progress(min(1.0, now / p.duration))
