@@ -83,7 +83,7 @@ def render(out: dict[str, Any], console: Any) -> None:
         sl, fg = v["rss_slope_mb_per_min"], v["fd_growth"]
         s.add_row(f"switch gen {g}: RSS slope after warm-up", f"{sl} MB/min ({v['rss_mb_first']} -> {v['rss_mb_last']} MB, "
                   f"{v['samples_after_warmup']} samples)", ok(None if sl is None else abs(sl) <= m["rss_bound_mb_per_min"]))
-        s.add_row(f"switch gen {g}: fd growth (peak, 2nd half - 1st)", str(fg), ok(None if fg is None else fg <= 0))
+        s.add_row(f"switch gen {g}: fd growth (floor, 2nd half - 1st)", str(fg), ok(None if fg is None else fg <= 0))
     for k, v in out["host_fds"].items():
         s.add_row(f"{k}: fds", f"{v['first']} -> {v['last']} (max {v['max']}, growth {v['growth']})", ok(None if v["growth"] is None else v["growth"] <= 0))
     if r.get("killed"):

@@ -84,12 +84,13 @@ def slope_per_min(ts: list[float], ys: list[float]) -> Optional[float]:
 
 
 def fd_growth(values: list[int]) -> Optional[int]:
-    """Most descriptors open in the second half of the samples minus most in the first half
-    (the maximum: a process's count goes up and down with its work; a leak raises the peak)."""
+    """Fewest descriptors open in the second half of the samples minus fewest in the first
+    half: a worker's count goes up and down with what its round is doing when sampled
+    (3 between rounds, 11 in one), so the peaks are noise; a leak raises the floor."""
     if len(values) < 4:
         return None
     h = len(values) // 2
-    return int(max(values[h:]) - max(values[:h]))
+    return int(min(values[h:]) - min(values[:h]))
 
 
 class Soak:
