@@ -38,6 +38,8 @@ def soak_cmd(
     and check every round, the switch's memory and descriptors, and the teardown (root)."""
     from inswitch.soak import run as soak
 
+    if "kv" not in workloads:
+        raise typer.BadParameter("must include kv: its rack's switch is the one measured and restarted", param_hint="--workloads")
     console = console_for(json_out)
     if os.geteuid() != 0:
         console.print("[red]error:[/red] the soak builds racks of network namespaces: run as root")

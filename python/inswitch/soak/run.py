@@ -159,9 +159,8 @@ class Soak:
 
     def sample(self, t0: float) -> None:
         pid, gen, sup = self.kv_switch()
-        for p in (pid,):
-            if p:
-                self.seen_pids["switch"].add(p)
+        if pid:
+            self.seen_pids["switch"].add(pid)
         if sup:
             self.seen_pids["supervisor"].add(int(sup))
         hosts = self.host_pids()
