@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.deps-ok
 CARGO_FLAGS := --release --locked
 
-.PHONY: demo test deps build test-rust test-python bench fuzz lint clean
+.PHONY: demo test deps build test-rust test-python bench fuzz lint clean soak
 
 demo: build
 	$(PY) -m inswitch demo
@@ -40,6 +40,11 @@ test-python: build
 
 bench: build
 	$(PY) -m inswitch bench forward --json bench/forward.json
+
+# Issue 22 §6: the four workloads together for 10 minutes under 1% loss, duplication and
+# reordering, one switch restart in the middle (root; not part of `make test`).
+soak: build
+	$(PY) -m inswitch soak --minutes 10 --loss 0.01 --json bench/soak.json --png bench/soak.png
 
 fuzz: deps
 	./scripts/fuzz-smoke.sh 300

@@ -40,6 +40,18 @@ def test_lost_write_detected() -> None:
     assert history.check(recs, {b"k": b"0"}, {b"k": b"9"}, {b"k": [b"9"]}).lost_writes == 0
 
 
+def test_an_unacknowledged_write_that_never_landed_is_no_lost_write() -> None:
+    """A write that timed out (recorded as it is in the KV runs: completion `UNACKED`, listed
+    in `unacked`) may never have reached the store: the value before it may remain. An
+    acknowledged write is still required."""
+    unacked = [(b"k", "set", b"9", 5, history.UNACKED)]
+    assert history.check(unacked, {b"k": b"0"}, {b"k": b"0"}, {b"k": [b"9"]}).lost_writes == 0
+    assert history.check(unacked, {b"k": b"0"}, {b"k": b"9"}, {b"k": [b"9"]}).lost_writes == 0
+    acked_then_unacked = [(b"k", "set", b"1", 0, 1)] + unacked
+    assert history.check(acked_then_unacked, {b"k": b"0"}, {b"k": b"1"}, {b"k": [b"9"]}).lost_writes == 0
+    assert history.check(acked_then_unacked, {b"k": b"0"}, {b"k": b"0"}, {b"k": [b"9"]}).lost_writes == 1
+
+
 def test_porcupine_agrees_with_brute_force_on_random_small_histories() -> None:
     rng = random.Random(7)
     seen = {True: 0, False: 0}

@@ -50,6 +50,7 @@ _COMMAND_MODULES = [
     "inswitch.commands.tenants",
     "inswitch.apps.allreduce.cli",
     "inswitch.commands.wireshark",
+    "inswitch.soak.cli",
 ]
 
 

@@ -156,10 +156,16 @@ def stale_reads(ops: Sequence[Operation], init: Optional[bytes]) -> int:
     return bad
 
 
+#: The completion time recorded for a write never acknowledged (it may land at any time, or
+#: never): `check` callers record such writes with it and list them in `unacked`.
+UNACKED = 1 << 62
+
+
 def may_remain(ops: Sequence[Operation], init: Optional[bytes], unacked: Iterable[Optional[bytes]] = ()) -> set[Optional[bytes]]:
-    """Values the store may hold after all operations: a write no other write follows in
-    real time (or the initial value when no write completed), or an unacknowledged one."""
-    writes = [o for o in ops if o.kind == "set"]
+    """Values the store may hold after all operations: an acknowledged write no other
+    acknowledged write follows in real time (or the initial value when none completed),
+    or an unacknowledged one (which may also never have landed, so it hides nothing)."""
+    writes = [o for o in ops if o.kind == "set" and o.ret < UNACKED]
     latest_call = max((w.call for w in writes), default=-1)
     last = {w.value for w in writes if w.ret >= latest_call}
     return (last or {init}) | set(unacked)

@@ -182,6 +182,8 @@ class RedisKv(HareServer):
             self.noo.forget(key)
         elif cmd == "move":
             (self.moving.add if req["on"] else self.moving.discard)(key)
+        elif cmd == "unmark_all":  # the controller's switch restarted: no object is moving
+            self.moving.clear()
         elif cmd == "datamv":
             try:
                 self.datamv_server2switch(key, int(req["slot"]), int(req.get("aux", 0)))

@@ -66,6 +66,9 @@ def run_redis(console: Console, system: str, workload: str, records: int, field_
                   ", ".join("-" if x is None else f"{x:g}" for x in r["recovery_s"]) or "-", str(r["control"]["offloads"]),
                   str(r["stale_reads"]), str(r["lost_writes"]), "[green]yes[/green]" if r["correct"] else "[red]NO[/red]")
     console.print(t)
+    for name, r in out["systems"].items():
+        if r.get("restart_note"):
+            console.print(f"{name}: {r['restart_note']}")
     png = Path(plot) if plot else (Path(json_out).with_suffix(".png") if json_out and not is_stdout(json_out) else None)
     if png:
         redisrack.plot(out, png)

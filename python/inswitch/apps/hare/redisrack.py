@@ -43,6 +43,7 @@ from inswitch.apps.hare import framework
 from inswitch.apps.hare.netcache_ctl import NetCacheController
 from inswitch.hare import history, wire, ycsb
 from inswitch.hare.client import server_index
+from inswitch.topology import restarts
 
 RACK_SYSTEMS = ("hare", "netcache", "none")
 PORT_CPU = 0xFFF0
@@ -78,6 +79,8 @@ class RackParams:
     #: Where each Redis keeps its append-only file (None: the system's temp dir). On a
     #: tmpfs an fsync is nearly free: quicker tests, no durability across a reboot.
     workdir: Optional[str] = None
+    #: The switch's seeded fault injection on every port (`loss=P,dup=P,reorder=P,seed=N`).
+    fault: Optional[str] = None
 
     def shift_times(self) -> list[float]:
         if self.shift == "none":
@@ -91,17 +94,31 @@ class RackParams:
 # ---- the switch behind P4Runtime ------------------------------------------------------------
 
 
+class SwitchRestarted(RuntimeError):
+    """The switch a control step was talking to has died."""
+
+
 class P4rtSwitch:
     """The control calls the in-process switch (`_native.SimSwitch`) offers, over P4Runtime
     to the rack's switch, so the same control code drives either."""
 
-    def __init__(self, client: Any, key_field: int) -> None:
+    def __init__(self, client: Any, key_field: int, generation: int = 1) -> None:
         self.c, self.key_field = client, key_field
         self.lock = threading.Lock()
         self.reports: list[bytes] = []
+        #: The switch generation this session talks to; `dead` is set once a later one is
+        #: seen (or this one died), so a control step stops at its next switch call
+        #: instead of waiting out every timeout against a dead switch.
+        self.generation = generation
+        self.dead = threading.Event()
+
+    def alive(self) -> None:
+        if self.dead.is_set():
+            raise SwitchRestarted(f"switch generation {self.generation} died")
 
     def packet_out(self, frame: bytes, timeout: float = 0.5) -> list[bytes]:
         """Through the ingress pipeline from the CPU port; the control reply it causes."""
+        self.alive()
         want = _native.hare_parse(frame)
         with self.lock:
             self.c.packet_out(frame)
@@ -116,6 +133,7 @@ class P4rtSwitch:
 
     def packet_out_many(self, frames: list[bytes], timeout: float = 1.0) -> list[list[bytes]]:
         """All frames out, then their control replies (matched by op and slot), in order."""
+        self.alive()
         want = [_native.hare_parse(f) for f in frames]
         got: dict[tuple[int, int], list[bytes]] = {}
         with self.lock:
@@ -143,6 +161,7 @@ class P4rtSwitch:
         return ("hdr.hare.key_len", "hdr.hare.key_seg1") if n == 1 else ("meta.emat_index", f"hdr.hare.key_seg{n}")
 
     def table_write(self, program: str, table: str, op: str, keys: list[bytes], action: str, params: list[bytes]) -> None:
+        self.alive()
         if table.startswith("emat_"):
             names = self._emat_fields(table)
             pnames = ["index"]
@@ -353,6 +372,11 @@ class RedisRack:
         self.st: Any = None
         self.client: Any = None
         self.sw: Optional[P4rtSwitch] = None
+        self.system = "none"
+        #: Switch generations whose restart this controller has recovered from.
+        self.recovered: dict[int, float] = {}
+        #: The control loop of the system in use (`use`; replaced after a restart).
+        self.control: Any = None
 
     # hosts
     @property
@@ -386,7 +410,8 @@ class RedisRack:
 
         self.rack = Rack()
         try:
-            self.st = self.rack.up(self.p.clients + self.p.servers, name=self.name, programs="forward", p4runtime=f"127.0.0.1:{_free_port()}", metrics=f"127.0.0.1:{_free_port()}")
+            self.st = self.rack.up(self.p.clients + self.p.servers, name=self.name, programs="forward", p4runtime=f"127.0.0.1:{_free_port()}", metrics=f"127.0.0.1:{_free_port()}",
+                                   fault=self.p.fault)
             for i in range(self.p.servers):
                 self.sdir(i).mkdir()
                 self.redis.append(None)
@@ -454,32 +479,84 @@ class RedisRack:
     def use(self, system: str) -> Any:
         """Load the system's program into the switch, restart the agents, load the records;
         the system's control loop."""
+        self.install(system)
+        for i in range(self.p.servers):
+            self.stop_agent(i)
+            self.start_agent(i)
+        self.load()
+        self.control = self.new_control(system)
+        return self.control
+
+    def install(self, system: str) -> None:
+        """The system's program and what it needs on the switch, on an empty cache: at
+        `use`, and again on a restarted switch (which starts with forwarding only)."""
         from inswitch.p4rt import SwitchClient
         from inswitch.topology import control
 
-        assert self.client is not None and self.sw is not None
-        progs = program_of(system, self.p)
-        self.client.set_pipeline(progs)
+        assert self.client is not None
+        self.system = system
+        self.client.set_pipeline(program_of(system, self.p))
         # The rack's own forwarding setup takes the controller session for a moment.
         self.client.close()
         control.program_forwarding(self.st.switch.p4runtime, self.st.hosts, len(self.st.hosts))
         self.client = SwitchClient(self.st.switch.p4runtime)
-        self.sw = P4rtSwitch(self.client, self.p.key_field)
+        gen = self.generation()
+        self.sw = P4rtSwitch(self.client, self.p.key_field, gen)
+        self.recovered.setdefault(gen, time.time())  # installed on this generation
         if system == "hare":
             for h in self.storage_hosts:
                 self.client.insert_entry("hare.control_ports", {"ig_intr_md.ingress_port": h.port}, "hare.allow_control")
         if system == "netcache":
             self.client.set_clone_session(NETCACHE_REPORT_SESSION, [PORT_CPU])
         self.sw.take_packet_ins()
-        for i in range(self.p.servers):
-            self.stop_agent(i)
-            self.start_agent(i)
-        self.load()
+
+    def new_control(self, system: str) -> Any:
+        """The system's control loop, knowing of no cached object."""
+        assert self.sw is not None
         if system == "hare":
             return HareControl(self.sw, self.links, self.p)
         if system == "netcache":
             return NetCacheControl(self.sw, self.links, self.p)
         return NoControl()
+
+    @property
+    def state_file(self) -> Path:
+        return Path(self.st.state_dir) / "state.json"
+
+    def generation(self) -> int:
+        """The rack's switch generation (1 until its first restart)."""
+        return max((int(r["generation"]) for r in restarts.read(self.state_file)), default=1)
+
+    def watch_deaths(self, stop: threading.Event) -> None:
+        """Marks the controller's switch session dead as soon as the supervisor records a
+        death (a thread of `run_load`)."""
+        while not stop.wait(0.05):
+            sw = self.sw
+            if sw is not None and not sw.dead.is_set() and self.generation() > sw.generation:
+                sw.dead.set()
+
+    def recover(self, old: Any) -> Any:
+        """After a switch restart: the restarted switch holds no cached object, so the
+        controller treats the cache as empty (a fresh control loop, no slot, no e-MAT
+        entry), lifts the marks of objects that were moving when the switch died (their
+        agents would answer "retry" forever), installs the system again, and the loop
+        refills the cache from the agents' statistics. Write-through: nothing the dead
+        switch held was newer than Redis, so nothing is lost."""
+        for link in self.links:
+            link.call(cmd="unmark_all")
+        old_client = self.client
+        if old_client is not None:
+            try:
+                old_client.close()
+            except Exception:  # the dead switch's session: nothing to close cleanly
+                pass
+        from inswitch.p4rt import SwitchClient
+
+        self.client = SwitchClient(self.st.switch.p4runtime)
+        self.install(self.system)
+        ctl = self.new_control(self.system)
+        ctl.retired = getattr(old, "retired", []) + [old.counters()]
+        return ctl
 
     def initial(self) -> dict[bytes, Optional[bytes]]:
         return {ycsb.record_key(r): ycsb.field_value(r, 0, 0, self.p.field_size) for r in range(self.p.records)}
@@ -528,7 +605,15 @@ class RedisRack:
 
     def kill9(self, what: str, i: int) -> tuple[float, float]:
         """SIGKILL storage host `i`'s agent or Redis, then start it again (Redis replays its
-        append-only file); (killed, serving again) on the monotonic clock."""
+        append-only file), or the rack's switch; (killed, serving again) on the monotonic
+        clock."""
+        if what == "switch":  # the rack's supervisor restarts it; `run_load` recovers
+            from inswitch.topology import load_state
+
+            st = load_state(self.name) or self.st  # its pid now (a restart changes it)
+            t_kill = time.monotonic()
+            os.kill(st.switch.pid, signal.SIGKILL)
+            return t_kill, t_kill
         proc = self.agents[i] if what == "agent" else self.redis[i]
         assert proc is not None
         t_kill = time.monotonic()
@@ -541,10 +626,13 @@ class RedisRack:
             self.start_redis(i)
         return t_kill, time.monotonic()
 
-    def run_load(self, system: str, control: Any, progress: Optional[Callable[[float], None]] = None, fault: Optional[tuple[str, float, int]] = None) -> dict[str, Any]:
-        """One measured run; `fault` = (agent|redis, seconds in, storage host) kills that
-        process with SIGKILL mid-run and restarts it. The controller runs in this loop, so
-        it is between two rounds at the kill and resumes after the restart."""
+    def run_load(self, system: str, control: Any, progress: Optional[Callable[[float], None]] = None, fault: Optional[tuple[str, float, int]] = None,
+                 initial: Optional[dict[bytes, Optional[bytes]]] = None) -> dict[str, Any]:
+        """One measured run; `fault` = (agent|redis|switch, seconds in, storage host) kills
+        that process with SIGKILL mid-run and restarts it (the switch: its supervisor).
+        The controller runs in this loop, so it is between two rounds at the kill and
+        resumes after the restart. `initial`: what the store holds at the start (default:
+        the records as `load` writes them), for a run that follows another without a load."""
         p = self.p
         start_ns = time.monotonic_ns() + int(1.5e9)
         procs = []
@@ -557,26 +645,105 @@ class RedisRack:
                     "start_ns": start_ns, "duration": p.duration, "shift": p.shift, "shift_count": p.shift_count, "shift_times": p.shift_times(), "out": str(out)}
             procs.append(subprocess.Popen(self.in_host(h, [sys.executable, "-m", "inswitch.apps.hare.loadgen", json.dumps(args)]), stderr=subprocess.PIPE, text=True))
         t0 = start_ns / 1e9
-        ctl_errors: list[str] = []
-        fault_at: Optional[tuple[float, float]] = None
-        while any(pr.poll() is None for pr in procs):
-            now = time.monotonic() - t0
-            if fault is not None and fault_at is None and now >= fault[1]:
-                fault_at = self.kill9(fault[0], fault[2])
-                continue
-            if now >= 0:
-                step(control, now, ctl_errors)
-                if progress:
-                    progress(min(1.0, now / p.duration))
-            time.sleep(0.005)
+        ctl_errors: list[tuple[float, str]] = []
+        self._fault_at: Optional[tuple[float, float]] = None
+        since = time.time()
+        recoveries: list[dict[str, Any]] = []
+        stop_watch = threading.Event()
+        watch = threading.Thread(target=self.watch_deaths, args=(stop_watch,), name="switch-deaths", daemon=True)
+        watch.start()
+        try:
+            # the loop after a recovery is a new one: the next run goes on with it
+            control = self.control = self._drive(procs, control, t0, fault, progress, ctl_errors, since, recoveries)
+        finally:
+            stop_watch.set()
+            watch.join(5)
+        fault_at = self._fault_at
         for pr in procs:
             if pr.returncode != 0:
                 raise RuntimeError(f"load generator failed: {pr.stderr.read()[-2000:] if pr.stderr else ''}")
         results = [json.loads(o.read_text()) for o in outs]
-        out = self.measure(results, start_ns, control, ctl_errors)
-        if fault is not None and fault_at is not None:
+        # the restarts during the run, and one between the previous run and this one that
+        # this run recovered from
+        mine = {c["generation"] for c in recoveries}
+        recs = [r for r in restarts.read(self.state_file) if float(r["died_at"]) >= since or r["generation"] in mine]
+        # A control step the switch's death cut short is not an error of the system: the
+        # restart and the recovery are reported instead.
+        cut = [(float(r["died_at"]) - 1.0, self.recovered.get(r["generation"], time.time())) for r in recs]
+        interrupted = [e for t, e in ctl_errors if any(a <= t <= b for a, b in cut)]
+        out = self.measure(results, start_ns, control, [e for t, e in ctl_errors if not any(a <= t <= b for a, b in cut)], initial)
+        out.update(self.restart_report(recs, recoveries, interrupted, results, start_ns))
+        if fault is not None and fault_at is not None and fault[0] != "switch":
             out["fault"] = self.fault_report(results, fault, fault_at, t0)
         return out
+
+    def _drive(self, procs: list[Any], control: Any, t0: float, fault: Optional[tuple[str, float, int]], progress: Optional[Callable[[float], None]],
+               ctl_errors: list[tuple[float, str]], since: float, recoveries: list[dict[str, Any]]) -> Any:
+        """The controller's loop while the clients run: the system's control steps, the
+        fault to inject, and recovery from switch restarts; returns the control loop in
+        use at the end."""
+        p = self.p
+        fault_at: Optional[tuple[float, float]] = None
+        next_look = 0.0
+        # The control loop's own clock (its rounds are due every t_wait on it): from the
+        # start of the first run that drives it, so a loop that goes on into the next run
+        # (or a new one after a restart) keeps its pace instead of waiting for the run's
+        # clock to catch up with its schedule.
+        if getattr(control, "epoch", None) is None:
+            control.epoch = t0
+        while any(pr.poll() is None for pr in procs):
+            now = time.monotonic() - t0
+            if fault is not None and fault_at is None and now >= fault[1]:
+                self._fault_at = fault_at = self.kill9(fault[0], fault[2])
+                continue
+            if now >= next_look:  # the switch's generation: has it died and come back?
+                next_look = now + 0.1
+                recs = restarts.read(self.state_file)  # all: a death between two runs too
+                if any("forwarding_at" not in r and "gave_up" not in r and "error" not in r for r in recs):
+                    next_look = now  # dead, or back without its forwarding: wait for it
+                    time.sleep(0.02)
+                    continue
+                for r in recs:
+                    if "forwarding_at" in r and r["generation"] not in self.recovered:
+                        try:
+                            control = self.recover(control)
+                            control.epoch = time.monotonic()
+                        except Exception as e:
+                            ctl_errors.append((time.time(), f"recovery from generation {r['generation']}: {type(e).__name__}: {e}"))
+                        self.recovered[r["generation"]] = time.time()
+                        recoveries.append({"generation": r["generation"], "reinstalled_at": time.time()})
+            if now >= 0:
+                errs: list[str] = []
+                step(control, time.monotonic() - control.epoch, errs)
+                ctl_errors += [(time.time(), e) for e in errs]
+                if progress:
+                    progress(min(1.0, now / p.duration))
+            time.sleep(0.005)
+        return control
+
+    def restart_report(self, recs: list[dict[str, Any]], recoveries: list[dict[str, Any]], interrupted: list[str],
+                       results: list[dict[str, Any]], start_ns: int) -> dict[str, Any]:
+        """What the run saw of switch restarts, in the keys the other systems use
+        (`switch_restarts`, `reinstalled_generations`, `restart_note`), and how long the
+        cache took to serve again (`recovered_s`: from the death to the first switch hit
+        after the controller re-installed the system)."""
+        if not recs:
+            return {"switch_restarts": [], "reinstalled_generations": []}
+        hits = sorted(s[0] for r in results for s in r["samples"] if s[2] and s[3])
+        wall_minus_mono = time.time() - time.monotonic()
+        for rec in recoveries:
+            r = next(x for x in recs if x["generation"] == rec["generation"])
+            back_mono_ns = (rec["reinstalled_at"] - wall_minus_mono) * 1e9
+            first_hit = next((h for h in hits if h >= back_mono_ns), None)
+            rec["recovered_s"] = None if first_hit is None else round(first_hit / 1e9 + wall_minus_mono - float(r["died_at"]), 3)
+            rec["reinstall_s"] = round(rec["reinstalled_at"] - float(r["forwarding_at"]), 3)
+        parts = [f"the switch died ({r['exit']}) and was forwarding again {r.get('recovery_s', '?')} s later (generation {r['generation']})" for r in recs]
+        done = [f"generation {c['generation']}: {self.system} installed again {c['reinstall_s']} s after, cache treated as empty"
+                + (f", refilled (first hit {c['recovered_s']} s after the death)" if c.get("recovered_s") is not None else "") for c in recoveries]
+        return {"switch_restarts": recs, "reinstalled_generations": [c["generation"] for c in recoveries], "cache_recoveries": recoveries,
+                "recovered_s": None if any(c["recovered_s"] is None for c in recoveries) else max((c["recovered_s"] for c in recoveries), default=None),
+                "interrupted_control_steps": interrupted,
+                "restart_note": "; ".join(parts + done)}
 
     def fault_report(self, results: list[dict[str, Any]], fault: tuple[str, float, int], at: tuple[float, float], t0: float) -> dict[str, Any]:
         """The unavailability window: the stretch around the kill in which the killed host's
@@ -593,7 +760,8 @@ class RedisRack:
                 "unavailable_s": None if unavailable is None else round(unavailable, 3),
                 "client_errors": sum(r["stats"]["errors"] for r in results), "unacked_writes": sum(len(r["unacked"]) for r in results)}
 
-    def measure(self, results: list[dict[str, Any]], start_ns: int, control: Any, ctl_errors: list[str]) -> dict[str, Any]:
+    def measure(self, results: list[dict[str, Any]], start_ns: int, control: Any, ctl_errors: list[str],
+                initial: Optional[dict[bytes, Optional[bytes]]] = None) -> dict[str, Any]:
         p = self.p
         samples = np.array([s for r in results for s in r["samples"]], dtype=np.int64).reshape(-1, 4)
         t = (samples[:, 0] - start_ns) / 1e9
@@ -633,8 +801,8 @@ class RedisRack:
             for k, v, a in r["unacked"]:
                 kb = bytes.fromhex(k)
                 unacked.setdefault(kb, []).append(None if v is None else bytes.fromhex(v))
-                recs.append((kb, "set", None if v is None else bytes.fromhex(v), a, 1 << 62))
-        init = self.initial()
+                recs.append((kb, "set", None if v is None else bytes.fromhex(v), a, history.UNACKED))
+        init = initial if initial is not None else self.initial()
         keys = sorted({k for k, *_ in recs})
         verdict = history.check(recs, init, self.read_back(keys), unacked)
         win = (t >= 0) & (t < p.duration)
@@ -656,10 +824,19 @@ class RedisRack:
             "keys_touched": verdict.keys,
             "series": {"bucket_s": 1.0, "throughput_ops": thr, "hit_rate": hr},
             "clients": [r["stats"] for r in results],
-            "control": control.counters(),
+            "control": counters_of(control),
             "control_errors": ctl_errors,
             "agents": [link.call(cmd="stats")["counters"] for link in self.links],
         }
+
+
+def counters_of(control: Any) -> dict[str, int]:
+    """A control loop's counters, with those of the loops it replaced after restarts."""
+    out = dict(control.counters())
+    for old in getattr(control, "retired", []):
+        for k, v in old.items():
+            out[k] = out.get(k, 0) + v
+    return out
 
 
 def _mean(xs: list[float]) -> Optional[float]:
@@ -792,7 +969,7 @@ class ProxyInHost:
         for k, v, a in doc["unacked"]:
             kb = bytes.fromhex(k)
             unacked.setdefault(kb, []).append(None if v is None else bytes.fromhex(v))
-            recs.append((kb, "set", None if v is None else bytes.fromhex(v), a, 1 << 62))
+            recs.append((kb, "set", None if v is None else bytes.fromhex(v), a, history.UNACKED))
         keys = sorted({r[0] for r in recs})
         return history.check(recs, init, self.rack.read_back(keys), unacked)
 

@@ -133,7 +133,7 @@ def _p4_name(client: Any, want: str) -> str:
 
 
 def run_on_rack(name: str = "inaas1", seconds: float = 20.0, pause_a_s: float = 0.0,
-                pcap: str | None = None) -> dict[str, Any]:
+                pcap: str | None = None, fault: str | None = None) -> dict[str, Any]:
     """Bring a 3-host rack up, run the goalkeeper and two tenants, take it down. Tenant A
     waits `pause_a_s` between its write and its read (time for a switch to die)."""
     from pathlib import Path
@@ -143,7 +143,8 @@ def run_on_rack(name: str = "inaas1", seconds: float = 20.0, pause_a_s: float = 
 
     rack = Rack()
     try:
-        st = rack.up(3, name=name, programs="forward,inaas", p4runtime=f"127.0.0.1:{_free_port()}", metrics=f"127.0.0.1:{_free_port()}", pcap=pcap)
+        st = rack.up(3, name=name, programs="forward,inaas", p4runtime=f"127.0.0.1:{_free_port()}", metrics=f"127.0.0.1:{_free_port()}", pcap=pcap,
+                       fault=fault)
     except Exception:
         rack.down(name)
         raise

@@ -33,7 +33,7 @@ def _free_port() -> int:
 
 
 def run_rack_search(ds: Dataset, cfg: SearchConfig, name: str = "netsha", progress: Optional[Callable[[str], None]] = None,
-                    pcap: Optional[str] = None) -> dict[str, Any]:
+                    pcap: Optional[str] = None, fault: Optional[str] = None) -> dict[str, Any]:
     """NetSHa through a rack of real processes; the JSON `inswitch search --rack` writes
     (mode `netsha-rack`). Needs root (network namespaces). The rack is always taken down."""
     from inswitch.topology import Rack, control, netns, restarts
@@ -54,7 +54,7 @@ def run_rack_search(ds: Dataset, cfg: SearchConfig, name: str = "netsha", progre
     try:
         say(f"rack {name}: 1 agent + {cfg.servers} servers, switch `forward,{spec}`")
         st = rack.up(cfg.servers + 1, name=name, programs=f"forward,{spec}", p4runtime=f"127.0.0.1:{_free_port()}", metrics=f"127.0.0.1:{_free_port()}",
-                     pcap=pcap)
+                     pcap=pcap, fault=fault)
         agent, hosts = st.hosts[0], st.hosts[1:]
         mac = int(agent.mac.replace(":", ""), 16)
         ip = int.from_bytes(socket.inet_aton(agent.ip), "big")

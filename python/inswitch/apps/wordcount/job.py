@@ -84,6 +84,9 @@ class JobSpec:
     #: On a fabric: register cells (per slice) each tree may use on each switch; None: the
     #: switch's cells shared evenly by the trees. Less memory for the capacity experiments.
     tree_cells: int | None = None
+    #: The switch's fault injection as `--fault` takes it (`loss=P,dup=P,reorder=P,seed=N`);
+    #: replaces the loss-only fault `loss` makes.
+    fault: str | None = None
 
     def check(self) -> None:
         if (self.inputs is None) == (self.zipf is None):
@@ -260,7 +263,7 @@ def open_env(spec: JobSpec, switch: bool, progress: Progress) -> tuple[Env, Call
     name = spec.rack or f"wc{process_tag()}"
     rack.down(name)  # a leftover of a crashed run of the same name
     programs = f"forward,{spec.program}" if switch and not spec.absent_program else "forward"
-    fault = f"loss={spec.loss},seed={spec.seed}" if spec.loss else None
+    fault = spec.fault or (f"loss={spec.loss},seed={spec.seed}" if spec.loss else None)
     progress(f"building a rack of {M + R} hosts around the switch ({programs}{', loss ' + str(spec.loss) if fault else ''})")
     try:
         st = rack.up(M + R, name=name, programs=programs, p4runtime="127.0.0.1:0", metrics="127.0.0.1:0", fault=fault,
@@ -300,7 +303,7 @@ def open_fabric_env(spec: JobSpec, switch: bool, progress: Progress) -> tuple[En
     fab = Fabric()
     name = spec.rack or f"wf{process_tag()}"[:6]
     fab.down(name)
-    fault = f"loss={spec.loss},seed={spec.seed}" if spec.loss else None
+    fault = spec.fault or (f"loss={spec.loss},seed={spec.seed}" if spec.loss else None)
     progress(f"building fabric {spec.fabric}: {len(topo.switches)} switches ({programs}{', loss ' + str(spec.loss) if fault else ''})")
     try:
         st = fab.up(topo, name=name, fault=fault)

@@ -1,0 +1,61 @@
+"""One soak workload in a process of its own: rounds, each checked, until a deadline; one JSON
+line per event on stdout (`ready` with the long-lived processes' pids, `round`, `done`).
+
+    python -m inswitch.soak.worker kv skab12kv --fault loss=0.01 --until 1795717000 --kv-seconds 10
+
+A SIGTERM ends it after the running round; its rack is taken down either way."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from types import FrameType
+from typing import Any, Optional
+
+from inswitch.soak import workloads
+
+stopping = False
+
+
+def emit(**event: Any) -> None:
+    print(json.dumps(event), flush=True)
+
+
+def on_term(signum: int, frame: Optional[FrameType]) -> None:
+    global stopping
+    stopping = True
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="inswitch.soak.worker")
+    ap.add_argument("workload", choices=workloads.WORKLOADS)
+    ap.add_argument("name")
+    ap.add_argument("--fault", required=True)
+    ap.add_argument("--until", type=float, required=True, help="no round starts after this (epoch seconds)")
+    ap.add_argument("--kv-seconds", type=float, default=10.0)
+    ap.add_argument("--workdir", default=None)
+    a = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, on_term)
+    n = 0
+    if a.workload == "kv":
+        with workloads.KvLoop(a.name, a.fault, a.kv_seconds, a.workdir) as kv:
+            emit(event="ready", pid=os.getpid(), pids=kv.pids())
+            while not stopping and time.time() < a.until:
+                emit(event="round", n=n, **workloads.timed(lambda: kv.round(n)))
+                n += 1
+    else:
+        emit(event="ready", pid=os.getpid(), pids={})
+        f = workloads.ROUNDS[a.workload]
+        while not stopping and time.time() < a.until:
+            emit(event="round", n=n, **workloads.timed(lambda: f(a.name, a.fault, n)))
+            n += 1
+    emit(event="done", rounds=n)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
