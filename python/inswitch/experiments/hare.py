@@ -461,7 +461,7 @@ def run_table2(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
                      "switch data plane": src("crates/programs/src/hare/kv.rs")},
             "NetCache": {"backend server": kv_store, "switch control plane": fn(kvsim.KvRun.nc_reports) + fn(kvsim.KvRun.nc_clear),
                          "switch data plane": src("crates/programs/src/hare/netcache.rs")},
-            "DySO": {"backend server": kv_store, "switch control plane": fn(kvsim.KvRun.dyso_round) + fn(kvsim.KvRun.dyso_row),
+            "DySO": {"backend server": kv_store, "switch control plane": fn(kvsim.KvRun.dyso_round) + src("python/inswitch/apps/hare/dyso_ctl.py"),
                      "switch data plane": src("crates/programs/src/hare/dyso.rs")},
         },
         "lock manager": {
@@ -554,7 +554,7 @@ def plot_table2(r: dict[str, Any], png: Path) -> None:
 
 
 def run_ycsb(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
-    """Hare, NetCache and none in front of real Redis (issue 17), YCSB A-D and F with a
+    """Hare, NetCache, DySO and none in front of real Redis (issue 17), YCSB A-D and F with a
     hot-in shift every second from half time; measured in a rack."""
     from inswitch.apps.hare import redisrack as rr
     from inswitch.hare import ycsb
@@ -565,6 +565,7 @@ def run_ycsb(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
     out = rr.run_matrix(workloads, list(rr.RACK_SYSTEMS), p, progress)
     ratio = lambda a, b: a / b if b else None  # noqa: E731
     per = {w: {"hare_vs_netcache_throughput": ratio(r["hare"]["throughput_ops"], r["netcache"]["throughput_ops"]),
+               "hare_vs_dyso_throughput": ratio(r["hare"]["throughput_ops"], r["dyso"]["throughput_ops"]),
                "hare_vs_none_throughput": ratio(r["hare"]["throughput_ops"], r["none"]["throughput_ops"]),
                "hare_p99_over_none_p99": ratio(r["hare"]["p99_us"], r["none"]["p99_us"])} for w, r in out["runs"].items()}
     out["ratios"] = per

@@ -10,9 +10,10 @@ file (`appendfsync always`). A PUT of the absent cell (`wire.cell(None)`) is a D
 The rack's controller (in the root namespace) drives the agent over a Unix socket — the
 file system is shared across network namespaces — with one JSON line per request:
 `top` / `age` / `clear` / `forget` (NOO-Stat), `move` (the state manager's marks: a
-moving object's queries are answered "retry"), `datamv` (the D-modifier: the value goes
-to the switch in a control packet from this host's port) and `cell` (NetCache's
-controller installs values with register writes). A request is handled between two
+moving object's queries are answered "retry"), `datamv` (the D-modifier, and DySO's
+modifier: the value goes to the switch in a control packet from this host's port),
+`cell` (NetCache's controller installs values with register writes) and `qo` (DySO's
+analyzer fetches the queried keys recorded since its last fetch). A request is handled between two
 batches of queries, so no query interleaves with a data movement.
 
     python -m inswitch.apps.hare.agent --idx 0 --redis /run/x/redis.sock --ctl /run/x/agent.sock
@@ -44,9 +45,13 @@ class RedisKv(HareServer):
     DATAMV_PACKETS_TO_SWITCH = 1
     DATAMV_PACKETS_TO_SERVER = 0  # write-through: the switch's copy is never dirty
 
-    def __init__(self, idx: int, k: int, key_field: int, value_size: int, redis: Any, ctl_sock: socket.socket, switch_dst: str) -> None:
+    def __init__(self, idx: int, k: int, key_field: int, value_size: int, redis: Any, ctl_sock: socket.socket, switch_dst: str, qo_record: int = 0) -> None:
         super().__init__(idx, k, key_field)
         self.value_size, self.redis = value_size, redis
+        #: DySO's QO-Record as this host sees it: queries per key since the last fetch, at
+        #: most `qo_record` keys (0: not kept; Hare and NetCache do not use it).
+        self.qo_record = qo_record
+        self.qo: dict[bytes, int] = {}
         self.ctl_sock, self.switch_dst = ctl_sock, switch_dst
         self.send = self._send_control
         self.counters = {"queries": 0, "gets": 0, "puts": 0, "retries": 0, "malformed": 0, "unknown_op": 0, "store_errors": 0, "datamv": 0, "datamv_failed": 0}
@@ -78,6 +83,8 @@ class RedisKv(HareServer):
             if m.op == wire.OP_GET:
                 c["gets"] += 1
                 self.update_statistic(m.key)
+                if self.qo_record and (m.key in self.qo or len(self.qo) < self.qo_record):
+                    self.qo[m.key] = self.qo.get(m.key, 0) + 1
                 pipe.get(m.key)
             else:
                 c["puts"] += 1
@@ -187,6 +194,9 @@ class RedisKv(HareServer):
                 self.datamv_server2switch(key, int(req["slot"]), int(req.get("aux", 0)))
             except (TimeoutError, OSError) as e:
                 return {"ok": False, "error": str(e)}
+        elif cmd == "qo":
+            got, self.qo = self.qo, {}
+            return {"qo": [[k.hex(), n] for k, n in got.items()]}
         elif cmd == "cell":
             return {"cell": self.cell_of(key).hex()}
         elif cmd == "stats":
@@ -216,7 +226,7 @@ def serve(a: argparse.Namespace) -> int:
     q.setblocking(False)
     c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     c.bind((a.bind, 0))
-    srv = RedisKv(a.idx, a.k, a.key_field, a.value_size, r, c, a.switch_dst)
+    srv = RedisKv(a.idx, a.k, a.key_field, a.value_size, r, c, a.switch_dst, a.qo_record)
     ctl_path = Path(a.ctl)
     ctl_path.unlink(missing_ok=True)
     lsn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -275,6 +285,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--key-field", type=int, default=64)
     p.add_argument("--value-size", type=int, default=64)
     p.add_argument("--k", type=int, default=64, help="NOO-Stat's heap size (Hare's K)")
+    p.add_argument("--qo-record", type=int, default=0, help="keys DySO's QO-Record keeps between fetches (0: none)")
     return serve(p.parse_args(argv))
 
 

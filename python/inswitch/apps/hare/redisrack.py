@@ -15,6 +15,8 @@ control loop while the clients run:
 - netcache: hot-key reports cloned to the controller, installed with register and table
   writes (the switch-OS path), values fetched from the key's agent, the key marked moving
   at its agent while it is installed (so no write slips between read and install);
+- dyso: the analyzer (`dyso_ctl`, as in the trace replay) on the agents' QO-Record, each
+  offload one packet from the key's agent (`DysoControl`);
 - none: forwarding only.
 
 Every run is checked: the recorded histories per key (`hare.history`), and Redis read
@@ -40,11 +42,12 @@ import numpy as np
 
 from inswitch import _native  # type: ignore[attr-defined]
 from inswitch.apps.hare import framework
+from inswitch.apps.hare.dyso_ctl import DysoAnalyzer, dyso_row
 from inswitch.apps.hare.netcache_ctl import NetCacheController
 from inswitch.hare import history, wire, ycsb
 from inswitch.hare.client import server_index
 
-RACK_SYSTEMS = ("hare", "netcache", "none")
+RACK_SYSTEMS = ("hare", "netcache", "dyso", "none")
 PORT_CPU = 0xFFF0
 NETCACHE_REPORT_SESSION = 90
 
@@ -75,9 +78,18 @@ class RackParams:
     value_size: int = 64
     seed: int = 1
     netcache_threshold: int = 16
+    #: DySO's r-MAT columns; its rows are `cache` / columns (a power of two).
+    dyso_columns: int = 2
+    #: Seconds between DySO's analyzer rounds (QO-Record fetch, offload).
+    dyso_round_s: float = 0.05
+    qo_record: int = 4096
     #: Where each Redis keeps its append-only file (None: the system's temp dir). On a
     #: tmpfs an fsync is nearly free: quicker tests, no durability across a reboot.
     workdir: Optional[str] = None
+
+    @property
+    def dyso_rows(self) -> int:
+        return 1 << max(0, (max(1, self.cache // self.dyso_columns) - 1).bit_length())
 
     def shift_times(self) -> list[float]:
         if self.shift == "none":
@@ -306,6 +318,43 @@ class NetCacheControl:
         return {"offloads": self.nc.offloads, "evictions": self.nc.evictions, "table_ops": self.nc.table_ops, "packet_ops": 0}
 
 
+class DysoControl:
+    """DySO's analyzer (`dyso_ctl`) on the QO-Record the agents keep of the queries that
+    reach them, and its modifier: each offload is one packet (key, value, column) from the
+    key's agent, which reads the value from Redis between two batches of queries, so no
+    write of the key interleaves with it; a later write-through's reply refreshes the cell.
+
+    The dyso program keeps no QO-Record in the data plane, so queries the switch answers
+    are not recorded: an offloaded key's count only ages, and it is evicted once a colder
+    key of its row outgrows it (then its misses count again and bring it back). This
+    churns more than DySO would — the correctness check runs through it."""
+
+    def __init__(self, links: list[AgentLink], p: RackParams) -> None:
+        self.links, self.p = links, p
+        rows = p.dyso_rows
+        self.an = DysoAnalyzer[bytes](p.dyso_columns, lambda k: dyso_row(k, p.key_field, rows))
+        self.next_round = 0.0
+        self.packets = 0
+
+    def step(self, now: float) -> None:
+        if now < self.next_round:
+            return
+        self.next_round = now + self.p.dyso_round_s
+        counts: dict[bytes, float] = {}
+        for link in self.links:
+            for k, n in link.call(cmd="qo")["qo"]:
+                counts[bytes.fromhex(k)] = float(n)
+        for r, c, key in self.an.changes(self.an.record(counts, now)):
+            got = self.links[server_index(key, len(self.links))].call(cmd="datamv", key=key.hex(), slot=0, aux=c)
+            self.packets += 1
+            if not got.get("ok"):
+                raise RuntimeError(f"dyso: offload of {key!r} failed: {got.get('error')}")
+            self.an.installed(r, c, key)
+
+    def counters(self) -> dict[str, int]:
+        return {"offloads": self.an.offloads, "evictions": max(0, self.an.offloads - len(self.an.cells)), "table_ops": 0, "packet_ops": self.packets}
+
+
 def step(control: Any, now: float, errors: list[str]) -> None:
     """One turn of a system's control loop; a failure is recorded (the run is then not
     `correct`) and the loop goes on."""
@@ -329,6 +378,8 @@ def program_of(system: str, p: RackParams) -> list[str]:
         return ["forward", f"hare:key={p.key_field}:value={p.value_size}:slots={p.cache}"]
     if system == "netcache":
         return ["forward", f"netcache:key={p.key_field}:value={p.value_size}:slots={p.cache}:threshold={p.netcache_threshold}"]
+    if system == "dyso":
+        return ["forward", f"dyso:key={p.key_field}:value={p.value_size}:rows={p.dyso_rows}:columns={p.dyso_columns}"]
     if system == "none":
         return ["forward"]
     raise ValueError(f"system must be one of {', '.join(RACK_SYSTEMS)}")
@@ -353,6 +404,7 @@ class RedisRack:
         self.st: Any = None
         self.client: Any = None
         self.sw: Optional[P4rtSwitch] = None
+        self.system = "none"
 
     # hosts
     @property
@@ -428,7 +480,8 @@ class RedisRack:
         p = self.p
         ctl = str(self.sdir(i) / "agent.sock")
         argv = [sys.executable, "-m", "inswitch.apps.hare.agent", "--idx", str(i), "--redis", self.redis_sock(i), "--ctl", ctl,
-                "--switch-dst", self.client_hosts[0].ip, "--key-field", str(p.key_field), "--value-size", str(p.value_size), "--k", str(p.batch)]
+                "--switch-dst", self.client_hosts[0].ip, "--key-field", str(p.key_field), "--value-size", str(p.value_size), "--k", str(p.batch),
+                "--qo-record", str(p.qo_record if self.system == "dyso" else 0)]
         with open(self.sdir(i) / "agent.log", "ab") as log:
             proc = subprocess.Popen(self.in_host(self.storage_hosts[i], argv), stdout=subprocess.PIPE, stderr=log, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         assert proc.stdout is not None
@@ -465,12 +518,13 @@ class RedisRack:
         control.program_forwarding(self.st.switch.p4runtime, self.st.hosts, len(self.st.hosts))
         self.client = SwitchClient(self.st.switch.p4runtime)
         self.sw = P4rtSwitch(self.client, self.p.key_field)
-        if system == "hare":
+        if system in ("hare", "dyso"):
             for h in self.storage_hosts:
-                self.client.insert_entry("hare.control_ports", {"ig_intr_md.ingress_port": h.port}, "hare.allow_control")
+                self.client.insert_entry(f"{system}.control_ports", {"ig_intr_md.ingress_port": h.port}, f"{system}.allow_control")
         if system == "netcache":
             self.client.set_clone_session(NETCACHE_REPORT_SESSION, [PORT_CPU])
         self.sw.take_packet_ins()
+        self.system = system
         for i in range(self.p.servers):
             self.stop_agent(i)
             self.start_agent(i)
@@ -479,6 +533,8 @@ class RedisRack:
             return HareControl(self.sw, self.links, self.p)
         if system == "netcache":
             return NetCacheControl(self.sw, self.links, self.p)
+        if system == "dyso":
+            return DysoControl(self.links, self.p)
         return NoControl()
 
     def initial(self) -> dict[bytes, Optional[bytes]]:
