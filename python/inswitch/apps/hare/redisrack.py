@@ -258,17 +258,18 @@ class Marks(set):  # type: ignore[type-arg]
     """The state manager's set of moving objects, mirrored at each object's agent before
     `add` returns (so from then on the agent answers the object's queries "retry")."""
 
-    def __init__(self, links: list[AgentLink]) -> None:
+    def __init__(self, links: list[AgentLink], server_of: Optional[Callable[[bytes], int]] = None) -> None:
         super().__init__()
         self.links = links
+        self.server_of = server_of or (lambda k: server_index(k, len(links)))
 
     def add(self, key: bytes) -> None:  # type: ignore[override]
-        self.links[server_index(key, len(self.links))].call(cmd="move", key=key.hex(), on=True)
+        self.links[self.server_of(key)].call(cmd="move", key=key.hex(), on=True)
         super().add(key)
 
     def discard(self, key: bytes) -> None:  # type: ignore[override]
         if key in self:
-            self.links[server_index(key, len(self.links))].call(cmd="move", key=key.hex(), on=False)
+            self.links[self.server_of(key)].call(cmd="move", key=key.hex(), on=False)
         super().discard(key)
 
 
@@ -476,12 +477,15 @@ class RedisRack:
                     raise
                 time.sleep(0.05)
 
-    def start_agent(self, i: int) -> None:
+    def agent_argv(self, i: int, ctl: str) -> list[str]:
         p = self.p
-        ctl = str(self.sdir(i) / "agent.sock")
-        argv = [sys.executable, "-m", "inswitch.apps.hare.agent", "--idx", str(i), "--redis", self.redis_sock(i), "--ctl", ctl,
+        return [sys.executable, "-m", "inswitch.apps.hare.agent", "--idx", str(i), "--redis", self.redis_sock(i), "--ctl", ctl,
                 "--switch-dst", self.client_hosts[0].ip, "--key-field", str(p.key_field), "--value-size", str(p.value_size), "--k", str(p.batch),
                 "--qo-record", str(p.qo_record if self.system == "dyso" else 0)]
+
+    def start_agent(self, i: int) -> None:
+        ctl = str(self.sdir(i) / "agent.sock")
+        argv = self.agent_argv(i, ctl)
         with open(self.sdir(i) / "agent.log", "ab") as log:
             proc = subprocess.Popen(self.in_host(self.storage_hosts[i], argv), stdout=subprocess.PIPE, stderr=log, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         assert proc.stdout is not None
