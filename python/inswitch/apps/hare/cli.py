@@ -117,7 +117,7 @@ def register(app: typer.Typer) -> None:
         stats: str = option("age", "--stats", type=Choice("age", "clear"), help="Hare's statistics between rounds: age (halved every second) or clear (fetch and clear)."),
         json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Write the result as JSON."),
         rates: bool = typer.Option(True, help="Also measure the two plane-interaction rates here (starts a switch for P4Runtime)."),
-        model_rates: str = option("paper", "--model-rates", type=Choice("paper", "measured"), help="Control costs charged in the run: paper (10K table writes/s, 1M packets/s) or measured (this machine's P4Runtime and data-plane rates)."),
+        model_rates: str = option("measured", "--model-rates", type=Choice("paper", "measured"), help="Control costs charged in the run: measured (this machine's P4Runtime and data-plane rates, apps/hare/rates.py) or paper (the assumed 10K table writes/s, 1M packets/s)."),
         pcap: Optional[str] = option(None, "--pcap", type=OUT_DIR, help="Capture each system's switch ports into DIR/SYSTEM/port{N}.pcapng (and cpu.pcapng), stamped with simulated time."),
         backend: str = redis_cli.BACKEND,
         workload: str = redis_cli.WORKLOAD,
