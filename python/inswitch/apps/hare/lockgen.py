@@ -23,6 +23,7 @@ import numpy as np
 
 from inswitch.apps.hare.lockapp import KEY, OP_ACQUIRE, OP_GRANT, OP_RELEASE, OP_RELEASE_ACK
 from inswitch.apps.hare.workload import initial_order, shifted, zipf_cdf
+from inswitch.apps.hare.redisrack import wait_start
 from inswitch.hare import wire
 
 #: Status of a grant or release ack that says "ask again" (queue full, lock moving).
@@ -47,7 +48,8 @@ def main(argv: list[str]) -> int:
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
     sock.bind(("0.0.0.0", wire.PORT_CLIENT))
-    start, end = p["start_ns"], p["start_ns"] + int(p["duration"] * 1e9)
+    start = wait_start(p)
+    end = start + int(p["duration"] * 1e9)
     shift_ns = start + int(p["shift_at"] * 1e9) if p.get("shift_at") is not None else None
     hold_ns, retry_ns, lost_ns = int(p["hold_s"] * 1e9), int(p["retry_s"] * 1e9), int(p["lost_s"] * 1e9)
     # per client: [phase, lock, excl, seq, t_acquire, t_granted, t_sent]

@@ -28,7 +28,7 @@ import numpy as np
 from inswitch.apps.hare import framework
 from inswitch.apps.hare.lockapp import KEY, QUEUE
 from inswitch.apps.hare.lockgen import orders
-from inswitch.apps.hare.redisrack import AgentLink, Marks, NoControl, RackParams, RedisRack, RemoteServer, step
+from inswitch.apps.hare.redisrack import AgentLink, Marks, NoControl, RackParams, RedisRack, RemoteServer, start_together, step
 
 LOCK_RACK_SYSTEMS = ("hare", "netlock", "none")
 GRANT_SESSION = 91
@@ -150,16 +150,17 @@ class LockRack(RedisRack):
 
     def run_locks(self, system: str, control: Any, progress: Optional[Callable[[float], None]] = None) -> dict[str, Any]:  # noqa: C901
         lp = self.lp
-        start_ns = time.monotonic_ns() + int(1.5e9)
         procs, outs = [], []
         for c, h in enumerate(self.client_hosts):
             out = self.dir / f"{system}-locks{c}.json"
             outs.append(out)
             args = {"clients": lp.clients_per_host, "client_base": c * lp.clients_per_host, "servers": lp.servers, "server_ips": self.server_ips,
                     "n_locks": lp.n_locks, "cache": lp.cache, "seed": lp.seed, "alpha": lp.alpha, "excl_ratio": lp.excl_ratio,
-                    "hold_s": lp.hold_s, "retry_s": lp.retry_s, "lost_s": lp.lost_s, "start_ns": start_ns, "duration": lp.duration,
+                    "hold_s": lp.hold_s, "retry_s": lp.retry_s, "lost_s": lp.lost_s, "start_ns": None, "duration": lp.duration,
                     "shift_at": lp.shift_at, "out": str(out)}
-            procs.append(subprocess.Popen(self.in_host(h, [sys.executable, "-m", "inswitch.apps.hare.lockgen", json.dumps(args)]), stderr=subprocess.PIPE, text=True))
+            procs.append(subprocess.Popen(self.in_host(h, [sys.executable, "-m", "inswitch.apps.hare.lockgen", json.dumps(args)]),
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        start_ns = start_together(procs)
         t0 = start_ns / 1e9
         errors: list[str] = []
         while any(pr.poll() is None for pr in procs):

@@ -356,6 +356,37 @@ class DysoControl:
         return {"offloads": self.an.offloads, "evictions": max(0, self.an.offloads - len(self.an.cells)), "table_ops": 0, "packet_ops": self.packets}
 
 
+def start_together(procs: list[subprocess.Popen], lead_s: float = 0.2, timeout: float = 120.0) -> int:
+    """Wait until every load process has prepared (it prints READY), then give them all
+    one start time on the monotonic clock (shared across namespaces) over stdin; the start
+    time. A fixed lead would let a slow start (a loaded machine) eat into the measurement."""
+    import select
+
+    end = time.monotonic() + timeout
+    for pr in procs:
+        assert pr.stdout is not None
+        ready, _, _ = select.select([pr.stdout], [], [], max(0.0, end - time.monotonic()))
+        line = pr.stdout.readline() if ready else ""
+        if not line.startswith("READY"):
+            for q in procs:
+                q.kill()
+            raise RuntimeError(f"a load process did not get ready: {line!r} {pr.stderr.read()[-2000:] if pr.stderr else ''}")
+    start_ns = time.monotonic_ns() + int(lead_s * 1e9)
+    for pr in procs:
+        assert pr.stdin is not None
+        pr.stdin.write(f"{start_ns}\n")
+        pr.stdin.flush()
+    return start_ns
+
+
+def wait_start(p: dict[str, Any]) -> int:
+    """The load process's side of `start_together`."""
+    if p.get("start_ns") is not None:
+        return int(p["start_ns"])
+    print("READY", flush=True)
+    return int(sys.stdin.readline())
+
+
 def step(control: Any, now: float, errors: list[str]) -> None:
     """One turn of a system's control loop; a failure is recorded (the run is then not
     `correct`) and the loop goes on."""
@@ -606,7 +637,6 @@ class RedisRack:
         process with SIGKILL mid-run and restarts it. The controller runs in this loop, so
         it is between two rounds at the kill and resumes after the restart."""
         p = self.p
-        start_ns = time.monotonic_ns() + int(1.5e9)
         procs = []
         outs = []
         for c, h in enumerate(self.client_hosts):
@@ -614,8 +644,10 @@ class RedisRack:
             outs.append(out)
             args = {"servers": self.server_ips, "key_field": p.key_field, "value_size": p.value_size, "window": p.window, "workload": p.workload,
                     "records": p.records, "field_size": p.field_size, "seed": p.seed * 1000 + c, "shift_seed": p.seed, "client": c + 1,
-                    "start_ns": start_ns, "duration": p.duration, "shift": p.shift, "shift_count": p.shift_count, "shift_times": p.shift_times(), "out": str(out)}
-            procs.append(subprocess.Popen(self.in_host(h, [sys.executable, "-m", "inswitch.apps.hare.loadgen", json.dumps(args)]), stderr=subprocess.PIPE, text=True))
+                    "start_ns": None, "duration": p.duration, "shift": p.shift, "shift_count": p.shift_count, "shift_times": p.shift_times(), "out": str(out)}
+            procs.append(subprocess.Popen(self.in_host(h, [sys.executable, "-m", "inswitch.apps.hare.loadgen", json.dumps(args)]),
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        start_ns = start_together(procs)
         t0 = start_ns / 1e9
         ctl_errors: list[str] = []
         fault_at: Optional[tuple[float, float]] = None
