@@ -116,7 +116,7 @@ def register(app: typer.Typer) -> None:
         t_wait: float = option(0.1, "--t-wait", type=Float(0.001, 60), help="Hare's statistics window in seconds between offloading rounds."),
         stats: str = option("age", "--stats", type=Choice("age", "clear"), help="Hare's statistics between rounds: age (halved every second) or clear (fetch and clear)."),
         json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Write the result as JSON."),
-        rates: bool = typer.Option(True, help="Also measure the two plane-interaction rates here (starts a switch for P4Runtime)."),
+        rates: bool = typer.Option(True, help="Measure the two plane-interaction rates here (starts a switch for P4Runtime); --no-rates: measure nothing and charge the paper's rates."),
         model_rates: str = option("measured", "--model-rates", type=Choice("paper", "measured"), help="Control costs charged in the run: measured (this machine's P4Runtime and data-plane rates, apps/hare/rates.py) or paper (the assumed 10K table writes/s, 1M packets/s)."),
         pcap: Optional[str] = option(None, "--pcap", type=OUT_DIR, help="Capture each system's switch ports into DIR/SYSTEM/port{N}.pcapng (and cpu.pcapng), stamped with simulated time."),
         backend: str = redis_cli.BACKEND,
@@ -142,7 +142,7 @@ def register(app: typer.Typer) -> None:
         if shift_count is not None and shift_count > keys:
             raise typer.BadParameter(f"{shift_count} is more than the {keys} keys", param_hint="--shift-count")
         systems = list(SYSTEMS) if system == "all" else [system]
-        measured = plane_rates.measure(True) if rates or model_rates == "measured" else None
+        measured = plane_rates.measure(True) if rates else None
         extra = {}
         if model_rates == "measured" and measured:
             extra = {"table_rate": measured["p4runtime_table_writes"]["per_s"], "packet_rate": measured["dataplane_control_packets"]["per_s"]}
@@ -273,6 +273,7 @@ def _register_locks(app: typer.Typer) -> None:
         backend: str = option("sim", "--backend", type=Choice("sim", "real"), help="sim: trace replay in simulated time (a model); real: lock servers and clients as processes in a rack (root), measured."),
         hosts: int = option(2, "--hosts", type=Int(1, 16), help="--backend real: client hosts (the clients are spread over them)."),
         servers: int = option(2, "--servers", type=Int(1, 16), help="--backend real: lock server hosts."),
+        model_rates: str = option("measured", "--model-rates", type=Choice("paper", "measured"), help="--backend sim: control costs at this machine's measured P4Runtime and data-plane rates (apps/hare/rates.py), or the paper's assumed 10K table writes/s and 1M packets/s."),
     ) -> None:
         """Lock manager: Hare's dynamic offloading (dirty lock state moved by packets) vs
         NetLock-style static offloading vs none."""
@@ -283,10 +284,14 @@ def _register_locks(app: typer.Typer) -> None:
         if backend == "real":
             run_locks_real(console, systems, locks, cache, clients, hosts, servers, hold, exclusive, batch, zipf, duration, shift, seed, json_out)
             return
+        measured = plane_rates.measure(True) if model_rates == "measured" else None
+        extra = {"table_rate": measured["p4runtime_table_writes"]["per_s"], "packet_rate": measured["dataplane_control_packets"]["per_s"]} if measured else {}
         p = LockParams(n_locks=locks, cache=cache, clients=clients, hold_s=hold, excl_ratio=exclusive, batch=batch, alpha=zipf,
-                       duration=duration, shift_at=duration / 2 if shift else None, service_s=service, seed=seed)
+                       duration=duration, shift_at=duration / 2 if shift else None, service_s=service, seed=seed, **extra)
         with Progress(console=console) as prog:
             out = run_locks(systems, p, prog)
+        if measured:
+            out["plane_interaction_rates_measured"] = measured
         out["config"]["backend"] = "sim (model: trace replay, FIFO servers, simulated time)"
         t = Table(title=f"locks (model, --backend sim): {len(systems)} system(s)")
         for c in ("system", "transactions", "stable tps", "recovered tps", "recovery (s)", "retries", "moves", "correct"):
