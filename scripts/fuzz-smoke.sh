@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
-# Run every cargo-fuzz target for a short time (default 10 s each; first argument overrides).
+# Run every cargo-fuzz target, and the Python RESP parser's fuzz loop, for a short time
+# (default 10 s each; first argument overrides).
 # Needs a nightly toolchain for libFuzzer's instrumentation; installs cargo-fuzz if missing.
 # Without nightly it says so and exits 0: the proptests in `cargo test` still check that
 # arbitrary bytes never panic the parsers and the switch.
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 secs=${1:-10}
+# The RESP parser is Python: its fuzz loop needs no nightly (fuzz/python/resp_fuzz.py).
+py=${PYTHON:-../.venv/bin/python}
+[ -x "$py" ] || py=python3
+echo "fuzz: resp (python) for ${secs}s"
+PYTHONPATH=../python "$py" python/resp_fuzz.py "$secs"
 if ! rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
   echo "fuzz: no nightly toolchain, skipping libFuzzer runs (proptests cover arbitrary input)"
   exit 0

@@ -218,7 +218,7 @@ def test_the_smallest_accepted_values_finish() -> None:
     cp = _cli("kvs", "--system", "hare", "--t-wait", "0.001", "--duration", "0.1", "--no-rates", "--json", "-", timeout=60)
     assert cp.returncode == 0, cp.stderr
     assert json.loads(cp.stdout)["systems"]["hare"]["correct"] is True
-    cp = _cli("locks", "--system", "hare", "--hold", "1e-6", "--service", "1e-6", "--duration", "0.1", "--json", "-", timeout=60)
+    cp = _cli("locks", "--system", "hare", "--hold", "1e-6", "--service", "1e-6", "--duration", "0.1", "--model-rates", "paper", "--json", "-", timeout=60)
     assert cp.returncode == 0, cp.stderr
     assert json.loads(cp.stdout)["systems"]["hare"]["correct"] is True
     assert time.monotonic() - t0 < 40
@@ -265,7 +265,7 @@ def test_json_dash_is_stdout_and_only_json() -> None:
     cp = _cli("locks", "--system", "none", "--duration", "0.2", "--locks", "100", "--cache", "8", "--json", "-")
     assert cp.returncode == 0, cp.stderr
     doc = json.loads(cp.stdout)
-    assert doc["systems"]["none"]["correct"] is True and "locks: 1 system(s)" in cp.stderr
+    assert doc["systems"]["none"]["correct"] is True and "locks (model, --backend sim): 1 system(s)" in cp.stderr
     assert "wrote" not in cp.stderr
 
 

@@ -1,4 +1,4 @@
-"""Hare, NetCache and no caching in front of real redis-servers in a rack (issue 17):
+"""Hare, NetCache, DySO and no caching in front of real redis-servers in a rack (issue 17):
 `redis-benchmark -t get,set -n 20000` through `inswitch kvs proxy` in a client host, with
 the switch daemon, the storage agents and each system's controller running; then a short
 YCSB-A run with a hotspot shift through the client library. Every operation is recorded
@@ -106,3 +106,16 @@ def test_switch_kill9_mid_run_hare_refills_its_cache(rack: rr.RedisRack) -> None
     assert r["recovered_s"] is not None and r["recovered_s"] < 8, r["cache_recoveries"]
     assert "cache treated as empty" in r["restart_note"] and "refilled" in r["restart_note"]
     assert r["control"]["offloads"] > 0
+
+
+def test_dyso_offload_churn_stays_correct(rack: rr.RedisRack) -> None:
+    """DySO in the rack: its analyzer offloads the locally hottest keys of each r-MAT row
+    with packets from the agents; with hot-in shifts (and a QO-Record that misses switch
+    hits) cells are overwritten many times a second. Through that churn, under YCSB-A (half
+    writes), no read is stale and no acknowledged write is lost."""
+    r = rack.run_load("dyso", rack.use("dyso"))
+    c = r["control"]
+    assert c["offloads"] > c["evictions"] > 20, c
+    assert r["stale_reads"] == 0 and r["lost_writes"] == 0 and r["linearizable"], r["nonlinearizable_keys"]
+    assert r["correct"] and r["hit_rate"] > 0
+    assert sum(a["queries"] for a in r["agents"]) > 0

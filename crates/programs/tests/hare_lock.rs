@@ -343,3 +343,51 @@ fn lock_program_fits_tofino1() {
     let rep = ResourceReport::new(&[f.decl(), l.decl()], &Target::tofino1());
     assert!(rep.fits, "{:?}", rep.problems);
 }
+
+/// An exclusive holder releases a lock that has shared waiters at the head of its queue:
+/// all of them are granted by that one release (a chain of recirculated grants), the
+/// exclusive waiter behind them and the shared one behind that are not; the exclusive one
+/// gets the lock when the last shared holder leaves, and the shared one after it.
+#[test]
+fn shared_waiters_granted_together_after_an_exclusive_release() {
+    let mut r = Rig::new();
+    let lock = 5u32;
+    r.offload(lock, None);
+    let host = |c: usize| (c % 3) as u8 + 1;
+    let msg = |op: Op, c: usize, seq: u32, excl: bool| Repr {
+        op,
+        flags: 0,
+        seq,
+        hit_index: 0,
+        aux: c as u16,
+        status: if excl { EXCLUSIVE } else { SHARED },
+        key: lock_id(lock),
+        key_field: 4,
+        value: vec![0; 8],
+    };
+    let grants = |out: &[(u16, Vec<u8>)]| -> Vec<(usize, u32)> {
+        let mut g: Vec<(usize, u32)> = out
+            .iter()
+            .map(|(_, f)| parse(f))
+            .filter(|m| m.op == Op::Grant && m.status == GRANTED)
+            .map(|m| (m.aux as usize, m.seq & 0xFFFF))
+            .collect();
+        g.sort();
+        g
+    };
+    let send = |r: &mut Rig, op: Op, c: usize, seq: u32, excl: bool| {
+        let out = r.send(CLIENT_PORTS[c % 3], &frame(host(c), SERVER, PORT_CLIENT, PORT_SERVER, &msg(op, c, seq, excl)));
+        grants(&out)
+    };
+    // Client 0 holds it exclusively; 1, 2, 3 wait shared, 4 exclusive, 5 shared.
+    assert_eq!(send(&mut r, Op::Acquire, 0, 10, true), vec![(0, 10)]);
+    for (c, excl) in [(1, false), (2, false), (3, false), (4, true), (5, false)] {
+        assert_eq!(send(&mut r, Op::Acquire, c, 10 + c as u32, excl), vec![], "client {c} waits");
+    }
+    assert_eq!(send(&mut r, Op::Release, 0, 0, false), vec![(1, 11), (2, 12), (3, 13)], "the shared waiters, together");
+    assert_eq!(send(&mut r, Op::Release, 1, 0, false), vec![]);
+    assert_eq!(send(&mut r, Op::Release, 2, 0, false), vec![]);
+    assert_eq!(send(&mut r, Op::Release, 3, 0, false), vec![(4, 14)], "the exclusive waiter, once the lock is free");
+    assert_eq!(send(&mut r, Op::Release, 4, 0, false), vec![(5, 15)]);
+    assert_eq!(r.sw.counters().drops[pisa::DropCode::VIOLATION.0 as usize], 0);
+}

@@ -52,8 +52,8 @@ pub trait HareApp: Send + Sync + Sized + 'static {
     }
 
     /// A packet the application handles before the framework's dispatch (e.g. its own
-    /// recirculated packets); `true` if it did.
-    fn intercept(&self, _pass: &mut Pass<'_>, _op: Op, _flags: u8) -> bool {
+    /// recirculated packets, which may check a slot's state in `states`); `true` if it did.
+    fn intercept(&self, _pass: &mut Pass<'_>, _op: Op, _flags: u8, _states: &StateManager) -> bool {
         false
     }
 

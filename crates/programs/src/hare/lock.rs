@@ -10,9 +10,12 @@
 //!   is full, answered with `status` 1 (retry).
 //! - RELEASE: answered with a release ack; when it frees the lock for the head waiter, the
 //!   waiter is taken off the queue in the same pass, the ack is cloned to the recirculation
-//!   port, and in its second pass the clone becomes the waiter's grant (addressed through
-//!   `lock_hosts`). One waiter is granted per release; shared waiters behind it are granted
-//!   by the following releases.
+//!   port (carrying the slot in `hit_index`), and in its second pass the clone becomes the
+//!   waiter's grant (addressed through `lock_hosts`). When that grant leaves the lock
+//!   shared and the next waiter is shared too, the same pass takes that waiter off the
+//!   queue and clones the grant around again for it: all shared waiters at the head of the
+//!   queue are granted together, one recirculation each (at most [`QUEUE`]), as the lock's
+//!   server grants them (`lockapp.LockServer.release`).
 //!
 //! Lock state on the switch is dirty data: before a lock is evicted the control plane
 //! moves it back with `DataMvToServer` packets (state and each queue cell), and moves it in
@@ -32,7 +35,7 @@ use wire::hare::{Op, Packet, HEADER_LEN, PORT_CLIENT};
 
 use super::app::{DataMv, HareApp, QueryHit};
 use super::kv::Packer;
-use super::oostat::state;
+use super::oostat::{state, StateManager};
 use super::{back_to_sender, HareConfig, HareProgram, L2_L4_LEN};
 
 /// Waiting requests per offloaded lock.
@@ -86,14 +89,16 @@ impl SaluBody<Pair, u32, u32> for Acquire {
     }
 }
 
-/// RELEASE on the lock state: one holder leaves; the head waiter gets the lock when it
-/// becomes free (or stays shared for a shared waiter).
+/// RELEASE on the lock state (operand 0): one holder leaves; the head waiter gets the lock
+/// when it becomes free (or stays shared for a shared waiter). Operand 1, a chained grant's
+/// second pass: no holder leaves, the head waiter is granted on the same terms (so a
+/// shared one joins the shared holders). One action for both: a register has four.
 #[derive(Clone, Copy)]
 struct Release;
-impl SaluBody<Pair, (), u32> for Release {
-    fn run(self, c: Pair, _: ()) -> (Pair, u32) {
+impl SaluBody<Pair, u32, u32> for Release {
+    fn run(self, c: Pair, chained: u32) -> (Pair, u32) {
         let (holders, mode, head, len, mask) = unpack(c);
-        let holders = holders.saturating_sub(1);
+        let holders = if chained != 0 { holders } else { holders.saturating_sub(1) };
         if len > 0 {
             let excl = mask & (1 << head) != 0;
             if holders == 0 || (!excl && mode == MODE_SHARED) {
@@ -148,7 +153,7 @@ pub type HareLock = HareProgram<LockApp>;
 pub struct LockApp {
     key_bytes: usize,
     acquire: RegisterAction<Pair, u32, u32, Acquire>,
-    release: RegisterAction<Pair, (), u32, Release>,
+    release: RegisterAction<Pair, u32, u32, Release>,
     state_read: RegisterAction<Pair, u32, u32>,
     state_write: pisa::SaluAction<Pair, Pair, (), WritePair>,
     qip_read: pisa::SaluAction<u32, (), u32, Read>,
@@ -176,7 +181,7 @@ impl HareApp for LockApp {
     }
 
     fn define_appdata(b: &mut ProgramBuilder, cfg: &HareConfig, packer: &mut Packer) -> Self {
-        b.max_recirculations(Some(1));
+        b.max_recirculations(Some(QUEUE));
         let (st1, st2) = (packer.take(), packer.stage + 1);
         let ls = b.register::<Pair>(
             "lock_state",
@@ -230,7 +235,7 @@ impl HareApp for LockApp {
         let d_waiting = b.drop_reason("lock_waiting");
         let d_no_host = b.drop_reason("lock_no_host");
         b.note("lock_state's acquire and release bodies decide grant / queue / full and pop the head in one read-modify-write; a Tofino stateful ALU does at most two comparisons per half, so on hardware this state is split over more arrays and stages, as NetLock does");
-        b.note("one waiter is granted per release (by a recirculated clone of the release ack)");
+        b.note("a release grants the head waiter by a recirculated clone of its ack; the shared waiters behind it follow, one recirculation each");
         LockApp {
             key_bytes: cfg.key_bytes,
             acquire,
@@ -256,9 +261,9 @@ impl HareApp for LockApp {
         value_len == 8
     }
 
-    fn intercept(&self, pass: &mut Pass<'_>, op: Op, flags: u8) -> bool {
-        if op == Op::ReleaseAck && flags & FLAG_GRANT_NEXT != 0 && pass.ingress_port() == PORT_RECIRC {
-            self.grant_next(pass);
+    fn intercept(&self, pass: &mut Pass<'_>, op: Op, flags: u8, states: &StateManager) -> bool {
+        if matches!(op, Op::ReleaseAck | Op::Grant) && flags & FLAG_GRANT_NEXT != 0 && pass.ingress_port() == PORT_RECIRC {
+            self.grant_next(pass, states);
             return true;
         }
         false
@@ -307,7 +312,7 @@ impl HareApp for LockApp {
                 }
             }
             Op::Release => {
-                let out = pass.execute(&self.release, slot as u32, ());
+                let out = pass.execute(&self.release, slot as u32, 0);
                 let h = pass.hdr_mut();
                 let mut p = Packet::new_unchecked(&mut h[L2_L4_LEN..]);
                 p.set_op(Op::ReleaseAck);
@@ -318,6 +323,7 @@ impl HareApp for LockApp {
                     let h = pass.hdr_mut();
                     Self::pair_into(cell, &mut h[voff..end]);
                     h[L2_L4_LEN + wire::hare::field::FLAGS] |= FLAG_GRANT_NEXT;
+                    Packet::new_unchecked(&mut h[L2_L4_LEN..]).set_hit_index(slot);
                     pass.clone_ingress(GRANT_SESSION);
                 }
                 back_to_sender(pass, end);
@@ -366,11 +372,24 @@ impl LockApp {
     }
 
     /// The second pass of a release that freed the lock for a waiter: the clone of the
-    /// release ack becomes the waiter's grant.
-    fn grant_next(&self, pass: &mut Pass<'_>) {
+    /// release ack (or of the previous shared grant) becomes the waiter's grant. If the
+    /// lock is shared and the next waiter is shared too, it is taken off the queue and this
+    /// grant is cloned around again, carrying that waiter's cell; the waiter it is sent to
+    /// ignores the cell and the flag. A slot that is no longer valid (its lock moving)
+    /// grants no more: the lock's server grants from the state it gets.
+    fn grant_next(&self, pass: &mut Pass<'_>, states: &StateManager) {
         let kb = self.key_bytes;
         let voff = L2_L4_LEN + HEADER_LEN + kb;
         let cell = Self::pair_from(&pass.hdr()[voff..voff + 8]);
+        let slot = Packet::new_unchecked(&pass.hdr()[L2_L4_LEN..]).hit_index() as u32;
+        let mut next = None;
+        if pass.execute(&states.check, slot, ()) == state::VALID {
+            let out = pass.execute(&self.release, slot, 1);
+            if out & !0xFF == OUT_NEXT {
+                let i = slot * QUEUE + (out & 0xFF);
+                next = Some(Pair::new(pass.execute(&self.qip_read, i, ()).get(), pass.execute(&self.qtag_read, i, ()).get()));
+            }
+        }
         let ip = cell.lo.to_be_bytes();
         let r = pass.apply(&self.lock_hosts, &ip);
         if !r.hit || r.action != self.a_host {
@@ -388,10 +407,14 @@ impl LockApp {
         }
         let mut p = Packet::new_unchecked(&mut h[L2_L4_LEN..]);
         p.set_op(Op::Grant);
-        p.set_flags(0);
+        p.set_flags(if next.is_some() { FLAG_GRANT_NEXT } else { 0 });
         p.set_status(GRANTED);
         p.set_aux((cell.hi >> 16) as u16);
         h[L2_L4_LEN + wire::hare::field::SEQ..][..4].copy_from_slice(&(cell.hi & 0xFFFF).to_be_bytes());
+        if let Some(n) = next {
+            Self::pair_into(n, &mut h[voff..voff + 8]);
+            pass.clone_ingress(GRANT_SESSION);
+        }
         pass.forward(port);
     }
 }

@@ -284,7 +284,7 @@ impl<A: HareApp> Program for HareProgram<A> {
         };
         match op {
             None => pass.drop(self.d_unknown_op),
-            Some(op) if self.app.intercept(pass, op, flags) => {}
+            Some(op) if self.app.intercept(pass, op, flags, &self.states) => {}
             Some(op) if op.is_control() => {
                 // Replies of control packets travel back as ordinary traffic.
                 if flags & FLAG_DONE == 0 {

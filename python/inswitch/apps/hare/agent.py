@@ -10,12 +10,17 @@ file (`appendfsync always`). A PUT of the absent cell (`wire.cell(None)`) is a D
 The rack's controller (in the root namespace) drives the agent over a Unix socket — the
 file system is shared across network namespaces — with one JSON line per request:
 `top` / `age` / `clear` / `forget` (NOO-Stat), `move` (the state manager's marks: a
-moving object's queries are answered "retry"), `datamv` (the D-modifier: the value goes
-to the switch in a control packet from this host's port) and `cell` (NetCache's
-controller installs values with register writes). A request is handled between two
+moving object's queries are answered "retry"), `datamv` (the D-modifier, and DySO's
+modifier: the value goes to the switch in a control packet from this host's port),
+`cell` (NetCache's controller installs values with register writes) and `qo` (DySO's
+analyzer fetches the queried keys recorded since its last fetch). A request is handled between two
 batches of queries, so no query interleaves with a data movement.
 
     python -m inswitch.apps.hare.agent --idx 0 --redis /run/x/redis.sock --ctl /run/x/agent.sock
+    python -m inswitch.apps.hare.agent --app lock --idx 0 --ctl /run/x/agent.sock
+
+With `--app lock` the agent is the lock manager's server instead (`LockAgent`, no Redis):
+the same control requests, and `datamv_back` (a lock's dirty state home from the switch).
 """
 
 from __future__ import annotations
@@ -32,21 +37,117 @@ from typing import Any, Optional
 
 from inswitch import _native  # type: ignore[attr-defined]
 from inswitch.apps.hare.framework import HareServer, Query
+from inswitch.apps.hare.lockapp import KEY, OP_ACQUIRE, OP_RELEASE, LockServer
 from inswitch.hare import wire
 
 L4_END = 14 + 20 + 8
+CONTROL_OPS = (wire.OP_STAT_FETCH, wire.OP_STATE_SET, wire.OP_DATAMV_TO_SWITCH, wire.OP_DATAMV_TO_SERVER)
 BATCH = 256
 
 
-class RedisKv(HareServer):
+class AgentBase:
+    """What every agent adds to its application's `HareServer`: the `send` built-in over
+    UDP and the controller's NOO-Stat, mark and data-movement requests."""
+
+    counters: dict[str, int]
+    ctl_sock: socket.socket
+    switch_dst: str
+    key_field: int
+    noo: Any
+    moving: set[bytes]
+    ep: Any
+
+    # ---- the `send` built-in over UDP ------------------------------------------------------
+
+    def _send_control(self, frames: list[bytes]) -> list[tuple[int, bytes]]:
+        """Control packets leave from this host's port (which the switch allows) and come
+        back marked done; returned as frames, as the in-process switch returns them. Any
+        other frame (a lock server's grant) goes to its client's host, unanswered."""
+        out = []
+        for f in frames:
+            payload = f[L4_END:]
+            want = wire.Msg.decode(payload)
+            if want.op not in CONTROL_OPS:
+                self.ctl_sock.sendto(payload, (socket.inet_ntoa(f[30:34]), wire.PORT_CLIENT))
+                continue
+            for _ in range(5):
+                self.ctl_sock.sendto(payload, (self.switch_dst, wire.PORT_SERVER))
+                got = self._await_done(want, 0.2)
+                if got is not None:
+                    self.counters["datamv"] += 1
+                    out.append((0, _native.hare_frame(self.ep, self.ep, got.op, got.key, self.key_field if got.key else 0, got.value, got.seq, got.slot, got.aux, got.status, got.flags)))
+                    break
+            else:
+                self.counters["datamv_failed"] += 1
+                raise TimeoutError("the switch did not answer a data-movement packet")
+        return out
+
+    def _await_done(self, want: wire.Msg, timeout: float) -> Optional[wire.Msg]:
+        end = time.monotonic() + timeout
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                return None
+            self.ctl_sock.settimeout(left)
+            try:
+                data = self.ctl_sock.recv(2048)
+            except socket.timeout:
+                return None
+            try:
+                m = wire.Msg.decode(data)
+            except wire.WireError:
+                continue
+            if m.op == want.op and m.flags & wire.FLAG_DONE and m.slot == want.slot:
+                return m
+
+    def request(self, req: dict[str, Any]) -> dict[str, Any]:
+        cmd = req.get("cmd")
+        key = bytes.fromhex(req.get("key", ""))
+        if cmd == "ping":
+            return {"ok": True}
+        if cmd == "top":
+            return {"top": [[k.hex(), c] for k, c in self.noo.top()]}
+        if cmd == "age":
+            self.noo.age()
+        elif cmd == "clear":
+            self.noo.clear()
+        elif cmd == "forget":
+            self.noo.forget(key)
+        elif cmd == "move":
+            (self.moving.add if req["on"] else self.moving.discard)(key)
+        elif cmd == "unmark_all":  # the controller's switch restarted: no object is moving
+            self.moving.clear()
+        elif cmd in ("datamv", "datamv_back"):
+            try:
+                if cmd == "datamv":
+                    self.datamv_server2switch(key, int(req["slot"]), int(req.get("aux", 0)))  # type: ignore[attr-defined]
+                else:
+                    self.datamv_switch2server(key, int(req["slot"]))  # type: ignore[attr-defined]
+            except (TimeoutError, OSError) as e:
+                return {"ok": False, "error": str(e)}
+        elif cmd == "stats":
+            return {"counters": self.counters}
+        else:
+            return self.app_request(cmd, key, req)
+        return {"ok": True}
+
+    def app_request(self, cmd: Any, key: bytes, req: dict[str, Any]) -> dict[str, Any]:
+        return {"ok": False, "error": f"unknown request {cmd!r}"}
+
+
+class RedisKv(AgentBase, HareServer):
     """The KV application over Redis (K3's User class)."""
 
     DATAMV_PACKETS_TO_SWITCH = 1
     DATAMV_PACKETS_TO_SERVER = 0  # write-through: the switch's copy is never dirty
 
-    def __init__(self, idx: int, k: int, key_field: int, value_size: int, redis: Any, ctl_sock: socket.socket, switch_dst: str) -> None:
+    def __init__(self, idx: int, k: int, key_field: int, value_size: int, redis: Any, ctl_sock: socket.socket, switch_dst: str, qo_record: int = 0) -> None:
         super().__init__(idx, k, key_field)
         self.value_size, self.redis = value_size, redis
+        #: DySO's QO-Record as this host sees it: queries per key since the last fetch, at
+        #: most `qo_record` keys (0: not kept; Hare and NetCache do not use it).
+        self.qo_record = qo_record
+        self.qo: dict[bytes, int] = {}
         self.ctl_sock, self.switch_dst = ctl_sock, switch_dst
         self.send = self._send_control
         self.counters = {"queries": 0, "gets": 0, "puts": 0, "retries": 0, "malformed": 0, "unknown_op": 0, "store_errors": 0, "datamv": 0, "datamv_failed": 0}
@@ -78,6 +179,8 @@ class RedisKv(HareServer):
             if m.op == wire.OP_GET:
                 c["gets"] += 1
                 self.update_statistic(m.key)
+                if self.qo_record and (m.key in self.qo or len(self.qo) < self.qo_record):
+                    self.qo[m.key] = self.qo.get(m.key, 0) + 1
                 pipe.get(m.key)
             else:
                 c["puts"] += 1
@@ -126,76 +229,51 @@ class RedisKv(HareServer):
     def datamv_server2switch(self, key: bytes, slot: int, aux: int = 0) -> None:
         self.control(wire.OP_DATAMV_TO_SWITCH, slot, self.cell_of(key), aux=aux, key=key)
 
-    # ---- the `send` built-in over UDP ------------------------------------------------------
+    # ---- the controller's requests -----------------------------------------------------------
 
-    def _send_control(self, frames: list[bytes]) -> list[tuple[int, bytes]]:
-        """Control packets leave from this host's port (which the switch allows) and come
-        back marked done; returned as frames, as the in-process switch returns them."""
-        out = []
-        for f in frames:
-            payload = f[L4_END:]
-            want = wire.Msg.decode(payload)
-            for _ in range(5):
-                self.ctl_sock.sendto(payload, (self.switch_dst, wire.PORT_SERVER))
-                got = self._await_done(want, 0.2)
-                if got is not None:
-                    self.counters["datamv"] += 1
-                    out.append((0, _native.hare_frame(self.ep, self.ep, got.op, got.key, self.key_field if got.key else 0, got.value, got.seq, got.slot, got.aux, got.status, got.flags)))
-                    break
-            else:
-                self.counters["datamv_failed"] += 1
-                raise TimeoutError("the switch did not answer a data-movement packet")
-        return out
+    def app_request(self, cmd: Any, key: bytes, req: dict[str, Any]) -> dict[str, Any]:
+        if cmd == "qo":
+            got, self.qo = self.qo, {}
+            return {"qo": [[k.hex(), n] for k, n in got.items()]}
+        if cmd == "cell":
+            return {"cell": self.cell_of(key).hex()}
+        return super().app_request(cmd, key, req)
 
-    def _await_done(self, want: wire.Msg, timeout: float) -> Optional[wire.Msg]:
-        end = time.monotonic() + timeout
-        while True:
-            left = end - time.monotonic()
-            if left <= 0:
-                return None
-            self.ctl_sock.settimeout(left)
-            try:
-                data = self.ctl_sock.recv(2048)
-            except socket.timeout:
-                return None
+
+
+class LockAgent(AgentBase, LockServer):
+    """The lock manager's server (`lockapp.LockServer`, the K3 application) on a storage
+    host: ACQUIRE / RELEASE that missed the switch arrive on UDP 7370; grants and acks go
+    to the client's host on UDP 7371, where the switch's own grants go too. The lock's
+    state is dirty on the switch, so both data-movement directions are driven here."""
+
+    def __init__(self, idx: int, k: int, ctl_sock: socket.socket, switch_dst: str) -> None:
+        LockServer.__init__(self, idx, k)
+        self.ctl_sock, self.switch_dst = ctl_sock, switch_dst
+        self.send = self._send_control
+        self.counters = {"queries": 0, "retries": 0, "malformed": 0, "unknown_op": 0, "datamv": 0, "datamv_failed": 0}
+
+    def datamv_server2switch(self, key: bytes, slot: int, aux: int = 0) -> None:
+        LockServer.datamv_server2switch(self, key, slot)
+
+    def process_batch(self, batch: list[tuple[bytes, Any]]) -> list[tuple[bytes, Any]]:
+        out: list[tuple[bytes, Any]] = []
+        for data, addr in batch:
             try:
                 m = wire.Msg.decode(data)
             except wire.WireError:
+                self.counters["malformed"] += 1
                 continue
-            if m.op == want.op and m.flags & wire.FLAG_DONE and m.slot == want.slot:
-                return m
-
-    # ---- the controller's requests -----------------------------------------------------------
-
-    def request(self, req: dict[str, Any]) -> dict[str, Any]:
-        cmd = req.get("cmd")
-        key = bytes.fromhex(req.get("key", ""))
-        if cmd == "ping":
-            return {"ok": True}
-        if cmd == "top":
-            return {"top": [[k.hex(), c] for k, c in self.noo.top()]}
-        if cmd == "age":
-            self.noo.age()
-        elif cmd == "clear":
-            self.noo.clear()
-        elif cmd == "forget":
-            self.noo.forget(key)
-        elif cmd == "move":
-            (self.moving.add if req["on"] else self.moving.discard)(key)
-        elif cmd == "unmark_all":  # the controller's switch restarted: no object is moving
-            self.moving.clear()
-        elif cmd == "datamv":
-            try:
-                self.datamv_server2switch(key, int(req["slot"]), int(req.get("aux", 0)))
-            except (TimeoutError, OSError) as e:
-                return {"ok": False, "error": str(e)}
-        elif cmd == "cell":
-            return {"cell": self.cell_of(key).hex()}
-        elif cmd == "stats":
-            return {"counters": self.counters}
-        else:
-            return {"ok": False, "error": f"unknown request {cmd!r}"}
-        return {"ok": True}
+            if m.op not in (OP_ACQUIRE, OP_RELEASE) or m.key_field != KEY or len(m.key) != KEY:
+                self.counters["unknown_op" if m.op not in (OP_ACQUIRE, OP_RELEASE) else "malformed"] += 1
+                continue
+            self.counters["queries"] += 1
+            if self.is_moving(m.key):
+                self.counters["retries"] += 1  # answered "retry" by process_query
+            q = Query(m.op, m.flags, m.seq, m.slot, m.aux, m.status, m.key, m.value, socket.inet_aton(addr[0]))
+            for f in self.process_query(q):
+                out.append((f[L4_END:], (socket.inet_ntoa(f[30:34]), wire.PORT_CLIENT)))
+        return out
 
 
 def serve(a: argparse.Namespace) -> int:
@@ -203,7 +281,7 @@ def serve(a: argparse.Namespace) -> int:
 
     r = redis.Redis(unix_socket_path=a.redis, socket_timeout=5.0)
     deadline = time.monotonic() + 20
-    while True:
+    while a.app == "kv":
         try:
             r.ping()
             break
@@ -218,7 +296,7 @@ def serve(a: argparse.Namespace) -> int:
     q.setblocking(False)
     c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     c.bind((a.bind, 0))
-    srv = RedisKv(a.idx, a.k, a.key_field, a.value_size, r, c, a.switch_dst)
+    srv: Any = RedisKv(a.idx, a.k, a.key_field, a.value_size, r, c, a.switch_dst, a.qo_record) if a.app == "kv" else LockAgent(a.idx, a.k, c, a.switch_dst)
     ctl_path = Path(a.ctl)
     ctl_path.unlink(missing_ok=True)
     lsn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -269,7 +347,8 @@ def serve(a: argparse.Namespace) -> int:
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m inswitch.apps.hare.agent", description="Hare storage agent in front of a local Redis.")
     p.add_argument("--idx", type=int, required=True)
-    p.add_argument("--redis", required=True, help="Redis's Unix socket")
+    p.add_argument("--app", choices=("kv", "lock"), default="kv", help="the application: the KV store over Redis, or the lock manager")
+    p.add_argument("--redis", default="", help="Redis's Unix socket (--app kv)")
     p.add_argument("--ctl", required=True, help="Unix socket the controller talks to")
     p.add_argument("--switch-dst", default="10.0.0.1", help="any address through the switch (control packets are answered by it)")
     p.add_argument("--bind", default="0.0.0.0")
@@ -277,6 +356,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--key-field", type=int, default=64)
     p.add_argument("--value-size", type=int, default=64)
     p.add_argument("--k", type=int, default=64, help="NOO-Stat's heap size (Hare's K)")
+    p.add_argument("--qo-record", type=int, default=0, help="keys DySO's QO-Record keeps between fetches (0: none)")
     return serve(p.parse_args(argv))
 
 

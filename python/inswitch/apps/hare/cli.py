@@ -31,6 +31,8 @@ LOCKS_EXAMPLES = """Examples:
   inswitch locks --system all --json locks.json
 
   inswitch locks --system hare --locks 1000 --cache 32 --duration 1
+
+  sudo inswitch locks --backend real --system all --clients 16 --duration 4 --json locks-real.json
 """
 
 
@@ -114,8 +116,8 @@ def register(app: typer.Typer) -> None:
         t_wait: float = option(0.1, "--t-wait", type=Float(0.001, 60), help="Hare's statistics window in seconds between offloading rounds."),
         stats: str = option("age", "--stats", type=Choice("age", "clear"), help="Hare's statistics between rounds: age (halved every second) or clear (fetch and clear)."),
         json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Write the result as JSON."),
-        rates: bool = typer.Option(True, help="Also measure the two plane-interaction rates here (starts a switch for P4Runtime)."),
-        model_rates: str = option("paper", "--model-rates", type=Choice("paper", "measured"), help="Control costs charged in the run: paper (10K table writes/s, 1M packets/s) or measured (this machine's P4Runtime and data-plane rates)."),
+        rates: bool = typer.Option(True, help="Measure the two plane-interaction rates here (starts a switch for P4Runtime); --no-rates: measure nothing and charge the paper's rates."),
+        model_rates: str = option("measured", "--model-rates", type=Choice("paper", "measured"), help="Control costs charged in the run: measured (this machine's P4Runtime and data-plane rates, apps/hare/rates.py) or paper (the assumed 10K table writes/s, 1M packets/s)."),
         pcap: Optional[str] = option(None, "--pcap", type=OUT_DIR, help="Capture each system's switch ports into DIR/SYSTEM/port{N}.pcapng (and cpu.pcapng), stamped with simulated time."),
         backend: str = redis_cli.BACKEND,
         workload: str = redis_cli.WORKLOAD,
@@ -140,7 +142,7 @@ def register(app: typer.Typer) -> None:
         if shift_count is not None and shift_count > keys:
             raise typer.BadParameter(f"{shift_count} is more than the {keys} keys", param_hint="--shift-count")
         systems = list(SYSTEMS) if system == "all" else [system]
-        measured = plane_rates.measure(True) if rates or model_rates == "measured" else None
+        measured = plane_rates.measure(True) if rates else None
         extra = {}
         if model_rates == "measured" and measured:
             extra = {"table_rate": measured["p4runtime_table_writes"]["per_s"], "packet_rate": measured["dataplane_control_packets"]["per_s"]}
@@ -220,6 +222,36 @@ def run_locks(systems: list[str], params: Any, progress: Optional[Any] = None) -
     return out
 
 
+def run_locks_real(console: Any, systems: list[str], locks: int, cache: int, clients: int, hosts: int, servers: int, hold: float, exclusive: float,
+                   batch: int, zipf: float, duration: float, shift: bool, seed: int, json_out: Optional[str]) -> None:
+    """`inswitch locks --backend real`: the lock rack (`lockrack`), measured."""
+    import os
+
+    from inswitch.apps.hare import lockrack
+
+    if os.geteuid() != 0:
+        console.print("[red]error:[/red] --backend real builds a rack of network namespaces: run as root")
+        raise typer.Exit(2)
+    per_host = -(-clients // hosts)
+    lp = lockrack.LockRackParams(n_locks=locks, cache=cache, clients=hosts, clients_per_host=per_host, servers=servers, hold_s=hold, excl_ratio=exclusive,
+                                 alpha=zipf, duration=duration, shift_at=duration / 2 if shift else None, batch=min(batch, cache), seed=seed)
+    with Progress(console=console) as prog:
+        out = lockrack.run_all(systems, lp, prog)
+    t = Table(title=f"locks --backend real (measured): {hosts} x {per_host} clients, {servers} lock servers, {locks} locks, {duration:g} s per system")
+    for c in ("system", "holds", "throughput (tps)", "p50 (µs)", "p99 (µs)", "p99.9 (µs)", "retries", "lost", "mutex violations", "offloads", "correct"):
+        t.add_column(c)
+    f = lambda v: "n/a" if v is None else f"{v:.1f}"  # noqa: E731
+    for name, r in out["systems"].items():
+        t.add_row(name, str(r["holds"]), f(r["throughput_tps"]), f(r["p50_us"]), f(r["p99_us"]), f(r["p999_us"]), str(r["clients"].get("retries", 0)),
+                  str(r["lost_requests"]), str(r["mutex_violations"]), str(r["control"]["offloads"]), "[green]yes[/green]" if r["correct"] else "[red]NO[/red]")
+    show(console, t)
+    if json_out:
+        write_json(json_out, out, indent=1)
+        note_written(console, json_out)
+    if not all(r["correct"] for r in out["systems"].values()):
+        raise typer.Exit(1)
+
+
 def _register_locks(app: typer.Typer) -> None:
     from inswitch.apps.hare.locksim import LOCK_SYSTEMS, LockParams
 
@@ -238,6 +270,10 @@ def _register_locks(app: typer.Typer) -> None:
         service: float = option(300e-6, "--service", type=Float(1e-6, 1), help="Lock server service time per request in seconds."),
         seed: int = option(5, "--seed", type=SEED, help="Seed of the lock sequence."),
         json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Write the result as JSON."),
+        backend: str = option("sim", "--backend", type=Choice("sim", "real"), help="sim: trace replay in simulated time (a model); real: lock servers and clients as processes in a rack (root), measured."),
+        hosts: int = option(2, "--hosts", type=Int(1, 16), help="--backend real: client hosts (the clients are spread over them)."),
+        servers: int = option(2, "--servers", type=Int(1, 16), help="--backend real: lock server hosts."),
+        model_rates: str = option("measured", "--model-rates", type=Choice("paper", "measured"), help="--backend sim: control costs at this machine's measured P4Runtime and data-plane rates (apps/hare/rates.py), or the paper's assumed 10K table writes/s and 1M packets/s."),
     ) -> None:
         """Lock manager: Hare's dynamic offloading (dirty lock state moved by packets) vs
         NetLock-style static offloading vs none."""
@@ -245,11 +281,19 @@ def _register_locks(app: typer.Typer) -> None:
         if cache > locks:
             raise typer.BadParameter(f"{cache} is more than the {locks} locks", param_hint="--cache")
         systems = list(LOCK_SYSTEMS) if system == "all" else [system]
+        if backend == "real":
+            run_locks_real(console, systems, locks, cache, clients, hosts, servers, hold, exclusive, batch, zipf, duration, shift, seed, json_out)
+            return
+        measured = plane_rates.measure(True) if model_rates == "measured" else None
+        extra = {"table_rate": measured["p4runtime_table_writes"]["per_s"], "packet_rate": measured["dataplane_control_packets"]["per_s"]} if measured else {}
         p = LockParams(n_locks=locks, cache=cache, clients=clients, hold_s=hold, excl_ratio=exclusive, batch=batch, alpha=zipf,
-                       duration=duration, shift_at=duration / 2 if shift else None, service_s=service, seed=seed)
+                       duration=duration, shift_at=duration / 2 if shift else None, service_s=service, seed=seed, **extra)
         with Progress(console=console) as prog:
             out = run_locks(systems, p, prog)
-        t = Table(title=f"locks: {len(systems)} system(s)")
+        if measured:
+            out["plane_interaction_rates_measured"] = measured
+        out["config"]["backend"] = "sim (model: trace replay, FIFO servers, simulated time)"
+        t = Table(title=f"locks (model, --backend sim): {len(systems)} system(s)")
         for c in ("system", "transactions", "stable tps", "recovered tps", "recovery (s)", "retries", "moves", "correct"):
             t.add_column(c)
         f = lambda v: "n/a" if v is None else f"{v:.0f}"  # noqa: E731

@@ -32,7 +32,6 @@ The offloading logic of each system:
 from __future__ import annotations
 
 import math
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -41,6 +40,7 @@ import numpy as np
 
 from inswitch import _native  # type: ignore[attr-defined]
 from inswitch.apps.hare import framework
+from inswitch.apps.hare.dyso_ctl import DysoAnalyzer, dyso_row
 from inswitch.apps.hare.kvapp import Server
 from inswitch.apps.hare.netcache_ctl import NetCacheController
 from inswitch.apps.hare.workload import Trace, key_bytes, value_bytes
@@ -224,9 +224,8 @@ class KvRun:
         self.nc_next_clear = 1.0
         self.nc_pending: set[bytes] = set()
         # DySO
-        self.dy_counts: dict[int, float] = {}
-        self.dy_cells: dict[tuple[int, int], int] = {}
-        self.dy_next_age = 1.0
+        if system == "dyso":
+            self.dy = DysoAnalyzer[int](self.dyso_cols, self.dyso_row_of)
 
     # ---- helpers -----------------------------------------------------------------------
 
@@ -418,40 +417,18 @@ class KvRun:
 
     def dyso_row_of(self, i: int) -> int:
         if not hasattr(self, "_dy_rows"):
-            self._dy_rows = [self.dyso_row(k) for k in self._keys]
+            self._dy_rows = [dyso_row(k, self.kf, self.dyso_rows) for k in self._keys]
         return self._dy_rows[i]
-
-    def dyso_row(self, key: bytes) -> int:
-        padded = key + b"\0" * (self.kf - len(key))
-        return zlib.crc32(bytes([len(key)]) + padded) & (self.dyso_rows - 1)
 
     def dyso_round(self, now: float) -> None:
         p = self.p
         lo = int(np.searchsorted(self.trace.t, now - p.slice_s))
         hi = int(np.searchsorted(self.trace.t, now))
         recorded = [int(k) for k, put in zip(self.trace.key[lo:hi], self.trace.put[lo:hi]) if not put][: p.qo_record]
+        counts: dict[int, float] = {}
         for i in recorded:
-            self.dy_counts[i] = self.dy_counts.get(i, 0.0) + 1.0
-        if now >= self.dy_next_age:
-            self.dy_next_age += 1.0
-            self.dy_counts = {k: c / 2 for k, c in self.dy_counts.items() if c >= 1.0}
-        rows: dict[int, list[tuple[float, int]]] = {}
-        touched = {self.dyso_row_of(i) for i in set(recorded)}
-        for i, c in self.dy_counts.items():
-            r = self.dyso_row_of(i)
-            if r in touched:
-                rows.setdefault(r, []).append((c, i))
-        changes: list[tuple[int, int, int]] = []
-        for r, lst in rows.items():
-            lst.sort(key=lambda x: (-x[0], x[1]))
-            want = [i for _c, i in lst[: self.dyso_cols]]
-            have = {self.dy_cells.get((r, c)) for c in range(self.dyso_cols)}
-            free_cols = [c for c in range(self.dyso_cols) if self.dy_cells.get((r, c)) not in want]
-            for i in want:
-                if i in have:
-                    continue
-                if free_cols:
-                    changes.append((r, free_cols.pop(0), i))
+            counts[i] = counts.get(i, 0.0) + 1.0
+        changes = self.dy.changes(self.dy.record(counts, now))
         if not changes:
             return
         cost = (len(recorded) + len(changes)) / p.packet_rate
@@ -461,7 +438,7 @@ class KvRun:
                 key = self._keys[i]
                 v = self.servers[self.server_of(i)].store[key]
                 self.cpu(OP_DATAMV_TO_SWITCH, key=key, value=v, aux=c)
-                self.dy_cells[(r, c)] = i
+                self.dy.installed(r, c, i)
                 self.offloads += 1
 
         self.schedule(now, cost, apply)

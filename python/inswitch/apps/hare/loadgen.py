@@ -9,6 +9,7 @@ import json
 import sys
 import time
 
+from inswitch.apps.hare.redisrack import wait_start
 from inswitch.hare import ycsb
 from inswitch.hare.client import Client, HareError, Op
 
@@ -18,10 +19,11 @@ def main(argv: list[str]) -> int:
     hist: list = []
     c = Client(p["servers"], key_field=p["key_field"], value_size=p["value_size"], window=p["window"], timeout=p.get("timeout", 0.3), retries=p.get("retries", 10), history=hist, record_samples=True)
     w = ycsb.Workload(p["workload"], p["records"], seed=p["seed"], shift_seed=p["shift_seed"])
-    start, end = p["start_ns"], p["start_ns"] + int(p["duration"] * 1e9)
-    shifts = sorted(int(start + t * 1e9) for t in p.get("shift_times", []))
-    if shifts and p["workload"] != "ycsb-d":
+    if p.get("shift_times") and p["workload"] != "ycsb-d":
         w.prepare_shifts()
+    start = wait_start(p)
+    end = start + int(p["duration"] * 1e9)
+    shifts = sorted(int(start + t * 1e9) for t in p.get("shift_times", []))
     while time.monotonic_ns() < start:
         time.sleep(0.001)
     version, errors = 0, 0

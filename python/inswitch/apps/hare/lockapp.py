@@ -46,21 +46,22 @@ class LockServer(HareServer):
     def st(self, lock: int) -> LockState:
         return self.locks.setdefault(lock, LockState())
 
-    def grant(self, key: bytes, client: int, seq: int, status: int, op: int = OP_GRANT) -> bytes:
-        return self.frame(CLIENT, op, key, ZERO, seq, 0, client, status)
+    def grant(self, key: bytes, client: int, seq: int, status: int, op: int = OP_GRANT, ip: int = int.from_bytes(CLIENT[1], "big")) -> bytes:
+        """A grant (or ack) for `client`, addressed to its host's IPv4 address `ip`."""
+        return self.frame((CLIENT[0], ip.to_bytes(4, "big"), CLIENT[2]), op, key, ZERO, seq, 0, client, status)
 
     # ---- the hooks -----------------------------------------------------------------------
 
     def process_query(self, q: Query) -> list[bytes]:
         self.update_statistic(q.key)
-        lock, client = int.from_bytes(q.key, "big"), q.aux
+        lock, client, ip = int.from_bytes(q.key, "big"), q.aux, int.from_bytes(q.ip, "big")
         if self.is_moving(q.key):
-            return [self.grant(q.key, client, q.seq, 1, OP_GRANT if q.op == OP_ACQUIRE else OP_RELEASE_ACK)]
+            return [self.grant(q.key, client, q.seq, 1, OP_GRANT if q.op == OP_ACQUIRE else OP_RELEASE_ACK, ip=ip)]
         if q.op == OP_ACQUIRE:
-            return [self.grant(q.key, cl, sq, 0) for cl, sq in self.acquire(lock, client, int.from_bytes(q.ip, "big"), q.seq, q.status == 1)]
+            return [self.grant(q.key, cl, sq, 0, ip=cip) for cl, cip, sq in self.acquire(lock, client, ip, q.seq, q.status == 1)]
         if q.op == OP_RELEASE:
-            ack = self.grant(q.key, client, q.seq, 0, OP_RELEASE_ACK)
-            return [ack] + [self.grant(q.key, cl, sq, 0) for cl, sq in self.release(lock)]
+            ack = self.grant(q.key, client, q.seq, 0, OP_RELEASE_ACK, ip=ip)
+            return [ack] + [self.grant(q.key, cl, sq, 0, ip=cip) for cl, cip, sq in self.release(lock)]
         return []
 
     def datamv_server2switch(self, key: bytes, slot: int) -> None:
@@ -72,7 +73,7 @@ class LockServer(HareServer):
         while len(s.queue) > QUEUE:
             excess.append(s.queue.pop())
         if excess:
-            self.send([self.grant(key, cl, sq, 1) for cl, _ip, sq, _x in reversed(excess)])
+            self.send([self.grant(key, cl, sq, 1, ip=cip) for cl, cip, sq, _x in reversed(excess)])
         mask, cells = 0, []
         for i, (client, ip, seq, excl) in enumerate(s.queue):
             cells.append(struct.pack(">II", (client << 16) | (seq & 0xFFFF), ip))
@@ -99,30 +100,32 @@ class LockServer(HareServer):
 
     # ---- the lock table ------------------------------------------------------------------
 
-    def acquire(self, lock: int, client: int, ip: int, seq: int, excl: bool) -> list[tuple[int, int]]:
-        """Grants to send now: (client, seq)."""
+    def acquire(self, lock: int, client: int, ip: int, seq: int, excl: bool) -> list[tuple[int, int, int]]:
+        """Grants to send now: (client, its IPv4 address, seq)."""
         s = self.st(lock)
         assert s.queue is not None
         want = MODE_EXCL if excl else MODE_SHARED
         if not s.queue and (s.holders == 0 or (s.mode == MODE_SHARED and want == MODE_SHARED)):
             s.holders += 1
             s.mode = want
-            return [(client, seq)]
+            return [(client, ip, seq)]
         s.queue.append((client, ip, seq, excl))
         return []
 
-    def release(self, lock: int) -> list[tuple[int, int]]:
+    def release(self, lock: int) -> list[tuple[int, int, int]]:
+        """One holder leaves; the waiters granted now (the head, and every shared waiter
+        after a shared head): (client, IPv4 address, seq)."""
         s = self.st(lock)
         assert s.queue is not None
         s.holders = max(0, s.holders - 1)
         out = []
         while s.queue:
-            client, _ip, seq, excl = s.queue[0]
+            client, ip, seq, excl = s.queue[0]
             if s.holders == 0 or (not excl and s.mode == MODE_SHARED):
                 s.queue.popleft()
                 s.holders += 1
                 s.mode = MODE_EXCL if excl else MODE_SHARED
-                out.append((client, seq))
+                out.append((client, ip, seq))
                 if excl:
                     break
             else:

@@ -34,7 +34,7 @@ def run_redis(console: Console, system: str, workload: str, records: int, field_
 
     systems = list(redisrack.RACK_SYSTEMS) if system == "all" else [system]
     if any(s not in redisrack.RACK_SYSTEMS for s in systems):
-        console.print(f"[red]error:[/red] --backend redis runs {', '.join(redisrack.RACK_SYSTEMS)} or all (dyso: --backend sim only)")
+        console.print(f"[red]error:[/red] --backend redis runs {', '.join(redisrack.RACK_SYSTEMS)} or all")
         raise typer.Exit(2)
     if shift not in SHIFTS:
         console.print(f"[red]error:[/red] --shift must be one of {', '.join(SHIFTS)}")

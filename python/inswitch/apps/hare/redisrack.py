@@ -15,6 +15,8 @@ control loop while the clients run:
 - netcache: hot-key reports cloned to the controller, installed with register and table
   writes (the switch-OS path), values fetched from the key's agent, the key marked moving
   at its agent while it is installed (so no write slips between read and install);
+- dyso: the analyzer (`dyso_ctl`, as in the trace replay) on the agents' QO-Record, each
+  offload one packet from the key's agent (`DysoControl`);
 - none: forwarding only.
 
 Every run is checked: the recorded histories per key (`hare.history`), and Redis read
@@ -40,12 +42,13 @@ import numpy as np
 
 from inswitch import _native  # type: ignore[attr-defined]
 from inswitch.apps.hare import framework
+from inswitch.apps.hare.dyso_ctl import DysoAnalyzer, dyso_row
 from inswitch.apps.hare.netcache_ctl import NetCacheController
 from inswitch.hare import history, wire, ycsb
 from inswitch.hare.client import server_index
 from inswitch.topology import restarts
 
-RACK_SYSTEMS = ("hare", "netcache", "none")
+RACK_SYSTEMS = ("hare", "netcache", "dyso", "none")
 PORT_CPU = 0xFFF0
 NETCACHE_REPORT_SESSION = 90
 
@@ -76,11 +79,20 @@ class RackParams:
     value_size: int = 64
     seed: int = 1
     netcache_threshold: int = 16
+    #: DySO's r-MAT columns; its rows are `cache` / columns (a power of two).
+    dyso_columns: int = 2
+    #: Seconds between DySO's analyzer rounds (QO-Record fetch, offload).
+    dyso_round_s: float = 0.05
+    qo_record: int = 4096
     #: Where each Redis keeps its append-only file (None: the system's temp dir). On a
     #: tmpfs an fsync is nearly free: quicker tests, no durability across a reboot.
     workdir: Optional[str] = None
     #: The switch's seeded fault injection on every port (`loss=P,dup=P,reorder=P,seed=N`).
     fault: Optional[str] = None
+
+    @property
+    def dyso_rows(self) -> int:
+        return 1 << max(0, (max(1, self.cache // self.dyso_columns) - 1).bit_length())
 
     def shift_times(self) -> list[float]:
         if self.shift == "none":
@@ -265,17 +277,18 @@ class Marks(set):  # type: ignore[type-arg]
     """The state manager's set of moving objects, mirrored at each object's agent before
     `add` returns (so from then on the agent answers the object's queries "retry")."""
 
-    def __init__(self, links: list[AgentLink]) -> None:
+    def __init__(self, links: list[AgentLink], server_of: Optional[Callable[[bytes], int]] = None) -> None:
         super().__init__()
         self.links = links
+        self.server_of = server_of or (lambda k: server_index(k, len(links)))
 
     def add(self, key: bytes) -> None:  # type: ignore[override]
-        self.links[server_index(key, len(self.links))].call(cmd="move", key=key.hex(), on=True)
+        self.links[self.server_of(key)].call(cmd="move", key=key.hex(), on=True)
         super().add(key)
 
     def discard(self, key: bytes) -> None:  # type: ignore[override]
         if key in self:
-            self.links[server_index(key, len(self.links))].call(cmd="move", key=key.hex(), on=False)
+            self.links[self.server_of(key)].call(cmd="move", key=key.hex(), on=False)
         super().discard(key)
 
 
@@ -325,6 +338,74 @@ class NetCacheControl:
         return {"offloads": self.nc.offloads, "evictions": self.nc.evictions, "table_ops": self.nc.table_ops, "packet_ops": 0}
 
 
+class DysoControl:
+    """DySO's analyzer (`dyso_ctl`) on the QO-Record the agents keep of the queries that
+    reach them, and its modifier: each offload is one packet (key, value, column) from the
+    key's agent, which reads the value from Redis between two batches of queries, so no
+    write of the key interleaves with it; a later write-through's reply refreshes the cell.
+
+    The dyso program keeps no QO-Record in the data plane, so queries the switch answers
+    are not recorded: an offloaded key's count only ages, and it is evicted once a colder
+    key of its row outgrows it (then its misses count again and bring it back). This
+    churns more than DySO would — the correctness check runs through it."""
+
+    def __init__(self, links: list[AgentLink], p: RackParams) -> None:
+        self.links, self.p = links, p
+        rows = p.dyso_rows
+        self.an = DysoAnalyzer[bytes](p.dyso_columns, lambda k: dyso_row(k, p.key_field, rows))
+        self.next_round = 0.0
+        self.packets = 0
+
+    def step(self, now: float) -> None:
+        if now < self.next_round:
+            return
+        self.next_round = now + self.p.dyso_round_s
+        counts: dict[bytes, float] = {}
+        for link in self.links:
+            for k, n in link.call(cmd="qo")["qo"]:
+                counts[bytes.fromhex(k)] = float(n)
+        for r, c, key in self.an.changes(self.an.record(counts, now)):
+            got = self.links[server_index(key, len(self.links))].call(cmd="datamv", key=key.hex(), slot=0, aux=c)
+            self.packets += 1
+            if not got.get("ok"):
+                raise RuntimeError(f"dyso: offload of {key!r} failed: {got.get('error')}")
+            self.an.installed(r, c, key)
+
+    def counters(self) -> dict[str, int]:
+        return {"offloads": self.an.offloads, "evictions": max(0, self.an.offloads - len(self.an.cells)), "table_ops": 0, "packet_ops": self.packets}
+
+
+def start_together(procs: list[subprocess.Popen], lead_s: float = 0.2, timeout: float = 120.0) -> int:
+    """Wait until every load process has prepared (it prints READY), then give them all
+    one start time on the monotonic clock (shared across namespaces) over stdin; the start
+    time. A fixed lead would let a slow start (a loaded machine) eat into the measurement."""
+    import select
+
+    end = time.monotonic() + timeout
+    for pr in procs:
+        assert pr.stdout is not None
+        ready, _, _ = select.select([pr.stdout], [], [], max(0.0, end - time.monotonic()))
+        line = pr.stdout.readline() if ready else ""
+        if not line.startswith("READY"):
+            for q in procs:
+                q.kill()
+            raise RuntimeError(f"a load process did not get ready: {line!r} {pr.stderr.read()[-2000:] if pr.stderr else ''}")
+    start_ns = time.monotonic_ns() + int(lead_s * 1e9)
+    for pr in procs:
+        assert pr.stdin is not None
+        pr.stdin.write(f"{start_ns}\n")
+        pr.stdin.flush()
+    return start_ns
+
+
+def wait_start(p: dict[str, Any]) -> int:
+    """The load process's side of `start_together`."""
+    if p.get("start_ns") is not None:
+        return int(p["start_ns"])
+    print("READY", flush=True)
+    return int(sys.stdin.readline())
+
+
 def step(control: Any, now: float, errors: list[str]) -> None:
     """One turn of a system's control loop; a failure is recorded (the run is then not
     `correct`) and the loop goes on."""
@@ -348,6 +429,8 @@ def program_of(system: str, p: RackParams) -> list[str]:
         return ["forward", f"hare:key={p.key_field}:value={p.value_size}:slots={p.cache}"]
     if system == "netcache":
         return ["forward", f"netcache:key={p.key_field}:value={p.value_size}:slots={p.cache}:threshold={p.netcache_threshold}"]
+    if system == "dyso":
+        return ["forward", f"dyso:key={p.key_field}:value={p.value_size}:rows={p.dyso_rows}:columns={p.dyso_columns}"]
     if system == "none":
         return ["forward"]
     raise ValueError(f"system must be one of {', '.join(RACK_SYSTEMS)}")
@@ -449,11 +532,15 @@ class RedisRack:
                     raise
                 time.sleep(0.05)
 
-    def start_agent(self, i: int) -> None:
+    def agent_argv(self, i: int, ctl: str) -> list[str]:
         p = self.p
+        return [sys.executable, "-m", "inswitch.apps.hare.agent", "--idx", str(i), "--redis", self.redis_sock(i), "--ctl", ctl,
+                "--switch-dst", self.client_hosts[0].ip, "--key-field", str(p.key_field), "--value-size", str(p.value_size), "--k", str(p.batch),
+                "--qo-record", str(p.qo_record if self.system == "dyso" else 0)]
+
+    def start_agent(self, i: int) -> None:
         ctl = str(self.sdir(i) / "agent.sock")
-        argv = [sys.executable, "-m", "inswitch.apps.hare.agent", "--idx", str(i), "--redis", self.redis_sock(i), "--ctl", ctl,
-                "--switch-dst", self.client_hosts[0].ip, "--key-field", str(p.key_field), "--value-size", str(p.value_size), "--k", str(p.batch)]
+        argv = self.agent_argv(i, ctl)
         with open(self.sdir(i) / "agent.log", "ab") as log:
             proc = subprocess.Popen(self.in_host(self.storage_hosts[i], argv), stdout=subprocess.PIPE, stderr=log, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         assert proc.stdout is not None
@@ -503,9 +590,9 @@ class RedisRack:
         gen = self.generation()
         self.sw = P4rtSwitch(self.client, self.p.key_field, gen)
         self.recovered.setdefault(gen, time.time())  # installed on this generation
-        if system == "hare":
+        if system in ("hare", "dyso"):
             for h in self.storage_hosts:
-                self.client.insert_entry("hare.control_ports", {"ig_intr_md.ingress_port": h.port}, "hare.allow_control")
+                self.client.insert_entry(f"{system}.control_ports", {"ig_intr_md.ingress_port": h.port}, f"{system}.allow_control")
         if system == "netcache":
             self.client.set_clone_session(NETCACHE_REPORT_SESSION, [PORT_CPU])
         self.sw.take_packet_ins()
@@ -517,6 +604,8 @@ class RedisRack:
             return HareControl(self.sw, self.links, self.p)
         if system == "netcache":
             return NetCacheControl(self.sw, self.links, self.p)
+        if system == "dyso":
+            return DysoControl(self.links, self.p)
         return NoControl()
 
     @property
@@ -634,7 +723,6 @@ class RedisRack:
         resumes after the restart. `initial`: what the store holds at the start (default:
         the records as `load` writes them), for a run that follows another without a load."""
         p = self.p
-        start_ns = time.monotonic_ns() + int(1.5e9)
         procs = []
         outs = []
         for c, h in enumerate(self.client_hosts):
@@ -642,8 +730,10 @@ class RedisRack:
             outs.append(out)
             args = {"servers": self.server_ips, "key_field": p.key_field, "value_size": p.value_size, "window": p.window, "workload": p.workload,
                     "records": p.records, "field_size": p.field_size, "seed": p.seed * 1000 + c, "shift_seed": p.seed, "client": c + 1,
-                    "start_ns": start_ns, "duration": p.duration, "shift": p.shift, "shift_count": p.shift_count, "shift_times": p.shift_times(), "out": str(out)}
-            procs.append(subprocess.Popen(self.in_host(h, [sys.executable, "-m", "inswitch.apps.hare.loadgen", json.dumps(args)]), stderr=subprocess.PIPE, text=True))
+                    "start_ns": None, "duration": p.duration, "shift": p.shift, "shift_count": p.shift_count, "shift_times": p.shift_times(), "out": str(out)}
+            procs.append(subprocess.Popen(self.in_host(h, [sys.executable, "-m", "inswitch.apps.hare.loadgen", json.dumps(args)]),
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        start_ns = start_together(procs)
         t0 = start_ns / 1e9
         ctl_errors: list[tuple[float, str]] = []
         self._fault_at: Optional[tuple[float, float]] = None

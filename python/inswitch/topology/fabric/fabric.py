@@ -173,12 +173,7 @@ class Fabric:
                 e.add_note(f"cleanup after the failed `up` also failed: {cleanup_err}")
             raise
 
-           pcap: Optional[str] = None, fault: Optional[str] = None) -> FabricState:
-        """Validate everything, then build; any failure or Ctrl-C once building started
-        takes down all of it (by name) and re-raises. With `pcap`, every switch captures
-        its ports into `pcap/SWITCH/port{N}.pcapng` (the switch's own `--pcap`). `fault`:
-        every switch's `--fault` (its own ports: so every link, switch-to-switch links at
-        both ends)."""
+    def _build(self, topo: Topology, plan: FabricPlan, t0: float, pcap: Optional[str] = None, fault: Optional[str] = None) -> FabricState:
         sdir = state_dir(plan.name)
         sdir.mkdir(parents=True, mode=0o755)
         st = FabricState(name=plan.name, topology=topo.to_yaml(), switches=[SwitchRun(plan=s) for s in plan.switches],
