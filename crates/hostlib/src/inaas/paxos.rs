@@ -456,6 +456,8 @@ impl Proposer {
     /// Resend what is unanswered; votes of decided instances learners have not acknowledged
     /// go out again.
     pub fn poll(&mut self, now_us: u64) {
+        // Values that arrived since the last call start their instances.
+        self.fill(now_us);
         let due: Vec<u64> = self.slots.iter().filter(|(_, s)| !s.done && now_us >= s.sent_us + self.rto_us).map(|(i, _)| *i).collect();
         for inst in due {
             self.stats.resent += 1;
