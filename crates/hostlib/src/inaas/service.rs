@@ -96,7 +96,7 @@ impl Service {
     /// A switch with `ports` ports; the goalkeeper on port 0.
     pub fn new(ports: u16, seed: u64) -> Service {
         let set = Arc::new(
-            ProgramSet::new(vec![Arc::new(programs::forward::Forward::new()), Arc::new(programs::inaas::Inaas::new())])
+            ProgramSet::new(vec![Arc::new(programs::forward::Forward::new()), Arc::new(programs::inaas::Inaas::with_paxos())])
                 .expect("forward + inaas load together"),
         );
         let mut sw = Switch::new(set.clone(), ports, 1, PipeConfig::default());

@@ -128,9 +128,26 @@ fn add_pair(c: Pair, (lo, hi): (u32, u32)) -> (Pair, ()) {
 }
 
 impl Inaas {
+    /// The service of the paper, without Paxos acceptors: fits tofino1 beside `forward`.
     pub fn new() -> Inaas {
-        let mut b =
-            ProgramBuilder::new("inaas", "INaaS: multi-tenant read/write/reduce/compute on 20 leased memory segments (Algorithm 1)");
+        Self::build(false)
+    }
+
+    /// With the Paxos acceptors of [`paxos`] (program `inaas_paxos`). Their nine arrays
+    /// need nine stateful ALUs in stages 2-4, which the 20 segments' lease arrays already
+    /// fill on tofino1 (ingress and egress share a stage's ALUs): this variant fits
+    /// tofino2, not tofino1 (docs/inaas.md).
+    pub fn with_paxos() -> Inaas {
+        Self::build(true)
+    }
+
+    fn build(with_paxos: bool) -> Inaas {
+        let (name, doc) = if with_paxos {
+            ("inaas_paxos", "INaaS with Paxos acceptors in the tenants' leased registers (tofino2)")
+        } else {
+            ("inaas", "INaaS: multi-tenant read/write/reduce/compute on 20 leased memory segments (Algorithm 1)")
+        };
+        let mut b = ProgramBuilder::new(name, doc);
         b.parser(PARSE_DEPTH, &[("ethernet", 112), ("inaas", HEADER_LEN as u32 * 8)])
             .metadata_bits(20 * 32 + 3 * 20 + 64)
             .bridged_bytes(bridged::LEN)
@@ -193,7 +210,7 @@ impl Inaas {
             segments.push(Segment { lease, commit, exchange, read, write, reduce });
         }
         let mut acceptors = Vec::with_capacity(ACCEPTORS);
-        for j in 0..ACCEPTORS {
+        for j in 0..if with_paxos { ACCEPTORS } else { 0 } {
             let ir = b.register::<u32>(
                 &format!("paxos_instance_{j}"),
                 Gress::Egress,
@@ -274,7 +291,8 @@ impl Inaas {
     fn check(&self, v: &InaasPacket<&[u8]>) -> Option<[Prim; ITEMS]> {
         let op = v.op();
         if is_paxos(op) {
-            return Self::check_paxos(v);
+            // Without acceptors a Paxos packet is malformed (dropped, counted).
+            return if self.acceptors.is_empty() { None } else { Self::check_paxos(v) };
         }
         if Operator::from_u8(op).is_none() && op != OP_DONE {
             return None;
@@ -379,7 +397,7 @@ impl Inaas {
         for (j, it) in items.iter_mut().enumerate() {
             *it = (v.idx(j) as u32, v.key(j), v.value(j));
         }
-        // Stage 2: the slot's instance; stage 3: every acceptor decides; stage 4: the votes.
+        // Stage 12: the slot's instance; 13: every acceptor decides; 14: the votes.
         let mut stale = 0u32;
         for j in 0..ACCEPTORS {
             if live & 1 << j != 0 {
@@ -645,7 +663,7 @@ impl Inaas {
                 failed |= bit;
                 continue;
             }
-            if j < ACCEPTORS {
+            if j < self.acceptors.len() {
                 clear |= 1 << j;
             }
             let install = if installs(prims[j]) { items[j].1 } else { 0 };

@@ -14,7 +14,7 @@
 //! P4xos keeps rnd, vrnd and value in three arrays; here rnd and vrnd share one 64-bit cell
 //! (a Tofino 1 stateful ALU updates both halves of a pair, returns 32 bits), and the value
 //! shares one with the instance tag, so one pass reads and writes everything an acceptor
-//! has: stage 2 refuses a stale instance, stage 3 decides (promise or accept, by comparing the ballot with rnd), stage 4 uses
+//! has: stage 12 refuses a stale instance, stage 13 decides (promise or accept, by comparing the ballot with rnd), stage 14 uses
 //! that outcome to write or read the vote. One access per array per pass.
 //!
 //! Taking a lease on a cell clears both arrays' cells there (the previous holder's votes
@@ -27,8 +27,9 @@ use pisa::{Pair, SaluBody};
 /// Acceptors per tenant: segments 0, 1, 2 (a majority is two).
 pub const ACCEPTORS: usize = 3;
 /// Egress stage of the instance arrays; the round arrays are in the next one, the vote
-/// arrays in the one after.
-pub const INSTANCE_STAGE: u8 = 2;
+/// arrays in the one after. Stages 12-14: past the 12 that `inaas` fills (a stage's ALUs
+/// serve ingress and egress alike), so the acceptors need tofino2.
+pub const INSTANCE_STAGE: u8 = 12;
 /// Output of [`Advance`] for a request of an older instance than the slot's.
 pub const STALE: u32 = 1;
 
