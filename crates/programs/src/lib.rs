@@ -38,6 +38,7 @@ const PROGRAMS: &[(&str, Constructor)] = &[
     ("dyso", || Arc::new(hare::dyso::Dyso::new())),
     ("hare_lock", || Arc::new(hare::lock::HareLock::new())),
     ("inaas", || Arc::new(inaas::Inaas::new())),
+    ("inaas_paxos", || Arc::new(inaas::Inaas::with_paxos())),
     ("allreduce", || Arc::new(allreduce::Allreduce::new())),
 ];
 

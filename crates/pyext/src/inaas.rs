@@ -7,6 +7,8 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
+use hostlib::inaas::paxos::Ring;
+use hostlib::inaas::paxos_run::{run_paxos, PaxosFaults, PaxosGroup};
 use hostlib::inaas::{build_frame, parse_reply, Goalkeeper, ItemReq, ItemResult, Kind, Op, Service, TenantInfo};
 use wire::ethernet::EthernetAddress;
 use wire::inaas::{Operator, ITEMS};
@@ -60,6 +62,7 @@ fn operator(op: u8) -> PyResult<Operator> {
 #[pyclass(module = "inswitch._native", unsendable)]
 pub struct InaasService {
     s: Service,
+    paxos: std::collections::HashMap<usize, PaxosGroup>,
 }
 
 #[pymethods]
@@ -67,7 +70,7 @@ impl InaasService {
     #[new]
     #[pyo3(signature = (ports=64, seed=1))]
     fn new(ports: u16, seed: u64) -> Self {
-        InaasService { s: Service::new(ports, seed) }
+        InaasService { s: Service::new(ports, seed), paxos: Default::default() }
     }
 
     /// A fresh switch port (a new host).
@@ -321,6 +324,72 @@ impl InaasService {
     fn set_host_us(&mut self, v: u64) {
         self.s.host_us = v;
     }
+
+    /// Tenant `t` leads Paxos on its acceptors (segments 0-2, slots `base..base+slots`,
+    /// whose leases it took); `learners` learners.
+    #[pyo3(signature = (t, base, slots, learners=3))]
+    fn paxos_start(&mut self, t: usize, base: u16, slots: u16, learners: usize) -> PyResult<()> {
+        if t >= self.s.tenants.len() || slots == 0 || learners == 0 {
+            return Err(PyValueError::new_err("no such tenant, or no slots or learners"));
+        }
+        let g = PaxosGroup::start(&mut self.s, t, Ring { base, slots }, learners);
+        self.paxos.insert(t, g);
+        Ok(())
+    }
+
+    /// A value (non-zero) to be chosen in tenant `t`'s log.
+    fn paxos_propose(&mut self, t: usize, value: i32) -> PyResult<()> {
+        let g = self.paxos.get_mut(&t).ok_or_else(|| PyValueError::new_err("paxos not started"))?;
+        if value == 0 {
+            return Err(PyValueError::new_err("0 is the no-op"));
+        }
+        g.proposer.propose(value);
+        Ok(())
+    }
+
+    /// Drive tenant `t`'s Paxos; the decisions since the last call as (instance, µs).
+    fn paxos_step(&mut self, t: usize) -> PyResult<Vec<(u64, u64)>> {
+        let g = self.paxos.get_mut(&t).ok_or_else(|| PyValueError::new_err("paxos not started"))?;
+        Ok(g.step(&mut self.s))
+    }
+
+    /// Every learner's delivered log, and the contradictions learners saw.
+    fn paxos_logs(&self, t: usize) -> PyResult<(Vec<Vec<i32>>, Vec<String>)> {
+        let g = self.paxos.get(&t).ok_or_else(|| PyValueError::new_err("paxos not started"))?;
+        Ok((g.learners.iter().map(|l| l.log.clone()).collect(), g.violations.clone()))
+    }
+}
+
+/// Paxos with the acceptors in the switch under faults (crates/hostlib/src/inaas/paxos_run.rs).
+#[pyfunction]
+#[pyo3(signature = (seed=1, loss=0.0, dup=0.0, jitter_us=0, crash_at_us=None, zombie=false, values=40, slots=16))]
+#[allow(clippy::too_many_arguments)]
+fn paxos_run<'py>(
+    py: Python<'py>,
+    seed: u64,
+    loss: f64,
+    dup: f64,
+    jitter_us: u64,
+    crash_at_us: Option<u64>,
+    zombie: bool,
+    values: usize,
+    slots: u16,
+) -> PyResult<Bound<'py, PyDict>> {
+    if !(0.0..1.0).contains(&loss) || !(0.0..1.0).contains(&dup) || slots == 0 || values == 0 {
+        return Err(PyValueError::new_err("loss and dup in [0, 1), slots and values > 0"));
+    }
+    let o = run_paxos(&PaxosFaults { seed, loss, dup, jitter_us, crash_at_us, zombie, values, slots, learners: 3 });
+    let d = PyDict::new(py);
+    d.set_item("violations", o.violations)?;
+    d.set_item("logs", o.logs)?;
+    d.set_item("kv", o.kv.iter().map(|m| m.iter().map(|(k, v)| (*k, *v)).collect::<Vec<_>>()).collect::<Vec<_>>())?;
+    d.set_item("proposed", o.proposed)?;
+    d.set_item("must_deliver", o.must_deliver)?;
+    d.set_item("latencies_us", o.latencies_us)?;
+    d.set_item("took_over", o.took_over)?;
+    d.set_item("finished", o.finished)?;
+    d.set_item("simulated_us", o.simulated_us)?;
+    Ok(d)
 }
 
 fn mac6(b: &[u8]) -> PyResult<EthernetAddress> {
@@ -409,6 +478,7 @@ impl InaasGoalkeeper {
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(paxos_run, m)?)?;
     m.add_class::<InaasService>()?;
     m.add_class::<InaasGoalkeeper>()?;
     m.add_function(wrap_pyfunction!(inaas_frame, m)?)?;

@@ -39,6 +39,21 @@ pub const HEADER_LEN: usize = 242;
 pub const ITEM_LEN: usize = 10;
 /// The operator value the switch writes after a compute (paper: "setting the op bit to 15").
 pub const OP_DONE: u8 = 15;
+/// Paxos phase 1a (prepare) to the acceptors held in the tenant's leased registers: each
+/// valid item is one acceptor (segment), `idx` the instance's slot, `key` the ballot.
+/// Not an [`Operator`]: no compute may ride along.
+pub const OP_PAXOS_1A: u8 = 10;
+/// Paxos phase 2a (accept): as [`OP_PAXOS_1A`], `value` the proposed value. In both, the
+/// instance tag rides in the key of item [`PAXOS_TAG_ITEM`], which is not valid.
+pub const OP_PAXOS_2A: u8 = 11;
+/// The (invalid) item whose key carries a Paxos packet's instance tag (instance + 1).
+pub const PAXOS_TAG_ITEM: usize = ITEMS - 1;
+
+/// Is `op` one of the two Paxos operations?
+pub fn is_paxos(op: u8) -> bool {
+    op == OP_PAXOS_1A || op == OP_PAXOS_2A
+}
+
 /// Mask of the 20 item bits in a bitmap.
 pub const ALL_ITEMS: u32 = (1 << ITEMS) - 1;
 
@@ -275,11 +290,11 @@ pub struct InaasRepr {
 }
 
 impl InaasRepr {
-    /// Parse a checked view. `Malformed` if the operator is neither 0–9 nor 15, or an item
+    /// Parse a checked view. `Malformed` if the operator is neither 0–9, 10–11 (Paxos) nor 15, or an item
     /// asks for a primitive without being valid.
     pub fn parse<T: AsRef<[u8]>>(p: &InaasPacket<T>) -> Result<InaasRepr> {
         let op = p.op();
-        if Operator::from_u8(op).is_none() && op != OP_DONE {
+        if Operator::from_u8(op).is_none() && op != OP_DONE && !is_paxos(op) {
             return Err(Error::Malformed);
         }
         let mut bitmaps = [0u32; 8];

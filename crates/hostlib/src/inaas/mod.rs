@@ -5,6 +5,8 @@
 pub mod assembly;
 pub mod client;
 pub mod goalkeeper;
+pub mod paxos;
+pub mod paxos_run;
 pub mod service;
 
 pub use assembly::{build_frame, parse_reply, reduce_key, Assembler, ItemReq, ItemResult, Op, Reply};

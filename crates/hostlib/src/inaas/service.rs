@@ -42,6 +42,8 @@ pub struct Tenant {
     pub done: Vec<Completion>,
     /// Baseline frames answered by servers: (sent at, answered at, frame).
     pub baseline_done: Vec<(u64, u64, Vec<u8>)>,
+    /// Paxos answers of the switch (raw frames, for a host-side proposer).
+    pub paxos_in: Vec<Vec<u8>>,
 }
 
 /// Ledger inputs the switch itself counted for one tenant slot.
@@ -78,6 +80,10 @@ pub struct Service {
     pub host_us: u64,
     gk_busy_until: u64,
     pub loss: f64,
+    /// Probability that a tenant's frame is delivered twice (both directions).
+    pub dup: f64,
+    /// Extra random delay (0..=jitter_us) per tenant frame: reordering.
+    pub jitter_us: u64,
     rng: u64,
     next_port: u16,
     pub lost_frames: u64,
@@ -90,7 +96,7 @@ impl Service {
     /// A switch with `ports` ports; the goalkeeper on port 0.
     pub fn new(ports: u16, seed: u64) -> Service {
         let set = Arc::new(
-            ProgramSet::new(vec![Arc::new(programs::forward::Forward::new()), Arc::new(programs::inaas::Inaas::new())])
+            ProgramSet::new(vec![Arc::new(programs::forward::Forward::new()), Arc::new(programs::inaas::Inaas::with_paxos())])
                 .expect("forward + inaas load together"),
         );
         let mut sw = Switch::new(set.clone(), ports, 1, PipeConfig::default());
@@ -116,6 +122,8 @@ impl Service {
             host_us: 2,
             gk_busy_until: 0,
             loss: 0.0,
+            dup: 0.0,
+            jitter_us: 0,
             rng: seed | 1,
             next_port: 1,
             lost_frames: 0,
@@ -205,7 +213,18 @@ impl Service {
         self.l2(tmac, port);
         self.gk.register_tenant(uid, TenantInfo { kind, lease_us });
         let client = TenantClient::new(Assembler::new(uid, tmac, self.gk.mac(), lease_us), rto_us, 8);
-        self.tenants.push(Tenant { uid, slot, port, kind, lease_us, subscription, client, done: Vec::new(), baseline_done: Vec::new() });
+        self.tenants.push(Tenant {
+            uid,
+            slot,
+            port,
+            kind,
+            lease_us,
+            subscription,
+            client,
+            done: Vec::new(),
+            baseline_done: Vec::new(),
+            paxos_in: Vec::new(),
+        });
         self.port_tenants.entry(port).or_default().push(self.tenants.len() - 1);
         self.tenants.len() - 1
     }
@@ -235,7 +254,18 @@ impl Service {
         self.l2(tmac, port);
         let rto = self.tenants[of].client.rto_us;
         let client = TenantClient::new(Assembler::new(uid, tmac, self.gk.mac(), lease_us), rto, 8);
-        self.tenants.push(Tenant { uid, slot, port, kind, lease_us, subscription, client, done: Vec::new(), baseline_done: Vec::new() });
+        self.tenants.push(Tenant {
+            uid,
+            slot,
+            port,
+            kind,
+            lease_us,
+            subscription,
+            client,
+            done: Vec::new(),
+            baseline_done: Vec::new(),
+            paxos_in: Vec::new(),
+        });
         self.port_tenants.entry(port).or_default().push(self.tenants.len() - 1);
         self.tenants.len() - 1
     }
@@ -282,12 +312,36 @@ impl Service {
         self.loss > 0.0 && (self.rand() % 1_000_000) < (self.loss * 1e6) as u64
     }
 
-    fn send_from_host(&mut self, port: u16, frame: Vec<u8>) {
-        if port != self.gk_port && self.lossy() {
+    /// Arrival times of a tenant link's frame: none (lost), one, or two (duplicated),
+    /// each delayed by up to `jitter_us` more than a hop.
+    fn faulty(&mut self) -> Vec<u64> {
+        if self.lossy() {
             self.lost_frames += 1;
+            return Vec::new();
+        }
+        let copies = if self.dup > 0.0 && (self.rand() % 1_000_000) < (self.dup * 1e6) as u64 { 2 } else { 1 };
+        (0..copies)
+            .map(|_| {
+                let j = if self.jitter_us > 0 { self.rand() % (self.jitter_us + 1) } else { 0 };
+                self.now_us + self.hop_us + j
+            })
+            .collect()
+    }
+
+    fn send_from_host(&mut self, port: u16, frame: Vec<u8>) {
+        if port == self.gk_port {
+            self.push(self.now_us + self.hop_us, Ev::ToSwitch(port, frame));
             return;
         }
-        self.push(self.now_us + self.hop_us, Ev::ToSwitch(port, frame));
+        for at in self.faulty() {
+            self.push(at, Ev::ToSwitch(port, frame.clone()));
+        }
+    }
+
+    /// A frame from tenant `t`'s host, through its (faulty) link.
+    pub fn send_raw(&mut self, t: usize, frame: Vec<u8>) {
+        let port = self.tenants[t].port;
+        self.send_from_host(port, frame);
     }
 
     fn flush_tenant(&mut self, t: usize) {
@@ -341,11 +395,13 @@ impl Service {
                     out.extend(more);
                 }
                 for (port, f) in out {
-                    if port != self.gk_port && !self.servers.contains_key(&port) && self.lossy() {
-                        self.lost_frames += 1;
+                    if port == self.gk_port || self.servers.contains_key(&port) {
+                        self.push(self.now_us + self.hop_us, Ev::ToHost(port, f));
                         continue;
                     }
-                    self.push(self.now_us + self.hop_us, Ev::ToHost(port, f));
+                    for at in self.faulty() {
+                        self.push(at, Ev::ToHost(port, f.clone()));
+                    }
                 }
             }
             let now = self.now_us;
@@ -396,8 +452,13 @@ impl Service {
             }
             return;
         }
+        let paxos = f.len() > 14 && wire::inaas::is_paxos(f[14]);
         for t in list {
             if f.len() >= 6 && f[0..6] == self.tenants[t].client.asm.mac.0 {
+                if paxos {
+                    self.tenants[t].paxos_in.push(f.clone());
+                    continue;
+                }
                 if let Some(c) = self.tenants[t].client.on_frame(&f, now) {
                     self.tenants[t].done.push(c);
                 }

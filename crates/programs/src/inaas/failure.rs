@@ -41,6 +41,10 @@ pub mod bridged {
     pub const ALU_OPS: usize = 7;
     pub const MISMATCHES: usize = 8;
     pub const ACQUISITIONS: usize = 9;
+    /// 1: a Paxos packet whose acceptors run in egress.
+    pub const PAXOS: usize = 10;
+    /// Acceptor segments whose lease this packet took: their Paxos cells are cleared.
+    pub const CLEAR: usize = 11;
     /// Bytes used.
-    pub const LEN: u32 = 10;
+    pub const LEN: u32 = 12;
 }

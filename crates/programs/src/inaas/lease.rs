@@ -40,7 +40,12 @@ pub const MAX_UID: u32 = ACQUIRED - 1;
 /// run yet: the register is half-moved, no packet may use it, not even the holder's own.
 pub const BUSY: u32 = 1 << 31;
 
-/// The lease check of Algorithm 1: operand (uid, now, T). Output: the current holder
+/// Set in the lease check's uid operand to look without taking: a free or expired register
+/// is then answered 0 (as one being moved) and left alone. Paxos packets probe, so that an
+/// acceptor's state exists only under a lease taken (and its cells cleared) beforehand.
+pub const PROBE: u32 = 1 << 31;
+
+/// The lease check of Algorithm 1: operand (uid, now, T), uid possibly with [`PROBE`]. Output: the current holder
 /// (== uid when the packet's tenant holds it), 0 while the register is being moved, or
 /// `ACQUIRED | previous holder` when this packet took it (it is then marked [`BUSY`]).
 #[derive(Clone, Copy)]
@@ -50,7 +55,10 @@ impl SaluBody<Pair, (u32, (u32, u32)), u32> for LeaseCheck {
     #[inline(always)]
     fn run(self, cell: Pair, (uid, (now, t)): (u32, (u32, u32))) -> (Pair, u32) {
         let expired = (now.wrapping_sub(cell.hi) as i32) > 0;
-        if cell.lo == 0 || expired {
+        let (probe, uid) = (uid & PROBE != 0, uid & MAX_UID);
+        if (cell.lo == 0 || expired) && probe {
+            (cell, 0)
+        } else if cell.lo == 0 || expired {
             (Pair::new(uid | BUSY, now.wrapping_add(t)), ACQUIRED | (cell.lo & MAX_UID))
         } else if cell.lo & BUSY != 0 {
             (cell, 0)
@@ -110,5 +118,8 @@ mod tests {
         assert_eq!(LeaseCheck.run(long, (9, (1_000_000, 0))).1, 3);
         assert_eq!(LeaseCommit.run(long, 9).1, 3, "not 9's to commit");
         assert_eq!(kv_stage(19), 11);
+        // A probe never takes a lease, and sees its own.
+        assert_eq!(LeaseCheck.run(Pair::default(), (7 | PROBE, (0, 50))), (Pair::default(), 0));
+        assert_eq!(LeaseCheck.run(c, (7 | PROBE, (100, 50))), (c, 7));
     }
 }

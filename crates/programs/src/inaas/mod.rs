@@ -18,20 +18,27 @@
 //! returns 32 bits: the value half moves in this pass, the key half in one recirculation
 //! (declared, at most one per packet). A packet with failures, preemptions or overflows
 //! goes to the goalkeeper; any other is answered by the switch itself, back to its sender.
+//!
+//! Paxos packets (ops [`OP_PAXOS_1A`], [`OP_PAXOS_2A`]) address the acceptors of
+//! [`paxos`] in segments 0–2: the lease is probed (never taken) in ingress, the acceptors
+//! run in egress stages 2–3, and the switch always answers the sender (never the
+//! goalkeeper: a refused or unleased acceptor is a failed item, the proposer's business).
 
 pub mod arith;
 pub mod failure;
 pub mod lease;
+pub mod paxos;
 pub mod primitives;
 
 use pisa::decl::TableSpec;
 use pisa::salu::common::{AddPair, Inc};
 use pisa::{ActionId, DropCode, Gress, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl, RegisterAction, Table, PORT_RECIRC};
-use wire::inaas::{flags, Bitmap, InaasPacket, Operator, ETHERTYPE, HEADER_LEN, ITEMS, OP_DONE};
+use wire::inaas::{flags, is_paxos, Bitmap, InaasPacket, Operator, ETHERTYPE, HEADER_LEN, ITEMS, OP_DONE, OP_PAXOS_1A, PAXOS_TAG_ITEM};
 
 use arith::MISS;
 use failure::{bridged, Outcome};
-use lease::{kv_stage, lease_stage, LeaseCheck, LeaseCommit, MAX_LEASE_US, SEGMENTS, SEGMENT_SIZE};
+use lease::{kv_stage, lease_stage, LeaseCheck, LeaseCommit, MAX_LEASE_US, PROBE, SEGMENTS, SEGMENT_SIZE};
+use paxos::{Accept, Advance, Clear, ClearInstance, Prepare, VoteRead, VoteWrite, ACCEPTORS, INSTANCE_STAGE, NO_VOTE, REFUSED, STALE};
 use primitives::{reduce_status, Exchange, Read, Reduce, Write};
 
 /// Tenant slots (rows of the usage registers, entries of `tenants`).
@@ -56,6 +63,18 @@ struct Segment {
     read: ReadAction,
     write: WriteAction,
     reduce: ReduceAction,
+}
+
+/// One acceptor's arrays (segment `j < ACCEPTORS`), see [`paxos`].
+struct Acceptor {
+    advance: RegisterAction<u32, (bool, u32), u32, Advance>,
+    clear_instance: RegisterAction<u32, (), u32, ClearInstance>,
+    prepare: RegisterAction<Pair, u32, u32, Prepare>,
+    accept: RegisterAction<Pair, u32, u32, Accept>,
+    clear_round: RegisterAction<Pair, (), u32, Clear>,
+    read: RegisterAction<Pair, u32, i32, VoteRead>,
+    write: RegisterAction<Pair, (bool, (u32, i32)), u32, VoteWrite>,
+    clear_vote: RegisterAction<Pair, (), u32, Clear>,
 }
 
 /// The primitive an item asks for, from its flags.
@@ -90,6 +109,7 @@ fn installs(p: Prim) -> bool {
 pub struct Inaas {
     decl: ProgramDecl,
     segments: Vec<Segment>,
+    acceptors: Vec<Acceptor>,
     tenants: Table,
     goalkeeper: Table,
     a_set_tenant: ActionId,
@@ -102,9 +122,26 @@ pub struct Inaas {
 }
 
 impl Inaas {
+    /// The service of the paper, without Paxos acceptors: fits tofino1 beside `forward`.
     pub fn new() -> Inaas {
-        let mut b =
-            ProgramBuilder::new("inaas", "INaaS: multi-tenant read/write/reduce/compute on 20 leased memory segments (Algorithm 1)");
+        Self::build(false)
+    }
+
+    /// With the Paxos acceptors of [`paxos`] (program `inaas_paxos`). Their nine arrays
+    /// need nine stateful ALUs in stages 2-4, which the 20 segments' lease arrays already
+    /// fill on tofino1 (ingress and egress share a stage's ALUs): this variant fits
+    /// tofino2, not tofino1 (docs/inaas.md).
+    pub fn with_paxos() -> Inaas {
+        Self::build(true)
+    }
+
+    fn build(with_paxos: bool) -> Inaas {
+        let (name, doc) = if with_paxos {
+            ("inaas_paxos", "INaaS with Paxos acceptors in the tenants' leased registers (tofino2)")
+        } else {
+            ("inaas", "INaaS: multi-tenant read/write/reduce/compute on 20 leased memory segments (Algorithm 1)")
+        };
+        let mut b = ProgramBuilder::new(name, doc);
         b.parser(PARSE_DEPTH, &[("ethernet", 112), ("inaas", HEADER_LEN as u32 * 8)])
             .metadata_bits(20 * 32 + 3 * 20 + 64)
             .bridged_bytes(bridged::LEN)
@@ -166,6 +203,42 @@ impl Inaas {
             let reduce = b.register_action_body(kr, "reduce", Reduce);
             segments.push(Segment { lease, commit, exchange, read, write, reduce });
         }
+        let mut acceptors = Vec::with_capacity(ACCEPTORS);
+        for j in 0..if with_paxos { ACCEPTORS } else { 0 } {
+            let ir = b.register::<u32>(
+                &format!("paxos_instance_{j}"),
+                Gress::Egress,
+                INSTANCE_STAGE,
+                SEGMENT_SIZE,
+                "acceptor j: the newest instance tag the slot served",
+            );
+            let rr = b.register::<Pair>(
+                &format!("paxos_round_{j}"),
+                Gress::Egress,
+                INSTANCE_STAGE + 1,
+                SEGMENT_SIZE,
+                "acceptor j under segment j's lease: promised round (lo), voted round (hi)",
+            );
+            b.cell_fields(&rr, &[("rnd", 32), ("vrnd", 32)]);
+            let vr = b.register::<Pair>(
+                &format!("paxos_vote_{j}"),
+                Gress::Egress,
+                INSTANCE_STAGE + 2,
+                SEGMENT_SIZE,
+                "acceptor j: instance tag (lo), voted value (hi)",
+            );
+            b.cell_fields(&vr, &[("instance_tag", 32), ("value", 32)]);
+            acceptors.push(Acceptor {
+                advance: b.register_action_body(ir, "advance", Advance),
+                clear_instance: b.register_action_body(ir, "clear", ClearInstance),
+                prepare: b.register_action_body(rr, "prepare", Prepare),
+                accept: b.register_action_body(rr, "accept", Accept),
+                clear_round: b.register_action_body(rr, "clear", Clear),
+                read: b.register_action_body(vr, "read", VoteRead),
+                write: b.register_action_body(vr, "write", VoteWrite),
+                clear_vote: b.register_action_body(vr, "clear", Clear),
+            });
+        }
         let ur = b.register::<Pair>("tenant_usage", Gress::Egress, 1, TENANT_SLOTS, "per tenant slot: ALU operations (lo), packets (hi)");
         b.cell_fields(&ur, &[("alu_ops", 32), ("packets", 32)]);
         let usage = b.register_action_salu(ur, "add", AddPair);
@@ -181,7 +254,20 @@ impl Inaas {
         let d_forged = b.drop_reason("inaas_forged_uid");
         let d_no_goalkeeper = b.drop_reason("inaas_no_goalkeeper");
         let decl = b.build().expect("inaas declaration is valid");
-        Inaas { decl, segments, tenants, goalkeeper, a_set_tenant, a_set_goalkeeper, forged, usage, events, d_forged, d_no_goalkeeper }
+        Inaas {
+            decl,
+            segments,
+            acceptors,
+            tenants,
+            goalkeeper,
+            a_set_tenant,
+            a_set_goalkeeper,
+            forged,
+            usage,
+            events,
+            d_forged,
+            d_no_goalkeeper,
+        }
     }
 
     /// The primitive of every item, from the flags alone (`None`: a forbidden combination).
@@ -198,6 +284,10 @@ impl Inaas {
     /// Stateless checks before any memory access; `None` drops the packet as malformed.
     fn check(&self, v: &InaasPacket<&[u8]>) -> Option<[Prim; ITEMS]> {
         let op = v.op();
+        if is_paxos(op) {
+            // Without acceptors a Paxos packet is malformed (dropped, counted).
+            return if self.acceptors.is_empty() { None } else { Self::check_paxos(v) };
+        }
         if Operator::from_u8(op).is_none() && op != OP_DONE {
             return None;
         }
@@ -231,6 +321,142 @@ impl Inaas {
             *slot = p;
         }
         Some(prims)
+    }
+
+    /// A Paxos packet: only read items, only in acceptor segments, at least one; ballots in
+    /// 1..2^31; an instance tag.
+    fn check_paxos(v: &InaasPacket<&[u8]>) -> Option<[Prim; ITEMS]> {
+        let valid = v.bitmap(Bitmap::Valid);
+        let others = v.bitmap(Bitmap::Write) | v.bitmap(Bitmap::Reduce) | v.bitmap(Bitmap::Compute);
+        if valid == 0 || valid & !((1 << ACCEPTORS) - 1) != 0 || v.bitmap(Bitmap::Read) != valid || others != 0 {
+            return None;
+        }
+        if v.key(PAXOS_TAG_ITEM) == 0 {
+            return None;
+        }
+        let mut prims = [Prim::None; ITEMS];
+        for (j, slot) in prims.iter_mut().enumerate().take(ACCEPTORS) {
+            if valid & 1 << j != 0 {
+                let b = v.key(j);
+                if b == 0 || b >= REFUSED || v.idx(j) as u32 >= SEGMENT_SIZE || v.value(j) == MISS {
+                    return None;
+                }
+                *slot = Prim::Read;
+            }
+        }
+        Some(prims)
+    }
+
+    /// Paxos in ingress: probe the leases; the acceptors run in egress. Always answered
+    /// to the sender.
+    #[allow(clippy::too_many_arguments)]
+    fn paxos_ingress(&self, pass: &mut Pass<'_>, prims: &[Prim; ITEMS], uid: u32, port: u16, gk: u16, slot: u16, fl: u8) {
+        let now = (pass.now_ns() / 1_000) as u32;
+        let mut out = Outcome::default();
+        for (j, p) in prims.iter().enumerate().take(ACCEPTORS) {
+            if *p == Prim::None {
+                continue;
+            }
+            let idx = InaasPacket::new_unchecked(&pass.hdr()[14..]).idx(j) as u32;
+            let held = pass.execute(&self.segments[j].lease, idx, (uid | PROBE, (now, 0)));
+            if held != uid {
+                out.failed |= 1 << j;
+                if held != 0 {
+                    out.mismatches += 1;
+                }
+            } else {
+                out.alu_ops += 3;
+            }
+        }
+        InaasPacket::new_unchecked(&mut pass.hdr_mut()[14..]).set_bitmap(Bitmap::Failed, out.failed);
+        self.bridge(pass, slot, port, gk, &out);
+        pass.bridged_mut()[bridged::PAXOS] = 1;
+        let h = pass.hdr_mut();
+        let mut dst = [0u8; 6];
+        dst.copy_from_slice(&h[0..6]);
+        h.copy_within(6..12, 0);
+        h[6..12].copy_from_slice(&dst);
+        h[15] = fl & !flags::RETRANS | flags::REPLY;
+        pass.forward(port);
+    }
+
+    /// Paxos in egress: each leased acceptor decides (stage 2) and reads or writes its
+    /// vote (stage 3); refusals become failed items carrying the promise in the key.
+    fn paxos_egress(&self, pass: &mut Pass<'_>) {
+        let v = InaasPacket::new_unchecked(&pass.hdr()[14..]);
+        let phase1 = v.op() == OP_PAXOS_1A;
+        let live = v.bitmap(Bitmap::Valid) & !v.bitmap(Bitmap::Failed);
+        let tag = v.key(PAXOS_TAG_ITEM);
+        let mut items = [(0u32, 0u32, 0i32); ACCEPTORS];
+        for (j, it) in items.iter_mut().enumerate() {
+            *it = (v.idx(j) as u32, v.key(j), v.value(j));
+        }
+        // Stage 12: the slot's instance; 13: every acceptor decides; 14: the votes.
+        let mut stale = 0u32;
+        for j in 0..ACCEPTORS {
+            if live & 1 << j != 0 {
+                let s = pass.execute(&self.acceptors[j].advance, items[j].0, (!phase1, tag)).get();
+                if s == STALE {
+                    stale |= 1 << j;
+                }
+            }
+        }
+        let live = live & !stale;
+        let mut decided = [None; ACCEPTORS];
+        for (j, d) in decided.iter_mut().enumerate() {
+            if live & 1 << j != 0 {
+                let (idx, ballot, _) = items[j];
+                let a = &self.acceptors[j];
+                *d = Some(if phase1 { pass.execute(&a.prepare, idx, ballot) } else { pass.execute(&a.accept, idx, ballot) });
+            }
+        }
+        let mut refused = 0u32;
+        let mut out = [(0u32, None::<i32>); ACCEPTORS];
+        for j in 0..ACCEPTORS {
+            let Some(r) = decided[j] else { continue };
+            let (idx, _, value) = items[j];
+            let a = &self.acceptors[j];
+            let vote = if phase1 {
+                Some(pass.execute(&a.read, idx, tag).get())
+            } else {
+                pass.execute(&a.write, idx, r.map(|r| (r & REFUSED == 0, (tag, value))));
+                None
+            };
+            let r = r.get();
+            if r & REFUSED != 0 {
+                refused |= 1 << j;
+                out[j] = (r & !REFUSED, None);
+            } else {
+                out[j] = (r, vote);
+            }
+        }
+        let mut p = InaasPacket::new_unchecked(&mut pass.hdr_mut()[14..]);
+        for j in 0..ACCEPTORS {
+            if stale & 1 << j != 0 {
+                // Refused with promise 0: the proposer's instance is behind the ring.
+                p.set_key(j, 0);
+            }
+        }
+        let refused = refused | stale;
+        for (j, (k, vote)) in out.iter().enumerate() {
+            if live & 1 << j == 0 {
+                continue;
+            }
+            match vote {
+                // 1b: (vrnd, value) if the cell voted for this instance, else (0, 0).
+                Some(NO_VOTE) => {
+                    p.set_key(j, 0);
+                    p.set_value(j, 0);
+                }
+                Some(val) => {
+                    p.set_key(j, *k);
+                    p.set_value(j, *val);
+                }
+                None => p.set_key(j, *k),
+            }
+        }
+        let failed = p.bitmap(Bitmap::Failed);
+        p.set_bitmap(Bitmap::Failed, failed | refused);
     }
 
     fn first_pass(&self, pass: &mut Pass<'_>) {
@@ -271,6 +497,10 @@ impl Inaas {
             pass.drop(self.d_no_goalkeeper);
             return;
         };
+        if is_paxos(v_op(pass)) {
+            self.paxos_ingress(pass, &prims, uid, port, gk, slot, fl);
+            return;
+        }
         let mut out = Outcome::default();
         if fl & flags::RETRANS != 0 {
             // Algorithm 1: a retransmission goes to the goalkeeper, memory untouched.
@@ -408,6 +638,7 @@ impl Inaas {
         for (j, it) in items.iter_mut().enumerate() {
             *it = (v.idx(j), v.key(j));
         }
+        let mut clear = 0u8;
         let mut holders = [0u32; ITEMS];
         for j in 0..SEGMENTS {
             if preempted & 1 << j != 0 {
@@ -426,6 +657,9 @@ impl Inaas {
                 failed |= bit;
                 continue;
             }
+            if j < self.acceptors.len() {
+                clear |= 1 << j;
+            }
             let install = if installs(prims[j]) { items[j].1 } else { 0 };
             let old_key = pass.execute(&self.segments[j].write, items[j].0 as u32, (true, (install, 0))).get();
             alu += 1;
@@ -437,6 +671,7 @@ impl Inaas {
         p.set_flags(fl | flags::GOALKEEPER);
         let b = pass.bridged_mut();
         b[bridged::ALU_OPS] = b[bridged::ALU_OPS].wrapping_add(alu);
+        b[bridged::CLEAR] = clear;
         pass.forward(gk);
     }
 
@@ -450,6 +685,10 @@ impl Inaas {
         b[bridged::MISMATCHES] = out.mismatches;
         b[bridged::ACQUISITIONS] = out.acquisitions;
     }
+}
+
+fn v_op(pass: &Pass<'_>) -> u8 {
+    pass.hdr()[14]
 }
 
 impl Default for Inaas {
@@ -491,5 +730,26 @@ impl Program for Inaas {
         }
         pass.execute(&self.usage, slot, (b[bridged::ALU_OPS] as u32, 1));
         pass.execute(&self.events, slot, (b[bridged::MISMATCHES] as u32, b[bridged::ACQUISITIONS] as u32));
+        if b[bridged::PAXOS] == 1 {
+            self.paxos_egress(pass);
+        } else if b[bridged::CLEAR] != 0 {
+            // A lease on an acceptor cell changed hands: the old holder's votes go.
+            let idx: [u32; ACCEPTORS] = std::array::from_fn(|j| InaasPacket::new_unchecked(&pass.hdr()[14..]).idx(j) as u32);
+            for (j, i) in idx.iter().enumerate() {
+                if b[bridged::CLEAR] & 1 << j != 0 {
+                    pass.execute(&self.acceptors[j].clear_instance, *i, ());
+                }
+            }
+            for (j, i) in idx.iter().enumerate() {
+                if b[bridged::CLEAR] & 1 << j != 0 {
+                    pass.execute(&self.acceptors[j].clear_round, *i, ());
+                }
+            }
+            for (j, i) in idx.iter().enumerate() {
+                if b[bridged::CLEAR] & 1 << j != 0 {
+                    pass.execute(&self.acceptors[j].clear_vote, *i, ());
+                }
+            }
+        }
     }
 }

@@ -51,8 +51,10 @@ def schedule(policy: str, apps: list[str], budget: int, subscribed: list[bool] |
             size = max(1, budget * w[i] // total)
             if a in ("sparse", "dense"):
                 lease = 1_000  # encourage preemption: short leases (about one round)
-            elif a == "bloom":
-                lease = MAX_LEASE_US  # never preempted once allocated
+            elif a in ("bloom", "paxos"):
+                # Never preempted once allocated: a Bloom filter's bits, and acceptors'
+                # promises and votes, which Paxos must never forget.
+                lease = MAX_LEASE_US
             else:
                 lease = 50_000
             out.append(Region(base, size, lease, lease, replicas=2 if a == "kv" else 1, subscription=sub[i]))

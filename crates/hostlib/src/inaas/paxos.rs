@@ -1,0 +1,549 @@
+//! Multi-Paxos with the acceptors in the switch (`programs::inaas::paxos`), proposers and
+//! learners on hosts, sans-IO. Anchor: P4xos (acceptor per instance: rnd, vrnd, value).
+//!
+//! - Instance `i` lives in slot `base + i % slots` of segments 0–2 (three acceptors, a
+//!   majority is two); the tag `i + 1` tells a slot's instances apart as the ring turns.
+//!   A slot is reused only once every learner delivered the instance before it
+//!   ([`Proposer::floor`]).
+//! - Ballot = round << 8 | proposer id: two proposers never share one.
+//! - A proposer that becomes leader runs phase 1 on every slot of the window
+//!   `[floor, floor + slots)`; a promise on a slot covers every later instance of it (the
+//!   acceptor's rnd is per slot). It then re-proposes, per instance, the value of the
+//!   highest voted round among the promises, a no-op ([`NOOP`]) for a hole below the
+//!   highest voted instance, and its own values after that.
+//! - The switch answers phase 2a with each acceptor's vote (phase 2b); the proposer relays
+//!   the votes to the learners ([`Vote`]), as P4xos's acceptors multicast them. A learner
+//!   decides an instance when a majority of acceptors voted at one ballot, and delivers
+//!   the log in order with no gap. Learners acknowledge their delivered prefix
+//!   ([`Learner::delivered`]); the leader resends votes of instances not yet acknowledged.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use wire::ethernet::{EtherType, EthernetAddress, EthernetFrame, EthernetRepr};
+use wire::inaas::{flags, Bitmap, InaasPacket, InaasRepr, Item, ETHERTYPE, HEADER_LEN, OP_PAXOS_1A, OP_PAXOS_2A, PAXOS_TAG_ITEM};
+
+/// Acceptors (segments 0..3).
+pub const ACCEPTORS: usize = 3;
+/// Votes that decide.
+pub const MAJORITY: usize = 2;
+/// The value a new leader fills a hole with.
+pub const NOOP: i32 = 0;
+
+/// Where the acceptors' state lives in the tenant's leased registers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ring {
+    pub base: u16,
+    pub slots: u16,
+}
+
+impl Ring {
+    pub fn slot(&self, inst: u64) -> u16 {
+        self.base + (inst % self.slots as u64) as u16
+    }
+}
+
+/// A Paxos request frame: phase 1a (`value` ignored) or 2a for instance `inst` at `ballot`,
+/// to all three acceptors.
+#[allow(clippy::too_many_arguments)]
+pub fn paxos_frame(
+    src: EthernetAddress,
+    dst: EthernetAddress,
+    uid: u32,
+    seq: u32,
+    phase1: bool,
+    ring: Ring,
+    inst: u64,
+    ballot: u32,
+    value: i32,
+) -> Vec<u8> {
+    let mut r = InaasRepr { op: if phase1 { OP_PAXOS_1A } else { OP_PAXOS_2A }, flags: 0, seq, uid, ..Default::default() };
+    let idx = ring.slot(inst);
+    for j in 0..ACCEPTORS {
+        r.items[j] = Item { idx, key: ballot, value: if phase1 { 0 } else { value } };
+    }
+    // The tag item (not valid) carries the instance tag and, echoed, the ballot.
+    r.items[PAXOS_TAG_ITEM] = Item { idx: 0, key: (inst + 1) as u32, value: ballot as i32 };
+    let mask = (1 << ACCEPTORS) - 1;
+    r.set_bits(Bitmap::Valid, mask);
+    r.set_bits(Bitmap::Read, mask);
+    let eth = EthernetRepr { src_addr: src, dst_addr: dst, ethertype: EtherType::Unknown(ETHERTYPE) };
+    let mut buf = vec![0u8; 14 + HEADER_LEN];
+    eth.emit(&mut EthernetFrame::new_unchecked(&mut buf[..]));
+    r.emit(&mut InaasPacket::new_unchecked(&mut buf[14..]));
+    buf
+}
+
+/// One acceptor's answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// 1b: promised; its vote for this instance (vrnd 0: none).
+    Promise { vrnd: u32, value: i32 },
+    /// 2b: voted (ballot, value).
+    Voted,
+    /// Refused: it promised a higher ballot.
+    Refused { promised: u32 },
+    /// The tenant holds no lease on the cell (nothing done).
+    NoLease,
+}
+
+/// A parsed answer of the switch's acceptors.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PaxosReply {
+    pub phase1: bool,
+    pub inst: u64,
+    pub ballot: u32,
+    /// The value proposed (2a).
+    pub value: i32,
+    pub answers: [Answer; ACCEPTORS],
+}
+
+/// Parse a switch's Paxos answer (`None`: not one).
+pub fn parse_paxos_reply(frame: &[u8]) -> Option<PaxosReply> {
+    let eth = EthernetFrame::new_checked(frame).ok()?;
+    if eth.ethertype() != EtherType::Unknown(ETHERTYPE) {
+        return None;
+    }
+    let p = InaasPacket::new_checked(&frame[14..]).ok()?;
+    let op = p.op();
+    if (op != OP_PAXOS_1A && op != OP_PAXOS_2A) || p.flags() & flags::REPLY == 0 {
+        return None;
+    }
+    let tag = p.key(PAXOS_TAG_ITEM);
+    if tag == 0 {
+        return None;
+    }
+    let phase1 = op == OP_PAXOS_1A;
+    let ballot = p.value(PAXOS_TAG_ITEM) as u32;
+    let failed = p.bitmap(Bitmap::Failed);
+    let mut answers = [Answer::NoLease; ACCEPTORS];
+    for (j, a) in answers.iter_mut().enumerate() {
+        let k = p.key(j);
+        *a = if failed & 1 << j != 0 {
+            if k != ballot {
+                Answer::Refused { promised: k }
+            } else {
+                Answer::NoLease
+            }
+        } else if phase1 {
+            Answer::Promise { vrnd: k, value: p.value(j) }
+        } else {
+            Answer::Voted
+        };
+    }
+    Some(PaxosReply { phase1, inst: tag as u64 - 1, ballot, value: p.value(0), answers })
+}
+
+/// Acceptor `acceptor` voted `value` at `ballot` for `inst` (relayed to learners).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Vote {
+    pub inst: u64,
+    pub acceptor: u8,
+    pub ballot: u32,
+    pub value: i32,
+}
+
+#[derive(Clone, Debug)]
+struct Slot {
+    value: i32,
+    phase1: bool,
+    /// Acceptors that answered this phase (bits).
+    answered: u8,
+    votes: Vec<Vote>,
+    /// Best vote seen in phase 1: (vrnd, value).
+    best: (u32, i32),
+    sent_us: u64,
+    done: bool,
+}
+
+/// Counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProposerStats {
+    pub sent: u64,
+    pub resent: u64,
+    pub refused: u64,
+    pub no_lease: u64,
+    pub rounds: u64,
+}
+
+/// A proposer (the leader while it runs). Frames out via [`Proposer::take_output`]; votes
+/// for learners via [`Proposer::take_votes`].
+pub struct Proposer {
+    pub id: u8,
+    pub round: u32,
+    pub ring: Ring,
+    uid: u32,
+    mac: EthernetAddress,
+    service_mac: EthernetAddress,
+    seq: u32,
+    /// Every learner delivered everything below this.
+    pub floor: u64,
+    /// Phase 1 is over for the window (the proposer leads).
+    pub leading: bool,
+    /// Instances whose phase 1 is still open while taking over.
+    preparing: usize,
+    next_inst: u64,
+    queue: VecDeque<i32>,
+    /// Values given to this proposer (the only ones it puts back in its queue).
+    mine: std::collections::BTreeSet<i32>,
+    slots: BTreeMap<u64, Slot>,
+    /// Instances decided (a majority voted) as this proposer saw it.
+    pub decided: BTreeMap<u64, (u32, i32)>,
+    pub rto_us: u64,
+    out: Vec<Vec<u8>>,
+    votes: Vec<Vote>,
+    /// Send time of each instance's first 2a (for the latency of a decision).
+    pub started_us: BTreeMap<u64, u64>,
+    /// (instance, microseconds from first 2a to decision).
+    pub latencies: Vec<(u64, u64)>,
+    pub stats: ProposerStats,
+}
+
+impl Proposer {
+    pub fn new(id: u8, ring: Ring, uid: u32, mac: EthernetAddress, service_mac: EthernetAddress) -> Self {
+        assert!(id > 0);
+        Proposer {
+            id,
+            round: 0,
+            ring,
+            uid,
+            mac,
+            service_mac,
+            seq: 1,
+            floor: 0,
+            leading: false,
+            preparing: 0,
+            next_inst: 0,
+            queue: VecDeque::new(),
+            mine: Default::default(),
+            slots: BTreeMap::new(),
+            decided: BTreeMap::new(),
+            rto_us: 200,
+            out: Vec::new(),
+            votes: Vec::new(),
+            started_us: BTreeMap::new(),
+            latencies: Vec::new(),
+            stats: ProposerStats::default(),
+        }
+    }
+
+    pub fn ballot(&self) -> u32 {
+        self.round << 8 | self.id as u32
+    }
+
+    /// A client value to be chosen (in order, one instance each).
+    pub fn propose(&mut self, v: i32) {
+        assert!(v != NOOP);
+        self.mine.insert(v);
+        self.queue.push_back(v);
+    }
+
+    /// Values still waiting for an instance or a decision.
+    pub fn pending(&self) -> usize {
+        self.queue.len() + self.slots.values().filter(|s| !s.done).count()
+    }
+
+    fn send(&mut self, inst: u64, now_us: u64) {
+        let b = self.ballot();
+        let s = self.slots.get_mut(&inst).expect("slot");
+
+        s.sent_us = now_us;
+        let f = paxos_frame(self.mac, self.service_mac, self.uid, self.seq, s.phase1, self.ring, inst, b, s.value);
+        self.seq = self.seq.wrapping_add(1).max(1);
+        self.out.push(f);
+        self.stats.sent += 1;
+    }
+
+    /// Become leader with a round above `seen` (every promise refused so far): phase 1 on
+    /// the whole window above the floor.
+    pub fn take_over(&mut self, seen: u32, now_us: u64) {
+        self.round = self.round.max(seen >> 8) + 1;
+        self.stats.rounds += 1;
+        self.leading = false;
+        // Values in flight go back to the queue's front unless decided.
+        let mut back: Vec<i32> = Vec::new();
+        for (i, s) in std::mem::take(&mut self.slots) {
+            if !self.decided.contains_key(&i) && self.mine.contains(&s.value) && !s.phase1 {
+                back.push(s.value);
+            }
+        }
+        for v in back.into_iter().rev() {
+            self.queue.push_front(v);
+        }
+        // Every slot of the window, decided or not: a promise on a slot is what lets this
+        // ballot use the slot's later instances without another phase 1.
+        let from = self.floor;
+        self.preparing = 0;
+        for inst in from..self.floor + self.ring.slots as u64 {
+            self.prepare(inst, now_us);
+        }
+        self.next_inst = from;
+        if self.preparing == 0 {
+            self.lead(now_us);
+        }
+    }
+
+    fn prepare(&mut self, inst: u64, now_us: u64) {
+        self.slots
+            .insert(inst, Slot { value: NOOP, phase1: true, answered: 0, votes: Vec::new(), best: (0, NOOP), sent_us: 0, done: false });
+        self.preparing += 1;
+        self.send(inst, now_us);
+    }
+
+    /// A learner reports a gap that does not close (P4xos: the learner asks the leader to
+    /// fill it): run phase 1 again on the window, which re-decides each open instance
+    /// with the value a majority may have chosen, and relays the votes again.
+    pub fn recover(&mut self, now_us: u64) {
+        let b = self.ballot();
+        self.decided.retain(|i, _| *i < self.floor);
+        self.take_over(b, now_us);
+    }
+
+    /// Everything below this the proposer saw decided.
+    fn decided_prefix(&self) -> u64 {
+        let mut i = self.floor;
+        while self.decided.contains_key(&i) {
+            i += 1;
+        }
+        i
+    }
+
+    /// Phase 1 done: phase 2 for voted instances (and no-ops for holes below them).
+    fn lead(&mut self, now_us: u64) {
+        self.leading = true;
+        let top = self.slots.iter().filter(|(_, s)| s.best.0 > 0).map(|(i, _)| *i).max();
+        let prepared: Vec<u64> = self.slots.keys().copied().collect();
+        let mut next = self.decided_prefix();
+        for inst in prepared {
+            let s = self.slots.get_mut(&inst).expect("slot");
+            if top.is_some_and(|t| inst <= t) {
+                s.phase1 = false;
+                s.value = s.best.1;
+                s.answered = 0;
+                s.done = false;
+                s.votes.clear();
+                // An adopted value is proposed here, not again from the queue.
+                let v = s.value;
+                self.queue.retain(|q| *q != v);
+                self.started_us.entry(inst).or_insert(now_us);
+                self.send(inst, now_us);
+                next = next.max(inst + 1);
+            } else {
+                self.slots.remove(&inst);
+            }
+        }
+        self.next_inst = next.max(self.decided.keys().next_back().map(|i| i + 1).unwrap_or(0));
+        self.fill(now_us);
+    }
+
+    /// Start instances for queued values, within the window.
+    fn fill(&mut self, now_us: u64) {
+        if !self.leading {
+            return;
+        }
+        while !self.queue.is_empty() && self.next_inst < self.floor + self.ring.slots as u64 {
+            let inst = self.next_inst;
+            self.next_inst += 1;
+            if self.decided.contains_key(&inst) {
+                continue;
+            }
+            let v = self.queue.pop_front().expect("non-empty");
+            self.slots
+                .insert(inst, Slot { value: v, phase1: false, answered: 0, votes: Vec::new(), best: (0, NOOP), sent_us: 0, done: false });
+            self.started_us.insert(inst, now_us);
+            self.send(inst, now_us);
+        }
+    }
+
+    /// The learners delivered everything below `floor` (the minimum of their acks).
+    pub fn on_floor(&mut self, floor: u64, now_us: u64) {
+        if floor > self.floor {
+            let old_end = self.floor + self.ring.slots as u64;
+            self.floor = floor;
+            // An instance every learner delivered that this proposer did not see decided
+            // with its value may hold another one: its value goes back to the queue (at
+            // least once; the state machine drops a duplicate by command id).
+            let mut back = Vec::new();
+            for (i, s) in self.slots.iter() {
+                if *i < floor && !s.phase1 && self.mine.contains(&s.value) && self.decided.get(i).map(|d| d.1) != Some(s.value) {
+                    back.push(s.value);
+                }
+            }
+            for v in back.into_iter().rev() {
+                self.queue.push_front(v);
+            }
+            self.slots.retain(|i, _| *i >= floor);
+            if !self.leading {
+                // Instances below the floor need no phase 1 any more; the slots they leave
+                // are prepared for the instances that now use them.
+                self.preparing = self.slots.values().filter(|s| s.phase1 && !s.done).count();
+                for inst in old_end.max(floor)..floor + self.ring.slots as u64 {
+                    self.prepare(inst, now_us);
+                }
+                if self.preparing == 0 {
+                    self.lead(now_us);
+                }
+            }
+            self.fill(now_us);
+        }
+    }
+
+    /// An answer of the switch.
+    pub fn on_frame(&mut self, frame: &[u8], now_us: u64) {
+        let Some(r) = parse_paxos_reply(frame) else { return };
+        if r.ballot != self.ballot() {
+            return; // an older round's answer
+        }
+        let ballot = self.ballot();
+        let Some(s) = self.slots.get_mut(&r.inst) else { return };
+        if s.phase1 != r.phase1 || s.done {
+            return;
+        }
+        let mut higher = 0;
+        let mut stale = false;
+        for (j, a) in r.answers.iter().enumerate() {
+            match *a {
+                Answer::Refused { promised: 0 } => stale = true,
+                Answer::Refused { promised } => {
+                    higher = higher.max(promised);
+                    self.stats.refused += 1;
+                }
+                Answer::NoLease => self.stats.no_lease += 1,
+                Answer::Promise { vrnd, value } => {
+                    s.answered |= 1 << j;
+                    if vrnd > s.best.0 {
+                        s.best = (vrnd, value);
+                    }
+                }
+                Answer::Voted => {
+                    s.answered |= 1 << j;
+                    let v = Vote { inst: r.inst, acceptor: j as u8, ballot: r.ballot, value: r.value };
+                    if !s.votes.contains(&v) {
+                        s.votes.push(v);
+                    }
+                }
+            }
+        }
+        if stale {
+            // The slot serves a later instance: this one was delivered by every learner
+            // (and so was everything before it), whatever this proposer heard.
+            self.on_floor(r.inst + 1, now_us);
+            return;
+        }
+        if higher > ballot {
+            // Someone leads with a higher ballot: try again above it (a real deployment
+            // would back off or defer to it; the harness decides who runs).
+            self.take_over(higher, now_us);
+            return;
+        }
+        if s.answered.count_ones() as usize >= MAJORITY {
+            s.done = true;
+            if r.phase1 {
+                self.preparing = self.preparing.saturating_sub(1);
+                if self.preparing == 0 {
+                    self.lead(now_us);
+                }
+            } else {
+                let votes = s.votes.clone();
+                self.votes.extend(votes);
+                self.decided.insert(r.inst, (r.ballot, r.value));
+                if let Some(t0) = self.started_us.get(&r.inst) {
+                    self.latencies.push((r.inst, now_us.saturating_sub(*t0)));
+                }
+            }
+        }
+    }
+
+    /// Resend what is unanswered; votes of decided instances learners have not acknowledged
+    /// go out again.
+    pub fn poll(&mut self, now_us: u64) {
+        // Values that arrived since the last call start their instances.
+        self.fill(now_us);
+        let due: Vec<u64> = self.slots.iter().filter(|(_, s)| !s.done && now_us >= s.sent_us + self.rto_us).map(|(i, _)| *i).collect();
+        for inst in due {
+            self.stats.resent += 1;
+            self.send(inst, now_us);
+        }
+        let stale: Vec<Vote> = self
+            .slots
+            .values()
+            .filter(|s| s.done && !s.phase1 && now_us >= s.sent_us + self.rto_us)
+            .flat_map(|s| s.votes.clone())
+            .collect();
+        for s in self.slots.values_mut() {
+            if s.done && !s.phase1 && now_us >= s.sent_us + self.rto_us {
+                s.sent_us = now_us;
+            }
+        }
+        self.votes.extend(stale);
+    }
+
+    pub fn take_output(&mut self) -> Vec<Vec<u8>> {
+        std::mem::take(&mut self.out)
+    }
+
+    pub fn take_votes(&mut self) -> Vec<Vote> {
+        std::mem::take(&mut self.votes)
+    }
+}
+
+/// A learner: decides from acceptors' votes, delivers a gap-free log.
+#[derive(Default)]
+pub struct Learner {
+    /// (instance, ballot) -> (acceptors that voted, value). Kept after delivery, so a
+    /// second value chosen for a delivered instance is still caught.
+    votes: BTreeMap<(u64, u32), (u8, i32)>,
+    decided: BTreeMap<u64, i32>,
+    /// The delivered log, in order, no gap.
+    pub log: Vec<i32>,
+}
+
+impl Learner {
+    /// A relayed vote. Returns an error if it contradicts a decision (never happens while
+    /// Paxos is safe; the harness counts it).
+    pub fn on_vote(&mut self, v: Vote) -> Result<(), String> {
+        let e = self.votes.entry((v.inst, v.ballot)).or_insert((0, v.value));
+        if e.1 != v.value {
+            return Err(format!("instance {}: two values at ballot {}", v.inst, v.ballot));
+        }
+        e.0 |= 1 << v.acceptor;
+        if e.0.count_ones() as usize >= MAJORITY {
+            let value = e.1;
+            if let Some(&d) = self.decided.get(&v.inst) {
+                if d != value {
+                    return Err(format!("instance {}: decided {d}, then {value}", v.inst));
+                }
+            }
+            self.decided.insert(v.inst, value);
+            while let Some(&x) = self.decided.get(&(self.log.len() as u64)) {
+                self.log.push(x);
+            }
+        }
+        Ok(())
+    }
+
+    /// Instances delivered (the acknowledgement to proposers).
+    pub fn delivered(&self) -> u64 {
+        self.log.len() as u64
+    }
+}
+
+/// The replicated KV on top: a command is `key << 20 | value` (key < 2^11, value < 2^20),
+/// a PUT, and is its own id (each is proposed once). The state is what the delivered log
+/// built, each command applied once: a proposer that comes back after a crash re-proposes
+/// what it cannot know was chosen, so a command may be in the log twice (as in any Paxos
+/// log; state machines drop duplicates by command id).
+pub fn kv_command(key: u32, value: u32) -> i32 {
+    ((key & 0x7FF) << 20 | (value & 0xF_FFFF)) as i32
+}
+
+/// Apply a delivered log to a KV state.
+pub fn kv_apply(log: &[i32]) -> BTreeMap<u32, u32> {
+    let mut m = BTreeMap::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for &c in log {
+        if c != NOOP && seen.insert(c) {
+            m.insert((c as u32) >> 20, (c as u32) & 0xF_FFFF);
+        }
+    }
+    m
+}
