@@ -10,6 +10,7 @@ mod allreduce;
 mod hare;
 mod inaas;
 mod netsha;
+mod p4rt_wire;
 mod pcap;
 
 use std::sync::Arc;
@@ -436,6 +437,16 @@ impl Dataplane {
         let dp = self.dp()?;
         match py.detach(|| dp.control_pipe(pipe, ControlOp::RegisterRead { register_id, index })).map_err(control_err)? {
             ControlReply::RegisterCells(v) => Ok(v),
+            _ => Err(value_err("unexpected reply")),
+        }
+    }
+    /// `register_read` of pipe 0 as a serialized `p4.v1.ReadResponse` (one RegisterEntry
+    /// entity per cell), for the P4Runtime server.
+    #[pyo3(signature = (register_id, index=None))]
+    fn register_read_response<'py>(&self, py: Python<'py>, register_id: u32, index: Option<u32>) -> PyResult<Bound<'py, PyBytes>> {
+        let dp = self.dp()?;
+        match py.detach(|| dp.control_pipe(0, ControlOp::RegisterRead { register_id, index })).map_err(control_err)? {
+            ControlReply::RegisterCells(v) => Ok(PyBytes::new(py, &p4rt_wire::register_read_response(register_id, &v))),
             _ => Err(value_err("unexpected reply")),
         }
     }

@@ -750,8 +750,12 @@ class Device:
         Entity, RegisterEntry, Index, P4Data = p4runtime_pb2.Entity, p4runtime_pb2.RegisterEntry, p4runtime_pb2.Index, p4data_pb2.P4Data
         for r in regs:
             idx = self._register_index(r, re)
+            if self.dp.num_pipes == 1:
+                # Encoded by the data plane (parsed back by compiled protobuf): built here
+                # field by field, a register's hundreds of cells were most of a Read's cost.
+                yield from p4runtime_pb2.ReadResponse.FromString(self.call(self.dp.register_read_response, r.id, idx)).entities
+                continue
             for i, v in self._register_cells(r.id, idx):
-                # Built in one constructor call: a register has thousands of cells to return.
                 yield Entity(register_entry=RegisterEntry(register_id=r.id, index=Index(index=i),
                                                           data=P4Data(bitstring=bytestrings.from_int(v, max(r.bitwidth, v.bit_length())))))
 
