@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
+import queue
 import subprocess
 import sys
 import tempfile
@@ -205,9 +206,14 @@ def _run_procs(targets: list[tuple[Callable[..., None], tuple[Any, ...]]], durat
     for p in procs:
         p.start()
     try:
-        for _ in procs:
-            if q.get(timeout=120) is not None:
-                raise RuntimeError("a client process failed before starting")
+        ready, deadline = 0, time.monotonic() + 120
+        while ready < len(procs):
+            try:
+                q.get(timeout=0.5)
+                ready += 1
+            except queue.Empty:
+                if any(p.exitcode not in (None, 0) for p in procs) or time.monotonic() > deadline:
+                    raise RuntimeError("a client process of the bench failed to connect to the switch") from None
         go.set()
         return [q.get(timeout=duration + 120) for _ in procs]
     finally:
@@ -254,8 +260,8 @@ def run(duration: float = 3.0, readers: int = 20, streams: int = 2, window: int 
                 r = _run_procs([(_timed_writer, (addr, singles))] + [(_reader, (addr, read)) for _ in range(readers)], duration)
                 under = next(x for x in r if "latencies_ms" in x)
                 reads = [x for x in r if "latencies_ms" not in x]
-                # The controller session must have stayed primary the whole run.
-                assert c.is_primary
+                if not c.is_primary:  # every Write above would have been refused
+                    raise RuntimeError("the bench's controller session lost its primary role")
         finally:
             sw.stop()
     lat_alone, lat_under = alone["latencies_ms"], under["latencies_ms"]
@@ -303,9 +309,7 @@ def bench_cmd(
     batch: int = option(1000, "--batch", type=Int(1, 10_000), help="Updates per Write for batched_updates_per_s."),
     json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Write the results as JSON."),
 ) -> None:
-    """P4Runtime writes per second (one update per Write, and batched) and the write
-    latency while other controllers read a register, against a real switch process over
-    gRPC on loopback."""
+    """P4Runtime writes per second (one update per Write, and batched) and the write latency while other controllers read a register, against a real switch process over gRPC on loopback."""
     console = console_for(json_out)
     with console.status("measuring") as st:
         r = run(duration=duration, readers=readers, streams=streams, window=window, batch=batch, progress=lambda s: st.update(f"measuring: {s}"))
