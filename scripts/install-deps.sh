@@ -42,6 +42,9 @@ for r in d["build-system"]["requires"] + d["project"]["dependencies"] + d["proje
     print(r)
 PYEOF
 )
+# The p4runtime package's `p4` stubs (protobuf 3 format) would shadow ours (python/p4) in a
+# venv made before they were ours.
+.venv/bin/pip uninstall -q -y p4runtime >/dev/null 2>&1 || true
 .venv/bin/pip install -q "${reqs[@]}"
 # Packages whose declared dependencies we do not want (see [tool.inswitch] in pyproject.toml).
 mapfile -t nodeps < <(.venv/bin/python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb")).get("tool", {}).get("inswitch", {}).get("install-no-deps", [])))')

@@ -42,6 +42,7 @@ _COMMAND_MODULES = [
     "inswitch.bench.cli",
     "inswitch.bench.aggregation",
     "inswitch.bench.kvs",
+    "inswitch.bench.p4runtime",
     "inswitch.experiments.cli",
     "inswitch.demo",
     "inswitch.apps.wordcount.cli",

@@ -52,6 +52,8 @@ type Reply<T> = Sender<T>;
 
 enum Cmd {
     Control(ControlOp, Reply<Result<ControlReply, ControlError>>),
+    /// Writes applied in order in one wakeup of the pipe, one result each.
+    ControlMany(Arc<Vec<ControlOp>>, Reply<Vec<Result<(), ControlError>>>),
     PacketOut(Vec<u8>, Option<PortId>, Reply<Result<(), ControlError>>),
     Counters(Reply<Counters>),
     Replace(Arc<ProgramSet>, Reply<()>),
@@ -224,6 +226,31 @@ impl Dataplane {
             }
         }
         result
+    }
+
+    /// Apply writes in order, each on every pipe, with one round trip to each pipe for
+    /// all of them (a P4Runtime Write batch); one result per op, the first error a pipe
+    /// reports for it. A failed op does not stop the ones after it (CONTINUE_ON_ERROR).
+    pub fn control_many(&self, ops: Vec<ControlOp>) -> Result<Vec<Result<(), ControlError>>, ControlError> {
+        if let Some(op) = ops.iter().find(|op| pisa::switch::is_read(op)) {
+            return Err(ControlError::InvalidArgument(format!("control_many takes writes, not {op:?}")));
+        }
+        let ops = Arc::new(ops);
+        let mut rxs = Vec::new();
+        for h in &self.pipes {
+            let (tx, rx) = channel();
+            h.send(Cmd::ControlMany(ops.clone(), tx))?;
+            rxs.push(rx);
+        }
+        let mut results: Vec<Result<(), ControlError>> = vec![Ok(()); ops.len()];
+        for rx in rxs {
+            for (slot, r) in results.iter_mut().zip(recv_reply(rx)?) {
+                if slot.is_ok() {
+                    *slot = r;
+                }
+            }
+        }
+        Ok(results)
     }
 
     /// Apply a control operation on one pipe only (e.g. read that pipe's registers).
@@ -550,6 +577,9 @@ impl Worker {
         match cmd {
             Cmd::Control(op, reply) => {
                 let _ = reply.send(self.pipe.control(&op));
+            }
+            Cmd::ControlMany(ops, reply) => {
+                let _ = reply.send(ops.iter().map(|op| self.pipe.control(op).map(|_| ())).collect());
             }
             Cmd::PacketOut(bytes, egress, reply) => {
                 let _ = reply.send(self.pipe.packet_out(&bytes, egress, monotonic_ns(), handoff));

@@ -10,6 +10,7 @@ mod allreduce;
 mod hare;
 mod inaas;
 mod netsha;
+mod p4rt_wire;
 mod pcap;
 
 use std::sync::Arc;
@@ -290,6 +291,30 @@ impl Dataplane {
         let op = ControlOp::TableWrite { table_id, op: write_op(op)?, matches: parse_matches(matches)?, priority, action_id, params };
         self.control(py, op).map(|_| ())
     }
+    /// Table writes in order, in one round trip to the data plane: each
+    /// `(op, table_id, matches, priority, action_id, params)` as `table_write` takes them.
+    /// Returns one `None` (applied) or `(grpc_code, message)` per write.
+    #[allow(clippy::type_complexity)]
+    fn table_write_many(
+        &self,
+        py: Python<'_>,
+        writes: Vec<(String, u32, Bound<'_, PyList>, i32, u32, Vec<(u32, Vec<u8>)>)>,
+    ) -> PyResult<Vec<Option<(u32, String)>>> {
+        let mut ops = Vec::with_capacity(writes.len());
+        for (op, table_id, matches, priority, action_id, params) in writes {
+            ops.push(ControlOp::TableWrite {
+                table_id,
+                op: write_op(&op)?,
+                matches: parse_matches(&matches)?,
+                priority,
+                action_id,
+                params,
+            });
+        }
+        let dp = self.dp()?;
+        let results = py.detach(|| dp.control_many(ops)).map_err(control_err)?;
+        Ok(results.into_iter().map(|r| r.err().map(|e| (e.grpc_code(), e.to_string()))).collect())
+    }
     fn table_set_default(&self, py: Python<'_>, table_id: u32, action_id: u32, params: Vec<(u32, Vec<u8>)>) -> PyResult<()> {
         self.control(py, ControlOp::TableSetDefault { table_id, action_id, params }).map(|_| ())
     }
@@ -442,6 +467,16 @@ impl Dataplane {
         let dp = self.dp()?;
         match py.detach(|| dp.control_pipe(pipe, ControlOp::RegisterRead { register_id, index })).map_err(control_err)? {
             ControlReply::RegisterCells(v) => Ok(v),
+            _ => Err(value_err("unexpected reply")),
+        }
+    }
+    /// `register_read` of pipe 0 as a serialized `p4.v1.ReadResponse` (one RegisterEntry
+    /// entity per cell), for the P4Runtime server.
+    #[pyo3(signature = (register_id, index=None))]
+    fn register_read_response<'py>(&self, py: Python<'py>, register_id: u32, index: Option<u32>) -> PyResult<Bound<'py, PyBytes>> {
+        let dp = self.dp()?;
+        match py.detach(|| dp.control_pipe(0, ControlOp::RegisterRead { register_id, index })).map_err(control_err)? {
+            ControlReply::RegisterCells(v) => Ok(PyBytes::new(py, &p4rt_wire::register_read_response(register_id, &v))),
             _ => Err(value_err("unexpected reply")),
         }
     }

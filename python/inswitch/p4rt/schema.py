@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Generic, Iterable, Iterator, TypeVar
 
 from p4.config.v1 import p4info_pb2, p4types_pb2
@@ -67,7 +68,7 @@ class TableInfo:
     #: The action profile implementing the table (0: none, entries take actions directly).
     implementation_id: int = 0
 
-    @property
+    @cached_property  # asked twice per table write; a frozen dataclass's fields never change
     def needs_priority(self) -> bool:
         return any(f.kind in ("ternary", "range", "optional") for f in self.fields)
 

@@ -12,6 +12,7 @@ here, keyed the way the entity is, and forgotten when the pipeline changes.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 
 import grpc
 from p4.config.v1 import p4info_pb2
-from p4.v1 import p4runtime_pb2
+from p4.v1 import p4data_pb2, p4runtime_pb2
 
 from inswitch import native
 from inswitch.p4rt import bytestrings
@@ -54,6 +55,17 @@ class PreMeta:
     port_names: dict[int, int] = field(default_factory=dict)  # data-plane port -> port as written
     metadata: bytes = b""
     class_of_service: int = 0
+
+
+@dataclass
+class _TableWrite:
+    """A checked table-entry update: the data-plane write (`table_write`'s arguments) and
+    the entry's key and metadata to remember once it is applied."""
+
+    args: tuple[str, int, list[DpMatch], int, int, list[tuple[int, bytes]]]
+    key: EntryKey
+    meta: Optional[tuple[int, bytes]]
+    seconds: float = 0.0
 
 
 def _bits(data: bytes, bitwidth: int, what: str) -> int:
@@ -115,28 +127,66 @@ class Device:
     # ---- batches -------------------------------------------------------------------------------
 
     def write_batch(self, updates: Sequence[Update]) -> list[Optional[P4RTError]]:
-        """Apply every update in order (CONTINUE_ON_ERROR); one error or None per update."""
-        errors: list[Optional[P4RTError]] = []
+        """Apply every update in order (CONTINUE_ON_ERROR); one error or None per update.
+
+        Runs of plain table writes (`_plain`) are checked one by one and then sent to the data
+        plane together, in one round trip (`table_write_many`): that round trip to the pipe
+        threads, not the checking, is what a big batch spent its time on."""
+        errors: list[Optional[P4RTError]] = [None] * len(updates)
+        pending: list[tuple[int, _TableWrite]] = []
         with self.lock:
-            for u in updates:
+
+            def flush() -> None:
+                if not pending:
+                    return
+                t0 = time.perf_counter()
+                try:
+                    results = self.call(self.dp.table_write_many, [w.args for _, w in pending])
+                except P4RTError as e:
+                    results = [(e.number, e.message)] * len(pending)
+                each = (time.perf_counter() - t0) / len(pending)
+                for (i, w), res in zip(pending, results):
+                    if res is None:
+                        self._finish_table_write(w)
+                    else:
+                        errors[i] = P4RTError(status_code(res[0]), str(res[1]))
+                    self.stats.record(f"write.table_entry.{w.args[0]}", w.seconds + each, res is None)
+                pending.clear()
+
+            for i, u in enumerate(updates):
                 kind = u.entity.WhichOneof("entity") or "none"
                 t0 = time.perf_counter()
                 err: Optional[P4RTError] = None
+                plain = kind == "table_entry" and self._plain(u.type, u.entity.table_entry)
+                if not plain:
+                    flush()  # what follows may depend on the writes before it
                 try:
+                    if plain:
+                        w = self._table_write(u.type, u.entity.table_entry)
+                        w.seconds = time.perf_counter() - t0
+                        pending.append((i, w))
+                        continue
                     self.write(u)
                 except P4RTError as e:
                     err = e
                 except Exception as e:  # a bug here must fail this update, not the switch
                     err = P4RTError(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
                 self.stats.record(f"write.{kind}.{_OP_NAMES.get(u.type, 'unspecified')}", time.perf_counter() - t0, err is None)
-                errors.append(err)
+                errors[i] = err
+            flush()
         return errors
 
     def read_batch(self, entities: Sequence[p4runtime_pb2.Entity]) -> tuple[list[p4runtime_pb2.Entity], list[Optional[P4RTError]]]:
-        """Everything the requests select, and one error or None per request."""
+        """Everything the requests select, and one error or None per request.
+
+        Register reads take no lock: the data plane answers each one between packet batches,
+        and nothing of ours is involved but the pipeline's index (read once). So controllers
+        polling registers never hold up a Write (a Write of registers is not atomic with
+        respect to reads of them in any case: a pipe applies one control op at a time)."""
         out: list[p4runtime_pb2.Entity] = []
         errors: list[Optional[P4RTError]] = []
-        with self.lock:
+        registers_only = all(ent.WhichOneof("entity") == "register_entry" for ent in entities)
+        with contextlib.nullcontext() if registers_only else self.lock:
             for ent in entities:
                 kind = ent.WhichOneof("entity") or "none"
                 t0 = time.perf_counter()
@@ -280,13 +330,43 @@ class Device:
             return (te.controller_metadata, bytes(te.metadata))
         return None
 
+    def _plain(self, op: int, te: p4runtime_pb2.TableEntry) -> bool:
+        """An update `_table_write` checks without the data plane's help and turns into one
+        data-plane write: an entry (not the default action) of a direct table, inserted,
+        deleted or modified with an action."""
+        t = self.pipeline.index.tables.by_id.get(te.table_id)
+        return (t is not None and not t.implementation_id and not te.is_default_action and op in _OP_NAMES
+                and (op != Update.MODIFY or te.HasField("action")))
+
     def _write_table(self, op: int, te: p4runtime_pb2.TableEntry) -> None:
+        if self._plain(op, te):
+            w = self._table_write(op, te)
+            self.call(self.dp.table_write, *w.args)
+            self._finish_table_write(w)
+            return
         t = self._table(te.table_id)
+        if te.is_default_action:
+            self._check_entry(t, te, op)
+            self._write_default(op, t, te)
+            return
+        matches = self._check_entry(t, te, op)
+        key: EntryKey = (t.id, matches, te.priority)
+        if t.implementation_id:
+            self._write_indirect(op, t, te, matches)
+        elif not any(self._entry_key(t, m, p) == key for m, p, _, _ in self.call(self.dp.table_read, t.id)[0]):
+            raise not_found(f"table {t.name}: no such entry")  # a MODIFY without an action
+        if op == Update.DELETE:
+            self.entry_meta.pop(key, None)
+            return
+        self._set_meta(key, self._meta_of(te))
+
+    def _check_entry(self, t: TableInfo, te: p4runtime_pb2.TableEntry, op: int) -> tuple[DpMatch, ...]:
+        """Check what every table-entry write must satisfy; the entry's canonical matches
+        (none for the default action, which `_write_default` checks further)."""
         if te.is_const:
             raise invalid("is_const must be false in writes")
         if te.is_default_action:
-            self._write_default(op, t, te)
-            return
+            return ()
         if te.HasField("meter_config") or te.HasField("counter_data") or te.HasField("meter_counter_data"):
             raise invalid(f"table {t.name} has no direct counter or meter")
         if te.idle_timeout_ns:
@@ -300,27 +380,28 @@ class Device:
             raise invalid(f"table {t.name} has ternary/optional fields: entries need a priority > 0")
         if not t.needs_priority and te.priority != 0:
             raise invalid(f"table {t.name} has only exact/LPM fields: entries take no priority")
+        return matches
+
+    def _table_write(self, op: int, te: p4runtime_pb2.TableEntry) -> _TableWrite:
+        """Check a `_plain` update; the data-plane write it makes (not made yet)."""
+        t = self._table(te.table_id)
+        matches = self._check_entry(t, te, op)
         key: EntryKey = (t.id, matches, te.priority)
-        if t.implementation_id:
-            self._write_indirect(op, t, te, matches)
-        elif op == Update.DELETE:
-            self.call(self.dp.table_write, "delete", t.id, list(matches), te.priority, 0, [])
         if op == Update.DELETE:
-            self.entry_meta.pop(key, None)
-            return
-        if t.implementation_id:
-            pass
-        elif op == Update.INSERT:
-            if not te.HasField("action"):
-                raise invalid("an INSERT needs an action")
-            aid, params = self._action(t, te.action, default=False)
-            self.call(self.dp.table_write, "insert", t.id, list(matches), te.priority, aid, params)
-        elif te.HasField("action"):
-            aid, params = self._action(t, te.action, default=False)
-            self.call(self.dp.table_write, "modify", t.id, list(matches), te.priority, aid, params)
-        elif not any(self._entry_key(t, m, p) == key for m, p, _, _ in self.call(self.dp.table_read, t.id)[0]):
-            raise not_found(f"table {t.name}: no such entry")
-        meta = self._meta_of(te)
+            return _TableWrite(("delete", t.id, list(matches), te.priority, 0, []), key, None)
+        if op == Update.INSERT and not te.HasField("action"):
+            raise invalid("an INSERT needs an action")
+        aid, params = self._action(t, te.action, default=False)
+        return _TableWrite((_OP_NAMES[op], t.id, list(matches), te.priority, aid, params), key, self._meta_of(te))
+
+    def _finish_table_write(self, w: _TableWrite) -> None:
+        """What we remember of an entry once the data plane took its write."""
+        if w.args[0] == "delete":
+            self.entry_meta.pop(w.key, None)
+        else:
+            self._set_meta(w.key, w.meta)
+
+    def _set_meta(self, key: EntryKey, meta: Optional[tuple[int, bytes]]) -> None:
         if meta:
             self.entry_meta[key] = meta
         else:
@@ -666,15 +747,17 @@ class Device:
             regs = list(self.pipeline.index.registers)
         else:
             regs = [self._register(re.register_id)]
+        Entity, RegisterEntry, Index, P4Data = p4runtime_pb2.Entity, p4runtime_pb2.RegisterEntry, p4runtime_pb2.Index, p4data_pb2.P4Data
         for r in regs:
             idx = self._register_index(r, re)
+            if self.dp.num_pipes == 1:
+                # Encoded by the data plane (parsed back by compiled protobuf): built here
+                # field by field, a register's hundreds of cells were most of a Read's cost.
+                yield from p4runtime_pb2.ReadResponse.FromString(self.call(self.dp.register_read_response, r.id, idx)).entities
+                continue
             for i, v in self._register_cells(r.id, idx):
-                ent = p4runtime_pb2.Entity()
-                out = ent.register_entry
-                out.register_id = r.id
-                out.index.index = i
-                out.data.bitstring = bytestrings.from_int(v, max(r.bitwidth, v.bit_length()))
-                yield ent
+                yield Entity(register_entry=RegisterEntry(register_id=r.id, index=Index(index=i),
+                                                          data=P4Data(bitstring=bytestrings.from_int(v, max(r.bitwidth, v.bit_length())))))
 
     def _register_cells(self, rid: int, idx: Optional[int]) -> list[tuple[int, int]]:
         """A register's cells as one array. Each pipe of a multi-pipe switch has its own

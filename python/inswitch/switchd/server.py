@@ -33,6 +33,8 @@ from .status import (DEFAULT_CLIENT_METADATA, P4RTError, batch_status, client_me
 API_VERSION = "1.4.1"
 #: Entities per ReadResponse: big reads stream in pieces instead of one huge message.
 READ_CHUNK = 1000
+#: Read RPCs served at once (see P4RuntimeService._read_slots).
+READ_SLOTS = 2
 _MAX_MESSAGE = 64 * 1024 * 1024
 
 _Set = p4runtime_pb2.SetForwardingPipelineConfigRequest
@@ -49,6 +51,10 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         self._saved: Pipeline | None = None  # VERIFY_AND_SAVE'd, waiting for COMMIT
         self._sessions: set[Session] = set()
         self._sessions_lock = threading.Lock()
+        #: Reads building their answers at once. Python runs one thread at a time: with every
+        #: polling controller's read runnable, a Write waits its turn behind all of them; the
+        #: others wait here without holding the interpreter.
+        self._read_slots = threading.BoundedSemaphore(READ_SLOTS)
 
     # ---- helpers ---------------------------------------------------------------------------
 
@@ -110,7 +116,8 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
             self._check_device(request.device_id)
         except P4RTError as e:
             context.abort(e.code, e.message)
-        entities, errors = self.device.read_batch(request.entities)
+        with self._read_slots:
+            entities, errors = self.device.read_batch(request.entities)
         for i in range(0, len(entities), READ_CHUNK):
             resp = p4runtime_pb2.ReadResponse()
             resp.entities.extend(entities[i : i + READ_CHUNK])
