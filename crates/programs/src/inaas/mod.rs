@@ -393,9 +393,9 @@ impl Inaas {
         }
         // Stage 12: the slot's instance; 13: every acceptor decides; 14: the votes.
         let mut stale = 0u32;
-        for j in 0..ACCEPTORS {
+        for (j, (acc, it)) in self.acceptors.iter().zip(&items).enumerate() {
             if live & 1 << j != 0 {
-                let s = pass.execute(&self.acceptors[j].advance, items[j].0, (!phase1, tag)).get();
+                let s = pass.execute(&acc.advance, it.0, (!phase1, tag)).get();
                 if s == STALE {
                     stale |= 1 << j;
                 }
