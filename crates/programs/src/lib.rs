@@ -72,3 +72,23 @@ pub fn instantiate(names: &[String]) -> Result<Vec<Arc<dyn Program>>, String> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::by_name;
+
+    #[test]
+    fn specs_take_only_their_own_parameters() {
+        for good in [
+            "hare:key=16,value=8,slots=16",
+            "hare_lock:key=8,slots=4",
+            "netcache:key=16,value=8,slots=8,threshold=3",
+            "dyso:key=16,value=8,rows=4,columns=2",
+        ] {
+            assert!(by_name(good).is_some(), "{good}");
+        }
+        for bad in ["hare:bogus=1", "hare:key=16,rows=4", "hare_lock:value=8", "netcache:seg=4", "dyso:slots=8", "netsha:bogus=1"] {
+            assert!(by_name(bad).is_none(), "{bad} loaded");
+        }
+    }
+}

@@ -322,6 +322,17 @@ pub fn is_spec(name: &str) -> bool {
 /// Invalid specs give `None` (the caller reports the name as unknown).
 pub fn by_spec(name: &str) -> Option<std::sync::Arc<dyn Program>> {
     let params = spec_params(name).ok()?;
+    // A parameter the family does not take is an error, not silently ignored.
+    let known: &[&str] = match name.split(':').next()? {
+        "hare" => &["key", "value", "slots", "seg"],
+        "hare_lock" => &["key", "slots"],
+        "netcache" => &["key", "value", "slots", "threshold"],
+        "dyso" => &["key", "value", "rows", "columns"],
+        _ => return None,
+    };
+    if params.iter().any(|p| !known.contains(&p.0.as_ref())) {
+        return None;
+    }
     let get = |k: &str| params.iter().find(|p| p.0 == k).map(|p| p.1);
     let ok_kv = |kb: usize, vb: usize| (1..=255).contains(&kb) && vb.is_multiple_of(4) && (4..=252).contains(&vb);
     if name.starts_with("hare:") {
