@@ -52,7 +52,7 @@ pub const PORTS: u32 = 512;
 pub const PARSE_DEPTH: u32 = 14 + HEADER_LEN as u32;
 
 type LeaseAction = RegisterAction<Pair, (u32, (u32, u32)), u32, LeaseCheck>;
-type CommitAction = RegisterAction<Pair, u32, u32, LeaseCommit>;
+type CommitAction = pisa::SaluAction<Pair, u32, u32, LeaseCommit>;
 type ExchangeAction = RegisterAction<Pair, (bool, (u32, i32)), i32, Exchange>;
 type ReadAction = RegisterAction<Pair, (bool, u32), i32, Read>;
 type WriteAction = RegisterAction<Pair, (bool, (u32, i32)), u32, Write>;
@@ -197,7 +197,7 @@ impl Inaas {
             );
             b.cell_fields(&lr, &[("holder_uid", 32), ("deadline_us", 32)]);
             let lease = b.register_action_body(lr, "check", LeaseCheck);
-            let commit = b.register_action_body(lr, "commit", LeaseCommit);
+            let commit = b.register_action_salu(lr, "commit", LeaseCommit);
             let kr = b.register::<Pair>(&format!("kv_{j}"), Gress::Ingress, kv_stage(j), SEGMENT_SIZE, "key (lo) and value (hi)");
             b.cell_fields(&kr, &[("key", 32), ("value", 32)]);
             let exchange = b.register_action_body(kr, "exchange", Exchange);
