@@ -54,6 +54,21 @@ def test_stateful_alu_instructions_are_reported() -> None:
     assert cp.returncode == 0 and "unchecked ALU" in cp.stdout and "daiet.seq_state.admit" in cp.stdout
 
 
+def test_converted_programs_have_no_unchecked_alu() -> None:
+    # allreduce: every action declared, and a pool array's sum and max are two actions that
+    # fit one Tofino 1 stateful ALU each. The per-program list of what is left is the
+    # programs crate's `unchecked_alus_are_the_listed_ones`.
+    r = json.loads(run("forward,allreduce", "--target", "tofino1", "--json", "-").stdout)
+    assert r["fits"] and r["unchecked_alus"] == []
+    acts = {f"{reg['name']}.{a['name']}": a for reg in r["registers"] for a in reg["actions"]}
+    assert acts["allreduce.pool_0.sum"]["checked"] and acts["allreduce.pool_0.max"]["updates_lo"] == 2
+    # The Paxos acceptors use two output words: fine on tofino2, more than tofino1 has.
+    p = json.loads(run("forward,inaas_paxos", "--target", "tofino2", "--json", "-").stdout)
+    assert not any(a.startswith("inaas_paxos.paxos_") or a.endswith(".commit") for a in p["unchecked_alus"])
+    acts = {f"{reg['name']}.{a['name']}": a for reg in p["registers"] for a in reg["actions"]}
+    assert acts["inaas_paxos.paxos_round_0.prepare"]["outputs"] == 2
+
+
 def test_switch_refuses_a_set_that_does_not_fit_its_target() -> None:
     # The default NetSHa needs 18 stages; on tofino1 the switch refuses to load it, naming
     # the objects beyond the pipeline, before serving anything.

@@ -219,8 +219,8 @@ pub trait SaluProgram<T: Cell, I: SaluIn, O: SaluOut>: Copy + Send + Sync + 'sta
     /// The instruction on one cell (for tests and host-side models of the same state).
     #[inline(always)]
     fn run(self, cell: T, input: I) -> (T, O) {
-        let (c, w) = eval(&Self::SALU, cell, input.phv());
-        (c, O::from_word(w))
+        let (c, w) = eval_words(&Self::SALU, cell, input.phv());
+        (c, O::from_words(w))
     }
 }
 
@@ -297,12 +297,21 @@ impl SaluIn for Pair {
     }
 }
 
-/// The output word of a declared register action, as the program receives it.
+/// The output words of a declared register action, as the program receives them.
 pub trait SaluOut: Copy + Default + 'static {
-    /// Output words (0 or 1).
+    /// Output words (0 to [`MAX_OUT_WORDS`]; a tuple of two scalars takes two).
     const WORDS: u32;
     fn from_word(w: u32) -> Self;
+    /// From the output words in declaration order.
+    #[inline(always)]
+    fn from_words(w: [u32; MAX_OUT_WORDS]) -> Self {
+        Self::from_word(w[0])
+    }
 }
+
+/// Most output words an instruction can declare in the model (Tofino 2's stateful ALU has
+/// four; the target says how many it offers).
+pub const MAX_OUT_WORDS: usize = 4;
 impl SaluOut for () {
     const WORDS: u32 = 0;
     #[inline(always)]
@@ -328,6 +337,18 @@ impl SaluOut for bool {
     #[inline(always)]
     fn from_word(w: u32) -> Self {
         w != 0
+    }
+}
+/// Two output words (Tofino 2 and later; refused on a target with one).
+impl<A: SaluOut + SaluScalar, B: SaluOut + SaluScalar> SaluOut for (A, B) {
+    const WORDS: u32 = 2;
+    #[inline(always)]
+    fn from_word(w: u32) -> Self {
+        (A::from_word(w), B::default())
+    }
+    #[inline(always)]
+    fn from_words(w: [u32; MAX_OUT_WORDS]) -> Self {
+        (A::from_word(w[0]), B::from_word(w[1]))
     }
 }
 
@@ -378,10 +399,19 @@ fn alu(op: Op, a: u32, b: u32, mask: u32) -> u32 {
     }
 }
 
-/// Run instruction `s` on a cell: the new cell and the output word. Called with a `const`
-/// instruction and inlined, the compiler folds every `match` on it away.
+/// Run instruction `s` on a cell: the new cell and the first output word (see
+/// [`eval_words`]).
 #[inline(always)]
 pub fn eval<T: Cell>(s: &Salu, cell: T, phv: [u32; 2]) -> (T, u32) {
+    let (c, w) = eval_words(s, cell, phv);
+    (c, w[0])
+}
+
+/// Run instruction `s` on a cell: the new cell and the output words (0 for those not
+/// declared). Called with a `const` instruction and inlined, the compiler folds every
+/// `match` on it away.
+#[inline(always)]
+pub fn eval_words<T: Cell>(s: &Salu, cell: T, phv: [u32; 2]) -> (T, [u32; MAX_OUT_WORDS]) {
     let mask = half_mask(T::BITS);
     let bits = cell.to_bits();
     let (lo, hi) = (bits as u32 & mask, (bits >> 32) as u32);
@@ -413,10 +443,12 @@ pub fn eval<T: Cell>(s: &Salu, cell: T, phv: [u32; 2]) -> (T, u32) {
     };
     let new_lo = update(s.lo, lo) & mask;
     let new_hi = update(s.hi, hi);
-    let mut out = 0;
-    if let Some(o) = s.out.first() {
+    let mut out = [0u32; MAX_OUT_WORDS];
+    let mut i = 0;
+    while i < s.out.len() && i < MAX_OUT_WORDS {
+        let o = s.out[i];
         if holds(o.when) {
-            out = match o.src {
+            out[i] = match o.src {
                 OutSrc::OldLo => lo,
                 OutSrc::OldHi => hi,
                 OutSrc::NewLo => new_lo,
@@ -426,6 +458,7 @@ pub fn eval<T: Cell>(s: &Salu, cell: T, phv: [u32; 2]) -> (T, u32) {
                 OutSrc::Predicate => flags as u32,
             };
         }
+        i += 1;
     }
     (T::from_bits(new_lo as u64 | (new_hi as u64) << 32), out)
 }
@@ -562,6 +595,9 @@ pub fn check_shape(d: &SaluDecl, cell_bits: u32, operands: u32, out_words: u32) 
             e.push("a condition combines two register halves or two PHV operands (one of each at most)".into());
         }
     }
+    if d.out.len() > MAX_OUT_WORDS {
+        e.push(format!("declares {} output words, the model has {MAX_OUT_WORDS}", d.out.len()));
+    }
     if d.out.len() as u32 > out_words {
         e.push(format!("declares {} output words, the action returns {out_words}", d.out.len()));
     }
@@ -630,6 +666,24 @@ mod tests {
         };
         assert_eq!(eval(&TWO, Pair::new(3, 7), [4, 7]), (Pair::new(7, 7), 1));
         assert_eq!(eval(&TWO, Pair::new(3, 7), [4, 8]), (Pair::new(4, 8), 0));
+    }
+
+    #[test]
+    fn two_output_words() {
+        // Tofino 2: the old low half when the operand is at least it, else the old high.
+        const TWO: Salu = Salu {
+            conds: &[Cond::new(Src::PhvLo, Cmp::GeU, Src::Lo)],
+            lo: &[Update::set(Pred::C0, Src::PhvLo)],
+            hi: &[],
+            out: &[Out::new(Pred::C0, OutSrc::OldLo), Out::new(Pred::C0.not(), OutSrc::OldHi)],
+        };
+        assert_eq!(eval_words(&TWO, Pair::new(3, 7), [5, 0]), (Pair::new(5, 7), [3, 0, 0, 0]));
+        assert_eq!(eval_words(&TWO, Pair::new(9, 7), [5, 0]), (Pair::new(9, 7), [0, 7, 0, 0]));
+        assert_eq!(<(u32, u32) as SaluOut>::from_words([3, 4, 0, 0]), (3, 4));
+        let e = check(&TWO.to_decl(), 32, &Target::tofino1()).join("; ");
+        assert!(e.contains("2 output words"), "{e}");
+        assert!(check(&TWO.to_decl(), 32, &Target::tofino2()).is_empty());
+        assert!(check_shape(&TWO.to_decl(), 64, 1, 1).iter().any(|m| m.contains("2 output words")));
     }
 
     #[test]

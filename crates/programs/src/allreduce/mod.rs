@@ -37,10 +37,9 @@
 //! sum: the hosts' exponent round (see `hostlib::allreduce`).
 
 use pisa::decl::TableSpec;
-use pisa::{
-    ActionId, DropCode, Gress, MatchKind, Pass, Program, ProgramBuilder, ProgramDecl, RegisterAction, RegisterLanes, SaluBody, Table,
-};
-use pisa::{Cmp, Cond, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
+use pisa::salu::common::Read;
+use pisa::{ActionId, DropCode, Gress, MatchKind, Pass, Program, ProgramBuilder, ProgramDecl, Table};
+use pisa::{Cmp, Cond, Op, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
 use wire::allreduce::{field, flags, ELEMS, PACKET_LEN, UDP_PORT};
 
 use crate::reply::{fix_lengths, swap_addresses};
@@ -80,53 +79,71 @@ impl SaluProgram<u8, u8, bool> for Seen {
     };
 }
 
-/// `count` update. Input: (new contribution?, n). A new contribution counts
-/// `(c + 1) mod n`; returns [`FIRST`] if the count was 0 before, or'ed with the count
-/// after (0: the copy is complete). A retransmission reads the count.
+/// `count` update of a new contribution. Input: n. The count goes to `(c + 1) mod n`; the
+/// output is the condition word: [`FIRST`] (c0: the count was 0 before, the first
+/// contribution to this use of the copy) and [`COMPLETE`] (c1: `c + 1 >= n`, the count
+/// wrapped to 0 and the copy is complete). A retransmission reads the count with
+/// [`Read`] instead (the register's second action, chosen by the stage-1 `seen` output).
 #[derive(Clone, Copy)]
 struct Count;
 /// Set in [`Count`]'s output: the first contribution to this use of the copy.
-const FIRST: u32 = 1 << 31;
-impl SaluBody<u32, (bool, u32), u32> for Count {
-    #[inline(always)]
-    fn run(self, c: u32, (new, n): (bool, u32)) -> (u32, u32) {
-        if !new {
-            return (c, c);
-        }
-        let next = if c + 1 >= n { 0 } else { c + 1 };
-        (next, next | if c == 0 { FIRST } else { 0 })
-    }
+const FIRST: u32 = 1;
+/// Set in [`Count`]'s output: the copy is complete.
+const COMPLETE: u32 = 2;
+impl SaluProgram<u32, u32, u32> for Count {
+    const SALU: Salu = Salu {
+        conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::K(0)), Cond::lin(Src::Lo, Src::PhvLo, 1, Cmp::GeU)],
+        lo: &[Update::set(Pred::C1, Src::K(0)), Update::always(Src::Lo, Op::Add, Src::K(1))],
+        hi: &[],
+        out: &[Out::always(OutSrc::Predicate)],
+    };
 }
 
-/// What a pool cell does with the packet's value.
+/// What a pool cell does with the packet's value (PHV operand 0; the value is operand 1).
 mod pool_op {
     /// Leave the cell, return it.
     pub const READ: u8 = 0;
     /// Overwrite with the value (the first contribution).
     pub const FIRST: u8 = 1;
-    /// Add the value (wrapping).
-    pub const ADD: u8 = 2;
-    /// Unsigned maximum with the value.
-    pub const MAX: u8 = 3;
+    /// Combine with the value: add (wrapping) in [`super::PoolSum`], unsigned maximum in
+    /// [`super::PoolMax`].
+    pub const COMBINE: u8 = 2;
 }
 
-/// Pool cell update: returns the cell after the update.
+/// Pool cell update of a summing job: c0 the first contribution (the cell takes the
+/// value), c1 a later one (the cell adds it); neither: a read. Returns the cell after.
 #[derive(Clone, Copy)]
-struct Pool;
-impl SaluBody<u32, (u8, u32), u32> for Pool {
-    #[inline(always)]
-    fn run(self, c: u32, (op, v): (u8, u32)) -> (u32, u32) {
-        let n = match op {
-            pool_op::FIRST => v,
-            pool_op::ADD => c.wrapping_add(v),
-            pool_op::MAX => c.max(v),
-            _ => c,
-        };
-        (n, n)
-    }
+struct PoolSum;
+impl SaluProgram<u32, (u8, u32), u32> for PoolSum {
+    const SALU: Salu = Salu {
+        conds: &[
+            Cond::new(Src::PhvLo, Cmp::Eq, Src::K(pool_op::FIRST as i32)),
+            Cond::new(Src::PhvLo, Cmp::Eq, Src::K(pool_op::COMBINE as i32)),
+        ],
+        lo: &[Update::set(Pred::C0, Src::PhvHi), Update::new(Pred::C1, Src::Lo, Op::Add, Src::PhvHi)],
+        hi: &[],
+        out: &[Out::always(OutSrc::NewLo)],
+    };
 }
 
-type PoolLanes = RegisterLanes<u32, (u8, u32), u32, Pool, LANES>;
+/// The same for a `MAX` job: the second update is an unsigned maximum. A second register
+/// action on each pool array (Tofino 1 has two update ALUs per half: the first
+/// contribution, the sum and the maximum are three), chosen by the packet's flag.
+#[derive(Clone, Copy)]
+struct PoolMax;
+impl SaluProgram<u32, (u8, u32), u32> for PoolMax {
+    const SALU: Salu = Salu {
+        conds: &[
+            Cond::new(Src::PhvLo, Cmp::Eq, Src::K(pool_op::FIRST as i32)),
+            Cond::new(Src::PhvLo, Cmp::Eq, Src::K(pool_op::COMBINE as i32)),
+        ],
+        lo: &[Update::set(Pred::C0, Src::PhvHi), Update::new(Pred::C1, Src::Lo, Op::MaxU, Src::PhvHi)],
+        hi: &[],
+        out: &[Out::always(OutSrc::NewLo)],
+    };
+}
+
+type PoolLanes<P> = pisa::SaluLanes<u32, (u8, u32), u32, P, LANES>;
 
 pub struct Allreduce {
     decl: ProgramDecl,
@@ -135,8 +152,10 @@ pub struct Allreduce {
     worker_addr: Table,
     a_set_addr: ActionId,
     seen: pisa::SaluAction<u8, u8, bool, Seen>,
-    count: RegisterAction<u32, (bool, u32), u32, Count>,
-    pool: Vec<PoolLanes>,
+    count: pisa::SaluAction<u32, u32, u32, Count>,
+    count_read: pisa::SaluAction<u32, (), u32, Read>,
+    pool_sum: Vec<PoolLanes<PoolSum>>,
+    pool_max: Vec<PoolLanes<PoolMax>>,
     d_absorbed: DropCode,
     d_unknown_job: DropCode,
     d_out_of_range: DropCode,
@@ -180,15 +199,18 @@ impl Allreduce {
         let sr = b.register::<u8>("seen", Gress::Ingress, 1, SEEN_CELLS, "per (slot, worker): bit ver = contributed to copy ver");
         let seen = b.register_action_salu(sr, "mark", Seen);
         let cr = b.register::<u32>("count", Gress::Ingress, 2, POOL_CELLS, "per (slot, copy): contributions so far, mod n");
-        let count = b.register_action_body(cr, "count", Count);
-        let mut acts = Vec::with_capacity(ELEMS);
+        let count = b.register_action_salu(cr, "count", Count);
+        let count_read = b.register_action_salu(cr, "read", Read);
+        let (mut sums, mut maxes) = (Vec::with_capacity(ELEMS), Vec::with_capacity(ELEMS));
         for e in 0..ELEMS {
             let stage = POOL_STAGE + (e / LANES) as u8;
             let r =
                 b.register::<u32>(&format!("pool_{e}"), Gress::Ingress, stage, POOL_CELLS, "per (slot, copy): element e of the aggregate");
-            acts.push(b.register_action_body(r, "update", Pool));
+            sums.push(b.register_action_salu(r, "sum", PoolSum));
+            maxes.push(b.register_action_salu(r, "max", PoolMax));
         }
-        let pool = acts.chunks(LANES).map(|c| PoolLanes::new([c[0], c[1], c[2], c[3]]).expect("four pool arrays per stage")).collect();
+        let pool_sum = sums.chunks(LANES).map(|c| PoolLanes::new([c[0], c[1], c[2], c[3]]).expect("four pool arrays per stage")).collect();
+        let pool_max = maxes.chunks(LANES).map(|c| PoolLanes::new([c[0], c[1], c[2], c[3]]).expect("four pool arrays per stage")).collect();
         let a_set_addr = b.action(
             "set_addr",
             &[("mac", 48), ("ip", 32), ("port", 16), ("src_mac", 48), ("src_ip", 32)],
@@ -219,7 +241,9 @@ impl Allreduce {
             a_set_addr,
             seen,
             count,
-            pool,
+            count_read,
+            pool_sum,
+            pool_max,
             d_absorbed,
             d_unknown_job,
             d_out_of_range,
@@ -279,31 +303,42 @@ impl Program for Allreduce {
 
         // Stage 1: has this worker contributed to this copy? Stage 2: count.
         let seen = pass.execute(&self.seen, seen_base + slot * workers + worker, ver);
-        let c = pass.execute(&self.count, cell, seen.map(|s| (!s, workers)));
-        // From here on (stages 3-10) the stage-1 and stage-2 outputs may be used.
-        let (seen, c) = (seen.get(), c.get());
-        let complete = c & !FIRST == 0;
-        let op = match (seen, c & FIRST != 0, fl & flags::MAX != 0) {
-            (true, _, _) => pool_op::READ,
-            (false, true, _) => pool_op::FIRST,
-            (false, false, false) => pool_op::ADD,
-            (false, false, true) => pool_op::MAX,
+        // Stage 2: a new contribution counts, a retransmission reads (two actions of the
+        // array, chosen by the stage-1 output).
+        let (complete, first) = if seen.get() {
+            let c = pass.execute(&self.count_read, cell, seen.map(|_| ()));
+            (c.get() == 0, false)
+        } else {
+            let c = pass.execute(&self.count, cell, seen.map(|_| workers)).get();
+            (c & COMPLETE != 0, c & FIRST != 0)
         };
-        if !complete {
-            // Stages 3–10 still run for a contribution; a retransmission to an incomplete
-            // copy changes nothing and is absorbed.
-            if !seen {
-                for (s, lanes) in self.pool.iter().enumerate() {
-                    pass.execute_lanes(lanes, 0xF, [cell; LANES], |i| (op, values[s * LANES + i]));
-                }
-            }
+        // From here on (stages 3-10) the stage-1 and stage-2 outputs may be used.
+        let seen = seen.get();
+        let op = match (seen, first) {
+            (true, _) => pool_op::READ,
+            (false, true) => pool_op::FIRST,
+            (false, false) => pool_op::COMBINE,
+        };
+        if seen && !complete {
+            // A retransmission to an incomplete copy: nothing to do, absorbed.
             pass.drop(self.d_absorbed);
             return;
         }
+        let max = fl & flags::MAX != 0;
         let mut out = [0u32; ELEMS];
-        for (s, lanes) in self.pool.iter().enumerate() {
-            let o = pass.execute_lanes(lanes, 0xF, [cell; LANES], |i| (op, values[s * LANES + i]));
+        for s in 0..ELEMS / LANES {
+            let input = |i| (op, values[s * LANES + i]);
+            let o = if max {
+                pass.execute_lanes(&self.pool_max[s], 0xF, [cell; LANES], input)
+            } else {
+                pass.execute_lanes(&self.pool_sum[s], 0xF, [cell; LANES], input)
+            };
             out[s * LANES..(s + 1) * LANES].copy_from_slice(&o);
+        }
+        if !complete {
+            // Stages 3–10 ran for a contribution to an incomplete copy: absorbed.
+            pass.drop(self.d_absorbed);
+            return;
         }
         let h = pass.hdr_mut();
         for (i, v) in out.iter().enumerate() {

@@ -17,7 +17,7 @@
 //! hands the old holder's data to the new one: the key-value stage moves the old contents
 //! out to the goalkeeper (see `mod.rs`).
 
-use pisa::{Pair, SaluBody};
+use pisa::{Cmp, Cond, Out, OutSrc, Pair, Pred, Salu, SaluBody, SaluProgram, Src, Update};
 
 /// Segments (items per packet).
 pub const SEGMENTS: usize = wire::inaas::ITEMS;
@@ -69,19 +69,20 @@ impl SaluBody<Pair, (u32, (u32, u32)), u32> for LeaseCheck {
 }
 
 /// Second pass of a preemption: if the packet's tenant still holds the lease it took
-/// (marked busy), clear the mark and return its uid; otherwise return what is there.
+/// (c0: the low half is `uid | BUSY`), clear the mark. Returns the low half after: the uid
+/// when the commit took, otherwise what is there (another holder, busy mark included: in
+/// either case not the packet's uid, which is below 2^31).
 #[derive(Clone, Copy)]
 pub struct LeaseCommit;
 
-impl SaluBody<Pair, u32, u32> for LeaseCommit {
-    #[inline(always)]
-    fn run(self, cell: Pair, uid: u32) -> (Pair, u32) {
-        if cell.lo == uid | BUSY {
-            (Pair::new(uid, cell.hi), uid)
-        } else {
-            (cell, cell.lo & MAX_UID)
-        }
-    }
+impl SaluProgram<Pair, u32, u32> for LeaseCommit {
+    const SALU: Salu = Salu {
+        // lo - uid - 2^31 == 0 (BUSY is bit 31; the constant takes a register-file row).
+        conds: &[Cond::lin(Src::Lo, Src::PhvLo, BUSY as i32, Cmp::Eq)],
+        lo: &[Update::set(Pred::C0, Src::PhvLo)],
+        hi: &[],
+        out: &[Out::always(OutSrc::NewLo)],
+    };
 }
 
 /// Longest lease T a packet may ask for (2^30 µs, about 18 minutes): deadlines are compared

@@ -38,7 +38,10 @@ use wire::inaas::{flags, is_paxos, Bitmap, InaasPacket, Operator, ETHERTYPE, HEA
 use arith::MISS;
 use failure::{bridged, Outcome};
 use lease::{kv_stage, lease_stage, LeaseCheck, LeaseCommit, MAX_LEASE_US, PROBE, SEGMENTS, SEGMENT_SIZE};
-use paxos::{Accept, Advance, Clear, ClearInstance, Prepare, VoteRead, VoteWrite, ACCEPTORS, INSTANCE_STAGE, NO_VOTE, REFUSED, STALE};
+use paxos::{
+    round_word, vote_value, Accept, Advance, Clear, ClearInstance, Prepare, RoundOut, VoteOut, VoteRead, VoteWrite, ACCEPTORS,
+    INSTANCE_STAGE, NO_VOTE, REFUSED, STALE,
+};
 use primitives::{reduce_status, Exchange, Read, Reduce, Write};
 
 /// Tenant slots (rows of the usage registers, entries of `tenants`).
@@ -49,7 +52,7 @@ pub const PORTS: u32 = 512;
 pub const PARSE_DEPTH: u32 = 14 + HEADER_LEN as u32;
 
 type LeaseAction = RegisterAction<Pair, (u32, (u32, u32)), u32, LeaseCheck>;
-type CommitAction = RegisterAction<Pair, u32, u32, LeaseCommit>;
+type CommitAction = pisa::SaluAction<Pair, u32, u32, LeaseCommit>;
 type ExchangeAction = RegisterAction<Pair, (bool, (u32, i32)), i32, Exchange>;
 type ReadAction = RegisterAction<Pair, (bool, u32), i32, Read>;
 type WriteAction = RegisterAction<Pair, (bool, (u32, i32)), u32, Write>;
@@ -67,14 +70,14 @@ struct Segment {
 
 /// One acceptor's arrays (segment `j < ACCEPTORS`), see [`paxos`].
 struct Acceptor {
-    advance: RegisterAction<u32, (bool, u32), u32, Advance>,
-    clear_instance: RegisterAction<u32, (), u32, ClearInstance>,
-    prepare: RegisterAction<Pair, u32, u32, Prepare>,
-    accept: RegisterAction<Pair, u32, u32, Accept>,
-    clear_round: RegisterAction<Pair, (), u32, Clear>,
-    read: RegisterAction<Pair, u32, i32, VoteRead>,
-    write: RegisterAction<Pair, (bool, (u32, i32)), u32, VoteWrite>,
-    clear_vote: RegisterAction<Pair, (), u32, Clear>,
+    advance: pisa::SaluAction<u32, (bool, u32), u32, Advance>,
+    clear_instance: pisa::SaluAction<u32, (), (), ClearInstance>,
+    prepare: pisa::SaluAction<Pair, u32, RoundOut, Prepare>,
+    accept: pisa::SaluAction<Pair, u32, RoundOut, Accept>,
+    clear_round: pisa::SaluAction<Pair, (), (), Clear>,
+    read: pisa::SaluAction<Pair, u32, VoteOut, VoteRead>,
+    write: pisa::SaluAction<Pair, (u32, i32), (), VoteWrite>,
+    clear_vote: pisa::SaluAction<Pair, (), (), Clear>,
 }
 
 /// The primitive an item asks for, from its flags.
@@ -194,7 +197,7 @@ impl Inaas {
             );
             b.cell_fields(&lr, &[("holder_uid", 32), ("deadline_us", 32)]);
             let lease = b.register_action_body(lr, "check", LeaseCheck);
-            let commit = b.register_action_body(lr, "commit", LeaseCommit);
+            let commit = b.register_action_salu(lr, "commit", LeaseCommit);
             let kr = b.register::<Pair>(&format!("kv_{j}"), Gress::Ingress, kv_stage(j), SEGMENT_SIZE, "key (lo) and value (hi)");
             b.cell_fields(&kr, &[("key", 32), ("value", 32)]);
             let exchange = b.register_action_body(kr, "exchange", Exchange);
@@ -229,14 +232,14 @@ impl Inaas {
             );
             b.cell_fields(&vr, &[("instance_tag", 32), ("value", 32)]);
             acceptors.push(Acceptor {
-                advance: b.register_action_body(ir, "advance", Advance),
-                clear_instance: b.register_action_body(ir, "clear", ClearInstance),
-                prepare: b.register_action_body(rr, "prepare", Prepare),
-                accept: b.register_action_body(rr, "accept", Accept),
-                clear_round: b.register_action_body(rr, "clear", Clear),
-                read: b.register_action_body(vr, "read", VoteRead),
-                write: b.register_action_body(vr, "write", VoteWrite),
-                clear_vote: b.register_action_body(vr, "clear", Clear),
+                advance: b.register_action_salu(ir, "advance", Advance),
+                clear_instance: b.register_action_salu(ir, "clear", ClearInstance),
+                prepare: b.register_action_salu(rr, "prepare", Prepare),
+                accept: b.register_action_salu(rr, "accept", Accept),
+                clear_round: b.register_action_salu(rr, "clear", Clear),
+                read: b.register_action_salu(vr, "read", VoteRead),
+                write: b.register_action_salu(vr, "write", VoteWrite),
+                clear_vote: b.register_action_salu(vr, "clear", Clear),
             });
         }
         let ur = b.register::<Pair>("tenant_usage", Gress::Egress, 1, TENANT_SLOTS, "per tenant slot: ALU operations (lo), packets (hi)");
@@ -396,7 +399,7 @@ impl Inaas {
         for (j, (acc, it)) in self.acceptors.iter().zip(&items).enumerate() {
             if live & 1 << j != 0 {
                 let s = pass.execute(&acc.advance, it.0, (!phase1, tag)).get();
-                if s == STALE {
+                if s & STALE != 0 {
                     stale |= 1 << j;
                 }
             }
@@ -407,7 +410,8 @@ impl Inaas {
             if live & 1 << j != 0 {
                 let (idx, ballot, _) = items[j];
                 let a = &self.acceptors[j];
-                *d = Some(if phase1 { pass.execute(&a.prepare, idx, ballot) } else { pass.execute(&a.accept, idx, ballot) });
+                let r = if phase1 { pass.execute(&a.prepare, idx, ballot) } else { pass.execute(&a.accept, idx, ballot) };
+                *d = Some(r.map(round_word));
             }
         }
         let mut refused = 0u32;
@@ -417,9 +421,13 @@ impl Inaas {
             let (idx, _, value) = items[j];
             let a = &self.acceptors[j];
             let vote = if phase1 {
-                Some(pass.execute(&a.read, idx, tag).get())
+                Some(vote_value(pass.execute(&a.read, idx, tag).get()))
             } else {
-                pass.execute(&a.write, idx, r.map(|r| (r & REFUSED == 0, (tag, value))));
+                // Stage 14 writes the vote only where stage 13 accepted.
+                let accepted = r.map(|r| r & REFUSED == 0);
+                if accepted.get() {
+                    pass.execute(&a.write, idx, accepted.map(|_| (tag, value)));
+                }
                 None
             };
             let r = r.get();

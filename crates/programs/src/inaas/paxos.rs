@@ -22,7 +22,7 @@
 //! lease itself (it probes, see [`lease::PROBE`](super::lease::PROBE)), so the acceptors'
 //! state only exists under a lease the tenant took with an ordinary write first.
 
-use pisa::{Pair, SaluBody};
+use pisa::{Cmp, Cond, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
 
 /// Acceptors per tenant: segments 0, 1, 2 (a majority is two).
 pub const ACCEPTORS: usize = 3;
@@ -30,115 +30,127 @@ pub const ACCEPTORS: usize = 3;
 /// arrays in the one after. Stages 12-14: past the 12 that `inaas` fills (a stage's ALUs
 /// serve ingress and egress alike), so the acceptors need tofino2.
 pub const INSTANCE_STAGE: u8 = 12;
-/// Output of [`Advance`] for a request of an older instance than the slot's.
+/// Set in [`Advance`]'s output (its condition 0) for a request of an older instance than
+/// the slot's.
 pub const STALE: u32 = 1;
 
-/// The slot's instance: refuse an older one (output [`STALE`]); with `advance` (phase 2a)
-/// move the slot to a newer one.
+/// The slot's instance, operands (advance, tag): refuse an older one (c0: tag below the
+/// cell; output bit [`STALE`]); with `advance` (c1, phase 2a) move the slot to a newer one.
 #[derive(Clone, Copy)]
 pub struct Advance;
 
-impl SaluBody<u32, (bool, u32), u32> for Advance {
-    #[inline(always)]
-    fn run(self, cell: u32, (advance, tag): (bool, u32)) -> (u32, u32) {
-        if tag < cell {
-            (cell, STALE)
-        } else if advance {
-            (tag, 0)
-        } else {
-            (cell, 0)
-        }
-    }
+impl SaluProgram<u32, (bool, u32), u32> for Advance {
+    const SALU: Salu = Salu {
+        conds: &[Cond::new(Src::PhvHi, Cmp::LtU, Src::Lo), Cond::new(Src::PhvLo, Cmp::Ne, Src::K(0))],
+        lo: &[Update::set(Pred::C1.and(Pred::C0.not()), Src::PhvHi)],
+        hi: &[],
+        out: &[Out::new(Pred::C0, OutSrc::Predicate)],
+    };
 }
 
 /// Empty an instance cell (a lease changed hands).
 #[derive(Clone, Copy)]
 pub struct ClearInstance;
 
-impl SaluBody<u32, (), u32> for ClearInstance {
-    #[inline(always)]
-    fn run(self, _: u32, _: ()) -> (u32, u32) {
-        (0, 0)
-    }
+impl SaluProgram<u32, (), ()> for ClearInstance {
+    const SALU: Salu = Salu { conds: &[], lo: &[Update::set(Pred::ALWAYS, Src::K(0))], hi: &[], out: &[] };
 }
-/// Set in a round action's output when the acceptor refused (the ballot is below its
-/// promise); the low 31 bits are then the promise. Ballots are below 2^31.
+/// Set in a round decision (see [`round_word`]) when the acceptor refused (the ballot is
+/// below its promise); the low 31 bits are then the promise. Ballots are below 2^31.
 pub const REFUSED: u32 = 1 << 31;
-/// A vote read's output when the cell holds no vote for the asked instance.
+/// A vote read's value (see [`vote_value`]) when the cell holds no vote for the asked
+/// instance.
 pub const NO_VOTE: i32 = i32::MIN;
 
-/// Phase 1a: promise `ballot` if it is at least the promise; output vrnd, or
-/// `REFUSED | rnd`.
+/// A round action's two output words: (vrnd or the ballot when the acceptor agreed,
+/// the promise when it refused). A refusal's promise is above the ballot, so never 0.
+pub type RoundOut = (u32, u32);
+
+/// The round decision as one word: the first output, or `REFUSED | promise` (the next
+/// stage's action picks one of the two words by the second).
+#[inline(always)]
+pub fn round_word((agreed, promise): RoundOut) -> u32 {
+    if promise != 0 {
+        REFUSED | promise
+    } else {
+        agreed
+    }
+}
+
+/// Phase 1a: promise `ballot` if it is at least the promise (c0); outputs (vrnd, 0) or
+/// (0, rnd). Two output words: Tofino 2's stateful ALU has four, Tofino 1's one.
 #[derive(Clone, Copy)]
 pub struct Prepare;
 
-impl SaluBody<Pair, u32, u32> for Prepare {
-    #[inline(always)]
-    fn run(self, cell: Pair, ballot: u32) -> (Pair, u32) {
-        if ballot >= cell.lo {
-            (Pair::new(ballot, cell.hi), cell.hi)
-        } else {
-            (cell, REFUSED | cell.lo)
-        }
-    }
+impl SaluProgram<pisa::Pair, u32, RoundOut> for Prepare {
+    const SALU: Salu = Salu {
+        conds: &[Cond::new(Src::PhvLo, Cmp::GeU, Src::Lo)],
+        lo: &[Update::set(Pred::C0, Src::PhvLo)],
+        hi: &[],
+        out: &[Out::new(Pred::C0, OutSrc::OldHi), Out::new(Pred::C0.not(), OutSrc::OldLo)],
+    };
 }
 
-/// Phase 2a: accept at `ballot` if it is at least the promise (rnd = vrnd = ballot);
-/// output the ballot, or `REFUSED | rnd`.
+/// Phase 2a: accept at `ballot` if it is at least the promise (c0: rnd = vrnd = ballot);
+/// outputs (ballot, 0) or (0, rnd).
 #[derive(Clone, Copy)]
 pub struct Accept;
 
-impl SaluBody<Pair, u32, u32> for Accept {
-    #[inline(always)]
-    fn run(self, cell: Pair, ballot: u32) -> (Pair, u32) {
-        if ballot >= cell.lo {
-            (Pair::new(ballot, ballot), ballot)
-        } else {
-            (cell, REFUSED | cell.lo)
-        }
-    }
+impl SaluProgram<pisa::Pair, u32, RoundOut> for Accept {
+    const SALU: Salu = Salu {
+        conds: &[Cond::new(Src::PhvLo, Cmp::GeU, Src::Lo)],
+        lo: &[Update::set(Pred::C0, Src::PhvLo)],
+        hi: &[Update::set(Pred::C0, Src::PhvLo)],
+        out: &[Out::new(Pred::C0, OutSrc::PhvLo), Out::new(Pred::C0.not(), OutSrc::OldLo)],
+    };
 }
 
 /// Empty a cell (a lease changed hands).
 #[derive(Clone, Copy)]
 pub struct Clear;
 
-impl SaluBody<Pair, (), u32> for Clear {
-    #[inline(always)]
-    fn run(self, _: Pair, _: ()) -> (Pair, u32) {
-        (Pair::new(0, 0), 0)
+impl SaluProgram<pisa::Pair, (), ()> for Clear {
+    const SALU: Salu =
+        Salu { conds: &[], lo: &[Update::set(Pred::ALWAYS, Src::K(0))], hi: &[Update::set(Pred::ALWAYS, Src::K(0))], out: &[] };
+}
+
+/// A vote read's two output words: (the value, nonzero when the cell holds a vote for
+/// the asked instance).
+pub type VoteOut = (i32, u32);
+
+/// The vote as one value: the value, or [`NO_VOTE`].
+#[inline(always)]
+pub fn vote_value((value, voted): VoteOut) -> i32 {
+    if voted != 0 {
+        value
+    } else {
+        NO_VOTE
     }
 }
 
-/// Phase 1b's vote: the value voted for instance `tag`, or [`NO_VOTE`] (the cell holds an
-/// older instance of the ring, or nothing).
+/// Phase 1b's vote for instance `tag`: c0 the cell holds `tag`, c1 `tag` is not 0 (an
+/// empty cell holds 0); both: (value, conditions), else (0, 0).
 #[derive(Clone, Copy)]
 pub struct VoteRead;
 
-impl SaluBody<Pair, u32, i32> for VoteRead {
-    #[inline(always)]
-    fn run(self, cell: Pair, tag: u32) -> (Pair, i32) {
-        if cell.lo == tag && tag != 0 {
-            (cell, cell.hi as i32)
-        } else {
-            (cell, NO_VOTE)
-        }
-    }
+impl SaluProgram<pisa::Pair, u32, VoteOut> for VoteRead {
+    const SALU: Salu = Salu {
+        conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::PhvLo), Cond::new(Src::PhvLo, Cmp::Ne, Src::K(0))],
+        lo: &[],
+        hi: &[],
+        out: &[Out::new(Pred::C0.and(Pred::C1), OutSrc::OldHi), Out::new(Pred::C0.and(Pred::C1), OutSrc::Predicate)],
+    };
 }
 
-/// Phase 2a's vote: if the round array accepted, store (tag, value).
+/// Phase 2a's vote: store (tag, value). Run only when the round array accepted (the
+/// stage-13 output gates the stage-14 action): a stateful ALU takes two PHV operands, so
+/// the decision cannot ride along as a third.
 #[derive(Clone, Copy)]
 pub struct VoteWrite;
 
-impl SaluBody<Pair, (bool, (u32, i32)), u32> for VoteWrite {
-    #[inline(always)]
-    fn run(self, cell: Pair, (accepted, (tag, value)): (bool, (u32, i32))) -> (Pair, u32) {
-        if accepted {
-            (Pair::new(tag, value as u32), 0)
-        } else {
-            (cell, 0)
-        }
-    }
+impl SaluProgram<pisa::Pair, (u32, i32), ()> for VoteWrite {
+    const SALU: Salu =
+        Salu { conds: &[], lo: &[Update::set(Pred::ALWAYS, Src::PhvLo)], hi: &[Update::set(Pred::ALWAYS, Src::PhvHi)], out: &[] };
 }
 
 #[cfg(test)]
@@ -147,22 +159,32 @@ mod tests {
 
     #[test]
     fn promise_accept_refuse() {
+        use pisa::Pair;
+        let prep = |c, b| {
+            let (c, o) = Prepare.run(c, b);
+            (c, round_word(o))
+        };
+        let acc = |c, b| {
+            let (c, o) = Accept.run(c, b);
+            (c, round_word(o))
+        };
         let c = Pair::default();
-        let (c, o) = Prepare.run(c, 5);
+        let (c, o) = prep(c, 5);
         assert_eq!((c, o), (Pair::new(5, 0), 0));
-        assert_eq!(Accept.run(c, 4), (c, REFUSED | 5), "below the promise");
-        let (c, o) = Accept.run(c, 5);
+        assert_eq!(acc(c, 4), (c, REFUSED | 5), "below the promise");
+        let (c, o) = acc(c, 5);
         assert_eq!((c, o), (Pair::new(5, 5), 5));
-        assert_eq!(Prepare.run(c, 3).1, REFUSED | 5);
-        let (c, o) = Prepare.run(c, 9);
+        assert_eq!(prep(c, 3).1, REFUSED | 5);
+        let (c, o) = prep(c, 9);
         assert_eq!((c, o), (Pair::new(9, 5), 5), "the promise moves, the vote stays");
         assert_eq!(Clear.run(c, ()).0, Pair::default());
-        let v = VoteWrite.run(Pair::default(), (true, (7, -3))).0;
-        assert_eq!(VoteRead.run(v, 7).1, -3);
-        assert_eq!(VoteRead.run(v, 8).1, NO_VOTE, "another instance of the ring");
-        assert_eq!(VoteWrite.run(v, (false, (8, 1))).0, v);
-        assert_eq!(Advance.run(5, (true, 4)), (5, STALE), "an older instance of the ring");
+        let v = VoteWrite.run(Pair::default(), (7, -3)).0;
+        assert_eq!(vote_value(VoteRead.run(v, 7).1), -3);
+        assert_eq!(vote_value(VoteRead.run(v, 8).1), NO_VOTE, "another instance of the ring");
+        assert_eq!(vote_value(VoteRead.run(Pair::new(0, 4), 0).1), NO_VOTE, "an empty cell");
+        assert_eq!(Advance.run(5, (true, 4)).1 & STALE, STALE, "an older instance of the ring");
         assert_eq!(Advance.run(5, (true, 6)), (6, 0));
         assert_eq!(Advance.run(5, (false, 6)), (5, 0), "a prepare does not move the slot");
+        assert_eq!(ClearInstance.run(9, ()).0, 0);
     }
 }
