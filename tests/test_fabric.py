@@ -451,3 +451,59 @@ def test_two_machines_joined_by_kernel_vxlan(fabric, tmp_path: Path) -> None:
     s = fab.status(name)
     assert all(sw.alive and sw.counters for sw in s.switches), [(sw.name, sw.error) for sw in s.switches]
     print(f"two-machine leaf-spine:2,1,2 up in {up_s:.1f} s; VXLAN {vx.a_if}: {after[vx.a_if]}")
+
+
+def test_each_machine_builds_its_own_part_with_fabric_up_machine(fabric, tmp_path: Path) -> None:
+    """What two real hosts run: `fabric up --topology FILE --machine m1` on one and `--machine
+    m2` on the other, each a separate process in its own network namespace (a "host" with
+    only its underlay address, as `nsenter --net` gives it; the namespaces are joined by a
+    veth pair). Each builds only its own part: its switches serve P4Runtime on its underlay
+    address, its end of the link to the other machine is a VXLAN device made in place, and
+    its switches are programmed by it. Every pair of hosts pings with the hop count's TTL,
+    and `fabric status` on m1 reads m2's switch over TCP across the underlay."""
+    from inswitch.topology.fabric.fabric import machine_netns, make_underlay
+    from inswitch.topology.fabric.generators import split_machines
+
+    fab, made = fabric
+    a, b, ul = _name("ma"), _name("mb"), _name("mu")
+    made.extend([a, b, ul])
+    make_underlay(ul, {"m1": "192.0.2.1", "m2": "192.0.2.2"})
+    spec = tmp_path / "two.clab.yml"
+    topo = split_machines(load_spec("leaf-spine:2,1,2"), 2)
+    spec.write_text(topo.to_yaml())
+
+    def on(machine: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["nsenter", f"--net=/run/netns/{machine_netns(ul, machine)}", sys.executable, "-m", "inswitch",
+                               "fabric", *args], capture_output=True, text=True, timeout=120)
+
+    # m2 first: a VXLAN device sends to its peer whether or not the peer is up yet.
+    for machine, name in (("m2", b), ("m1", a)):
+        cp = on(machine, "up", "--topology", str(spec), "--name", name, "--machine", machine)
+        assert cp.returncode == 0, cp.stdout + cp.stderr
+        assert f"is up (machine {machine}'s part)" in cp.stdout, cp.stdout
+    sa, sb = FabricState.load(a), FabricState.load(b)
+    assert sa is not None and sb is not None and (sa.machine, sb.machine) == ("m1", "m2")
+    assert [s.plan.name for s in sa.switches if not s.remote] == ["spine1", "leaf1"]
+    assert [s.plan.name for s in sb.switches if not s.remote] == ["leaf2"]
+    assert {s.plan.name: s.p4runtime for s in sa.switches} == {"spine1": "192.0.2.1:9560", "leaf1": "192.0.2.1:9561",
+                                                               "leaf2": "192.0.2.2:9562"}
+    # m1's end of the link to m2: a VXLAN device made in m1's own namespace (no link-netns).
+    (vx,) = [ln for ln in sa.links if ln.vni is not None]
+    m1_end = vx.a_if if vx.a_machine == "m1" else vx.b_if
+    info = json.loads(netns.ip("-d", "-j", "link", "show", "dev", m1_end, netns=machine_netns(ul, "m1")).stdout)[0]
+    data = info["linkinfo"]["info_data"]
+    assert info["linkinfo"]["info_kind"] == "vxlan" and (data["local"], data["remote"], data["port"]) == ("192.0.2.1", "192.0.2.2", 4789)
+    # All pairs, each ping from the part that owns the source host.
+    pairs = [(st, h, o) for st in (sa, sb) for h in st.hosts if h.machine == st.machine for o in st.hosts if o.name != h.name]
+    with ThreadPoolExecutor(max_workers=8) as ex:
+        got = list(ex.map(lambda p: (p[1].name, p[2].name, _ping(p[0], p[1].name, p[2].ip)), pairs))
+    assert len(got) == 12 and all(ok for _, _, (ok, _) in got), got
+    for src, dst, (_, ttl) in got:
+        assert ttl == 64 - _routers_between(topo, src, dst), (src, dst, ttl)
+    # m1's status reaches m2's switch over TCP on the underlay; it forwarded the pings.
+    cp = on("m1", "status", "--name", a, "--json", "-")
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    doc = json.loads(cp.stdout)
+    assert all(s["alive"] for s in doc["switches"].values()) and doc["switches"]["leaf2"]["remote"]
+    assert all(p["rx_packets"] > 0 for p in doc["switches"]["leaf2"]["ports"].values()), doc["switches"]["leaf2"]
+    assert doc["hosts"]["h3"]["machine"] == "m2" and doc["underlay"] == {"m1": "192.0.2.1", "m2": "192.0.2.2"}

@@ -102,7 +102,8 @@ def _render(s: FabricStatus) -> None:
         label = sw.name if sw.alive else f"[red]{sw.name} (not running)[/red]"
         for p, (pname, ifname) in enumerate(zip(run.plan.port_names, run.plan.ifaces)):
             c = (sw.counters or {}).get(p, {})
-            t.add_row(label if p == 0 else "", str(sw.pid) if p == 0 else "", f"{sw.p4runtime} ({sw.device_id})" if p == 0 else "",
+            pid = str(sw.pid) if sw.pid else f"on {run.plan.machine}" if run.remote else "-"
+            t.add_row(label if p == 0 else "", pid if p == 0 else "", f"{sw.p4runtime} ({sw.device_id})" if p == 0 else "",
                       f"{pname} = {p}", ifname, *(str(c[k]) if k in c else "-" for k in ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes")))
     console.print(t)
     pt = Table(title="Programs", box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1))
@@ -118,7 +119,10 @@ def _render(s: FabricStatus) -> None:
     for col in ("host", "ip", "mac", "gateway", "switch:port", "namespace"):
         h.add_column(col, no_wrap=True)
     for hp in st.hosts:
-        name = hp.name if s.host_present.get(hp.name) else f"[red]{hp.name} (missing)[/red]"
+        if hp.name not in s.host_present:
+            name = f"{hp.name} (on {hp.machine})"  # another machine's host
+        else:
+            name = hp.name if s.host_present[hp.name] else f"[red]{hp.name} (missing)[/red]"
         h.add_row(name, f"{hp.ip}/{hp.prefix_len}", hp.mac, hp.gateway, f"{hp.switch}:{hp.port}", hp.netns)
     console.print(h)
     shaped = [ln for ln in st.links if not ln.props.is_empty()]

@@ -266,7 +266,7 @@ class Fabric:
                          state_dir=str(sdir), created=time.time(), machine=machine, underlay=underlay, emulated=emulated)
         st.save()
         if emulated:
-            self._make_underlay(st)
+            make_underlay(st.name, st.underlay)
         self._make_links(st)
         netns.ensure_neigh_capacity(len(st.hosts) * 4)
         st.timings["links_s"] = time.monotonic() - t0
@@ -309,41 +309,6 @@ class Fabric:
                 raise RackError(f"the fabric's supervisor exited: {switchproc.log_tail(sdir / 'supervisor.log')}")
             time.sleep(0.05)
         return st
-
-    def _make_underlay(self, st: FabricState) -> None:
-        """Emulated machines: one network namespace per machine (`machine_netns`) holding its
-        underlay address, joined by a veth pair (two machines: a direct link, as two hosts
-        cabled back to back) or, for more, by veths to a bridge in a LAN namespace of their
-        own (the machines' switch, not on the fabric's data path), MTU `UNDERLAY_MTU`. Each
-        machine reaches the others' addresses on-link (a /32 route each), so any addresses
-        work. The VXLAN devices are created in these namespaces (their UDP sockets stay
-        here) and then moved to the root namespace as switch ports."""
-        ms = sorted(st.underlay)
-        for m in ms:
-            ns = machine_netns(st.name, m)
-            netns.ip("netns", "add", ns)
-            netns.sysctl_netns(ns, {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"})
-            netns.ip("link", "set", "dev", "lo", "up", netns=ns)
-        if len(ms) == 2:
-            a, b = (machine_netns(st.name, m) for m in ms)
-            netns.ip("link", "add", "ul0", "netns", a, "type", "veth", "peer", "name", "ul0", "netns", b)
-        else:
-            lan = lan_netns(st.name)
-            netns.ip("netns", "add", lan)
-            netns.sysctl_netns(lan, {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"})
-            netns.ip("link", "add", "lan", "type", "bridge", netns=lan)
-            netns.ip("link", "set", "dev", "lan", "mtu", str(UNDERLAY_MTU), "up", netns=lan)
-            for i, m in enumerate(ms, start=1):
-                netns.ip("link", "add", f"to{i}", "netns", lan, "type", "veth", "peer", "name", "ul0",
-                         "netns", machine_netns(st.name, m))
-                netns.ip("link", "set", "dev", f"to{i}", "mtu", str(UNDERLAY_MTU), "master", "lan", "up", netns=lan)
-        for m in ms:
-            ns = machine_netns(st.name, m)
-            netns.ip("addr", "add", f"{st.underlay[m]}/32", "dev", "ul0", netns=ns)
-            netns.ip("link", "set", "dev", "ul0", "mtu", str(UNDERLAY_MTU), "up", netns=ns)
-            for other in ms:
-                if other != m:
-                    netns.ip("route", "add", f"{st.underlay[other]}/32", "dev", "ul0", netns=ns)
 
     def _make_vxlan(self, st: FabricState, dev: str, vni: int, me: str, peer: str) -> None:
         """One end of a link between machines: a kernel VXLAN device `dev` (VNI `vni`, UDP
@@ -483,17 +448,58 @@ def status_json(s: FabricStatus) -> dict[str, Any]:
         "switches": {sw.name: {"pid": sw.pid, "alive": sw.alive, "p4runtime": sw.p4runtime, "device_id": sw.device_id,
                                "ports": {run.plan.port_names[p]: {"port": p, "interface": run.plan.ifaces[p], **c}
                                          for p, c in (sw.counters or {}).items()},
-                               "programs": sw.programs, "error": sw.error}
+                               "programs": sw.programs, "error": sw.error, "machine": run.plan.machine,
+                               "remote": run.remote}
                      for sw, run in zip(s.switches, st.switches)},
         "hosts": {h.name: {"ip": h.ip, "mac": h.mac, "netns": h.netns, "switch": h.switch, "port": h.port,
-                           "present": s.host_present.get(h.name, False)} for h in st.hosts},
+                           "present": s.host_present.get(h.name, False), "machine": h.machine} for h in st.hosts},
         "links": [{"endpoints": ln.endpoints, **ln.props.to_yaml(),
                    "qdisc": {k: s.qdiscs[k] for k in (qdisc_key(ln.a_if, ln.a_netns), qdisc_key(ln.b_if, ln.b_netns))
                              if k in s.qdiscs}}
                   for ln in st.links],
         "supervisor_pid": st.supervisor_pid,
+        "machine": st.machine,
+        "underlay": st.underlay,
+        "vxlan": {ln.endpoints: {"vni": ln.vni, "ends": {ln.a_if: ln.a_machine, ln.b_if: ln.b_machine}}
+                  for ln in st.links if ln.vni is not None},
         "restarts": restarts.read(st.restarts_file),
     }
+
+
+def make_underlay(fabric: str, underlay: dict[str, str]) -> None:
+    """Emulated machines: one network namespace per machine (`machine_netns`) holding its
+    underlay address, joined by a veth pair (two machines: a direct link, as two hosts
+    cabled back to back) or, for more, by veths to a bridge in a LAN namespace of their
+    own (the machines' switch, not on the fabric's data path), MTU `UNDERLAY_MTU`. Each
+    machine reaches the others' addresses on-link (a /32 route each), so any addresses
+    work. The VXLAN devices are created in these namespaces (their UDP sockets stay
+    here) and then moved to the root namespace as switch ports."""
+    ms = sorted(underlay)
+    for m in ms:
+        ns = machine_netns(fabric, m)
+        netns.ip("netns", "add", ns)
+        netns.sysctl_netns(ns, {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"})
+        netns.ip("link", "set", "dev", "lo", "up", netns=ns)
+    if len(ms) == 2:
+        a, b = (machine_netns(fabric, m) for m in ms)
+        netns.ip("link", "add", "ul0", "netns", a, "type", "veth", "peer", "name", "ul0", "netns", b)
+    else:
+        lan = lan_netns(fabric)
+        netns.ip("netns", "add", lan)
+        netns.sysctl_netns(lan, {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"})
+        netns.ip("link", "add", "lan", "type", "bridge", netns=lan)
+        netns.ip("link", "set", "dev", "lan", "mtu", str(UNDERLAY_MTU), "up", netns=lan)
+        for i, m in enumerate(ms, start=1):
+            netns.ip("link", "add", f"to{i}", "netns", lan, "type", "veth", "peer", "name", "ul0",
+                     "netns", machine_netns(fabric, m))
+            netns.ip("link", "set", "dev", f"to{i}", "mtu", str(UNDERLAY_MTU), "master", "lan", "up", netns=lan)
+    for m in ms:
+        ns = machine_netns(fabric, m)
+        netns.ip("addr", "add", f"{underlay[m]}/32", "dev", "ul0", netns=ns)
+        netns.ip("link", "set", "dev", "ul0", "mtu", str(UNDERLAY_MTU), "up", netns=ns)
+        for other in ms:
+            if other != m:
+                netns.ip("route", "add", f"{underlay[other]}/32", "dev", "ul0", netns=ns)
 
 
 def machine_netns(fabric: str, machine: str) -> str:
