@@ -21,7 +21,7 @@ from inswitch.topology import restarts
 from inswitch.topology.errors import RackError
 from inswitch.topology.fabric.fabric import DEFAULT_NAME, Fabric, FabricStatus, status_json
 from inswitch.topology.fabric.generators import load_spec, split_machines
-from inswitch.topology.fabric.model import LinkProps, Topology, parse_link_props
+from inswitch.topology.fabric.model import LinkProps, Topology, TopologyError, parse_link_props
 from inswitch.topology.fabric.plan import MAX_FABRIC_NAME
 from inswitch.topology.state import check_name
 
@@ -169,6 +169,8 @@ def register(app: typer.Typer) -> None:
         except KeyboardInterrupt:
             err_console.print("interrupted; everything `up` had made was removed")
             raise typer.Exit(130)
+        except TopologyError as e:  # the topology and the options do not fit: a bad option
+            raise _fail(e, 2)
         except RackError as e:
             raise _fail(e)
         part = f" (machine {st.machine}'s part)" if st.machine else " (machines emulated)" if st.emulated else ""

@@ -23,7 +23,7 @@ from inswitch.topology import control, netns, restarts, switchproc
 from inswitch.topology.errors import RackError
 from inswitch.topology.fabric import controller
 from inswitch.topology.fabric.generators import load_spec
-from inswitch.topology.fabric.model import VXLAN_PORT, LinkProps, Topology, parse_topology
+from inswitch.topology.fabric.model import VXLAN_PORT, LinkProps, Topology, TopologyError, parse_topology
 from inswitch.topology.fabric.supervisor import SUPERVISOR_FILE
 from inswitch.topology.fabric.plan import FabricPlan, HostPlan, LinkPlan, SwitchPlan, plan_fabric
 from inswitch.topology.rack import is_root, switchd_available
@@ -208,27 +208,27 @@ class Fabric:
         every machine knows every switch's address."""
         ms = topo.machine_names
         if machine is not None and emulate:
-            raise RackError("--machine builds one machine's part, --emulate-machines all of them here: give one")
+            raise TopologyError("--machine builds one machine's part, --emulate-machines all of them here: give one")
         if len(ms) < 2:
             if emulate:
-                raise RackError(f"{topo.source} names {'one machine' if ms else 'no machines'}: --emulate-machines needs a "
+                raise TopologyError(f"{topo.source} names {'one machine' if ms else 'no machines'}: --emulate-machines needs a "
                                 "topology whose nodes are on two or more machines (`inswitch fabric export --topology SPEC "
                                 "--machines 2` writes one)")
             if machine is not None and machine not in ms:
-                raise RackError(f"{topo.source} has no node on machine {machine!r}"
+                raise TopologyError(f"{topo.source} has no node on machine {machine!r}"
                                 + (f" (its nodes are on {ms[0]})" if ms else " (its nodes name no machine)"))
             return {}
         if machine is None and not emulate:
-            raise RackError(f"the topology spans machines {', '.join(ms)}: run `inswitch fabric up --topology FILE "
+            raise TopologyError(f"the topology spans machines {', '.join(ms)}: run `inswitch fabric up --topology FILE "
                             "--machine NAME` on each machine (it builds that machine's part), or add --emulate-machines "
                             "to emulate the machines here with network namespaces")
         if machine is not None and machine not in ms:
-            raise RackError(f"{topo.source} has no node on machine {machine!r} (machines: {', '.join(ms)})")
+            raise TopologyError(f"{topo.source} has no node on machine {machine!r} (machines: {', '.join(ms)})")
         underlay = {m: topo.machines[m].underlay for m in ms if m in topo.machines and topo.machines[m].underlay}
         if machine is not None:
             missing = [m for m in ms if m not in underlay]
             if missing:
-                raise RackError(f"{topo.source}: machine {missing[0]} has no underlay address; list every machine under "
+                raise TopologyError(f"{topo.source}: machine {missing[0]} has no underlay address; list every machine under "
                                 "the top-level `machines` with `underlay: IP` (the address its VXLAN links end at)")
             if underlay[machine] not in netns.local_addresses():
                 raise RackError(f"machine {machine}'s underlay address {underlay[machine]} is not an address of this "
@@ -246,7 +246,7 @@ class Fabric:
             if not s.p4runtime_port and machine is not None:
                 s.p4runtime_port = P4RUNTIME_BASE + s.index
                 if s.p4runtime_port in ports:
-                    raise RackError(f"switch {s.name}: its P4Runtime port {s.p4runtime_port} (9559 + its index) is "
+                    raise TopologyError(f"switch {s.name}: its P4Runtime port {s.p4runtime_port} (9559 + its index) is "
                                     "another switch's; give every switch a `p4runtime` port")
         return underlay
 
