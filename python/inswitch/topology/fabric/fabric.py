@@ -193,7 +193,8 @@ class Fabric:
             raise RackError(f"link {needs_netem[0].endpoints} asks for delay/jitter/loss, which need the kernel's netem "
                             "qdisc, and this kernel has none (CONFIG_NET_SCH_NETEM); a rate alone works (tbf)")
         try:
-            return self._build(topo, plan, t0, pcap, fault, machine, underlay, emulate_machines)
+            # A topology on one machine is built whole, whatever --machine named it.
+            return self._build(topo, plan, t0, pcap, fault, machine if underlay else None, underlay, emulate_machines)
         except BaseException as e:
             try:
                 self.down(name)
