@@ -373,3 +373,137 @@ def test_pcap_captures_every_switch_while_running(fabric, tmp_path: Path) -> Non
         echoes = [p for f in files for p, _ in read_capture(f) if IP in p and ICMP in p and p[IP].src == a.ip and p[IP].dst == b.ip]
         # Every switch lies on the one path from a leaf to the other through the spine.
         assert echoes, f"{sw.plan.name}: no echo request from {a.ip} to {b.ip} in {files}"
+
+
+def test_two_machines_joined_by_kernel_vxlan(fabric, tmp_path: Path) -> None:
+    """`fabric up --emulate-machines`: leaf-spine:2,1,2 over two "machines" (network
+    namespaces with underlay addresses, joined by a veth pair of MTU 1550), leaf2 and its
+    hosts on m2, the rest on m1. The leaf2-spine1 link is a pair of kernel VXLAN devices
+    whose sockets live in the machine namespaces: every pair pings with the hop count's TTL,
+    each VXLAN end's kernel counters and the underlay count the crossing frames, a capture
+    on m2's underlay shows them as UDP 4789 with the link's VNI, and a full-size frame
+    crosses without fragmenting the underlay."""
+    from inswitch.topology.fabric.fabric import machine_netns, vxlan_counters
+    from inswitch.topology.fabric.generators import split_machines
+
+    fab, made = fabric
+    name = _name("vx")
+    made.append(name)
+    spec = tmp_path / "two.clab.yml"
+    spec.write_text(split_machines(load_spec("leaf-spine:2,1,2"), 2).to_yaml())
+    t0 = time.monotonic()
+    cp = subprocess.run([sys.executable, "-m", "inswitch", "fabric", "up", "--topology", str(spec), "--name", name,
+                         "--emulate-machines"], capture_output=True, text=True, timeout=120)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    up_s = time.monotonic() - t0
+    assert "machine m2: underlay 192.0.2.2, 1 VXLAN links" in cp.stdout, cp.stdout
+    st = FabricState.load(name)
+    assert st is not None and st.emulated and st.underlay == {"m1": "192.0.2.1", "m2": "192.0.2.2"}
+    (vx,) = [ln for ln in st.links if ln.vni is not None]
+    assert vx.endpoints == "leaf2:p3 -- spine1:p2" and {vx.a_machine, vx.b_machine} == {"m1", "m2"}
+    # Both ends are kernel VXLAN devices (not veth), tunnelling to the other machine's underlay
+    # address on UDP 4789, their sockets in a machine namespace (link-netns).
+    for dev, peer in ((vx.a_if, vx.b_machine), (vx.b_if, vx.a_machine)):
+        info = json.loads(netns.ip("-d", "-j", "link", "show", "dev", dev).stdout)[0]
+        data = info["linkinfo"]["info_data"]
+        assert info["linkinfo"]["info_kind"] == "vxlan" and data["id"] == vx.vni and data["port"] == 4789, info
+        assert data["remote"] == st.underlay[peer] and "link_netnsid" in info and info["mtu"] == 1500, info
+    ns1, ns2 = machine_netns(name, "m1"), machine_netns(name, "m2")
+    assert json.loads(netns.ip("-j", "link", "show", "dev", "ul0", netns=ns2).stdout)[0]["mtu"] == 1550
+    before = vxlan_counters(st)
+    ul_before = {ns: netns.link_stats("ul0", netns=ns) for ns in (ns1, ns2)}
+    cap = subprocess.Popen(netns.netns_argv(ns2, ["tcpdump", "-n", "-l", "-i", "ul0", "udp", "port", "4789"]),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.0)  # tcpdump attached
+        _check_all_pairs(st)
+        # A full-size frame (1500-byte IP packet, DF) crosses the tunnel whole.
+        m2_host = next(h for h in st.hosts if h.machine == "m2")
+        h = st.hosts[0]
+        big = subprocess.run(netns.netns_argv(h.netns, ["ping", "-n", "-c", "1", "-W", "3", "-M", "do", "-s", "1472", m2_host.ip]),
+                             capture_output=True, text=True, timeout=20)
+        assert big.returncode == 0, big.stdout + big.stderr
+        time.sleep(0.5)
+    finally:
+        cap.send_signal(signal.SIGINT)
+        out, err = cap.communicate(timeout=10)
+    # 2 hosts on each machine: 8 ordered cross pairs, each one request and one reply across.
+    crossed = 2 * 2 * 2
+    after = vxlan_counters(st)
+    for dev in (vx.a_if, vx.b_if):
+        assert after[dev]["tx_packets"] - before[dev]["tx_packets"] >= crossed // 2 + 1, (dev, before, after)
+        assert after[dev]["rx_packets"] - before[dev]["rx_packets"] >= crossed // 2 + 1, (dev, before, after)
+    for ns in (ns1, ns2):
+        ul = netns.link_stats("ul0", netns=ns)
+        assert ul["tx_packets"] - ul_before[ns]["tx_packets"] >= crossed // 2 + 1, (ns, ul_before[ns], ul)
+    # tcpdump prints each VXLAN packet as the outer line then the inner frame's line.
+    rows = out.splitlines()
+    pairs = [(rows[i], rows[i + 1]) for i in range(len(rows) - 1) if f"vni {vx.vni}" in rows[i]]
+    assert all(".4789: VXLAN" in o for o, _ in pairs), pairs[:4]
+    for src, dst in (("192.0.2.1", "192.0.2.2"), ("192.0.2.2", "192.0.2.1")):
+        inner = [i for o, i in pairs if f" {src}." in o and f" > {dst}.4789" in o]
+        assert sum("ICMP echo request" in i for i in inner) >= crossed // 2, (src, out[-3000:] + err)
+    assert any("length 1480" in i for _, i in pairs), out[-2000:]
+    snmp = netns.in_netns(ns1, ["cat", "/proc/net/snmp"], timeout=10, check=True).stdout.splitlines()
+    ip_keys, ip_vals = (ln.split()[1:] for ln in snmp if ln.startswith("Ip:"))
+    assert dict(zip(ip_keys, ip_vals))["FragCreates"] == "0"
+    # One controller reaches every switch's P4Runtime endpoint: status reads them all.
+    s = fab.status(name)
+    assert all(sw.alive and sw.counters for sw in s.switches), [(sw.name, sw.error) for sw in s.switches]
+    print(f"two-machine leaf-spine:2,1,2 up in {up_s:.1f} s; VXLAN {vx.a_if}: {after[vx.a_if]}")
+
+
+def test_each_machine_builds_its_own_part_with_fabric_up_machine(fabric, tmp_path: Path) -> None:
+    """What two real hosts run: `fabric up --topology FILE --machine m1` on one and `--machine
+    m2` on the other, each a separate process in its own network namespace (a "host" with
+    only its underlay address, as `nsenter --net` gives it; the namespaces are joined by a
+    veth pair). Each builds only its own part: its switches serve P4Runtime on its underlay
+    address, its end of the link to the other machine is a VXLAN device made in place, and
+    its switches are programmed by it. Every pair of hosts pings with the hop count's TTL,
+    and `fabric status` on m1 reads m2's switch over TCP across the underlay."""
+    from inswitch.topology.fabric.fabric import machine_netns, make_underlay
+    from inswitch.topology.fabric.generators import split_machines
+
+    fab, made = fabric
+    a, b, ul = _name("ma"), _name("mb"), _name("mu")
+    made.extend([a, b, ul])
+    make_underlay(ul, {"m1": "192.0.2.1", "m2": "192.0.2.2"})
+    spec = tmp_path / "two.clab.yml"
+    topo = split_machines(load_spec("leaf-spine:2,1,2"), 2)
+    spec.write_text(topo.to_yaml())
+
+    def on(machine: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["nsenter", f"--net=/run/netns/{machine_netns(ul, machine)}", sys.executable, "-m", "inswitch",
+                               "fabric", *args], capture_output=True, text=True, timeout=120)
+
+    # m2 first: a VXLAN device sends to its peer whether or not the peer is up yet.
+    for machine, name in (("m2", b), ("m1", a)):
+        cp = on(machine, "up", "--topology", str(spec), "--name", name, "--machine", machine)
+        assert cp.returncode == 0, cp.stdout + cp.stderr
+        assert f"is up (machine {machine}'s part)" in cp.stdout, cp.stdout
+    sa, sb = FabricState.load(a), FabricState.load(b)
+    assert sa is not None and sb is not None and (sa.machine, sb.machine) == ("m1", "m2")
+    assert [s.plan.name for s in sa.switches if not s.remote] == ["spine1", "leaf1"]
+    assert [s.plan.name for s in sb.switches if not s.remote] == ["leaf2"]
+    assert {s.plan.name: s.p4runtime for s in sa.switches} == {"spine1": "192.0.2.1:9560", "leaf1": "192.0.2.1:9561",
+                                                               "leaf2": "192.0.2.2:9562"}
+    # m1's end of the link to m2: a VXLAN device made in m1's own namespace (no link-netns).
+    (vx,) = [ln for ln in sa.links if ln.vni is not None]
+    m1_end = vx.a_if if vx.a_machine == "m1" else vx.b_if
+    info = json.loads(netns.ip("-d", "-j", "link", "show", "dev", m1_end, netns=machine_netns(ul, "m1")).stdout)[0]
+    data = info["linkinfo"]["info_data"]
+    assert info["linkinfo"]["info_kind"] == "vxlan" and (data["local"], data["remote"], data["port"]) == ("192.0.2.1", "192.0.2.2", 4789)
+    # All pairs, each ping from the part that owns the source host.
+    pairs = [(st, h, o) for st in (sa, sb) for h in st.hosts if h.machine == st.machine for o in st.hosts if o.name != h.name]
+    with ThreadPoolExecutor(max_workers=8) as ex:
+        got = list(ex.map(lambda p: (p[1].name, p[2].name, _ping(p[0], p[1].name, p[2].ip)), pairs))
+    assert len(got) == 12 and all(ok for _, _, (ok, _) in got), got
+    for src, dst, (_, ttl) in got:
+        assert ttl == 64 - _routers_between(topo, src, dst), (src, dst, ttl)
+    # m1's status reaches m2's switch over TCP on the underlay; it forwarded the pings.
+    cp = on("m1", "status", "--name", a, "--json", "-")
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    doc = json.loads(cp.stdout)
+    assert all(s["alive"] for s in doc["switches"].values()) and doc["switches"]["leaf2"]["remote"]
+    assert all(p["rx_packets"] > 0 for p in doc["switches"]["leaf2"]["ports"].values()), doc["switches"]["leaf2"]
+    assert doc["hosts"]["h3"]["machine"] == "m2" and doc["underlay"] == {"m1": "192.0.2.1", "m2": "192.0.2.2"}

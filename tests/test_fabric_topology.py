@@ -84,6 +84,21 @@ INVALID = [
     ("not yaml", "name: x\ntopology: [\n", 3, "not valid YAML"),
     ("half machines", "name: x\ntopology:\n  nodes:\n    s1: {kind: inswitch, machine: a}\n    s2: {kind: inswitch}\n  links:\n"
      "    - endpoints: [\"s1:p1\", \"s2:p1\"]\n", 5, "has no machine"),
+    ("unknown machine key", "name: x\nmachines:\n  a: {underlay: 10.1.0.1, speed: 9}\ntopology:\n  nodes:\n    s1: {kind: inswitch, machine: a}\n",
+     3, "unknown key 'speed'"),
+    ("bad underlay", "name: x\nmachines:\n  a:\n    underlay: 10.1.0.300\ntopology:\n  nodes:\n    s1: {kind: inswitch, machine: a}\n",
+     4, "unicast IPv4 address"),
+    ("shared underlay", "name: x\nmachines:\n  a: {underlay: 10.1.0.1}\n  b: {underlay: 10.1.0.1}\ntopology:\n  nodes:\n"
+     "    s1: {kind: inswitch, machine: a}\n", 4, "machine a's too"),
+    ("unlisted machine", "name: x\nmachines:\n  a: {underlay: 10.1.0.1}\n  b: {underlay: 10.1.0.2}\ntopology:\n  nodes:\n    s1: {kind: inswitch, machine: a}\n    s2: {kind: inswitch, machine: b}\n" "    s3: {kind: inswitch, machine: c}\n  links:\n"
+     "    - endpoints: [\"s1:p1\", \"s2:p1\"]\n    - endpoints: [\"s1:p2\", \"s3:p1\"]\n", 9, "does not list"),
+    ("host across machines", "name: x\nmachines:\n  a: {underlay: 10.1.0.1}\n  b: {underlay: 10.1.0.2}\ntopology:\n  nodes:\n    s1: {kind: inswitch, machine: a}\n    s2: {kind: inswitch, machine: b}\n" "    h1: {kind: linux, machine: b}\n  links:\n"
+     "    - endpoints: [\"s1:p1\", \"s2:p1\"]\n    - endpoints: [\"s1:p2\", \"h1:eth0\"]\n", 12, "on its switch's machine"),
+    ("vni within a machine", "name: x\ntopology:\n  nodes:\n    s1: {kind: inswitch, machine: a}\n    s2: {kind: inswitch, machine: a}\n"
+     "  links:\n    - endpoints: [\"s1:p1\", \"s2:p1\"]\n      vni: 7\n", 7, "stays on one machine"),
+    ("duplicate vni", "name: x\nmachines:\n  a: {underlay: 10.1.0.1}\n  b: {underlay: 10.1.0.2}\ntopology:\n  nodes:\n    s1: {kind: inswitch, machine: a}\n    s2: {kind: inswitch, machine: b}\n" "  links:\n"
+     "    - endpoints: [\"s1:p1\", \"s2:p1\"]\n      vni: 4097\n    - endpoints: [\"s1:p2\", \"s2:p2\"]\n", 12, "as the link on line 10"),
+    ("bad vni", "name: x\nmachines:\n  a: {underlay: 10.1.0.1}\n  b: {underlay: 10.1.0.2}\ntopology:\n  nodes:\n    s1: {kind: inswitch, machine: a}\n    s2: {kind: inswitch, machine: b}\n" "  links:\n    - endpoints: [\"s1:p1\", \"s2:p1\"]\n      vni: 0\n", 11, "vni must be"),
 ]
 
 
@@ -164,13 +179,48 @@ def test_export_command_writes_a_file_that_parses(tmp_path) -> None:
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr
 
 
-def test_a_topology_across_machines_is_refused_before_anything_is_made() -> None:
+def test_a_topology_across_machines_needs_its_machine_before_anything_is_made() -> None:
     from inswitch.topology.errors import RackError
     from inswitch.topology.fabric.fabric import Fabric
     from inswitch.topology.state import state_dir
 
     t = parse_topology("name: x\ntopology:\n  nodes:\n    s1: {kind: inswitch, machine: a}\n    s2: {kind: inswitch, machine: b}\n"
                        "  links:\n    - endpoints: [\"s1:p1\", \"s2:p1\"]\n")
-    with pytest.raises(RackError, match="across machines"):
-        Fabric().up(t, name="tmach")
+    for kw, needle in (({}, "spans machines a, b: run `inswitch fabric up --topology FILE --machine NAME`"),
+                       ({"machine": "c"}, "no node on machine 'c'"),
+                       ({"machine": "a"}, "machine a has no underlay address"),
+                       ({"machine": "a", "emulate_machines": True}, "give one")):
+        with pytest.raises(RackError, match=needle.replace("`", ".").replace("(", ".").replace(")", ".")):
+            Fabric().up(t, name="tmach", **kw)
+    # An underlay address this host does not have: refused, not a tunnel to nowhere.
+    t2 = parse_topology("name: x\nmachines:\n  a: {underlay: 198.51.100.77}\n  b: {underlay: 198.51.100.78}\n" + t.to_yaml().split("\n", 1)[1])
+    with pytest.raises(RackError, match="198.51.100.77 is not an address of this host"):
+        Fabric().up(t2, name="tmach", machine="a")
+    with pytest.raises(RackError, match="--emulate-machines needs a topology whose nodes are on two or more machines"):
+        Fabric().up("leaf-spine:2,1,1", name="tmach", emulate_machines=True)
     assert not state_dir("tmach").exists()
+
+
+def test_machines_split_and_vxlan_links_are_planned() -> None:
+    from inswitch.topology.fabric.generators import split_machines
+
+    t = split_machines(load_spec("leaf-spine:3,2,2"), 2)
+    back = parse_topology(t.to_yaml(), source="export")
+    assert {m: x.underlay for m, x in back.machines.items()} == {"m1": "192.0.2.1", "m2": "192.0.2.2"}
+    assert {n.name: n.machine for n in back.nodes.values()} == {n.name: n.machine for n in t.nodes.values()}
+    # Leaves round-robin, hosts with their leaf, spines round-robin.
+    assert [back.nodes[n].machine for n in ("leaf1", "leaf2", "leaf3", "spine1", "spine2")] == ["m1", "m2", "m1", "m1", "m2"]
+    assert all(back.nodes[h.name].machine == back.nodes[f"leaf{(int(h.name[1:]) + 1) // 2}"].machine for h in back.hosts)
+    plan = plan_fabric(back, "rt")
+    cross = [ln for ln in plan.links if ln.vni is not None]
+    # Exactly the switch-to-switch links whose ends are on different machines are VXLAN.
+    want = [ln for ln in back.links if back.nodes[ln.a.node].machine != back.nodes[ln.b.node].machine]
+    assert [c.endpoints for c in cross] == [f"{ln.a} -- {ln.b}" for ln in want] and len(cross) == 3
+    assert len({c.vni for c in cross}) == 3 and all(c.a_machine != c.b_machine for c in cross)
+    # A file's own vni wins and survives the round trip.
+    text = back.to_yaml().replace("- endpoints: ['leaf2:p3', 'spine1:p2']", "- endpoints: ['leaf2:p3', 'spine1:p2']\n    vni: 777")
+    assert "vni: 777" in text
+    assert [c.vni for c in plan_fabric(parse_topology(text), "rt").links if c.endpoints == "leaf2:p3 -- spine1:p2"] == [777]
+    assert "vni: 777" in parse_topology(text).to_yaml()
+    with pytest.raises(TopologyError, match="too few"):
+        split_machines(load_spec("leaf-spine:1,1,1"), 3)

@@ -165,3 +165,26 @@ def test_two_level_daiet_exactly_once_when_a_leaf_is_killed_mid_job() -> None:
     # either way, and the run says which.
     assert r["fallback"] == ("fell back" in r["restart_note"])
     assert doc["switches"]["leaf1"]["restarted"] is True
+
+
+def test_two_level_daiet_exact_across_two_machines_over_vxlan(tmp_path) -> None:
+    """The same job on leaf-spine:3,1,2 spread over two emulated machines (leaf2 and its
+    hosts on m2, the rest on m1): leaf2's mappers reach the spine only through the kernel
+    VXLAN link, the counts are exact against the Counter and the spine took in exactly what
+    both leaves sent up, the VXLAN leaf's included."""
+    from inswitch.topology.fabric.generators import load_spec, split_machines
+
+    topo = tmp_path / "two.clab.yml"
+    topo.write_text(split_machines(load_spec(SPEC), 2).to_yaml())
+    spec = JobSpec(zipf=1.1, words=20_000, vocab=2_000, seed=5, mappers=4, reducers=2, timeout_s=60,
+                   fabric=str(topo), rack=f"w{process_tag()[-3:]}v")
+    doc = run(spec, ["switch"])
+    assert not netns.leftovers(f"{spec.rack}-")
+    assert doc["correct"], doc["runs"]["switch"]["wrong_examples"]
+    assert not doc["fallback"]
+    assert any("kernel VXLAN links (UDP 4789): leaf2:p3 -- spine1:p2" in n for n in doc["notes"]), doc["notes"]
+    place, sw = doc["placement"], doc["switches"]
+    leaves = {m["switch"] for m in place["mappers"]}
+    assert "leaf2" in leaves and place["aggregation"] == "spine1"
+    assert sw["leaf2"]["pairs_out"] > 0
+    assert sw["spine1"]["pairs_in"] == sum(sw[leaf]["pairs_out"] for leaf in leaves)

@@ -8,6 +8,7 @@ is worse than a loud failure, and the message is what the user debugs from.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -85,6 +86,20 @@ def link_names(netns: str | None = None) -> list[str]:
         if len(parts) >= 2:
             names.append(parts[1].strip().split("@", 1)[0])
     return names
+
+
+def local_addresses(netns: str | None = None) -> set[str]:
+    """The IPv4 addresses of this host's (or `netns`'s) interfaces."""
+    cp = ip("-j", "-4", "addr", "show", netns=netns)
+    return {a["local"] for link in json.loads(cp.stdout or "[]") for a in link.get("addr_info", []) if "local" in a}
+
+
+def link_stats(dev: str, netns: str | None = None) -> dict[str, int]:
+    """An interface's kernel counters: rx/tx packets and bytes."""
+    cp = ip("-j", "-s", "link", "show", "dev", dev, netns=netns)
+    st = json.loads(cp.stdout)[0]["stats64"]
+    return {"rx_packets": st["rx"]["packets"], "rx_bytes": st["rx"]["bytes"],
+            "tx_packets": st["tx"]["packets"], "tx_bytes": st["tx"]["bytes"]}
 
 
 def link_master(dev: str) -> str | None:

@@ -306,7 +306,9 @@ def open_fabric_env(spec: JobSpec, switch: bool, progress: Progress) -> tuple[En
     fault = spec.fault or (f"loss={spec.loss},seed={spec.seed}" if spec.loss else None)
     progress(f"building fabric {spec.fabric}: {len(topo.switches)} switches ({programs}{', loss ' + str(spec.loss) if fault else ''})")
     try:
-        st = fab.up(topo, name=name, fault=fault)
+        # A topology across machines runs here with its machines emulated (one namespace
+        # each, kernel VXLAN links between them): the job's processes are all on this host.
+        st = fab.up(topo, name=name, fault=fault, emulate_machines=len(topo.machine_names) > 1)
         lay = wf.place(topo, st.hosts, spec.mappers, spec.reducers)
         if switch:
             wf.pin_paths(st, lay)
@@ -321,6 +323,10 @@ def open_fabric_env(spec: JobSpec, switch: bool, progress: Progress) -> tuple[En
     env.notes.append(f"fabric {spec.fabric}: mappers under {', '.join(sorted({h.switch for h in lay.mappers}))}, "
                      f"reducers under {', '.join(sorted({h.switch for h in lay.reducers}))}, "
                      + (f"trees along the path {' -> '.join(n for n, _ in lay.path)}" if lay.path else f"aggregation switch {lay.agg}"))
+    if st.emulated:
+        env.notes.append(f"machines {', '.join(f'{m} ({a})' for m, a in sorted(st.underlay.items()))} emulated by network "
+                         "namespaces; kernel VXLAN links (UDP 4789): "
+                         + ", ".join(f"{ln.endpoints} (VNI {ln.vni})" for ln in st.links if ln.vni is not None))
 
     from inswitch.topology import restarts
 

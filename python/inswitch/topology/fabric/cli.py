@@ -15,13 +15,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text as RichText
 
-from inswitch.cliopts import JSON_PATH, OUT_DIR, OUT_FILE, Text, argument, option
+from inswitch.cliopts import JSON_PATH, OUT_DIR, OUT_FILE, Int, Text, argument, option
 from inswitch.output import is_stdout, note_written, write_json
 from inswitch.topology import restarts
 from inswitch.topology.errors import RackError
 from inswitch.topology.fabric.fabric import DEFAULT_NAME, Fabric, FabricStatus, status_json
-from inswitch.topology.fabric.generators import load_spec
-from inswitch.topology.fabric.model import LinkProps, Topology, parse_link_props
+from inswitch.topology.fabric.generators import load_spec, split_machines
+from inswitch.topology.fabric.model import LinkProps, Topology, TopologyError, parse_link_props
 from inswitch.topology.fabric.plan import MAX_FABRIC_NAME
 from inswitch.topology.state import check_name
 
@@ -67,6 +67,14 @@ TOPOLOGY_SPEC = Text("leaf-spine:LEAVES,SPINES,HOSTS_PER_LEAF, fat-tree:K or a t
 NAME = Text(f"a fabric name (at most {MAX_FABRIC_NAME} characters a-z, 0-9, _; it prefixes interface names)", check=_name, bad=("Bad-Name", "x" * 20))
 NODE = Text("a host of the fabric, e.g. h1", check=lambda t: t if re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,23}", t) else _bad_node(),
             bad=("-x", "h 1", "1h"))
+def _machine(text: str) -> str:
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,23}", text):
+        raise ValueError("a machine name is letters, digits and _, starting with a letter")
+    return text
+
+
+MACHINE = Text("a machine of the topology (its nodes' `machine`)", check=_machine,
+               bad=("-m", "m 1", "1m"))
 LINK_DEFAULT = Text("delay=T,jitter=T,rate=R,loss=P, e.g. delay=1ms,rate=100mbit", check=_link_default,
                     bad=("delay", "speed=1", "delay=soon", "loss=200%"))
 
@@ -94,7 +102,8 @@ def _render(s: FabricStatus) -> None:
         label = sw.name if sw.alive else f"[red]{sw.name} (not running)[/red]"
         for p, (pname, ifname) in enumerate(zip(run.plan.port_names, run.plan.ifaces)):
             c = (sw.counters or {}).get(p, {})
-            t.add_row(label if p == 0 else "", str(sw.pid) if p == 0 else "", f"{sw.p4runtime} ({sw.device_id})" if p == 0 else "",
+            pid = str(sw.pid) if sw.pid else f"on {run.plan.machine}" if run.remote else "-"
+            t.add_row(label if p == 0 else "", pid if p == 0 else "", f"{sw.p4runtime} ({sw.device_id})" if p == 0 else "",
                       f"{pname} = {p}", ifname, *(str(c[k]) if k in c else "-" for k in ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes")))
     console.print(t)
     pt = Table(title="Programs", box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1))
@@ -110,7 +119,10 @@ def _render(s: FabricStatus) -> None:
     for col in ("host", "ip", "mac", "gateway", "switch:port", "namespace"):
         h.add_column(col, no_wrap=True)
     for hp in st.hosts:
-        name = hp.name if s.host_present.get(hp.name) else f"[red]{hp.name} (missing)[/red]"
+        if hp.name not in s.host_present:
+            name = f"{hp.name} (on {hp.machine})"  # another machine's host
+        else:
+            name = hp.name if s.host_present[hp.name] else f"[red]{hp.name} (missing)[/red]"
         h.add_row(name, f"{hp.ip}/{hp.prefix_len}", hp.mac, hp.gateway, f"{hp.switch}:{hp.port}", hp.netns)
     console.print(h)
     shaped = [ln for ln in st.links if not ln.props.is_empty()]
@@ -139,24 +151,46 @@ def register(app: typer.Typer) -> None:
         link_default: Any = option(None, "--link-default", type=LINK_DEFAULT,
                                    help="Link properties for every link that does not set its own."),
         pcap: Optional[str] = option(None, "--pcap", type=OUT_DIR, help="Capture every switch's ports into DIR/SWITCH/port{N}.pcapng (readable while the fabric runs)."),
+        machine: Optional[str] = option(None, "--machine", "-m", type=MACHINE,
+                                        help="A topology across machines: build this machine's part (run it on every machine); "
+                                             "links to other machines are kernel VXLAN links to their underlay addresses."),
+        emulate_machines: bool = typer.Option(False, "--emulate-machines",
+                                              help="A topology across machines: build every machine's part here, each machine a "
+                                                   "network namespace with its underlay address, VXLAN links between them."),
     ) -> None:
         """Create hosts and links, start one switch process per switch, program the routing."""
         topo: Topology = topology
+        if machine and emulate_machines:
+            raise typer.BadParameter("give --machine (one machine's part) or --emulate-machines (all here), not both",
+                                     param_hint="--machine")
         try:
-            st = Fabric().up(topo, name=name, link_default=link_default or LinkProps(), pcap=pcap)
+            st = Fabric().up(topo, name=name, link_default=link_default or LinkProps(), pcap=pcap, machine=machine,
+                             emulate_machines=emulate_machines)
         except KeyboardInterrupt:
             err_console.print("interrupted; everything `up` had made was removed")
             raise typer.Exit(130)
+        except TopologyError as e:  # the topology and the options do not fit: a bad option
+            raise _fail(e, 2)
         except RackError as e:
             raise _fail(e)
-        console.print(f"[green]fabric {st.name} is up[/green] in {st.timings['up_s']:.2f} s: {len(st.switches)} switches, "
-                      f"{len(st.hosts)} hosts, {len(st.links)} links")
+        part = f" (machine {st.machine}'s part)" if st.machine else " (machines emulated)" if st.emulated else ""
+        console.print(f"[green]fabric {st.name} is up{part}[/green] in {st.timings['up_s']:.2f} s: {len(st.switches)} switches, "
+                      f"{len(st.hosts)} hosts, {len(st.links)} links", highlight=False)
+        for m, addr in sorted(st.underlay.items()):
+            vx = [ln for ln in st.links if ln.vni is not None and m in (ln.a_machine, ln.b_machine)]
+            console.print(f"  machine {m}: underlay {addr}, {len(vx)} VXLAN links (UDP 4789)", highlight=False)
         for sw in st.switches:
+            if sw.remote:
+                console.print(f"  {sw.plan.name:<8} on machine {sw.plan.machine}: P4Runtime {sw.p4runtime} (device {sw.plan.device_id})",
+                              highlight=False, soft_wrap=True)
+                continue
             console.print(f"  {sw.plan.name:<8} pid {sw.pid}  P4Runtime {sw.p4runtime} (device {sw.plan.device_id})  "
                           f"ports {','.join(sw.plan.ifaces)}", highlight=False, soft_wrap=True)
         if pcap:
             console.print(f"captures: {Path(pcap).resolve()}/SWITCH/port{{N}}.pcapng", highlight=False, soft_wrap=True)
-        h0, h1 = st.hosts[0], st.hosts[-1]
+        mine = [h for h in st.hosts if st.machine is None or h.machine == st.machine]
+        h0 = mine[0]
+        h1 = next((h for h in reversed(st.hosts) if h is not h0), h0)
         console.print(f"try: inswitch fabric exec --name {st.name} {h0.name} -- ping -c1 {h1.ip}")
 
     @fab.command("down", epilog="Examples:\n\n  inswitch fabric down --name fab\n")
@@ -207,8 +241,16 @@ def register(app: typer.Typer) -> None:
     def export_cmd(
         topology: Any = option(..., "--topology", "-t", type=TOPOLOGY, help="The topology."),
         out: Optional[str] = option(None, "--out", "-o", type=OUT_FILE, help="Write here instead of printing."),
+        machines: Optional[int] = option(None, "--machines", type=Int(2, 16),
+                                         help="Spread the nodes over machines m1..mN (leaves round-robin, hosts with their leaf), "
+                                              "with placeholder underlay addresses 192.0.2.N to replace on real machines."),
     ) -> None:
         """Write a topology (e.g. a generator's) as a containerlab topology file."""
+        if machines:
+            try:
+                topology = split_machines(topology, machines)
+            except RackError as e:
+                raise _fail(e, 2)
         text = topology.to_yaml()
         if out:
             try:

@@ -91,11 +91,12 @@ def program_switch(topo: Topology, plan: FabricPlan, sw: SwitchPlan, address: st
     return {"routes": len(rts), "ecmp_groups": groups, "hosts": len(hosts)}
 
 
-def program_fabric(topo: Topology, plan: FabricPlan, addresses: dict[str, str]) -> dict[str, dict[str, int]]:
-    """Program every switch (a few at a time: each is its own process); per switch, what
-    was installed."""
+def program_fabric(topo: Topology, plan: FabricPlan, addresses: dict[str, str],
+                   only: set[str] | None = None) -> dict[str, dict[str, int]]:
+    """Program every switch (a few at a time: each is its own process), or those named in
+    `only` (a machine's part of a fabric across machines); per switch, what was installed."""
     rts = routes(topo, plan)
     with ThreadPoolExecutor(max_workers=4) as ex:
         futs = {sw.name: ex.submit(program_switch, topo, plan, sw, addresses[sw.name], rts[sw.name])
-                for sw in plan.switches}
+                for sw in plan.switches if only is None or sw.name in only}
         return {name: f.result() for name, f in futs.items()}

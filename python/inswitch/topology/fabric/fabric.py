@@ -12,6 +12,7 @@ so a rack and a fabric can never take each other's objects.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
@@ -22,7 +23,7 @@ from inswitch.topology import control, netns, restarts, switchproc
 from inswitch.topology.errors import RackError
 from inswitch.topology.fabric import controller
 from inswitch.topology.fabric.generators import load_spec
-from inswitch.topology.fabric.model import LinkProps, Topology, parse_topology
+from inswitch.topology.fabric.model import VXLAN_PORT, LinkProps, Topology, TopologyError, parse_topology
 from inswitch.topology.fabric.supervisor import SUPERVISOR_FILE
 from inswitch.topology.fabric.plan import FabricPlan, HostPlan, LinkPlan, SwitchPlan, plan_fabric
 from inswitch.topology.rack import is_root, switchd_available
@@ -31,6 +32,17 @@ from inswitch.topology.teardown import DownReport, check_kind, teardown
 
 DEFAULT_NAME = "fab"
 STATE_FILE = "fabric.json"
+#: A multi-machine fabric's switches serve P4Runtime here unless the topology gives a port:
+#: P4Runtime's port (9559) + the switch's index, the same on every machine.
+P4RUNTIME_BASE = 9559
+#: VXLAN over IPv4 adds 50 bytes (outer IPv4 20, UDP 8, VXLAN 8, inner Ethernet 14): the
+#: fabric keeps 1500-byte frames end to end, so the underlay carries 1550-byte packets.
+FABRIC_MTU = 1500
+VXLAN_OVERHEAD = 50
+UNDERLAY_MTU = FABRIC_MTU + VXLAN_OVERHEAD
+#: Underlay addresses `--emulate-machines` gives machines the topology gives none
+#: (TEST-NET-1; they exist only inside the machine namespaces).
+EMULATED_UNDERLAY = "192.0.2.{}"
 
 
 def marker(name: str) -> str:
@@ -49,6 +61,9 @@ class SwitchRun:
     metrics: str = ""
     log: str = ""
     ready_file: str = ""
+    #: On another machine (a multi-machine fabric's part): not started, supervised or
+    #: programmed here; reached over TCP at `p4runtime` (its machine's underlay address).
+    remote: bool = False
 
 
 @dataclass
@@ -64,6 +79,12 @@ class FabricState:
     ready: bool = False
     #: The process that restarts dead switches (`supervisor.py`), once the fabric is up.
     supervisor_pid: Optional[int] = None
+    #: A multi-machine fabric: the machine whose part this is (None: every machine's, one
+    #: machine or `emulated`), each machine's underlay address, and whether the machines are
+    #: emulated here by network namespaces (`machine_netns`).
+    machine: Optional[str] = None
+    underlay: dict[str, str] = field(default_factory=dict)
+    emulated: bool = False
 
     @property
     def restarts_file(self) -> Path:
@@ -100,6 +121,9 @@ class FabricState:
     def host(self, ref: str) -> HostPlan:
         for h in self.hosts:
             if ref in (h.name, h.netns, h.ip):
+                if self.machine is not None and h.machine != self.machine:
+                    raise RackError(f"host {h.name} is on machine {h.machine}, not on this one ({self.machine}); "
+                                    f"run the command there")
                 return h
         raise RackError(f"fabric {self.name!r} has no host {ref!r} (hosts: {', '.join(h.name for h in self.hosts)})")
 
@@ -134,20 +158,24 @@ class Fabric:
     # ----- up -------------------------------------------------------------------------
 
     def up(self, spec: str | Topology, name: Optional[str] = None, link_default: LinkProps = LinkProps(),
-           pcap: Optional[str] = None, fault: Optional[str] = None) -> FabricState:
+           pcap: Optional[str] = None, fault: Optional[str] = None, machine: Optional[str] = None,
+           emulate_machines: bool = False) -> FabricState:
         """Validate everything, then build; any failure or Ctrl-C once building started
         takes down all of it (by name) and re-raises. With `pcap`, every switch captures
         its ports into `pcap/SWITCH/port{N}.pcapng` (the switch's own `--pcap`). `fault`:
         every switch's `--fault` (its own ports: so every link, switch-to-switch links at
-        both ends)."""
+        both ends).
+
+        A topology across machines: `machine` builds that machine's part (its hosts,
+        switches and links; a link to another machine is a kernel VXLAN device to that
+        machine's underlay address) and programs its switches; `emulate_machines` builds
+        every machine's part here, each machine a network namespace holding its underlay
+        address and its VXLAN sockets (see `_make_underlay`)."""
         t0 = time.monotonic()
         topo = load_spec(spec) if isinstance(spec, str) else spec
         name = check_name(name or DEFAULT_NAME)
         plan = plan_fabric(topo, name, link_default)
-        machines = sorted({n.machine for n in topo.nodes.values() if n.machine})
-        if len(machines) > 1:
-            raise RackError(f"the topology spans machines {', '.join(machines)}: fabrics across machines "
-                            "(`--machine`, VXLAN links) are not implemented yet; drop the `machine` keys to run it here")
+        underlay = self._check_machines(topo, plan, machine, emulate_machines)
         if not is_root():
             raise RackError("a fabric needs root (network namespaces, veth pairs, raw sockets); the UDP-tunnel "
                             "fallback of `rack` is not available for fabrics")
@@ -165,7 +193,8 @@ class Fabric:
             raise RackError(f"link {needs_netem[0].endpoints} asks for delay/jitter/loss, which need the kernel's netem "
                             "qdisc, and this kernel has none (CONFIG_NET_SCH_NETEM); a rate alone works (tbf)")
         try:
-            return self._build(topo, plan, t0, pcap, fault)
+            # A topology on one machine is built whole, whatever --machine named it.
+            return self._build(topo, plan, t0, pcap, fault, machine if underlay else None, underlay, emulate_machines)
         except BaseException as e:
             try:
                 self.down(name)
@@ -173,33 +202,101 @@ class Fabric:
                 e.add_note(f"cleanup after the failed `up` also failed: {cleanup_err}")
             raise
 
-    def _build(self, topo: Topology, plan: FabricPlan, t0: float, pcap: Optional[str] = None, fault: Optional[str] = None) -> FabricState:
+    @staticmethod
+    def _check_machines(topo: Topology, plan: FabricPlan, machine: Optional[str], emulate: bool) -> dict[str, str]:
+        """The checks of a multi-machine `up` (before anything is made); each machine's
+        underlay address. Also fixes the P4Runtime port of every switch that has none, so
+        every machine knows every switch's address."""
+        ms = topo.machine_names
+        if machine is not None and emulate:
+            raise TopologyError("--machine builds one machine's part, --emulate-machines all of them here: give one")
+        if len(ms) < 2:
+            if emulate:
+                raise TopologyError(f"{topo.source} names {'one machine' if ms else 'no machines'}: --emulate-machines needs a "
+                                "topology whose nodes are on two or more machines (`inswitch fabric export --topology SPEC "
+                                "--machines 2` writes one)")
+            if machine is not None and machine not in ms:
+                raise TopologyError(f"{topo.source} has no node on machine {machine!r}"
+                                + (f" (its nodes are on {ms[0]})" if ms else " (its nodes name no machine)"))
+            return {}
+        if machine is None and not emulate:
+            raise TopologyError(f"the topology spans machines {', '.join(ms)}: run `inswitch fabric up --topology FILE "
+                            "--machine NAME` on each machine (it builds that machine's part), or add --emulate-machines "
+                            "to emulate the machines here with network namespaces")
+        if machine is not None and machine not in ms:
+            raise TopologyError(f"{topo.source} has no node on machine {machine!r} (machines: {', '.join(ms)})")
+        underlay = {m: topo.machines[m].underlay for m in ms if m in topo.machines and topo.machines[m].underlay}
+        if machine is not None:
+            missing = [m for m in ms if m not in underlay]
+            if missing:
+                raise TopologyError(f"{topo.source}: machine {missing[0]} has no underlay address; list every machine under "
+                                "the top-level `machines` with `underlay: IP` (the address its VXLAN links end at)")
+            if underlay[machine] not in netns.local_addresses():
+                raise RackError(f"machine {machine}'s underlay address {underlay[machine]} is not an address of this "
+                                f"host (`ip -4 addr`); is this machine {machine}?")
+        else:
+            n = 1
+            for m in ms:
+                while m not in underlay:
+                    cand = EMULATED_UNDERLAY.format(n)
+                    n += 1
+                    if cand not in underlay.values():
+                        underlay[m] = cand
+        ports = {s.p4runtime_port for s in plan.switches}
+        for s in plan.switches:
+            if not s.p4runtime_port and machine is not None:
+                s.p4runtime_port = P4RUNTIME_BASE + s.index
+                if s.p4runtime_port in ports:
+                    raise TopologyError(f"switch {s.name}: its P4Runtime port {s.p4runtime_port} (9559 + its index) is "
+                                    "another switch's; give every switch a `p4runtime` port")
+        return underlay
+
+    def _build(self, topo: Topology, plan: FabricPlan, t0: float, pcap: Optional[str] = None, fault: Optional[str] = None,
+               machine: Optional[str] = None, underlay: Optional[dict[str, str]] = None, emulated: bool = False) -> FabricState:
         sdir = state_dir(plan.name)
         sdir.mkdir(parents=True, mode=0o755)
-        st = FabricState(name=plan.name, topology=topo.to_yaml(), switches=[SwitchRun(plan=s) for s in plan.switches],
-                         hosts=plan.hosts, links=plan.links, state_dir=str(sdir), created=time.time())
+        underlay = underlay or {}
+        runs = []
+        for s in plan.switches:
+            r = SwitchRun(plan=s)
+            if machine is not None:
+                r.remote = s.machine != machine
+                r.p4runtime = f"{underlay[s.machine or machine]}:{s.p4runtime_port}"  # every switch's, before it is up
+            runs.append(r)
+        st = FabricState(name=plan.name, topology=topo.to_yaml(), switches=runs, hosts=plan.hosts, links=plan.links,
+                         state_dir=str(sdir), created=time.time(), machine=machine, underlay=underlay, emulated=emulated)
         st.save()
+        if emulated:
+            make_underlay(st.name, st.underlay)
         self._make_links(st)
         netns.ensure_neigh_capacity(len(st.hosts) * 4)
         st.timings["links_s"] = time.monotonic() - t0
         shaped = {ln.a_if for ln in st.links if not ln.props.is_empty()} | {ln.b_if for ln in st.links if not ln.props.is_empty()}
-        for sw in st.switches:
+        local = [sw for sw in st.switches if not sw.remote]
+        for sw in local:
+            # On a real machine of several, P4Runtime serves on the underlay address so the
+            # other machines' controllers reach it; otherwise on loopback.
+            serve = f"{underlay[machine]}:{sw.plan.p4runtime_port}" if machine is not None and underlay else \
+                f"127.0.0.1:{sw.plan.p4runtime_port}"
             sw.ready_file = str(sdir / f"{sw.plan.name}.ready.json")
             sw.log = str(sdir / f"{sw.plan.name}.log")
             sw.argv = switchproc.switch_argv(
-                sw.plan.program, "veth:" + ",".join(sw.plan.ifaces), f"127.0.0.1:{sw.plan.p4runtime_port}",
+                sw.plan.program, "veth:" + ",".join(sw.plan.ifaces), serve,
                 "127.0.0.1:0", Path(sw.ready_file), python=self.python, device_id=sw.plan.device_id,
                 pipes=sw.plan.pipes, port_qdisc=bool(shaped & set(sw.plan.ifaces)),
                 pcap=str(Path(pcap).resolve() / sw.plan.name) if pcap else None, fault=fault)
             sw.pid = switchproc.launch(sw.argv, Path(sw.log), sdir)
         st.save()  # from here on `down` in another terminal finds every switch by pid too
-        for sw in st.switches:
+        for sw in local:
             assert sw.pid is not None
             ready = switchproc.wait_ready(sw.pid, Path(sw.ready_file), Path(sw.log), self.ready_timeout)
             sw.p4runtime, sw.metrics = str(ready["p4runtime"]), str(ready.get("metrics") or "")
         st.timings["switches_s"] = time.monotonic() - t0
         st.save()
-        controller.program_fabric(topo, st.plan(), {s.plan.name: s.p4runtime for s in st.switches})
+        # Each machine programs its own switches (the routing of each switch is a function of
+        # the whole topology, so the parts agree); emulated, one controller programs all.
+        controller.program_fabric(topo, st.plan(), {s.plan.name: s.p4runtime for s in st.switches},
+                                  only={s.plan.name for s in local})
         st.timings["up_s"] = time.monotonic() - t0
         st.ready = True
         st.save()
@@ -214,10 +311,33 @@ class Fabric:
             time.sleep(0.05)
         return st
 
+    def _make_vxlan(self, st: FabricState, dev: str, vni: int, me: str, peer: str) -> None:
+        """One end of a link between machines: a kernel VXLAN device `dev` (VNI `vni`, UDP
+        `VXLAN_PORT`) from machine `me`'s underlay address to machine `peer`'s, a switch port
+        in the root namespace. Emulated, it is created in `me`'s namespace (where its
+        socket stays: the encapsulated packets cross the emulated underlay) and moved here."""
+        ns = machine_netns(st.name, me) if st.emulated else None
+        netns.ip("link", "add", dev, "mtu", str(FABRIC_MTU), "type", "vxlan", "id", str(vni), "local", st.underlay[me],
+                 "remote", st.underlay[peer], "dstport", str(VXLAN_PORT), "nolearning", netns=ns)
+        if ns is not None:
+            netns.ip("link", "set", "dev", dev, "netns", str(os.getpid()), netns=ns)
+        netns.switch_port_up(dev, FABRIC_MTU)
+
     def _make_links(self, st: FabricState) -> None:
         by_if = {h.switch_if: h for h in st.hosts}
         names = [(h.ip, [h.name, f"{st.name}-{h.name}"]) for h in st.hosts]
+        here = st.machine
         for ln in st.links:
+            if ln.vni is not None:
+                assert ln.a_machine is not None and ln.b_machine is not None
+                for dev, me, peer in ((ln.a_if, ln.a_machine, ln.b_machine), (ln.b_if, ln.b_machine, ln.a_machine)):
+                    if here is None or me == here:
+                        self._make_vxlan(st, dev, ln.vni, me, peer)
+                        p = ln.props
+                        netns.shape(dev, p.delay_ms, p.jitter_ms, p.rate_mbit, p.loss_pct)
+                continue
+            if here is not None and ln.a_machine != here:
+                continue  # another machine's link
             if ln.host_link:
                 sw_if, host_if, host_ns = (ln.a_if, ln.b_if, ln.b_netns) if ln.a_netns is None else (ln.b_if, ln.a_if, ln.a_netns)
                 h = by_if[sw_if]
@@ -262,7 +382,8 @@ class Fabric:
         st = self.state(name)
         out = []
         for sw in st.switches:
-            alive = switchproc.is_alive(sw.pid, sw.ready_file)
+            # Another machine's switch is alive when it answers over P4Runtime.
+            alive = True if sw.remote else switchproc.is_alive(sw.pid, sw.ready_file)
             s = SwitchStatus(sw.plan.name, sw.pid, alive, sw.p4runtime, sw.plan.device_id, None)
             if not alive:
                 s.error = "not running"
@@ -273,9 +394,10 @@ class Fabric:
                     s.programs = program_counters(sw.metrics) if sw.metrics else {}
                 except RackError as e:
                     s.error = str(e)
+                    s.alive = not sw.remote
             out.append(s)
         spaces = set(netns.netns_list())
-        present = {h.name: h.netns in spaces for h in st.hosts}
+        present = {h.name: h.netns in spaces for h in st.hosts if st.machine is None or h.machine == st.machine}
         qdiscs = {}
         for ln in st.links:
             if not ln.props.is_empty():
@@ -327,14 +449,77 @@ def status_json(s: FabricStatus) -> dict[str, Any]:
         "switches": {sw.name: {"pid": sw.pid, "alive": sw.alive, "p4runtime": sw.p4runtime, "device_id": sw.device_id,
                                "ports": {run.plan.port_names[p]: {"port": p, "interface": run.plan.ifaces[p], **c}
                                          for p, c in (sw.counters or {}).items()},
-                               "programs": sw.programs, "error": sw.error}
+                               "programs": sw.programs, "error": sw.error, "machine": run.plan.machine,
+                               "remote": run.remote}
                      for sw, run in zip(s.switches, st.switches)},
         "hosts": {h.name: {"ip": h.ip, "mac": h.mac, "netns": h.netns, "switch": h.switch, "port": h.port,
-                           "present": s.host_present.get(h.name, False)} for h in st.hosts},
+                           "present": s.host_present.get(h.name, False), "machine": h.machine} for h in st.hosts},
         "links": [{"endpoints": ln.endpoints, **ln.props.to_yaml(),
                    "qdisc": {k: s.qdiscs[k] for k in (qdisc_key(ln.a_if, ln.a_netns), qdisc_key(ln.b_if, ln.b_netns))
                              if k in s.qdiscs}}
                   for ln in st.links],
         "supervisor_pid": st.supervisor_pid,
+        "machine": st.machine,
+        "underlay": st.underlay,
+        "vxlan": {ln.endpoints: {"vni": ln.vni, "ends": {ln.a_if: ln.a_machine, ln.b_if: ln.b_machine}}
+                  for ln in st.links if ln.vni is not None},
         "restarts": restarts.read(st.restarts_file),
     }
+
+
+def make_underlay(fabric: str, underlay: dict[str, str]) -> None:
+    """Emulated machines: one network namespace per machine (`machine_netns`) holding its
+    underlay address, joined by a veth pair (two machines: a direct link, as two hosts
+    cabled back to back) or, for more, by veths to a bridge in a LAN namespace of their
+    own (the machines' switch, not on the fabric's data path), MTU `UNDERLAY_MTU`. Each
+    machine reaches the others' addresses on-link (a /32 route each), so any addresses
+    work. The VXLAN devices are created in these namespaces (their UDP sockets stay
+    here) and then moved to the root namespace as switch ports."""
+    ms = sorted(underlay)
+    for m in ms:
+        ns = machine_netns(fabric, m)
+        netns.ip("netns", "add", ns)
+        netns.sysctl_netns(ns, {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"})
+        netns.ip("link", "set", "dev", "lo", "up", netns=ns)
+    if len(ms) == 2:
+        a, b = (machine_netns(fabric, m) for m in ms)
+        netns.ip("link", "add", "ul0", "netns", a, "type", "veth", "peer", "name", "ul0", "netns", b)
+    else:
+        lan = lan_netns(fabric)
+        netns.ip("netns", "add", lan)
+        netns.sysctl_netns(lan, {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"})
+        netns.ip("link", "add", "lan", "type", "bridge", netns=lan)
+        netns.ip("link", "set", "dev", "lan", "mtu", str(UNDERLAY_MTU), "up", netns=lan)
+        for i, m in enumerate(ms, start=1):
+            netns.ip("link", "add", f"to{i}", "netns", lan, "type", "veth", "peer", "name", "ul0",
+                     "netns", machine_netns(fabric, m))
+            netns.ip("link", "set", "dev", f"to{i}", "mtu", str(UNDERLAY_MTU), "master", "lan", "up", netns=lan)
+    for m in ms:
+        ns = machine_netns(fabric, m)
+        netns.ip("addr", "add", f"{underlay[m]}/32", "dev", "ul0", netns=ns)
+        netns.ip("link", "set", "dev", "ul0", "mtu", str(UNDERLAY_MTU), "up", netns=ns)
+        for other in ms:
+            if other != m:
+                netns.ip("route", "add", f"{underlay[other]}/32", "dev", "ul0", netns=ns)
+
+
+def machine_netns(fabric: str, machine: str) -> str:
+    """An emulated machine's namespace (`@` keeps it apart from hosts' `{fabric}-{host}`)."""
+    return f"{fabric}-@{machine}"
+
+
+def lan_netns(fabric: str) -> str:
+    """The namespace of the bridge joining three or more emulated machines."""
+    return f"{fabric}-@-lan"
+
+
+def vxlan_counters(st: FabricState) -> dict[str, dict[str, int]]:
+    """Per VXLAN switch port here (root namespace): the kernel's packet and byte counters."""
+    out = {}
+    for ln in st.links:
+        if ln.vni is None:
+            continue
+        for dev, m in ((ln.a_if, ln.a_machine), (ln.b_if, ln.b_machine)):
+            if st.machine is None or m == st.machine:
+                out[dev] = netns.link_stats(dev)
+    return out

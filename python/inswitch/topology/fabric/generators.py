@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from inswitch.topology.fabric.model import (
-    HOST_KIND, SWITCH_KIND, Endpoint, Link, Node, Topology, TopologyError, parse_topology, validate)
+    HOST_KIND, SWITCH_KIND, Endpoint, Link, Machine, Node, Topology, TopologyError, parse_topology, validate)
 
 MAX_SWITCH_PORTS = 64
 
@@ -86,3 +86,30 @@ def load_spec(spec: str) -> Topology:
     except (OSError, UnicodeDecodeError) as e:
         raise TopologyError(f"cannot read topology file {spec}: {e}") from None
     return parse_topology(text, source=str(path))
+
+
+def split_machines(t: Topology, machines: int) -> Topology:
+    """`t` spread over `machines` machines `m1..mN`: the leaves (switches with hosts) dealt
+    round-robin, each host on its leaf's machine, the other switches dealt round-robin too;
+    `machines` lists each with a placeholder underlay address 192.0.2.N (TEST-NET-1: fine
+    for `--emulate-machines`, to be replaced by the real addresses on real machines). The
+    links between machines become VXLAN links."""
+    if not 2 <= machines <= 16:
+        raise TopologyError(f"a fabric is split over 2-16 machines, not {machines}")
+    leaf_of = {}
+    for ln in t.links:
+        for me, other in ((ln.a, ln.b), (ln.b, ln.a)):
+            if not t.nodes[me.node].is_switch:
+                leaf_of[me.node] = other.node
+    leaves = [s.name for s in t.switches if s.name in leaf_of.values()]
+    others = [s.name for s in t.switches if s.name not in leaves]
+    if len(t.switches) < machines:
+        raise TopologyError(f"{t.source} has {len(t.switches)} switches: too few for {machines} machines")
+    where = {name: f"m{i % machines + 1}" for i, name in enumerate(leaves)}
+    where.update({name: f"m{i % machines + 1}" for i, name in enumerate(others)})
+    where.update({h: where[sw] for h, sw in leaf_of.items()})
+    nodes = {n.name: Node(**{**n.__dict__, "machine": where[n.name]}) for n in t.nodes.values()}
+    ms = {f"m{i}": Machine(f"m{i}", f"192.0.2.{i}") for i in range(1, machines + 1)}
+    out = Topology(name=t.name, nodes=nodes, links=list(t.links), source=t.source, machines=ms)
+    validate(out)
+    return out

@@ -11,6 +11,14 @@ between them, read from and written to the containerlab topology format (YAML):
           delay: 1ms
           rate: 100mbit
 
+Across machines (an inswitch extension of the format): every node names its `machine`, the
+top-level `machines` gives each machine's underlay address, and a link between nodes on
+two machines becomes a kernel VXLAN link (`vni` optional, unique per link):
+
+    machines:
+      m1: {underlay: 192.168.1.10}
+      m2: {underlay: 192.168.1.11}
+
 Everything is checked before anything is made, and every error names the file's line
 (the loader keeps each key's and item's line). A switch interface is `pN` (N >= 1); the
 switch's data-plane ports are its interfaces in the order of N, so `status` shows both.
@@ -28,11 +36,16 @@ from inswitch.topology.errors import RackError
 
 SWITCH_KIND = "inswitch"
 HOST_KIND = "linux"
-TOP_KEYS = {"name", "prefix", "mgmt", "topology"}
+TOP_KEYS = {"name", "prefix", "mgmt", "topology", "machines"}
+MACHINE_KEYS = {"underlay"}
 TOPOLOGY_KEYS = {"nodes", "links", "defaults", "kinds"}
 SWITCH_KEYS = {"kind", "program", "p4runtime", "pipes", "machine", "image"}
 HOST_KEYS = {"kind", "ipv4", "mac", "machine", "image"}
-LINK_KEYS = {"endpoints", "delay", "jitter", "rate", "loss"}
+LINK_KEYS = {"endpoints", "delay", "jitter", "rate", "loss", "vni"}
+#: VXLAN: the IANA port, and the VNI of the N-th link (0-based) of the file unless it sets `vni`.
+VXLAN_PORT = 4789
+VNI_BASE = 4096
+MAX_VNI = (1 << 24) - 1
 _NODE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,23}$")
 _SWITCH_IF = re.compile(r"^p([1-9][0-9]{0,2})$")
 _HOST_IF = re.compile(r"^[a-z][a-z0-9]{0,14}$")
@@ -254,9 +267,24 @@ class Link:
     b: Endpoint
     props: LinkProps = field(default_factory=LinkProps)
     line: int = 0
+    vni: Optional[int] = None  # VXLAN network identifier (a link between machines)
 
     def to_yaml(self) -> dict[str, Any]:
-        return {"endpoints": [str(self.a), str(self.b)], **self.props.to_yaml()}
+        return {"endpoints": [str(self.a), str(self.b)], **self.props.to_yaml(),
+                **({"vni": self.vni} if self.vni is not None else {})}
+
+
+@dataclass
+class Machine:
+    """A machine a multi-machine fabric spans: its underlay address (where its VXLAN links
+    end and its switches serve P4Runtime)."""
+
+    name: str
+    underlay: Optional[str] = None
+    line: int = 0
+
+    def to_yaml(self) -> dict[str, Any]:
+        return {"underlay": self.underlay} if self.underlay else {}
 
 
 @dataclass
@@ -265,6 +293,24 @@ class Topology:
     nodes: dict[str, Node]
     links: list[Link]
     source: str = "<topology>"
+    #: The top-level `machines` section (may be empty even when nodes name machines).
+    machines: dict[str, Machine] = field(default_factory=dict)
+
+    @property
+    def machine_names(self) -> list[str]:
+        """The machines the nodes name, sorted (empty: one machine)."""
+        return sorted({n.machine for n in self.nodes.values() if n.machine})
+
+    def link_machines(self, ln: Link) -> tuple[Optional[str], Optional[str]]:
+        return self.nodes[ln.a.node].machine, self.nodes[ln.b.node].machine
+
+    def is_cross(self, ln: Link) -> bool:
+        """Whether the link joins two machines (a VXLAN link)."""
+        a, b = self.link_machines(ln)
+        return a != b
+
+    def vni_of(self, ln: Link) -> int:
+        return ln.vni if ln.vni is not None else VNI_BASE + self.links.index(ln)
 
     @property
     def switches(self) -> list[Node]:
@@ -283,9 +329,11 @@ class Topology:
         return self.switch_ports(ep.node).index(ep.iface)
 
     def to_yaml(self) -> str:
-        doc = {"name": self.name,
-               "topology": {"nodes": {n.name: n.to_yaml() for n in self.nodes.values()},
-                            "links": [ln.to_yaml() for ln in self.links]}}
+        doc: dict[str, Any] = {"name": self.name}
+        if self.machines:
+            doc["machines"] = {m.name: m.to_yaml() for m in self.machines.values()}
+        doc["topology"] = {"nodes": {n.name: n.to_yaml() for n in self.nodes.values()},
+                           "links": [ln.to_yaml() for ln in self.links]}
         return yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=120)
 
 
@@ -336,9 +384,47 @@ def parse_topology(text: str, source: str = "<topology>") -> Topology:
     for i, ld in enumerate(links_raw):
         line = links_raw.lines[i]
         links.append(_parse_link(_need(ld, dict, "a link", source, line), source, line))
-    t = Topology(name=name, nodes=nodes, links=links, source=source)
+    machines = _parse_machines(doc, source)
+    t = Topology(name=name, nodes=nodes, links=links, source=source, machines=machines)
     validate(t)
     return t
+
+
+def _parse_machines(doc: LineDict, source: str) -> dict[str, Machine]:
+    if "machines" not in doc:
+        return {}
+    raw = _need(doc["machines"], dict, "`machines`", source, doc.lines["machines"])
+    out: dict[str, Machine] = {}
+    seen: dict[str, str] = {}
+    for mname, md in raw.items():
+        line = raw.lines[mname]
+        mname = str(mname)
+        if not _NODE_NAME.match(mname):
+            raise TopologyError(f"{_at(source, line)}bad machine name {mname!r}: letters, digits, _ starting with a letter")
+        md = _need(md if md is not None else LineDict(), dict, f"machine {mname}", source, line)
+        _check_keys(md, MACHINE_KEYS, f"machine {mname}", source)
+        m = Machine(mname, line=line)
+        if "underlay" in md:
+            at = _at(source, md.lines["underlay"])
+            m.underlay = _check_underlay(md["underlay"], at, mname)
+            if m.underlay in seen:
+                raise TopologyError(f"{at}machine {mname}: underlay {m.underlay} is machine {seen[m.underlay]}'s too")
+            seen[m.underlay] = mname
+        out[mname] = m
+    return out
+
+
+def _check_underlay(v: Any, at: str, machine: str) -> str:
+    import ipaddress
+
+    try:
+        a = ipaddress.IPv4Address(str(v)) if isinstance(v, str) else None
+    except ValueError:
+        a = None
+    if a is None or a.is_multicast or a.is_unspecified or a.is_loopback or str(a) == "255.255.255.255":
+        raise TopologyError(f"{at}machine {machine}: underlay must be the machine's unicast IPv4 address "
+                            f"(e.g. 192.168.1.10), not {v!r}")
+    return str(a)
 
 
 def _parse_node(name: str, d: LineDict, source: str, line: int) -> Node:
@@ -427,7 +513,13 @@ def _parse_link(d: LineDict, source: str, line: int) -> Link:
         if not sep or not node or not iface:
             raise TopologyError(f"{at}endpoint {e!r} is not NODE:IFACE")
         parsed.append(Endpoint(node, iface))
-    return Link(parsed[0], parsed[1], parse_link_props(d, at), line)
+    vni = None
+    if "vni" in d:
+        v = d["vni"]
+        if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= MAX_VNI:
+            raise TopologyError(f"{_at(source, d.lines['vni'])}a link's vni must be an integer 1..{MAX_VNI}, not {v!r}")
+        vni = v
+    return Link(parsed[0], parsed[1], parse_link_props(d, at), line, vni)
 
 
 def validate(t: Topology) -> None:
@@ -493,3 +585,25 @@ def _check_machines(t: Topology) -> None:
         n = next(n for n in t.nodes.values() if n.machine is None)
         raise TopologyError(f"{_at(t.source, n.line)}node {n.name} has no machine while others do: "
                             "give every node a machine, or none")
+    if t.machines:
+        for n in t.nodes.values():
+            if n.machine is not None and n.machine not in t.machines:
+                raise TopologyError(f"{_at(t.source, n.line)}node {n.name} is on machine {n.machine}, which "
+                                    f"`machines` does not list (it lists {', '.join(t.machines)})")
+    vnis: dict[int, int] = {}
+    for ln in t.links:
+        a, b = (t.nodes[ln.a.node], t.nodes[ln.b.node])
+        if a.machine != b.machine and not (a.is_switch and b.is_switch):
+            host, sw = (a, b) if not a.is_switch else (b, a)
+            raise TopologyError(f"{_at(t.source, ln.line)}host {host.name} (machine {host.machine}) is linked to "
+                                f"switch {sw.name} on machine {sw.machine}: a host is on its switch's machine "
+                                "(only switch-to-switch links cross machines, as VXLAN links)")
+        if ln.vni is not None and a.machine == b.machine:
+            raise TopologyError(f"{_at(t.source, ln.line)}link {ln.a} -- {ln.b} sets a vni but stays on one machine "
+                                "(only links between machines are VXLAN links)")
+        if a.machine != b.machine:
+            vni = t.vni_of(ln)
+            if vni in vnis:
+                raise TopologyError(f"{_at(t.source, ln.line)}link {ln.a} -- {ln.b} has VNI {vni}, as the link on "
+                                    f"line {vnis[vni]} has")
+            vnis[vni] = ln.line

@@ -76,6 +76,11 @@ class LinkPlan:
     b_netns: Optional[str]
     props: LinkProps = field(default_factory=LinkProps)
     host_link: bool = False
+    #: A link between machines: each end is a kernel VXLAN device with this VNI on its
+    #: machine (a_if on a_machine, b_if on b_machine), tunnelling to the other's underlay.
+    vni: Optional[int] = None
+    a_machine: Optional[str] = None
+    b_machine: Optional[str] = None
 
 
 @dataclass
@@ -131,9 +136,11 @@ def plan_fabric(t: Topology, fabric: str, link_default: LinkProps = LinkProps())
             else:
                 ends.append((ep.iface, f"{fabric}-{ep.node}"))
         host_link = any(ns is not None for _, ns in ends)
+        am, bm = t.link_machines(ln)
         links.append(LinkPlan(endpoints=f"{ln.a} -- {ln.b}", a_if=ends[0][0], a_netns=ends[0][1],
                               b_if=ends[1][0], b_netns=ends[1][1], props=ln.props.over(link_default),
-                              host_link=host_link))
+                              host_link=host_link, vni=t.vni_of(ln) if am != bm else None,
+                              a_machine=am, b_machine=bm))
     return FabricPlan(name=fabric, switches=switches, hosts=hosts, links=links)
 
 

@@ -97,8 +97,8 @@ class FabricSupervisor:
             time.sleep(POLL_S)
             for i, run in enumerate(st.switches):
                 name = run.plan.name
-                if self.stopping or name in given_up:
-                    continue
+                if self.stopping or name in given_up or run.remote:
+                    continue  # another machine's switch is that machine's supervisor's
                 ch = self.children.get(name)
                 if (ch.poll() is None) if ch is not None else switchproc.is_alive(run.pid, run.ready_file):
                     continue
