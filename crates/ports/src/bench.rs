@@ -228,6 +228,27 @@ pub struct PipesRate {
     pub tm_drops: u64,
     /// Of them, frames dropped because a crossbar ring was full (`pipe_ring_full`).
     pub ring_full_drops: u64,
+    /// CPU seconds the pipe threads ran during the measurement, and the seconds they were
+    /// runnable but waiting for a CPU (`/proc/self/task/*/schedstat`; zero where absent).
+    pub cpu_seconds: f64,
+    /// Seconds the pipe threads waited on a run queue (runnable, not running).
+    pub wait_seconds: f64,
+}
+
+/// Summed (run, wait) nanoseconds of this process's threads named `pipe<N>`.
+fn pipe_schedstat() -> (u64, u64) {
+    let mut sum = (0, 0);
+    for t in std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten() {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if comm.trim().strip_prefix("pipe").is_none_or(|n| n.parse::<u32>().is_err()) {
+            continue;
+        }
+        let st = std::fs::read_to_string(t.path().join("schedstat")).unwrap_or_default();
+        let mut f = st.split_whitespace().map(|v| v.parse::<u64>().unwrap_or(0));
+        sum.0 += f.next().unwrap_or(0);
+        sum.1 += f.next().unwrap_or(0);
+    }
+    sum
 }
 
 /// The `forward` program on the threaded data plane with four ports, each offering 64-byte
@@ -282,9 +303,9 @@ pub fn forward_pipes(frame_len: usize, batch: usize, cores: &[usize], crossing: 
     let drops = |dp: &Dataplane| dp.counters().map(|c| (c.drops.iter().sum::<u64>(), c.drops[pisa::DropCode::PIPE_RING_FULL.0 as usize]));
     dp.start_replay();
     std::thread::sleep(Duration::from_millis(200));
-    let (p0, d0, t0) = (tx(&dp), drops(&dp).map_err(err)?, Instant::now());
+    let (p0, d0, s0, t0) = (tx(&dp), drops(&dp).map_err(err)?, pipe_schedstat(), Instant::now());
     std::thread::sleep(duration);
-    let (p1, seconds) = (tx(&dp), t0.elapsed().as_secs_f64());
+    let (p1, s1, seconds) = (tx(&dp), pipe_schedstat(), t0.elapsed().as_secs_f64());
     let d1 = drops(&dp).map_err(err)?;
     dp.stop();
     let packets = p1 - p0;
@@ -300,6 +321,8 @@ pub fn forward_pipes(frame_len: usize, batch: usize, cores: &[usize], crossing: 
         crossed,
         tm_drops: d1.0 - d0.0,
         ring_full_drops: d1.1 - d0.1,
+        cpu_seconds: s1.0.saturating_sub(s0.0) as f64 / 1e9,
+        wait_seconds: s1.1.saturating_sub(s0.1) as f64 / 1e9,
     })
 }
 

@@ -861,7 +861,8 @@ fn bench_forward_pipeline(py: Python<'_>, frame_len: usize, batch: usize, durati
 /// The `forward` program on the threaded data plane, one pipe per core in `cores` (pinned),
 /// four ports offering 64-byte frames at full speed, every frame crossing pipes
 /// (`crossing`) or staying in its pipe: a dict with `packets`, `seconds`, `mpps`, `pipes`,
-/// `cores`, `crossed`, `tm_drops`, `ring_full_drops`.
+/// `cores`, `crossed`, `tm_drops`, `ring_full_drops`, `cpu_seconds` and `wait_seconds`
+/// (what the pipe threads ran and waited for a CPU during the measurement).
 #[pyfunction]
 #[pyo3(signature = (cores, crossing=false, frame_len=64, batch=32, duration=2.0))]
 fn bench_forward_pipes<'py>(
@@ -888,6 +889,8 @@ fn bench_forward_pipes<'py>(
     d.set_item("crossed", r.crossed)?;
     d.set_item("tm_drops", r.tm_drops)?;
     d.set_item("ring_full_drops", r.ring_full_drops)?;
+    d.set_item("cpu_seconds", r.cpu_seconds)?;
+    d.set_item("wait_seconds", r.wait_seconds)?;
     Ok(d)
 }
 

@@ -187,7 +187,14 @@ def pipes_scaling(duration: float, progress: Callable[[str], None] = lambda s: N
         one = _native.bench_forward_pipes(cores[:1], crossing, 64, 32, duration)
         two = _native.bench_forward_pipes(cores[:2], crossing, 64, 32, duration)
         ratio = round(two["mpps"] / one["mpps"], 3) if one["mpps"] else None
-        out[f"pipes_{name}"] = {"one_pipe": one, "two_pipes": two, "ratio": ratio}
+        for r in (one, two):
+            # Frames per CPU-second of the pipe threads: what the pipes do with the CPU the
+            # machine gave them (a loaded machine gives two threads less than two cores).
+            r["mpps_per_cpu"] = round(r["packets"] / r["cpu_seconds"] / 1e6, 3) if r["cpu_seconds"] else None
+            r["cpu_share"] = round(r["cpu_seconds"] / (r["seconds"] * r["pipes"]), 3)
+        per_cpu = two["mpps_per_cpu"] / one["mpps_per_cpu"] if one["mpps_per_cpu"] and two["mpps_per_cpu"] else None
+        out[f"pipes_{name}"] = {"one_pipe": one, "two_pipes": two, "ratio": ratio,
+                                "per_cpu_ratio": round(per_cpu, 3) if per_cpu else None}
         out["pipes_scaling" if name == "local" else "pipes_scaling_crossing"] = ratio
     out["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
     return out

@@ -107,7 +107,7 @@ def render(counters: Mapping[str, Any], stats: OpStats | None = None, info: Mapp
         ("rx_bytes", "inswitch_port_rx_bytes_total", "Bytes received by the pipeline, per port"),
         ("tx_packets", "inswitch_port_tx_packets_total", "Packets transmitted by the pipeline, per port"),
         ("tx_bytes", "inswitch_port_tx_bytes_total", "Bytes transmitted by the pipeline, per port"),
-        ("queue_drops", "inswitch_port_queue_drops_total", "Packets dropped because the port's egress queue was full"),
+        ("queue_drops", "inswitch_port_queue_drops_total", "Packets dropped at the port's egress: its queue, or the traffic manager's ring to its pipe, was full"),
     ]
     for p in counters.get("ports", []):
         labels = {"port": p.get("port"), "name": p.get("name") or str(p.get("port"))}
