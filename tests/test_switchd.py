@@ -4,6 +4,7 @@ input, and how it stops."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import socket
@@ -171,3 +172,31 @@ def test_p4info_command(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "d.bin").read_bytes()) == {"programs": ["forward"]}
     printed = subprocess.run([sys.executable, "-m", "inswitch", "p4info", "forward"], capture_output=True, text=True, timeout=30)
     assert printed.stdout == (tmp_path / "p.txt").read_text()
+
+
+def test_pipes_pinned_to_the_cores_given(switchd_factory: Callable[..., SwitchProcess]) -> None:
+    """`--cores` pins pipe i to the i-th core: the threads' CPU masks, the ready file and
+    /metrics say so."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        pytest.skip("needs 2 cores")
+    want = [cores[1], cores[0]]
+    sw = switchd_factory("--program", "forward", "--ports", "memory:4", "--pipes", "2", "--cores", f"{want[0]},{want[1]}")
+    ready = json.loads(sw.ready_file.read_text())
+    assert ready["pipes"] == 2 and ready["cores"] == want
+    allowed = {}
+    for t in Path(f"/proc/{sw.proc.pid}/task").iterdir():
+        comm = (t / "comm").read_text().strip()
+        if re.fullmatch(r"pipe\d+", comm):
+            line = next(ln for ln in (t / "status").read_text().splitlines() if ln.startswith("Cpus_allowed_list:"))
+            allowed[int(comm[4:])] = line.split(":", 1)[1].strip()
+    assert allowed == {0: str(want[0]), 1: str(want[1])}
+    samples = parse_exposition(scrape(sw)[2])
+    assert sample(samples, "inswitch_pipe_core", pipe="0") == want[0] and sample(samples, "inswitch_pipe_core", pipe="1") == want[1]
+
+
+def test_cores_not_matching_the_pipes_is_a_one_line_error() -> None:
+    r = subprocess.run([sys.executable, "-m", "inswitch", "switch", "--ports", "memory:4", "--pipes", "2", "--cores", "0",
+                        "--p4runtime", "127.0.0.1:0", "--metrics", "off"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == ["error: 1 cores for 2 pipes: give one core per pipe"]

@@ -28,6 +28,7 @@ together cannot live in one declaration: the command checks it first thing and r
 from __future__ import annotations
 
 import math
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
@@ -373,6 +374,31 @@ def _rack_name(text: str) -> str:
 
 #: A rack name (it prefixes namespaces and interface names).
 RACK_NAME = Text("a rack name", check=_rack_name, bad=("Bad-Name", "x" * 40, "1abc"))
+
+
+def _cores(text: str) -> list[int]:
+    cores: list[int] = []
+    for part in text.split(","):
+        lo, dash, hi = part.strip().partition("-")
+        try:
+            a, b = int(lo), int(hi) if dash else int(lo)
+        except ValueError:
+            raise ValueError(f"{part.strip()!r} is not a core number or range N-M") from None
+        if not 0 <= a <= b < 1024:
+            raise ValueError(f"{part.strip()!r} is outside 0..1023 (or a range N-M with N > M)")
+        cores.extend(range(a, b + 1))
+    twice = sorted({c for c in cores if cores.count(c) > 1})
+    if twice:
+        raise ValueError(f"core {twice[0]} is listed twice: each pipe needs its own core")
+    allowed = sorted(os.sched_getaffinity(0))
+    outside = [c for c in cores if c not in allowed]
+    if outside:
+        raise ValueError(f"core {outside[0]} is not one this process may run on (allowed: {','.join(map(str, allowed))})")
+    return cores
+
+
+#: CPU cores, one per pipe: `0,1` or `0-1`.
+CORES = Text("CPU cores, one per pipe, e.g. 0,1 or 0-1", check=_cores, bad=("x", "1,1", "0-", "3-1", "-1", "1024", "1023"))
 
 
 def checked_type(param: Any) -> Optional[Checked]:

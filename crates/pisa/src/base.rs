@@ -101,6 +101,9 @@ impl DropCode {
     pub const TOO_LARGE: DropCode = DropCode(11);
     /// Egress port does not exist.
     pub const BAD_PORT: DropCode = DropCode(12);
+    /// The traffic manager's ring from the ingress pipe to the egress pipe was full (a
+    /// multi-pipe switch's packets crossing pipes faster than the egress pipe takes them).
+    pub const PIPE_RING_FULL: DropCode = DropCode(13);
     pub const FIRST_PROGRAM: u8 = 32;
     pub const MAX: usize = 64;
 
@@ -118,6 +121,7 @@ impl DropCode {
             10 => "no_program",
             11 => "too_large",
             12 => "bad_port",
+            13 => "pipe_ring_full",
             _ => return None,
         })
     }

@@ -438,6 +438,18 @@ impl Pipe {
         out.append(d);
     }
 
+    /// Drop packets this pipe's ingress sent towards another pipe that the traffic
+    /// manager could not take (its ring to that pipe was full): counted as
+    /// [`DropCode::PIPE_RING_FULL`] drops at their egress ports, buffers back to the pool.
+    pub fn drop_crossing(&mut self, items: impl Iterator<Item = PacketBuf>) {
+        for pkt in items {
+            self.tm.trace_drop(&pkt, DropCode::PIPE_RING_FULL, None);
+            self.tm.counters.ports[pkt.meta.egress_port as usize].queue_drops += 1;
+            self.tm.counters.drops[DropCode::PIPE_RING_FULL.0 as usize] += 1;
+            self.tm.pool.put(pkt);
+        }
+    }
+
     /// Return a buffer to this pipe's pool (after transmission).
     #[inline]
     pub fn recycle(&mut self, pkt: PacketBuf) {

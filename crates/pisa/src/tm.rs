@@ -317,7 +317,7 @@ impl Tm {
 
     /// Note the drop of a traced packet (drops are the rare path: one more test there).
     #[inline]
-    fn trace_drop(&mut self, pkt: &PacketBuf, code: DropCode, program: Option<u8>) {
+    pub(crate) fn trace_drop(&mut self, pkt: &PacketBuf, code: DropCode, program: Option<u8>) {
         if pkt.meta.trace != 0 {
             self.traced_drops.push((pkt.meta.trace, code, program));
         }

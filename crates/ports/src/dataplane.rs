@@ -6,16 +6,28 @@
 //! A pipe thread sleeps in epoll on its ports' fds and a doorbell when it has nothing to
 //! do, so an idle switch uses no CPU (the machines this runs on have two cores, shared
 //! with the hosts).
+//!
+//! Packets crossing pipes (ingress in the pipe of the ingress port, egress in the pipe of
+//! the egress port, as on a Tofino) go through the traffic manager's crossbar: one bounded
+//! lock-free ring per ordered pair of pipes, with exactly one producer (the ingress pipe's
+//! thread) and one consumer (the egress pipe's thread), so no lock and no shared queue is
+//! on the packet path. A full ring drops the packet, counted as the traffic manager's
+//! `pipe_ring_full` drop at its egress port. The ring's producer rings the consumer's
+//! doorbell (an eventfd write) only when the consumer has gone to sleep.
+//!
+//! With [`DataplaneOptions::cores`] each pipe thread is pinned to one CPU
+//! (`sched_setaffinity`).
 
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crossbeam_queue::ArrayQueue;
 use pisa::control::{ControlError, ControlOp, ControlReply};
 use pisa::counters::Counters;
 use pisa::pass::DigestMsg;
@@ -40,11 +52,143 @@ pub struct DataplaneOptions {
     /// File ports start replaying only at [`Dataplane::start_replay`] (so the controller can
     /// install entries first), instead of at once.
     pub hold_replay: bool,
+    /// CPU of each pipe's thread (`cores[i]` runs pipe `i`); empty: not pinned. Checked by
+    /// [`check_cores`] at start.
+    pub cores: Vec<usize>,
+    /// Batches each crossbar ring (one per ordered pair of pipes) holds: a batch is what
+    /// one ingress call sent to that pipe (at most a batch from every port of the pipe).
+    pub ring_capacity: usize,
 }
+
+/// How long a pipe of a multi-pipe switch polls its rings, idle, before it sleeps.
+const SPIN_BEFORE_SLEEP_NS: u64 = 100_000;
+
+/// Batches a crossbar ring holds by default (4096 packets in batches of 32).
+pub const DEFAULT_RING_CAPACITY: usize = 128;
+
+/// The CPUs this process may run on (its affinity mask).
+pub fn allowed_cores() -> io::Result<Vec<usize>> {
+    // SAFETY: an all-zero cpu_set_t is a valid empty set; sched_getaffinity fills it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid cpu_set_t of the size passed.
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: CPU_ISSET reads the set we own, for indices below CPU_SETSIZE.
+    Ok((0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect())
+}
+
+/// Check a list of cores for `pipes` pipes: one per pipe, distinct, each one this process
+/// may run on. The error is one line.
+pub fn check_cores(cores: &[usize], pipes: u8) -> Result<(), String> {
+    if cores.is_empty() {
+        return Ok(());
+    }
+    if cores.len() != pipes as usize {
+        return Err(format!("{} cores for {pipes} pipe{}: give one core per pipe", cores.len(), if pipes == 1 { "" } else { "s" }));
+    }
+    for (i, c) in cores.iter().enumerate() {
+        if cores[..i].contains(c) {
+            return Err(format!("core {c} is listed twice: each pipe needs its own core"));
+        }
+    }
+    let allowed = allowed_cores().map_err(|e| format!("cannot read this process's CPU affinity: {e}"))?;
+    if let Some(c) = cores.iter().find(|c| !allowed.contains(c)) {
+        return Err(format!("core {c} is not one this process may run on (allowed: {})", fmt_cores(&allowed)));
+    }
+    Ok(())
+}
+
+/// `0-3,6` style list of cores.
+pub fn fmt_cores(cores: &[usize]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < cores.len() {
+        let mut j = i;
+        while j + 1 < cores.len() && cores[j + 1] == cores[j] + 1 {
+            j += 1;
+        }
+        out.push(if j > i { format!("{}-{}", cores[i], cores[j]) } else { cores[i].to_string() });
+        i = j + 1;
+    }
+    out.join(",")
+}
+
+/// Pin the calling thread to `core`.
+fn pin_to(core: usize) -> io::Result<()> {
+    // SAFETY: an all-zero cpu_set_t is a valid empty set; CPU_SET writes inside it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    if core >= libc::CPU_SETSIZE as usize {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("core {core} out of range")));
+    }
+    // SAFETY: `core` is below CPU_SETSIZE (checked above).
+    unsafe { libc::CPU_SET(core, &mut set) };
+    // SAFETY: `set` is a valid cpu_set_t of the size passed; 0 is the calling thread.
+    if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// A pipe's doorbell: an eventfd its epoll waits on, and whether the pipe sleeps (so
+/// producers of crossbar rings write the eventfd only when it does).
+struct Doorbell {
+    efd: EventFd,
+    sleeping: AtomicBool,
+}
+
+impl Doorbell {
+    fn new() -> io::Result<Doorbell> {
+        Ok(Doorbell { efd: EventFd::new()?, sleeping: AtomicBool::new(false) })
+    }
+    /// Wake the pipe unconditionally (commands, stop).
+    fn signal(&self) {
+        self.efd.signal();
+    }
+    /// Wake the pipe if it sleeps, after packets were pushed to one of its rings. The fence
+    /// pairs with the one in the consumer between `sleeping = true` and its last look at
+    /// the rings: either the consumer sees the packets or the producer sees it sleeping.
+    #[inline]
+    fn wake_if_sleeping(&self) {
+        fence(Ordering::SeqCst);
+        if self.sleeping.load(Ordering::Relaxed) && self.sleeping.swap(false, Ordering::AcqRel) {
+            self.efd.signal();
+        }
+    }
+}
+
+/// One ring of the crossbar: packets from one pipe's ingress to another pipe's egress, in
+/// the batches one ingress call produced (one atomic operation per batch, not per packet).
+struct Ring {
+    q: ArrayQueue<Vec<PacketBuf>>,
+    /// Emptied batch vectors going back to the producer (so the packet path does not
+    /// allocate).
+    spare: ArrayQueue<Vec<PacketBuf>>,
+    /// Packets ever pushed (written by the producer only; read by [`Dataplane::replay_done`]).
+    pushed: AtomicU64,
+}
+
+impl Ring {
+    /// A ring of `batches` batches.
+    fn new(batches: usize) -> Ring {
+        Ring { q: ArrayQueue::new(batches), spare: ArrayQueue::new(batches + 1), pushed: AtomicU64::new(0) }
+    }
+}
+
+/// The traffic manager's crossbar: `rings[from][to]` (None on the diagonal).
+type Crossbar = Vec<Vec<Option<Arc<Ring>>>>;
 
 impl Default for DataplaneOptions {
     fn default() -> Self {
-        DataplaneOptions { pipes: 1, pipe: PipeConfig::default(), batch: 64, event_capacity: 65536, hold_replay: false }
+        DataplaneOptions {
+            pipes: 1,
+            pipe: PipeConfig::default(),
+            batch: 64,
+            event_capacity: 65536,
+            hold_replay: false,
+            cores: Vec::new(),
+            ring_capacity: DEFAULT_RING_CAPACITY,
+        }
     }
 }
 
@@ -57,7 +201,6 @@ enum Cmd {
     PacketOut(Vec<u8>, Option<PortId>, Reply<Result<(), ControlError>>),
     Counters(Reply<Counters>),
     Replace(Arc<ProgramSet>, Reply<()>),
-    Handoff(Vec<PacketBuf>),
     Replay(Reply<Replay>),
     TraceArm(Option<pisa::TraceSession>, Reply<()>),
     TraceTake(u64, Reply<pisa::TraceTake>),
@@ -94,7 +237,7 @@ struct Events {
 
 struct PipeHandle {
     tx: Sender<Cmd>,
-    bell: Arc<EventFd>,
+    bell: Arc<Doorbell>,
 }
 
 impl PipeHandle {
@@ -114,8 +257,10 @@ pub struct Dataplane {
     port_stats: Vec<(String, Arc<PortStats>)>,
     set: Mutex<Arc<ProgramSet>>,
     map: PortMap,
-    /// Packets handed from one pipe to another and not yet enqueued there.
-    in_flight: Arc<AtomicU64>,
+    /// The crossbar's rings.
+    rings: Vec<Arc<Ring>>,
+    /// The CPU of each pipe's thread (empty: not pinned).
+    cores: Vec<usize>,
     /// Set while file ports wait for [`Dataplane::start_replay`].
     replay_held: Arc<AtomicBool>,
 }
@@ -134,6 +279,7 @@ impl Dataplane {
             }
         }
         let map = PortMap::contiguous(n as u16, opts.pipes.max(1));
+        check_cores(&opts.cores, map.pipes()).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let port_stats = ports.iter().map(|p| (p.name().to_string(), p.stats())).collect();
         let stop = Arc::new(AtomicBool::new(false));
         let events = Arc::new(Events {
@@ -151,12 +297,15 @@ impl Dataplane {
         let mut receivers = Vec::new();
         for _ in 0..map.pipes() {
             let (tx, rx) = channel();
-            handles.push(PipeHandle { tx, bell: Arc::new(EventFd::new()?) });
+            handles.push(PipeHandle { tx, bell: Arc::new(Doorbell::new()?) });
             receivers.push(rx);
         }
-        let peers: Vec<(Sender<Cmd>, Arc<EventFd>)> = handles.iter().map(|h| (h.tx.clone(), h.bell.clone())).collect();
+        let np = map.pipes() as usize;
+        let cap = opts.ring_capacity.max(1);
+        let crossbar: Crossbar = (0..np).map(|from| (0..np).map(|to| (from != to).then(|| Arc::new(Ring::new(cap)))).collect()).collect();
+        let rings: Vec<Arc<Ring>> = crossbar.iter().flatten().flatten().cloned().collect();
+        let bells: Vec<Arc<Doorbell>> = handles.iter().map(|h| h.bell.clone()).collect();
         let mut threads = Vec::new();
-        let in_flight = Arc::new(AtomicU64::new(0));
         let replay_held = Arc::new(AtomicBool::new(opts.hold_replay));
         for (i, (ports, rx)) in per_pipe.into_iter().zip(receivers).enumerate() {
             let pipe = Pipe::new(i as u8, set.clone(), map.clone(), opts.pipe.clone());
@@ -165,13 +314,14 @@ impl Dataplane {
                 ports,
                 rx,
                 bell: handles[i].bell.clone(),
-                peers: peers.clone(),
+                out: crossbar[i].iter().zip(&bells).map(|(r, b)| r.clone().map(|r| (r, b.clone()))).collect(),
+                inbound: crossbar.iter().zip(&bells).filter_map(|(row, b)| row[i].clone().map(|r| (r, b.clone()))).collect(),
+                core: opts.cores.get(i).copied(),
                 stop: stop.clone(),
                 events: events.clone(),
                 batch: opts.batch.max(1),
                 map: map.clone(),
                 cfg: opts.pipe.clone(),
-                in_flight: in_flight.clone(),
                 replay_held: replay_held.clone(),
             };
             threads.push(std::thread::Builder::new().name(format!("pipe{i}")).spawn(move || worker.run())?);
@@ -184,7 +334,8 @@ impl Dataplane {
             port_stats,
             set: Mutex::new(set),
             map,
-            in_flight,
+            rings,
+            cores: opts.cores.clone(),
             replay_held,
         })
     }
@@ -200,6 +351,10 @@ impl Dataplane {
     /// Which pipe each port belongs to.
     pub fn port_map(&self) -> &PortMap {
         &self.map
+    }
+    /// The CPU each pipe's thread is pinned to (empty: not pinned).
+    pub fn cores(&self) -> &[usize] {
+        &self.cores
     }
     /// The program set now loaded.
     pub fn program_set(&self) -> Arc<ProgramSet> {
@@ -314,6 +469,13 @@ impl Dataplane {
     /// every packet has left the pipeline (so the outputs are complete once the data plane
     /// stops); `None` if no port replays a file.
     pub fn replay_done(&self) -> Result<Option<bool>, ControlError> {
+        // A pipe answers between iterations, after it pushed its crossing packets to the
+        // rings. If no packet entered a ring while the pipes answered and the rings were
+        // empty before and after, no pipe received a packet after it answered: every
+        // packet was in a pipe that said whether it was drained.
+        let pushed = |rings: &[Arc<Ring>]| rings.iter().map(|r| r.pushed.load(Ordering::SeqCst)).sum::<u64>();
+        let empty = |rings: &[Arc<Ring>]| rings.iter().all(|r| r.q.is_empty());
+        let (before, empty_before) = (pushed(&self.rings), empty(&self.rings));
         let mut rxs = Vec::new();
         for h in &self.pipes {
             let (tx, rx) = channel();
@@ -327,9 +489,8 @@ impl Dataplane {
         if !answers.iter().any(|a| a.replays) {
             return Ok(None);
         }
-        // A pipe answers between iterations, after its handoffs were sent (and counted in
-        // `in_flight`), so a packet between pipes is either in a pipe or in `in_flight`.
-        Ok(Some(answers.iter().all(|a| a.drained) && self.in_flight.load(Ordering::SeqCst) == 0))
+        let quiet = empty_before && empty(&self.rings) && pushed(&self.rings) == before;
+        Ok(Some(answers.iter().all(|a| a.drained) && quiet))
     }
 
     /// Let file ports held by [`DataplaneOptions::hold_replay`] start replaying.
@@ -426,14 +587,19 @@ struct Worker {
     pipe: Pipe,
     ports: Vec<Box<dyn Port>>,
     rx: Receiver<Cmd>,
-    bell: Arc<EventFd>,
-    peers: Vec<(Sender<Cmd>, Arc<EventFd>)>,
+    bell: Arc<Doorbell>,
+    /// Rings to every other pipe and their doorbells, by destination pipe.
+    out: Vec<Option<(Arc<Ring>, Arc<Doorbell>)>>,
+    /// Rings from every other pipe, and the doorbells of their producers (woken when
+    /// the ring makes room for a producer waiting for it).
+    inbound: Vec<(Arc<Ring>, Arc<Doorbell>)>,
+    /// The CPU to pin this thread to.
+    core: Option<usize>,
     stop: Arc<AtomicBool>,
     events: Arc<Events>,
     batch: usize,
     map: PortMap,
     cfg: PipeConfig,
-    in_flight: Arc<AtomicU64>,
     replay_held: Arc<AtomicBool>,
 }
 
@@ -482,8 +648,13 @@ impl Drop for Epoll {
 
 impl Worker {
     fn run(mut self) {
+        if let Some(core) = self.core {
+            if let Err(e) = pin_to(core) {
+                eprintln!("pipe {}: cannot pin to core {core}: {e}", self.pipe.id());
+            }
+        }
         let mut fds: Vec<Option<RawFd>> = self.ports.iter().map(|p| p.poll_fd()).collect();
-        fds.push(Some(self.bell.raw()));
+        fds.push(Some(self.bell.efd.raw()));
         let epoll = match Epoll::new(&fds) {
             Ok(e) => e,
             Err(e) => {
@@ -498,24 +669,49 @@ impl Worker {
         let mut pins: Vec<PacketIn> = Vec::new();
         let mut digests: Vec<DigestMsg> = Vec::new();
         let me = self.pipe.id() as usize;
+        // Most packets taken from one inbound ring per iteration (a bound on one
+        // iteration's work, as a port's batch is).
+        let ring_batch = self.cfg.egress_budget.max(self.batch);
+        // With other pipes, an idle pipe polls its rings for a while before it sleeps: a
+        // wakeup through the eventfd costs microseconds per batch, which at full load is
+        // more than the batch's work. (A single pipe sleeps at once.)
+        let spin_ns = if self.inbound.is_empty() { 0 } else { SPIN_BEFORE_SLEEP_NS };
+        let mut idle_since: Option<u64> = None;
         while !self.stop.load(Ordering::Relaxed) {
-            self.bell.clear();
             let mut busy = false;
-            // Commands and packets handed over by other pipes.
+            // Commands.
             while let Ok(cmd) = self.rx.try_recv() {
                 busy = true;
                 self.command(cmd, &mut handoff);
             }
+            // Packets other pipes' ingress sent to our egress ports.
+            for (r, producer) in &self.inbound {
+                let mut took = 0;
+                while took < ring_batch {
+                    let Some(mut v) = r.q.pop() else { break };
+                    took += v.len();
+                    self.pipe.enqueue(&mut v);
+                    let _ = r.spare.push(v);
+                }
+                if took > 0 {
+                    busy = true;
+                    producer.wake_if_sleeping();
+                }
+            }
             // Receive.
             let mut full = false;
-            // A file can wait: read replaying ports only while the traffic manager has room,
-            // so a replay runs as fast as the pipeline drains and never overflows a queue.
+            // A file can wait: read replaying ports only while the traffic manager has room
+            // (in this pipe's queues and in its rings to other pipes), so a replay runs as
+            // fast as the pipeline drains and never overflows a queue or a ring.
             let held = self.replay_held.load(Ordering::Relaxed);
-            let room = self.pipe.pending() < self.cfg.queue_capacity / 2;
+            let room = self.pipe.pending() < self.cfg.queue_capacity / 2 && self.rings_have_room();
+            let mut waits_for_room = false;
             for p in &mut self.ports {
                 let replay = p.replay_done();
                 if replay.is_some() && (held || !room) {
-                    full |= !held;
+                    // Waiting for this pipe's queues to drain (then `pending` keeps the loop
+                    // going) or for another pipe to take from a ring (it wakes us).
+                    waits_for_room |= !held;
                     continue;
                 }
                 let got = p.recv_batch(self.pipe.pool(), &mut rx_batch, self.batch);
@@ -524,26 +720,10 @@ impl Worker {
             busy |= !rx_batch.is_empty();
             let now = monotonic_ns();
             self.pipe.ingress(&mut rx_batch, now, &mut handoff);
-            // The traffic manager: local packets to our queues, others to their pipe.
-            for q in 0..npipes {
-                if handoff.per_pipe[q].is_empty() {
-                    continue;
-                }
-                if q == me {
-                    self.pipe.enqueue(&mut handoff.per_pipe[q]);
-                } else {
-                    let v = std::mem::take(&mut handoff.per_pipe[q]);
-                    let n = v.len() as u64;
-                    let (tx, bell) = &self.peers[q];
-                    self.in_flight.fetch_add(n, Ordering::SeqCst);
-                    if tx.send(Cmd::Handoff(v)).is_ok() {
-                        bell.signal();
-                    } else {
-                        self.in_flight.fetch_sub(n, Ordering::SeqCst);
-                    }
-                }
-            }
+            self.cross(&mut handoff, npipes, me);
             self.pipe.egress(now, &mut tx, &mut handoff);
+            // Egress clones bound for other pipes cross now, not after the next batch.
+            self.cross(&mut handoff, npipes, me);
             for p in &mut self.ports {
                 let v = &mut tx[p.id() as usize];
                 if !v.is_empty() {
@@ -563,6 +743,25 @@ impl Worker {
                         std::thread::sleep(wait);
                     }
                 }
+                idle_since = None;
+                continue;
+            }
+            if spin_ns > 0 {
+                let t = monotonic_ns();
+                let since = *idle_since.get_or_insert(t);
+                if t.saturating_sub(since) < spin_ns {
+                    std::hint::spin_loop();
+                    continue;
+                }
+            }
+            idle_since = None;
+            // Going to sleep: say so, then look at the rings once more (see
+            // [`Doorbell::wake_if_sleeping`]); a producer that pushed before seeing the flag
+            // has its packets found here.
+            self.bell.sleeping.store(true, Ordering::SeqCst);
+            fence(Ordering::SeqCst);
+            if self.inbound.iter().any(|(r, _)| !r.q.is_empty()) || (waits_for_room && self.rings_have_room()) {
+                self.bell.sleeping.store(false, Ordering::Relaxed);
                 continue;
             }
             let timeout = match self.pipe.next_deadline() {
@@ -570,6 +769,44 @@ impl Worker {
                 None => Duration::from_millis(200),
             };
             epoll.wait(timeout);
+            self.bell.sleeping.store(false, Ordering::Relaxed);
+            self.bell.efd.clear();
+        }
+    }
+
+    /// Whether every ring to another pipe is less than half full (a source that can wait
+    /// is read only then).
+    #[inline]
+    fn rings_have_room(&self) -> bool {
+        self.out.iter().flatten().all(|(r, _)| r.q.len() < r.q.capacity() / 2)
+    }
+
+    /// The traffic manager's crossbar: packets for this pipe's ports to its own queues,
+    /// the others to the ring of their egress pipe (dropped and counted when it is full).
+    #[inline]
+    fn cross(&mut self, handoff: &mut Handoff, npipes: usize, me: usize) {
+        for q in 0..npipes {
+            if handoff.per_pipe[q].is_empty() {
+                continue;
+            }
+            if q == me {
+                self.pipe.enqueue(&mut handoff.per_pipe[q]);
+                continue;
+            }
+            let Some((ring, bell)) = &self.out[q] else { continue };
+            let v = &mut handoff.per_pipe[q];
+            let n = v.len() as u64;
+            let batch = std::mem::replace(v, ring.spare.pop().unwrap_or_default());
+            match ring.q.push(batch) {
+                Ok(()) => {
+                    ring.pushed.fetch_add(n, Ordering::Relaxed);
+                    bell.wake_if_sleeping();
+                }
+                Err(mut refused) => {
+                    self.pipe.drop_crossing(refused.drain(..));
+                    *v = refused;
+                }
+            }
         }
     }
 
@@ -597,11 +834,6 @@ impl Worker {
             }
             Cmd::TraceTake(quiet_ns, reply) => {
                 let _ = reply.send(self.pipe.trace_take(monotonic_ns(), quiet_ns));
-            }
-            Cmd::Handoff(mut v) => {
-                let n = v.len() as u64;
-                self.pipe.enqueue(&mut v);
-                self.in_flight.fetch_sub(n, Ordering::SeqCst);
             }
             Cmd::Replay(reply) => {
                 let states: Vec<Option<bool>> = self.ports.iter().map(|p| p.replay_done()).collect();

@@ -21,7 +21,7 @@ mod switchagg;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 use pisa::control::{CloneSession, ControlError, ControlOp, ControlReply, Replica, WriteOp};
 use pisa::table::{canonical_bytes, FieldMatch};
@@ -186,7 +186,8 @@ impl Dataplane {
     /// `xdp_busy_poll=True` makes `xdp:` ports ask the kernel to busy-poll their sockets.
     /// `target` (default `unbounded`): the set is refused at load, naming the objects, if it
     /// does not fit that target's limits.
-    #[pyo3(signature = (programs, ports, pipes=1, pcap_dir=None, queue_capacity=4096, port_rate_bps=None, buf_capacity=2048, batch=64, fault=None, pcap_max_bytes=None, port_qdisc=false, hold_replay=false, target=None, xdp_busy_poll=false))]
+    /// `cores`: the CPU of each pipe's thread (one per pipe, distinct; default not pinned).
+    #[pyo3(signature = (programs, ports, pipes=1, pcap_dir=None, queue_capacity=4096, port_rate_bps=None, buf_capacity=2048, batch=64, fault=None, pcap_max_bytes=None, port_qdisc=false, hold_replay=false, target=None, xdp_busy_poll=false, cores=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -204,7 +205,11 @@ impl Dataplane {
         hold_replay: bool,
         target: Option<String>,
         xdp_busy_poll: bool,
+        cores: Option<Vec<usize>>,
     ) -> PyResult<Self> {
+        let cores = cores.unwrap_or_default();
+        // Checked before any port is opened: a bad list leaves no interface touched.
+        ports::dataplane::check_cores(&cores, pipes).map_err(value_err)?;
         let set = loaded_set(&programs, target.as_deref())?;
         let spec = PortSpec::parse(ports).map_err(value_err)?;
         let fault = match fault {
@@ -231,7 +236,7 @@ impl Dataplane {
         if pipes == 0 || pipes as usize > ports.len().max(1) {
             return Err(value_err(format!("pipes must be 1..={}", ports.len().max(1))));
         }
-        let mut dopts = DataplaneOptions { pipes, batch, hold_replay, ..DataplaneOptions::default() };
+        let mut dopts = DataplaneOptions { pipes, batch, hold_replay, cores, ..DataplaneOptions::default() };
         dopts.pipe.queue_capacity = queue_capacity;
         dopts.pipe.port_rate_bps = port_rate_bps;
         dopts.pipe.buf_capacity = buf_capacity;
@@ -257,6 +262,11 @@ impl Dataplane {
     #[getter]
     fn num_pipes(&self) -> PyResult<u8> {
         Ok(self.dp()?.num_pipes())
+    }
+    /// The CPU each pipe's thread is pinned to (empty: not pinned).
+    #[getter]
+    fn cores(&self) -> PyResult<Vec<usize>> {
+        Ok(self.dp()?.cores().to_vec())
     }
     /// Names of the loaded programs, in set order.
     fn program_names(&self) -> PyResult<Vec<String>> {
@@ -848,6 +858,42 @@ fn bench_forward_pipeline(py: Python<'_>, frame_len: usize, batch: usize, durati
     (r.packets, r.seconds, r.mpps)
 }
 
+/// The `forward` program on the threaded data plane, one pipe per core in `cores` (pinned),
+/// four ports offering 64-byte frames at full speed, every frame crossing pipes
+/// (`crossing`) or staying in its pipe: a dict with `packets`, `seconds`, `mpps`, `pipes`,
+/// `cores`, `crossed`, `tm_drops`, `ring_full_drops`, `cpu_seconds` and `wait_seconds`
+/// (what the pipe threads ran and waited for a CPU during the measurement).
+#[pyfunction]
+#[pyo3(signature = (cores, crossing=false, frame_len=64, batch=32, duration=2.0))]
+fn bench_forward_pipes<'py>(
+    py: Python<'py>,
+    cores: Vec<usize>,
+    crossing: bool,
+    frame_len: usize,
+    batch: usize,
+    duration: f64,
+) -> PyResult<Bound<'py, PyDict>> {
+    if cores.is_empty() {
+        return Err(value_err("give at least one core"));
+    }
+    ports::dataplane::check_cores(&cores, cores.len() as u8).map_err(value_err)?;
+    let r = py
+        .detach(|| ports::bench::forward_pipes(frame_len, batch.max(1), &cores, crossing, Duration::from_secs_f64(duration.max(0.1))))
+        .map_err(value_err)?;
+    let d = PyDict::new(py);
+    d.set_item("packets", r.rate.packets)?;
+    d.set_item("seconds", r.rate.seconds)?;
+    d.set_item("mpps", r.rate.mpps)?;
+    d.set_item("pipes", r.pipes)?;
+    d.set_item("cores", r.cores)?;
+    d.set_item("crossed", r.crossed)?;
+    d.set_item("tm_drops", r.tm_drops)?;
+    d.set_item("ring_full_drops", r.ring_full_drops)?;
+    d.set_item("cpu_seconds", r.cpu_seconds)?;
+    d.set_item("wait_seconds", r.wait_seconds)?;
+    Ok(d)
+}
+
 /// The IPv4 routing path of `forward` in memory on one core: `(packets, seconds, mpps)`.
 #[pyfunction]
 #[pyo3(signature = (frame_len=64, batch=32, duration=2.0))]
@@ -882,6 +928,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(bench_forward_pipeline, m)?)?;
     m.add_function(wrap_pyfunction!(bench_bare_forward_loop, m)?)?;
     m.add_function(wrap_pyfunction!(bench_route_pipeline, m)?)?;
+    m.add_function(wrap_pyfunction!(bench_forward_pipes, m)?)?;
     m.add_function(wrap_pyfunction!(bench_pcap_route, m)?)?;
     aggregation::register(m)?;
     allreduce::register(m)?;

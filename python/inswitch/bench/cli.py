@@ -30,7 +30,8 @@ def forward_cmd(
     json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Write the results as JSON."),
 ) -> None:
     """Forwarding rate: in memory on one core (L2 and the IPv4 routing path), the routing
-    path replayed through file ports, and between two namespaces over veth against the
+    path replayed through file ports, the threaded data plane on 1 pipe / 1 core against
+    2 pipes / 2 cores (pipes_scaling), and between two namespaces over veth against the
     Linux kernel bridge (same namespaces, same run)."""
     from inswitch.bench import forward
 
@@ -45,6 +46,14 @@ def forward_cmd(
     t.add_row("ratio pipeline / bare loop", f"{r['in_memory_bare_ratio']:.2f}")
     t.add_row("in-memory IPv4 routing path (simple_router's work), 1 core", f"{r['in_memory_route_mpps']:.2f} Mpps")
     t.add_row(f"routing path through file ports ({r['pcap_route']['packets']:,} frames from pcap)", f"{r['pcap_route_mpps']:.3f} Mpps")
+    if "pipes_local" in r:
+        for name, key in (("local", "pipes_scaling"), ("crossing", "pipes_scaling_crossing")):
+            one, two = r[f"pipes_{name}"]["one_pipe"], r[f"pipes_{name}"]["two_pipes"]
+            t.add_row(f"data plane, 4 ports, {name} flows: 1 pipe on core {one['cores'][0]} / 2 pipes on cores {','.join(map(str, two['cores']))}",
+                      f"{one['mpps']:.2f} / {two['mpps']:.2f} Mpps")
+            t.add_row(f"{key} (2 pipes on 2 cores over 1 pipe on 1 core; load average {r['load_average_before'][0]:.1f})", f"{r[key]:.2f}")
+    else:
+        t.add_row("pipes", r.get("pipes_skipped", "skipped"))
     if "veth_pps" in r:
         t.add_row("veth through inswitch (received)", f"{r['veth_pps']:,} pps")
         t.add_row("veth through Linux bridge (received)", f"{r['bridge_pps']:,} pps")

@@ -171,6 +171,35 @@ def machine() -> dict[str, Any]:
     return {"cpu": cpu, "cores": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version()}
 
 
+def pipes_scaling(duration: float, progress: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+    """The threaded data plane with `forward` and four in-memory ports offering frames at
+    full speed: 1 pipe pinned to one core, then 2 pipes pinned to two cores, in this run.
+    Two workloads: `local` (each port sends to the other port of its pipe, as traffic that
+    stays in a Tofino pipe) and `crossing` (each port sends to a port of the other pipe, so
+    with 2 pipes every frame crosses through the traffic manager's rings). `pipes_scaling`
+    is the local ratio, `pipes_scaling_crossing` the crossing one."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        return {"pipes_skipped": f"needs 2 cores, this process may use {len(cores)}"}
+    out: dict[str, Any] = {"load_average_before": [round(x, 2) for x in os.getloadavg()]}
+    for name, crossing in (("local", False), ("crossing", True)):
+        progress(f"pipes: {name} workload, 1 pipe on core {cores[0]}, then 2 pipes on cores {cores[0]},{cores[1]}")
+        one = _native.bench_forward_pipes(cores[:1], crossing, 64, 32, duration)
+        two = _native.bench_forward_pipes(cores[:2], crossing, 64, 32, duration)
+        ratio = round(two["mpps"] / one["mpps"], 3) if one["mpps"] else None
+        for r in (one, two):
+            # Frames per CPU-second of the pipe threads: what the pipes do with the CPU the
+            # machine gave them (a loaded machine gives two threads less than two cores).
+            r["mpps_per_cpu"] = round(r["packets"] / r["cpu_seconds"] / 1e6, 3) if r["cpu_seconds"] else None
+            r["cpu_share"] = round(r["cpu_seconds"] / (r["seconds"] * r["pipes"]), 3)
+        per_cpu = two["mpps_per_cpu"] / one["mpps_per_cpu"] if one["mpps_per_cpu"] and two["mpps_per_cpu"] else None
+        out[f"pipes_{name}"] = {"one_pipe": one, "two_pipes": two, "ratio": ratio,
+                                "per_cpu_ratio": round(per_cpu, 3) if per_cpu else None}
+        out["pipes_scaling" if name == "local" else "pipes_scaling_crossing"] = ratio
+    out["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+    return out
+
+
 def run(duration: float = 3.0, payload: int = PAYLOAD_64B, progress: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
     """Both measurements; the veth one needs root (skipped with a reason otherwise)."""
     progress("in-memory pipeline")
@@ -193,6 +222,7 @@ def run(duration: float = 3.0, payload: int = PAYLOAD_64B, progress: Callable[[s
         "pcap_route": {"packets": ppkts, "seconds": psecs, "frame_bytes": 64, "pipes": 1},
         "machine": machine(),
     }
+    out.update(pipes_scaling(max(duration, 1.0), progress))
     if os.geteuid() != 0:
         out["veth_skipped"] = "needs root for network namespaces"
         return out

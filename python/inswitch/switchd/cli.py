@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from inswitch import native
-from inswitch.cliopts import OUT_DIR, OUT_FILE, PROGRAMS, TARGET, Address, Choice, Float, Int, Text, argument, option
+from inswitch.cliopts import CORES, OUT_DIR, OUT_FILE, PROGRAMS, TARGET, Address, Choice, Float, Int, Text, argument, option
 from inswitch.output import replace_json
 from inswitch.p4rt.tls import OPTIONS as TLS_OPTIONS
 from inswitch.p4rt.tls import TlsFiles, pem_file
@@ -113,7 +113,7 @@ def parse_fault(text: str) -> tuple[float, float, float, int]:
 
 def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Optional[str], metrics: str, device_id: int, ready_file: Optional[str], out: Console, err: Console, fault: Optional[str] = None,
                tls: TlsFiles = TlsFiles(), generation: int = 1, pcap_size: Optional[float] = None, l2: str = "learn", replay_wait: float = 0.0, port_qdisc: bool = False,
-               target: Optional[str] = None, xdp_busy_poll: bool = False) -> int:
+               target: Optional[str] = None, xdp_busy_poll: bool = False, cores: Optional[list[int]] = None) -> int:
     """Run until SIGINT/SIGTERM, or, with file ports (`pcap:IN:OUT,...`), until every input
     has been replayed (starting `replay_wait` s after the switch serves, so a controller can
     install entries) and the pipeline is empty: the outputs are then complete. Returns the
@@ -151,7 +151,7 @@ def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Opti
             dp = _native.Dataplane(names, ports, pipes=pipes, pcap_dir=pcap, fault=parse_fault(fault) if fault else None,
                                    pcap_max_bytes=int(pcap_size * 1e6) if pcap_size else None, hold_replay=True,
                                    **({"port_qdisc": True} if port_qdisc else {}), **({"target": target} if target else {}),
-                                   **({"xdp_busy_poll": True} if xdp_busy_poll else {}))
+                                   **({"xdp_busy_poll": True} if xdp_busy_poll else {}), **({"cores": cores} if cores else {}))
         except ValueError as e:
             raise UsageError(str(e)) from None
         server = SwitchServer(dp, p4rt_addr, device_id, tls=tls)
@@ -159,7 +159,8 @@ def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Opti
             err.print(f"[yellow]warning:[/yellow] {w}", highlight=False, soft_wrap=True)
         learning = l2 == "learn" and server.enable_learning()
         if metrics_addr is not None:
-            info = {"programs": ",".join(names), "ports": ports, "device_id": device_id, "version": _version()}
+            info = {"programs": ",".join(names), "ports": ports, "device_id": device_id, "version": _version(),
+                    "cores": ",".join(map(str, dp.cores)) or "unpinned"}
             from inswitch.trace import Sessions
             from inswitch.ui.web import local_view, switch_handler, trace_post_handler
 
@@ -172,7 +173,7 @@ def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Opti
         if msrv is not None:
             msrv.start()
         port_names = list(dp.port_names())
-        _summary(out, names, ports, port_names, dp.num_pipes, server.address, msrv.address if msrv else None, device_id, pcap, pcap_size)
+        _summary(out, names, ports, port_names, dp.num_pipes, server.address, msrv.address if msrv else None, device_id, pcap, pcap_size, list(dp.cores))
         if learning:
             out.print("L2: learning MACs from the mac_learn digest and flooding unknown destinations, until a P4Runtime controller writes", soft_wrap=True)
         if ready is not None:
@@ -184,6 +185,7 @@ def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Opti
                 "programs": names,
                 "ports": port_names,
                 "pipes": dp.num_pipes,
+                "cores": list(dp.cores),
                 "generation": generation,
             })
         if dp.replay_done() is None:
@@ -223,13 +225,15 @@ def _version() -> str:
     return inswitch.__version__
 
 
-def _summary(out: Console, names: list[str], spec: str, port_names: list[str], pipes: int, p4rt: str, metrics: Optional[str], device_id: int, pcap: Optional[str] = None, pcap_size: Optional[float] = None) -> None:
+def _summary(out: Console, names: list[str], spec: str, port_names: list[str], pipes: int, p4rt: str, metrics: Optional[str], device_id: int, pcap: Optional[str] = None, pcap_size: Optional[float] = None,
+             cores: Optional[list[int]] = None) -> None:
     t = Table(show_header=False, box=None, pad_edge=False)
     t.add_column(style="bold")
     t.add_column()
     t.add_row("programs", ", ".join(names))
     shown = ", ".join(f"{i}={n}" for i, n in enumerate(port_names[:16])) + (" …" if len(port_names) > 16 else "")
     t.add_row("ports", f"{spec} ({len(port_names)}: {shown}), {pipes} pipe{'s' if pipes != 1 else ''}")
+    t.add_row("cores", ", ".join(f"pipe {i} on core {c}" for i, c in enumerate(cores)) if cores else "pipe threads not pinned (--cores pins them)")
     t.add_row("P4Runtime", f"{p4rt} (device {device_id})")
     t.add_row("metrics", f"http://{metrics}/metrics" if metrics else "off")
     t.add_row("web view", f"http://{metrics}/ (read-only; packet traces: inswitch trace --metrics {metrics})" if metrics else "off")
@@ -266,6 +270,7 @@ def register(app: typer.Typer) -> None:
         ports: str = option("memory:4", "--ports", type=PORTS, help="The switch's ports."),
         p4runtime: str = option(DEFAULT_P4RUNTIME, "--p4runtime", type=Address(), help="Where the P4Runtime server listens."),
         pipes: int = option(1, "--pipes", type=Int(1, 64), help="Pipes (data-plane threads); the ports are split among them."),
+        cores: Any = option(None, "--cores", type=CORES, metavar="LIST", help="Pin pipe i's thread to the i-th core listed (one core per pipe); default: not pinned."),
         pcap: Optional[str] = option(None, "--pcap", type=OUT_DIR, help="Directory for per-port packet captures (port{N}.pcapng, readable while the switch runs)."),
         pcap_size: Optional[float] = option(None, "--pcap-size", type=Float(0.001, 1_000_000),
                                             help="Start a new capture file (port{N}.1.pcapng, ...) when one reaches this many MB; default: one file per port."),
@@ -289,7 +294,7 @@ def register(app: typer.Typer) -> None:
         metrics endpoint, until SIGINT or SIGTERM."""
         code = run_switch(program, ports, p4runtime, pipes, pcap, metrics, device_id, ready_file, Console(), Console(stderr=True), fault=fault, pcap_size=pcap_size, l2=l2,
                           tls=TlsFiles(cert=tls_cert, key=tls_key, ca=tls_ca), generation=generation, port_qdisc=port_qdisc, replay_wait=replay_wait, target=target,
-                          xdp_busy_poll=xdp_busy_poll)
+                          xdp_busy_poll=xdp_busy_poll, cores=cores)
         raise typer.Exit(code)
 
     @app.command("p4info", epilog=P4INFO_EXAMPLES)

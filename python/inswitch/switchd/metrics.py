@@ -15,7 +15,7 @@ import re
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import inswitch
 
@@ -86,11 +86,17 @@ def _metric_name(s: str) -> str:
     return _NAME_OK.sub("_", s)
 
 
-def render(counters: Mapping[str, Any], stats: OpStats | None = None, info: Mapping[str, Any] | None = None, extra_gauges: Mapping[str, tuple[str, float]] | None = None) -> str:
+def render(counters: Mapping[str, Any], stats: OpStats | None = None, info: Mapping[str, Any] | None = None, extra_gauges: Mapping[str, tuple[str, float]] | None = None,
+           pipe_cores: Sequence[int] = ()) -> str:
     """The exposition text for a `counters_json()` document plus control-plane stats;
-    `extra_gauges` maps metric names to (help, value)."""
+    `extra_gauges` maps metric names to (help, value); `pipe_cores[i]` is the CPU pipe i's
+    thread is pinned to."""
     ex = Exposition()
     ex.family("inswitch_up", "gauge", "1 while the switch serves").add(1)
+    if pipe_cores:
+        fam = ex.family("inswitch_pipe_core", "gauge", "The CPU core each pipe's thread is pinned to (--cores)")
+        for i, c in enumerate(pipe_cores):
+            fam.add(c, pipe=str(i))
     if info:
         ex.family("inswitch_info", "gauge", "Constant 1, labelled with what this switch runs").add(1, **{k: v for k, v in info.items()})
     if stats is not None:
@@ -101,7 +107,7 @@ def render(counters: Mapping[str, Any], stats: OpStats | None = None, info: Mapp
         ("rx_bytes", "inswitch_port_rx_bytes_total", "Bytes received by the pipeline, per port"),
         ("tx_packets", "inswitch_port_tx_packets_total", "Packets transmitted by the pipeline, per port"),
         ("tx_bytes", "inswitch_port_tx_bytes_total", "Bytes transmitted by the pipeline, per port"),
-        ("queue_drops", "inswitch_port_queue_drops_total", "Packets dropped because the port's egress queue was full"),
+        ("queue_drops", "inswitch_port_queue_drops_total", "Packets dropped at the port's egress: its queue, or the traffic manager's ring to its pipe, was full"),
     ]
     for p in counters.get("ports", []):
         labels = {"port": p.get("port"), "name": p.get("name") or str(p.get("port"))}
@@ -244,7 +250,9 @@ class MetricsServer:
 def collector(dp: Any, stats: OpStats, info: Mapping[str, Any], gauges: Callable[[], Mapping[str, tuple[str, float]]] | None = None) -> Callable[[], str]:
     """A `collect` function over a live data plane."""
 
+    cores = list(getattr(dp, "cores", []))
+
     def collect() -> str:
-        return render(json.loads(dp.counters_json()), stats, info, gauges() if gauges else None)
+        return render(json.loads(dp.counters_json()), stats, info, gauges() if gauges else None, cores)
 
     return collect
