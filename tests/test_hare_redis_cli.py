@@ -46,9 +46,10 @@ def test_new_options_refuse_bad_values_in_one_line(path: tuple[str, ...], capsys
     assert seen >= len(NEW[path])
 
 
-def test_kvs_redis_refuses_dyso_and_oversize_fields(capsys: pytest.CaptureFixture[str]) -> None:
-    assert run(app, ["kvs", "--backend", "redis", "--system", "dyso"]) == 2
+def test_kvs_redis_refuses_oversize_fields_and_unknown_systems(capsys: pytest.CaptureFixture[str]) -> None:
+    # (DySO runs in the Redis rack since issue 17: tests/test_hare_redis_rack.py)
     assert run(app, ["kvs", "--backend", "redis", "--field-size", "100", "--value-size", "64"]) == 2
+    assert run(app, ["kvs", "--backend", "redis", "--system", "bogus"]) == 2
 
 
 def test_kvs_sim_still_runs_and_is_labelled_a_model(capsys: pytest.CaptureFixture[str], tmp_path) -> None:

@@ -132,7 +132,7 @@ def test_switchagg_trees_install_and_reinstall_over_p4runtime(switchd_factory) -
 
     sw = switchd_factory("--program", "forward,switchagg", "--ports", "memory:5")
     hosts = [SimpleNamespace(port=p) for p in range(5)]
-    env = SimpleNamespace(p4runtime=sw.p4runtime, rack_state=SimpleNamespace(hosts=hosts))
+    env = SimpleNamespace(p4runtime=sw.p4runtime, rack_state=SimpleNamespace(hosts=hosts), fabric_state=None)
     for op in ("sum", "max"):
         spec = JobSpec(zipf=1.0, mappers=3, reducers=2, program="switchagg", op=op)
         acks = job_mod.install_trees(env, spec, [1, 2], lambda s: None)  # type: ignore[arg-type]
