@@ -70,17 +70,21 @@ def _setup(pair: Pair) -> None:
         nx.ip("neigh", "replace", b.ip, "lladdr", b.mac, "dev", a.ifname, netns=a.netns)
 
 
-def _through_switch(pair: Pair, duration: float, payload: int) -> dict[str, Any]:
+def _through_switch(pair: Pair, duration: float, payload: int, kind: str = "veth",
+                    measure: Callable[[Pair, float, int], dict[str, Any]] = measure_flow) -> dict[str, Any]:
+    """`forward` between the pair's switch ends over `kind` ports (veth: AF_PACKET, xdp:
+    AF_XDP), L2 entries for the two hosts, `measure` through it."""
     h1, h2 = pair.host(1), pair.host(2)
-    dp = _native.Dataplane(["forward"], f"veth:{h1.switch_if},{h2.switch_if}")
+    dp = _native.Dataplane(["forward"], f"{kind}:{h1.switch_if},{h2.switch_if}")
     try:
         info = native.program_set_info(["forward"])
         for port, h in enumerate((h1, h2)):
             mac = bytes.fromhex(h.mac.replace(":", ""))
             dp.table_write("insert", info.table_id("l2_dmac"), [("exact", 1, mac)], 0, info.action_id("l2_forward"), [(1, bytes([port]))])
             dp.table_write("insert", info.table_id("l2_smac"), [("exact", 1, mac)], 0, info.action_id("nop"), [])
-        r = measure_flow(pair, duration, payload)
+        r = measure(pair, duration, payload)
         c = json.loads(dp.counters_json())
+        r["switch_ports"] = [p["name"] for p in c["ports"]]
         r["switch_rx"] = c["ports"][0]["rx_packets"]
         r["switch_tx"] = c["ports"][1]["tx_packets"]
         r["switch_drops"] = c["drops"]
@@ -136,27 +140,6 @@ def measure_frames(pair: Pair, duration: float, payload: int) -> dict[str, Any]:
     sent = json.loads(gen.stdout.strip().splitlines()[-1])
     return {"sent": sent["sent"], "sent_pps": sent["pps"], "generator": sent["port"], "received": got,
             "pps": got / sent["seconds"], "loss": max(0.0, 1 - got / max(sent["sent"], 1))}
-
-
-def _through_xdp_switch(pair: Pair, duration: float, payload: int) -> dict[str, Any]:
-    h1, h2 = pair.host(1), pair.host(2)
-    dp = _native.Dataplane(["forward"], f"xdp:{h1.switch_if},{h2.switch_if}")
-    try:
-        info = native.program_set_info(["forward"])
-        for port, h in enumerate((h1, h2)):
-            mac = bytes.fromhex(h.mac.replace(":", ""))
-            dp.table_write("insert", info.table_id("l2_dmac"), [("exact", 1, mac)], 0, info.action_id("l2_forward"), [(1, bytes([port]))])
-            dp.table_write("insert", info.table_id("l2_smac"), [("exact", 1, mac)], 0, info.action_id("nop"), [])
-        r = measure_frames(pair, duration, payload)
-        c = json.loads(dp.counters_json())
-        r["switch_ports"] = [p["name"] for p in c["ports"]]
-        r["switch_rx"] = c["ports"][0]["rx_packets"]
-        r["switch_tx"] = c["ports"][1]["tx_packets"]
-        r["switch_drops"] = c["drops"]
-        r["port_io_drops"] = {p["name"]: p["io"]["drops"] for p in c["ports"] if p["io"]}
-        return r
-    finally:
-        dp.stop()
 
 
 def machine() -> dict[str, Any]:
@@ -234,7 +217,7 @@ def run(duration: float = 3.0, payload: int = PAYLOAD_64B, progress: Callable[[s
         progress("veth through the Linux bridge")
         br = _through_bridge(pair, duration, payload)
         progress("AF_XDP ports, frame generator")
-        xdp = _through_xdp_switch(pair, duration, payload)
+        xdp = _through_switch(pair, duration, payload, "xdp", measure_frames)
         progress("Linux bridge, frame generator")
         brg = _through_bridge(pair, duration, payload, measure_frames)
     finally:
