@@ -23,13 +23,15 @@ def read(state_file: str | Path, since: float = 0.0) -> list[dict[str, Any]]:
     return [r for r in doc.get("extra", {}).get("restarts", []) if float(r.get("died_at", 0)) >= since]
 
 
-def wait_back(state_file: str | Path, since: float = 0.0, timeout: float = 60.0) -> list[dict[str, Any]]:
-    """Wait until every restart after `since` has ended (forwarding again, or given up);
-    returns the records."""
+def wait_back(state_file: str | Path, since: float = 0.0, timeout: float = 60.0, expect: int = 0) -> list[dict[str, Any]]:
+    """Wait until every restart after `since` has ended (forwarding again, or given up),
+    and at least `expect` are recorded (deaths the caller saw that the supervisor may not
+    have noticed yet); returns the records."""
     deadline = time.monotonic() + timeout
     while True:
         recs = read(state_file, since)
-        if all("forwarding_at" in r or "gave_up" in r or "error" in r for r in recs) or time.monotonic() > deadline:
+        ended = all("forwarding_at" in r or "gave_up" in r or "error" in r for r in recs)
+        if (ended and len(recs) >= expect) or time.monotonic() > deadline:
             return recs
         time.sleep(0.05)
 

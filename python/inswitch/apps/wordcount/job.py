@@ -680,16 +680,19 @@ def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir:
 def switch_restarts(env: Env, since: float) -> list[dict[str, Any]]:
     """Restarts of the rack's switch (recorded by its supervisor) after `since` (time.time()),
     each with when it died and how long until it was forwarding again."""
-    from inswitch.topology import restarts
+    from inswitch.topology import restarts, switchproc
 
     st = env.rack_state
+    # A job that fell back may end before its dead switch forwards again, or even before
+    # the supervisor noticed the death: wait (bounded) until each switch that started the
+    # job and is gone now has its restart recorded and ended, so the report has them all.
     if env.fabric_state is not None:
-        return restarts.wait_back(env.fabric_state.restarts_file, since, timeout=30.0)
+        dead = sum(not switchproc.is_alive(r.pid, str(r.ready_file)) for r in env.fabric_state.switches if r.pid and r.ready_file and not r.remote)
+        return restarts.wait_back(env.fabric_state.restarts_file, since, timeout=30.0, expect=dead)
     if st is None:
         return []
-    # A job that fell back may end before its dead switch forwards again: wait (bounded)
-    # until each restart has ended, so the report says how long recovery took.
-    return restarts.wait_back(Path(st.state_dir) / "state.json", since, timeout=30.0)
+    dead = int(bool(st.switch.pid) and not switchproc.is_alive(st.switch.pid, str(st.switch.ready_file)))
+    return restarts.wait_back(Path(st.state_dir) / "state.json", since, timeout=30.0, expect=dead)
 
 
 def restart_note(restarts: list[dict[str, Any]], started: float, ended: float) -> str:
