@@ -114,5 +114,7 @@ def timed(f: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     try:
         out = f()
     except Exception as e:
-        out = {"correct": False, "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:500]}
+        # The whole message: a rack that failed to start puts its switch's log tail on the
+        # lines after the first.
+        out = {"correct": False, "error": f"{type(e).__name__}: {str(e)}"[:2000]}
     return {"start": t0, "end": time.time(), **out}
