@@ -289,3 +289,38 @@ def test_rack_node_codec_is_the_wire_format() -> None:
     assert decode_answers(raw) == [(77, 4, 0.125), (77, 5, 2.5), (77, 6, 1e9)]
     assert decode_answers(raw[:-1]) == [] and decode_answers(b"") == []
     assert decode_query(encode_query(9, keys, vec)[:-1]) is None
+
+
+def test_completion_detects_missing_answers_and_ignores_duplicates() -> None:
+    """The rack agent's loss detection (`rack_node.Completion`): a query is complete only
+    when every selected server reported and its K best received distances equal the K best
+    of the reports; a duplicated answer or report changes nothing, a lost one is seen."""
+    from inswitch.apps.netsha.rack_node import Completion, decode_recovery, encode_direct_answer, encode_report, expected_servers
+
+    sel = {(0, 11): 0b01, (1, 22): 0b10}
+    assert expected_servers(sel, np.array([11, 5]), 3) == 0b01
+    assert expected_servers(sel, np.array([11, 22]), 3) == 0b11
+    assert expected_servers(sel, np.array([1, 2]), 3) == 0b111, "no entry: every server, as the switch floods"
+    c = Completion(k=3, expected=[0b11])
+    a = {1: 0.5, 2: 0.7, 3: 0.9, 4: 1.5}  # server 0 holds ids 1, 2, 4; server 1 holds id 3
+    m = decode_recovery(encode_report(0, 0, np.array([0.5, 0.7, 1.5])))
+    assert m is not None and m[0] == b"NSRP" and m[2] == 0 and list(m[4]) == [0.5, 0.7, 1.5]
+    c.reports[0] = {0: m[4]}
+    for i in (1, 2, 4, 1, 2):  # duplicates land on the same id
+        c.answers.setdefault(0, {})[i] = a[i]
+    assert not c.complete(0), "server 1 has not reported"
+    c.reports[0][1] = np.array([0.9])
+    assert not c.complete(0), "id 3 (0.9) is in the top 3 and was not received"
+    c.answers[0][3] = a[3]
+    assert c.complete(0)
+    assert sorted(d for _, _, d in c.result(0))[:3] == [0.5, 0.7, 0.9]
+    # Direct completion: only the selected servers' direct answers count.
+    c.direct_mode.add(0)
+    assert c.missing_direct(0) == [0, 1] and not c.complete(0)
+    m = decode_recovery(encode_direct_answer(0, 1, np.array([3]), np.array([0.9])))
+    assert m is not None and m[0] == b"NSDR" and list(m[3]) == [3]
+    c.direct[0] = {1: (m[3], m[4])}
+    assert not c.complete(0)
+    c.direct[0][0] = (np.array([1, 2]), np.array([0.5, 0.7]))
+    assert c.complete(0) and sorted(c.result(0)) == [(0, 1, 0.5), (0, 2, 0.7), (0, 3, 0.9)]
+    assert decode_recovery(b"NSRP\x00") is None and decode_recovery(encode_report(0, 0, np.array([1.0]))[:-1]) is None

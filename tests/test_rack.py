@@ -579,3 +579,43 @@ def test_cli_fault_injection(tmp_path: Path) -> None:
     finally:
         Rack().down(name)
     assert_rack_gone(name)
+
+
+@needs_root
+@pytest.mark.netns
+def test_down_when_links_vanish_under_it(rack_factory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """Teardown is idempotent: an object already gone is success. A namespace is deleted
+    and a veth pair added behind the rack's back, and every `ip link del` meets the race a namespace's deletion
+    causes (the veth's name still resolves, then the kernel has removed it: "RTNETLINK
+    answers: No such device"), reproduced by an `ip` first on PATH that deletes the link
+    for real and then answers as ip does in that race. `down` must succeed and leave
+    nothing, state directory included (before: it raised and left the state, so the next
+    `rack up` said the rack exists); a real error is still reported."""
+    import shutil
+
+    st: RackState = rack_factory("v", 2)
+    real_ip = shutil.which("ip")
+    assert real_ip
+    wrapper = tmp_path / "ip"
+    wrapper.write_text(textwrap.dedent(f'''\
+        #!/bin/sh
+        if [ "$1" = link ] && [ "$2" = del ]; then
+            {real_ip} "$@" || exit $?
+            echo "RTNETLINK answers: No such device" >&2
+            exit 2
+        fi
+        exec {real_ip} "$@"
+    '''))
+    wrapper.chmod(0o755)
+    subprocess.run([real_ip, "netns", "del", st.hosts[0].netns], check=True)
+    # A veth pair of the rack's name in the root namespace (as an interrupted `up` leaves):
+    # deleting namespaces does not take it down, so `down` deletes it link by link.
+    subprocess.run([real_ip, "link", "add", f"{st.name}-zz", "type", "veth", "peer", "name", f"{st.name}-zy"], check=True)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    rep = Rack().down(st.name)
+    assert rep.found
+    assert_rack_gone(st.name)
+    assert not state_mod.state_dir(st.name).exists()
+    # Other failures are still errors.
+    fail = subprocess.CompletedProcess(["ip", "link", "del"], 2, "", "RTNETLINK answers: Operation not permitted")
+    assert not netns._gone(fail)

@@ -47,3 +47,19 @@ def test_soak_briefly_with_a_switch_restart(tmp_path: Path) -> None:
     assert png.stat().st_size > 10_000
     assert cp.returncode == (0 if doc["ok"] else 1), cp.stderr[-2000:]
     assert "soak:" in cp.stdout and "teardown" in cp.stdout
+
+
+def test_samples_after_the_deadline_are_not_judged() -> None:
+    """The workers take their racks down after the deadline, the KV switch included; a
+    sample taken while that switch exits (RSS 126 -> 78 MB, 24 -> 3 fds, as in a 10-minute
+    run) must not turn its memory slope into a "leak" (-1.2 MB/min there)."""
+    from inswitch.soak.run import Soak, SoakConfig
+
+    s = Soak(SoakConfig(minutes=1, warmup_s=10))
+    shutil.rmtree(s.dir)
+    def sample(t: float, rss: float, fds: int) -> dict:
+        return {"t": t, "switch_pid": 1, "generation": 1, "rss_mb": rss, "fds": fds, "hosts": {"kv-worker": fds}}
+    s.samples = [sample(5.0 * i, 126.0 + 0.001 * i, 24) for i in range(13)] + [sample(65.0, 78.0, 3)]
+    m = s.memory()
+    assert m["rss_flat"] and m["by_generation"]["1"]["rss_mb_last"] == pytest.approx(126.01, abs=0.01)
+    assert len(s.measured()) == 13 and s.host_fds()["kv-worker"]["last"] == 24

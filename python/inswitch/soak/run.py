@@ -233,12 +233,20 @@ class Soak:
 
     # ---- the report -------------------------------------------------------------------------
 
+    def measured(self) -> list[dict[str, Any]]:
+        """The samples the verdicts judge: those up to the deadline. After it the workers
+        finish their last rounds and take their racks down, the KV rack's switch included,
+        and a sample taken while that switch exits (its memory and descriptors going) is
+        no measure of a leak. Every sample stays in the JSON and the figure."""
+        end = self.cfg.minutes * 60.0
+        return [s for s in self.samples if s["t"] <= end]
+
     def memory(self) -> dict[str, Any]:
         """Per switch generation, the samples after its warm-up: slope of RSS (MB/min) and
         growth of its fds; the verdict is over every generation with enough samples."""
         cfg = self.cfg
         gens: dict[int, list[dict[str, Any]]] = {}
-        for s in self.samples:
+        for s in self.measured():
             if s["rss_mb"] is not None:
                 gens.setdefault(s["generation"], []).append(s)
         per: dict[str, Any] = {}
@@ -264,7 +272,7 @@ class Soak:
         out: dict[str, Any] = {}
         names = sorted({k for s in self.samples for k in s["hosts"]})
         for k in names:
-            vals = [(s["t"], s["hosts"][k]) for s in self.samples if s["hosts"].get(k) is not None]
+            vals = [(s["t"], s["hosts"][k]) for s in self.measured() if s["hosts"].get(k) is not None]
             if not vals:
                 continue
             start = max(vals[0][0], float((self.kill or {}).get("at_s", 0.0)))

@@ -40,8 +40,11 @@ def netsha_round(name: str, fault: str, n: int) -> dict[str, Any]:
     ref = run_search(ds, cfg, ["tlsh"], keep_topk=True)["modes"]["tlsh"]
     wrong = sum(not np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(m["topk_distances"], ref["topk_distances"]))
     wrong += abs(len(m["topk_distances"]) - len(ref["topk_distances"]))
+    rec = m.get("recovery", {})
     return {"correct": wrong == 0, "queries": len(ref["topk_distances"]), "wrong_queries": int(wrong),
-            "retried_queries": m.get("retried_queries", 0), "switch_restarts": len(m.get("switch_restarts", []))}
+            "retried_queries": m.get("retried_queries", 0), "switch_restarts": len(m.get("switch_restarts", [])),
+            "incomplete_after_first_pass": rec.get("incomplete_after_first_pass", 0), "direct_queries": rec.get("direct_queries", 0),
+            "report_packets": rec.get("report_packets", 0)}
 
 
 def inaas_round(name: str, fault: str, n: int) -> dict[str, Any]:
@@ -111,5 +114,7 @@ def timed(f: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     try:
         out = f()
     except Exception as e:
-        out = {"correct": False, "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:500]}
+        # The whole message: a rack that failed to start puts its switch's log tail on the
+        # lines after the first.
+        out = {"correct": False, "error": f"{type(e).__name__}: {str(e)}"[:2000]}
     return {"start": t0, "end": time.time(), **out}

@@ -291,8 +291,12 @@ def netns_pids(netns: str) -> list[int]:
 
 
 def _gone(cp: subprocess.CompletedProcess[str]) -> bool:
+    """Whether a failed `ip ... del` failed because its object was already gone: tearing
+    down, that is success. "No such device" is the kernel's answer when a veth was listed
+    (and its name resolved) but went away before the delete, as it does asynchronously
+    with the namespace holding its peer."""
     err = (cp.stderr or "").lower()
-    return any(s in err for s in ("cannot find device", "no such file", "does not exist", "not found"))
+    return any(s in err for s in ("cannot find device", "no such device", "no such file", "does not exist", "not found"))
 
 
 def delete_by_prefix(prefix: str, timeout: float = 10.0) -> list[str]:

@@ -47,7 +47,10 @@ def teardown(name: str, marker: str, known_pids: list[int], what: str = "rack",
     rep.removed += remove_netns(name, what)
     sdir = state_dir(name)
     if sdir.exists():
-        shutil.rmtree(sdir)
+        try:
+            shutil.rmtree(sdir)
+        except FileNotFoundError:
+            pass  # removed meanwhile (another `down` of the same name): gone is success
         rep.removed.append(str(sdir))
     rep.found = bool(rep.stopped or rep.removed)
     return rep

@@ -21,7 +21,7 @@ import numpy as np
 
 from inswitch import procs
 
-from .controller import configure_p4rt, table_size
+from .controller import configure_p4rt, selection_entries, table_size
 from .datasets import Dataset, exact_knn
 from .search import SearchConfig, build_cluster, recall_f1, top_k_per_query
 
@@ -71,10 +71,10 @@ def run_rack_search(ds: Dataset, cfg: SearchConfig, name: str = "netsha", progre
         watcher = restarts.Watcher(state_file, configure)
         with watcher, tempfile.TemporaryDirectory() as tmp:
             t = Path(tmp)
-            conf = json.dumps({"tables": cfg.tables, "hashes": cfg.hashes, "width": cfg.width, "seed": cfg.seed, "delta": cfg.delta, "cap": cfg.cap})
+            conf = json.dumps({"tables": cfg.tables, "hashes": cfg.hashes, "width": cfg.width, "seed": cfg.seed, "delta": cfg.delta, "cap": cfg.cap, "k": cfg.k})
             for s, (h, idx) in enumerate(zip(hosts, cluster.indexes)):
                 np.savez(t / f"shard{s}.npz", data=idx.data, ids=idx.ids)
-                cmd = [py, "-m", "inswitch.apps.netsha.rack_node", "server", str(t / f"shard{s}.npz"), agent.ip, "7001", conf, "--per", str(per)]
+                cmd = [py, "-m", "inswitch.apps.netsha.rack_node", "server", str(t / f"shard{s}.npz"), agent.ip, "7001", conf, "--per", str(per), "--index", str(s)]
                 servers.append(subprocess.Popen(netns.netns_argv(h.netns, cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
             for p in servers:
                 assert p.stdout is not None
@@ -83,18 +83,26 @@ def run_rack_search(ds: Dataset, cfg: SearchConfig, name: str = "netsha", progre
                     raise RuntimeError(f"a server did not start: {line!r} {p.stderr.read() if p.stderr else ''}")
             qkeys = cluster.fam.keys(cluster.fam.project(ds.queries))
             np.savez(t / "queries.npz", vectors=ds.queries.astype(np.float32), keys=qkeys.astype(np.int64))
+            # The agent waits for the reports of the servers the switch selects, from the
+            # bucket directories the controller installed (loss recovery, rack_node).
+            sel_t, sel_k, sel_b = selection_entries(cluster.selection)
+            np.savez(t / "selection.npz", tables=sel_t, keys=sel_k, bitmaps=sel_b)
             bcast = str(_broadcast(agent.ip, hosts[0].ip))
             say(f"agent: {ds.queries.shape[0]} queries to {bcast}:7000")
             cmd = [py, "-m", "inswitch.apps.netsha.rack_node", "agent", str(t / "queries.npz"), bcast, "--concurrency", str(cfg.concurrency),
-                   "--rack-state", str(state_file)]
+                   "--rack-state", str(state_file), "--k", str(cfg.k), "--selection", str(t / "selection.npz"),
+                   "--server-ips", ",".join(h.ip for h in hosts), "--rounds", str(cfg.recovery_rounds)]
             cp = subprocess.run(netns.netns_argv(agent.netns, cmd), capture_output=True, text=True, timeout=600)
             if cp.returncode != 0:
                 raise RuntimeError(f"agent failed: {cp.stderr[-2000:]}")
             res = json.loads(cp.stdout.strip().splitlines()[-1])
-        sent = 0
+        sent = reports = direct_served = 0
         for p in servers:
             out, _ = p.communicate(timeout=60)
-            sent += json.loads(out.strip().splitlines()[-1])["packets"]
+            done = json.loads(out.strip().splitlines()[-1])
+            sent += done["packets"]
+            reports += done.get("reports", 0)
+            direct_served += done.get("direct_served", 0)
         recs = restarts.read(state_file, t_start)
     finally:
         for p in servers:
@@ -125,6 +133,10 @@ def run_rack_search(ds: Dataset, cfg: SearchConfig, name: str = "netsha", progre
                 "topk_distances": [d.tolist() for d in got_d],
                 "switch_restarts": recs,
                 "retried_queries": int(res.get("retried_queries", 0)),
+                # Loss recovery: queries found incomplete after the first pass, asked again
+                # through the switch, completed by asking their servers directly, and the
+                # servers' completion reports (plain UDP, one per server per query asked).
+                "recovery": {**res.get("recovery", {}), "server_reports": int(reports), "server_direct_answers": int(direct_served)},
                 "reinstalled_generations": sorted(watcher.handled),
                 **({"restart_note": _restart_note(recs, int(res.get("retried_queries", 0)), watcher.errors)} if recs else {}),
             }

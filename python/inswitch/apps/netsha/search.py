@@ -75,6 +75,9 @@ class SearchConfig:
     #: register stays held until its timer, so with gap × registers < timeout more queries
     #: are in flight than registers, the regime replacement and λ are for (§3.5, §3.6).
     query_gap_ns: int = 250
+    #: `--rack` loss recovery: asks through the switch of a query found incomplete before
+    #: the agent asks its servers directly (0: directly at once).
+    recovery_rounds: int = 3
 
     def spec(self, reduction: Optional[str] = None, select_size: int = 4096) -> str:
         return (
