@@ -259,8 +259,10 @@ enum Action {
         key: u32,
     },
     /// A one-probe Bloom insert (of bit `t * 2 + bit % 2`: each tenant's own bits) or
-    /// query (of any tenant's bit) on cell `idx` of segment `seg`'s Bloom array.
+    /// query (of any tenant's bit) on cell `idx` of segment `seg`'s Bloom array; with
+    /// `take`, after a clearing write that takes the register if it is free or expired.
     Bloom {
+        take: bool,
         t: usize,
         insert: bool,
         seg: usize,
@@ -290,7 +292,8 @@ fn action() -> impl Strategy<Value = Action> {
     prop_oneof![
         4 => (t.clone(), seg.clone(), idx.clone(), key.clone()).prop_map(|(t, seg, idx, key)| Action::Write { t, seg, idx, key }),
         4 => (t.clone(), seg.clone(), idx.clone(), key.clone()).prop_map(|(t, seg, idx, key)| Action::Read { t, seg, idx, key }),
-        4 => (t.clone(), any::<bool>(), 0..2usize, 0..2u16, 0..32u8).prop_map(|(t, insert, seg, idx, bit)| Action::Bloom { t, insert, seg, idx, bit }),
+        4 => (any::<bool>(), t.clone(), any::<bool>(), 0..2usize, 0..2u16, 0..32u8)
+            .prop_map(|(take, t, insert, seg, idx, bit)| Action::Bloom { take, t, insert, seg, idx, bit }),
         2 => (0..80u64).prop_map(Action::Wait),
         1 => t.clone().prop_map(|t| Action::Replay { t }),
         1 => (t, seg, idx, key).prop_map(|(t, seg, idx, key)| Action::Forge { t, seg, idx, key }),
@@ -335,7 +338,11 @@ proptest! {
                         prop_assert_eq!(latest.get(&(t, seg, idx)).copied(), Some((key, v as i32)), "stale or wrong value");
                     }
                 }
-                Action::Bloom { t, insert, seg, idx, bit } => {
+                Action::Bloom { take, t, insert, seg, idx, bit } => {
+                    if take {
+                        run_one(&mut s, t, &[ItemReq { seg, idx, op: Op::Write { key: 0, value: 0 } }], Operator::Add);
+                        latest.remove(&(t, seg, idx));
+                    }
                     let bit = if insert { t as u8 * 2 + bit % 2 } else { bit % 6 };
                     let op = if insert { Op::BloomInsert { mask: 1 << bit } } else { Op::BloomQuery { mask: 1 << bit } };
                     let items = [ItemReq { seg, idx, op }];
