@@ -392,7 +392,7 @@ mod tests {
         let p = InaasPacket::new_checked(&buf[..]).unwrap();
         assert_eq!(InaasRepr::parse(&p).unwrap(), r);
         assert_eq!(InaasPacket::new_checked(&buf[..HEADER_LEN - 1]).unwrap_err(), Error::Truncated);
-        buf[0] = 12;
+        buf[0] = 14; // neither an operator, Paxos (10-11), Bloom (12-13) nor done (15)
         assert_eq!(InaasRepr::parse(&InaasPacket::new_checked(&buf[..]).unwrap()).unwrap_err(), Error::Malformed);
     }
 
