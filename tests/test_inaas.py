@@ -59,6 +59,21 @@ def test_all_apps_concurrently_correct_with_ledger() -> None:
     assert dense["max_abs_error_vs_float"] == pytest.approx(err["scale_2^16"])
 
 
+def test_bloom_membership_answered_by_the_switch() -> None:
+    """The switch answers the Bloom tenant's lookups: every answer equals the host copy of
+    the filter (checked inside the app: `correct`), and the false-positive rate it
+    measures is the theoretical one for the filter's size, the paper's 2.4 %."""
+    r = run_tenants(["kv", "bloom"], quick=True, seed=6)
+    _check(r)
+    b = r["apps"]["bloom"]
+    assert b["bloom_fp_probes_answered_by_switch"] == b["bloom_fp_probes"] == 4000
+    assert b["bloom_queries_answered_by_switch"] > 0
+    assert b["bloom_fp_rate"] == b["bloom_fp_host_copy"]
+    p = b["bloom_fp_theory"]
+    assert p == pytest.approx(b["bloom_fp_paper"], abs=0.002)
+    assert abs(b["bloom_fp_rate"] - p) <= 4 * (p * (1 - p) / 4000) ** 0.5 + 0.005, b
+
+
 def test_loss_is_completed_by_goalkeeper() -> None:
     r = run_tenants(["kv", "sparse", "paxos"], quick=True, loss=0.02, seed=4)
     _check(r)

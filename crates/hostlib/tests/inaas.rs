@@ -32,6 +32,10 @@ fn forward_and_inaas_fit_tofino1() {
     let r = ResourceReport::new(&decls, &Target::tofino1());
     assert!(r.fits, "{:?}", r.problems);
     assert_eq!(r.stages_used, 12);
+    // Stages 0-1: forward's counters, the tenant registry and counters, and the Bloom
+    // filter's three arrays fill the last free stateful ALUs.
+    assert_eq!((r.stages[0].stateful_alus, r.stages[1].stateful_alus), (4, 4));
+    assert!(r.unchecked_alus.iter().all(|a| !a.contains("bloom")), "{:?}", r.unchecked_alus);
     // 20 lease + 20 key-value arrays, 4 per stage in stages 2-11.
     for st in &r.stages[2..12] {
         assert_eq!(st.stateful_alus, 4, "stage {}", st.stage);
@@ -254,6 +258,17 @@ enum Action {
         idx: u16,
         key: u32,
     },
+    /// A one-probe Bloom insert (of bit `t * 2 + bit % 2`: each tenant's own bits) or
+    /// query (of any tenant's bit) on cell `idx` of segment `seg`'s Bloom array; with
+    /// `take`, after a clearing write that takes the register if it is free or expired.
+    Bloom {
+        take: bool,
+        t: usize,
+        insert: bool,
+        seg: usize,
+        idx: u16,
+        bit: u8,
+    },
     Wait(u64),
     /// A frame of tenant `t` replayed from the attacker's port.
     Replay {
@@ -277,6 +292,8 @@ fn action() -> impl Strategy<Value = Action> {
     prop_oneof![
         4 => (t.clone(), seg.clone(), idx.clone(), key.clone()).prop_map(|(t, seg, idx, key)| Action::Write { t, seg, idx, key }),
         4 => (t.clone(), seg.clone(), idx.clone(), key.clone()).prop_map(|(t, seg, idx, key)| Action::Read { t, seg, idx, key }),
+        4 => (any::<bool>(), t.clone(), any::<bool>(), 0..2usize, 0..2u16, 0..32u8)
+            .prop_map(|(take, t, insert, seg, idx, bit)| Action::Bloom { take, t, insert, seg, idx, bit }),
         2 => (0..80u64).prop_map(Action::Wait),
         1 => t.clone().prop_map(|t| Action::Replay { t }),
         1 => (t, seg, idx, key).prop_map(|(t, seg, idx, key)| Action::Forge { t, seg, idx, key }),
@@ -297,6 +314,8 @@ proptest! {
         let mut latest: HashMap<(usize, usize, u16), (u32, i32)> = HashMap::new();
         let mut counter = 0i32;
         let mut last_frame: HashMap<usize, Vec<u8>> = HashMap::new();
+        // Bloom bits each tenant set (answered by the switch), per (segment, index).
+        let mut bloom_set: std::collections::HashSet<(usize, usize, u16, u8)> = Default::default();
         for a in actions {
             match a {
                 Action::Write { t, seg, idx, key } => {
@@ -317,6 +336,27 @@ proptest! {
                     if let Some(ItemResult::Done(v)) = r[seg] {
                         prop_assert_eq!(v / 1_000_000, t as i64 + 1, "tenant {} read another tenant's value {}", t, v);
                         prop_assert_eq!(latest.get(&(t, seg, idx)).copied(), Some((key, v as i32)), "stale or wrong value");
+                    }
+                }
+                Action::Bloom { take, t, insert, seg, idx, bit } => {
+                    if take {
+                        run_one(&mut s, t, &[ItemReq { seg, idx, op: Op::Write { key: 0, value: 0 } }], Operator::Add);
+                        latest.remove(&(t, seg, idx));
+                    }
+                    let bit = if insert { t as u8 * 2 + bit % 2 } else { bit % 6 };
+                    let op = if insert { Op::BloomInsert { mask: 1 << bit } } else { Op::BloomQuery { mask: 1 << bit } };
+                    let items = [ItemReq { seg, idx, op }];
+                    let f = hostlib::inaas::build_frame(s.tenants[t].client.asm.mac, s.gk.mac(), s.tenants[t].uid, 1, lease, &items, Operator::Add, 0, 0).unwrap();
+                    last_frame.insert(t, f);
+                    let r = run_one(&mut s, t, &items, Operator::Add);
+                    let a = hostlib::inaas::bloom::answer(&r);
+                    if insert && a.is_some() {
+                        bloom_set.insert((t, seg, idx, bit));
+                    }
+                    if a == Some(true) {
+                        // Present: a bit this tenant itself set there, never another's.
+                        prop_assert!(bit / 2 == t as u8, "tenant {} sees bit {} of tenant {}", t, bit, bit / 2);
+                        prop_assert!(bloom_set.contains(&(t, seg, idx, bit)), "tenant {} sees a bit it never set", t);
                     }
                 }
                 Action::Wait(us) => s.run(us),

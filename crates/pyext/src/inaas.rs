@@ -31,7 +31,9 @@ fn le<const N: usize>(b: &[u8], i: usize) -> [u8; N] {
 
 /// Items from packed arrays: segs u8, idxs u16, ops u8 (0 read, 1 write, 2 swap, 3 reduce
 /// with key = key16 << 16 | worker, 4 collect with key = key16 << 16 | workers, 5 compute
-/// with key = parameter), keys u32, values i32.
+/// with key = parameter, 6 Bloom insert and 7 Bloom query with key = the bit mask, in
+/// segments 0-2: the switch answers 1 present / 0 absent in each probe's value), keys u32,
+/// values i32.
 fn items(segs: &[u8], idxs: &[u8], ops: &[u8], keys: &[u8], values: &[u8]) -> PyResult<Vec<ItemReq>> {
     let n = segs.len();
     if n > ITEMS || idxs.len() != 2 * n || ops.len() != n || keys.len() != 4 * n || values.len() != 4 * n {
@@ -48,6 +50,8 @@ fn items(segs: &[u8], idxs: &[u8], ops: &[u8], keys: &[u8], values: &[u8]) -> Py
                 3 => Op::Reduce { key16: (key >> 16) as u16, worker: key as u8, value },
                 4 => Op::Collect { key16: (key >> 16) as u16, workers: key as u8 },
                 5 => Op::Compute { value, param: key },
+                6 => Op::BloomInsert { mask: key },
+                7 => Op::BloomQuery { mask: key },
                 o => return Err(PyValueError::new_err(format!("unknown op code {o}"))),
             };
             Ok(ItemReq { seg: segs[i] as usize, idx: u16::from_le_bytes(le::<2>(idxs, i)), op })

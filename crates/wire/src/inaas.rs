@@ -49,6 +49,26 @@ pub const OP_PAXOS_2A: u8 = 11;
 /// The (invalid) item whose key carries a Paxos packet's instance tag (instance + 1).
 pub const PAXOS_TAG_ITEM: usize = ITEMS - 1;
 
+/// Bloom filter insert: each valid item (segment `j` < 3, one per hash function) names a
+/// register index `idx` the tenant holds a lease on and, in `key`, the bit mask to set in
+/// that cell of the tenant's Bloom array `j`. Not an [`Operator`].
+pub const OP_BLOOM_INSERT: u8 = 12;
+/// Bloom filter membership query: as [`OP_BLOOM_INSERT`], nothing is set. The switch
+/// answers in the value of every probe it could read: [`BLOOM_PRESENT`] if every bit it
+/// read is set (the AND of the probes), else [`BLOOM_ABSENT`]; a probe it could not read
+/// (no lease) is a failed item. (An insert is answered the same way, for the bits as they
+/// were before it.)
+pub const OP_BLOOM_QUERY: u8 = 13;
+/// A Bloom answer: every probed bit is set.
+pub const BLOOM_PRESENT: i32 = 1;
+/// A Bloom answer: some probed bit is not set.
+pub const BLOOM_ABSENT: i32 = 0;
+
+/// Is `op` one of the two Bloom filter operations?
+pub fn is_bloom(op: u8) -> bool {
+    op == OP_BLOOM_INSERT || op == OP_BLOOM_QUERY
+}
+
 /// Is `op` one of the two Paxos operations?
 pub fn is_paxos(op: u8) -> bool {
     op == OP_PAXOS_1A || op == OP_PAXOS_2A
@@ -290,11 +310,11 @@ pub struct InaasRepr {
 }
 
 impl InaasRepr {
-    /// Parse a checked view. `Malformed` if the operator is neither 0–9, 10–11 (Paxos) nor 15, or an item
-    /// asks for a primitive without being valid.
+    /// Parse a checked view. `Malformed` if the operator is neither 0–9, 10–11 (Paxos),
+    /// 12–13 (Bloom) nor 15, or an item asks for a primitive without being valid.
     pub fn parse<T: AsRef<[u8]>>(p: &InaasPacket<T>) -> Result<InaasRepr> {
         let op = p.op();
-        if Operator::from_u8(op).is_none() && op != OP_DONE && !is_paxos(op) {
+        if Operator::from_u8(op).is_none() && op != OP_DONE && !is_paxos(op) && !is_bloom(op) {
             return Err(Error::Malformed);
         }
         let mut bitmaps = [0u32; 8];
@@ -372,7 +392,7 @@ mod tests {
         let p = InaasPacket::new_checked(&buf[..]).unwrap();
         assert_eq!(InaasRepr::parse(&p).unwrap(), r);
         assert_eq!(InaasPacket::new_checked(&buf[..HEADER_LEN - 1]).unwrap_err(), Error::Truncated);
-        buf[0] = 12;
+        buf[0] = 14; // neither an operator, Paxos (10-11), Bloom (12-13) nor done (15)
         assert_eq!(InaasRepr::parse(&InaasPacket::new_checked(&buf[..]).unwrap()).unwrap_err(), Error::Malformed);
     }
 

@@ -90,6 +90,16 @@ def run_cmd(
         t.add_row(name, f["metric"], f"{f['inaas']:.4g} {f['unit']}", f"{f['host_only']:.4g} {f['unit']}", f"{f['speedup']:.2f}", "yes" if f["correct"] else "[red]NO[/red]")
     show(console, t)
     console.print(f"cross-tenant violations: {res['cross_tenant_violations']}")
+    for name, f in res["apps"].items():
+        if "bloom_fp_theory" in f:
+            rate = "n/a (no lookup answered by the switch)" if f["bloom_fp_rate"] is None else f"{f['bloom_fp_rate']:.2%}"
+            console.print(
+                f"{name}: false positives answered by the switch {rate} of {f['bloom_fp_probes_answered_by_switch']} lookups; "
+                f"theory (1-e^(-kn/m))^k {f['bloom_fp_theory']:.2%} (n={f['bloom_elements']}, m={f['bloom_bits']}, k={f['bloom_hashes']}); "
+                f"paper {f['bloom_fp_paper']:.1%}",
+                highlight=False,
+                soft_wrap=True,
+            )
     if res["attack"] is not None:
         a = res["attack"]
         console.print(f"attacker detected: {a['detected']} after {a['detection_time_us']} µs; values leaked: {a['attacker_values_leaked']}")

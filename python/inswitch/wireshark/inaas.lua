@@ -5,7 +5,8 @@
 local inaas = Proto("inaas", "INaaS in-network aggregation as a service")
 
 local OPERATORS = { [0] = "ADD", [1] = "SUB", [2] = "SHL", [3] = "SHR", [4] = "AND", [5] = "OR",
-  [6] = "XOR", [7] = "NOT", [8] = "MAX", [9] = "MIN", [15] = "compute done" }
+  [6] = "XOR", [7] = "NOT", [8] = "MAX", [9] = "MIN", [10] = "PAXOS 1A", [11] = "PAXOS 2A",
+  [12] = "BLOOM INSERT", [13] = "BLOOM QUERY", [15] = "compute done" }
 local BITMAPS = { "valid", "read", "write", "reduce", "compute", "failed", "preempted", "overflow" }
 local ITEMS = 20
 

@@ -4,7 +4,7 @@
 //! the goalkeeper's answer back into per-item results.
 
 use wire::ethernet::{EtherType, EthernetAddress, EthernetFrame, EthernetRepr};
-use wire::inaas::{flags, Bitmap, InaasPacket, InaasRepr, Item, Operator, ETHERTYPE, HEADER_LEN, ITEMS};
+use wire::inaas::{flags, Bitmap, InaasPacket, InaasRepr, Item, Operator, ETHERTYPE, HEADER_LEN, ITEMS, OP_BLOOM_INSERT, OP_BLOOM_QUERY};
 
 /// One primitive on one item.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,6 +21,12 @@ pub enum Op {
     Collect { key16: u16, workers: u8 },
     /// `op(value, param)` on the packet, no memory.
     Compute { value: i32, param: u32 },
+    /// Bloom filter insert: set `mask` in this segment's Bloom cell (segments 0..3, one per
+    /// hash function). All items of a Bloom request are Bloom items of one kind.
+    BloomInsert { mask: u32 },
+    /// Bloom filter query of `mask`: the switch answers, for the whole request,
+    /// [`wire::inaas::BLOOM_PRESENT`] or [`wire::inaas::BLOOM_ABSENT`] in each probe it read.
+    BloomQuery { mask: u32 },
 }
 
 impl Op {
@@ -33,6 +39,8 @@ impl Op {
             Op::Reduce { key16, worker, value } => (false, false, true, false, (key16 as u32) << 16 | 1 << (worker & 15), value),
             Op::Collect { key16, workers } => (true, false, false, false, reduce_key(key16, workers), 0),
             Op::Compute { value, param } => (false, false, false, true, param, value),
+            Op::BloomInsert { mask } => (false, true, false, false, mask, 0),
+            Op::BloomQuery { mask } => (true, false, false, false, mask, 0),
         }
     }
     /// Does this item use switch memory (and so a lease)?
@@ -112,7 +120,29 @@ pub fn build_frame(
     now_us: u32,
     fl: u8,
 ) -> Result<Vec<u8>, &'static str> {
-    let mut r = InaasRepr { op: operator as u8, flags: fl, seq, timestamp: now_us, time_limit: lease_us, uid, ..Default::default() };
+    // A Bloom request's operation byte says insert or query; `operator` is then unused.
+    let bloom = match items.first().map(|i| i.op) {
+        Some(Op::BloomInsert { .. }) => Some(OP_BLOOM_INSERT),
+        Some(Op::BloomQuery { .. }) => Some(OP_BLOOM_QUERY),
+        _ => None,
+    };
+    let same = |o: &Op| match bloom {
+        Some(OP_BLOOM_INSERT) => matches!(o, Op::BloomInsert { .. }),
+        Some(_) => matches!(o, Op::BloomQuery { .. }),
+        None => !matches!(o, Op::BloomInsert { .. } | Op::BloomQuery { .. }),
+    };
+    if !items.iter().all(|i| same(&i.op)) {
+        return Err("Bloom items mix with nothing else, inserts not with queries");
+    }
+    let mut r = InaasRepr {
+        op: bloom.unwrap_or(operator as u8),
+        flags: fl,
+        seq,
+        timestamp: now_us,
+        time_limit: lease_us,
+        uid,
+        ..Default::default()
+    };
     let mut bits = [0u32; 5];
     for it in items {
         if it.seg >= ITEMS {

@@ -3,6 +3,7 @@
 //! goalkeeper ([`goalkeeper`]).
 
 pub mod assembly;
+pub mod bloom;
 pub mod client;
 pub mod goalkeeper;
 pub mod paxos;

@@ -45,6 +45,8 @@ pub mod bridged {
     pub const PAXOS: usize = 10;
     /// Acceptor segments whose lease this packet took: their Paxos cells are cleared.
     pub const CLEAR: usize = 11;
+    /// A Bloom packet's egress work ([`crate::inaas::bloom::kind`]).
+    pub const BLOOM: usize = 12;
     /// Bytes used.
-    pub const LEN: u32 = 12;
+    pub const LEN: u32 = 13;
 }

@@ -23,8 +23,13 @@
 //! [`paxos`] in segments 0–2: the lease is probed (never taken) in ingress, the acceptors
 //! run in egress stages 2–3, and the switch always answers the sender (never the
 //! goalkeeper: a refused or unleased acceptor is a failed item, the proposer's business).
+//!
+//! Bloom packets ([`wire::inaas::OP_BLOOM_INSERT`], [`wire::inaas::OP_BLOOM_QUERY`]) probe
+//! the leases of segments 0-2 in ingress and the tenant's bits in egress stages 0-1 (see
+//! [`bloom`]); the switch answers present/absent to the sender.
 
 pub mod arith;
+pub mod bloom;
 pub mod failure;
 pub mod lease;
 pub mod paxos;
@@ -33,7 +38,9 @@ pub mod primitives;
 use pisa::decl::TableSpec;
 use pisa::salu::common::{AddPair, Inc};
 use pisa::{ActionId, DropCode, Gress, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl, RegisterAction, Table, PORT_RECIRC};
-use wire::inaas::{flags, is_paxos, Bitmap, InaasPacket, Operator, ETHERTYPE, HEADER_LEN, ITEMS, OP_DONE, OP_PAXOS_1A, PAXOS_TAG_ITEM};
+use wire::inaas::{
+    flags, is_bloom, is_paxos, Bitmap, InaasPacket, Operator, ETHERTYPE, HEADER_LEN, ITEMS, OP_DONE, OP_PAXOS_1A, PAXOS_TAG_ITEM,
+};
 
 use arith::MISS;
 use failure::{bridged, Outcome};
@@ -113,6 +120,7 @@ pub struct Inaas {
     decl: ProgramDecl,
     segments: Vec<Segment>,
     acceptors: Vec<Acceptor>,
+    bloom: Vec<bloom::BloomArray>,
     tenants: Table,
     goalkeeper: Table,
     a_set_tenant: ActionId,
@@ -242,6 +250,7 @@ impl Inaas {
                 clear_vote: b.register_action_salu(vr, "clear", Clear),
             });
         }
+        let bloom = bloom::declare(&mut b);
         let ur = b.register::<Pair>("tenant_usage", Gress::Egress, 1, TENANT_SLOTS, "per tenant slot: ALU operations (lo), packets (hi)");
         b.cell_fields(&ur, &[("alu_ops", 32), ("packets", 32)]);
         let usage = b.register_action_salu(ur, "add", AddPair);
@@ -261,6 +270,7 @@ impl Inaas {
             decl,
             segments,
             acceptors,
+            bloom,
             tenants,
             goalkeeper,
             a_set_tenant,
@@ -290,6 +300,9 @@ impl Inaas {
         if is_paxos(op) {
             // Without acceptors a Paxos packet is malformed (dropped, counted).
             return if self.acceptors.is_empty() { None } else { Self::check_paxos(v) };
+        }
+        if is_bloom(op) {
+            return bloom::check(v);
         }
         if Operator::from_u8(op).is_none() && op != OP_DONE {
             return None;
@@ -507,6 +520,10 @@ impl Inaas {
         };
         if is_paxos(v_op(pass)) {
             self.paxos_ingress(pass, &prims, uid, port, gk, slot, fl);
+            return;
+        }
+        if is_bloom(v_op(pass)) {
+            self.bloom_ingress(pass, &prims, uid, port, gk, slot, fl);
             return;
         }
         let mut out = Outcome::default();
@@ -735,6 +752,9 @@ impl Program for Inaas {
         let slot = u16::from_be_bytes([b[bridged::SLOT], b[bridged::SLOT + 1]]) as u32;
         if slot >= TENANT_SLOTS {
             return;
+        }
+        if b[bridged::BLOOM] != bloom::kind::NONE {
+            self.bloom_egress(pass, b[bridged::BLOOM]);
         }
         pass.execute(&self.usage, slot, (b[bridged::ALU_OPS] as u32, 1));
         pass.execute(&self.events, slot, (b[bridged::MISMATCHES] as u32, b[bridged::ACQUISITIONS] as u32));

@@ -9,7 +9,10 @@ import numpy as np
 
 from inswitch import _native
 
-READ, WRITE, SWAP, REDUCE, COLLECT, COMPUTE = range(6)
+READ, WRITE, SWAP, REDUCE, COLLECT, COMPUTE, BLOOM_INSERT, BLOOM_QUERY = range(8)
+#: Bloom hash functions: segments 0..BLOOM_HASHES, one switch array each
+#: (crates/programs/src/inaas/bloom.rs).
+BLOOM_HASHES = 3
 ITEMS = 20
 
 
