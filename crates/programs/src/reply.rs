@@ -19,6 +19,15 @@ pub fn swap_addresses(h: &mut [u8], udp_at: usize) -> bool {
     true
 }
 
+/// Swap the frame's Ethernet addresses (a layer-2 protocol's reply, e.g. INaaS). False,
+/// and nothing changed, if the frame is shorter than the two addresses.
+#[inline]
+pub fn swap_macs(h: &mut [u8]) -> bool {
+    let Some(h) = h.get_mut(..12) else { return false };
+    swap::<6>(h, 0, 6);
+    true
+}
+
 /// Exchange the `N`-byte fields at `a` and `b` (both inside `h`: the caller checked).
 #[inline(always)]
 fn swap<const N: usize>(h: &mut [u8], a: usize, b: usize) {

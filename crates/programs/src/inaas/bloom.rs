@@ -33,8 +33,8 @@
 use pisa::{Cmp, Cond, Gress, Out, OutSrc, Pair, Pass, Pred, ProgramBuilder, Salu, SaluAction, SaluProgram, Src, Staged, Update};
 use wire::inaas::{Bitmap, InaasPacket, BLOOM_ABSENT, BLOOM_PRESENT, ITEMS, OP_BLOOM_INSERT};
 
-use super::failure::{bridged, Outcome};
-use super::lease::{PROBE, SEGMENT_SIZE};
+use super::failure::bridged;
+use super::lease::SEGMENT_SIZE;
 use super::{Inaas, Prim};
 
 /// Hash functions (and arrays): segments 0..HASHES.
@@ -130,32 +130,13 @@ impl Inaas {
     /// answered to the sender (a retransmission too: both operations are idempotent).
     #[allow(clippy::too_many_arguments)] // as `paxos_ingress`: the packet's parsed fields
     pub(super) fn bloom_ingress(&self, pass: &mut Pass<'_>, prims: &[Prim; ITEMS], uid: u32, port: u16, gk: u16, slot: u16, fl: u8) {
-        let now = (pass.now_ns() / 1_000) as u32;
-        let mut out = Outcome::default();
-        for (j, p) in prims.iter().enumerate().take(HASHES) {
-            if *p == Prim::None {
-                continue;
-            }
-            let idx = InaasPacket::new_unchecked(&pass.hdr()[14..]).idx(j) as u32;
-            let held = pass.execute(&self.segments[j].lease, idx, (uid | PROBE, (now, 0)));
-            if held != uid {
-                out.failed |= 1 << j;
-                if held != 0 {
-                    out.mismatches += 1;
-                }
-            } else {
-                out.alu_ops += 1;
-            }
-        }
+        let out = self.probe_leases(pass, prims, uid, HASHES, 1);
         let op = pass.hdr()[14];
         InaasPacket::new_unchecked(&mut pass.hdr_mut()[14..]).set_bitmap(Bitmap::Failed, out.failed);
         self.bridge(pass, slot, port, gk, &out);
         pass.bridged_mut()[bridged::BLOOM] = if op == OP_BLOOM_INSERT { kind::INSERT } else { kind::QUERY };
         let h = pass.hdr_mut();
-        let mut dst = [0u8; 6];
-        dst.copy_from_slice(&h[0..6]);
-        h.copy_within(6..12, 0);
-        h[6..12].copy_from_slice(&dst);
+        crate::reply::swap_macs(h);
         h[15] = fl & !wire::inaas::flags::RETRANS | wire::inaas::flags::REPLY;
         pass.forward(port);
     }

@@ -363,13 +363,13 @@ impl Inaas {
         Some(prims)
     }
 
-    /// Paxos in ingress: probe the leases; the acceptors run in egress. Always answered
-    /// to the sender.
-    #[allow(clippy::too_many_arguments)]
-    fn paxos_ingress(&self, pass: &mut Pass<'_>, prims: &[Prim; ITEMS], uid: u32, port: u16, gk: u16, slot: u16, fl: u8) {
+    /// Probe (never take) the leases of the first `n` items' segments (ingress stage 2), as
+    /// Paxos and Bloom packets do: an item whose register this tenant does not hold fails
+    /// (a mismatch if another holds it); each held one costs `ops` ALU operations.
+    fn probe_leases(&self, pass: &mut Pass<'_>, prims: &[Prim; ITEMS], uid: u32, n: usize, ops: u8) -> Outcome {
         let now = (pass.now_ns() / 1_000) as u32;
         let mut out = Outcome::default();
-        for (j, p) in prims.iter().enumerate().take(ACCEPTORS) {
+        for (j, p) in prims.iter().enumerate().take(n) {
             if *p == Prim::None {
                 continue;
             }
@@ -381,17 +381,22 @@ impl Inaas {
                     out.mismatches += 1;
                 }
             } else {
-                out.alu_ops += 3;
+                out.alu_ops += ops;
             }
         }
+        out
+    }
+
+    /// Paxos in ingress: probe the leases; the acceptors run in egress. Always answered
+    /// to the sender.
+    #[allow(clippy::too_many_arguments)]
+    fn paxos_ingress(&self, pass: &mut Pass<'_>, prims: &[Prim; ITEMS], uid: u32, port: u16, gk: u16, slot: u16, fl: u8) {
+        let out = self.probe_leases(pass, prims, uid, ACCEPTORS, 3);
         InaasPacket::new_unchecked(&mut pass.hdr_mut()[14..]).set_bitmap(Bitmap::Failed, out.failed);
         self.bridge(pass, slot, port, gk, &out);
         pass.bridged_mut()[bridged::PAXOS] = 1;
         let h = pass.hdr_mut();
-        let mut dst = [0u8; 6];
-        dst.copy_from_slice(&h[0..6]);
-        h.copy_within(6..12, 0);
-        h[6..12].copy_from_slice(&dst);
+        crate::reply::swap_macs(h);
         h[15] = fl & !flags::RETRANS | flags::REPLY;
         pass.forward(port);
     }
@@ -636,10 +641,7 @@ impl Inaas {
         } else {
             // Answer the sender: swap the Ethernet addresses, back out of its port.
             let h = pass.hdr_mut();
-            let mut dst = [0u8; 6];
-            dst.copy_from_slice(&h[0..6]);
-            h.copy_within(6..12, 0);
-            h[6..12].copy_from_slice(&dst);
+            crate::reply::swap_macs(h);
             h[15] = fl | flags::REPLY;
             pass.forward(port);
         }
