@@ -85,16 +85,18 @@ def test_kill9_mid_run_loses_no_acknowledged_write(rack: rr.RedisRack, what: str
     assert r["hit_rate"] > 0
 
 
-def test_switch_kill9_mid_run_hare_refills_its_cache(rack: rr.RedisRack) -> None:
-    """kill -9 of the rack's switch in the middle of a Hare run (YCSB-A): the supervisor
-    restarts it with forwarding only; the controller sees the new generation, treats the
-    cache as empty (fresh control loop, no moving mark left at the agents), loads Hare again
-    and refills the cache from the agents' statistics. No read is stale, no acknowledged
-    write lost, and the run reports the restart and how long the cache took to serve again."""
+@pytest.mark.parametrize("system", ["hare", "netcache", "dyso"])
+def test_switch_kill9_mid_run_refills_the_cache(rack: rr.RedisRack, system: str) -> None:
+    """kill -9 of the rack's switch in the middle of a run (YCSB-A) of each caching system:
+    the supervisor restarts it with forwarding only; the controller sees the new generation,
+    treats the cache as empty (a fresh control loop, no moving mark left at the agents, the
+    agents' record of what the switch holds forgotten), loads the system again and refills
+    the cache. No read is stale, no acknowledged write lost, and the run reports the restart
+    and how long the cache took to serve again."""
     old = rack.p.duration
     rack.p.duration = 7.0
     try:
-        r = rack.run_load("hare", rack.use("hare"), fault=("switch", 2.0, 0))
+        r = rack.run_load(system, rack.use(system), fault=("switch", 2.0, 0))
     finally:
         rack.p.duration = old
     assert r["stale_reads"] == 0 and r["lost_writes"] == 0 and r["linearizable"], r["nonlinearizable_keys"]
