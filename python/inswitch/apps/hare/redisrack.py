@@ -314,13 +314,25 @@ class HareControl:
 
 class NetCacheControl:
     """NetCache's controller (`netcache_ctl`) on reports cloned to the CPU port; values
-    from the key's agent, the key marked moving there while it is installed."""
+    from the key's agent, the key marked moving there while it is installed.
+
+    Reports queue up (one per key, at most `4 × cache` keys; more are dropped and counted,
+    as a switch CPU queue overflows) and each step installs for at most `STEP_BUDGET_S`:
+    an install is dozens of P4Runtime calls (and a sample of hit-counter reads once the
+    cache is full), and the burst of reports after a hotspot shift or a statistics clear
+    used to hold one step for seconds, in which the controller neither saw the switch die
+    nor let anything else in its loop run."""
+
+    STEP_BUDGET_S = 0.05
 
     def __init__(self, sw: P4rtSwitch, links: list[AgentLink], p: RackParams) -> None:
         self.sw, self.links = sw, links
         marks = Marks(links)
         self.nc = NetCacheController(sw, p.cache, p.value_size, p.netcache_threshold, mark=lambda k, on: marks.add(k) if on else marks.discard(k))
         self.next_clear = 1.0
+        self.pending: dict[bytes, None] = {}  # reported keys, oldest first
+        self.max_pending = 4 * p.cache
+        self.reports_dropped = 0
 
     def value_of(self, key: bytes) -> bytes:
         return bytes.fromhex(self.links[server_index(key, len(self.links))].call(cmd="cell", key=key.hex())["cell"])
@@ -332,10 +344,22 @@ class NetCacheControl:
         for f in self.sw.take_packet_ins():
             m = _native.hare_parse(f)
             if m is not None and m[0] == wire.OP_GET:
-                self.nc.install(bytes(m[6]), self.value_of)
+                key = bytes(m[6])
+                if key in self.pending or key in self.nc.cached:
+                    continue
+                if len(self.pending) >= self.max_pending:
+                    self.reports_dropped += 1
+                    continue
+                self.pending[key] = None
+        end = time.monotonic() + self.STEP_BUDGET_S
+        while self.pending and time.monotonic() < end:
+            key = next(iter(self.pending))
+            del self.pending[key]
+            self.nc.install(key, self.value_of)
 
     def counters(self) -> dict[str, int]:
-        return {"offloads": self.nc.offloads, "evictions": self.nc.evictions, "table_ops": self.nc.table_ops, "packet_ops": 0}
+        return {"offloads": self.nc.offloads, "evictions": self.nc.evictions, "table_ops": self.nc.table_ops, "packet_ops": 0,
+                "reports_dropped": self.reports_dropped}
 
 
 class DysoControl:
@@ -820,6 +844,7 @@ class RedisRack:
         if not recs:
             return {"switch_restarts": [], "reinstalled_generations": []}
         hits = sorted(s[0] for r in results for s in r["samples"] if s[2] and s[3])
+        gets = np.array(sorted((s[0], s[3]) for r in results for s in r["samples"] if s[2]), dtype=np.int64).reshape(-1, 2)
         wall_minus_mono = time.time() - time.monotonic()
         for rec in recoveries:
             r = next(x for x in recs if x["generation"] == rec["generation"])
@@ -827,9 +852,12 @@ class RedisRack:
             first_hit = next((h for h in hits if h >= back_mono_ns), None)
             rec["recovered_s"] = None if first_hit is None else round(first_hit / 1e9 + wall_minus_mono - float(r["died_at"]), 3)
             rec["reinstall_s"] = round(rec["reinstalled_at"] - float(r["forwarding_at"]), 3)
+            rec.update(refill(gets, (float(r["died_at"]) - wall_minus_mono) * 1e9, back_mono_ns))
         parts = [f"the switch died ({r['exit']}) and was forwarding again {r.get('recovery_s', '?')} s later (generation {r['generation']})" for r in recs]
         done = [f"generation {c['generation']}: {self.system} installed again {c['reinstall_s']} s after, cache treated as empty"
-                + (f", refilled (first hit {c['recovered_s']} s after the death)" if c.get("recovered_s") is not None else "") for c in recoveries]
+                + (f", refilled (first hit {c['recovered_s']} s after the death" if c.get("recovered_s") is not None else "")
+                + (f"; hit rate back to half its {c['hit_rate_before']:.2f} before the death {c['refill_s']} s after the re-install" if c.get("refill_s") is not None else "")
+                + (")" if c.get("recovered_s") is not None else "") for c in recoveries]
         return {"switch_restarts": recs, "reinstalled_generations": [c["generation"] for c in recoveries], "cache_recoveries": recoveries,
                 "recovered_s": None if any(c["recovered_s"] is None for c in recoveries) else max((c["recovered_s"] for c in recoveries), default=None),
                 "interrupted_control_steps": interrupted,
@@ -918,6 +946,31 @@ class RedisRack:
             "control_errors": ctl_errors,
             "agents": [link.call(cmd="stats")["counters"] for link in self.links],
         }
+
+
+def refill(gets: Any, died_ns: float, back_ns: float, window_s: float = 0.5, step_s: float = 0.05, min_gets: int = 20) -> dict[str, Any]:
+    """How far the cache came back after a switch restart, from the clients' GETs
+    (`gets`: rows of (monotonic ns, hit), sorted): `hit_rate_before`, the hit rate in the
+    second before the death; `refill_s`, from the re-install to the end of the first
+    `window_s` window (ending on a `step_s` grid) whose hit rate is at least half that
+    (None: never in the run, or nothing was cached before). A control loop that still
+    believed the dead switch's cache held its objects would not offload them again, and
+    the hit rate would stay low until its own statistics moved on."""
+    t, hit = gets[:, 0].astype(float), gets[:, 1].astype(bool)
+    before = (t >= died_ns - 1e9) & (t < died_ns)
+    rate = float(hit[before].mean()) if before.sum() >= min_gets else None
+    out: dict[str, Any] = {"hit_rate_before": rate, "refill_s": None}
+    if not rate:
+        return out
+    end = back_ns + window_s * 1e9
+    last = float(t[-1]) if len(t) else 0.0
+    while end <= last:
+        w = (t >= end - window_s * 1e9) & (t < end)
+        if w.sum() >= min_gets and hit[w].mean() >= rate / 2:
+            out["refill_s"] = round((end - back_ns) / 1e9, 3)
+            break
+        end += step_s * 1e9
+    return out
 
 
 def counters_of(control: Any) -> dict[str, int]:
