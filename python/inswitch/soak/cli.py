@@ -87,7 +87,15 @@ def render(out: dict[str, Any], console: Any) -> None:
                   f"{v['samples_after_warmup']} samples)", ok(None if sl is None else abs(sl) <= m["rss_bound_mb_per_min"]))
         s.add_row(f"switch gen {g}: fd growth (floor, 2nd half - 1st)", str(fg), ok(None if fg is None else fg <= 0))
     for k, v in out["host_fds"].items():
-        s.add_row(f"{k}: fds", f"{v['first']} -> {v['last']} (max {v['max']}, growth {v['growth']})", ok(None if v["growth"] is None else v["growth"] <= 0))
+        if v.get("judged_on") == "rounds":
+            if not v.get("rounds_judged"):
+                s.add_row(f"{k}: fds after each round", "no round reported", ok(None))
+                continue
+            s.add_row(f"{k}: fds after each round", f"{v['first']} -> {v['last']} over {v['rounds_judged']} rounds (growth {v['growth']}; "
+                      f"sampled {v['sampled_min']}..{v['sampled_max']} in rounds; RSS {v['rss_mb_first']} -> {v['rss_mb_last']} MB)",
+                      ok(None if v["growth"] is None else v["growth"] <= 0))
+        else:
+            s.add_row(f"{k}: fds", f"{v['first']} -> {v['last']} (max {v['max']}, growth {v['growth']})", ok(None if v["growth"] is None else v["growth"] <= 0))
     if r.get("killed"):
         s.add_row("restart", f"kill -9 at {r['at_s']} s, new switch seen {r['back_after_s']} s later (pid {r['pid']} -> {r['new_pid']})",
                   ok(r.get("new_pid") is not None))
