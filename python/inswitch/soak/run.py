@@ -283,8 +283,8 @@ class Soak:
         event says so; WordCount, NetSHa and INaaS)."""
         out = []
         for w in self.cfg.workloads:
-            ready = [e for e in self.events.get(w, []) if e.get("event") == "ready"]
-            if ready[0].get("per_round_rack", w != "kv") if ready else w != "kv":
+            ready = next((e for e in self.events.get(w, []) if e.get("event") == "ready"), {})
+            if ready.get("per_round_rack", w != "kv"):
                 out.append(w)
         return out
 
