@@ -15,6 +15,8 @@ OP_GET, OP_GET_REPLY, OP_PUT, OP_PUT_REPLY = 1, 2, 3, 4
 OP_STAT_FETCH, OP_STATE_SET, OP_DATAMV_TO_SWITCH, OP_DATAMV_TO_SERVER = 16, 17, 18, 19
 FLAG_HIT, FLAG_DONE = 0x01, 0x02
 PORT_SERVER, PORT_CLIENT = 7370, 7371
+#: Ethernet + IPv4 + UDP: where a Hare message starts in a frame.
+L4_END = 14 + 20 + 8
 MAX_KEY = 255
 MAX_VALUE = 255
 #: Reply status bits of our storage agent (the switch does not read a reply's status).
@@ -22,6 +24,10 @@ STATUS_EXISTED = 0x01  # a DEL (PUT of the absent cell) removed a key
 STATUS_ERROR = 0x40  # the store failed; the operation was not applied
 STATUS_RETRY = 0x80  # the object is moving (Hare's state manager): ask again
 NIL = 0xFF
+#: Where the 32-bit request sequence number sits in the header. The switch echoes it in a
+#: control packet's DONE reply, so a reply is matched to its request, never to a late
+#: duplicate of an earlier one with the same op and slot (DySO's are all slot 0).
+SEQ_OFFSET = 4
 
 
 class WireError(ValueError):
@@ -55,6 +61,13 @@ class Msg:
             raise WireError("key or value runs past the payload")
         k = HEADER.size
         return Msg(op, bytes(b[k : k + kl]), bytes(b[k + kf : k + kf + vl]), seq, flags, slot, aux, status, kf)
+
+
+def with_seq(payload: bytes, seq: int) -> bytes:
+    """The Hare message `payload` with its sequence number set to `seq` (mod 2**32)."""
+    if len(payload) < HEADER.size:
+        raise WireError("shorter than the Hare header")
+    return payload[:SEQ_OFFSET] + (seq & 0xFFFFFFFF).to_bytes(4, "big") + payload[SEQ_OFFSET + 4 :]
 
 
 def cell(value: Optional[bytes], size: int) -> bytes:

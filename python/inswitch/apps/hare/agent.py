@@ -40,7 +40,7 @@ from inswitch.apps.hare.framework import HareServer, Query
 from inswitch.apps.hare.lockapp import KEY, OP_ACQUIRE, OP_RELEASE, LockServer
 from inswitch.hare import wire
 
-L4_END = 14 + 20 + 8
+L4_END = wire.L4_END
 CONTROL_OPS = (wire.OP_STAT_FETCH, wire.OP_STATE_SET, wire.OP_DATAMV_TO_SWITCH, wire.OP_DATAMV_TO_SERVER)
 BATCH = 256
 
@@ -70,6 +70,10 @@ class AgentBase:
             if want.op not in CONTROL_OPS:
                 self.ctl_sock.sendto(payload, (socket.inet_ntoa(f[30:34]), wire.PORT_CLIENT))
                 continue
+            # A fresh sequence number per request (its retransmissions share it): a DONE
+            # reply that arrives after its request timed out does not answer the next one.
+            want.seq = self._next_ctl_seq()
+            payload = wire.with_seq(payload, want.seq)
             for _ in range(5):
                 self.ctl_sock.sendto(payload, (self.switch_dst, wire.PORT_SERVER))
                 got = self._await_done(want, 0.2)
@@ -97,8 +101,16 @@ class AgentBase:
                 m = wire.Msg.decode(data)
             except wire.WireError:
                 continue
-            if m.op == want.op and m.flags & wire.FLAG_DONE and m.slot == want.slot:
+            if m.op == want.op and m.flags & wire.FLAG_DONE and m.slot == want.slot and m.seq == want.seq and m.aux == want.aux:
                 return m
+            self.counters["datamv_stale_replies"] = self.counters.get("datamv_stale_replies", 0) + 1
+
+    def _next_ctl_seq(self) -> int:
+        # Starts at random so a restarted agent does not take a dead one's late replies.
+        seq = getattr(self, "_ctl_seq", None)
+        seq = int.from_bytes(os.urandom(4), "big") if seq is None else (seq + 1) & 0xFFFFFFFF
+        self._ctl_seq = seq
+        return seq
 
     def request(self, req: dict[str, Any]) -> dict[str, Any]:
         cmd = req.get("cmd")

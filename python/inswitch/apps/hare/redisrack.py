@@ -123,6 +123,9 @@ class P4rtSwitch:
         #: instead of waiting out every timeout against a dead switch.
         self.generation = generation
         self.dead = threading.Event()
+        #: Stamped into each packet-out (the switch echoes it in the DONE reply), so a
+        #: reply is matched to its request and a late one to a timed-out request is not.
+        self.seq = int.from_bytes(os.urandom(4), "big")
 
     def alive(self) -> None:
         if self.dead.is_set():
@@ -131,35 +134,53 @@ class P4rtSwitch:
     def packet_out(self, frame: bytes, timeout: float = 0.5) -> list[bytes]:
         """Through the ingress pipeline from the CPU port; the control reply it causes."""
         self.alive()
-        want = _native.hare_parse(frame)
         with self.lock:
+            [frame] = self._stamp([frame])
+            want = _native.hare_parse(frame)
             self.c.packet_out(frame)
             end = time.monotonic() + timeout
             while time.monotonic() < end:
                 for f, _port in self.c.packet_ins(timeout=max(0.0, end - time.monotonic())):
                     m = _native.hare_parse(f)
-                    if m is not None and want is not None and m[0] == want[0] and m[3] == want[3] and m[1] & wire.FLAG_DONE:
-                        return [f]
+                    if m is not None and m[1] & wire.FLAG_DONE:
+                        if want is not None and self._reply_key(m) == self._reply_key(want):
+                            return [f]
+                        continue  # a late reply to a timed-out request: not a report
                     self.reports.append(f)
         return []
+
+    def _stamp(self, frames: list[bytes]) -> list[bytes]:
+        out = []
+        for f in frames:
+            self.seq = (self.seq + 1) & 0xFFFFFFFF
+            out.append(f[: wire.L4_END] + wire.with_seq(f[wire.L4_END :], self.seq) if len(f) >= wire.L4_END + wire.HEADER.size else f)
+        return out
+
+    @staticmethod
+    def _reply_key(m: Any) -> tuple[int, int, int]:
+        """What ties a DONE reply to its request: op, slot and sequence number."""
+        return (m[0], m[3], m[2])
 
     def packet_out_many(self, frames: list[bytes], timeout: float = 1.0) -> list[list[bytes]]:
         """All frames out, then their control replies (matched by op and slot), in order."""
         self.alive()
-        want = [_native.hare_parse(f) for f in frames]
-        got: dict[tuple[int, int], list[bytes]] = {}
         with self.lock:
+            frames = self._stamp(frames)
+            want = [_native.hare_parse(f) for f in frames]
+            keys = {self._reply_key(w) for w in want if w is not None}
+            got: dict[tuple[int, int, int], list[bytes]] = {}
             for f in frames:
                 self.c.packet_out(f)
             end = time.monotonic() + timeout
-            while len(got) < len(frames) and time.monotonic() < end:
+            while len(got) < len(keys) and time.monotonic() < end:
                 for f, _port in self.c.packet_ins(timeout=max(0.0, end - time.monotonic())):
                     m = _native.hare_parse(f)
                     if m is not None and m[1] & wire.FLAG_DONE:
-                        got[(m[0], m[3])] = [f]
+                        if self._reply_key(m) in keys:
+                            got[self._reply_key(m)] = [f]
                     else:
                         self.reports.append(f)
-        return [got.get((w[0], w[3]), []) if w is not None else [] for w in want]
+        return [got.get(self._reply_key(w), []) if w is not None else [] for w in want]
 
     def take_packet_ins(self) -> list[bytes]:
         with self.lock:
