@@ -96,6 +96,17 @@ impl HostStack {
     pub fn set_gateway(&mut self, gw: Option<Ipv4Address>) {
         self.gateway = gw;
     }
+    /// A permanent neighbour entry (as `ip neigh ... nud permanent`): `ip` is at `mac`,
+    /// never asked for by ARP, never expiring and never replaced by what ARP says. A fabric's
+    /// host knows its gateway this way: the switch answers no ARP.
+    pub fn set_static_neighbor(&mut self, ip: Ipv4Address, mac: EthernetAddress) {
+        self.arp.insert(ip, (mac, u64::MAX));
+        if let Some(p) = self.pending.remove(&ip) {
+            for (_, packet) in p.frames {
+                self.push_frame(mac, EtherType::Ipv4, packet.len(), |b| b.copy_from_slice(&packet));
+            }
+        }
+    }
     pub fn mac(&self) -> EthernetAddress {
         self.mac
     }
@@ -223,6 +234,9 @@ impl HostStack {
     }
 
     fn learn(&mut self, ip: Ipv4Address, mac: EthernetAddress, now: u64) {
+        if self.arp.get(&ip).is_some_and(|(_, exp)| *exp == u64::MAX) {
+            return; // a permanent entry
+        }
         self.arp.insert(ip, (mac, now + ARP_TTL_NS));
         if let Some(p) = self.pending.remove(&ip) {
             for (_, packet) in p.frames {
@@ -354,6 +368,25 @@ impl HostStack {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn static_neighbor_is_used_without_arp_and_never_replaced() {
+        let mut h = HostStack::new(EthernetAddress([2, 0, 0, 0, 0, 1]), Ipv4Address::new(10, 0, 1, 1), 24);
+        let gw = Ipv4Address::new(10, 0, 1, 254);
+        let router = EthernetAddress([2, 0xfa, 0, 0, 0, 1]);
+        h.set_gateway(Some(gw));
+        h.set_static_neighbor(gw, router);
+        h.send_udp(Ipv4Address::new(10, 0, 2, 1), 5, 6, b"x", 0).unwrap();
+        let f = h.poll_transmit().expect("sent at once, no ARP request");
+        let eth = EthernetFrame::new_checked(&f[..]).unwrap();
+        assert_eq!((eth.dst_addr(), eth.ethertype()), (router, EtherType::Ipv4));
+        assert!(h.poll_transmit().is_none());
+        // An ARP reply claiming the gateway's address does not move the entry.
+        h.learn(gw, EthernetAddress([2, 0, 0, 0, 0, 9]), 1);
+        h.send_udp(Ipv4Address::new(10, 0, 2, 1), 5, 6, b"x", u64::MAX - 1).unwrap();
+        let f = h.poll_transmit().unwrap();
+        assert_eq!(EthernetFrame::new_checked(&f[..]).unwrap().dst_addr(), router);
+    }
 
     fn host(i: u8) -> HostStack {
         HostStack::new(EthernetAddress([2, 0, 0, 0, 0, i]), Ipv4Address::new(10, 0, 0, i), 24)

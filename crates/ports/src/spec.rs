@@ -6,6 +6,14 @@
 //! udp:BASEPORT:N             N UDP tunnel ports on 127.0.0.1:BASEPORT .. BASEPORT+N-1
 //! udp:HOST:BASEPORT:N        the same on another local IPv4 address
 //! udp:...@PEERHOST:PEERBASE  the same, port i accepting datagrams only from PEERHOST:PEERBASE+i
+//! udp:HOST:PORT>PEERHOST:PEERPORT,HOST:PORT>PEERHOST:PEERPORT,...
+//!                            UDP ports listed one by one: port i is bound to the i-th HOST:PORT
+//!                            and has the i-th PEERHOST:PEERPORT as its fixed peer (sends only
+//!                            there, drops datagrams from anywhere else). Two such ports that
+//!                            name each other are a point-to-point link between two switches
+//!                            (a fabric without root); a port whose peer is a host's address is
+//!                            that host's NIC cable. Local addresses and peers are each unique,
+//!                            no port is its own peer, and neither side is 0.0.0.0 or port 0.
 //! veth:IF1,IF2,...           AF_PACKET on existing interfaces; port i is the i-th name
 //! xdp:IF1,IF2,...            AF_XDP on existing interfaces (AF_PACKET where XDP is unavailable)
 //! pcap:IN:OUT,IN:OUT,...     file ports: port i replays capture IN (pcap or pcapng) and
@@ -33,7 +41,7 @@ use crate::xdp::{XdpConfig, XdpPort};
 pub const MAX_PORTS: usize = 1024;
 
 const ACCEPTED: &str =
-    "accepted forms: memory:N | udp:[HOST:]BASEPORT:N[@PEERHOST:PEERBASE] | veth:IF1,IF2,... | xdp:IF1,IF2,... | pcap:IN:OUT,IN:OUT,... (N from 1 to 1024)";
+    "accepted forms: memory:N | udp:[HOST:]BASEPORT:N[@PEERHOST:PEERBASE] | udp:HOST:PORT>PEERHOST:PEERPORT,... | veth:IF1,IF2,... | xdp:IF1,IF2,... | pcap:IN:OUT,IN:OUT,... (N from 1 to 1024)";
 
 /// A parsed port spec.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +63,11 @@ pub enum PortSpec {
         /// sends only there and drops datagrams from anywhere else. `None` learns the peer
         /// from the latest datagram, which any local process can then take over.
         peer: Option<SocketAddrV4>,
+    },
+    /// `udp:HOST:PORT>PEERHOST:PEERPORT,...`: each port's own address and fixed peer.
+    UdpLinks {
+        /// (local address, peer address) of each port, in port order.
+        links: Vec<(SocketAddrV4, SocketAddrV4)>,
     },
     /// `veth:IF1,IF2,...`
     Veth {
@@ -103,6 +116,7 @@ impl PortSpec {
         let (kind, rest) = s.split_once(':').unwrap_or((s, ""));
         match kind {
             "memory" | "mem" => Ok(PortSpec::Memory { count: parse_count(rest).map_err(bad)? }),
+            "udp" if rest.contains('>') => Ok(PortSpec::UdpLinks { links: parse_links(rest).map_err(bad)? }),
             "udp" => {
                 let (rest, peer) = match rest.split_once('@') {
                     Some((r, p)) => (r, Some(p)),
@@ -168,6 +182,7 @@ impl PortSpec {
     pub fn count(&self) -> usize {
         match self {
             PortSpec::Memory { count } | PortSpec::Udp { count, .. } => *count as usize,
+            PortSpec::UdpLinks { links } => links.len(),
             PortSpec::Veth { ifaces } | PortSpec::Xdp { ifaces } => ifaces.len(),
             PortSpec::Files { files } => files.len(),
         }
@@ -192,6 +207,50 @@ fn parse_peer(s: &str, count: u16) -> Result<SocketAddrV4, String> {
         return Err(format!("peer ports {base}..{last} are outside 1-65535"));
     }
     Ok(SocketAddrV4::new(host, base as u16))
+}
+
+/// `HOST:PORT>PEERHOST:PEERPORT,...` (the part after `udp:`).
+fn parse_links(s: &str) -> Result<Vec<(SocketAddrV4, SocketAddrV4)>, String> {
+    let mut links: Vec<(SocketAddrV4, SocketAddrV4)> = Vec::new();
+    for (i, entry) in s.split(',').enumerate() {
+        let n = i + 1;
+        let Some((local, peer)) = entry.split_once('>') else {
+            return Err(format!("port {n} {entry:?}: expected HOST:PORT>PEERHOST:PEERPORT"));
+        };
+        if peer.contains('>') {
+            return Err(format!("port {n} {entry:?}: more than one '>'"));
+        }
+        let local = parse_sockaddr(local).map_err(|why| format!("port {n} {entry:?}: {why}"))?;
+        let peer = parse_sockaddr(peer).map_err(|why| format!("port {n} {entry:?}: peer {why}"))?;
+        if local == peer {
+            return Err(format!("port {n} {entry:?}: a port cannot be its own peer"));
+        }
+        if let Some(j) = links.iter().position(|(l, _)| *l == local) {
+            return Err(format!("port {n}: address {local} is port {}'s already", j + 1));
+        }
+        if let Some(j) = links.iter().position(|(_, p)| *p == peer) {
+            return Err(format!("port {n}: peer {peer} is port {}'s peer already", j + 1));
+        }
+        links.push((local, peer));
+        if links.len() > MAX_PORTS {
+            return Err(format!("more than {MAX_PORTS} ports"));
+        }
+    }
+    Ok(links)
+}
+
+/// `HOST:PORT`, a concrete unicast address (not 0.0.0.0, not port 0).
+fn parse_sockaddr(s: &str) -> Result<SocketAddrV4, String> {
+    let (host, port) = s.rsplit_once(':').ok_or_else(|| format!("{s:?} is not HOST:PORT"))?;
+    let host = parse_host(host)?;
+    if host.is_unspecified() || host.is_broadcast() || host.is_multicast() {
+        return Err(format!("HOST {host} is not a unicast address"));
+    }
+    let port: u32 = port.parse().map_err(|_| format!("PORT {port:?} is not a number"))?;
+    if !(1..=65535).contains(&port) {
+        return Err(format!("PORT {port} is outside 1-65535"));
+    }
+    Ok(SocketAddrV4::new(host, port as u16))
 }
 
 fn parse_host(s: &str) -> Result<Ipv4Addr, String> {
@@ -236,6 +295,10 @@ impl fmt::Display for PortSpec {
                     Some(p) => write!(f, "@{p}"),
                     None => Ok(()),
                 }
+            }
+            PortSpec::UdpLinks { links } => {
+                let parts: Vec<String> = links.iter().map(|(l, p)| format!("{l}>{p}")).collect();
+                write!(f, "udp:{}", parts.join(","))
             }
             PortSpec::Veth { ifaces } => write!(f, "veth:{}", ifaces.join(",")),
             PortSpec::Xdp { ifaces } => write!(f, "xdp:{}", ifaces.join(",")),
@@ -353,6 +416,11 @@ pub fn open_ports(spec: &PortSpec, opts: &OpenOptions) -> Result<OpenedPorts, Po
                 let cfg = UdpConfig { sock_buf: opts.udp_sock_buf, peer, ..UdpConfig::new(addr) };
                 Box::new(UdpPort::open(id, &cfg).map_err(open_err(id, format!("udp:{addr}")))?)
             }
+            PortSpec::UdpLinks { links } => {
+                let (addr, peer) = links[i];
+                let cfg = UdpConfig { sock_buf: opts.udp_sock_buf, peer: Some(peer), ..UdpConfig::new(addr) };
+                Box::new(UdpPort::open(id, &cfg).map_err(open_err(id, format!("udp:{addr}")))?)
+            }
             PortSpec::Veth { ifaces } => {
                 Box::new(AfPacketPort::open(id, &ifaces[i], &afpacket_config(opts)).map_err(open_err(id, ifaces[i].clone()))?)
             }
@@ -421,6 +489,15 @@ mod tests {
                     peer: Some(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 41000)),
                 },
             ),
+            (
+                "udp:127.0.0.1:20000>127.0.0.1:20001,10.0.0.1:20002>127.0.0.1:30000",
+                PortSpec::UdpLinks {
+                    links: vec![
+                        (SocketAddrV4::new(Ipv4Addr::LOCALHOST, 20000), SocketAddrV4::new(Ipv4Addr::LOCALHOST, 20001)),
+                        (SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 20002), SocketAddrV4::new(Ipv4Addr::LOCALHOST, 30000)),
+                    ],
+                },
+            ),
             ("veth:s1,s2,eth0.100", PortSpec::Veth { ifaces: vec!["s1".into(), "s2".into(), "eth0.100".into()] }),
             ("xdp:s1,s2", PortSpec::Xdp { ifaces: vec!["s1".into(), "s2".into()] }),
             (
@@ -434,6 +511,101 @@ mod tests {
             assert_eq!(s.parse::<PortSpec>().unwrap(), want);
         }
         assert_eq!(PortSpec::parse("udp:65535:1").unwrap().count(), 1);
+        // `localhost` is accepted and shown as the address it is.
+        let l = PortSpec::parse("udp:localhost:5>localhost:6").unwrap();
+        assert_eq!((l.count(), l.to_string().as_str()), (1, "udp:127.0.0.1:5>127.0.0.1:6"));
+    }
+
+    #[test]
+    fn rejects_each_malformed_udp_link_form() {
+        let err = |s: &str| PortSpec::parse(s).unwrap_err().to_string();
+        for (s, why) in [
+            ("udp:>", "port 1 \">\": \"\" is not HOST:PORT"),
+            ("udp:127.0.0.1:5>", "port 1 \"127.0.0.1:5>\": peer \"\" is not HOST:PORT"),
+            ("udp:>127.0.0.1:5", "port 1 \">127.0.0.1:5\": \"\" is not HOST:PORT"),
+            ("udp:5>127.0.0.1:6", "\"5\" is not HOST:PORT"),
+            ("udp:127.0.0.1:5>6", "peer \"6\" is not HOST:PORT"),
+            ("udp:127.0.0.1:5>127.0.0.1:6,", "port 2 \"\": expected HOST:PORT>PEERHOST:PEERPORT"),
+            ("udp:127.0.0.1:5>127.0.0.1:6,,127.0.0.1:7>127.0.0.1:8", "port 2 \"\": expected"),
+            ("udp:127.0.0.1:5>127.0.0.1:6,127.0.0.1:7", "port 2 \"127.0.0.1:7\": expected HOST:PORT>PEERHOST:PEERPORT"),
+            ("udp:127.0.0.1:5>127.0.0.1:6>127.0.0.1:7", "more than one '>'"),
+            ("udp:nohost:5>127.0.0.1:6", "HOST \"nohost\" is not an IPv4 address"),
+            ("udp:127.0.0.1:5>1.2.3:6", "HOST \"1.2.3\" is not an IPv4 address"),
+            ("udp:127.0.0.1:x>127.0.0.1:6", "PORT \"x\" is not a number"),
+            ("udp:127.0.0.1:0>127.0.0.1:6", "PORT 0 is outside 1-65535"),
+            ("udp:127.0.0.1:5>127.0.0.1:65536", "PORT 65536 is outside 1-65535"),
+            ("udp:127.0.0.1:-1>127.0.0.1:6", "PORT \"-1\" is not a number"),
+            ("udp:0.0.0.0:5>127.0.0.1:6", "HOST 0.0.0.0 is not a unicast address"),
+            ("udp:127.0.0.1:5>255.255.255.255:6", "HOST 255.255.255.255 is not a unicast address"),
+            ("udp:127.0.0.1:5>224.0.0.1:6", "HOST 224.0.0.1 is not a unicast address"),
+            ("udp:127.0.0.1:5>127.0.0.1:5", "a port cannot be its own peer"),
+            ("udp:127.0.0.1:5>127.0.0.1:6,127.0.0.1:5>127.0.0.1:7", "port 2: address 127.0.0.1:5 is port 1's already"),
+            ("udp:127.0.0.1:5>127.0.0.1:6,127.0.0.1:7>127.0.0.1:6", "port 2: peer 127.0.0.1:6 is port 1's peer already"),
+            ("udp:localhost:5>127.0.0.1:6,127.0.0.1:5>127.0.0.1:7", "address 127.0.0.1:5 is port 1's already"),
+            ("udp:127.0.0.1:5:2>127.0.0.1:6", "HOST \"127.0.0.1:5\" is not an IPv4 address"),
+        ] {
+            let e = err(s);
+            assert!(e.contains(why), "{s:?}: {e}");
+            assert!(e.contains("udp:HOST:PORT>PEERHOST:PEERPORT,..."), "{s:?}: {e}");
+        }
+        let many: Vec<String> = (1..=MAX_PORTS as u32 + 1).map(|i| format!("127.0.0.1:{}>127.0.0.2:{}", i, i)).collect();
+        assert!(err(&format!("udp:{}", many.join(","))).contains("more than 1024 ports"));
+        let most: Vec<String> = (1..=MAX_PORTS as u32).map(|i| format!("127.0.0.1:{}>127.0.0.2:{}", i, i)).collect();
+        assert_eq!(PortSpec::parse(&format!("udp:{}", most.join(","))).unwrap().count(), MAX_PORTS);
+    }
+
+    proptest::proptest! {
+        /// Any list of distinct local addresses and distinct peers (none its own) prints and
+        /// parses back to itself, and opens nothing else than it says.
+        #[test]
+        fn udp_links_round_trip(raw in proptest::collection::vec((proptest::prelude::any::<[u8; 4]>(), 1u16.., proptest::prelude::any::<[u8; 4]>(), 1u16..), 1..20)) {
+            let mut links: Vec<(SocketAddrV4, SocketAddrV4)> = Vec::new();
+            for (la, lp, pa, pp) in raw {
+                let fix = |a: [u8; 4]| { let ip = Ipv4Addr::from(a); if ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast() { Ipv4Addr::LOCALHOST } else { ip } };
+                let (l, p) = (SocketAddrV4::new(fix(la), lp), SocketAddrV4::new(fix(pa), pp));
+                if l != p && !links.iter().any(|(a, b)| *a == l || *b == p) {
+                    links.push((l, p));
+                }
+            }
+            proptest::prop_assume!(!links.is_empty());
+            let spec = PortSpec::UdpLinks { links: links.clone() };
+            let text = spec.to_string();
+            proptest::prop_assert_eq!(PortSpec::parse(&text).unwrap(), spec);
+            proptest::prop_assert_eq!(PortSpec::parse(&text).unwrap().count(), links.len());
+        }
+    }
+
+    #[test]
+    fn udp_link_ports_are_each_others_peers() {
+        use pisa::packet::BufPool;
+        // Two switches' ports, each naming the other: a frame sent on one arrives on the other;
+        // a datagram from a third socket is dropped as foreign.
+        let free = || std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let (a, b) = (free(), free());
+        let (mut pa, _) =
+            open_ports(&PortSpec::parse(&format!("udp:127.0.0.1:{a}>127.0.0.1:{b}")).unwrap(), &OpenOptions::default()).unwrap();
+        let (mut pb, _) =
+            open_ports(&PortSpec::parse(&format!("udp:127.0.0.1:{b}>127.0.0.1:{a}")).unwrap(), &OpenOptions::default()).unwrap();
+        let mut pool = BufPool::new(DEFAULT_BUF_CAPACITY, 16);
+        let mut frame = pool.get();
+        frame.set_len(60);
+        frame.data_mut().copy_from_slice(&[0x5a; 60]);
+        assert_eq!(pa[0].send_batch(&mut vec![frame], &mut pool), 1);
+        let stranger = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        stranger.send_to(&[1u8; 60], format!("127.0.0.1:{b}")).unwrap();
+        let mut got = Vec::new();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while got.is_empty() && std::time::Instant::now() < deadline {
+            pb[0].recv_batch(&mut pool, &mut got, 8);
+        }
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].data(), &[0x5a; 60][..]);
+        got.clear();
+        while pb[0].stats().snapshot().rx_foreign < 1 && std::time::Instant::now() < deadline {
+            pb[0].recv_batch(&mut pool, &mut got, 8);
+        }
+        assert!(got.is_empty(), "the stranger's datagram was taken");
+        assert_eq!((pb[0].stats().snapshot().rx_foreign, pb[0].stats().snapshot().rx_packets), (1, 1));
     }
 
     #[test]

@@ -134,6 +134,14 @@ impl TunnelHost {
         Ok(TunnelHost { shared, thread: Some(thread), next_ident: std::sync::atomic::AtomicU16::new(1) })
     }
 
+    /// A permanent neighbour entry (see [`HostStack::set_static_neighbor`]), e.g. the
+    /// gateway's MAC when the switch answers no ARP for it.
+    pub fn set_static_neighbor(&self, ip: Ipv4Address, mac: EthernetAddress) {
+        let mut stack = self.shared.stack.lock().expect("stack lock");
+        stack.set_static_neighbor(ip, mac);
+        let _ = self.shared.flush(&mut stack);
+    }
+
     /// Accept datagrams to `port`.
     pub fn bind_udp(&self, port: u16) {
         self.shared.stack.lock().expect("stack lock").bind_udp(port);

@@ -722,13 +722,35 @@ impl TunnelHost {
 #[pymethods]
 impl TunnelHost {
     #[new]
-    #[pyo3(signature = (switch_addr, mac, ip, prefix_len=24, gateway=None, local_addr=None))]
-    fn new(switch_addr: &str, mac: &str, ip: &str, prefix_len: u8, gateway: Option<&str>, local_addr: Option<&str>) -> PyResult<Self> {
-        let mac: wire::ethernet::EthernetAddress = mac.parse().map_err(|_| value_err(format!("not a MAC address: {mac:?}")))?;
+    /// `gateway_mac`: the gateway's MAC as a permanent neighbour entry (no ARP for it; a
+    /// fabric's leaf answers none), as `ip neigh replace GW lladdr MAC nud permanent`.
+    #[pyo3(signature = (switch_addr, mac, ip, prefix_len=24, gateway=None, local_addr=None, gateway_mac=None))]
+    fn new(
+        switch_addr: &str,
+        mac: &str,
+        ip: &str,
+        prefix_len: u8,
+        gateway: Option<&str>,
+        local_addr: Option<&str>,
+        gateway_mac: Option<&str>,
+    ) -> PyResult<Self> {
+        let parse_mac = |m: &str| -> PyResult<wire::ethernet::EthernetAddress> {
+            m.parse().map_err(|_| value_err(format!("not a MAC address: {m:?}")))
+        };
+        let mac = parse_mac(mac)?;
         let gw = gateway.map(parse_ip).transpose()?;
+        let gw_mac = gateway_mac.map(parse_mac).transpose()?;
         let local = local_addr.map(parse_sockaddr).transpose()?;
+        let neighbor = match (gw, gw_mac) {
+            (Some(g), Some(m)) => Some((g, m)),
+            (None, Some(_)) => return Err(value_err("gateway_mac needs a gateway")),
+            _ => None,
+        };
         let h = ports::tunnelhost::TunnelHost::start(parse_sockaddr(switch_addr)?, local, mac, parse_ip(ip)?, prefix_len, gw)
             .map_err(value_err)?;
+        if let Some((g, m)) = neighbor {
+            h.set_static_neighbor(g, m);
+        }
         Ok(TunnelHost { inner: Some(h) })
     }
     /// Accept datagrams to `port`.

@@ -35,10 +35,15 @@ def _ports(text: str) -> str:
     missing or malformed capture is a one-line error there, exit status 2)."""
     kind, sep, rest = text.strip().partition(":")
     if kind not in ("memory", "udp", "veth", "xdp", "pcap") or not sep or not rest:
-        raise ValueError("expected memory:N, udp:BASEPORT:N, udp:HOST:BASEPORT:N, veth:IF1,IF2,.., xdp:IF1,IF2,.. or pcap:IN:OUT,IN:OUT,..")
+        raise ValueError("expected memory:N, udp:BASEPORT:N, udp:HOST:BASEPORT:N, udp:HOST:PORT>PEERHOST:PEERPORT,.., veth:IF1,IF2,.., xdp:IF1,IF2,.. or pcap:IN:OUT,IN:OUT,..")
     if kind == "memory" and not (rest.isdigit() and 1 <= int(rest) <= 4096):
         raise ValueError("memory:N takes 1..4096 ports")
-    if kind == "udp":
+    if kind == "udp" and ">" in rest:  # udp:HOST:PORT>PEERHOST:PEERPORT,...
+        for i, entry in enumerate(rest.split(","), 1):
+            own, gt, peer = entry.partition(">")
+            if not gt or not all(x.rpartition(":")[1] and x.rpartition(":")[2].isdigit() for x in (own, peer)):
+                raise ValueError(f"port {i} {entry!r}: expected HOST:PORT>PEERHOST:PEERPORT")
+    elif kind == "udp":
         own, at, peer = rest.partition("@")  # udp:[HOST:]BASEPORT:N[@PEERHOST:PEERBASE]
         if not all(x.isdigit() for x in own.split(":")[-2:]) or (at and not peer.rpartition(":")[2].isdigit()):
             raise ValueError("udp ports need a numeric BASEPORT and N (and a numeric PEERBASE after @)")
@@ -55,7 +60,7 @@ def _fault(text: str) -> str:
     return text
 
 
-PORTS = Text("memory:N, udp:[HOST:]BASEPORT:N[@PEERHOST:PEERBASE] (with a peer, port i accepts datagrams only from PEERHOST:PEERBASE+i), veth:IF1,IF2,.. (AF_PACKET), xdp:IF1,IF2,.. (AF_XDP; AF_PACKET where XDP is unavailable or INSWITCH_XDP=off) or pcap:IN:OUT,IN:OUT,.. (file ports: replay IN, write OUT)", check=_ports, bad=("bogus:4", "memory:x", "memory:0", "udp:x:4", "pcap:x", "pcap:a:b:c"))
+PORTS = Text("memory:N, udp:[HOST:]BASEPORT:N[@PEERHOST:PEERBASE] (with a peer, port i accepts datagrams only from PEERHOST:PEERBASE+i), udp:HOST:PORT>PEERHOST:PEERPORT,.. (each port's own address and fixed peer), veth:IF1,IF2,.. (AF_PACKET), xdp:IF1,IF2,.. (AF_XDP; AF_PACKET where XDP is unavailable or INSWITCH_XDP=off) or pcap:IN:OUT,IN:OUT,.. (file ports: replay IN, write OUT)", check=_ports, bad=("bogus:4", "memory:x", "memory:0", "udp:x:4", "pcap:x", "pcap:a:b:c"))
 #: A PEM file given to --tls-cert, --tls-key or --tls-ca.
 PEM = Text("a readable PEM file", check=pem_file, bad=("/nonexistent.pem",))
 #: The fault injector's spec (`--fault` of `switch` and `rack up`).

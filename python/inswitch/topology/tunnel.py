@@ -77,6 +77,15 @@ class PingResult:
         return self.received > 0
 
 
+def attach_host(cls: Any, h: Any) -> Any:
+    """A `TunnelHost` being host `h` (a rack's `Host` or a fabric's `HostPlan`): on its
+    switch port `h.tunnel`, sending from `h.tunnel_nic`; a fabric's host also gets its
+    gateway and the gateway's router MAC as a permanent neighbour (the leaf answers no ARP)."""
+    gw, gw_mac = getattr(h, "gateway", None), getattr(h, "gateway_mac", None)
+    extra = {"gateway": gw, "gateway_mac": gw_mac} if gw and gw_mac else {}
+    return cls(h.tunnel, h.mac, h.ip, h.prefix_len, local_addr=h.tunnel_nic, **extra)
+
+
 def tunnel_ping(src: Host, dst: Host, count: int, timeout: float) -> PingResult:
     """Ping `dst` from `src` across the switch with two userspace hosts attached to their
     tunnel ports in this process: `dst` answers ARP and echo requests in its native thread,
@@ -93,9 +102,9 @@ def tunnel_ping(src: Host, dst: Host, count: int, timeout: float) -> PingResult:
     assert src.tunnel and dst.tunnel
     with ExitStack() as stack:
         try:
-            responder = cls(dst.tunnel, dst.mac, dst.ip, dst.prefix_len, local_addr=dst.tunnel_nic)
+            responder = attach_host(cls, dst)
             stack.callback(responder.close)
-            pinger = cls(src.tunnel, src.mac, src.ip, src.prefix_len, local_addr=src.tunnel_nic)
+            pinger = attach_host(cls, src)
             stack.callback(pinger.close)
             rtts = list(pinger.ping(dst.ip, count, timeout))
         except (TypeError, AttributeError) as e:

@@ -15,11 +15,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text as RichText
 
-from inswitch.cliopts import JSON_PATH, OUT_DIR, OUT_FILE, Int, Text, argument, option
+from inswitch.cliopts import JSON_PATH, OUT_DIR, OUT_FILE, Choice, Float, Int, Text, argument, option
 from inswitch.output import is_stdout, note_written, write_json
 from inswitch.topology import restarts
 from inswitch.topology.errors import RackError
-from inswitch.topology.fabric.fabric import DEFAULT_NAME, Fabric, FabricStatus, status_json
+from inswitch.topology.fabric.fabric import DEFAULT_NAME, Fabric, FabricStatus, status_json, udp_ends
 from inswitch.topology.fabric.generators import load_spec, split_machines
 from inswitch.topology.fabric.model import LinkProps, Topology, TopologyError, parse_link_props
 from inswitch.topology.fabric.plan import MAX_FABRIC_NAME
@@ -89,14 +89,16 @@ def _fail(e: BaseException, code: int = 1) -> typer.Exit:
 def _render(s: FabricStatus) -> None:
     st = s.state
     alive = sum(sw.alive for sw in s.switches)
-    console.print(f"fabric [bold]{st.name}[/bold]: {len(s.switches)} switches ({alive} alive), {len(st.hosts)} hosts, "
+    console.print(f"fabric [bold]{st.name}[/bold] ({st.mode} mode): {len(s.switches)} switches ({alive} alive), {len(st.hosts)} hosts, "
                   f"{len(st.links)} links" + (f"; up in {st.timings['up_s']:.2f} s" if "up_s" in st.timings else ""))
     for r in restarts.read(st.restarts_file):
         back = f"forwarding again after {r['recovery_s']:.1f} s" if "forwarding_at" in r else r.get("gave_up") or r.get("error") or "restarting"
         console.print(f"restart: {r['switch']} died ({r['exit']}) at {time.strftime('%H:%M:%S', time.localtime(r['died_at']))}; {back}",
                       highlight=False)
     t = Table(title="Switch ports", box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1))
-    for col in ("switch", "pid", "P4Runtime (device)", "port", "interface", "rx pkts", "rx bytes", "tx pkts", "tx bytes"):
+    udp = st.mode == "udp"
+    ends = udp_ends(st) if udp else {}
+    for col in ("switch", "pid", "P4Runtime (device)", "port", "UDP address > peer" if udp else "interface", "rx pkts", "rx bytes", "tx pkts", "tx bytes"):
         t.add_column(col, no_wrap=True, justify="right" if col.startswith(("rx", "tx", "pid")) else "left")
     for sw, run in zip(s.switches, st.switches):
         label = sw.name if sw.alive else f"[red]{sw.name} (not running)[/red]"
@@ -104,7 +106,7 @@ def _render(s: FabricStatus) -> None:
             c = (sw.counters or {}).get(p, {})
             pid = str(sw.pid) if sw.pid else f"on {run.plan.machine}" if run.remote else "-"
             t.add_row(label if p == 0 else "", pid if p == 0 else "", f"{sw.p4runtime} ({sw.device_id})" if p == 0 else "",
-                      f"{pname} = {p}", ifname, *(str(c[k]) if k in c else "-" for k in ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes")))
+                      f"{pname} = {p}", " > ".join(ends[ifname]) if udp else ifname, *(str(c[k]) if k in c else "-" for k in ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes")))
     console.print(t)
     pt = Table(title="Programs", box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1))
     for col in ("switch", "program", "ingress passes", "egress passes", "drops (by reason)"):
@@ -116,14 +118,15 @@ def _render(s: FabricStatus) -> None:
     if pt.row_count:
         console.print(pt)
     h = Table(title="Hosts", box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1))
-    for col in ("host", "ip", "mac", "gateway", "switch:port", "namespace"):
+    for col in ("host", "ip", "mac", "gateway", "switch:port", "UDP NIC > switch port" if udp else "namespace"):
         h.add_column(col, no_wrap=True)
     for hp in st.hosts:
         if hp.name not in s.host_present:
             name = f"{hp.name} (on {hp.machine})"  # another machine's host
         else:
             name = hp.name if s.host_present[hp.name] else f"[red]{hp.name} (missing)[/red]"
-        h.add_row(name, f"{hp.ip}/{hp.prefix_len}", hp.mac, hp.gateway, f"{hp.switch}:{hp.port}", hp.netns)
+        h.add_row(name, f"{hp.ip}/{hp.prefix_len}", hp.mac, hp.gateway, f"{hp.switch}:{hp.port}",
+                  f"{hp.tunnel_nic} > {hp.tunnel}" if udp else hp.netns)
     console.print(h)
     shaped = [ln for ln in st.links if not ln.props.is_empty()]
     if shaped:
@@ -157,6 +160,12 @@ def register(app: typer.Typer) -> None:
         emulate_machines: bool = typer.Option(False, "--emulate-machines",
                                               help="A topology across machines: build every machine's part here, each machine a "
                                                    "network namespace with its underlay address, VXLAN links between them."),
+        mode: str = option("auto", "--mode", type=Choice("auto", "netns", "udp"),
+                           help="auto: netns if root, else udp; netns: namespaces and veth pairs (root); udp: every link a pair "
+                                "of UDP sockets on loopback and hosts userspace stacks, no privileges."),
+        udp_base: Optional[int] = option(None, "--udp-base", type=Int(1024, 65_535),
+                                         help="UDP mode: UDP port of the first link end; link k's ends are BASE+2k and BASE+2k+1 "
+                                              "(default: a free range)."),
     ) -> None:
         """Create hosts and links, start one switch process per switch, program the routing."""
         topo: Topology = topology
@@ -165,7 +174,7 @@ def register(app: typer.Typer) -> None:
                                      param_hint="--machine")
         try:
             st = Fabric().up(topo, name=name, link_default=link_default or LinkProps(), pcap=pcap, machine=machine,
-                             emulate_machines=emulate_machines)
+                             emulate_machines=emulate_machines, mode=mode, udp_base=udp_base)
         except KeyboardInterrupt:
             err_console.print("interrupted; everything `up` had made was removed")
             raise typer.Exit(130)
@@ -174,6 +183,7 @@ def register(app: typer.Typer) -> None:
         except RackError as e:
             raise _fail(e)
         part = f" (machine {st.machine}'s part)" if st.machine else " (machines emulated)" if st.emulated else ""
+        part += " (UDP-tunnel mode)" if st.mode == "udp" else ""
         console.print(f"[green]fabric {st.name} is up{part}[/green] in {st.timings['up_s']:.2f} s: {len(st.switches)} switches, "
                       f"{len(st.hosts)} hosts, {len(st.links)} links", highlight=False)
         for m, addr in sorted(st.underlay.items()):
@@ -184,14 +194,18 @@ def register(app: typer.Typer) -> None:
                 console.print(f"  {sw.plan.name:<8} on machine {sw.plan.machine}: P4Runtime {sw.p4runtime} (device {sw.plan.device_id})",
                               highlight=False, soft_wrap=True)
                 continue
+            ports = sw.ports if st.mode == "udp" else ",".join(sw.plan.ifaces)
             console.print(f"  {sw.plan.name:<8} pid {sw.pid}  P4Runtime {sw.p4runtime} (device {sw.plan.device_id})  "
-                          f"ports {','.join(sw.plan.ifaces)}", highlight=False, soft_wrap=True)
+                          f"ports {ports}", highlight=False, soft_wrap=True)
         if pcap:
             console.print(f"captures: {Path(pcap).resolve()}/SWITCH/port{{N}}.pcapng", highlight=False, soft_wrap=True)
         mine = [h for h in st.hosts if st.machine is None or h.machine == st.machine]
         h0 = mine[0]
         h1 = next((h for h in reversed(st.hosts) if h is not h0), h0)
-        console.print(f"try: inswitch fabric exec --name {st.name} {h0.name} -- ping -c1 {h1.ip}")
+        if st.mode == "udp":
+            console.print(f"try: inswitch fabric ping --name {st.name} {h0.name} {h1.name}")
+        else:
+            console.print(f"try: inswitch fabric exec --name {st.name} {h0.name} -- ping -c1 {h1.ip}")
 
     @fab.command("down", epilog="Examples:\n\n  inswitch fabric down --name fab\n")
     def down_cmd(name: Any = option(DEFAULT_NAME, "--name", "-n", type=NAME, help="Fabric name.")) -> None:
@@ -236,6 +250,26 @@ def register(app: typer.Typer) -> None:
         except RackError as e:
             raise _fail(e)
         raise typer.Exit(cp.returncode)
+
+    @fab.command("ping", epilog="Examples:\n\n  inswitch fabric ping --name fab h1 h4\n\n  inswitch fabric ping h1 h2 --count 10 --timeout 1\n")
+    def ping_cmd(
+        src: str = argument(..., type=NODE, help="Sending host (h1)."),
+        dst: str = argument(..., type=NODE, help="Destination host (h2)."),
+        count: int = option(3, "--count", "-c", type=Int(1, 100_000), help="Echo requests to send."),
+        timeout: float = option(2.0, "--timeout", "-W", type=Float(0.01, 3600), help="Seconds to wait for each reply."),
+        name: Any = option(DEFAULT_NAME, "--name", "-n", type=NAME, help="Fabric name."),
+    ) -> None:
+        """Ping one host from another across the fabric (both modes; in udp mode the hosts are userspace stacks)."""
+        try:
+            res, out = Fabric().ping(src, dst, name=name, count=count, timeout=timeout)
+        except RackError as e:
+            raise _fail(e)
+        if out:
+            console.print(out.rstrip(), highlight=False, markup=False)
+        else:
+            rtt = f", rtt avg {sum(res.rtts_ms) / len(res.rtts_ms):.3f} ms" if res.rtts_ms else ""
+            console.print(f"{src} -> {dst}: {res.received}/{res.transmitted} replies{rtt}", highlight=False)
+        raise typer.Exit(0 if res.received == res.transmitted else 1)
 
     @fab.command("export", epilog="Examples:\n\n  inswitch fabric export --topology fat-tree:4 --out ft.clab.yml\n")
     def export_cmd(

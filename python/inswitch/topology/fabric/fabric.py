@@ -3,6 +3,11 @@ P4Runtime endpoint and device id, hosts in network namespaces, and every link a 
 (switch ends in the root namespace, opened by their switch over AF_PACKET; no kernel bridge
 anywhere), shaped with `tc` (netem, tbf) where the topology asks.
 
+Without root (`--mode udp`, what `auto` picks for a user) every link is a pair of UDP sockets
+on loopback instead, one per end, each the other's fixed peer (the switches' `udp:HOST:PORT>
+PEERHOST:PEERPORT,...` ports), and a host is a userspace stack (`inswitch._native.TunnelHost`,
+as a UDP rack's) attached to its end of its link when something uses it (`fabric ping`).
+
 It grows the rack: the same namespace and veth helpers (`netns.py`), switch process
 management (`switchproc.py`), state directory (`state.py`) and name-based teardown
 (`teardown.py`); names share one space with racks (`{name}-...`, `/run/inswitch/{name}/`),
@@ -19,14 +24,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from inswitch.topology import control, netns, restarts, switchproc
+from inswitch.topology import control, netns, restarts, switchproc, tunnel
 from inswitch.topology.errors import RackError
 from inswitch.topology.fabric import controller
 from inswitch.topology.fabric.generators import load_spec
 from inswitch.topology.fabric.model import VXLAN_PORT, LinkProps, Topology, TopologyError, parse_topology
 from inswitch.topology.fabric.supervisor import SUPERVISOR_FILE
 from inswitch.topology.fabric.plan import FabricPlan, HostPlan, LinkPlan, SwitchPlan, plan_fabric
-from inswitch.topology.rack import is_root, switchd_available
+from inswitch.topology.rack import is_root, parse_ping, switchd_available
 from inswitch.topology.state import check_name, state_dir
 from inswitch.topology.teardown import DownReport, check_kind, teardown
 
@@ -43,6 +48,59 @@ UNDERLAY_MTU = FABRIC_MTU + VXLAN_OVERHEAD
 #: Underlay addresses `--emulate-machines` gives machines the topology gives none
 #: (TEST-NET-1; they exist only inside the machine namespaces).
 EMULATED_UNDERLAY = "192.0.2.{}"
+
+
+def resolve_mode(mode: str) -> str:
+    """As the rack's: `auto` is netns when root, else udp; netns without root is an error
+    rather than a silent downgrade, because the user asked for real namespaces."""
+    if mode == "auto":
+        return "netns" if is_root() else "udp"
+    if mode == "netns":
+        if not is_root():
+            raise RackError("netns mode needs root (network namespaces, veth pairs, raw sockets); run as root, "
+                            "or use --mode udp for the unprivileged UDP-tunnel fabric")
+        return "netns"
+    if mode == "udp":
+        return "udp"
+    raise RackError(f"mode must be auto, netns or udp, not {mode!r}")
+
+
+def udp_ends(st: "FabricState") -> dict[str, tuple[str, str]]:
+    """UDP mode: per switch port (its kernel-style interface name in the plan), its own UDP
+    address and its peer's (the other end of its link)."""
+    out: dict[str, tuple[str, str]] = {}
+    for ln in st.links:
+        assert ln.a_udp and ln.b_udp
+        if ln.a_netns is None:
+            out[ln.a_if] = (ln.a_udp, ln.b_udp)
+        if ln.b_netns is None:
+            out[ln.b_if] = (ln.b_udp, ln.a_udp)
+    return out
+
+
+def udp_ports_spec(ends: dict[str, tuple[str, str]], sw: SwitchPlan) -> str:
+    """A switch's `--ports` in UDP mode: its ports in port order, each bound to its own end
+    of its link with the other end as its fixed peer."""
+    return "udp:" + ",".join(f"{ends[i][0]}>{ends[i][1]}" for i in sw.ifaces)
+
+
+def assign_udp(st: "FabricState", base: Optional[int]) -> None:
+    """UDP mode: link k (in the topology's order, from 0) has its first end at
+    127.0.0.1:BASE+2k and its second at BASE+2k+1, BASE a free range (as a UDP rack finds
+    one) unless given. A host's end is its NIC (`tunnel_nic`), its switch's end the port it
+    attaches to (`tunnel`)."""
+    n = 2 * len(st.links)
+    base = base if base is not None else tunnel.free_udp_base(n)
+    for k, ln in enumerate(st.links):
+        ln.a_udp, ln.b_udp = f"127.0.0.1:{base + 2 * k}", f"127.0.0.1:{base + 2 * k + 1}"
+    ends = udp_ends(st)
+    for ln in st.links:
+        if ln.host_link:
+            sw_if, host_udp = (ln.a_if, ln.b_udp) if ln.a_netns is None else (ln.b_if, ln.a_udp)
+            h = next(h for h in st.hosts if h.switch_if == sw_if)
+            h.tunnel, h.tunnel_nic = ends[sw_if][0], host_udp
+            h.netns = ""  # no namespace: a userspace stack
+    st.udp_base = base
 
 
 def marker(name: str) -> str:
@@ -64,6 +122,8 @@ class SwitchRun:
     #: On another machine (a multi-machine fabric's part): not started, supervised or
     #: programmed here; reached over TCP at `p4runtime` (its machine's underlay address).
     remote: bool = False
+    #: Its `--ports` spec.
+    ports: str = ""
 
 
 @dataclass
@@ -85,6 +145,10 @@ class FabricState:
     machine: Optional[str] = None
     underlay: dict[str, str] = field(default_factory=dict)
     emulated: bool = False
+    #: netns (namespaces, veth pairs; root) or udp (UDP sockets on loopback; no privileges).
+    mode: str = "netns"
+    #: UDP mode: the first link end's UDP port (see `assign_udp`).
+    udp_base: Optional[int] = None
 
     @property
     def restarts_file(self) -> Path:
@@ -159,7 +223,7 @@ class Fabric:
 
     def up(self, spec: str | Topology, name: Optional[str] = None, link_default: LinkProps = LinkProps(),
            pcap: Optional[str] = None, fault: Optional[str] = None, machine: Optional[str] = None,
-           emulate_machines: bool = False) -> FabricState:
+           emulate_machines: bool = False, mode: str = "netns", udp_base: Optional[int] = None) -> FabricState:
         """Validate everything, then build; any failure or Ctrl-C once building started
         takes down all of it (by name) and re-raises. With `pcap`, every switch captures
         its ports into `pcap/SWITCH/port{N}.pcapng` (the switch's own `--pcap`). `fault`:
@@ -170,20 +234,38 @@ class Fabric:
         switches and links; a link to another machine is a kernel VXLAN device to that
         machine's underlay address) and programs its switches; `emulate_machines` builds
         every machine's part here, each machine a network namespace holding its underlay
-        address and its VXLAN sockets (see `_make_underlay`)."""
+        address and its VXLAN sockets (see `_make_underlay`).
+
+        `mode`: netns (root), udp (no privileges: see `assign_udp`; netns-only options and
+        topologies are refused up front) or auto (netns when root, else udp). Netns by
+        default here, so a job that builds its own fabric gets the clear root error, not a
+        fabric whose hosts it cannot exec in; `fabric up` passes auto."""
         t0 = time.monotonic()
         topo = load_spec(spec) if isinstance(spec, str) else spec
         name = check_name(name or DEFAULT_NAME)
         plan = plan_fabric(topo, name, link_default)
-        underlay = self._check_machines(topo, plan, machine, emulate_machines)
-        if not is_root():
-            raise RackError("a fabric needs root (network namespaces, veth pairs, raw sockets); the UDP-tunnel "
-                            "fallback of `rack` is not available for fabrics")
+        m = resolve_mode(mode)
+        if m == "udp":
+            self._check_udp(topo, plan, machine, emulate_machines, udp_base)
+            underlay: dict[str, str] = {}
+        else:
+            if udp_base is not None:
+                raise TopologyError("--udp-base is for --mode udp (a netns fabric's links are veth pairs)")
+            underlay = self._check_machines(topo, plan, machine, emulate_machines)
         if not switchd_available():
             raise RackError("the switch daemon (`inswitch switch`) is not in this build")
         if state_dir(name).exists():
             raise RackError(f"a rack or fabric named {name!r} exists ({state_dir(name)}); "
                             f"run `inswitch fabric down --name {name}` first")
+        if m == "udp":
+            try:
+                return self._build(topo, plan, t0, pcap, fault, udp_base=udp_base, mode="udp")
+            except BaseException as e:
+                try:
+                    self.down(name)
+                except Exception as cleanup_err:
+                    e.add_note(f"cleanup after the failed `up` also failed: {cleanup_err}")
+                raise
         left = netns.leftovers(f"{name}-")
         if left:
             raise RackError(f"objects named {name}-... exist ({', '.join(left[:5])}); "
@@ -201,6 +283,30 @@ class Fabric:
             except Exception as cleanup_err:
                 e.add_note(f"cleanup after the failed `up` also failed: {cleanup_err}")
             raise
+
+    @staticmethod
+    def _check_udp(topo: Topology, plan: FabricPlan, machine: Optional[str], emulate: bool,
+                   udp_base: Optional[int]) -> None:
+        """UDP mode refuses, before anything is made, what only namespaces and kernel links do."""
+        root = " (root)" if not is_root() else ""
+        if emulate:
+            raise TopologyError(f"--emulate-machines needs --mode netns{root}: its machines are network namespaces "
+                                "joined by kernel VXLAN links; the UDP-tunnel fabric runs on one machine")
+        if machine is not None:
+            raise TopologyError(f"--machine needs --mode netns{root}: links between machines are kernel VXLAN devices; "
+                                "the UDP-tunnel fabric runs on one machine")
+        if len(topo.machine_names) > 1:
+            raise TopologyError(f"{topo.source} spans machines {', '.join(topo.machine_names)}: a fabric across machines "
+                                f"needs --mode netns{root} (kernel VXLAN links); the UDP-tunnel fabric runs on one machine")
+        shaped = [ln for ln in plan.links if not ln.props.is_empty()]
+        if shaped:
+            raise TopologyError(f"link {shaped[0].endpoints} sets {shaped[0].props.describe()}: link properties are tc "
+                                f"qdiscs on veth ends, which need --mode netns{root}; in udp mode --fault makes the "
+                                "switches' ports lossy")
+        hi = 65535 - 2 * len(plan.links) + 1
+        if udp_base is not None and not 1024 <= udp_base <= hi:
+            raise TopologyError(f"--udp-base {udp_base}: this fabric's {2 * len(plan.links)} link ends need a base "
+                                f"from 1024 to {hi}")
 
     @staticmethod
     def _check_machines(topo: Topology, plan: FabricPlan, machine: Optional[str], emulate: bool) -> dict[str, str]:
@@ -252,7 +358,8 @@ class Fabric:
         return underlay
 
     def _build(self, topo: Topology, plan: FabricPlan, t0: float, pcap: Optional[str] = None, fault: Optional[str] = None,
-               machine: Optional[str] = None, underlay: Optional[dict[str, str]] = None, emulated: bool = False) -> FabricState:
+               machine: Optional[str] = None, underlay: Optional[dict[str, str]] = None, emulated: bool = False,
+               udp_base: Optional[int] = None, mode: str = "netns") -> FabricState:
         sdir = state_dir(plan.name)
         sdir.mkdir(parents=True, mode=0o755)
         underlay = underlay or {}
@@ -264,12 +371,18 @@ class Fabric:
                 r.p4runtime = f"{underlay[s.machine or machine]}:{s.p4runtime_port}"  # every switch's, before it is up
             runs.append(r)
         st = FabricState(name=plan.name, topology=topo.to_yaml(), switches=runs, hosts=plan.hosts, links=plan.links,
-                         state_dir=str(sdir), created=time.time(), machine=machine, underlay=underlay, emulated=emulated)
+                         state_dir=str(sdir), created=time.time(), machine=machine, underlay=underlay, emulated=emulated,
+                         mode=mode)
         st.save()
-        if emulated:
-            make_underlay(st.name, st.underlay)
-        self._make_links(st)
-        netns.ensure_neigh_capacity(len(st.hosts) * 4)
+        ends: dict[str, tuple[str, str]] = {}
+        if mode == "udp":
+            assign_udp(st, udp_base)
+            ends = udp_ends(st)
+        else:
+            if emulated:
+                make_underlay(st.name, st.underlay)
+            self._make_links(st)
+            netns.ensure_neigh_capacity(len(st.hosts) * 4)
         st.timings["links_s"] = time.monotonic() - t0
         shaped = {ln.a_if for ln in st.links if not ln.props.is_empty()} | {ln.b_if for ln in st.links if not ln.props.is_empty()}
         local = [sw for sw in st.switches if not sw.remote]
@@ -280,8 +393,9 @@ class Fabric:
                 f"127.0.0.1:{sw.plan.p4runtime_port}"
             sw.ready_file = str(sdir / f"{sw.plan.name}.ready.json")
             sw.log = str(sdir / f"{sw.plan.name}.log")
+            sw.ports = udp_ports_spec(ends, sw.plan) if mode == "udp" else "veth:" + ",".join(sw.plan.ifaces)
             sw.argv = switchproc.switch_argv(
-                sw.plan.program, "veth:" + ",".join(sw.plan.ifaces), serve,
+                sw.plan.program, sw.ports, serve,
                 "127.0.0.1:0", Path(sw.ready_file), python=self.python, device_id=sw.plan.device_id,
                 pipes=sw.plan.pipes, port_qdisc=bool(shaped & set(sw.plan.ifaces)),
                 pcap=str(Path(pcap).resolve() / sw.plan.name) if pcap else None, fault=fault)
@@ -396,6 +510,8 @@ class Fabric:
                     s.error = str(e)
                     s.alive = not sw.remote
             out.append(s)
+        if st.mode == "udp":  # a host is a stack attached when used: nothing to be missing
+            return FabricStatus(st, out, {h.name: True for h in st.hosts}, {})
         spaces = set(netns.netns_list())
         present = {h.name: h.netns in spaces for h in st.hosts if st.machine is None or h.machine == st.machine}
         qdiscs = {}
@@ -414,12 +530,30 @@ class Fabric:
             raise RackError(f"{node} is a switch (a process in the root namespace), not a host; "
                             "exec runs commands in hosts")
         h = st.host(node)
+        if st.mode == "udp":
+            raise RackError(f"fabric {st.name!r} runs in UDP-tunnel mode: its hosts are userspace stacks, not "
+                            "namespaces, so there is nothing to exec in (use `inswitch fabric ping`, or recreate "
+                            "the fabric as root with --mode netns)")
         if h.netns not in netns.netns_list():
             raise RackError(f"namespace {h.netns} is gone; run `inswitch fabric down --name {name}` and up again")
         try:
             return subprocess.run(netns.netns_argv(h.netns, argv), capture_output=capture, text=True, timeout=timeout)
         except FileNotFoundError as e:
             raise RackError(f"cannot run {argv[0]!r} in {h.netns}: {e}") from e
+
+
+    def ping(self, src: str, dst: str, name: str = DEFAULT_NAME, count: int = 3,
+             timeout: float = 2.0) -> tuple[tunnel.PingResult, str]:
+        """Ping host `dst` from host `src` across the fabric; the result and, in netns mode,
+        ping's own output. In UDP mode both hosts are userspace stacks attached here for the
+        ping (each knowing its gateway's router MAC, as a netns host's permanent neighbour)."""
+        st = self.state(name)
+        s, d = st.host(src), st.host(dst)
+        if st.mode == "udp":
+            return tunnel.tunnel_ping(s, d, count, timeout), ""  # type: ignore[arg-type]
+        cp = self.exec(s.name, ["ping", "-n", "-c", str(count), "-W", f"{timeout:g}", "-i", "0.2", d.ip],
+                       name=st.name, capture=True, timeout=count * (timeout + 1) + 5)
+        return parse_ping(cp.stdout, count), cp.stdout + cp.stderr
 
 
 def program_counters(metrics: str) -> dict[str, dict[str, Any]]:
@@ -443,18 +577,23 @@ def qdisc_key(dev: str, ns: Optional[str]) -> str:
 
 def status_json(s: FabricStatus) -> dict[str, Any]:
     st = s.state
+    ends = udp_ends(st) if st.mode == "udp" else {}
     return {
         "name": st.name,
+        "mode": st.mode,
         "timings": st.timings,
         "switches": {sw.name: {"pid": sw.pid, "alive": sw.alive, "p4runtime": sw.p4runtime, "device_id": sw.device_id,
-                               "ports": {run.plan.port_names[p]: {"port": p, "interface": run.plan.ifaces[p], **c}
+                               "ports": {run.plan.port_names[p]: {"port": p, "interface": run.plan.ifaces[p],
+                                                                   **({"udp": ends[run.plan.ifaces[p]]} if ends else {}), **c}
                                          for p, c in (sw.counters or {}).items()},
                                "programs": sw.programs, "error": sw.error, "machine": run.plan.machine,
-                               "remote": run.remote}
+                               "remote": run.remote, "ports_spec": run.ports}
                      for sw, run in zip(s.switches, st.switches)},
         "hosts": {h.name: {"ip": h.ip, "mac": h.mac, "netns": h.netns, "switch": h.switch, "port": h.port,
-                           "present": s.host_present.get(h.name, False), "machine": h.machine} for h in st.hosts},
+                           "present": s.host_present.get(h.name, False), "machine": h.machine,
+                           "tunnel": h.tunnel, "tunnel_nic": h.tunnel_nic} for h in st.hosts},
         "links": [{"endpoints": ln.endpoints, **ln.props.to_yaml(),
+                   **({"udp": [ln.a_udp, ln.b_udp]} if st.mode == "udp" else {}),
                    "qdisc": {k: s.qdiscs[k] for k in (qdisc_key(ln.a_if, ln.a_netns), qdisc_key(ln.b_if, ln.b_netns))
                              if k in s.qdiscs}}
                   for ln in st.links],

@@ -62,6 +62,10 @@ class HostPlan:
     port: int
     switch_if: str
     machine: Optional[str] = None
+    #: UDP mode: the switch port's UDP address the host attaches to, and the host's own
+    #: address (its "NIC"), the only source that switch port accepts.
+    tunnel: Optional[str] = None
+    tunnel_nic: Optional[str] = None
 
 
 @dataclass
@@ -81,6 +85,9 @@ class LinkPlan:
     vni: Optional[int] = None
     a_machine: Optional[str] = None
     b_machine: Optional[str] = None
+    #: UDP mode: each end's UDP address on loopback (the ends are each other's fixed peers).
+    a_udp: Optional[str] = None
+    b_udp: Optional[str] = None
 
 
 @dataclass
