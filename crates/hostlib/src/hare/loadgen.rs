@@ -201,13 +201,14 @@ pub fn cell(value: Option<&[u8]>, size: usize) -> Vec<u8> {
     c
 }
 
-/// The value in a cell: `Ok(None)` absent, `Err` a malformed cell.
-pub fn uncell(c: &[u8]) -> Result<Option<&[u8]>, ()> {
+/// The value in a cell: `Some(None)` absent, `None` a malformed cell (empty, or a length
+/// past its end).
+pub fn uncell(c: &[u8]) -> Option<Option<&[u8]>> {
     match c.first() {
-        None => Err(()),
-        Some(&NIL) => Ok(None),
-        Some(&n) if 1 + n as usize <= c.len() => Ok(Some(&c[1..1 + n as usize])),
-        Some(_) => Err(()),
+        None => None,
+        Some(&NIL) => Some(None),
+        Some(&n) if (n as usize) < c.len() => Some(Some(&c[1..1 + n as usize])),
+        Some(_) => None,
     }
 }
 
@@ -461,7 +462,7 @@ impl KvLoad {
             if !self.known[key] {
                 self.stats.unchecked += 1;
                 Check::Unchecked
-            } else if uncell(p.value()).ok() == Some(self.expected[key].as_deref()) {
+            } else if uncell(p.value()) == Some(self.expected[key].as_deref()) {
                 Check::Ok
             } else {
                 self.stats.mismatches += 1;
@@ -487,7 +488,9 @@ mod tests {
         LoadConfig { window, key_field: 8, value_size: 16, field_size: 10, timeout_ns: 1000, retries: 2, client: 1, seq_start: 5 }
     }
 
-    fn keys(n: usize) -> (Vec<Vec<u8>>, Vec<u16>, Vec<Option<Vec<u8>>>) {
+    type KeySet = (Vec<Vec<u8>>, Vec<u16>, Vec<Option<Vec<u8>>>);
+
+    fn keys(n: usize) -> KeySet {
         let k: Vec<Vec<u8>> = (0..n).map(|i| format!("k{i}").into_bytes()).collect();
         let v = (0..n).map(|i| Some(format!("v{i}").into_bytes())).collect();
         (k, (0..n as u16).map(|i| i % 2).collect(), v)
@@ -622,6 +625,7 @@ mod tests {
         let pr = Repr::parse(&Packet::new_checked(&put[0].1[..]).unwrap()).unwrap();
         assert_eq!(pr.op, Op::Put);
         let written = uncell(&pr.value).unwrap().unwrap().to_vec();
+        assert_eq!(uncell(&[5, 1]), None, "a length past the cell's end");
         assert_eq!(written.len(), 10);
         assert!(written.starts_with(b"0.1.1:"));
         g.handle(3, &reply(&put[0].1, None, 0, 0));
