@@ -86,7 +86,11 @@ def run(duration: float = 3.0, requests: int = 20000, progress: Optional[Callabl
         h = rack.client_hosts[0]
         say("none: redis-benchmark direct to Redis")
         ctl = rack.use("none")
-        direct = rr.redis_benchmark(rack, h, rack.server_ips[0], 6379, requests, p.records, tests="get")["GET"]
+        redis_pid = rack.redis[0].pid if rack.redis[0] is not None else None  # `ip netns exec` execs redis-server
+        with CpuSampler(int(redis_pid or 0)) as redis_cpu:
+            d0 = time.monotonic_ns()
+            direct = rr.redis_benchmark(rack, h, rack.server_ips[0], 6379, requests, p.records, tests="get")["GET"]
+            d1 = time.monotonic_ns()
         say("none: redis-benchmark through the proxy")
         px = rr.ProxyInHost(rack, h)
         try:
@@ -102,10 +106,18 @@ def run(duration: float = 3.0, requests: int = 20000, progress: Optional[Callabl
         st = load_state(rack.name) or rack.st
         with CpuSampler(int(st.switch.pid)) as sw_cpu:
             hit = rack.run_load("hare", ctl)
+        hit_py = None
+        if engine == "native":  # the Python client's hit path in the same rack and run
+            say("hare: hit path, Python client")
+            rack.p.engine = "python"
+            hit_py = rack.run_load("hare", ctl)
+            rack.p.engine = engine
     cl = hit["clients"][0]
     t0, t1 = int(cl["run_start_ns"]), int(cl["run_stop_ns"])
     client_cores = cl["cpu_s"] / ((t1 - t0) / 1e9) if t1 > t0 else None
     switch_cores = sw_cpu.cores(t0, t1)
+    redis_cores = redis_cpu.cores(d0, d1)
+    py_ops = None if hit_py is None else hit_py["throughput_ops"] * (hit_py["hit_rate"] or 0.0)
     hit_ops = hit["throughput_ops"] * (hit["hit_rate"] or 0.0)
     out.update({
         "direct_redis_get_ops": direct["rps"],
@@ -123,9 +135,16 @@ def run(duration: float = 3.0, requests: int = 20000, progress: Optional[Callabl
         "hit_path_p99_us": hit["p99_us"],
         "hit_path_client_cores": client_cores,
         "hit_path_switch_cores": switch_cores,
+        "direct_redis_cores": redis_cores,
+        # What each would serve with a core to itself (the machine is shared: loadavg).
+        "hit_path_ops_per_switch_core": hit_ops / switch_cores if switch_cores else None,
+        "hit_path_ops_per_client_core": hit_ops / client_cores if client_cores else None,
+        "direct_redis_ops_per_core": direct["rps"] / redis_cores if redis_cores else None,
+        "hit_path_python_ops": py_ops,
+        "native_over_python": hit_ops / py_ops if py_ops else None,
         "value_mismatches": int(lib_none.get("value_mismatches", 0)) + int(hit.get("value_mismatches", 0)),
         "client_stats": {"none": lib_none["clients"][0], "hit": cl},
-        "correct": bool(lib_none["correct"] and hit["correct"]),
+        "correct": bool(lib_none["correct"] and hit["correct"] and (hit_py is None or hit_py["correct"])),
         "loadavg_after": list(os.getloadavg()),
     })
     return out
@@ -168,6 +187,11 @@ def register(app: Any) -> None:
         t.add_row("hit path (GETs answered by the switch)", f"{r['hit_path_ops']:,.0f} ops/s")
         t.add_row("hit path / one Redis (goal >= 5)", f"{r['hit_path_over_one_redis']:.2f}")
         fmt = lambda c: "?" if c is None else f"{c:.2f}"  # noqa: E731
+        if r["hit_path_python_ops"] is not None:
+            t.add_row("hit path, Python client (same run)", f"{r['hit_path_python_ops']:,.0f} ops/s")
+            t.add_row("native / Python client, hit path", fmt(r["native_over_python"]))
+        per = lambda v: "?" if v is None else f"{v:,.0f}"  # noqa: E731
+        t.add_row("ops per CPU-second: switch daemon (hit) / Redis (direct)", f"{per(r['hit_path_ops_per_switch_core'])} / {per(r['direct_redis_ops_per_core'])}")
         t.add_row("CPU over the hit run: load generator / switch daemon", f"{fmt(r['hit_path_client_cores'])} / {fmt(r['hit_path_switch_cores'])} cores")
         t.add_row("GET values wrong (must be 0) / correct", f"{r['value_mismatches']} / {r['correct']}")
         console.print(t)
