@@ -127,6 +127,7 @@ def run(duration: float = 3.0, requests: int = 20000, progress: Optional[Callabl
         "direct_over_none": direct["rps"] / proxied["rps"] if proxied["rps"] else None,
         "client_none_ops": lib_none["throughput_ops"],
         "client_none_p50_us": lib_none["p50_us"],
+        "direct_over_client_none": direct["rps"] / lib_none["throughput_ops"] if lib_none["throughput_ops"] else None,
         "hare_ops": hit["throughput_ops"],
         "hare_hit_rate": hit["hit_rate"],
         "hit_path_ops": hit_ops,
@@ -183,6 +184,7 @@ def register(app: Any) -> None:
         t.add_row("direct_over_none", f"{r['direct_over_none']:.2f}")
         eng = r["config"]["engine"]
         t.add_row(f"client library ({eng}), none", f"{r['client_none_ops']:,.0f} ops/s")
+        t.add_row("direct / client library none", "?" if r["direct_over_client_none"] is None else f"{r['direct_over_client_none']:.2f}")
         t.add_row("client library, hare, all keys offloaded", f"{r['hare_ops']:,.0f} ops/s, hit rate {r['hare_hit_rate']:.3f}")
         t.add_row("hit path (GETs answered by the switch)", f"{r['hit_path_ops']:,.0f} ops/s")
         t.add_row("hit path / one Redis (goal >= 5)", f"{r['hit_path_over_one_redis']:.2f}")
