@@ -13,7 +13,7 @@ from inswitch.cliopts import checked_type, run
 NEW = {
     ("kvs",): ["--backend", "--workload", "--records", "--field-size", "--clients", "--servers", "--window", "--plot"],
     ("kvs", "proxy"): ["--listen", "--servers", "--key-field", "--value-size", "--timeout", "--history"],
-    ("bench", "kvs"): ["--duration", "--requests", "--json"],
+    ("bench", "kvs"): ["--duration", "--requests", "--json", "--engine"],
 }
 REQUIRED = {("kvs", "proxy"): ["--listen", "0.0.0.0:1", "--servers", "10.0.0.2"]}
 

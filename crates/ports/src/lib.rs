@@ -28,6 +28,7 @@ pub mod bench;
 pub mod dataplane;
 pub mod fault;
 pub mod file;
+pub mod hareload;
 pub mod memory;
 pub mod netns;
 pub mod pcap;

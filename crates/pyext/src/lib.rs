@@ -8,6 +8,7 @@
 mod aggregation;
 mod allreduce;
 mod hare;
+mod hareload;
 mod inaas;
 mod netsha;
 mod p4rt_wire;
@@ -956,6 +957,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     allreduce::register(m)?;
     switchagg::register(m)?;
     hare::register(m)?;
+    hareload::register(m)?;
     inaas::register(m)?;
     pcap::register(m)?;
     Ok(())

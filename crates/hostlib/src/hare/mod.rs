@@ -2,4 +2,5 @@
 //! KV clients, servers and the analyzer exchange with the switch.
 
 pub mod frames;
+pub mod loadgen;
 pub mod noostat;

@@ -89,6 +89,10 @@ class RackParams:
     workdir: Optional[str] = None
     #: The switch's seeded fault injection on every port (`loss=P,dup=P,reorder=P,seed=N`).
     fault: Optional[str] = None
+    #: The load generators' engine (`loadgen.py`): "python", the client library with every
+    #: operation in the checker's history; "native", `hare.fastload` (each GET's value
+    #: checked by the generator itself; no hotspot shift, not ycsb-d).
+    engine: str = "python"
 
     @property
     def dyso_rows(self) -> int:
@@ -775,7 +779,10 @@ class RedisRack:
             outs.append(out)
             args = {"servers": self.server_ips, "key_field": p.key_field, "value_size": p.value_size, "window": p.window, "workload": p.workload,
                     "records": p.records, "field_size": p.field_size, "seed": p.seed * 1000 + c, "shift_seed": p.seed, "client": c + 1,
-                    "start_ns": None, "duration": p.duration, "shift": p.shift, "shift_count": p.shift_count, "shift_times": p.shift_times(), "out": str(out)}
+                    "start_ns": None, "duration": p.duration, "shift": p.shift, "shift_count": p.shift_count, "shift_times": p.shift_times(), "out": str(out),
+                    "engine": p.engine}
+            if p.engine == "native" and initial is not None:
+                args["initial"] = {k.hex(): None if v is None else v.hex() for k, v in initial.items()}
             procs.append(subprocess.Popen(self.in_host(h, [sys.executable, "-m", "inswitch.apps.hare.loadgen", json.dumps(args)]),
                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         start_ns = start_together(procs)
@@ -798,6 +805,10 @@ class RedisRack:
             if pr.returncode != 0:
                 raise RuntimeError(f"load generator failed: {pr.stderr.read()[-2000:] if pr.stderr else ''}")
         results = [json.loads(o.read_text()) for o in outs]
+        for r in results:  # the native engine's samples come as arrays
+            if "samples_npy" in r:
+                r["samples"] = np.load(r.pop("samples_npy"))
+                r["served"] = np.load(r.pop("served_npy"))
         # the restarts during the run, and one between the previous run and this one that
         # this run recovered from
         mine = {c["generation"] for c in recoveries}
@@ -902,7 +913,7 @@ class RedisRack:
     def measure(self, results: list[dict[str, Any]], start_ns: int, control: Any, ctl_errors: list[str],
                 initial: Optional[dict[bytes, Optional[bytes]]] = None) -> dict[str, Any]:
         p = self.p
-        samples = np.array([s for r in results for s in r["samples"]], dtype=np.int64).reshape(-1, 4)
+        samples = np.concatenate([np.asarray(r["samples"], dtype=np.int64).reshape(-1, 4) for r in results] or [np.empty((0, 4), dtype=np.int64)])
         t = (samples[:, 0] - start_ns) / 1e9
         lat_us = samples[:, 1] / 1e3
         is_get, hit = samples[:, 2].astype(bool), samples[:, 3].astype(bool)
@@ -944,6 +955,12 @@ class RedisRack:
         init = initial if initial is not None else self.initial()
         keys = sorted({k for k, *_ in recs})
         verdict = history.check(recs, init, self.read_back(keys), unacked)
+        # The native engine checks its GETs' values itself (no history); what it says each
+        # key holds at the end must be what Redis holds.
+        mismatches = sum(int(r["stats"].get("value_mismatches", 0)) + int(r["stats"].get("malformed_replies", 0)) for r in results)
+        final = {bytes.fromhex(k): None if v is None else bytes.fromhex(v) for r in results for k, known, v in r.get("final", []) if known}
+        back = self.read_back(sorted(final)) if final else {}
+        native_lost = sum(back[k] != v for k, v in final.items())
         win = (t >= 0) & (t < p.duration)
         duration = p.duration
         return {
@@ -954,10 +971,10 @@ class RedisRack:
             "hit_rate": float(hit[is_get].mean()) if is_get.any() else None,
             "stable_hit_rate": stable,
             "recovery_s": recovery,
-            "correct": bool(verdict.linearizable and verdict.stale_reads == 0 and verdict.lost_writes == 0 and not ctl_errors),
+            "correct": bool(verdict.linearizable and verdict.stale_reads == 0 and verdict.lost_writes == 0 and not ctl_errors and mismatches == 0 and native_lost == 0),
             "linearizable": verdict.linearizable,
             "stale_reads": verdict.stale_reads,
-            "lost_writes": verdict.lost_writes,
+            "lost_writes": verdict.lost_writes + native_lost,
             "nonlinearizable_keys": verdict.nonlinearizable_keys,
             "operations": verdict.operations,
             "keys_touched": verdict.keys,
@@ -965,6 +982,7 @@ class RedisRack:
             "clients": [r["stats"] for r in results],
             "control": counters_of(control),
             "control_errors": ctl_errors,
+            **({"value_mismatches": mismatches} if p.engine == "native" else {}),
             "agents": [link.call(cmd="stats")["counters"] for link in self.links],
         }
 
