@@ -49,7 +49,7 @@ use paxos::{
     round_word, vote_value, Accept, Advance, Clear, ClearInstance, Prepare, RoundOut, VoteOut, VoteRead, VoteWrite, ACCEPTORS,
     INSTANCE_STAGE, NO_VOTE, REFUSED, STALE,
 };
-use primitives::{reduce_status, Exchange, Read, Reduce, Write};
+use primitives::{reduce_status, Exchange, Read, Reduce, Write, KEY_ONLY};
 
 /// Tenant slots (rows of the usage registers, entries of `tenants`).
 pub const TENANT_SLOTS: u32 = 1024;
@@ -62,7 +62,7 @@ type LeaseAction = RegisterAction<Pair, (u32, (u32, u32)), u32, LeaseCheck>;
 type CommitAction = pisa::SaluAction<Pair, u32, u32, LeaseCommit>;
 type ExchangeAction = RegisterAction<Pair, (bool, (u32, i32)), i32, Exchange>;
 type ReadAction = RegisterAction<Pair, (bool, u32), i32, Read>;
-type WriteAction = RegisterAction<Pair, (bool, (u32, i32)), u32, Write>;
+type WriteAction = pisa::SaluAction<Pair, (u32, i32), u32, Write>;
 type ReduceAction = RegisterAction<Pair, (u32, i32), u32, Reduce>;
 
 /// The register actions of one memory segment.
@@ -210,7 +210,7 @@ impl Inaas {
             b.cell_fields(&kr, &[("key", 32), ("value", 32)]);
             let exchange = b.register_action_body(kr, "exchange", Exchange);
             let read = b.register_action_body(kr, "read", Read);
-            let write = b.register_action_body(kr, "write", Write);
+            let write = b.register_action_salu(kr, "write", Write);
             let reduce = b.register_action_body(kr, "reduce", Reduce);
             segments.push(Segment { lease, commit, exchange, read, write, reduce });
         }
@@ -588,7 +588,7 @@ impl Inaas {
                         }
                     }
                     Prim::Write => {
-                        pass.execute(&seg.write, idx as u32, (false, (key, value)));
+                        pass.execute(&seg.write, idx as u32, (key, value));
                         out.alu_ops += 1;
                     }
                     Prim::Reduce => {
@@ -688,7 +688,7 @@ impl Inaas {
                 clear |= 1 << j;
             }
             let install = if installs(prims[j]) { items[j].1 } else { 0 };
-            let old_key = pass.execute(&self.segments[j].write, items[j].0 as u32, (true, (install, 0))).get();
+            let old_key = pass.execute(&self.segments[j].write, items[j].0 as u32, (install, KEY_ONLY)).get();
             alu += 1;
             InaasPacket::new_unchecked(&mut pass.hdr_mut()[14..]).set_key(j, old_key);
         }

@@ -4,10 +4,10 @@
 //! The cell is a pair: key in the low half, value in the high half. A Tofino 1 stateful ALU
 //! returns one 32-bit word, so each action returns one: the value (or [`MISS`]), the old
 //! key, or a status. That is why Algorithm 1's 64-bit swap of a preempted register is split
-//! in two passes ([`Exchange`] with `evict` then [`Write`] with `evict`), see `mod.rs`. The
+//! in two passes ([`Exchange`] with `evict` then [`Write`] of the key only), see `mod.rs`. The
 //! array has the Tofino maximum of four register actions.
 
-use pisa::{Pair, SaluBody};
+use pisa::{Cmp, Cond, Out, OutSrc, Pair, Pred, Salu, SaluBody, SaluProgram, Src, Update};
 
 use super::arith::{sat_add, MISS};
 
@@ -49,21 +49,25 @@ impl SaluBody<Pair, (bool, u32), i32> for Read {
     }
 }
 
-/// Write: put the packet's pair in and return the old key. With `evict` (second pass of a
-/// preemption) only the key half is written: the value went in on the first pass.
+/// Write: put the packet's pair in and return the old key. The second pass of a
+/// preemption writes the key half only: it passes [`MISS`] as the value (c0), which no
+/// packet's value is (`check` refuses it), so the value that went in on the first pass
+/// stays. A stateful ALU takes two PHV operands; the key-only mode rides in the value
+/// operand instead of a third (one condition, one constant in the register file).
 #[derive(Clone, Copy)]
 pub struct Write;
 
-impl SaluBody<Pair, (bool, (u32, i32)), u32> for Write {
-    #[inline(always)]
-    fn run(self, cell: Pair, (evict, (key, value)): (bool, (u32, i32))) -> (Pair, u32) {
-        if evict {
-            (Pair::new(key, cell.hi), cell.lo)
-        } else {
-            (Pair::new(key, value as u32), cell.lo)
-        }
-    }
+impl SaluProgram<Pair, (u32, i32), u32> for Write {
+    const SALU: Salu = Salu {
+        conds: &[Cond::new(Src::PhvHi, Cmp::Eq, Src::K(MISS))],
+        lo: &[Update::set(Pred::ALWAYS, Src::PhvLo)],
+        hi: &[Update::set(Pred::C0.not(), Src::PhvHi)],
+        out: &[Out::always(OutSrc::OldLo)],
+    };
 }
+
+/// The value operand of [`Write`] that writes the key half only.
+pub const KEY_ONLY: i32 = MISS;
 
 /// Outcome of a reduce.
 pub mod reduce_status {
@@ -116,7 +120,9 @@ mod tests {
         assert_eq!(Exchange.run(c, (false, (6, 1))), (c, MISS));
         assert_eq!(Exchange.run(c, (false, (5, 1))), (Pair::new(5, 1), 10));
         assert_eq!(Exchange.run(c, (true, (6, 1))), (Pair::new(5, 1), 10));
-        assert_eq!(Write.run(c, (true, (6, 1))), (Pair::new(6, 10), 5));
+        assert_eq!(Write.run(c, (6, KEY_ONLY)), (Pair::new(6, 10), 5));
+        assert_eq!(Write.run(c, (6, 1)), (Pair::new(6, 1), 5));
+        assert_eq!(Write.run(c, (0, 0)), (Pair::new(0, 0), 5));
     }
 
     #[test]
