@@ -78,6 +78,42 @@ fn clearing_write_that_takes_a_lease_completes() {
 }
 
 #[test]
+fn value_zero_is_not_a_miss_and_freed_cells_swap_in() {
+    // The value half is offset binary so that an ALU's one output word can say "miss" with
+    // 0: a stored 0, a freed cell's old value and a collected 0 must all come back as 0.
+    let mut s = kv_service(1, 1_000_000);
+    let one = |s: &mut Service, op| run_one(s, 0, &[ItemReq { seg: 6, idx: 11, op }], Operator::Add)[6];
+    let done = |v| Some(ItemResult::Done(v));
+    assert_eq!(one(&mut s, Op::Swap { key: 7, value: 3 }), done(0), "takes the lease: installs");
+    assert_eq!(one(&mut s, Op::Swap { key: 7, value: 4 }), done(3));
+    assert_eq!(one(&mut s, Op::Swap { key: 8, value: 1 }), Some(ItemResult::Miss), "another key");
+    assert_eq!(one(&mut s, Op::Write { key: 10, value: 0 }), done(0));
+    assert_eq!(one(&mut s, Op::Read { key: 10 }), done(0), "a stored 0");
+    assert_eq!(one(&mut s, Op::Read { key: 7 }), Some(ItemResult::Miss));
+    assert_eq!(one(&mut s, Op::Write { key: 0, value: 0 }), done(0), "frees the cell");
+    assert_eq!(one(&mut s, Op::Read { key: 10 }), Some(ItemResult::Miss));
+    assert_eq!(one(&mut s, Op::Swap { key: 8, value: 5 }), done(0), "a free cell's old value is 0");
+    assert_eq!(one(&mut s, Op::Read { key: 8 }), done(5));
+    // Reduce into the cell (after freeing it), collect a sum of 0, swap into the freed cell.
+    assert_eq!(one(&mut s, Op::Write { key: 0, value: 0 }), done(0));
+    for (worker, value) in [(0, 2), (1, -2)] {
+        assert!(matches!(one(&mut s, Op::Reduce { key16: 3, worker, value }), Some(ItemResult::Done(_))));
+    }
+    assert_eq!(one(&mut s, Op::Collect { key16: 3, workers: 2 }), done(0), "a collected 0");
+    // The switch's collect (read and reduce flags: read, then free the cell), raw.
+    let (_, mut f) =
+        s.tenants[0].client.asm.build(&[ItemReq { seg: 6, idx: 11, op: Op::Collect { key16: 3, workers: 2 } }], Operator::Add, 0).unwrap();
+    let mut p = InaasPacket::new_unchecked(&mut f[14..]);
+    p.set_bitmap(Bitmap::Reduce, 1 << 6);
+    s.send_raw(0, f);
+    s.run(1_000_000);
+    assert_eq!(one(&mut s, Op::Collect { key16: 3, workers: 2 }), Some(ItemResult::Miss), "freed");
+    assert_eq!(one(&mut s, Op::Swap { key: 9, value: 1 }), done(0), "a collected cell is free");
+    assert_eq!(one(&mut s, Op::Read { key: 9 }), done(1));
+    assert_eq!(s.violations(), 0);
+}
+
+#[test]
 #[allow(clippy::needless_range_loop)]
 fn compute_saturates_and_goalkeeper_completes_exactly() {
     let mut s = kv_service(1, 1000);

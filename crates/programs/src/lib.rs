@@ -112,17 +112,8 @@ mod tests {
                 "hare_lock.oo_stat.fetch_halve",
             ],
         ),
-        ("inaas", &["inaas.kv_N.exchange", "inaas.kv_N.read", "inaas.kv_N.reduce", "inaas.kv_N.write", "inaas.lease_N.check"]),
-        (
-            "inaas_paxos",
-            &[
-                "inaas_paxos.kv_N.exchange",
-                "inaas_paxos.kv_N.read",
-                "inaas_paxos.kv_N.reduce",
-                "inaas_paxos.kv_N.write",
-                "inaas_paxos.lease_N.check",
-            ],
-        ),
+        ("inaas", &["inaas.kv_N.reduce", "inaas.lease_N.check"]),
+        ("inaas_paxos", &["inaas_paxos.kv_N.reduce", "inaas_paxos.lease_N.check"]),
     ];
 
     #[test]

@@ -49,7 +49,7 @@ use paxos::{
     round_word, vote_value, Accept, Advance, Clear, ClearInstance, Prepare, RoundOut, VoteOut, VoteRead, VoteWrite, ACCEPTORS,
     INSTANCE_STAGE, NO_VOTE, REFUSED, STALE,
 };
-use primitives::{reduce_status, Exchange, Read, Reduce, Write};
+use primitives::{dec, dec_evicted, enc, reduce_status, Exchange, Read, Reduce, Write, COLLECT, EVICT, KEY_ONLY};
 
 /// Tenant slots (rows of the usage registers, entries of `tenants`).
 pub const TENANT_SLOTS: u32 = 1024;
@@ -60,9 +60,9 @@ pub const PARSE_DEPTH: u32 = 14 + HEADER_LEN as u32;
 
 type LeaseAction = RegisterAction<Pair, (u32, (u32, u32)), u32, LeaseCheck>;
 type CommitAction = pisa::SaluAction<Pair, u32, u32, LeaseCommit>;
-type ExchangeAction = RegisterAction<Pair, (bool, (u32, i32)), i32, Exchange>;
-type ReadAction = RegisterAction<Pair, (bool, u32), i32, Read>;
-type WriteAction = RegisterAction<Pair, (bool, (u32, i32)), u32, Write>;
+type ExchangeAction = pisa::SaluAction<Pair, (u32, u32), u32, Exchange>;
+type ReadAction = pisa::SaluAction<Pair, (u32, u32), u32, Read>;
+type WriteAction = pisa::SaluAction<Pair, (u32, u32), u32, Write>;
 type ReduceAction = RegisterAction<Pair, (u32, i32), u32, Reduce>;
 
 /// The register actions of one memory segment.
@@ -206,11 +206,17 @@ impl Inaas {
             b.cell_fields(&lr, &[("holder_uid", 32), ("deadline_us", 32)]);
             let lease = b.register_action_body(lr, "check", LeaseCheck);
             let commit = b.register_action_salu(lr, "commit", LeaseCommit);
-            let kr = b.register::<Pair>(&format!("kv_{j}"), Gress::Ingress, kv_stage(j), SEGMENT_SIZE, "key (lo) and value (hi)");
+            let kr = b.register::<Pair>(
+                &format!("kv_{j}"),
+                Gress::Ingress,
+                kv_stage(j),
+                SEGMENT_SIZE,
+                "key (lo) and value (hi, offset binary: value XOR 2^31, never 0)",
+            );
             b.cell_fields(&kr, &[("key", 32), ("value", 32)]);
-            let exchange = b.register_action_body(kr, "exchange", Exchange);
-            let read = b.register_action_body(kr, "read", Read);
-            let write = b.register_action_body(kr, "write", Write);
+            let exchange = b.register_action_salu(kr, "exchange", Exchange);
+            let read = b.register_action_salu(kr, "read", Read);
+            let write = b.register_action_salu(kr, "write", Write);
             let reduce = b.register_action_body(kr, "reduce", Reduce);
             segments.push(Segment { lease, commit, exchange, read, write, reduce });
         }
@@ -569,16 +575,19 @@ impl Inaas {
             let mut value_out = value;
             if out.preempted & bit != 0 {
                 let install = if installs(prims[j]) { value } else { 0 };
-                value_out = pass.execute(&seg.exchange, idx as u32, (true, (0, install))).get();
+                // The value half, whatever the key (Read's evict mode); the key half next pass.
+                value_out = dec_evicted(pass.execute(&seg.read, idx as u32, (EVICT, enc(install))).get());
                 out.alu_ops += 1;
             } else {
                 match prims[j] {
                     Prim::None => {}
                     Prim::Read | Prim::Collect | Prim::Swap => {
                         let got = match prims[j] {
-                            Prim::Swap => pass.execute(&seg.exchange, idx as u32, (false, (key, value))),
-                            p => pass.execute(&seg.read, idx as u32, (p == Prim::Collect, key)),
-                        };
+                            Prim::Swap => pass.execute(&seg.exchange, idx as u32, (key, enc(value))),
+                            Prim::Collect => pass.execute(&seg.reduce, idx as u32, (key, COLLECT)),
+                            _ => pass.execute(&seg.read, idx as u32, (key, 0)),
+                        }
+                        .map(dec);
                         out.alu_ops += 1;
                         if got == MISS {
                             out.failed |= bit;
@@ -588,7 +597,7 @@ impl Inaas {
                         }
                     }
                     Prim::Write => {
-                        pass.execute(&seg.write, idx as u32, (false, (key, value)));
+                        pass.execute(&seg.write, idx as u32, (key, enc(value)));
                         out.alu_ops += 1;
                     }
                     Prim::Reduce => {
@@ -688,7 +697,7 @@ impl Inaas {
                 clear |= 1 << j;
             }
             let install = if installs(prims[j]) { items[j].1 } else { 0 };
-            let old_key = pass.execute(&self.segments[j].write, items[j].0 as u32, (true, (install, 0))).get();
+            let old_key = pass.execute(&self.segments[j].write, items[j].0 as u32, (install, KEY_ONLY)).get();
             alu += 1;
             InaasPacket::new_unchecked(&mut pass.hdr_mut()[14..]).set_key(j, old_key);
         }
