@@ -81,3 +81,23 @@ def test_real_tenants_in_a_rack(tmp_path: Path) -> None:
     for line in r["ledger"]:
         assert line["leases"] == line["goalkeeper_leases"] and line["alu_ops"] > 0, line
     assert not netns.leftovers(name)
+
+
+@pytest.mark.skipif(not ROOT, reason="needs root: network namespaces, veth pairs, AF_PACKET")
+def test_table2_real_experiment_quick(tmp_path: Path) -> None:
+    cp = subprocess.run([sys.executable, "-m", "inswitch", "experiment", "inaas-table2-real", "--quick", "--out", str(tmp_path)],
+                        capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    r = json.loads((tmp_path / "inaas-table2-real.json").read_text())
+    assert r["correct"] is True
+    assert r["mode"].startswith("real processes")
+    for n in ("1x", "2x"):
+        assert r[f"run_{n}"]["real"]["mode"].startswith("real processes")
+        assert r[f"run_{n}"]["model"]["mode"].startswith("model:")
+        assert r[f"run_{n}"]["real"]["cross_tenant_violations"] == 0
+    for a in ("dense", "kv", "bloom"):
+        for n in ("1", "2"):
+            assert r["speedup"][a][n] > 0 and r["model"]["speedup"][a][n] > 0
+    rows = {row["quantity"]: row for row in r["comparison"]}
+    assert "KV store (average latency) 1x, real" in rows and "KV store (average latency) 1x, model" in rows
+    assert (tmp_path / "inaas-table2-real.png").stat().st_size > 0
