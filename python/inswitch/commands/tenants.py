@@ -62,7 +62,7 @@ def _print_ledger(ledger: list[dict], console: Console) -> None:
 
 @tenants_app.command("run", epilog=RUN_EXAMPLES)
 def run_cmd(
-    apps: Any = option(None, "--apps", type=Words(list(APPS), "all"), help="Applications to run as tenants, comma-separated (default: all; with --real all but paxos)."),
+    apps: Any = option(None, "--apps", type=Words(list(APPS), "all"), help="Applications to run as tenants, comma-separated (default: all)."),
     instances: int = option(1, "--instances", type=Int(1, 4), help="Concurrent instances of each application."),
     scheduler: str = option("inaas", "--scheduler", type=Choice("inaas", "fcfs", "fq"), help="Switch memory scheduler."),
     loss: float = option(0.0, "--loss", type=Float(0, 0.5), help="Packet loss probability on the tenants' links."),
@@ -78,11 +78,7 @@ def run_cmd(
     """Run applications concurrently as tenants: speedup against host-only, correctness,
     and the ledger (kept for `inswitch tenants ledger`)."""
     console = console_for(json_out)
-    if apps is None:
-        from inswitch.apps.inaas.real import REAL_APPS
-
-        apps = list(REAL_APPS) if real else list(APPS)
-    names = list(apps)
+    names = list(apps or APPS)
     if real:
         from inswitch.apps.inaas.real import RealRunError, check_args
 

@@ -47,16 +47,17 @@ SCALE = 50
 #: 1 ms gaps, 4-6 tenants' host-only requests saturated the switch process on this shared
 #: 2-core machine (host-only medians of several ms, a queue's length, not a path's cost).
 GAP_SCALE = 1000
-#: Applications that run as real processes, and why the others do not.
-REAL_APPS = ("kv", "sparse", "dense", "bloom")
-NOT_REAL = {"paxos": "its proposer and learners (hostlib::inaas::paxos) run only inside the in-process service, and its "
-                     "acceptors are the `inaas_paxos` program, which does not fit tofino1 beside `inaas`"}
+#: Applications that run as real processes (all of them).
+REAL_APPS = ("kv", "sparse", "dense", "bloom", "paxos")
 MODE = "real processes: switch process (forward + inaas), goalkeeper, tenants and host-only servers in a rack of namespaces, wall clock"
 
 SERVER = textwrap.dedent('''
     import select, socket, sys
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_RCVBUFFORCE", 33), 8 << 20)
+    except OSError:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
     s.bind((sys.argv[1], int(sys.argv[2])))
     s.setblocking(False)
     print("READY", flush=True)
@@ -84,7 +85,7 @@ class RealRunError(RuntimeError):
 def check_args(apps: list[str], attacker: bool) -> None:
     bad = [a for a in apps if a not in REAL_APPS]
     if bad:
-        raise RealRunError("; ".join(f"--real cannot run {a}: {NOT_REAL.get(a, 'unknown application')}" for a in bad) + " (use --sim)")
+        raise RealRunError(f"--real cannot run {', '.join(bad)} (known: {', '.join(REAL_APPS)})")
     if attacker:
         raise RealRunError("--attacker is not available with --real (its forged frames come from the in-process service); use --sim")
     if os.geteuid() != 0:
@@ -154,7 +155,10 @@ def run_tenants_real(
     rack = Rack()
     progress(f"rack {name}: {len(names) + 2} hosts")
     t_run = time.monotonic()
-    st = rack.up(len(names) + 2, name=name, programs="forward,inaas", p4runtime=f"127.0.0.1:{_free_port()}",
+    # Paxos's acceptors are the `inaas_paxos` program (inaas + acceptors; tofino2), which the
+    # model's in-process service runs for every tenant; without Paxos, `inaas` (tofino1).
+    programs = "forward,inaas_paxos" if "paxos" in names else "forward,inaas"
+    st = rack.up(len(names) + 2, name=name, programs=programs, p4runtime=f"127.0.0.1:{_free_port()}",
                  metrics=f"127.0.0.1:{_free_port()}", fault=f"loss={loss},seed={seed}" if loss > 0 else None)
     procs: list[subprocess.Popen[str]] = []
     logs = Path(tempfile.mkdtemp(prefix=f"inswitch-{name}-"))
@@ -182,19 +186,24 @@ def run_tenants_real(
                           json.dumps([[u, KIND[a], lease] for u, a, lease in zip(uids, names, scaled)])], "goalkeeper")
         if _line(gk_p, 30, "goalkeeper", logs / "goalkeeper.err") != "READY":
             raise RuntimeError("goalkeeper did not start")
-        servers = []
-        for i in range(len(names)):
-            sp = start(srv, ["-c", SERVER, srv.ip, str(9100 + i)], f"server{i}")
-            if _line(sp, 30, f"server {i}", logs / f"server{i}.err") != "READY":
-                raise RuntimeError(f"server {i} did not start")
-            servers.append(sp)
+        servers: list[list[subprocess.Popen[str]]] = []
+        ports: list[list[int]] = []
+        for i, a in enumerate(names):
+            # Paxos's host-only version: phase 2 to three acceptor hosts (three processes).
+            ports.append([9100 + 4 * i + k for k in range(3 if a == "paxos" else 1)])
+            servers.append([])
+            for port in ports[-1]:
+                sp = start(srv, ["-c", SERVER, srv.ip, str(port)], f"server{port}")
+                if _line(sp, 30, f"server {port}", logs / f"server{port}.err") != "READY":
+                    raise RuntimeError(f"server {port} did not start")
+                servers[-1].append(sp)
         tenants: list[tuple[str, subprocess.Popen[str]]] = []
         counter: dict[str, int] = {}
         for i, (a, h, uid, r, lease) in enumerate(zip(names, hosts, uids, regions, scaled)):
             inst = counter.get(a, 0)
             counter[a] = inst + 1
             cfg = {"app": a, "inst": inst, "index": i, "seed": seed, "uid": uid, "mac": hexmac(h.mac), "gk_mac": hexmac(gk.mac),
-                   "ifname": h.ifname, "ip": h.ip, "server_ip": srv.ip, "server_port": 9100 + i, "lease_us": lease,
+                   "ifname": h.ifname, "ip": h.ip, "server_ip": srv.ip, "server_ports": ports[i], "lease_us": lease,
                    "rto_us": RTO_US * SCALE, "bl_rto_us": App.BL_RTO_US * SCALE, "scale": SCALE, "phase_limit_s": limit_s,
                    "region": dataclasses.asdict(r), "sizes": dataclasses.asdict(sizes)}
             tag = f"{a}{inst}"
@@ -225,9 +234,12 @@ def run_tenants_real(
                 e = dict(c.read_register("tenant_events", slot)).get(slot, 0)
                 usage.append({"alu_ops": u & 0xFFFFFFFF, "packets": u >> 32, "mismatches": e & 0xFFFFFFFF, "leases": e >> 32})
         served = []
-        for sp in servers:
-            so, _ = sp.communicate(input="", timeout=10)
-            served.append(int(so.strip().splitlines()[-1]))
+        for group in servers:
+            n = 0
+            for sp in group:
+                so, _ = sp.communicate(input="", timeout=10)
+                n += int(so.strip().splitlines()[-1])
+            served.append(n)
         gk_out, _ = gk_p.communicate(input="", timeout=30)
         gk_res = json.loads(gk_out.strip().splitlines()[-1])
     finally:
@@ -270,7 +282,7 @@ def run_tenants_real(
         "subscribers": list(subscribers),
         "loss": loss,
         "mode": MODE,
-        "real": {"rack": name, "hosts": len(names) + 2, "time_scale": SCALE, "request_gap_scale": GAP_SCALE, "rto_us": RTO_US * SCALE, "baseline_rto_us": App.BL_RTO_US * SCALE,
+        "real": {"rack": name, "hosts": len(names) + 2, "programs": programs, "time_scale": SCALE, "request_gap_scale": GAP_SCALE, "rto_us": RTO_US * SCALE, "baseline_rto_us": App.BL_RTO_US * SCALE,
                  "loss_by": "switch --fault loss" if loss > 0 else None, "load_average": list(load), "budget_registers_per_segment": budget},
         "cross_tenant_violations": int(sum(r["foreign"] for r in results)),
         "attacker_detected": None,

@@ -34,6 +34,15 @@ GK_REPLY = 0x08
 MAX_TRIES = 8
 
 
+def _big_rcvbuf(s: socket.socket) -> None:
+    """8 MB of receive buffer (past rmem_max as root): the adapters send in bursts (a
+    setup's hundreds of writes), and an overflowing socket would turn them into losses."""
+    try:
+        s.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_RCVBUFFORCE", 33), 8 << 20)
+    except OSError:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+
+
 class _Raw:
     """The parts of `_native.InaasService` the adapters call, for one process."""
 
@@ -50,9 +59,39 @@ class _Raw:
         return self.svc.add_member()
 
     def add_server(self, service_us: int) -> int:
+        """This tenant's next server process (Paxos: three acceptor hosts' worth)."""
         s = self.svc
-        s.servers.append(s.server_addr)
+        ports = s.cfg["server_ports"]
+        s.servers.append((s.cfg["server_ip"], int(ports[len(s.servers) % len(ports)])))
         return len(s.servers) - 1
+
+    # Paxos: the proposer and learners in this process (`_native.InaasPaxosHosts`, the
+    # hosts of `hostlib::inaas::paxos_run::PaxosGroup`), the acceptors in the switch.
+    def paxos_start(self, t: int, base: int, slots: int, learners: int = 3) -> None:
+        s = self.svc
+        s.paxos = _native.InaasPaxosHosts(s.uid, s.mac, s.gk_mac, base, slots, s.now_us, s.rto_us, learners)
+        self.paxos_step(t)
+
+    def paxos_propose(self, t: int, value: int) -> None:
+        assert self.svc.paxos is not None
+        self.svc.paxos.propose(int(value))
+
+    def paxos_step(self, t: int) -> list[tuple[int, int]]:
+        s = self.svc
+        assert s.paxos is not None
+        s.poll(0)
+        frames, decided = s.paxos.step(s.now_us)
+        for f in frames:
+            try:
+                s.raw_sock.send(f)
+            except (BlockingIOError, OSError):
+                pass  # lost: the proposer retransmits
+        s.stats["paxos_frames_sent"] += len(frames)
+        return list(decided)
+
+    def paxos_logs(self, t: int) -> tuple[list[list[int]], list[str]]:
+        assert self.svc.paxos is not None
+        return self.svc.paxos.logs()
 
     def in_flight(self, t: int) -> int:
         return sum(1 for f in self.svc.inflight.values() if f["member"] == t)
@@ -69,13 +108,14 @@ class RealService:
         self.gk_mac = bytes.fromhex(cfg["gk_mac"])
         self.lease_us = int(cfg["lease_us"])
         self.rto_us = int(cfg["rto_us"])
-        self.server_addr = (cfg["server_ip"], int(cfg["server_port"]))
+        self.server_addr = (cfg["server_ip"], int(cfg["server_ports"][0]))
+        self.paxos: Any = None
         self.raw_sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETHERTYPE))
-        self.raw_sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        _big_rcvbuf(self.raw_sock)
         self.raw_sock.bind((cfg["ifname"], ETHERTYPE))
         self.raw_sock.setblocking(False)
         self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.udp.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        _big_rcvbuf(self.udp)
         self.udp.bind((cfg["ip"], 0))
         self.udp.setblocking(False)
         self.t0 = time.monotonic()
@@ -87,7 +127,7 @@ class RealService:
         self.done: dict[int, list[tuple]] = {}
         self.bl_done: dict[int, list[tuple[int, bytes]]] = {}
         self.stats = {"sent": 0, "retransmitted": 0, "gave_up": 0, "via_goalkeeper": 0, "completed": 0, "foreign_frames": 0,
-                      "baseline_sent": 0, "baseline_received": 0}
+                      "baseline_sent": 0, "baseline_received": 0, "paxos_frames_sent": 0, "paxos_frames_received": 0}
 
     # ---- time ------------------------------------------------------------------------
     @property
@@ -171,6 +211,10 @@ class RealService:
                 return
             if addr[2] == socket.PACKET_OUTGOING:
                 continue
+            if self.paxos is not None and f[:6] == self.mac and _native.InaasPaxosHosts.is_paxos(f):
+                self.stats["paxos_frames_received"] += 1
+                self.paxos.on_frame(f, self.now_us)
+                continue
             rep = _native.inaas_reply(f)
             if rep is None:
                 continue
@@ -231,13 +275,15 @@ class RealService:
         self.poll(0.001)
 
     def warm_up(self) -> None:
-        """Resolve the server's address both ways (ARP) before anything is timed: one echo."""
-        for _ in range(50):
-            self.udp.sendto(b"\xff\xff", self.server_addr)
-            r, _, _ = select.select([self.udp], [], [], 0.1)
-            if r:
-                self.udp.recvfrom(65536)
-                return
+        """Resolve the servers' address both ways (ARP) before anything is timed: one echo
+        from each."""
+        for port in self.cfg["server_ports"]:
+            for _ in range(50):
+                self.udp.sendto(b"\xff\xff", (self.cfg["server_ip"], int(port)))
+                r, _, _ = select.select([self.udp], [], [], 0.1)
+                if r:
+                    self.udp.recvfrom(65536)
+                    break
 
 
 def _wait_go() -> None:
