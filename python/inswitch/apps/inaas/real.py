@@ -11,8 +11,8 @@ tenant, as the in-process service's servers echo). The controller registers ever
 for all tenants (the runner releases them with one `GO` each), so tenants run concurrently.
 
 Times: the hosts are Python processes, far slower than the model's microsecond hosts, so
-the adapters' pacing and timers are the model's times × `SCALE` of wall time (request
-gaps, retransmission timeouts, lease lengths); what is measured (latencies, throughput) is
+the adapters' timers are the model's times × `SCALE` of wall time (retransmission
+timeouts), their request gaps and lease lengths × `GAP_SCALE`; what is measured (latencies, throughput) is
 plain wall-clock µs. Loss is the switch's own drop (`--fault loss=P,seed=S`), on every
 frame through it, INaaS and host-only alike. The ledger comes from the switch's per-tenant
 registers (`tenant_usage`, `tenant_events`) read over P4Runtime and the goalkeeper's count.
@@ -47,6 +47,11 @@ SCALE = 50
 #: 1 ms gaps, 4-6 tenants' host-only requests saturated the switch process on this shared
 #: 2-core machine (host-only medians of several ms, a queue's length, not a path's cost).
 GAP_SCALE = 1000
+#: Wall µs per model µs of a lease: as the request gap, so a lease outlives a workload phase
+#: as it does in the model (at the timers' ×50, FQ's and FCFS's 10 ms leases became 0.5 s,
+#: shorter than a 1.2 s KV phase after its setup, and nearly every KV read went through the
+#: goalkeeper).
+LEASE_SCALE = GAP_SCALE
 #: Applications that run as real processes (all of them).
 REAL_APPS = ("kv", "sparse", "dense", "bloom", "paxos")
 MODE = "real processes: switch process (forward + inaas), goalkeeper, tenants and host-only servers in a rack of namespaces, wall clock"
@@ -164,12 +169,12 @@ def run_tenants_real(
     logs = Path(tempfile.mkdtemp(prefix=f"inswitch-{name}-"))
     try:
         gk, hosts, srv = st.hosts[0], st.hosts[1:-1], st.hosts[-1]
-        scaled = [min(MAX_LEASE_US, r.lease_us * SCALE) for r in regions]
+        scaled = [min(MAX_LEASE_US, r.lease_us * LEASE_SCALE) for r in regions]
         with SwitchClient(st.switch.p4runtime) as c:
             tenants_t, gkt = _p4_name(c, "tenants"), _p4_name(c, "goalkeeper")
             c.insert_entry(gkt, {"meta.zero": 0}, "set_goalkeeper", {"port": gk.port})
             for slot, (h, uid, r, lease) in enumerate(zip(hosts, uids, regions, scaled)):
-                cap = min(MAX_LEASE_US, r.max_lease_us * SCALE)
+                cap = min(MAX_LEASE_US, r.max_lease_us * LEASE_SCALE)
                 for port in (h.port, gk.port):
                     c.insert_entry(tenants_t, {"ig_intr_md.ingress_port": port, "hdr.inaas.uid": uid}, "set_tenant", {"slot": slot, "max_lease_us": cap})
         py = sys.executable
@@ -272,7 +277,7 @@ def run_tenants_real(
             fig["speedup_p50"] = lp["host"]["p50_us"] / lp["inaas"]["p50_us"]
         out_apps[key] = fig
         per_app.setdefault(a, []).append(speed)
-        ledger.append(bill(f"{a}#{inst}", u, int(gk_res["leases"].get(str(uid), 0)), dataclasses.replace(r, lease_us=min(MAX_LEASE_US, r.lease_us * SCALE)), prices, run_us))
+        ledger.append(bill(f"{a}#{inst}", u, int(gk_res["leases"].get(str(uid), 0)), dataclasses.replace(r, lease_us=min(MAX_LEASE_US, r.lease_us * LEASE_SCALE)), prices, run_us))
     load = os.getloadavg()
     return {
         "apps": out_apps,
@@ -282,7 +287,7 @@ def run_tenants_real(
         "subscribers": list(subscribers),
         "loss": loss,
         "mode": MODE,
-        "real": {"rack": name, "hosts": len(names) + 2, "programs": programs, "time_scale": SCALE, "request_gap_scale": GAP_SCALE, "rto_us": RTO_US * SCALE, "baseline_rto_us": App.BL_RTO_US * SCALE,
+        "real": {"rack": name, "hosts": len(names) + 2, "programs": programs, "time_scale": SCALE, "request_gap_scale": GAP_SCALE, "lease_scale": LEASE_SCALE, "rto_us": RTO_US * SCALE, "baseline_rto_us": App.BL_RTO_US * SCALE,
                  "loss_by": "switch --fault loss" if loss > 0 else None, "load_average": list(load), "budget_registers_per_segment": budget},
         "cross_tenant_violations": int(sum(r["foreign"] for r in results)),
         "attacker_detected": None,
