@@ -110,3 +110,13 @@ def test_table2_real_experiment_quick(tmp_path: Path) -> None:
     rows = {row["quantity"]: row for row in r["comparison"]}
     assert "KV store (average latency) 1x, real" in rows and "KV store (average latency) 1x, model" in rows
     assert (tmp_path / "inaas-table2-real.png").stat().st_size > 0
+
+
+def test_real_refuses_without_root_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The same check as test_real_needs_root, for runs as root (the uid is the only input).
+    from inswitch.apps.inaas import real
+
+    monkeypatch.setattr(real.os, "geteuid", lambda: 1000)
+    with pytest.raises(real.RealRunError, match="needs root") as e:
+        real.check_args(["kv"], False)
+    assert "\n" not in str(e.value)
