@@ -151,6 +151,8 @@ def ledger_cmd(
         Console(stderr=True).print(f"[red]error:[/red] {p} is not a ledger: {e}", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
     _print_ledger(ledger, console)
+    if doc.get("mode"):
+        console.print(f"mode of that run: {doc['mode']}", highlight=False, soft_wrap=True)
     console.print(f"read {p}", highlight=False, soft_wrap=True)
     if json_out:
         write_json(json_out, doc, indent=2)

@@ -197,4 +197,5 @@ def save_ledger(result: dict[str, Any], path: Path | None = None) -> Path:
     """Write the ledger (atomically) and return where."""
     from inswitch.output import replace_json
 
-    return replace_json(path or ledger_path(), {"ledger": result["ledger"], "scheduler": result["scheduler"], "instances": result["instances"]})
+    return replace_json(path or ledger_path(), {"ledger": result["ledger"], "scheduler": result["scheduler"], "instances": result["instances"],
+                                                 "mode": result.get("mode", "")})
