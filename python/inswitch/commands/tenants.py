@@ -97,8 +97,14 @@ def run_cmd(
         if real:
             from inswitch.apps.inaas.real import run_tenants_real
 
-            res = run_tenants_real(names, instances, scheduler, loss, quick=not full, seed=seed, progress=lambda s: st.update(f"tenants: {s}"),
-                                   subscribers=subs, budget=budget, name=rack_name)
+            from inswitch.topology.errors import RackError
+
+            try:
+                res = run_tenants_real(names, instances, scheduler, loss, quick=not full, seed=seed, progress=lambda s: st.update(f"tenants: {s}"),
+                                       subscribers=subs, budget=budget, name=rack_name)
+            except (RackError, RuntimeError) as e:  # torn down already; say why in one line
+                Console(stderr=True).print(f"[red]error:[/red] tenants run --real: {' '.join(str(e).split())}", highlight=False, soft_wrap=True)
+                raise typer.Exit(1)
         else:
             res = run_tenants(names, instances, scheduler, loss, attacker, quick=not full, seed=seed, progress=lambda s: st.update(f"tenants: {s}"), subscribers=subs, budget=budget)
     what = "real processes in a rack, wall clock" if real else "model: in-process, simulated µs"

@@ -181,8 +181,8 @@ def run_tenants_real(
         hexmac = lambda m: m.replace(":", "")  # noqa: E731
 
         def start(h: Any, argv: list[str], tag: str) -> subprocess.Popen[str]:
-            err = open(logs / f"{tag}.err", "w")
-            p = subprocess.Popen(netns.netns_argv(h.netns or "", [py, *argv]), stdout=subprocess.PIPE, stderr=err, stdin=subprocess.PIPE, text=True)
+            with open(logs / f"{tag}.err", "w") as err:  # the child keeps its own descriptor
+                p = subprocess.Popen(netns.netns_argv(h.netns or "", [py, *argv]), stdout=subprocess.PIPE, stderr=err, stdin=subprocess.PIPE, text=True)
             procs.append(p)
             return p
 
