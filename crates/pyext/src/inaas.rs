@@ -7,7 +7,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
-use hostlib::inaas::paxos::Ring;
+use hostlib::inaas::paxos::{Learner, Proposer, Ring};
 use hostlib::inaas::paxos_run::{run_paxos, PaxosFaults, PaxosGroup};
 use hostlib::inaas::{build_frame, parse_reply, Goalkeeper, ItemReq, ItemResult, Kind, Op, Service, TenantInfo};
 use wire::ethernet::EthernetAddress;
@@ -481,7 +481,82 @@ impl InaasGoalkeeper {
     }
 }
 
+/// The Paxos tenant's hosts as one real process drives them (`tenants run --real`): the
+/// proposer and its learners of `PaxosGroup`, frames in and out instead of a service.
+#[pyclass(module = "inswitch._native", unsendable)]
+pub struct InaasPaxosHosts {
+    proposer: Proposer,
+    learners: Vec<Learner>,
+    violations: Vec<String>,
+    reported: usize,
+}
+
+#[pymethods]
+impl InaasPaxosHosts {
+    /// Lead tenant `uid`'s acceptors in slots `base..base+slots` (whose leases the tenant
+    /// took); `rto_us` for the proposer's retransmissions.
+    #[new]
+    #[pyo3(signature = (uid, mac, service_mac, base, slots, now_us, rto_us, learners=3))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(uid: u32, mac: &[u8], service_mac: &[u8], base: u16, slots: u16, now_us: u64, rto_us: u64, learners: usize) -> PyResult<Self> {
+        if slots == 0 || learners == 0 {
+            return Err(PyValueError::new_err("no slots or no learners"));
+        }
+        let mut proposer = Proposer::new(1, Ring { base, slots }, uid, mac6(mac)?, mac6(service_mac)?);
+        proposer.rto_us = rto_us;
+        proposer.take_over(0, now_us);
+        Ok(InaasPaxosHosts { proposer, learners: (0..learners).map(|_| Learner::default()).collect(), violations: Vec::new(), reported: 0 })
+    }
+
+    /// Whether `frame` is a Paxos answer (for the proposer), not an ordinary INaaS reply.
+    #[staticmethod]
+    fn is_paxos(frame: &[u8]) -> bool {
+        frame.len() > 14 && wire::inaas::is_paxos(frame[14])
+    }
+
+    /// A value (non-zero) to be chosen.
+    fn propose(&mut self, value: i32) -> PyResult<()> {
+        if value == 0 {
+            return Err(PyValueError::new_err("0 is the no-op"));
+        }
+        self.proposer.propose(value);
+        Ok(())
+    }
+
+    fn on_frame(&mut self, frame: &[u8], now_us: u64) {
+        self.proposer.on_frame(frame, now_us);
+    }
+
+    /// Retransmissions and votes out (as `PaxosGroup::step`): the frames to send, and the
+    /// decisions since the last call as (instance, µs from its first 2a).
+    #[allow(clippy::type_complexity)]
+    fn step<'py>(&mut self, py: Python<'py>, now_us: u64) -> (Vec<Bound<'py, PyBytes>>, Vec<(u64, u64)>) {
+        self.proposer.poll(now_us);
+        let frames: Vec<_> = self.proposer.take_output().iter().map(|f| PyBytes::new(py, f)).collect();
+        for v in self.proposer.take_votes() {
+            for l in &mut self.learners {
+                if let Err(e) = l.on_vote(v) {
+                    self.violations.push(e);
+                }
+            }
+        }
+        let floor = self.learners.iter().map(|l| l.delivered()).min().unwrap_or(0);
+        self.proposer.on_floor(floor, now_us);
+        let mut frames = frames;
+        frames.extend(self.proposer.take_output().iter().map(|f| PyBytes::new(py, f)));
+        let out = self.proposer.latencies[self.reported..].to_vec();
+        self.reported = self.proposer.latencies.len();
+        (frames, out)
+    }
+
+    /// Every learner's delivered log, and the contradictions learners saw.
+    fn logs(&self) -> (Vec<Vec<i32>>, Vec<String>) {
+        (self.learners.iter().map(|l| l.log.clone()).collect(), self.violations.clone())
+    }
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<InaasPaxosHosts>()?;
     m.add_function(wrap_pyfunction!(paxos_run, m)?)?;
     m.add_class::<InaasService>()?;
     m.add_class::<InaasGoalkeeper>()?;

@@ -23,6 +23,8 @@ RUN_EXAMPLES = """Examples:
 
   inswitch tenants run --apps kv,bloom --scheduler fq --loss 0.01 --subscribe kv
 
+  sudo inswitch tenants run --real --apps kv,dense,bloom --instances 2 --json out/real.json
+
   inswitch tenants ledger
 """
 
@@ -60,7 +62,7 @@ def _print_ledger(ledger: list[dict], console: Console) -> None:
 
 @tenants_app.command("run", epilog=RUN_EXAMPLES)
 def run_cmd(
-    apps: Any = option(list(APPS), "--apps", type=Words(list(APPS), "all"), help="Applications to run as tenants, comma-separated."),
+    apps: Any = option(None, "--apps", type=Words(list(APPS), "all"), help="Applications to run as tenants, comma-separated (default: all)."),
     instances: int = option(1, "--instances", type=Int(1, 4), help="Concurrent instances of each application."),
     scheduler: str = option("inaas", "--scheduler", type=Choice("inaas", "fcfs", "fq"), help="Switch memory scheduler."),
     loss: float = option(0.0, "--loss", type=Float(0, 0.5), help="Packet loss probability on the tenants' links."),
@@ -69,12 +71,22 @@ def run_cmd(
     budget: int = option(512, "--budget", type=Int(16, 32_768), help="Registers per segment the scheduler divides among the tenants."),
     full: bool = typer.Option(False, "--full", help="Larger workloads (default: quick sizes)."),
     seed: int = option(1, "--seed", type=SEED, help="Seed of the workloads and the loss."),
+    real: bool = typer.Option(False, "--real/--sim", help="--real: every tenant a process on its own host of a rack around the switch process, wall clock (needs root); --sim (default): the in-process model on simulated microseconds."),
+    rack_name: str = option("inaasreal", "--name", type=RACK_NAME, help="With --real: the rack's name (namespaces NAME-h1..)."),
     json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Write the result as JSON."),
 ) -> None:
     """Run applications concurrently as tenants: speedup against host-only, correctness,
     and the ledger (kept for `inswitch tenants ledger`)."""
     console = console_for(json_out)
-    names = list(apps)
+    names = list(apps or APPS)
+    if real:
+        from inswitch.apps.inaas.real import RealRunError, check_args
+
+        try:
+            check_args(names, attacker)
+        except RealRunError as e:
+            Console(stderr=True).print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2)
     subs_list = list(subscribe or [])
     if any(a not in names for a in subs_list):
         raise typer.BadParameter(f"{', '.join(a for a in subs_list if a not in names)} is not among --apps", param_hint="--subscribe")
@@ -82,14 +94,28 @@ def run_cmd(
         raise typer.BadParameter(f"{budget} registers cannot hold {len(names) * instances} tenants", param_hint="--budget")
     with console.status("tenants: starting") as st:
         subs = tuple(subs_list)
-        res = run_tenants(names, instances, scheduler, loss, attacker, quick=not full, seed=seed, progress=lambda s: st.update(f"tenants: {s}"), subscribers=subs, budget=budget)
-    t = Table(title=f"INaaS tenants ({scheduler}, {instances}x, loss {loss}) — {res['mode']}")
+        if real:
+            from inswitch.apps.inaas.real import run_tenants_real
+
+            from inswitch.topology.errors import RackError
+
+            try:
+                res = run_tenants_real(names, instances, scheduler, loss, quick=not full, seed=seed, progress=lambda s: st.update(f"tenants: {s}"),
+                                       subscribers=subs, budget=budget, name=rack_name)
+            except (RackError, RuntimeError) as e:  # torn down already; say why in one line
+                Console(stderr=True).print(f"[red]error:[/red] tenants run --real: {' '.join(str(e).split())}", highlight=False, soft_wrap=True)
+                raise typer.Exit(1)
+        else:
+            res = run_tenants(names, instances, scheduler, loss, attacker, quick=not full, seed=seed, progress=lambda s: st.update(f"tenants: {s}"), subscribers=subs, budget=budget)
+    what = "real processes in a rack, wall clock" if real else "model: in-process, simulated µs"
+    t = Table(title=f"INaaS tenants ({scheduler}, {instances}x, loss {loss}) — {what}")
     for c in ("app", "metric", "INaaS", "host-only", "speedup", "correct"):
         t.add_column(c)
     for name, f in res["apps"].items():
         t.add_row(name, f["metric"], f"{f['inaas']:.4g} {f['unit']}", f"{f['host_only']:.4g} {f['unit']}", f"{f['speedup']:.2f}", "yes" if f["correct"] else "[red]NO[/red]")
     show(console, t)
     console.print(f"cross-tenant violations: {res['cross_tenant_violations']}")
+    console.print(f"mode: {res['mode']}" + (f" (load average {res['real']['load_average'][0]:.2f})" if real else ""), highlight=False, soft_wrap=True)
     for name, f in res["apps"].items():
         if "bloom_fp_theory" in f:
             rate = "n/a (no lookup answered by the switch)" if f["bloom_fp_rate"] is None else f"{f['bloom_fp_rate']:.2%}"
@@ -131,6 +157,8 @@ def ledger_cmd(
         Console(stderr=True).print(f"[red]error:[/red] {p} is not a ledger: {e}", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
     _print_ledger(ledger, console)
+    if doc.get("mode"):
+        console.print(f"mode of that run: {doc['mode']}", highlight=False, soft_wrap=True)
     console.print(f"read {p}", highlight=False, soft_wrap=True)
     if json_out:
         write_json(json_out, doc, indent=2)

@@ -1,7 +1,9 @@
 """INaaS experiments (INaaS paper §VI): Table II (speedup with 1x, 2x, 4x concurrent
 instances), Table III (scheduler comparison), Figure 7 (packet loss), and the attacker
-study. All on the in-process service (the switch model with forward + inaas, goalkeeper,
-tenants and servers on simulated time; see python/inswitch/apps/inaas/runner.py)."""
+study, on the in-process service (the model: the switch model with forward + inaas,
+goalkeeper, tenants and servers on simulated time; see python/inswitch/apps/inaas/runner.py);
+and Tables II, III and Figure 7 again with every tenant a process in a rack on the wall
+clock (`-real`, python/inswitch/apps/inaas/real.py), the model's numbers beside."""
 
 from __future__ import annotations
 
@@ -40,7 +42,7 @@ def table2(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
         for a, v in r["speedup_by_app"].items():
             out["speedup"].setdefault(a, {})[str(n)] = v
         out[f"run_{n}x"] = {"apps": r["apps"], "model": r["model"], "goalkeeper": r["goalkeeper"]}
-    out["mode"] = "in-process, simulated time"
+    out["mode"] = "model: in-process, simulated time"
     return out
 
 
@@ -59,7 +61,7 @@ def plot_table2(res: dict[str, Any], png: Path) -> None:
     ax.set_xticks([j + (len(counts) - 0.5) * w for j in range(len(TABLE_APPS))], [LABEL[a].split(" (")[0] for a in TABLE_APPS])
     ax.set_xlabel("application (Table II metric: ML throughput, KV and Bloom mean latency, Paxos tail latency)", fontsize=8)
     ax.set_ylabel("speedup vs host-only")
-    ax.set_title("INaaS Table II: concurrent instances" + (" (--quick)" if res.get("quick") else ""))
+    ax.set_title("INaaS Table II: concurrent instances (model, simulated µs)" + (" (--quick)" if res.get("quick") else ""))
     # Outside the axes: a legend inside would cover a bar.
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     fig.tight_layout()
@@ -68,7 +70,7 @@ def plot_table2(res: dict[str, Any], png: Path) -> None:
 
 
 def table3(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
-    out: dict[str, Any] = {"schedulers": ["inaas", "fcfs", "fq"], "speedup": {}, "paper": PAPER_T3, "correct": True}
+    out: dict[str, Any] = {"schedulers": ["inaas", "fcfs", "fq"], "speedup": {}, "paper": PAPER_T3, "correct": True, "mode": "model: in-process, simulated time"}
     for s in out["schedulers"]:
         progress(f"scheduler {s}")
         # A tight budget (128 registers per segment for 8 tenants), where scheduling matters.
@@ -88,7 +90,7 @@ def plot_table3(res: dict[str, Any], png: Path) -> None:
         ax.bar([j + i * w for j in range(len(TABLE_APPS))], [res["speedup"].get(a, {}).get(s, 0) for a in TABLE_APPS], w, label=s)
     ax.set_xticks([j + w for j in range(len(TABLE_APPS))], [LABEL[a].split(" (")[0] for a in TABLE_APPS])
     ax.set_ylabel("speedup vs host-only")
-    ax.set_title("INaaS Table III: memory schedulers (2x instances)")
+    ax.set_title("INaaS Table III: memory schedulers (2x instances; model, simulated µs)")
     ax.legend()
     fig.tight_layout()
     fig.savefig(png)
@@ -97,7 +99,7 @@ def plot_table3(res: dict[str, Any], png: Path) -> None:
 
 def fig7(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
     losses = [0.0, 0.01] if quick else [0.0, 0.0001, 0.001, 0.005, 0.01]
-    out: dict[str, Any] = {"loss": losses, "kv_latency_us": [], "dml_throughput": [], "correct": True}
+    out: dict[str, Any] = {"loss": losses, "kv_latency_us": [], "dml_throughput": [], "correct": True, "mode": "model: in-process, simulated time"}
     for p in losses:
         progress(f"loss {p}")
         r = run_tenants(["dense", "kv"], loss=p, quick=quick, seed=3)
@@ -121,7 +123,7 @@ def plot_fig7(res: dict[str, Any], png: Path) -> None:
     a2.plot(xs, res["dml_throughput"], marker="o")
     a2.set_xlabel("packet loss (%)")
     a2.set_ylabel("DML aggregation throughput (items/µs)")
-    fig.suptitle("INaaS Figure 7: impact of packet loss")
+    fig.suptitle("INaaS Figure 7: impact of packet loss (model, simulated µs)")
     fig.tight_layout()
     fig.savefig(png)
     plt.close(fig)
@@ -157,7 +159,7 @@ EXPERIMENTS = [
     Experiment(
         "inaas-table2",
         "INaaS",
-        "Table II",
+        "Table II (model: in-process, simulated µs)",
         "speedup of concurrent tenants (1x, 2x, 4x) against host-only",
         table2,
         plot_table2,
@@ -167,7 +169,7 @@ EXPERIMENTS = [
     Experiment(
         "inaas-table3",
         "INaaS",
-        "Table III",
+        "Table III (model: in-process, simulated µs)",
         "switch memory schedulers: INaaS policy vs FCFS vs fair queuing",
         table3,
         plot_table3,
@@ -176,7 +178,7 @@ EXPERIMENTS = [
     Experiment(
         "inaas-fig7",
         "INaaS",
-        "Figure 7",
+        "Figure 7 (model: in-process, simulated µs)",
         "packet loss 0 to 1%: KV latency and DML throughput",
         fig7,
         plot_fig7,
@@ -196,5 +198,223 @@ EXPERIMENTS = [
             PaperNumber("attacker detected", "immediately", "detection_time_us"),
             PaperNumber("cross-tenant reads or writes", "0", "cross_tenant_violations"),
         ],
+    ),
+]
+
+
+# ------------------------------------------------------------------ real processes
+# The same tables measured with every tenant a process in a rack around the switch process,
+# on the wall clock (`inswitch tenants run --real`, apps/inaas/real.py), each configuration
+# also run on the model (the in-process service, simulated µs) with the same applications,
+# instances, scheduler and seed: paper, real and model side by side.
+
+#: Table II/III's applications, all of which run as real processes.
+REAL_TABLE_APPS = TABLE_APPS
+WHY_REAL = ("real processes on this shared 2-core machine: every host is a Python process and the switch a software "
+            "model, so a round trip costs hundreds of µs of scheduling and interpretation on both paths; the paper's "
+            "hosts and Tofino are µs-scale hardware. The goalkeeper, a Python process here, is the slow path of "
+            "aggregation (short leases), which is why DML loses against host-only")
+WHY_MODEL = WHY_SPEEDUP
+
+
+def _real_note() -> str:
+    return ("with paxos among the tenants the rack's switch runs `forward,inaas_paxos` (inaas with the acceptors; "
+            "tofino2), as the model's in-process service does for every tenant")
+
+
+def _rack_name() -> str:
+    from inswitch.topology.state import process_tag
+
+    return f"ix{process_tag()}"
+
+
+def _both(apps: list[str], **kw: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One configuration on real processes, then on the model (same apps, instances, seed)."""
+    from inswitch.apps.inaas.real import run_tenants_real
+
+    real = run_tenants_real(apps, name=_rack_name(), **kw)
+    model = run_tenants(apps, **kw)
+    return real, model
+
+
+def _summary(r: dict[str, Any]) -> dict[str, Any]:
+    return {"apps": {k: {x: f[x] for x in ("metric", "inaas", "host_only", "speedup", "speedup_p50", "latency_percentiles", "unit", "correct", "client") if x in f} for k, f in r["apps"].items()},
+            "goalkeeper": r["goalkeeper"], "mode": r["mode"], "cross_tenant_violations": r["cross_tenant_violations"],
+            **({"load_average": r["real"]["load_average"]} if "real" in r else {})}
+
+
+def _p50(r: dict[str, Any], app: str) -> float | None:
+    """Mean over the app's instances of the median latency's speedup (None for throughput)."""
+    v = [f["speedup_p50"] for k, f in r["apps"].items() if k.split("#")[0] == app and "speedup_p50" in f]
+    return sum(v) / len(v) if v else None
+
+
+def table2_real(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
+    counts = [1, 2] if quick else [1, 2, 4]
+    out: dict[str, Any] = {"instances": counts, "speedup": {}, "model": {"speedup": {}}, "paper": PAPER_T2, "correct": True,
+                           "mode": "real processes in a rack, wall clock (model: in-process, simulated µs, same configuration)",
+                           "note": _real_note()}
+    for n in counts:
+        progress(f"{n}x instances, real processes")
+        real, model = _both(REAL_TABLE_APPS, instances=n, quick=quick, seed=n)
+        out["correct"] &= _all_correct(real) and _all_correct(model)
+        for a in REAL_TABLE_APPS:
+            out["speedup"].setdefault(a, {})[str(n)] = real["speedup_by_app"][a]
+            out["model"]["speedup"].setdefault(a, {})[str(n)] = model["speedup_by_app"][a]
+            if _p50(real, a) is not None:
+                out.setdefault("speedup_p50", {}).setdefault(a, {})[str(n)] = _p50(real, a)
+        out[f"run_{n}x"] = {"real": _summary(real), "model": _summary(model)}
+    return out
+
+
+def _bars(ax: Any, groups: list[str], series: list[tuple[str, list[float], dict[str, Any]]]) -> None:
+    w = 0.8 / len(series)
+    for i, (label, vals, style) in enumerate(series):
+        ax.bar([j + i * w for j in range(len(groups))], vals, w, label=label, **style)
+    ax.set_xticks([j + (len(series) - 1) * w / 2 for j in range(len(groups))], groups)
+    ax.set_ylabel("speedup vs host-only")
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+
+
+def plot_table2_real(res: dict[str, Any], png: Path) -> None:
+    fig, ax = plt.subplots(figsize=(10, 4.2))
+    series = []
+    colors = ["tab:blue", "tab:orange", "tab:green"]
+    for i, n in enumerate(res["instances"]):
+        k = str(n)
+        series.append((f"real {n}x", [res["speedup"][a][k] for a in REAL_TABLE_APPS], {"color": colors[i]}))
+        series.append((f"model {n}x", [res["model"]["speedup"][a][k] for a in REAL_TABLE_APPS], {"color": colors[i], "alpha": 0.45}))
+        series.append((f"paper {n}x", [PAPER_T2[a][[1, 2, 4].index(n)] for a in REAL_TABLE_APPS], {"color": "white", "edgecolor": colors[i], "hatch": "//"}))
+    _bars(ax, [LABEL[a].split(" (")[0] for a in REAL_TABLE_APPS], series)
+    ax.set_title("INaaS Table II on real processes (wall clock), model and paper beside" + (" (--quick)" if res.get("quick") else ""))
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+
+
+def table3_real(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
+    out: dict[str, Any] = {"schedulers": ["inaas", "fcfs", "fq"], "speedup": {}, "model": {"speedup": {}}, "paper": PAPER_T3, "correct": True,
+                           "mode": "real processes in a rack, wall clock (model: in-process, simulated µs, same configuration)",
+                           "note": _real_note()}
+    for s in out["schedulers"]:
+        progress(f"scheduler {s}, real processes")
+        real, model = _both(REAL_TABLE_APPS, instances=2, scheduler=s, quick=quick, seed=7, budget=128)
+        out["correct"] &= _all_correct(real) and _all_correct(model)
+        for a in REAL_TABLE_APPS:
+            out["speedup"].setdefault(a, {})[s] = real["speedup_by_app"][a]
+            out["model"]["speedup"].setdefault(a, {})[s] = model["speedup_by_app"][a]
+            if _p50(real, a) is not None:
+                out.setdefault("speedup_p50", {}).setdefault(a, {})[s] = _p50(real, a)
+        out[f"run_{s}"] = {"real": _summary(real), "model": _summary(model)}
+    return out
+
+
+def plot_table3_real(res: dict[str, Any], png: Path) -> None:
+    fig, ax = plt.subplots(figsize=(10, 4.2))
+    series = []
+    colors = {"inaas": "tab:blue", "fcfs": "tab:orange", "fq": "tab:green"}
+    for i, s in enumerate(res["schedulers"]):
+        series.append((f"real {s}", [res["speedup"][a][s] for a in REAL_TABLE_APPS], {"color": colors[s]}))
+        series.append((f"model {s}", [res["model"]["speedup"][a][s] for a in REAL_TABLE_APPS], {"color": colors[s], "alpha": 0.45}))
+        series.append((f"paper {s}", [PAPER_T3[a][i] for a in REAL_TABLE_APPS], {"color": "white", "edgecolor": colors[s], "hatch": "//"}))
+    _bars(ax, [LABEL[a].split(" (")[0] for a in REAL_TABLE_APPS], series)
+    ax.set_title("INaaS Table III on real processes (2x, budget 128), model and paper beside")
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+
+
+def fig7_real(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
+    losses = [0.0, 0.01] if quick else [0.0, 0.001, 0.005, 0.01]
+    out: dict[str, Any] = {"loss": losses, "kv_latency_us": [], "dml_throughput": [], "model": {"kv_latency_us": [], "dml_throughput": []},
+                           "correct": True, "mode": "real processes in a rack, wall clock; loss is the switch's own drop (model: in-process, simulated µs)"}
+    for p in losses:
+        progress(f"loss {p}, real processes")
+        real, model = _both(["dense", "kv"], loss=p, quick=quick, seed=3)
+        out["correct"] &= _all_correct(real) and _all_correct(model)
+        for key, r in (("real", real), ("model", model)):
+            dst = out if key == "real" else out["model"]
+            dst["kv_latency_us"].append(r["apps"]["kv"]["inaas"])
+            if key == "real":
+                out.setdefault("kv_latency_p50_us", []).append(r["apps"]["kv"].get("latency_percentiles", {}).get("inaas", {}).get("p50_us"))
+            dst["dml_throughput"].append(r["apps"]["dense"]["inaas"])
+        out[f"run_{p}"] = {"real": _summary(real), "model": _summary(model)}
+    p50 = out.get("kv_latency_p50_us") or []
+    if p50 and all(p50):
+        out["kv_p50_increase_at_0_1pct"] = next((p50[i] / p50[0] for i, p in enumerate(losses) if p == 0.001), None)
+    for dst in (out, out["model"]):
+        base_kv, base_ml = dst["kv_latency_us"][0], dst["dml_throughput"][0]
+        dst["kv_latency_increase_at_0_1pct"] = next((dst["kv_latency_us"][i] / base_kv for i, p in enumerate(losses) if p == 0.001), None)
+        dst["kv_latency_increase_at_max"] = dst["kv_latency_us"][-1] / base_kv
+        dst["dml_throughput_ratio_at_max"] = dst["dml_throughput"][-1] / base_ml
+    return out
+
+
+def plot_fig7_real(res: dict[str, Any], png: Path) -> None:
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.5))
+    xs = [p * 100 for p in res["loss"]]
+    for label, d, style in (("real (wall µs)", res, "o-"), ("model (simulated µs)", res["model"], "s--")):
+        a1.plot(xs, d["kv_latency_us"], style, label=label)
+        a2.plot(xs, d["dml_throughput"], style, label=label)
+    a1.set_xlabel("packet loss (%)")
+    a1.set_ylabel("KV average latency (µs)")
+    a1.set_yscale("log")
+    a2.set_xlabel("packet loss (%)")
+    a2.set_ylabel("DML aggregation throughput (items/µs)")
+    a2.set_yscale("log")
+    a1.legend(fontsize=8)
+    fig.suptitle("INaaS Figure 7 on real processes, model beside")
+    fig.tight_layout()
+    fig.savefig(png)
+    plt.close(fig)
+
+
+EXPERIMENTS += [
+    Experiment(
+        "inaas-table2-real",
+        "INaaS",
+        "Table II (real processes, wall clock; model beside)",
+        "speedup of concurrent tenants as processes in a rack against host-only servers in the same rack",
+        table2_real,
+        plot_table2_real,
+        [n for i, c in enumerate((1, 2, 4)) for a in REAL_TABLE_APPS for n in (
+            PaperNumber(f"{LABEL[a]} {c}x, real", str(PAPER_T2[a][i]), f"speedup.{a}.{c}", why=WHY_REAL),
+            PaperNumber(f"{LABEL[a]} {c}x, model", str(PAPER_T2[a][i]), f"model.speedup.{a}.{c}", why=WHY_MODEL))]
+        + [PaperNumber(f"{LABEL[a].split(' (')[0]} {c}x, real, median latency's speedup", str(PAPER_T2[a][i]), f"speedup_p50.{a}.{c}", why=WHY_REAL)
+           for i, c in enumerate((1, 2, 4)) for a in ("kv", "bloom", "paxos")],
+        needs_root=True,
+    ),
+    Experiment(
+        "inaas-table3-real",
+        "INaaS",
+        "Table III (real processes, wall clock; model beside)",
+        "memory schedulers with tenants as processes in a rack: INaaS policy vs FCFS vs fair queuing",
+        table3_real,
+        plot_table3_real,
+        [n for a in REAL_TABLE_APPS for i, s in enumerate(["inaas", "fcfs", "fq"]) for n in (
+            PaperNumber(f"{LABEL[a]} {s}, real", str(PAPER_T3[a][i]), f"speedup.{a}.{s}", why=WHY_REAL),
+            PaperNumber(f"{LABEL[a]} {s}, model", str(PAPER_T3[a][i]), f"model.speedup.{a}.{s}", why=WHY_MODEL))]
+        + [PaperNumber(f"{LABEL[a].split(' (')[0]} {s}, real, median latency's speedup", str(PAPER_T3[a][i]), f"speedup_p50.{a}.{s}", why=WHY_REAL)
+           for a in ("kv", "bloom", "paxos") for i, s in enumerate(["inaas", "fcfs", "fq"])],
+        needs_root=True,
+    ),
+    Experiment(
+        "inaas-fig7-real",
+        "INaaS",
+        "Figure 7 (real processes, wall clock; model beside)",
+        "packet loss (the switch's drop) 0 to 1%: KV latency and DML throughput of tenants as processes",
+        fig7_real,
+        plot_fig7_real,
+        [
+            PaperNumber("KV latency at 0.1% loss vs none, real", "~1 (no degradation below 0.1%)", "kv_latency_increase_at_0_1pct", why=WHY_REAL),
+            PaperNumber("KV median latency at 0.1% loss vs none, real", "~1 (no degradation below 0.1%)", "kv_p50_increase_at_0_1pct", why=WHY_REAL),
+            PaperNumber("KV latency at 0.1% loss vs none, model", "~1 (no degradation below 0.1%)", "model.kv_latency_increase_at_0_1pct", why=WHY_MODEL),
+            PaperNumber("KV latency at max loss vs none, real", "-", "kv_latency_increase_at_max"),
+            PaperNumber("KV latency at max loss vs none, model", "-", "model.kv_latency_increase_at_max"),
+            PaperNumber("DML throughput at max loss vs none, real", "-", "dml_throughput_ratio_at_max"),
+            PaperNumber("DML throughput at max loss vs none, model", "-", "model.dml_throughput_ratio_at_max"),
+        ],
+        needs_root=True,
     ),
 ]

@@ -32,6 +32,10 @@ GOALKEEPER = textwrap.dedent('''
     from inswitch import _native
     ifname, mac, seconds, tenants = sys.argv[1], bytes.fromhex(sys.argv[2]), float(sys.argv[3]), json.loads(sys.argv[4])
     s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x88B6))
+    try:  # a burst of lease notifications must not overflow the socket (root: past rmem_max)
+        s.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_RCVBUFFORCE", 33), 8 << 20)
+    except OSError:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
     s.bind((ifname, 0x88B6)); s.settimeout(0.1)
     gk = _native.InaasGoalkeeper(mac)
     for uid, kind, lease in tenants:

@@ -174,7 +174,7 @@ def run_tenants(
         "scheduler": scheduler,
         "subscribers": list(subscribers),
         "loss": loss,
-        "mode": "in-process: switch model (forward + inaas), goalkeeper, tenants and servers on simulated time",
+        "mode": "model: in-process switch (forward + inaas), goalkeeper, tenants and servers on simulated time",
         "model": {"hop_us": 1, "goalkeeper_us_per_packet": 2, "server_us_per_request": sizes.server_us, "budget_registers_per_segment": budget},
         "cross_tenant_violations": int(sum(o.foreign for o in objs)) + (attack["attacker_values_leaked"] if attack else 0),
         "attacker_detected": bool(attack["detected"]) if attack else None,
@@ -197,4 +197,5 @@ def save_ledger(result: dict[str, Any], path: Path | None = None) -> Path:
     """Write the ledger (atomically) and return where."""
     from inswitch.output import replace_json
 
-    return replace_json(path or ledger_path(), {"ledger": result["ledger"], "scheduler": result["scheduler"], "instances": result["instances"]})
+    return replace_json(path or ledger_path(), {"ledger": result["ledger"], "scheduler": result["scheduler"], "instances": result["instances"],
+                                                 "mode": result.get("mode", "")})

@@ -1,0 +1,344 @@
+"""One tenant instance as a process on a rack host (`inswitch tenants run --real`).
+
+The adapter (`apps/inaas/adapters.py`, unchanged) runs against `RealService`, which has the
+interface of the in-process `Service` but sends real frames: INaaS frames of EtherType
+0x88B6 on an AF_PACKET socket through the switch process (to the goalkeeper's MAC, as
+`tenants rack` does), and the host-only requests as UDP datagrams to this tenant's server
+process on the rack's server host (through the same switch, forwarding only). Time is the
+wall clock (µs since the process started); a request not answered within `rto_us` is sent
+again with the retransmission flag (the switch hands it to the goalkeeper), up to 8 times,
+as `hostlib::inaas::client::TenantClient` does.
+
+Protocol with the runner (`real.py`), one line each way: the process prints `READY <phase>`
+when its untimed work for a phase is done and waits for `GO` on stdin; after the timed part
+it prints `DONE <phase>`; at the end one JSON line with its figures.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from inswitch import _native
+from inswitch.apps.inaas.service import ITEMS, Done
+
+ETHERTYPE = 0x88B6
+RETRANS = 0x01
+GK_REPLY = 0x08
+MAX_TRIES = 8
+
+
+def _big_rcvbuf(s: socket.socket) -> None:
+    """8 MB of receive buffer (past rmem_max as root): the adapters send in bursts (a
+    setup's hundreds of writes), and an overflowing socket would turn them into losses."""
+    try:
+        s.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_RCVBUFFORCE", 33), 8 << 20)
+    except OSError:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+
+
+class _Raw:
+    """The parts of `_native.InaasService` the adapters call, for one process."""
+
+    def __init__(self, svc: "RealService") -> None:
+        self.svc = svc
+
+    def new_port(self) -> int:
+        return 0  # one host, one port: every member of the tenant shares it
+
+    def add_tenant(self, port: int, kind: str, lease_us: int, max_lease_us: int, subscription: bool = False, rto_us: int = 200) -> int:
+        return self.svc.add_member()
+
+    def add_member(self, of: int, port: int) -> int:
+        return self.svc.add_member()
+
+    def add_server(self, service_us: int) -> int:
+        """This tenant's next server process (Paxos: three acceptor hosts' worth)."""
+        s = self.svc
+        ports = s.cfg["server_ports"]
+        s.servers.append((s.cfg["server_ip"], int(ports[len(s.servers) % len(ports)])))
+        return len(s.servers) - 1
+
+    # Paxos: the proposer and learners in this process (`_native.InaasPaxosHosts`, the
+    # hosts of `hostlib::inaas::paxos_run::PaxosGroup`), the acceptors in the switch.
+    def paxos_start(self, t: int, base: int, slots: int, learners: int = 3) -> None:
+        s = self.svc
+        s.paxos = _native.InaasPaxosHosts(s.uid, s.mac, s.gk_mac, base, slots, s.now_us, s.rto_us, learners)
+        self.paxos_step(t)
+
+    def paxos_propose(self, t: int, value: int) -> None:
+        assert self.svc.paxos is not None
+        self.svc.paxos.propose(int(value))
+
+    def paxos_step(self, t: int) -> list[tuple[int, int]]:
+        s = self.svc
+        assert s.paxos is not None
+        s.poll(0)
+        frames, decided = s.paxos.step(s.now_us)
+        for f in frames:
+            try:
+                s.raw_sock.send(f)
+            except (BlockingIOError, OSError):
+                pass  # lost: the proposer retransmits
+        s.stats["paxos_frames_sent"] += len(frames)
+        return list(decided)
+
+    def paxos_logs(self, t: int) -> tuple[list[list[int]], list[str]]:
+        assert self.svc.paxos is not None
+        return self.svc.paxos.logs()
+
+    def in_flight(self, t: int) -> int:
+        return sum(1 for f in self.svc.inflight.values() if f["member"] == t)
+
+    def client_stats(self, t: int) -> dict[str, int]:
+        return dict(self.svc.stats)
+
+
+class RealService:
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        self.cfg = cfg
+        self.uid = int(cfg["uid"])
+        self.mac = bytes.fromhex(cfg["mac"])
+        self.gk_mac = bytes.fromhex(cfg["gk_mac"])
+        self.lease_us = int(cfg["lease_us"])
+        self.rto_us = int(cfg["rto_us"])
+        self.server_addr = (cfg["server_ip"], int(cfg["server_ports"][0]))
+        self.paxos: Any = None
+        self.raw_sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETHERTYPE))
+        _big_rcvbuf(self.raw_sock)
+        self.raw_sock.bind((cfg["ifname"], ETHERTYPE))
+        self.raw_sock.setblocking(False)
+        self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        _big_rcvbuf(self.udp)
+        self.udp.bind((cfg["ip"], 0))
+        self.udp.setblocking(False)
+        self.t0 = time.monotonic()
+        self.raw = _Raw(self)
+        self.members = 0
+        self.servers: list[tuple[str, int]] = []
+        self.seq = 0
+        self.inflight: dict[int, dict[str, Any]] = {}
+        self.done: dict[int, list[tuple]] = {}
+        self.bl_done: dict[int, list[tuple[int, bytes]]] = {}
+        self.stats = {"sent": 0, "retransmitted": 0, "gave_up": 0, "via_goalkeeper": 0, "completed": 0, "foreign_frames": 0,
+                      "baseline_sent": 0, "baseline_received": 0, "paxos_frames_sent": 0, "paxos_frames_received": 0}
+
+    # ---- time ------------------------------------------------------------------------
+    @property
+    def now_us(self) -> int:
+        return int((time.monotonic() - self.t0) * 1e6)
+
+    def set_loss(self, p: float) -> None:
+        """Loss is the switch's (`--fault loss=P`), not the host's."""
+
+    def add_member(self) -> int:
+        self.members += 1
+        self.done[self.members - 1] = []
+        self.bl_done[self.members - 1] = []
+        return self.members - 1
+
+    # ---- INaaS requests ----------------------------------------------------------------
+    def submit(self, t: int, segs, idxs, ops, keys, values, op: int = 0) -> int:
+        self.seq = (self.seq + 1) & 0xFFFFFFFF or 1
+        args = (
+            np.asarray(segs, dtype=np.uint8).tobytes(),
+            np.asarray(idxs, dtype="<u2").tobytes(),
+            np.asarray(ops, dtype=np.uint8).tobytes(),
+            (np.asarray(keys, dtype=np.int64) & 0xFFFFFFFF).astype("<u4").tobytes(),
+            np.asarray(values, dtype="<i4").tobytes(),
+        )
+        now = self.now_us
+        self.inflight[self.seq] = {"member": t, "args": args, "op": op, "first": now, "deadline": now + self.rto_us, "tries": 1, "n": len(args[0]),
+                                   "segs": list(np.frombuffer(args[0], np.uint8))}
+        self._send(self.seq, args, op, 0)
+        self.stats["sent"] += 1
+        return self.seq
+
+    def _send(self, seq: int, args: tuple, op: int, flags: int) -> None:
+        f = _native.inaas_frame(self.mac, self.gk_mac, self.uid, seq, self.lease_us, *args, op=op, flags=flags)
+        try:
+            self.raw_sock.send(f)
+        except (BlockingIOError, OSError):
+            pass  # a full queue is a lost frame: the retransmission timer covers it
+
+    def take(self, t: int) -> Done:
+        self.poll(0)
+        rows = self.done[t]
+        self.done[t] = []
+        n = len(rows)
+        st = np.zeros((n, ITEMS), np.uint8)
+        val = np.zeros((n, ITEMS), np.int64)
+        for i, r in enumerate(rows):
+            st[i], val[i] = r[4], r[5]
+        return Done(np.array([r[0] for r in rows], "<u4"), np.array([r[1] for r in rows], "<u8"), np.array([r[2] for r in rows], bool),
+                    np.array([r[3] for r in rows], bool), st, val)
+
+    # ---- host-only requests (UDP to the server process) --------------------------------
+    def baseline(self, t: int, server: int, req_id: int, body: bytes = b"") -> None:
+        payload = int(t).to_bytes(2, "little") + int(req_id).to_bytes(4, "little") + body
+        try:
+            self.udp.sendto(payload, self.servers[server])
+            self.stats["baseline_sent"] += 1
+        except (BlockingIOError, OSError):
+            pass  # lost: the adapter resends after BL_RTO_US
+
+    def take_baseline(self, t: int) -> tuple[np.ndarray, np.ndarray, list[bytes]]:
+        self.poll(0)
+        rows = self.bl_done[t]
+        self.bl_done[t] = []
+        return np.zeros(len(rows), "<u8"), np.array([r[0] for r in rows], "<u8"), [r[1] for r in rows]
+
+    # ---- the network ---------------------------------------------------------------------
+    def poll(self, timeout_s: float) -> None:
+        r, _, _ = select.select([self.raw_sock, self.udp], [], [], timeout_s)
+        if self.raw_sock in r:
+            self._drain_raw()
+        if self.udp in r:
+            self._drain_udp()
+        self._retransmit()
+
+    def _drain_raw(self) -> None:
+        while True:
+            try:
+                f, addr = self.raw_sock.recvfrom(4096)
+            except (BlockingIOError, InterruptedError):
+                return
+            if addr[2] == socket.PACKET_OUTGOING:
+                continue
+            if self.paxos is not None and f[:6] == self.mac and _native.InaasPaxosHosts.is_paxos(f):
+                self.stats["paxos_frames_received"] += 1
+                self.paxos.on_frame(f, self.now_us)
+                continue
+            rep = _native.inaas_reply(f)
+            if rep is None:
+                continue
+            uid, seq, flags, st, vals = rep
+            if uid != self.uid:
+                self.stats["foreign_frames"] += 1  # another tenant's answer flooded here: not ours
+                continue
+            fl = self.inflight.pop(seq, None)
+            if fl is None:
+                continue  # a duplicate answer
+            now = self.now_us
+            via = bool(flags & GK_REPLY)
+            self.stats["completed"] += 1
+            self.stats["via_goalkeeper"] += int(via)
+            self.done[fl["member"]].append((seq, now - fl["first"], via, False, np.frombuffer(st, np.uint8)[:ITEMS], np.frombuffer(vals, "<i8")[:ITEMS]))
+
+    def _drain_udp(self) -> None:
+        while True:
+            try:
+                p, _ = self.udp.recvfrom(65536)
+            except (BlockingIOError, InterruptedError):
+                return
+            t = int.from_bytes(p[:2], "little")
+            if t in self.bl_done:
+                self.stats["baseline_received"] += 1
+                self.bl_done[t].append((self.now_us, p[2:]))
+
+    def _retransmit(self) -> None:
+        now = self.now_us
+        for seq, fl in list(self.inflight.items()):
+            if now < fl["deadline"]:
+                continue
+            if fl["tries"] >= MAX_TRIES:
+                del self.inflight[seq]
+                self.stats["gave_up"] += 1
+                st = np.zeros(ITEMS, np.uint8)
+                st[: fl["n"]] = 2
+                self.done[fl["member"]].append((seq, now - fl["first"], False, True, st, np.zeros(ITEMS, np.int64)))
+                continue
+            fl["tries"] += 1
+            fl["deadline"] = now + self.rto_us
+            self.stats["retransmitted"] += 1
+            self._send(seq, fl["args"], fl["op"], RETRANS)
+
+    def run(self, us: int) -> None:
+        """Until nothing of ours is in flight (the in-process `run` runs until quiet), or
+        `us` × the time scale of wall time."""
+        end = time.monotonic() + us * self.cfg["scale"] / 1e6
+        while self.inflight and time.monotonic() < end:
+            self.poll(0.002)
+        self.poll(0)
+
+    def run_for(self, us: int) -> None:
+        # 1 ms of wall time at most, whatever `us`: a packet ends the wait at once (and is
+        # time-stamped then), so the timeout only coarsens the pacing of new requests (the
+        # real gap is 1 ms), while processes that wake more often starve the others (the
+        # switch, the servers) on a small machine.
+        self.poll(0.001)
+
+    def warm_up(self) -> None:
+        """Resolve the servers' address both ways (ARP) before anything is timed: one echo
+        from each."""
+        for port in self.cfg["server_ports"]:
+            for _ in range(50):
+                self.udp.sendto(b"\xff\xff", (self.cfg["server_ip"], int(port)))
+                r, _, _ = select.select([self.udp], [], [], 0.1)
+                if r:
+                    self.udp.recvfrom(65536)
+                    break
+
+
+def _wait_go() -> None:
+    line = sys.stdin.readline()
+    if line.strip() != "GO":
+        raise SystemExit(f"runner said {line!r}, not GO")
+
+
+def main(cfg: dict[str, Any]) -> dict[str, Any]:
+    from inswitch.apps.inaas.adapters import APPS, Sizes
+    from inswitch.apps.inaas.controller import Region
+
+    svc = RealService(cfg)
+    region = Region(**cfg["region"])
+    sizes = Sizes(**cfg["sizes"])
+    rng = np.random.default_rng([int(cfg["seed"]), int(cfg["index"])])
+    app = APPS[cfg["app"]](svc, region, int(cfg["inst"]), sizes, rng)  # type: ignore[arg-type]
+    app.BL_RTO_US = int(cfg["bl_rto_us"])  # type: ignore[misc]
+    svc.warm_up()
+    app.setup()
+    figures: dict[str, float] = {}
+    wall: dict[str, float] = {}
+    pct: dict[str, dict[str, float]] = {}
+    for phase in ("inaas", "host"):
+        app.prepare(phase)
+        svc.run(100_000)
+        print(f"READY {phase}", flush=True)
+        _wait_go()
+        app.begin(phase)
+        t0 = time.monotonic()
+        limit = t0 + float(cfg["phase_limit_s"])
+        while not app.finished() and time.monotonic() < limit:
+            app.step()
+            svc.run_for(1)
+        wall[phase] = time.monotonic() - t0
+        if phase == "inaas" and hasattr(app, "check"):
+            app.check()
+        figures[phase] = app.figure_value()
+        lat = getattr(app, "lat", None)
+        if lat:
+            pct[phase] = {"p50_us": float(np.percentile(lat, 50)), "p99_us": float(np.percentile(lat, 99)), "max_us": float(np.max(lat))}
+        print(f"DONE {phase}", flush=True)
+        # Finished in both phases is what the sim's `finished` means at the end.
+        figures[f"finished_{phase}"] = bool(app.finished())
+    out: dict[str, Any] = {
+        "app": cfg["app"], "inst": cfg["inst"], "inaas": figures["inaas"], "host_only": figures["host"],
+        "finished": figures["finished_inaas"] and figures["finished_host"], "wrong": int(app.wrong), "foreign": int(app.foreign),
+        "figure": app.figure, "wall_s": wall, "latency_percentiles": pct, "client": svc.stats,
+    }
+    if hasattr(app, "extra"):
+        out["extra"] = app.extra()
+    return out
+
+
+if __name__ == "__main__":
+    config = json.loads(sys.argv[1])
+    result = main(config)
+    print(json.dumps(result, default=float), flush=True)
