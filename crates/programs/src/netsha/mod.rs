@@ -62,7 +62,7 @@ use best_effort::BestEffortAlu;
 use selection::{outcome, tag, Selected, WaySelectAlu, WeightAlu, FREE};
 use slots::{decode_distance, encode_distance, valid_distance, SlotDistanceAlu, SlotIdAlu, EMPTY};
 use sort_reduce::{decode_step, final_flush_select, Params, Reduction, StateAlu, Step, ThresholdAlu};
-use timer::{now_us, BornAlu, SweepAlu};
+use timer::{age_operand, now_us, BornAge, BornAgeWrapped, BornOwner, BornSet, SweepAlu};
 
 pub use sort_reduce::Reduction as ReductionMode;
 
@@ -310,7 +310,10 @@ pub struct Netsha {
     a_to_agent: ActionId,
     qid: Act<Pair, (Pair, u32), u32, WaySelectAlu>,
     weight: Act<Pair, u32, u32, WeightAlu>,
-    born: Act<Pair, (Pair, Pair), u32, BornAlu>,
+    born_set: pisa::SaluAction<Pair, Pair, (), BornSet>,
+    born_owner: pisa::SaluAction<Pair, (), u32, BornOwner>,
+    born_age: pisa::SaluAction<Pair, (u32, u32), u32, BornAge>,
+    born_age_wrapped: pisa::SaluAction<Pair, (u32, u32), u32, BornAgeWrapped>,
     replacements: pisa::SaluAction<u32, (u32, u32), u32, BestEffortAlu>,
     threshold: pisa::SaluAction<u32, (u32, u32), u32, ThresholdAlu>,
     state: Act<Pair, (u32, u32), u32, StateAlu>,
@@ -434,7 +437,10 @@ impl Netsha {
         let weight = b.register_action_body(weight_r, "weight", WeightAlu);
         let born_r = b.register::<Pair>("born", Gress::Ingress, 3, r, "claim time in µs (lo) and owner tag (hi), for the timer");
         b.cell_fields(&born_r, &[("claim_us", 32), ("owner_tag", 32)]);
-        let born = b.register_action_body(born_r, "born", BornAlu);
+        let born_set = b.register_action_salu(born_r, "set", BornSet);
+        let born_owner = b.register_action_salu(born_r, "owner", BornOwner);
+        let born_age = b.register_action_salu(born_r, "expired", BornAge);
+        let born_age_wrapped = b.register_action_salu(born_r, "expired_wrapped", BornAgeWrapped);
         let rep_r =
             b.register::<u32>("replacements", Gress::Ingress, 2, 1, "best-effort counter: replacements since a register was last free");
         let replacements = b.register_action_salu(rep_r, "grant", BestEffortAlu);
@@ -568,7 +574,10 @@ impl Netsha {
             a_to_agent,
             qid,
             weight,
-            born,
+            born_set,
+            born_owner,
+            born_age,
+            born_age_wrapped,
             replacements,
             threshold,
             state,
@@ -853,8 +862,7 @@ impl Netsha {
                 // The replacement register: the candidate that carried the most data pairs.
                 let v = p.execute(&self.weight, set, selection::W_CHOOSE).get();
                 let vidx = set * ways + v;
-                let victim =
-                    if granted == 0 { 0 } else { p.execute(&self.born, vidx, (Pair::new(timer::OP_OWNER, 0), Pair::new(0, 0))).get() };
+                let victim = if granted == 0 { 0 } else { p.execute(&self.born_owner, vidx, ()).get() };
                 if victim == 0 {
                     let num = Self::bypass_front_block(p);
                     p.execute(&self.answer_events, answer_event::BYPASS_COLLISION, num);
@@ -879,7 +887,7 @@ impl Netsha {
             Selected::Claimed => {
                 let now = now_us(p.now_ns());
                 p.execute(&self.weight, set, selection::W_SET1 | way << 4);
-                p.execute(&self.born, idx, (Pair::new(timer::OP_SET, 0), Pair::new(now, my)));
+                p.execute(&self.born_set, idx, Pair::new(now, my));
                 p.execute(&self.threshold, idx, (sort_reduce::T_RESET, 0));
                 let o = p.execute(&self.state, idx, (sort_reduce::OP_INSERT_FRESH, self.prm.pack())).get();
                 let (st, pend) = decode_step(o);
@@ -1150,7 +1158,9 @@ impl Netsha {
         let idx = p.execute(&self.sweep, 0, self.cfg.registers).get();
         let timeout = (self.cfg.timeout_ns / 1_000) as u32;
         let now = now_us(p.now_ns());
-        let owner = p.execute(&self.born, idx, (Pair::new(timer::OP_READ, timeout), Pair::new(now, 0))).get();
+        // The deadline and the choice of test are computed in an earlier stage (PHV).
+        let (age, wrapped) = age_operand(now, timeout);
+        let owner = if wrapped { p.execute(&self.born_age_wrapped, idx, age) } else { p.execute(&self.born_age, idx, age) }.get();
         if owner == 0 {
             p.drop(self.d_timer_idle);
             return;
@@ -1180,7 +1190,7 @@ impl Netsha {
         let (set, way) = self.set_way(idx);
         p.execute(&self.replacements, 0, (best_effort::OP_RESET, 0));
         p.execute(&self.weight, set, selection::W_CLEAR | way << 4);
-        p.execute(&self.born, idx, (Pair::new(timer::OP_SET, 0), Pair::new(0, 0)));
+        p.execute(&self.born_set, idx, Pair::new(0, 0));
         p.execute(&self.threshold, idx, (sort_reduce::T_RESET, 0));
         p.execute(&self.state, idx, (sort_reduce::OP_RESET, 0));
         let mut out = SentAnswers::new(victim - 1);
