@@ -15,9 +15,10 @@
 //! - stage 0: `qid_hash` (CRC-32 of the QID), `sweep` (timer cursor), `agent` (table:
 //!   where timer packets go)
 //! - stage 1: `qid` (owners of the query's set of candidate registers, [`selection`])
-//! - stage 2: `weight` (Algorithm 2's weights), `replacements` ([`best_effort`])
-//! - stage 3: `born` (claim time and owner, [`timer`]), `threshold` (r.T)
-//! - stage 4: `state` (held answers, commits pending, r.k)
+//! - stage 2: `weight_0` (Algorithm 2's weight of way 0), `replacements` ([`best_effort`])
+//! - stage 3: `weight_1` (way 1's, compared with way 0's), `threshold` (r.T)
+//! - stage 4: `born` (claim time and owner, [`timer`]), `state` (held answers, commits
+//!   pending, r.k)
 //! - stages 5 … 5+n: `slot_d_i` (distance codes) in stage 5+i, `slot_id_i` (data ids) in
 //!   stage 6+i
 //! - stage 5+n: `answer_events`, `emit_events` (counters the control plane reads)
@@ -52,14 +53,14 @@ use pisa::decl::TableSpec;
 use pisa::packet::{PORT_PKTGEN, PORT_RECIRC};
 use pisa::{
     ActionId, ClassifyRule, DropCode, Gress, HashAlgo, HashUnit, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl,
-    RegisterAction, Table,
+    RegisterAction, Staged, Table,
 };
 use pisa::{Cmp, Cond, Op, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
 use wire::netsha::{self as nw, ANSWER_LEN, BLOCK_HEADER_LEN, MAX_ANSWERS};
 use wire::L2_L4_LEN;
 
 use best_effort::BestEffortAlu;
-use selection::{outcome, tag, Selected, WaySelectAlu, WeightAlu, FREE};
+use selection::{outcome, tag, Selected, WaySelectAlu, WeightAdd, WeightHeavier, WeightRead, WeightSet, FREE};
 use slots::{decode_distance, encode_distance, valid_distance, SlotDistanceAlu, SlotIdAlu, EMPTY};
 use sort_reduce::{decode_step, final_flush_select, Params, Reduction, StateAlu, Step, ThresholdAlu};
 use timer::{age_operand, now_us, BornAge, BornAgeWrapped, BornOwner, BornSet, SweepAlu};
@@ -309,7 +310,11 @@ pub struct Netsha {
     agent: Table,
     a_to_agent: ActionId,
     qid: Act<Pair, (Pair, u32), u32, WaySelectAlu>,
-    weight: Act<Pair, u32, u32, WeightAlu>,
+    /// Algorithm 2's weights, way 0 (`weight_0`) and way 1 (`weight_1`, one stage later).
+    weight_add: [pisa::SaluAction<u32, (), (), WeightAdd>; 2],
+    weight_set: [pisa::SaluAction<u32, u32, (), WeightSet>; 2],
+    weight_read: pisa::SaluAction<u32, (), u32, WeightRead>,
+    weight_heavier: pisa::SaluAction<u32, u32, u32, WeightHeavier>,
     born_set: pisa::SaluAction<Pair, Pair, (), BornSet>,
     born_owner: pisa::SaluAction<Pair, (), u32, BornOwner>,
     born_age: pisa::SaluAction<Pair, (u32, u32), u32, BornAge>,
@@ -426,16 +431,22 @@ impl Netsha {
         );
         b.cell_fields(&qid_r, &[("way0_qid_plus1", 32), ("way1_qid_plus1", 32)]);
         let qid = b.register_action_body(qid_r, "select", WaySelectAlu);
-        let weight_r = b.register::<Pair>(
-            "weight",
+        // Way 1's weight one stage after way 0's: the choice of the heaviest compares way 1's
+        // weight with way 0's, read into PHV the stage before (selection.rs).
+        let w0_r = b.register::<u32>(
+            "weight_0",
             Gress::Ingress,
             2,
             sets,
-            "Algorithm 2's weight: data pairs each way's register has carried since its claim",
+            "Algorithm 2's weight of way 0: data pairs its register has carried since its claim",
         );
-        b.cell_fields(&weight_r, &[("way0", 32), ("way1", 32)]);
-        let weight = b.register_action_body(weight_r, "weight", WeightAlu);
-        let born_r = b.register::<Pair>("born", Gress::Ingress, 3, r, "claim time in µs (lo) and owner tag (hi), for the timer");
+        let w1_r = b.register::<u32>("weight_1", Gress::Ingress, 3, sets, "Algorithm 2's weight of way 1 (compared with way 0's)");
+        let weight_add = [b.register_action_salu(w0_r, "add", WeightAdd), b.register_action_salu(w1_r, "add", WeightAdd)];
+        let weight_set = [b.register_action_salu(w0_r, "set", WeightSet), b.register_action_salu(w1_r, "set", WeightSet)];
+        let weight_read = b.register_action_salu(w0_r, "read", WeightRead);
+        let weight_heavier = b.register_action_salu(w1_r, "heavier", WeightHeavier);
+        // After the weights: the replacement register's owner is read once it is chosen.
+        let born_r = b.register::<Pair>("born", Gress::Ingress, 4, r, "claim time in µs (lo) and owner tag (hi), for the timer");
         b.cell_fields(&born_r, &[("claim_us", 32), ("owner_tag", 32)]);
         let born_set = b.register_action_salu(born_r, "set", BornSet);
         let born_owner = b.register_action_salu(born_r, "owner", BornOwner);
@@ -536,7 +547,7 @@ impl Netsha {
             b.packet_generator("netsha_timer", cfg.timer_period_ns, timer_template());
         }
         b.note(&format!(
-            "n = {} slots need {} stages (5 for selection, weight, timer and r.T, state, then one per slot plus one for the last slot's id, which shares it with the counters); tofino1 has 12: up to 6 slots fit",
+            "n = {} slots need {} stages (5 for selection, the two ways' weights (with r.T), the timer and state, then one per slot plus one for the last slot's id, which shares it with the counters); tofino1 has 12: up to 6 slots fit",
             n,
             n + 6
         ));
@@ -573,7 +584,10 @@ impl Netsha {
             agent,
             a_to_agent,
             qid,
-            weight,
+            weight_add,
+            weight_set,
+            weight_read,
+            weight_heavier,
             born_set,
             born_owner,
             born_age,
@@ -859,16 +873,23 @@ impl Netsha {
         let (st, t_prev, pending) = match sel {
             Selected::Occupied(_) => {
                 let granted = p.execute(&self.replacements, 0, (best_effort::OP_GRANT, self.h));
-                // The replacement register: the candidate that carried the most data pairs.
-                let v = p.execute(&self.weight, set, selection::W_CHOOSE).get();
-                let vidx = set * ways + v;
-                let victim = if granted == 0 { 0 } else { p.execute(&self.born_owner, vidx, ()).get() };
-                if victim == 0 {
+                // The replacement register: the candidate that carried the most data pairs
+                // (way 0's weight read in stage 2, compared with way 1's in stage 3).
+                let w0 = p.execute(&self.weight_read, set, ());
+                let v = if ways > 1 { p.execute(&self.weight_heavier, set, w0) } else { Staged::now(0) };
+                let vidx = v.map(|v| set * ways + v);
+                if granted == 0 {
                     let num = Self::bypass_front_block(p);
                     p.execute(&self.answer_events, answer_event::BYPASS_COLLISION, num);
                 } else {
                     // Replace: tombstone the victim, flush all its answers, claim next pass.
+                    // Its owner tag (stage 4, beside `state`) is not 0: every register the
+                    // qid lookup found occupied has its owner in `born` (both written in
+                    // the same pass at each claim and release).
+                    let victim = p.execute(&self.born_owner, vidx, ()).get();
+                    debug_assert_ne!(victim, 0, "an occupied register has an owner");
                     p.execute(&self.state, vidx, (sort_reduce::OP_TOMB, 0));
+                    let (vidx, v) = (vidx.get(), v.get());
                     let mut out = SentAnswers::new(victim - 1);
                     for i in 0..n {
                         out.push(self.take(p, vidx, i));
@@ -886,15 +907,15 @@ impl Netsha {
             }
             Selected::Claimed => {
                 let now = now_us(p.now_ns());
-                p.execute(&self.weight, set, selection::W_SET1 | way << 4);
-                p.execute(&self.born_set, idx, Pair::new(now, my));
+                p.execute(&self.weight_set[way as usize], set, 1);
                 p.execute(&self.threshold, idx, (sort_reduce::T_RESET, 0));
+                p.execute(&self.born_set, idx, Pair::new(now, my));
                 let o = p.execute(&self.state, idx, (sort_reduce::OP_INSERT_FRESH, self.prm.pack())).get();
                 let (st, pend) = decode_step(o);
                 (st, 0, pend)
             }
             Selected::Hit => {
-                p.execute(&self.weight, set, selection::W_ADD | way << 4);
+                p.execute(&self.weight_add[way as usize], set, ());
                 let t = p.execute(&self.threshold, idx, (sort_reduce::T_READ, 0)).get();
                 let ge = c.hi >= t;
                 let op = sort_reduce::OP_INSERT | if ge { sort_reduce::GE_T } else { 0 };
@@ -1189,9 +1210,9 @@ impl Netsha {
         }
         let (set, way) = self.set_way(idx);
         p.execute(&self.replacements, 0, (best_effort::OP_RESET, 0));
-        p.execute(&self.weight, set, selection::W_CLEAR | way << 4);
-        p.execute(&self.born_set, idx, Pair::new(0, 0));
+        p.execute(&self.weight_set[way as usize], set, 0);
         p.execute(&self.threshold, idx, (sort_reduce::T_RESET, 0));
+        p.execute(&self.born_set, idx, Pair::new(0, 0));
         p.execute(&self.state, idx, (sort_reduce::OP_RESET, 0));
         let mut out = SentAnswers::new(victim - 1);
         for i in 0..self.cfg.slots as usize {

@@ -3,7 +3,7 @@
 //! Algorithm 2 scans every register for the query's ID, the first empty one and the one
 //! with the largest weight. A pipeline cannot scan: §4 maps a query by hash(QID); here it
 //! maps to a *set* of `ways` (1 or 2) candidate registers and Algorithm 2 runs over them
-//! ([`WaySelectAlu`], [`WeightAlu`]): the query's own register (hit), the first empty one
+//! ([`WaySelectAlu`], [`WeightHeavier`]): the query's own register (hit), the first empty one
 //! (claim), or, all occupied, the heaviest is replaced (if the best-effort counter allows,
 //! §3.6; otherwise bypass, the answer goes on unreduced). [`SelectAlu`] is the one-way
 //! compare-and-swap the ways' ALU applies per way.
@@ -15,7 +15,7 @@
 //! completes a replacement (a compare-and-swap, so two claimants cannot both win); with
 //! `new` = empty it is the timer's release.
 
-use pisa::{Pair, SaluBody};
+use pisa::{Cmp, Cond, Op, Out, OutSrc, Pair, Pred, Salu, SaluBody, SaluProgram, Src, Update};
 
 /// An empty register's tag.
 pub const FREE: u32 = 0;
@@ -164,29 +164,39 @@ impl SaluBody<Pair, (Pair, u32), u32> for WaySelectAlu {
     }
 }
 
-/// `weight` array operations (input: op | way << 4): data pairs each way has carried.
-pub const W_ADD: u32 = 0;
-pub const W_SET1: u32 = 1;
-pub const W_CHOOSE: u32 = 2;
-pub const W_CLEAR: u32 = 3;
-
-/// `weight` array stateful ALU (cell: weight of way 0 (lo), way 1 (hi)). `W_CHOOSE`
-/// returns the way with the largest weight (Algorithm 2's replacement register; way 0 on
-/// a tie, as the scan keeps the first maximum).
+/// Algorithm 2's weights: data pairs each way's register has carried since its claim, one
+/// 32-bit array per way (`weight_0` in the stage after `qid`, `weight_1` in the next), so
+/// the choice of the heaviest compares one register half with a PHV operand (a condition
+/// unit cannot compare the two halves of one cell): `weight_0` returns way 0's weight
+/// ([`WeightRead`]), and `weight_1` returns whether way 1's is larger ([`WeightHeavier`];
+/// way 0 on a tie, as the scan keeps the first maximum). A hit adds one to its way's
+/// weight ([`WeightAdd`], saturating), a claim sets it to 1 and a release to 0
+/// ([`WeightSet`]).
 #[derive(Clone, Copy)]
-pub struct WeightAlu;
+pub struct WeightAdd;
 
-impl SaluBody<Pair, u32, u32> for WeightAlu {
-    #[inline(always)]
-    fn run(self, cell: Pair, ctl: u32) -> (Pair, u32) {
-        let w = (ctl >> 4) & 1;
-        match ctl & 0xF {
-            W_ADD => (with_way(cell, w, way_tag(cell, w).saturating_add(1)), 0),
-            W_SET1 => (with_way(cell, w, 1), 0),
-            W_CLEAR => (with_way(cell, w, 0), 0),
-            _ => (cell, u32::from(cell.hi > cell.lo)),
-        }
-    }
+impl SaluProgram<u32, (), ()> for WeightAdd {
+    const SALU: Salu = Salu { conds: &[], lo: &[Update::always(Src::Lo, Op::SatAdd, Src::K(1))], hi: &[], out: &[] };
+}
+
+/// A way's weight becomes the operand (1 on a claim, 0 on a release).
+#[derive(Clone, Copy)]
+pub struct WeightSet;
+
+impl SaluProgram<u32, u32, ()> for WeightSet {
+    const SALU: Salu = Salu { conds: &[], lo: &[Update::set(Pred::ALWAYS, Src::PhvLo)], hi: &[], out: &[] };
+}
+
+/// Way 0's weight, for [`WeightHeavier`] in the next stage.
+pub use pisa::salu::common::Read as WeightRead;
+
+/// Whether way 1's weight exceeds way 0's (the operand): the way to replace.
+#[derive(Clone, Copy)]
+pub struct WeightHeavier;
+
+impl SaluProgram<u32, u32, u32> for WeightHeavier {
+    const SALU: Salu =
+        Salu { conds: &[Cond::new(Src::Lo, Cmp::GtU, Src::PhvLo)], lo: &[], hi: &[], out: &[Out::new(Pred::C0, OutSrc::Predicate)] };
 }
 
 #[cfg(test)]
@@ -218,13 +228,23 @@ mod way_tests {
 
     #[test]
     fn weight_chooses_the_heaviest() {
-        let mut cell = Pair::new(0, 0);
-        for (op, w) in [(W_SET1, 0), (W_SET1, 1), (W_ADD, 1), (W_ADD, 1), (W_ADD, 0)] {
-            cell = WeightAlu.run(cell, op | w << 4).0;
+        // Way 0's weight in one array, way 1's in the next; the same sequence as the
+        // Algorithm 2 scan sees.
+        let (mut w0, mut w1) = (0u32, 0u32);
+        w0 = WeightSet.run(w0, 1).0;
+        w1 = WeightSet.run(w1, 1).0;
+        for _ in 0..2 {
+            w1 = WeightAdd.run(w1, ()).0;
         }
-        assert_eq!(cell, Pair::new(2, 3));
-        assert_eq!(WeightAlu.run(cell, W_CHOOSE).1, 1);
-        assert_eq!(WeightAlu.run(Pair::new(3, 3), W_CHOOSE).1, 0, "tie: the first");
-        assert_eq!(WeightAlu.run(cell, W_CLEAR | 1 << 4).0, Pair::new(2, 0));
+        w0 = WeightAdd.run(w0, ()).0;
+        assert_eq!((w0, w1), (2, 3));
+        let choose = |w0: u32, w1: u32| WeightHeavier.run(w1, WeightRead.run(w0, ()).1).1;
+        assert_eq!(choose(w0, w1), 1);
+        assert_eq!(choose(3, 3), 0, "tie: the first");
+        assert_eq!(choose(4, 3), 0);
+        assert_eq!(choose(u32::MAX, 0), 0);
+        assert_eq!(choose(0, u32::MAX), 1);
+        assert_eq!(WeightAdd.run(u32::MAX, ()).0, u32::MAX, "saturates");
+        assert_eq!(WeightSet.run(w1, 0).0, 0);
     }
 }
