@@ -60,7 +60,10 @@ use wire::netsha::{self as nw, ANSWER_LEN, BLOCK_HEADER_LEN, MAX_ANSWERS};
 use wire::L2_L4_LEN;
 
 use best_effort::BestEffortAlu;
-use selection::{outcome, tag, Selected, WaySelectAlu, WeightAdd, WeightHeavier, WeightRead, WeightSet, FREE};
+use selection::{
+    decode_lookup, decode_probe, outcome, tag, QidCas0, QidCas1, QidLookup1, QidLookup2, QidLookup2Body, QidProbe, Selected, WeightAdd,
+    WeightHeavier, WeightRead, WeightSet, FREE,
+};
 use slots::{decode_distance, encode_distance, valid_distance, SlotDistanceAlu, SlotIdAlu, EMPTY};
 use sort_reduce::{decode_step, final_flush_select, Params, Reduction, StateAlu, Step, ThresholdAlu};
 use timer::{age_operand, now_us, BornAge, BornAgeWrapped, BornOwner, BornSet, SweepAlu};
@@ -165,6 +168,10 @@ pub struct NetshaConfig {
     pub tables: u32,
     /// Entries per selection table (bucket keys of one LSH table held by any server).
     pub select_size: u32,
+    /// Condition units of the stateful ALU this program is built for: 4 (Tofino 2) or 2
+    /// (Tofino 1). The two-way lookup of `qid` needs 4; with fewer it stays a Rust body
+    /// (reported as an unchecked ALU; see `selection.rs`).
+    pub salu_conditions: u32,
 }
 
 impl Default for NetshaConfig {
@@ -185,6 +192,7 @@ impl Default for NetshaConfig {
             name: "netsha".into(),
             tables: 10,
             select_size: 4096,
+            salu_conditions: 4,
         }
     }
 }
@@ -192,11 +200,11 @@ impl Default for NetshaConfig {
 impl NetshaConfig {
     /// The largest configuration that fits tofino1: 6 slots (12 stages), a 256-byte parse.
     pub fn tofino1() -> NetshaConfig {
-        NetshaConfig { slots: 6, ga: 4, parse_depth: 256, name: "netsha-tofino1".into(), ..NetshaConfig::default() }
+        NetshaConfig { slots: 6, ga: 4, parse_depth: 256, name: "netsha-tofino1".into(), salu_conditions: 2, ..NetshaConfig::default() }
     }
 
     /// Parse `netsha` or `netsha:registers=100,ways=2,slots=12,ga=8,k=50,lambda=0.2,reduction=exact,
-    /// timeout_us=1000,period_ns=1000,depth=1514,name=...` (also `netsha-tofino1`; options
+    /// timeout_us=1000,period_ns=1000,depth=1514,name=...,conds=4` (also `netsha-tofino1`; options
     /// may be separated by `;`).
     pub fn from_spec(spec: &str) -> Result<NetshaConfig, String> {
         let (base, args) = spec.split_once(':').unwrap_or((spec, ""));
@@ -224,6 +232,7 @@ impl NetshaConfig {
                 "name" => c.name = v.to_string(),
                 "tables" | "l" => c.tables = num(v)? as u32,
                 "select_size" => c.select_size = num(v)? as u32,
+                "conds" => c.salu_conditions = num(v)? as u32,
                 _ => return Err(format!("unknown netsha option `{k}`")),
             }
         }
@@ -253,6 +262,9 @@ impl NetshaConfig {
         }
         if self.tables > 0 && (self.parse_depth as usize) < L2_L4_LEN + nw::query_header_len(self.tables as usize) {
             return Err("parse depth below a query packet's header".into());
+        }
+        if self.salu_conditions < 2 {
+            return Err("need conds >= 2 (the qid lookup tests a tag and a free way)".into());
         }
         if self.max_recirculations > 250 {
             return Err("at most 250 recirculations (the pass counter is 8 bits)".into());
@@ -300,6 +312,14 @@ mod br {
 
 type Act<T, I, O, B> = RegisterAction<T, I, O, B>;
 
+/// The `qid` lookup: one way, two ways declared (four condition units), or two ways as a
+/// Rust body on a two-condition ALU (see `selection.rs`).
+enum QidLookup {
+    One(pisa::SaluAction<Pair, u32, u32, QidLookup1>),
+    Two(pisa::SaluAction<Pair, u32, u32, QidLookup2>),
+    TwoBody(Act<Pair, u32, u32, QidLookup2Body>),
+}
+
 pub struct Netsha {
     decl: ProgramDecl,
     cfg: NetshaConfig,
@@ -309,7 +329,10 @@ pub struct Netsha {
     sweep: pisa::SaluAction<u32, u32, u32, SweepAlu>,
     agent: Table,
     a_to_agent: ActionId,
-    qid: Act<Pair, (Pair, u32), u32, WaySelectAlu>,
+    qid_lookup: QidLookup,
+    qid_probe: pisa::SaluAction<Pair, u32, u32, QidProbe>,
+    qid_cas0: pisa::SaluAction<Pair, Pair, u32, QidCas0>,
+    qid_cas1: pisa::SaluAction<Pair, Pair, u32, QidCas1>,
     /// Algorithm 2's weights, way 0 (`weight_0`) and way 1 (`weight_1`, one stage later).
     weight_add: [pisa::SaluAction<u32, (), (), WeightAdd>; 2],
     weight_set: [pisa::SaluAction<u32, u32, (), WeightSet>; 2],
@@ -430,7 +453,14 @@ impl Netsha {
             "owners of the candidate registers of each set (Algorithm 2): QID + 1 of way 0 (lo) and way 1 (hi), 0 = free",
         );
         b.cell_fields(&qid_r, &[("way0_qid_plus1", 32), ("way1_qid_plus1", 32)]);
-        let qid = b.register_action_body(qid_r, "select", WaySelectAlu);
+        let qid_lookup = match (cfg.ways, cfg.salu_conditions >= 4) {
+            (1, _) => QidLookup::One(b.register_action_salu(qid_r, "lookup", QidLookup1)),
+            (_, true) => QidLookup::Two(b.register_action_salu(qid_r, "lookup", QidLookup2)),
+            _ => QidLookup::TwoBody(b.register_action_body(qid_r, "lookup", QidLookup2Body)),
+        };
+        let qid_probe = b.register_action_salu(qid_r, "probe", QidProbe);
+        let qid_cas0 = b.register_action_salu(qid_r, "cas_0", QidCas0);
+        let qid_cas1 = b.register_action_salu(qid_r, "cas_1", QidCas1);
         // Way 1's weight one stage after way 0's: the choice of the heaviest compares way 1's
         // weight with way 0's, read into PHV the stage before (selection.rs).
         let w0_r = b.register::<u32>(
@@ -583,7 +613,10 @@ impl Netsha {
             sweep,
             agent,
             a_to_agent,
-            qid,
+            qid_lookup,
+            qid_probe,
+            qid_cas0,
+            qid_cas1,
             weight_add,
             weight_set,
             weight_read,
@@ -799,10 +832,11 @@ impl Netsha {
         (idx / self.cfg.ways, idx % self.cfg.ways)
     }
 
-    /// Compare-and-swap on one register's owner tag (see [`selection::WAY_CAS`]).
+    /// Compare-and-swap on one register's owner tag (see [`selection::QidCas0`]).
     fn owner_cas(&self, p: &mut Pass<'_>, idx: u32, new: u32, expected: u32) -> u32 {
         let (set, way) = self.set_way(idx);
-        p.execute(&self.qid, set, (Pair::new(new, expected), selection::WAY_CAS | way << 4)).get()
+        let x = Pair::new(new, expected);
+        if way == 0 { p.execute(&self.qid_cas0, set, x) } else { p.execute(&self.qid_cas1, set, x) }.get()
     }
 
     /// One answer of a server's packet.
@@ -861,13 +895,18 @@ impl Netsha {
             let old = self.owner_cas(p, set * ways + way, my, expected);
             (outcome(old, my, expected), way)
         } else {
-            let o = p.execute(&self.qid, set, (Pair::new(my, FREE), selection::WAY_LOOKUP | ways << 8));
-            let sel = match (o & 0xF).get() {
+            let flags = match &self.qid_lookup {
+                QidLookup::One(a) => p.execute(a, set, my),
+                QidLookup::Two(a) => p.execute(a, set, my),
+                QidLookup::TwoBody(a) => p.execute(a, set, my),
+            };
+            let (kind, way) = decode_lookup(flags.get(), ways);
+            let sel = match kind {
                 selection::KIND_HIT => Selected::Hit,
                 selection::KIND_CLAIMED => Selected::Claimed,
                 _ => Selected::Occupied(0),
             };
-            (sel, ((o >> 4) & 1).get())
+            (sel, way)
         };
         let idx = set * ways + way;
         let (st, t_prev, pending) = match sel {
@@ -1018,9 +1057,9 @@ impl Netsha {
         let mut dropped = false;
         if let Some(my) = tag(qid) {
             let set = self.index(p, qid);
-            let o = p.execute(&self.qid, set, (Pair::new(my, FREE), selection::WAY_PROBE | self.cfg.ways << 8));
-            if o & 0xF == selection::KIND_HIT {
-                let idx = set * self.cfg.ways + ((o >> 4) & 1);
+            let o = p.execute(&self.qid_probe, set, my).get();
+            if let Some(way) = decode_probe(o) {
+                let idx = set * self.cfg.ways + way;
                 let t = p.execute(&self.threshold, idx, (sort_reduce::T_READ, 0)).get();
                 let op = sort_reduce::OP_DROP_ONLY | if code >= t { sort_reduce::GE_T } else { 0 };
                 let (st, _) = decode_step(p.execute(&self.state, idx, (op, self.prm.pack())).get());
