@@ -15,9 +15,10 @@
 //! - stage 0: `qid_hash` (CRC-32 of the QID), `sweep` (timer cursor), `agent` (table:
 //!   where timer packets go)
 //! - stage 1: `qid` (owners of the query's set of candidate registers, [`selection`])
-//! - stage 2: `weight` (Algorithm 2's weights), `replacements` ([`best_effort`])
-//! - stage 3: `born` (claim time and owner, [`timer`]), `threshold` (r.T)
-//! - stage 4: `state` (held answers, commits pending, r.k)
+//! - stage 2: `weight_0` (Algorithm 2's weight of way 0), `replacements` ([`best_effort`])
+//! - stage 3: `weight_1` (way 1's, compared with way 0's), `threshold` (r.T)
+//! - stage 4: `born` (claim time and owner, [`timer`]), `state` (held answers, commits
+//!   pending, r.k)
 //! - stages 5 … 5+n: `slot_d_i` (distance codes) in stage 5+i, `slot_id_i` (data ids) in
 //!   stage 6+i
 //! - stage 5+n: `answer_events`, `emit_events` (counters the control plane reads)
@@ -52,17 +53,20 @@ use pisa::decl::TableSpec;
 use pisa::packet::{PORT_PKTGEN, PORT_RECIRC};
 use pisa::{
     ActionId, ClassifyRule, DropCode, Gress, HashAlgo, HashUnit, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl,
-    RegisterAction, Table,
+    RegisterAction, Staged, Table,
 };
 use pisa::{Cmp, Cond, Op, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
 use wire::netsha::{self as nw, ANSWER_LEN, BLOCK_HEADER_LEN, MAX_ANSWERS};
 use wire::L2_L4_LEN;
 
 use best_effort::BestEffortAlu;
-use selection::{outcome, tag, Selected, WaySelectAlu, WeightAlu, FREE};
+use selection::{
+    decode_lookup, decode_probe, outcome, tag, QidCas0, QidCas1, QidLookup1, QidLookup2, QidLookup2Body, QidProbe, Selected, WeightAdd,
+    WeightHeavier, WeightRead, WeightSet, FREE,
+};
 use slots::{decode_distance, encode_distance, valid_distance, SlotDistanceAlu, SlotIdAlu, EMPTY};
 use sort_reduce::{decode_step, final_flush_select, Params, Reduction, StateAlu, Step, ThresholdAlu};
-use timer::{now_us, BornAlu, SweepAlu};
+use timer::{age_operand, now_us, BornAge, BornAgeWrapped, BornOwner, BornSet, SweepAlu};
 
 pub use sort_reduce::Reduction as ReductionMode;
 
@@ -164,6 +168,10 @@ pub struct NetshaConfig {
     pub tables: u32,
     /// Entries per selection table (bucket keys of one LSH table held by any server).
     pub select_size: u32,
+    /// Condition units of the stateful ALU this program is built for: 4 (Tofino 2) or 2
+    /// (Tofino 1). The two-way lookup of `qid` needs 4; with fewer it stays a Rust body
+    /// (reported as an unchecked ALU; see `selection.rs`).
+    pub salu_conditions: u32,
 }
 
 impl Default for NetshaConfig {
@@ -184,6 +192,7 @@ impl Default for NetshaConfig {
             name: "netsha".into(),
             tables: 10,
             select_size: 4096,
+            salu_conditions: 4,
         }
     }
 }
@@ -191,11 +200,11 @@ impl Default for NetshaConfig {
 impl NetshaConfig {
     /// The largest configuration that fits tofino1: 6 slots (12 stages), a 256-byte parse.
     pub fn tofino1() -> NetshaConfig {
-        NetshaConfig { slots: 6, ga: 4, parse_depth: 256, name: "netsha-tofino1".into(), ..NetshaConfig::default() }
+        NetshaConfig { slots: 6, ga: 4, parse_depth: 256, name: "netsha-tofino1".into(), salu_conditions: 2, ..NetshaConfig::default() }
     }
 
     /// Parse `netsha` or `netsha:registers=100,ways=2,slots=12,ga=8,k=50,lambda=0.2,reduction=exact,
-    /// timeout_us=1000,period_ns=1000,depth=1514,name=...` (also `netsha-tofino1`; options
+    /// timeout_us=1000,period_ns=1000,depth=1514,name=...,conds=4` (also `netsha-tofino1`; options
     /// may be separated by `;`).
     pub fn from_spec(spec: &str) -> Result<NetshaConfig, String> {
         let (base, args) = spec.split_once(':').unwrap_or((spec, ""));
@@ -223,6 +232,7 @@ impl NetshaConfig {
                 "name" => c.name = v.to_string(),
                 "tables" | "l" => c.tables = num(v)? as u32,
                 "select_size" => c.select_size = num(v)? as u32,
+                "conds" => c.salu_conditions = num(v)? as u32,
                 _ => return Err(format!("unknown netsha option `{k}`")),
             }
         }
@@ -252,6 +262,9 @@ impl NetshaConfig {
         }
         if self.tables > 0 && (self.parse_depth as usize) < L2_L4_LEN + nw::query_header_len(self.tables as usize) {
             return Err("parse depth below a query packet's header".into());
+        }
+        if self.salu_conditions < 2 {
+            return Err("need conds >= 2 (the qid lookup tests a tag and a free way)".into());
         }
         if self.max_recirculations > 250 {
             return Err("at most 250 recirculations (the pass counter is 8 bits)".into());
@@ -299,6 +312,14 @@ mod br {
 
 type Act<T, I, O, B> = RegisterAction<T, I, O, B>;
 
+/// The `qid` lookup: one way, two ways declared (four condition units), or two ways as a
+/// Rust body on a two-condition ALU (see `selection.rs`).
+enum QidLookup {
+    One(pisa::SaluAction<Pair, u32, u32, QidLookup1>),
+    Two(pisa::SaluAction<Pair, u32, u32, QidLookup2>),
+    TwoBody(Act<Pair, u32, u32, QidLookup2Body>),
+}
+
 pub struct Netsha {
     decl: ProgramDecl,
     cfg: NetshaConfig,
@@ -308,9 +329,19 @@ pub struct Netsha {
     sweep: pisa::SaluAction<u32, u32, u32, SweepAlu>,
     agent: Table,
     a_to_agent: ActionId,
-    qid: Act<Pair, (Pair, u32), u32, WaySelectAlu>,
-    weight: Act<Pair, u32, u32, WeightAlu>,
-    born: Act<Pair, (Pair, Pair), u32, BornAlu>,
+    qid_lookup: QidLookup,
+    qid_probe: pisa::SaluAction<Pair, u32, u32, QidProbe>,
+    qid_cas0: pisa::SaluAction<Pair, Pair, u32, QidCas0>,
+    qid_cas1: pisa::SaluAction<Pair, Pair, u32, QidCas1>,
+    /// Algorithm 2's weights, way 0 (`weight_0`) and way 1 (`weight_1`, one stage later).
+    weight_add: [pisa::SaluAction<u32, (), (), WeightAdd>; 2],
+    weight_set: [pisa::SaluAction<u32, u32, (), WeightSet>; 2],
+    weight_read: pisa::SaluAction<u32, (), u32, WeightRead>,
+    weight_heavier: pisa::SaluAction<u32, u32, u32, WeightHeavier>,
+    born_set: pisa::SaluAction<Pair, Pair, (), BornSet>,
+    born_owner: pisa::SaluAction<Pair, (), u32, BornOwner>,
+    born_age: pisa::SaluAction<Pair, (u32, u32), u32, BornAge>,
+    born_age_wrapped: pisa::SaluAction<Pair, (u32, u32), u32, BornAgeWrapped>,
     replacements: pisa::SaluAction<u32, (u32, u32), u32, BestEffortAlu>,
     threshold: pisa::SaluAction<u32, (u32, u32), u32, ThresholdAlu>,
     state: Act<Pair, (u32, u32), u32, StateAlu>,
@@ -422,19 +453,35 @@ impl Netsha {
             "owners of the candidate registers of each set (Algorithm 2): QID + 1 of way 0 (lo) and way 1 (hi), 0 = free",
         );
         b.cell_fields(&qid_r, &[("way0_qid_plus1", 32), ("way1_qid_plus1", 32)]);
-        let qid = b.register_action_body(qid_r, "select", WaySelectAlu);
-        let weight_r = b.register::<Pair>(
-            "weight",
+        let qid_lookup = match (cfg.ways, cfg.salu_conditions >= 4) {
+            (1, _) => QidLookup::One(b.register_action_salu(qid_r, "lookup", QidLookup1)),
+            (_, true) => QidLookup::Two(b.register_action_salu(qid_r, "lookup", QidLookup2)),
+            _ => QidLookup::TwoBody(b.register_action_body(qid_r, "lookup", QidLookup2Body)),
+        };
+        let qid_probe = b.register_action_salu(qid_r, "probe", QidProbe);
+        let qid_cas0 = b.register_action_salu(qid_r, "cas_0", QidCas0);
+        let qid_cas1 = b.register_action_salu(qid_r, "cas_1", QidCas1);
+        // Way 1's weight one stage after way 0's: the choice of the heaviest compares way 1's
+        // weight with way 0's, read into PHV the stage before (selection.rs).
+        let w0_r = b.register::<u32>(
+            "weight_0",
             Gress::Ingress,
             2,
             sets,
-            "Algorithm 2's weight: data pairs each way's register has carried since its claim",
+            "Algorithm 2's weight of way 0: data pairs its register has carried since its claim",
         );
-        b.cell_fields(&weight_r, &[("way0", 32), ("way1", 32)]);
-        let weight = b.register_action_body(weight_r, "weight", WeightAlu);
-        let born_r = b.register::<Pair>("born", Gress::Ingress, 3, r, "claim time in µs (lo) and owner tag (hi), for the timer");
+        let w1_r = b.register::<u32>("weight_1", Gress::Ingress, 3, sets, "Algorithm 2's weight of way 1 (compared with way 0's)");
+        let weight_add = [b.register_action_salu(w0_r, "add", WeightAdd), b.register_action_salu(w1_r, "add", WeightAdd)];
+        let weight_set = [b.register_action_salu(w0_r, "set", WeightSet), b.register_action_salu(w1_r, "set", WeightSet)];
+        let weight_read = b.register_action_salu(w0_r, "read", WeightRead);
+        let weight_heavier = b.register_action_salu(w1_r, "heavier", WeightHeavier);
+        // After the weights: the replacement register's owner is read once it is chosen.
+        let born_r = b.register::<Pair>("born", Gress::Ingress, 4, r, "claim time in µs (lo) and owner tag (hi), for the timer");
         b.cell_fields(&born_r, &[("claim_us", 32), ("owner_tag", 32)]);
-        let born = b.register_action_body(born_r, "born", BornAlu);
+        let born_set = b.register_action_salu(born_r, "set", BornSet);
+        let born_owner = b.register_action_salu(born_r, "owner", BornOwner);
+        let born_age = b.register_action_salu(born_r, "expired", BornAge);
+        let born_age_wrapped = b.register_action_salu(born_r, "expired_wrapped", BornAgeWrapped);
         let rep_r =
             b.register::<u32>("replacements", Gress::Ingress, 2, 1, "best-effort counter: replacements since a register was last free");
         let replacements = b.register_action_salu(rep_r, "grant", BestEffortAlu);
@@ -530,7 +577,7 @@ impl Netsha {
             b.packet_generator("netsha_timer", cfg.timer_period_ns, timer_template());
         }
         b.note(&format!(
-            "n = {} slots need {} stages (5 for selection, weight, timer and r.T, state, then one per slot plus one for the last slot's id, which shares it with the counters); tofino1 has 12: up to 6 slots fit",
+            "n = {} slots need {} stages (5 for selection, the two ways' weights (with r.T), the timer and state, then one per slot plus one for the last slot's id, which shares it with the counters); tofino1 has 12: up to 6 slots fit",
             n,
             n + 6
         ));
@@ -566,9 +613,18 @@ impl Netsha {
             sweep,
             agent,
             a_to_agent,
-            qid,
-            weight,
-            born,
+            qid_lookup,
+            qid_probe,
+            qid_cas0,
+            qid_cas1,
+            weight_add,
+            weight_set,
+            weight_read,
+            weight_heavier,
+            born_set,
+            born_owner,
+            born_age,
+            born_age_wrapped,
             replacements,
             threshold,
             state,
@@ -776,10 +832,11 @@ impl Netsha {
         (idx / self.cfg.ways, idx % self.cfg.ways)
     }
 
-    /// Compare-and-swap on one register's owner tag (see [`selection::WAY_CAS`]).
+    /// Compare-and-swap on one register's owner tag (see [`selection::QidCas0`]).
     fn owner_cas(&self, p: &mut Pass<'_>, idx: u32, new: u32, expected: u32) -> u32 {
         let (set, way) = self.set_way(idx);
-        p.execute(&self.qid, set, (Pair::new(new, expected), selection::WAY_CAS | way << 4)).get()
+        let x = Pair::new(new, expected);
+        if way == 0 { p.execute(&self.qid_cas0, set, x) } else { p.execute(&self.qid_cas1, set, x) }.get()
     }
 
     /// One answer of a server's packet.
@@ -838,29 +895,40 @@ impl Netsha {
             let old = self.owner_cas(p, set * ways + way, my, expected);
             (outcome(old, my, expected), way)
         } else {
-            let o = p.execute(&self.qid, set, (Pair::new(my, FREE), selection::WAY_LOOKUP | ways << 8));
-            let sel = match (o & 0xF).get() {
+            let flags = match &self.qid_lookup {
+                QidLookup::One(a) => p.execute(a, set, my),
+                QidLookup::Two(a) => p.execute(a, set, my),
+                QidLookup::TwoBody(a) => p.execute(a, set, my),
+            };
+            let (kind, way) = decode_lookup(flags.get(), ways);
+            let sel = match kind {
                 selection::KIND_HIT => Selected::Hit,
                 selection::KIND_CLAIMED => Selected::Claimed,
                 _ => Selected::Occupied(0),
             };
-            (sel, ((o >> 4) & 1).get())
+            (sel, way)
         };
         let idx = set * ways + way;
         let (st, t_prev, pending) = match sel {
             Selected::Occupied(_) => {
                 let granted = p.execute(&self.replacements, 0, (best_effort::OP_GRANT, self.h));
-                // The replacement register: the candidate that carried the most data pairs.
-                let v = p.execute(&self.weight, set, selection::W_CHOOSE).get();
-                let vidx = set * ways + v;
-                let victim =
-                    if granted == 0 { 0 } else { p.execute(&self.born, vidx, (Pair::new(timer::OP_OWNER, 0), Pair::new(0, 0))).get() };
-                if victim == 0 {
+                // The replacement register: the candidate that carried the most data pairs
+                // (way 0's weight read in stage 2, compared with way 1's in stage 3).
+                let w0 = p.execute(&self.weight_read, set, ());
+                let v = if ways > 1 { p.execute(&self.weight_heavier, set, w0) } else { Staged::now(0) };
+                let vidx = v.map(|v| set * ways + v);
+                if granted == 0 {
                     let num = Self::bypass_front_block(p);
                     p.execute(&self.answer_events, answer_event::BYPASS_COLLISION, num);
                 } else {
                     // Replace: tombstone the victim, flush all its answers, claim next pass.
+                    // Its owner tag (stage 4, beside `state`) is not 0: every register the
+                    // qid lookup found occupied has its owner in `born` (both written in
+                    // the same pass at each claim and release).
+                    let victim = p.execute(&self.born_owner, vidx, ()).get();
+                    debug_assert_ne!(victim, 0, "an occupied register has an owner");
                     p.execute(&self.state, vidx, (sort_reduce::OP_TOMB, 0));
+                    let (vidx, v) = (vidx.get(), v.get());
                     let mut out = SentAnswers::new(victim - 1);
                     for i in 0..n {
                         out.push(self.take(p, vidx, i));
@@ -878,15 +946,15 @@ impl Netsha {
             }
             Selected::Claimed => {
                 let now = now_us(p.now_ns());
-                p.execute(&self.weight, set, selection::W_SET1 | way << 4);
-                p.execute(&self.born, idx, (Pair::new(timer::OP_SET, 0), Pair::new(now, my)));
+                p.execute(&self.weight_set[way as usize], set, 1);
                 p.execute(&self.threshold, idx, (sort_reduce::T_RESET, 0));
+                p.execute(&self.born_set, idx, Pair::new(now, my));
                 let o = p.execute(&self.state, idx, (sort_reduce::OP_INSERT_FRESH, self.prm.pack())).get();
                 let (st, pend) = decode_step(o);
                 (st, 0, pend)
             }
             Selected::Hit => {
-                p.execute(&self.weight, set, selection::W_ADD | way << 4);
+                p.execute(&self.weight_add[way as usize], set, ());
                 let t = p.execute(&self.threshold, idx, (sort_reduce::T_READ, 0)).get();
                 let ge = c.hi >= t;
                 let op = sort_reduce::OP_INSERT | if ge { sort_reduce::GE_T } else { 0 };
@@ -989,9 +1057,9 @@ impl Netsha {
         let mut dropped = false;
         if let Some(my) = tag(qid) {
             let set = self.index(p, qid);
-            let o = p.execute(&self.qid, set, (Pair::new(my, FREE), selection::WAY_PROBE | self.cfg.ways << 8));
-            if o & 0xF == selection::KIND_HIT {
-                let idx = set * self.cfg.ways + ((o >> 4) & 1);
+            let o = p.execute(&self.qid_probe, set, my).get();
+            if let Some(way) = decode_probe(o) {
+                let idx = set * self.cfg.ways + way;
                 let t = p.execute(&self.threshold, idx, (sort_reduce::T_READ, 0)).get();
                 let op = sort_reduce::OP_DROP_ONLY | if code >= t { sort_reduce::GE_T } else { 0 };
                 let (st, _) = decode_step(p.execute(&self.state, idx, (op, self.prm.pack())).get());
@@ -1150,7 +1218,9 @@ impl Netsha {
         let idx = p.execute(&self.sweep, 0, self.cfg.registers).get();
         let timeout = (self.cfg.timeout_ns / 1_000) as u32;
         let now = now_us(p.now_ns());
-        let owner = p.execute(&self.born, idx, (Pair::new(timer::OP_READ, timeout), Pair::new(now, 0))).get();
+        // The deadline and the choice of test are computed in an earlier stage (PHV).
+        let (age, wrapped) = age_operand(now, timeout);
+        let owner = if wrapped { p.execute(&self.born_age_wrapped, idx, age) } else { p.execute(&self.born_age, idx, age) }.get();
         if owner == 0 {
             p.drop(self.d_timer_idle);
             return;
@@ -1179,9 +1249,9 @@ impl Netsha {
         }
         let (set, way) = self.set_way(idx);
         p.execute(&self.replacements, 0, (best_effort::OP_RESET, 0));
-        p.execute(&self.weight, set, selection::W_CLEAR | way << 4);
-        p.execute(&self.born, idx, (Pair::new(timer::OP_SET, 0), Pair::new(0, 0)));
+        p.execute(&self.weight_set[way as usize], set, 0);
         p.execute(&self.threshold, idx, (sort_reduce::T_RESET, 0));
+        p.execute(&self.born_set, idx, Pair::new(0, 0));
         p.execute(&self.state, idx, (sort_reduce::OP_RESET, 0));
         let mut out = SentAnswers::new(victim - 1);
         for i in 0..self.cfg.slots as usize {

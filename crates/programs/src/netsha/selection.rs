@@ -3,7 +3,7 @@
 //! Algorithm 2 scans every register for the query's ID, the first empty one and the one
 //! with the largest weight. A pipeline cannot scan: §4 maps a query by hash(QID); here it
 //! maps to a *set* of `ways` (1 or 2) candidate registers and Algorithm 2 runs over them
-//! ([`WaySelectAlu`], [`WeightAlu`]): the query's own register (hit), the first empty one
+//! ([`WaySelectAlu`], [`WeightHeavier`]): the query's own register (hit), the first empty one
 //! (claim), or, all occupied, the heaviest is replaced (if the best-effort counter allows,
 //! §3.6; otherwise bypass, the answer goes on unreduced). [`SelectAlu`] is the one-way
 //! compare-and-swap the ways' ALU applies per way.
@@ -15,7 +15,7 @@
 //! completes a replacement (a compare-and-swap, so two claimants cannot both win); with
 //! `new` = empty it is the timer's release.
 
-use pisa::{Pair, SaluBody};
+use pisa::{Cmp, Cond, Op, Out, OutSrc, Pair, Pred, Salu, SaluBody, SaluProgram, Src, Update};
 
 /// An empty register's tag.
 pub const FREE: u32 = 0;
@@ -164,29 +164,187 @@ impl SaluBody<Pair, (Pair, u32), u32> for WaySelectAlu {
     }
 }
 
-/// `weight` array operations (input: op | way << 4): data pairs each way has carried.
-pub const W_ADD: u32 = 0;
-pub const W_SET1: u32 = 1;
-pub const W_CHOOSE: u32 = 2;
-pub const W_CLEAR: u32 = 3;
-
-/// `weight` array stateful ALU (cell: weight of way 0 (lo), way 1 (hi)). `W_CHOOSE`
-/// returns the way with the largest weight (Algorithm 2's replacement register; way 0 on
-/// a tie, as the scan keeps the first maximum).
+/// The `qid` array's register actions. [`WaySelectAlu`] above is Algorithm 2's choice
+/// over the set as one function (the reference the tests hold these to); the switch runs
+/// it as four declared instructions chosen by the packet's path:
+///
+/// - lookup ([`QidLookup2`]; [`QidLookup1`] with one way): hit in either way, else claim
+///   the first free way. Two ways need four conditions (two tags equal to the query's,
+///   two free): Tofino 2's stateful ALU has four condition units, Tofino 1's two, so a
+///   program built for two-condition ALUs ([`NetshaConfig::salu_conditions`]) keeps the
+///   two-way lookup as a Rust body ([`QidLookup2Body`], reported as an unchecked ALU);
+/// - probe ([`QidProbe`]): hit or not, never claims;
+/// - compare-and-swap on way 0 or way 1 ([`QidCas0`], [`QidCas1`]): operand `Pair { lo:
+///   new, hi: expected }`, the way's tag becomes `new` when it is `expected` or free (a
+///   free way given `new` = free stays free), the old tag out.
+///
+/// Lookup and probe return the condition word ([`OutSrc::Predicate`]); [`decode_lookup`]
+/// and [`decode_probe`] map it to what was found (a gateway's job on the hardware).
+///
+/// [`NetshaConfig::salu_conditions`]: super::NetshaConfig::salu_conditions
 #[derive(Clone, Copy)]
-pub struct WeightAlu;
+pub struct QidLookup2;
 
-impl SaluBody<Pair, u32, u32> for WeightAlu {
+/// c0: way 0 is the query's, c1: way 1 is, c2: way 0 is free, c3: way 1 is free.
+const LOOKUP2: Salu = Salu {
+    conds: &[
+        Cond::new(Src::Lo, Cmp::Eq, Src::PhvLo),
+        Cond::new(Src::Hi, Cmp::Eq, Src::PhvLo),
+        Cond::new(Src::Lo, Cmp::Eq, Src::K(FREE as i32)),
+        Cond::new(Src::Hi, Cmp::Eq, Src::K(FREE as i32)),
+    ],
+    lo: &[Update::set(Pred::C0.not().and(Pred::C1.not()).and(Pred::C2), Src::PhvLo)],
+    hi: &[Update::set(Pred::C0.not().and(Pred::C1.not()).and(Pred::C2.not()).and(Pred::C3), Src::PhvLo)],
+    out: &[Out::always(OutSrc::Predicate)],
+};
+
+impl SaluProgram<Pair, u32, u32> for QidLookup2 {
+    const SALU: Salu = LOOKUP2;
+}
+
+/// The two-way lookup as a Rust body, for a program built for two-condition ALUs: the same
+/// function as [`QidLookup2`] (tested equal), reported as an unchecked ALU.
+#[derive(Clone, Copy)]
+pub struct QidLookup2Body;
+
+impl SaluBody<Pair, u32, u32> for QidLookup2Body {
     #[inline(always)]
-    fn run(self, cell: Pair, ctl: u32) -> (Pair, u32) {
-        let w = (ctl >> 4) & 1;
-        match ctl & 0xF {
-            W_ADD => (with_way(cell, w, way_tag(cell, w).saturating_add(1)), 0),
-            W_SET1 => (with_way(cell, w, 1), 0),
-            W_CLEAR => (with_way(cell, w, 0), 0),
-            _ => (cell, u32::from(cell.hi > cell.lo)),
-        }
+    fn run(self, cell: Pair, my: u32) -> (Pair, u32) {
+        let flags =
+            u32::from(cell.lo == my) | u32::from(cell.hi == my) << 1 | u32::from(cell.lo == FREE) << 2 | u32::from(cell.hi == FREE) << 3;
+        let new = match decode_lookup(flags, 2) {
+            (KIND_CLAIMED, 0) => Pair::new(my, cell.hi),
+            (KIND_CLAIMED, _) => Pair::new(cell.lo, my),
+            _ => cell,
+        };
+        (new, flags)
     }
+}
+
+/// One way: c0 the way is the query's, c1 it is free.
+#[derive(Clone, Copy)]
+pub struct QidLookup1;
+
+impl SaluProgram<Pair, u32, u32> for QidLookup1 {
+    const SALU: Salu = Salu {
+        conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::PhvLo), Cond::new(Src::Lo, Cmp::Eq, Src::K(FREE as i32))],
+        lo: &[Update::set(Pred::C0.not().and(Pred::C1), Src::PhvLo)],
+        hi: &[],
+        out: &[Out::always(OutSrc::Predicate)],
+    };
+}
+
+/// c0: way 0 is the query's, c1: way 1 is (with one way, way 1's tag stays free, never a
+/// query's).
+#[derive(Clone, Copy)]
+pub struct QidProbe;
+
+impl SaluProgram<Pair, u32, u32> for QidProbe {
+    const SALU: Salu = Salu {
+        conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::PhvLo), Cond::new(Src::Hi, Cmp::Eq, Src::PhvLo)],
+        lo: &[],
+        hi: &[],
+        out: &[Out::always(OutSrc::Predicate)],
+    };
+}
+
+/// Compare-and-swap on way 0's tag: c0 it is the expected one, c1 it is free.
+#[derive(Clone, Copy)]
+pub struct QidCas0;
+
+impl SaluProgram<Pair, Pair, u32> for QidCas0 {
+    const SALU: Salu = Salu {
+        conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::PhvHi), Cond::new(Src::Lo, Cmp::Eq, Src::K(FREE as i32))],
+        lo: &[Update::set(Pred::C0.or(Pred::C1), Src::PhvLo)],
+        hi: &[],
+        out: &[Out::always(OutSrc::OldLo)],
+    };
+}
+
+/// Compare-and-swap on way 1's tag.
+#[derive(Clone, Copy)]
+pub struct QidCas1;
+
+impl SaluProgram<Pair, Pair, u32> for QidCas1 {
+    const SALU: Salu = Salu {
+        conds: &[Cond::new(Src::Hi, Cmp::Eq, Src::PhvHi), Cond::new(Src::Hi, Cmp::Eq, Src::K(FREE as i32))],
+        lo: &[],
+        hi: &[Update::set(Pred::C0.or(Pred::C1), Src::PhvLo)],
+        out: &[Out::always(OutSrc::OldHi)],
+    };
+}
+
+/// What a lookup's condition word says, as (kind, way) ([`KIND_HIT`], [`KIND_CLAIMED`],
+/// [`KIND_OCCUPIED`]), for a set of `ways` ways.
+#[inline]
+pub fn decode_lookup(flags: u32, ways: u32) -> (u32, u32) {
+    if ways == 1 {
+        return if flags & 1 != 0 {
+            (KIND_HIT, 0)
+        } else if flags & 2 != 0 {
+            (KIND_CLAIMED, 0)
+        } else {
+            (KIND_OCCUPIED, 0)
+        };
+    }
+    if flags & 1 != 0 {
+        (KIND_HIT, 0)
+    } else if flags & 2 != 0 {
+        (KIND_HIT, 1)
+    } else if flags & 4 != 0 {
+        (KIND_CLAIMED, 0)
+    } else if flags & 8 != 0 {
+        (KIND_CLAIMED, 1)
+    } else {
+        (KIND_OCCUPIED, 0)
+    }
+}
+
+/// What a probe's condition word says: `Some(way)` on a hit.
+#[inline]
+pub fn decode_probe(flags: u32) -> Option<u32> {
+    if flags & 1 != 0 {
+        Some(0)
+    } else if flags & 2 != 0 {
+        Some(1)
+    } else {
+        None
+    }
+}
+
+/// Algorithm 2's weights: data pairs each way's register has carried since its claim, one
+/// 32-bit array per way (`weight_0` in the stage after `qid`, `weight_1` in the next), so
+/// the choice of the heaviest compares one register half with a PHV operand (a condition
+/// unit cannot compare the two halves of one cell): `weight_0` returns way 0's weight
+/// ([`WeightRead`]), and `weight_1` returns whether way 1's is larger ([`WeightHeavier`];
+/// way 0 on a tie, as the scan keeps the first maximum). A hit adds one to its way's
+/// weight ([`WeightAdd`], saturating), a claim sets it to 1 and a release to 0
+/// ([`WeightSet`]).
+#[derive(Clone, Copy)]
+pub struct WeightAdd;
+
+impl SaluProgram<u32, (), ()> for WeightAdd {
+    const SALU: Salu = Salu { conds: &[], lo: &[Update::always(Src::Lo, Op::SatAdd, Src::K(1))], hi: &[], out: &[] };
+}
+
+/// A way's weight becomes the operand (1 on a claim, 0 on a release).
+#[derive(Clone, Copy)]
+pub struct WeightSet;
+
+impl SaluProgram<u32, u32, ()> for WeightSet {
+    const SALU: Salu = Salu { conds: &[], lo: &[Update::set(Pred::ALWAYS, Src::PhvLo)], hi: &[], out: &[] };
+}
+
+/// Way 0's weight, for [`WeightHeavier`] in the next stage.
+pub use pisa::salu::common::Read as WeightRead;
+
+/// Whether way 1's weight exceeds way 0's (the operand): the way to replace.
+#[derive(Clone, Copy)]
+pub struct WeightHeavier;
+
+impl SaluProgram<u32, u32, u32> for WeightHeavier {
+    const SALU: Salu =
+        Salu { conds: &[Cond::new(Src::Lo, Cmp::GtU, Src::PhvLo)], lo: &[], hi: &[], out: &[Out::new(Pred::C0, OutSrc::Predicate)] };
 }
 
 #[cfg(test)]
@@ -218,13 +376,66 @@ mod way_tests {
 
     #[test]
     fn weight_chooses_the_heaviest() {
-        let mut cell = Pair::new(0, 0);
-        for (op, w) in [(W_SET1, 0), (W_SET1, 1), (W_ADD, 1), (W_ADD, 1), (W_ADD, 0)] {
-            cell = WeightAlu.run(cell, op | w << 4).0;
+        // Way 0's weight in one array, way 1's in the next; the same sequence as the
+        // Algorithm 2 scan sees.
+        let (mut w0, mut w1) = (0u32, 0u32);
+        w0 = WeightSet.run(w0, 1).0;
+        w1 = WeightSet.run(w1, 1).0;
+        for _ in 0..2 {
+            w1 = WeightAdd.run(w1, ()).0;
         }
-        assert_eq!(cell, Pair::new(2, 3));
-        assert_eq!(WeightAlu.run(cell, W_CHOOSE).1, 1);
-        assert_eq!(WeightAlu.run(Pair::new(3, 3), W_CHOOSE).1, 0, "tie: the first");
-        assert_eq!(WeightAlu.run(cell, W_CLEAR | 1 << 4).0, Pair::new(2, 0));
+        w0 = WeightAdd.run(w0, ()).0;
+        assert_eq!((w0, w1), (2, 3));
+        let choose = |w0: u32, w1: u32| WeightHeavier.run(w1, WeightRead.run(w0, ()).1).1;
+        assert_eq!(choose(w0, w1), 1);
+        assert_eq!(choose(3, 3), 0, "tie: the first");
+        assert_eq!(choose(4, 3), 0);
+        assert_eq!(choose(u32::MAX, 0), 0);
+        assert_eq!(choose(0, u32::MAX), 1);
+        assert_eq!(WeightAdd.run(u32::MAX, ()).0, u32::MAX, "saturates");
+        assert_eq!(WeightSet.run(w1, 0).0, 0);
+    }
+}
+
+#[cfg(test)]
+mod qid_tests {
+    use super::*;
+
+    /// The declared actions (and the two-way Rust body) are [`WaySelectAlu`], over every
+    /// cell of tags from a small alphabet (free, the query's, two others).
+    #[test]
+    fn declared_qid_actions_are_algorithm_2() {
+        let vals = [FREE, 1, 2, 3];
+        let my = 1;
+        for &lo in &vals {
+            for &hi in &vals {
+                for ways in 1..=2u32 {
+                    // With one way, way 1 is never used: its tag stays free.
+                    if ways == 1 && hi != FREE {
+                        continue;
+                    }
+                    let cell = Pair::new(lo, hi);
+                    let (want_cell, want) = WaySelectAlu.run(cell, (Pair::new(my, FREE), WAY_LOOKUP | ways << 8));
+                    let (c, flags) = if ways == 2 { QidLookup2.run(cell, my) } else { QidLookup1.run(cell, my) };
+                    let (kind, way) = decode_lookup(flags, ways);
+                    assert_eq!((c, kind | way << 4), (want_cell, want), "lookup {cell:?} ways {ways}");
+                    if ways == 2 {
+                        assert_eq!(QidLookup2Body.run(cell, my), (c, flags));
+                    }
+                    let (_, want) = WaySelectAlu.run(cell, (Pair::new(my, FREE), WAY_PROBE | ways << 8));
+                    let (c, flags) = QidProbe.run(cell, my);
+                    assert_eq!(c, cell);
+                    let got = decode_probe(flags).map_or(KIND_OCCUPIED, |w| KIND_HIT | w << 4);
+                    assert_eq!(got, want, "probe {cell:?}");
+                    for &new in &vals {
+                        for &exp in &vals {
+                            let x = Pair::new(new, exp);
+                            assert_eq!(QidCas0.run(cell, x), WaySelectAlu.run(cell, (x, WAY_CAS)), "cas0 {cell:?} {x:?}");
+                            assert_eq!(QidCas1.run(cell, x), WaySelectAlu.run(cell, (x, WAY_CAS | 1 << 4)), "cas1 {cell:?} {x:?}");
+                        }
+                    }
+                }
+            }
+        }
     }
 }

@@ -9,7 +9,7 @@
 //! carries all of its answers to the agent. Every answer therefore reaches the agent
 //! within `timeout + registers × period` (+ one pass) of entering a register.
 
-use pisa::{Cmp, Cond, Op, Out, OutSrc, Pair, Pred, Salu, SaluBody, SaluProgram, Src, Update};
+use pisa::{Cmp, Cond, Op, Out, OutSrc, Pair, Pred, Salu, SaluProgram, Src, Update};
 
 /// Time in the `born` array: microseconds, wrapping at 2^32 (71 minutes), compared with
 /// wrapping subtraction.
@@ -18,28 +18,67 @@ pub fn now_us(now_ns: u64) -> u32 {
     (now_ns / 1_000) as u32
 }
 
-/// `born` ops.
-pub const OP_READ: u32 = 0;
-pub const OP_SET: u32 = 1;
-/// Read the owner tag (hi): the replacement register's query, once Algorithm 2 chose it.
-pub const OP_OWNER: u32 = 2;
-
-/// The `born` array's stateful ALU: `(Pair { op, timeout µs }, Pair { now µs, tag })` in.
-/// Set stores `(now, tag)`; read returns the owner's tag if its register has expired, else 0.
+/// The `born` array's register actions (one per pass, chosen by the packet's path).
+///
+/// [`BornSet`] stores `(now, tag)` (a claim; `(0, 0)` a release). [`BornOwner`] returns the
+/// owner's tag (the replacement register's query, once Algorithm 2 chose it). The timer's
+/// test "claimed at least `timeout` ago", `now - claim >= timeout` in wrapping µs, is three
+/// operands (the claim time, now, the timeout): an earlier stage computes the deadline
+/// `d = now - timeout` into PHV, and the register half is compared with `d` and `now`: the
+/// register has *not* expired when its claim time lies in the circular interval
+/// `(d, now]`, which is `d < claim <= now` when that interval does not wrap ([`BornAge`])
+/// and `claim > d || claim <= now` when it does ([`BornAgeWrapped`]; a gateway in that
+/// earlier stage compares `d` with `now` and picks the action). Either returns the owner's
+/// tag if expired (0 for a free register, whose tag is 0), else 0.
 #[derive(Clone, Copy)]
-pub struct BornAlu;
+pub struct BornSet;
 
-impl SaluBody<Pair, (Pair, Pair), u32> for BornAlu {
-    #[inline(always)]
-    fn run(self, b: Pair, (op, v): (Pair, Pair)) -> (Pair, u32) {
-        if op.lo == OP_SET {
-            (v, 0)
-        } else if op.lo == OP_OWNER || expired(b, v.lo, op.hi) {
-            (b, b.hi)
-        } else {
-            (b, 0)
-        }
-    }
+impl SaluProgram<Pair, Pair, ()> for BornSet {
+    const SALU: Salu =
+        Salu { conds: &[], lo: &[Update::set(Pred::ALWAYS, Src::PhvLo)], hi: &[Update::set(Pred::ALWAYS, Src::PhvHi)], out: &[] };
+}
+
+/// The owner's tag (see [`BornSet`]).
+#[derive(Clone, Copy)]
+pub struct BornOwner;
+
+impl SaluProgram<Pair, (), u32> for BornOwner {
+    const SALU: Salu = Salu { conds: &[], lo: &[], hi: &[], out: &[Out::always(OutSrc::OldHi)] };
+}
+
+/// Expiry test, `(deadline, now)` in, deadline <= now (see [`BornSet`]). c0: claim >
+/// deadline, c1: claim <= now; alive when both hold.
+#[derive(Clone, Copy)]
+pub struct BornAge;
+
+impl SaluProgram<Pair, (u32, u32), u32> for BornAge {
+    const SALU: Salu = Salu {
+        conds: &[Cond::new(Src::Lo, Cmp::GtU, Src::PhvLo), Cond::new(Src::Lo, Cmp::LeU, Src::PhvHi)],
+        lo: &[],
+        hi: &[],
+        out: &[Out::new(Pred::C0.and(Pred::C1).not(), OutSrc::OldHi)],
+    };
+}
+
+/// Expiry test when the interval wraps (deadline > now): alive when either holds.
+#[derive(Clone, Copy)]
+pub struct BornAgeWrapped;
+
+impl SaluProgram<Pair, (u32, u32), u32> for BornAgeWrapped {
+    const SALU: Salu = Salu {
+        conds: &[Cond::new(Src::Lo, Cmp::GtU, Src::PhvLo), Cond::new(Src::Lo, Cmp::LeU, Src::PhvHi)],
+        lo: &[],
+        hi: &[],
+        out: &[Out::new(Pred::C0.or(Pred::C1).not(), OutSrc::OldHi)],
+    };
+}
+
+/// The operand of the expiry test at `now_us`: the deadline `now - timeout` (wrapping) and
+/// now, and whether the interval wraps (which action runs: [`BornAgeWrapped`] if so).
+#[inline]
+pub fn age_operand(now_us: u32, timeout_us: u32) -> ((u32, u32), bool) {
+    let d = now_us.wrapping_sub(timeout_us);
+    ((d, now_us), d > now_us)
 }
 
 /// The sweep cursor: out the register to visit, advance modulo R (operand).
@@ -61,4 +100,33 @@ impl SaluProgram<u32, u32, u32> for SweepAlu {
 #[inline]
 pub fn expired(born: Pair, now_us: u32, timeout_us: u32) -> bool {
     born.hi != 0 && now_us.wrapping_sub(born.lo) >= timeout_us
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The two declared tests together are exactly [`expired`], wrap-around included.
+    #[test]
+    fn age_actions_are_the_expiry_test() {
+        let edges = [0u32, 1, 2, 5, 999, 1000, 1001, 0x7FFF_FFFF, 0x8000_0000, u32::MAX - 1000, u32::MAX - 1, u32::MAX];
+        for &now in &edges {
+            for &timeout in &[0u32, 1, 2, 1000, 0x8000_0000, u32::MAX] {
+                for &dl in &[0u32, 1, 2, 999, 1000, 1001, 0x8000_0000, u32::MAX] {
+                    for born in [now.wrapping_sub(dl), now.wrapping_add(dl)] {
+                        for tag in [0u32, 7] {
+                            let cell = Pair::new(born, tag);
+                            let (opnd, wrapped) = age_operand(now, timeout);
+                            let (c, out) = if wrapped { BornAgeWrapped.run(cell, opnd) } else { BornAge.run(cell, opnd) };
+                            let want = if expired(cell, now, timeout) { tag } else { 0 };
+                            assert_eq!((c, out), (cell, want), "now {now} timeout {timeout} born {born} tag {tag}");
+                        }
+                    }
+                }
+            }
+        }
+        let (c, ()) = BornSet.run(Pair::new(1, 2), Pair::new(5, 9));
+        assert_eq!(c, Pair::new(5, 9));
+        assert_eq!(BornOwner.run(c, ()), (c, 9));
+    }
 }
