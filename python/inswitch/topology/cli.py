@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 from rich import box
@@ -67,6 +67,17 @@ def _fail(e: BaseException, code: int = 1) -> typer.Exit:
     for note in getattr(e, "__notes__", []):
         err_console.print(f"  {note}", soft_wrap=True, highlight=False, markup=False)
     return typer.Exit(code)
+
+
+def report_ping(out_console: Console, src: str, dst: str, res: Any, out: str) -> None:
+    """A `rack ping` / `fabric ping` result: ping's own output (namespaces) or the
+    userspace stack's count (UDP mode); exits 0 when every request was answered."""
+    if out:
+        out_console.print(out.rstrip(), highlight=False, markup=False)
+    else:
+        rtt = f", rtt avg {sum(res.rtts_ms) / len(res.rtts_ms):.3f} ms" if res.rtts_ms else ""
+        out_console.print(f"{src} -> {dst}: {res.received}/{res.transmitted} replies{rtt}", highlight=False)
+    raise typer.Exit(0 if res.received == res.transmitted else 1)
 
 
 def _render_status(s: RackStatus) -> None:
@@ -215,9 +226,4 @@ def register(app: typer.Typer) -> None:
             res, out = Rack().ping(src, dst, name=name, count=count, timeout=timeout)
         except RackError as e:
             raise _fail(e)
-        if out:
-            console.print(out.rstrip(), highlight=False, markup=False)
-        else:
-            rtt = f", rtt avg {sum(res.rtts_ms) / len(res.rtts_ms):.3f} ms" if res.rtts_ms else ""
-            console.print(f"{src} -> {dst}: {res.received}/{res.transmitted} replies{rtt}")
-        raise typer.Exit(0 if res.received == res.transmitted else 1)
+        report_ping(console, src, dst, res, out)

@@ -42,15 +42,16 @@ def is_root() -> bool:
     return os.geteuid() == 0
 
 
-def resolve_mode(mode: str) -> Mode:
+def resolve_mode(mode: str, what: str = "rack") -> Mode:
     """`auto` means netns when root, else the UDP fallback; netns without root is an error
-    rather than a silent downgrade, because the user asked for real namespaces."""
+    rather than a silent downgrade, because the user asked for real namespaces. `what`
+    (rack, fabric) names the thing in the error."""
     if mode == "auto":
         return "netns" if is_root() else "udp"
     if mode == "netns":
         if not is_root():
             raise RackError("netns mode needs root (network namespaces, veth pairs and raw sockets); "
-                            "run as root, or use --mode udp for the unprivileged UDP-tunnel rack")
+                            f"run as root, or use --mode udp for the unprivileged UDP-tunnel {what}")
         return "netns"
     if mode == "udp":
         return "udp"

@@ -32,7 +32,7 @@ from typing import Any, Optional
 import numpy as np
 
 from inswitch.apps.inaas.controller import KIND, Region
-from inswitch.apps.inaas.service import BLOOM_HASHES, BLOOM_INSERT, BLOOM_QUERY, COLLECT, ITEMS, READ, REDUCE, WRITE, Service
+from inswitch.apps.inaas.service import BLOOM_HASHES, BLOOM_INSERT, BLOOM_QUERY, ITEMS, READ, REDUCE, WRITE, Service
 
 
 #: Retransmission timeout of the tenants' adapters (µs): well above a loaded round trip

@@ -8,14 +8,13 @@ the goalkeeper, tenant hosts and servers as ports) on simulated time: a link hop
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 import numpy as np
 
 from inswitch.apps.inaas.adapters import APPS, QUICK, App, Sizes
-from inswitch.apps.inaas.controller import Detection, Prices, Region, bill, schedule
+from inswitch.apps.inaas.controller import Detection, Prices, bill, schedule
 from inswitch.apps.inaas.service import ITEMS, READ, Service
 
 #: Per-segment register budget the scheduler divides (a slice of the 32768 per segment,

@@ -18,6 +18,7 @@ from rich.text import Text as RichText
 from inswitch.cliopts import JSON_PATH, OUT_DIR, OUT_FILE, Choice, Float, Int, Text, argument, option
 from inswitch.output import is_stdout, note_written, write_json
 from inswitch.topology import restarts
+from inswitch.topology.cli import report_ping
 from inswitch.topology.errors import RackError
 from inswitch.topology.fabric.fabric import DEFAULT_NAME, Fabric, FabricStatus, status_json, udp_ends
 from inswitch.topology.fabric.generators import load_spec, split_machines
@@ -264,12 +265,7 @@ def register(app: typer.Typer) -> None:
             res, out = Fabric().ping(src, dst, name=name, count=count, timeout=timeout)
         except RackError as e:
             raise _fail(e)
-        if out:
-            console.print(out.rstrip(), highlight=False, markup=False)
-        else:
-            rtt = f", rtt avg {sum(res.rtts_ms) / len(res.rtts_ms):.3f} ms" if res.rtts_ms else ""
-            console.print(f"{src} -> {dst}: {res.received}/{res.transmitted} replies{rtt}", highlight=False)
-        raise typer.Exit(0 if res.received == res.transmitted else 1)
+        report_ping(console, src, dst, res, out)
 
     @fab.command("export", epilog="Examples:\n\n  inswitch fabric export --topology fat-tree:4 --out ft.clab.yml\n")
     def export_cmd(

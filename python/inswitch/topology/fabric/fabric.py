@@ -22,7 +22,7 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from inswitch.topology import control, netns, restarts, switchproc, tunnel
 from inswitch.topology.errors import RackError
@@ -31,7 +31,7 @@ from inswitch.topology.fabric.generators import load_spec
 from inswitch.topology.fabric.model import VXLAN_PORT, LinkProps, Topology, TopologyError, parse_topology
 from inswitch.topology.fabric.supervisor import SUPERVISOR_FILE
 from inswitch.topology.fabric.plan import FabricPlan, HostPlan, LinkPlan, SwitchPlan, plan_fabric
-from inswitch.topology.rack import is_root, parse_ping, switchd_available
+from inswitch.topology.rack import is_root, parse_ping, resolve_mode, switchd_available
 from inswitch.topology.state import check_name, state_dir
 from inswitch.topology.teardown import DownReport, check_kind, teardown
 
@@ -48,21 +48,6 @@ UNDERLAY_MTU = FABRIC_MTU + VXLAN_OVERHEAD
 #: Underlay addresses `--emulate-machines` gives machines the topology gives none
 #: (TEST-NET-1; they exist only inside the machine namespaces).
 EMULATED_UNDERLAY = "192.0.2.{}"
-
-
-def resolve_mode(mode: str) -> str:
-    """As the rack's: `auto` is netns when root, else udp; netns without root is an error
-    rather than a silent downgrade, because the user asked for real namespaces."""
-    if mode == "auto":
-        return "netns" if is_root() else "udp"
-    if mode == "netns":
-        if not is_root():
-            raise RackError("netns mode needs root (network namespaces, veth pairs, raw sockets); run as root, "
-                            "or use --mode udp for the unprivileged UDP-tunnel fabric")
-        return "netns"
-    if mode == "udp":
-        return "udp"
-    raise RackError(f"mode must be auto, netns or udp, not {mode!r}")
 
 
 def udp_ends(st: "FabricState") -> dict[str, tuple[str, str]]:
@@ -244,7 +229,7 @@ class Fabric:
         topo = load_spec(spec) if isinstance(spec, str) else spec
         name = check_name(name or DEFAULT_NAME)
         plan = plan_fabric(topo, name, link_default)
-        m = resolve_mode(mode)
+        m = resolve_mode(mode, "fabric")
         if m == "udp":
             self._check_udp(topo, plan, machine, emulate_machines, udp_base)
             underlay: dict[str, str] = {}
@@ -258,14 +243,7 @@ class Fabric:
             raise RackError(f"a rack or fabric named {name!r} exists ({state_dir(name)}); "
                             f"run `inswitch fabric down --name {name}` first")
         if m == "udp":
-            try:
-                return self._build(topo, plan, t0, pcap, fault, udp_base=udp_base, mode="udp")
-            except BaseException as e:
-                try:
-                    self.down(name)
-                except Exception as cleanup_err:
-                    e.add_note(f"cleanup after the failed `up` also failed: {cleanup_err}")
-                raise
+            return self._build_or_down(name, lambda: self._build(topo, plan, t0, pcap, fault, udp_base=udp_base, mode="udp"))
         left = netns.leftovers(f"{name}-")
         if left:
             raise RackError(f"objects named {name}-... exist ({', '.join(left[:5])}); "
@@ -274,9 +252,13 @@ class Fabric:
         if needs_netem and not netns.qdisc_available("netem", f"{name}-probe"):
             raise RackError(f"link {needs_netem[0].endpoints} asks for delay/jitter/loss, which need the kernel's netem "
                             "qdisc, and this kernel has none (CONFIG_NET_SCH_NETEM); a rate alone works (tbf)")
+        # A topology on one machine is built whole, whatever --machine named it.
+        return self._build_or_down(name, lambda: self._build(topo, plan, t0, pcap, fault, machine if underlay else None, underlay, emulate_machines))
+
+    def _build_or_down(self, name: str, build: Callable[[], FabricState]) -> FabricState:
+        """Any failure or Ctrl-C once building started takes down all of it (by name)."""
         try:
-            # A topology on one machine is built whole, whatever --machine named it.
-            return self._build(topo, plan, t0, pcap, fault, machine if underlay else None, underlay, emulate_machines)
+            return build()
         except BaseException as e:
             try:
                 self.down(name)
