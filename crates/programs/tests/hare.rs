@@ -95,6 +95,11 @@ impl Rig {
     fn cpu(&mut self, m: &Repr) -> Repr {
         self.now += 1000;
         self.sw.packet_out(&frame(0, 0, PORT_CLIENT, PORT_SERVER, m), None, self.now).unwrap();
+        // An aging fetch takes a recirculated pass.
+        for _ in 0..2 {
+            self.now += 10;
+            self.sw.tick(self.now);
+        }
         let pins = self.sw.take_packet_ins();
         assert_eq!(pins.len(), 1, "control reply");
         let r = parse(pins[0].pkt.data());
@@ -117,9 +122,13 @@ impl Rig {
         assert!(parse(&out[0].1).flags & FLAG_DONE != 0);
     }
     fn stat(&mut self, slot: u16, clear: bool) -> u32 {
+        self.stat_with(slot, clear as u8)
+    }
+    /// Fetch a count by packet: status 0 fetch, 1 fetch and clear, 2 fetch and halve.
+    fn stat_with(&mut self, slot: u16, status: u8) -> u32 {
         let mut m = msg(Op::StatFetch, b"", 0, vec![0; 4], 0);
         m.hit_index = slot;
-        m.status = clear as u8;
+        m.status = status;
         let r = self.cpu(&m);
         u32::from_be_bytes(r.value[..4].try_into().unwrap())
     }
@@ -189,6 +198,37 @@ fn get_hit_is_answered_by_the_switch_and_counted() {
     let slot = r.emat.slot_of(&key).unwrap();
     assert_eq!(r.stat(slot, true), 1);
     assert_eq!(r.stat(slot, false), 0);
+}
+
+/// Aging by packet (status 2): the reply carries the count, the counter is left with half
+/// of it (rounded down, as the host's `c // 2`), later hits counted whole; the packet takes
+/// a second pass, counted.
+#[test]
+fn aging_fetch_halves_the_count_by_packet() {
+    let cfg = small();
+    let kb = cfg.key_bytes;
+    let mut r = Rig::new(cfg);
+    let key = b"abcdef".to_vec();
+    r.offload(&key, &val(3, 8), None);
+    let slot = r.emat.slot_of(&key).unwrap();
+    let get = |r: &mut Rig, n: u32| {
+        for i in 0..n {
+            let out = r.send(P_CLIENT, &frame(CLIENT, SERVER, PORT_CLIENT, PORT_SERVER, &msg(Op::Get, &key, kb, vec![], i)));
+            assert_eq!(out[0].0, P_CLIENT, "a hit");
+        }
+    };
+    let mut expect = 0u32; // a reference count kept beside the switch
+    for (hits, status) in [(7, 2), (0, 2), (4, 0), (5, 2), (1, 2), (0, 2), (0, 0)] {
+        get(&mut r, hits);
+        expect += hits;
+        let before = r.sw.counters().recirculations;
+        assert_eq!(r.stat_with(slot, status), expect);
+        if status == 2 {
+            expect /= 2;
+            assert_eq!(r.sw.counters().recirculations, before + 1, "aging takes a second pass");
+        }
+    }
+    assert_eq!(expect, 1, "7 -> 3 -> 1, +4 +5 = 10 -> 5, +1 = 6 -> 3 -> 1");
 }
 
 #[test]

@@ -267,6 +267,11 @@ impl SimSwitch {
     fn packet_out<'py>(&mut self, py: Python<'py>, frame: Vec<u8>) -> PyResult<Vec<Bound<'py, PyBytes>>> {
         self.now += 1000;
         self.sw.get_mut().expect("switch lock").packet_out(&frame, None, self.now).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        // Recirculated packets (an OO-Stat aging fetch's second pass) take further passes.
+        for _ in 0..4 {
+            self.now += 10;
+            self.sw.get_mut().expect("switch lock").tick(self.now);
+        }
         Ok(self.take_packet_ins(py))
     }
     /// Packet-ins waiting (clones to the CPU, control replies).

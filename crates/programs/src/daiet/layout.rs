@@ -24,6 +24,9 @@ pub fn pair_at(k: usize) -> usize {
 
 /// Phases of a packet's passes (bridged metadata byte 0).
 pub const PH_FRESH: u8 = 0;
+/// Fresh phase, `Bridged::cursor`: the packet was not the expected one and asks
+/// `seq_state.check` in this pass (see [`super::exactly_once`]).
+pub const CHECK_PASS: u8 = 1;
 /// Admitted; one pair per pass.
 pub const PH_DATA: u8 = 1;
 /// The END that completed the tree: walks the index stack and flushes the cells.

@@ -11,8 +11,9 @@
 //! way to loop over a packet's items); more pairs by recirculation, declared and counted.
 //! A packet of ten pairs makes three passes.
 //! - first pass: the exactly-once check (`seq_state`, see [`exactly_once`]): a duplicate is
-//!   turned into its own ACK; a gap or a copy of a packet in flight is dropped and counted.
-//!   An END counts the child (`ends_seen`).
+//!   turned into its own ACK; a gap or a copy of a packet in flight is dropped and counted
+//!   (a packet that was not the expected one tells these apart in a second pass of its
+//!   own). An END counts the child (`ends_seen`).
 //! - each pass: for its (up to) four pairs: hash, whole-key compare-or-claim across four
 //!   key arrays, aggregate the value, push a newly claimed cell on the slice's index stack
 //!   ([`cells`]); a pair colliding with a different stored key is marked in the bridged
@@ -128,7 +129,9 @@ struct PairLanes {
 pub struct Daiet {
     decl: ProgramDecl,
     trees: Table,
-    admit: RegisterAction<Pair, (u32, u8), u32, Admit>,
+    admit: pisa::SaluAction<Pair, (u32, u8), u32, Admit>,
+    admit_end: pisa::SaluAction<Pair, u32, u32, AdmitEnd>,
+    check: pisa::SaluAction<Pair, u32, u32, Check>,
     complete: pisa::SaluAction<Pair, (), (), Complete>,
     /// One per slice (an array, not a Vec: indexing by slice needs no bounds check).
     slices: [Slice; SLICES],
@@ -177,7 +180,7 @@ impl Daiet {
         b.note("the spillover bucket is per tree in registers (stages 9-11): a ring of 16 buffers of ten pair slots (one takes colliding pairs while full ones are drained, each by the packet that filled it), one pair in or out per pass per packet; a colliding pair that finds the bucket busy (head buffer full, waiting for a drain) goes on to the parent in its own packet unaggregated (exact; counted in spill_overflow). The paper's bucket is one buffer flushed at once; a drain here takes ten passes, so under heavy collisions it saturates");
         b.note("spill_state.step keeps the bucket's fill, head buffer and draining-buffer bitmap (lo) and the count of packets still storing (hi) in one 64-bit cell and tests more conditions than a Tofino stateful ALU has; a compiler would split it (as for seq_state.admit)");
         b.note(&format!("every waiting loop is bounded: an END waiting for its sender's packets in flight, or the flush walker waiting for the spillover bucket's drains and stores, gives up after MAX_WAIT_PASSES = {MAX_WAIT_PASSES} consecutive waiting passes (counted in its bridged metadata, in a field unused while it waits; no extra bridged byte): a counted drop daiet_wait_exceeded, the walker undoing its END's in-flight count and resetting the tree's ends_seen, out_seq and bucket counter; the hosts' retransmission and fallback finish the job"));
-        b.note("seq_state.admit compares the sequence number three ways and tests the END bit: one condition more than a Tofino stateful ALU has; a compiler would split it over the cell's two halves");
+        b.note("seq_state: three comparisons and the END bit are more than a Tofino stateful ALU's two conditions, so a data packet runs admit (seq == expected, seq < expected), an END admit_end (seq == expected, nothing in flight), and a packet that was not the expected one recirculates once and runs check (seq < expected, something in flight): a duplicate, a gap found by an END, or a copy of a packet in flight costs one recirculation");
         b.note(
             "key words are 32-bit cells (the Tofino 1 stateful ALU returns 32 bits): a 16-byte key is four arrays compared in four stages",
         );
@@ -208,7 +211,9 @@ impl Daiet {
             "per (tree, sender): next expected seq (lo), packets in flight (hi)",
         );
         b.cell_fields(&seq, &[("next_seq", 32), ("in_flight", 32)]);
-        let admit = b.register_action_body(seq, "admit", Admit);
+        let admit = b.register_action_salu(seq, "admit", Admit);
+        let admit_end = b.register_action_salu(seq, "admit_end", AdmitEnd);
+        let check = b.register_action_salu(seq, "check", Check);
         let complete = b.register_action_salu(seq, "complete", Complete);
         // Per slice, stage by stage: the hash unit (stage 1), four key words (2-5), the
         // value (6), the index stack's top (7) and slots (8).
@@ -290,6 +295,8 @@ impl Daiet {
             decl,
             trees,
             admit,
+            admit_end,
+            check,
             complete,
             slices,
             lanes,
@@ -557,9 +564,24 @@ impl Daiet {
         // only after `ends_seen` (a later stage), so every END is admitted as in flight
         // and a non-final one completes in its next pass.
         let one_pass = !end && (varlen || np <= SLICES);
-        let mode = (end as u8) | ((one_pass as u8) << 1);
-        match pass.execute(&self.admit, t.sender_base() + sender as u32, (seq, mode)).get() {
+        // Stage 1: a packet not the expected one asks again in a pass of its own (`check`);
+        // its later passes are told apart by `cursor` (unused before admission).
+        let slot = t.sender_base() + sender as u32;
+        let code = if br.cursor() == CHECK_PASS {
+            check_code(pass.execute(&self.check, slot, seq).get())
+        } else if end {
+            admit_end_code(pass.execute(&self.admit_end, slot, seq).get())
+        } else {
+            admit_code(pass.execute(&self.admit, slot, (seq, u8::from(!one_pass))).get())
+        };
+        match code {
             ADMIT => {}
+            ASK_AGAIN => {
+                br.set_port(port);
+                br.set_cursor(CHECK_PASS);
+                pass.recirculate();
+                return;
+            }
             DUPLICATE => {
                 self.ack_in_place(pass, sender, seq, port);
                 return;

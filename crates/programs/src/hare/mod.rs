@@ -27,13 +27,18 @@ pub mod netcache;
 pub mod oostat;
 
 use pisa::decl::TableSpec;
-use pisa::{ActionId, DropCode, Gress, MatchKind, Pass, Program, ProgramBuilder, ProgramDecl, Table, PORT_CPU};
+use pisa::{ActionId, DropCode, Gress, MatchKind, Pass, Program, ProgramBuilder, ProgramDecl, Table, PORT_CPU, PORT_RECIRC};
 use wire::hare::{Op, Packet, FLAG_DONE, HEADER_LEN, PORT_CLIENT, PORT_SERVER};
 use wire::L2_L4_LEN;
 
 use app::{DataMv, HareApp, QueryHit};
 use emat::{Emat, EmatShape};
 use oostat::{state, OoStat, StateManager};
+
+/// Bridged metadata of an aging fetch's second pass: byte 0 [`AGE_PASS`], bytes 2-3 the
+/// port the control packet came in by, 4-7 what [`oostat::Age`] takes away.
+const AGE_BRIDGED: u32 = 8;
+const AGE_PASS: u8 = 1;
 
 /// First ingress stage Hare uses (stage 0 holds the base program's L2 tables).
 pub const FIRST_STAGE: u8 = 1;
@@ -122,6 +127,9 @@ impl<A: HareApp> HareProgram<A> {
         let mut b = ProgramBuilder::new(A::NAME, A::DOC);
         b.parser(cfg.parse_depth() as u32, &[("ethernet", 112), ("ipv4", 160), ("udp", 64), ("hare", HEADER_LEN as u32 * 8)])
             .metadata_bits(16 + A::METADATA_BITS)
+            .bridged_bytes(AGE_BRIDGED)
+            // An aging fetch takes a second pass (an application may declare more).
+            .max_recirculations(Some(1))
             .classify(pisa::ClassifyRule {
                 ethertype: Some(0x0800),
                 ip_protocol: Some(17),
@@ -153,6 +161,7 @@ impl<A: HareApp> HareProgram<A> {
         let d_key_field = drop(&mut b, "key_field");
         let d_control_denied = drop(&mut b, "control_denied");
         let d_bad_slot = drop(&mut b, "bad_slot");
+        b.note("OO-Stat aging (StatFetch with status 2) takes two passes: fetch returns the count c, the packet recirculates with c - c/2 in its bridged metadata and age subtracts it (a stateful ALU has no shift; hits counted in between are kept)");
         let decl = b.build().expect("hare declaration is valid");
         HareProgram { decl, cfg, emat, control_ports, a_allow, states, oo, app, d_unknown_op, d_key_field, d_control_denied, d_bad_slot }
     }
@@ -186,7 +195,10 @@ impl<A: HareApp> HareProgram<A> {
 
     fn control(&self, pass: &mut Pass<'_>, op: Op) {
         let port = pass.ingress_port();
-        let allowed = port == PORT_CPU || pass.apply_u64(&self.control_ports, port as u64).action == self.a_allow;
+        // The second pass of an aging fetch: this program's own packet (bridged metadata
+        // is zero on a packet that enters by a port).
+        let aging = port == PORT_RECIRC && pass.bridged()[0] == AGE_PASS;
+        let allowed = aging || port == PORT_CPU || pass.apply_u64(&self.control_ports, port as u64).action == self.a_allow;
         if !allowed {
             pass.drop(self.d_control_denied);
             return;
@@ -208,12 +220,32 @@ impl<A: HareApp> HareProgram<A> {
                     pass.drop(DropCode::MALFORMED);
                     return;
                 }
+                if aging {
+                    // Pass 2: take away what pass 1 computed; the count is in the packet.
+                    let b = pass.bridged();
+                    let by = u32::from_ne_bytes([b[4], b[5], b[6], b[7]]);
+                    let to = u16::from_ne_bytes([b[2], b[3]]);
+                    pass.execute(&self.oo.age, slot as u32, by);
+                    let h = pass.hdr_mut();
+                    h[L2_L4_LEN + wire::hare::field::FLAGS] |= FLAG_DONE;
+                    reply_to(pass, end, to);
+                    return;
+                }
                 let c = match status {
                     1 => pass.execute(&self.oo.fetch_clear, slot as u32, ()),
-                    2 => pass.execute(&self.oo.fetch_halve, slot as u32, ()),
                     _ => pass.execute(&self.oo.fetch, slot as u32, ()),
                 };
                 pass.hdr_mut()[voff..voff + 4].copy_from_slice(&c.get().to_be_bytes());
+                if status == 2 {
+                    // Aging: halve the count. No shift in a stateful ALU: the packet
+                    // computes c - c/2 on its metadata and subtracts it in a second pass.
+                    let b = pass.bridged_mut();
+                    b[0] = AGE_PASS;
+                    b[2..4].copy_from_slice(&port.to_ne_bytes());
+                    b[4..8].copy_from_slice(&oostat::age_by(c.get()).to_ne_bytes());
+                    pass.recirculate();
+                    return;
+                }
             }
             Op::StateSet => {
                 if status > state::REPLACING {
@@ -242,11 +274,16 @@ impl<A: HareApp> HareProgram<A> {
 /// Turn the packet back to its sender as `len` header bytes: swap addresses and ports,
 /// fix the lengths and the IPv4 checksum (the UDP checksum is left out, 0).
 pub(crate) fn back_to_sender(pass: &mut Pass<'_>, len: usize) {
+    let port = pass.ingress_port();
+    reply_to(pass, len, port);
+}
+
+/// [`back_to_sender`] for a packet that came in by `port` (on an earlier pass).
+fn reply_to(pass: &mut Pass<'_>, len: usize, port: pisa::PortId) {
     if !pass.resize_hdr(len) {
         return;
     }
     pass.truncate_payload();
-    let port = pass.ingress_port();
     let h = pass.hdr_mut();
     crate::reply::swap_addresses(h, 34);
     crate::reply::fix_lengths(h, len);

@@ -3,7 +3,7 @@
 //! being replaced are not served inconsistently: §IV-D).
 
 use pisa::salu::common::{CountSat, Read, Take};
-use pisa::{Cmp, Cond, Gress, Out, OutSrc, Pred, ProgramBuilder, RegisterAction, Salu, SaluProgram, Src, Update};
+use pisa::{Cmp, Cond, Gress, Op, Out, OutSrc, Pred, ProgramBuilder, Salu, SaluProgram, Src, Update};
 
 /// State-manager states of a slot.
 pub mod state {
@@ -45,9 +45,20 @@ impl SaluProgram<u8, (), u8> for Revalidate {
         out: &[Out::always(OutSrc::OldLo)],
     };
 }
-/// Read and halve: the periodic aging of the statistics (the paper halves counts every 1 s).
-fn fetch_halve(c: u32, _: ()) -> (u32, u32) {
-    (c >> 1, c)
+/// The second half of the aging of a count (`fetch` returned `c` in the pass before):
+/// take away `c - c / 2` (the operand, computed from `c` on the packet's metadata), so the
+/// counter holds `c / 2` plus the hits counted since. A stateful ALU has no shift; the
+/// subtraction keeps the hits between the two passes, which a write of `c / 2` would lose.
+#[derive(Clone, Copy)]
+pub struct Age;
+impl SaluProgram<u32, u32, ()> for Age {
+    const SALU: Salu = Salu { conds: &[], lo: &[Update::always(Src::Lo, Op::SatSub, Src::PhvLo)], hi: &[], out: &[] };
+}
+
+/// The amount [`Age`] takes from a count `c` fetched in the pass before.
+#[inline]
+pub fn age_by(c: u32) -> u32 {
+    c - c / 2
 }
 
 /// The state manager's register and its actions.
@@ -83,7 +94,8 @@ pub struct OoStat {
     pub count: pisa::SaluAction<u32, (), u32, CountSat>,
     pub(crate) fetch: pisa::SaluAction<u32, (), u32, Read>,
     pub(crate) fetch_clear: pisa::SaluAction<u32, (), u32, Take>,
-    pub(crate) fetch_halve: RegisterAction<u32, (), u32>,
+    /// Aging (fetch, then [`Age`] in a recirculated pass).
+    pub(crate) age: pisa::SaluAction<u32, u32, (), Age>,
 }
 
 impl OoStat {
@@ -93,7 +105,26 @@ impl OoStat {
             count: b.register_action_salu(r, "count", CountSat),
             fetch: b.register_action_salu(r, "fetch", Read),
             fetch_clear: b.register_action_salu(r, "fetch_clear", Take),
-            fetch_halve: b.register_action(r, "fetch_halve", fetch_halve),
+            age: b.register_action_salu(r, "age", Age),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Fetch then age halves a count (rounding down, as `c >> 1`), and hits counted between
+    /// the two passes are kept whole.
+    #[test]
+    fn age_after_fetch_halves_and_keeps_later_hits() {
+        for c in [0u32, 1, 2, 3, 7, 1000, u32::MAX - 1, u32::MAX] {
+            for hits in [0u32, 1, 5] {
+                // The counter saturates (`CountSat`): hits beyond u32::MAX are not counted.
+                let now = c.saturating_add(hits);
+                let (after, ()) = Age.run(now, age_by(c));
+                assert_eq!(after as u64, (c >> 1) as u64 + (now - c) as u64, "c {c} hits {hits}");
+            }
         }
     }
 }
