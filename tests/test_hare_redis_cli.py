@@ -4,6 +4,10 @@ before any work starts; `kvs --backend sim` still runs as before."""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+
 import pytest
 import typer
 
@@ -11,7 +15,7 @@ from inswitch.cli import app
 from inswitch.cliopts import checked_type, run
 
 NEW = {
-    ("kvs",): ["--backend", "--workload", "--records", "--field-size", "--clients", "--servers", "--window", "--plot"],
+    ("kvs",): ["--backend", "--workload", "--records", "--field-size", "--clients", "--servers", "--window", "--plot", "--engine"],
     ("kvs", "proxy"): ["--listen", "--servers", "--key-field", "--value-size", "--timeout", "--history"],
     ("bench", "kvs"): ["--duration", "--requests", "--json", "--engine"],
 }
@@ -52,9 +56,28 @@ def test_kvs_redis_refuses_oversize_fields_and_unknown_systems(capsys: pytest.Ca
     assert run(app, ["kvs", "--backend", "redis", "--system", "bogus"]) == 2
 
 
-def test_kvs_sim_still_runs_and_is_labelled_a_model(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
-    import json
+def test_kvs_engine_native_refuses_what_it_cannot_replay(capsys: pytest.CaptureFixture[str]) -> None:
+    # A fixed stream: no popularity shift (the default is coldest-to-top), not ycsb-d's
+    # "latest" keys; and only against real processes.
+    for argv in (["--backend", "redis", "--engine", "native"],
+                 ["--backend", "redis", "--engine", "native", "--shift", "none", "--workload", "ycsb-d"],
+                 ["--engine", "native", "--shift", "none"]):
+        assert run(app, ["kvs", *argv]) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and "error" in err and "engine" in err, err
 
+
+@pytest.mark.skipif(not (os.geteuid() == 0 and shutil.which("redis-server")), reason="needs root and redis-server")
+def test_kvs_redis_with_native_clients_runs_and_checks_values(tmp_path) -> None:
+    out = tmp_path / "k.json"
+    rc = run(app, ["kvs", "--backend", "redis", "--engine", "native", "--system", "hare", "--shift", "none", "--workload", "ycsb-a",
+                   "--records", "200", "--duration", "1.5", "--clients", "1", "--servers", "1", "--json", str(out)])
+    r = json.loads(out.read_text())["systems"]["hare"]
+    assert rc == 0 and r["correct"], r
+    assert r["value_mismatches"] == 0 and r["lost_writes"] == 0 and r["throughput_ops"] > 0
+
+
+def test_kvs_sim_still_runs_and_is_labelled_a_model(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
     out = tmp_path / "k.json"
     rc = run(app, ["kvs", "--system", "hare", "--keys", "500", "--cache", "32", "--batch", "8", "--duration", "0.6", "--rate", "2000", "--shift", "none", "--no-rates", "--json", str(out)])
     assert rc == 0

@@ -127,6 +127,7 @@ def register(app: typer.Typer) -> None:
         servers: int = redis_cli.SERVERS,
         window: int = redis_cli.WINDOW,
         plot: Optional[str] = redis_cli.PLOT,
+        engine: str = redis_cli.ENGINE,
     ) -> None:
         """Hare, NetCache, DySO and no caching on one workload: a trace replay in simulated time (--backend sim, a model) or real Redis servers in a rack (--backend redis, measured)."""
         if ctx.invoked_subcommand:
@@ -135,8 +136,10 @@ def register(app: typer.Typer) -> None:
         if backend == "redis":
             if pcap:
                 raise typer.BadParameter("captures are taken with --backend sim only (a redis run's switch is a rack: use inswitch rack up --pcap)", param_hint="--pcap")
-            redis_cli.run_redis(console, system, workload, records, field_size, clients, servers, window, cache, batch, shift, shift_count, duration, t_wait, value_size, seed, json_out, plot)
+            redis_cli.run_redis(console, system, workload, records, field_size, clients, servers, window, cache, batch, shift, shift_count, duration, t_wait, value_size, seed, json_out, plot, engine)
             return
+        if engine != "python":
+            raise typer.BadParameter("the native load generator runs against real processes: use it with --backend redis", param_hint="--engine")
         if key_size < 15 and keys > 256**key_size:
             raise typer.BadParameter(f"{key_size}-byte keys cannot tell {keys} keys apart", param_hint="--key-size")
         if shift_count is not None and shift_count > keys:

@@ -22,42 +22,47 @@ FIELD_SIZE = option(32, "--field-size", type=Int(24, 251), help="--backend redis
 CLIENTS = option(2, "--clients", type=Int(1, 16), help="--backend redis: client hosts, one load-generating process each.")
 SERVERS = option(2, "--servers", type=Int(1, 16), help="--backend redis: storage hosts, one redis-server and agent each.")
 WINDOW = option(32, "--window", type=Int(1, 1024), help="--backend redis: operations each client keeps in flight.")
+ENGINE = option("python", "--engine", type=Choice("python", "native"), help="--backend redis: the clients' load generator: python (the client library; every operation in the linearizability checker's history) or native (a windowed loop in Rust; each GET's value checked by the generator; needs --shift none, not ycsb-d).")
 PLOT = option(None, "--plot", type=OUT_FILE, help="--backend redis: throughput and hit rate over time (default: the --json path with .png).")
 
 
 def run_redis(console: Console, system: str, workload: str, records: int, field_size: int, clients: int, servers: int, window: int,
               cache: int, batch: int, shift: str, shift_count: Optional[int], duration: float, t_wait: float, value_size: int, seed: int,
-              json_out: Optional[str], plot: Optional[str]) -> None:
+              json_out: Optional[str], plot: Optional[str], engine: str = "python") -> None:
     from inswitch.apps.hare import redisrack
     from inswitch.apps.hare.workload import SHIFTS
     from inswitch.output import is_stdout, note_written, write_json
 
+    err = Console(stderr=True, soft_wrap=True)  # one line each, exit status 2
     systems = list(redisrack.RACK_SYSTEMS) if system == "all" else [system]
     if any(s not in redisrack.RACK_SYSTEMS for s in systems):
-        console.print(f"[red]error:[/red] --backend redis runs {', '.join(redisrack.RACK_SYSTEMS)} or all")
+        err.print(f"[red]error:[/red] --backend redis runs {', '.join(redisrack.RACK_SYSTEMS)} or all")
         raise typer.Exit(2)
     if shift not in SHIFTS:
-        console.print(f"[red]error:[/red] --shift must be one of {', '.join(SHIFTS)}")
+        err.print(f"[red]error:[/red] --shift must be one of {', '.join(SHIFTS)}")
+        raise typer.Exit(2)
+    if engine == "native" and (shift != "none" or workload == "ycsb-d"):
+        err.print("[red]error:[/red] --engine native replays a fixed stream: it needs --shift none and a workload other than ycsb-d (use --engine python)")
         raise typer.Exit(2)
     if value_size % 4 or not 8 <= value_size <= 252 or field_size > value_size - 1:
-        console.print("[red]error:[/red] --value-size 8..252, a multiple of 4, larger than --field-size")
+        err.print("[red]error:[/red] --value-size 8..252, a multiple of 4, larger than --field-size")
         raise typer.Exit(2)
     if not shutil.which("redis-server"):
-        console.print("[red]error:[/red] redis-server is not installed (scripts/install-deps.sh installs it)")
+        err.print("[red]error:[/red] redis-server is not installed (scripts/install-deps.sh installs it)")
         raise typer.Exit(2)
     import os
 
     if os.geteuid() != 0:
-        console.print("[red]error:[/red] --backend redis builds a rack of network namespaces: run as root")
+        err.print("[red]error:[/red] --backend redis builds a rack of network namespaces: run as root")
         raise typer.Exit(2)
     count = shift_count if shift_count is not None else (cache if shift == "coldest-to-top" else min(200, records // 4))
     p = redisrack.RackParams(workload=workload, records=records, field_size=field_size, duration=duration, shift=shift, shift_count=count,
                              clients=clients, servers=servers, window=window, cache=cache, batch=min(batch, cache), t_wait=t_wait,
-                             value_size=value_size, seed=seed)
+                             value_size=value_size, seed=seed, engine=engine)
     with Progress(console=console) as prog:
         out = redisrack.run_all(systems, p, prog)
     console = Console(width=max(console.width, 150), stderr=console.stderr)  # the table's numbers are never cut
-    t = Table(title=f"kvs --backend redis (measured): {workload}, {records} records, shift {shift}, {duration:g} s per system")
+    t = Table(title=f"kvs --backend redis (measured, {engine} clients): {workload}, {records} records, shift {shift}, {duration:g} s per system")
     for c in ("system", "ops/s", "p50 µs", "p99 µs", "p99.9 µs", "hit rate", "stable hit", "recovery s", "offloads", "stale reads", "lost writes", "correct"):
         t.add_column(c, no_wrap=True, justify="left" if c in ("system", "recovery s", "correct") else "right")
     f = lambda v, fmt="{:.0f}": "-" if v is None else fmt.format(v)  # noqa: E731
