@@ -131,6 +131,24 @@ def test_table2_real_experiment_quick(tmp_path: Path) -> None:
     assert (tmp_path / "inaas-table2-real.png").stat().st_size > 0
 
 
+@pytest.mark.skipif(not ROOT, reason="needs root: network namespaces, veth pairs, AF_PACKET")
+def test_attack_real_experiment_quick(tmp_path: Path) -> None:
+    cp = subprocess.run([sys.executable, "-m", "inswitch", "experiment", "inaas-attack-real", "--quick", "--out", str(tmp_path)],
+                        capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    r = json.loads((tmp_path / "inaas-attack-real.json").read_text())
+    assert r["correct"] is True and r["mode"].startswith("real processes")
+    for d in (r, r["model"]):  # real processes, and the model beside
+        assert d["detected"] is True and d["detection_time_us"] > 0, d
+        assert d["attacker_values_leaked"] == 0 and d["cross_tenant_violations"] == 0 and d["legitimate_tenants_flagged"] == [], d
+        assert d["forged_on_port"] > 0 and d["attacker_mismatches"] > 0, d
+    assert all(v == 0 for v in r["tenant_mismatches_during_attack"].values()), r
+    rows = {row["quantity"]: row for row in r["comparison"]}
+    assert rows["attacker detected, real (wall µs)"]["ours"] == r["detection_time_us"]
+    assert rows["attacker detected, model (simulated µs)"]["ours"] == r["model"]["detection_time_us"]
+    assert (tmp_path / "inaas-attack-real.png").stat().st_size > 0
+
+
 def test_real_refuses_without_root_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     # The same check as test_real_needs_root, for runs as root (the uid is the only input).
     from inswitch.apps.inaas import real
