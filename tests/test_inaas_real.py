@@ -138,11 +138,15 @@ def test_attack_real_experiment_quick(tmp_path: Path) -> None:
     assert cp.returncode == 0, cp.stdout + cp.stderr
     r = json.loads((tmp_path / "inaas-attack-real.json").read_text())
     assert r["correct"] is True and r["mode"].startswith("real processes")
-    for d in (r, r["model"]):  # real processes, and the model beside
+    # Real processes (after the tenants' phases, as the model), the model, and real
+    # processes with the attack during the tenants' INaaS phase (working tenants not flagged).
+    for d in (r, r["model"], r["during_inaas_phase"]):
         assert d["detected"] is True and d["detection_time_us"] > 0, d
         assert d["attacker_values_leaked"] == 0 and d["cross_tenant_violations"] == 0 and d["legitimate_tenants_flagged"] == [], d
         assert d["forged_on_port"] > 0 and d["attacker_mismatches"] > 0, d
     assert all(v == 0 for v in r["tenant_mismatches_during_attack"].values()), r
+    assert r["during_inaas_phase"]["correct"] is True
+    assert set(r["during_inaas_phase"]["tenant_mismatches_during_attack"]) == {"kv#0", "sparse#0", "bloom#0"}
     rows = {row["quantity"]: row for row in r["comparison"]}
     assert rows["attacker detected, real (wall µs)"]["ours"] == r["detection_time_us"]
     assert rows["attacker detected, model (simulated µs)"]["ours"] == r["model"]["detection_time_us"]

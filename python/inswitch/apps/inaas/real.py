@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -226,11 +227,16 @@ def run_tenants_real(
     subscribers: tuple[str, ...] = (),
     name: str = "inaasreal",
     attacker: bool = False,
+    attack_during: str = "after",
 ) -> dict[str, Any]:
+    """`attack_during`: "after" the tenants' phases (as the model's attack), or during the
+    "inaas" phase (released with the tenants; the detector then watches working tenants)."""
     from inswitch.p4rt.client import SwitchClient
     from inswitch.topology import Rack, netns
 
     check_args(apps, attacker)
+    if attack_during not in ("after", "inaas"):
+        raise ValueError(f"attack_during: {attack_during!r} (after, inaas)")
     sizes = real_sizes(quick)
     names = [a for a in apps for _ in range(instances)]
     regions = schedule(scheduler, names, budget, [a in subscribers for a in names])
@@ -295,6 +301,7 @@ def run_tenants_real(
                     raise RuntimeError(f"server {port} did not start")
                 servers[-1].append(sp)
         tenants: list[tuple[str, subprocess.Popen[str]]] = []
+        tags: list[str] = []
         counter: dict[str, int] = {}
         for i, (a, h, uid, r, lease) in enumerate(zip(names, hosts, uids, regions, scaled)):
             inst = counter.get(a, 0)
@@ -304,7 +311,28 @@ def run_tenants_real(
                    "rto_us": RTO_US * SCALE, "bl_rto_us": App.BL_RTO_US * SCALE, "scale": SCALE, "phase_limit_s": limit_s,
                    "region": dataclasses.asdict(r), "sizes": dataclasses.asdict(sizes)}
             tag = f"{a}{inst}"
+            tags.append(f"{a}#{inst}")
             tenants.append((tag, start(h, ["-m", "inswitch.apps.inaas.real_tenant", json.dumps(cfg)], tag)))
+        attack: dict[str, Any] | None = None
+        ap: subprocess.Popen[str] | None = None
+        if att_h is not None:
+            # The victim is the first tenant, as the model's.
+            acfg = {"mac": hexmac(att_h.mac), "gk_mac": hexmac(gk.mac), "ifname": att_h.ifname, "uid": att_uid, "lease_us": att_lease,
+                    "victim_mac": hexmac(hosts[0].mac), "victim_uid": uids[0], "victim_lease_us": scaled[0], "seed": seed, "budget": budget,
+                    "steps": ATTACK_STEPS, "step_us": ATTACK_STEP_US * SCALE, "tail_s": 0.2}
+            ap = start(att_h, ["-m", "inswitch.apps.inaas.real_attacker", json.dumps(acfg)], "attacker")
+            if _line(ap, 60, "attacker", logs / "attacker.err") != "READY":
+                raise RuntimeError("attacker did not start")
+        watcher: threading.Thread | None = None
+        caught: list[Any] = []
+
+        def attack_now() -> None:
+            assert att_h is not None and ap is not None
+            try:
+                caught.append(_detect(st.switch.p4runtime, ap, logs / "attacker.err", att_slot, att_h.port, tags))
+            except BaseException as e:  # re-raised in the runner's thread
+                caught.append(e)
+
         for phase in ("inaas", "host"):
             for tag, p in tenants:
                 got = _line(p, 120, f"tenant {tag}", logs / f"{tag}.err")
@@ -315,26 +343,29 @@ def run_tenants_real(
                 assert p.stdin is not None
                 p.stdin.write("GO\n")
                 p.stdin.flush()
+            if phase == "inaas" and ap is not None and attack_during == "inaas":
+                progress("attacker, during the inaas phase")
+                watcher = threading.Thread(target=attack_now, daemon=True)
+                watcher.start()
             for tag, p in tenants:
                 got = _line(p, limit_s + 60, f"tenant {tag}", logs / f"{tag}.err")
                 if got != f"DONE {phase}":
                     raise RuntimeError(f"tenant {tag} said {got!r}")
+            if watcher is not None:
+                watcher.join(timeout=90)  # the attack is over before the host-only phase
         results = []
         for tag, p in tenants:
             results.append(json.loads(_line(p, 60, f"tenant {tag}", logs / f"{tag}.err")))
             p.wait(timeout=10)
-        attack = None
-        if att_h is not None:
-            progress("attacker")
-            # As the model's: after the tenants' phases, one tenant (the first) the victim.
-            acfg = {"mac": hexmac(att_h.mac), "gk_mac": hexmac(gk.mac), "ifname": att_h.ifname, "uid": att_uid, "lease_us": att_lease,
-                    "victim_mac": hexmac(hosts[0].mac), "victim_uid": uids[0], "victim_lease_us": scaled[0], "seed": seed, "budget": budget,
-                    "steps": ATTACK_STEPS, "step_us": ATTACK_STEP_US * SCALE, "tail_s": 0.2}
-            ap = start(att_h, ["-m", "inswitch.apps.inaas.real_attacker", json.dumps(acfg)], "attacker")
-            if _line(ap, 60, "attacker", logs / "attacker.err") != "READY":
-                raise RuntimeError("attacker did not start")
-            tags = [f"{a}#{res['inst']}" for a, res in zip(names, results)]
-            attack = _detect(st.switch.p4runtime, ap, logs / "attacker.err", att_slot, att_h.port, tags)
+        if ap is not None and attack_during == "after":
+            progress("attacker")  # as the model's: after the tenants' phases
+            attack_now()
+        if ap is not None:
+            if not caught:
+                raise RuntimeError("attacker: the controller's detection did not finish")
+            if isinstance(caught[0], BaseException):
+                raise caught[0]
+            attack = {**caught[0], "during": attack_during}
         run_us = int((time.monotonic() - t_run) * 1e6)
         with SwitchClient(st.switch.p4runtime) as c:
             usage = []
