@@ -101,7 +101,7 @@ def run_cmd(
 
             try:
                 res = run_tenants_real(names, instances, scheduler, loss, quick=not full, seed=seed, progress=lambda s: st.update(f"tenants: {s}"),
-                                       subscribers=subs, budget=budget, name=rack_name)
+                                       subscribers=subs, budget=budget, name=rack_name, attacker=attacker)
             except (RackError, RuntimeError) as e:  # torn down already; say why in one line
                 Console(stderr=True).print(f"[red]error:[/red] tenants run --real: {' '.join(str(e).split())}", highlight=False, soft_wrap=True)
                 raise typer.Exit(1)

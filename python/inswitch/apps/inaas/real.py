@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -36,7 +37,7 @@ from typing import Any, Callable
 import numpy as np
 
 from inswitch.apps.inaas.adapters import QUICK, RTO_US, App, Sizes
-from inswitch.apps.inaas.controller import KIND, MAX_LEASE_US, Prices, bill, schedule
+from inswitch.apps.inaas.controller import KIND, MAX_LEASE_US, Detection, Prices, bill, schedule
 from inswitch.apps.inaas.rack import GOALKEEPER, _free_port, _p4_name
 from inswitch.apps.inaas.runner import BUDGET, HIGHER_IS_BETTER
 
@@ -54,6 +55,11 @@ GAP_SCALE = 1000
 LEASE_SCALE = GAP_SCALE
 #: Applications that run as real processes (all of them).
 REAL_APPS = ("kv", "sparse", "dense", "bloom", "paxos")
+#: The attacker's lease and cap (µs before scaling), steps and model µs per step: the
+#: model's (`runner._attack`: `add_tenant(..., 1000, 1000, ...)`, at most 400 steps of 2 µs).
+ATTACKER_LEASE_US = 1000
+ATTACK_STEPS = 400
+ATTACK_STEP_US = 2
 MODE = "real processes: switch process (forward + inaas), goalkeeper, tenants and host-only servers in a rack of namespaces, wall clock"
 
 SERVER = textwrap.dedent('''
@@ -91,8 +97,6 @@ def check_args(apps: list[str], attacker: bool) -> None:
     bad = [a for a in apps if a not in REAL_APPS]
     if bad:
         raise RealRunError(f"--real cannot run {', '.join(bad)} (known: {', '.join(REAL_APPS)})")
-    if attacker:
-        raise RealRunError("--attacker is not available with --real (its forged frames come from the in-process service); use --sim")
     if os.geteuid() != 0:
         raise RealRunError("--real needs root (network namespaces, veth pairs, AF_PACKET sockets); run it with sudo, or use --sim")
 
@@ -132,6 +136,85 @@ def _tail(err: Path) -> str:
     return " | ".join(lines[-3:]) or "(no stderr)"
 
 
+def _detect(p4runtime: str, ap: subprocess.Popen[str], err: Path, att_slot: int, att_port: int, tags: list[str]) -> dict[str, Any]:
+    """The controller's side of the attack: release the attacker, and until it is done read
+    the switch's counters over P4Runtime every window (the attacker slot's mismatches plus
+    the forged uids counted on its port, every tenant's mismatches) into `Detection`, on the
+    wall clock. Returns the model's `attack` keys, and how the reads went."""
+    from inswitch.p4rt.client import SwitchClient
+
+    det = Detection(window_us=Detection.window_us * SCALE)
+    with SwitchClient(p4runtime) as c:
+
+        def mismatches(slot: int) -> int:
+            return dict(c.read_register("tenant_events", slot)).get(slot, 0) & 0xFFFFFFFF
+
+        def forged() -> int:
+            return dict(c.read_register("forged_uid", att_port)).get(att_port, 0)
+
+        # Windows count from now: what tenants did before is not held against them.
+        det.last["attacker"] = mismatches(att_slot) + forged()
+        for slot, tag in enumerate(tags):
+            det.last[tag] = mismatches(slot)
+        before = dict(det.last)
+        assert ap.stdin is not None and ap.stdout is not None
+        t0 = time.monotonic()
+        ap.stdin.write("GO\n")
+        ap.stdin.flush()
+        flagged_at: int | None = None
+        polls: list[float] = []
+        done = False
+        while True:
+            # The attacker's DONE ends the loop after one more read (its last frames counted).
+            if not done and select.select([ap.stdout.fileno()], [], [], 0)[0]:
+                got = _line(ap, 5, "attacker", err)
+                if got != "DONE":
+                    raise RuntimeError(f"attacker said {got!r}")
+                done = True
+            if time.monotonic() - t0 > 60:
+                raise RuntimeError(f"attacker: not done within 60 s; {_tail(err)}")
+            t_read = time.monotonic()
+            # Each count is stamped when its read has returned (what the controller knows then).
+            count = mismatches(att_slot) + forged()
+            now = int((time.monotonic() - t0) * 1e6)
+            if det.observe(now, "attacker", count) and flagged_at is None:
+                flagged_at = now
+            for slot, tag in enumerate(tags):
+                count = mismatches(slot)
+                det.observe(int((time.monotonic() - t0) * 1e6), tag, count)
+            polls.append(time.monotonic() - t_read)
+            if done:
+                break
+            time.sleep(max(0.0, det.window_us / 1e6 - (time.monotonic() - t_read)))
+        out = json.loads(_line(ap, 30, "attacker", err))
+        ap.wait(timeout=10)
+        att_mism, on_port = mismatches(att_slot), forged()
+        during = {tag: mismatches(slot) - before[tag] for slot, tag in enumerate(tags)}
+    return {
+        "detected": flagged_at is not None,
+        "detection_time_us": flagged_at,
+        "attacker_reads": out["reads"],
+        "attacker_values_leaked": out["values_leaked"],
+        "forged_on_port": on_port,
+        "attacker_mismatches": att_mism,
+        "legitimate_tenants_flagged": sorted(n for n in det.flagged if n != "attacker"),
+        "log": det.log,
+        # Real-only: what the switch counted against each tenant while it was attacked
+        # (the replays carry the victim's uid, and must count on the attacker's port).
+        "tenant_mismatches_during_attack": during,
+        # The clock and the controller's reads.
+        "detection_clock": "wall µs from the controller releasing the attacker to the read that flagged it",
+        "window_us": det.window_us,
+        "controller_reads": len(polls),
+        "controller_read_ms_mean": 1e3 * float(np.mean(polls)) if polls else None,
+        "frames_sent": out["sent"],
+        "attack_s": out["attack_s"],
+        "attacker_replies": out["replies"],
+        "attacker_items_answered": out["replies_done"],
+        "attacker_send_errors": out["send_errors"],
+    }
+
+
 def run_tenants_real(
     apps: list[str],
     instances: int = 1,
@@ -143,33 +226,44 @@ def run_tenants_real(
     budget: int = BUDGET,
     subscribers: tuple[str, ...] = (),
     name: str = "inaasreal",
+    attacker: bool = False,
+    attack_during: str = "after",
 ) -> dict[str, Any]:
+    """`attack_during`: "after" the tenants' phases (as the model's attack), or during the
+    "inaas" phase (released with the tenants; the detector then watches working tenants)."""
     from inswitch.p4rt.client import SwitchClient
     from inswitch.topology import Rack, netns
 
-    check_args(apps, False)
+    check_args(apps, attacker)
+    if attack_during not in ("after", "inaas"):
+        raise ValueError(f"attack_during: {attack_during!r} (after, inaas)")
     sizes = real_sizes(quick)
     names = [a for a in apps for _ in range(instances)]
     regions = schedule(scheduler, names, budget, [a in subscribers for a in names])
     rng = np.random.default_rng(seed)
     uids: list[int] = []
-    while len(uids) < len(names):
+    while len(uids) < len(names) + int(attacker):
         u = int(rng.integers(1, 2**31 - 1))
         if u not in uids:
             uids.append(u)
     rack = Rack()
-    progress(f"rack {name}: {len(names) + 2} hosts")
+    n_hosts = len(names) + 2 + int(attacker)
+    progress(f"rack {name}: {n_hosts} hosts")
     t_run = time.monotonic()
     # Paxos's acceptors are the `inaas_paxos` program (inaas + acceptors; tofino2), which the
     # model's in-process service runs for every tenant; without Paxos, `inaas` (tofino1).
     programs = "forward,inaas_paxos" if "paxos" in names else "forward,inaas"
-    st = rack.up(len(names) + 2, name=name, programs=programs, p4runtime=f"127.0.0.1:{_free_port()}",
+    st = rack.up(n_hosts, name=name, programs=programs, p4runtime=f"127.0.0.1:{_free_port()}",
                  metrics=f"127.0.0.1:{_free_port()}", fault=f"loss={loss},seed={seed}" if loss > 0 else None)
     procs: list[subprocess.Popen[str]] = []
     logs = Path(tempfile.mkdtemp(prefix=f"inswitch-{name}-"))
     try:
-        gk, hosts, srv = st.hosts[0], st.hosts[1:-1], st.hosts[-1]
+        gk, hosts, srv = st.hosts[0], st.hosts[1 : 1 + len(names)], st.hosts[-1]
+        att_h = st.hosts[1 + len(names)] if attacker else None
         scaled = [min(MAX_LEASE_US, r.lease_us * LEASE_SCALE) for r in regions]
+        # The attacker: a kv tenant of its own (uid, slot after the others', the model's
+        # 1000 µs lease and cap, scaled as the others').
+        att_uid, att_slot, att_lease = (uids[-1], len(names), min(MAX_LEASE_US, ATTACKER_LEASE_US * LEASE_SCALE)) if attacker else (0, 0, 0)
         with SwitchClient(st.switch.p4runtime) as c:
             tenants_t, gkt = _p4_name(c, "tenants"), _p4_name(c, "goalkeeper")
             c.insert_entry(gkt, {"meta.zero": 0}, "set_goalkeeper", {"port": gk.port})
@@ -177,6 +271,9 @@ def run_tenants_real(
                 cap = min(MAX_LEASE_US, r.max_lease_us * LEASE_SCALE)
                 for port in (h.port, gk.port):
                     c.insert_entry(tenants_t, {"ig_intr_md.ingress_port": port, "hdr.inaas.uid": uid}, "set_tenant", {"slot": slot, "max_lease_us": cap})
+            if att_h is not None:
+                for port in (att_h.port, gk.port):
+                    c.insert_entry(tenants_t, {"ig_intr_md.ingress_port": port, "hdr.inaas.uid": att_uid}, "set_tenant", {"slot": att_slot, "max_lease_us": att_lease})
         py = sys.executable
         hexmac = lambda m: m.replace(":", "")  # noqa: E731
 
@@ -188,7 +285,8 @@ def run_tenants_real(
 
         limit_s = 30.0 if quick else 120.0
         gk_p = start(gk, ["-c", GOALKEEPER, gk.ifname or "", hexmac(gk.mac), str(20 * limit_s),
-                          json.dumps([[u, KIND[a], lease] for u, a, lease in zip(uids, names, scaled)])], "goalkeeper")
+                          json.dumps([[u, KIND[a], lease] for u, a, lease in zip(uids, names, scaled)] + ([[att_uid, "kv", att_lease]] if attacker else []))],
+                     "goalkeeper")
         if _line(gk_p, 30, "goalkeeper", logs / "goalkeeper.err") != "READY":
             raise RuntimeError("goalkeeper did not start")
         servers: list[list[subprocess.Popen[str]]] = []
@@ -203,6 +301,7 @@ def run_tenants_real(
                     raise RuntimeError(f"server {port} did not start")
                 servers[-1].append(sp)
         tenants: list[tuple[str, subprocess.Popen[str]]] = []
+        tags: list[str] = []
         counter: dict[str, int] = {}
         for i, (a, h, uid, r, lease) in enumerate(zip(names, hosts, uids, regions, scaled)):
             inst = counter.get(a, 0)
@@ -212,7 +311,28 @@ def run_tenants_real(
                    "rto_us": RTO_US * SCALE, "bl_rto_us": App.BL_RTO_US * SCALE, "scale": SCALE, "phase_limit_s": limit_s,
                    "region": dataclasses.asdict(r), "sizes": dataclasses.asdict(sizes)}
             tag = f"{a}{inst}"
+            tags.append(f"{a}#{inst}")
             tenants.append((tag, start(h, ["-m", "inswitch.apps.inaas.real_tenant", json.dumps(cfg)], tag)))
+        attack: dict[str, Any] | None = None
+        ap: subprocess.Popen[str] | None = None
+        if att_h is not None:
+            # The victim is the first tenant, as the model's.
+            acfg = {"mac": hexmac(att_h.mac), "gk_mac": hexmac(gk.mac), "ifname": att_h.ifname, "uid": att_uid, "lease_us": att_lease,
+                    "victim_mac": hexmac(hosts[0].mac), "victim_uid": uids[0], "victim_lease_us": scaled[0], "seed": seed, "budget": budget,
+                    "steps": ATTACK_STEPS, "step_us": ATTACK_STEP_US * SCALE, "tail_s": 0.2}
+            ap = start(att_h, ["-m", "inswitch.apps.inaas.real_attacker", json.dumps(acfg)], "attacker")
+            if _line(ap, 60, "attacker", logs / "attacker.err") != "READY":
+                raise RuntimeError("attacker did not start")
+        watcher: threading.Thread | None = None
+        caught: list[Any] = []
+
+        def attack_now() -> None:
+            assert att_h is not None and ap is not None
+            try:
+                caught.append(_detect(st.switch.p4runtime, ap, logs / "attacker.err", att_slot, att_h.port, tags))
+            except BaseException as e:  # re-raised in the runner's thread
+                caught.append(e)
+
         for phase in ("inaas", "host"):
             for tag, p in tenants:
                 got = _line(p, 120, f"tenant {tag}", logs / f"{tag}.err")
@@ -223,14 +343,29 @@ def run_tenants_real(
                 assert p.stdin is not None
                 p.stdin.write("GO\n")
                 p.stdin.flush()
+            if phase == "inaas" and ap is not None and attack_during == "inaas":
+                progress("attacker, during the inaas phase")
+                watcher = threading.Thread(target=attack_now, daemon=True)
+                watcher.start()
             for tag, p in tenants:
                 got = _line(p, limit_s + 60, f"tenant {tag}", logs / f"{tag}.err")
                 if got != f"DONE {phase}":
                     raise RuntimeError(f"tenant {tag} said {got!r}")
+            if watcher is not None:
+                watcher.join(timeout=90)  # the attack is over before the host-only phase
         results = []
         for tag, p in tenants:
             results.append(json.loads(_line(p, 60, f"tenant {tag}", logs / f"{tag}.err")))
             p.wait(timeout=10)
+        if ap is not None and attack_during == "after":
+            progress("attacker")  # as the model's: after the tenants' phases
+            attack_now()
+        if ap is not None:
+            if not caught:
+                raise RuntimeError("attacker: the controller's detection did not finish")
+            if isinstance(caught[0], BaseException):
+                raise caught[0]
+            attack = {**caught[0], "during": attack_during}
         run_us = int((time.monotonic() - t_run) * 1e6)
         with SwitchClient(st.switch.p4runtime) as c:
             usage = []
@@ -287,11 +422,11 @@ def run_tenants_real(
         "subscribers": list(subscribers),
         "loss": loss,
         "mode": MODE,
-        "real": {"rack": name, "hosts": len(names) + 2, "programs": programs, "time_scale": SCALE, "request_gap_scale": GAP_SCALE, "lease_scale": LEASE_SCALE, "rto_us": RTO_US * SCALE, "baseline_rto_us": App.BL_RTO_US * SCALE,
+        "real": {"rack": name, "hosts": n_hosts, "programs": programs, "time_scale": SCALE, "request_gap_scale": GAP_SCALE, "lease_scale": LEASE_SCALE, "rto_us": RTO_US * SCALE, "baseline_rto_us": App.BL_RTO_US * SCALE,
                  "loss_by": "switch --fault loss" if loss > 0 else None, "load_average": list(load), "budget_registers_per_segment": budget},
-        "cross_tenant_violations": int(sum(r["foreign"] for r in results)),
-        "attacker_detected": None,
-        "attack": None,
+        "cross_tenant_violations": int(sum(r["foreign"] for r in results)) + (attack["attacker_values_leaked"] if attack else 0),
+        "attacker_detected": bool(attack["detected"]) if attack else None,
+        "attack": attack,
         "ledger": ledger,
         "ledger_adds_up": all(line["adds_up"] for line in ledger),
         "goalkeeper": gk_res["stats"],
