@@ -52,9 +52,8 @@ pub struct Pipe {
     /// Time and digests, shared by all passes.
     env: PassEnv,
     pktgens: Vec<PktGen>,
-    /// What the long-lived pass of a batch loop holds between two packets (see
-    /// [`Pass::load`]); a zero-capacity buffer, never sent.
-    spare: Vec<PacketBuf>,
+    /// What the open passes of a batch loop keep between two batches (see [`Passes`]).
+    spare: PassStore,
     tm: Tm,
 }
 
@@ -88,7 +87,7 @@ impl Pipe {
             classifies,
             env: PassEnv::new(cfg.digest_capacity),
             pktgens,
-            spare: Vec::new(),
+            spare: PassStore::default(),
             tm: Tm::new(id, map, cfg, set.len()),
             set,
         }
@@ -696,6 +695,29 @@ impl Pipe {
     }
 }
 
+/// What [`Passes`] keeps between two batch loops, so that opening them allocates nothing:
+/// the buffers the open passes hold between packets (zero-capacity, never sent; see
+/// [`Pass::load`]) and the allocation of the vector of open passes (always empty here).
+#[derive(Default)]
+struct PassStore {
+    held: Vec<PacketBuf>,
+    slots: Vec<SlotSpace>,
+}
+
+/// Room for one open pass: the size and alignment of `(Pass, &dyn Program)`, without its
+/// borrows (the store outlives every batch loop, and the pipe moves between threads).
+#[repr(C, align(8))]
+struct SlotSpace([u8; std::mem::size_of::<(Pass<'static>, &'static dyn Program)>()]);
+
+/// An empty vector with `v`'s allocation, of another element type of the same size and
+/// alignment (the standard library collects a mapped `vec::IntoIter` in place; the map never
+/// runs, the vector being empty).
+fn recycle_vec<T, U>(mut v: Vec<T>) -> Vec<U> {
+    const { assert!(std::mem::size_of::<T>() == std::mem::size_of::<U>() && std::mem::align_of::<T>() == std::mem::align_of::<U>()) };
+    v.clear();
+    v.into_iter().map(|_| unreachable!("the vector is empty")).collect()
+}
+
 /// The passes of a batch loop. Every program's pass stays open for the whole loop and
 /// packets are moved through it (see [`Pass::load`]): per packet that is a pointer swap and
 /// a fresh guard instead of building a pass, and each program's trait object is looked up
@@ -713,15 +735,13 @@ struct Passes<'a> {
 
 impl<'a> Passes<'a> {
     /// `spare` holds what the open passes hold between packets (one zero-capacity buffer
-    /// per program, never sent); `close` gives them back.
-    fn open(progs: &'a mut [ProgSlot], base: Option<u8>, gress: Gress, env: &'a PassEnv, spare: &mut Vec<PacketBuf>) -> Self {
-        let open = progs
-            .iter_mut()
-            .map(|slot| {
-                let held = spare.pop().unwrap_or_else(|| PacketBuf::with_capacity(0));
-                (Pass::new(held, &mut slot.state, gress, env), &*slot.program)
-            })
-            .collect::<Vec<_>>();
+    /// per program, never sent) and the vector's allocation; `close` gives them back.
+    fn open(progs: &'a mut [ProgSlot], base: Option<u8>, gress: Gress, env: &'a PassEnv, spare: &mut PassStore) -> Self {
+        let mut open: Vec<(Pass<'a>, &'a dyn Program)> = recycle_vec(std::mem::take(&mut spare.slots));
+        open.extend(progs.iter_mut().map(|slot| {
+            let held = spare.held.pop().unwrap_or_else(|| PacketBuf::with_capacity(0));
+            (Pass::new(held, &mut slot.state, gress, env), &*slot.program)
+        }));
         let base = base.filter(|&b| (b as usize) < open.len());
         Passes { gress, env, open, base, count: 0 }
     }
@@ -770,7 +790,7 @@ impl<'a> Passes<'a> {
     }
 
     /// Count the base pass's passes and put the held buffers back into `spare`.
-    fn close(self, counters: &mut Counters, spare: &mut Vec<PacketBuf>) {
+    fn close(mut self, counters: &mut Counters, spare: &mut PassStore) {
         if let Some(b) = self.base {
             let c = &mut counters.programs[b as usize];
             match self.gress {
@@ -778,7 +798,8 @@ impl<'a> Passes<'a> {
                 Gress::Egress => c.egress_passes += self.count,
             }
         }
-        spare.extend(self.open.into_iter().map(|(pass, _)| pass.finish().0));
+        spare.held.extend(self.open.drain(..).map(|(pass, _)| pass.finish().0));
+        spare.slots = recycle_vec(self.open);
     }
 }
 
@@ -975,4 +996,24 @@ fn profile_in_use(ro: &crate::pass::ProgramReadOnly, pd: &crate::selector::Actio
     pd.tables.iter().any(|&t| {
         ro.tables[t as usize].entries(|_| 1).iter().any(|e| crate::selector::IndirectRef::of_stored(e.action, &e.params) == Some(r))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The vector of open passes is not allocated per batch: its allocation goes from the
+    /// store to the open passes and back, the same memory each time.
+    #[test]
+    fn pass_store_keeps_one_allocation() {
+        let mut store = PassStore::default();
+        store.slots.reserve(3);
+        let (ptr, cap) = (store.slots.as_ptr() as usize, store.slots.capacity());
+        for _ in 0..3 {
+            let open: Vec<(Pass<'_>, &dyn Program)> = recycle_vec(std::mem::take(&mut store.slots));
+            assert_eq!((open.as_ptr() as usize, open.capacity()), (ptr, cap));
+            store.slots = recycle_vec(open);
+        }
+        assert_eq!((store.slots.as_ptr() as usize, store.slots.capacity()), (ptr, cap));
+    }
 }
