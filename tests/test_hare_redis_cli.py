@@ -58,9 +58,10 @@ def test_kvs_redis_refuses_oversize_fields_and_unknown_systems(capsys: pytest.Ca
 
 def test_kvs_engine_native_refuses_what_it_cannot_replay(capsys: pytest.CaptureFixture[str]) -> None:
     # A fixed stream: no popularity shift (the default is coldest-to-top), not ycsb-d's
-    # "latest" keys; and only against real processes.
+    # "latest" keys; one writer per key (its own value check); only real processes.
     for argv in (["--backend", "redis", "--engine", "native"],
                  ["--backend", "redis", "--engine", "native", "--shift", "none", "--workload", "ycsb-d"],
+                 ["--backend", "redis", "--engine", "native", "--shift", "none", "--workload", "ycsb-a", "--clients", "2"],
                  ["--engine", "native", "--shift", "none"]):
         assert run(app, ["kvs", *argv]) == 2, argv
         err = capsys.readouterr().err.strip()

@@ -22,7 +22,7 @@ FIELD_SIZE = option(32, "--field-size", type=Int(24, 251), help="--backend redis
 CLIENTS = option(2, "--clients", type=Int(1, 16), help="--backend redis: client hosts, one load-generating process each.")
 SERVERS = option(2, "--servers", type=Int(1, 16), help="--backend redis: storage hosts, one redis-server and agent each.")
 WINDOW = option(32, "--window", type=Int(1, 1024), help="--backend redis: operations each client keeps in flight.")
-ENGINE = option("python", "--engine", type=Choice("python", "native"), help="--backend redis: the clients' load generator: python (the client library; every operation in the linearizability checker's history) or native (a windowed loop in Rust; each GET's value checked by the generator; needs --shift none, not ycsb-d).")
+ENGINE = option("python", "--engine", type=Choice("python", "native"), help="--backend redis: the clients' load generator: python (the client library; every operation in the linearizability checker's history) or native (a windowed loop in Rust; each GET's value checked by the generator, as the only writer of its keys; needs --shift none, not ycsb-d, and --clients 1 when the workload writes).")
 PLOT = option(None, "--plot", type=OUT_FILE, help="--backend redis: throughput and hit rate over time (default: the --json path with .png).")
 
 
@@ -41,8 +41,9 @@ def run_redis(console: Console, system: str, workload: str, records: int, field_
     if shift not in SHIFTS:
         err.print(f"[red]error:[/red] --shift must be one of {', '.join(SHIFTS)}")
         raise typer.Exit(2)
-    if engine == "native" and (shift != "none" or workload == "ycsb-d"):
-        err.print("[red]error:[/red] --engine native replays a fixed stream: it needs --shift none and a workload other than ycsb-d (use --engine python)")
+    problem = redisrack.native_engine_problem(engine, workload, shift, clients)
+    if problem:
+        err.print(f"[red]error:[/red] {problem}")
         raise typer.Exit(2)
     if value_size % 4 or not 8 <= value_size <= 252 or field_size > value_size - 1:
         err.print("[red]error:[/red] --value-size 8..252, a multiple of 4, larger than --field-size")

@@ -771,6 +771,9 @@ class RedisRack:
         The controller runs in this loop, so it is between two rounds at the kill and
         resumes after the restart. `initial`: what the store holds at the start (default:
         the records as `load` writes them), for a run that follows another without a load."""
+        problem = native_engine_problem(self.p.engine, self.p.workload, self.p.shift, len(self.client_hosts))
+        if problem:
+            raise ValueError(problem)
         p = self.p
         procs = []
         outs = []
@@ -985,6 +988,20 @@ class RedisRack:
             **({"value_mismatches": mismatches} if p.engine == "native" else {}),
             "agents": [link.call(cmd="stats")["counters"] for link in self.links],
         }
+
+
+def native_engine_problem(engine: str, workload: str, shift: str, clients: int) -> Optional[str]:
+    """Why the native load generator cannot run this load (None: it can). It replays a
+    fixed stream and checks each GET's value as the only writer of its keys, so a second
+    writing client would make its own acknowledged writes look lost."""
+    if engine != "native":
+        return None
+    if shift != "none" or workload == "ycsb-d":
+        return "--engine native replays a fixed stream: it needs --shift none and a workload other than ycsb-d (use --engine python)"
+    if clients > 1 and set(ycsb.WORKLOADS[workload]) != {"read"}:
+        return (f"--engine native checks values as the only writer of its keys: {workload} writes, so it needs --clients 1 "
+                "(or the read-only ycsb-c, or --engine python)")
+    return None
 
 
 def refill(gets: Any, died_ns: float, back_ns: float, window_s: float = 0.5, step_s: float = 0.05, min_gets: int = 20) -> dict[str, Any]:
