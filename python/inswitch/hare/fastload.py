@@ -25,6 +25,20 @@ from inswitch.hare import wire
 from inswitch.hare.client import server_index
 
 OP_GET, OP_PUT = 0, 1
+
+
+def unsupported(workload: str, shift: str, clients: int) -> Optional[str]:
+    """Why this engine cannot run a load (None: it can). It replays a fixed stream and
+    checks each GET's value as the only writer of its keys, so a second writing client
+    would make its own acknowledged writes look lost."""
+    from inswitch.hare import ycsb
+
+    if shift != "none" or workload == "ycsb-d":
+        return "--engine native replays a fixed stream: it needs --shift none and a workload other than ycsb-d (use --engine python)"
+    if clients > 1 and set(ycsb.WORKLOADS[workload]) != {"read"}:
+        return (f"--engine native checks values as the only writer of its keys: {workload} writes, so it needs --clients 1 "
+                "(or the read-only ycsb-c, or --engine python)")
+    return None
 #: `check` column: the GET's value was right / wrong / not checked (a PUT, a failure, or
 #: a key whose last PUT was never answered).
 CHECK_OK, CHECK_MISMATCH, CHECK_UNCHECKED = 1, 0, 2

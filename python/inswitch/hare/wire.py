@@ -6,6 +6,7 @@ in the value: the switch keeps fixed-size values, so a Redis value of any length
 
 from __future__ import annotations
 
+import os
 import struct
 from dataclasses import dataclass
 from typing import Optional
@@ -61,6 +62,18 @@ class Msg:
             raise WireError("key or value runs past the payload")
         k = HEADER.size
         return Msg(op, bytes(b[k : k + kl]), bytes(b[k + kf : k + kf + vl]), seq, flags, slot, aux, status, kf)
+
+
+class Seqs:
+    """Fresh 32-bit sequence numbers for control requests. The first is random, so a
+    restarted sender does not take a dead one's late replies as its own."""
+
+    def __init__(self) -> None:
+        self.last = int.from_bytes(os.urandom(4), "big")
+
+    def next(self) -> int:
+        self.last = (self.last + 1) & 0xFFFFFFFF
+        return self.last
 
 
 def with_seq(payload: bytes, seq: int) -> bytes:

@@ -51,11 +51,20 @@ class AgentBase:
 
     counters: dict[str, int]
     ctl_sock: socket.socket
+    ctl_seqs: wire.Seqs
     switch_dst: str
     key_field: int
     noo: Any
     moving: set[bytes]
     ep: Any
+
+    def _attach(self, ctl_sock: socket.socket, switch_dst: str, counters: list[str]) -> None:
+        """The control socket and the switch's address; `send` over them; the
+        application's counters (`counters`) and the data-movement ones."""
+        self.ctl_sock, self.switch_dst = ctl_sock, switch_dst
+        self.ctl_seqs = wire.Seqs()
+        self.send = self._send_control
+        self.counters = dict.fromkeys([*counters, "datamv", "datamv_failed", "datamv_stale_replies"], 0)
 
     # ---- the `send` built-in over UDP ------------------------------------------------------
 
@@ -72,7 +81,7 @@ class AgentBase:
                 continue
             # A fresh sequence number per request (its retransmissions share it): a DONE
             # reply that arrives after its request timed out does not answer the next one.
-            want.seq = self._next_ctl_seq()
+            want.seq = self.ctl_seqs.next()
             payload = wire.with_seq(payload, want.seq)
             for _ in range(5):
                 self.ctl_sock.sendto(payload, (self.switch_dst, wire.PORT_SERVER))
@@ -103,14 +112,7 @@ class AgentBase:
                 continue
             if m.op == want.op and m.flags & wire.FLAG_DONE and m.slot == want.slot and m.seq == want.seq and m.aux == want.aux:
                 return m
-            self.counters["datamv_stale_replies"] = self.counters.get("datamv_stale_replies", 0) + 1
-
-    def _next_ctl_seq(self) -> int:
-        # Starts at random so a restarted agent does not take a dead one's late replies.
-        seq = getattr(self, "_ctl_seq", None)
-        seq = int.from_bytes(os.urandom(4), "big") if seq is None else (seq + 1) & 0xFFFFFFFF
-        self._ctl_seq = seq
-        return seq
+            self.counters["datamv_stale_replies"] += 1
 
     def request(self, req: dict[str, Any]) -> dict[str, Any]:
         cmd = req.get("cmd")
@@ -160,9 +162,7 @@ class RedisKv(AgentBase, HareServer):
         #: most `qo_record` keys (0: not kept; Hare and NetCache do not use it).
         self.qo_record = qo_record
         self.qo: dict[bytes, int] = {}
-        self.ctl_sock, self.switch_dst = ctl_sock, switch_dst
-        self.send = self._send_control
-        self.counters = {"queries": 0, "gets": 0, "puts": 0, "retries": 0, "malformed": 0, "unknown_op": 0, "store_errors": 0, "datamv": 0, "datamv_failed": 0}
+        self._attach(ctl_sock, switch_dst, ["queries", "gets", "puts", "retries", "malformed", "unknown_op", "store_errors"])
 
     # ---- the hooks -----------------------------------------------------------------------
 
@@ -261,9 +261,7 @@ class LockAgent(AgentBase, LockServer):
 
     def __init__(self, idx: int, k: int, ctl_sock: socket.socket, switch_dst: str) -> None:
         LockServer.__init__(self, idx, k)
-        self.ctl_sock, self.switch_dst = ctl_sock, switch_dst
-        self.send = self._send_control
-        self.counters = {"queries": 0, "retries": 0, "malformed": 0, "unknown_op": 0, "datamv": 0, "datamv_failed": 0}
+        self._attach(ctl_sock, switch_dst, ["queries", "retries", "malformed", "unknown_op"])
 
     def datamv_server2switch(self, key: bytes, slot: int, aux: int = 0) -> None:
         LockServer.datamv_server2switch(self, key, slot)

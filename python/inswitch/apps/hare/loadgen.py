@@ -35,8 +35,9 @@ def native(p: dict[str, Any]) -> int:
     from inswitch.hare import fastload
     from inswitch.hare.client import server_index
 
-    if p["workload"] == "ycsb-d" or p.get("shift_times"):
-        raise SystemExit("loadgen: the native engine takes no hotspot shift and not ycsb-d (use engine python)")
+    problem = fastload.unsupported(p["workload"], p.get("shift", "none") if p.get("shift_times") else "none", 1)
+    if problem:
+        raise SystemExit(f"loadgen: {problem}")
     w = ycsb.Workload(p["workload"], p["records"], seed=p["seed"], shift_seed=p["shift_seed"])
     ops, op_keys = [], []
     while len(ops) < p.get("stream_ops", 100_000):

@@ -30,6 +30,7 @@ def run_redis(console: Console, system: str, workload: str, records: int, field_
               cache: int, batch: int, shift: str, shift_count: Optional[int], duration: float, t_wait: float, value_size: int, seed: int,
               json_out: Optional[str], plot: Optional[str], engine: str = "python") -> None:
     from inswitch.apps.hare import redisrack
+    from inswitch.hare import fastload
     from inswitch.apps.hare.workload import SHIFTS
     from inswitch.output import is_stdout, note_written, write_json
 
@@ -41,7 +42,7 @@ def run_redis(console: Console, system: str, workload: str, records: int, field_
     if shift not in SHIFTS:
         err.print(f"[red]error:[/red] --shift must be one of {', '.join(SHIFTS)}")
         raise typer.Exit(2)
-    problem = redisrack.native_engine_problem(engine, workload, shift, clients)
+    problem = fastload.unsupported(workload, shift, clients) if engine == "native" else None
     if problem:
         err.print(f"[red]error:[/red] {problem}")
         raise typer.Exit(2)

@@ -44,7 +44,7 @@ from inswitch import _native  # type: ignore[attr-defined]
 from inswitch.apps.hare import framework
 from inswitch.apps.hare.dyso_ctl import DysoAnalyzer, dyso_row
 from inswitch.apps.hare.netcache_ctl import NetCacheController
-from inswitch.hare import history, wire, ycsb
+from inswitch.hare import fastload, history, wire, ycsb
 from inswitch.hare.client import server_index
 from inswitch.topology import restarts
 
@@ -129,7 +129,7 @@ class P4rtSwitch:
         self.dead = threading.Event()
         #: Stamped into each packet-out (the switch echoes it in the DONE reply), so a
         #: reply is matched to its request and a late one to a timed-out request is not.
-        self.seq = int.from_bytes(os.urandom(4), "big")
+        self.seqs = wire.Seqs()
 
     def alive(self) -> None:
         if self.dead.is_set():
@@ -154,11 +154,7 @@ class P4rtSwitch:
         return []
 
     def _stamp(self, frames: list[bytes]) -> list[bytes]:
-        out = []
-        for f in frames:
-            self.seq = (self.seq + 1) & 0xFFFFFFFF
-            out.append(f[: wire.L4_END] + wire.with_seq(f[wire.L4_END :], self.seq) if len(f) >= wire.L4_END + wire.HEADER.size else f)
-        return out
+        return [f[: wire.L4_END] + wire.with_seq(f[wire.L4_END :], self.seqs.next()) if len(f) >= wire.L4_END + wire.HEADER.size else f for f in frames]
 
     @staticmethod
     def _reply_key(m: Any) -> tuple[int, int, int]:
@@ -771,7 +767,7 @@ class RedisRack:
         The controller runs in this loop, so it is between two rounds at the kill and
         resumes after the restart. `initial`: what the store holds at the start (default:
         the records as `load` writes them), for a run that follows another without a load."""
-        problem = native_engine_problem(self.p.engine, self.p.workload, self.p.shift, len(self.client_hosts))
+        problem = fastload.unsupported(self.p.workload, self.p.shift, len(self.client_hosts)) if self.p.engine == "native" else None
         if problem:
             raise ValueError(problem)
         p = self.p
@@ -988,20 +984,6 @@ class RedisRack:
             **({"value_mismatches": mismatches} if p.engine == "native" else {}),
             "agents": [link.call(cmd="stats")["counters"] for link in self.links],
         }
-
-
-def native_engine_problem(engine: str, workload: str, shift: str, clients: int) -> Optional[str]:
-    """Why the native load generator cannot run this load (None: it can). It replays a
-    fixed stream and checks each GET's value as the only writer of its keys, so a second
-    writing client would make its own acknowledged writes look lost."""
-    if engine != "native":
-        return None
-    if shift != "none" or workload == "ycsb-d":
-        return "--engine native replays a fixed stream: it needs --shift none and a workload other than ycsb-d (use --engine python)"
-    if clients > 1 and set(ycsb.WORKLOADS[workload]) != {"read"}:
-        return (f"--engine native checks values as the only writer of its keys: {workload} writes, so it needs --clients 1 "
-                "(or the read-only ycsb-c, or --engine python)")
-    return None
 
 
 def refill(gets: Any, died_ns: float, back_ns: float, window_s: float = 0.5, step_s: float = 0.05, min_gets: int = 20) -> dict[str, Any]:
