@@ -107,11 +107,17 @@ def fig7(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
         out["kv_latency_us"].append(r["apps"]["kv"]["inaas"])
         out["dml_throughput"].append(r["apps"]["dense"]["inaas"])
         out.setdefault("goalkeeper", []).append(r["goalkeeper"])
-    base_kv, base_ml = out["kv_latency_us"][0], out["dml_throughput"][0]
-    out["kv_latency_increase_at_0_1pct"] = next((out["kv_latency_us"][i] / base_kv for i, p in enumerate(losses) if p == 0.001), None)
-    out["kv_latency_increase_at_max"] = out["kv_latency_us"][-1] / base_kv
-    out["dml_throughput_ratio_at_max"] = out["dml_throughput"][-1] / base_ml
+    _loss_effects(out, losses)
     return out
+
+
+def _loss_effects(d: dict[str, Any], losses: list[float]) -> None:
+    """Fig. 7's summary of a loss sweep in `d`: KV latency at 0.1% and at the largest loss,
+    and DML throughput at the largest loss, each against no loss."""
+    base_kv, base_ml = d["kv_latency_us"][0], d["dml_throughput"][0]
+    d["kv_latency_increase_at_0_1pct"] = next((d["kv_latency_us"][i] / base_kv for i, p in enumerate(losses) if p == 0.001), None)
+    d["kv_latency_increase_at_max"] = d["kv_latency_us"][-1] / base_kv
+    d["dml_throughput_ratio_at_max"] = d["dml_throughput"][-1] / base_ml
 
 
 def plot_fig7(res: dict[str, Any], png: Path) -> None:
@@ -344,10 +350,7 @@ def fig7_real(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
     if p50 and all(p50):
         out["kv_p50_increase_at_0_1pct"] = next((p50[i] / p50[0] for i, p in enumerate(losses) if p == 0.001), None)
     for dst in (out, out["model"]):
-        base_kv, base_ml = dst["kv_latency_us"][0], dst["dml_throughput"][0]
-        dst["kv_latency_increase_at_0_1pct"] = next((dst["kv_latency_us"][i] / base_kv for i, p in enumerate(losses) if p == 0.001), None)
-        dst["kv_latency_increase_at_max"] = dst["kv_latency_us"][-1] / base_kv
-        dst["dml_throughput_ratio_at_max"] = dst["dml_throughput"][-1] / base_ml
+        _loss_effects(dst, losses)
     return out
 
 

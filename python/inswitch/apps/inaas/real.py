@@ -39,7 +39,7 @@ import numpy as np
 from inswitch.apps.inaas.adapters import QUICK, RTO_US, App, Sizes
 from inswitch.apps.inaas.controller import KIND, MAX_LEASE_US, Detection, Prices, bill, schedule
 from inswitch.apps.inaas.rack import GOALKEEPER, _free_port, _p4_name
-from inswitch.apps.inaas.runner import BUDGET, HIGHER_IS_BETTER
+from inswitch.apps.inaas.runner import BUDGET, HIGHER_IS_BETTER, tenants_result
 
 #: Wall µs per model µs for the hosts' timers and leases (see the module's docstring).
 SCALE = 50
@@ -415,20 +415,9 @@ def run_tenants_real(
         ledger.append(bill(f"{a}#{inst}", u, int(gk_res["leases"].get(str(uid), 0)), dataclasses.replace(r, lease_us=min(MAX_LEASE_US, r.lease_us * LEASE_SCALE)), prices, run_us))
     load = os.getloadavg()
     return {
-        "apps": out_apps,
-        "speedup_by_app": {k: float(np.mean(v)) for k, v in per_app.items()},
-        "instances": instances,
-        "scheduler": scheduler,
-        "subscribers": list(subscribers),
-        "loss": loss,
-        "mode": MODE,
+        **tenants_result(out_apps, per_app, instances, scheduler, subscribers, loss, MODE, int(sum(r["foreign"] for r in results)), attack, ledger),
         "real": {"rack": name, "hosts": n_hosts, "programs": programs, "time_scale": SCALE, "request_gap_scale": GAP_SCALE, "lease_scale": LEASE_SCALE, "rto_us": RTO_US * SCALE, "baseline_rto_us": App.BL_RTO_US * SCALE,
                  "loss_by": "switch --fault loss" if loss > 0 else None, "load_average": list(load), "budget_registers_per_segment": budget},
-        "cross_tenant_violations": int(sum(r["foreign"] for r in results)) + (attack["attacker_values_leaked"] if attack else 0),
-        "attacker_detected": bool(attack["detected"]) if attack else None,
-        "attack": attack,
-        "ledger": ledger,
-        "ledger_adds_up": all(line["adds_up"] for line in ledger),
         "goalkeeper": gk_res["stats"],
         "wall_us": run_us,
     }

@@ -167,19 +167,10 @@ def run_tenants(
     for o in objs:
         per_app.setdefault(o.name, []).append(out_apps[o.name if instances == 1 else f"{o.name}#{o.inst}"]["speedup"])
     return {
-        "apps": out_apps,
-        "speedup_by_app": {k: float(np.mean(v)) for k, v in per_app.items()},
-        "instances": instances,
-        "scheduler": scheduler,
-        "subscribers": list(subscribers),
-        "loss": loss,
-        "mode": "model: in-process switch (forward + inaas), goalkeeper, tenants and servers on simulated time",
+        **tenants_result(out_apps, per_app, instances, scheduler, subscribers, loss,
+                         "model: in-process switch (forward + inaas), goalkeeper, tenants and servers on simulated time",
+                         int(sum(o.foreign for o in objs)), attack, ledger),
         "model": {"hop_us": 1, "goalkeeper_us_per_packet": 2, "server_us_per_request": sizes.server_us, "budget_registers_per_segment": budget},
-        "cross_tenant_violations": int(sum(o.foreign for o in objs)) + (attack["attacker_values_leaked"] if attack else 0),
-        "attacker_detected": bool(attack["detected"]) if attack else None,
-        "attack": attack,
-        "ledger": ledger,
-        "ledger_adds_up": all(line["adds_up"] for line in ledger),
         "goalkeeper": dict(svc.raw.goalkeeper_stats()),
         "switch": {
             "violations": int(svc.raw.violations()),
@@ -189,6 +180,27 @@ def run_tenants(
             "lost_frames": int(svc.raw.lost_frames()),
         },
         "simulated_us": svc.now_us,
+    }
+
+
+def tenants_result(out_apps: dict[str, Any], per_app: dict[str, list[float]], instances: int, scheduler: str, subscribers: Any, loss: float,
+                   mode: str, foreign: int, attack: Optional[dict[str, Any]], ledger: list[dict[str, Any]]) -> dict[str, Any]:
+    """The keys every `tenants run` result has, the model's and the real one's alike:
+    per-application figures, the run's settings, `mode`, cross-tenant violations (reads of
+    another tenant's values, `foreign`, plus what an attacker got), the attack, the ledger."""
+    return {
+        "apps": out_apps,
+        "speedup_by_app": {k: float(np.mean(v)) for k, v in per_app.items()},
+        "instances": instances,
+        "scheduler": scheduler,
+        "subscribers": list(subscribers),
+        "loss": loss,
+        "mode": mode,
+        "cross_tenant_violations": foreign + (attack["attacker_values_leaked"] if attack else 0),
+        "attacker_detected": bool(attack["detected"]) if attack else None,
+        "attack": attack,
+        "ledger": ledger,
+        "ledger_adds_up": all(line["adds_up"] for line in ledger),
     }
 
 
