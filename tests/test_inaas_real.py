@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from inswitch.topology.state import process_tag
 
+from test_file_ports import read_pcapng
+
 ROOT = os.geteuid() == 0
 
 
@@ -56,7 +58,9 @@ def test_real_tenants_in_a_rack(tmp_path: Path) -> None:
 
     name = f"inr{process_tag()}"
     out = tmp_path / "r.json"
-    cp = _run(["--real", "--apps", "kv,dense,bloom,paxos", "--attacker", "--name", name, "--seed", "3", "--json", str(out)], tmp_path, timeout=180)
+    caps = tmp_path / "caps"
+    cp = _run(["--real", "--apps", "kv,dense,bloom,paxos", "--attacker", "--name", name, "--seed", "3", "--json", str(out), "--pcap", str(caps)],
+              tmp_path, timeout=180)
     assert cp.returncode == 0, cp.stdout + cp.stderr
     assert "real processes" in cp.stdout
     r = json.loads(out.read_text())
@@ -108,7 +112,22 @@ def test_real_tenants_in_a_rack(tmp_path: Path) -> None:
     assert set(a["tenant_mismatches_during_attack"]) == {"kv#0", "dense#0", "bloom#0", "paxos#0"}
     assert all(v == 0 for v in a["tenant_mismatches_during_attack"].values()), a
     assert "attacker detected: True" in cp.stdout
+    # `--pcap`: every switch port captured; the tenants' INaaS frames (EtherType 0x88B6)
+    # are in the captures, in both directions of the goalkeeper's port and the tenants'.
+    assert r["real"]["pcap"] == str(caps.resolve()) and str(caps.resolve()) in cp.stdout
+    files = sorted(caps.glob("port*.pcapng"))
+    assert len(files) == r["real"]["hosts"], files
+    inaas_frames = {f.name: sum(fr[12:14] == b"\x88\xb6" for fr in read_pcapng(f)) for f in files}
+    assert sum(v > 0 for v in inaas_frames.values()) >= 1 + len(r["apps"]), inaas_frames
     assert not netns.leftovers(name)
+
+
+def test_pcap_and_attack_during_are_refused_where_they_cannot_work(tmp_path: Path) -> None:
+    for args, hint in ((["--apps", "kv", "--pcap", str(tmp_path / "c")], "--pcap"),
+                       (["--apps", "kv", "--attacker", "--attack-during", "inaas"], "--attack-during"),
+                       (["--apps", "kv", "--attack-during", "sometime"], "--attack-during")):
+        cp = _run(args, tmp_path)
+        assert cp.returncode == 2 and hint in cp.stderr and "Traceback" not in cp.stderr, (args, cp.stderr)
 
 
 @pytest.mark.skipif(not ROOT, reason="needs root: network namespaces, veth pairs, AF_PACKET")

@@ -25,6 +25,8 @@ RUN_EXAMPLES = """Examples:
 
   sudo inswitch tenants run --real --apps kv,dense,bloom --instances 2 --json out/real.json
 
+  sudo inswitch tenants run --real --apps kv,sparse,bloom --attacker --attack-during inaas --pcap out/caps
+
   inswitch tenants ledger
 """
 
@@ -73,6 +75,8 @@ def run_cmd(
     seed: int = option(1, "--seed", type=SEED, help="Seed of the workloads and the loss."),
     real: bool = typer.Option(False, "--real/--sim", help="--real: every tenant a process on its own host of a rack around the switch process, wall clock (needs root); --sim (default): the in-process model on simulated microseconds."),
     rack_name: str = option("inaasreal", "--name", type=RACK_NAME, help="With --real: the rack's name (namespaces NAME-h1..)."),
+    attack_during: str = option("after", "--attack-during", type=Choice("after", "inaas"), help="With --real --attacker: attack after the tenants' phases (as the model does), or during the INaaS phase, while the tenants work."),
+    pcap: Optional[str] = option(None, "--pcap", type=OUT_DIR, help="With --real: capture every switch port into pcapng files in this directory (readable while the run goes on)."),
     json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Write the result as JSON."),
 ) -> None:
     """Run applications concurrently as tenants: speedup against host-only, correctness,
@@ -87,6 +91,13 @@ def run_cmd(
         except RealRunError as e:
             Console(stderr=True).print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
             raise typer.Exit(2)
+    else:
+        if pcap is not None:
+            raise typer.BadParameter("captures need switch ports: only with --real (the model has none)", param_hint="--pcap")
+        if attack_during != "after":
+            raise typer.BadParameter("the model attacks after the tenants' phases; --attack-during inaas needs --real", param_hint="--attack-during")
+    if attack_during != "after" and not attacker:
+        raise typer.BadParameter("there is no attacker: add --attacker", param_hint="--attack-during")
     subs_list = list(subscribe or [])
     if any(a not in names for a in subs_list):
         raise typer.BadParameter(f"{', '.join(a for a in subs_list if a not in names)} is not among --apps", param_hint="--subscribe")
@@ -101,7 +112,8 @@ def run_cmd(
 
             try:
                 res = run_tenants_real(names, instances, scheduler, loss, quick=not full, seed=seed, progress=lambda s: st.update(f"tenants: {s}"),
-                                       subscribers=subs, budget=budget, name=rack_name, attacker=attacker)
+                                       subscribers=subs, budget=budget, name=rack_name, attacker=attacker,
+                                       attack_during=attack_during, pcap=pcap)
             except (RackError, RuntimeError) as e:  # torn down already; say why in one line
                 Console(stderr=True).print(f"[red]error:[/red] tenants run --real: {' '.join(str(e).split())}", highlight=False, soft_wrap=True)
                 raise typer.Exit(1)
@@ -132,6 +144,8 @@ def run_cmd(
     _print_ledger(res["ledger"], console)
     ledger = save_ledger(res)
     console.print(f"ledger kept in {ledger} (`inswitch tenants ledger` prints it)", highlight=False, soft_wrap=True)
+    if real and res["real"]["pcap"]:
+        console.print(f"captures: {res['real']['pcap']}/port{{N}}.pcapng (`tshark -r` with `inswitch wireshark install` decodes INaaS)", highlight=False, soft_wrap=True)
     if json_out:
         write_json(json_out, res, indent=2)
         note_written(console, json_out)

@@ -228,9 +228,11 @@ def run_tenants_real(
     name: str = "inaasreal",
     attacker: bool = False,
     attack_during: str = "after",
+    pcap: str | None = None,
 ) -> dict[str, Any]:
     """`attack_during`: "after" the tenants' phases (as the model's attack), or during the
-    "inaas" phase (released with the tenants; the detector then watches working tenants)."""
+    "inaas" phase (released with the tenants; the detector then watches working tenants).
+    `pcap`: a directory for the switch's per-port captures (the rack's `--pcap`)."""
     from inswitch.p4rt.client import SwitchClient
     from inswitch.topology import Rack, netns
 
@@ -254,7 +256,7 @@ def run_tenants_real(
     # model's in-process service runs for every tenant; without Paxos, `inaas` (tofino1).
     programs = "forward,inaas_paxos" if "paxos" in names else "forward,inaas"
     st = rack.up(n_hosts, name=name, programs=programs, p4runtime=f"127.0.0.1:{_free_port()}",
-                 metrics=f"127.0.0.1:{_free_port()}", fault=f"loss={loss},seed={seed}" if loss > 0 else None)
+                 metrics=f"127.0.0.1:{_free_port()}", fault=f"loss={loss},seed={seed}" if loss > 0 else None, pcap=pcap)
     procs: list[subprocess.Popen[str]] = []
     logs = Path(tempfile.mkdtemp(prefix=f"inswitch-{name}-"))
     try:
@@ -417,7 +419,8 @@ def run_tenants_real(
     return {
         **tenants_result(out_apps, per_app, instances, scheduler, subscribers, loss, MODE, int(sum(r["foreign"] for r in results)), attack, ledger),
         "real": {"rack": name, "hosts": n_hosts, "programs": programs, "time_scale": SCALE, "request_gap_scale": GAP_SCALE, "lease_scale": LEASE_SCALE, "rto_us": RTO_US * SCALE, "baseline_rto_us": App.BL_RTO_US * SCALE,
-                 "loss_by": "switch --fault loss" if loss > 0 else None, "load_average": list(load), "budget_registers_per_segment": budget},
+                 "loss_by": "switch --fault loss" if loss > 0 else None, "load_average": list(load), "budget_registers_per_segment": budget,
+                 "attack_during": attack_during if attacker else None, "pcap": str(Path(pcap).resolve()) if pcap else None},
         "goalkeeper": gk_res["stats"],
         "wall_us": run_us,
     }
