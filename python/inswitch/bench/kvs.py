@@ -17,9 +17,10 @@ getrusage and /proc/PID/stat) says which of them is the limit."""
 from __future__ import annotations
 
 import os
-import threading
 import time
 from typing import Any, Callable, Optional
+
+from inswitch.periodic import Periodic
 
 ENGINES = ("native", "python")
 
@@ -30,38 +31,31 @@ def default_engine() -> str:
     return "native" if fastload.available() else "python"
 
 
-class CpuSampler:
+class CpuSampler(Periodic):
     """utime+stime of a process (all its threads) from /proc/PID/stat every `every` s, on
     the monotonic clock, so the CPU of a window can be read off afterwards."""
 
     def __init__(self, pid: int, every: float = 0.05) -> None:
-        self.pid, self.every = pid, every
-        self.tick = os.sysconf("SC_CLK_TCK")
+        super().__init__(every)
+        self.pid = pid
+        self.tick_s = os.sysconf("SC_CLK_TCK")
         self.rows: list[tuple[int, float]] = []
-        self.stop = threading.Event()
-        self.th = threading.Thread(target=self._loop, daemon=True)
 
     def _read(self) -> Optional[float]:
         try:
             f = open(f"/proc/{self.pid}/stat").read().rsplit(")", 1)[1].split()
         except OSError:
             return None
-        return (int(f[11]) + int(f[12])) / self.tick  # fields 14, 15: utime, stime
+        return (int(f[11]) + int(f[12])) / self.tick_s  # fields 14, 15: utime, stime
 
-    def _loop(self) -> None:
-        while not self.stop.is_set():
-            c = self._read()
-            if c is not None:
-                self.rows.append((time.monotonic_ns(), c))
-            self.stop.wait(self.every)
+    def tick(self) -> None:
+        c = self._read()
+        if c is not None:
+            self.rows.append((time.monotonic_ns(), c))
 
     def __enter__(self) -> "CpuSampler":
-        self.th.start()
+        super().__enter__()
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.th.join(2)
 
     def cores(self, t0_ns: int, t1_ns: int) -> Optional[float]:
         """Cores used between the samples nearest inside [t0, t1]."""

@@ -450,7 +450,7 @@ def run_table2(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
     OO-Stat and the control dispatch."""
     import inspect
 
-    from inswitch.apps.hare import framework, kvapp, kvsim, lockapp
+    from inswitch.apps.hare import kvapp, kvsim, lockapp
 
     root = Path(__file__).resolve().parents[3]
     src = lambda rel: _loc_text((root / rel).read_text())  # noqa: E731

@@ -46,6 +46,7 @@ from inswitch.apps.hare.dyso_ctl import DysoAnalyzer, dyso_row
 from inswitch.apps.hare.netcache_ctl import NetCacheController
 from inswitch.hare import fastload, history, wire, ycsb
 from inswitch.hare.client import server_index
+from inswitch.periodic import Periodic
 from inswitch.topology import restarts
 
 RACK_SYSTEMS = ("hare", "netcache", "dyso", "none")
@@ -1069,27 +1070,20 @@ def plot(out: dict[str, Any], path: Path) -> None:
 # ---- unmodified Redis clients through the proxy ------------------------------------------------
 
 
-class ControlThread:
+class ControlThread(Periodic):
     """A system's control loop in the background (while a benchmark runs)."""
 
     def __init__(self, control: Any) -> None:
+        super().__init__(0.005, join_s=10)
         self.control, self.errors = control, []  # type: ignore[var-annotated]
-        self.stop = threading.Event()
         self.t0 = time.monotonic()
-        self.th = threading.Thread(target=self._loop, daemon=True)
 
-    def _loop(self) -> None:
-        while not self.stop.is_set():
-            step(self.control, time.monotonic() - self.t0, self.errors)
-            time.sleep(0.005)
+    def tick(self) -> None:
+        step(self.control, time.monotonic() - self.t0, self.errors)
 
     def __enter__(self) -> "ControlThread":
-        self.th.start()
+        super().__enter__()
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.th.join(10)
 
 
 def parse_benchmark_csv(text: str) -> dict[str, dict[str, float]]:
