@@ -453,6 +453,46 @@ def test_two_machines_joined_by_kernel_vxlan(fabric, tmp_path: Path) -> None:
     print(f"two-machine leaf-spine:2,1,2 up in {up_s:.1f} s; VXLAN {vx.a_if}: {after[vx.a_if]}")
 
 
+def test_three_machines_joined_by_a_lan_and_kernel_vxlan(fabric) -> None:
+    """Three or more machines are not cabled back to back: `make_underlay` joins them
+    through a bridge in a LAN namespace of their own (the machines' switch, off the fabric's
+    data path). leaf-spine:3,1,1 over m1..m3: each leaf and its host on its own machine, the
+    spine on m1, so two of the three leaf-spine links are VXLAN links, to two different
+    remote machines. Every pair of hosts pings across with the hop count's TTL, and each
+    VXLAN device tunnels to its own peer's underlay address."""
+    from inswitch.topology.fabric.fabric import lan_netns, machine_netns, vxlan_counters
+    from inswitch.topology.fabric.generators import split_machines
+
+    fab, made = fabric
+    name = _name("v3")
+    made.append(name)
+    topo = split_machines(load_spec("leaf-spine:3,1,1"), 3)
+    st = fab.up(topo, name=name, emulate_machines=True)
+    assert st.emulated and st.underlay == {"m1": "192.0.2.1", "m2": "192.0.2.2", "m3": "192.0.2.3"}
+    assert {h.machine for h in st.hosts} == {"m1", "m2", "m3"}
+    vxs = [ln for ln in st.links if ln.vni is not None]
+    assert len(vxs) == 2 and len({ln.vni for ln in vxs}) == 2, vxs
+    assert {frozenset((ln.a_machine, ln.b_machine)) for ln in vxs} == {frozenset(("m1", "m2")), frozenset(("m1", "m3"))}
+    # The LAN: one bridge, one port per machine.
+    ports = json.loads(netns.ip("-j", "link", "show", "master", "lan", netns=lan_netns(name)).stdout)
+    assert len(ports) == 3, ports
+    for ln in vxs:
+        for dev, peer in ((ln.a_if, ln.b_machine), (ln.b_if, ln.a_machine)):
+            data = json.loads(netns.ip("-d", "-j", "link", "show", "dev", dev).stdout)[0]["linkinfo"]["info_data"]
+            assert (data["id"], data["remote"]) == (ln.vni, st.underlay[peer]), (dev, data)
+    before = vxlan_counters(st)
+    _check_all_pairs(st)
+    after = vxlan_counters(st)
+    # 3 hosts, 6 ordered pairs; every pair crosses at least one VXLAN link (no two hosts
+    # share a machine), each device at least once each way.
+    for ln in vxs:
+        for dev in (ln.a_if, ln.b_if):
+            assert after[dev]["tx_packets"] > before[dev]["tx_packets"] and after[dev]["rx_packets"] > before[dev]["rx_packets"], dev
+    fab.down(name)
+    assert not netns.leftovers(f"{name}-") and lan_netns(name) not in netns.ip("netns", "list").stdout
+    assert all(machine_netns(name, m) not in netns.ip("netns", "list").stdout for m in st.underlay)
+
+
 def test_each_machine_builds_its_own_part_with_fabric_up_machine(fabric, tmp_path: Path) -> None:
     """What two real hosts run: `fabric up --topology FILE --machine m1` on one and `--machine
     m2` on the other, each a separate process in its own network namespace (a "host" with
