@@ -241,10 +241,12 @@ def test_real_paxos_leader_killed_backup_takes_over(tmp_path: Path) -> None:
     # The leader's process really died of SIGKILL, after its share of the values.
     assert p["killed_by_signal"] == 9, p
     assert p["values_by_dead_leader"] == 60 and p["values_by_survivor"] == 90, p  # QUICK: 150 values
-    # The takeover: detected after the heartbeats stopped (not before the 100 ms silence),
-    # phase 1 done, then decisions, with a ballot above the dead leader's (1 << 8 | 1).
+    # The takeover: detected after 100 ms without a datagram from the leader (which may
+    # have gone quiet a little before its kill on a loaded machine), phase 1 done, then
+    # decisions, with a ballot above the dead leader's (1 << 8 | 1).
     assert p["took_over"] is True, p
-    assert 90 <= p["detection_ms"] <= p["phase1_done_ms"] <= p["takeover_ms"] < 5_000, p
+    assert p["detection_ms"] - p["leader_last_heard_ms"] >= 100, p
+    assert 0 < p["detection_ms"] <= p["phase1_done_ms"] <= p["takeover_ms"] < 5_000, p
     assert p["survivor_ballot"] > 257 and p["survivor_ballot"] & 0xFF == 2, p
     # Safety (`paxos_safety` on every learner's log): equal logs, what the dead leader saw
     # chosen unchanged at its instance, every survivor value delivered; gap-free.
@@ -254,6 +256,9 @@ def test_real_paxos_leader_killed_backup_takes_over(tmp_path: Path) -> None:
     # The survivor's 90 values are in the logs besides what the dead leader got chosen:
     # without a working takeover there would be only the latter.
     assert p["dead_leader_decisions_seen"] > 0 and d[0] >= p["values_by_survivor"] + p["dead_leader_decisions_seen"], p
+    # The switch's acceptors, read right after the kill, held values chosen at the dead
+    # leader's ballot: each is in every log at its instance (no violation above).
+    assert p["chosen_in_switch_by_dead_leader"] > 0, p
     assert p["correct"] and p["finished"] and p["wrong_results"] == 0, p
     assert math.isfinite(p["inaas"]) and math.isfinite(p["host_only"]), p
     assert "leader SIGKILLed (signal 9)" in cp.stdout and "took over: True" in cp.stdout

@@ -222,14 +222,50 @@ def _detect(p4runtime: str, ap: subprocess.Popen[str], err: Path, att_slot: int,
     }
 
 
-def _kill_at_crashpoint(p: subprocess.Popen[str], out: dict[str, Any], timeout_s: float) -> None:
+def _acceptors(c: Any, base: int, n: int) -> list[tuple[int, int, int]]:
+    """What the switch's acceptors hold chosen in slots `base..base+n` (one P4Runtime read of
+    the `paxos_round_j` and `paxos_vote_j` cells): (instance, value, ballot) wherever two
+    acceptors voted the same value for the same instance tag at the same ballot (`vrnd`)."""
+    from p4.v1 import p4runtime_pb2
+
+    names = [f"paxos_{a}_{j}" for a in ("round", "vote") for j in range(3)]
+    ids = {c.schema.registers.get(nm).id: nm for nm in names}
+    ents = []
+    for rid in ids:
+        for idx in range(base, base + n):
+            e = p4runtime_pb2.Entity()
+            e.register_entry.register_id = rid
+            e.register_entry.index.index = idx
+            ents.append(e)
+    from inswitch.p4rt import bytestrings
+
+    cell = {(ids[e.register_entry.register_id], e.register_entry.index.index): bytestrings.to_int(e.register_entry.data.bitstring) for e in c.read(ents)}
+    chosen = []
+    for idx in range(base, base + n):
+        votes: dict[tuple[int, int, int], int] = {}
+        for j in range(3):
+            vrnd = cell.get((f"paxos_round_{j}", idx), 0) >> 32  # rnd (lo), vrnd (hi)
+            vote = cell.get((f"paxos_vote_{j}", idx), 0)  # instance tag (lo), value (hi)
+            tag, value = vote & 0xFFFFFFFF, int(np.int32(np.uint32(vote >> 32)))
+            if vrnd and tag:
+                votes[(tag - 1, value, vrnd)] = votes.get((tag - 1, value, vrnd), 0) + 1
+        chosen += [k for k, v in votes.items() if v >= 2]
+    return chosen
+
+
+def _kill_at_crashpoint(p: subprocess.Popen[str], out: dict[str, Any], timeout_s: float, p4runtime: str, base: int, n: int) -> None:
     """The primary Paxos proposer's lines after GO: at `CRASHPOINT` (its last value
-    proposed) SIGKILL it, then read what it printed before it died (`DECIDED inst value`)
-    to the end. Fills `out`: kill time (monotonic, the clock every process of the host
-    shares), the decisions it saw, its exit status."""
+    proposed) SIGKILL it, read what the switch's acceptors hold chosen then (`_acceptors`),
+    and read what it printed before it died (`DECIDED inst value`) to the end. Fills `out`:
+    kill time (monotonic, the clock every process of the host shares), the decisions it
+    saw, the acceptors' choices, its exit status."""
+    from inswitch.p4rt.client import SwitchClient
+
     assert p.stdout is not None
     decided: list[tuple[int, int]] = []
     out["decided"] = decided
+    client = SwitchClient(p4runtime)  # connected before the kill: the read follows it at once
+    client.__enter__()
     end = time.monotonic() + timeout_s
     fd = p.stdout.fileno()
     buf = b""
@@ -246,10 +282,19 @@ def _kill_at_crashpoint(p: subprocess.Popen[str], out: dict[str, Any], timeout_s
             if w[:1] == ["CRASHPOINT"] and "killed_at" not in out:
                 os.kill(p.pid, signal.SIGKILL)
                 out["killed_at"] = time.monotonic()
+                try:
+                    out["switch_chosen"] = _acceptors(client, base, n)
+                    out["switch_read_at"] = time.monotonic()
+                except Exception as e:  # reported as a violation: the check is incomplete
+                    out["switch_read_error"] = f"the switch's acceptors not read: {' '.join(str(e).split())}"
+                finally:
+                    client.__exit__(None, None, None)
             elif w[:1] == ["DECIDED"] and len(w) == 3 and w[2] != "None":
                 decided.append((int(w[1]), int(w[2])))
-    if "killed_at" not in out and p.poll() is None:
-        p.kill()  # never reached its crash point: the run fails (killed_by_signal stays None)
+    if "killed_at" not in out:
+        client.__exit__(None, None, None)
+        if p.poll() is None:
+            p.kill()  # never reached its crash point: the run fails (killed_by_signal stays None)
     try:
         rc = p.wait(timeout=10)
     except subprocess.TimeoutExpired:
@@ -263,7 +308,10 @@ def _crash_figures(report: dict[str, Any], crash: dict[str, Any], fraction: floa
     killed = crash.get("killed_at")
     rc = crash.get("returncode")
     dead = crash.get("decided", [])
-    found, gap_free = paxos_safety(report["logs"], report["learner_violations"], report["must_deliver"], dead)
+    in_switch = crash.get("switch_chosen", [])
+    found, gap_free = paxos_safety(report["logs"], report["learner_violations"], report["must_deliver"], dead + [(i, v) for i, v, _ in in_switch])
+    if "switch_read_error" in crash:
+        found.append(crash["switch_read_error"])
 
     def ms(t: float | None) -> float | None:
         return None if t is None or killed is None else 1e3 * (t - killed)
@@ -275,8 +323,17 @@ def _crash_figures(report: dict[str, Any], crash: dict[str, Any], fraction: floa
         "values_by_dead_leader": crash.get("values"),
         "values_by_survivor": len(report["must_deliver"]),
         "dead_leader_decisions_seen": len(dead),
+        # Read from the switch's acceptors right after the kill: instances a majority had
+        # chosen (each must be delivered unchanged), and how many at the dead leader's
+        # ballot (proposer id 1), however much of it the leader saw.
+        "chosen_in_switch_at_kill": len(in_switch),
+        "chosen_in_switch_by_dead_leader": sum(1 for _, _, b in in_switch if b & 0xFF == 1),
+        "acceptors_read_ms": ms(crash.get("switch_read_at")),
         "detection_rule": f"no datagram (heartbeat every {HEARTBEAT_S * 1e3:g} ms, votes) from the leader for {DETECT_S * 1e3:g} ms",
+        # From the kill. The leader may have been silent a little before it (a descheduled
+        # process on a loaded machine): the last datagram the backup got, from the kill.
         "detection_ms": ms(report["detected_at"]),
+        "leader_last_heard_ms": ms(report["last_heard_at"]),
         "phase1_done_ms": ms(report["leading_at"]),
         "takeover_ms": ms(report["first_decision_at"]),
         "survivor_ballot": report["ballot"],
@@ -440,7 +497,10 @@ def run_tenants_real(
             if phase == "inaas":
                 for tag, pp, i, k in primaries:
                     crashes[i] = {"values": k}
-                    killers.append(threading.Thread(target=_kill_at_crashpoint, args=(pp, crashes[i], limit_s + 30), daemon=True))
+                    # The acceptors' slots the dead leader can have used (its values, and the
+                    # ring's size at most).
+                    n_read = min(regions[i].size, sizes.paxos_instances)
+                    killers.append(threading.Thread(target=_kill_at_crashpoint, args=(pp, crashes[i], limit_s + 30, st.switch.p4runtime, regions[i].base, n_read), daemon=True))
                     killers[-1].start()
             if phase == "inaas" and ap is not None and attack_during == "inaas":
                 progress("attacker, during the inaas phase")

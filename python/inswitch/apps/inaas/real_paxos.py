@@ -85,6 +85,7 @@ class PaxosBackup(PaxosApp):
         self.crash_after = int(self.svc.cfg["paxos_crash_values"])  # type: ignore[attr-defined]
         self.svc.raw.paxos_start(self.t, self.base, self.size)
         self.detected_at: float | None = None
+        self.last_heard_at: float | None = None
         self.leading_at: float | None = None
         self.first_decision_at: float | None = None
         self.ballot = 0
@@ -108,6 +109,7 @@ class PaxosBackup(PaxosApp):
             if time.monotonic() - svc.relay_heard <= DETECT_S:  # type: ignore[attr-defined]
                 return
             self.detected_at = time.monotonic()
+            self.last_heard_at = svc.relay_heard  # type: ignore[attr-defined]
             self.ballot = svc.paxos.take_over(svc.now_us)  # type: ignore[attr-defined]
             decided += svc.raw.paxos_step(self.t)  # phase 1 out now
         now = svc.now_us
@@ -146,6 +148,7 @@ class PaxosBackup(PaxosApp):
             "delivered": list(p.delivered()),
             "ballot": self.ballot,
             "detected_at": self.detected_at,
+            "last_heard_at": self.last_heard_at,
             "leading_at": self.leading_at,
             "first_decision_at": self.first_decision_at,
         }
