@@ -38,6 +38,19 @@ DETECT_S = 0.1
 HEARTBEAT_S = 0.005
 
 
+def _until(app: PaxosApp, done: Any, what: str, limit_s: float = 30.0) -> None:
+    """Run the tenant's Paxos hosts (relay included) until `done()`. Before the timed phase,
+    each process waits to hear the other: the first datagram to a host resolves its address
+    (ARP) through the switch, and with the switch's loss a lost ARP request costs a second,
+    which would otherwise fall in the timed phase and look like a dead leader."""
+    end = time.monotonic() + limit_s
+    while not done():
+        if time.monotonic() > end:
+            raise SystemExit(f"paxos crash run: {what} within {limit_s:.0f} s")
+        app.svc.raw.paxos_step(app.t)
+        app.svc.run_for(1)
+
+
 def crash_after(values: int, fraction: float) -> int:
     """Values the primary proposes before it is killed: at least one, at most all but one."""
     return min(values - 1, max(1, round(fraction * values)))
@@ -51,6 +64,9 @@ class PaxosPrimary(PaxosApp):
         if not self.in_switch:
             raise SystemExit("paxos crash run: the acceptors are not in the switch (the tenant's leases are not held for good)")
         self.crash_after = int(self.svc.cfg["paxos_crash_values"])  # type: ignore[attr-defined]
+        # Heartbeats until the backup answers: the relay's path works both ways before
+        # anything is timed.
+        _until(self, lambda: self.svc.stats["relay_received"] > 0, "no acknowledgement from the backup")  # type: ignore[attr-defined]
 
     def step(self) -> None:
         if not self.switch_phase:
@@ -84,6 +100,11 @@ class PaxosBackup(PaxosApp):
         self.in_switch = True
         self.crash_after = int(self.svc.cfg["paxos_crash_values"])  # type: ignore[attr-defined]
         self.svc.raw.paxos_start(self.t, self.base, self.size)
+        # The leader's heartbeats reach us, then our acknowledgements reach it for a while
+        # (it waits for one): the relay's path works both ways before anything is timed.
+        _until(self, lambda: self.svc.relay_peer is not None, "no heartbeat from the leader")  # type: ignore[attr-defined]
+        end = time.monotonic() + 0.1
+        _until(self, lambda: time.monotonic() > end, "")
         self.detected_at: float | None = None
         self.last_heard_at: float | None = None
         self.leading_at: float | None = None
