@@ -253,19 +253,16 @@ def _acceptors(c: Any, base: int, n: int) -> list[tuple[int, int, int]]:
     return chosen
 
 
-def _kill_at_crashpoint(p: subprocess.Popen[str], out: dict[str, Any], timeout_s: float, p4runtime: str, base: int, n: int) -> None:
+def _kill_at_crashpoint(p: subprocess.Popen[str], out: dict[str, Any], timeout_s: float, client: Any, base: int, n: int) -> None:
     """The primary Paxos proposer's lines after GO: at `CRASHPOINT` (its last value
     proposed) SIGKILL it, read what the switch's acceptors hold chosen then (`_acceptors`),
     and read what it printed before it died (`DECIDED inst value`) to the end. Fills `out`:
     kill time (monotonic, the clock every process of the host shares), the decisions it
-    saw, the acceptors' choices, its exit status."""
-    from inswitch.p4rt.client import SwitchClient
-
+    saw, the acceptors' choices, its exit status. `client`: a P4Runtime session connected
+    before the kill (the read follows it at once), shared by the crashing tenants' threads."""
     assert p.stdout is not None
     decided: list[tuple[int, int]] = []
     out["decided"] = decided
-    client = SwitchClient(p4runtime)  # connected before the kill: the read follows it at once
-    client.__enter__()
     end = time.monotonic() + timeout_s
     fd = p.stdout.fileno()
     buf = b""
@@ -287,14 +284,10 @@ def _kill_at_crashpoint(p: subprocess.Popen[str], out: dict[str, Any], timeout_s
                     out["switch_read_at"] = time.monotonic()
                 except Exception as e:  # reported as a violation: the check is incomplete
                     out["switch_read_error"] = f"the switch's acceptors not read: {' '.join(str(e).split())}"
-                finally:
-                    client.__exit__(None, None, None)
             elif w[:1] == ["DECIDED"] and len(w) == 3 and w[2] != "None":
                 decided.append((int(w[1]), int(w[2])))
-    if "killed_at" not in out:
-        client.__exit__(None, None, None)
-        if p.poll() is None:
-            p.kill()  # never reached its crash point: the run fails (killed_by_signal stays None)
+    if "killed_at" not in out and p.poll() is None:
+        p.kill()  # never reached its crash point: the run fails (killed_by_signal stays None)
     try:
         rc = p.wait(timeout=10)
     except subprocess.TimeoutExpired:
@@ -366,6 +359,9 @@ def run_tenants_real(
     check_args(apps, attacker, paxos_crash_at)
     if attack_during not in ("after", "inaas"):
         raise ValueError(f"attack_during: {attack_during!r} (after, inaas)")
+    if paxos_crash_at is not None and attacker and attack_during == "inaas":
+        # Both hold a P4Runtime session during the INaaS phase, with one election id.
+        raise RealRunError("a Paxos crash and an attack during the INaaS phase cannot run together")
     sizes = real_sizes(quick)
     names = [a for a in apps for _ in range(instances)]
     regions = schedule(scheduler, names, budget, [a in subscribers for a in names])
@@ -390,6 +386,7 @@ def run_tenants_real(
     st = rack.up(n_hosts, name=name, programs=programs, p4runtime=f"127.0.0.1:{_free_port()}",
                  metrics=f"127.0.0.1:{_free_port()}", fault=f"loss={loss},seed={seed}" if loss > 0 else None)
     procs: list[subprocess.Popen[str]] = []
+    crash_client: Any = None  # the P4Runtime session that reads the acceptors at a Paxos kill
     logs = Path(tempfile.mkdtemp(prefix=f"inswitch-{name}-"))
     try:
         gk, hosts, srv = st.hosts[0], st.hosts[1 : 1 + len(names)], st.hosts[-1]
@@ -494,13 +491,14 @@ def run_tenants_real(
                 assert p.stdin is not None
                 p.stdin.write("GO\n")
                 p.stdin.flush()
-            if phase == "inaas":
+            if phase == "inaas" and primaries:
+                crash_client = SwitchClient(st.switch.p4runtime)
                 for tag, pp, i, k in primaries:
                     crashes[i] = {"values": k}
                     # The acceptors' slots the dead leader can have used (its values, and the
                     # ring's size at most).
                     n_read = min(regions[i].size, sizes.paxos_instances)
-                    killers.append(threading.Thread(target=_kill_at_crashpoint, args=(pp, crashes[i], limit_s + 30, st.switch.p4runtime, regions[i].base, n_read), daemon=True))
+                    killers.append(threading.Thread(target=_kill_at_crashpoint, args=(pp, crashes[i], limit_s + 30, crash_client, regions[i].base, n_read), daemon=True))
                     killers[-1].start()
             if phase == "inaas" and ap is not None and attack_during == "inaas":
                 progress("attacker, during the inaas phase")
@@ -512,9 +510,12 @@ def run_tenants_real(
                     raise RuntimeError(f"tenant {tag} said {got!r}")
             if watcher is not None:
                 watcher.join(timeout=90)  # the attack is over before the host-only phase
-            for k in killers:
-                k.join(timeout=30)
+            for kt in killers:
+                kt.join(timeout=30)
             killers = []
+            if crash_client is not None:
+                crash_client.close()
+                crash_client = None
         results = []
         for tag, p in tenants:
             results.append(json.loads(_line(p, 60, f"tenant {tag}", logs / f"{tag}.err")))
@@ -545,6 +546,8 @@ def run_tenants_real(
         gk_out, _ = gk_p.communicate(input="", timeout=30)
         gk_res = json.loads(gk_out.strip().splitlines()[-1])
     finally:
+        if crash_client is not None:
+            crash_client.close()
         for p in procs:
             if p.poll() is None:
                 p.kill()
