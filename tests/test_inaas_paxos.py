@@ -65,4 +65,7 @@ def test_paxos_tenant_runs_in_the_switch() -> None:
     p = r["apps"]["paxos"]
     assert p["acceptors_in_switch"] is True
     assert p["correct"] and p["wrong_results"] == 0
+    # The safety check of every run (`paxos_safety`), no crash here.
+    assert p["took_over"] is False and p["violations"] == [] and p["gap_free"] is True
+    assert p["delivered"] == [150, 150, 150]  # QUICK.paxos_instances, every learner
     assert r["switch"]["violations"] == 0

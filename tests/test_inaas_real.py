@@ -180,3 +180,105 @@ def test_real_refuses_without_root_in_one_line(monkeypatch: pytest.MonkeyPatch) 
     with pytest.raises(real.RealRunError, match="needs root") as e:
         real.check_args(["kv"], False)
     assert "\n" not in str(e.value)
+
+
+def test_paxos_crash_option_is_checked_in_one_line(tmp_path: Path) -> None:
+    for args in (["--paxos-crash-at", "1"], ["--paxos-crash-at", "0"], ["--paxos-crash-at", "nan"], ["--apps", "paxos", "--paxos-crash-at", "0.5"],
+                 ["--real", "--apps", "kv", "--paxos-crash-at", "0.5"]):
+        cp = _run(args, tmp_path)
+        assert cp.returncode == 2, (args, cp.stdout + cp.stderr)
+        assert "--paxos-crash-at" in cp.stderr and len(cp.stderr.strip().splitlines()) == 1, (args, cp.stderr)
+
+
+def test_paxos_safety_checker_flags_each_kind_of_violation() -> None:
+    from inswitch.apps.inaas.adapters import paxos_safety
+
+    ok, gap_free = paxos_safety([[5, 6, 7], [5, 6, 7]], [], [6, 7], [(0, 5)])
+    assert ok == [] and gap_free
+    # A learner behind the others (not gap-free, not a violation unless it misses a value).
+    assert paxos_safety([[5, 6, 7], [5, 6]], [], [6], [(0, 5)]) == ([], False)
+    found, _ = paxos_safety([[5, 6, 7], [5, 9, 7]], [], [], [])
+    assert len(found) == 1 and "instance 1" in found[0]
+    found, _ = paxos_safety([[5, 6, 7], [5, 6, 7]], [], [], [(1, 8)])  # the dead leader's choice changed
+    assert len(found) == 2 and all("value 8" in f for f in found)
+    found, _ = paxos_safety([[5], [5]], [], [], [(2, 8)])  # ... or lost
+    assert len(found) == 2 and all("not delivered" in f for f in found)
+    found, _ = paxos_safety([[5, 6], [5, 6]], [], [6, 7], [])  # a survivor value missing
+    assert len(found) == 2
+    assert paxos_safety([[5]], ["instance 0: decided 5, then 6"], [], [])[0] == ["instance 0: decided 5, then 6"]
+
+
+def _votes(*vs: tuple[int, int, int, int]) -> bytes:
+    import struct
+
+    return b"".join(struct.pack("<QBIi", *v) for v in vs)
+
+
+def test_paxos_backup_is_silent_until_it_takes_over_above_the_ballots_it_saw() -> None:
+    """The backup of a crash run (`_native.InaasPaxosHosts(lead=False)`): no frame before its
+    takeover (a proposer that prepared early would fight the leader), the learners fed by
+    relayed votes, then phase 1 on every slot of the window with a ballot above the
+    leader's."""
+    from inswitch import _native
+
+    mac, gk = bytes.fromhex("020000000002"), bytes.fromhex("020000000001")
+    b = _native.InaasPaxosHosts(7, mac, gk, 0, 4, 0, 1000, 3, proposer_id=2, lead=False)
+    b.propose(11)
+    assert b.step(5_000) == ([], []) and b.ballot == 0
+    leader = 1 << 8 | 1
+    # Instance 0 chosen at the leader's ballot (two acceptors); learner 2 missed it.
+    for learner in (0, 1):
+        assert b.on_votes(learner, _votes((0, 0, leader, 9), (0, 1, leader, 9))) == 2
+    assert b.delivered() == [1, 1, 0] and b.logs() == ([[9], [9], []], [])
+    assert not b.gap_free()
+    ballot = b.take_over(6_000)
+    assert ballot > leader and ballot & 0xFF == 2 and b.ballot == ballot
+    frames, _ = b.step(6_000)
+    # Phase 1 on the window above the learners' common prefix (0): every slot of the ring.
+    assert len(frames) == 4 and not b.leading
+    assert all(_native.InaasPaxosHosts.is_paxos(f) for f in frames)
+    # A leader with its learners elsewhere: its votes leave as bytes; none yet.
+    a = _native.InaasPaxosHosts(7, mac, gk, 0, 4, 0, 1000, learners=0)
+    assert len(a.step(0)[0]) == 4 and a.take_votes() == b"" and a.ballot == leader
+    with pytest.raises(ValueError):
+        _native.InaasPaxosHosts(7, mac, gk, 0, 4, 0, 1000, learners=0, lead=False)
+
+
+@pytest.mark.skipif(not ROOT, reason="needs root: network namespaces, veth pairs, AF_PACKET")
+def test_real_paxos_leader_killed_backup_takes_over(tmp_path: Path) -> None:
+    """Two proposer processes of the paxos tenant on two hosts, the leader SIGKILLed after
+    40 % of the values with the switch dropping 2 % of all frames; the backup (with the
+    learners) detects the silence, takes over with a higher ballot through phase 1 on the
+    switch's acceptors and proposes the rest."""
+    from inswitch.topology import netns
+
+    name = f"pxc{process_tag()}"
+    out = tmp_path / "c.json"
+    cp = _run(["--real", "--apps", "paxos", "--loss", "0.02", "--paxos-crash-at", "0.4", "--seed", "2", "--name", name, "--json", str(out)], tmp_path, timeout=120)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    p = json.loads(out.read_text())["apps"]["paxos"]
+    # The leader's process really died of SIGKILL, after its share of the values.
+    assert p["killed_by_signal"] == 9, p
+    assert p["values_by_dead_leader"] == 60 and p["values_by_survivor"] == 90, p  # QUICK: 150 values
+    # The takeover: detected after 100 ms without a datagram from the leader (which may
+    # have gone quiet a little before its kill on a loaded machine), phase 1 done, then
+    # decisions, with a ballot above the dead leader's (1 << 8 | 1).
+    assert p["took_over"] is True, p
+    assert p["detection_ms"] - p["leader_last_heard_ms"] >= 100, p
+    assert 0 < p["detection_ms"] <= p["phase1_done_ms"] <= p["takeover_ms"] < 5_000, p
+    assert p["survivor_ballot"] > 257 and p["survivor_ballot"] & 0xFF == 2, p
+    # Safety (`paxos_safety` on every learner's log): equal logs, what the dead leader saw
+    # chosen unchanged at its instance, every survivor value delivered; gap-free.
+    assert p["violations"] == [] and p["gap_free"] is True, p
+    d = p["delivered"]
+    assert len(d) == 3 and len(set(d)) == 1, p
+    # The survivor's 90 values are in the logs besides what the dead leader got chosen:
+    # without a working takeover there would be only the latter.
+    assert p["dead_leader_decisions_seen"] > 0 and d[0] >= p["values_by_survivor"] + p["dead_leader_decisions_seen"], p
+    # The switch's acceptors, read right after the kill, held values chosen at the dead
+    # leader's ballot: each is in every log at its instance (no violation above).
+    assert p["chosen_in_switch_by_dead_leader"] > 0, p
+    assert p["correct"] and p["finished"] and p["wrong_results"] == 0, p
+    assert math.isfinite(p["inaas"]) and math.isfinite(p["host_only"]), p
+    assert "leader SIGKILLed (signal 9)" in cp.stdout and "took over: True" in cp.stdout
+    assert not netns.leftovers(name)

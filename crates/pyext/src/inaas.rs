@@ -7,7 +7,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
-use hostlib::inaas::paxos::{Learner, Proposer, Ring};
+use hostlib::inaas::paxos::{Learner, Proposer, Ring, Vote, VOTE_LEN};
 use hostlib::inaas::paxos_run::{run_paxos, PaxosFaults, PaxosGroup};
 use hostlib::inaas::{build_frame, parse_reply, Goalkeeper, ItemReq, ItemResult, Kind, Op, Service, TenantInfo};
 use wire::ethernet::EthernetAddress;
@@ -483,29 +483,73 @@ impl InaasGoalkeeper {
 
 /// The Paxos tenant's hosts as one real process drives them (`tenants run --real`): the
 /// proposer and its learners of `PaxosGroup`, frames in and out instead of a service.
+///
+/// With a proposer crash (`--paxos-crash-at`) the roles split over two processes: the
+/// leader with no learners of its own (`learners=0`: its votes leave through
+/// [`take_votes`](Self::take_votes), the learners' acknowledgements come back through
+/// [`set_floor`](Self::set_floor)), and a backup (`lead=False`) that holds the learners
+/// (votes in through [`on_votes`](Self::on_votes)) and whose proposer stays silent until
+/// [`take_over`](Self::take_over): phase 1 with a ballot above every one its learners saw.
 #[pyclass(module = "inswitch._native", unsendable)]
 pub struct InaasPaxosHosts {
     proposer: Proposer,
     learners: Vec<Learner>,
     violations: Vec<String>,
     reported: usize,
+    /// A backup that has not taken over: its proposer sends nothing.
+    standby: bool,
+    /// Votes for learners in another process (no local learners).
+    outbox: Vec<Vote>,
+    /// The highest ballot among the votes the learners got.
+    seen: u32,
+}
+
+impl InaasPaxosHosts {
+    fn floor(&self) -> u64 {
+        self.learners.iter().map(|l| l.delivered()).min().unwrap_or(0)
+    }
 }
 
 #[pymethods]
 impl InaasPaxosHosts {
     /// Lead tenant `uid`'s acceptors in slots `base..base+slots` (whose leases the tenant
-    /// took); `rto_us` for the proposer's retransmissions.
+    /// took); `rto_us` for the proposer's retransmissions. `proposer_id` (1..=255) is the
+    /// ballot's low byte; `lead=False` starts a backup (see the type's docs).
     #[new]
-    #[pyo3(signature = (uid, mac, service_mac, base, slots, now_us, rto_us, learners=3))]
+    #[pyo3(signature = (uid, mac, service_mac, base, slots, now_us, rto_us, learners=3, proposer_id=1, lead=true))]
     #[allow(clippy::too_many_arguments)]
-    fn new(uid: u32, mac: &[u8], service_mac: &[u8], base: u16, slots: u16, now_us: u64, rto_us: u64, learners: usize) -> PyResult<Self> {
-        if slots == 0 || learners == 0 {
-            return Err(PyValueError::new_err("no slots or no learners"));
+    fn new(
+        uid: u32,
+        mac: &[u8],
+        service_mac: &[u8],
+        base: u16,
+        slots: u16,
+        now_us: u64,
+        rto_us: u64,
+        learners: usize,
+        proposer_id: u8,
+        lead: bool,
+    ) -> PyResult<Self> {
+        if slots == 0 || (learners == 0 && !lead) {
+            return Err(PyValueError::new_err("no slots, or a backup without learners"));
         }
-        let mut proposer = Proposer::new(1, Ring { base, slots }, uid, mac6(mac)?, mac6(service_mac)?);
+        if proposer_id == 0 {
+            return Err(PyValueError::new_err("proposer_id: 1..=255"));
+        }
+        let mut proposer = Proposer::new(proposer_id, Ring { base, slots }, uid, mac6(mac)?, mac6(service_mac)?);
         proposer.rto_us = rto_us;
-        proposer.take_over(0, now_us);
-        Ok(InaasPaxosHosts { proposer, learners: (0..learners).map(|_| Learner::default()).collect(), violations: Vec::new(), reported: 0 })
+        if lead {
+            proposer.take_over(0, now_us);
+        }
+        Ok(InaasPaxosHosts {
+            proposer,
+            learners: (0..learners).map(|_| Learner::default()).collect(),
+            violations: Vec::new(),
+            reported: 0,
+            standby: !lead,
+            outbox: Vec::new(),
+            seen: 0,
+        })
     }
 
     /// Whether `frame` is a Paxos answer (for the proposer), not an ordinary INaaS reply.
@@ -524,24 +568,34 @@ impl InaasPaxosHosts {
     }
 
     fn on_frame(&mut self, frame: &[u8], now_us: u64) {
-        self.proposer.on_frame(frame, now_us);
+        if !self.standby {
+            self.proposer.on_frame(frame, now_us);
+        }
     }
 
     /// Retransmissions and votes out (as `PaxosGroup::step`): the frames to send, and the
     /// decisions since the last call as (instance, µs from its first 2a).
     #[allow(clippy::type_complexity)]
     fn step<'py>(&mut self, py: Python<'py>, now_us: u64) -> (Vec<Bound<'py, PyBytes>>, Vec<(u64, u64)>) {
+        if self.standby {
+            return (Vec::new(), Vec::new());
+        }
         self.proposer.poll(now_us);
         let frames: Vec<_> = self.proposer.take_output().iter().map(|f| PyBytes::new(py, f)).collect();
         for v in self.proposer.take_votes() {
+            if self.learners.is_empty() {
+                self.outbox.push(v);
+            }
             for l in &mut self.learners {
                 if let Err(e) = l.on_vote(v) {
                     self.violations.push(e);
                 }
             }
         }
-        let floor = self.learners.iter().map(|l| l.delivered()).min().unwrap_or(0);
-        self.proposer.on_floor(floor, now_us);
+        if !self.learners.is_empty() {
+            let floor = self.floor();
+            self.proposer.on_floor(floor, now_us);
+        }
         let mut frames = frames;
         frames.extend(self.proposer.take_output().iter().map(|f| PyBytes::new(py, f)));
         let out = self.proposer.latencies[self.reported..].to_vec();
@@ -552,6 +606,85 @@ impl InaasPaxosHosts {
     /// Every learner's delivered log, and the contradictions learners saw.
     fn logs(&self) -> (Vec<Vec<i32>>, Vec<String>) {
         (self.learners.iter().map(|l| l.log.clone()).collect(), self.violations.clone())
+    }
+
+    /// The votes for learners elsewhere since the last call, [`VOTE_LEN`] bytes each.
+    fn take_votes<'py>(&mut self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        let b: Vec<u8> = self.outbox.drain(..).flat_map(|v| v.to_bytes()).collect();
+        PyBytes::new(py, &b)
+    }
+
+    /// Relayed votes (as `take_votes` packs them) for learner `learner`. Returns how many
+    /// were well-formed.
+    fn on_votes(&mut self, learner: usize, data: &[u8]) -> PyResult<usize> {
+        let l = self.learners.get_mut(learner).ok_or_else(|| PyValueError::new_err(format!("no learner {learner}")))?;
+        let mut n = 0;
+        for c in data.chunks(VOTE_LEN) {
+            if let Some(v) = Vote::from_bytes(c) {
+                self.seen = self.seen.max(v.ballot);
+                if let Err(e) = l.on_vote(v) {
+                    self.violations.push(e);
+                }
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Every learner delivered everything below `floor` (the minimum of the remote
+    /// learners' acknowledgements).
+    fn set_floor(&mut self, floor: u64, now_us: u64) {
+        if !self.standby {
+            self.proposer.on_floor(floor, now_us);
+        }
+    }
+
+    /// Instances each learner delivered (its acknowledgement).
+    fn delivered(&self) -> Vec<u64> {
+        self.learners.iter().map(|l| l.delivered()).collect()
+    }
+
+    /// No learner holds a decided instance above a gap, and all delivered as many.
+    fn gap_free(&self) -> bool {
+        self.learners.iter().all(|l| l.undelivered() == 0) && self.learners.windows(2).all(|w| w[0].delivered() == w[1].delivered())
+    }
+
+    /// The backup becomes leader: phase 1 on the window above its learners' delivered
+    /// prefix, with a round above the highest ballot its learners saw (a refusal raises it
+    /// again, `Proposer::on_frame`). No-op for a leader. Returns the ballot.
+    fn take_over(&mut self, now_us: u64) -> u32 {
+        if self.standby {
+            self.standby = false;
+            self.proposer.floor = self.floor();
+            self.proposer.take_over(self.seen, now_us);
+        }
+        self.proposer.ballot()
+    }
+
+    /// The proposer's ballot (0: a backup before it took over).
+    #[getter]
+    fn ballot(&self) -> u32 {
+        if self.standby {
+            0
+        } else {
+            self.proposer.ballot()
+        }
+    }
+
+    /// Phase 1 is over: the proposer leads.
+    #[getter]
+    fn leading(&self) -> bool {
+        self.proposer.leading
+    }
+
+    /// The value this proposer saw decided for `inst`, if any.
+    fn decided_value(&self, inst: u64) -> Option<i32> {
+        self.proposer.decided.get(&inst).map(|d| d.1)
+    }
+
+    /// Values still waiting for an instance or a decision.
+    fn pending(&self) -> usize {
+        self.proposer.pending()
     }
 }
 

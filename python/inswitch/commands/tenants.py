@@ -25,6 +25,8 @@ RUN_EXAMPLES = """Examples:
 
   sudo inswitch tenants run --real --apps kv,dense,bloom --instances 2 --json out/real.json
 
+  sudo inswitch tenants run --real --apps paxos --loss 0.02 --paxos-crash-at 0.4
+
   sudo inswitch tenants run --real --apps kv,sparse,bloom --attacker --attack-during inaas --pcap out/caps
 
   inswitch tenants ledger
@@ -62,6 +64,10 @@ def _print_ledger(ledger: list[dict], console: Console) -> None:
     show(console, t)
 
 
+def _ms(x: Optional[float]) -> str:
+    return "n/a" if x is None else f"{x:.1f} ms"
+
+
 @tenants_app.command("run", epilog=RUN_EXAMPLES)
 def run_cmd(
     apps: Any = option(None, "--apps", type=Words(list(APPS), "all"), help="Applications to run as tenants, comma-separated (default: all)."),
@@ -78,16 +84,19 @@ def run_cmd(
     attack_during: str = option("after", "--attack-during", type=Choice("after", "inaas"), help="With --real --attacker: attack after the tenants' phases (as the model does), or during the INaaS phase, while the tenants work."),
     pcap: Optional[str] = option(None, "--pcap", type=OUT_DIR, help="With --real: capture every switch port into pcapng files in this directory (readable while the run goes on)."),
     json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Write the result as JSON."),
+    paxos_crash_at: Optional[float] = option(None, "--paxos-crash-at", type=Float(0, 1, lo_open=True, hi_open=True), help="With --real: the paxos tenant's leader is SIGKILLed after proposing this fraction of its values; a backup process takes over with a higher ballot (safety checked on every learner's log)."),
 ) -> None:
     """Run applications concurrently as tenants: speedup against host-only, correctness,
     and the ledger (kept for `inswitch tenants ledger`)."""
     console = console_for(json_out)
     names = list(apps or APPS)
+    if paxos_crash_at is not None and not real:
+        raise typer.BadParameter("only with --real (the model's crash runs: `_native.paxos_run`, tests/test_inaas_paxos.py)", param_hint="--paxos-crash-at")
     if real:
         from inswitch.apps.inaas.real import RealRunError, check_args
 
         try:
-            check_args(names, attacker)
+            check_args(names, attacker, paxos_crash_at)
         except RealRunError as e:
             Console(stderr=True).print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
             raise typer.Exit(2)
@@ -106,14 +115,17 @@ def run_cmd(
     with console.status("tenants: starting") as st:
         subs = tuple(subs_list)
         if real:
-            from inswitch.apps.inaas.real import run_tenants_real
+            from inswitch.apps.inaas.real import RealRunError, run_tenants_real
 
             from inswitch.topology.errors import RackError
 
             try:
                 res = run_tenants_real(names, instances, scheduler, loss, quick=not full, seed=seed, progress=lambda s: st.update(f"tenants: {s}"),
                                        subscribers=subs, budget=budget, name=rack_name, attacker=attacker,
-                                       attack_during=attack_during, pcap=pcap)
+                                       attack_during=attack_during, pcap=pcap, paxos_crash_at=paxos_crash_at)
+            except RealRunError as e:  # a bad combination, found before the rack is up
+                Console(stderr=True).print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
+                raise typer.Exit(2)
             except (RackError, RuntimeError) as e:  # torn down already; say why in one line
                 Console(stderr=True).print(f"[red]error:[/red] tenants run --real: {' '.join(str(e).split())}", highlight=False, soft_wrap=True)
                 raise typer.Exit(1)
@@ -138,6 +150,17 @@ def run_cmd(
                 highlight=False,
                 soft_wrap=True,
             )
+    for name, f in res["apps"].items():
+        if "paxos_crash_at" in f:
+            console.print(
+                f"{name}: leader SIGKILLed (signal {f['killed_by_signal']}) after {f['values_by_dead_leader']} values; took over: {f['took_over']} "
+                f"(detected {_ms(f['detection_ms'])}, phase 1 done {_ms(f['phase1_done_ms'])}, first decision {_ms(f['takeover_ms'])} after the kill); "
+                f"delivered {f['delivered']}, gap-free: {f['gap_free']}",
+                highlight=False,
+                soft_wrap=True,
+            )
+        for v in f.get("violations") or []:
+            console.print(f"[red]{name}: safety violation:[/red] {v}", highlight=False, soft_wrap=True)
     if res["attack"] is not None:
         a = res["attack"]
         console.print(f"attacker detected: {a['detected']} after {a['detection_time_us']} µs; values leaked: {a['attacker_values_leaked']}")

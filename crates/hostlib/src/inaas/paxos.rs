@@ -142,6 +142,35 @@ pub struct Vote {
     pub value: i32,
 }
 
+/// Bytes of one [`Vote`] on a host-to-host link ([`Vote::to_bytes`]).
+pub const VOTE_LEN: usize = 17;
+
+impl Vote {
+    /// Little-endian: instance (8), acceptor (1), ballot (4), value (4). For a leader that
+    /// relays votes to learners in another process (`tenants run --real`).
+    pub fn to_bytes(&self) -> [u8; VOTE_LEN] {
+        let mut b = [0u8; VOTE_LEN];
+        b[..8].copy_from_slice(&self.inst.to_le_bytes());
+        b[8] = self.acceptor;
+        b[9..13].copy_from_slice(&self.ballot.to_le_bytes());
+        b[13..].copy_from_slice(&self.value.to_le_bytes());
+        b
+    }
+
+    /// The vote in `b` (`None`: not [`VOTE_LEN`] bytes, or no acceptor of ours).
+    pub fn from_bytes(b: &[u8]) -> Option<Vote> {
+        if b.len() != VOTE_LEN || b[8] as usize >= ACCEPTORS {
+            return None;
+        }
+        Some(Vote {
+            inst: u64::from_le_bytes(b[..8].try_into().ok()?),
+            acceptor: b[8],
+            ballot: u32::from_le_bytes(b[9..13].try_into().ok()?),
+            value: i32::from_le_bytes(b[13..].try_into().ok()?),
+        })
+    }
+}
+
 #[derive(Clone, Debug)]
 struct Slot {
     value: i32,
@@ -525,6 +554,11 @@ impl Learner {
     pub fn delivered(&self) -> u64 {
         self.log.len() as u64
     }
+
+    /// Instances decided but not delivered (each waits for a gap below it to close).
+    pub fn undelivered(&self) -> usize {
+        self.decided.range(self.log.len() as u64..).count()
+    }
 }
 
 /// The replicated KV on top: a command is `key << 20 | value` (key < 2^11, value < 2^20),
@@ -546,4 +580,32 @@ pub fn kv_apply(log: &[i32]) -> BTreeMap<u32, u32> {
         }
     }
     m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vote_bytes_round_trip_and_refuse_garbage() {
+        let v = Vote { inst: 1 << 40 | 7, acceptor: 2, ballot: 3 << 8 | 2, value: -5 };
+        assert_eq!(Vote::from_bytes(&v.to_bytes()), Some(v));
+        let mut b = v.to_bytes();
+        b[8] = ACCEPTORS as u8;
+        assert_eq!(Vote::from_bytes(&b), None);
+        assert_eq!(Vote::from_bytes(&b[..VOTE_LEN - 1]), None);
+    }
+
+    #[test]
+    fn learner_counts_what_waits_for_a_gap() {
+        let mut l = Learner::default();
+        for acceptor in 0..2 {
+            l.on_vote(Vote { inst: 1, acceptor, ballot: 257, value: 9 }).unwrap();
+        }
+        assert_eq!((l.delivered(), l.undelivered()), (0, 1));
+        for acceptor in 0..2 {
+            l.on_vote(Vote { inst: 0, acceptor, ballot: 257, value: 8 }).unwrap();
+        }
+        assert_eq!((l.log.clone(), l.undelivered()), (vec![8, 9], 0));
+    }
 }

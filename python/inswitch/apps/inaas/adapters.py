@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -710,7 +710,7 @@ class PaxosApp(App):
 
     def check(self) -> None:
         """Every learner delivered exactly the values, in order; no learner saw two values
-        chosen for one instance."""
+        chosen for one instance (and `paxos_safety`'s checks, reported in `extra`)."""
         if not self.in_switch:
             return
         logs, violations = self.svc.raw.paxos_logs(self.t)
@@ -718,12 +718,50 @@ class PaxosApp(App):
         for log in logs:
             if list(log) != self.values:
                 self.wrong += 1
+        self.safety = paxos_safety(logs, violations, self.values)
 
     def figure_value(self) -> float:
         return float(np.percentile(self.lat, 99)) if self.lat else float("nan")
 
     def extra(self) -> dict[str, Any]:
-        return {"acceptors_in_switch": self.in_switch}
+        out: dict[str, Any] = {"acceptors_in_switch": self.in_switch}
+        if hasattr(self, "safety"):
+            found, gap_free = self.safety
+            logs, _ = self.svc.raw.paxos_logs(self.t)
+            out.update({"took_over": False, "violations": found, "delivered": [len(x) for x in logs], "gap_free": gap_free})
+        return out
+
+
+def paxos_safety(logs: list[list[int]], learner_violations: list[str], must_deliver: list[int],
+                 dead_decided: Sequence[tuple[int, int]] = ()) -> tuple[list[str], bool]:
+    """The safety check of a Paxos run on its learners' delivered logs: (violations, gap_free).
+
+    Violations: what the learners saw contradict a decision (two values for one instance at
+    one ballot, or two decisions), any two learners' logs that differ at an instance (each
+    log must be a prefix of the longest), a value the dead leader saw chosen by a majority
+    (`dead_decided`: (instance, value)) missing or changed at its instance in any log, and a
+    value that must be delivered (the survivor's) missing from any log. `gap_free`: every
+    learner delivered as far as the longest log (a learner's log has no hole by
+    construction: it delivers in order)."""
+    out = list(learner_violations)
+    longest = max(logs, key=len, default=[])
+    for n, log in enumerate(logs):
+        for i, v in enumerate(log):
+            if longest[i] != v:
+                out.append(f"instance {i}: learner {n} delivered {v}, another learner {longest[i]}")
+                break
+    for inst, v in dead_decided:
+        for n, log in enumerate(logs):
+            if inst >= len(log):
+                out.append(f"instance {inst}: value {v}, chosen under the dead leader, not delivered by learner {n}")
+            elif log[inst] != v:
+                out.append(f"instance {inst}: value {v} chosen under the dead leader, learner {n} delivered {log[inst]}")
+    need = set(must_deliver)
+    for n, log in enumerate(logs):
+        missing = need - set(log)
+        if missing:
+            out.append(f"learner {n}: {len(missing)} of {len(need)} values to deliver missing")
+    return out, bool(logs) and all(len(log) == len(longest) for log in logs)
 
 
 APPS: dict[str, type[App]] = {"kv": KvApp, "sparse": SparseApp, "dense": DenseApp, "bloom": BloomApp, "paxos": PaxosApp}

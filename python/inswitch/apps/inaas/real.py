@@ -25,6 +25,7 @@ import json
 import os
 import select
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -36,9 +37,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from inswitch.apps.inaas.adapters import QUICK, RTO_US, App, Sizes
+from inswitch.apps.inaas.adapters import QUICK, RTO_US, App, Sizes, paxos_safety
 from inswitch.apps.inaas.controller import KIND, MAX_LEASE_US, Detection, Prices, bill, schedule
 from inswitch.apps.inaas.rack import GOALKEEPER, _free_port, _p4_name
+from inswitch.apps.inaas.real_paxos import DETECT_S, HEARTBEAT_S, crash_after
 from inswitch.apps.inaas.runner import BUDGET, HIGHER_IS_BETTER, tenants_result
 
 #: Wall µs per model µs for the hosts' timers and leases (see the module's docstring).
@@ -93,10 +95,15 @@ class RealRunError(RuntimeError):
     """A bad combination or a missing privilege, said in one line."""
 
 
-def check_args(apps: list[str], attacker: bool) -> None:
+def check_args(apps: list[str], attacker: bool, paxos_crash_at: float | None = None) -> None:
     bad = [a for a in apps if a not in REAL_APPS]
     if bad:
         raise RealRunError(f"--real cannot run {', '.join(bad)} (known: {', '.join(REAL_APPS)})")
+    if paxos_crash_at is not None:
+        if "paxos" not in apps:
+            raise RealRunError("--paxos-crash-at needs the paxos tenant among --apps")
+        if not 0 < paxos_crash_at < 1:
+            raise RealRunError(f"--paxos-crash-at {paxos_crash_at}: a fraction in (0, 1)")
     if os.geteuid() != 0:
         raise RealRunError("--real needs root (network namespaces, veth pairs, AF_PACKET sockets); run it with sudo, or use --sim")
 
@@ -215,6 +222,120 @@ def _detect(p4runtime: str, ap: subprocess.Popen[str], err: Path, att_slot: int,
     }
 
 
+def _acceptors(c: Any, base: int, n: int) -> list[tuple[int, int, int]]:
+    """What the switch's acceptors hold chosen in slots `base..base+n` (one P4Runtime read of
+    the `paxos_round_j` and `paxos_vote_j` cells): (instance, value, ballot) wherever two
+    acceptors voted the same value for the same instance tag at the same ballot (`vrnd`)."""
+    from p4.v1 import p4runtime_pb2
+
+    names = [f"paxos_{a}_{j}" for a in ("round", "vote") for j in range(3)]
+    ids = {c.schema.registers.get(nm).id: nm for nm in names}
+    ents = []
+    for rid in ids:
+        for idx in range(base, base + n):
+            e = p4runtime_pb2.Entity()
+            e.register_entry.register_id = rid
+            e.register_entry.index.index = idx
+            ents.append(e)
+    from inswitch.p4rt import bytestrings
+
+    cell = {(ids[e.register_entry.register_id], e.register_entry.index.index): bytestrings.to_int(e.register_entry.data.bitstring) for e in c.read(ents)}
+    chosen = []
+    for idx in range(base, base + n):
+        votes: dict[tuple[int, int, int], int] = {}
+        for j in range(3):
+            vrnd = cell.get((f"paxos_round_{j}", idx), 0) >> 32  # rnd (lo), vrnd (hi)
+            vote = cell.get((f"paxos_vote_{j}", idx), 0)  # instance tag (lo), value (hi)
+            tag, value = vote & 0xFFFFFFFF, int(np.int32(np.uint32(vote >> 32)))
+            if vrnd and tag:
+                votes[(tag - 1, value, vrnd)] = votes.get((tag - 1, value, vrnd), 0) + 1
+        chosen += [k for k, v in votes.items() if v >= 2]
+    return chosen
+
+
+def _kill_at_crashpoint(p: subprocess.Popen[str], out: dict[str, Any], timeout_s: float, client: Any, base: int, n: int) -> None:
+    """The primary Paxos proposer's lines after GO: at `CRASHPOINT` (its last value
+    proposed) SIGKILL it, read what the switch's acceptors hold chosen then (`_acceptors`),
+    and read what it printed before it died (`DECIDED inst value`) to the end. Fills `out`:
+    kill time (monotonic, the clock every process of the host shares), the decisions it
+    saw, the acceptors' choices, its exit status. `client`: a P4Runtime session connected
+    before the kill (the read follows it at once), shared by the crashing tenants' threads."""
+    assert p.stdout is not None
+    decided: list[tuple[int, int]] = []
+    out["decided"] = decided
+    end = time.monotonic() + timeout_s
+    fd = p.stdout.fileno()
+    buf = b""
+    while time.monotonic() < end:
+        if not select.select([fd], [], [], 0.5)[0]:
+            continue
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        buf += chunk
+        *lines, buf = buf.split(b"\n")
+        for line in lines:
+            w = line.decode(errors="replace").split()
+            if w[:1] == ["CRASHPOINT"] and "killed_at" not in out:
+                os.kill(p.pid, signal.SIGKILL)
+                out["killed_at"] = time.monotonic()
+                try:
+                    out["switch_chosen"] = _acceptors(client, base, n)
+                    out["switch_read_at"] = time.monotonic()
+                except Exception as e:  # reported as a violation: the check is incomplete
+                    out["switch_read_error"] = f"the switch's acceptors not read: {' '.join(str(e).split())}"
+            elif w[:1] == ["DECIDED"] and len(w) == 3 and w[2] != "None":
+                decided.append((int(w[1]), int(w[2])))
+    if "killed_at" not in out and p.poll() is None:
+        p.kill()  # never reached its crash point: the run fails (killed_by_signal stays None)
+    try:
+        rc = p.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        rc = None
+    out["returncode"] = rc
+
+
+def _crash_figures(report: dict[str, Any], crash: dict[str, Any], fraction: float | None) -> dict[str, Any]:
+    """The paxos tenant's keys of a crash run, with the safety check on every learner's log
+    (`paxos_safety`): what the dead leader saw chosen must be there unchanged."""
+    killed = crash.get("killed_at")
+    rc = crash.get("returncode")
+    dead = crash.get("decided", [])
+    in_switch = crash.get("switch_chosen", [])
+    found, gap_free = paxos_safety(report["logs"], report["learner_violations"], report["must_deliver"], dead + [(i, v) for i, v, _ in in_switch])
+    if "switch_read_error" in crash:
+        found.append(crash["switch_read_error"])
+
+    def ms(t: float | None) -> float | None:
+        return None if t is None or killed is None else 1e3 * (t - killed)
+
+    return {
+        "took_over": report["detected_at"] is not None,
+        "killed_by_signal": -rc if rc is not None and rc < 0 and "killed_at" in crash else None,
+        "paxos_crash_at": fraction,
+        "values_by_dead_leader": crash.get("values"),
+        "values_by_survivor": len(report["must_deliver"]),
+        "dead_leader_decisions_seen": len(dead),
+        # Read from the switch's acceptors right after the kill: instances a majority had
+        # chosen (each must be delivered unchanged), and how many at the dead leader's
+        # ballot (proposer id 1), however much of it the leader saw.
+        "chosen_in_switch_at_kill": len(in_switch),
+        "chosen_in_switch_by_dead_leader": sum(1 for _, _, b in in_switch if b & 0xFF == 1),
+        "acceptors_read_ms": ms(crash.get("switch_read_at")),
+        "detection_rule": f"no datagram (heartbeat every {HEARTBEAT_S * 1e3:g} ms, votes) from the leader for {DETECT_S * 1e3:g} ms",
+        # From the kill. The leader may have been silent a little before it (a descheduled
+        # process on a loaded machine): the last datagram the backup got, from the kill.
+        "detection_ms": ms(report["detected_at"]),
+        "leader_last_heard_ms": ms(report["last_heard_at"]),
+        "phase1_done_ms": ms(report["leading_at"]),
+        "takeover_ms": ms(report["first_decision_at"]),
+        "survivor_ballot": report["ballot"],
+        "violations": found,
+        "delivered": report["delivered"],
+        "gap_free": gap_free and report["gap_free"],
+    }
+
+
 def run_tenants_real(
     apps: list[str],
     instances: int = 1,
@@ -229,6 +350,7 @@ def run_tenants_real(
     attacker: bool = False,
     attack_during: str = "after",
     pcap: str | None = None,
+    paxos_crash_at: float | None = None,
 ) -> dict[str, Any]:
     """`attack_during`: "after" the tenants' phases (as the model's attack), or during the
     "inaas" phase (released with the tenants; the detector then watches working tenants).
@@ -236,9 +358,12 @@ def run_tenants_real(
     from inswitch.p4rt.client import SwitchClient
     from inswitch.topology import Rack, netns
 
-    check_args(apps, attacker)
+    check_args(apps, attacker, paxos_crash_at)
     if attack_during not in ("after", "inaas"):
         raise ValueError(f"attack_during: {attack_during!r} (after, inaas)")
+    if paxos_crash_at is not None and attacker and attack_during == "inaas":
+        # Both hold a P4Runtime session during the INaaS phase, with one election id.
+        raise RealRunError("a Paxos crash and an attack during the INaaS phase cannot run together")
     sizes = real_sizes(quick)
     names = [a for a in apps for _ in range(instances)]
     regions = schedule(scheduler, names, budget, [a in subscribers for a in names])
@@ -248,8 +373,13 @@ def run_tenants_real(
         u = int(rng.integers(1, 2**31 - 1))
         if u not in uids:
             uids.append(u)
+    # With a Paxos proposer crash: a backup host per paxos tenant (see `real_paxos.py`).
+    crashing = [i for i, a in enumerate(names) if a == "paxos"] if paxos_crash_at is not None else []
+    for i in crashing:
+        if regions[i].lease_us < MAX_LEASE_US:
+            raise RealRunError(f"--paxos-crash-at: scheduler {scheduler} gives paxos a {regions[i].lease_us} µs lease, not held for good: its acceptors would not be in the switch (use --scheduler inaas)")
     rack = Rack()
-    n_hosts = len(names) + 2 + int(attacker)
+    n_hosts = len(names) + 2 + int(attacker) + len(crashing)
     progress(f"rack {name}: {n_hosts} hosts")
     t_run = time.monotonic()
     # Paxos's acceptors are the `inaas_paxos` program (inaas + acceptors; tofino2), which the
@@ -258,10 +388,12 @@ def run_tenants_real(
     st = rack.up(n_hosts, name=name, programs=programs, p4runtime=f"127.0.0.1:{_free_port()}",
                  metrics=f"127.0.0.1:{_free_port()}", fault=f"loss={loss},seed={seed}" if loss > 0 else None, pcap=pcap)
     procs: list[subprocess.Popen[str]] = []
+    crash_client: Any = None  # the P4Runtime session that reads the acceptors at a Paxos kill
     logs = Path(tempfile.mkdtemp(prefix=f"inswitch-{name}-"))
     try:
         gk, hosts, srv = st.hosts[0], st.hosts[1 : 1 + len(names)], st.hosts[-1]
         att_h = st.hosts[1 + len(names)] if attacker else None
+        backup_h = dict(zip(crashing, st.hosts[1 + len(names) + int(attacker) : -1]))
         scaled = [min(MAX_LEASE_US, r.lease_us * LEASE_SCALE) for r in regions]
         # The attacker: a kv tenant of its own (uid, slot after the others', the model's
         # 1000 µs lease and cap, scaled as the others').
@@ -273,6 +405,10 @@ def run_tenants_real(
                 cap = min(MAX_LEASE_US, r.max_lease_us * LEASE_SCALE)
                 for port in (h.port, gk.port):
                     c.insert_entry(tenants_t, {"ig_intr_md.ingress_port": port, "hdr.inaas.uid": uid}, "set_tenant", {"slot": slot, "max_lease_us": cap})
+            for i, bh in backup_h.items():
+                # The backup proposer shares the tenant's uid and slot (and so its leases).
+                c.insert_entry(tenants_t, {"ig_intr_md.ingress_port": bh.port, "hdr.inaas.uid": uids[i]}, "set_tenant",
+                               {"slot": i, "max_lease_us": min(MAX_LEASE_US, regions[i].max_lease_us * LEASE_SCALE)})
             if att_h is not None:
                 for port in (att_h.port, gk.port):
                     c.insert_entry(tenants_t, {"ig_intr_md.ingress_port": port, "hdr.inaas.uid": att_uid}, "set_tenant", {"slot": att_slot, "max_lease_us": att_lease})
@@ -303,6 +439,9 @@ def run_tenants_real(
                     raise RuntimeError(f"server {port} did not start")
                 servers[-1].append(sp)
         tenants: list[tuple[str, subprocess.Popen[str]]] = []
+        primaries: list[tuple[str, subprocess.Popen[str], int, int]] = []
+        crashes: dict[int, dict[str, Any]] = {}
+        killers: list[threading.Thread] = []
         tags: list[str] = []
         counter: dict[str, int] = {}
         for i, (a, h, uid, r, lease) in enumerate(zip(names, hosts, uids, regions, scaled)):
@@ -314,6 +453,15 @@ def run_tenants_real(
                    "region": dataclasses.asdict(r), "sizes": dataclasses.asdict(sizes)}
             tag = f"{a}{inst}"
             tags.append(f"{a}#{inst}")
+            if i in backup_h:
+                # The primary leads and is killed; the backup reports as the tenant.
+                bh, k = backup_h[i], crash_after(sizes.paxos_instances, float(paxos_crash_at or 0))
+                relay_port = 9600 + i
+                pcfg = {**cfg, "paxos_role": "primary", "paxos_peer": [bh.ip, relay_port], "paxos_crash_values": k}
+                primaries.append((tag, start(h, ["-m", "inswitch.apps.inaas.real_tenant", json.dumps(pcfg)], f"{tag}primary"), i, k))
+                cfg = {**cfg, "mac": hexmac(bh.mac), "ifname": bh.ifname, "ip": bh.ip, "paxos_role": "backup", "paxos_relay_port": relay_port,
+                       "paxos_crash_values": k}
+                h = bh
             tenants.append((tag, start(h, ["-m", "inswitch.apps.inaas.real_tenant", json.dumps(cfg)], tag)))
         attack: dict[str, Any] | None = None
         ap: subprocess.Popen[str] | None = None
@@ -336,15 +484,24 @@ def run_tenants_real(
                 caught.append(e)
 
         for phase in ("inaas", "host"):
-            for tag, p in tenants:
+            for tag, p in tenants + ([(f"{t}primary", pp) for t, pp, _, _ in primaries] if phase == "inaas" else []):
                 got = _line(p, 120, f"tenant {tag}", logs / f"{tag}.err")
                 if got != f"READY {phase}":
                     raise RuntimeError(f"tenant {tag} said {got!r}")
             progress(f"{phase} phase: {len(tenants)} tenants")
-            for _, p in tenants:
+            for _, p in tenants + ([(t, pp) for t, pp, _, _ in primaries] if phase == "inaas" else []):
                 assert p.stdin is not None
                 p.stdin.write("GO\n")
                 p.stdin.flush()
+            if phase == "inaas" and primaries:
+                crash_client = SwitchClient(st.switch.p4runtime)
+                for tag, pp, i, k in primaries:
+                    crashes[i] = {"values": k}
+                    # The acceptors' slots the dead leader can have used (its values, and the
+                    # ring's size at most).
+                    n_read = min(regions[i].size, sizes.paxos_instances)
+                    killers.append(threading.Thread(target=_kill_at_crashpoint, args=(pp, crashes[i], limit_s + 30, crash_client, regions[i].base, n_read), daemon=True))
+                    killers[-1].start()
             if phase == "inaas" and ap is not None and attack_during == "inaas":
                 progress("attacker, during the inaas phase")
                 watcher = threading.Thread(target=attack_now, daemon=True)
@@ -355,6 +512,12 @@ def run_tenants_real(
                     raise RuntimeError(f"tenant {tag} said {got!r}")
             if watcher is not None:
                 watcher.join(timeout=90)  # the attack is over before the host-only phase
+            for kt in killers:
+                kt.join(timeout=30)
+            killers = []
+            if crash_client is not None:
+                crash_client.close()
+                crash_client = None
         results = []
         for tag, p in tenants:
             results.append(json.loads(_line(p, 60, f"tenant {tag}", logs / f"{tag}.err")))
@@ -385,6 +548,8 @@ def run_tenants_real(
         gk_out, _ = gk_p.communicate(input="", timeout=30)
         gk_res = json.loads(gk_out.strip().splitlines()[-1])
     finally:
+        if crash_client is not None:
+            crash_client.close()
         for p in procs:
             if p.poll() is None:
                 p.kill()
@@ -402,7 +567,12 @@ def run_tenants_real(
         speed = (inaas / host) if HIGHER_IS_BETTER[a] else (host / inaas)
         fig = {"metric": res["figure"], "inaas": inaas, "host_only": host, "unit": "items/us" if HIGHER_IS_BETTER[a] else "us",
                "speedup": speed, "wrong_results": res["wrong"], "finished": res["finished"], "correct": res["wrong"] == 0 and res["finished"]}
-        fig.update(res.get("extra", {}))
+        extra = dict(res.get("extra", {}))
+        report = extra.pop("paxos_crash", None)
+        fig.update(extra)
+        if report is not None:
+            fig.update(_crash_figures(report, crashes.get(len(out_apps), {}), paxos_crash_at))
+            fig["correct"] = fig["correct"] and not fig["violations"] and fig["took_over"] and fig["killed_by_signal"] == signal.SIGKILL
         fig["client"] = {**res["client"], "server_answered": served[len(out_apps)]}
         fig["wall_s"] = res["wall_s"]
         lp = res.get("latency_percentiles") or {}

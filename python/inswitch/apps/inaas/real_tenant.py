@@ -67,9 +67,18 @@ class _Raw:
 
     # Paxos: the proposer and learners in this process (`_native.InaasPaxosHosts`, the
     # hosts of `hostlib::inaas::paxos_run::PaxosGroup`), the acceptors in the switch.
+    # With a proposer crash (`--paxos-crash-at`, `real_paxos.py`) the role decides: the
+    # "primary" leads with its learners in the backup's process (votes out, acknowledgements
+    # in, over UDP through the switch), the "backup" holds the learners and waits.
     def paxos_start(self, t: int, base: int, slots: int, learners: int = 3) -> None:
         s = self.svc
-        s.paxos = _native.InaasPaxosHosts(s.uid, s.mac, s.gk_mac, base, slots, s.now_us, s.rto_us, learners)
+        role = s.cfg.get("paxos_role")
+        if role == "primary":
+            s.paxos = _native.InaasPaxosHosts(s.uid, s.mac, s.gk_mac, base, slots, s.now_us, s.rto_us, learners=0, proposer_id=1)
+        elif role == "backup":
+            s.paxos = _native.InaasPaxosHosts(s.uid, s.mac, s.gk_mac, base, slots, s.now_us, s.rto_us, learners, proposer_id=2, lead=False)
+        else:
+            s.paxos = _native.InaasPaxosHosts(s.uid, s.mac, s.gk_mac, base, slots, s.now_us, s.rto_us, learners)
         self.paxos_step(t)
 
     def paxos_propose(self, t: int, value: int) -> None:
@@ -87,6 +96,8 @@ class _Raw:
             except (BlockingIOError, OSError):
                 pass  # lost: the proposer retransmits
         s.stats["paxos_frames_sent"] += len(frames)
+        if s.relay is not None:
+            s.relay_out()
         return list(decided)
 
     def paxos_logs(self, t: int) -> tuple[list[list[int]], list[str]]:
@@ -118,6 +129,20 @@ class RealService:
         _big_rcvbuf(self.udp)
         self.udp.bind((cfg["ip"], 0))
         self.udp.setblocking(False)
+        # The Paxos relay between a crashing leader and its backup (`real_paxos.py`).
+        self.relay: socket.socket | None = None
+        self.relay_peer: tuple[str, int] | None = None
+        self.relay_heard = time.monotonic()
+        self.relay_sent = 0.0
+        self.remote_delivered = [0, 0, 0]
+        role = cfg.get("paxos_role")
+        if role is not None:
+            self.relay = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            _big_rcvbuf(self.relay)
+            self.relay.bind((cfg["ip"], int(cfg["paxos_relay_port"]) if role == "backup" else 0))
+            self.relay.setblocking(False)
+            if role == "primary":
+                self.relay_peer = (cfg["paxos_peer"][0], int(cfg["paxos_peer"][1]))
         self.t0 = time.monotonic()
         self.raw = _Raw(self)
         self.members = 0
@@ -127,7 +152,8 @@ class RealService:
         self.done: dict[int, list[tuple]] = {}
         self.bl_done: dict[int, list[tuple[int, bytes]]] = {}
         self.stats = {"sent": 0, "retransmitted": 0, "gave_up": 0, "via_goalkeeper": 0, "completed": 0, "foreign_frames": 0,
-                      "baseline_sent": 0, "baseline_received": 0, "paxos_frames_sent": 0, "paxos_frames_received": 0}
+                      "baseline_sent": 0, "baseline_received": 0, "paxos_frames_sent": 0, "paxos_frames_received": 0,
+                      "relay_sent": 0, "relay_received": 0}
 
     # ---- time ------------------------------------------------------------------------
     @property
@@ -196,12 +222,71 @@ class RealService:
 
     # ---- the network ---------------------------------------------------------------------
     def poll(self, timeout_s: float) -> None:
-        r, _, _ = select.select([self.raw_sock, self.udp], [], [], timeout_s)
+        socks = [self.raw_sock, self.udp] + ([self.relay] if self.relay is not None else [])
+        r, _, _ = select.select(socks, [], [], timeout_s)
         if self.raw_sock in r:
             self._drain_raw()
         if self.udp in r:
             self._drain_udp()
+        if self.relay is not None and self.relay in r:
+            self._drain_relay()
         self._retransmit()
+
+    # ---- the Paxos relay (only with `--paxos-crash-at`) ---------------------------------
+    # Datagrams: b"V" + learner + votes (17 bytes each, `hostlib::inaas::paxos::Vote`), the
+    # leader's votes for one learner; b"H", the leader's heartbeat; b"A" + 3 × u64, the
+    # learners' delivered prefixes (their acknowledgements). All cross the switch (and its
+    # loss) as any other frame.
+    RELAY_EVERY_S = 0.005
+    VOTES_PER_DATAGRAM = 80
+
+    def _drain_relay(self) -> None:
+        assert self.relay is not None
+        while True:
+            try:
+                p, addr = self.relay.recvfrom(65536)
+            except (BlockingIOError, InterruptedError):
+                return
+            self.stats["relay_received"] += 1
+            if self.cfg["paxos_role"] == "backup":
+                # Anything from the leader is a sign of life (the backup's detector).
+                self.relay_heard = time.monotonic()
+                self.relay_peer = addr
+                if p[:1] == b"V" and len(p) >= 2 and self.paxos is not None:
+                    self.paxos.on_votes(p[1], p[2:])
+            elif p[:1] == b"A" and len(p) == 1 + 24 and self.paxos is not None:
+                got = [int.from_bytes(p[1 + 8 * k : 9 + 8 * k], "little") for k in range(3)]
+                self.remote_delivered = [max(a, b) for a, b in zip(self.remote_delivered, got)]
+                self.paxos.set_floor(min(self.remote_delivered), self.now_us)
+
+    def _relay_send(self, p: bytes) -> None:
+        assert self.relay is not None and self.relay_peer is not None
+        try:
+            self.relay.sendto(p, self.relay_peer)
+            self.stats["relay_sent"] += 1
+        except (BlockingIOError, OSError):
+            pass  # lost: votes are resent until acknowledged, heartbeats and acks repeat
+
+    def relay_out(self) -> None:
+        """The leader: its new votes to each learner (one datagram per learner, so a loss
+        hits one learner), a heartbeat every `RELAY_EVERY_S`. The backup: its learners'
+        acknowledgements as often, once it knows the leader's address."""
+        assert self.paxos is not None
+        now = time.monotonic()
+        due = now - self.relay_sent >= self.RELAY_EVERY_S
+        if self.cfg["paxos_role"] == "primary":
+            votes = self.paxos.take_votes()
+            step = 17 * self.VOTES_PER_DATAGRAM
+            for k in range(0, len(votes), step):
+                for learner in range(3):
+                    self._relay_send(b"V" + bytes([learner]) + votes[k : k + step])
+            if due:
+                self._relay_send(b"H")
+                self.relay_sent = now
+        elif due and self.relay_peer is not None and self.paxos.ballot == 0:  # until it took over
+            d = self.paxos.delivered()
+            self._relay_send(b"A" + b"".join(int(x).to_bytes(8, "little") for x in d))
+            self.relay_sent = now
 
     def _drain_raw(self) -> None:
         while True:
@@ -300,7 +385,12 @@ def main(cfg: dict[str, Any]) -> dict[str, Any]:
     region = Region(**cfg["region"])
     sizes = Sizes(**cfg["sizes"])
     rng = np.random.default_rng([int(cfg["seed"]), int(cfg["index"])])
-    app = APPS[cfg["app"]](svc, region, int(cfg["inst"]), sizes, rng)  # type: ignore[arg-type]
+    cls = APPS[cfg["app"]]
+    if cfg.get("paxos_role") is not None:
+        from inswitch.apps.inaas.real_paxos import PaxosBackup, PaxosPrimary
+
+        cls = PaxosPrimary if cfg["paxos_role"] == "primary" else PaxosBackup
+    app = cls(svc, region, int(cfg["inst"]), sizes, rng)  # type: ignore[arg-type]
     app.BL_RTO_US = int(cfg["bl_rto_us"])  # type: ignore[misc]
     svc.warm_up()
     app.setup()

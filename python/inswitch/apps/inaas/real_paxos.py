@@ -1,0 +1,178 @@
+"""The Paxos tenant with a proposer crash on real processes (`tenants run --real
+--paxos-crash-at X`).
+
+Two processes of the paxos tenant on two rack hosts share its uid and tenant slot (the
+controller registers the uid on both hosts' ports, as members of one tenant share it in the
+model's `add_member`):
+
+- the primary (`PaxosPrimary`) takes the acceptors' leases, leads with ballot 1·256+1
+  (`hostlib::inaas::paxos::Proposer`, id 1) and proposes the first `X·N` values; its
+  learners are in the backup's process, so it relays every vote there (UDP through the
+  switch, one datagram per learner) and takes the learners' acknowledgements back (its
+  floor); it heartbeats every 5 ms. Once it has proposed its last value it prints
+  `CRASHPOINT`, and the runner SIGKILLs it there, with values in flight. It prints every
+  decision it saw (`DECIDED inst value`), which the runner keeps: what the dead leader saw
+  chosen by a majority must be in every learner's log, unchanged.
+- the backup (`PaxosBackup`) holds the three learners (`hostlib::inaas::paxos::Learner`)
+  and a silent proposer (id 2). Detection: no datagram from the leader (heartbeat, votes)
+  for `DETECT_S` (the in-process model's 2 000 µs detection × the real run's time scale, 100
+  ms: 20 heartbeats in a row lost or late). Then it takes over: phase 1 on the switch's
+  acceptors over the window above its learners' delivered prefix, with a round above every
+  ballot its learners saw (a refusal raises it again), re-proposes what a majority may have
+  chosen (no-ops for holes), and proposes the remaining values at their schedule (those
+  whose time passed at once). It then runs the host-only phase as the tenant.
+
+`paxos_safety` (in `adapters.py`, shared with the model's runs) is the checker.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from inswitch.apps.inaas.adapters import PaxosApp, paxos_safety
+
+#: Silence from the leader that makes the backup take over (wall seconds).
+DETECT_S = 0.1
+#: The leader's heartbeat period (wall seconds; `RealService.RELAY_EVERY_S`).
+HEARTBEAT_S = 0.005
+
+
+def _until(app: PaxosApp, done: Any, what: str, limit_s: float = 30.0) -> None:
+    """Run the tenant's Paxos hosts (relay included) until `done()`. Before the timed phase,
+    each process waits to hear the other: the first datagram to a host resolves its address
+    (ARP) through the switch, and with the switch's loss a lost ARP request costs a second,
+    which would otherwise fall in the timed phase and look like a dead leader."""
+    end = time.monotonic() + limit_s
+    while not done():
+        if time.monotonic() > end:
+            raise SystemExit(f"paxos crash run: {what} within {limit_s:.0f} s")
+        app.svc.raw.paxos_step(app.t)
+        app.svc.run_for(1)
+
+
+def crash_after(values: int, fraction: float) -> int:
+    """Values the primary proposes before it is killed: at least one, at most all but one."""
+    return min(values - 1, max(1, round(fraction * values)))
+
+
+class PaxosPrimary(PaxosApp):
+    """The leader that gets killed (see the module's docstring)."""
+
+    def setup(self) -> None:
+        super().setup()
+        if not self.in_switch:
+            raise SystemExit("paxos crash run: the acceptors are not in the switch (the tenant's leases are not held for good)")
+        self.crash_after = int(self.svc.cfg["paxos_crash_values"])  # type: ignore[attr-defined]
+        # Heartbeats until the backup answers: the relay's path works both ways before
+        # anything is timed.
+        _until(self, lambda: self.svc.stats["relay_received"] > 0, "no acknowledgement from the backup")  # type: ignore[attr-defined]
+
+    def step(self) -> None:
+        if not self.switch_phase:
+            super().step()
+            return
+        svc, now = self.svc, self.svc.now_us
+        while self.next < self.crash_after and self.start_us + self.next * self.sz.paxos_gap_us <= now:
+            svc.raw.paxos_propose(self.t, self.values[self.next])
+            self.next += 1
+            if self.next == self.crash_after:
+                print("CRASHPOINT", flush=True)
+        for inst, _ in svc.raw.paxos_step(self.t):
+            print(f"DECIDED {inst} {svc.paxos.decided_value(inst)}", flush=True)  # type: ignore[attr-defined]
+
+    def finished(self) -> bool:
+        # It leads until it is killed.
+        return not self.switch_phase and super().finished()
+
+
+class PaxosBackup(PaxosApp):
+    """The learners and the proposer that takes over (see the module's docstring)."""
+
+    def setup(self) -> None:
+        # As `PaxosApp.setup` (the same values: the same seed and index), but no lease is
+        # taken: the primary holds them for the tenant, and a second taking would clear the
+        # acceptors' state under a running leader.
+        self.t = self.tenant("paxos")
+        self.servers = [self.svc.raw.add_server(self.sz.server_us) for _ in range(self.ACCEPTORS)]
+        self.values = [int(self.rng.integers(1, 2**31 - 2)) for _ in range(self.sz.paxos_instances)]
+        self.base, self.size = self.cells()
+        self.in_switch = True
+        self.crash_after = int(self.svc.cfg["paxos_crash_values"])  # type: ignore[attr-defined]
+        self.svc.raw.paxos_start(self.t, self.base, self.size)
+        # The leader's heartbeats reach us, then our acknowledgements reach it for a while
+        # (it waits for one): the relay's path works both ways before anything is timed.
+        _until(self, lambda: self.svc.relay_peer is not None, "no heartbeat from the leader")  # type: ignore[attr-defined]
+        end = time.monotonic() + 0.1
+        _until(self, lambda: time.monotonic() > end, "")
+        self.detected_at: float | None = None
+        self.last_heard_at: float | None = None
+        self.leading_at: float | None = None
+        self.first_decision_at: float | None = None
+        self.ballot = 0
+        self.report: dict[str, Any] = {}
+
+    def begin(self, phase: str) -> None:
+        super().begin(phase)
+        if self.switch_phase:
+            # The survivor's values only; the detector is armed from now.
+            self.next = self.crash_after
+            self.index = {v: i for i, v in enumerate(self.values)}
+            self.svc.relay_heard = time.monotonic()  # type: ignore[attr-defined]
+
+    def step(self) -> None:
+        if not self.switch_phase:
+            super().step()
+            return
+        svc = self.svc
+        decided = svc.raw.paxos_step(self.t)
+        if self.detected_at is None:
+            if time.monotonic() - svc.relay_heard <= DETECT_S:  # type: ignore[attr-defined]
+                return
+            self.detected_at = time.monotonic()
+            self.last_heard_at = svc.relay_heard  # type: ignore[attr-defined]
+            self.ballot = svc.paxos.take_over(svc.now_us)  # type: ignore[attr-defined]
+            decided += svc.raw.paxos_step(self.t)  # phase 1 out now
+        now = svc.now_us
+        while self.next < len(self.values) and self.start_us + self.next * self.sz.paxos_gap_us <= now:
+            self.start[self.next] = now
+            svc.raw.paxos_propose(self.t, self.values[self.next])
+            self.next += 1
+        if self.leading_at is None and svc.paxos.leading:  # type: ignore[attr-defined]
+            self.leading_at = time.monotonic()
+        for inst, _ in decided:
+            if self.first_decision_at is None:
+                self.first_decision_at = time.monotonic()
+            i = self.index.get(svc.paxos.decided_value(inst))  # type: ignore[attr-defined]
+            if i is not None and i in self.start:
+                self.lat.append(now - self.start.pop(i))
+
+    def finished(self) -> bool:
+        if not self.switch_phase:
+            return super().finished()
+        if self.detected_at is None or self.next < len(self.values) or self.start:
+            return False
+        logs, _ = self.svc.raw.paxos_logs(self.t)
+        need = set(self.values[self.crash_after :])
+        return all(need <= set(log) for log in logs)
+
+    def check(self) -> None:
+        logs, violations = self.svc.raw.paxos_logs(self.t)
+        found, gap_free = paxos_safety(logs, violations, self.values[self.crash_after :])
+        self.wrong += len(found)
+        p = self.svc.paxos  # type: ignore[attr-defined]
+        self.report = {
+            "logs": [list(x) for x in logs],
+            "learner_violations": list(violations),
+            "must_deliver": self.values[self.crash_after :],
+            "gap_free": gap_free and p.gap_free(),
+            "delivered": list(p.delivered()),
+            "ballot": self.ballot,
+            "detected_at": self.detected_at,
+            "last_heard_at": self.last_heard_at,
+            "leading_at": self.leading_at,
+            "first_decision_at": self.first_decision_at,
+        }
+
+    def extra(self) -> dict[str, Any]:
+        return {"acceptors_in_switch": True, "paxos_crash": self.report}
