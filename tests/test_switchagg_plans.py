@@ -85,3 +85,27 @@ def test_child_ids_beyond_the_programs_children_are_refused() -> None:
         plan_two_level(tors, "spine1", {"leaf1": 0, "leaf2": 1}, n_mappers=254)
     with pytest.raises(ValueError, match="below 256"):
         plan_path([("s1", 1), ("s2", -1)], {1: 0}, mapper_ports=list(range(255)), back={"s2": 0})
+
+
+def test_region_slots_match_the_program_as_built() -> None:
+    """`switchagg-hops` computes C from the program's memories split into regions; the
+    memories' words come from the program's own resource report."""
+    import json
+
+    from inswitch import _native
+    from inswitch.experiments.switchagg import region_slots
+
+    mems = {m["name"]: m["words"] for m in json.loads(_native.resources_json(["switchagg"], "switchagg-fpga"))["memories"]}
+    for g in range(8):
+        for regions in (1, 2, 255):
+            want = 4 * (mems[f"switchagg.fpe{g}"] // regions + mems[f"switchagg.bpe{g}"] // regions)
+            assert region_slots(g, regions) == want, (g, regions)
+
+
+def test_experiment_program_choice_is_checked_before_anything_runs() -> None:
+    import subprocess
+    import sys
+
+    cp = subprocess.run([sys.executable, "-m", "inswitch", "experiment", "daiet-two-level", "--program", "daiet", "--quick",
+                         "--out", "/tmp"], capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 2 and "takes no --program" in cp.stdout + cp.stderr

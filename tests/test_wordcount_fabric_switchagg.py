@@ -116,3 +116,38 @@ def test_switchagg_tree_along_a_path_of_three_switches(tmp_path) -> None:
     assert sw["s3"]["pair_bytes_out"] == sum(int(x["bytes"]) - HDR * int(x["packets"]) for x in r["per_reducer"])
     assert 0 < sw["s1"]["byte_reduction"] < 1
     assert r["reducer_pairs"] == doc["distinct_words"]
+
+
+@pytest.mark.slow  # ~40 s: a fabric, a job, a switch killed and restarted
+def test_two_level_switchagg_exact_when_a_leaf_is_killed_mid_job() -> None:
+    """kill -9 of a leaf with mappers while they send: the fabric's supervisor restarts it,
+    the job puts its switchagg trees (registers empty) and its path back; a mapper the dead
+    leaf had acknowledged anything of finds a gap there, stalls, and the reducers fall back.
+    The counts are exactly the Counter's either way, and the run says which."""
+    import signal
+    import threading
+
+    from inswitch.topology.fabric.fabric import FabricState
+
+    spec = JobSpec(zipf=1.0, words=300_000, vocab=30_000, seed=4, mappers=4, reducers=2, timeout_s=90,
+                   program="switchagg", fabric=SPEC, rack=f"sf{process_tag()[-3:]}k")
+    killed: list[int] = []
+
+    def progress(msg: str) -> None:
+        if msg.startswith("switch:") and "mappers running" in msg and not killed:
+            st = FabricState.load(spec.rack)
+            assert st is not None
+            leaf = next(s for s in st.switches if s.plan.name == "leaf1")
+            killed.append(leaf.pid)
+            # switchagg's job sends for ~1.2 s after this: 0.9 s is mid-stream.
+            threading.Timer(0.9, os.kill, (leaf.pid, signal.SIGKILL)).start()
+
+    doc = run(spec, ["switch"], progress)
+    assert killed
+    assert not netns.leftovers(f"{spec.rack}-")
+    r = doc["runs"]["switch"]
+    assert doc["correct"], r["wrong_examples"]
+    assert [x["switch"] for x in r["switch_restarts"]] == ["leaf1"]
+    assert r["fallback"] == ("fell back" in r["restart_note"])
+    assert doc["switches"]["leaf1"]["restarted"] is True and doc["switches"]["leaf1"]["pair_bytes_in"] is None
+    assert not any("putting the job's trees and path back" in n for n in doc["notes"]), doc["notes"]

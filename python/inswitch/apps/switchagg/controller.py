@@ -45,11 +45,16 @@ class Tree:
     up_child: int = 0
 
 
-def configure(client: SwitchClient, trees: Sequence[Tree], child_ports: Iterable[int]) -> None:
+def configure(client: SwitchClient, trees: Sequence[Tree], child_ports: Iterable[int], regions: int | None = None) -> None:
     """Install `trees` (memory split evenly among them, in order), the ACK sessions of
-    `child_ports` and the flush session, and reset the job registers."""
+    `child_ports` and the flush session, and reset the job registers. `regions`: split every
+    engine memory into that many equal regions instead (the trees take the first ones; each
+    tree then has 1/regions of the memory: less memory for capacity experiments)."""
     if not trees or len(trees) > 255:
         raise ValueError("1..255 trees")
+    regions = len(trees) if regions is None else regions
+    if not len(trees) <= regions <= 255:
+        raise ValueError(f"regions {regions}: at least the {len(trees)} trees, at most 255 (an 8-bit field)")
     for i, t in enumerate(trees):
         if t.op not in OPS:
             raise ValueError(f"operation {t.op!r}: one of {', '.join(OPS)}")
@@ -57,7 +62,7 @@ def configure(client: SwitchClient, trees: Sequence[Tree], child_ports: Iterable
             "switchagg.tree_config",
             {"tree_id": t.tree_id},
             "switchagg.set_tree",
-            {"parent_port": t.parent_port, "children": t.children, "op": OPS[t.op], "region": i, "regions": len(trees), "up_child": t.up_child},
+            {"parent_port": t.parent_port, "children": t.children, "op": OPS[t.op], "region": i, "regions": regions, "up_child": t.up_child},
         )
     for p in child_ports:
         if not 0 <= p < 1024 - ACK_SESSION_BASE:
@@ -86,6 +91,8 @@ class SwitchPlan:
 
     trees: list[Tree]
     child_ports: list[int]
+    #: Memory regions the engines are split into (`configure`); None: one per tree.
+    regions: int | None = None
 
     @property
     def parent_ports(self) -> list[int]:
@@ -193,11 +200,12 @@ def install(address: str, plan: SwitchPlan, device_id: int = 1, election_id: tup
         for t in plan.trees:
             if t.tree_id in old:
                 c.delete_entry("switchagg.tree_config", {"tree_id": t.tree_id})
-        configure(c, plan.trees, plan.child_ports)
+        configure(c, plan.trees, plan.child_ports, plan.regions)
         got = {next(iter(e["match"].values())): e for e in c.read_entries("switchagg.tree_config")}
         for i, t in enumerate(plan.trees):
             e = got.get(t.tree_id)
-            if e is None or e["action"].rsplit(".", 1)[-1] != "set_tree" or e["params"] != _params(t, i, len(plan.trees)):
+            want = _params(t, i, plan.regions or len(plan.trees))
+            if e is None or e["action"].rsplit(".", 1)[-1] != "set_tree" or e["params"] != want:
                 raise RuntimeError(f"switch {address}: switchagg tree {t.tree_id} not installed as written: {e}")
         want = {ACK_SESSION_BASE + p: [(p, ACK_RID)] for p in plan.child_ports}
         for sid, replicas in want.items():
@@ -209,4 +217,5 @@ def install(address: str, plan: SwitchPlan, device_id: int = 1, election_id: tup
             if any(v for _, v in c.read_register(r)):
                 raise RuntimeError(f"switch {address}: {r} not reset")
     return {"address": address, "trees": [t.tree_id for t in plan.trees], "child_ports": list(plan.child_ports),
+            "regions": plan.regions or len(plan.trees),
             "up_child": {t.tree_id: t.up_child for t in plan.trees}, "clone_sessions": len(plan.child_ports) + 1}

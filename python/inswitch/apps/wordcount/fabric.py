@@ -170,7 +170,7 @@ def plan_trees(lay: FabricLayout, tree_ids: list[int], op: str, cells: int = agg
     return {k: v for k, v in plan.items() if v}
 
 
-def plan_switchagg_trees(lay: FabricLayout, tree_ids: list[int], op: str) -> dict[str, Any]:
+def plan_switchagg_trees(lay: FabricLayout, tree_ids: list[int], op: str, regions: int | None = None) -> dict[str, Any]:
     """The same trees for the `switchagg` program (`apps.switchagg.controller.plan_path` /
     `plan_two_level`: child ids and `up_child` per level); records each switch's child and
     parent ports as `plan_trees` does. Returns switch name -> its `SwitchPlan`."""
@@ -187,6 +187,8 @@ def plan_switchagg_trees(lay: FabricLayout, tree_ids: list[int], op: str) -> dic
         for t, r in reducers.items():
             by[r.switch].reducers[t] = r.port
         plan = sagg.plan_two_level(tors, lay.agg, lay.downlinks, len(lay.mappers), op=op)
+    for sp in plan.values():
+        sp.regions = regions
     lay.ports = {name: (list(sp.child_ports), sp.parent_ports) for name, sp in plan.items()}
     return plan
 

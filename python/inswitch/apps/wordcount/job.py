@@ -84,6 +84,9 @@ class JobSpec:
     #: On a fabric: register cells (per slice) each tree may use on each switch; None: the
     #: switch's cells shared evenly by the trees. Less memory for the capacity experiments.
     tree_cells: int | None = None
+    #: On a fabric with --program switchagg: split every engine memory into this many equal
+    #: regions, each tree taking one (1/N of the memory); None: one region per tree.
+    switchagg_regions: int | None = None
     #: The switch's fault injection as `--fault` takes it (`loss=P,dup=P,reorder=P,seed=N`);
     #: replaces the loss-only fault `loss` makes.
     fault: str | None = None
@@ -111,6 +114,9 @@ class JobSpec:
             raise JobError("--loss must be in [0, 1)")
         if self.op != "sum":
             raise JobError("WordCount sums counts: op must be sum")
+        if self.switchagg_regions is not None and (self.program != "switchagg" or self.fabric is None
+                                                   or not self.reducers <= self.switchagg_regions <= 255):
+            raise JobError("switchagg_regions: --program switchagg on a fabric, at least one region per reducer, at most 255")
         if self.fabric is not None and self.pcap:
             raise JobError("--pcap captures one switch's ports: not with --fabric")
 
@@ -362,7 +368,7 @@ def _install_fabric_trees(env: Env, spec: JobSpec, tree_ids: list[int], progress
 
     if spec.program == "switchagg":
         try:
-            plan = wf.plan_switchagg_trees(env.layout, tree_ids, spec.op)
+            plan = wf.plan_switchagg_trees(env.layout, tree_ids, spec.op, regions=spec.switchagg_regions)
         except ValueError as e:
             raise JobError(f"switchagg trees: {e}") from None
     else:
