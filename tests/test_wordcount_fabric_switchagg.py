@@ -118,7 +118,7 @@ def test_switchagg_tree_along_a_path_of_three_switches(tmp_path) -> None:
     assert r["reducer_pairs"] == doc["distinct_words"]
 
 
-@pytest.mark.slow  # ~40 s: a fabric, a job, a switch killed and restarted
+@pytest.mark.slow  # ~15-40 s: a fabric, a job, a switch killed and restarted (the wait for its restart)
 def test_two_level_switchagg_exact_when_a_leaf_is_killed_mid_job() -> None:
     """kill -9 of a leaf with mappers while they send: the fabric's supervisor restarts it,
     the job puts its switchagg trees (registers empty) and its path back; a mapper the dead

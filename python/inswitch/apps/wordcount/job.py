@@ -87,6 +87,10 @@ class JobSpec:
     #: On a fabric with --program switchagg: split every engine memory into this many equal
     #: regions, each tree taking one (1/N of the memory); None: one region per tree.
     switchagg_regions: int | None = None
+    #: Each mapper sends its combined pairs in a random order of its own (seeded) instead of
+    #: the vocabulary's, which is the same in every mapper (capacity experiments: formula (3)
+    #: assumes keys arriving in no particular order).
+    shuffle_pairs: bool = False
     #: The switch's fault injection as `--fault` takes it (`loss=P,dup=P,reorder=P,seed=N`);
     #: replaces the loss-only fault `loss` makes.
     fault: str | None = None
@@ -595,7 +599,9 @@ def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir:
         for i in range(M):
             mappers.append(_spawn(env, env.mappers[i], {**common, "role": "map", "mapper_id": i, "bind": mapper_addrs[i],
                                                         "reducers": R, "reducer_addrs": reducer_addrs, "tree_ids": tree_ids,
-                                                        "input": inputs[i], "combiner": spec.combiner}, workdir, f"{mode}-m{i}"))
+                                                        "input": inputs[i], "combiner": spec.combiner,
+                                                        **({"shuffle": True, "shuffle_seed": spec.seed} if spec.shuffle_pairs else {})},
+                                  workdir, f"{mode}-m{i}"))
         limit = spec.timeout_s + 30
         mstats = []
         for i, p in enumerate(mappers):
