@@ -27,8 +27,8 @@ SPEC = "leaf-spine:3,1,2"
 HDR = 14  # the SwitchAgg header (`wire::switchagg::HEADER_LEN`), in every packet's UDP payload
 
 
-def _spec(loss: float, suffix: str) -> JobSpec:
-    return JobSpec(zipf=1.1, words=20_000, vocab=2_000, seed=3, mappers=4, reducers=2, loss=loss, timeout_s=60,
+def _spec(loss: float, suffix: str, words: int = 20_000, vocab: int = 2_000) -> JobSpec:
+    return JobSpec(zipf=1.1, words=words, vocab=vocab, seed=3, mappers=4, reducers=2, loss=loss, timeout_s=60,
                    program="switchagg", fabric=SPEC, rack=f"sf{process_tag()[-3:]}{suffix}")
 
 
@@ -85,7 +85,9 @@ def test_two_level_switchagg_exact_under_loss_on_every_link() -> None:
     repaired by the mappers' Go-Back-N; a loss between switches is a gap in a switch's
     numbered stream, the parent never completes, and the reducers fall back after their
     grace period. Exact either way, and the result says which."""
-    spec = _spec(0.02, "b")
+    # ~60 packets per mapper (SwitchAgg's short pairs fill fewer packets than DAIET's), so
+    # 2 % loss on the mappers' links is all but sure to make some mapper resend.
+    spec = _spec(0.02, "b", words=60_000, vocab=8_000)
     doc = run(spec, ["switch"])
     assert not netns.leftovers(f"{spec.rack}-")
     r = doc["runs"]["switch"]
