@@ -80,8 +80,7 @@ def configure(client: SwitchClient, trees: Sequence[Tree], child_ports: Iterable
 # `up_child` its parent was told. So the switches' ids follow the mappers' (mappers + i, one
 # per switch, unique over the whole plan, hence at every parent), and the switch whose
 # parent is the reducer reports as SWITCH_CHILD_MIN: the end hosts' protocol takes only
-# that as the switch's numbered stream (docs/switchagg.md). As the in-memory two-level
-# harness (`crates/programs/src/switchagg/harness.rs`) does.
+# that as the switch's numbered stream (docs/switchagg.md).
 
 
 @dataclass
