@@ -109,3 +109,23 @@ def test_experiment_program_choice_is_checked_before_anything_runs() -> None:
     cp = subprocess.run([sys.executable, "-m", "inswitch", "experiment", "daiet-two-level", "--program", "daiet", "--quick",
                          "--out", "/tmp"], capture_output=True, text=True, timeout=60)
     assert cp.returncode == 2 and "takes no --program" in cp.stdout + cp.stderr
+
+
+def test_per_switch_reports_switchagg_in_bytes_and_no_pair_counts() -> None:
+    """SwitchAgg's pairs have variable length: `per_switch` gives frames, bytes and the pairs'
+    bytes (56 bytes of headers off each frame) and leaves pair counts out (None)."""
+    from inswitch.apps.wordcount.fabric import FabricLayout, per_switch
+
+    lay = FabricLayout(mappers=[], reducers=[], agg="", uplinks={}, downlinks={}, path=[("s1", -1)])
+    lay.ports = {"s1": ([0, 1], [2])}
+    before = {"s1": {0: {"rx_packets": 5, "rx_bytes": 500}, 2: {"tx_packets": 1, "tx_bytes": 60}}}
+    # children: 3 + 2 frames carrying 100 + 40 bytes of pairs; parent: 2 frames, 70 bytes of pairs
+    after = {"s1": {0: {"rx_packets": 8, "rx_bytes": 500 + 3 * 56 + 100}, 1: {"rx_packets": 2, "rx_bytes": 2 * 56 + 40},
+                    2: {"tx_packets": 3, "tx_bytes": 60 + 2 * 56 + 70}}}
+    s = per_switch(lay, before, after, program="switchagg")["s1"]
+    assert s["pairs_in"] is None and s["pairs_out"] is None and s["reduction"] is None
+    assert (s["frames_in"], s["pair_bytes_in"], s["frames_out"], s["pair_bytes_out"]) == (5, 140, 2, 70)
+    assert s["bytes_in"] == 5 * 56 + 140 and s["bytes_out"] == 2 * 56 + 70
+    assert s["byte_reduction"] == 0.5
+    d = per_switch(lay, before, after)["s1"]  # daiet: pairs from 20-byte pairs, as before
+    assert d["pairs_in"] == 7 and "pair_bytes_in" not in d
