@@ -691,7 +691,7 @@ def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir:
                        "a gap in a switch's numbered stream): the hosts aggregated instead")
     if restarts:
         res["switch_restarts"] = restarts
-        res["restart_note"] = restart_note(restarts, wall0, wall1)
+        res["restart_note"] = restart_note(restarts, wall0, wall1, fallback=res["fallback"])
         if env.fabric_state is not None and res["fallback"]:
             res["restart_note"] += ("; the restarted switch came back with its trees empty: the mappers under it stalled and the "
                                     "reducers fell back to host-side aggregation (RESEND, then BYPASS through every switch)")
@@ -719,7 +719,7 @@ def switch_restarts(env: Env, since: float) -> list[dict[str, Any]]:
     return restarts.wait_back(Path(st.state_dir) / "state.json", since, timeout=30.0, expect=dead)
 
 
-def restart_note(restarts: list[dict[str, Any]], started: float, ended: float) -> str:
+def restart_note(restarts: list[dict[str, Any]], started: float, ended: float, fallback: bool | None = None) -> str:
     """What happened, in one line: when the switch died, when it forwarded again, and how
     long after that the job ended."""
     parts = []
@@ -728,7 +728,8 @@ def restart_note(restarts: list[dict[str, Any]], started: float, ended: float) -
         parts.append(f"{'switch ' + str(r['switch']) if r.get('switch') else 'the switch'} died ({r['exit']}) {r['died_at'] - started:.1f} s into the run and "
                      + (f"was restarted and forwarding again {r['recovery_s']:.1f} s later (generation {r['generation']}); "
                         + (f"the job ended {ended - float(back):.1f} s after that" if ended >= float(back)
-                           else f"the job had ended {float(back) - ended:.1f} s before that, on host-side aggregation")
+                           else f"the job had ended {float(back) - ended:.1f} s before that"
+                           + ("" if fallback is False else ", on host-side aggregation"))
                         if back else "did not come back"))
     return "; ".join(parts)
 
