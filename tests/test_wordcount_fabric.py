@@ -114,17 +114,26 @@ def test_daiet_two_level_quick(tmp_path) -> None:
     assert 0 < doc["leaf_reduction"] < 1 and 0 < doc["one_switch"]["reduction"] < 1
 
 
-@pytest.mark.slow  # ~75 s (six fabrics); test_tree_along_a_path_of_three_switches_accounts_every_hop covers the path
+@pytest.mark.slow  # ~45 s (six fabrics); test_switchagg_tree_along_a_path_of_three_switches covers the path
 def test_switchagg_hops_quick(tmp_path) -> None:
+    """The default aggregation node is the switchagg program (SwitchAgg's theorem), its tree
+    given 1/255 of the engines; the key variety is beyond that memory."""
     from inswitch.experiments.switchagg import formula3
 
     doc = _experiment("switchagg-hops", tmp_path)
     assert doc["all_correct"] is True
+    assert doc["program"] == "switchagg" and "switchagg program" in doc["notes"][0]
+    assert doc["capacity_pairs"] == sum(doc["capacity_by_group"].values())
     for rows in doc["by_distribution"].values():
         assert [r["hops"] for r in rows] == [1, 2, 3]
         assert all(r["formula3"] == round(formula3(r["keys"], r["pairs"], doc["capacity_pairs"]), 4) for r in rows)
+        # the per-group split of the input is the job's: every key and every pair sent
+        for r in rows:
+            assert sum(g["keys"] for g in r["keys_by_group"].values()) == r["keys"]
+            assert sum(g["pairs"] for g in r["keys_by_group"].values()) == r["pairs"]
         # More hops never undo a reduction: each switch forwards at most what it took in.
         assert all(a["measured"] <= b["measured"] + 1e-9 for a, b in zip(rows, rows[1:]))
+    assert doc["by_distribution"]["uniform"][0]["keys"] > doc["capacity_pairs"]
 
 
 @pytest.mark.slow  # ~45 s: a fabric, a job long enough to kill a switch in, its restart

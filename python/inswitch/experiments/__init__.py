@@ -44,6 +44,9 @@ class Experiment:
     plot: Callable[[dict[str, Any], Path], None]
     numbers: list[PaperNumber] = field(default_factory=list)
     needs_root: bool = False
+    #: Switch programs `--program` may choose (passed to `run` as `program=`; the first is
+    #: the default); empty: the experiment takes no `--program`.
+    programs: tuple[str, ...] = ()
 
 
 def all_experiments() -> dict[str, Experiment]:

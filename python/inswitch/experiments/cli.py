@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from inswitch.experiments import TOLERANCE, all_experiments, compare
-from inswitch.cliopts import OUT_DIR, Text, argument, option
+from inswitch.cliopts import OUT_DIR, Choice, Text, argument, option
 from inswitch.output import ensure_dir, write_json
 from inswitch.tables import show
 
@@ -39,6 +39,7 @@ def register(app: typer.Typer) -> None:
         out: str = option("out/experiments", "--out", type=OUT_DIR, help="Directory for NAME.json and NAME.png."),
         quick: bool = typer.Option(False, "--quick", help="A small run (what the tests use)."),
         list_: bool = typer.Option(False, "--list", help="List the experiments."),
+        program: Optional[str] = option(None, "--program", type=Choice("switchagg", "daiet"), help="The switch program of an experiment that offers a choice (e.g. switchagg-hops: switchagg or daiet)."),
     ) -> None:
         """Regenerate a paper's figure from scratch (JSON + PNG), with the paper's numbers beside ours."""
         console = Console()
@@ -55,13 +56,16 @@ def register(app: typer.Typer) -> None:
             console.print(f"[red]error:[/red] no experiment {name!r} (known: {', '.join(sorted(exps))})")
             raise typer.Exit(2)
         e = exps[name]
+        if program is not None and program not in e.programs:
+            console.print(f"[red]error:[/red] {name} " + (f"takes --program {'|'.join(e.programs)}" if e.programs else "takes no --program"))
+            raise typer.Exit(2)
         if e.needs_root and os.geteuid() != 0:
             console.print(f"[red]error:[/red] {name} needs root (network namespaces)")
             raise typer.Exit(2)
         out_dir = ensure_dir(out, "--out")
         t0 = time.monotonic()
         with console.status(f"{name}: starting") as st:
-            result = e.run(quick, lambda s: st.update(f"{name}: {s}"))
+            result = e.run(quick, lambda s: st.update(f"{name}: {s}"), **({"program": program} if program else {}))  # type: ignore[call-arg]
         result.setdefault("experiment", name)
         result.setdefault("paper", e.paper)
         result.setdefault("figure", e.figure)

@@ -99,6 +99,24 @@ def group1_slots(fpe_bytes: int) -> int:
     return max(1, (fpe_bytes // 8) // bucket) * SLOTS
 
 
+#: The `switchagg` program's engines as it is built (`Config::default`): FPE and BPE bytes.
+PROGRAM_FPE_BYTES = 4 << 20
+PROGRAM_BPE_BYTES = 256 << 20
+GROUPS = 8
+
+
+def region_slots(group: int, regions: int, fpe_bytes: int = PROGRAM_FPE_BYTES, bpe_bytes: int = PROGRAM_BPE_BYTES) -> int:
+    """Slots one tree has for keys of `group` (lengths 8g+1..8g+8) when the controller splits
+    every engine memory into `regions` (`configuration::region`): FPE and BPE together, as
+    `crates/programs/src/switchagg/mod.rs` sizes them (bucket words of 4 slots per group)."""
+    bucket = 1 + SLOTS * (1 + 4 + 8 * (group + 1))
+    total = 0
+    for mem in (fpe_bytes, bpe_bytes):
+        words = max(1, (mem // GROUPS) // bucket)
+        total += (words // regions) * SLOTS
+    return total
+
+
 # ---- Fig. 2 ---------------------------------------------------------------------------------
 
 

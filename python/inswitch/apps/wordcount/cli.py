@@ -9,7 +9,9 @@ CPU time, getrusage), `job_s` (first mapper start to last reducer done); for swi
 `cpu_reduction_vs_udp`, and with `--mode all` also `baseline_tcp` and the `*_vs_tcp`
 reductions. `runs` holds every mode's full figures (per reducer and mapper too).
 With `--fabric`: `switches` (switch name -> `pairs_in`, `pairs_out`, `reduction` at that
-switch, its `role`) and `placement` (which host and leaf each mapper and reducer got, the
+switch, its `role`; for `--program switchagg`, whose pairs have variable length, `pairs_*`
+and `reduction` are null and `frames_*`, `bytes_*`, `pair_bytes_*` and `byte_reduction`
+say it in bytes) and `placement` (which host and leaf each mapper and reducer got, the
 aggregation switch or the path).
 """
 
@@ -94,6 +96,11 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
         if sw.get("restarted"):
             out.append(f"switch {name} ({sw['role']}): restarted during the run (its counters started again from 0)")
             continue
+        if sw.get("pairs_in") is None and sw.get("pair_bytes_in") is not None:  # switchagg: variable-length pairs, bytes
+            red = "-" if sw["byte_reduction"] is None else f"{sw['byte_reduction']:.1%}"
+            out.append(f"switch {name} ({sw['role']}): {sw['pair_bytes_in']:,} pair bytes in ({sw['frames_in']:,} frames), "
+                       f"{sw['pair_bytes_out']:,} out ({sw['frames_out']:,} frames), byte reduction {red}")
+            continue
         red = "-" if sw["reduction"] is None else f"{sw['reduction']:.1%}"
         out.append(f"switch {name} ({sw['role']}): {sw['pairs_in']:,} pairs in, {sw['pairs_out']:,} out, reduction {red}")
     out += [f"note: {n}" for n in doc.get("notes", [])]
@@ -119,7 +126,7 @@ def register(app: typer.Typer) -> None:
         where: str = option("auto", "--where", type=Choice(*WHERE), help="Where the processes run: auto (a netns rack when root, else loopback), netns, or loopback (no switch)."),
         json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Write the result as JSON."),
         pcap: Optional[str] = option(None, "--pcap", type=OUT_DIR, help="Capture every switch port into pcapng files in this directory (switch mode on the netns rack)."),
-        fabric: Optional[str] = option(None, "--fabric", type=TOPOLOGY_SPEC, help="Run on a fabric (e.g. leaf-spine:3,1,2) instead of one switch: mappers under several leaves, reducers under the last, DAIET two-level trees; the JSON gains `switches` (pairs in and out per switch)."),
+        fabric: Optional[str] = option(None, "--fabric", type=TOPOLOGY_SPEC, help="Run on a fabric (e.g. leaf-spine:3,1,2) instead of one switch: mappers under several leaves, reducers under the last, two-level trees of --program (daiet or switchagg); the JSON gains `switches` (pairs, or switchagg's pair bytes, in and out per switch)."),
     ) -> None:
         """MapReduce WordCount through the switch: mappers and reducers as processes in a
         rack, the reducers' counts checked against a Counter over the input."""

@@ -170,6 +170,29 @@ def plan_trees(lay: FabricLayout, tree_ids: list[int], op: str, cells: int = agg
     return {k: v for k, v in plan.items() if v}
 
 
+def plan_switchagg_trees(lay: FabricLayout, tree_ids: list[int], op: str, regions: int | None = None) -> dict[str, Any]:
+    """The same trees for the `switchagg` program (`apps.switchagg.controller.plan_path` /
+    `plan_two_level`: child ids and `up_child` per level); records each switch's child and
+    parent ports as `plan_trees` does. Returns switch name -> its `SwitchPlan`."""
+    from inswitch.apps.switchagg import controller as sagg
+
+    reducers = {t: r for t, r in zip(tree_ids, lay.reducers)}
+    if lay.path:
+        plan = sagg.plan_path(lay.path, {t: r.port for t, r in reducers.items()}, [h.port for h in lay.mappers], lay.back,
+                              op=op)
+    else:
+        tors = [agg.Tor(name=lf, mapper_ports=[h.port for h in lay.mappers if h.switch == lf], uplink=lay.uplinks[lf])
+                for lf in lay.uplinks]
+        by = {t.name: t for t in tors}
+        for t, r in reducers.items():
+            by[r.switch].reducers[t] = r.port
+        plan = sagg.plan_two_level(tors, lay.agg, lay.downlinks, len(lay.mappers), op=op)
+    for sp in plan.values():
+        sp.regions = regions
+    lay.ports = {name: (list(sp.child_ports), sp.parent_ports) for name, sp in plan.items()}
+    return plan
+
+
 def _mac_int(mac: Any) -> int:
     return mac if isinstance(mac, int) else int(str(mac).replace(":", ""), 16)
 
@@ -222,10 +245,23 @@ def pairs_of(bytes_: int, packets: int) -> int:
     return max(0, (bytes_ - packets * DAIET_FRAME_BASE) // DAIET_PAIR_LEN)
 
 
+#: Frame bytes of a SwitchAgg packet without pairs (Ethernet 14, IPv4 20, UDP 8, header 14).
+SWITCHAGG_FRAME_BASE = 14 + 20 + 8 + 14
+
+
 def per_switch(lay: FabricLayout, before: dict[str, dict[int, dict[str, int]]],
-               after: dict[str, dict[int, dict[str, int]]]) -> dict[str, dict[str, Any]]:
-    """`switches` of the result: per switch of the trees, pairs in (child ports), pairs out
-    (parent ports) and its reduction (1 - out / in)."""
+               after: dict[str, dict[int, dict[str, int]]], program: str = "daiet") -> dict[str, dict[str, Any]]:
+    """`switches` of the result: per switch of the trees, what came in on its child ports and
+    went out on its parent ports over the run, and its reduction.
+
+    daiet: `pairs_in`, `pairs_out`, `reduction` (1 - out / in), pairs from frame sizes
+    (fixed 20-byte pairs). switchagg: its pairs have variable length (6 bytes + the key) and
+    the program keeps no pair counters, so a frame's size does not say how many pairs it
+    holds: `pairs_*` and `reduction` are None, and the numbers are bytes instead: `frames_in`
+    / `frames_out` and `bytes_in` / `bytes_out` (whole frames, as the ports counted them),
+    `pair_bytes_in` / `pair_bytes_out` (the frames' bytes beyond the 56 of headers each: the
+    pairs' bytes; ACKs and control packets carry none) and `byte_reduction`
+    (1 - pair_bytes_out / pair_bytes_in)."""
     out: dict[str, dict[str, Any]] = {}
     for name, (kids, parents) in lay.ports.items():
         a, b = before.get(name, {}), after.get(name, {})
@@ -233,9 +269,18 @@ def per_switch(lay: FabricLayout, before: dict[str, dict[int, dict[str, int]]],
         def d(port: int, key: str) -> int:
             return int(b.get(port, {}).get(key, 0)) - int(a.get(port, {}).get(key, 0))
 
+        role = f"hop {[n for n, _ in lay.path].index(name) + 1}" if lay.path else "aggregation" if name == lay.agg else "leaf (reducers)" if any(r.switch == name for r in lay.reducers) else "leaf"
+        if program == "switchagg":
+            fin, fout = sum(d(p, "rx_packets") for p in kids), sum(d(p, "tx_packets") for p in parents)
+            bin_, bout = sum(d(p, "rx_bytes") for p in kids), sum(d(p, "tx_bytes") for p in parents)
+            pin, pout = max(0, bin_ - SWITCHAGG_FRAME_BASE * fin), max(0, bout - SWITCHAGG_FRAME_BASE * fout)
+            out[name] = {"role": role, "pairs_in": None, "pairs_out": None, "reduction": None,
+                         "frames_in": fin, "frames_out": fout, "bytes_in": bin_, "bytes_out": bout,
+                         "pair_bytes_in": pin, "pair_bytes_out": pout,
+                         "byte_reduction": round(1.0 - pout / pin, 4) if pin else None}
+            continue
         pin = sum(pairs_of(d(p, "rx_bytes"), d(p, "rx_packets")) for p in kids)
         pout = sum(pairs_of(d(p, "tx_bytes"), d(p, "tx_packets")) for p in parents)
-        role = f"hop {[n for n, _ in lay.path].index(name) + 1}" if lay.path else "aggregation" if name == lay.agg else "leaf (reducers)" if any(r.switch == name for r in lay.reducers) else "leaf"
         out[name] = {"role": role, "pairs_in": pin, "pairs_out": pout,
                      "reduction": round(1.0 - pout / pin, 4) if pin else None}
     return out

@@ -84,6 +84,13 @@ class JobSpec:
     #: On a fabric: register cells (per slice) each tree may use on each switch; None: the
     #: switch's cells shared evenly by the trees. Less memory for the capacity experiments.
     tree_cells: int | None = None
+    #: On a fabric with --program switchagg: split every engine memory into this many equal
+    #: regions, each tree taking one (1/N of the memory); None: one region per tree.
+    switchagg_regions: int | None = None
+    #: Each mapper sends its combined pairs in a random order of its own (seeded) instead of
+    #: the vocabulary's, which is the same in every mapper (capacity experiments: formula (3)
+    #: assumes keys arriving in no particular order).
+    shuffle_pairs: bool = False
     #: The switch's fault injection as `--fault` takes it (`loss=P,dup=P,reorder=P,seed=N`);
     #: replaces the loss-only fault `loss` makes.
     fault: str | None = None
@@ -111,8 +118,9 @@ class JobSpec:
             raise JobError("--loss must be in [0, 1)")
         if self.op != "sum":
             raise JobError("WordCount sums counts: op must be sum")
-        if self.fabric is not None and self.program != "daiet":
-            raise JobError("--fabric: two-level trees are installed for --program daiet (switchagg's are not in this build)")
+        if self.switchagg_regions is not None and (self.program != "switchagg" or self.fabric is None
+                                                   or not self.reducers <= self.switchagg_regions <= 255):
+            raise JobError("switchagg_regions: --program switchagg on a fabric, at least one region per reducer, at most 255")
         if self.fabric is not None and self.pcap:
             raise JobError("--pcap captures one switch's ports: not with --fabric")
 
@@ -284,7 +292,7 @@ def open_env(spec: JobSpec, switch: bool, progress: Progress) -> tuple[Env, Call
 
 
 def open_fabric_env(spec: JobSpec, switch: bool, progress: Progress) -> tuple[Env, Callable[[], None]]:
-    """A fabric of `spec.fabric` with every switch running forward,daiet; the job's hosts
+    """A fabric of `spec.fabric` with every switch running forward,<program>; the job's hosts
     placed under several leaves and their path pinned to the trees (`fabric.py`)."""
     from inswitch.apps.wordcount import fabric as wf
     from inswitch.topology.errors import RackError
@@ -356,13 +364,20 @@ def open_fabric_env(spec: JobSpec, switch: bool, progress: Progress) -> tuple[En
 
 
 def _install_fabric_trees(env: Env, spec: JobSpec, tree_ids: list[int], progress: Progress) -> list[dict[str, Any]]:
-    """`plan_two_level` over the job's leaves, installed on every switch of the trees; each
-    switch acknowledges by reading everything back."""
+    """`plan_two_level` (or `plan_path`) over the job's leaves, the daiet or the switchagg
+    controller's, installed on every switch of the trees; each switch acknowledges by
+    reading everything back."""
     from inswitch.apps.aggregation import controller
     from inswitch.apps.wordcount import fabric as wf
 
-    plan = wf.plan_trees(env.layout, tree_ids, spec.op,
-                         cells=controller.CELLS if spec.tree_cells is None else spec.tree_cells * len(tree_ids))
+    if spec.program == "switchagg":
+        try:
+            plan = wf.plan_switchagg_trees(env.layout, tree_ids, spec.op, regions=spec.switchagg_regions)
+        except ValueError as e:
+            raise JobError(f"switchagg trees: {e}") from None
+    else:
+        plan = wf.plan_trees(env.layout, tree_ids, spec.op,
+                             cells=controller.CELLS if spec.tree_cells is None else spec.tree_cells * len(tree_ids))
     progress(f"installing {len(tree_ids)} two-level trees on {len(plan)} switches through P4Runtime")
     env.tree_plan = plan
     try:
@@ -372,12 +387,17 @@ def _install_fabric_trees(env: Env, spec: JobSpec, tree_ids: list[int], progress
 
 
 def _install_on(env: Env, plan: dict[str, Any]) -> list[dict[str, Any]]:
-    """Install `plan` (switch name -> its trees) on those switches of the fabric; one
-    acknowledgement per switch (everything read back)."""
+    """Install `plan` (switch name -> its trees: daiet `TreeSpec`s, or a switchagg
+    `SwitchPlan`) on those switches of the fabric, with the fabric controller's election id;
+    one acknowledgement per switch (everything read back)."""
     from inswitch.apps.aggregation import controller
+    from inswitch.apps.switchagg import controller as sagg
     from inswitch.topology.fabric.controller import ELECTION_ID
 
     runs = {r.plan.name: r for r in env.fabric_state.switches}
+    if any(isinstance(v, sagg.SwitchPlan) for v in plan.values()):
+        return [{"switch": n, **sagg.install(runs[n].p4runtime, sp, device_id=runs[n].plan.device_id, election_id=ELECTION_ID)}
+                for n, sp in plan.items()]
     acks = controller.install({runs[n].p4runtime: trees for n, trees in plan.items()},
                               num_ports={runs[n].p4runtime: len(runs[n].plan.ifaces) for n in plan},
                               device_ids={runs[n].p4runtime: runs[n].plan.device_id for n in plan},
@@ -579,7 +599,9 @@ def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir:
         for i in range(M):
             mappers.append(_spawn(env, env.mappers[i], {**common, "role": "map", "mapper_id": i, "bind": mapper_addrs[i],
                                                         "reducers": R, "reducer_addrs": reducer_addrs, "tree_ids": tree_ids,
-                                                        "input": inputs[i], "combiner": spec.combiner}, workdir, f"{mode}-m{i}"))
+                                                        "input": inputs[i], "combiner": spec.combiner,
+                                                        **({"shuffle": True, "shuffle_seed": spec.seed} if spec.shuffle_pairs else {})},
+                                  workdir, f"{mode}-m{i}"))
         limit = spec.timeout_s + 30
         mstats = []
         for i, p in enumerate(mappers):
@@ -608,11 +630,12 @@ def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir:
     if ports0 is not None:
         from inswitch.apps.wordcount import fabric as wf
 
-        info["switches"] = wf.per_switch(env.layout, ports0, fabric_port_counters(env))
+        info["switches"] = wf.per_switch(env.layout, ports0, fabric_port_counters(env), program=spec.program)
     restarts = switch_restarts(env, wall0)
     for rec in restarts:  # a restarted switch's counters started again from 0: nothing to say
         if rec.get("switch") in info.get("switches", {}):
-            info["switches"][rec["switch"]].update(pairs_in=None, pairs_out=None, reduction=None, restarted=True)
+            entry = info["switches"][rec["switch"]]
+            entry.update({k: None for k in entry if k != "role"}, restarted=True)
     _check_completed(mode, mstats, rstats, spec.timeout_s)
     # A restarted switch's counters start again from 0: the delta counts only what is comparable.
     sw = _delta(sw0, switch_counters(env)) if not restarts else {}
@@ -664,10 +687,11 @@ def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir:
         res["reducer_wire_packets"] = sum(r["wire_packets"] for r in rstats)
         res["reducer_wire_bytes"] = sum(r["wire_bytes"] for r in rstats)
     if res["fallback"]:
-        res["note"] = "the switch did not aggregate (restarted or absent): the hosts aggregated instead"
+        res["note"] = ("the switches did not complete the aggregation (a switch restarted or absent, or a packet lost between switches: "
+                       "a gap in a switch's numbered stream): the hosts aggregated instead")
     if restarts:
         res["switch_restarts"] = restarts
-        res["restart_note"] = restart_note(restarts, wall0, wall1)
+        res["restart_note"] = restart_note(restarts, wall0, wall1, fallback=res["fallback"])
         if env.fabric_state is not None and res["fallback"]:
             res["restart_note"] += ("; the restarted switch came back with its trees empty: the mappers under it stalled and the "
                                     "reducers fell back to host-side aggregation (RESEND, then BYPASS through every switch)")
@@ -695,7 +719,7 @@ def switch_restarts(env: Env, since: float) -> list[dict[str, Any]]:
     return restarts.wait_back(Path(st.state_dir) / "state.json", since, timeout=30.0, expect=dead)
 
 
-def restart_note(restarts: list[dict[str, Any]], started: float, ended: float) -> str:
+def restart_note(restarts: list[dict[str, Any]], started: float, ended: float, fallback: bool | None = None) -> str:
     """What happened, in one line: when the switch died, when it forwarded again, and how
     long after that the job ended."""
     parts = []
@@ -704,7 +728,8 @@ def restart_note(restarts: list[dict[str, Any]], started: float, ended: float) -
         parts.append(f"{'switch ' + str(r['switch']) if r.get('switch') else 'the switch'} died ({r['exit']}) {r['died_at'] - started:.1f} s into the run and "
                      + (f"was restarted and forwarding again {r['recovery_s']:.1f} s later (generation {r['generation']}); "
                         + (f"the job ended {ended - float(back):.1f} s after that" if ended >= float(back)
-                           else f"the job had ended {float(back) - ended:.1f} s before that, on host-side aggregation")
+                           else f"the job had ended {float(back) - ended:.1f} s before that"
+                           + ("" if fallback is False else ", on host-side aggregation"))
                         if back else "did not come back"))
     return "; ".join(parts)
 

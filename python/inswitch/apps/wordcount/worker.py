@@ -78,11 +78,22 @@ def _map_input(spec: dict[str, Any]) -> tuple[list[Pairs], int]:
         z = inp["zipf"]
         enc = [w.encode() for w in words.vocabulary(z["vocab"], z["seed"])]
         cnt = words.zipf_counts(z["alpha"], z["words"], z["vocab"], z["seed"], z["mappers"], spec["mapper_id"])
-        return _partition(((enc[j], n) for j, n in enumerate(cnt.tolist()) if n), R), int(cnt.sum())
+        return _partition(_shuffled(spec, [(enc[j], n) for j, n in enumerate(cnt.tolist()) if n]), R), int(cnt.sum())
     c: Counter[str] = Counter()
     for path, start, end in inp["files"]:
         c.update(words.iter_words_range(path, start, end))
-    return _partition(((w.encode(), n) for w, n in c.items()), R), sum(c.values())
+    return _partition(_shuffled(spec, [(w.encode(), n) for w, n in c.items()]), R), sum(c.values())
+
+
+def _shuffled(spec: dict[str, Any], pairs: list[tuple[bytes, int]]) -> list[tuple[bytes, int]]:
+    """The combiner's pairs in a random order of this mapper's own (seeded by the job's seed
+    and the mapper id) when the spec asks (`shuffle`), else as they are: in the vocabulary's
+    (or first occurrence's) order, the same order in every mapper, so what a switch with
+    too little memory merges depends on how far apart in time the mappers send each key."""
+    if not spec.get("shuffle"):
+        return pairs
+    perm = np.random.default_rng([int(spec.get("shuffle_seed", 0)), int(spec["mapper_id"]), 0x534855]).permutation(len(pairs))
+    return [pairs[i] for i in perm.tolist()]
 
 
 def _pair_chunks(spec: dict[str, Any]) -> Iterator[tuple[Pairs, np.ndarray]]:
