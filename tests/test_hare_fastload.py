@@ -198,3 +198,37 @@ def test_native_history_with_two_writers_is_checked() -> None:
     # ... or a value nobody wrote.
     bad[i] = (bad[i][0], "get", b"altered", bad[i][3], bad[i][4])
     assert not history.check(bad, init, final, unacked).linearizable
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces and veth pairs")
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server not installed")
+def test_native_shift_moves_the_hot_keys_at_its_time() -> None:
+    # coldest-to-top: the `count` records the workload draws least become the hottest at
+    # the shift; the native engine's history shows them nearly unread before and taking
+    # the top ranks' share after, and the run is still checked.
+    from inswitch.apps.hare import redisrack as rr
+    from inswitch.hare import ycsb
+
+    p = rr.RackParams(clients=1, servers=1, records=1000, cache=64, batch=32, t_wait=0.1, duration=2.0, workload="ycsb-c", shift="coldest-to-top",
+                      shift_at=1.0, shift_count=20, window=16, engine="native", workdir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    rack = rr.RedisRack(p, name="nativehist")
+    rack.up()
+    try:
+        r = rack.run_load("none", rack.use("none"))
+        c = rack.last_results[0]
+    finally:
+        rack.down()
+    assert r["correct"] and r["linearizable"], r
+    cold = {ycsb.record_key(int(i)).hex() for i in ycsb.Workload("ycsb-c", 1000, shift_seed=p.seed).popularity_order()[-20:]}
+    t_shift = int(c["stats"]["run_start_ns"]) + int(1.0 * 1e9)
+    before = [k in cold for k, kind, v, a, b in c["history"] if a < t_shift - 5_000_000]
+    after = [k in cold for k, kind, v, a, b in c["history"] if a > t_shift + 5_000_000]
+    # The reference: the python engine's Workload, unshifted and shifted, drawn here.
+    ref = ycsb.Workload("ycsb-c", 1000, seed=7, shift_seed=p.seed)
+    want_before = np.mean([ycsb.record_key(ref.next().record).hex() in cold for _ in range(20000)])
+    ref.shift("coldest-to-top", 20)
+    want_after = np.mean([ycsb.record_key(ref.next().record).hex() in cold for _ in range(20000)])
+    assert want_after > 4 * want_before
+    assert len(before) > 1000 and len(after) > 1000
+    assert abs(np.mean(before) - want_before) < 0.02 and abs(np.mean(after) - want_after) < 0.04, (np.mean(before), want_before, np.mean(after), want_after)

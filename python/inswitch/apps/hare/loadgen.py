@@ -59,6 +59,8 @@ def native(p: dict[str, Any]) -> int:
         raise SystemExit(f"loadgen: {problem}")
     sole = fastload.sole_writer(p["workload"], clients)
     record = p.get("history", True)
+    if not (sole or record):
+        raise SystemExit("loadgen: with several writing clients the history is the only check: it cannot be off")
     w = ycsb.Workload(p["workload"], p["records"], seed=p["seed"], shift_seed=p["shift_seed"])
     ops, op_keys = [], []
     while len(ops) < p.get("stream_ops", 100_000):

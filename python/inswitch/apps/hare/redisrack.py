@@ -773,6 +773,8 @@ class RedisRack:
         resumes after the restart. `initial`: what the store holds at the start (default:
         the records as `load` writes them), for a run that follows another without a load."""
         problem = fastload.unsupported(self.p.workload, self.p.shift, len(self.client_hosts)) if self.p.engine == "native" else None
+        if problem is None and self.p.engine == "native" and not (self.p.native_history or fastload.sole_writer(self.p.workload, len(self.client_hosts))):
+            problem = "native_history=False leaves several writing clients unchecked (their GETs have no single right answer)"
         if problem:
             raise ValueError(problem)
         p = self.p
