@@ -174,7 +174,8 @@ pub enum Check {
     Ok = 1,
     /// Another value (or a malformed cell): the run is wrong.
     Mismatch = 0,
-    /// Not checked: a PUT, a failed operation, or a key whose last PUT was never answered.
+    /// Not checked: a PUT, a failed operation, a key whose last PUT was never answered,
+    /// or any GET when other clients write too ([`LoadConfig::sole_writer`] off).
     Unchecked = 2,
 }
 
@@ -226,9 +227,10 @@ pub struct LoadStats {
     /// Well-formed replies to no request in flight (duplicates, or to a request already
     /// answered or abandoned).
     pub late: u64,
-    /// GET replies whose value is not the key's.
+    /// GET replies whose value is not the key's (with other writers: a malformed cell).
     pub mismatches: u64,
-    /// GET replies not checked (the key's last PUT was never answered).
+    /// GET replies not checked (the key's last PUT was never answered, or other clients
+    /// write too).
     pub unchecked: u64,
 }
 
