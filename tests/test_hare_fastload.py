@@ -6,7 +6,10 @@
 - in a rack with the switch daemon, a storage agent and a real Redis (root): GETs through
   `hare` with every key offloaded and a YCSB-A mix through `none` complete with no wrong
   value and nothing lost in Redis; then a value changed in Redis behind the generator's
-  back is caught (the run is not `correct`)."""
+  back is caught (the run is not `correct`);
+- two clients writing the same keys (root): the history the native engine records passes
+  the linearizability checker, and the same real history with one GET's value made stale
+  (an older write's) or foreign is flagged."""
 
 from __future__ import annotations
 
@@ -68,6 +71,30 @@ def test_loopback_wrong_value_and_loss() -> None:
     assert not r.correct
     assert (r.recv_ns >= r.send_ns).all() and r.hit.all()
     assert seen[0] == r.stats["sent"]
+    # The history holds what each GET returned, the wrong values included.
+    recs, unacked = r.records(keys)
+    assert len(recs) == len(r.key) and not unacked
+    assert all(kind == "get" and v == (b"not-" if k == keys[5] else b"") + values[k] and a <= b for k, kind, v, a, b in recs)
+    assert [k for k, *_ in recs] == [keys[i] for i in r.key]
+
+
+def test_shift_remaps_are_the_python_engines_shifts() -> None:
+    # The native engine's remap of an unshifted stream draws the records the python
+    # engine's shifted Workload draws (same seeds), shift after shift.
+    from inswitch.apps.hare.loadgen import shift_remaps
+    from inswitch.hare import ycsb
+
+    for kind in ("hot-in", "random"):
+        base = ycsb.Workload("ycsb-b", 500, seed=4, shift_seed=9)
+        remaps = shift_remaps(ycsb.Workload("ycsb-b", 500, seed=4, shift_seed=9), kind, 50, 2)
+        ref = ycsb.Workload("ycsb-b", 500, seed=4, shift_seed=9)
+        for m in remaps:
+            ref.shift(kind, 50)
+            drawn = [base.next() for _ in range(2000)]
+            want = [ref.next() for _ in range(2000)]
+            assert [o.kind for o in drawn] == [o.kind for o in want]
+            assert [int(m[o.record]) for o in drawn] == [o.record for o in want]
+            assert (m != np.arange(500)).any(), "the shift moved records"
 
 
 @pytest.mark.netns
@@ -109,3 +136,99 @@ def test_native_load_in_a_rack_is_checked() -> None:
     finally:
         rack.down()
         assert not netns.leftovers(f"{rack.name}-")
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces and veth pairs")
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server not installed")
+def test_native_history_with_two_writers_is_checked() -> None:
+    from inswitch.apps.hare import redisrack as rr
+    from inswitch.hare import history
+
+    p = rr.RackParams(clients=2, servers=1, records=40, cache=64, batch=32, t_wait=0.1, duration=1.5, workload="ycsb-a", shift="none", window=16,
+                      engine="native", workdir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    rack = rr.RedisRack(p, name="nativehist")
+    rack.up()
+    try:
+        ctl = rack.use("hare")
+        r = rack.run_load("hare", ctl)
+        recs: list[history.Record] = []
+        unacked: dict[bytes, list] = {}
+        for c in rack.last_results:
+            recs += [(bytes.fromhex(k), kind, None if v is None else bytes.fromhex(v), a, b) for k, kind, v, a, b in c["history"]]
+            for k, v, a in c["unacked"]:
+                unacked.setdefault(bytes.fromhex(k), []).append(bytes.fromhex(v))
+                recs.append((bytes.fromhex(k), "set", bytes.fromhex(v), a, history.UNACKED))
+        final = rack.read_back(sorted({k for k, *_ in recs}))
+        init = rack.initial()
+    finally:
+        rack.down()
+    assert r["correct"] and r["linearizable"] and r["stale_reads"] == 0 and r["lost_writes"] == 0, r
+    cl = r["clients"]
+    assert all(c["value_check"].startswith("not checked") and c["history"] for c in cl), cl
+    assert r["operations"] == sum(c["ops"] for c in cl) + sum(len(c["unacked"]) for c in rack.last_results) > 500
+    # Both clients wrote, to shared keys, and the switch answered some GETs.
+    writers = {bytes.fromhex(v)[: bytes.fromhex(v).index(b":")].split(b".")[1] for c in rack.last_results for k, kind, v, a, b in c["history"] if kind == "set"}
+    assert writers == {b"1", b"2"}
+    assert r["hit_rate"] > 0
+    v = history.check(recs, init, final, unacked)
+    assert v.linearizable and v.stale_reads == 0 and v.lost_writes == 0
+    # The same real history with one GET made stale: it returns the value of a write that
+    # another write of its key followed, both completed before the GET was invoked.
+    by_key: dict[bytes, list[int]] = {}
+    for i, (k, kind, *_rest) in enumerate(recs):
+        by_key.setdefault(k, []).append(i)
+    stale = None
+    for k, idx in by_key.items():
+        sets = sorted((recs[i] for i in idx if recs[i][1] == "set" and recs[i][4] < history.UNACKED), key=lambda x: x[4])
+        for i in idx:
+            g = recs[i]
+            before = [s for s in sets if s[4] < g[3]]
+            if g[1] == "get" and len(before) >= 2 and before[-2][2] != g[2] and before[-2][4] < before[-1][3]:
+                stale = (i, before[-2][2])
+                break
+        if stale:
+            break
+    assert stale is not None, "a GET after two sequential writes of its key"
+    i, old = stale
+    bad = list(recs)
+    bad[i] = (bad[i][0], "get", old, bad[i][3], bad[i][4])
+    vb = history.check(bad, init, final, unacked)
+    assert not vb.linearizable and vb.stale_reads == 1 and vb.nonlinearizable_keys == [recs[i][0].decode()]
+    # ... or a value nobody wrote.
+    bad[i] = (bad[i][0], "get", b"altered", bad[i][3], bad[i][4])
+    assert not history.check(bad, init, final, unacked).linearizable
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces and veth pairs")
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server not installed")
+def test_native_shift_moves_the_hot_keys_at_its_time() -> None:
+    # coldest-to-top: the `count` records the workload draws least become the hottest at
+    # the shift; the native engine's history shows them nearly unread before and taking
+    # the top ranks' share after, and the run is still checked.
+    from inswitch.apps.hare import redisrack as rr
+    from inswitch.hare import ycsb
+
+    p = rr.RackParams(clients=1, servers=1, records=1000, cache=64, batch=32, t_wait=0.1, duration=2.0, workload="ycsb-c", shift="coldest-to-top",
+                      shift_at=1.0, shift_count=20, window=16, engine="native", workdir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    rack = rr.RedisRack(p, name="nativehist")
+    rack.up()
+    try:
+        r = rack.run_load("none", rack.use("none"))
+        c = rack.last_results[0]
+    finally:
+        rack.down()
+    assert r["correct"] and r["linearizable"], r
+    cold = {ycsb.record_key(int(i)).hex() for i in ycsb.Workload("ycsb-c", 1000, shift_seed=p.seed).popularity_order()[-20:]}
+    t_shift = int(c["stats"]["run_start_ns"]) + int(1.0 * 1e9)
+    before = [k in cold for k, kind, v, a, b in c["history"] if a < t_shift - 5_000_000]
+    after = [k in cold for k, kind, v, a, b in c["history"] if a > t_shift + 5_000_000]
+    # The reference: the python engine's Workload, unshifted and shifted, drawn here.
+    ref = ycsb.Workload("ycsb-c", 1000, seed=7, shift_seed=p.seed)
+    want_before = np.mean([ycsb.record_key(ref.next().record).hex() in cold for _ in range(20000)])
+    ref.shift("coldest-to-top", 20)
+    want_after = np.mean([ycsb.record_key(ref.next().record).hex() in cold for _ in range(20000)])
+    assert want_after > 4 * want_before
+    assert len(before) > 1000 and len(after) > 1000
+    assert abs(np.mean(before) - want_before) < 0.02 and abs(np.mean(after) - want_after) < 0.04, (np.mean(before), want_before, np.mean(after), want_after)

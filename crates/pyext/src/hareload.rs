@@ -30,9 +30,20 @@ fn array<'py>(py: Python<'py>, bytes: Vec<u8>, dtype: &str) -> PyResult<Bound<'p
 /// operation; `stats` (counters: issued, sent, retransmits, completed, gets, puts, hits,
 /// retries, timeouts, errors, malformed, late, mismatches, unchecked, unfinished,
 /// send_failures); `start_ns`, `stop_ns`, `end_ns`; `expected`, per key (known, value).
+///
+/// `sole_writer`: this is the only client writing the keys, so each GET's value is checked
+/// (off: only a malformed cell is a mismatch, nothing is `expected`). `history`: also
+/// `cells` (uint8, one row of `value_size` bytes per completed operation: a GET's value, a
+/// PUT's written value, as a cell) and `present` (uint8: 1 a value, 0 absent, 2 none: a
+/// failed operation or a malformed cell), and the PUTs never acknowledged: `unacked_key`
+/// (uint32), `unacked_send_ns` (uint64), `unacked_cells` (rows as `cells`). `shifts`:
+/// (monotonic ns, uint32 little-endian remap of every key index) in time order: from then
+/// on the stream's key k is issued as remap[k]. `reserve`: samples to make room for before
+/// the run.
 #[pyfunction]
 #[pyo3(signature = (servers, keys, server_of, initial, ops, op_keys, *, window=64, key_field=64, value_size=64, field_size=32,
-                    timeout=0.3, retries=10, client=1, duration=3.0, drain=1.0, start_ns=0, bind="0.0.0.0:7371", seq_start=None))]
+                    timeout=0.3, retries=10, client=1, duration=3.0, drain=1.0, start_ns=0, bind="0.0.0.0:7371", seq_start=None,
+                    sole_writer=true, history=true, shifts=Vec::new(), reserve=0))]
 #[allow(clippy::too_many_arguments)]
 fn hare_load<'py>(
     py: Python<'py>,
@@ -54,6 +65,10 @@ fn hare_load<'py>(
     start_ns: u64,
     bind: &str,
     seq_start: Option<u32>,
+    sole_writer: bool,
+    history: bool,
+    shifts: Vec<(u64, Vec<u8>)>,
+    reserve: usize,
 ) -> PyResult<Bound<'py, PyDict>> {
     let dests: Vec<SocketAddr> =
         servers.iter().map(|s| s.parse().map_err(|_| verr(format!("bad server address {s:?} (want ip:port)")))).collect::<PyResult<_>>()?;
@@ -79,8 +94,30 @@ fn hare_load<'py>(
         })
         .collect::<PyResult<Vec<_>>>()?;
     let seq_start = seq_start.unwrap_or_else(|| (ports::monotonic_ns() as u32) ^ std::process::id().rotate_left(16));
-    let cfg = LoadConfig { window, key_field, value_size, field_size, timeout_ns: (timeout * 1e9) as u64, retries, client, seq_start };
+    let cfg = LoadConfig {
+        window,
+        key_field,
+        value_size,
+        field_size,
+        timeout_ns: (timeout * 1e9) as u64,
+        retries,
+        client,
+        seq_start,
+        sole_writer,
+        history,
+    };
     let mut load = KvLoad::new(cfg, keys, server_of, initial, stream).map_err(verr)?;
+    let shifts = shifts
+        .into_iter()
+        .map(|(at, m)| {
+            if m.len() % 4 != 0 {
+                return Err(verr("a shift's remap must hold one uint32 per key"));
+            }
+            Ok((at, m.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect()))
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    load.set_shifts(shifts).map_err(verr)?;
+    load.reserve(reserve);
     let bind: SocketAddr = bind.parse().map_err(|_| verr(format!("bad bind address {bind:?}")))?;
     let run = py
         .detach(|| {
@@ -104,6 +141,15 @@ fn hare_load<'py>(
     d.set_item("hit", array(py, s.iter().map(|x| x.hit as u8).collect(), "u1")?)?;
     d.set_item("status", array(py, s.iter().map(|x| x.status).collect(), "u1")?)?;
     d.set_item("check", array(py, s.iter().map(|x| x.check as u8).collect(), "u1")?)?;
+    if history {
+        let h = std::mem::take(&mut load.history);
+        let rows = |a: Bound<'py, PyAny>| a.call_method1("reshape", ((-1i64, value_size),));
+        d.set_item("cells", rows(array(py, h.cells, "u1")?)?)?;
+        d.set_item("present", array(py, h.present, "u1")?)?;
+        d.set_item("unacked_key", array(py, h.unacked_key.iter().flat_map(|k| k.to_le_bytes()).collect(), "<u4")?)?;
+        d.set_item("unacked_send_ns", array(py, h.unacked_send_ns.iter().flat_map(|k| k.to_le_bytes()).collect(), "<u8")?)?;
+        d.set_item("unacked_cells", rows(array(py, h.unacked_cells, "u1")?)?)?;
+    }
     let st = &load.stats;
     let stats = PyDict::new(py);
     for (k, v) in [

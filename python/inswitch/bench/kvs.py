@@ -10,7 +10,9 @@ one rack with one real Redis (issue 17).
 
 `engine` is the client library's load generator for the `none` and hit-path phases:
 "native" (`hare.fastload`, the default where built: a windowed UDP loop with the GIL
-released, every GET's value checked against the key's) or "python" (`hare.Client`). The
+released, every GET's value checked against the key's, and the run's history recorded for
+the linearizability checker as with the python engine: `config.native_history`) or
+"python" (`hare.Client`). The
 CPU the load generator and the switch daemon used over the hit-path run (from
 getrusage and /proc/PID/stat) says which of them is the limit."""
 
@@ -75,7 +77,8 @@ def run(duration: float = 3.0, requests: int = 20000, progress: Optional[Callabl
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}")
     p = rr.RackParams(clients=1, servers=1, records=64, cache=128, batch=64, t_wait=0.1, duration=duration, workload="ycsb-c", shift="none", window=64, engine=engine)
     out: dict[str, Any] = {"config": {"records": p.records, "requests": requests, "duration_s": duration, "engine": engine, "window": p.window,
-                                      "redis_benchmark": f"-t get -n {requests} -r {p.records} -c 50", "loadavg_before": list(os.getloadavg())}}
+                                      "redis_benchmark": f"-t get -n {requests} -r {p.records} -c 50", "loadavg_before": list(os.getloadavg()),
+                                      **({"native_history": p.native_history} if engine == "native" else {})}}
     with rr.RedisRack(p) as rack:
         h = rack.client_hosts[0]
         say("none: redis-benchmark direct to Redis")
@@ -140,6 +143,8 @@ def run(duration: float = 3.0, requests: int = 20000, progress: Optional[Callabl
         "value_mismatches": int(lib_none.get("value_mismatches", 0)) + int(hit.get("value_mismatches", 0)),
         "client_stats": {"none": lib_none["clients"][0], "hit": cl},
         "correct": bool(lib_none["correct"] and hit["correct"] and (hit_py is None or hit_py["correct"])),
+        "hit_path_linearizable": hit["linearizable"],
+        "hit_path_operations_checked": hit["operations"],
         "loadavg_after": list(os.getloadavg()),
     })
     return out

@@ -39,7 +39,14 @@ def by_key(records: Iterable[Record]) -> dict[bytes, list[Operation]]:
 
 
 def linearizable(ops: Sequence[Operation], init: Optional[bytes]) -> bool:
-    """Porcupine's search for one register starting at `init`."""
+    """Porcupine's search for one register starting at `init`.
+
+    Operations are numbered by invocation time, and the cache keys a linearized set by its
+    lowest unlinearized operation and the bits above it: the same set (so the same
+    search), but a key of the operations still in play rather than of the whole history,
+    so a long history (a native load generator's hundreds of thousands of operations on a
+    hot key) does not fill memory with one bitset of all of them per step."""
+    ops = sorted(ops, key=lambda o: o.call)
     n = len(ops)
     if n == 0:
         return True
@@ -70,7 +77,7 @@ def linearizable(ops: Sequence[Operation], init: Optional[bytes]) -> bool:
         if b != -1:
             prv[b] = p
 
-    cache: set[tuple[int, Optional[bytes]]] = set()
+    cache: set[tuple[int, int, Optional[bytes]]] = set()
     stack: list[tuple[int, Optional[bytes]]] = []
     state, lin = init, 0
     e = nxt[head]
@@ -82,8 +89,10 @@ def linearizable(ops: Sequence[Operation], init: Optional[bytes]) -> bool:
             new_state = o.value if o.kind == "set" else state
             if ok:
                 new_lin = lin | (1 << i)
-                if (new_lin, new_state) not in cache:
-                    cache.add((new_lin, new_state))
+                low = (~new_lin & (new_lin + 1)).bit_length() - 1  # lowest operation not linearized
+                seen = (low, new_lin >> low, new_state)
+                if seen not in cache:
+                    cache.add(seen)
                     stack.append((e, state))
                     state, lin = new_state, new_lin
                     unlink(e)

@@ -10,12 +10,18 @@
 //! Values travel as the hosts' value *cell* (`python/inswitch/hare/wire.py`):
 //! `[length][bytes][zero padding]`, `[0xFF][padding]` for an absent key.
 //!
-//! Consistency the check relies on: this generator is the only writer of its keys. A PUT
-//! is sent only when no other request of its key is in flight, and no request of a key is
-//! sent while its PUT is in flight, so each GET has exactly one right answer: the value of
-//! the key's last acknowledged PUT (or its initial value). A PUT that is never answered
-//! leaves its key unknown (it may or may not have landed) and the key's GETs unchecked
-//! until its next acknowledged PUT.
+//! Consistency the per-GET check relies on ([`LoadConfig::sole_writer`]): this generator is
+//! the only writer of its keys. A PUT is sent only when no other request of its key is in
+//! flight, and no request of a key is sent while its PUT is in flight, so each GET has
+//! exactly one right answer: the value of the key's last acknowledged PUT (or its initial
+//! value). A PUT that is never answered leaves its key unknown (it may or may not have
+//! landed) and the key's GETs unchecked until its next acknowledged PUT. With other writers
+//! a GET has no single right answer: only a malformed cell is refused, and the run is
+//! checked by its [`History`] (every completed operation's value, for a linearizability
+//! checker, and the PUTs never acknowledged).
+//!
+//! A hotspot shift is a key remap switched at a given time ([`KvLoad::set_shifts`]): from
+//! then on the stream's key `k` is issued as `remap[k]`.
 
 use std::collections::VecDeque;
 
@@ -56,6 +62,108 @@ pub struct LoadConfig {
     pub client: u32,
     /// High bits of the first sequence number (a random start keeps two runs' replies apart).
     pub seq_start: u32,
+    /// This generator is the only writer of its keys: each GET's value is checked against
+    /// what the key holds. Off when other clients write the same keys (only a malformed
+    /// cell is then a mismatch; the history is the check).
+    pub sole_writer: bool,
+    /// Record every completed operation's value and the unacknowledged PUTs ([`History`]).
+    pub history: bool,
+}
+
+/// What the run did, for a linearizability checker: one row per [`Sample`] (in the same
+/// order) of `cell_size` bytes, and the PUTs never acknowledged. Rows hold the value
+/// normalised to a cell, `[length][bytes][zero padding]`; `present` says how to read it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct History {
+    /// Bytes per row (the value cell size).
+    pub cell_size: usize,
+    /// A GET's returned value or a PUT's written value, one `cell_size` row per sample.
+    pub cells: Vec<u8>,
+    /// Per sample: [`PRESENT`], [`ABSENT`] (a GET of an absent key), or [`NO_VALUE`] (a
+    /// failed operation, or a GET whose reply's cell was malformed).
+    pub present: Vec<u8>,
+    /// PUTs never acknowledged (abandoned, answered with the error status, or in flight at
+    /// the end): they may or may not have landed.
+    pub unacked_key: Vec<u32>,
+    /// Their first transmission (ns).
+    pub unacked_send_ns: Vec<u64>,
+    /// Their values, one `cell_size` row each.
+    pub unacked_cells: Vec<u8>,
+}
+
+/// [`History::present`]: the row holds a value.
+pub const PRESENT: u8 = 1;
+/// [`History::present`]: the key was absent.
+pub const ABSENT: u8 = 0;
+/// [`History::present`]: no value (a failed operation or a malformed cell).
+pub const NO_VALUE: u8 = 2;
+
+impl History {
+    fn new(cell_size: usize) -> History {
+        History { cell_size, ..History::default() }
+    }
+
+    /// Reserve room for `n` more rows (so a run does not reallocate while it is measured).
+    pub fn reserve(&mut self, n: usize) {
+        self.cells.reserve(n * self.cell_size);
+        self.present.reserve(n);
+    }
+
+    /// Rows recorded.
+    pub fn len(&self) -> usize {
+        self.present.len()
+    }
+
+    /// No row.
+    pub fn is_empty(&self) -> bool {
+        self.present.is_empty()
+    }
+
+    /// Row `i`'s value: `Some(None)` absent, `None` no value.
+    pub fn value(&self, i: usize) -> Option<Option<&[u8]>> {
+        let row = &self.cells[i * self.cell_size..(i + 1) * self.cell_size];
+        match self.present[i] {
+            PRESENT => Some(Some(&row[1..1 + row[0] as usize])),
+            ABSENT => Some(None),
+            _ => None,
+        }
+    }
+
+    /// Append `value` as a row of `cells` (None: absent; a value too long for the cell is
+    /// no value).
+    fn push_cell(cells: &mut Vec<u8>, size: usize, value: Option<&[u8]>) -> u8 {
+        let at = cells.len();
+        cells.resize(at + size, 0);
+        match value {
+            None => {
+                cells[at] = NIL;
+                ABSENT
+            }
+            Some(v) if v.len() < size => {
+                cells[at] = v.len() as u8;
+                cells[at + 1..at + 1 + v.len()].copy_from_slice(v);
+                PRESENT
+            }
+            Some(_) => NO_VALUE,
+        }
+    }
+
+    fn record(&mut self, value: Option<Option<&[u8]>>) {
+        let p = match value {
+            Some(v) => Self::push_cell(&mut self.cells, self.cell_size, v),
+            None => {
+                self.cells.resize(self.cells.len() + self.cell_size, 0);
+                NO_VALUE
+            }
+        };
+        self.present.push(p);
+    }
+
+    fn unacked(&mut self, key: u32, send_ns: u64, value: &[u8]) {
+        self.unacked_key.push(key);
+        self.unacked_send_ns.push(send_ns);
+        Self::push_cell(&mut self.unacked_cells, self.cell_size, Some(value));
+    }
 }
 
 /// Whether a completed GET's value was right.
@@ -66,7 +174,8 @@ pub enum Check {
     Ok = 1,
     /// Another value (or a malformed cell): the run is wrong.
     Mismatch = 0,
-    /// Not checked: a PUT, a failed operation, or a key whose last PUT was never answered.
+    /// Not checked: a PUT, a failed operation, a key whose last PUT was never answered,
+    /// or any GET when other clients write too ([`LoadConfig::sole_writer`] off).
     Unchecked = 2,
 }
 
@@ -118,9 +227,10 @@ pub struct LoadStats {
     /// Well-formed replies to no request in flight (duplicates, or to a request already
     /// answered or abandoned).
     pub late: u64,
-    /// GET replies whose value is not the key's.
+    /// GET replies whose value is not the key's (with other writers: a malformed cell).
     pub mismatches: u64,
-    /// GET replies not checked (the key's last PUT was never answered).
+    /// GET replies not checked (the key's last PUT was never answered, or other clients
+    /// write too).
     pub unchecked: u64,
 }
 
@@ -163,6 +273,9 @@ pub struct KvLoad {
     put_in_flight: Vec<bool>,
     stream: Vec<(KvOp, u32)>,
     next: usize,
+    /// Key remaps and when each starts (ns), in time order; `remap` is the one in force.
+    shifts: VecDeque<(u64, Vec<u32>)>,
+    remap: Option<Vec<u32>>,
     version: u64,
     slots: Vec<Flight>,
     free: Vec<usize>,
@@ -174,6 +287,9 @@ pub struct KvLoad {
     pub samples: Vec<Sample>,
     /// Counters.
     pub stats: LoadStats,
+    /// Every completed operation's value and the PUTs never acknowledged (when
+    /// [`LoadConfig::history`]).
+    pub history: History,
 }
 
 /// Why a generator cannot be built.
@@ -245,6 +361,7 @@ impl KvLoad {
             return bad("timeout must be positive");
         }
         let n = keys.len();
+        let (cfg_value_size, sole_writer) = (cfg.value_size, cfg.sole_writer);
         let slot_bits = (cfg.window as u32).next_power_of_two().trailing_zeros().max(1);
         let free = (0..cfg.window).rev().collect();
         let slots = (0..cfg.window)
@@ -267,11 +384,13 @@ impl KvLoad {
             keys,
             server_of,
             expected: initial,
-            known: vec![true; n],
+            known: vec![sole_writer; n],
             gets_in_flight: vec![0; n],
             put_in_flight: vec![false; n],
             stream,
             next: 0,
+            shifts: VecDeque::new(),
+            remap: None,
             version: 0,
             slots,
             free,
@@ -280,7 +399,49 @@ impl KvLoad {
             stopped: false,
             samples: Vec::new(),
             stats: LoadStats::default(),
+            history: History::new(cfg_value_size),
         })
+    }
+
+    /// Hotspot shifts: from time `at` (ns, the caller's clock) on, the stream's key `k` is
+    /// issued as `remap[k]`. Times must increase; each remap names every key.
+    pub fn set_shifts(&mut self, shifts: Vec<(u64, Vec<u32>)>) -> Result<(), ConfigError> {
+        let n = self.keys.len();
+        if shifts.windows(2).any(|w| w[0].0 >= w[1].0) {
+            return Err(ConfigError("shift times must increase".into()));
+        }
+        if shifts.iter().any(|(_, m)| m.len() != n || m.iter().any(|&k| k as usize >= n)) {
+            return Err(ConfigError("a shift must map every key to a known key".into()));
+        }
+        self.shifts = shifts.into();
+        Ok(())
+    }
+
+    /// Reserve room for `n` samples (and their history rows), so a run does not
+    /// reallocate while it is measured.
+    pub fn reserve(&mut self, n: usize) {
+        self.samples.reserve(n);
+        if self.cfg.history {
+            self.history.reserve(n);
+        }
+    }
+
+    /// The PUTs still in flight go to the history's unacknowledged ones (call at the end
+    /// of a run: they may or may not have landed).
+    pub fn abandon_in_flight(&mut self) {
+        for s in 0..self.slots.len() {
+            let f = &self.slots[s];
+            if f.state != State::Free {
+                if f.op == KvOp::Put {
+                    self.known[f.key as usize] = false;
+                    if self.cfg.history {
+                        self.history.unacked(f.key, f.first_ns, &f.value);
+                    }
+                }
+                self.release(s);
+            }
+        }
+        self.tx.clear();
     }
 
     /// Issue no new operation (those in flight go on until answered or abandoned).
@@ -300,6 +461,7 @@ impl KvLoad {
 
     /// What each key holds as far as this generator knows (None in the outer option: not
     /// known, its last PUT was never answered).
+    /// Nothing is known when other clients write too.
     pub fn expected(&self) -> Vec<Option<Option<&[u8]>>> {
         self.expected.iter().zip(&self.known).map(|(v, &k)| k.then_some(v.as_deref())).collect()
     }
@@ -315,7 +477,11 @@ impl KvLoad {
         if self.stopped || self.free.is_empty() {
             return None;
         }
+        while self.shifts.front().is_some_and(|&(at, _)| at <= now) {
+            self.remap = self.shifts.pop_front().map(|(_, m)| m);
+        }
         let (op, key) = self.stream[self.next];
+        let key = self.remap.as_ref().map_or(key, |m| m[key as usize]);
         let k = key as usize;
         let blocked = self.put_in_flight[k] || (op == KvOp::Put && self.gets_in_flight[k] > 0);
         if blocked {
@@ -391,6 +557,9 @@ impl KvLoad {
                     self.stats.timeouts += 1;
                     if f.op == KvOp::Put {
                         self.known[f.key as usize] = false; // it may or may not have landed
+                        if self.cfg.history {
+                            self.history.unacked(f.key, f.first_ns, &f.value);
+                        }
                     }
                     self.release(s);
                 }
@@ -450,19 +619,33 @@ impl KvLoad {
         }
         let (op, key, first_ns) = (f.op, f.key as usize, f.first_ns);
         let hit = p.flags() & FLAG_HIT != 0;
+        let record = self.cfg.history;
         let check = if status & STATUS_ERROR != 0 {
             self.stats.errors += 1;
             if op == KvOp::Put {
                 self.known[key] = false; // not applied, says the agent; do not bet on it
+                if record {
+                    self.history.unacked(key as u32, first_ns, &self.slots[s].value);
+                }
+            }
+            if record {
+                self.history.record(None);
             }
             Check::Unchecked
         } else if op == KvOp::Get {
             self.stats.gets += 1;
             self.stats.hits += hit as u64;
-            if !self.known[key] {
+            let got = uncell(p.value());
+            if record {
+                self.history.record(got);
+            }
+            if got.is_none() {
+                self.stats.mismatches += 1; // a malformed cell: no writer wrote it
+                Check::Mismatch
+            } else if !self.cfg.sole_writer || !self.known[key] {
                 self.stats.unchecked += 1;
                 Check::Unchecked
-            } else if uncell(p.value()) == Some(self.expected[key].as_deref()) {
+            } else if got == Some(self.expected[key].as_deref()) {
                 Check::Ok
             } else {
                 self.stats.mismatches += 1;
@@ -470,8 +653,12 @@ impl KvLoad {
             }
         } else {
             self.stats.puts += 1;
-            self.expected[key] = Some(std::mem::take(&mut self.slots[s].value));
-            self.known[key] = true;
+            let v = std::mem::take(&mut self.slots[s].value);
+            if record {
+                self.history.record(Some(Some(&v)));
+            }
+            self.expected[key] = Some(v);
+            self.known[key] = self.cfg.sole_writer;
             Check::Unchecked
         };
         self.stats.completed += 1;
@@ -485,7 +672,18 @@ mod tests {
     use super::*;
 
     fn cfg(window: usize) -> LoadConfig {
-        LoadConfig { window, key_field: 8, value_size: 16, field_size: 10, timeout_ns: 1000, retries: 2, client: 1, seq_start: 5 }
+        LoadConfig {
+            window,
+            key_field: 8,
+            value_size: 16,
+            field_size: 10,
+            timeout_ns: 1000,
+            retries: 2,
+            client: 1,
+            seq_start: 5,
+            sole_writer: true,
+            history: true,
+        }
     }
 
     type KeySet = (Vec<Vec<u8>>, Vec<u16>, Vec<Option<Vec<u8>>>);
@@ -683,6 +881,114 @@ mod tests {
             }
         }
         assert_eq!(g.stats.completed, 150);
+    }
+
+    #[test]
+    fn history_records_every_value_in_sample_order() {
+        let mut g = gen(4, vec![(KvOp::Get, 0), (KvOp::Put, 1), (KvOp::Get, 2), (KvOp::Get, 3)]);
+        let sent = drain(&mut g, 0);
+        assert_eq!(sent.len(), 4);
+        let put = Repr::parse(&Packet::new_checked(&sent[1].1[..]).unwrap()).unwrap();
+        let written = uncell(&put.value).unwrap().unwrap().to_vec();
+        g.handle(1, &reply(&sent[2].1, None, 0, 0)); // absent (a mismatch: k2 holds v2)
+        g.handle(2, &reply(&sent[1].1, None, 0, 0)); // the PUT's ack
+        g.handle(3, &reply(&sent[0].1, Some(b"v0"), FLAG_HIT, 0));
+        let mut bad = reply(&sent[3].1, Some(b"v3"), 0, 0);
+        let n = bad.len();
+        bad[n - 16] = 40; // the cell's length past its end
+        g.handle(4, &bad);
+        let h = &g.history;
+        assert_eq!(h.len(), g.samples.len());
+        assert_eq!(h.cells.len(), 4 * 16);
+        assert_eq!(g.samples.iter().map(|s| s.key).collect::<Vec<_>>(), vec![2, 1, 0, 3]);
+        assert_eq!(h.value(0), Some(None), "a GET of an absent key");
+        assert_eq!(h.value(1), Some(Some(&written[..])), "a PUT's written value");
+        assert_eq!(h.value(2), Some(Some(&b"v0"[..])));
+        assert_eq!(h.value(3), None, "a malformed cell is no value");
+        assert_eq!(h.present, vec![ABSENT, PRESENT, PRESENT, NO_VALUE]);
+        assert_eq!(&h.cells[16..18], &[10, b'1'], "rows are normalised cells");
+        assert_eq!(g.stats.mismatches, 2);
+        assert!(h.unacked_key.is_empty());
+    }
+
+    #[test]
+    fn unacknowledged_puts_are_in_the_history() {
+        let mut g = gen(3, vec![(KvOp::Put, 0), (KvOp::Put, 1), (KvOp::Put, 2)]);
+        let sent = drain(&mut g, 0);
+        let value = |b: &[u8]| uncell(&Repr::parse(&Packet::new_checked(b).unwrap()).unwrap().value).unwrap().unwrap().to_vec();
+        // key 1: the agent failed; key 0: never answered (abandoned); key 2: in flight at the end.
+        g.handle(5, &reply(&sent[1].1, None, 0, STATUS_ERROR));
+        g.stop();
+        for t in [1000, 2000, 3000] {
+            g.handle_timeout(t);
+            for (_, b) in drain(&mut g, t) {
+                if Packet::new_checked(&b[..]).unwrap().key() == b"k2" {
+                    g.handle(t + 1, &reply(&b, None, 0, STATUS_RETRY)); // backs off
+                }
+            }
+        }
+        assert_eq!(g.stats.timeouts, 1);
+        assert_eq!(g.in_flight(), 1);
+        g.abandon_in_flight();
+        assert!(g.is_idle());
+        let h = &g.history;
+        assert_eq!(h.unacked_key, vec![1, 0, 2]);
+        assert_eq!(h.unacked_send_ns, vec![0, 0, 0]);
+        for (i, s) in [1usize, 0, 2].into_iter().enumerate() {
+            assert_eq!(&h.unacked_cells[i * 16 + 1..i * 16 + 1 + h.unacked_cells[i * 16] as usize], &value(&sent[s].1)[..]);
+        }
+        assert_eq!(h.present, vec![NO_VALUE], "the failed PUT's sample has no value");
+        assert_eq!(g.expected()[..3], [None, None, None]);
+    }
+
+    #[test]
+    fn other_writers_turn_the_value_check_off_but_not_the_history() {
+        let (k, s, v) = keys(4);
+        let mut c = cfg(2);
+        c.sole_writer = false;
+        let mut g = KvLoad::new(c, k, s, v, vec![(KvOp::Get, 0), (KvOp::Get, 1)]).unwrap();
+        assert!(g.expected().iter().all(|e| e.is_none()), "nothing is known");
+        let sent = drain(&mut g, 0);
+        g.handle(1, &reply(&sent[0].1, Some(b"another"), 0, 0));
+        let mut bad = reply(&sent[1].1, Some(b"v1"), 0, 0);
+        let n = bad.len();
+        bad[n - 16] = 16;
+        g.handle(2, &bad);
+        assert_eq!((g.stats.unchecked, g.stats.mismatches), (1, 1), "only the malformed cell is refused");
+        assert_eq!(g.samples[0].check, Check::Unchecked);
+        assert_eq!(g.history.value(0), Some(Some(&b"another"[..])));
+    }
+
+    #[test]
+    fn history_off_records_nothing() {
+        let (k, s, v) = keys(4);
+        let mut c = cfg(2);
+        c.history = false;
+        let mut g = KvLoad::new(c, k, s, v, vec![(KvOp::Get, 0), (KvOp::Put, 1)]).unwrap();
+        for (_, b) in drain(&mut g, 0) {
+            g.handle(1, &reply(&b, Some(b"v0"), 0, 0));
+        }
+        assert_eq!((g.stats.completed, g.history.len(), g.history.cells.len()), (2, 0, 0));
+    }
+
+    #[test]
+    fn shifts_remap_keys_from_their_time_on() {
+        let mut g = gen(1, vec![(KvOp::Get, 0), (KvOp::Get, 1)]);
+        g.set_shifts(vec![(100, vec![3, 2, 1, 0]), (200, vec![1, 1, 1, 1])]).unwrap();
+        let mut keys = vec![];
+        for t in [0, 50, 100, 150, 250, 260] {
+            let sent = drain(&mut g, t);
+            let b = &sent[0].1;
+            keys.push(Packet::new_checked(&b[..]).unwrap().key().to_vec());
+            let v = format!("v{}", std::str::from_utf8(&keys.last().unwrap()[1..]).unwrap());
+            g.handle(t, &reply(b, Some(v.as_bytes()), 0, 0));
+        }
+        let want: Vec<Vec<u8>> = ["k0", "k1", "k3", "k2", "k1", "k1"].iter().map(|k| k.as_bytes().to_vec()).collect();
+        assert_eq!(keys, want);
+        assert_eq!(g.stats.mismatches, 0, "each GET is checked against the remapped key");
+        assert_eq!(g.samples.iter().map(|s| s.key).collect::<Vec<_>>(), vec![0, 1, 3, 2, 1, 1]);
+        assert!(g.set_shifts(vec![(5, vec![0, 1, 2, 4])]).is_err());
+        assert!(g.set_shifts(vec![(5, vec![0; 4]), (5, vec![0; 4])]).is_err());
     }
 
     #[test]

@@ -5,11 +5,14 @@ object (see `redisrack.RedisRack.run_load`); it writes a JSON result to `out`.
 
 `engine`: "python" (the client library, every operation in the history for the
 linearizability checker) or "native" (`inswitch.hare.fastload`: the same protocol, keys
-and addressing from a native windowed loop with the GIL released; it checks every GET's
-value itself against what the key holds, and its samples go to `out`.samples.npy). The
-native engine replays a precomputed stream of the workload's operations (`stream_ops` of
-them, repeated), so it takes no hotspot shift and not ycsb-d (its inserts grow the key
-set)."""
+and addressing from a native windowed loop with the GIL released). The native engine
+records the same history (every completed operation's value and the writes never
+acknowledged; to `out`.history.npz, unless `history` is false) and, as the only writing
+client (`clients` 1 or a read-only workload), also checks every GET's value itself against
+what the key holds; its samples go to `out`.samples.npy. It replays a precomputed stream
+of the workload's operations (`stream_ops` of them, repeated); a hotspot shift is a remap
+of the stream's keys switched at its time (the remap `Workload.shift` makes), and ycsb-d
+is refused (its inserts grow the key set)."""
 
 from __future__ import annotations
 
@@ -31,13 +34,33 @@ def cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def shift_remaps(w: ycsb.Workload, kind: str, count: int, n: int) -> list[np.ndarray]:
+    """The `n` hotspot shifts the python engine makes (`w.shift(kind, count)`, the same
+    shift seed in every client) as remaps of the records an unshifted stream draws:
+    `Workload._pick` yields `current[pos_of[r]]` for a draw r."""
+    if kind == "none" or n == 0:
+        return []
+    out = []
+    w.prepare_shifts()
+    for _ in range(n):
+        w.shift(kind, count)
+        assert w.current is not None and w.pos_of is not None
+        out.append(w.current[w.pos_of].astype(np.uint32))
+    return out
+
+
 def native(p: dict[str, Any]) -> int:
     from inswitch.hare import fastload
     from inswitch.hare.client import server_index
 
-    problem = fastload.unsupported(p["workload"], p.get("shift", "none") if p.get("shift_times") else "none", 1)
+    clients = p.get("clients", 1)
+    problem = fastload.unsupported(p["workload"], p.get("shift", "none") if p.get("shift_times") else "none", clients)
     if problem:
         raise SystemExit(f"loadgen: {problem}")
+    sole = fastload.sole_writer(p["workload"], clients)
+    record = p.get("history", True)
+    if not (sole or record):
+        raise SystemExit("loadgen: with several writing clients the history is the only check: it cannot be off")
     w = ycsb.Workload(p["workload"], p["records"], seed=p["seed"], shift_seed=p["shift_seed"])
     ops, op_keys = [], []
     while len(ops) < p.get("stream_ops", 100_000):
@@ -51,12 +74,17 @@ def native(p: dict[str, Any]) -> int:
     keys = [ycsb.record_key(r) for r in range(p["records"])]
     init = p.get("initial")
     initial = [ycsb.field_value(r, 0, 0, p["field_size"]) for r in range(p["records"])] if init is None else [None if init[k.hex()] is None else bytes.fromhex(init[k.hex()]) for k in keys]
+    remaps = shift_remaps(w, p.get("shift", "none"), p.get("shift_count", 0), len(p.get("shift_times", [])))
     start = wait_start(p)
+    shifts = [(int(start + t * 1e9), m) for t, m in zip(sorted(p.get("shift_times", [])), remaps)]
     c0 = cpu_s()
     r = fastload.run(p["servers"], keys, initial, ops, op_keys, key_field=p["key_field"], value_size=p["value_size"], field_size=p["field_size"],
                      window=p["window"], timeout=p.get("timeout", 0.3), retries=p.get("retries", 10), client=p["client"], duration=p["duration"],
-                     start_ns=start)
+                     start_ns=start, sole_writer=sole, history=record, shifts=shifts, reserve=p.get("reserve", 0))
     c1 = cpu_s()
+    if record:
+        h = r.history_arrays()
+        np.savez(p["out"] + ".history.npz", keys=np.array(keys, dtype=bytes), **h)
     st = r.stats
     samples = np.stack([r.recv_ns.astype(np.int64), (r.recv_ns - r.send_ns).astype(np.int64), (r.op == fastload.OP_GET).astype(np.int64), r.hit.astype(np.int64)], axis=1)
     np.save(p["out"] + ".samples.npy", samples)
@@ -68,12 +96,16 @@ def native(p: dict[str, Any]) -> int:
         "engine": "native",
         "history": [],
         "unacked": [],
+        **({"history_npz": p["out"] + ".history.npz"} if record else {}),
         "samples_npy": p["out"] + ".samples.npy",
         "served_npy": p["out"] + ".served.npy",
-        "final": [[k.hex(), known, None if v is None else v.hex()] for k, (known, v) in zip(keys, r.expected)],
+        # what each key holds as far as this client knows: nothing when others write too
+        "final": [[k.hex(), known, None if v is None else v.hex()] for k, (known, v) in zip(keys, r.expected)] if sole else [],
         "stats": {"ops": st["completed"], "gets": st["gets"], "hits": st["hits"], "retries": st["retries"], "timeouts": st["timeouts"],
                   "errors": st["errors"], "records": p["records"], "engine": "native", "value_mismatches": st["mismatches"],
                   "malformed_replies": st["malformed"], "late_replies": st["late"], "retransmits": st["retransmits"], "unchecked_gets": st["unchecked"],
+                  "value_check": "each GET (only writer)" if sole else f"not checked ({clients} writing clients: the history is the check)",
+                  "history": bool(record),
                   "unfinished": st["unfinished"], "send_failures": st["send_failures"], "issued": st["issued"],
                   "run_start_ns": r.start_ns, "run_stop_ns": r.stop_ns, "cpu_s": round(c1 - c0, 4)},
     }

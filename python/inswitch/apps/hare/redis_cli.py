@@ -22,7 +22,7 @@ FIELD_SIZE = option(32, "--field-size", type=Int(24, 251), help="--backend redis
 CLIENTS = option(2, "--clients", type=Int(1, 16), help="--backend redis: client hosts, one load-generating process each.")
 SERVERS = option(2, "--servers", type=Int(1, 16), help="--backend redis: storage hosts, one redis-server and agent each.")
 WINDOW = option(32, "--window", type=Int(1, 1024), help="--backend redis: operations each client keeps in flight.")
-ENGINE = option("python", "--engine", type=Choice("python", "native"), help="--backend redis: the clients' load generator: python (the client library; every operation in the linearizability checker's history) or native (a windowed loop in Rust; each GET's value checked by the generator, as the only writer of its keys; needs --shift none, not ycsb-d, and --clients 1 when the workload writes).")
+ENGINE = option("python", "--engine", type=Choice("python", "native"), help="--backend redis: the clients' load generator: python (the client library) or native (a windowed loop in Rust replaying a precomputed stream, a --shift as a key remap at its time; not ycsb-d). Both record every operation for the linearizability checker; the native one also checks each GET's value itself when it is the only writing client (--clients 1 or ycsb-c), and says `not checked` otherwise.")
 PLOT = option(None, "--plot", type=OUT_FILE, help="--backend redis: throughput and hit rate over time (default: the --json path with .png).")
 
 

@@ -91,9 +91,12 @@ class RackParams:
     #: The switch's seeded fault injection on every port (`loss=P,dup=P,reorder=P,seed=N`).
     fault: Optional[str] = None
     #: The load generators' engine (`loadgen.py`): "python", the client library with every
-    #: operation in the checker's history; "native", `hare.fastload` (each GET's value
-    #: checked by the generator itself; no hotspot shift, not ycsb-d).
+    #: operation in the checker's history; "native", `hare.fastload` (the same history,
+    #: and each GET's value checked by the generator itself when it is the only writing
+    #: client; not ycsb-d).
     engine: str = "python"
+    #: The native engine records the history (off only to measure what it costs).
+    native_history: bool = True
 
     @property
     def dyso_rows(self) -> int:
@@ -506,6 +509,8 @@ class RedisRack:
         self.recovered: dict[int, float] = {}
         #: The control loop of the system in use (`use`; replaced after a restart).
         self.control: Any = None
+        #: The last run's per-client results (`run_load`), with their history rows.
+        self.last_results: list[dict[str, Any]] = []
 
     # hosts
     @property
@@ -769,6 +774,8 @@ class RedisRack:
         resumes after the restart. `initial`: what the store holds at the start (default:
         the records as `load` writes them), for a run that follows another without a load."""
         problem = fastload.unsupported(self.p.workload, self.p.shift, len(self.client_hosts)) if self.p.engine == "native" else None
+        if problem is None and self.p.engine == "native" and not (self.p.native_history or fastload.sole_writer(self.p.workload, len(self.client_hosts))):
+            problem = "native_history=False leaves several writing clients unchecked (their GETs have no single right answer)"
         if problem:
             raise ValueError(problem)
         p = self.p
@@ -780,7 +787,9 @@ class RedisRack:
             args = {"servers": self.server_ips, "key_field": p.key_field, "value_size": p.value_size, "window": p.window, "workload": p.workload,
                     "records": p.records, "field_size": p.field_size, "seed": p.seed * 1000 + c, "shift_seed": p.seed, "client": c + 1,
                     "start_ns": None, "duration": p.duration, "shift": p.shift, "shift_count": p.shift_count, "shift_times": p.shift_times(), "out": str(out),
-                    "engine": p.engine}
+                    "engine": p.engine, "clients": len(self.client_hosts), "history": p.native_history,
+                    # room for the history before the run (untouched pages cost nothing)
+                    "reserve": int(min(p.duration, 60.0) * 250_000)}
             if p.engine == "native" and initial is not None:
                 args["initial"] = {k.hex(): None if v is None else v.hex() for k, v in initial.items()}
             procs.append(subprocess.Popen(self.in_host(h, [sys.executable, "-m", "inswitch.apps.hare.loadgen", json.dumps(args)]),
@@ -805,10 +814,16 @@ class RedisRack:
             if pr.returncode != 0:
                 raise RuntimeError(f"load generator failed: {pr.stderr.read()[-2000:] if pr.stderr else ''}")
         results = [json.loads(o.read_text()) for o in outs]
+        self.last_results = results  # each client's history and unacknowledged writes, for tests
         for r in results:  # the native engine's samples come as arrays
             if "samples_npy" in r:
                 r["samples"] = np.load(r.pop("samples_npy"))
                 r["served"] = np.load(r.pop("served_npy"))
+            if "history_npz" in r:  # its history as the python engine's rows
+                with np.load(r.pop("history_npz")) as h:
+                    recs, unacked = fastload.records(h, [bytes(k) for k in h["keys"]])
+                r["history"] = [[k.hex(), kind, None if v is None else v.hex(), a, b] for k, kind, v, a, b in recs]
+                r["unacked"] = [[k.hex(), None if v is None else v.hex(), a] for k, v, a in unacked]
         # the restarts during the run, and one between the previous run and this one that
         # this run recovered from
         mine = {c["generation"] for c in recoveries}
@@ -955,8 +970,8 @@ class RedisRack:
         init = initial if initial is not None else self.initial()
         keys = sorted({k for k, *_ in recs})
         verdict = history.check(recs, init, self.read_back(keys), unacked)
-        # The native engine checks its GETs' values itself (no history); what it says each
-        # key holds at the end must be what Redis holds.
+        # The native engine, as the only writing client, also checks its GETs' values
+        # itself; what it says each key holds at the end must be what Redis holds.
         mismatches = sum(int(r["stats"].get("value_mismatches", 0)) + int(r["stats"].get("malformed_replies", 0)) for r in results)
         final = {bytes.fromhex(k): None if v is None else bytes.fromhex(v) for r in results for k, known, v in r.get("final", []) if known}
         back = self.read_back(sorted(final)) if final else {}
