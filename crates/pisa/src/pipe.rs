@@ -654,6 +654,8 @@ pub struct BatchRan(());
 /// Run `batch` with `program`: one virtual call for the whole loop (None: a set without a
 /// base program).
 fn dispatch(program: Option<&dyn Program>, batch: &mut Batch<'_, '_>) {
+    #[cfg(test)]
+    tests::DISPATCHES.with(|d| d.set(d.get() + 1));
     let BatchRan(()) = match program {
         Some(p) => p.run_batch(batch),
         None => batch.run::<dyn Program>(None),
@@ -1177,6 +1179,18 @@ fn profile_in_use(ro: &crate::pass::ProgramReadOnly, pd: &crate::selector::Actio
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::control::CloneSession;
+    use crate::decl::{ClassifyRule, Digest, ProgramBuilder, ProgramDecl};
+    use crate::register::{RegisterAction, SaluBody};
+
+    thread_local! {
+        /// Batch loops dispatched to a program ([`dispatch`]) on this thread.
+        pub(super) static DISPATCHES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
+    fn dispatches() -> usize {
+        DISPATCHES.with(|d| d.get())
+    }
 
     /// The vector of open passes is not allocated per batch: its allocation goes from the
     /// store to the open passes and back, the same memory each time.
@@ -1191,5 +1205,334 @@ mod tests {
             store.slots = recycle_vec(open);
         }
         assert_eq!((store.slots.as_ptr() as usize, store.slots.capacity()), (ptr, cap));
+    }
+
+    #[derive(Clone, Copy)]
+    struct AddOld;
+    impl SaluBody<u32, u32, u32> for AddOld {
+        fn run(self, c: u32, v: u32) -> (u32, u32) {
+            (c.wrapping_add(v), c)
+        }
+    }
+
+    /// Header bytes of the test frames: what each program does with a packet.
+    const OP: usize = 0; // base program's operation (`Base::ingress`); 9: the application's violation
+    const OUT: usize = 1; // port to forward to
+    const LOOPS: usize = 2; // recirculations wanted
+    const ID: usize = 4;
+    const VALUE: usize = 5; // the application's register operand
+    const INDEX: usize = 6; // the application's register index
+    const APP_ETHERTYPE: u16 = 0x88B5;
+
+    /// The base program: per operation a forward, drop, violation, ingress clone,
+    /// recirculation, multicast, PacketIn or digest; egress counts per port, tags the copy
+    /// and mirrors packets of operation 8.
+    struct Base {
+        decl: ProgramDecl,
+        seen: RegisterAction<u32, u32, u32, AddOld>,
+        tx: RegisterAction<u32, u32, u32, AddOld>,
+        digest: Digest,
+    }
+
+    impl Program for Base {
+        fn decl(&self) -> &ProgramDecl {
+            &self.decl
+        }
+        fn ingress(&self, p: &mut Pass<'_>) {
+            let h = p.hdr();
+            let (op, out, loops, id) = (h[OP], h[OUT], h[LOOPS], h[ID]);
+            let old = p.execute(&self.seen, (id % 4) as u32, 1).get();
+            p.forward(out as u16);
+            match op % 8 {
+                0 => {}
+                1 => p.drop(DropCode::PROGRAM),
+                2 => {
+                    p.execute(&self.seen, 0, 1); // the same array twice: a violation
+                }
+                3 => p.clone_ingress(1),
+                4 if p.recirculations() < loops => p.recirculate(),
+                4 => {}
+                5 => p.multicast(1, Some(p.ingress_port())),
+                6 => p.to_cpu(),
+                _ => p.digest(&self.digest, &[id, old as u8]),
+            }
+        }
+        fn egress(&self, p: &mut Pass<'_>) {
+            let n = p.execute(&self.tx, p.egress_port() as u32 % 4, 1).get();
+            let (rid, clone) = (p.replication_id() as u8, p.is_clone());
+            let h = p.hdr_mut();
+            (h[3], h[8], h[9]) = (rid, n as u8, clone as u8);
+            if h[OP] == 8 && !clone {
+                p.clone_egress(2);
+            }
+        }
+    }
+
+    /// An application (its EtherType) owning its recirculated passes: adds to a register on
+    /// every pass, recirculates as asked (some beyond its limit), forwards; operation 9 is a
+    /// violation. Its egress marks the packet.
+    struct App {
+        decl: ProgramDecl,
+        acc: RegisterAction<u32, u32, u32, AddOld>,
+    }
+
+    impl Program for App {
+        fn decl(&self) -> &ProgramDecl {
+            &self.decl
+        }
+        fn ingress(&self, p: &mut Pass<'_>) {
+            let h = p.hdr();
+            let (op, out, loops, v, i) = (h[OP], h[OUT], h[LOOPS], h[VALUE], h[INDEX]);
+            if op == 9 {
+                p.execute(&self.acc, 0, 1);
+                p.execute(&self.acc, 0, 1);
+                return;
+            }
+            let old = p.execute(&self.acc, (i % 8) as u32, v as u32).get();
+            p.hdr_mut()[7] = old as u8;
+            if p.recirculations() < loops {
+                p.recirculate();
+            } else {
+                p.forward(out as u16);
+            }
+        }
+        fn egress(&self, p: &mut Pass<'_>) {
+            let r = p.recirculations();
+            p.hdr_mut()[10] ^= 0x5A ^ r;
+        }
+    }
+
+    /// A one-pipe pipe of four ports running the application (index 0) beside the base
+    /// program (index 1), with a multicast group, two clone sessions and the digest on.
+    fn rig(cfg: PipeConfig) -> Pipe {
+        let mut b = ProgramBuilder::new("base", "");
+        b.parser(16, &[("h", 128)]).max_recirculations(Some(3));
+        let seen = b.register::<u32>("seen", Gress::Ingress, 0, 4, "");
+        let seen = b.register_action_body(seen, "add", AddOld);
+        let tx = b.register::<u32>("tx", Gress::Egress, 0, 4, "");
+        let tx = b.register_action_body(tx, "add", AddOld);
+        let digest = b.digest("d", &[("id", 8), ("old", 8)], "");
+        let base = Base { decl: b.build().expect("valid"), seen, tx, digest };
+        let mut b = ProgramBuilder::new("app", "");
+        b.parser(16, &[("h", 128)]).max_recirculations(Some(4)).owns_recirculated_passes();
+        b.classify(ClassifyRule { ethertype: Some(APP_ETHERTYPE), ..Default::default() });
+        let acc = b.register::<u32>("acc", Gress::Ingress, 1, 8, "");
+        let acc = b.register_action_body(acc, "add", AddOld);
+        let app = App { decl: b.build().expect("valid"), acc };
+        let set = Arc::new(ProgramSet::new(vec![Arc::new(app), Arc::new(base)]).expect("valid set"));
+        let mut pipe = Pipe::new(0, set.clone(), PortMap::contiguous(4, 1), cfg);
+        let replicas = (0..4).map(|port| Replica { port, rid: port + 1 }).collect();
+        pipe.control(&ControlOp::McastGroupWrite { op: WriteOp::Insert, group: 1, replicas }).expect("group");
+        for (session, port) in [(1, 2), (2, 3)] {
+            let session_cfg = CloneSession { replicas: vec![Replica { port, rid: 8 + session }], truncate_len: 0 };
+            pipe.control(&ControlOp::CloneSessionWrite { op: WriteOp::Insert, session, session_cfg }).expect("session");
+        }
+        pipe.control(&ControlOp::DigestConfig { digest_id: set.ids(1).digests[0], enabled: true }).expect("digest");
+        pipe
+    }
+
+    fn frame(pipe: &mut Pipe, port: PortId, app: bool, bytes: [u8; 7]) -> PacketBuf {
+        let mut f = [0u8; 24];
+        f[..7].copy_from_slice(&bytes);
+        let et = if app { APP_ETHERTYPE } else { 0x0800 };
+        f[12..14].copy_from_slice(&et.to_be_bytes());
+        let mut pkt = pipe.pool().get();
+        assert!(pkt.copy_from(&f));
+        pkt.port = port;
+        pkt
+    }
+
+    /// The ingress of the code before batch dispatch: one virtual call per packet and pass
+    /// (`P = dyn Program`), each recirculated packet dispatched on its own owner.
+    fn reference_ingress(pipe: &mut Pipe, rx: &mut Vec<PacketBuf>, now: u64, out: &mut Handoff) {
+        pipe.env.now_ns = now;
+        pipe.tm.counters.batches += 1;
+        let n = pipe.recirc_admitted(now);
+        if n == 0 && rx.is_empty() {
+            return;
+        }
+        let Pipe { progs, env, tm, set, base, classifies, spare, .. } = pipe;
+        let mut passes = Passes::open(progs, *base, Gress::Ingress, env, spare);
+        let base_program = passes.base_program();
+        let mut due = std::mem::take(&mut tm.recirc_due);
+        due.extend(tm.recirc.drain(..n));
+        tm.recirc_due_left = due.len();
+        for mut pkt in due.drain(..) {
+            tm.recirc_due_left -= 1;
+            let m = pkt.meta;
+            pkt.meta = PacketMeta {
+                recirculations: m.recirculations.saturating_add(1),
+                bridged: m.bridged,
+                owner: m.owner,
+                trace: m.trace,
+                ..PacketMeta::new(PORT_RECIRC)
+            };
+            tm.counters.recirculations += 1;
+            let kept = pkt.meta.owner;
+            if !set.owns_recirculated_passes(kept as usize) || Some(kept) == passes.base_id() {
+                ingress_packet(&mut passes, base_program, tm, set, *classifies, pkt, out);
+            } else {
+                let app = passes.program(kept);
+                let blame = passes.other(&mut pkt, kept, &mut tm.counters, Ingress(app)).or(Some(kept));
+                after_ingress(tm, pkt, blame, || set.recirc_limit(kept as usize), out);
+            }
+        }
+        tm.recirc_due = due;
+        for mut pkt in rx.drain(..) {
+            let port = pkt.port;
+            let c = &mut tm.counters.ports[port as usize];
+            c.rx_packets += 1;
+            c.rx_bytes += pkt.len() as u64;
+            pkt.meta.reset(port);
+            ingress_packet(&mut passes, base_program, tm, set, *classifies, pkt, out);
+        }
+        passes.close(&mut tm.counters, spare);
+    }
+
+    /// The egress loop with one virtual call per pass (`P = dyn Program`).
+    fn reference_egress(pipe: &mut Pipe, now: u64, tx: &mut [Vec<PacketBuf>], out: &mut Handoff) {
+        pipe.env.now_ns = now;
+        let Pipe { progs, env, tm, base, spare, .. } = pipe;
+        if tm.queues.iter().all(|q| q.fresh.is_empty() && q.q.is_empty()) {
+            return;
+        }
+        let mut passes = Passes::open(progs, *base, Gress::Egress, env, spare);
+        let base_program = passes.base_program();
+        egress_loop::<dyn Program>(base_program, &mut passes, tm, now, tx, out);
+        passes.close(&mut tm.counters, spare);
+    }
+
+    /// Everything a run leaves behind: frames sent per call (port and bytes), PacketIns,
+    /// digests, counters and both programs' registers.
+    #[derive(Debug, PartialEq)]
+    struct Outcome {
+        sent: Vec<(usize, PortId, Vec<u8>)>,
+        packet_ins: Vec<Vec<u8>>,
+        digests: Vec<(u8, Vec<u8>)>,
+        counters: serde_json::Value,
+        regs: Vec<Vec<u64>>,
+    }
+
+    /// Seeded mixed traffic (every operation of both programs, recirculations past the
+    /// limits, a small recirculation share, queue capacity and egress budget so that the
+    /// due list is cut, queues fill and backlogs form) through `pipe`, the batch path or
+    /// the reference path.
+    fn mixed_run(reference: bool) -> Outcome {
+        let cfg = PipeConfig { queue_capacity: 12, recirc_capacity: 40, recirc_per_batch: 7, egress_budget: 9, ..PipeConfig::default() };
+        let mut pipe = rig(cfg);
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut out = Handoff::new(1);
+        let mut tx: Vec<Vec<PacketBuf>> = (0..4).map(|_| Vec::new()).collect();
+        let mut o =
+            Outcome { sent: Vec::new(), packet_ins: Vec::new(), digests: Vec::new(), counters: serde_json::Value::Null, regs: Vec::new() };
+        for call in 0..400usize {
+            let mut rx: Vec<PacketBuf> = (0..next() % 40)
+                .map(|_| {
+                    let r = next();
+                    let bytes = [(r % 10) as u8, (r >> 8) as u8 % 4, (r >> 16) as u8 % 6, call as u8, (r >> 24) as u8, (r >> 32) as u8, 0];
+                    frame(&mut pipe, (r >> 40) as u16 % 4, (r >> 48) % 3 == 0, bytes)
+                })
+                .collect();
+            let now = call as u64 * 1000;
+            if reference {
+                reference_ingress(&mut pipe, &mut rx, now, &mut out);
+            } else {
+                pipe.ingress(&mut rx, now, &mut out);
+            }
+            for _ in 0..2 {
+                let mut v = std::mem::take(&mut out.per_pipe[0]);
+                pipe.enqueue(&mut v);
+                if reference {
+                    reference_egress(&mut pipe, now, &mut tx, &mut out);
+                } else {
+                    pipe.egress(now, &mut tx, &mut out);
+                }
+            }
+            for (port, q) in tx.iter_mut().enumerate() {
+                for pkt in q.drain(..) {
+                    o.sent.push((call, port as PortId, pkt.data().to_vec()));
+                    pipe.recycle(pkt);
+                }
+            }
+        }
+        let mut ins = Vec::new();
+        pipe.take_packet_ins(&mut ins);
+        o.packet_ins = ins.iter().map(|p| p.pkt.data().to_vec()).collect();
+        let mut digests = Vec::new();
+        pipe.take_digests(&mut digests);
+        o.digests = digests.into_iter().map(|d| (d.program, d.data.to_vec())).collect();
+        o.counters = serde_json::to_value(pipe.counters()).expect("counters");
+        o.regs = (0..2).map(|i| pipe.state(i).regs.to_vec()).collect();
+        o
+    }
+
+    /// The batch path (one virtual call per loop, the dispatched program's control blocks
+    /// called directly) does exactly what one virtual call per packet and pass did, packet
+    /// for packet: the same frames in the same order, PacketIns, digests, counters and
+    /// registers, on traffic with drops, violations, recirculations (kept by their program
+    /// and not), clones and multicast.
+    #[test]
+    fn batch_dispatch_equals_one_call_per_packet() {
+        let batch = mixed_run(false);
+        let reference = mixed_run(true);
+        // The traffic reaches every path compared.
+        let c = &batch.counters;
+        for (what, v) in [
+            ("sent", batch.sent.len() as u64),
+            ("packet_ins", batch.packet_ins.len() as u64),
+            ("digests", batch.digests.len() as u64),
+            ("recirculations", c["recirculations"].as_u64().unwrap_or(0)),
+            ("clones", c["clones"].as_u64().unwrap_or(0)),
+            ("violations", c["programs"].as_array().map_or(0, |p| p.iter().map(|p| p["violations"][0].as_u64().unwrap_or(0)).sum())),
+            ("app egress passes", c["programs"][0]["egress_passes"].as_u64().unwrap_or(0)),
+            ("queue drops", c["ports"].as_array().map_or(0, |p| p.iter().map(|p| p["queue_drops"].as_u64().unwrap_or(0)).sum())),
+        ] {
+            assert!(v > 0, "no {what} in the mixed traffic: {c}");
+        }
+        assert_eq!(batch.sent.len(), reference.sent.len());
+        for (i, (a, b)) in batch.sent.iter().zip(&reference.sent).enumerate() {
+            assert_eq!(a, b, "frame {i}");
+        }
+        assert_eq!(batch, reference);
+    }
+
+    /// A batch crosses one virtual call: received packets, egress, and each run of
+    /// recirculated packets kept by one program, whatever the number of packets.
+    #[test]
+    fn a_batch_crosses_one_virtual_call() {
+        let mut pipe = rig(PipeConfig::default());
+        let mut out = Handoff::new(1);
+        let mut tx: Vec<Vec<PacketBuf>> = (0..4).map(|_| Vec::new()).collect();
+        let mut rx: Vec<PacketBuf> = (0..32).map(|i| frame(&mut pipe, 0, false, [0, 1, 0, 0, i, 0, 0])).collect();
+        let before = dispatches();
+        pipe.ingress(&mut rx, 1, &mut out);
+        assert_eq!(dispatches() - before, 1, "32 received packets, one call");
+        let before = dispatches();
+        pipe.egress(1, &mut tx, &mut out);
+        assert_eq!(dispatches() - before, 1, "32 packets out, one call");
+        assert_eq!(tx[1].len(), 32);
+        // Recirculating: application, application, base, application (once each), then
+        // one more received packet. Their next ingress runs the kept runs [app, app],
+        // [base] (not kept: through the base program), [app], then the received packet.
+        let mut rx = vec![
+            frame(&mut pipe, 0, true, [0, 1, 1, 0, 1, 1, 0]),
+            frame(&mut pipe, 0, true, [0, 1, 1, 0, 2, 1, 0]),
+            frame(&mut pipe, 0, false, [4, 1, 1, 0, 3, 0, 0]),
+            frame(&mut pipe, 0, true, [0, 1, 1, 0, 4, 1, 0]),
+        ];
+        pipe.ingress(&mut rx, 2, &mut out);
+        assert_eq!(pipe.tm.recirc.len(), 4);
+        let mut rx = vec![frame(&mut pipe, 0, false, [0, 1, 0, 0, 5, 0, 0])];
+        let before = dispatches();
+        pipe.ingress(&mut rx, 3, &mut out);
+        assert_eq!(dispatches() - before, 4, "three runs of recirculated packets and the received ones");
+        assert_eq!(pipe.tm.recirc.len(), 0);
+        assert_eq!(pipe.counters().recirculations, 4);
     }
 }
