@@ -665,9 +665,13 @@ fn dispatch(program: Option<&dyn Program>, batch: &mut Batch<'_, '_>) {
 impl<'a> Batch<'_, 'a> {
     /// The loop, with `program` (the one dispatched to) called directly.
     pub(crate) fn run<P: Program + ?Sized>(&mut self, program: Option<&P>) -> BatchRan {
+        // Plain locals for the loops, not fields behind `self`.
         let Batch { passes, tm, set, classifies, out, job } = self;
+        let (passes, tm, set, classifies, out): (&mut Passes<'_>, &mut Tm, &ProgramSet, bool, &mut Handoff) =
+            (passes, tm, set, *classifies, out);
         match job {
             Job::Received { rx, tracing } => {
+                let tracing = *tracing;
                 for mut pkt in rx {
                     let port = pkt.port;
                     if let Some(c) = tm.counters.ports.get_mut(port as usize) {
@@ -675,10 +679,10 @@ impl<'a> Batch<'_, 'a> {
                         c.rx_bytes += pkt.len() as u64;
                     }
                     pkt.meta.reset(port);
-                    if *tracing {
-                        trace_start(passes.env, set, *classifies, &mut pkt);
+                    if tracing {
+                        trace_start(passes.env, set, classifies, &mut pkt);
                     }
-                    ingress_packet(passes, program, tm, set, *classifies, pkt, out);
+                    ingress_packet(passes, program, tm, set, classifies, pkt, out);
                 }
             }
             Job::Recirculated { due, owner: Some(o) } => {
@@ -694,7 +698,7 @@ impl<'a> Batch<'_, 'a> {
                 let base = passes.base_id();
                 while let Some(mut pkt) = due.next_if(|p| recirc_owner(set, base, p).is_none()) {
                     recirculated_meta(&mut pkt, tm);
-                    ingress_packet(passes, program, tm, set, *classifies, pkt, out);
+                    ingress_packet(passes, program, tm, set, classifies, pkt, out);
                 }
             }
             Job::Egress { now, tx } => egress_loop(program, passes, tm, *now, tx, out),
