@@ -161,6 +161,7 @@ impl Pipe {
             return;
         }
         let Pipe { progs, env, tm, set, base, classifies, spare, .. } = self;
+        let set: &ProgramSet = set;
         let mut passes = Passes::open(progs, *base, Gress::Ingress, env, spare);
         // The first `n` waiting packets, in order; what they recirculate goes behind the
         // rest of the queue.
@@ -171,36 +172,21 @@ impl Pipe {
             due.extend(tm.recirc.drain(..n));
         }
         tm.recirc_due_left = due.len();
-        for mut pkt in due.drain(..) {
-            tm.recirc_due_left -= 1;
-            // A new pass: the intrinsic metadata starts over except what a recirculated
-            // packet carries (its count and bridged bytes; its owner, which only a program
-            // owning its recirculated passes keeps, see `ingress_recirculated`).
-            let m = pkt.meta;
-            pkt.meta = PacketMeta {
-                recirculations: m.recirculations.saturating_add(1),
-                bridged: m.bridged,
-                owner: m.owner,
-                trace: m.trace,
-                ..PacketMeta::new(PORT_RECIRC)
-            };
-            tm.counters.recirculations += 1;
-            ingress_recirculated(&mut passes, tm, set, *classifies, pkt, out);
+        if !due.is_empty() {
+            let job = Job::Recirculated { due: due.drain(..).peekable(), owner: None };
+            let mut batch = Batch { passes: &mut passes, tm: &mut *tm, set, classifies: *classifies, out: &mut *out, job };
+            // Runs of packets kept by one program, in order: one virtual call per run.
+            while let Some(program) = batch.next_recirculated_run() {
+                dispatch(program, &mut batch);
+            }
         }
         tm.recirc_due = due;
-        // One test per batch when no trace session is armed.
-        let tracing = env.trace.borrow().is_some();
-        for mut pkt in rx.drain(..) {
-            let port = pkt.port;
-            if let Some(c) = tm.counters.ports.get_mut(port as usize) {
-                c.rx_packets += 1;
-                c.rx_bytes += pkt.len() as u64;
-            }
-            pkt.meta.reset(port);
-            if tracing {
-                trace_start(env, set, *classifies, &mut pkt);
-            }
-            ingress_packet(&mut passes, tm, set, *classifies, pkt, out);
+        if !rx.is_empty() {
+            // One test per batch when no trace session is armed.
+            let tracing = env.trace.borrow().is_some();
+            let program = passes.base_program();
+            let job = Job::Received { rx: rx.drain(..), tracing };
+            dispatch(program, &mut Batch { passes: &mut passes, tm: &mut *tm, set, classifies: *classifies, out, job });
         }
         passes.close(&mut tm.counters, spare);
         if !tm.traced_drops.is_empty() {
@@ -288,7 +274,9 @@ impl Pipe {
     fn ingress_one(&mut self, pkt: PacketBuf, out: &mut Handoff) {
         let Pipe { progs, env, tm, set, base, classifies, spare, .. } = self;
         let mut passes = Passes::open(progs, *base, Gress::Ingress, env, spare);
-        ingress_packet(&mut passes, tm, set, *classifies, pkt, out);
+        // One packet: through the trait object.
+        let program = passes.base_program();
+        ingress_packet(&mut passes, program, tm, set, *classifies, pkt, out);
         passes.close(&mut tm.counters, spare);
         if !tm.traced_drops.is_empty() {
             flush_traced_drops(env, tm);
@@ -310,81 +298,16 @@ impl Pipe {
     /// egress clones to `out`.
     pub fn egress(&mut self, now: u64, tx: &mut [Vec<PacketBuf>], out: &mut Handoff) {
         self.env.now_ns = now;
-        let Pipe { progs, env, tm, base, spare, .. } = self;
+        let Pipe { progs, env, tm, base, spare, set, classifies, .. } = self;
         // Nothing queued (every port's queue, this pipe's or not): no pass to open.
         // (`draining` is zero outside this loop.)
         if tm.queues.iter().all(|q| q.fresh.is_empty() && q.q.is_empty()) {
             return;
         }
-        let shaped = tm.cfg.port_rate_bps.is_some();
         let mut passes = Passes::open(progs, *base, Gress::Egress, env, spare);
-        // The port number indexes the queues, the transmit vectors and the counters alike.
-        #[allow(clippy::needless_range_loop)]
-        for port in 0..tm.queues.len() {
-            if tm.queues[port].is_empty() || tm.map.pipe_of(port as PortId) != Some(tm.id) {
-                continue;
-            }
-            let txq = &mut tx[port];
-            // Sent-frame counters are added once per port: packets are what the port's
-            // transmit vector gained, bytes are summed as they go.
-            let (sent_before, mut sent_bytes) = (txq.len(), 0u64);
-            let mut left = tm.cfg.egress_budget;
-            'port: while left > 0 {
-                let q = &mut tm.queues[port];
-                // The backlog first, one packet at a time. (The queue is re-read for every
-                // packet: an egress clone may join this very queue.)
-                if !q.q.is_empty() {
-                    // Without shaping every head packet may leave: skip the shaper's look.
-                    if shaped {
-                        let Some(head) = q.q.front() else { break };
-                        if !q.admit(now, tm.cfg.port_rate_bps, head.len()) {
-                            break;
-                        }
-                    }
-                    let Some(pkt) = q.q.pop_front() else { break };
-                    left -= 1;
-                    send(&mut passes, tm, pkt, out, port, 0, txq, &mut sent_bytes);
-                    continue;
-                }
-                if q.fresh.is_empty() {
-                    break;
-                }
-                // Then what arrived since, as a batch.
-                let mut fresh = std::mem::take(&mut q.fresh);
-                let mut batch = fresh.drain(..);
-                let mut blocked = false;
-                while left > 0 {
-                    if shaped {
-                        let Some(head) = batch.as_slice().first() else { break };
-                        if !tm.queues[port].admit(now, tm.cfg.port_rate_bps, head.len()) {
-                            blocked = true;
-                            break;
-                        }
-                    }
-                    let Some(pkt) = batch.next() else { break };
-                    left -= 1;
-                    // The rest of the batch is still queued, for any clone queued meanwhile.
-                    send(&mut passes, tm, pkt, out, port, batch.len(), txq, &mut sent_bytes);
-                }
-                // What could not be sent stays queued, ahead of anything queued meanwhile.
-                let q = &mut tm.queues[port];
-                if batch.len() > 0 {
-                    q.q.extend(batch);
-                    q.q.extend(q.fresh.drain(..));
-                } else {
-                    drop(batch);
-                }
-                if q.fresh.is_empty() {
-                    q.fresh = fresh; // keep the allocation
-                }
-                if blocked {
-                    break 'port;
-                }
-            }
-            let c = &mut tm.counters.ports[port];
-            c.tx_packets += (txq.len() - sent_before) as u64;
-            c.tx_bytes += sent_bytes;
-        }
+        let program = passes.base_program();
+        let job = Job::Egress { now, tx };
+        dispatch(program, &mut Batch { passes: &mut passes, tm: &mut *tm, set, classifies: *classifies, out, job });
         passes.close(&mut tm.counters, spare);
         if !tm.traced_drops.is_empty() {
             flush_traced_drops(env, tm);
@@ -695,6 +618,190 @@ impl Pipe {
     }
 }
 
+/// One batch loop of a pipe, run by [`Program::run_batch`] of the program it is
+/// dispatched to. The loop is compiled once per program type with that program's control
+/// block inlined, so a batch crosses one virtual call instead of one per packet and pass
+/// (the call, its prologue and epilogue and the caller's spills). Everything the pipe does
+/// per packet is in the loop, unchanged: each pass with its guard (stage order, one access
+/// per object), violations, drops, recirculations and the traffic manager. Another program
+/// of the set (an application beside the base program) is called through its trait object
+/// inside the loop. Opaque: only the pipe makes and runs one.
+pub struct Batch<'b, 'a> {
+    passes: &'b mut Passes<'a>,
+    tm: &'b mut Tm,
+    set: &'b ProgramSet,
+    classifies: bool,
+    out: &'b mut Handoff,
+    job: Job<'b>,
+}
+
+/// What a [`Batch`] loops over.
+enum Job<'b> {
+    /// Received packets: ingress with the base program.
+    Received { rx: std::vec::Drain<'b, PacketBuf>, tracing: bool },
+    /// The recirculated packets due now, in order. A run is the leading packets kept by
+    /// `owner` (see [`recirc_owner`]), dispatched to that program; with `owner` None, the
+    /// leading packets no program keeps, through ingress with the base program.
+    Recirculated { due: std::iter::Peekable<std::vec::Drain<'b, PacketBuf>>, owner: Option<u8> },
+    /// Egress of this pipe's queues with the base program.
+    Egress { now: u64, tx: &'b mut [Vec<PacketBuf>] },
+}
+
+/// What [`Program::run_batch`] returns: only this crate makes one, so an override of it
+/// can do nothing but fail; the pipe's loop always runs as written here.
+pub struct BatchRan(());
+
+/// Run `batch` with `program`: one virtual call for the whole loop (None: a set without a
+/// base program).
+fn dispatch(program: Option<&dyn Program>, batch: &mut Batch<'_, '_>) {
+    #[cfg(test)]
+    tests::DISPATCHES.with(|d| d.set(d.get() + 1));
+    let BatchRan(()) = match program {
+        Some(p) => p.run_batch(batch),
+        None => batch.run::<dyn Program>(None),
+    };
+}
+
+impl<'a> Batch<'_, 'a> {
+    /// The loop, with `program` (the one dispatched to) called directly.
+    pub(crate) fn run<P: Program + ?Sized>(&mut self, program: Option<&P>) -> BatchRan {
+        // Plain locals for the loops, not fields behind `self`.
+        let Batch { passes, tm, set, classifies, out, job } = self;
+        let (passes, tm, set, classifies, out): (&mut Passes<'_>, &mut Tm, &ProgramSet, bool, &mut Handoff) =
+            (passes, tm, set, *classifies, out);
+        match job {
+            Job::Received { rx, tracing } => {
+                let tracing = *tracing;
+                for mut pkt in rx {
+                    let port = pkt.port;
+                    if let Some(c) = tm.counters.ports.get_mut(port as usize) {
+                        c.rx_packets += 1;
+                        c.rx_bytes += pkt.len() as u64;
+                    }
+                    pkt.meta.reset(port);
+                    if tracing {
+                        trace_start(passes.env, set, classifies, &mut pkt);
+                    }
+                    ingress_packet(passes, program, tm, set, classifies, pkt, out);
+                }
+            }
+            Job::Recirculated { due, owner: Some(o) } => {
+                let o = *o;
+                let program = program.expect("a run of kept packets is dispatched to their program");
+                while let Some(mut pkt) = due.next_if(|p| p.meta.owner == o) {
+                    recirculated_meta(&mut pkt, tm);
+                    let blame = passes.other(&mut pkt, o, &mut tm.counters, Ingress(program)).or(Some(o));
+                    after_ingress(tm, pkt, blame, || set.recirc_limit(o as usize), out);
+                }
+            }
+            Job::Recirculated { due, owner: None } => {
+                let base = passes.base_id();
+                while let Some(mut pkt) = due.next_if(|p| recirc_owner(set, base, p).is_none()) {
+                    recirculated_meta(&mut pkt, tm);
+                    ingress_packet(passes, program, tm, set, classifies, pkt, out);
+                }
+            }
+            Job::Egress { now, tx } => egress_loop(program, passes, tm, *now, tx, out),
+        }
+        BatchRan(())
+    }
+
+    /// The next run of a [`Job::Recirculated`]: its owner set, and the program to
+    /// dispatch it to (None inside: a set without a base program); None when no packet is
+    /// left.
+    fn next_recirculated_run(&mut self) -> Option<Option<&'a dyn Program>> {
+        let Job::Recirculated { due, owner } = &mut self.job else { return None };
+        let first = due.peek()?;
+        *owner = recirc_owner(self.set, self.passes.base_id(), first);
+        Some(match *owner {
+            Some(o) => Some(self.passes.program(o)),
+            None => self.passes.base_program(),
+        })
+    }
+}
+
+/// Egress of this pipe's queues: per port, the backlog, then what arrived since, within
+/// the egress budget and the port's shaper; frames to send go to `tx[port]`. The base
+/// program `base` is called directly (None: the set has none).
+#[inline(always)]
+fn egress_loop<P: Program + ?Sized>(
+    base: Option<&P>,
+    passes: &mut Passes<'_>,
+    tm: &mut Tm,
+    now: u64,
+    tx: &mut [Vec<PacketBuf>],
+    out: &mut Handoff,
+) {
+    let shaped = tm.cfg.port_rate_bps.is_some();
+    // The port number indexes the queues, the transmit vectors and the counters alike.
+    #[allow(clippy::needless_range_loop)]
+    for port in 0..tm.queues.len() {
+        if tm.queues[port].is_empty() || tm.map.pipe_of(port as PortId) != Some(tm.id) {
+            continue;
+        }
+        let txq = &mut tx[port];
+        // Sent-frame counters are added once per port: packets are what the port's
+        // transmit vector gained, bytes are summed as they go.
+        let (sent_before, mut sent_bytes) = (txq.len(), 0u64);
+        let mut left = tm.cfg.egress_budget;
+        'port: while left > 0 {
+            let q = &mut tm.queues[port];
+            // The backlog first, one packet at a time. (The queue is re-read for every
+            // packet: an egress clone may join this very queue.)
+            if !q.q.is_empty() {
+                // Without shaping every head packet may leave: skip the shaper's look.
+                if shaped {
+                    let Some(head) = q.q.front() else { break };
+                    if !q.admit(now, tm.cfg.port_rate_bps, head.len()) {
+                        break;
+                    }
+                }
+                let Some(pkt) = q.q.pop_front() else { break };
+                left -= 1;
+                send(passes, base, tm, pkt, out, port, 0, txq, &mut sent_bytes);
+                continue;
+            }
+            if q.fresh.is_empty() {
+                break;
+            }
+            // Then what arrived since, as a batch.
+            let mut fresh = std::mem::take(&mut q.fresh);
+            let mut batch = fresh.drain(..);
+            let mut blocked = false;
+            while left > 0 {
+                if shaped {
+                    let Some(head) = batch.as_slice().first() else { break };
+                    if !tm.queues[port].admit(now, tm.cfg.port_rate_bps, head.len()) {
+                        blocked = true;
+                        break;
+                    }
+                }
+                let Some(pkt) = batch.next() else { break };
+                left -= 1;
+                // The rest of the batch is still queued, for any clone queued meanwhile.
+                send(passes, base, tm, pkt, out, port, batch.len(), txq, &mut sent_bytes);
+            }
+            // What could not be sent stays queued, ahead of anything queued meanwhile.
+            let q = &mut tm.queues[port];
+            if batch.len() > 0 {
+                q.q.extend(batch);
+                q.q.extend(q.fresh.drain(..));
+            } else {
+                drop(batch);
+            }
+            if q.fresh.is_empty() {
+                q.fresh = fresh; // keep the allocation
+            }
+            if blocked {
+                break 'port;
+            }
+        }
+        let c = &mut tm.counters.ports[port];
+        c.tx_packets += (txq.len() - sent_before) as u64;
+        c.tx_bytes += sent_bytes;
+    }
+}
+
 /// What [`Passes`] keeps between two batch loops, so that opening them allocates nothing:
 /// the buffers the open passes hold between packets (zero-capacity, never sent; see
 /// [`Pass::load`]) and the allocation of the vector of open passes (always empty here).
@@ -718,11 +825,41 @@ fn recycle_vec<T, U>(mut v: Vec<T>) -> Vec<U> {
     v.into_iter().map(|_| unreachable!("the vector is empty")).collect()
 }
 
+/// The control block a pass runs: a program's ingress or egress. A trait rather than a
+/// closure so that the call is forced inline into the batch loop (with the program's own
+/// `#[inline(always)]` control blocks, the whole pass is then one piece of code).
+trait Control {
+    fn run(&self, pass: &mut Pass<'_>);
+}
+
+/// A program's ingress control.
+struct Ingress<'p, P: ?Sized>(&'p P);
+/// A program's egress control.
+struct Egress<'p, P: ?Sized>(&'p P);
+
+impl<P: Program + ?Sized> Control for Ingress<'_, P> {
+    #[inline(always)]
+    fn run(&self, pass: &mut Pass<'_>) {
+        self.0.ingress(pass)
+    }
+}
+
+impl<P: Program + ?Sized> Control for Egress<'_, P> {
+    #[inline(always)]
+    fn run(&self, pass: &mut Pass<'_>) {
+        self.0.egress(pass)
+    }
+}
+
 /// The passes of a batch loop. Every program's pass stays open for the whole loop and
 /// packets are moved through it (see [`Pass::load`]): per packet that is a pointer swap and
 /// a fresh guard instead of building a pass, and each program's trait object is looked up
 /// once. The base program runs on every packet; an application owning the packet runs in
 /// its own open pass, on its own state, beside the base program's.
+///
+/// The control block a pass runs is the caller's closure: inside a [`Batch`] loop the
+/// program the loop was dispatched to is called directly (its `ingress`/`egress` inlined),
+/// any other program through its trait object.
 struct Passes<'a> {
     gress: Gress,
     env: &'a PassEnv,
@@ -746,16 +883,14 @@ impl<'a> Passes<'a> {
         Passes { gress, env, open, base, count: 0 }
     }
 
-    /// Program `prog`'s pass over `pkt` (the packet is swapped in and out); the program's
-    /// index if the packet is now to be dropped.
+    /// Program `prog`'s pass over `pkt` (the packet is swapped in and out), running
+    /// `control` (the program's ingress or egress); the program's index if the packet is
+    /// now to be dropped.
     #[inline(always)]
-    fn run(&mut self, pkt: &mut PacketBuf, prog: u8, counters: &mut Counters) -> Option<u8> {
-        let (pass, program) = &mut self.open[prog as usize];
+    fn run(&mut self, pkt: &mut PacketBuf, prog: u8, counters: &mut Counters, control: impl Control) -> Option<u8> {
+        let pass = &mut self.open[prog as usize].0;
         pass.load(pkt);
-        match self.gress {
-            Gress::Ingress => program.ingress(pass),
-            Gress::Egress => program.egress(pass),
-        }
+        control.run(pass);
         let v = pass.unload(pkt);
         if let Some(kind) = v {
             // (Inside the rare branch: a violation-free pass tests nothing more.)
@@ -766,27 +901,40 @@ impl<'a> Passes<'a> {
         count_violation(pkt, prog, v, counters)
     }
 
-    /// The base program's pass over `pkt`; the program's index if it dropped the packet.
+    /// The base program's pass over `pkt` (`control`: its ingress or egress); the
+    /// program's index if it dropped the packet.
     #[inline(always)]
-    fn base(&mut self, pkt: &mut PacketBuf, counters: &mut Counters) -> Option<u8> {
+    fn base(&mut self, pkt: &mut PacketBuf, counters: &mut Counters, control: impl Control) -> Option<u8> {
         let b = self.base?;
         self.count += 1;
-        self.run(pkt, b, counters)
+        self.run(pkt, b, counters, control)
     }
 
     fn base_id(&self) -> Option<u8> {
         self.base
     }
 
-    /// Program `prog`'s pass (not the base program) over `pkt`, counted here.
+    /// Program `prog`, to call through its trait object.
     #[inline(always)]
-    fn other(&mut self, pkt: &mut PacketBuf, prog: u8, counters: &mut Counters) -> Option<u8> {
+    fn program(&self, prog: u8) -> &'a dyn Program {
+        self.open[prog as usize].1
+    }
+
+    /// The base program, if the set has one.
+    fn base_program(&self) -> Option<&'a dyn Program> {
+        self.base.map(|b| self.program(b))
+    }
+
+    /// Program `prog`'s pass (not the base program) over `pkt` (`control`: its ingress or
+    /// egress), counted here.
+    #[inline(always)]
+    fn other(&mut self, pkt: &mut PacketBuf, prog: u8, counters: &mut Counters, control: impl Control) -> Option<u8> {
         let c = &mut counters.programs[prog as usize];
         match self.gress {
             Gress::Ingress => c.ingress_passes += 1,
             Gress::Egress => c.egress_passes += 1,
         }
-        self.run(pkt, prog, counters)
+        self.run(pkt, prog, counters, control)
     }
 
     /// Count the base pass's passes and put the held buffers back into `spare`.
@@ -814,23 +962,36 @@ fn count_violation(pkt: &mut PacketBuf, prog: u8, v: Option<Violation>, counters
     pkt.meta.drop.map(|_| prog)
 }
 
-/// Ingress of one packet: the base program, then the owning application (if another
-/// program), then the traffic manager.
+/// Ingress of one packet: the base program (`base`, called directly; None: the set has
+/// none), then the owning application (if another program, through its trait object), then
+/// the traffic manager.
 #[inline(always)]
-fn ingress_packet(passes: &mut Passes<'_>, tm: &mut Tm, set: &ProgramSet, classifies: bool, mut pkt: PacketBuf, out: &mut Handoff) {
+fn ingress_packet<P: Program + ?Sized>(
+    passes: &mut Passes<'_>,
+    base: Option<&P>,
+    tm: &mut Tm,
+    set: &ProgramSet,
+    classifies: bool,
+    mut pkt: PacketBuf,
+    out: &mut Handoff,
+) {
     let owner = if classifies { set.classify(pkt.data()) } else { None };
     pkt.meta.owner = owner.unwrap_or(0xFF);
-    let base = passes.base_id();
-    let mut blame = passes.base(&mut pkt, &mut tm.counters);
+    let base_id = passes.base_id();
+    let mut blame = match base {
+        Some(b) => passes.base(&mut pkt, &mut tm.counters, Ingress(b)),
+        None => None,
+    };
     if let Some(o) = owner {
-        if Some(o) != base && pkt.meta.drop != Some(DropCode::VIOLATION) {
-            let b = passes.other(&mut pkt, o, &mut tm.counters);
+        if Some(o) != base_id && pkt.meta.drop != Some(DropCode::VIOLATION) {
+            let app = passes.program(o);
+            let b = passes.other(&mut pkt, o, &mut tm.counters, Ingress(app));
             blame = b.or(blame);
         }
-    } else if base.is_none() {
+    } else if base_id.is_none() {
         pkt.meta.drop = Some(DropCode::NO_PROGRAM);
     }
-    let limit_of = owner.or(base).unwrap_or(0) as usize;
+    let limit_of = owner.or(base_id).unwrap_or(0) as usize;
     if pkt.meta.trace != 0 {
         trace_ingress_result(passes.env, tm, &pkt, blame);
     }
@@ -894,20 +1055,34 @@ fn after_ingress(tm: &mut Tm, pkt: PacketBuf, blame: Option<u8>, recirc_limit: i
     tm.dispose_ingress(pkt, blame, recirc_limit(), out);
 }
 
-/// Ingress of a recirculated packet. If its program owns its recirculated passes
-/// (`ProgramDecl::owns_recirculated_passes`), the packet stays with that program (no
-/// classification) and the base program's tables are not applied: the program decides the
-/// route, and the traffic manager acts on it as in [`ingress_packet`]. Any other
-/// recirculated packet goes through [`ingress_packet`] like a received one.
+/// A recirculated packet's new pass: the intrinsic metadata starts over except what a
+/// recirculated packet carries (its count and bridged bytes; its owner, which only a
+/// program owning its recirculated passes keeps, see [`recirc_owner`]). It no longer waits
+/// in the recirculation queue.
 #[inline(always)]
-fn ingress_recirculated(passes: &mut Passes<'_>, tm: &mut Tm, set: &ProgramSet, classifies: bool, mut pkt: PacketBuf, out: &mut Handoff) {
+fn recirculated_meta(pkt: &mut PacketBuf, tm: &mut Tm) {
+    tm.recirc_due_left -= 1;
+    let m = pkt.meta;
+    pkt.meta = PacketMeta {
+        recirculations: m.recirculations.saturating_add(1),
+        bridged: m.bridged,
+        owner: m.owner,
+        trace: m.trace,
+        ..PacketMeta::new(PORT_RECIRC)
+    };
+    tm.counters.recirculations += 1;
+}
+
+/// The program keeping a recirculated packet: its owner if that program owns its
+/// recirculated passes (`ProgramDecl::owns_recirculated_passes`) and is not the base
+/// program. Such a packet stays with that program (no classification) and the base
+/// program's tables are not applied: the program decides the route, and the traffic
+/// manager acts on it as in [`ingress_packet`]. Any other recirculated packet (None) goes
+/// through [`ingress_packet`] like a received one.
+#[inline(always)]
+fn recirc_owner(set: &ProgramSet, base: Option<u8>, pkt: &PacketBuf) -> Option<u8> {
     let kept = pkt.meta.owner;
-    if !set.owns_recirculated_passes(kept as usize) || Some(kept) == passes.base_id() {
-        ingress_packet(passes, tm, set, classifies, pkt, out);
-        return;
-    }
-    let blame = passes.other(&mut pkt, kept, &mut tm.counters).or(Some(kept));
-    after_ingress(tm, pkt, blame, || set.recirc_limit(kept as usize), out);
+    (set.owns_recirculated_passes(kept as usize) && Some(kept) != base).then_some(kept)
 }
 
 /// Egress of one packet dequeued from `port`; unless it is dropped, onto the port's
@@ -915,8 +1090,9 @@ fn ingress_recirculated(passes: &mut Passes<'_>, tm: &mut Tm, set: &ProgramSet, 
 /// the port's queue with it and not yet sent (see [`PortQueue`]).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn send(
+fn send<P: Program + ?Sized>(
     passes: &mut Passes<'_>,
+    base: Option<&P>,
     tm: &mut Tm,
     pkt: PacketBuf,
     out: &mut Handoff,
@@ -925,7 +1101,7 @@ fn send(
     txq: &mut Vec<PacketBuf>,
     sent_bytes: &mut u64,
 ) {
-    let Some(mut pkt) = egress_packet(passes, tm, pkt, out, port, draining) else { return };
+    let Some(mut pkt) = egress_packet(passes, base, tm, pkt, out, port, draining) else { return };
     let t = pkt.meta.truncate_len as usize;
     if t > 0 && pkt.len() > t {
         pkt.set_len(t);
@@ -935,11 +1111,13 @@ fn send(
     txq.push(pkt);
 }
 
-/// Egress passes of one packet (base program, then its owner) and its egress clone; the
-/// packet to send, or None if it was dropped (counted and recycled here).
+/// Egress passes of one packet (the base program `base`, called directly, then its owner
+/// through its trait object) and its egress clone; the packet to send, or None if it was
+/// dropped (counted and recycled here).
 #[inline(always)]
-fn egress_packet(
+fn egress_packet<P: Program + ?Sized>(
     passes: &mut Passes<'_>,
+    base: Option<&P>,
     tm: &mut Tm,
     mut pkt: PacketBuf,
     out: &mut Handoff,
@@ -947,9 +1125,13 @@ fn egress_packet(
     draining: usize,
 ) -> Option<PacketBuf> {
     let owner = pkt.meta.owner;
-    let mut blame = passes.base(&mut pkt, &mut tm.counters);
+    let mut blame = match base {
+        Some(b) => passes.base(&mut pkt, &mut tm.counters, Egress(b)),
+        None => None,
+    };
     if owner != 0xFF && Some(owner) != passes.base_id() && pkt.meta.drop != Some(DropCode::VIOLATION) {
-        let b = passes.other(&mut pkt, owner, &mut tm.counters);
+        let app = passes.program(owner);
+        let b = passes.other(&mut pkt, owner, &mut tm.counters, Egress(app));
         blame = b.or(blame);
     }
     if pkt.meta.e2e_clone_session != 0 && pkt.meta.drop != Some(DropCode::VIOLATION) {
@@ -1001,6 +1183,18 @@ fn profile_in_use(ro: &crate::pass::ProgramReadOnly, pd: &crate::selector::Actio
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::control::CloneSession;
+    use crate::decl::{ClassifyRule, Digest, ProgramBuilder, ProgramDecl};
+    use crate::register::{RegisterAction, SaluBody};
+
+    thread_local! {
+        /// Batch loops dispatched to a program ([`dispatch`]) on this thread.
+        pub(super) static DISPATCHES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
+    fn dispatches() -> usize {
+        DISPATCHES.with(|d| d.get())
+    }
 
     /// The vector of open passes is not allocated per batch: its allocation goes from the
     /// store to the open passes and back, the same memory each time.
@@ -1015,5 +1209,334 @@ mod tests {
             store.slots = recycle_vec(open);
         }
         assert_eq!((store.slots.as_ptr() as usize, store.slots.capacity()), (ptr, cap));
+    }
+
+    #[derive(Clone, Copy)]
+    struct AddOld;
+    impl SaluBody<u32, u32, u32> for AddOld {
+        fn run(self, c: u32, v: u32) -> (u32, u32) {
+            (c.wrapping_add(v), c)
+        }
+    }
+
+    /// Header bytes of the test frames: what each program does with a packet.
+    const OP: usize = 0; // base program's operation (`Base::ingress`); 9: the application's violation
+    const OUT: usize = 1; // port to forward to
+    const LOOPS: usize = 2; // recirculations wanted
+    const ID: usize = 4;
+    const VALUE: usize = 5; // the application's register operand
+    const INDEX: usize = 6; // the application's register index
+    const APP_ETHERTYPE: u16 = 0x88B5;
+
+    /// The base program: per operation a forward, drop, violation, ingress clone,
+    /// recirculation, multicast, PacketIn or digest; egress counts per port, tags the copy
+    /// and mirrors packets of operation 8.
+    struct Base {
+        decl: ProgramDecl,
+        seen: RegisterAction<u32, u32, u32, AddOld>,
+        tx: RegisterAction<u32, u32, u32, AddOld>,
+        digest: Digest,
+    }
+
+    impl Program for Base {
+        fn decl(&self) -> &ProgramDecl {
+            &self.decl
+        }
+        fn ingress(&self, p: &mut Pass<'_>) {
+            let h = p.hdr();
+            let (op, out, loops, id) = (h[OP], h[OUT], h[LOOPS], h[ID]);
+            let old = p.execute(&self.seen, (id % 4) as u32, 1).get();
+            p.forward(out as u16);
+            match op % 8 {
+                0 => {}
+                1 => p.drop(DropCode::PROGRAM),
+                2 => {
+                    p.execute(&self.seen, 0, 1); // the same array twice: a violation
+                }
+                3 => p.clone_ingress(1),
+                4 if p.recirculations() < loops => p.recirculate(),
+                4 => {}
+                5 => p.multicast(1, Some(p.ingress_port())),
+                6 => p.to_cpu(),
+                _ => p.digest(&self.digest, &[id, old as u8]),
+            }
+        }
+        fn egress(&self, p: &mut Pass<'_>) {
+            let n = p.execute(&self.tx, p.egress_port() as u32 % 4, 1).get();
+            let (rid, clone) = (p.replication_id() as u8, p.is_clone());
+            let h = p.hdr_mut();
+            (h[3], h[8], h[9]) = (rid, n as u8, clone as u8);
+            if h[OP] == 8 && !clone {
+                p.clone_egress(2);
+            }
+        }
+    }
+
+    /// An application (its EtherType) owning its recirculated passes: adds to a register on
+    /// every pass, recirculates as asked (some beyond its limit), forwards; operation 9 is a
+    /// violation. Its egress marks the packet.
+    struct App {
+        decl: ProgramDecl,
+        acc: RegisterAction<u32, u32, u32, AddOld>,
+    }
+
+    impl Program for App {
+        fn decl(&self) -> &ProgramDecl {
+            &self.decl
+        }
+        fn ingress(&self, p: &mut Pass<'_>) {
+            let h = p.hdr();
+            let (op, out, loops, v, i) = (h[OP], h[OUT], h[LOOPS], h[VALUE], h[INDEX]);
+            if op == 9 {
+                p.execute(&self.acc, 0, 1);
+                p.execute(&self.acc, 0, 1);
+                return;
+            }
+            let old = p.execute(&self.acc, (i % 8) as u32, v as u32).get();
+            p.hdr_mut()[7] = old as u8;
+            if p.recirculations() < loops {
+                p.recirculate();
+            } else {
+                p.forward(out as u16);
+            }
+        }
+        fn egress(&self, p: &mut Pass<'_>) {
+            let r = p.recirculations();
+            p.hdr_mut()[10] ^= 0x5A ^ r;
+        }
+    }
+
+    /// A one-pipe pipe of four ports running the application (index 0) beside the base
+    /// program (index 1), with a multicast group, two clone sessions and the digest on.
+    fn rig(cfg: PipeConfig) -> Pipe {
+        let mut b = ProgramBuilder::new("base", "");
+        b.parser(16, &[("h", 128)]).max_recirculations(Some(3));
+        let seen = b.register::<u32>("seen", Gress::Ingress, 0, 4, "");
+        let seen = b.register_action_body(seen, "add", AddOld);
+        let tx = b.register::<u32>("tx", Gress::Egress, 0, 4, "");
+        let tx = b.register_action_body(tx, "add", AddOld);
+        let digest = b.digest("d", &[("id", 8), ("old", 8)], "");
+        let base = Base { decl: b.build().expect("valid"), seen, tx, digest };
+        let mut b = ProgramBuilder::new("app", "");
+        b.parser(16, &[("h", 128)]).max_recirculations(Some(4)).owns_recirculated_passes();
+        b.classify(ClassifyRule { ethertype: Some(APP_ETHERTYPE), ..Default::default() });
+        let acc = b.register::<u32>("acc", Gress::Ingress, 1, 8, "");
+        let acc = b.register_action_body(acc, "add", AddOld);
+        let app = App { decl: b.build().expect("valid"), acc };
+        let set = Arc::new(ProgramSet::new(vec![Arc::new(app), Arc::new(base)]).expect("valid set"));
+        let mut pipe = Pipe::new(0, set.clone(), PortMap::contiguous(4, 1), cfg);
+        let replicas = (0..4).map(|port| Replica { port, rid: port + 1 }).collect();
+        pipe.control(&ControlOp::McastGroupWrite { op: WriteOp::Insert, group: 1, replicas }).expect("group");
+        for (session, port) in [(1, 2), (2, 3)] {
+            let session_cfg = CloneSession { replicas: vec![Replica { port, rid: 8 + session }], truncate_len: 0 };
+            pipe.control(&ControlOp::CloneSessionWrite { op: WriteOp::Insert, session, session_cfg }).expect("session");
+        }
+        pipe.control(&ControlOp::DigestConfig { digest_id: set.ids(1).digests[0], enabled: true }).expect("digest");
+        pipe
+    }
+
+    fn frame(pipe: &mut Pipe, port: PortId, app: bool, bytes: [u8; 7]) -> PacketBuf {
+        let mut f = [0u8; 24];
+        f[..7].copy_from_slice(&bytes);
+        let et = if app { APP_ETHERTYPE } else { 0x0800 };
+        f[12..14].copy_from_slice(&et.to_be_bytes());
+        let mut pkt = pipe.pool().get();
+        assert!(pkt.copy_from(&f));
+        pkt.port = port;
+        pkt
+    }
+
+    /// The ingress of the code before batch dispatch: one virtual call per packet and pass
+    /// (`P = dyn Program`), each recirculated packet dispatched on its own owner.
+    fn reference_ingress(pipe: &mut Pipe, rx: &mut Vec<PacketBuf>, now: u64, out: &mut Handoff) {
+        pipe.env.now_ns = now;
+        pipe.tm.counters.batches += 1;
+        let n = pipe.recirc_admitted(now);
+        if n == 0 && rx.is_empty() {
+            return;
+        }
+        let Pipe { progs, env, tm, set, base, classifies, spare, .. } = pipe;
+        let mut passes = Passes::open(progs, *base, Gress::Ingress, env, spare);
+        let base_program = passes.base_program();
+        let mut due = std::mem::take(&mut tm.recirc_due);
+        due.extend(tm.recirc.drain(..n));
+        tm.recirc_due_left = due.len();
+        for mut pkt in due.drain(..) {
+            tm.recirc_due_left -= 1;
+            let m = pkt.meta;
+            pkt.meta = PacketMeta {
+                recirculations: m.recirculations.saturating_add(1),
+                bridged: m.bridged,
+                owner: m.owner,
+                trace: m.trace,
+                ..PacketMeta::new(PORT_RECIRC)
+            };
+            tm.counters.recirculations += 1;
+            let kept = pkt.meta.owner;
+            if !set.owns_recirculated_passes(kept as usize) || Some(kept) == passes.base_id() {
+                ingress_packet(&mut passes, base_program, tm, set, *classifies, pkt, out);
+            } else {
+                let app = passes.program(kept);
+                let blame = passes.other(&mut pkt, kept, &mut tm.counters, Ingress(app)).or(Some(kept));
+                after_ingress(tm, pkt, blame, || set.recirc_limit(kept as usize), out);
+            }
+        }
+        tm.recirc_due = due;
+        for mut pkt in rx.drain(..) {
+            let port = pkt.port;
+            let c = &mut tm.counters.ports[port as usize];
+            c.rx_packets += 1;
+            c.rx_bytes += pkt.len() as u64;
+            pkt.meta.reset(port);
+            ingress_packet(&mut passes, base_program, tm, set, *classifies, pkt, out);
+        }
+        passes.close(&mut tm.counters, spare);
+    }
+
+    /// The egress loop with one virtual call per pass (`P = dyn Program`).
+    fn reference_egress(pipe: &mut Pipe, now: u64, tx: &mut [Vec<PacketBuf>], out: &mut Handoff) {
+        pipe.env.now_ns = now;
+        let Pipe { progs, env, tm, base, spare, .. } = pipe;
+        if tm.queues.iter().all(|q| q.fresh.is_empty() && q.q.is_empty()) {
+            return;
+        }
+        let mut passes = Passes::open(progs, *base, Gress::Egress, env, spare);
+        let base_program = passes.base_program();
+        egress_loop::<dyn Program>(base_program, &mut passes, tm, now, tx, out);
+        passes.close(&mut tm.counters, spare);
+    }
+
+    /// Everything a run leaves behind: frames sent per call (port and bytes), PacketIns,
+    /// digests, counters and both programs' registers.
+    #[derive(Debug, PartialEq)]
+    struct Outcome {
+        sent: Vec<(usize, PortId, Vec<u8>)>,
+        packet_ins: Vec<Vec<u8>>,
+        digests: Vec<(u8, Vec<u8>)>,
+        counters: serde_json::Value,
+        regs: Vec<Vec<u64>>,
+    }
+
+    /// Seeded mixed traffic (every operation of both programs, recirculations past the
+    /// limits, a small recirculation share, queue capacity and egress budget so that the
+    /// due list is cut, queues fill and backlogs form) through `pipe`, the batch path or
+    /// the reference path.
+    fn mixed_run(reference: bool) -> Outcome {
+        let cfg = PipeConfig { queue_capacity: 12, recirc_capacity: 40, recirc_per_batch: 7, egress_budget: 9, ..PipeConfig::default() };
+        let mut pipe = rig(cfg);
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut out = Handoff::new(1);
+        let mut tx: Vec<Vec<PacketBuf>> = (0..4).map(|_| Vec::new()).collect();
+        let mut o =
+            Outcome { sent: Vec::new(), packet_ins: Vec::new(), digests: Vec::new(), counters: serde_json::Value::Null, regs: Vec::new() };
+        for call in 0..400usize {
+            let mut rx: Vec<PacketBuf> = (0..next() % 40)
+                .map(|_| {
+                    let r = next();
+                    let bytes = [(r % 10) as u8, (r >> 8) as u8 % 4, (r >> 16) as u8 % 6, call as u8, (r >> 24) as u8, (r >> 32) as u8, 0];
+                    frame(&mut pipe, (r >> 40) as u16 % 4, (r >> 48) % 3 == 0, bytes)
+                })
+                .collect();
+            let now = call as u64 * 1000;
+            if reference {
+                reference_ingress(&mut pipe, &mut rx, now, &mut out);
+            } else {
+                pipe.ingress(&mut rx, now, &mut out);
+            }
+            for _ in 0..2 {
+                let mut v = std::mem::take(&mut out.per_pipe[0]);
+                pipe.enqueue(&mut v);
+                if reference {
+                    reference_egress(&mut pipe, now, &mut tx, &mut out);
+                } else {
+                    pipe.egress(now, &mut tx, &mut out);
+                }
+            }
+            for (port, q) in tx.iter_mut().enumerate() {
+                for pkt in q.drain(..) {
+                    o.sent.push((call, port as PortId, pkt.data().to_vec()));
+                    pipe.recycle(pkt);
+                }
+            }
+        }
+        let mut ins = Vec::new();
+        pipe.take_packet_ins(&mut ins);
+        o.packet_ins = ins.iter().map(|p| p.pkt.data().to_vec()).collect();
+        let mut digests = Vec::new();
+        pipe.take_digests(&mut digests);
+        o.digests = digests.into_iter().map(|d| (d.program, d.data.to_vec())).collect();
+        o.counters = serde_json::to_value(pipe.counters()).expect("counters");
+        o.regs = (0..2).map(|i| pipe.state(i).regs.to_vec()).collect();
+        o
+    }
+
+    /// The batch path (one virtual call per loop, the dispatched program's control blocks
+    /// called directly) does exactly what one virtual call per packet and pass did, packet
+    /// for packet: the same frames in the same order, PacketIns, digests, counters and
+    /// registers, on traffic with drops, violations, recirculations (kept by their program
+    /// and not), clones and multicast.
+    #[test]
+    fn batch_dispatch_equals_one_call_per_packet() {
+        let batch = mixed_run(false);
+        let reference = mixed_run(true);
+        // The traffic reaches every path compared.
+        let c = &batch.counters;
+        for (what, v) in [
+            ("sent", batch.sent.len() as u64),
+            ("packet_ins", batch.packet_ins.len() as u64),
+            ("digests", batch.digests.len() as u64),
+            ("recirculations", c["recirculations"].as_u64().unwrap_or(0)),
+            ("clones", c["clones"].as_u64().unwrap_or(0)),
+            ("violations", c["programs"].as_array().map_or(0, |p| p.iter().map(|p| p["violations"][0].as_u64().unwrap_or(0)).sum())),
+            ("app egress passes", c["programs"][0]["egress_passes"].as_u64().unwrap_or(0)),
+            ("queue drops", c["ports"].as_array().map_or(0, |p| p.iter().map(|p| p["queue_drops"].as_u64().unwrap_or(0)).sum())),
+        ] {
+            assert!(v > 0, "no {what} in the mixed traffic: {c}");
+        }
+        assert_eq!(batch.sent.len(), reference.sent.len());
+        for (i, (a, b)) in batch.sent.iter().zip(&reference.sent).enumerate() {
+            assert_eq!(a, b, "frame {i}");
+        }
+        assert_eq!(batch, reference);
+    }
+
+    /// A batch crosses one virtual call: received packets, egress, and each run of
+    /// recirculated packets kept by one program, whatever the number of packets.
+    #[test]
+    fn a_batch_crosses_one_virtual_call() {
+        let mut pipe = rig(PipeConfig::default());
+        let mut out = Handoff::new(1);
+        let mut tx: Vec<Vec<PacketBuf>> = (0..4).map(|_| Vec::new()).collect();
+        let mut rx: Vec<PacketBuf> = (0..32).map(|i| frame(&mut pipe, 0, false, [0, 1, 0, 0, i, 0, 0])).collect();
+        let before = dispatches();
+        pipe.ingress(&mut rx, 1, &mut out);
+        assert_eq!(dispatches() - before, 1, "32 received packets, one call");
+        let before = dispatches();
+        pipe.egress(1, &mut tx, &mut out);
+        assert_eq!(dispatches() - before, 1, "32 packets out, one call");
+        assert_eq!(tx[1].len(), 32);
+        // Recirculating: application, application, base, application (once each), then
+        // one more received packet. Their next ingress runs the kept runs [app, app],
+        // [base] (not kept: through the base program), [app], then the received packet.
+        let mut rx = vec![
+            frame(&mut pipe, 0, true, [0, 1, 1, 0, 1, 1, 0]),
+            frame(&mut pipe, 0, true, [0, 1, 1, 0, 2, 1, 0]),
+            frame(&mut pipe, 0, false, [4, 1, 1, 0, 3, 0, 0]),
+            frame(&mut pipe, 0, true, [0, 1, 1, 0, 4, 1, 0]),
+        ];
+        pipe.ingress(&mut rx, 2, &mut out);
+        assert_eq!(pipe.tm.recirc.len(), 4);
+        let mut rx = vec![frame(&mut pipe, 0, false, [0, 1, 0, 0, 5, 0, 0])];
+        let before = dispatches();
+        pipe.ingress(&mut rx, 3, &mut out);
+        assert_eq!(dispatches() - before, 4, "three runs of recirculated packets and the received ones");
+        assert_eq!(pipe.tm.recirc.len(), 0);
+        assert_eq!(pipe.counters().recirculations, 4);
     }
 }

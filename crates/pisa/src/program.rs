@@ -15,6 +15,7 @@ use serde::Serialize;
 
 use crate::decl::{ClassifyRule, ProgramDecl};
 use crate::pass::Pass;
+use crate::pipe::{Batch, BatchRan};
 use crate::resources::ResourceReport;
 use crate::target::Target;
 
@@ -25,6 +26,14 @@ pub trait Program: Send + Sync + 'static {
     fn ingress(&self, pass: &mut Pass<'_>);
     /// Egress control: one pass of one copy leaving by `pass.egress_port()`.
     fn egress(&self, _pass: &mut Pass<'_>) {}
+    /// A pipe's batch loop with this program's `ingress`/`egress` called directly: the
+    /// default is compiled per program type, so the pipe crosses one virtual call per batch
+    /// instead of one per packet. Not to be overridden (an override cannot make a
+    /// [`BatchRan`]); the loop and every check it makes per packet are the pipe's.
+    #[doc(hidden)]
+    fn run_batch(&self, batch: &mut Batch<'_, '_>) -> BatchRan {
+        batch.run(Some(self))
+    }
 }
 
 /// P4Runtime id prefixes (p4info.proto, `P4Ids.Prefix`).

@@ -238,6 +238,7 @@ impl Program for Forward {
         &self.decl
     }
 
+    #[inline(always)]
     fn ingress(&self, pass: &mut Pass<'_>) {
         let port = pass.ingress_port();
         let len = pass.packet_len() as u32;
@@ -273,6 +274,7 @@ impl Program for Forward {
         }
     }
 
+    #[inline(always)]
     fn egress(&self, pass: &mut Pass<'_>) {
         let port = pass.egress_port() as u32;
         if port < PORT_COUNTERS {

@@ -474,6 +474,8 @@ impl Program for Daiet {
         &self.decl
     }
 
+    // Inlined into the pipe's batch loop (`Program::run_batch`).
+    #[inline(always)]
     fn ingress(&self, pass: &mut Pass<'_>) {
         let hdr = pass.hdr();
         // Ethernet, IPv4 without options, UDP, the DAIET header: anything shorter or
@@ -517,6 +519,7 @@ impl Program for Daiet {
         br.store(pass.bridged_mut());
     }
 
+    #[inline(always)]
     fn egress(&self, pass: &mut Pass<'_>) {
         // The only clones reaching egress are ACK copies (the walk's clone recirculates).
         if pass.is_clone() {
