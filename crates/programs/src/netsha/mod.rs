@@ -329,6 +329,10 @@ pub struct Netsha {
     sweep: pisa::SaluAction<u32, u32, u32, SweepAlu>,
     agent: Table,
     a_to_agent: ActionId,
+    /// Whether this switch reduces (default) or only forwards NetSHa packets (§3.8: a
+    /// fabric's controller picks the switches that reduce).
+    role: Table,
+    a_forward_only: ActionId,
     qid_lookup: QidLookup,
     qid_probe: pisa::SaluAction<Pair, u32, u32, QidProbe>,
     qid_cas0: pisa::SaluAction<Pair, Pair, u32, QidCas0>,
@@ -442,6 +446,23 @@ impl Netsha {
             keys: &[("meta.zero", 8, MatchKind::Exact)],
             actions: &[a_to_agent, a_none],
             default_action: (a_none, &[]),
+            const_default: false,
+        });
+        let a_reduce = b.action("reduce", &[], "this switch reduces and aggregates NetSHa packets (the default)");
+        let a_forward_only = b.action(
+            "forward_only",
+            &[],
+            "this switch leaves NetSHa packets to the base program's forwarding (a switch on the path that does not reduce)",
+        );
+        let role = b.table(TableSpec {
+            name: "role",
+            doc: "whether this switch reduces NetSHa packets or only forwards them (one entry, key 0; none: reduce)",
+            gress: Gress::Ingress,
+            stage: 0,
+            size: 1,
+            keys: &[("meta.zero", 8, MatchKind::Exact)],
+            actions: &[a_reduce, a_forward_only],
+            default_action: (a_reduce, &[]),
             const_default: false,
         });
         let sets = r / cfg.ways;
@@ -613,6 +634,8 @@ impl Netsha {
             sweep,
             agent,
             a_to_agent,
+            role,
+            a_forward_only,
             qid_lookup,
             qid_probe,
             qid_cas0,
@@ -1362,6 +1385,10 @@ impl Program for Netsha {
         let port = p.ingress_port();
         if port == PORT_PKTGEN {
             self.timer_visit(p);
+            return;
+        }
+        if port != PORT_RECIRC && p.apply(&self.role, &[0]).action == self.a_forward_only {
+            // Not reducing here: the packet keeps the base program's decision, untouched.
             return;
         }
         if port != PORT_RECIRC && self.cfg.tables > 0 && Self::is_query(p) {

@@ -1,0 +1,88 @@
+"""NetSHa across switches (`inswitch search --rack --fabric`): the search servers under two
+leaves of a leaf-spine fabric, the agent under the third, every switch running
+`forward,netsha`. In one run: every switch on the path reducing, only the agent's leaf
+reducing, none reducing. In exact mode the agent's top K must equal the top K of the search
+without a switch for every query, in every mode.
+
+The fabric tests need root (about 20 s: a 4-switch fabric, three measurements); fabrics
+are named `nsf<pid tag>` and always taken down. The bad-input tests need nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from inswitch.topology.state import process_tag
+
+ROOT = os.geteuid() == 0
+SPEC = "leaf-spine:3,1,2"
+
+
+def _search(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "inswitch", "search", "--base", "300", "--queries", "2", "--k", "5", *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("args,hint", [
+    (["--fabric", SPEC], "add --rack"),
+    (["--rack", "--fabric", SPEC, "--pcap", "/tmp/nsf-pcap"], "--pcap"),
+    (["--rack", "--fabric", SPEC, "--switches", "2"], "--switches"),
+    (["--rack", "--fabric", SPEC, "--rack-name", "toolong7"], "at most 6 characters"),
+    (["--rack", "--fabric", "ring:3"], "--fabric"),
+])
+def test_fabric_options_that_cannot_work_are_one_line_errors(args: list[str], hint: str) -> None:
+    cp = _search(*args)
+    assert cp.returncode == 2, cp.stdout + cp.stderr
+    lines = [ln for ln in (cp.stdout + cp.stderr).splitlines() if ln.strip()]
+    assert len(lines) == 1 and hint in lines[0] and "Traceback" not in lines[0], lines
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(not ROOT, reason="needs root: namespaces, veth pairs, AF_PACKET")
+def test_fabric_reduces_on_every_switch_and_equals_the_search_without_a_switch() -> None:
+    from inswitch.apps.netsha.datasets import random_dataset
+    from inswitch.apps.netsha.fabric import run_fabric_search
+    from inswitch.apps.netsha.search import SearchConfig, run_search
+    from inswitch.topology import netns
+
+    ds = random_dataset(1500, 12, seed=8)
+    cfg = SearchConfig(servers=3, k=10, concurrency=6, per_packet=10)
+    name = f"nsf{process_tag()[-3:]}"
+    t0 = time.monotonic()
+    r = run_fabric_search(ds, cfg, SPEC, name)
+    took = time.monotonic() - t0
+    assert not netns.leftovers(f"{name}-"), "the fabric was taken down"
+    assert took < 40, f"{took:.1f} s"
+    f = r["fabric"]
+    agent_leaf = f["agent"]["leaf"]
+    server_leaves = {s["leaf"] for s in f["servers"]}
+    assert len(server_leaves) == 2 and agent_leaf not in server_leaves, f
+    # The reference without a switch: the same servers, selection and merge, forwarded only.
+    ref = run_search(ds, cfg, ["tlsh"], keep_topk=True)["modes"]["tlsh"]
+    for mode in ("fabric", "one_switch", "none"):
+        m = r["modes"][mode]
+        wrong = [q for q, (a, b) in enumerate(zip(m["topk_distances"], ref["topk_distances"])) if not np.array_equal(np.asarray(a), np.asarray(b))]
+        assert len(m["topk_distances"]) == 12 and not wrong, (mode, wrong)
+        assert m["recall"] == pytest.approx(ref["recall"], abs=1e-12), mode
+        assert m["topk_equal_to_none"], mode
+        assert r["agent_packets"][mode] == m["agent_packets"] and r["recall"][mode] == m["recall"]
+    fab, one, none = (r["modes"][m] for m in ("fabric", "one_switch", "none"))
+    # Every switch on the servers' paths reduced (dropped answers beyond its r.T) in the
+    # fabric mode; only the agent's leaf did in one_switch; none did in none.
+    on_path = {sw for p in f["paths"].values() for sw in p}
+    assert on_path == set(f["switches"]), f["paths"]
+    for sw in on_path:
+        assert fab["switches"][sw]["dropped_by_threshold"] > 0, (sw, fab["switches"])
+    for sw, e in one["switches"].items():
+        assert (e["inserted"] > 0) == (sw == agent_leaf), one["switches"]
+    assert all(not any(e.values()) for e in none["switches"].values()), none["switches"]
+    # Forwarding only, every server packet reaches the agent; reducing, fewer do, and
+    # fewer answers: most with every switch reducing.
+    assert none["agent_packets"] == none["server_packets"] == fab["server_packets"]
+    assert fab["agent_packets"] < none["agent_packets"] and one["agent_packets"] < none["agent_packets"]
+    assert fab["agent_answers"] < one["agent_answers"] < none["agent_answers"]
