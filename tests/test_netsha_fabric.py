@@ -86,3 +86,54 @@ def test_fabric_reduces_on_every_switch_and_equals_the_search_without_a_switch()
     assert none["agent_packets"] == none["server_packets"] == fab["server_packets"]
     assert fab["agent_packets"] < none["agent_packets"] and one["agent_packets"] < none["agent_packets"]
     assert fab["agent_answers"] < one["agent_answers"] < none["agent_answers"]
+
+
+@pytest.mark.netns
+@pytest.mark.slow  # ~35 s: 300 queries three times, a leaf killed and restarted
+@pytest.mark.skipif(not ROOT, reason="needs root: namespaces, veth pairs, AF_PACKET")
+def test_a_server_leaf_killed_mid_search_is_reprogrammed_and_the_top_k_stays_exact() -> None:
+    """kill -9 of leaf1 (a server leaf) while every switch reduces: the fabric's supervisor
+    restarts it with its routing, the search's controller installs its NetSHa entries and
+    role again, the agent asks again the queries whose answers died with it, and every
+    query's top K still equals the search's without a switch."""
+    import signal
+    import threading
+
+    from inswitch.apps.netsha.datasets import random_dataset
+    from inswitch.apps.netsha.fabric import run_fabric_search
+    from inswitch.apps.netsha.search import SearchConfig, run_search
+    from inswitch.topology import netns
+    from inswitch.topology.fabric.fabric import FabricState
+
+    ds = random_dataset(3000, 300, seed=9)
+    cfg = SearchConfig(servers=3, k=10, concurrency=10, per_packet=10)
+    name = f"nsk{process_tag()[-3:]}"
+    started = threading.Event()
+    killed: list[int] = []
+
+    def killer() -> None:
+        if started.wait(120):
+            time.sleep(1.5)
+            st = FabricState.load(name)
+            assert st is not None
+            run = next(r for r in st.switches if r.plan.name == "leaf1")
+            assert run.pid
+            os.kill(run.pid, signal.SIGKILL)
+            killed.append(run.pid)
+
+    th = threading.Thread(target=killer, daemon=True)
+    th.start()
+    r = run_fabric_search(ds, cfg, SPEC, name, lambda m: started.set() if m.startswith("fabric:") else None)
+    th.join(5)
+    assert killed and not netns.leftovers(f"{name}-")
+    fab = r["modes"]["fabric"]
+    recs = [x for x in fab["switch_restarts"] if x["switch"] == "leaf1"]
+    assert recs and "forwarding_at" in recs[0], fab["switch_restarts"]
+    assert recs[0]["generation"] in fab["reinstalled_generations"] and "reinstall_errors" not in fab
+    assert fab["switches"]["leaf1"].get("restarted"), fab["switches"]["leaf1"]
+    assert fab["switches"]["leaf1"]["dropped_by_threshold"] > 0, "reducing again after its restart"
+    ref = run_search(ds, cfg, ["tlsh"], keep_topk=True)["modes"]["tlsh"]
+    for mode in ("fabric", "one_switch", "none"):
+        m = r["modes"][mode]
+        wrong = [q for q, (a, b) in enumerate(zip(m["topk_distances"], ref["topk_distances"])) if not np.array_equal(np.asarray(a), np.asarray(b))]
+        assert not wrong and not m["recovery"]["unrecovered"], (mode, wrong[:10], m["recovery"])

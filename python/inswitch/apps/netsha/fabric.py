@@ -162,15 +162,21 @@ def read_events(runs: list[Any]) -> dict[str, dict[str, int]]:
     return out
 
 
-def _delta(a: dict[str, dict[str, int]], b: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
-    return {sw: {k: b[sw][k] - a.get(sw, {}).get(k, 0) for k in b[sw]} for sw in b}
+def _delta(a: dict[str, dict[str, int]], b: dict[str, dict[str, int]], restarted: set[str]) -> dict[str, dict[str, Any]]:
+    """The counts of each switch over one measurement; a switch restarted meanwhile counts
+    from its restart (`restarted`: its counters started again from 0)."""
+    out: dict[str, dict[str, Any]] = {}
+    for sw, after in b.items():
+        d = {k: v - a.get(sw, {}).get(k, 0) for k, v in after.items()}
+        out[sw] = {**after, "restarted": True} if sw in restarted or any(v < 0 for v in d.values()) else d
+    return out
 
 
 def run_fabric_search(ds: Dataset, cfg: SearchConfig, spec: str, name: str = "netsha",
                       progress: Optional[Callable[[str], None]] = None) -> dict[str, Any]:
     """The three measurements on one fabric (taken down at the end, whatever happens); the
     JSON `inswitch search --rack --fabric` writes."""
-    from inswitch.topology import netns
+    from inswitch.topology import netns, restarts
     from inswitch.topology.errors import RackError
     from inswitch.topology.fabric.fabric import Fabric
     from inswitch.topology.fabric.generators import load_spec
@@ -220,7 +226,21 @@ def run_fabric_search(ds: Dataset, cfg: SearchConfig, spec: str, name: str = "ne
             configure_switch(run, topo, lay, macs)
         agent_leaf = lay.agent.switch
         reducing = {"fabric": {r.plan.name for r in st.switches}, "one_switch": {agent_leaf}, "none": set()}
-        with tempfile.TemporaryDirectory() as tmp:
+        current = {"mode": FABRIC_MODES[0]}
+        runs = {r.plan.name: r for r in st.switches}
+
+        # A switch the supervisor restarted has its routing back, and nothing of NetSHa:
+        # the controller installs its entries and its role in the current measurement
+        # again (the agent, given the restarts file, asks again once it forwards).
+        def on_back(rec: dict[str, Any]) -> None:
+            run = runs.get(str(rec.get("switch")))
+            if run is not None:
+                configure_switch(run, topo, lay, macs)
+                set_roles([run], reducing[current["mode"]], first=True)
+
+        t_start = time.time()
+        watcher = restarts.Watcher(st.restarts_file, on_back)
+        with watcher, tempfile.TemporaryDirectory() as tmp:
             t = Path(tmp)
             conf = json.dumps({"tables": cfg.tables, "hashes": cfg.hashes, "width": cfg.width, "seed": cfg.seed, "delta": cfg.delta, "cap": cfg.cap, "k": cfg.k})
             for s, idx in enumerate(cluster.indexes):
@@ -229,14 +249,18 @@ def run_fabric_search(ds: Dataset, cfg: SearchConfig, spec: str, name: str = "ne
             sel_t, sel_k, sel_b = selection_entries(cluster.selection)
             np.savez(t / "selection.npz", tables=sel_t, keys=sel_k, bitmaps=sel_b)
             for i, mode in enumerate(FABRIC_MODES):
+                current["mode"] = mode
                 set_roles(st.switches, reducing[mode], first=i == 0)
                 say(f"{mode}: {len(reducing[mode])} of {len(st.switches)} switches reduce; {nq} queries")
+                t_mode = time.time()
                 before = read_events(st.switches)
-                results[mode] = _one_mode(t, py, conf, per, cfg, lay, netns)
-                results[mode]["switches"] = _delta(before, read_events(st.switches))
+                results[mode] = _one_mode(t, py, conf, per, cfg, lay, netns, st.restarts_file)
+                restarted = {str(r["switch"]) for r in restarts.read(st.restarts_file, t_mode)}
+                results[mode]["switches"] = _delta(before, read_events(st.switches), restarted)
                 results[mode]["reducing_switches"] = sorted(reducing[mode])
                 # Every register's timer has fired (10 ms + 100 × 100 µs) before the next mode.
                 time.sleep(0.2)
+        recs = restarts.read(st.restarts_file, t_start)
     finally:
         fab.down(name)
     sel_servers = [expected_servers(cluster.selection, qkeys[q], cfg.servers) for q in range(nq)]
@@ -261,7 +285,12 @@ def run_fabric_search(ds: Dataset, cfg: SearchConfig, spec: str, name: str = "ne
             "retried_queries": int(res.get("retried_queries", 0)),
             # Of `agent_packets`, those that came after every query was complete.
             "late_packets": int(res.get("late_packets", 0)),
-            "recovery": res.get("recovery", {}),
+            "recovery": {**res.get("recovery", {}), "server_reports": int(res["server_reports"]),
+                         "server_direct_answers": int(res["server_direct_answers"])},
+            # Restarts of any switch during the whole run (all three measurements).
+            "switch_restarts": recs,
+            "reinstalled_generations": sorted(watcher.handled),
+            **({"reinstall_errors": list(watcher.errors)} if watcher.errors else {}),
         }
     ref = modes.get("none")
     for mode, m in modes.items():
@@ -288,7 +317,7 @@ def run_fabric_search(ds: Dataset, cfg: SearchConfig, spec: str, name: str = "ne
     }
 
 
-def _one_mode(t: Path, py: str, conf: str, per: int, cfg: SearchConfig, lay: Layout, netns: Any) -> dict[str, Any]:
+def _one_mode(t: Path, py: str, conf: str, per: int, cfg: SearchConfig, lay: Layout, netns: Any, restarts_file: Path) -> dict[str, Any]:
     """The servers (started afresh) and the agent for one measurement."""
     servers: list[subprocess.Popen[str]] = []
     try:
@@ -302,16 +331,19 @@ def _one_mode(t: Path, py: str, conf: str, per: int, cfg: SearchConfig, lay: Lay
                 raise FabricSearchError(f"a server did not start: {line!r} {p.stderr.read() if p.stderr else ''}")
         cmd = [py, "-m", "inswitch.apps.netsha.rack_node", "agent", str(t / "queries.npz"), "-", "--unicast", "--stop-servers", "--drain-after", "0.5",
                "--concurrency", str(cfg.concurrency), "--k", str(cfg.k), "--selection", str(t / "selection.npz"),
-               "--server-ips", ",".join(h.ip for h in lay.servers), "--rounds", str(cfg.recovery_rounds)]
+               "--server-ips", ",".join(h.ip for h in lay.servers), "--rounds", str(cfg.recovery_rounds), "--rack-state", str(restarts_file)]
         cp = subprocess.run(netns.netns_argv(lay.agent.netns, cmd), capture_output=True, text=True, timeout=600)
         if cp.returncode != 0:
             raise FabricSearchError(f"agent failed: {cp.stderr[-2000:]}")
         res = json.loads(cp.stdout.strip().splitlines()[-1])
-        sent = 0
+        sent = reports = direct = 0
         for p in servers:
             out, _ = p.communicate(timeout=60)
-            sent += json.loads(out.strip().splitlines()[-1])["packets"]
-        res["server_packets"] = sent
+            done = json.loads(out.strip().splitlines()[-1])
+            sent += done["packets"]
+            reports += done.get("reports", 0)
+            direct += done.get("direct_served", 0)
+        res.update(server_packets=sent, server_reports=reports, server_direct_answers=direct)
         return dict(res)
     finally:
         for p in servers:
