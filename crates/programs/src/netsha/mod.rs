@@ -357,6 +357,10 @@ pub struct Netsha {
     split_turn: pisa::SaluAction<u32, u32, u32, SplitTurnAlu>,
     select: Vec<Table>,
     a_servers: ActionId,
+    /// Egress: a selected query replica's addresses, for a server behind other switches
+    /// (replica id -> next hop MAC, this switch's MAC, the server's IPv4); none: kept.
+    server_addr: Option<Table>,
+    a_to_server: ActionId,
     query_events: pisa::SaluAction<Pair, Pair, (), AddPair>,
     d_query_malformed: DropCode,
     d_query_pruned: DropCode,
@@ -456,7 +460,7 @@ impl Netsha {
         );
         let role = b.table(TableSpec {
             name: "role",
-            doc: "whether this switch reduces NetSHa packets or only forwards them (one entry, key 0; none: reduce)",
+            doc: "whether this switch reduces NetSHa answer packets or only forwards them (one entry, key 0; none: reduce); query packets are selected either way",
             gress: Gress::Ingress,
             stage: 0,
             size: 1,
@@ -580,6 +584,25 @@ impl Netsha {
                 const_default: false,
             }));
         }
+        let a_to_server = b.action(
+            "to_server",
+            &[("dmac", 48), ("smac", 48), ("dip", 32)],
+            "address this replica of a query to its server (next hop MAC, this switch's MAC, the server's IPv4) as plain UDP (ToS bit clear): a server behind other switches",
+        );
+        let a_keep = b.action("keep_addr", &[], "the replica keeps the query's addresses (a server on this switch's own port)");
+        let server_addr = (cfg.tables > 0).then(|| {
+            b.table(TableSpec {
+                name: "server_addr",
+                doc: "replica id (server index) -> the addresses of a selected query's copy to that server, when it is behind other switches (a fabric)",
+                gress: Gress::Egress,
+                stage: 0,
+                size: 32,
+                keys: &[("eg_intr_md.rid", 16, MatchKind::Exact)],
+                actions: &[a_to_server, a_keep],
+                default_action: (a_keep, &[]),
+                const_default: false,
+            })
+        });
         let qe = b.register::<Pair>(
             "query_events",
             Gress::Ingress,
@@ -659,6 +682,8 @@ impl Netsha {
             split_turn,
             select,
             a_servers,
+            server_addr,
+            a_to_server,
             query_events,
             d_query_malformed,
             d_query_pruned,
@@ -1377,6 +1402,22 @@ impl Program for Netsha {
             let rid = p.replication_id() as u32;
             if bits != 0 && (rid >= 32 || bits >> rid & 1 == 0) {
                 p.drop(self.d_query_pruned);
+                return;
+            }
+            let Some(t) = &self.server_addr else { return };
+            let r = p.apply_u64(t, rid as u64);
+            if r.action == self.a_to_server {
+                // On to the server through the next switches as ordinary routed traffic:
+                // addressed to it, ToS bit clear (no switch after this one selects again),
+                // IPv4 checksum recomputed, UDP checksum 0 (optional over IPv4; the old one
+                // covered the broadcast address).
+                let h = p.hdr_mut();
+                h[0..6].copy_from_slice(&r.param(0).to_be_bytes()[2..]);
+                h[6..12].copy_from_slice(&r.param(1).to_be_bytes()[2..]);
+                h[15] &= !nw::TOS_BIT;
+                h[30..34].copy_from_slice(&(r.param(2) as u32).to_be_bytes());
+                h[40..42].copy_from_slice(&[0, 0]);
+                wire::Ipv4Packet::new_unchecked(&mut h[14..34]).fill_checksum();
             }
         }
     }
@@ -1387,12 +1428,12 @@ impl Program for Netsha {
             self.timer_visit(p);
             return;
         }
-        if port != PORT_RECIRC && p.apply(&self.role, &[0]).action == self.a_forward_only {
-            // Not reducing here: the packet keeps the base program's decision, untouched.
-            return;
-        }
         if port != PORT_RECIRC && self.cfg.tables > 0 && Self::is_query(p) {
             self.select_servers(p);
+            return;
+        }
+        if port != PORT_RECIRC && p.apply(&self.role, &[0]).action == self.a_forward_only {
+            // Not reducing here: the answer packet keeps the base program's decision, untouched.
             return;
         }
         if (port != PORT_RECIRC || p.bridged()[br::STARTED] == 0) && !self.start(p) {

@@ -30,14 +30,19 @@ source MACs (`l2_smac`, no learning digests). Which switches reduce is the `role
 - `one_switch`: only the agent's leaf reduces, the others forward;
 - `none`: every switch forwards only (the answers reach the agent as the servers sent them).
 
-Server selection stays with the agent here: the switch's selection (§4) multicasts a query
-to one switch's own ports, so across leaves the agent sends each query to the servers its
-copy of the bucket directories names (plain UDP); the servers, their answers and the
-agent's loss recovery are those of `--rack` (`rack_node`).
+Server selection (§4) is the agent's leaf's: the agent broadcasts each query packet in its
+subnet, the leaf looks its keys up in the selection tables, multicasts it to the query
+group (server i on the port towards it, replica id i), egress prunes the servers not
+selected and addresses each remaining replica to its server (`server_addr`: next hop MAC,
+the leaf's MAC, the server's IP, ToS bit clear), so the next switches route it as ordinary
+UDP and do not select again. Selection happens in every measurement (`role` is about
+answers only). The servers, their answers and the agent's loss recovery are those of
+`--rack` (`rack_node`).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import subprocess
 import sys
@@ -51,7 +56,7 @@ import numpy as np
 
 from inswitch import procs
 
-from .controller import SDN_PORT_RECIRCULATE, SPLIT_SESSION, selection_entries, table_size
+from .controller import SDN_PORT_RECIRCULATE, SELECT_GROUP, SPLIT_SESSION, install_selection_p4rt, selection_entries, table_size
 from .datasets import Dataset, exact_knn
 from .search import SearchConfig, build_cluster, recall_f1, top_k_per_query
 
@@ -74,6 +79,9 @@ class Layout:
     towards_agent: dict[str, tuple[int, str]]
     #: server leaf -> the switches from it to the agent's leaf
     paths: dict[str, list[str]]
+    #: server i -> (the agent leaf's port towards it, the next hop's MAC: the next
+    #: switch's router MAC, or the server's own under the agent's leaf)
+    to_server: list[tuple[int, str]]
 
 
 def place(topo: Any, hosts: list[Any], servers: int, switch_macs: dict[str, str]) -> Layout:
@@ -106,7 +114,15 @@ def place(topo: Any, hosts: list[Any], servers: int, switch_macs: dict[str, str]
         nxt = path[1][0]
         towards[sw.name] = (_neighbour_ports(topo, sw.name)[nxt], switch_macs[nxt])
     paths = {lf: [n for n, _ in _path(topo, lf, root)] for lf in sorted({h.switch for h in chosen}, key=leaves.index)}
-    return Layout(agent, chosen, towards, paths)
+    # From the agent's leaf (which selects the servers of each query) to each server.
+    to_server: list[tuple[int, str]] = []
+    for h in chosen:
+        if h.switch == root:
+            to_server.append((h.port, h.mac))
+        else:
+            way = _path(topo, root, h.switch)
+            to_server.append((way[0][1], switch_macs[way[1][0]]))
+    return Layout(agent, chosen, towards, paths, to_server)
 
 
 def _connect(run: Any) -> Any:
@@ -116,8 +132,10 @@ def _connect(run: Any) -> Any:
     return control.connect(run.p4runtime, device_id=run.plan.device_id, election_id=ELECTION_ID, wait_s=10.0)
 
 
-def configure_switch(run: Any, topo: Any, lay: Layout, switch_macs: dict[str, str]) -> None:
-    """One switch's NetSHa entries and the path's L2 entries (see the module doc)."""
+def configure_switch(run: Any, topo: Any, lay: Layout, switch_macs: dict[str, str], selection: dict[tuple[int, int], int]) -> None:
+    """One switch's NetSHa entries and the path's L2 entries (see the module doc); on the
+    agent's leaf also the server selection: its tables, the query group (server i on the
+    port towards it, replica id i) and each replica's addresses (`server_addr`)."""
     import socket
 
     from inswitch.apps.wordcount.fabric import _mac_int, _neighbour_ports
@@ -138,6 +156,13 @@ def configure_switch(run: Any, topo: Any, lay: Layout, switch_macs: dict[str, st
                 if _mac_int(m) not in seen:
                     c.insert_entry("l2_smac", {"hdr.ethernet.src_addr": m}, "nop", {})
         c.set_clone_session(SPLIT_SESSION, [SDN_PORT_RECIRCULATE])
+        if name == lay.agent.switch:
+            c.set_multicast_group(SELECT_GROUP, [(p, i) for i, (p, _) in enumerate(lay.to_server)])
+            with c.batch():
+                for i, ((_, nh), h) in enumerate(zip(lay.to_server, lay.servers)):
+                    c.insert_entry("server_addr", {"eg_intr_md.rid": i}, "to_server",
+                                   {"dmac": _mac_int(nh), "smac": _mac_int(switch_macs[name]), "dip": int.from_bytes(socket.inet_aton(h.ip), "big")})
+                install_selection_p4rt(c, selection)
 
 
 def set_roles(runs: list[Any], reducing: set[str], first: bool) -> None:
@@ -149,16 +174,20 @@ def set_roles(runs: list[Any], reducing: set[str], first: bool) -> None:
 
 
 def read_events(runs: list[Any]) -> dict[str, dict[str, int]]:
-    """Per switch: answers it inserted and dropped by the threshold (`answer_events`), and
-    answers its registers sent on and cleared unsent (the two halves of `emit_events`)."""
+    """Per switch: answers it inserted and dropped by the threshold (`answer_events`),
+    answers its registers sent on and cleared unsent (the two halves of `emit_events`), and
+    the query packets it selected servers for and the copies it sent (`query_events`)."""
     out: dict[str, dict[str, int]] = {}
     for run in runs:
         with _connect(run) as c:
             ae = dict(c.read_register("answer_events"))
             ee = dict(c.read_register("emit_events"))
+            qe = dict(c.read_register("query_events"))
         out[run.plan.name] = {"inserted": int(ae.get(0, 0)), "dropped_by_threshold": int(ae.get(1, 0)),
                               "sent": int(sum((v & 0xFFFFFFFF) for v in ee.values())),
-                              "cleared": int(sum((v >> 32) for v in ee.values()))}
+                              "cleared": int(sum((v >> 32) for v in ee.values())),
+                              "queries_selected": int(sum((v & 0xFFFFFFFF) for v in qe.values())),
+                              "query_copies": int(sum((v >> 32) for v in qe.values()))}
     return out
 
 
@@ -223,7 +252,7 @@ def run_fabric_search(ds: Dataset, cfg: SearchConfig, spec: str, name: str = "ne
         lay = place(topo, st.hosts, cfg.servers, macs)
         say(f"controller: NetSHa entries on {len(st.switches)} switches")
         for run in st.switches:
-            configure_switch(run, topo, lay, macs)
+            configure_switch(run, topo, lay, macs, cluster.selection)
         agent_leaf = lay.agent.switch
         reducing = {"fabric": {r.plan.name for r in st.switches}, "one_switch": {agent_leaf}, "none": set()}
         current = {"mode": FABRIC_MODES[0]}
@@ -235,7 +264,7 @@ def run_fabric_search(ds: Dataset, cfg: SearchConfig, spec: str, name: str = "ne
         def on_back(rec: dict[str, Any]) -> None:
             run = runs.get(str(rec.get("switch")))
             if run is not None:
-                configure_switch(run, topo, lay, macs)
+                configure_switch(run, topo, lay, macs, cluster.selection)
                 set_roles([run], reducing[current["mode"]], first=True)
 
         t_start = time.time()
@@ -277,7 +306,7 @@ def run_fabric_search(ds: Dataset, cfg: SearchConfig, spec: str, name: str = "ne
             "server_packets": int(res["server_packets"]),
             "total_s": float(res["seconds"]),
             "answers_per_packet": per,
-            "server_selection": "agent (the same bucket directories; queries as plain UDP to the servers selected)",
+            "server_selection": f"switch ({agent_leaf}: query packets, selection tables; replicas addressed to their servers)",
             "path": f"fabric {spec}: servers under {', '.join(lay.paths)}, agent under {agent_leaf}",
             "reducing_switches": res["reducing_switches"],
             "switches": res["switches"],
@@ -329,7 +358,8 @@ def _one_mode(t: Path, py: str, conf: str, per: int, cfg: SearchConfig, lay: Lay
             line = procs.first_line(p)
             if line != "READY":
                 raise FabricSearchError(f"a server did not start: {line!r} {p.stderr.read() if p.stderr else ''}")
-        cmd = [py, "-m", "inswitch.apps.netsha.rack_node", "agent", str(t / "queries.npz"), "-", "--unicast", "--stop-servers", "--drain-after", "0.5",
+        bcast = str(ipaddress.IPv4Interface(f"{lay.agent.ip}/{lay.agent.prefix_len}").network.broadcast_address)
+        cmd = [py, "-m", "inswitch.apps.netsha.rack_node", "agent", str(t / "queries.npz"), bcast, "--stop-servers", "--drain-after", "0.5",
                "--concurrency", str(cfg.concurrency), "--k", str(cfg.k), "--selection", str(t / "selection.npz"),
                "--server-ips", ",".join(h.ip for h in lay.servers), "--rounds", str(cfg.recovery_rounds), "--rack-state", str(restarts_file)]
         cp = subprocess.run(netns.netns_argv(lay.agent.netns, cmd), capture_output=True, text=True, timeout=600)

@@ -238,9 +238,6 @@ def agent(args: argparse.Namespace) -> None:
     tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     tx.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
     tx.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, TOS_BIT)
-    plain = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    if args.unicast and not recover:
-        raise SystemExit("--unicast needs --server-ips and --selection")
     packets = report_packets = direct_packets = 0
     t0 = time.monotonic()
     deadline = t0 + args.limit
@@ -288,13 +285,6 @@ def agent(args: argparse.Namespace) -> None:
             wave = queries[w : w + args.concurrency]
             for q in wave:
                 sent_at[q] = time.time()
-                if args.unicast:
-                    # On a fabric: to each server the selection names, as plain UDP.
-                    b = encode_query(q, qk[q], qv[q])
-                    for s in comp.servers(q):
-                        plain.sendto(b, (server_ips[s], QUERY_PORT))
-                        sends += 1
-                    continue
                 tx.sendto(encode_query(q, qk[q], qv[q]), (args.broadcast, QUERY_PORT))
                 sends += 1
             drain(args.wave_idle, set(wave))
@@ -397,10 +387,6 @@ def main(argv: list[str] | None = None) -> None:
     a.add_argument("--k", type=int, default=50, help="answers per query (the servers report their best K)")
     a.add_argument("--selection", default="", help="an .npz of the selection entries (tables, keys, bitmaps): whose reports to wait for")
     a.add_argument("--server-ips", default="", help="the servers' addresses, by index, comma-separated; empty: no loss recovery")
-    a.add_argument("--unicast", action="store_true",
-                   help="send each query to the servers the selection names (plain UDP, ToS bit clear) instead of one "
-                        "query packet to the broadcast address for the switch's selection: a fabric's switches "
-                        "reduce answers but do not select servers")
     a.add_argument("--drain-after", type=float, default=0.0,
                    help="when done, go on counting answer packets until none came for this many seconds")
     a.add_argument("--stop-servers", action="store_true", help="when done, tell the servers (--server-ips) to stop")
