@@ -10,7 +10,8 @@ a rack host's namespace (`python -m inswitch.apps.netsha.rack_node server|agent 
   address in waves, receives the answers, and prints them as JSON.
 
 Both stop on their own: the server after `idle` seconds without a query (and at most
-`limit` seconds), the agent when no answer came for `idle` seconds after its last wave.
+`limit` seconds) or when the agent says it is done (`--stop-servers`), the agent when no
+answer came for `idle` seconds after its last wave.
 
 If the switch dies meanwhile (the rack's state file, `--rack-state`, records it), the
 answers it held and those in flight are lost: once it is back, the agent sends again every
