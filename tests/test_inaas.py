@@ -169,6 +169,27 @@ def test_real_processes_on_a_rack() -> None:
     from inswitch.topology import netns
 
     r = run_on_rack(f"inaas{process_tag()}", seconds=20)
+    _check_real_run(r)
+    assert not netns.leftovers("inaas")
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(__import__("os").geteuid() != 0, reason="needs root: network namespaces, veth pairs, AF_PACKET")
+def test_real_processes_unchanged_on_the_tor_of_a_fabric() -> None:
+    # The same goalkeeper and tenants on the ToR of their hosts inside a leaf-spine fabric:
+    # only that leaf runs forward,inaas, the fabric controller's routing stays, the tenants
+    # are registered on the ToR alone; the same results as on a rack.
+    from inswitch.apps.inaas.rack import run_on_rack
+    from inswitch.topology import netns
+
+    name = f"ia{process_tag()[-4:]}"
+    r = run_on_rack(name, seconds=20, fabric="leaf-spine:2,1,3")
+    assert r["mode"].startswith("the ToR (leaf1) of a fabric leaf-spine:2,1,3"), r["mode"]
+    _check_real_run(r)
+    assert not netns.leftovers(f"{name}-")
+
+
+def _check_real_run(r: dict) -> None:
     a, b = r["tenant_a"], r["tenant_b"]
     assert all(not x.get("lost") for x in a + b)
     # A: the write takes 20 leases (through the goalkeeper), the read is answered by the switch.
@@ -179,7 +200,6 @@ def test_real_processes_on_a_rack() -> None:
     assert b[0]["status"] == [2] * 20 and all(v == 0 for v in b[0]["values"])
     assert b[2]["values"] == [2000 + j for j in range(20)] and not b[2]["via_goalkeeper"]
     assert r["goalkeeper"]["leases"] == {str(0x1234567): 20, str(0x7654321): 20}
-    assert not netns.leftovers("inaas")
 
 
 def test_subscription_is_priority_on_switch_memory() -> None:

@@ -358,6 +358,45 @@ fn ordinary_traffic_is_forwarded_untouched() {
 }
 
 #[test]
+fn a_forward_only_switch_passes_packets_untouched_and_the_next_one_reduces() {
+    // Two switches; the controller makes the first forward only (`role`): the second sees
+    // every server packet and alone reduces, and the agent's top K is the reference's.
+    let c = cfg(8, 4, 2, 5, ReductionMode::Exact);
+    let mut pk = Vec::new();
+    for q in 0..6u32 {
+        for s in 0..3usize {
+            let a: Vec<(u32, f64)> =
+                (0..6u32).map(|i| (q * 100 + s as u32 * 10 + i, ((q * 7 + s as u32 * 13 + i * 29) % 97) as f64 + 0.5)).collect();
+            pk.push((s, vec![(q, a)]));
+        }
+    }
+    let mut path = SwitchPath::new(&[Some(c.clone()), Some(c)], 3);
+    path.set_forward_only(0).expect("role entry");
+    let mut t = 1_000;
+    for (s, blocks) in &pk {
+        path.send(*s, &[answer_frame(*s, &payload(blocks), true)], t);
+        t += 100;
+    }
+    path.settle(t, t + 2 * (60_000 + 2 * 8 * 1_000), 1_000);
+    let frames = path.take_agent_rx();
+    let got = agent_answers(&frames);
+    let want = reference(&pk);
+    for (q, a) in &want {
+        assert_eq!(top_k(&got[q], 5), top_k(a, 5), "query {q}");
+    }
+    let first: HashMap<String, u64> = path.netsha_events(0).into_iter().collect();
+    let second: HashMap<String, u64> = path.netsha_events(1).into_iter().collect();
+    assert!(first.values().all(|&v| v == 0), "the forward-only switch touched nothing: {first:?}");
+    // The second switch saw exactly what a lone switch sees: the same events, the same frames.
+    let (alone, alone_frames, mut one) = run(&[Some(cfg(8, 4, 2, 5, ReductionMode::Exact))], 3, &pk);
+    let lone: HashMap<String, u64> = one.netsha_events(0).into_iter().collect();
+    assert_eq!(second, lone);
+    assert_eq!(frames.len(), alone_frames);
+    assert_eq!(got.len(), alone.len());
+    assert!(second["dropped_by_threshold"] > 0, "the second switch reduced");
+}
+
+#[test]
 fn long_packets_beyond_the_parse_depth_go_unreduced() {
     let c = NetshaConfig { timer_period_ns: 1_000, timeout_ns: 20_000, ..NetshaConfig::tofino1() };
     let a: Vec<(u32, f64)> = (0..30).map(|i| (i, i as f64)).collect();

@@ -82,6 +82,42 @@ fn switch_selection_equals_the_reference() {
     assert_eq!(c.drops[DropCode::VIOLATION.0 as usize], 0, "no hardware rule broken");
 }
 
+/// A fabric: the replicas to servers behind other switches leave addressed to their server
+/// (next hop MAC, the switch's MAC, the server's IP), ToS bit clear, IPv4 checksum right,
+/// UDP checksum 0, the query itself unchanged; a server without an entry gets the query as
+/// the agent sent it (the rack).
+#[test]
+fn replicas_to_servers_behind_other_switches_are_addressed_to_them() {
+    let mut path = SwitchPath::new(&[Some(NetshaConfig { tables: 4, ..NetshaConfig::default() })], 3);
+    path.install_selection(0, 5, 0b011).unwrap();
+    path.set_server_addr(1, [2, 0, 0, 0, 0, 0x77], [2, 0, 0, 0, 0, 0x55], [10, 0, 2, 7]).unwrap();
+    let q = QueryRepr { qid: 4, keys: vec![5, 1, 2, 3], vector: vec![0.25; 6] };
+    let body = emit(&q);
+    let sent = query_frame(&body);
+    let out = path.send_query(&body, 1_000);
+    assert_eq!(out.iter().map(|x| x.0).collect::<Vec<_>>(), vec![0, 1]);
+    assert_eq!(out[0].1, sent, "server 0 has no entry: the query as sent");
+    let f = &out[1].1;
+    assert_eq!(&f[0..6], &[2, 0, 0, 0, 0, 0x77]);
+    assert_eq!(&f[6..12], &[2, 0, 0, 0, 0, 0x55]);
+    assert_eq!(&f[30..34], &[10, 0, 2, 7]);
+    assert_eq!(f[15] & wire::netsha::TOS_BIT, 0, "ToS bit clear: no later switch selects again");
+    assert!(wire::Ipv4Packet::new_unchecked(&f[14..34]).verify_checksum());
+    assert_eq!(&f[40..42], &[0, 0]);
+    assert_eq!(f.len(), sent.len());
+    assert_eq!(
+        &f[12..30],
+        &{
+            let mut v = sent[12..30].to_vec();
+            v[3] &= !wire::netsha::TOS_BIT;
+            v[12..14].copy_from_slice(&f[24..26]);
+            v
+        }[..]
+    );
+    let p = QueryPacket::new_checked(&f[42..]).expect("a valid query");
+    assert_eq!(QueryRepr::parse(&p).unwrap(), q);
+}
+
 /// Malformed query packets (lying L, lying DIM, truncated keys, bad lengths) are dropped
 /// and counted; a valid query after them is still selected.
 #[test]

@@ -16,6 +16,7 @@ from inswitch.apps.inaas.runner import ledger_path, run_tenants, save_ledger
 from inswitch.cliopts import JSON_PATH, OUT_DIR, RACK_NAME, SEED, Choice, Float, Int, Text, Words, option
 from inswitch.output import console_for, note_written, write_json
 from inswitch.tables import show
+from inswitch.topology.fabric.cli import TOPOLOGY_SPEC
 
 RUN_EXAMPLES = """Examples:
 
@@ -42,6 +43,8 @@ LEDGER_EXAMPLES = """Examples:
 RACK_EXAMPLES = """Examples:
 
   sudo inswitch tenants rack --name inaas1 --json out/inaas-rack.json
+
+  sudo inswitch tenants rack --fabric leaf-spine:2,1,3 --name iafab
 """
 
 tenants_app = typer.Typer(help="INaaS: applications as tenants of one in-network service.", no_args_is_help=True)
@@ -207,12 +210,22 @@ def rack_cmd(
     name: str = option("inaas1", "--name", type=RACK_NAME, help="Rack name (namespaces NAME-h1..h3)."),
     json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Write the result as JSON."),
     pcap: Optional[str] = option(None, "--pcap", type=OUT_DIR, help="Capture every switch port into pcapng files in this directory."),
+    fabric: Optional[str] = option(None, "--fabric", type=TOPOLOGY_SPEC, help="Run on the ToR of the three hosts inside a fabric (e.g. leaf-spine:2,1,3; its first leaf with three hosts runs forward,inaas); --name is the fabric's (at most 6 characters)."),
 ) -> None:
     """Real processes (needs root): the goalkeeper and two tenants on a rack around the
-    switch process."""
+    switch process (or on their ToR inside a fabric)."""
     from inswitch.apps.inaas.rack import run_on_rack
+    from inswitch.topology.fabric.plan import MAX_FABRIC_NAME
 
-    res = run_on_rack(name, pcap=pcap)
+    if fabric is not None and pcap:
+        raise typer.BadParameter("--pcap captures a rack's switch: not with --fabric", param_hint="--pcap")
+    if fabric is not None and len(name) > MAX_FABRIC_NAME:
+        raise typer.BadParameter(f"a fabric name has at most {MAX_FABRIC_NAME} characters", param_hint="--name")
+    try:
+        res = run_on_rack(name, pcap=pcap, fabric=fabric)
+    except ValueError as e:
+        Console(stderr=True).print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
     console = console_for(json_out)
     for who in ("tenant_a", "tenant_b"):
         for step in res[who]:

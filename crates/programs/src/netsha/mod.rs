@@ -329,6 +329,10 @@ pub struct Netsha {
     sweep: pisa::SaluAction<u32, u32, u32, SweepAlu>,
     agent: Table,
     a_to_agent: ActionId,
+    /// Whether this switch reduces (default) or only forwards NetSHa packets (§3.8: a
+    /// fabric's controller picks the switches that reduce).
+    role: Table,
+    a_forward_only: ActionId,
     qid_lookup: QidLookup,
     qid_probe: pisa::SaluAction<Pair, u32, u32, QidProbe>,
     qid_cas0: pisa::SaluAction<Pair, Pair, u32, QidCas0>,
@@ -353,6 +357,10 @@ pub struct Netsha {
     split_turn: pisa::SaluAction<u32, u32, u32, SplitTurnAlu>,
     select: Vec<Table>,
     a_servers: ActionId,
+    /// Egress: a selected query replica's addresses, for a server behind other switches
+    /// (replica id -> next hop MAC, this switch's MAC, the server's IPv4); none: kept.
+    server_addr: Option<Table>,
+    a_to_server: ActionId,
     query_events: pisa::SaluAction<Pair, Pair, (), AddPair>,
     d_query_malformed: DropCode,
     d_query_pruned: DropCode,
@@ -442,6 +450,23 @@ impl Netsha {
             keys: &[("meta.zero", 8, MatchKind::Exact)],
             actions: &[a_to_agent, a_none],
             default_action: (a_none, &[]),
+            const_default: false,
+        });
+        let a_reduce = b.action("reduce", &[], "this switch reduces and aggregates NetSHa packets (the default)");
+        let a_forward_only = b.action(
+            "forward_only",
+            &[],
+            "this switch leaves NetSHa packets to the base program's forwarding (a switch on the path that does not reduce)",
+        );
+        let role = b.table(TableSpec {
+            name: "role",
+            doc: "whether this switch reduces NetSHa answer packets or only forwards them (one entry, key 0; none: reduce); query packets are selected either way",
+            gress: Gress::Ingress,
+            stage: 0,
+            size: 1,
+            keys: &[("meta.zero", 8, MatchKind::Exact)],
+            actions: &[a_reduce, a_forward_only],
+            default_action: (a_reduce, &[]),
             const_default: false,
         });
         let sets = r / cfg.ways;
@@ -559,6 +584,25 @@ impl Netsha {
                 const_default: false,
             }));
         }
+        let a_to_server = b.action(
+            "to_server",
+            &[("dmac", 48), ("smac", 48), ("dip", 32)],
+            "address this replica of a query to its server (next hop MAC, this switch's MAC, the server's IPv4) as plain UDP (ToS bit clear): a server behind other switches",
+        );
+        let a_keep = b.action("keep_addr", &[], "the replica keeps the query's addresses (a server on this switch's own port)");
+        let server_addr = (cfg.tables > 0).then(|| {
+            b.table(TableSpec {
+                name: "server_addr",
+                doc: "replica id (server index) -> the addresses of a selected query's copy to that server, when it is behind other switches (a fabric)",
+                gress: Gress::Egress,
+                stage: 0,
+                size: 32,
+                keys: &[("eg_intr_md.rid", 16, MatchKind::Exact)],
+                actions: &[a_to_server, a_keep],
+                default_action: (a_keep, &[]),
+                const_default: false,
+            })
+        });
         let qe = b.register::<Pair>(
             "query_events",
             Gress::Ingress,
@@ -613,6 +657,8 @@ impl Netsha {
             sweep,
             agent,
             a_to_agent,
+            role,
+            a_forward_only,
             qid_lookup,
             qid_probe,
             qid_cas0,
@@ -636,6 +682,8 @@ impl Netsha {
             split_turn,
             select,
             a_servers,
+            server_addr,
+            a_to_server,
             query_events,
             d_query_malformed,
             d_query_pruned,
@@ -1354,6 +1402,22 @@ impl Program for Netsha {
             let rid = p.replication_id() as u32;
             if bits != 0 && (rid >= 32 || bits >> rid & 1 == 0) {
                 p.drop(self.d_query_pruned);
+                return;
+            }
+            let Some(t) = &self.server_addr else { return };
+            let r = p.apply_u64(t, rid as u64);
+            if r.action == self.a_to_server {
+                // On to the server through the next switches as ordinary routed traffic:
+                // addressed to it, ToS bit clear (no switch after this one selects again),
+                // IPv4 checksum recomputed, UDP checksum 0 (optional over IPv4; the old one
+                // covered the broadcast address).
+                let h = p.hdr_mut();
+                h[0..6].copy_from_slice(&r.param(0).to_be_bytes()[2..]);
+                h[6..12].copy_from_slice(&r.param(1).to_be_bytes()[2..]);
+                h[15] &= !nw::TOS_BIT;
+                h[30..34].copy_from_slice(&(r.param(2) as u32).to_be_bytes());
+                h[40..42].copy_from_slice(&[0, 0]);
+                wire::Ipv4Packet::new_unchecked(&mut h[14..34]).fill_checksum();
             }
         }
     }
@@ -1366,6 +1430,10 @@ impl Program for Netsha {
         }
         if port != PORT_RECIRC && self.cfg.tables > 0 && Self::is_query(p) {
             self.select_servers(p);
+            return;
+        }
+        if port != PORT_RECIRC && p.apply(&self.role, &[0]).action == self.a_forward_only {
+            // Not reducing here: the answer packet keeps the base program's decision, untouched.
             return;
         }
         if (port != PORT_RECIRC || p.bridged()[br::STARTED] == 0) && !self.start(p) {

@@ -269,6 +269,38 @@ impl SwitchPath {
         t
     }
 
+    /// The controller makes switch `hop` forward NetSHa packets without reducing them
+    /// (its `role` entry: `forward_only`).
+    pub fn set_forward_only(&mut self, hop: usize) -> Result<(), String> {
+        let h = &mut self.hops[hop];
+        let Some(p) = h.netsha else { return Err(format!("switch {hop} runs no netsha program")) };
+        let op = ControlOp::TableWrite {
+            table_id: id_of(&h.set, p, "table", "role"),
+            op: WriteOp::Insert,
+            matches: vec![FieldMatch::Exact { field: 0, value: vec![0] }],
+            priority: 0,
+            action_id: id_of(&h.set, p, "action", "forward_only"),
+            params: vec![],
+        };
+        h.sw.control(&op).map(|_| ()).map_err(|e| format!("{e:?}"))
+    }
+
+    /// The controller's `server_addr` entry on switch 0: replicas to server `rid` leave
+    /// addressed to `dmac`/`dip` from `smac`, as plain UDP (a server behind other switches).
+    pub fn set_server_addr(&mut self, rid: u16, dmac: [u8; 6], smac: [u8; 6], dip: [u8; 4]) -> Result<(), String> {
+        let h = &mut self.hops[0];
+        let Some(p) = h.netsha else { return Err("switch 0 runs no netsha program".into()) };
+        let op = ControlOp::TableWrite {
+            table_id: id_of(&h.set, p, "table", "server_addr"),
+            op: WriteOp::Insert,
+            matches: vec![FieldMatch::Exact { field: 0, value: rid.to_be_bytes().to_vec() }],
+            priority: 0,
+            action_id: id_of(&h.set, p, "action", "to_server"),
+            params: vec![(1, dmac.to_vec()), (2, smac.to_vec()), (3, dip.to_vec())],
+        };
+        h.sw.control(&op).map(|_| ()).map_err(|e| format!("{e:?}"))
+    }
+
     /// The controller's entry of a selection table (switch 0, the servers' switch): bucket
     /// `key` of LSH table `table` is held by the servers in `bitmap`.
     pub fn install_selection(&mut self, table: usize, key: u64, bitmap: u32) -> Result<(), String> {

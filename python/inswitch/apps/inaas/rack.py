@@ -20,7 +20,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from typing import Any
+from typing import Any, Callable
 
 from inswitch.procs import first_line
 from inswitch.topology import Rack, netns
@@ -136,31 +136,90 @@ def _p4_name(client: Any, want: str) -> str:
     raise RuntimeError(f"no table {want} in {names}")
 
 
+def _fabric_tor(spec: str, name: str, fault: str | None) -> tuple[Any, list[Any], Any, Callable[[], None]]:
+    """A fabric of `spec` whose first leaf with three hosts runs `forward,inaas` (every other
+    switch `forward`): the fabric state, those three hosts, the leaf's run, and the teardown."""
+    from inswitch.topology.fabric.fabric import Fabric
+    from inswitch.topology.fabric.generators import load_spec
+
+    topo = load_spec(spec)
+    hosts = {n.name for n in topo.hosts}
+    under: dict[str, list[str]] = {}
+    for ln in topo.links:
+        for e, o in ((ln.a, ln.b), (ln.b, ln.a)):
+            if o.node in hosts and e.node not in hosts:
+                under.setdefault(e.node, []).append(o.node)
+    tor = next((sw for sw, hs in under.items() if len(hs) >= 3), None)
+    if tor is None:
+        raise ValueError(f"INaaS needs a leaf with three hosts (goalkeeper, two tenants); {spec} has none")
+    for n in topo.switches:
+        n.program = "forward,inaas" if n.name == tor else "forward"
+    fab = Fabric()
+    fab.down(name)
+    try:
+        st = fab.up(topo, name=name, fault=fault)
+    except BaseException:
+        fab.down(name)
+        raise
+    run = next(r for r in st.switches if r.plan.name == tor)
+    return st, [h for h in st.hosts if h.switch == tor][:3], run, lambda: fab.down(name)
+
+
 def run_on_rack(name: str = "inaas1", seconds: float = 20.0, pause_a_s: float = 0.0,
-                pcap: str | None = None, fault: str | None = None) -> dict[str, Any]:
+                pcap: str | None = None, fault: str | None = None, fabric: str | None = None) -> dict[str, Any]:
     """Bring a 3-host rack up, run the goalkeeper and two tenants, take it down. Tenant A
-    waits `pause_a_s` between its write and its read (time for a switch to die)."""
+    waits `pause_a_s` between its write and its read (time for a switch to die).
+
+    `fabric` (a spec such as leaf-spine:2,1,3): the same, unchanged, on the ToR of the three
+    hosts inside a fabric (the first leaf with three hosts runs `forward,inaas`, the others
+    `forward`); the fabric controller's routing stays, this controller adds the tenants on
+    the ToR (the fabric controller's election id) and again after the supervisor restarts it."""
     from pathlib import Path
 
     from inswitch.p4rt.client import SwitchClient
-    from inswitch.topology import restarts
+    from inswitch.topology import control, restarts
 
+    if fabric is not None and pcap:
+        raise ValueError("pcap captures a rack's switch: not on a fabric")
     rack = Rack()
-    try:
-        st = rack.up(3, name=name, programs="forward,inaas", p4runtime=f"127.0.0.1:{_free_port()}", metrics=f"127.0.0.1:{_free_port()}", pcap=pcap,
-                       fault=fault)
-    except Exception:
-        rack.down(name)
-        raise
+    tor_name = ""
+    if fabric is not None:
+        from inswitch.topology.fabric.controller import ELECTION_ID
+
+        fst, tor_hosts, tor, down = _fabric_tor(fabric, name, fault)
+        tor_name = tor.plan.name
+        hosts_, state_file, state_dir = tor_hosts, fst.restarts_file, Path(fst.state_dir)
+
+        def client() -> Any:
+            return control.connect(tor.p4runtime, device_id=tor.plan.device_id, election_id=ELECTION_ID, wait_s=10.0)
+    else:
+        try:
+            st = rack.up(3, name=name, programs="forward,inaas", p4runtime=f"127.0.0.1:{_free_port()}", metrics=f"127.0.0.1:{_free_port()}", pcap=pcap,
+                           fault=fault)
+        except Exception:
+            rack.down(name)
+            raise
+        hosts_, state_file, state_dir = st.hosts, Path(st.state_dir) / "state.json", Path(st.state_dir)
+
+        def client() -> Any:
+            return SwitchClient(st.switch.p4runtime)
+
+        def down() -> None:
+            rack.down(name)
     procs: list[subprocess.Popen[str]] = []
     watcher: restarts.Watcher | None = None
     try:
-        gk, ta, tb = st.hosts
+        gk, ta, tb = hosts_
         uids = {"a": 0x1234567, "b": 0x7654321}
-        state_file, marker = Path(st.state_dir) / "state.json", Path(st.state_dir) / "inaas-generation"
+        marker = state_dir / "inaas-generation"
 
         def register(restart: dict[str, Any] | None = None) -> None:
-            with SwitchClient(st.switch.p4runtime) as c:
+            if restart is not None and tor_name and restart.get("switch") != tor_name:
+                # Another switch of the fabric (its routing is the supervisor's): the
+                # tenants' state on the ToR is intact, nothing to register again.
+                marker.write_text(str(restart["generation"]))
+                return
+            with client() as c:
                 tenants, gkt = _p4_name(c, "tenants"), _p4_name(c, "goalkeeper")
                 c.insert_entry(gkt, {"meta.zero": 0}, "set_goalkeeper", {"port": gk.port})
                 for slot, (h, uid) in enumerate(((ta, uids["a"]), (tb, uids["b"]))):
@@ -202,7 +261,8 @@ def run_on_rack(name: str = "inaas1", seconds: float = 20.0, pause_a_s: float = 
         watcher.__exit__(None, None, None)
         watcher_done, watcher = watcher, None
         recs = restarts.read(state_file, t_start)
-        doc = {"mode": "rack of network namespaces, real processes, AF_PACKET", "tenant_a": res_a["ops"], "tenant_b": res_b["ops"],
+        doc = {"mode": f"the ToR ({tor_name}) of a fabric {fabric}, real processes, AF_PACKET" if fabric is not None else "rack of network namespaces, real processes, AF_PACKET",
+               "tenant_a": res_a["ops"], "tenant_b": res_b["ops"],
                "goalkeeper": gk_res, "switch_restarts": recs, "reregistered_generations": sorted(watcher_done.handled),
                "replayed_writes": {"a": res_a["replayed_writes"], "b": res_b["replayed_writes"]}}
         if recs:
@@ -218,5 +278,5 @@ def run_on_rack(name: str = "inaas1", seconds: float = 20.0, pause_a_s: float = 
             if p.poll() is None:
                 p.kill()
                 p.wait(timeout=5)
-        rack.down(name)
+        down()
         time.sleep(0.1)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.progress import Progress
@@ -12,6 +12,8 @@ from rich.table import Table
 from inswitch.cliopts import IN_FILE, JSON_PATH, OUT_DIR, RACK_NAME, SEED, Choice, Float, Int, Text, option
 from inswitch.output import console_for, note_written, write_json
 from inswitch.tables import show
+from inswitch.topology.fabric.cli import TOPOLOGY_SPEC
+from inswitch.topology.fabric.plan import MAX_FABRIC_NAME
 
 from .datasets import DatasetError, load
 from .search import ALL_MODES, MODES, SearchConfig, run_search
@@ -66,7 +68,39 @@ SEARCH_EXAMPLES = """Examples:
   inswitch search --base 800 --queries 12 --servers 2 --k 5 --registers 8 --mode netsha
 
   inswitch search --dataset text:160 --base 0 --queries 20 --k 10 --json -
+
+  inswitch search --rack --fabric leaf-spine:3,1,2 --base 1500 --queries 20 --servers 4 --k 10 --per-packet 10
 """
+
+
+def _fabric_search(console: Any, ds: Any, cfg: SearchConfig, fabric: str, name: str, json_out: Optional[str]) -> None:
+    from .fabric import FABRIC_MODES, FabricSearchError, run_fabric_search
+
+    try:
+        with console.status("fabric search") as status:
+            result = run_fabric_search(ds, cfg, fabric, name, lambda m: status.update(m))
+    except FabricSearchError as e:
+        console.print(f"[red]error:[/red] {e}", highlight=False)
+        raise typer.Exit(2)
+    f = result["fabric"]
+    t = Table(title=f"search --rack --fabric {fabric}: {ds.name}, {ds.base.shape[0]} × {ds.base.shape[1]}, {ds.queries.shape[0]} queries, "
+                    f"K={cfg.k}, S={cfg.servers} (servers under {', '.join(sorted(f['paths']))}, agent under {f['agent']['leaf']})")
+    for c in ("mode", "switches reducing", "recall", "F1", "server packets", "agent packets", "agent answers", "top K = none's"):
+        t.add_column(c)
+    for m in FABRIC_MODES:
+        r = result["modes"][m]
+        t.add_row(m, f"{len(r['reducing_switches'])} of {len(f['switches'])}", f"{r['recall']:.3f}", f"{r['f1']:.3f}", str(r["server_packets"]),
+                  str(r["agent_packets"]), str(r["agent_answers"]), "yes" if r["topk_equal_to_none"] else "NO")
+    show(console, t)
+    s = Table(title="answers per switch, fabric mode: dropped beyond r.T, cleared at a final flush, sent on by its registers")
+    for c in ("switch", "dropped", "cleared", "sent on"):
+        s.add_column(c, justify="left" if c == "switch" else "right")
+    for sw, e in result["modes"]["fabric"]["switches"].items():
+        s.add_row(sw, str(e["dropped_by_threshold"]), str(e["cleared"]), str(e["sent"]))
+    show(console, s)
+    if json_out:
+        write_json(json_out, result, indent=2)
+        note_written(console, json_out)
 
 
 def register(app: typer.Typer) -> None:
@@ -103,12 +137,22 @@ def register(app: typer.Typer) -> None:
         rack: bool = typer.Option(False, "--rack", help="NetSHa only, with real processes: a namespace rack (needs root) of S servers and the agent through the switch process."),
         rack_name: str = option("netsha", "--rack-name", type=RACK_NAME, help="Rack name (prefixes its namespaces) for --rack."),
         pcap: Optional[str] = option(None, "--pcap", type=OUT_DIR, help="With --rack: capture every switch port into pcapng files in this directory."),
+        fabric: Optional[str] = option(None, "--fabric", type=TOPOLOGY_SPEC, help="With --rack: on a fabric (e.g. leaf-spine:3,1,2) instead of one switch: the servers under several leaves, the agent under another, every switch running NetSHa; measured in one run with every switch, only the agent's leaf and no switch reducing (the fabric's name is --rack-name)."),
         seed: int = option(0, "--seed", type=SEED, help="Seed of the data, the queries and the hashes."),
         json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Write the result as JSON."),
     ) -> None:
         """Run the search in every requested mode over the same data; print and write recall,
         F1, agent packets and the time split."""
         console = console_for(json_out)
+        if fabric is not None:
+            if not rack:
+                raise typer.BadParameter("runs real processes on a fabric: add --rack", param_hint="--fabric")
+            if pcap:
+                raise typer.BadParameter("--pcap captures one switch's ports: not with --fabric", param_hint="--pcap")
+            if switches != 1:
+                raise typer.BadParameter("on a fabric the path decides the switches: not with --switches", param_hint="--switches")
+            if len(rack_name) > MAX_FABRIC_NAME:
+                raise typer.BadParameter(f"a fabric name has at most {MAX_FABRIC_NAME} characters", param_hint="--rack-name")
         if registers % ways != 0:
             raise typer.BadParameter(f"{ways} does not divide --registers {registers}", param_hint="--ways")
         if ga > slots:
@@ -133,6 +177,9 @@ def register(app: typer.Typer) -> None:
             if not rack_available():
                 console.print("[red]error:[/red] --rack needs root (network namespaces)")
                 raise typer.Exit(2)
+            if fabric is not None:
+                _fabric_search(console, ds, cfg, fabric, rack_name, json_out)
+                return
             with console.status("rack search") as status:
                 result = run_rack_search(ds, cfg, rack_name, lambda m: status.update(m), pcap=pcap)
             r = result["modes"]["netsha-rack"]

@@ -10,7 +10,8 @@ a rack host's namespace (`python -m inswitch.apps.netsha.rack_node server|agent 
   address in waves, receives the answers, and prints them as JSON.
 
 Both stop on their own: the server after `idle` seconds without a query (and at most
-`limit` seconds), the agent when no answer came for `idle` seconds after its last wave.
+`limit` seconds) or when the agent says it is done (`--stop-servers`), the agent when no
+answer came for `idle` seconds after its last wave.
 
 If the switch dies meanwhile (the rack's state file, `--rack-state`, records it), the
 answers it held and those in flight are lost: once it is back, the agent sends again every
@@ -84,6 +85,9 @@ def decode_answers(b: bytes) -> list[tuple[int, int, float]]:
 RECOVERY_PORT = 7002
 _HEAD = struct.Struct("<4sIHH")
 REPORT, DIRECT_ASK, DIRECT_ANSWER = b"NSRP", b"NSDA", b"NSDR"
+#: agent -> server, the agent is done (`--stop-servers`): the server stops without waiting
+#: out its idle time (a lost one costs only that wait).
+STOP = b"NSST"
 
 
 def encode_report(qid: int, server: int, dists: np.ndarray) -> bytes:
@@ -129,12 +133,16 @@ def server(args: argparse.Namespace) -> None:
     print("READY", flush=True)
     start = last = time.monotonic()
     served = sent = reports = direct_served = 0
-    while time.monotonic() - last < args.idle and time.monotonic() - start < args.limit:
+    stopped = False
+    while not stopped and time.monotonic() - last < args.idle and time.monotonic() - start < args.limit:
         ready, _, _ = select.select([rx, direct], [], [], 0.2)
         for sock in ready:
             b, _ = sock.recvfrom(65535)
             is_direct = sock is direct
             if is_direct:
+                if b[:4] == STOP:
+                    stopped = True
+                    break
                 if b[:4] != DIRECT_ASK:
                     continue
                 b = b[4:]
@@ -235,13 +243,13 @@ def agent(args: argparse.Namespace) -> None:
     t0 = time.monotonic()
     deadline = t0 + args.limit
 
-    def drain(idle: float, waiting: set[int]) -> None:
-        """Receive until `idle` s pass without a packet, or (recovering) every query in
-        `waiting` is complete."""
+    def drain(idle: float, waiting: set[int], until_idle: bool = False) -> None:
+        """Receive until `idle` s pass without a packet, or (recovering, unless
+        `until_idle`) every query in `waiting` is complete."""
         nonlocal packets, report_packets, direct_packets
         last = time.monotonic()
         pending = {q for q in waiting if not comp.complete(q)} if recover else set(waiting)
-        while time.monotonic() - last < idle and time.monotonic() < deadline and (pending or not recover):
+        while time.monotonic() - last < idle and time.monotonic() < deadline and (pending or not recover or until_idle):
             ready, _, _ = select.select([rx, rp], [], [], 0.02)
             for sock in ready:
                 b, _ = sock.recvfrom(65535)
@@ -334,9 +342,20 @@ def agent(args: argparse.Namespace) -> None:
             drain(args.idle, set(redo))
     if args.rack_state:
         handled |= {int(r["generation"]) for r in restarts.read(args.rack_state, wall0)}
+    if args.stop_servers:
+        for ip in server_ips:
+            rp.sendto(STOP, (ip, RECOVERY_PORT))
+    seconds = time.monotonic() - t0
+    late = 0
+    if args.drain_after > 0:
+        # Count the answer packets still on their way (a query is complete as soon as its
+        # top K is in; the rest of its answers still reach the agent).
+        before = packets
+        drain(args.drain_after, set(), until_idle=True)
+        late = packets - before
     unique = sorted({a for q in range(nq) for a in comp.result(q)})
     incomplete = [q for q in range(nq) if not comp.complete(q)] if recover else []
-    print(json.dumps({"packets": packets, "answers": unique, "seconds": time.monotonic() - t0,
+    print(json.dumps({"packets": packets, "answers": unique, "seconds": seconds, "late_packets": late,
                       "retried_queries": reasked, "restarts_seen": sorted(handled),
                       "recovery": {"enabled": recover, "incomplete_after_first_pass": len(first),
                                    "first_pass_missing_report": no_report, "first_pass_missing_answers": len(first) - no_report, "rounds": rounds,
@@ -369,6 +388,9 @@ def main(argv: list[str] | None = None) -> None:
     a.add_argument("--k", type=int, default=50, help="answers per query (the servers report their best K)")
     a.add_argument("--selection", default="", help="an .npz of the selection entries (tables, keys, bitmaps): whose reports to wait for")
     a.add_argument("--server-ips", default="", help="the servers' addresses, by index, comma-separated; empty: no loss recovery")
+    a.add_argument("--drain-after", type=float, default=0.0,
+                   help="when done, go on counting answer packets until none came for this many seconds")
+    a.add_argument("--stop-servers", action="store_true", help="when done, tell the servers (--server-ips) to stop")
     a.add_argument("--rounds", type=int, default=3, help="asks through the switch of an incomplete query before asking its servers directly")
     args = p.parse_args(argv)
     server(args) if args.role == "server" else agent(args)
