@@ -190,6 +190,14 @@ def test_paxos_crash_option_is_checked_in_one_line(tmp_path: Path) -> None:
         assert "--paxos-crash-at" in cp.stderr and len(cp.stderr.strip().splitlines()) == 1, (args, cp.stderr)
 
 
+def test_paxos_zombie_option_is_checked_in_one_line(tmp_path: Path) -> None:
+    for args in (["--apps", "paxos", "--paxos-zombie"], ["--apps", "paxos", "--paxos-crash-at", "0.5", "--paxos-zombie"],
+                 ["--real", "--apps", "paxos", "--paxos-zombie"]):
+        cp = _run(args, tmp_path)
+        assert cp.returncode == 2, (args, cp.stdout + cp.stderr)
+        assert "--paxos-zombie" in cp.stderr and len(cp.stderr.strip().splitlines()) == 1, (args, cp.stderr)
+
+
 def test_paxos_safety_checker_flags_each_kind_of_violation() -> None:
     from inswitch.apps.inaas.adapters import paxos_safety
 
@@ -240,6 +248,10 @@ def test_paxos_backup_is_silent_until_it_takes_over_above_the_ballots_it_saw() -
     # A leader with its learners elsewhere: its votes leave as bytes; none yet.
     a = _native.InaasPaxosHosts(7, mac, gk, 0, 4, 0, 1000, learners=0)
     assert len(a.step(0)[0]) == 4 and a.take_votes() == b"" and a.ballot == leader
+    # The zombie's knobs: it defers to a higher ballot; its counters.
+    assert a.defer is False and a.stepped_down is None
+    a.defer = True
+    assert a.defer and a.stats() == {"sent": 4, "resent": 0, "refused": 0, "no_lease": 0, "rounds": 1} and a.decisions() == []
     with pytest.raises(ValueError):
         _native.InaasPaxosHosts(7, mac, gk, 0, 4, 0, 1000, learners=0, lead=False)
 
@@ -281,4 +293,42 @@ def test_real_paxos_leader_killed_backup_takes_over(tmp_path: Path) -> None:
     assert p["correct"] and p["finished"] and p["wrong_results"] == 0, p
     assert math.isfinite(p["inaas"]) and math.isfinite(p["host_only"]), p
     assert "leader SIGKILLed (signal 9)" in cp.stdout and "took over: True" in cp.stdout
+    assert not netns.leftovers(name)
+
+
+@pytest.mark.skipif(not ROOT, reason="needs root: network namespaces, veth pairs, AF_PACKET")
+def test_real_paxos_zombie_leader_is_refused_by_the_switch(tmp_path: Path) -> None:
+    """The leader SIGSTOPped at its crash point (40 % of the values) instead of killed, with
+    the switch dropping 2 % of all frames; the backup takes over; the runner SIGCONTs the
+    old leader after the backup's first decision. The zombie, with its stale state and
+    ballot, proposes fresh values (no one else does) and really sends them: the switch's
+    acceptors, promised to the backup's higher ballot, refuse them, it steps down, and none
+    of its values is ever decided; the logs stay equal and gap-free."""
+    from inswitch.topology import netns
+
+    name = f"pxz{process_tag()}"
+    out = tmp_path / "z.json"
+    cp = _run(["--real", "--apps", "paxos", "--loss", "0.02", "--paxos-crash-at", "0.4", "--paxos-zombie", "--seed", "2", "--name", name,
+               "--json", str(out)], tmp_path, timeout=120)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    p = json.loads(out.read_text())["apps"]["paxos"]
+    assert p["zombie"] is True and p["took_over"] is True, p
+    # Resumed after the backup's first decision (phase 1 on every slot done), then killed.
+    assert p["zombie_resumed_after_takeover"] is True and p["takeover_ms"] <= p["zombie_resumed_ms"] < p["zombie_killed_ms"], p
+    assert p["killed_by_signal"] == 9, p
+    # It sent after its resume (its own counter of raw frames to the switch), at its old
+    # ballot, and the acceptors' refusals came back: the frames reached the switch.
+    assert p["zombie_ballot"] == 257 and p["survivor_ballot"] > 257, p
+    assert p["zombie_frames_sent"] > 0 and p["zombie_values_proposed"] == 8, p
+    assert p["zombie_refusals"] >= 3, p
+    # A correct proposer: it stepped down to the backup's ballot on the first refusal.
+    assert p["zombie_stepped_down_to"] == p["survivor_ballot"] and p["zombie_stepped_down_ms"] is not None, p
+    # None of its proposals after the resume decided (in no learner's log, nor as it saw).
+    assert p["zombie_values_decided"] == 0, p
+    # Safety as in the plain crash run: equal, gap-free logs with every survivor value.
+    assert p["violations"] == [] and p["gap_free"] is True, p
+    d = p["delivered"]
+    assert len(d) == 3 and len(set(d)) == 1 and d[0] >= p["values_by_survivor"], p
+    assert p["correct"] and p["finished"] and p["wrong_results"] == 0, p
+    assert "zombie leader (ballot 257)" in cp.stdout
     assert not netns.leftovers(name)

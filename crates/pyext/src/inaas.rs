@@ -686,6 +686,39 @@ impl InaasPaxosHosts {
     fn pending(&self) -> usize {
         self.proposer.pending()
     }
+
+    /// Defer to a higher ballot (`Proposer::defer`): a refusal by one makes the proposer
+    /// step down and go quiet instead of taking over above it.
+    #[getter]
+    fn get_defer(&self) -> bool {
+        self.proposer.defer
+    }
+    #[setter]
+    fn set_defer(&mut self, defer: bool) {
+        self.proposer.defer = defer;
+    }
+
+    /// The higher ballot the proposer stepped down to (with `defer`), if it did.
+    #[getter]
+    fn stepped_down(&self) -> Option<u32> {
+        self.proposer.stepped_down
+    }
+
+    /// The proposer's counters: frames sent (first sends and retransmissions), resent,
+    /// acceptors' refusals by a higher ballot, answers without a lease, phase-1 rounds.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = &self.proposer.stats;
+        let d = PyDict::new(py);
+        for (k, v) in [("sent", s.sent), ("resent", s.resent), ("refused", s.refused), ("no_lease", s.no_lease), ("rounds", s.rounds)] {
+            d.set_item(k, v)?;
+        }
+        Ok(d)
+    }
+
+    /// Every (instance, ballot, value) the proposer saw decided.
+    fn decisions(&self) -> Vec<(u64, u32, i32)> {
+        self.proposer.decided.iter().map(|(i, (b, v))| (*i, *b, *v)).collect()
+    }
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -28,6 +28,8 @@ RUN_EXAMPLES = """Examples:
 
   sudo inswitch tenants run --real --apps paxos --loss 0.02 --paxos-crash-at 0.4
 
+  sudo inswitch tenants run --real --apps paxos --loss 0.02 --paxos-crash-at 0.4 --paxos-zombie
+
   sudo inswitch tenants run --real --apps kv,sparse,bloom --attacker --attack-during inaas --pcap out/caps
 
   inswitch tenants ledger
@@ -88,18 +90,21 @@ def run_cmd(
     pcap: Optional[str] = option(None, "--pcap", type=OUT_DIR, help="With --real: capture every switch port into pcapng files in this directory (readable while the run goes on)."),
     json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Write the result as JSON."),
     paxos_crash_at: Optional[float] = option(None, "--paxos-crash-at", type=Float(0, 1, lo_open=True, hi_open=True), help="With --real: the paxos tenant's leader is SIGKILLed after proposing this fraction of its values; a backup process takes over with a higher ballot (safety checked on every learner's log)."),
+    paxos_zombie: bool = typer.Option(False, "--paxos-zombie", help="With --real --paxos-crash-at: SIGSTOP the leader at its crash point instead, SIGCONT it once the backup decided (a zombie with its stale state and ballot, which proposes fresh values), SIGKILL it 300 ms later; the acceptors must refuse it."),
 ) -> None:
     """Run applications concurrently as tenants: speedup against host-only, correctness,
     and the ledger (kept for `inswitch tenants ledger`)."""
     console = console_for(json_out)
     names = list(apps or APPS)
+    if paxos_zombie and not real:
+        raise typer.BadParameter("only with --real and --paxos-crash-at (the model's zombie: `_native.paxos_run(zombie=True)`)", param_hint="--paxos-zombie")
     if paxos_crash_at is not None and not real:
         raise typer.BadParameter("only with --real (the model's crash runs: `_native.paxos_run`, tests/test_inaas_paxos.py)", param_hint="--paxos-crash-at")
     if real:
         from inswitch.apps.inaas.real import RealRunError, check_args
 
         try:
-            check_args(names, attacker, paxos_crash_at)
+            check_args(names, attacker, paxos_crash_at, paxos_zombie)
         except RealRunError as e:
             Console(stderr=True).print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
             raise typer.Exit(2)
@@ -125,7 +130,8 @@ def run_cmd(
             try:
                 res = run_tenants_real(names, instances, scheduler, loss, quick=not full, seed=seed, progress=lambda s: st.update(f"tenants: {s}"),
                                        subscribers=subs, budget=budget, name=rack_name, attacker=attacker,
-                                       attack_during=attack_during, pcap=pcap, paxos_crash_at=paxos_crash_at)
+                                       attack_during=attack_during, pcap=pcap, paxos_crash_at=paxos_crash_at,
+                                       paxos_zombie=paxos_zombie)
             except RealRunError as e:  # a bad combination, found before the rack is up
                 Console(stderr=True).print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
                 raise typer.Exit(2)
@@ -156,9 +162,17 @@ def run_cmd(
     for name, f in res["apps"].items():
         if "paxos_crash_at" in f:
             console.print(
-                f"{name}: leader SIGKILLed (signal {f['killed_by_signal']}) after {f['values_by_dead_leader']} values; took over: {f['took_over']} "
+                f"{name}: leader {'SIGSTOPped as a zombie, then SIGKILLed' if f.get('zombie') else 'SIGKILLed'} (signal {f['killed_by_signal']}) after {f['values_by_dead_leader']} values; took over: {f['took_over']} "
                 f"(detected {_ms(f['detection_ms'])}, phase 1 done {_ms(f['phase1_done_ms'])}, first decision {_ms(f['takeover_ms'])} after the kill); "
                 f"delivered {f['delivered']}, gap-free: {f['gap_free']}",
+                highlight=False,
+                soft_wrap=True,
+            )
+        if f.get("zombie"):
+            console.print(
+                f"{name}: zombie leader (ballot {f['zombie_ballot']}) SIGCONTed {_ms(f['zombie_resumed_ms'])} after its SIGSTOP: sent {f['zombie_frames_sent']} frames "
+                f"({f['zombie_retransmissions']} retransmissions, {f['zombie_values_proposed']} fresh values), {f['zombie_refusals']} refusals by the acceptors, "
+                f"stepped down to ballot {f['zombie_stepped_down_to']} {_ms(f['zombie_stepped_down_ms'])} after resuming; its values decided: {f['zombie_values_decided']}",
                 highlight=False,
                 soft_wrap=True,
             )

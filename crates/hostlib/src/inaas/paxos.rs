@@ -225,6 +225,15 @@ pub struct Proposer {
     /// (instance, microseconds from first 2a to decision).
     pub latencies: Vec<(u64, u64)>,
     pub stats: ProposerStats,
+    /// Defer to a higher ballot: a refusal by a higher ballot makes this proposer step down
+    /// ([`Proposer::stepped_down`]) instead of taking over above it. Off by default (the
+    /// harness decides who runs); a leader that comes back from a pause with stale state
+    /// (`tenants run --real --paxos-zombie`) defers, as a correct proposer does.
+    pub defer: bool,
+    /// The higher ballot it stepped down to (with [`Proposer::defer`]): from then it sends
+    /// nothing and ignores every answer (counting their refusals), until
+    /// [`Proposer::take_over`].
+    pub stepped_down: Option<u32>,
 }
 
 impl Proposer {
@@ -252,6 +261,8 @@ impl Proposer {
             started_us: BTreeMap::new(),
             latencies: Vec::new(),
             stats: ProposerStats::default(),
+            defer: false,
+            stepped_down: None,
         }
     }
 
@@ -285,6 +296,7 @@ impl Proposer {
     /// Become leader with a round above `seen` (every promise refused so far): phase 1 on
     /// the whole window above the floor.
     pub fn take_over(&mut self, seen: u32, now_us: u64) {
+        self.stepped_down = None;
         self.round = self.round.max(seen >> 8) + 1;
         self.stats.rounds += 1;
         self.leading = false;
@@ -385,6 +397,9 @@ impl Proposer {
 
     /// The learners delivered everything below `floor` (the minimum of their acks).
     pub fn on_floor(&mut self, floor: u64, now_us: u64) {
+        if self.stepped_down.is_some() {
+            return;
+        }
         if floor > self.floor {
             let old_end = self.floor + self.ring.slots as u64;
             self.floor = floor;
@@ -419,7 +434,12 @@ impl Proposer {
     /// An answer of the switch.
     pub fn on_frame(&mut self, frame: &[u8], now_us: u64) {
         let Some(r) = parse_paxos_reply(frame) else { return };
-        if r.ballot != self.ballot() {
+        if self.stepped_down.is_some() && r.ballot == self.ballot() {
+            // Quiet, but still counting the refusals of what it sent before it stepped down.
+            self.stats.refused += r.answers.iter().filter(|a| matches!(a, Answer::Refused { promised } if *promised > 0)).count() as u64;
+            return;
+        }
+        if self.stepped_down.is_some() || r.ballot != self.ballot() {
             return; // an older round's answer
         }
         let ballot = self.ballot();
@@ -458,6 +478,10 @@ impl Proposer {
             self.on_floor(r.inst + 1, now_us);
             return;
         }
+        if higher > ballot && self.defer {
+            self.step_down(higher);
+            return;
+        }
         if higher > ballot {
             // Someone leads with a higher ballot: try again above it (a real deployment
             // would back off or defer to it; the harness decides who runs).
@@ -482,9 +506,24 @@ impl Proposer {
         }
     }
 
+    /// Defer to `higher`: stop leading, forget what is in flight (frames not yet taken
+    /// included) and the queue; nothing goes out any more.
+    fn step_down(&mut self, higher: u32) {
+        self.stepped_down = Some(higher);
+        self.leading = false;
+        self.preparing = 0;
+        self.slots.clear();
+        self.queue.clear();
+        self.out.clear();
+        self.votes.clear();
+    }
+
     /// Resend what is unanswered; votes of decided instances learners have not acknowledged
     /// go out again.
     pub fn poll(&mut self, now_us: u64) {
+        if self.stepped_down.is_some() {
+            return;
+        }
         // Values that arrived since the last call start their instances.
         self.fill(now_us);
         let due: Vec<u64> = self.slots.iter().filter(|(_, s)| !s.done && now_us >= s.sent_us + self.rto_us).map(|(i, _)| *i).collect();
@@ -594,6 +633,78 @@ mod tests {
         b[8] = ACCEPTORS as u8;
         assert_eq!(Vote::from_bytes(&b), None);
         assert_eq!(Vote::from_bytes(&b[..VOTE_LEN - 1]), None);
+    }
+
+    /// The switch's answer to `p`'s 2a for `inst`: every acceptor refused it, having
+    /// promised `promised`.
+    fn refusal(inst: u64, ballot: u32, promised: u32) -> Vec<u8> {
+        let mut r = InaasRepr { op: OP_PAXOS_2A, flags: flags::REPLY, seq: 1, uid: 7, ..Default::default() };
+        for j in 0..ACCEPTORS {
+            r.items[j] = Item { idx: 0, key: promised, value: 5 };
+        }
+        r.items[PAXOS_TAG_ITEM] = Item { idx: 0, key: (inst + 1) as u32, value: ballot as i32 };
+        r.set_bits(Bitmap::Valid, 7);
+        r.set_bits(Bitmap::Failed, 7);
+        let eth = EthernetRepr {
+            src_addr: EthernetAddress([2, 0, 0, 0, 0, 1]),
+            dst_addr: EthernetAddress([2, 0, 0, 0, 0, 2]),
+            ethertype: EtherType::Unknown(ETHERTYPE),
+        };
+        let mut buf = vec![0u8; 14 + HEADER_LEN];
+        eth.emit(&mut EthernetFrame::new_unchecked(&mut buf[..]));
+        r.emit(&mut InaasPacket::new_unchecked(&mut buf[14..]));
+        buf
+    }
+
+    /// A leader: phase 1 on its two slots promised, value 5 proposed in instance 0.
+    fn leader(defer: bool) -> Proposer {
+        let mut p =
+            Proposer::new(1, Ring { base: 0, slots: 2 }, 7, EthernetAddress([2, 0, 0, 0, 0, 2]), EthernetAddress([2, 0, 0, 0, 0, 1]));
+        p.defer = defer;
+        p.take_over(0, 0);
+        for inst in 0..2 {
+            let mut r = InaasRepr { op: OP_PAXOS_1A, flags: flags::REPLY, seq: 1, uid: 7, ..Default::default() };
+            r.items[PAXOS_TAG_ITEM] = Item { idx: 0, key: (inst + 1) as u32, value: p.ballot() as i32 };
+            r.set_bits(Bitmap::Valid, 7);
+            let eth = EthernetRepr {
+                src_addr: EthernetAddress([2, 0, 0, 0, 0, 1]),
+                dst_addr: EthernetAddress([2, 0, 0, 0, 0, 2]),
+                ethertype: EtherType::Unknown(ETHERTYPE),
+            };
+            let mut buf = vec![0u8; 14 + HEADER_LEN];
+            eth.emit(&mut EthernetFrame::new_unchecked(&mut buf[..]));
+            r.emit(&mut InaasPacket::new_unchecked(&mut buf[14..]));
+            p.on_frame(&buf, 1);
+        }
+        assert!(p.leading);
+        p.propose(5);
+        p.poll(2);
+        assert_eq!(p.take_output().len(), 2 + 1); // phase 1 on two slots, then the 2a
+        p
+    }
+
+    #[test]
+    fn a_deferring_proposer_steps_down_on_a_higher_ballot_and_goes_quiet() {
+        let higher = 2 << 8 | 2;
+        let mut p = leader(true);
+        p.propose(6);
+        p.poll(3);
+        assert_eq!(p.take_output().len(), 1); // the 2a of instance 1
+        p.on_frame(&refusal(0, p.ballot(), higher), 3);
+        assert_eq!((p.stepped_down, p.leading, p.stats.refused), (Some(higher), false, 3));
+        // The refusal of its other 2a still counts; nothing changes.
+        p.on_frame(&refusal(1, p.ballot(), higher), 4);
+        assert_eq!((p.stepped_down, p.stats.refused), (Some(higher), 6));
+        // Nothing more goes out: no retransmission, no new value, no phase 1 on a new floor.
+        p.propose(7);
+        p.poll(1_000_000);
+        p.on_floor(1, 1_000_000);
+        assert!(p.take_output().is_empty() && p.take_votes().is_empty() && p.decided.is_empty());
+        // Without `defer` (the default), the same refusal makes it try again above it.
+        let mut q = leader(false);
+        q.on_frame(&refusal(0, q.ballot(), higher), 3);
+        assert_eq!(q.stepped_down, None);
+        assert!(q.ballot() > higher && !q.take_output().is_empty());
     }
 
     #[test]

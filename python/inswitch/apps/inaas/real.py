@@ -40,7 +40,7 @@ import numpy as np
 from inswitch.apps.inaas.adapters import QUICK, RTO_US, App, Sizes, paxos_safety
 from inswitch.apps.inaas.controller import KIND, MAX_LEASE_US, Detection, Prices, bill, schedule
 from inswitch.apps.inaas.rack import GOALKEEPER, _free_port, _p4_name
-from inswitch.apps.inaas.real_paxos import DETECT_S, HEARTBEAT_S, crash_after
+from inswitch.apps.inaas.real_paxos import DETECT_S, HEARTBEAT_S, ZOMBIE_S, crash_after
 from inswitch.apps.inaas.runner import BUDGET, HIGHER_IS_BETTER, tenants_result
 
 #: Wall µs per model µs for the hosts' timers and leases (see the module's docstring).
@@ -95,7 +95,7 @@ class RealRunError(RuntimeError):
     """A bad combination or a missing privilege, said in one line."""
 
 
-def check_args(apps: list[str], attacker: bool, paxos_crash_at: float | None = None) -> None:
+def check_args(apps: list[str], attacker: bool, paxos_crash_at: float | None = None, paxos_zombie: bool = False) -> None:
     bad = [a for a in apps if a not in REAL_APPS]
     if bad:
         raise RealRunError(f"--real cannot run {', '.join(bad)} (known: {', '.join(REAL_APPS)})")
@@ -104,6 +104,8 @@ def check_args(apps: list[str], attacker: bool, paxos_crash_at: float | None = N
             raise RealRunError("--paxos-crash-at needs the paxos tenant among --apps")
         if not 0 < paxos_crash_at < 1:
             raise RealRunError(f"--paxos-crash-at {paxos_crash_at}: a fraction in (0, 1)")
+    elif paxos_zombie:
+        raise RealRunError("--paxos-zombie needs --paxos-crash-at (the zombie is the leader stopped at its crash point)")
     if os.geteuid() != 0:
         raise RealRunError("--real needs root (network namespaces, veth pairs, AF_PACKET sockets); run it with sudo, or use --sim")
 
@@ -253,21 +255,46 @@ def _acceptors(c: Any, base: int, n: int) -> list[tuple[int, int, int]]:
     return chosen
 
 
-def _kill_at_crashpoint(p: subprocess.Popen[str], out: dict[str, Any], timeout_s: float, client: Any, base: int, n: int) -> None:
+def _kill_at_crashpoint(p: subprocess.Popen[str], out: dict[str, Any], timeout_s: float, client: Any, base: int, n: int,
+                        zombie: tuple[Path, Path] | None = None) -> None:
     """The primary Paxos proposer's lines after GO: at `CRASHPOINT` (its last value
     proposed) SIGKILL it, read what the switch's acceptors hold chosen then (`_acceptors`),
     and read what it printed before it died (`DECIDED inst value`) to the end. Fills `out`:
     kill time (monotonic, the clock every process of the host shares), the decisions it
     saw, the acceptors' choices, its exit status. `client`: a P4Runtime session connected
-    before the kill (the read follows it at once), shared by the crashing tenants' threads."""
+    before the kill (the read follows it at once), shared by the crashing tenants' threads.
+
+    With `zombie` (the backup's took-over file, the zombie's dead file; `--paxos-zombie`):
+    SIGSTOP instead at the crash point (`killed_at` is then that moment), SIGCONT once the
+    backup created the first file (its first decision; polled every 10 ms), SIGKILL at the
+    zombie's `ZOMBIE {json}` report (kept in `out["zombie"]`), then create the second."""
     assert p.stdout is not None
     decided: list[tuple[int, int]] = []
     out["decided"] = decided
     end = time.monotonic() + timeout_s
     fd = p.stdout.fileno()
     buf = b""
+    stopped_until = 0.0  # while stopped: the deadline for the backup's takeover
+    resumed_until = 0.0  # once resumed: the deadline for the zombie's report
+
+    def kill_zombie() -> None:
+        assert zombie is not None
+        os.kill(p.pid, signal.SIGKILL)
+        out["zombie_killed_at"] = time.monotonic()
+        zombie[1].touch()
+
     while time.monotonic() < end:
-        if not select.select([fd], [], [], 0.5)[0]:
+        now = time.monotonic()
+        if stopped_until and "resumed_at" not in out and zombie is not None:
+            if zombie[0].exists():
+                os.kill(p.pid, signal.SIGCONT)
+                out["resumed_at"] = time.monotonic()
+                resumed_until = out["resumed_at"] + 10 * ZOMBIE_S + 5
+            elif now > stopped_until:
+                kill_zombie()  # no takeover: the run fails (no zombie report)
+        if resumed_until and "zombie_killed_at" not in out and now > resumed_until:
+            kill_zombie()  # no report: the run fails
+        if not select.select([fd], [], [], 0.01 if zombie is not None else 0.5)[0]:
             continue
         chunk = os.read(fd, 65536)
         if not chunk:
@@ -277,8 +304,9 @@ def _kill_at_crashpoint(p: subprocess.Popen[str], out: dict[str, Any], timeout_s
         for line in lines:
             w = line.decode(errors="replace").split()
             if w[:1] == ["CRASHPOINT"] and "killed_at" not in out:
-                os.kill(p.pid, signal.SIGKILL)
+                os.kill(p.pid, signal.SIGSTOP if zombie is not None else signal.SIGKILL)
                 out["killed_at"] = time.monotonic()
+                stopped_until = out["killed_at"] + 10
                 try:
                     out["switch_chosen"] = _acceptors(client, base, n)
                     out["switch_read_at"] = time.monotonic()
@@ -286,8 +314,13 @@ def _kill_at_crashpoint(p: subprocess.Popen[str], out: dict[str, Any], timeout_s
                     out["switch_read_error"] = f"the switch's acceptors not read: {' '.join(str(e).split())}"
             elif w[:1] == ["DECIDED"] and len(w) == 3 and w[2] != "None":
                 decided.append((int(w[1]), int(w[2])))
+            elif w[:1] == ["ZOMBIE"] and zombie is not None and "zombie_killed_at" not in out:
+                out["zombie"] = json.loads(line.decode()[len("ZOMBIE ") :])
+                kill_zombie()
     if "killed_at" not in out and p.poll() is None:
         p.kill()  # never reached its crash point: the run fails (killed_by_signal stays None)
+    if zombie is not None and p.poll() is None and "zombie_killed_at" not in out:
+        kill_zombie()
     try:
         rc = p.wait(timeout=10)
     except subprocess.TimeoutExpired:
@@ -295,9 +328,10 @@ def _kill_at_crashpoint(p: subprocess.Popen[str], out: dict[str, Any], timeout_s
     out["returncode"] = rc
 
 
-def _crash_figures(report: dict[str, Any], crash: dict[str, Any], fraction: float | None) -> dict[str, Any]:
+def _crash_figures(report: dict[str, Any], crash: dict[str, Any], fraction: float | None, zombie: bool = False) -> dict[str, Any]:
     """The paxos tenant's keys of a crash run, with the safety check on every learner's log
-    (`paxos_safety`): what the dead leader saw chosen must be there unchanged."""
+    (`paxos_safety`): what the dead leader saw chosen must be there unchanged. With a
+    zombie, also: none of its fresh values in any log or decided as it saw it."""
     killed = crash.get("killed_at")
     rc = crash.get("returncode")
     dead = crash.get("decided", [])
@@ -305,6 +339,45 @@ def _crash_figures(report: dict[str, Any], crash: dict[str, Any], fraction: floa
     found, gap_free = paxos_safety(report["logs"], report["learner_violations"], report["must_deliver"], dead + [(i, v) for i, v, _ in in_switch])
     if "switch_read_error" in crash:
         found.append(crash["switch_read_error"])
+    z = crash.get("zombie")
+    zkeys: dict[str, Any] = {"zombie": zombie}
+    if zombie:
+        if z is None:
+            found.append("the zombie leader did not report (not resumed, or silent after its resume)")
+            z = {}
+        fresh = set(z.get("values", []))
+        in_logs = sorted({v for log in report["logs"] for v in log if v in fresh})
+        by_it = [d for d in z.get("decided_after_resume", []) if d[2] in fresh]
+        for v in in_logs:
+            found.append(f"value {v}, proposed only by the zombie at its stale ballot, delivered")
+        for inst, b, v in by_it:
+            found.append(f"instance {inst}: the zombie saw its value {v} chosen at ballot {b}")
+        resumed = z.get("resumed_at")
+        zkeys.update({
+            "zombie_resume_rule": "SIGSTOP at the crash point; SIGCONT once the backup saw its first decision (it creates a file the runner polls every 10 ms); "
+                                  f"SIGKILL at its report, {ZOMBIE_S * 1e3:g} ms after its resume",
+            "zombie_ballot": z.get("ballot"),
+            "zombie_resumed_ms": None if killed is None or crash.get("resumed_at") is None else 1e3 * (crash["resumed_at"] - killed),
+            "zombie_resumed_after_takeover": report["first_decision_at"] is not None and crash.get("resumed_at") is not None
+                                             and report["first_decision_at"] < crash["resumed_at"],
+            # Its own counters, from its SIGCONT handler to its report: raw Paxos frames to
+            # the switch (first sends and retransmissions), of which retransmissions, relay
+            # datagrams to the backup's learners.
+            "zombie_frames_sent": z.get("frames_sent"),
+            "zombie_retransmissions": z.get("resent"),
+            "zombie_relay_sent": z.get("relay_sent"),
+            # Acceptors' answers refusing its old ballot (they had promised a higher one):
+            # its frames reached the switch and were refused there.
+            "zombie_refusals": z.get("refused"),
+            "zombie_stepped_down_to": z.get("stepped_down_to"),
+            "zombie_stepped_down_ms": None if resumed is None or z.get("stepped_down_at") is None else 1e3 * (z["stepped_down_at"] - resumed),
+            "zombie_values_proposed": len(fresh),
+            "zombie_values_decided": len(in_logs) + len(by_it),
+            # Answers to its pre-stop proposals it read after resuming (decided before the
+            # takeover; each checked in the logs with the dead leader's decisions).
+            "zombie_decisions_after_resume": len(z.get("decided_after_resume", [])),
+            "zombie_killed_ms": None if killed is None or crash.get("zombie_killed_at") is None else 1e3 * (crash["zombie_killed_at"] - killed),
+        })
 
     def ms(t: float | None) -> float | None:
         return None if t is None or killed is None else 1e3 * (t - killed)
@@ -333,6 +406,7 @@ def _crash_figures(report: dict[str, Any], crash: dict[str, Any], fraction: floa
         "violations": found,
         "delivered": report["delivered"],
         "gap_free": gap_free and report["gap_free"],
+        **zkeys,
     }
 
 
@@ -351,6 +425,7 @@ def run_tenants_real(
     attack_during: str = "after",
     pcap: str | None = None,
     paxos_crash_at: float | None = None,
+    paxos_zombie: bool = False,
 ) -> dict[str, Any]:
     """`attack_during`: "after" the tenants' phases (as the model's attack), or during the
     "inaas" phase (released with the tenants; the detector then watches working tenants).
@@ -358,7 +433,7 @@ def run_tenants_real(
     from inswitch.p4rt.client import SwitchClient
     from inswitch.topology import Rack, netns
 
-    check_args(apps, attacker, paxos_crash_at)
+    check_args(apps, attacker, paxos_crash_at, paxos_zombie)
     if attack_during not in ("after", "inaas"):
         raise ValueError(f"attack_during: {attack_during!r} (after, inaas)")
     if paxos_crash_at is not None and attacker and attack_during == "inaas":
@@ -441,6 +516,7 @@ def run_tenants_real(
         tenants: list[tuple[str, subprocess.Popen[str]]] = []
         primaries: list[tuple[str, subprocess.Popen[str], int, int]] = []
         crashes: dict[int, dict[str, Any]] = {}
+        zfiles: dict[int, tuple[Path, Path]] = {}
         killers: list[threading.Thread] = []
         tags: list[str] = []
         counter: dict[str, int] = {}
@@ -457,10 +533,13 @@ def run_tenants_real(
                 # The primary leads and is killed; the backup reports as the tenant.
                 bh, k = backup_h[i], crash_after(sizes.paxos_instances, float(paxos_crash_at or 0))
                 relay_port = 9600 + i
-                pcfg = {**cfg, "paxos_role": "primary", "paxos_peer": [bh.ip, relay_port], "paxos_crash_values": k}
+                pcfg = {**cfg, "paxos_role": "primary", "paxos_peer": [bh.ip, relay_port], "paxos_crash_values": k, "paxos_zombie": paxos_zombie}
                 primaries.append((tag, start(h, ["-m", "inswitch.apps.inaas.real_tenant", json.dumps(pcfg)], f"{tag}primary"), i, k))
+                zfiles[i] = (logs / f"{tag}.took_over", logs / f"{tag}.zombie_dead")
                 cfg = {**cfg, "mac": hexmac(bh.mac), "ifname": bh.ifname, "ip": bh.ip, "paxos_role": "backup", "paxos_relay_port": relay_port,
                        "paxos_crash_values": k}
+                if paxos_zombie:
+                    cfg.update({"paxos_took_over_file": str(zfiles[i][0]), "paxos_zombie_dead_file": str(zfiles[i][1])})
                 h = bh
             tenants.append((tag, start(h, ["-m", "inswitch.apps.inaas.real_tenant", json.dumps(cfg)], tag)))
         attack: dict[str, Any] | None = None
@@ -500,7 +579,8 @@ def run_tenants_real(
                     # The acceptors' slots the dead leader can have used (its values, and the
                     # ring's size at most).
                     n_read = min(regions[i].size, sizes.paxos_instances)
-                    killers.append(threading.Thread(target=_kill_at_crashpoint, args=(pp, crashes[i], limit_s + 30, crash_client, regions[i].base, n_read), daemon=True))
+                    killers.append(threading.Thread(target=_kill_at_crashpoint, args=(pp, crashes[i], limit_s + 30, crash_client, regions[i].base, n_read,
+                                                                                      zfiles[i] if paxos_zombie else None), daemon=True))
                     killers[-1].start()
             if phase == "inaas" and ap is not None and attack_during == "inaas":
                 progress("attacker, during the inaas phase")
@@ -571,8 +651,10 @@ def run_tenants_real(
         report = extra.pop("paxos_crash", None)
         fig.update(extra)
         if report is not None:
-            fig.update(_crash_figures(report, crashes.get(len(out_apps), {}), paxos_crash_at))
+            fig.update(_crash_figures(report, crashes.get(len(out_apps), {}), paxos_crash_at, paxos_zombie))
             fig["correct"] = fig["correct"] and not fig["violations"] and fig["took_over"] and fig["killed_by_signal"] == signal.SIGKILL
+            if paxos_zombie:
+                fig["correct"] = fig["correct"] and bool(fig["zombie_frames_sent"]) and fig["zombie_resumed_after_takeover"]
         fig["client"] = {**res["client"], "server_answered": served[len(out_apps)]}
         fig["wall_s"] = res["wall_s"]
         lp = res.get("latency_percentiles") or {}

@@ -22,11 +22,25 @@ model's `add_member`):
   chosen (no-ops for holes), and proposes the remaining values at their schedule (those
   whose time passed at once). It then runs the host-only phase as the tenant.
 
+With `--paxos-zombie` the leader is not killed at its crash point but stopped (SIGSTOP),
+and resumed (SIGCONT) once the backup saw its first decision (the backup then creates a
+file, `paxos_took_over_file`, which the runner polls): a zombie with its stale state and
+old ballot. From its SIGCONT handler on, it proposes `ZOMBIE_VALUES` fresh values (never
+proposed by anyone else: a learner that delivers one means the acceptors took a stale
+ballot) besides retransmitting what it had in flight, and defers to a higher ballot
+(`Proposer::defer`): the first refusal makes it step down and go quiet. `ZOMBIE_S` after
+its resume it prints `ZOMBIE {json}` (its counters since the SIGCONT) and the runner
+SIGKILLs it, then creates `paxos_zombie_dead_file`; the backup finishes only after that,
+so its learners' logs cover the zombie's whole life.
+
 `paxos_safety` (in `adapters.py`, shared with the model's runs) is the checker.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import time
 from typing import Any
 
@@ -36,6 +50,14 @@ from inswitch.apps.inaas.adapters import PaxosApp, paxos_safety
 DETECT_S = 0.1
 #: The leader's heartbeat period (wall seconds; `RealService.RELAY_EVERY_S`).
 HEARTBEAT_S = 0.005
+#: How long a resumed (zombie) leader runs before it reports and the runner kills it.
+ZOMBIE_S = 0.3
+#: Fresh values a zombie proposes when it resumes (negative: no tenant value is).
+ZOMBIE_VALUES = 8
+
+
+def zombie_values() -> list[int]:
+    return [-(1 + k) for k in range(ZOMBIE_VALUES)]
 
 
 def _until(app: PaxosApp, done: Any, what: str, limit_s: float = 30.0) -> None:
@@ -64,6 +86,14 @@ class PaxosPrimary(PaxosApp):
         if not self.in_switch:
             raise SystemExit("paxos crash run: the acceptors are not in the switch (the tenant's leases are not held for good)")
         self.crash_after = int(self.svc.cfg["paxos_crash_values"])  # type: ignore[attr-defined]
+        self.zombie = bool(self.svc.cfg.get("paxos_zombie"))  # type: ignore[attr-defined]
+        self.resumed = False
+        self.resumed_at: float | None = None
+        self.reported = False
+        if self.zombie:
+            # A correct proposer: a higher ballot's refusal makes it step down.
+            self.svc.paxos.defer = True  # type: ignore[attr-defined]
+            signal.signal(signal.SIGCONT, lambda *_: setattr(self, "resumed", True))
         # Heartbeats until the backup answers: the relay's path works both ways before
         # anything is timed.
         _until(self, lambda: self.svc.stats["relay_received"] > 0, "no acknowledgement from the backup")  # type: ignore[attr-defined]
@@ -73,6 +103,8 @@ class PaxosPrimary(PaxosApp):
             super().step()
             return
         svc, now = self.svc, self.svc.now_us
+        if self.resumed and self.resumed_at is None:
+            self.resume()
         while self.next < self.crash_after and self.start_us + self.next * self.sz.paxos_gap_us <= now:
             svc.raw.paxos_propose(self.t, self.values[self.next])
             self.next += 1
@@ -80,6 +112,36 @@ class PaxosPrimary(PaxosApp):
                 print("CRASHPOINT", flush=True)
         for inst, _ in svc.raw.paxos_step(self.t):
             print(f"DECIDED {inst} {svc.paxos.decided_value(inst)}", flush=True)  # type: ignore[attr-defined]
+        if self.resumed_at is not None:
+            p = svc.paxos  # type: ignore[attr-defined]
+            if self.stepped_at is None and p.stepped_down is not None:
+                self.stepped_at = time.monotonic()
+            if not self.reported and time.monotonic() - self.resumed_at >= ZOMBIE_S:
+                self.reported = True
+                st = p.stats()
+                print("ZOMBIE " + json.dumps({
+                    "resumed_at": self.resumed_at,
+                    "ballot": p.ballot,
+                    "frames_sent": svc.stats["paxos_frames_sent"] - self.at_resume["frames"],  # type: ignore[attr-defined]
+                    "relay_sent": svc.stats["relay_sent"] - self.at_resume["relay"],  # type: ignore[attr-defined]
+                    **{k: st[k] - self.at_resume[k] for k in ("sent", "resent", "refused")},
+                    "stepped_down_to": p.stepped_down,
+                    "stepped_down_at": self.stepped_at,
+                    "values": zombie_values(),
+                    "decided_after_resume": [d for d in p.decisions() if d[0] not in self.decided_at_resume],
+                }), flush=True)
+
+    def resume(self) -> None:
+        """The first step after SIGCONT: counters as they stand, then the fresh values."""
+        svc = self.svc
+        p = svc.paxos  # type: ignore[attr-defined]
+        self.resumed_at = time.monotonic()
+        self.stepped_at: float | None = None
+        st = p.stats()
+        self.at_resume = {"frames": svc.stats["paxos_frames_sent"], "relay": svc.stats["relay_sent"], **st}  # type: ignore[attr-defined]
+        self.decided_at_resume = {d[0] for d in p.decisions()}
+        for v in zombie_values():
+            svc.raw.paxos_propose(self.t, v)
 
     def finished(self) -> bool:
         # It leads until it is killed.
@@ -111,6 +173,8 @@ class PaxosBackup(PaxosApp):
         self.first_decision_at: float | None = None
         self.ballot = 0
         self.report: dict[str, Any] = {}
+        self.took_over_file = self.svc.cfg.get("paxos_took_over_file")  # type: ignore[attr-defined]
+        self.zombie_dead_file = self.svc.cfg.get("paxos_zombie_dead_file")  # type: ignore[attr-defined]
 
     def begin(self, phase: str) -> None:
         super().begin(phase)
@@ -143,6 +207,8 @@ class PaxosBackup(PaxosApp):
         for inst, _ in decided:
             if self.first_decision_at is None:
                 self.first_decision_at = time.monotonic()
+                if self.took_over_file:
+                    open(self.took_over_file, "w").close()  # the runner resumes the zombie
             i = self.index.get(svc.paxos.decided_value(inst))  # type: ignore[attr-defined]
             if i is not None and i in self.start:
                 self.lat.append(now - self.start.pop(i))
@@ -154,7 +220,10 @@ class PaxosBackup(PaxosApp):
             return False
         logs, _ = self.svc.raw.paxos_logs(self.t)
         need = set(self.values[self.crash_after :])
-        return all(need <= set(log) for log in logs)
+        if not all(need <= set(log) for log in logs):
+            return False
+        # With a zombie: its whole life is in the logs checked.
+        return not self.zombie_dead_file or os.path.exists(self.zombie_dead_file)
 
     def check(self) -> None:
         logs, violations = self.svc.raw.paxos_logs(self.t)
