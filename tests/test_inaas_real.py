@@ -277,7 +277,9 @@ def test_real_paxos_leader_killed_backup_takes_over(tmp_path: Path) -> None:
     # decisions, with a ballot above the dead leader's (1 << 8 | 1).
     assert p["took_over"] is True, p
     assert p["detection_ms"] - p["leader_last_heard_ms"] >= 100, p
-    assert 0 < p["detection_ms"] <= p["phase1_done_ms"] <= p["takeover_ms"] < 5_000, p
+    # Detection before the kill (negative) is a leader suspected while alive: on a loaded
+    # machine it can fall silent for 100 ms; safe (the two duel until the kill), checked below.
+    assert p["detection_ms"] <= p["phase1_done_ms"] <= p["takeover_ms"] < 5_000, p
     assert p["survivor_ballot"] > 257 and p["survivor_ballot"] & 0xFF == 2, p
     # Safety (`paxos_safety` on every learner's log): equal logs, what the dead leader saw
     # chosen unchanged at its instance, every survivor value delivered; gap-free.
@@ -308,10 +310,18 @@ def test_real_paxos_zombie_leader_is_refused_by_the_switch(tmp_path: Path) -> No
 
     name = f"pxz{process_tag()}"
     out = tmp_path / "z.json"
-    cp = _run(["--real", "--apps", "paxos", "--loss", "0.02", "--paxos-crash-at", "0.4", "--paxos-zombie", "--seed", "2", "--name", name,
-               "--json", str(out)], tmp_path, timeout=120)
-    assert cp.returncode == 0, cp.stdout + cp.stderr
-    p = json.loads(out.read_text())["apps"]["paxos"]
+    # A leader that stalls 100 ms on a loaded machine is suspected, and deposed, before its
+    # stop: no zombie then (it has nothing stale to send). Such a run must still be safe;
+    # the next seed is tried, until a leader stopped while still leading.
+    for seed in ("2", "3", "4"):
+        cp = _run(["--real", "--apps", "paxos", "--loss", "0.02", "--paxos-crash-at", "0.4", "--paxos-zombie", "--seed", seed, "--name", name,
+                   "--json", str(out)], tmp_path, timeout=120)
+        assert cp.returncode == 0, cp.stdout + cp.stderr
+        p = json.loads(out.read_text())["apps"]["paxos"]
+        assert p["violations"] == [] and p["gap_free"] is True and p["zombie_values_decided"] == 0, p
+        if not p["zombie_deposed_before_stop"]:
+            break
+    assert not p["zombie_deposed_before_stop"], "three leaders in a row deposed before their stop"
     assert p["zombie"] is True and p["took_over"] is True, p
     # Resumed after the backup's first decision (phase 1 on every slot done), then killed.
     assert p["zombie_resumed_after_takeover"] is True and p["takeover_ms"] <= p["zombie_resumed_ms"] < p["zombie_killed_ms"], p

@@ -172,7 +172,9 @@ def run_cmd(
             console.print(
                 f"{name}: zombie leader (ballot {f['zombie_ballot']}) SIGCONTed {_ms(f['zombie_resumed_ms'])} after its SIGSTOP: sent {f['zombie_frames_sent']} frames "
                 f"({f['zombie_retransmissions']} retransmissions, {f['zombie_values_proposed']} fresh values), {f['zombie_refusals']} refusals by the acceptors, "
-                f"stepped down to ballot {f['zombie_stepped_down_to']} {_ms(f['zombie_stepped_down_ms'])} after resuming; its values decided: {f['zombie_values_decided']}",
+                f"stepped down to ballot {f['zombie_stepped_down_to']} {_ms(f['zombie_stepped_down_ms'])} after resuming; its values decided: {f['zombie_values_decided']}"
+                + (" (deposed before its stop: the backup suspected it while it stalled, so it had nothing stale left to send)"
+                   if f.get("zombie_deposed_before_stop") else ""),
                 highlight=False,
                 soft_wrap=True,
             )

@@ -364,6 +364,9 @@ def _crash_figures(report: dict[str, Any], crash: dict[str, Any], fraction: floa
             # the switch (first sends and retransmissions), of which retransmissions, relay
             # datagrams to the backup's learners.
             "zombie_frames_sent": z.get("frames_sent"),
+            # Deposed while alive, before its stop (a stalled leader the backup suspected
+            # early, whose refusal it already read): no stale proposal left to send.
+            "zombie_deposed_before_stop": z.get("deposed_before_resume") is not None,
             "zombie_retransmissions": z.get("resent"),
             "zombie_relay_sent": z.get("relay_sent"),
             # Acceptors' answers refusing its old ballot (they had promised a higher one):
@@ -654,7 +657,7 @@ def run_tenants_real(
             fig.update(_crash_figures(report, crashes.get(len(out_apps), {}), paxos_crash_at, paxos_zombie))
             fig["correct"] = fig["correct"] and not fig["violations"] and fig["took_over"] and fig["killed_by_signal"] == signal.SIGKILL
             if paxos_zombie:
-                fig["correct"] = fig["correct"] and bool(fig["zombie_frames_sent"]) and fig["zombie_resumed_after_takeover"]
+                fig["correct"] = fig["correct"] and (bool(fig["zombie_frames_sent"]) or fig["zombie_deposed_before_stop"]) and fig["zombie_resumed_after_takeover"]
         fig["client"] = {**res["client"], "server_answered": served[len(out_apps)]}
         fig["wall_s"] = res["wall_s"]
         lp = res.get("latency_percentiles") or {}

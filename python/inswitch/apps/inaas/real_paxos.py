@@ -87,13 +87,15 @@ class PaxosPrimary(PaxosApp):
             raise SystemExit("paxos crash run: the acceptors are not in the switch (the tenant's leases are not held for good)")
         self.crash_after = int(self.svc.cfg["paxos_crash_values"])  # type: ignore[attr-defined]
         self.zombie = bool(self.svc.cfg.get("paxos_zombie"))  # type: ignore[attr-defined]
-        self.resumed = False
         self.resumed_at: float | None = None
         self.reported = False
         if self.zombie:
             # A correct proposer: a higher ballot's refusal makes it step down.
             self.svc.paxos.defer = True  # type: ignore[attr-defined]
-            signal.signal(signal.SIGCONT, lambda *_: setattr(self, "resumed", True))
+            # The handler itself sends: Python runs it as soon as the process continues,
+            # before an interrupted socket wait is retried, so the stale proposals leave
+            # before anything that arrived while it was stopped is read.
+            signal.signal(signal.SIGCONT, lambda *_: self.resume() if self.resumed_at is None else None)
         # Heartbeats until the backup answers: the relay's path works both ways before
         # anything is timed.
         _until(self, lambda: self.svc.stats["relay_received"] > 0, "no acknowledgement from the backup")  # type: ignore[attr-defined]
@@ -103,8 +105,6 @@ class PaxosPrimary(PaxosApp):
             super().step()
             return
         svc, now = self.svc, self.svc.now_us
-        if self.resumed and self.resumed_at is None:
-            self.resume()
         while self.next < self.crash_after and self.start_us + self.next * self.sz.paxos_gap_us <= now:
             svc.raw.paxos_propose(self.t, self.values[self.next])
             self.next += 1
@@ -126,6 +126,7 @@ class PaxosPrimary(PaxosApp):
                     "relay_sent": svc.stats["relay_sent"] - self.at_resume["relay"],  # type: ignore[attr-defined]
                     **{k: st[k] - self.at_resume[k] for k in ("sent", "resent", "refused")},
                     "stepped_down_to": p.stepped_down,
+                    "deposed_before_resume": self.deposed_before,
                     "stepped_down_at": self.stepped_at,
                     "values": zombie_values(),
                     "decided_after_resume": [d for d in p.decisions() if d[0] not in self.decided_at_resume],
@@ -140,8 +141,17 @@ class PaxosPrimary(PaxosApp):
         st = p.stats()
         self.at_resume = {"frames": svc.stats["paxos_frames_sent"], "relay": svc.stats["relay_sent"], **st}  # type: ignore[attr-defined]
         self.decided_at_resume = {d[0] for d in p.decisions()}
+        # Already deposed while alive (the backup suspected a stalled leader before its
+        # stop, and its refusal came back): a stepped-down proposer sends nothing more.
+        self.deposed_before = p.stepped_down
         for v in zombie_values():
             svc.raw.paxos_propose(self.t, v)
+        # Out before anything that arrived while it was stopped is read: a leader paused
+        # between deciding and sending, whose stale proposals are on the wire before it can
+        # learn of the higher ballot (else a frame waiting in its socket, read first, could
+        # make it step down before it sent anything).
+        for inst, _ in svc.raw.paxos_step(self.t, poll=False):
+            print(f"DECIDED {inst} {p.decided_value(inst)}", flush=True)
 
     def finished(self) -> bool:
         # It leads until it is killed.

@@ -85,10 +85,13 @@ class _Raw:
         assert self.svc.paxos is not None
         self.svc.paxos.propose(int(value))
 
-    def paxos_step(self, t: int) -> list[tuple[int, int]]:
+    def paxos_step(self, t: int, poll: bool = True) -> list[tuple[int, int]]:
+        """Read what arrived (unless `poll` is false), then send what the proposer and
+        learners have to send."""
         s = self.svc
         assert s.paxos is not None
-        s.poll(0)
+        if poll:
+            s.poll(0)
         frames, decided = s.paxos.step(s.now_us)
         for f in frames:
             try:
