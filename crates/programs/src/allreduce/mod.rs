@@ -267,15 +267,19 @@ impl Program for Allreduce {
     fn decl(&self) -> &ProgramDecl {
         &self.decl
     }
+    #[inline(always)]
     fn ingress(&self, pass: &mut Pass<'_>) {
         self.ingress_control(pass)
     }
+    #[inline(always)]
     fn ingress_untraced(&self, pass: &mut Pass<'_, Untraced>) {
         self.ingress_control(pass)
     }
+    #[inline(always)]
     fn egress(&self, pass: &mut Pass<'_>) {
         self.egress_control(pass)
     }
+    #[inline(always)]
     fn egress_untraced(&self, pass: &mut Pass<'_, Untraced>) {
         self.egress_control(pass)
     }
@@ -283,6 +287,7 @@ impl Program for Allreduce {
 
 /// The control blocks, once, for both trace modes (see `Program::ingress_untraced`).
 impl Allreduce {
+    #[inline(always)]
     fn ingress_control<M: TraceMode>(&self, pass: &mut Pass<'_, M>) {
         let h = pass.hdr();
         // Not IPv4/UDP, IPv4 with options or a short frame: the fixed offsets do not hold.
@@ -375,6 +380,7 @@ impl Allreduce {
         }
     }
 
+    #[inline(always)]
     fn egress_control<M: TraceMode>(&self, pass: &mut Pass<'_, M>) {
         if pass.bridged()[BR_MCAST] != 1 {
             return;

@@ -305,6 +305,7 @@ impl<A: HareApp> Program for HareProgram<A> {
         &self.decl
     }
 
+    #[inline(always)]
     fn ingress(&self, pass: &mut Pass<'_>) {
         let hdr = pass.hdr();
         // Fixed offsets: IPv4 without options.

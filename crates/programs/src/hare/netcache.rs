@@ -166,9 +166,11 @@ impl Program for NetCache {
     fn decl(&self) -> &ProgramDecl {
         &self.decl
     }
+    #[inline(always)]
     fn ingress(&self, pass: &mut Pass<'_>) {
         self.ingress_control(pass)
     }
+    #[inline(always)]
     fn ingress_untraced(&self, pass: &mut Pass<'_, Untraced>) {
         self.ingress_control(pass)
     }
@@ -176,6 +178,7 @@ impl Program for NetCache {
 
 /// The control blocks, once, for both trace modes (see `Program::ingress_untraced`).
 impl NetCache {
+    #[inline(always)]
     fn ingress_control<M: TraceMode>(&self, pass: &mut Pass<'_, M>) {
         let kb = self.cfg.key_bytes;
         let vb = self.cfg.value_bytes;

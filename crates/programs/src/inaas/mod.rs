@@ -738,15 +738,19 @@ impl Program for Inaas {
     fn decl(&self) -> &ProgramDecl {
         &self.decl
     }
+    #[inline(always)]
     fn ingress(&self, pass: &mut Pass<'_>) {
         self.ingress_control(pass)
     }
+    #[inline(always)]
     fn ingress_untraced(&self, pass: &mut Pass<'_, Untraced>) {
         self.ingress_control(pass)
     }
+    #[inline(always)]
     fn egress(&self, pass: &mut Pass<'_>) {
         self.egress_control(pass)
     }
+    #[inline(always)]
     fn egress_untraced(&self, pass: &mut Pass<'_, Untraced>) {
         self.egress_control(pass)
     }
@@ -754,6 +758,7 @@ impl Program for Inaas {
 
 /// The control blocks, once, for both trace modes (see `Program::ingress_untraced`).
 impl Inaas {
+    #[inline(always)]
     fn ingress_control<M: TraceMode>(&self, pass: &mut Pass<'_, M>) {
         if pass.hdr().len() < PARSE_DEPTH as usize {
             pass.drop(DropCode::MALFORMED);
@@ -771,6 +776,7 @@ impl Inaas {
         }
     }
 
+    #[inline(always)]
     fn egress_control<M: TraceMode>(&self, pass: &mut Pass<'_, M>) {
         let b = *pass.bridged();
         if b[bridged::VALID] != 1 {

@@ -1347,15 +1347,19 @@ impl Program for Netsha {
     fn decl(&self) -> &ProgramDecl {
         &self.decl
     }
+    #[inline(always)]
     fn egress(&self, pass: &mut Pass<'_>) {
         self.egress_control(pass)
     }
+    #[inline(always)]
     fn egress_untraced(&self, pass: &mut Pass<'_, Untraced>) {
         self.egress_control(pass)
     }
+    #[inline(always)]
     fn ingress(&self, pass: &mut Pass<'_>) {
         self.ingress_control(pass)
     }
+    #[inline(always)]
     fn ingress_untraced(&self, pass: &mut Pass<'_, Untraced>) {
         self.ingress_control(pass)
     }
@@ -1363,6 +1367,7 @@ impl Program for Netsha {
 
 /// The control blocks, once, for both trace modes (see `Program::ingress_untraced`).
 impl Netsha {
+    #[inline(always)]
     fn egress_control<M: TraceMode>(&self, p: &mut Pass<'_, M>) {
         // Prune the query's replicas to servers not selected (replica id = server index).
         if p.bridged()[br::FLAGS] & br::QUERY_FLAG != 0 {
@@ -1374,6 +1379,7 @@ impl Netsha {
         }
     }
 
+    #[inline(always)]
     fn ingress_control<M: TraceMode>(&self, p: &mut Pass<'_, M>) {
         let port = p.ingress_port();
         if port == PORT_PKTGEN {

@@ -342,15 +342,19 @@ impl Program for SwitchAgg {
     fn decl(&self) -> &ProgramDecl {
         &self.decl
     }
+    #[inline(always)]
     fn ingress(&self, pass: &mut Pass<'_>) {
         self.ingress_control(pass)
     }
+    #[inline(always)]
     fn ingress_untraced(&self, pass: &mut Pass<'_, Untraced>) {
         self.ingress_control(pass)
     }
+    #[inline(always)]
     fn egress(&self, pass: &mut Pass<'_>) {
         self.egress_control(pass)
     }
+    #[inline(always)]
     fn egress_untraced(&self, pass: &mut Pass<'_, Untraced>) {
         self.egress_control(pass)
     }
@@ -358,6 +362,7 @@ impl Program for SwitchAgg {
 
 /// The control blocks, once, for both trace modes (see `Program::ingress_untraced`).
 impl SwitchAgg {
+    #[inline(always)]
     fn ingress_control<M: TraceMode>(&self, pass: &mut Pass<'_, M>) {
         if pass.recirculations() > 0 && pass.bridged()[0] == BRIDGED_FLUSH {
             flush::flush_pass(self, pass);
@@ -497,6 +502,7 @@ impl SwitchAgg {
         pass.forward(tree.parent_port);
     }
 
+    #[inline(always)]
     fn egress_control<M: TraceMode>(&self, pass: &mut Pass<'_, M>) {
         // The ACK clone: back to the child with the sequence number it acknowledges.
         if pass.is_clone() && pass.replication_id() == ACK_RID {
