@@ -13,8 +13,9 @@
 //!   depends on no other module, which keeps the modules above it free of import cycles.
 //!
 //! Sans-IO: nothing here opens a socket, spawns a thread or reads a clock.
-// No unsafe code, except the one cache hint in `pass::prefetch_hint` and the CRC-32C
-// instruction in `hash` (allowed there).
+// No unsafe code, except the one cache hint in `pass::prefetch_hint`, the CRC-32C
+// instruction in `hash` and the view of a pass in the other trace mode in `Pass::retype`
+// (allowed there).
 #![deny(unsafe_code)]
 
 pub mod base;
@@ -44,7 +45,7 @@ pub use decl::{ClassifyRule, Digest, HashUnit, Memory, MemoryKind, ProgramBuilde
 pub use hash::HashAlgo;
 pub use lanes::{HashLanes, LanesError, RegisterLanes};
 pub use packet::{BufPool, PacketBuf, PortId, PORT_CPU, PORT_NONE, PORT_PKTGEN, PORT_RECIRC};
-pub use pass::{Pass, Violation};
+pub use pass::{Pass, TraceMode, Traced, Untraced, Violation};
 pub use pipe::{Handoff, Pipe, PipeConfig, PortMap};
 pub use program::{Program, ProgramSet};
 pub use register::{Cell, Pair, Register, RegisterAction, SaluBody, SaluFn};

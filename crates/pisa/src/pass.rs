@@ -14,6 +14,7 @@
 //! packet is dropped at the end of the pass and counted by kind.
 
 use std::cell::RefCell;
+use std::marker::PhantomData;
 
 use serde::Serialize;
 
@@ -301,12 +302,80 @@ impl Guard {
     }
 }
 
+/// Whether a pass's trace hooks are compiled in: [`Traced`] (the hooks test the packet's
+/// trace id after each operation) or [`Untraced`] (no hook, no test). The pipe decides once
+/// per batch loop: untraced while no trace session is armed.
+pub trait TraceMode: sealed::Sealed + Sized + 'static {
+    /// Whether the hooks are compiled in.
+    const ON: bool;
+    /// `program`'s ingress control in this mode.
+    #[doc(hidden)]
+    fn ingress<P: crate::Program + ?Sized>(program: &P, pass: &mut Pass<'_, Self>);
+    /// `program`'s egress control in this mode.
+    #[doc(hidden)]
+    fn egress<P: crate::Program + ?Sized>(program: &P, pass: &mut Pass<'_, Self>);
+    /// `program`'s batch loop in this mode (one virtual call).
+    #[doc(hidden)]
+    fn run_batch(program: &dyn crate::Program, batch: &mut crate::pipe::Batch<'_, '_, Self>) -> crate::pipe::BatchRan;
+}
+
+/// Trace hooks compiled in (the default mode of a [`Pass`]).
+pub struct Traced;
+/// Trace hooks compiled out: for batches run while no trace session is armed.
+pub struct Untraced;
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::Traced {}
+    impl Sealed for super::Untraced {}
+}
+
+impl TraceMode for Traced {
+    const ON: bool = true;
+    #[inline(always)]
+    fn ingress<P: crate::Program + ?Sized>(program: &P, pass: &mut Pass<'_, Self>) {
+        program.ingress(pass)
+    }
+    #[inline(always)]
+    fn egress<P: crate::Program + ?Sized>(program: &P, pass: &mut Pass<'_, Self>) {
+        program.egress(pass)
+    }
+    #[inline(always)]
+    fn run_batch(program: &dyn crate::Program, batch: &mut crate::pipe::Batch<'_, '_, Self>) -> crate::pipe::BatchRan {
+        program.run_batch(batch)
+    }
+}
+
+impl TraceMode for Untraced {
+    const ON: bool = false;
+    #[inline(always)]
+    fn ingress<P: crate::Program + ?Sized>(program: &P, pass: &mut Pass<'_, Self>) {
+        program.ingress_untraced(pass)
+    }
+    #[inline(always)]
+    fn egress<P: crate::Program + ?Sized>(program: &P, pass: &mut Pass<'_, Self>) {
+        program.egress_untraced(pass)
+    }
+    #[inline(always)]
+    fn run_batch(program: &dyn crate::Program, batch: &mut crate::pipe::Batch<'_, '_, Self>) -> crate::pipe::BatchRan {
+        program.run_batch_untraced(batch)
+    }
+}
+
 /// One packet's pass through one program's control block.
 ///
 /// It holds the packet (moved in, a pointer) and little else that changes per packet,
 /// so that a batch loop can keep one pass open on a program and move packets through it
 /// ([`Pass::load`], [`Pass::unload`]) instead of building a pass per packet.
-pub struct Pass<'a> {
+///
+/// `M`: whether the trace hooks are compiled in (see [`TraceMode`]). `Pass<'_>` (the
+/// default, [`Traced`]) tests the packet's trace id after each table, register, hash,
+/// memory and digest operation; `Pass<'_, Untraced>` has no hook at all: the pipe runs
+/// batches with it while no trace session is armed, when no hook could record anything
+/// ([`crate::Program::ingress_untraced`]). The two have one layout (`repr(C)`, and `M` is
+/// only in a zero-sized marker), so that [`Pass::as_traced`] can view one as the other.
+#[repr(C)]
+pub struct Pass<'a, M = Traced> {
     pkt: PacketBuf,
     hdr_len: usize,
     /// The program's parse depth (a copy: read at every [`Pass::load`]).
@@ -320,15 +389,28 @@ pub struct Pass<'a> {
     items: u32,
     /// The packet's trace id (0: not traced; the hooks test only this).
     pub(crate) trace: u16,
+    mode: PhantomData<M>,
 }
 
-impl<'a> Pass<'a> {
+impl<'a, M: TraceMode> Pass<'a, M> {
     #[inline(always)]
     pub(crate) fn new(pkt: PacketBuf, state: &'a mut ProgramState, gress: Gress, env: &'a PassEnv) -> Self {
         let ProgramState { regs, mems, read_only, .. } = state;
         let hdr_len = read_only.depth.min(pkt.len());
-        let trace = pkt.meta.trace;
-        Pass { pkt, hdr_len, depth: read_only.depth, regs, mems, read_only, env, guard: Guard::new(gress), items: 0, trace }
+        let trace = if M::ON { pkt.meta.trace } else { 0 };
+        Pass {
+            pkt,
+            hdr_len,
+            depth: read_only.depth,
+            regs,
+            mems,
+            read_only,
+            env,
+            guard: Guard::new(gress),
+            items: 0,
+            trace,
+            mode: PhantomData,
+        }
     }
 
     /// Start a new pass (same program, same gress) over `pkt`: the packet is swapped in,
@@ -340,9 +422,46 @@ impl<'a> Pass<'a> {
         self.hdr_len = self.depth.min(self.pkt.len());
         self.guard.reset();
         self.items = 0;
-        self.trace = self.pkt.meta.trace;
-        if self.trace != 0 {
-            self.trace_pass();
+        // (Untraced: the id stays 0 from `new`, for a control block run through
+        // `as_traced`.)
+        if M::ON {
+            self.trace = self.pkt.meta.trace;
+            if self.trace != 0 {
+                self.trace_pass();
+            }
+        }
+    }
+
+    /// Whether this pass records its operations: its packet is traced (and the hooks are
+    /// compiled in; untraced, a constant false and no test).
+    #[inline(always)]
+    fn traced(&self) -> bool {
+        M::ON && self.trace != 0
+    }
+
+    /// This pass as one with the trace hooks compiled in (the same pass; untraced, its
+    /// trace id is 0, so the hooks test and record nothing). For a program's control
+    /// block that has only the traced instance ([`crate::Program::ingress_untraced`]).
+    #[inline(always)]
+    pub fn as_traced(&mut self) -> &mut Pass<'a, Traced> {
+        self.retype()
+    }
+
+    /// This pass viewed with mode `N`: only where `N` is `M` (the pipe's generic loop
+    /// calling the program's instance for its mode), or `N` is `Traced` (above).
+    #[inline(always)]
+    pub(crate) fn retype<N: TraceMode>(&mut self) -> &mut Pass<'a, N> {
+        debug_assert!(N::ON || !M::ON, "a traced pass is never run untraced");
+        const { assert!(std::mem::size_of::<Pass<'static, Traced>>() == std::mem::size_of::<Pass<'static, Untraced>>()) };
+        let p: *mut Pass<'a, M> = self;
+        // SAFETY: `Pass` is `repr(C)` and `M` is only in the zero-sized `mode` marker, so
+        // `Pass<'a, M>` and `Pass<'a, N>` have the same fields with the same types at the
+        // same offsets; the reference keeps `self`'s lifetime and exclusivity. An untraced
+        // pass viewed as traced holds trace id 0 (never set when `M::ON` is false), which
+        // the hooks read as "not traced".
+        #[allow(unsafe_code)]
+        unsafe {
+            &mut *(p as *mut Pass<'a, N>)
         }
     }
 
@@ -579,7 +698,7 @@ impl<'a> Pass<'a> {
         }
         let read_only: &'a ProgramReadOnly = self.read_only;
         let r = read_only.tables[t.idx as usize].lookup(key);
-        if self.trace != 0 {
+        if self.traced() {
             self.trace_table(t.idx, key, r.hit, r.action, r.params);
         }
         r
@@ -593,7 +712,7 @@ impl<'a> Pass<'a> {
         }
         let read_only: &'a ProgramReadOnly = self.read_only;
         let r = read_only.tables[t.idx as usize].lookup_u64(key);
-        if self.trace != 0 {
+        if self.traced() {
             self.trace_table_u64(t.idx, key, r.hit, r.action, r.params);
         }
         r
@@ -629,7 +748,7 @@ impl<'a> Pass<'a> {
                 let (c, out) = a.body.run(T::from_bits(before), input);
                 let after = c.to_bits();
                 *slot = after;
-                if self.trace != 0 {
+                if self.traced() {
                     self.trace_register(a.reg.idx, index, before, after);
                 }
                 out
@@ -672,7 +791,7 @@ impl<'a> Pass<'a> {
                     let after = c.to_bits();
                     *slot = after;
                     out[i] = o;
-                    if pass.trace != 0 {
+                    if pass.traced() {
                         pass.trace_register(a.reg.idx, index[i], before, after);
                     }
                     return true;
@@ -734,7 +853,7 @@ impl<'a> Pass<'a> {
         for o in &mut out {
             *o &= u.mask;
         }
-        if self.trace != 0 {
+        if self.traced() {
             for (i, o) in out.iter().enumerate() {
                 if active >> i & 1 != 0 {
                     self.trace_hash(h.units[i].idx, *o);
@@ -771,7 +890,7 @@ impl<'a> Pass<'a> {
         }
         let w = m.word_bytes as usize;
         let at = word as usize * w;
-        if self.trace != 0 {
+        if self.traced() {
             return self.access_traced(m, word, at..at + w, f);
         }
         f(&mut self.mems[m.idx as usize][at..at + w])
@@ -832,7 +951,7 @@ impl<'a> Pass<'a> {
             return Staged::usable_at(0, h.obj.pos);
         }
         let v = h.algo.compute(data) & h.mask;
-        if self.trace != 0 {
+        if self.traced() {
             self.trace_hash(h.idx, v);
         }
         Staged::usable_at(v, h.obj.pos)
@@ -847,7 +966,7 @@ impl<'a> Pass<'a> {
             return TableResult::NONE;
         };
         let out = p.resolve(r, || self.hash(&s.hash, data).get());
-        if self.trace != 0 {
+        if self.traced() {
             let ev =
                 Event::Selector { program: self.read_only.program, profile: s.idx, action: out.action.0, params: out.params[..].into() };
             self.env.record(self.trace, ev);
@@ -861,7 +980,7 @@ impl<'a> Pass<'a> {
         if !self.guard.enter_digest(d.bit) {
             return;
         }
-        if self.trace != 0 {
+        if self.traced() {
             self.env.record(self.trace, Event::Digest { program: self.read_only.program, digest: d.idx });
         }
         let mut digests = self.env.digests.borrow_mut();
@@ -1168,7 +1287,7 @@ mod tests {
                         let mut state = ProgramState::new(&decl, 0);
                         let mut pkt = PacketBuf::with_capacity(96);
                         assert!(pkt.copy_from(&bytes[..len]));
-                        let mut pass = Pass::new(pkt, &mut state, Gress::Ingress, &env);
+                        let mut pass = Pass::<Traced>::new(pkt, &mut state, Gress::Ingress, &env);
                         if cut {
                             pass.truncate_payload();
                         }

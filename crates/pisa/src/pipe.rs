@@ -17,7 +17,7 @@ use crate::base::{ControlError, DropCode, Gress};
 use crate::control::{ControlOp, ControlReply, Replica, WriteOp};
 use crate::counters::Counters;
 use crate::packet::{BufPool, PacketBuf, PacketMeta, PortId, PORT_CPU, PORT_PKTGEN, PORT_RECIRC};
-use crate::pass::{DigestMsg, Pass, PassEnv, ProgramState, Violation};
+use crate::pass::{DigestMsg, Pass, PassEnv, ProgramState, TraceMode, Traced, Untraced, Violation};
 use crate::program::{id_prefix, Program, ProgramSet};
 use crate::table::params_from_bytes;
 use crate::tm::Tm;
@@ -160,9 +160,21 @@ impl Pipe {
         if n == 0 && rx.is_empty() {
             return;
         }
+        // One test per call: while no trace session is armed, the batch loops run with the
+        // trace hooks compiled out (no hook could record anything).
+        if self.env.trace.borrow().is_some() {
+            self.ingress_loops::<Traced>(rx, n, out)
+        } else {
+            self.ingress_loops::<Untraced>(rx, n, out)
+        }
+    }
+
+    /// The batch loops of [`Pipe::ingress`]: the first `n` recirculated packets waiting,
+    /// then `rx`, in trace mode `M`.
+    fn ingress_loops<M: TraceMode>(&mut self, rx: &mut Vec<PacketBuf>, n: usize, out: &mut Handoff) {
         let Pipe { progs, env, tm, set, base, classifies, spare, .. } = self;
         let set: &ProgramSet = set;
-        let mut passes = Passes::open(progs, *base, Gress::Ingress, env, spare);
+        let mut passes = Passes::<M>::open(progs, *base, Gress::Ingress, env, spare);
         // The first `n` waiting packets, in order; what they recirculate goes behind the
         // rest of the queue.
         let mut due = std::mem::take(&mut tm.recirc_due);
@@ -182,10 +194,8 @@ impl Pipe {
         }
         tm.recirc_due = due;
         if !rx.is_empty() {
-            // One test per batch when no trace session is armed.
-            let tracing = env.trace.borrow().is_some();
             let program = passes.base_program();
-            let job = Job::Received { rx: rx.drain(..), tracing };
+            let job = Job::Received { rx: rx.drain(..) };
             dispatch(program, &mut Batch { passes: &mut passes, tm: &mut *tm, set, classifies: *classifies, out, job });
         }
         passes.close(&mut tm.counters, spare);
@@ -273,8 +283,8 @@ impl Pipe {
     /// Ingress of a single packet (generated, or a PacketOut).
     fn ingress_one(&mut self, pkt: PacketBuf, out: &mut Handoff) {
         let Pipe { progs, env, tm, set, base, classifies, spare, .. } = self;
-        let mut passes = Passes::open(progs, *base, Gress::Ingress, env, spare);
-        // One packet: through the trait object.
+        let mut passes = Passes::<Traced>::open(progs, *base, Gress::Ingress, env, spare);
+        // One packet: through the trait object (with the trace hooks: not a loop).
         let program = passes.base_program();
         ingress_packet(&mut passes, program, tm, set, *classifies, pkt, out);
         passes.close(&mut tm.counters, spare);
@@ -304,11 +314,20 @@ impl Pipe {
         if tm.queues.iter().all(|q| q.fresh.is_empty() && q.q.is_empty()) {
             return;
         }
-        let mut passes = Passes::open(progs, *base, Gress::Egress, env, spare);
-        let program = passes.base_program();
-        let job = Job::Egress { now, tx };
-        dispatch(program, &mut Batch { passes: &mut passes, tm: &mut *tm, set, classifies: *classifies, out, job });
-        passes.close(&mut tm.counters, spare);
+        // As in ingress: the trace hooks compiled out while no trace session is armed.
+        if env.trace.borrow().is_some() {
+            let mut passes = Passes::<Traced>::open(progs, *base, Gress::Egress, env, spare);
+            let program = passes.base_program();
+            let job = Job::Egress { now, tx };
+            dispatch(program, &mut Batch { passes: &mut passes, tm: &mut *tm, set, classifies: *classifies, out, job });
+            passes.close(&mut tm.counters, spare);
+        } else {
+            let mut passes = Passes::<Untraced>::open(progs, *base, Gress::Egress, env, spare);
+            let program = passes.base_program();
+            let job = Job::Egress { now, tx };
+            dispatch(program, &mut Batch { passes: &mut passes, tm: &mut *tm, set, classifies: *classifies, out, job });
+            passes.close(&mut tm.counters, spare);
+        }
         if !tm.traced_drops.is_empty() {
             flush_traced_drops(env, tm);
         }
@@ -626,8 +645,8 @@ impl Pipe {
 /// per object), violations, drops, recirculations and the traffic manager. Another program
 /// of the set (an application beside the base program) is called through its trait object
 /// inside the loop. Opaque: only the pipe makes and runs one.
-pub struct Batch<'b, 'a> {
-    passes: &'b mut Passes<'a>,
+pub struct Batch<'b, 'a, M = Traced> {
+    passes: &'b mut Passes<'a, M>,
     tm: &'b mut Tm,
     set: &'b ProgramSet,
     classifies: bool,
@@ -638,7 +657,7 @@ pub struct Batch<'b, 'a> {
 /// What a [`Batch`] loops over.
 enum Job<'b> {
     /// Received packets: ingress with the base program.
-    Received { rx: std::vec::Drain<'b, PacketBuf>, tracing: bool },
+    Received { rx: std::vec::Drain<'b, PacketBuf> },
     /// The recirculated packets due now, in order. A run is the leading packets kept by
     /// `owner` (see [`recirc_owner`]), dispatched to that program; with `owner` None, the
     /// leading packets no program keeps, through ingress with the base program.
@@ -653,25 +672,24 @@ pub struct BatchRan(());
 
 /// Run `batch` with `program`: one virtual call for the whole loop (None: a set without a
 /// base program).
-fn dispatch(program: Option<&dyn Program>, batch: &mut Batch<'_, '_>) {
+fn dispatch<M: TraceMode>(program: Option<&dyn Program>, batch: &mut Batch<'_, '_, M>) {
     #[cfg(test)]
     tests::DISPATCHES.with(|d| d.set(d.get() + 1));
     let BatchRan(()) = match program {
-        Some(p) => p.run_batch(batch),
+        Some(p) => M::run_batch(p, batch),
         None => batch.run::<dyn Program>(None),
     };
 }
 
-impl<'a> Batch<'_, 'a> {
+impl<'a, M: TraceMode> Batch<'_, 'a, M> {
     /// The loop, with `program` (the one dispatched to) called directly.
     pub(crate) fn run<P: Program + ?Sized>(&mut self, program: Option<&P>) -> BatchRan {
         // Plain locals for the loops, not fields behind `self`.
         let Batch { passes, tm, set, classifies, out, job } = self;
-        let (passes, tm, set, classifies, out): (&mut Passes<'_>, &mut Tm, &ProgramSet, bool, &mut Handoff) =
+        let (passes, tm, set, classifies, out): (&mut Passes<'_, M>, &mut Tm, &ProgramSet, bool, &mut Handoff) =
             (passes, tm, set, *classifies, out);
         match job {
-            Job::Received { rx, tracing } => {
-                let tracing = *tracing;
+            Job::Received { rx } => {
                 for mut pkt in rx {
                     let port = pkt.port;
                     if let Some(c) = tm.counters.ports.get_mut(port as usize) {
@@ -679,7 +697,7 @@ impl<'a> Batch<'_, 'a> {
                         c.rx_bytes += pkt.len() as u64;
                     }
                     pkt.meta.reset(port);
-                    if tracing {
+                    if M::ON {
                         trace_start(passes.env, set, classifies, &mut pkt);
                     }
                     ingress_packet(passes, program, tm, set, classifies, pkt, out);
@@ -724,9 +742,9 @@ impl<'a> Batch<'_, 'a> {
 /// the egress budget and the port's shaper; frames to send go to `tx[port]`. The base
 /// program `base` is called directly (None: the set has none).
 #[inline(always)]
-fn egress_loop<P: Program + ?Sized>(
+fn egress_loop<P: Program + ?Sized, M: TraceMode>(
     base: Option<&P>,
-    passes: &mut Passes<'_>,
+    passes: &mut Passes<'_, M>,
     tm: &mut Tm,
     now: u64,
     tx: &mut [Vec<PacketBuf>],
@@ -829,7 +847,7 @@ fn recycle_vec<T, U>(mut v: Vec<T>) -> Vec<U> {
 /// closure so that the call is forced inline into the batch loop (with the program's own
 /// `#[inline(always)]` control blocks, the whole pass is then one piece of code).
 trait Control {
-    fn run(&self, pass: &mut Pass<'_>);
+    fn run<M: TraceMode>(&self, pass: &mut Pass<'_, M>);
 }
 
 /// A program's ingress control.
@@ -839,15 +857,15 @@ struct Egress<'p, P: ?Sized>(&'p P);
 
 impl<P: Program + ?Sized> Control for Ingress<'_, P> {
     #[inline(always)]
-    fn run(&self, pass: &mut Pass<'_>) {
-        self.0.ingress(pass)
+    fn run<M: TraceMode>(&self, pass: &mut Pass<'_, M>) {
+        M::ingress(self.0, pass)
     }
 }
 
 impl<P: Program + ?Sized> Control for Egress<'_, P> {
     #[inline(always)]
-    fn run(&self, pass: &mut Pass<'_>) {
-        self.0.egress(pass)
+    fn run<M: TraceMode>(&self, pass: &mut Pass<'_, M>) {
+        M::egress(self.0, pass)
     }
 }
 
@@ -860,21 +878,21 @@ impl<P: Program + ?Sized> Control for Egress<'_, P> {
 /// The control block a pass runs is the caller's closure: inside a [`Batch`] loop the
 /// program the loop was dispatched to is called directly (its `ingress`/`egress` inlined),
 /// any other program through its trait object.
-struct Passes<'a> {
+struct Passes<'a, M> {
     gress: Gress,
     env: &'a PassEnv,
     /// One open pass per program, in the set's order.
-    open: Vec<(Pass<'a>, &'a dyn Program)>,
+    open: Vec<(Pass<'a, M>, &'a dyn Program)>,
     base: Option<u8>,
     /// Passes run through the base program's pass, added to its counters on close.
     count: u64,
 }
 
-impl<'a> Passes<'a> {
+impl<'a, M: TraceMode> Passes<'a, M> {
     /// `spare` holds what the open passes hold between packets (one zero-capacity buffer
     /// per program, never sent) and the vector's allocation; `close` gives them back.
     fn open(progs: &'a mut [ProgSlot], base: Option<u8>, gress: Gress, env: &'a PassEnv, spare: &mut PassStore) -> Self {
-        let mut open: Vec<(Pass<'a>, &'a dyn Program)> = recycle_vec(std::mem::take(&mut spare.slots));
+        let mut open: Vec<(Pass<'a, M>, &'a dyn Program)> = recycle_vec(std::mem::take(&mut spare.slots));
         open.extend(progs.iter_mut().map(|slot| {
             let held = spare.held.pop().unwrap_or_else(|| PacketBuf::with_capacity(0));
             (Pass::new(held, &mut slot.state, gress, env), &*slot.program)
@@ -894,7 +912,7 @@ impl<'a> Passes<'a> {
         let v = pass.unload(pkt);
         if let Some(kind) = v {
             // (Inside the rare branch: a violation-free pass tests nothing more.)
-            if pkt.meta.trace != 0 {
+            if M::ON && pkt.meta.trace != 0 {
                 pass.trace_violation(kind);
             }
         }
@@ -966,8 +984,8 @@ fn count_violation(pkt: &mut PacketBuf, prog: u8, v: Option<Violation>, counters
 /// none), then the owning application (if another program, through its trait object), then
 /// the traffic manager.
 #[inline(always)]
-fn ingress_packet<P: Program + ?Sized>(
-    passes: &mut Passes<'_>,
+fn ingress_packet<P: Program + ?Sized, M: TraceMode>(
+    passes: &mut Passes<'_, M>,
     base: Option<&P>,
     tm: &mut Tm,
     set: &ProgramSet,
@@ -992,7 +1010,7 @@ fn ingress_packet<P: Program + ?Sized>(
         pkt.meta.drop = Some(DropCode::NO_PROGRAM);
     }
     let limit_of = owner.or(base_id).unwrap_or(0) as usize;
-    if pkt.meta.trace != 0 {
+    if M::ON && pkt.meta.trace != 0 {
         trace_ingress_result(passes.env, tm, &pkt, blame);
     }
     after_ingress(tm, pkt, blame, || set.recirc_limit(limit_of), out);
@@ -1090,8 +1108,8 @@ fn recirc_owner(set: &ProgramSet, base: Option<u8>, pkt: &PacketBuf) -> Option<u
 /// the port's queue with it and not yet sent (see [`PortQueue`]).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn send<P: Program + ?Sized>(
-    passes: &mut Passes<'_>,
+fn send<P: Program + ?Sized, M: TraceMode>(
+    passes: &mut Passes<'_, M>,
     base: Option<&P>,
     tm: &mut Tm,
     pkt: PacketBuf,
@@ -1115,8 +1133,8 @@ fn send<P: Program + ?Sized>(
 /// through its trait object) and its egress clone; the packet to send, or None if it was
 /// dropped (counted and recycled here).
 #[inline(always)]
-fn egress_packet<P: Program + ?Sized>(
-    passes: &mut Passes<'_>,
+fn egress_packet<P: Program + ?Sized, M: TraceMode>(
+    passes: &mut Passes<'_, M>,
     base: Option<&P>,
     tm: &mut Tm,
     mut pkt: PacketBuf,
@@ -1141,7 +1159,7 @@ fn egress_packet<P: Program + ?Sized>(
         tm.clone_to_session(&pkt, s, out);
         tm.queues[port].draining = 0;
     }
-    if pkt.meta.trace != 0 {
+    if M::ON && pkt.meta.trace != 0 {
         trace_egress_result(passes.env, &pkt, blame);
     }
     if let Some(code) = pkt.meta.drop {
@@ -1196,6 +1214,15 @@ mod tests {
         DISPATCHES.with(|d| d.get())
     }
 
+    thread_local! {
+        /// Ingress passes of the test's base program on this thread, untraced and traced.
+        static BASE_PASSES: std::cell::Cell<[usize; 2]> = const { std::cell::Cell::new([0; 2]) };
+    }
+
+    fn base_passes() -> [usize; 2] {
+        BASE_PASSES.with(|c| c.get())
+    }
+
     /// The vector of open passes is not allocated per batch: its allocation goes from the
     /// store to the open passes and back, the same memory each time.
     #[test]
@@ -1238,11 +1265,33 @@ mod tests {
         digest: Digest,
     }
 
+    /// The base program's control blocks, written once for both trace modes (the
+    /// application below has only the traced instance: the default `ingress_untraced`).
     impl Program for Base {
         fn decl(&self) -> &ProgramDecl {
             &self.decl
         }
         fn ingress(&self, p: &mut Pass<'_>) {
+            self.ingress_control(p)
+        }
+        fn ingress_untraced(&self, p: &mut Pass<'_, Untraced>) {
+            self.ingress_control(p)
+        }
+        fn egress(&self, p: &mut Pass<'_>) {
+            self.egress_control(p)
+        }
+        fn egress_untraced(&self, p: &mut Pass<'_, Untraced>) {
+            self.egress_control(p)
+        }
+    }
+
+    impl Base {
+        fn ingress_control<M: TraceMode>(&self, p: &mut Pass<'_, M>) {
+            BASE_PASSES.with(|c| {
+                let mut n = c.get();
+                n[M::ON as usize] += 1;
+                c.set(n)
+            });
             let h = p.hdr();
             let (op, out, loops, id) = (h[OP], h[OUT], h[LOOPS], h[ID]);
             let old = p.execute(&self.seen, (id % 4) as u32, 1).get();
@@ -1261,7 +1310,7 @@ mod tests {
                 _ => p.digest(&self.digest, &[id, old as u8]),
             }
         }
-        fn egress(&self, p: &mut Pass<'_>) {
+        fn egress_control<M: TraceMode>(&self, p: &mut Pass<'_, M>) {
             let n = p.execute(&self.tx, p.egress_port() as u32 % 4, 1).get();
             let (rid, clone) = (p.replication_id() as u8, p.is_clone());
             let h = p.hdr_mut();
@@ -1347,7 +1396,8 @@ mod tests {
     }
 
     /// The ingress of the code before batch dispatch: one virtual call per packet and pass
-    /// (`P = dyn Program`), each recirculated packet dispatched on its own owner.
+    /// (`P = dyn Program`), each recirculated packet dispatched on its own owner, with the
+    /// trace hooks always compiled in (as before the untraced instance).
     fn reference_ingress(pipe: &mut Pipe, rx: &mut Vec<PacketBuf>, now: u64, out: &mut Handoff) {
         pipe.env.now_ns = now;
         pipe.tm.counters.batches += 1;
@@ -1356,7 +1406,7 @@ mod tests {
             return;
         }
         let Pipe { progs, env, tm, set, base, classifies, spare, .. } = pipe;
-        let mut passes = Passes::open(progs, *base, Gress::Ingress, env, spare);
+        let mut passes = Passes::<Traced>::open(progs, *base, Gress::Ingress, env, spare);
         let base_program = passes.base_program();
         let mut due = std::mem::take(&mut tm.recirc_due);
         due.extend(tm.recirc.drain(..n));
@@ -1388,9 +1438,15 @@ mod tests {
             c.rx_packets += 1;
             c.rx_bytes += pkt.len() as u64;
             pkt.meta.reset(port);
+            if env.trace.borrow().is_some() {
+                trace_start(env, set, *classifies, &mut pkt);
+            }
             ingress_packet(&mut passes, base_program, tm, set, *classifies, pkt, out);
         }
         passes.close(&mut tm.counters, spare);
+        if !tm.traced_drops.is_empty() {
+            flush_traced_drops(env, tm);
+        }
     }
 
     /// The egress loop with one virtual call per pass (`P = dyn Program`).
@@ -1400,16 +1456,21 @@ mod tests {
         if tm.queues.iter().all(|q| q.fresh.is_empty() && q.q.is_empty()) {
             return;
         }
-        let mut passes = Passes::open(progs, *base, Gress::Egress, env, spare);
+        let mut passes = Passes::<Traced>::open(progs, *base, Gress::Egress, env, spare);
         let base_program = passes.base_program();
-        egress_loop::<dyn Program>(base_program, &mut passes, tm, now, tx, out);
+        egress_loop::<dyn Program, Traced>(base_program, &mut passes, tm, now, tx, out);
         passes.close(&mut tm.counters, spare);
+        if !tm.traced_drops.is_empty() {
+            flush_traced_drops(env, tm);
+        }
     }
 
     /// Everything a run leaves behind: frames sent per call (port and bytes), PacketIns,
     /// digests, counters and both programs' registers.
-    #[derive(Debug, PartialEq)]
+    #[derive(Clone, Debug, PartialEq)]
     struct Outcome {
+        /// The trace records taken after the run (their `Debug` text), with a session armed.
+        traces: Vec<String>,
         sent: Vec<(usize, PortId, Vec<u8>)>,
         packet_ins: Vec<Vec<u8>>,
         digests: Vec<(u8, Vec<u8>)>,
@@ -1420,10 +1481,14 @@ mod tests {
     /// Seeded mixed traffic (every operation of both programs, recirculations past the
     /// limits, a small recirculation share, queue capacity and egress budget so that the
     /// due list is cut, queues fill and backlogs form) through `pipe`, the batch path or
-    /// the reference path.
-    fn mixed_run(reference: bool) -> Outcome {
+    /// the reference path; with a trace session armed on `trace` (a filter) if given.
+    fn mixed_run(reference: bool, trace: Option<&str>) -> Outcome {
         let cfg = PipeConfig { queue_capacity: 12, recirc_capacity: 40, recirc_per_batch: 7, egress_budget: 9, ..PipeConfig::default() };
         let mut pipe = rig(cfg);
+        if let Some(f) = trace {
+            let filter = crate::trace::TraceFilter::parse(f).expect("filter");
+            pipe.trace_arm(Some(crate::trace::TraceSession { filter, limit: 60 }));
+        }
         let mut x = 0x9E37_79B9_7F4A_7C15u64;
         let mut next = move || {
             x ^= x << 13;
@@ -1433,8 +1498,14 @@ mod tests {
         };
         let mut out = Handoff::new(1);
         let mut tx: Vec<Vec<PacketBuf>> = (0..4).map(|_| Vec::new()).collect();
-        let mut o =
-            Outcome { sent: Vec::new(), packet_ins: Vec::new(), digests: Vec::new(), counters: serde_json::Value::Null, regs: Vec::new() };
+        let mut o = Outcome {
+            traces: Vec::new(),
+            sent: Vec::new(),
+            packet_ins: Vec::new(),
+            digests: Vec::new(),
+            counters: serde_json::Value::Null,
+            regs: Vec::new(),
+        };
         for call in 0..400usize {
             let mut rx: Vec<PacketBuf> = (0..next() % 40)
                 .map(|_| {
@@ -1473,6 +1544,7 @@ mod tests {
         o.digests = digests.into_iter().map(|d| (d.program, d.data.to_vec())).collect();
         o.counters = serde_json::to_value(pipe.counters()).expect("counters");
         o.regs = (0..2).map(|i| pipe.state(i).regs.to_vec()).collect();
+        o.traces = pipe.trace_take(u64::MAX / 2, 0).records.iter().map(|r| format!("{r:?}")).collect();
         o
     }
 
@@ -1483,8 +1555,11 @@ mod tests {
     /// and not), clones and multicast.
     #[test]
     fn batch_dispatch_equals_one_call_per_packet() {
-        let batch = mixed_run(false);
-        let reference = mixed_run(true);
+        let before = base_passes();
+        let batch = mixed_run(false, None);
+        let after = base_passes();
+        assert!(after[0] > before[0] && after[1] == before[1], "no trace armed: the untraced instance only");
+        let reference = mixed_run(true, None);
         // The traffic reaches every path compared.
         let c = &batch.counters;
         for (what, v) in [
@@ -1538,5 +1613,33 @@ mod tests {
         assert_eq!(dispatches() - before, 4, "three runs of recirculated packets and the received ones");
         assert_eq!(pipe.tm.recirc.len(), 0);
         assert_eq!(pipe.counters().recirculations, 4);
+    }
+
+    /// With a trace session armed the batch loops run the traced instance (every pass
+    /// through its hooks), and do the same as without one: the same frames, PacketIns,
+    /// digests, counters and registers as the untraced batch loops and as the reference
+    /// path; the records they make are those the reference path makes (the hooks in the
+    /// same places with the same values), for packets of every kind.
+    #[test]
+    fn traced_and_untraced_batches_do_the_same() {
+        let untraced = mixed_run(false, None);
+        assert!(untraced.traces.is_empty());
+        let before = base_passes();
+        let traced = mixed_run(false, Some("any"));
+        let after = base_passes();
+        assert!(after[1] > before[1] && after[0] == before[0], "a trace armed: the traced instance only");
+        let reference = mixed_run(true, Some("any"));
+        assert_eq!(traced.traces.len(), 60, "the session's limit of packets recorded");
+        for what in ["Pass {", "Register {", "Violation {", "IngressResult {", "Transmit {", "Drop {", "Digest {"] {
+            assert!(traced.traces.iter().any(|r| r.contains(what)), "no {what} event recorded");
+        }
+        assert_eq!(traced.traces, reference.traces, "the records");
+        let strip = |o: &Outcome| Outcome { traces: Vec::new(), ..o.clone() };
+        assert_eq!(strip(&traced), untraced, "a trace changes nothing a packet sees");
+        assert_eq!(strip(&traced), strip(&reference));
+        // Armed with a filter no packet matches: the traced instance, nothing recorded.
+        let none = mixed_run(false, Some("udp dst 1"));
+        assert!(none.traces.is_empty());
+        assert_eq!(none, untraced);
     }
 }

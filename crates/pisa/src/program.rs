@@ -14,7 +14,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::decl::{ClassifyRule, ProgramDecl};
-use crate::pass::Pass;
+use crate::pass::{Pass, Traced, Untraced};
 use crate::pipe::{Batch, BatchRan};
 use crate::resources::ResourceReport;
 use crate::target::Target;
@@ -26,12 +26,31 @@ pub trait Program: Send + Sync + 'static {
     fn ingress(&self, pass: &mut Pass<'_>);
     /// Egress control: one pass of one copy leaving by `pass.egress_port()`.
     fn egress(&self, _pass: &mut Pass<'_>) {}
+    /// Ingress control with the trace hooks compiled out: the pipe runs it while no trace
+    /// session is armed. It must do exactly what `ingress` does. The default runs
+    /// `ingress` itself (whose hooks then test a trace id of 0); a program removes the
+    /// hooks' tests by writing its control once, generic over the pass
+    /// (`fn control<M: TraceMode>(&self, pass: &mut Pass<'_, M>)`), and calling it from
+    /// both `ingress` and `ingress_untraced`.
+    fn ingress_untraced(&self, pass: &mut Pass<'_, Untraced>) {
+        self.ingress(pass.as_traced())
+    }
+    /// Egress control with the trace hooks compiled out (see [`Program::ingress_untraced`]).
+    fn egress_untraced(&self, pass: &mut Pass<'_, Untraced>) {
+        self.egress(pass.as_traced())
+    }
     /// A pipe's batch loop with this program's `ingress`/`egress` called directly: the
     /// default is compiled per program type, so the pipe crosses one virtual call per batch
     /// instead of one per packet. Not to be overridden (an override cannot make a
     /// [`BatchRan`]); the loop and every check it makes per packet are the pipe's.
     #[doc(hidden)]
-    fn run_batch(&self, batch: &mut Batch<'_, '_>) -> BatchRan {
+    fn run_batch(&self, batch: &mut Batch<'_, '_, Traced>) -> BatchRan {
+        batch.run(Some(self))
+    }
+    /// The same loop with the trace hooks compiled out, for a batch run while no trace
+    /// session is armed (`ingress_untraced`/`egress_untraced` called directly).
+    #[doc(hidden)]
+    fn run_batch_untraced(&self, batch: &mut Batch<'_, '_, Untraced>) -> BatchRan {
         batch.run(Some(self))
     }
 }

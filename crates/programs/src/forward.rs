@@ -14,6 +14,7 @@
 use pisa::decl::TableSpec;
 use pisa::{
     ActionId, ActionSelector, Digest, DropCode, Gress, HashAlgo, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl, Table,
+    TraceMode, Untraced,
 };
 use pisa::{Op, Salu, SaluProgram, Src, Update};
 use wire::ethernet::{EtherType, EthernetFrame};
@@ -173,7 +174,7 @@ impl Forward {
     }
 
     /// Route by IPv4 destination (stage 1).
-    fn route(&self, pass: &mut Pass<'_>) {
+    fn route<M: TraceMode>(&self, pass: &mut Pass<'_, M>) {
         let hdr = pass.hdr();
         let ok = EthernetFrame::new_checked(hdr).map(|e| e.ethertype() == EtherType::Ipv4).unwrap_or(false);
         if !ok {
@@ -237,9 +238,28 @@ impl Program for Forward {
     fn decl(&self) -> &ProgramDecl {
         &self.decl
     }
-
     #[inline(always)]
     fn ingress(&self, pass: &mut Pass<'_>) {
+        self.ingress_control(pass)
+    }
+    #[inline(always)]
+    fn ingress_untraced(&self, pass: &mut Pass<'_, Untraced>) {
+        self.ingress_control(pass)
+    }
+    #[inline(always)]
+    fn egress(&self, pass: &mut Pass<'_>) {
+        self.egress_control(pass)
+    }
+    #[inline(always)]
+    fn egress_untraced(&self, pass: &mut Pass<'_, Untraced>) {
+        self.egress_control(pass)
+    }
+}
+
+/// The control blocks, once, for both trace modes (see `Program::ingress_untraced`).
+impl Forward {
+    #[inline(always)]
+    fn ingress_control<M: TraceMode>(&self, pass: &mut Pass<'_, M>) {
         let port = pass.ingress_port();
         let len = pass.packet_len() as u32;
         let (dst, src) = match EthernetFrame::new_checked(pass.hdr()) {
@@ -275,7 +295,7 @@ impl Program for Forward {
     }
 
     #[inline(always)]
-    fn egress(&self, pass: &mut Pass<'_>) {
+    fn egress_control<M: TraceMode>(&self, pass: &mut Pass<'_, M>) {
         let port = pass.egress_port() as u32;
         if port < PORT_COUNTERS {
             let len = pass.packet_len() as u32;

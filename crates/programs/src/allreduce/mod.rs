@@ -40,6 +40,7 @@ use pisa::decl::TableSpec;
 use pisa::salu::common::Read;
 use pisa::{ActionId, DropCode, Gress, MatchKind, Pass, Program, ProgramBuilder, ProgramDecl, Table};
 use pisa::{Cmp, Cond, Op, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
+use pisa::{TraceMode, Untraced};
 use wire::allreduce::{field, flags, ELEMS, PACKET_LEN, UDP_PORT};
 
 use crate::reply::{fix_lengths, swap_addresses};
@@ -266,8 +267,28 @@ impl Program for Allreduce {
     fn decl(&self) -> &ProgramDecl {
         &self.decl
     }
-
+    #[inline(always)]
     fn ingress(&self, pass: &mut Pass<'_>) {
+        self.ingress_control(pass)
+    }
+    #[inline(always)]
+    fn ingress_untraced(&self, pass: &mut Pass<'_, Untraced>) {
+        self.ingress_control(pass)
+    }
+    #[inline(always)]
+    fn egress(&self, pass: &mut Pass<'_>) {
+        self.egress_control(pass)
+    }
+    #[inline(always)]
+    fn egress_untraced(&self, pass: &mut Pass<'_, Untraced>) {
+        self.egress_control(pass)
+    }
+}
+
+/// The control blocks, once, for both trace modes (see `Program::ingress_untraced`).
+impl Allreduce {
+    #[inline(always)]
+    fn ingress_control<M: TraceMode>(&self, pass: &mut Pass<'_, M>) {
         let h = pass.hdr();
         // Not IPv4/UDP, IPv4 with options or a short frame: the fixed offsets do not hold.
         if h.len() < PARSE_DEPTH as usize || !wire::is_ipv4_udp(h) {
@@ -359,7 +380,8 @@ impl Program for Allreduce {
         }
     }
 
-    fn egress(&self, pass: &mut Pass<'_>) {
+    #[inline(always)]
+    fn egress_control<M: TraceMode>(&self, pass: &mut Pass<'_, M>) {
         if pass.bridged()[BR_MCAST] != 1 {
             return;
         }

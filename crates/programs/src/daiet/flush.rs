@@ -8,7 +8,7 @@
 //! clone acknowledges the child's END. The tree's cells, index stacks and bucket are empty
 //! afterwards.
 
-use pisa::Pass;
+use pisa::{Pass, TraceMode};
 use wire::daiet::{flags, MAX_PAIRS, SLICES};
 
 use super::bucket::*;
@@ -25,7 +25,7 @@ const W_BUCKET: u16 = 0x8000;
 const W_DONE: u16 = 0x4000;
 
 impl Daiet {
-    pub(super) fn walk_pass(&self, pass: &mut Pass<'_>, t: &Tree<'_>, br: &mut Bridged) {
+    pub(super) fn walk_pass<M: TraceMode>(&self, pass: &mut Pass<'_, M>, t: &Tree<'_>, br: &mut Bridged) {
         if !self.empty_after_copy_left(pass, br) {
             return;
         }
@@ -94,7 +94,7 @@ impl Daiet {
     /// children count, the switch's numbering and the bucket's counter (cells and index
     /// stacks are empty: the walk took them), and drop the END, counted. Without the
     /// switch's END the reducer's stream stays incomplete and it falls back.
-    fn give_up_walk(&self, pass: &mut Pass<'_>, t: &Tree<'_>, br: &mut Bridged) {
+    fn give_up_walk<M: TraceMode>(&self, pass: &mut Pass<'_, M>, t: &Tree<'_>, br: &mut Bridged) {
         pass.execute(&self.complete, t.sender_base() + br.child() as u32, ());
         pass.execute(&self.ends_reset, t.tree_idx() as u32, ());
         pass.execute(&self.out_last, t.tree_idx() as u32, ());
@@ -103,7 +103,7 @@ impl Daiet {
     }
 
     /// The bucket part of the walk: one slot per pass.
-    fn walk_bucket(&self, pass: &mut Pass<'_>, t: &Tree<'_>, br: &mut Bridged) {
+    fn walk_bucket<M: TraceMode>(&self, pass: &mut Pass<'_, M>, t: &Tree<'_>, br: &mut Bridged) {
         let (buf, n, slot) = if br.spill() & W_BUCKET == 0 {
             // Stage 9: the bucket's counter hands over the head buffer's pairs.
             let r = pass.execute(&self.spill_state, t.tree_idx() as u32, OP_FLUSH).get();

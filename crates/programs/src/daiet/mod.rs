@@ -58,7 +58,7 @@ pub mod tree;
 use pisa::decl::TableSpec;
 use pisa::{
     ClassifyRule, DropCode, Gress, HashAlgo, HashLanes, HashUnit, LanesError, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl,
-    RegisterAction, RegisterLanes, Table,
+    RegisterAction, RegisterLanes, Table, TraceMode, Untraced,
 };
 use wire::daiet::{flags, Op, MAX_PAIRS, PAIR_LEN, SLICES, UDP_PORT};
 
@@ -322,7 +322,7 @@ impl Daiet {
     /// Process the pairs at positions `first..first + SLICES` (below `np`), one per slice,
     /// stage by stage, the four slices as lanes: hash, four key words, value, index
     /// stack. Returns the positions that collided (bit per position).
-    fn pairs(&self, pass: &mut Pass<'_>, t: &Tree<'_>, first: usize, np: usize) -> u16 {
+    fn pairs<M: TraceMode>(&self, pass: &mut Pass<'_, M>, t: &Tree<'_>, first: usize, np: usize) -> u16 {
         let l = &self.lanes;
         let h = pass.hdr();
         let mut keys = [[0u8; 16]; SLICES];
@@ -375,7 +375,7 @@ impl Daiet {
     }
 
     /// Turn the packet into an ACK of `seq` for `sender`, sent back by `port`.
-    fn ack_in_place(&self, pass: &mut Pass<'_>, sender: u16, seq: u32, port: u16) {
+    fn ack_in_place<M: TraceMode>(&self, pass: &mut Pass<'_, M>, sender: u16, seq: u32, port: u16) {
         // The payload first (nothing to move), then the header region to the ACK's.
         pass.truncate_payload();
         if !pass.resize_hdr(PAIRS) {
@@ -473,10 +473,29 @@ impl Program for Daiet {
     fn decl(&self) -> &ProgramDecl {
         &self.decl
     }
-
     // Inlined into the pipe's batch loop (`Program::run_batch`).
     #[inline(always)]
     fn ingress(&self, pass: &mut Pass<'_>) {
+        self.ingress_control(pass)
+    }
+    #[inline(always)]
+    fn ingress_untraced(&self, pass: &mut Pass<'_, Untraced>) {
+        self.ingress_control(pass)
+    }
+    #[inline(always)]
+    fn egress(&self, pass: &mut Pass<'_>) {
+        self.egress_control(pass)
+    }
+    #[inline(always)]
+    fn egress_untraced(&self, pass: &mut Pass<'_, Untraced>) {
+        self.egress_control(pass)
+    }
+}
+
+/// The control blocks, once, for both trace modes (see `Program::ingress_untraced`).
+impl Daiet {
+    #[inline(always)]
+    fn ingress_control<M: TraceMode>(&self, pass: &mut Pass<'_, M>) {
         let hdr = pass.hdr();
         // Ethernet, IPv4 without options, UDP, the DAIET header: anything shorter or
         // different is malformed.
@@ -520,7 +539,7 @@ impl Program for Daiet {
     }
 
     #[inline(always)]
-    fn egress(&self, pass: &mut Pass<'_>) {
+    fn egress_control<M: TraceMode>(&self, pass: &mut Pass<'_, M>) {
         // The only clones reaching egress are ACK copies (the walk's clone recirculates).
         if pass.is_clone() {
             let br = Bridged::load(pass.bridged());
@@ -535,7 +554,7 @@ impl Program for Daiet {
 }
 
 impl Daiet {
-    fn first_pass(&self, pass: &mut Pass<'_>, t: &Tree<'_>, br: &mut Bridged) {
+    fn first_pass<M: TraceMode>(&self, pass: &mut Pass<'_, M>, t: &Tree<'_>, br: &mut Bridged) {
         // The fixed headers as one array (`ingress` checked the length): one bounds check,
         // not one per field.
         let Some(h) = pass.hdr().first_chunk::<PAIRS>() else {
@@ -630,7 +649,7 @@ impl Daiet {
         }
     }
 
-    fn data_pass(&self, pass: &mut Pass<'_>, t: &Tree<'_>, br: &mut Bridged) {
+    fn data_pass<M: TraceMode>(&self, pass: &mut Pass<'_, M>, t: &Tree<'_>, br: &mut Bridged) {
         let h = pass.hdr();
         let np = h[NUM_PAIRS] as usize;
         let first = br.cursor() as usize;

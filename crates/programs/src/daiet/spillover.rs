@@ -26,7 +26,7 @@
 //!   last stores, which are already under way in the pipeline; only a switch restart could
 //!   lose them then, and the reducer's gap detection and host fallback cover a restart.
 
-use pisa::Pass;
+use pisa::{Pass, TraceMode};
 use wire::daiet::{flags, MAX_PAIRS, PAIR_LEN};
 
 use super::bucket::*;
@@ -37,7 +37,7 @@ impl Daiet {
     /// The end of a data pass (stages 9-11): one waiting colliding pair into the bucket,
     /// then the packet recirculates or, all of its pairs done, finishes.
     #[inline(always)]
-    pub(super) fn data_tail(&self, pass: &mut Pass<'_>, t: &Tree<'_>, br: &mut Bridged, np: usize) {
+    pub(super) fn data_tail<M: TraceMode>(&self, pass: &mut Pass<'_, M>, t: &Tree<'_>, br: &mut Bridged, np: usize) {
         // The common case, written out: no pair waiting for the bucket, none kept in the
         // packet, no drain to do. Then stages 9-11 have nothing to do and the packet
         // recirculates for its next pairs or, all done, becomes its ACK: what the general
@@ -55,7 +55,7 @@ impl Daiet {
 
     /// [`Self::data_tail`] with pairs waiting for the bucket, kept or a drain to start.
     #[inline(never)]
-    fn data_tail_bucket(&self, pass: &mut Pass<'_>, t: &Tree<'_>, br: &mut Bridged, np: usize) {
+    fn data_tail_bucket<M: TraceMode>(&self, pass: &mut Pass<'_, M>, t: &Tree<'_>, br: &mut Bridged, np: usize) {
         // Stage 9: the bucket's counter.
         let mut store = None;
         let mut overflow = 0;
@@ -115,7 +115,7 @@ impl Daiet {
     }
 
     /// An admitted data packet (or non-final END) is done with its pairs.
-    fn finish_data(&self, pass: &mut Pass<'_>, t: &Tree<'_>, br: &mut Bridged, seq: u32) {
+    fn finish_data<M: TraceMode>(&self, pass: &mut Pass<'_, M>, t: &Tree<'_>, br: &mut Bridged, seq: u32) {
         let kept = (br.pending() & KEPT_PAIRS) as u16;
         let drain = br.pending() & DRAIN != 0;
         if kept == 0 && !drain {
@@ -158,7 +158,7 @@ impl Daiet {
     }
 
     /// One pass of the drain walker: read-and-clear one slot of the buffer being drained.
-    pub(super) fn drain_pass(&self, pass: &mut Pass<'_>, t: &Tree<'_>, br: &mut Bridged) {
+    pub(super) fn drain_pass<M: TraceMode>(&self, pass: &mut Pass<'_, M>, t: &Tree<'_>, br: &mut Bridged) {
         if !self.empty_after_copy_left(pass, br) {
             return;
         }
@@ -201,7 +201,7 @@ impl Daiet {
     /// A walker (END flush or bucket drain) whose copy has just left for the parent with
     /// ten pairs starts its next packet empty. False if the packet could not be resized
     /// (the pass then ends; the model counts the failed resize as a violation).
-    pub(super) fn empty_after_copy_left(&self, pass: &mut Pass<'_>, br: &mut Bridged) -> bool {
+    pub(super) fn empty_after_copy_left<M: TraceMode>(&self, pass: &mut Pass<'_, M>, br: &mut Bridged) -> bool {
         if br.cursor() as usize >= MAX_PAIRS {
             pass.hdr_mut()[NUM_PAIRS] = 0;
             if !pass.resize_hdr(PAIRS) {
@@ -213,7 +213,7 @@ impl Daiet {
     }
 
     /// Read and clear bucket slot `idx` (stages 10-11): its four key words and its value.
-    pub(super) fn take_bucket_slot(&self, pass: &mut Pass<'_>, idx: u32) -> [u32; 5] {
+    pub(super) fn take_bucket_slot<M: TraceMode>(&self, pass: &mut Pass<'_, M>, idx: u32) -> [u32; 5] {
         let mut words = [0u32; 5];
         for (w, word) in words.iter_mut().take(4).enumerate() {
             *word = pass.execute(&self.spill_key_take[w], idx, ()).get();
@@ -223,7 +223,7 @@ impl Daiet {
     }
 
     /// Append a pair (four key words, value) after the packet's `br.cursor` pairs.
-    pub(super) fn append_pair(&self, pass: &mut Pass<'_>, br: &mut Bridged, words: &[u32; 5]) -> bool {
+    pub(super) fn append_pair<M: TraceMode>(&self, pass: &mut Pass<'_, M>, br: &mut Bridged, words: &[u32; 5]) -> bool {
         let c = br.cursor() as usize;
         if !pass.resize_hdr(pair_at(c + 1)) {
             return false;
@@ -239,7 +239,7 @@ impl Daiet {
     }
 
     /// Number the packet in the switch's stream towards the parent and send it there.
-    pub(super) fn send_on(&self, pass: &mut Pass<'_>, t: &Tree<'_>, end: u8) {
+    pub(super) fn send_on<M: TraceMode>(&self, pass: &mut Pass<'_, M>, t: &Tree<'_>, end: u8) {
         let seq = if end != 0 {
             pass.execute(&self.out_last, t.tree_idx() as u32, ())
         } else {
@@ -250,7 +250,7 @@ impl Daiet {
 
     /// Send the packet to the parent with the switch's sequence number `seq` (taken from
     /// `out_seq` earlier in the pass, stage 9).
-    pub(super) fn send_with(&self, pass: &mut Pass<'_>, t: &Tree<'_>, seq: u32, end: u8) {
+    pub(super) fn send_with<M: TraceMode>(&self, pass: &mut Pass<'_, M>, t: &Tree<'_>, seq: u32, end: u8) {
         let len = pass.packet_len();
         let h = pass.hdr_mut();
         h[FLAGS] = (h[FLAGS] & flags::VARLEN) | flags::FROM_SWITCH | end;

@@ -16,6 +16,7 @@
 use pisa::decl::TableSpec;
 use pisa::salu::common::{Equals, Write};
 use pisa::{ActionId, DropCode, Gress, HashAlgo, HashUnit, MatchKind, Pass, Program, ProgramBuilder, ProgramDecl, Table, PORT_CPU};
+use pisa::{TraceMode, Untraced};
 use wire::hare::{Op, Packet, FLAG_DONE, HEADER_LEN, PORT_CLIENT, PORT_SERVER};
 
 use super::kv::{Packer, ValueStore};
@@ -177,8 +178,20 @@ impl Program for Dyso {
     fn decl(&self) -> &ProgramDecl {
         &self.decl
     }
-
+    #[inline(always)]
     fn ingress(&self, pass: &mut Pass<'_>) {
+        self.ingress_control(pass)
+    }
+    #[inline(always)]
+    fn ingress_untraced(&self, pass: &mut Pass<'_, Untraced>) {
+        self.ingress_control(pass)
+    }
+}
+
+/// The control blocks, once, for both trace modes (see `Program::ingress_untraced`).
+impl Dyso {
+    #[inline(always)]
+    fn ingress_control<M: TraceMode>(&self, pass: &mut Pass<'_, M>) {
         let kb = self.cfg.key_bytes;
         let vb = self.cfg.value_bytes;
         let hdr = pass.hdr();

@@ -18,6 +18,7 @@ use std::collections::HashMap;
 
 use pisa::control::{ControlOp, WriteOp};
 use pisa::decl::TableSpec;
+use pisa::TraceMode;
 use pisa::{ActionId, FieldMatch, Gress, MatchKind, Pass, ProgramBuilder, Table};
 
 /// Bits of an index passed from one MAT to the next (and of the slot).
@@ -342,7 +343,7 @@ impl Emat {
 
     /// Hit-check a padded key field of `key_len` meaningful bytes: the slot, or `None`.
     #[inline]
-    pub fn lookup(&self, pass: &mut Pass<'_>, key_len: u8, key_field: &[u8]) -> Option<u16> {
+    pub fn lookup<M: TraceMode>(&self, pass: &mut Pass<'_, M>, key_len: u8, key_field: &[u8]) -> Option<u16> {
         let mut buf = [0u8; 2 + 256];
         let mut prev: u16 = key_len as u16;
         let mut off = 0;

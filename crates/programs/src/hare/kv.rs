@@ -47,7 +47,7 @@ impl ValueStore {
     }
 }
 
-use pisa::Pass;
+use pisa::{Pass, TraceMode};
 use wire::hare::{Op, Packet, FLAG_HIT, HEADER_LEN};
 
 use super::app::{DataMv, HareApp, QueryHit};
@@ -124,7 +124,7 @@ impl HareApp for KvApp {
 impl ValueStore {
     /// Query-hit processing of a GET: read the value of `slot` and turn the request into
     /// its reply, back to the client.
-    pub(crate) fn serve_get(&self, pass: &mut Pass<'_>, slot: u16, kb: usize, vb: usize) {
+    pub(crate) fn serve_get<M: TraceMode>(&self, pass: &mut Pass<'_, M>, slot: u16, kb: usize, vb: usize) {
         let voff = L2_L4_LEN + HEADER_LEN + kb;
         let len = voff + vb;
         let mut val = [0u8; 256];
@@ -147,7 +147,7 @@ impl ValueStore {
     }
 
     /// Write the `vb` value bytes at header offset `voff` into `slot`.
-    pub(crate) fn store(&self, pass: &mut Pass<'_>, slot: u16, voff: usize, vb: usize) {
+    pub(crate) fn store<M: TraceMode>(&self, pass: &mut Pass<'_, M>, slot: u16, voff: usize, vb: usize) {
         let mut val = [0u8; 256];
         val[..vb].copy_from_slice(&pass.hdr()[voff..voff + vb]);
         for (i, a) in self.put.iter().enumerate() {
@@ -157,7 +157,7 @@ impl ValueStore {
     }
 
     /// Read `slot` into the `vb` bytes at header offset `voff`.
-    pub(crate) fn load(&self, pass: &mut Pass<'_>, slot: u16, voff: usize, vb: usize) {
+    pub(crate) fn load<M: TraceMode>(&self, pass: &mut Pass<'_, M>, slot: u16, voff: usize, vb: usize) {
         let mut val = [0u8; 256];
         for (i, a) in self.get.iter().enumerate() {
             let w = pass.execute(a, slot as u32, ()).get();

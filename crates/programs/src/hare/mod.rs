@@ -27,7 +27,7 @@ pub mod netcache;
 pub mod oostat;
 
 use pisa::decl::TableSpec;
-use pisa::{ActionId, DropCode, Gress, MatchKind, Pass, Program, ProgramBuilder, ProgramDecl, Table, PORT_CPU, PORT_RECIRC};
+use pisa::{ActionId, DropCode, Gress, MatchKind, Pass, Program, ProgramBuilder, ProgramDecl, Table, TraceMode, PORT_CPU, PORT_RECIRC};
 use wire::hare::{Op, Packet, FLAG_DONE, HEADER_LEN, PORT_CLIENT, PORT_SERVER};
 use wire::L2_L4_LEN;
 
@@ -273,13 +273,13 @@ impl<A: HareApp> HareProgram<A> {
 
 /// Turn the packet back to its sender as `len` header bytes: swap addresses and ports,
 /// fix the lengths and the IPv4 checksum (the UDP checksum is left out, 0).
-pub(crate) fn back_to_sender(pass: &mut Pass<'_>, len: usize) {
+pub(crate) fn back_to_sender<M: TraceMode>(pass: &mut Pass<'_, M>, len: usize) {
     let port = pass.ingress_port();
     reply_to(pass, len, port);
 }
 
 /// [`back_to_sender`] for a packet that came in by `port` (on an earlier pass).
-fn reply_to(pass: &mut Pass<'_>, len: usize, port: pisa::PortId) {
+fn reply_to<M: TraceMode>(pass: &mut Pass<'_, M>, len: usize, port: pisa::PortId) {
     if !pass.resize_hdr(len) {
         return;
     }
@@ -305,6 +305,7 @@ impl<A: HareApp> Program for HareProgram<A> {
         &self.decl
     }
 
+    #[inline(always)]
     fn ingress(&self, pass: &mut Pass<'_>) {
         let hdr = pass.hdr();
         // Fixed offsets: IPv4 without options.

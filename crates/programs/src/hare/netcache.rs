@@ -16,6 +16,7 @@ use pisa::decl::TableSpec;
 use pisa::salu::common::CountSat;
 use pisa::{ActionId, DropCode, Gress, HashAlgo, HashUnit, MatchKind, Pass, Program, ProgramBuilder, ProgramDecl, Table};
 use pisa::{Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
+use pisa::{TraceMode, Untraced};
 use wire::hare::{Op, Packet, HEADER_LEN, PORT_CLIENT, PORT_SERVER};
 
 use super::kv::ValueStore;
@@ -165,8 +166,20 @@ impl Program for NetCache {
     fn decl(&self) -> &ProgramDecl {
         &self.decl
     }
-
+    #[inline(always)]
     fn ingress(&self, pass: &mut Pass<'_>) {
+        self.ingress_control(pass)
+    }
+    #[inline(always)]
+    fn ingress_untraced(&self, pass: &mut Pass<'_, Untraced>) {
+        self.ingress_control(pass)
+    }
+}
+
+/// The control blocks, once, for both trace modes (see `Program::ingress_untraced`).
+impl NetCache {
+    #[inline(always)]
+    fn ingress_control<M: TraceMode>(&self, pass: &mut Pass<'_, M>) {
         let kb = self.cfg.key_bytes;
         let vb = self.cfg.value_bytes;
         let hdr = pass.hdr();

@@ -30,6 +30,7 @@
 //! lease probe still guards every access, so a tenant never sets bits in a cell it does not
 //! hold.
 
+use pisa::TraceMode;
 use pisa::{Cmp, Cond, Gress, Out, OutSrc, Pair, Pass, Pred, ProgramBuilder, Salu, SaluAction, SaluProgram, Src, Staged, Update};
 use wire::inaas::{Bitmap, InaasPacket, BLOOM_ABSENT, BLOOM_PRESENT, ITEMS, OP_BLOOM_INSERT};
 
@@ -129,7 +130,16 @@ impl Inaas {
     /// Bloom in ingress: probe the leases (stage 2); the arrays run in egress. Always
     /// answered to the sender (a retransmission too: both operations are idempotent).
     #[allow(clippy::too_many_arguments)] // as `paxos_ingress`: the packet's parsed fields
-    pub(super) fn bloom_ingress(&self, pass: &mut Pass<'_>, prims: &[Prim; ITEMS], uid: u32, port: u16, gk: u16, slot: u16, fl: u8) {
+    pub(super) fn bloom_ingress<M: TraceMode>(
+        &self,
+        pass: &mut Pass<'_, M>,
+        prims: &[Prim; ITEMS],
+        uid: u32,
+        port: u16,
+        gk: u16,
+        slot: u16,
+        fl: u8,
+    ) {
         let out = self.probe_leases(pass, prims, uid, HASHES, 1);
         let op = pass.hdr()[14];
         InaasPacket::new_unchecked(&mut pass.hdr_mut()[14..]).set_bitmap(Bitmap::Failed, out.failed);
@@ -143,7 +153,7 @@ impl Inaas {
 
     /// Bloom in egress (stages 0-1, before the usage counters of stage 1): each leased
     /// probe's array, then the answer in the packet.
-    pub(super) fn bloom_egress(&self, pass: &mut Pass<'_>, what: u8) {
+    pub(super) fn bloom_egress<M: TraceMode>(&self, pass: &mut Pass<'_, M>, what: u8) {
         let v = InaasPacket::new_unchecked(&pass.hdr()[14..]);
         let live = v.bitmap(Bitmap::Valid) & !v.bitmap(Bitmap::Failed) & ((1 << HASHES) - 1);
         let uid = v.uid();

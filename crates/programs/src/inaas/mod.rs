@@ -38,6 +38,7 @@ pub mod primitives;
 use pisa::decl::TableSpec;
 use pisa::salu::common::{AddPair, Inc};
 use pisa::{ActionId, DropCode, Gress, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl, RegisterAction, Table, PORT_RECIRC};
+use pisa::{TraceMode, Untraced};
 use wire::inaas::{
     flags, is_bloom, is_paxos, Bitmap, InaasPacket, Operator, ETHERTYPE, HEADER_LEN, ITEMS, OP_DONE, OP_PAXOS_1A, PAXOS_TAG_ITEM,
 };
@@ -372,7 +373,7 @@ impl Inaas {
     /// Probe (never take) the leases of the first `n` items' segments (ingress stage 2), as
     /// Paxos and Bloom packets do: an item whose register this tenant does not hold fails
     /// (a mismatch if another holds it); each held one costs `ops` ALU operations.
-    fn probe_leases(&self, pass: &mut Pass<'_>, prims: &[Prim; ITEMS], uid: u32, n: usize, ops: u8) -> Outcome {
+    fn probe_leases<M: TraceMode>(&self, pass: &mut Pass<'_, M>, prims: &[Prim; ITEMS], uid: u32, n: usize, ops: u8) -> Outcome {
         let now = (pass.now_ns() / 1_000) as u32;
         let mut out = Outcome::default();
         for (j, p) in prims.iter().enumerate().take(n) {
@@ -396,7 +397,7 @@ impl Inaas {
     /// Paxos in ingress: probe the leases; the acceptors run in egress. Always answered
     /// to the sender.
     #[allow(clippy::too_many_arguments)]
-    fn paxos_ingress(&self, pass: &mut Pass<'_>, prims: &[Prim; ITEMS], uid: u32, port: u16, gk: u16, slot: u16, fl: u8) {
+    fn paxos_ingress<M: TraceMode>(&self, pass: &mut Pass<'_, M>, prims: &[Prim; ITEMS], uid: u32, port: u16, gk: u16, slot: u16, fl: u8) {
         let out = self.probe_leases(pass, prims, uid, ACCEPTORS, 3);
         InaasPacket::new_unchecked(&mut pass.hdr_mut()[14..]).set_bitmap(Bitmap::Failed, out.failed);
         self.bridge(pass, slot, port, gk, &out);
@@ -409,7 +410,7 @@ impl Inaas {
 
     /// Paxos in egress: each leased acceptor decides (stage 2) and reads or writes its
     /// vote (stage 3); refusals become failed items carrying the promise in the key.
-    fn paxos_egress(&self, pass: &mut Pass<'_>) {
+    fn paxos_egress<M: TraceMode>(&self, pass: &mut Pass<'_, M>) {
         let v = InaasPacket::new_unchecked(&pass.hdr()[14..]);
         let phase1 = v.op() == OP_PAXOS_1A;
         let live = v.bitmap(Bitmap::Valid) & !v.bitmap(Bitmap::Failed);
@@ -491,7 +492,7 @@ impl Inaas {
         p.set_bitmap(Bitmap::Failed, failed | refused);
     }
 
-    fn first_pass(&self, pass: &mut Pass<'_>) {
+    fn first_pass<M: TraceMode>(&self, pass: &mut Pass<'_, M>) {
         let port = pass.ingress_port();
         let v = InaasPacket::new_unchecked(&pass.hdr()[14..]);
         let Some(prims) = self.check(&v) else {
@@ -658,7 +659,7 @@ impl Inaas {
 
     /// The second pass of a preemption: the key half of the swap, if the lease is still ours
     /// (then the lease's busy mark is cleared).
-    fn second_pass(&self, pass: &mut Pass<'_>) {
+    fn second_pass<M: TraceMode>(&self, pass: &mut Pass<'_, M>) {
         let br = *pass.bridged();
         let gk = u16::from_be_bytes([br[bridged::GOALKEEPER], br[bridged::GOALKEEPER + 1]]);
         let v = InaasPacket::new_unchecked(&pass.hdr()[14..]);
@@ -711,7 +712,7 @@ impl Inaas {
         pass.forward(gk);
     }
 
-    fn bridge(&self, pass: &mut Pass<'_>, slot: u16, port: u16, gk: u16, out: &Outcome) {
+    fn bridge<M: TraceMode>(&self, pass: &mut Pass<'_, M>, slot: u16, port: u16, gk: u16, out: &Outcome) {
         let b = pass.bridged_mut();
         b[bridged::VALID] = 1;
         b[bridged::SLOT..bridged::SLOT + 2].copy_from_slice(&slot.to_be_bytes());
@@ -723,7 +724,7 @@ impl Inaas {
     }
 }
 
-fn v_op(pass: &Pass<'_>) -> u8 {
+fn v_op<M: TraceMode>(pass: &Pass<'_, M>) -> u8 {
     pass.hdr()[14]
 }
 
@@ -737,8 +738,28 @@ impl Program for Inaas {
     fn decl(&self) -> &ProgramDecl {
         &self.decl
     }
-
+    #[inline(always)]
     fn ingress(&self, pass: &mut Pass<'_>) {
+        self.ingress_control(pass)
+    }
+    #[inline(always)]
+    fn ingress_untraced(&self, pass: &mut Pass<'_, Untraced>) {
+        self.ingress_control(pass)
+    }
+    #[inline(always)]
+    fn egress(&self, pass: &mut Pass<'_>) {
+        self.egress_control(pass)
+    }
+    #[inline(always)]
+    fn egress_untraced(&self, pass: &mut Pass<'_, Untraced>) {
+        self.egress_control(pass)
+    }
+}
+
+/// The control blocks, once, for both trace modes (see `Program::ingress_untraced`).
+impl Inaas {
+    #[inline(always)]
+    fn ingress_control<M: TraceMode>(&self, pass: &mut Pass<'_, M>) {
         if pass.hdr().len() < PARSE_DEPTH as usize {
             pass.drop(DropCode::MALFORMED);
             return;
@@ -755,7 +776,8 @@ impl Program for Inaas {
         }
     }
 
-    fn egress(&self, pass: &mut Pass<'_>) {
+    #[inline(always)]
+    fn egress_control<M: TraceMode>(&self, pass: &mut Pass<'_, M>) {
         let b = *pass.bridged();
         if b[bridged::VALID] != 1 {
             return;

@@ -56,6 +56,7 @@ use pisa::{
     RegisterAction, Staged, Table,
 };
 use pisa::{Cmp, Cond, Op, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
+use pisa::{TraceMode, Untraced};
 use wire::netsha::{self as nw, ANSWER_LEN, BLOCK_HEADER_LEN, MAX_ANSWERS};
 use wire::L2_L4_LEN;
 
@@ -698,7 +699,7 @@ impl Netsha {
     }
 
     /// Slot_Sort over slots 0..upto: insert the carried answer; returns what comes out.
-    fn insert(&self, p: &mut Pass<'_>, idx: u32, c: Pair, upto: usize) -> Pair {
+    fn insert<M: TraceMode>(&self, p: &mut Pass<'_, M>, idx: u32, c: Pair, upto: usize) -> Pair {
         let (mut cd, mut cid) = (c.hi, c.lo);
         for i in 0..upto {
             let out = p.execute(&self.slot_d[i], idx, (cd, slots::OP_INSERT)).get();
@@ -711,7 +712,7 @@ impl Netsha {
     }
 
     /// Take slot i's answer out, leaving it empty.
-    fn take(&self, p: &mut Pass<'_>, idx: u32, i: usize) -> Pair {
+    fn take<M: TraceMode>(&self, p: &mut Pass<'_, M>, idx: u32, i: usize) -> Pair {
         let d = p.execute(&self.slot_d[i], idx, (0, slots::OP_TAKE)).get();
         let id = p.execute(&self.slot_id[i], idx, (0, slots::OP_TAKE)).get();
         Pair::new(id, d)
@@ -719,12 +720,12 @@ impl Netsha {
 
     // ---- packet layout (what the deparser emits) -------------------------------------
 
-    fn qcount(p: &Pass<'_>) -> u8 {
+    fn qcount<M: TraceMode>(p: &Pass<'_, M>) -> u8 {
         p.hdr()[L2_L4_LEN]
     }
 
     /// Remove the first answer of the first block (and the block if it is then empty).
-    fn consume_front(p: &mut Pass<'_>) {
+    fn consume_front<M: TraceMode>(p: &mut Pass<'_, M>) {
         let len = p.hdr().len();
         let at = L2_L4_LEN + nw::HEADER_LEN;
         let num = u16::from_be_bytes([p.hdr()[at + 4], p.hdr()[at + 5]]);
@@ -744,7 +745,7 @@ impl Netsha {
     }
 
     /// Drop leading empty input blocks.
-    fn skip_empty_inputs(p: &mut Pass<'_>) {
+    fn skip_empty_inputs<M: TraceMode>(p: &mut Pass<'_, M>) {
         while p.bridged()[br::INPUTS] > 0 {
             let at = L2_L4_LEN + nw::HEADER_LEN;
             if p.hdr()[at + 4] != 0 || p.hdr()[at + 5] != 0 {
@@ -760,7 +761,7 @@ impl Netsha {
     }
 
     /// Append a block of answers (id, code) for `qid`.
-    fn append(p: &mut Pass<'_>, out: &SentAnswers) {
+    fn append<M: TraceMode>(p: &mut Pass<'_, M>, out: &SentAnswers) {
         if out.len == 0 {
             return;
         }
@@ -780,7 +781,7 @@ impl Netsha {
     /// Move the whole front block, unreduced, to the output (the end of the packet): every
     /// answer in it belongs to the same query, hence to the same register. Returns its
     /// number of answers.
-    fn bypass_front_block(p: &mut Pass<'_>) -> u32 {
+    fn bypass_front_block<M: TraceMode>(p: &mut Pass<'_, M>) -> u32 {
         let at = L2_L4_LEN + nw::HEADER_LEN;
         let h = p.hdr_mut();
         let num = u16::from_be_bytes([h[at + 4], h[at + 5]]);
@@ -791,7 +792,7 @@ impl Netsha {
     }
 
     /// The packet leaves: lengths and checksum rewritten, or dropped if nothing is left.
-    fn finish(&self, p: &mut Pass<'_>) {
+    fn finish<M: TraceMode>(&self, p: &mut Pass<'_, M>) {
         if Self::qcount(p) == 0 {
             p.drop(self.d_absorbed);
             return;
@@ -805,16 +806,16 @@ impl Netsha {
         ip.fill_checksum();
     }
 
-    fn count(&self, p: &mut Pass<'_>, ev: u32) {
+    fn count<M: TraceMode>(&self, p: &mut Pass<'_, M>, ev: u32) {
         p.execute(&self.answer_events, ev, 1);
     }
 
-    fn count_emit(&self, p: &mut Pass<'_>, cause: u32, sent: usize, cleared: usize) {
+    fn count_emit<M: TraceMode>(&self, p: &mut Pass<'_, M>, cause: u32, sent: usize, cleared: usize) {
         p.execute(&self.emit_events, cause, Pair::new(sent as u32, cleared as u32));
     }
 
     /// First pass of a server's packet: the parser's checks.
-    fn start(&self, p: &mut Pass<'_>) -> bool {
+    fn start<M: TraceMode>(&self, p: &mut Pass<'_, M>) -> bool {
         let h = p.hdr();
         let ok_l3 = h.len() >= MIN_LEN && wire::is_ipv4_udp(h);
         if !ok_l3 {
@@ -862,7 +863,7 @@ impl Netsha {
     }
 
     /// Go around again if there is more to do, else leave.
-    fn next_or_finish(&self, p: &mut Pass<'_>) {
+    fn next_or_finish<M: TraceMode>(&self, p: &mut Pass<'_, M>) {
         if p.bridged()[br::MODE] != br::NORMAL || p.bridged()[br::INPUTS] > 0 {
             p.recirculate();
         } else {
@@ -871,7 +872,7 @@ impl Netsha {
     }
 
     /// The query's set of candidate registers.
-    fn index(&self, p: &mut Pass<'_>, qid: u32) -> u32 {
+    fn index<M: TraceMode>(&self, p: &mut Pass<'_, M>, qid: u32) -> u32 {
         p.hash(&self.qid_hash, &qid.to_be_bytes()).get() % (self.cfg.registers / self.cfg.ways)
     }
 
@@ -881,14 +882,14 @@ impl Netsha {
     }
 
     /// Compare-and-swap on one register's owner tag (see [`selection::QidCas0`]).
-    fn owner_cas(&self, p: &mut Pass<'_>, idx: u32, new: u32, expected: u32) -> u32 {
+    fn owner_cas<M: TraceMode>(&self, p: &mut Pass<'_, M>, idx: u32, new: u32, expected: u32) -> u32 {
         let (set, way) = self.set_way(idx);
         let x = Pair::new(new, expected);
         if way == 0 { p.execute(&self.qid_cas0, set, x) } else { p.execute(&self.qid_cas1, set, x) }.get()
     }
 
     /// One answer of a server's packet.
-    fn process_front(&self, p: &mut Pass<'_>) {
+    fn process_front<M: TraceMode>(&self, p: &mut Pass<'_, M>) {
         if p.bridged()[br::FLAGS] & br::SPLIT_FLAG != 0 {
             let id = Self::ga(p.bridged(), br::C);
             let second = p.execute(&self.split_turn, id % SPLIT_CELLS, id) == 1;
@@ -1096,7 +1097,7 @@ impl Netsha {
     /// passed have grown it): its front answer is dropped if its register would drop it
     /// (phase 2, at or beyond r.T, no commit pending: the same test as an insert, state
     /// unchanged), which shrinks the packet; otherwise its front block goes on unreduced.
-    fn no_room(&self, p: &mut Pass<'_>) {
+    fn no_room<M: TraceMode>(&self, p: &mut Pass<'_, M>) {
         let h = p.hdr();
         let at = L2_L4_LEN + nw::HEADER_LEN;
         let qid = u32::from_be_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
@@ -1137,7 +1138,7 @@ impl Netsha {
 
     /// Whether splitting makes progress: both halves then have less to carry (at least two
     /// unprocessed answers, or answers sent so far that the first copy takes away).
-    fn splittable(p: &Pass<'_>) -> bool {
+    fn splittable<M: TraceMode>(p: &Pass<'_, M>) -> bool {
         let h = p.hdr();
         let inputs = p.bridged()[br::INPUTS] as usize;
         let mut at = L2_L4_LEN + nw::HEADER_LEN;
@@ -1159,7 +1160,7 @@ impl Netsha {
     /// worst ones, and moving few of them keeps the arrival order Algorithm 1 sees close to
     /// the servers' (a larger part processed alongside the front would raise r.T early).
     /// A pending claim (`FORCE_CLAIM`) belongs to the front answers, so to the first copy.
-    fn keep_part(&self, p: &mut Pass<'_>, second: bool) {
+    fn keep_part<M: TraceMode>(&self, p: &mut Pass<'_, M>, second: bool) {
         let h = p.hdr();
         let len = h.len();
         let inputs = p.bridged()[br::INPUTS] as usize;
@@ -1219,7 +1220,7 @@ impl Netsha {
     }
 
     /// A parked tail copy: one idle pass (a counted recirculation).
-    fn park(&self, p: &mut Pass<'_>) {
+    fn park<M: TraceMode>(&self, p: &mut Pass<'_, M>) {
         let left = Self::ga(p.bridged(), br::A);
         let b = p.bridged_mut();
         if left <= 1 {
@@ -1230,7 +1231,7 @@ impl Netsha {
     }
 
     /// The pass after a send: r.T rises to the worst answer sent, one commit lands.
-    fn commit(&self, p: &mut Pass<'_>) {
+    fn commit<M: TraceMode>(&self, p: &mut Pass<'_, M>) {
         let (worst, idx, owner) = (Self::ga(p.bridged(), br::A), Self::ga(p.bridged(), br::B), Self::ga(p.bridged(), br::C));
         // A register released (timer) or replaced since the send belongs to someone else.
         let now_owner = self.owner_cas(p, idx, FREE, FREE);
@@ -1244,7 +1245,7 @@ impl Netsha {
     }
 
     /// Address a timer packet to the agent (stage 0 table).
-    fn to_agent(&self, p: &mut Pass<'_>) -> bool {
+    fn to_agent<M: TraceMode>(&self, p: &mut Pass<'_, M>) -> bool {
         let r = p.apply(&self.agent, &[0]);
         if r.action != self.a_to_agent {
             return false;
@@ -1258,7 +1259,7 @@ impl Netsha {
     }
 
     /// A generator packet: visit the next register; recirculate to release it if expired.
-    fn timer_visit(&self, p: &mut Pass<'_>) {
+    fn timer_visit<M: TraceMode>(&self, p: &mut Pass<'_, M>) {
         if !self.to_agent(p) {
             p.drop(self.d_timer_idle);
             return;
@@ -1284,7 +1285,7 @@ impl Netsha {
     }
 
     /// Second pass of a timer packet: release the register, carry its answers out.
-    fn timer_release(&self, p: &mut Pass<'_>) {
+    fn timer_release<M: TraceMode>(&self, p: &mut Pass<'_, M>) {
         if !self.to_agent(p) {
             p.drop(self.d_timer_idle);
             return;
@@ -1318,14 +1319,14 @@ impl Netsha {
 
 impl Netsha {
     /// A query packet: UDP to the servers' port.
-    fn is_query(p: &Pass<'_>) -> bool {
+    fn is_query<M: TraceMode>(p: &Pass<'_, M>) -> bool {
         let h = p.hdr();
         h.len() >= L2_L4_LEN && u16::from_be_bytes([h[36], h[37]]) == nw::QUERY_PORT
     }
 
     /// §4 "Query server selection": one lookup per LSH table, the bitmaps ORed, the query
     /// multicast to every server and pruned at egress to the selected ones.
-    fn select_servers(&self, p: &mut Pass<'_>) {
+    fn select_servers<M: TraceMode>(&self, p: &mut Pass<'_, M>) {
         let l = self.cfg.tables as usize;
         let h = p.hdr();
         let total = p.packet_len();
@@ -1394,8 +1395,28 @@ impl Program for Netsha {
     fn decl(&self) -> &ProgramDecl {
         &self.decl
     }
+    #[inline(always)]
+    fn egress(&self, pass: &mut Pass<'_>) {
+        self.egress_control(pass)
+    }
+    #[inline(always)]
+    fn egress_untraced(&self, pass: &mut Pass<'_, Untraced>) {
+        self.egress_control(pass)
+    }
+    #[inline(always)]
+    fn ingress(&self, pass: &mut Pass<'_>) {
+        self.ingress_control(pass)
+    }
+    #[inline(always)]
+    fn ingress_untraced(&self, pass: &mut Pass<'_, Untraced>) {
+        self.ingress_control(pass)
+    }
+}
 
-    fn egress(&self, p: &mut Pass<'_>) {
+/// The control blocks, once, for both trace modes (see `Program::ingress_untraced`).
+impl Netsha {
+    #[inline(always)]
+    fn egress_control<M: TraceMode>(&self, p: &mut Pass<'_, M>) {
         // Prune the query's replicas to servers not selected (replica id = server index).
         if p.bridged()[br::FLAGS] & br::QUERY_FLAG != 0 {
             let bits = Self::ga(p.bridged(), br::A);
@@ -1422,7 +1443,8 @@ impl Program for Netsha {
         }
     }
 
-    fn ingress(&self, p: &mut Pass<'_>) {
+    #[inline(always)]
+    fn ingress_control<M: TraceMode>(&self, p: &mut Pass<'_, M>) {
         let port = p.ingress_port();
         if port == PORT_PKTGEN {
             self.timer_visit(p);

@@ -17,6 +17,7 @@
 //! sent (a copy's; clear when they travel on), `[8..10]`/`[10..14]` child and sequence number the ACK clone answers.
 
 use pisa::Pass;
+use pisa::TraceMode;
 use wire::switchagg::{flags, HEADER_LEN, PAIR_OVERHEAD};
 
 use super::hash_table::drain_within;
@@ -43,7 +44,7 @@ pub(crate) fn unstash_ack(br: &[u8]) -> (u16, u32) {
     (u16::from_be_bytes([br[8], br[9]]), u32::from_be_bytes([br[10], br[11], br[12], br[13]]))
 }
 
-pub(crate) fn flush_pass(p: &SwitchAgg, pass: &mut Pass<'_>) {
+pub(crate) fn flush_pass<M: TraceMode>(p: &SwitchAgg, pass: &mut Pass<'_, M>) {
     let Some((at, end)) = SwitchAgg::locate(pass.hdr()) else {
         pass.drop(pisa::DropCode::MALFORMED);
         return;

@@ -41,6 +41,7 @@ use pisa::{
     Table,
 };
 use pisa::{Cmp, Cond, Op, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
+use pisa::{TraceMode, Untraced};
 use wire::switchagg::{self as sa, flags, Operation, HEADER_LEN, PAIR_OVERHEAD};
 
 use hash_table::{bucket_bytes, Spill};
@@ -268,7 +269,7 @@ impl SwitchAgg {
     }
 
     /// The tree of `tree_id` (stage 0), or None.
-    pub(crate) fn tree(&self, pass: &mut Pass<'_>, tree_id: u16) -> Option<Tree> {
+    pub(crate) fn tree<M: TraceMode>(&self, pass: &mut Pass<'_, M>, tree_id: u16) -> Option<Tree> {
         let r = pass.apply_u64(&self.tree_config, tree_id as u64);
         if r.action != self.a_set_tree {
             return None;
@@ -301,7 +302,7 @@ impl SwitchAgg {
 
     /// One pair through the engines (stages 1-5); the pair that moves on, if any.
     #[inline]
-    fn engines(&self, pass: &mut Pass<'_>, tree: &Tree, g: usize, key: &[u8], value: u32) -> Spill {
+    fn engines<M: TraceMode>(&self, pass: &mut Pass<'_, M>, tree: &Tree, g: usize, key: &[u8], value: u32) -> Spill {
         let h = pass.hash(&self.key_hash, key);
         let m = self.fpe[g];
         let Some((base, per)) = configuration::region(m.words(), tree.region, tree.regions) else {
@@ -341,8 +342,28 @@ impl Program for SwitchAgg {
     fn decl(&self) -> &ProgramDecl {
         &self.decl
     }
-
+    #[inline(always)]
     fn ingress(&self, pass: &mut Pass<'_>) {
+        self.ingress_control(pass)
+    }
+    #[inline(always)]
+    fn ingress_untraced(&self, pass: &mut Pass<'_, Untraced>) {
+        self.ingress_control(pass)
+    }
+    #[inline(always)]
+    fn egress(&self, pass: &mut Pass<'_>) {
+        self.egress_control(pass)
+    }
+    #[inline(always)]
+    fn egress_untraced(&self, pass: &mut Pass<'_, Untraced>) {
+        self.egress_control(pass)
+    }
+}
+
+/// The control blocks, once, for both trace modes (see `Program::ingress_untraced`).
+impl SwitchAgg {
+    #[inline(always)]
+    fn ingress_control<M: TraceMode>(&self, pass: &mut Pass<'_, M>) {
         if pass.recirculations() > 0 && pass.bridged()[0] == BRIDGED_FLUSH {
             flush::flush_pass(self, pass);
             return;
@@ -481,7 +502,8 @@ impl Program for SwitchAgg {
         pass.forward(tree.parent_port);
     }
 
-    fn egress(&self, pass: &mut Pass<'_>) {
+    #[inline(always)]
+    fn egress_control<M: TraceMode>(&self, pass: &mut Pass<'_, M>) {
         // The ACK clone: back to the child with the sequence number it acknowledges.
         if pass.is_clone() && pass.replication_id() == ACK_RID {
             let Some((at, _)) = Self::locate(pass.hdr()) else {

@@ -9,6 +9,7 @@
 //! nothing of it travels on) or as a truncated clone of it (when pairs travel on to the
 //! parent): the switch never creates a packet.
 
+use pisa::TraceMode;
 use pisa::{Cmp, Cond, Op, Out, OutSrc, Pass, Pred, Salu, SaluProgram, Src, Update};
 use wire::switchagg::{flags, HEADER_LEN};
 
@@ -41,7 +42,7 @@ pub const IP_AT: usize = 14;
 /// Rewrite the lengths and checksums after the aggregation payload became `agg_len`
 /// bytes (at offset `at`); the header region is cut or grown to match. UDP checksum 0
 /// ("none", allowed over IPv4): the switch rewrote the payload.
-pub fn set_agg_len(pass: &mut Pass<'_>, at: usize, agg_len: usize) -> bool {
+pub fn set_agg_len<M: TraceMode>(pass: &mut Pass<'_, M>, at: usize, agg_len: usize) -> bool {
     if !pass.resize_hdr(at + agg_len) {
         return false;
     }
@@ -60,7 +61,7 @@ pub fn set_agg_len(pass: &mut Pass<'_>, at: usize, agg_len: usize) -> bool {
 
 /// Turn the packet into the ACK of (`child`, `seq`) for its sender: addresses and ports
 /// swapped, flags ACK, no pairs.
-pub fn make_ack(pass: &mut Pass<'_>, at: usize, child: u16, seq: u32) -> bool {
+pub fn make_ack<M: TraceMode>(pass: &mut Pass<'_, M>, at: usize, child: u16, seq: u32) -> bool {
     {
         let h = pass.hdr_mut();
         let ihl = (h[IP_AT] & 0x0F) as usize * 4;
