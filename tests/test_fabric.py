@@ -286,7 +286,11 @@ def test_down_after_kill_9_leaves_nothing(fabric) -> None:
     while switchproc.is_alive(victim.pid, victim.ready_file) and time.monotonic() < deadline:
         time.sleep(0.05)
     cp = subprocess.run([sys.executable, "-m", "inswitch", "fabric", "status", "--name", name], capture_output=True, text=True, timeout=60)
-    assert cp.returncode == 1 and "not running" in cp.stdout
+    # Dead and shown so, unless the supervisor already restarted it (a new process) before
+    # `status` ran: a race that a loaded machine's slow `status` start can lose.
+    now = FabricState.load(name)
+    restarted = now is not None and now.switches[0].pid != victim.pid and switchproc.is_alive(now.switches[0].pid, now.switches[0].ready_file)
+    assert (cp.returncode == 1 and "not running" in cp.stdout) or (restarted and cp.returncode == 0), (restarted, cp.stdout)
     cp = subprocess.run([sys.executable, "-m", "inswitch", "fabric", "down", "--name", name], capture_output=True, text=True, timeout=60)
     assert cp.returncode == 0, cp.stderr
     assert netns.leftovers(f"{name}-") == []

@@ -141,7 +141,9 @@ def test_wordcount_survives_a_switch_kill(program: str) -> None:
     if os.geteuid() != 0:
         pytest.skip("switch mode needs a rack of network namespaces (root)")
     words = 400_000
-    doc, t_kill, seen = run_job_killing_the_switch(program, 300, words)
+    # 200 of the mappers' ~700 (switchagg) or more (daiet) packets: the counter is polled,
+    # and on a loaded machine the kill lands up to ~140 packets later.
+    doc, t_kill, seen = run_job_killing_the_switch(program, 200, words)
     assert seen < doc["runs"]["switch"]["mapper_packets"] / 2, "the switch died mid-job, not after it"
     run = doc["runs"]["switch"]
     assert run["correct"] and run["wrong_keys"] == 0 and run["keys"] == len(reference_counts(program, words))
