@@ -31,7 +31,7 @@ pub trait Program: Send + Sync + 'static {
     /// `ingress` itself (whose hooks then test a trace id of 0); a program removes the
     /// hooks' tests by writing its control once, generic over the pass
     /// (`fn control<M: TraceMode>(&self, pass: &mut Pass<'_, M>)`), and calling it from
-    /// both `ingress` and `ingress_untraced`.
+    /// both `ingress` and `ingress_untraced` ([`controls_by_trace_mode!`] writes both).
     fn ingress_untraced(&self, pass: &mut Pass<'_, Untraced>) {
         self.ingress(pass.as_traced())
     }
@@ -53,6 +53,37 @@ pub trait Program: Send + Sync + 'static {
     fn run_batch_untraced(&self, batch: &mut Batch<'_, '_, Untraced>) -> BatchRan {
         batch.run(Some(self))
     }
+}
+
+/// Inside `impl Program for P`: `ingress` and `ingress_untraced` (with `egress`, also the
+/// egress pair) as calls of the program's control block written once for both trace
+/// modes, `fn ingress_control<M: TraceMode>(&self, pass: &mut Pass<'_, M>)` (and
+/// `egress_control`), inlined into the pipe's batch loop.
+#[macro_export]
+macro_rules! controls_by_trace_mode {
+    (ingress) => {
+        #[inline(always)]
+        fn ingress(&self, pass: &mut $crate::Pass<'_>) {
+            self.ingress_control(pass)
+        }
+        #[inline(always)]
+        fn ingress_untraced(&self, pass: &mut $crate::Pass<'_, $crate::Untraced>) {
+            self.ingress_control(pass)
+        }
+    };
+    (egress) => {
+        #[inline(always)]
+        fn egress(&self, pass: &mut $crate::Pass<'_>) {
+            self.egress_control(pass)
+        }
+        #[inline(always)]
+        fn egress_untraced(&self, pass: &mut $crate::Pass<'_, $crate::Untraced>) {
+            self.egress_control(pass)
+        }
+    };
+    ($($gress:ident),+) => {
+        $($crate::controls_by_trace_mode!($gress);)+
+    };
 }
 
 /// P4Runtime id prefixes (p4info.proto, `P4Ids.Prefix`).

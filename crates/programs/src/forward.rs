@@ -14,7 +14,7 @@
 use pisa::decl::TableSpec;
 use pisa::{
     ActionId, ActionSelector, Digest, DropCode, Gress, HashAlgo, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl, Table,
-    TraceMode, Untraced,
+    TraceMode,
 };
 use pisa::{Op, Salu, SaluProgram, Src, Update};
 use wire::ethernet::{EtherType, EthernetFrame};
@@ -238,22 +238,7 @@ impl Program for Forward {
     fn decl(&self) -> &ProgramDecl {
         &self.decl
     }
-    #[inline(always)]
-    fn ingress(&self, pass: &mut Pass<'_>) {
-        self.ingress_control(pass)
-    }
-    #[inline(always)]
-    fn ingress_untraced(&self, pass: &mut Pass<'_, Untraced>) {
-        self.ingress_control(pass)
-    }
-    #[inline(always)]
-    fn egress(&self, pass: &mut Pass<'_>) {
-        self.egress_control(pass)
-    }
-    #[inline(always)]
-    fn egress_untraced(&self, pass: &mut Pass<'_, Untraced>) {
-        self.egress_control(pass)
-    }
+    pisa::controls_by_trace_mode!(ingress, egress);
 }
 
 /// The control blocks, once, for both trace modes (see `Program::ingress_untraced`).

@@ -38,9 +38,9 @@
 
 use pisa::decl::TableSpec;
 use pisa::salu::common::Read;
+use pisa::TraceMode;
 use pisa::{ActionId, DropCode, Gress, MatchKind, Pass, Program, ProgramBuilder, ProgramDecl, Table};
 use pisa::{Cmp, Cond, Op, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
-use pisa::{TraceMode, Untraced};
 use wire::allreduce::{field, flags, ELEMS, PACKET_LEN, UDP_PORT};
 
 use crate::reply::{fix_lengths, swap_addresses};
@@ -267,22 +267,7 @@ impl Program for Allreduce {
     fn decl(&self) -> &ProgramDecl {
         &self.decl
     }
-    #[inline(always)]
-    fn ingress(&self, pass: &mut Pass<'_>) {
-        self.ingress_control(pass)
-    }
-    #[inline(always)]
-    fn ingress_untraced(&self, pass: &mut Pass<'_, Untraced>) {
-        self.ingress_control(pass)
-    }
-    #[inline(always)]
-    fn egress(&self, pass: &mut Pass<'_>) {
-        self.egress_control(pass)
-    }
-    #[inline(always)]
-    fn egress_untraced(&self, pass: &mut Pass<'_, Untraced>) {
-        self.egress_control(pass)
-    }
+    pisa::controls_by_trace_mode!(ingress, egress);
 }
 
 /// The control blocks, once, for both trace modes (see `Program::ingress_untraced`).

@@ -58,7 +58,7 @@ pub mod tree;
 use pisa::decl::TableSpec;
 use pisa::{
     ClassifyRule, DropCode, Gress, HashAlgo, HashLanes, HashUnit, LanesError, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl,
-    RegisterAction, RegisterLanes, Table, TraceMode, Untraced,
+    RegisterAction, RegisterLanes, Table, TraceMode,
 };
 use wire::daiet::{flags, Op, MAX_PAIRS, PAIR_LEN, SLICES, UDP_PORT};
 
@@ -474,22 +474,7 @@ impl Program for Daiet {
         &self.decl
     }
     // Inlined into the pipe's batch loop (`Program::run_batch`).
-    #[inline(always)]
-    fn ingress(&self, pass: &mut Pass<'_>) {
-        self.ingress_control(pass)
-    }
-    #[inline(always)]
-    fn ingress_untraced(&self, pass: &mut Pass<'_, Untraced>) {
-        self.ingress_control(pass)
-    }
-    #[inline(always)]
-    fn egress(&self, pass: &mut Pass<'_>) {
-        self.egress_control(pass)
-    }
-    #[inline(always)]
-    fn egress_untraced(&self, pass: &mut Pass<'_, Untraced>) {
-        self.egress_control(pass)
-    }
+    pisa::controls_by_trace_mode!(ingress, egress);
 }
 
 /// The control blocks, once, for both trace modes (see `Program::ingress_untraced`).

@@ -15,8 +15,8 @@
 
 use pisa::decl::TableSpec;
 use pisa::salu::common::{Equals, Write};
+use pisa::TraceMode;
 use pisa::{ActionId, DropCode, Gress, HashAlgo, HashUnit, MatchKind, Pass, Program, ProgramBuilder, ProgramDecl, Table, PORT_CPU};
-use pisa::{TraceMode, Untraced};
 use wire::hare::{Op, Packet, FLAG_DONE, HEADER_LEN, PORT_CLIENT, PORT_SERVER};
 
 use super::kv::{Packer, ValueStore};
@@ -178,14 +178,7 @@ impl Program for Dyso {
     fn decl(&self) -> &ProgramDecl {
         &self.decl
     }
-    #[inline(always)]
-    fn ingress(&self, pass: &mut Pass<'_>) {
-        self.ingress_control(pass)
-    }
-    #[inline(always)]
-    fn ingress_untraced(&self, pass: &mut Pass<'_, Untraced>) {
-        self.ingress_control(pass)
-    }
+    pisa::controls_by_trace_mode!(ingress);
 }
 
 /// The control blocks, once, for both trace modes (see `Program::ingress_untraced`).

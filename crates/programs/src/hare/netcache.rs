@@ -14,9 +14,9 @@
 
 use pisa::decl::TableSpec;
 use pisa::salu::common::CountSat;
+use pisa::TraceMode;
 use pisa::{ActionId, DropCode, Gress, HashAlgo, HashUnit, MatchKind, Pass, Program, ProgramBuilder, ProgramDecl, Table};
 use pisa::{Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
-use pisa::{TraceMode, Untraced};
 use wire::hare::{Op, Packet, HEADER_LEN, PORT_CLIENT, PORT_SERVER};
 
 use super::kv::ValueStore;
@@ -166,14 +166,7 @@ impl Program for NetCache {
     fn decl(&self) -> &ProgramDecl {
         &self.decl
     }
-    #[inline(always)]
-    fn ingress(&self, pass: &mut Pass<'_>) {
-        self.ingress_control(pass)
-    }
-    #[inline(always)]
-    fn ingress_untraced(&self, pass: &mut Pass<'_, Untraced>) {
-        self.ingress_control(pass)
-    }
+    pisa::controls_by_trace_mode!(ingress);
 }
 
 /// The control blocks, once, for both trace modes (see `Program::ingress_untraced`).

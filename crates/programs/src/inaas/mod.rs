@@ -37,8 +37,8 @@ pub mod primitives;
 
 use pisa::decl::TableSpec;
 use pisa::salu::common::{AddPair, Inc};
+use pisa::TraceMode;
 use pisa::{ActionId, DropCode, Gress, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl, RegisterAction, Table, PORT_RECIRC};
-use pisa::{TraceMode, Untraced};
 use wire::inaas::{
     flags, is_bloom, is_paxos, Bitmap, InaasPacket, Operator, ETHERTYPE, HEADER_LEN, ITEMS, OP_DONE, OP_PAXOS_1A, PAXOS_TAG_ITEM,
 };
@@ -738,22 +738,7 @@ impl Program for Inaas {
     fn decl(&self) -> &ProgramDecl {
         &self.decl
     }
-    #[inline(always)]
-    fn ingress(&self, pass: &mut Pass<'_>) {
-        self.ingress_control(pass)
-    }
-    #[inline(always)]
-    fn ingress_untraced(&self, pass: &mut Pass<'_, Untraced>) {
-        self.ingress_control(pass)
-    }
-    #[inline(always)]
-    fn egress(&self, pass: &mut Pass<'_>) {
-        self.egress_control(pass)
-    }
-    #[inline(always)]
-    fn egress_untraced(&self, pass: &mut Pass<'_, Untraced>) {
-        self.egress_control(pass)
-    }
+    pisa::controls_by_trace_mode!(ingress, egress);
 }
 
 /// The control blocks, once, for both trace modes (see `Program::ingress_untraced`).

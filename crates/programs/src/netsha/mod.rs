@@ -51,12 +51,12 @@ pub mod timer;
 
 use pisa::decl::TableSpec;
 use pisa::packet::{PORT_PKTGEN, PORT_RECIRC};
+use pisa::TraceMode;
 use pisa::{
     ActionId, ClassifyRule, DropCode, Gress, HashAlgo, HashUnit, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl,
     RegisterAction, Staged, Table,
 };
 use pisa::{Cmp, Cond, Op, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
-use pisa::{TraceMode, Untraced};
 use wire::netsha::{self as nw, ANSWER_LEN, BLOCK_HEADER_LEN, MAX_ANSWERS};
 use wire::L2_L4_LEN;
 
@@ -1395,22 +1395,7 @@ impl Program for Netsha {
     fn decl(&self) -> &ProgramDecl {
         &self.decl
     }
-    #[inline(always)]
-    fn egress(&self, pass: &mut Pass<'_>) {
-        self.egress_control(pass)
-    }
-    #[inline(always)]
-    fn egress_untraced(&self, pass: &mut Pass<'_, Untraced>) {
-        self.egress_control(pass)
-    }
-    #[inline(always)]
-    fn ingress(&self, pass: &mut Pass<'_>) {
-        self.ingress_control(pass)
-    }
-    #[inline(always)]
-    fn ingress_untraced(&self, pass: &mut Pass<'_, Untraced>) {
-        self.ingress_control(pass)
-    }
+    pisa::controls_by_trace_mode!(egress, ingress);
 }
 
 /// The control blocks, once, for both trace modes (see `Program::ingress_untraced`).

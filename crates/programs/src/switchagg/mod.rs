@@ -36,12 +36,12 @@ pub mod reliability;
 
 use pisa::decl::TableSpec;
 use pisa::salu::common::{FetchInc, Inc};
+use pisa::TraceMode;
 use pisa::{
     ActionId, ClassifyRule, DropCode, Gress, HashAlgo, HashUnit, MatchKind, Memory, MemoryKind, Pass, Program, ProgramBuilder, ProgramDecl,
     Table,
 };
 use pisa::{Cmp, Cond, Op, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
-use pisa::{TraceMode, Untraced};
 use wire::switchagg::{self as sa, flags, Operation, HEADER_LEN, PAIR_OVERHEAD};
 
 use hash_table::{bucket_bytes, Spill};
@@ -342,22 +342,7 @@ impl Program for SwitchAgg {
     fn decl(&self) -> &ProgramDecl {
         &self.decl
     }
-    #[inline(always)]
-    fn ingress(&self, pass: &mut Pass<'_>) {
-        self.ingress_control(pass)
-    }
-    #[inline(always)]
-    fn ingress_untraced(&self, pass: &mut Pass<'_, Untraced>) {
-        self.ingress_control(pass)
-    }
-    #[inline(always)]
-    fn egress(&self, pass: &mut Pass<'_>) {
-        self.egress_control(pass)
-    }
-    #[inline(always)]
-    fn egress_untraced(&self, pass: &mut Pass<'_, Untraced>) {
-        self.egress_control(pass)
-    }
+    pisa::controls_by_trace_mode!(ingress, egress);
 }
 
 /// The control blocks, once, for both trace modes (see `Program::ingress_untraced`).
