@@ -1412,16 +1412,7 @@ mod tests {
         due.extend(tm.recirc.drain(..n));
         tm.recirc_due_left = due.len();
         for mut pkt in due.drain(..) {
-            tm.recirc_due_left -= 1;
-            let m = pkt.meta;
-            pkt.meta = PacketMeta {
-                recirculations: m.recirculations.saturating_add(1),
-                bridged: m.bridged,
-                owner: m.owner,
-                trace: m.trace,
-                ..PacketMeta::new(PORT_RECIRC)
-            };
-            tm.counters.recirculations += 1;
+            recirculated_meta(&mut pkt, tm);
             let kept = pkt.meta.owner;
             if !set.owns_recirculated_passes(kept as usize) || Some(kept) == passes.base_id() {
                 ingress_packet(&mut passes, base_program, tm, set, *classifies, pkt, out);
