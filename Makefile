@@ -6,12 +6,18 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.deps-ok
 CARGO_FLAGS := --release --locked
 
-.PHONY: demo test deps build test-rust test-python bench fuzz lint clean soak
+.PHONY: demo test test-all deps build test-rust test-python bench fuzz lint clean soak
 
 demo: build
 	$(PY) -m inswitch demo
 
+# Every test but the ones marked `slow` (each a longer variant of a path a default test
+# covers: README, "Tests"), so that CI stays under 25 minutes; `make test-all` runs them too.
 test: build
+	$(MAKE) test-rust
+	$(PY) -m pytest -q -m "not slow" tests
+
+test-all: build
 	$(MAKE) test-rust
 	$(PY) -m pytest -q tests
 
@@ -33,7 +39,7 @@ build: deps
 
 test-rust: deps
 	cargo test $(CARGO_FLAGS) --workspace --exclude pyext
-	./scripts/fuzz-smoke.sh
+	./scripts/fuzz-smoke.sh 6
 
 test-python: build
 	$(PY) -m pytest -q tests
