@@ -645,6 +645,11 @@ mod tests {
         r.items[PAXOS_TAG_ITEM] = Item { idx: 0, key: (inst + 1) as u32, value: ballot as i32 };
         r.set_bits(Bitmap::Valid, 7);
         r.set_bits(Bitmap::Failed, 7);
+        from_switch(&r)
+    }
+
+    /// `r` as the switch sends it to the proposer (MAC ...:01 to ...:02).
+    fn from_switch(r: &InaasRepr) -> Vec<u8> {
         let eth = EthernetRepr {
             src_addr: EthernetAddress([2, 0, 0, 0, 0, 1]),
             dst_addr: EthernetAddress([2, 0, 0, 0, 0, 2]),
@@ -666,15 +671,7 @@ mod tests {
             let mut r = InaasRepr { op: OP_PAXOS_1A, flags: flags::REPLY, seq: 1, uid: 7, ..Default::default() };
             r.items[PAXOS_TAG_ITEM] = Item { idx: 0, key: (inst + 1) as u32, value: p.ballot() as i32 };
             r.set_bits(Bitmap::Valid, 7);
-            let eth = EthernetRepr {
-                src_addr: EthernetAddress([2, 0, 0, 0, 0, 1]),
-                dst_addr: EthernetAddress([2, 0, 0, 0, 0, 2]),
-                ethertype: EtherType::Unknown(ETHERTYPE),
-            };
-            let mut buf = vec![0u8; 14 + HEADER_LEN];
-            eth.emit(&mut EthernetFrame::new_unchecked(&mut buf[..]));
-            r.emit(&mut InaasPacket::new_unchecked(&mut buf[14..]));
-            p.on_frame(&buf, 1);
+            p.on_frame(&from_switch(&r), 1);
         }
         assert!(p.leading);
         p.propose(5);

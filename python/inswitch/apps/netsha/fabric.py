@@ -58,6 +58,7 @@ from inswitch import procs
 
 from .controller import SDN_PORT_RECIRCULATE, SELECT_GROUP, SPLIT_SESSION, install_selection_p4rt, selection_entries, table_size
 from .datasets import Dataset, exact_knn
+from .rack import server_totals
 from .search import SearchConfig, build_cluster, recall_f1, top_k_per_query
 
 #: The three measurements, in the order they run.
@@ -366,13 +367,7 @@ def _one_mode(t: Path, py: str, conf: str, per: int, cfg: SearchConfig, lay: Lay
         if cp.returncode != 0:
             raise FabricSearchError(f"agent failed: {cp.stderr[-2000:]}")
         res = json.loads(cp.stdout.strip().splitlines()[-1])
-        sent = reports = direct = 0
-        for p in servers:
-            out, _ = p.communicate(timeout=60)
-            done = json.loads(out.strip().splitlines()[-1])
-            sent += done["packets"]
-            reports += done.get("reports", 0)
-            direct += done.get("direct_served", 0)
+        sent, reports, direct = server_totals(servers)
         res.update(server_packets=sent, server_reports=reports, server_direct_answers=direct)
         return dict(res)
     finally:

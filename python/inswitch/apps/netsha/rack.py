@@ -32,6 +32,19 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def server_totals(servers: list[subprocess.Popen[str]]) -> tuple[int, int, int]:
+    """Wait for the search servers' last lines: packets sent, loss reports answered and
+    queries answered directly, summed over the servers."""
+    sent = reports = direct = 0
+    for p in servers:
+        out, _ = p.communicate(timeout=60)
+        done = json.loads(out.strip().splitlines()[-1])
+        sent += done["packets"]
+        reports += done.get("reports", 0)
+        direct += done.get("direct_served", 0)
+    return sent, reports, direct
+
+
 def run_rack_search(ds: Dataset, cfg: SearchConfig, name: str = "netsha", progress: Optional[Callable[[str], None]] = None,
                     pcap: Optional[str] = None, fault: Optional[str] = None) -> dict[str, Any]:
     """NetSHa through a rack of real processes; the JSON `inswitch search --rack` writes
@@ -96,13 +109,7 @@ def run_rack_search(ds: Dataset, cfg: SearchConfig, name: str = "netsha", progre
             if cp.returncode != 0:
                 raise RuntimeError(f"agent failed: {cp.stderr[-2000:]}")
             res = json.loads(cp.stdout.strip().splitlines()[-1])
-        sent = reports = direct_served = 0
-        for p in servers:
-            out, _ = p.communicate(timeout=60)
-            done = json.loads(out.strip().splitlines()[-1])
-            sent += done["packets"]
-            reports += done.get("reports", 0)
-            direct_served += done.get("direct_served", 0)
+        sent, reports, direct_served = server_totals(servers)
         recs = restarts.read(state_file, t_start)
     finally:
         for p in servers:
