@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use pisa::control::{ControlOp, WriteOp};
-use pisa::{FieldMatch, PacketBuf, PipeConfig, ProgramSet, ResourceReport, Switch, Target, PORT_CPU};
+use pisa::{FieldMatch, PacketBuf, PipeConfig, ProgramSet, ResourceReport, Switch, Target, TraceFilter, TraceSession, PORT_CPU};
 use programs::forward::Forward;
 use programs::hare::emat::{mat_name, Emat, EmatState};
 use programs::hare::oostat::state;
@@ -198,6 +198,42 @@ fn get_hit_is_answered_by_the_switch_and_counted() {
     let slot = r.emat.slot_of(&key).unwrap();
     assert_eq!(r.stat(slot, true), 1);
     assert_eq!(r.stat(slot, false), 0);
+}
+
+/// A GET hit traced: `HareProgram`'s control runs in both trace modes (its `HareApp` hooks
+/// are generic over the mode), so the traced packet shows the e-MAT tables hit and OO-Stat's
+/// count for the slot going from 1 to 2 (the untraced GET before it counted the first hit),
+/// and both GETs are answered by the switch with the same value.
+#[test]
+fn a_traced_get_hit_shows_the_emat_hits_and_the_oo_stat_count() {
+    let cfg = small();
+    let (kb, vb) = (cfg.key_bytes, cfg.value_bytes);
+    let mut r = Rig::new(cfg);
+    let key = b"k-0042".to_vec();
+    let value = val(42, vb);
+    r.offload(&key, &value, None);
+    let slot = r.emat.slot_of(&key).unwrap();
+    let get = |seq| frame(CLIENT, SERVER, PORT_CLIENT, PORT_SERVER, &msg(Op::Get, &key, kb, vec![], seq));
+    let untraced = r.send(P_CLIENT, &get(1));
+    r.sw.trace_arm(Some(TraceSession { filter: TraceFilter::parse(&format!("udp dst {PORT_SERVER}")).unwrap(), limit: 10 }));
+    let traced = r.send(P_CLIENT, &get(2));
+    for out in [&untraced, &traced] {
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].0, P_CLIENT, "answered by the switch");
+        assert_eq!(parse(&out[0].1).value, value);
+    }
+    let recs: Vec<serde_json::Value> = r.sw.trace_take(u64::MAX, 0).records.iter().map(|x| x.to_json(&r.set)).collect();
+    assert_eq!(recs.len(), 1, "only the GET sent while armed is traced");
+    let ev = |kind: &str| -> Vec<serde_json::Value> {
+        recs[0]["events"].as_array().unwrap().iter().filter(|e| e["event"] == kind).cloned().collect()
+    };
+    for m in 0..r.cfg.shape().mats() {
+        let name = mat_name(m);
+        assert!(ev("table").iter().any(|e| e["table"] == name.as_str() && e["hit"] == true), "{name} hit: {:#?}", recs[0]);
+    }
+    let count: Vec<_> = ev("register").into_iter().filter(|e| e["register"] == "oo_stat").collect();
+    assert_eq!(count.len(), 1, "one OO-Stat update");
+    assert_eq!((&count[0]["index"], &count[0]["before"], &count[0]["after"]), (&slot.into(), &1.into(), &2.into()));
 }
 
 /// Aging by packet (status 2): the reply carries the count, the counter is left with half

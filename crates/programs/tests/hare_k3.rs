@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use pisa::control::{ControlOp, WriteOp};
-use pisa::{FieldMatch, Gress, PacketBuf, Pass, PipeConfig, ProgramBuilder, ProgramSet, RegisterAction, Switch};
+use pisa::{FieldMatch, Gress, PacketBuf, Pass, PipeConfig, ProgramBuilder, ProgramSet, RegisterAction, Switch, TraceMode};
 use programs::forward::Forward;
 use programs::hare::app::{DataMv, HareApp, QueryHit};
 use programs::hare::emat::{mat_name, Emat, EmatState};
@@ -50,7 +50,7 @@ impl HareApp for Tagger {
         Tagger { get: b.register_action(r, "get", get), put: b.register_action(r, "put", put) }
     }
 
-    fn apply_queryhit(&self, pass: &mut Pass<'_>, cfg: &HareConfig, op: Op, hit: &QueryHit<'_>) {
+    fn apply_queryhit<M: TraceMode>(&self, pass: &mut Pass<'_, M>, cfg: &HareConfig, op: Op, hit: &QueryHit<'_>) {
         if op != Op::Get || hit.value_len != 4 || pass.execute(&hit.states.check, hit.slot as u32, ()) != state::VALID {
             return;
         }
@@ -61,7 +61,7 @@ impl HareApp for Tagger {
         h[L2_L4_LEN + 1] |= FLAG_HIT;
     }
 
-    fn apply_datamv(&self, pass: &mut Pass<'_>, _cfg: &HareConfig, op: Op, dm: &DataMv) -> bool {
+    fn apply_datamv<M: TraceMode>(&self, pass: &mut Pass<'_, M>, _cfg: &HareConfig, op: Op, dm: &DataMv) -> bool {
         if dm.vlen != 4 {
             return false;
         }

@@ -5,7 +5,7 @@
 //! a query that hit (`apply_queryhit`) and applies data-movement packets (`parse_datamv` /
 //! `apply_datamv`).
 
-use pisa::{Pass, ProgramBuilder};
+use pisa::{Pass, ProgramBuilder, TraceMode};
 use wire::hare::Op;
 
 use super::kv::Packer;
@@ -53,17 +53,17 @@ pub trait HareApp: Send + Sync + Sized + 'static {
 
     /// A packet the application handles before the framework's dispatch (e.g. its own
     /// recirculated packets, which may check a slot's state in `states`); `true` if it did.
-    fn intercept(&self, _pass: &mut Pass<'_>, _op: Op, _flags: u8, _states: &StateManager) -> bool {
+    fn intercept<M: TraceMode>(&self, _pass: &mut Pass<'_, M>, _op: Op, _flags: u8, _states: &StateManager) -> bool {
         false
     }
 
     /// `apply_queryhit`: process query `op` whose object hit the e-MAT.
-    fn apply_queryhit(&self, pass: &mut Pass<'_>, cfg: &HareConfig, op: Op, hit: &QueryHit<'_>);
+    fn apply_queryhit<M: TraceMode>(&self, pass: &mut Pass<'_, M>, cfg: &HareConfig, op: Op, hit: &QueryHit<'_>);
 
     /// `parse_datamv` / `apply_datamv`: a data-movement packet for `slot` (`aux` as the
     /// application uses it) whose value (`vlen` bytes at `voff`) is application data;
     /// `false` if it is malformed (dropped, counted).
-    fn apply_datamv(&self, pass: &mut Pass<'_>, cfg: &HareConfig, op: Op, dm: &DataMv) -> bool;
+    fn apply_datamv<M: TraceMode>(&self, pass: &mut Pass<'_, M>, cfg: &HareConfig, op: Op, dm: &DataMv) -> bool;
 }
 
 /// A data-movement packet's fields.

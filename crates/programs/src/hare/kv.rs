@@ -83,7 +83,7 @@ impl HareApp for KvApp {
         KvApp { values }
     }
 
-    fn apply_queryhit(&self, pass: &mut Pass<'_>, cfg: &HareConfig, op: Op, hit: &QueryHit<'_>) {
+    fn apply_queryhit<M: TraceMode>(&self, pass: &mut Pass<'_, M>, cfg: &HareConfig, op: Op, hit: &QueryHit<'_>) {
         let slot = hit.slot as u32;
         match op {
             Op::Get => {
@@ -108,7 +108,7 @@ impl HareApp for KvApp {
         }
     }
 
-    fn apply_datamv(&self, pass: &mut Pass<'_>, cfg: &HareConfig, op: Op, dm: &DataMv) -> bool {
+    fn apply_datamv<M: TraceMode>(&self, pass: &mut Pass<'_, M>, cfg: &HareConfig, op: Op, dm: &DataMv) -> bool {
         if dm.vlen != cfg.value_bytes {
             return false;
         }

@@ -29,7 +29,7 @@
 
 use pisa::decl::TableSpec;
 use pisa::salu::common::{Read, Write};
-use pisa::{ActionId, DropCode, Gress, MatchKind, Pair, Pass, ProgramBuilder, RegisterAction, SaluBody, Table, PORT_RECIRC};
+use pisa::{ActionId, DropCode, Gress, MatchKind, Pair, Pass, ProgramBuilder, RegisterAction, SaluBody, Table, TraceMode, PORT_RECIRC};
 use pisa::{Pred, Salu, SaluProgram, Src, Update};
 use wire::hare::{Op, Packet, HEADER_LEN, PORT_CLIENT};
 
@@ -261,7 +261,7 @@ impl HareApp for LockApp {
         value_len == 8
     }
 
-    fn intercept(&self, pass: &mut Pass<'_>, op: Op, flags: u8, states: &StateManager) -> bool {
+    fn intercept<M: TraceMode>(&self, pass: &mut Pass<'_, M>, op: Op, flags: u8, states: &StateManager) -> bool {
         if matches!(op, Op::ReleaseAck | Op::Grant) && flags & FLAG_GRANT_NEXT != 0 && pass.ingress_port() == PORT_RECIRC {
             self.grant_next(pass, states);
             return true;
@@ -269,7 +269,7 @@ impl HareApp for LockApp {
         false
     }
 
-    fn apply_queryhit(&self, pass: &mut Pass<'_>, _cfg: &HareConfig, op: Op, hit: &QueryHit<'_>) {
+    fn apply_queryhit<M: TraceMode>(&self, pass: &mut Pass<'_, M>, _cfg: &HareConfig, op: Op, hit: &QueryHit<'_>) {
         let slot = hit.slot;
         if pass.execute(&hit.states.check, slot as u32, ()) != state::VALID {
             return; // moving: the lock's server decides
@@ -333,7 +333,7 @@ impl HareApp for LockApp {
     }
 
     /// `aux` selects a queue cell (0..QUEUE) or a half of the lock state (QUEUE, QUEUE + 1).
-    fn apply_datamv(&self, pass: &mut Pass<'_>, _cfg: &HareConfig, op: Op, dm: &DataMv) -> bool {
+    fn apply_datamv<M: TraceMode>(&self, pass: &mut Pass<'_, M>, _cfg: &HareConfig, op: Op, dm: &DataMv) -> bool {
         if dm.vlen != 8 || dm.aux as u32 > QUEUE + 1 {
             return false;
         }
@@ -377,7 +377,7 @@ impl LockApp {
     /// grant is cloned around again, carrying that waiter's cell; the waiter it is sent to
     /// ignores the cell and the flag. A slot that is no longer valid (its lock moving)
     /// grants no more: the lock's server grants from the state it gets.
-    fn grant_next(&self, pass: &mut Pass<'_>, states: &StateManager) {
+    fn grant_next<M: TraceMode>(&self, pass: &mut Pass<'_, M>, states: &StateManager) {
         let kb = self.key_bytes;
         let voff = L2_L4_LEN + HEADER_LEN + kb;
         let cell = Self::pair_from(&pass.hdr()[voff..voff + 8]);

@@ -171,7 +171,7 @@ impl<A: HareApp> HareProgram<A> {
         &self.cfg
     }
 
-    fn query(&self, pass: &mut Pass<'_>, op: Op) {
+    fn query<M: TraceMode>(&self, pass: &mut Pass<'_, M>, op: Op) {
         let kb = self.cfg.key_bytes;
         let (key_len, key_field_ok, value_len) = {
             let p = Packet::new_unchecked(&pass.hdr()[L2_L4_LEN..]);
@@ -193,7 +193,7 @@ impl<A: HareApp> HareProgram<A> {
         self.app.apply_queryhit(pass, &self.cfg, op, &hit);
     }
 
-    fn control(&self, pass: &mut Pass<'_>, op: Op) {
+    fn control<M: TraceMode>(&self, pass: &mut Pass<'_, M>, op: Op) {
         let port = pass.ingress_port();
         // The second pass of an aging fetch: this program's own packet (bridged metadata
         // is zero on a packet that enters by a port).
@@ -305,8 +305,13 @@ impl<A: HareApp> Program for HareProgram<A> {
         &self.decl
     }
 
+    pisa::controls_by_trace_mode!(ingress);
+}
+
+/// The control block, once, for both trace modes (see `Program::ingress_untraced`).
+impl<A: HareApp> HareProgram<A> {
     #[inline(always)]
-    fn ingress(&self, pass: &mut Pass<'_>) {
+    fn ingress_control<M: TraceMode>(&self, pass: &mut Pass<'_, M>) {
         let hdr = pass.hdr();
         // Fixed offsets: IPv4 without options.
         if hdr.len() < L2_L4_LEN + HEADER_LEN || !wire::is_ipv4_udp(hdr) {
