@@ -15,7 +15,7 @@ from inswitch.cli import app
 from inswitch.cliopts import checked_type, run
 
 NEW = {
-    ("kvs",): ["--backend", "--workload", "--records", "--field-size", "--clients", "--servers", "--window", "--plot", "--engine"],
+    ("kvs",): ["--backend", "--workload", "--records", "--field-size", "--clients", "--servers", "--window", "--plot", "--engine", "--history"],
     ("kvs", "proxy"): ["--listen", "--servers", "--key-field", "--value-size", "--timeout", "--history"],
     ("bench", "kvs"): ["--duration", "--requests", "--json", "--engine"],
 }
@@ -56,18 +56,20 @@ def test_kvs_redis_refuses_oversize_fields_and_unknown_systems(capsys: pytest.Ca
     assert run(app, ["kvs", "--backend", "redis", "--system", "bogus"]) == 2
 
 
-def test_kvs_engine_native_refuses_what_it_cannot_replay(capsys: pytest.CaptureFixture[str]) -> None:
-    # A fixed key set: not ycsb-d's inserts; only real processes. (A shift and several
-    # writing clients are taken since the native engine records the checker's history.)
+def test_kvs_engine_native_refuses_what_it_cannot_run(capsys: pytest.CaptureFixture[str]) -> None:
+    # Only real processes; every workload (ycsb-d's inserts drawn natively), a shift and
+    # several writing clients are taken. --history off is the native engine's alone.
     from inswitch.hare import fastload
 
-    assert fastload.unsupported("ycsb-a", "hot-in", 2) is None and fastload.unsupported("ycsb-d", "none", 1)
+    assert all(fastload.unsupported(w, "hot-in", 2) is None for w in ("ycsb-a", "ycsb-d"))
     assert not fastload.sole_writer("ycsb-a", 2) and fastload.sole_writer("ycsb-c", 2) and fastload.sole_writer("ycsb-a", 1)
-    for argv in (["--backend", "redis", "--engine", "native", "--shift", "none", "--workload", "ycsb-d"],
-                 ["--engine", "native", "--shift", "none"]):
+    assert not fastload.sole_writer("ycsb-d", 2) and fastload.sole_writer("ycsb-d", 1)
+    for argv, name in ((["--engine", "native", "--shift", "none"], "engine"),
+                       (["--backend", "redis", "--engine", "python", "--history", "off"], "history"),
+                       (["--history", "off", "--shift", "none"], "history")):
         assert run(app, ["kvs", *argv]) == 2, argv
         err = capsys.readouterr().err.strip()
-        assert "\n" not in err and "error" in err and "engine" in err, err
+        assert "\n" not in err and "error" in err and name in err, err
 
 
 @pytest.mark.skipif(not (os.geteuid() == 0 and shutil.which("redis-server")), reason="needs root and redis-server")
@@ -78,6 +80,27 @@ def test_kvs_redis_with_native_clients_runs_and_checks_values(tmp_path) -> None:
     r = json.loads(out.read_text())["systems"]["hare"]
     assert rc == 0 and r["correct"], r
     assert r["value_mismatches"] == 0 and r["lost_writes"] == 0 and r["throughput_ops"] > 0
+
+
+@pytest.mark.skipif(not (os.geteuid() == 0 and shutil.which("redis-server")), reason="needs root and redis-server")
+@pytest.mark.parametrize("clients", [1, 2])
+def test_kvs_native_history_off_says_what_was_not_checked(tmp_path, clients: int) -> None:
+    # --history off: no checker verdict, so `stale_reads` and `linearizable` are null,
+    # never 0; with two writing clients nothing is checked (`correct` null, the exit
+    # status 0: not a failure); a single writer still checks each GET's value itself.
+    out = tmp_path / "k.json"
+    rc = run(app, ["kvs", "--backend", "redis", "--engine", "native", "--history", "off", "--system", "hare", "--shift", "none", "--workload", "ycsb-a",
+                   "--records", "200", "--duration", "1.5", "--clients", str(clients), "--servers", "1", "--json", str(out)])
+    doc = json.loads(out.read_text())
+    r = doc["systems"]["hare"]
+    assert rc == 0 and doc["config"]["native_history"] is False
+    assert r["history_recorded"] is False and r["stale_reads"] is None and r["linearizable"] is None and r["operations"] is None
+    assert "history off" in r["check_note"] and r["throughput_ops"] > 0
+    assert all(c["history"] is False for c in r["clients"])
+    if clients == 1:
+        assert r["correct"] is True and r["lost_writes"] == 0 and r["value_mismatches"] == 0, r
+    else:
+        assert r["correct"] is None and r["lost_writes"] is None and "not checked" in r["check_note"], r
 
 
 def test_kvs_sim_still_runs_and_is_labelled_a_model(capsys: pytest.CaptureFixture[str], tmp_path) -> None:

@@ -10,6 +10,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
 use hostlib::hare::loadgen::{KvLoad, KvOp, LoadConfig};
+use hostlib::hare::ycsb::LatestStream;
 
 fn verr(e: impl std::fmt::Display) -> PyErr {
     PyValueError::new_err(e.to_string())
@@ -39,11 +40,14 @@ fn array<'py>(py: Python<'py>, bytes: Vec<u8>, dtype: &str) -> PyResult<Bound<'p
 /// (uint32), `unacked_send_ns` (uint64), `unacked_cells` (rows as `cells`). `shifts`:
 /// (monotonic ns, uint32 little-endian remap of every key index) in time order: from then
 /// on the stream's key k is issued as remap[k]. `reserve`: samples to make room for before
-/// the run.
+/// the run. `latest`: (read fraction, seed): YCSB-D in place of `ops` (which must then
+/// be empty): reads from YCSB's "latest" distribution, the rest inserts of new keys
+/// (record `len(keys)` on, named and placed as YCSB and the clients do; key index =
+/// record index), so `expected` grows past `keys`.
 #[pyfunction]
 #[pyo3(signature = (servers, keys, server_of, initial, ops, op_keys, *, window=64, key_field=64, value_size=64, field_size=32,
                     timeout=0.3, retries=10, client=1, duration=3.0, drain=1.0, start_ns=0, bind="0.0.0.0:7371", seq_start=None,
-                    sole_writer=true, history=true, shifts=Vec::new(), reserve=0))]
+                    sole_writer=true, history=true, shifts=Vec::new(), reserve=0, latest=None))]
 #[allow(clippy::too_many_arguments)]
 fn hare_load<'py>(
     py: Python<'py>,
@@ -69,6 +73,7 @@ fn hare_load<'py>(
     history: bool,
     shifts: Vec<(u64, Vec<u8>)>,
     reserve: usize,
+    latest: Option<(f64, u64)>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let dests: Vec<SocketAddr> =
         servers.iter().map(|s| s.parse().map_err(|_| verr(format!("bad server address {s:?} (want ip:port)")))).collect::<PyResult<_>>()?;
@@ -81,7 +86,13 @@ fn hare_load<'py>(
     if !(timeout > 0.0 && duration >= 0.0 && drain >= 0.0) {
         return Err(verr("timeout must be positive, duration and drain not negative"));
     }
-    let stream = ops
+    if latest.is_some() && !ops.is_empty() {
+        return Err(verr("latest replaces the stream: ops must be empty"));
+    }
+    if latest.is_some_and(|(r, _)| !(0.0..=1.0).contains(&r)) {
+        return Err(verr("latest's read fraction must be in [0, 1]"));
+    }
+    let mut stream = ops
         .iter()
         .zip(op_keys.chunks_exact(4))
         .map(|(&o, k)| {
@@ -93,6 +104,9 @@ fn hare_load<'py>(
             Ok((op, u32::from_le_bytes(k.try_into().unwrap())))
         })
         .collect::<PyResult<Vec<_>>>()?;
+    if latest.is_some() {
+        stream.push((KvOp::Get, 0)); // never issued: the generator takes its place
+    }
     let seq_start = seq_start.unwrap_or_else(|| (ports::monotonic_ns() as u32) ^ std::process::id().rotate_left(16));
     let cfg = LoadConfig {
         window,
@@ -106,7 +120,11 @@ fn hare_load<'py>(
         sole_writer,
         history,
     };
+    let records = keys.len() as u64;
     let mut load = KvLoad::new(cfg, keys, server_of, initial, stream).map_err(verr)?;
+    if let Some((reads, seed)) = latest {
+        load.set_latest(LatestStream::new(records, reads, seed), dests.len() as u16).map_err(verr)?;
+    }
     let shifts = shifts
         .into_iter()
         .map(|(at, m)| {
@@ -167,6 +185,7 @@ fn hare_load<'py>(
         ("late", st.late),
         ("mismatches", st.mismatches),
         ("unchecked", st.unchecked),
+        ("inserts", st.inserts),
         ("unfinished", run.unfinished),
         ("send_failures", run.send_failures),
     ] {

@@ -22,10 +22,16 @@
 //!
 //! A hotspot shift is a key remap switched at a given time ([`KvLoad::set_shifts`]): from
 //! then on the stream's key `k` is issued as `remap[k]`.
+//!
+//! YCSB-D ([`KvLoad::set_latest`]) replaces the fixed stream by its generator
+//! ([`super::ycsb::LatestStream`]): each insert is a PUT of a new key (the next record,
+//! absent until then), so the key set grows as the run goes.
 
 use std::collections::VecDeque;
 
 use wire::hare::{Op, Packet, Repr, FLAG_HIT};
+
+use super::ycsb::{record_key, LatestStream};
 
 /// Reply status bit of the storage agent: the store failed, the operation was not applied.
 pub const STATUS_ERROR: u8 = 0x40;
@@ -232,6 +238,8 @@ pub struct LoadStats {
     /// GET replies not checked (the key's last PUT was never answered, or other clients
     /// write too).
     pub unchecked: u64,
+    /// New keys the YCSB-D generator made (its inserts issued).
+    pub inserts: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -273,6 +281,10 @@ pub struct KvLoad {
     put_in_flight: Vec<bool>,
     stream: Vec<(KvOp, u32)>,
     next: usize,
+    /// YCSB-D's generator in place of `stream`, the storage servers a new key is placed
+    /// on, and its next operation (drawn, not yet issued: its key was busy).
+    latest: Option<(LatestStream, u16)>,
+    pending: Option<(KvOp, u32)>,
     /// Key remaps and when each starts (ns), in time order; `remap` is the one in force.
     shifts: VecDeque<(u64, Vec<u32>)>,
     remap: Option<Vec<u32>>,
@@ -389,6 +401,8 @@ impl KvLoad {
             put_in_flight: vec![false; n],
             stream,
             next: 0,
+            latest: None,
+            pending: None,
             shifts: VecDeque::new(),
             remap: None,
             version: 0,
@@ -407,6 +421,9 @@ impl KvLoad {
     /// issued as `remap[k]`. Times must increase; each remap names every key.
     pub fn set_shifts(&mut self, shifts: Vec<(u64, Vec<u32>)>) -> Result<(), ConfigError> {
         let n = self.keys.len();
+        if self.latest.is_some() && !shifts.is_empty() {
+            return Err(ConfigError("a hotspot shift remaps a fixed stream: not with YCSB-D".into()));
+        }
         if shifts.windows(2).any(|w| w[0].0 >= w[1].0) {
             return Err(ConfigError("shift times must increase".into()));
         }
@@ -415,6 +432,47 @@ impl KvLoad {
         }
         self.shifts = shifts.into();
         Ok(())
+    }
+
+    /// YCSB-D: issue the operations of `gen` (over the records `0..keys`, key index =
+    /// record index) instead of the stream; a new record's key is YCSB's name for it
+    /// ([`record_key`]), placed on server `crc32(key) % servers` as the clients place keys.
+    pub fn set_latest(&mut self, gen: LatestStream, servers: u16) -> Result<(), ConfigError> {
+        if gen.records() != self.keys.len() as u64 {
+            return Err(ConfigError("the generator must start at the key set's size".into()));
+        }
+        if servers == 0 || self.server_of.iter().any(|&s| s >= servers) {
+            return Err(ConfigError("servers must cover every key's server".into()));
+        }
+        if (self.cfg.key_field as usize) < record_key(u64::MAX / 2 + 1).len() {
+            return Err(ConfigError("key_field too short for YCSB's keys".into()));
+        }
+        if !self.shifts.is_empty() {
+            return Err(ConfigError("a hotspot shift remaps a fixed stream: not with YCSB-D".into()));
+        }
+        self.latest = Some((gen, servers));
+        Ok(())
+    }
+
+    /// The next operation of the generator (drawn once, kept until issued); an insert's
+    /// key joins the key set, absent.
+    fn latest_next(&mut self) -> Option<(KvOp, u32)> {
+        if self.pending.is_none() {
+            let (gen, servers) = self.latest.as_mut()?;
+            let (op, r) = gen.next_op();
+            if op == KvOp::Put {
+                let key = record_key(r);
+                self.server_of.push((pisa::hash::HashAlgo::Crc32.compute(&key) % *servers as u32) as u16);
+                self.keys.push(key);
+                self.expected.push(None);
+                self.known.push(self.cfg.sole_writer);
+                self.gets_in_flight.push(0);
+                self.put_in_flight.push(false);
+                self.stats.inserts += 1;
+            }
+            self.pending = Some((op, r as u32));
+        }
+        self.pending
     }
 
     /// Reserve room for `n` samples (and their history rows), so a run does not
@@ -480,14 +538,23 @@ impl KvLoad {
         while self.shifts.front().is_some_and(|&(at, _)| at <= now) {
             self.remap = self.shifts.pop_front().map(|(_, m)| m);
         }
-        let (op, key) = self.stream[self.next];
-        let key = self.remap.as_ref().map_or(key, |m| m[key as usize]);
+        let (op, key) = match self.latest_next() {
+            Some(next) => next,
+            None => {
+                let (op, key) = self.stream[self.next];
+                (op, self.remap.as_ref().map_or(key, |m| m[key as usize]))
+            }
+        };
         let k = key as usize;
         let blocked = self.put_in_flight[k] || (op == KvOp::Put && self.gets_in_flight[k] > 0);
         if blocked {
             return None; // in stream order: wait for the key's requests to finish
         }
-        self.next = (self.next + 1) % self.stream.len();
+        if self.latest.is_some() {
+            self.pending = None;
+        } else {
+            self.next = (self.next + 1) % self.stream.len();
+        }
         let s = self.free.pop().expect("a free slot");
         self.generation = self.generation.wrapping_add(1);
         let seq = (self.generation << self.slot_bits) | s as u32;
@@ -989,6 +1056,47 @@ mod tests {
         assert_eq!(g.samples.iter().map(|s| s.key).collect::<Vec<_>>(), vec![0, 1, 3, 2, 1, 1]);
         assert!(g.set_shifts(vec![(5, vec![0, 1, 2, 4])]).is_err());
         assert!(g.set_shifts(vec![(5, vec![0; 4]), (5, vec![0; 4])]).is_err());
+    }
+
+    #[test]
+    fn ycsb_d_inserts_new_absent_keys_and_reads_them_after() {
+        use crate::hare::ycsb::{record_key, LatestStream};
+        let mut c = cfg(1);
+        c.key_field = 32;
+        c.value_size = 32;
+        let keys: Vec<Vec<u8>> = (0..4).map(record_key).collect();
+        let server_of = keys.iter().map(|k| (pisa::HashAlgo::Crc32.compute(k) % 2) as u16).collect();
+        let mut g = KvLoad::new(c, keys, server_of, vec![Some(b"v".to_vec()); 4], vec![(KvOp::Get, 0)]).unwrap();
+        assert!(g.set_latest(LatestStream::new(5, 0.95, 1), 2).is_err(), "the generator starts at the key set");
+        // Half inserts, so a short run has several.
+        g.set_latest(LatestStream::new(4, 0.5, 7), 2).unwrap();
+        assert!(g.set_shifts(vec![(1, vec![0, 1, 2, 3])]).is_err());
+        let mut inserted: Vec<u32> = vec![];
+        let mut written: Vec<Option<Vec<u8>>> = vec![Some(b"v".to_vec()); 4];
+        for t in 0..200u64 {
+            let sent = drain(&mut g, t);
+            assert_eq!(sent.len(), 1);
+            let (srv, b) = &sent[0];
+            let r = Repr::parse(&Packet::new_checked(&b[..]).unwrap()).unwrap();
+            let idx = (0..).find(|&i| record_key(i) == r.key).unwrap() as usize;
+            assert_eq!(*srv as u32, pisa::HashAlgo::Crc32.compute(&r.key) % 2, "placed as the clients place keys");
+            if r.op == Op::Put && idx >= written.len() {
+                assert_eq!(idx, written.len(), "an insert is the next record");
+                inserted.push(idx as u32);
+                written.push(None);
+            }
+            // The server's answer: a GET gets what the key holds (absent until inserted).
+            let answer = written[idx].clone();
+            if r.op == Op::Put {
+                written[idx] = Some(uncell(&r.value).unwrap().unwrap().to_vec());
+            }
+            g.handle(t, &reply(b, answer.as_deref(), 0, 0));
+        }
+        assert!(inserted.len() > 50, "{}", inserted.len());
+        assert_eq!(g.stats.inserts, inserted.len() as u64);
+        assert_eq!(g.expected().len(), 4 + inserted.len());
+        assert_eq!((g.stats.mismatches, g.stats.completed), (0, 200), "every GET of a new key sees its insert");
+        assert!(g.samples.iter().any(|s| s.op == 0 && s.key >= 4), "new keys are read");
     }
 
     #[test]

@@ -4,3 +4,4 @@
 pub mod frames;
 pub mod loadgen;
 pub mod noostat;
+pub mod ycsb;

@@ -128,6 +128,7 @@ def register(app: typer.Typer) -> None:
         window: int = redis_cli.WINDOW,
         plot: Optional[str] = redis_cli.PLOT,
         engine: str = redis_cli.ENGINE,
+        record_history: str = redis_cli.HISTORY,
     ) -> None:
         """Hare, NetCache, DySO and no caching on one workload: a trace replay in simulated time (--backend sim, a model) or real Redis servers in a rack (--backend redis, measured)."""
         if ctx.invoked_subcommand:
@@ -136,8 +137,10 @@ def register(app: typer.Typer) -> None:
         if backend == "redis":
             if pcap:
                 raise typer.BadParameter("captures are taken with --backend sim only (a redis run's switch is a rack: use inswitch rack up --pcap)", param_hint="--pcap")
-            redis_cli.run_redis(console, system, workload, records, field_size, clients, servers, window, cache, batch, shift, shift_count, duration, t_wait, value_size, seed, json_out, plot, engine)
+            redis_cli.run_redis(console, system, workload, records, field_size, clients, servers, window, cache, batch, shift, shift_count, duration, t_wait, value_size, seed, json_out, plot, engine, record_history)
             return
+        if record_history != "on":
+            raise typer.BadParameter("--history off is for the native load generator of --backend redis", param_hint="--history")
         if engine != "python":
             raise typer.BadParameter("the native load generator runs against real processes: use it with --backend redis", param_hint="--engine")
         if key_size < 15 and keys > 256**key_size:

@@ -158,6 +158,8 @@ class Hare:
         self.packet_ops = 0
         self.offloads = 0
         self.evictions = 0
+        #: Moves done again because the object's server restarted mid-move (`offload`).
+        self.moves_redone = 0
         for srv in servers:
             srv.moving = self.moving
 
@@ -238,11 +240,17 @@ class Hare:
             return
         # Step 4 (state manager): the replaced slots stop hitting, the moving objects are
         # answered "retry" by their servers, until Step 6.
-        for old, new, slot, _c in plan:
-            self.moving.add(new)
-            if old is not None:
-                self.moving.add(old)
-                self.cpu(OP_STATE_SET, slot, STATE_REPLACING)
+        replacing: set[int] = set()
+        try:
+            for old, new, slot, _c in plan:
+                self.moving.add(new)
+                if old is not None:
+                    self.moving.add(old)
+                    self.cpu(OP_STATE_SET, slot, STATE_REPLACING)
+                    replacing.add(slot)
+        except Exception:
+            self.abandon(plan, 0, replacing)
+            raise
         # What Step 5 costs: e-MAT writes through the switch OS (at most 2×M per
         # replacement), the state and the application data by packets.
         m = len(self.emat.segments)
@@ -260,19 +268,59 @@ class Hare:
 
     def apply(self, plan: list[tuple[Optional[bytes], bytes, int, int]]) -> None:
         """Step 5 (D-modifier and M-modifier), Step 6, Step 7 for the new slots."""
-        for old, new, slot, c in plan:
-            if (old is not None and self.emat.slot_of(old) != slot) or self.emat.slot_of(new) is not None:
-                self.moving.discard(new)
+        for i, (old, new, slot, c) in enumerate(plan):
+            try:
+                if (old is not None and self.emat.slot_of(old) != slot) or self.emat.slot_of(new) is not None:
+                    self.moving.discard(new)
+                    if old is not None:
+                        self.moving.discard(old)
+                        self.cpu(OP_STATE_SET, slot, STATE_VALID)
+                    continue
+                if old is not None:
+                    self.servers[self.server_of(old)].datamv_switch2server(old, slot)
+                    self.evictions += 1
+                self.offload(new, slot, c, replacing=old)
                 if old is not None:
                     self.moving.discard(old)
+            except Exception:
+                # Step 4 set the later replacements' slots replacing; nothing moved them yet.
+                self.abandon(plan, i, {s for o, _n, s, _c in plan[i + 1 :] if o is not None}, failed_in_move=True)
+                raise
+
+    def abandon(self, plan: list[tuple[Optional[bytes], bytes, int, int]], first: int, replacing: set[int], failed_in_move: bool = False) -> None:
+        """A round that failed at `plan[first]` (a server died under it: the caller sees
+        the error) leaves nothing half done: the entries before are complete; of the rest,
+        no object stays marked moving (its server would answer its writes "retry" for
+        good), and no slot serves a value that may not be its object's. The slots in
+        `replacing` (set replacing by Step 4, untouched since) hold their objects' values:
+        valid again. The entry that failed in Step 5 (`failed_in_move`) may have left part
+        of a move in its slot: its replaced object is evicted (the e-MAT entry removed, the
+        slot left replacing and free) and a later round offloads into it from scratch. The
+        e-MAT and the slot map stay in step: `offload` books an object in before its last
+        calls to the server."""
+        for j, (old, new, slot, _c) in enumerate(plan[first:]):
+            if self.slots.get(slot) == new:
+                pass  # complete but for the unmark
+            elif self.emat.slot_of(new) == slot:  # in the e-MAT, not booked in: a move again failed
+                _slot, ops = self.emat.remove(new)
+                self.write_emat(ops)
+                self.slots.pop(slot, None)
+                self.base.pop(slot, None)
+            elif old is not None and self.slots.get(slot) == old:
+                if failed_in_move and j == 0:
+                    _slot, ops = self.emat.remove(old)
+                    self.write_emat(ops)
+                    del self.slots[slot]
+                    self.base.pop(slot, None)
+                    self.evictions += 1
+                elif slot in replacing:
                     self.cpu(OP_STATE_SET, slot, STATE_VALID)
-                continue
-            if old is not None:
-                self.servers[self.server_of(old)].datamv_switch2server(old, slot)
-                self.evictions += 1
-            self.offload(new, slot, c, replacing=old)
-            if old is not None:
-                self.moving.discard(old)
+            for o in (new, old):
+                if o is not None and o in self.moving:
+                    try:
+                        self.moving.discard(o)
+                    except Exception:  # its server is the one that died: no mark left there
+                        set.discard(self.moving, o)
 
     def offload(self, new: bytes, slot: int, count: int = 0, replacing: Optional[bytes] = None) -> None:
         """Put `new` in `slot` (replacing the object there, whose data has gone home)."""
@@ -284,10 +332,17 @@ class Hare:
         else:
             _slot, ops = self.emat.replace(replacing, new)
         self.write_emat(ops)
+        held = getattr(self.moving, "held", None)
+        if held is not None and not held(new):
+            # The object's server restarted since its mark: a write may have reached the
+            # store after the move read it, its reply finding no e-MAT entry to refresh.
+            # Now the entry is in, every write's reply refreshes the slot: move it again.
+            srv.datamv_server2switch(new, slot)
+            self.moves_redone += 1
         self.cpu(OP_STAT_FETCH, slot, 1, b"\0\0\0\0")  # Step 7: the slot's counter restarts
         self.cpu(OP_STATE_SET, slot, STATE_VALID)  # Step 6
-        srv.noo.forget(new)
         self.base[slot] = count
         self.slots[slot] = new
-        self.moving.discard(new)
         self.offloads += 1
+        srv.noo.forget(new)
+        self.moving.discard(new)

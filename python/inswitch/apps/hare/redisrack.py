@@ -93,9 +93,11 @@ class RackParams:
     #: The load generators' engine (`loadgen.py`): "python", the client library with every
     #: operation in the checker's history; "native", `hare.fastload` (the same history,
     #: and each GET's value checked by the generator itself when it is the only writing
-    #: client; not ycsb-d).
+    #: client; ycsb-d drawn natively, its inserts growing the key set).
     engine: str = "python"
-    #: The native engine records the history (off only to measure what it costs).
+    #: The native engine records the history (off only to measure what it costs: the
+    #: linearizability checker then does not run, and a run with several writing clients
+    #: is not checked at all; `measure` reports null, not 0).
     native_history: bool = True
 
     @property
@@ -230,14 +232,26 @@ class P4rtSwitch:
 # ---- the agents behind their Unix sockets -----------------------------------------------------
 
 
+class AgentDown(ConnectionError):
+    """The agent behind a link did not answer (its process died): what a control step
+    meets when an agent crashes under it."""
+
+
 class AgentLink:
     def __init__(self, path: str, timeout: float = 5.0) -> None:
         self.path, self.timeout = path, timeout
         self.lock = threading.Lock()
+        #: Agent processes this link has talked to (1 + restarts): a mark set at an
+        #: earlier one is gone (`Marks.lost`).
+        self.generation = 0
+        #: Called with each request before it is sent (fault injection: `run_load`'s
+        #: "agent-round").
+        self.before_call: Optional[Callable[[dict[str, Any]], None]] = None
         self.reconnect()
 
     def reconnect(self) -> None:
         """To the agent now at `path` (after a restart)."""
+        self.generation += 1
         if getattr(self, "sock", None) is not None:
             self.sock.close()
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -246,13 +260,20 @@ class AgentLink:
         self.buf = b""
 
     def call(self, **req: Any) -> dict[str, Any]:
+        if self.before_call is not None:
+            self.before_call(req)
         with self.lock:
-            self.sock.sendall(json.dumps(req).encode() + b"\n")
-            while b"\n" not in self.buf:
-                d = self.sock.recv(1 << 20)
-                if not d:
-                    raise ConnectionError(f"agent at {self.path} closed")
-                self.buf += d
+            try:
+                self.sock.sendall(json.dumps(req).encode() + b"\n")
+                while b"\n" not in self.buf:
+                    d = self.sock.recv(1 << 20)
+                    if not d:
+                        raise AgentDown(f"agent at {self.path} closed")
+                    self.buf += d
+            except AgentDown:
+                raise
+            except OSError as e:
+                raise AgentDown(f"agent at {self.path}: {type(e).__name__}: {e}") from e
             line, self.buf = self.buf.split(b"\n", 1)
         return json.loads(line)
 
@@ -306,15 +327,26 @@ class Marks(set):  # type: ignore[type-arg]
         super().__init__()
         self.links = links
         self.server_of = server_of or (lambda k: server_index(k, len(links)))
+        #: The agent process (its link's generation) each mark was set at.
+        self.at: dict[bytes, int] = {}
 
     def add(self, key: bytes) -> None:  # type: ignore[override]
-        self.links[self.server_of(key)].call(cmd="move", key=key.hex(), on=True)
+        link = self.links[self.server_of(key)]
+        link.call(cmd="move", key=key.hex(), on=True)
+        self.at[key] = link.generation
         super().add(key)
 
     def discard(self, key: bytes) -> None:  # type: ignore[override]
         if key in self:
+            self.at.pop(key, None)
             self.links[self.server_of(key)].call(cmd="move", key=key.hex(), on=False)
         super().discard(key)
+
+    def held(self, key: bytes) -> bool:
+        """Whether the mark of `key` is still at its agent: false once the agent has been
+        restarted since (a new process starts with no mark, so it may have applied a
+        write of the object in the middle of its move)."""
+        return key in self and self.at.get(key) == self.links[self.server_of(key)].generation
 
 
 # ---- the systems' control loops --------------------------------------------------------------
@@ -329,12 +361,21 @@ class HareControl:
         self.fw.moving = Marks(links)
         for s in servers:
             s.moving = self.fw.moving
+        self.interrupted_rounds = 0
 
     def step(self, now: float) -> None:
-        self.fw.tick(now)
+        try:
+            self.fw.tick(now)
+        except AgentDown:
+            # An agent died under the round: the framework has undone the rest of it
+            # (`Hare.abandon`); the next round is the next one due, once the agent is
+            # back (until then, each round stops at its first request to it).
+            self.interrupted_rounds += 1
+            self.fw.next_round = max(self.fw.next_round, now + self.fw.p.t_wait)
 
     def counters(self) -> dict[str, int]:
-        return {"offloads": self.fw.offloads, "evictions": self.fw.evictions, "table_ops": self.fw.table_ops, "packet_ops": self.fw.packet_ops}
+        return {"offloads": self.fw.offloads, "evictions": self.fw.evictions, "table_ops": self.fw.table_ops, "packet_ops": self.fw.packet_ops,
+                "interrupted_rounds": self.interrupted_rounds, "moves_redone": self.fw.moves_redone}
 
 
 class NetCacheControl:
@@ -766,16 +807,45 @@ class RedisRack:
             self.start_redis(i)
         return t_kill, time.monotonic()
 
+    def kill_in_round(self, i: int, restart: bool = False) -> dict[str, Any]:
+        """Arm a SIGKILL of storage host `i`'s agent at the controller's next request to it
+        that only an offloading round makes (marking an object moving, or moving its data
+        to the switch): the request then meets a dead agent, in the middle of the round,
+        and `_drive` starts the agent again after the control step. `restart`: the agent
+        is started again before the request goes on (the round carries on with a new
+        agent process, which holds none of the round's marks). Returns the state it fills
+        in (`killed_at`, `back_at`, monotonic; `during`, the request)."""
+        state: dict[str, Any] = {"killed_at": None, "back_at": None, "during": None}
+        link = self.links[i]
+
+        def hook(req: dict[str, Any]) -> None:
+            if req.get("cmd") not in ("move", "datamv") or state["killed_at"] is not None:
+                return
+            proc = self.agents[i]
+            assert proc is not None
+            state["killed_at"] = time.monotonic()
+            proc.kill()
+            proc.wait()
+            self.agents[i] = None
+            state["during"] = dict(req)
+            link.before_call = None
+            if restart:
+                self.start_agent(i)
+                state["back_at"] = time.monotonic()
+
+        link.before_call = hook
+        return state
+
     def run_load(self, system: str, control: Any, progress: Optional[Callable[[float], None]] = None, fault: Optional[tuple[str, float, int]] = None,
                  initial: Optional[dict[bytes, Optional[bytes]]] = None) -> dict[str, Any]:
         """One measured run; `fault` = (agent|redis|switch, seconds in, storage host) kills
-        that process with SIGKILL mid-run and restarts it (the switch: its supervisor).
+        that process with SIGKILL mid-run and restarts it (the switch: its supervisor);
+        "agent-round" kills the agent from inside the first offloading round after that
+        time (`kill_in_round`).
         The controller runs in this loop, so it is between two rounds at the kill and
         resumes after the restart. `initial`: what the store holds at the start (default:
         the records as `load` writes them), for a run that follows another without a load."""
         problem = fastload.unsupported(self.p.workload, self.p.shift, len(self.client_hosts)) if self.p.engine == "native" else None
-        if problem is None and self.p.engine == "native" and not (self.p.native_history or fastload.sole_writer(self.p.workload, len(self.client_hosts))):
-            problem = "native_history=False leaves several writing clients unchecked (their GETs have no single right answer)"
         if problem:
             raise ValueError(problem)
         p = self.p
@@ -798,6 +868,7 @@ class RedisRack:
         t0 = start_ns / 1e9
         ctl_errors: list[tuple[float, str]] = []
         self._fault_at: Optional[tuple[float, float]] = None
+        self._fault_during: Optional[dict[str, Any]] = None
         since = time.time()
         recoveries: list[dict[str, Any]] = []
         stop_watch = threading.Event()
@@ -836,6 +907,8 @@ class RedisRack:
         out.update(self.restart_report(recs, recoveries, interrupted, results, start_ns))
         if fault is not None and fault_at is not None and fault[0] != "switch":
             out["fault"] = self.fault_report(results, fault, fault_at, t0)
+            if self._fault_during is not None:
+                out["fault"]["during"] = self._fault_during
         return out
 
     def _drive(self, procs: list[Any], control: Any, t0: float, fault: Optional[tuple[str, float, int]], progress: Optional[Callable[[float], None]],
@@ -852,9 +925,20 @@ class RedisRack:
         # clock to catch up with its schedule.
         if getattr(control, "epoch", None) is None:
             control.epoch = t0
+        in_round: Optional[dict[str, Any]] = None
         while any(pr.poll() is None for pr in procs):
             now = time.monotonic() - t0
-            if fault is not None and fault_at is None and now >= fault[1]:
+            if fault is not None and fault[0] in ("agent-round", "agent-round-restart") and fault_at is None and now >= fault[1]:
+                if in_round is None:
+                    in_round = self.kill_in_round(fault[2], restart=fault[0] == "agent-round-restart")
+                elif in_round["killed_at"] is not None:  # killed by the round's call: start it again
+                    if in_round["back_at"] is None:
+                        self.start_agent(fault[2])
+                        in_round["back_at"] = time.monotonic()
+                    self._fault_at = fault_at = (in_round["killed_at"], in_round["back_at"])
+                    self._fault_during = in_round["during"]
+                    continue
+            elif fault is not None and fault_at is None and now >= fault[1]:
                 self._fault_at = fault_at = self.kill9(fault[0], fault[2])
                 continue
             if now >= next_look:  # the switch's generation: has it died and come back?
@@ -969,7 +1053,10 @@ class RedisRack:
                 recs.append((kb, "set", None if v is None else bytes.fromhex(v), a, history.UNACKED))
         init = initial if initial is not None else self.initial()
         keys = sorted({k for k, *_ in recs})
-        verdict = history.check(recs, init, self.read_back(keys), unacked)
+        # --history off (native engine): no history, so no checker verdict; a 0 there
+        # would claim a check that never ran.
+        checked = p.engine != "native" or p.native_history
+        verdict = history.check(recs, init, self.read_back(keys), unacked) if checked else None
         # The native engine, as the only writing client, also checks its GETs' values
         # itself; what it says each key holds at the end must be what Redis holds.
         mismatches = sum(int(r["stats"].get("value_mismatches", 0)) + int(r["stats"].get("malformed_replies", 0)) for r in results)
@@ -978,6 +1065,19 @@ class RedisRack:
         native_lost = sum(back[k] != v for k, v in final.items())
         win = (t >= 0) & (t < p.duration)
         duration = p.duration
+        sole = fastload.sole_writer(p.workload, len(results))
+        if verdict is not None:
+            correct: Optional[bool] = bool(verdict.linearizable and verdict.stale_reads == 0 and verdict.lost_writes == 0 and not ctl_errors and mismatches == 0 and native_lost == 0)
+            lost: Optional[int] = (verdict.lost_writes or 0) + native_lost
+            note = None
+        elif sole:  # the only writer checked every GET's value and what Redis holds at the end
+            correct, lost = bool(not ctl_errors and mismatches == 0 and native_lost == 0), native_lost
+            note = ("history off: the linearizability checker did not run (stale_reads, linearizable: null); the only writing client "
+                    "checked each GET's value itself (value_mismatches) and Redis against its last acknowledged writes (lost_writes)")
+        else:
+            correct, lost = None, None
+            note = (f"history off: not checked ({len(results)} writing clients: a GET has no single right answer, and without the history "
+                    "neither reads nor Redis's final values can be checked; correct, stale_reads, lost_writes: null)")
         return {
             "throughput_ops": float(win.sum() / duration),
             "p50_us": float(np.percentile(lat_us, 50)) if len(lat_us) else None,
@@ -986,13 +1086,15 @@ class RedisRack:
             "hit_rate": float(hit[is_get].mean()) if is_get.any() else None,
             "stable_hit_rate": stable,
             "recovery_s": recovery,
-            "correct": bool(verdict.linearizable and verdict.stale_reads == 0 and verdict.lost_writes == 0 and not ctl_errors and mismatches == 0 and native_lost == 0),
-            "linearizable": verdict.linearizable,
-            "stale_reads": verdict.stale_reads,
-            "lost_writes": verdict.lost_writes + native_lost,
-            "nonlinearizable_keys": verdict.nonlinearizable_keys,
-            "operations": verdict.operations,
-            "keys_touched": verdict.keys,
+            "correct": correct,
+            "linearizable": verdict.linearizable if verdict else None,
+            "stale_reads": verdict.stale_reads if verdict else None,
+            "lost_writes": lost,
+            "nonlinearizable_keys": verdict.nonlinearizable_keys if verdict else None,
+            "operations": verdict.operations if verdict else None,
+            "keys_touched": verdict.keys if verdict else None,
+            "history_recorded": checked,
+            **({"check_note": note} if note else {}),
             "series": {"bucket_s": 1.0, "throughput_ops": thr, "hit_rate": hr},
             "clients": [r["stats"] for r in results],
             "control": counters_of(control),
