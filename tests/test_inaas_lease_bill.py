@@ -3,17 +3,8 @@ the old full-term figure (leases x min(T, run))."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 from inswitch.apps.inaas.controller import Prices, Region, bill, measured_holds
-from inswitch.topology.state import process_tag
-
-ROOT = os.geteuid() == 0
 
 
 def test_hold_ends_at_takeover_deadline_or_run_end() -> None:
@@ -47,26 +38,5 @@ def test_bill_charges_the_measured_holds_and_keeps_the_full_term_beside() -> Non
     assert old["register_seconds"] == pytest.approx(4.0) and old["held_s_measured"] is None and old["pricing"].startswith("full term")
 
 
-@pytest.mark.skipif(not ROOT, reason="needs root: network namespaces, veth pairs, AF_PACKET")
-def test_real_run_bills_measured_holds(tmp_path: Path) -> None:
-    from inswitch.topology import netns
-
-    name = f"lb{process_tag()}"[:10]
-    out = tmp_path / "r.json"
-    env = {**os.environ, "INSWITCH_RUN_DIR": str(tmp_path / "run")}
-    cp = subprocess.run([sys.executable, "-m", "inswitch", "tenants", "run", "--real", "--apps", "bloom", "--name", name, "--json", str(out)],
-                        capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
-    assert cp.returncode == 0, cp.stdout + cp.stderr
-    r = json.loads(out.read_text())
-    assert r["ledger_adds_up"] is True
-    for line in r["ledger"]:
-        assert line["leases"] == line["goalkeeper_leases"] > 0, line
-        assert 0 < line["held_s_measured"] <= line["register_seconds_full_term"], line
-        assert line["register_seconds"] == line["held_s_measured"] and "goalkeeper" in line["pricing"], line
-    # Bloom's leases outlive the run (never preempted): the full term counts each for the
-    # whole run, rack set-up included; measured, each is held from its grant on.
-    (b,) = r["ledger"]
-    assert b["tenant"] == "bloom#0" and b["lease_s"] == pytest.approx(r["wall_us"] / 1e6), b
-    assert b["held_s_measured"] < b["register_seconds_full_term"], b
-    assert "register·s charged: measured holds" in cp.stdout and "held·s measured" in cp.stdout
-    assert not netns.leftovers(name)
+# The real run's ledger (measured holds, beside the full term) is checked in
+# `test_inaas_real.py::test_real_tenants_in_a_rack`, which runs a rack anyway.
