@@ -242,7 +242,10 @@ def test_ledger_charges_add_up() -> None:
     r = run_tenants(["kv", "bloom", "dense"], quick=True)
     p = Prices()
     for line in r["ledger"]:
-        assert line["register_seconds"] == pytest.approx(line["leases"] * line["lease_s"])
+        # Charged: the holds measured from the model's grant log, at most the full term.
+        assert line["register_seconds_full_term"] == pytest.approx(line["leases"] * line["lease_s"])
+        assert line["register_seconds"] == line["held_s_measured"] and line["pricing"].startswith("measured holds")
+        assert 0 < line["register_seconds"] <= line["register_seconds_full_term"], line
         assert line["lease_s"] * 1e6 <= r["simulated_us"]
         pay = line["alu_ops"] * p.per_alu_op + line["register_seconds"] * p.per_register_second
         assert line["pay_per_use_equivalent"] == pytest.approx(pay)

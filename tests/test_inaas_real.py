@@ -93,6 +93,14 @@ def test_real_tenants_in_a_rack(tmp_path: Path) -> None:
     assert r["cross_tenant_violations"] == 0
     for line in r["ledger"]:
         assert line["leases"] == line["goalkeeper_leases"] and line["alu_ops"] > 0, line
+        # Billed from measured holds (the goalkeeper's grant log), never above the full term.
+        assert 0 < line["held_s_measured"] <= line["register_seconds_full_term"], line
+        assert line["register_seconds"] == line["held_s_measured"] and "goalkeeper" in line["pricing"], line
+    # Bloom's leases outlive the run (never preempted): the full term counts each for the
+    # whole run, rack set-up included; measured, each is held from its grant on.
+    (bl,) = [line for line in r["ledger"] if line["tenant"] == "bloom#0"]
+    assert bl["lease_s"] == pytest.approx(r["wall_us"] / 1e6) and bl["held_s_measured"] < bl["register_seconds_full_term"], bl
+    assert "register·s charged: measured holds" in cp.stdout and "held·s measured" in cp.stdout
     # The attacker, a process on its own host after the tenants' phases (as in the model):
     # its frames reached the switch and were counted there (forged uids and the victim's
     # replays on its port, its own random reads as mismatches), read over P4Runtime by the

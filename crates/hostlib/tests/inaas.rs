@@ -259,7 +259,20 @@ fn ledger_matches_switch_counters() {
         let sw = s.switch_usage(t);
         assert_eq!(s.gk.acquisitions().get(&uid).copied().unwrap_or(0), sw.leases, "tenant {t}");
         assert!(sw.alu_ops >= 20 * 20, "every write counted");
+        let logged = s.gk.grants().iter().filter(|g| g.uid == uid).count() as u64;
+        assert_eq!(logged, sw.leases, "tenant {t}: one logged grant per lease");
     }
+    // The grant log (pricing's measured holds): the model's goalkeeper gets each grant one
+    // hop after the switch made it, so a cell is granted again only after the lease before
+    // it ran out, and each term is the tenant's T.
+    let mut last: HashMap<(u8, u16), u64> = HashMap::new();
+    for g in s.gk.grants() {
+        assert_eq!(g.term_us, 20);
+        if let Some(prev) = last.insert((g.seg, g.idx), g.at_us) {
+            assert!(g.at_us > prev + 20, "cell ({}, {}) granted at {} within the lease of {prev}", g.seg, g.idx, g.at_us);
+        }
+    }
+    assert!(s.gk.grants().len() > 20 * 4, "cells were granted again");
 }
 
 /// Pay-per-use counts exactly what ran: a write into a free register is two register

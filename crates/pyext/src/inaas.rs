@@ -236,6 +236,15 @@ impl InaasService {
         self.s.gk.acquisitions().get(&self.s.tenants[t].uid).copied().unwrap_or(0)
     }
 
+    /// Every lease the goalkeeper learnt of: (segment, index, holder, µs it came there on
+    /// the model's clock, term µs), in that order. The holder is the index of the tenant
+    /// the uid was registered for (its members share it), -1 if none (the uid stays inside).
+    fn goalkeeper_grants(&self) -> Vec<(u8, u16, i64, u64, u32)> {
+        let ts = &self.s.tenants;
+        let of = |uid: u32| ts.iter().position(|t| t.uid == uid).map_or(-1, |i| i as i64);
+        self.s.gk.grants().iter().map(|g| (g.seg, g.idx, of(g.uid), g.at_us, g.term_us)).collect()
+    }
+
     /// The goalkeeper's counters.
     fn goalkeeper_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let g = &self.s.gk.stats;
@@ -461,10 +470,19 @@ impl InaasGoalkeeper {
         self.g.register_tenant(uid, TenantInfo { kind: kind(kind_name)?, lease_us });
         Ok(())
     }
-    /// A frame the switch sent to the goalkeeper; returns the frames to send back.
-    fn on_frame<'py>(&mut self, py: Python<'py>, frame: &[u8]) -> Vec<Bound<'py, PyBytes>> {
-        self.g.on_frame(frame);
+    /// A frame the switch sent to the goalkeeper (at `now_us` on the caller's clock, for
+    /// the grant log); returns the frames to send back.
+    #[pyo3(signature = (frame, now_us=None))]
+    fn on_frame<'py>(&mut self, py: Python<'py>, frame: &[u8], now_us: Option<u64>) -> Vec<Bound<'py, PyBytes>> {
+        match now_us {
+            Some(t) => self.g.on_frame_at(frame, t),
+            None => self.g.on_frame(frame),
+        }
         self.g.take_output().iter().map(|f| PyBytes::new(py, f)).collect()
+    }
+    /// Every lease granted: (segment, index, uid, µs the frame came, term µs), in order.
+    fn grants(&self) -> Vec<(u8, u16, u32, u64, u32)> {
+        self.g.grants().iter().map(|g| (g.seg, g.idx, g.uid, g.at_us, g.term_us)).collect()
     }
     fn leases(&self, uid: u32) -> u64 {
         self.g.acquisitions().get(&uid).copied().unwrap_or(0)

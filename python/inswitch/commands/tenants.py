@@ -54,19 +54,30 @@ tenants_app = typer.Typer(help="INaaS: applications as tenants of one in-network
 
 def _print_ledger(ledger: list[dict], console: Console) -> None:
     t = Table(title="INaaS ledger (from the switch's own counters)")
-    for c in ("tenant", "plan", "ALU ops", "leases", "register·s", "charge", "goalkeeper = switch"):
+    for c in ("tenant", "plan", "ALU ops", "leases", "register·s", "held·s measured", "register·s full term", "charge", "goalkeeper = switch"):
         t.add_column(c)
+
+    def num(x: Any) -> str:
+        return "n/a" if x is None else f"{x:.6f}"
+
     for line in ledger:
+        # Ledgers written before holds were measured have no such keys: their
+        # register-seconds were the full-term figure.
         t.add_row(
             line["tenant"],
             line["plan"],
             str(line["alu_ops"]),
             str(line["leases"]),
             f"{line['register_seconds']:.6f}",
+            num(line.get("held_s_measured")),
+            num(line.get("register_seconds_full_term", line["register_seconds"])),
             f"{line['charge']:.9f}",
             "yes" if line["adds_up"] else "[red]no[/red]",
         )
     show(console, t)
+    notes = sorted({line.get("pricing", "full term: leases x min(T, run)") for line in ledger})
+    for n in notes:
+        console.print(f"register·s charged: {n}", highlight=False, soft_wrap=True)
 
 
 def _ms(x: Optional[float]) -> str:

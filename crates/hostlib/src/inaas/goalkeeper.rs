@@ -5,8 +5,9 @@
 //! - Preemption: the switch moved the old holder's pair out in the packet. The goalkeeper
 //!   knows who held the register (it sees every lease taken: each one comes here), so the
 //!   old pair goes to the old holder's spill (aggregates) or shadow (state that must not
-//!   be lost), never back to the new holder. The lease count per tenant is the pricing
-//!   model's register-occupancy record (§IV-F).
+//!   be lost), never back to the new holder. The lease count per tenant, and the log of
+//!   every grant ([`Grant`]: cell, holder, when it came here, its term), are the pricing
+//!   model's register-occupancy record (§IV-F): holds are measured from the log.
 //! - A reduce the switch refused (register not the tenant's, another key, saturation) is
 //!   added to the tenant's spill for that aggregate, once per worker bit.
 //! - A collect the switch could not answer is completed from the spill, plus what the
@@ -16,9 +17,12 @@
 //!   contributions are deduplicated by the worker bitmaps), and the answer relayed.
 //! - Forged uids are logged and counted.
 //!
-//! Sans-IO: frames in, frames out, no clock.
+//! Sans-IO: frames in, frames out, no clock of its own (the caller says when a frame came,
+//! [`Goalkeeper::on_frame_at`], for the grant log).
 
 use std::collections::HashMap;
+
+use programs::inaas::lease::MAX_LEASE_US;
 
 use wire::ethernet::{EtherType, EthernetAddress, EthernetFrame};
 use wire::inaas::{flags, Bitmap, InaasPacket, Operator, ETHERTYPE, HEADER_LEN, ITEMS, OP_DONE};
@@ -83,6 +87,20 @@ struct Pending {
     sub_items: u32,
 }
 
+/// One lease the switch granted, as the goalkeeper learnt of it (the packet that took it).
+/// The switch does not stamp its clock into the packet, so `at_us` is when the frame came
+/// here, on the caller's clock; `term_us` is the lease length T the switch used, as far as
+/// the goalkeeper knows it: the packet's T capped by the tenant's registered T and the
+/// switch's longest lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Grant {
+    pub seg: u8,
+    pub idx: u16,
+    pub uid: u32,
+    pub at_us: u64,
+    pub term_us: u32,
+}
+
 /// Who the goalkeeper serves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TenantInfo {
@@ -98,6 +116,9 @@ pub struct Goalkeeper {
     spill: HashMap<(u32, u8, u16, u16), Spill>,
     shadow: HashMap<(u32, u8, u16), (u32, i32)>,
     acquisitions: HashMap<u32, u64>,
+    grants: Vec<Grant>,
+    /// When the frame being handled came (the caller's clock, µs).
+    now_us: u64,
     forged_by_mac: HashMap<[u8; 6], u64>,
     pending: HashMap<u32, Pending>,
     next_seq: u32,
@@ -126,6 +147,8 @@ impl Goalkeeper {
             spill: HashMap::new(),
             shadow: HashMap::new(),
             acquisitions: HashMap::new(),
+            grants: Vec::new(),
+            now_us: 0,
             forged_by_mac: HashMap::new(),
             pending: HashMap::new(),
             next_seq: 1,
@@ -144,6 +167,10 @@ impl Goalkeeper {
     /// Leases each tenant took, as seen here (one packet per lease).
     pub fn acquisitions(&self) -> &HashMap<u32, u64> {
         &self.acquisitions
+    }
+    /// Every lease granted, in the order the goalkeeper learnt of them.
+    pub fn grants(&self) -> &[Grant] {
+        &self.grants
     }
     /// Who holds (segment, index), as far as the goalkeeper was told.
     pub fn holder(&self, seg: u8, idx: u16) -> Option<u32> {
@@ -188,7 +215,14 @@ impl Goalkeeper {
         }
     }
 
-    /// A frame from the switch.
+    /// A frame from the switch that came at `now_us` (the caller's clock): grants it
+    /// reports are logged with that time.
+    pub fn on_frame_at(&mut self, frame: &[u8], now_us: u64) {
+        self.now_us = now_us;
+        self.on_frame(frame);
+    }
+
+    /// A frame from the switch (grants logged at the last time given to `on_frame_at`).
     pub fn on_frame(&mut self, frame: &[u8]) {
         self.stats.packets += 1;
         let Ok(eth) = EthernetFrame::new_checked(frame) else {
@@ -300,6 +334,9 @@ impl Goalkeeper {
             if preempted & bit != 0 {
                 self.stats.preemptions += 1;
                 *self.acquisitions.entry(uid).or_default() += 1;
+                let registered = self.tenants.get(&uid).map_or(MAX_LEASE_US, |t| t.lease_us);
+                let term_us = p.time_limit().min(registered).min(MAX_LEASE_US);
+                self.grants.push(Grant { seg, idx, uid, at_us: self.now_us, term_us });
                 let old = self.holders.insert((seg, idx), uid);
                 if failed & bit != 0 {
                     // Torn: the key half stayed; the value half (the old holder's) is here.

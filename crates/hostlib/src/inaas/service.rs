@@ -422,7 +422,7 @@ impl Service {
 
     fn at_host(&mut self, port: u16, f: Vec<u8>) {
         if port == self.gk_port {
-            self.gk.on_frame(&f);
+            self.gk.on_frame_at(&f, self.now_us);
             let start = self.gk_busy_until.max(self.now_us);
             self.gk_busy_until = start + self.host_us;
             for o in self.gk.take_output() {

@@ -125,12 +125,36 @@ class Prices:
     subscription: float = 0.01
 
 
-def bill(name: str, usage: dict[str, int], goalkeeper_leases: int, region: Region, prices: Prices, run_us: int) -> dict[str, Any]:
-    """One tenant's ledger line from the switch's own counters. Registers x seconds: every
-    lease the switch granted is held for at most T, and at most the run (the goalkeeper is
-    told of each one, and its count must equal the switch's)."""
+def measured_holds(grants: Any, run_end_us: int) -> dict[int, int]:
+    """Microseconds each holder held switch registers, per uid, from the goalkeeper's log of
+    grants: (segment, index, uid, granted at µs, term µs) in the order it learnt of them. A
+    lease is held from its grant until the earliest of its deadline (grant + term), the
+    next grant of the same cell (the switch grants only a free or expired cell, so the next
+    grant ends the lease before it, whoever takes it) and the run's end."""
+    by_cell: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
+    for seg, idx, uid, at, term in grants:
+        by_cell.setdefault((int(seg), int(idx)), []).append((int(at), int(uid), int(term)))
+    held: dict[int, int] = {}
+    for gs in by_cell.values():
+        gs.sort(key=lambda g: g[0])  # stable: equal times keep the order they came in
+        for k, (at, uid, term) in enumerate(gs):
+            end = min(at + term, run_end_us)
+            if k + 1 < len(gs):
+                end = min(end, gs[k + 1][0])
+            held[uid] = held.get(uid, 0) + max(0, end - at)
+    return held
+
+
+def bill(name: str, usage: dict[str, int], goalkeeper_leases: int, region: Region, prices: Prices, run_us: int,
+         held_us: int | None = None, clock: str = "") -> dict[str, Any]:
+    """One tenant's ledger line from the switch's own counters. Registers x seconds: with
+    `held_us` (the holds measured from the goalkeeper's grant log, `measured_holds`, on
+    `clock`), what the tenant's leases were actually held; without it, every lease the
+    switch granted counted for its full term T, at most the run (the goalkeeper is told of
+    each one, and its count must equal the switch's). Both figures are in the line."""
     lease_s = min(region.lease_us, run_us) / 1e6
-    reg_s = usage["leases"] * lease_s
+    full = usage["leases"] * lease_s
+    reg_s = full if held_us is None else held_us / 1e6
     pay = usage["alu_ops"] * prices.per_alu_op + reg_s * prices.per_register_second
     return {
         "tenant": name,
@@ -141,6 +165,10 @@ def bill(name: str, usage: dict[str, int], goalkeeper_leases: int, region: Regio
         "goalkeeper_leases": int(goalkeeper_leases),
         "lease_s": lease_s,
         "register_seconds": reg_s,
+        "held_s_measured": None if held_us is None else held_us / 1e6,
+        "register_seconds_full_term": full,
+        "pricing": ("full term: leases x min(T, run)" if held_us is None
+                    else f"measured holds: each lease from its grant to its deadline, the next grant of its cell or the run's end ({clock})"),
         "mismatches": int(usage["mismatches"]),
         "charge": prices.subscription if region.subscription else pay,
         "pay_per_use_equivalent": pay,

@@ -51,11 +51,11 @@ GOALKEEPER = textwrap.dedent('''
             continue
         if addr[2] == socket.PACKET_OUTGOING:
             continue
-        for o in gk.on_frame(f):
+        for o in gk.on_frame(f, time.monotonic_ns() // 1000):  # grants logged on the shared monotonic clock
             s.send(o)
         if select.select([sys.stdin], [], [], 0)[0] and sys.stdin.readline() == "":
             break  # the runner closed our stdin: done
-    print(json.dumps({"stats": gk.stats(), "leases": {str(u): gk.leases(u) for u, _, _ in tenants}}), flush=True)
+    print(json.dumps({"stats": gk.stats(), "leases": {str(u): gk.leases(u) for u, _, _ in tenants}, "grants": gk.grants()}), flush=True)
 ''')
 
 TENANT = textwrap.dedent('''

@@ -38,7 +38,7 @@ from typing import Any, Callable
 import numpy as np
 
 from inswitch.apps.inaas.adapters import QUICK, RTO_US, App, Sizes, paxos_safety
-from inswitch.apps.inaas.controller import KIND, MAX_LEASE_US, Detection, Prices, bill, schedule
+from inswitch.apps.inaas.controller import KIND, MAX_LEASE_US, Detection, Prices, bill, measured_holds, schedule
 from inswitch.apps.inaas.rack import GOALKEEPER, _free_port, _p4_name
 from inswitch.apps.inaas.real_paxos import DETECT_S, HEARTBEAT_S, ZOMBIE_S, crash_after
 from inswitch.apps.inaas.runner import BUDGET, HIGHER_IS_BETTER, tenants_result
@@ -614,7 +614,8 @@ def run_tenants_real(
             if isinstance(caught[0], BaseException):
                 raise caught[0]
             attack = {**caught[0], "during": attack_during}
-        run_us = int((time.monotonic() - t_run) * 1e6)
+        t_end = time.monotonic()
+        run_us = int((t_end - t_run) * 1e6)
         with SwitchClient(st.switch.p4runtime) as c:
             usage = []
             for slot in range(len(names)):
@@ -643,6 +644,10 @@ def run_tenants_real(
     ledger = []
     per_app: dict[str, list[float]] = {}
     prices = Prices()
+    # Holds from the goalkeeper's grant log: its receive times on CLOCK_MONOTONIC, which
+    # every process of the rack shares (namespaces do not change it), so the run's end is
+    # this process's `t_end`.
+    held = measured_holds(gk_res["grants"], int(t_end * 1e6))
     for res, r, u, uid in zip(results, regions, usage, uids):
         a, inst = res["app"], res["inst"]
         key = a if instances == 1 else f"{a}#{inst}"
@@ -669,7 +674,8 @@ def run_tenants_real(
             fig["speedup_p50"] = lp["host"]["p50_us"] / lp["inaas"]["p50_us"]
         out_apps[key] = fig
         per_app.setdefault(a, []).append(speed)
-        ledger.append(bill(f"{a}#{inst}", u, int(gk_res["leases"].get(str(uid), 0)), dataclasses.replace(r, lease_us=min(MAX_LEASE_US, r.lease_us * LEASE_SCALE)), prices, run_us))
+        ledger.append(bill(f"{a}#{inst}", u, int(gk_res["leases"].get(str(uid), 0)), dataclasses.replace(r, lease_us=min(MAX_LEASE_US, r.lease_us * LEASE_SCALE)), prices, run_us,
+                           held_us=held.get(uid, 0), clock="the goalkeeper process's receive times, wall clock"))
     load = os.getloadavg()
     return {
         **tenants_result(out_apps, per_app, instances, scheduler, subscribers, loss, MODE, int(sum(r["foreign"] for r in results)), attack, ledger),
