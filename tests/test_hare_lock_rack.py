@@ -36,6 +36,34 @@ def test_server_grants_shared_waiters_together() -> None:
     assert s.release(9) == [(5, 15, 5)]
 
 
+def test_server_grants_a_head_the_switch_had_freed() -> None:
+    """A lock moved home between the release that freed it and the recirculated pass that
+    would have granted the head waiter (that pass finds the slot moving and is dropped):
+    the server grants the head, and the shared waiters behind a shared head, on arrival."""
+    import struct
+
+    s = LockServer(0, 4)
+    # Switch state: free (holders 0), head 2, three waiters: shared, shared, exclusive.
+    cells = {2: (7, 0x0A000001, 21), 3: (8, 0x0A000002, 22), 4: (9, 0x0A000003, 23)}
+    lo, hi = 0, 2 | (3 << 3) | ((1 << 4) << 8)
+
+    def control(op: int, slot: int, value: bytes, aux: int = 0, key: bytes = b"") -> bytes:
+        if aux == 8:
+            return struct.pack(">II", 0, lo)
+        if aux == 9:
+            return struct.pack(">II", 0, hi)
+        client, ip, seq = cells[aux]
+        return struct.pack(">II", (client << 16) | seq, ip)
+
+    sent: list[bytes] = []
+    s.control = control  # type: ignore[method-assign]
+    s.send = lambda frames: sent.extend(frames) or []  # type: ignore[method-assign]
+    s.datamv_switch2server((5).to_bytes(4, "big"), 3)
+    st = s.locks[5]
+    assert len(sent) == 2 and (st.holders, st.mode) == (2, 1)
+    assert st.queue is not None and [w[0] for w in st.queue] == [9]
+
+
 @pytest.mark.netns
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces and veth pairs")
 def test_locks_real_processes_each_system() -> None:

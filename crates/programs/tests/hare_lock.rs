@@ -93,7 +93,8 @@ impl Rig {
         self.now += 1000;
         let mut v = vec![PacketBuf::from_slice(f, port)];
         self.sw.process(&mut v, self.now);
-        for _ in 0..4 {
+        // Enough for a chain of QUEUE recirculated grants.
+        for _ in 0..QUEUE + 4 {
             self.now += 10;
             self.sw.tick(self.now);
         }
@@ -390,4 +391,236 @@ fn shared_waiters_granted_together_after_an_exclusive_release() {
     assert_eq!(send(&mut r, Op::Release, 3, 0, false), vec![(4, 14)], "the exclusive waiter, once the lock is free");
     assert_eq!(send(&mut r, Op::Release, 4, 0, false), vec![(5, 15)]);
     assert_eq!(r.sw.counters().drops[pisa::DropCode::VIOLATION.0 as usize], 0);
+}
+
+/// The lock state as the switch kept it before its ALUs were declared (issue 19): one
+/// 64-bit cell (`lo` = holders | mode << 16, `hi` = head | length << 3 | exclusive-waiter
+/// mask << 8, the layout `DataMvToServer` still reports) updated by one Rust body per
+/// operation, and the queue cells. The declared program is checked against it.
+#[derive(Clone, Debug, Default)]
+struct OldLock {
+    lo: u32,
+    hi: u32,
+    cells: [(u32, u32); QUEUE as usize],
+}
+
+#[derive(Debug, PartialEq)]
+enum Acq {
+    Granted,
+    Queued,
+    Full,
+}
+
+impl OldLock {
+    fn unpack(&self) -> (u32, u32, u32, u32, u32) {
+        (self.lo & 0xFFFF, (self.lo >> 16) & 3, self.hi & 7, (self.hi >> 3) & 15, (self.hi >> 8) & 0xFF)
+    }
+    fn pack(&mut self, holders: u32, mode: u32, head: u32, len: u32, mask: u32) {
+        self.lo = holders | (mode << 16);
+        self.hi = head | (len << 3) | (mask << 8);
+    }
+    /// The old `Acquire` body, and the queue cell written.
+    fn acquire(&mut self, excl: bool, cell: (u32, u32)) -> Acq {
+        let (holders, mode, head, len, mask) = self.unpack();
+        let want = if excl { 2 } else { 1 };
+        let free = holders == 0 || mode == 0;
+        if len == 0 && (free || (mode == 1 && want == 1)) {
+            self.pack(holders + 1, want, head, len, mask);
+            return Acq::Granted;
+        }
+        if len < QUEUE {
+            let pos = (head + len) % QUEUE;
+            let mask = if excl { mask | (1 << pos) } else { mask & !(1 << pos) };
+            self.pack(holders, mode, head, len + 1, mask);
+            self.cells[pos as usize] = cell;
+            return Acq::Queued;
+        }
+        Acq::Full
+    }
+    /// The old `Release` body (chained: a grant's second pass), and the cell it took.
+    fn release_step(&mut self, chained: bool) -> Option<(u32, u32)> {
+        let (holders, mode, head, len, mask) = self.unpack();
+        let holders = if chained { holders } else { holders.saturating_sub(1) };
+        if len > 0 {
+            let excl = mask & (1 << head) != 0;
+            if holders == 0 || (!excl && mode == 1) {
+                let m = if excl { 2 } else { 1 };
+                self.pack(holders + 1, m, (head + 1) % QUEUE, len - 1, mask & !(1 << head));
+                return Some(self.cells[head as usize]);
+            }
+        }
+        let mode = if holders == 0 { 0 } else { mode };
+        self.pack(holders, mode, head, len, mask);
+        None
+    }
+    /// A release and the chain of grants its recirculations make: the cells granted.
+    fn release(&mut self) -> Vec<(u32, u32)> {
+        let mut out = Vec::new();
+        let mut next = self.release_step(false);
+        while let Some(c) = next {
+            out.push(c);
+            next = self.release_step(true);
+        }
+        out
+    }
+}
+
+/// Random acquires (shared and exclusive, from random clients) and releases on one lock,
+/// one at a time, each with its recirculations done before the next: every answer of the
+/// switch (granted, queued, retry; the waiters a release grants, in order) is the old
+/// bodies' answer, and the state moved off the switch every few steps (holders, mode,
+/// head, length, exclusive waiters, queue cells) is the old cell, bit for bit. Moving it
+/// back on continues from it.
+#[test]
+fn declared_alus_answer_as_the_old_bodies() {
+    for seed in 1..=6u64 {
+        let mut r = Rig::new();
+        let lock = 11u32;
+        r.offload(lock, None);
+        let mut old = OldLock::default();
+        let mut rng = 0x9E3779B97F4A7C15u64 ^ seed.wrapping_mul(0x2545F4914F6CDD1D);
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        // Bias towards acquires on some seeds (full queues), releases on others.
+        let acquire_pct = [50, 60, 70, 40, 55, 80][(seed - 1) as usize];
+        let (mut grants, mut chained, mut fulls, mut from_queue) = (0, 0, 0, 0u64);
+        for step in 0..1500u32 {
+            let c = (next() % 12) as usize;
+            let host = (c % 3) as u8 + 1;
+            let ip = u32::from_be_bytes([10, 0, 0, host]);
+            if next() % 100 < acquire_pct {
+                let excl = next() % 3 == 0;
+                let seq = step + 1;
+                let m = Repr {
+                    op: Op::Acquire,
+                    flags: 0,
+                    seq,
+                    hit_index: 0,
+                    aux: c as u16,
+                    status: if excl { EXCLUSIVE } else { SHARED },
+                    key: lock_id(lock),
+                    key_field: 4,
+                    value: vec![0; 8],
+                };
+                let want = old.acquire(excl, (ip, ((c as u32) << 16) | (seq & 0xFFFF)));
+                let out = r.send(CLIENT_PORTS[c % 3], &frame(host, SERVER, PORT_CLIENT, PORT_SERVER, &m));
+                let got = match out.as_slice() {
+                    [] => Acq::Queued,
+                    [(_, f)] => {
+                        let g = parse(f);
+                        assert_eq!((g.op, g.aux, g.seq), (Op::Grant, c as u16, seq));
+                        if g.status == GRANTED {
+                            Acq::Granted
+                        } else {
+                            Acq::Full
+                        }
+                    }
+                    more => panic!("seed {seed} step {step}: {} packets for an acquire", more.len()),
+                };
+                assert_eq!(got, want, "seed {seed} step {step}: acquire excl={excl}");
+                grants += (got == Acq::Granted) as u32;
+                fulls += (got == Acq::Full) as u32;
+            } else {
+                let m = Repr {
+                    op: Op::Release,
+                    flags: 0,
+                    seq: 0,
+                    hit_index: 0,
+                    aux: c as u16,
+                    status: 0,
+                    key: lock_id(lock),
+                    key_field: 4,
+                    value: vec![0; 8],
+                };
+                let want: Vec<(u16, u32)> = old.release().iter().map(|&(_, tag)| ((tag >> 16) as u16, tag & 0xFFFF)).collect();
+                let out = r.send(CLIENT_PORTS[c % 3], &frame(host, SERVER, PORT_CLIENT, PORT_SERVER, &m));
+                let msgs: Vec<Repr> = out.iter().map(|(_, f)| parse(f)).collect();
+                assert_eq!(msgs.iter().filter(|m| m.op == Op::ReleaseAck).count(), 1, "seed {seed} step {step}: one ack");
+                let mut got: Vec<(u16, u32)> = msgs.iter().filter(|m| m.op == Op::Grant).map(|m| (m.aux, m.seq)).collect();
+                let mut sorted = want.clone();
+                got.sort();
+                sorted.sort();
+                assert_eq!(got, sorted, "seed {seed} step {step}: waiters granted by a release");
+                chained += want.len().saturating_sub(1) as u32;
+                from_queue += want.len() as u64;
+            }
+            if step % 23 == 22 {
+                let cells = r.evict(lock);
+                let st = cells[QUEUE as usize];
+                let (hi, lo) = (u32::from_be_bytes(st[..4].try_into().unwrap()), u32::from_be_bytes(st[4..].try_into().unwrap()));
+                assert_eq!((lo, hi), (old.lo, old.hi), "seed {seed} step {step}: state moved to the server");
+                for (i, c) in cells[..QUEUE as usize].iter().enumerate() {
+                    let (tag, ip) = (u32::from_be_bytes(c[..4].try_into().unwrap()), u32::from_be_bytes(c[4..].try_into().unwrap()));
+                    assert_eq!((ip, tag), old.cells[i], "seed {seed} step {step}: queue cell {i}");
+                }
+                r.offload(lock, Some(cells));
+            }
+        }
+        assert!(grants > 10 && chained > 5 && grants + chained > 100, "seed {seed}: {grants} immediate grants, {chained} chained");
+        if acquire_pct >= 70 {
+            assert!(fulls > 0, "seed {seed}: the queue filled up");
+        }
+        let d = r.sw.counters();
+        assert_eq!(d.drops[pisa::DropCode::VIOLATION.0 as usize], 0);
+        // One recirculation per waiter granted from a queue, as with the old bodies.
+        assert_eq!(d.recirculations, from_queue, "seed {seed}");
+    }
+}
+
+/// Two passes out to grant the same waiter: an exclusive holder's release and, in the same
+/// batch (before its recirculated pass), a second release of the lock (from a client that
+/// holds nothing: the switch cannot tell). Both find the head waiter may have the lock;
+/// the head moves only for the first grant pass (compare-and-set on `lock_head`), the
+/// second is dropped as `lock_grant_taken`, and every shared waiter is granted once.
+#[test]
+fn a_waiter_two_passes_want_to_grant_is_granted_once() {
+    let mut r = Rig::new();
+    let lock = 6u32;
+    r.offload(lock, None);
+    let host = |c: usize| (c % 3) as u8 + 1;
+    let msg = |op: Op, c: usize, seq: u32, excl: bool| Repr {
+        op,
+        flags: 0,
+        seq,
+        hit_index: 0,
+        aux: c as u16,
+        status: if excl { EXCLUSIVE } else { SHARED },
+        key: lock_id(lock),
+        key_field: 4,
+        value: vec![0; 8],
+    };
+    let frame_of = |op: Op, c: usize, seq: u32, excl: bool| frame(host(c), SERVER, PORT_CLIENT, PORT_SERVER, &msg(op, c, seq, excl));
+    assert_eq!(r.send(CLIENT_PORTS[0], &frame_of(Op::Acquire, 0, 10, true)).len(), 1);
+    for c in 1..=3 {
+        assert!(r.send(CLIENT_PORTS[c % 3], &frame_of(Op::Acquire, c, 10 + c as u32, false)).is_empty(), "client {c} waits");
+    }
+    r.now += 1000;
+    let mut v = vec![
+        PacketBuf::from_slice(&frame_of(Op::Release, 0, 0, false), CLIENT_PORTS[0]),
+        PacketBuf::from_slice(&frame_of(Op::Release, 4, 0, false), CLIENT_PORTS[1]),
+    ];
+    r.sw.process(&mut v, r.now);
+    for _ in 0..QUEUE + 4 {
+        r.now += 10;
+        r.sw.tick(r.now);
+    }
+    let mut grants: Vec<(u16, u32)> =
+        r.sw.drain_all().iter().map(|(_, f)| parse(f)).filter(|m| m.op == Op::Grant).map(|m| (m.aux, m.seq)).collect();
+    grants.sort();
+    assert_eq!(grants, vec![(1, 11), (2, 12), (3, 13)]);
+    let d = r.sw.counters();
+    let taken = r.set.decl(1).drop_reasons.iter().position(|n| n == "lock_grant_taken").unwrap();
+    assert!(d.programs[1].drops[pisa::DropCode::FIRST_PROGRAM as usize + taken] >= 1, "the second pass was dropped");
+    assert_eq!(d.drops[pisa::DropCode::VIOLATION.0 as usize], 0);
+    // The three hold it shared; an exclusive request waits, and gets it after the three.
+    assert!(r.send(CLIENT_PORTS[2], &frame_of(Op::Acquire, 5, 20, true)).is_empty());
+    for c in 1..=2 {
+        assert!(r.send(CLIENT_PORTS[c % 3], &frame_of(Op::Release, c, 0, false)).iter().all(|(_, f)| parse(f).op != Op::Grant));
+    }
+    let out = r.send(CLIENT_PORTS[0], &frame_of(Op::Release, 3, 0, false));
+    assert!(out.iter().map(|(_, f)| parse(f)).any(|m| m.op == Op::Grant && m.aux == 5 && m.seq == 20));
 }

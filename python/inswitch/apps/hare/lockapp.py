@@ -96,7 +96,13 @@ class LockServer(HareServer):
             pos = (head + k) % QUEUE
             tag, ip = struct.unpack(">II", self.control(OP_DATAMV_TO_SERVER, slot, ZERO, aux=pos)[:8])
             q.append((tag >> 16, ip, tag & 0xFFFF, bool(mask & (1 << pos))))
-        self.locks[int.from_bytes(key, "big")] = LockState(holders, mode, q)
+        lock = int.from_bytes(key, "big")
+        self.locks[lock] = LockState(holders, mode, q)
+        # A head waiter the switch had let have the lock but not yet granted (its grant
+        # pass found the lock moving): granted here, or nobody would.
+        granted = self.grant_heads(lock)
+        if granted:
+            self.send([self.grant(key, cl, sq, 0, ip=cip) for cl, cip, sq in granted])
 
     # ---- the lock table ------------------------------------------------------------------
 
@@ -116,8 +122,13 @@ class LockServer(HareServer):
         """One holder leaves; the waiters granted now (the head, and every shared waiter
         after a shared head): (client, IPv4 address, seq)."""
         s = self.st(lock)
-        assert s.queue is not None
         s.holders = max(0, s.holders - 1)
+        return self.grant_heads(lock)
+
+    def grant_heads(self, lock: int) -> list[tuple[int, int, int]]:
+        """The waiters at the head of the queue that may have the lock now, taken off it."""
+        s = self.st(lock)
+        assert s.queue is not None
         out = []
         while s.queue:
             client, ip, seq, excl = s.queue[0]
