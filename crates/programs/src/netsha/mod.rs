@@ -12,9 +12,10 @@
 //! output is again NetSHa packets.
 //!
 //! Layout (all ingress):
-//! - stage 0: `qid_hash` (CRC-32 of the QID), `sweep` (timer cursor), `agent` (table:
-//!   where timer packets go)
-//! - stage 1: `qid` (owners of the query's set of candidate registers, [`selection`])
+//! - stage 0: `qid_hash` (CRC-32 of the QID), `agent` (table: where timer packets go);
+//!   built for two condition units (Tofino 1) with two ways: `qid_1` (way 1's owners)
+//! - stage 1: `qid` (owners of the query's set of candidate registers, [`selection`]), or
+//!   `qid_0` (way 0's) on Tofino 1; `sweep` (timer cursor)
 //! - stage 2: `weight_0` (Algorithm 2's weight of way 0), `replacements` ([`best_effort`])
 //! - stage 3: `weight_1` (way 1's, compared with way 0's), `threshold` (r.T)
 //! - stage 4: `born` (claim time and owner, [`timer`]), `state` (held answers, commits
@@ -62,8 +63,8 @@ use wire::L2_L4_LEN;
 
 use best_effort::BestEffortAlu;
 use selection::{
-    decode_lookup, decode_probe, outcome, tag, QidCas0, QidCas1, QidLookup1, QidLookup2, QidLookup2Body, QidProbe, Selected, WeightAdd,
-    WeightHeavier, WeightRead, WeightSet, FREE,
+    decode_lookup, decode_probe, outcome, split_flags, tag, QidCas0, QidCas1, QidCasWay, QidCheck, QidClaim, QidLookup1, QidLookup2,
+    QidProbe, Selected, WeightAdd, WeightHeavier, WeightRead, WeightSet, FREE,
 };
 use slots::{decode_distance, encode_distance, valid_distance, SlotDistanceAlu, SlotIdAlu, EMPTY};
 use sort_reduce::{decode_step, final_flush_select, Params, Reduction, StateAlu, Step, ThresholdAlu};
@@ -111,7 +112,10 @@ pub mod answer_event {
     pub const BYPASS_BAD_QID: u32 = 11;
     /// A packet without room for a register's output split in two (clone, §3.3 full packets).
     pub const SPLIT: u32 = 12;
-    pub const NAMES: [&str; 13] = [
+    /// Tofino 1's two-array lookup found way 0 taken and way 1 free: the claim of way 1
+    /// goes to the next pass (a counted recirculation).
+    pub const WAY1_CLAIM_PASS: u32 = 13;
+    pub const NAMES: [&str; 14] = [
         "inserted",
         "dropped_by_threshold",
         "bypass_collision",
@@ -125,6 +129,7 @@ pub mod answer_event {
         "claims",
         "bypass_unreducible_qid",
         "splits",
+        "way1_claim_passes",
     ];
 }
 
@@ -170,8 +175,8 @@ pub struct NetshaConfig {
     /// Entries per selection table (bucket keys of one LSH table held by any server).
     pub select_size: u32,
     /// Condition units of the stateful ALU this program is built for: 4 (Tofino 2) or 2
-    /// (Tofino 1). The two-way lookup of `qid` needs 4; with fewer it stays a Rust body
-    /// (reported as an unchecked ALU; see `selection.rs`).
+    /// (Tofino 1). The two-way lookup of `qid` needs 4; with fewer each way's owners are
+    /// an array of their own and a claim of way 1 takes a second pass (see `selection.rs`).
     pub salu_conditions: u32,
 }
 
@@ -313,12 +318,29 @@ mod br {
 
 type Act<T, I, O, B> = RegisterAction<T, I, O, B>;
 
-/// The `qid` lookup: one way, two ways declared (four condition units), or two ways as a
-/// Rust body on a two-condition ALU (see `selection.rs`).
-enum QidLookup {
+/// The `qid` owner tags: one 64-bit cell per set (way 0 lo, way 1 hi), or, for two ways
+/// on two-condition ALUs (Tofino 1), one 32-bit array per way (see `selection.rs`).
+enum Qid {
+    Cell {
+        lookup: CellLookup,
+        probe: pisa::SaluAction<Pair, u32, u32, QidProbe>,
+        cas0: pisa::SaluAction<Pair, Pair, u32, QidCas0>,
+        cas1: pisa::SaluAction<Pair, Pair, u32, QidCas1>,
+    },
+    /// `qid_1` (way 1, stage 0) and `qid_0` (way 0, stage 1).
+    Split {
+        check1: pisa::SaluAction<u32, u32, u32, QidCheck>,
+        cas1: pisa::SaluAction<u32, Pair, u32, QidCasWay>,
+        check0: pisa::SaluAction<u32, u32, u32, QidCheck>,
+        claim0: pisa::SaluAction<u32, u32, u32, QidClaim>,
+        cas0: pisa::SaluAction<u32, Pair, u32, QidCasWay>,
+    },
+}
+
+/// The one-cell lookup: one way, or two ways (four condition units).
+enum CellLookup {
     One(pisa::SaluAction<Pair, u32, u32, QidLookup1>),
     Two(pisa::SaluAction<Pair, u32, u32, QidLookup2>),
-    TwoBody(Act<Pair, u32, u32, QidLookup2Body>),
 }
 
 pub struct Netsha {
@@ -334,10 +356,7 @@ pub struct Netsha {
     /// fabric's controller picks the switches that reduce).
     role: Table,
     a_forward_only: ActionId,
-    qid_lookup: QidLookup,
-    qid_probe: pisa::SaluAction<Pair, u32, u32, QidProbe>,
-    qid_cas0: pisa::SaluAction<Pair, Pair, u32, QidCas0>,
-    qid_cas1: pisa::SaluAction<Pair, Pair, u32, QidCas1>,
+    qid: Qid,
     /// Algorithm 2's weights, way 0 (`weight_0`) and way 1 (`weight_1`, one stage later).
     weight_add: [pisa::SaluAction<u32, (), (), WeightAdd>; 2],
     weight_set: [pisa::SaluAction<u32, u32, (), WeightSet>; 2],
@@ -437,7 +456,9 @@ impl Netsha {
             .classify(ClassifyRule { ip_protocol: Some(17), ..ClassifyRule::ipv4_tos_bit(nw::TOS_BIT) })
             .max_recirculations(Some(cfg.max_recirculations));
         let qid_hash = b.hash_unit("qid_hash", Gress::Ingress, 0, HashAlgo::Crc32, 32);
-        let sweep_r = b.register::<u32>("sweep", Gress::Ingress, 0, 1, "timer cursor: the register the next timer packet visits");
+        // Stage 1: stage 0's four stateful ALUs go to forward's port counters, split_turn
+        // and, on Tofino 1, way 1's owner tags (`qid_1`).
+        let sweep_r = b.register::<u32>("sweep", Gress::Ingress, 1, 1, "timer cursor: the register the next timer packet visits");
         let sweep = b.register_action_salu(sweep_r, "next", SweepAlu);
         let a_to_agent =
             b.action("to_agent", &[("port", 9), ("dmac", 48), ("dip", 32), ("dport", 16)], "address a timer packet to the agent");
@@ -471,22 +492,45 @@ impl Netsha {
             const_default: false,
         });
         let sets = r / cfg.ways;
-        let qid_r = b.register::<Pair>(
-            "qid",
-            Gress::Ingress,
-            1,
-            sets,
-            "owners of the candidate registers of each set (Algorithm 2): QID + 1 of way 0 (lo) and way 1 (hi), 0 = free",
-        );
-        b.cell_fields(&qid_r, &[("way0_qid_plus1", 32), ("way1_qid_plus1", 32)]);
-        let qid_lookup = match (cfg.ways, cfg.salu_conditions >= 4) {
-            (1, _) => QidLookup::One(b.register_action_salu(qid_r, "lookup", QidLookup1)),
-            (_, true) => QidLookup::Two(b.register_action_salu(qid_r, "lookup", QidLookup2)),
-            _ => QidLookup::TwoBody(b.register_action_body(qid_r, "lookup", QidLookup2Body)),
+        let qid = if cfg.ways == 2 && cfg.salu_conditions < 4 {
+            // Way 1 first (stage 0, addressed by the hash unit of the same stage), so way 0's
+            // action can depend on it; a claim of way 1 then takes a second pass.
+            let q1 = b.register::<u32>(
+                "qid_1",
+                Gress::Ingress,
+                0,
+                sets,
+                "owner of way 1 of each set (Algorithm 2): QID + 1, 0 = free; checked before way 0",
+            );
+            let q0 = b.register::<u32>("qid_0", Gress::Ingress, 1, sets, "owner of way 0 of each set (Algorithm 2): QID + 1, 0 = free");
+            Qid::Split {
+                check1: b.register_action_salu(q1, "check", QidCheck),
+                cas1: b.register_action_salu(q1, "cas", QidCasWay),
+                check0: b.register_action_salu(q0, "check", QidCheck),
+                claim0: b.register_action_salu(q0, "claim", QidClaim),
+                cas0: b.register_action_salu(q0, "cas", QidCasWay),
+            }
+        } else {
+            let qid_r = b.register::<Pair>(
+                "qid",
+                Gress::Ingress,
+                1,
+                sets,
+                "owners of the candidate registers of each set (Algorithm 2): QID + 1 of way 0 (lo) and way 1 (hi), 0 = free",
+            );
+            b.cell_fields(&qid_r, &[("way0_qid_plus1", 32), ("way1_qid_plus1", 32)]);
+            let lookup = if cfg.ways == 1 {
+                CellLookup::One(b.register_action_salu(qid_r, "lookup", QidLookup1))
+            } else {
+                CellLookup::Two(b.register_action_salu(qid_r, "lookup", QidLookup2))
+            };
+            Qid::Cell {
+                lookup,
+                probe: b.register_action_salu(qid_r, "probe", QidProbe),
+                cas0: b.register_action_salu(qid_r, "cas_0", QidCas0),
+                cas1: b.register_action_salu(qid_r, "cas_1", QidCas1),
+            }
         };
-        let qid_probe = b.register_action_salu(qid_r, "probe", QidProbe);
-        let qid_cas0 = b.register_action_salu(qid_r, "cas_0", QidCas0);
-        let qid_cas1 = b.register_action_salu(qid_r, "cas_1", QidCas1);
         // Way 1's weight one stage after way 0's: the choice of the heaviest compares way 1's
         // weight with way 0's, read into PHV the stage before (selection.rs).
         let w0_r = b.register::<u32>(
@@ -660,10 +704,7 @@ impl Netsha {
             a_to_agent,
             role,
             a_forward_only,
-            qid_lookup,
-            qid_probe,
-            qid_cas0,
-            qid_cas1,
+            qid,
             weight_add,
             weight_set,
             weight_read,
@@ -885,7 +926,45 @@ impl Netsha {
     fn owner_cas<M: TraceMode>(&self, p: &mut Pass<'_, M>, idx: u32, new: u32, expected: u32) -> u32 {
         let (set, way) = self.set_way(idx);
         let x = Pair::new(new, expected);
-        if way == 0 { p.execute(&self.qid_cas0, set, x) } else { p.execute(&self.qid_cas1, set, x) }.get()
+        match &self.qid {
+            Qid::Cell { cas0, cas1, .. } => if way == 0 { p.execute(cas0, set, x) } else { p.execute(cas1, set, x) }.get(),
+            Qid::Split { cas0, cas1, .. } => if way == 0 { p.execute(cas0, set, x) } else { p.execute(cas1, set, x) }.get(),
+        }
+    }
+
+    /// Algorithm 2's lookup of the query's set: hit, else claim the first free way (as
+    /// (kind, way), see [`decode_lookup`]). With the ways in two arrays, a claim of way 1 is
+    /// only reported here ([`Self::second_pass_claim`]): the next pass makes it.
+    fn lookup<M: TraceMode>(&self, p: &mut Pass<'_, M>, set: u32, my: u32) -> (u32, u32) {
+        let ways = self.cfg.ways;
+        match &self.qid {
+            Qid::Cell { lookup: CellLookup::One(a), .. } => decode_lookup(p.execute(a, set, my).get(), ways),
+            Qid::Cell { lookup: CellLookup::Two(a), .. } => decode_lookup(p.execute(a, set, my).get(), ways),
+            Qid::Split { check1, check0, claim0, .. } => {
+                // Way 1's word (stage 0) picks way 0's action (stage 1): never claim way 0
+                // for a query that holds way 1.
+                let f1 = p.execute(check1, set, my);
+                let f0 = if f1.get() & 1 != 0 { p.execute(check0, set, my) } else { p.execute(claim0, set, my) };
+                decode_lookup(split_flags(f0.get(), f1.get()), ways)
+            }
+        }
+    }
+
+    /// Whether a lookup's result is a claim of way 1 still to be made (two arrays only).
+    fn second_pass_claim(&self, kind: u32, way: u32) -> bool {
+        matches!(self.qid, Qid::Split { .. }) && kind == selection::KIND_CLAIMED && way == 1
+    }
+
+    /// Whether the query holds a register of its set, and which way; never claims.
+    fn probe<M: TraceMode>(&self, p: &mut Pass<'_, M>, set: u32, my: u32) -> Option<u32> {
+        match &self.qid {
+            Qid::Cell { probe, .. } => decode_probe(p.execute(probe, set, my).get()),
+            Qid::Split { check1, check0, .. } => {
+                let f1 = p.execute(check1, set, my).get();
+                let f0 = p.execute(check0, set, my).get();
+                decode_probe(split_flags(f0, f1))
+            }
+        }
     }
 
     /// One answer of a server's packet.
@@ -895,7 +974,9 @@ impl Netsha {
             let second = p.execute(&self.split_turn, id % SPLIT_CELLS, id) == 1;
             p.bridged_mut()[br::FLAGS] &= !br::SPLIT_FLAG;
             self.keep_part(p, second);
-            if p.bridged()[br::MODE] == br::PARK {
+            // With way 1's owners in stage 0 (beside split_turn), the second copy's new
+            // front answer reaches the lookup only on the next pass.
+            if p.bridged()[br::MODE] == br::PARK || (second && matches!(self.qid, Qid::Split { .. })) {
                 p.recirculate();
                 return;
             }
@@ -944,12 +1025,18 @@ impl Netsha {
             let old = self.owner_cas(p, set * ways + way, my, expected);
             (outcome(old, my, expected), way)
         } else {
-            let flags = match &self.qid_lookup {
-                QidLookup::One(a) => p.execute(a, set, my),
-                QidLookup::Two(a) => p.execute(a, set, my),
-                QidLookup::TwoBody(a) => p.execute(a, set, my),
-            };
-            let (kind, way) = decode_lookup(flags.get(), ways);
+            let (kind, way) = self.lookup(p, set, my);
+            if self.second_pass_claim(kind, way) {
+                // Way 1's stage is behind this pass: claim it by compare-and-swap on the
+                // next (another packet may take it first; the claim then sees that).
+                let b = p.bridged_mut();
+                b[br::MODE] = br::FORCE_CLAIM;
+                Self::sa(b, br::A, FREE);
+                Self::sa(b, br::B, 1);
+                self.count(p, answer_event::WAY1_CLAIM_PASS);
+                p.recirculate();
+                return;
+            }
             let sel = match kind {
                 selection::KIND_HIT => Selected::Hit,
                 selection::KIND_CLAIMED => Selected::Claimed,
@@ -1106,8 +1193,7 @@ impl Netsha {
         let mut dropped = false;
         if let Some(my) = tag(qid) {
             let set = self.index(p, qid);
-            let o = p.execute(&self.qid_probe, set, my).get();
-            if let Some(way) = decode_probe(o) {
+            if let Some(way) = self.probe(p, set, my) {
                 let idx = set * self.cfg.ways + way;
                 let t = p.execute(&self.threshold, idx, (sort_reduce::T_READ, 0)).get();
                 let op = sort_reduce::OP_DROP_ONLY | if code >= t { sort_reduce::GE_T } else { 0 };
