@@ -205,6 +205,21 @@ def test_system_panels_show_what_the_programs_hold(switchd_factory: Callable[...
     assert hare["offloaded objects"] == 2 and hare["offloaded, valid"] == 1 and hare["offloaded, write in flight"] == 1
 
 
+def test_netsha_panel_reads_tofino1s_one_array_per_way(switchd_factory: Callable[..., Any]) -> None:
+    # netsha-tofino1 keeps each way's owners in an array of its own (qid_0, qid_1).
+    sw = switchd_factory("--program", "forward,netsha-tofino1", "--ports", "memory:4")
+    with SwitchClient(sw.p4runtime) as c:
+        c.write_register("netsha-tofino1.qid_1", 0, 5 + 1)
+        c.write_register("netsha-tofino1.qid_0", 2, 3 + 1)
+        sets = c.schema.registers.get("netsha-tofino1.qid_0").size
+    code, doc = _get(f"http://{sw.metrics}/api/systems")
+    assert code == 200
+    panel = {p["program"]: p for p in doc["panels"]}["netsha-tofino1"]
+    net = dict(map(tuple, panel["summary"]))
+    assert net["claimed by a query"] == 2 and net["registers (sets x 2 ways)"] == 2 * sets
+    assert panel["rows"]["data"] == [[3, 1], [5, 1]]
+
+
 # ---- inswitch ui's server, without a browser -------------------------------------------------
 
 

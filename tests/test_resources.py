@@ -65,6 +65,12 @@ def test_converted_programs_have_no_unchecked_alu() -> None:
     # hare: OO-Stat aging is fetch, then age on a second pass (no shift in a stateful ALU).
     h = json.loads(run("forward,hare", "--target", "tofino1", "--json", "-").stdout)
     assert h["fits"] and h["unchecked_alus"] == []
+    # netsha-tofino1: the two-way qid lookup as one array per way (two conditions each) and
+    # Algorithm 1's state as progress (stage 3) and state (stage 4); still 12 stages.
+    n = json.loads(run("forward,netsha-tofino1", "--target", "tofino1", "--json", "-").stdout)
+    assert n["fits"] and n["unchecked_alus"] == []
+    acts = {f"{reg['name']}.{a['name']}": a for reg in n["registers"] for a in reg["actions"]}
+    assert acts["netsha-tofino1.qid_0.claim"]["conditions"] == 2 and acts["netsha-tofino1.state.insert"]["conditions"] == 2
     # The Paxos acceptors use two output words: fine on tofino2, more than tofino1 has.
     p = json.loads(run("forward,inaas_paxos", "--target", "tofino2", "--json", "-").stdout)
     assert not any(a.startswith("inaas_paxos.paxos_") or a.endswith(".commit") for a in p["unchecked_alus"])

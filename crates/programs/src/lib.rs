@@ -97,8 +97,6 @@ mod tests {
     /// (or a converted one going back) fails. Keep `docs/pisa-rules.md` in step.
     const UNCHECKED: &[(&str, &[&str])] = &[
         ("daiet", &["daiet.spill_state.step"]),
-        ("netsha", &["netsha.state.sort_reduce"]),
-        ("netsha-tofino1", &["netsha-tofino1.qid.lookup", "netsha-tofino1.state.sort_reduce"]),
         ("inaas", &["inaas.kv_N.reduce", "inaas.lease_N.check"]),
         ("inaas_paxos", &["inaas_paxos.kv_N.reduce", "inaas_paxos.lease_N.check"]),
     ];

@@ -255,6 +255,44 @@ fn two_ways_reduce_more_collisions_than_one() {
     assert!(bypassed[1] < bypassed[0], "two candidates per query bypass less: {bypassed:?}");
 }
 
+/// Tofino 1's lookup (two ways, two condition units: one array per way, way 1 claimed on a
+/// second pass) holds the same queries as the one-cell lookup of four condition units:
+/// the same claims, collisions and answers, plus one pass per claim of way 1.
+#[test]
+fn two_condition_lookup_claims_way_1_on_a_second_pass() {
+    let mut pk: Workload = Vec::new();
+    let mut x = 11u64;
+    for round in 0..5u32 {
+        for q in 0..12u32 {
+            let a: Vec<(u32, f64)> = (0..4u32)
+                .map(|i| {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    (round * 10 + i, ((x >> 40) as f32 / 1e3) as f64)
+                })
+                .collect();
+            pk.push((0, vec![(q.wrapping_mul(0x9E37_79B1), a)]));
+        }
+    }
+    let want = reference(&pk);
+    let mut evs = Vec::new();
+    for conds in [4u32, 2] {
+        let mut c = cfg(8, 4, 2, 5, ReductionMode::Exact);
+        c.ways = 2;
+        c.salu_conditions = conds;
+        let (got, _, mut path) = run(&[Some(c)], 1, &pk);
+        for q in want.keys() {
+            assert_eq!(top_k(&got[q], 5), top_k(&want[q], 5), "conds {conds} query {q}");
+        }
+        let ev: HashMap<String, u64> = path.netsha_events(0).into_iter().collect();
+        evs.push(ev);
+    }
+    assert_eq!(evs[0]["way1_claim_passes"], 0);
+    assert!(evs[1]["way1_claim_passes"] > 0, "{:?}", evs[1]);
+    for k in ["claims", "inserted", "bypass_collision", "replacements"] {
+        assert_eq!(evs[0][k], evs[1][k], "{k}: {:?} vs {:?}", evs[0], evs[1]);
+    }
+}
+
 /// A packet with no room left for a register's output (here: a server packet longer than
 /// `answers_per_packet`) still has its hopeless answers dropped by r.T rather than all
 /// forwarded unreduced; the top K is unchanged.
@@ -474,11 +512,13 @@ proptest! {
     /// Exact mode never changes the agent's top K; paper mode's difference is measured
     /// (and bounded by what the final flush cleared).
     #[test]
-    fn exact_mode_equals_no_switch(pk in workload(), n in 2u32..8, p_frac in 0.1f64..1.0, k in 1u32..30, r in 1u32..6, ways in 1u32..3, lambda in 0.0f64..2.0, hops in 1usize..3) {
+    fn exact_mode_equals_no_switch(pk in workload(), n in 2u32..8, p_frac in 0.1f64..1.0, k in 1u32..30, r in 1u32..6, ways in 1u32..3, lambda in 0.0f64..2.0, hops in 1usize..3, conds in prop::sample::select(vec![2u32, 4])) {
         let p = ((n as f64 * p_frac).ceil() as u32).clamp(1, n);
         let want = reference(&pk);
         let mut c = cfg(r * ways, n, p, k, ReductionMode::Exact);
         c.ways = ways;
+        // 2: Tofino 1's two-array lookup (with two ways), claims of way 1 on a second pass.
+        c.salu_conditions = conds;
         c.lambda = lambda;
         let (got, _, _) = run(&vec![Some(c.clone()); hops], 4, &pk);
         prop_assert_eq!(losses(&got, &want, k as usize), 0);
@@ -614,11 +654,13 @@ proptest! {
     /// Full-size packets are split rather than forwarded unreduced, and exact mode stays
     /// exact through the splits, on one or two switches.
     #[test]
-    fn full_packets_split_and_stay_exact(pk in full_workload(), n in 2u32..13, p_frac in 0.1f64..1.0, k in 1u32..60, r in 1u32..6, ways in 1u32..3, hops in 1usize..3) {
+    fn full_packets_split_and_stay_exact(pk in full_workload(), n in 2u32..13, p_frac in 0.1f64..1.0, k in 1u32..60, r in 1u32..6, ways in 1u32..3, hops in 1usize..3, conds in prop::sample::select(vec![2u32, 4])) {
         let p = ((n as f64 * p_frac).ceil() as u32).clamp(1, n);
         let want = reference(&pk);
         let mut c = cfg(r * ways, n, p, k, ReductionMode::Exact);
         c.ways = ways;
+        // 2: Tofino 1's two-array lookup (with two ways), claims of way 1 on a second pass.
+        c.salu_conditions = conds;
         let (got, _, mut path) = run(&vec![Some(c); hops], 6, &pk);
         prop_assert_eq!(losses(&got, &want, k as usize), 0);
         let ev: HashMap<String, u64> = path.netsha_events(0).into_iter().collect();

@@ -120,21 +120,27 @@ def hare(reader: decode.Reader, prog: str, counters: dict[str, Any]) -> Panel:
 def netsha(reader: decode.Reader, prog: str, counters: dict[str, Any]) -> Panel:
     """NetSHa (§4): occupancy of the sort-reduce registers (each set's two ways, owned by a
     query or free) and the answers they hold."""
-    qid = _cells(reader, _qualified(prog, "qid"))
-    ways = 2 * _size(reader, _qualified(prog, "qid"))
-    used = sum((c.get("way0_qid_plus1", 0) != 0) + (c.get("way1_qid_plus1", 0) != 0) for c in qid)
+    # The owner tags (QID + 1, 0 = free): both ways in one 64-bit cell (`qid`), or, built
+    # for Tofino 1's two condition units, one 32-bit array per way (`qid_0`, `qid_1`).
+    if _has(reader, "registers", _qualified(prog, "qid")):
+        qid = _cells(reader, _qualified(prog, "qid"))
+        ways = 2 * _size(reader, _qualified(prog, "qid"))
+        tags = [c.get(w, 0) for c in qid for w in ("way0_qid_plus1", "way1_qid_plus1")]
+    else:
+        ways = sum(_size(reader, _qualified(prog, f"qid_{w}")) for w in (0, 1))
+        tags = [c.get("value", 0) for w in (0, 1) for c in _cells(reader, _qualified(prog, f"qid_{w}"))]
+    used = sum(t != 0 for t in tags)
     owners: dict[int, int] = {}
-    for c in qid:
-        for w in ("way0_qid_plus1", "way1_qid_plus1"):
-            if c.get(w):
-                owners[c[w] - 1] = owners.get(c[w] - 1, 0) + 1
+    for t in tags:
+        if t:
+            owners[t - 1] = owners.get(t - 1, 0) + 1
     held = sum(c.get("held", 0) for c in _cells(reader, _qualified(prog, "state")))
     return {
         "program": prog,
         "title": "NetSHa register occupancy",
         "summary": [["registers (sets x 2 ways)", ways], ["claimed by a query", used], ["occupancy", f"{used / ways:.3f}" if ways else "no registers"], ["answers held", held]],
         "rows": {"columns": ["query id", "registers held"], "data": [[q, n] for q, n in sorted(owners.items())][:MAX_ROWS]},
-        "note": "from the qid register (QID + 1 per way, 0 = free) and the held field of the state register",
+        "note": "from the qid register(s) (QID + 1 per way, 0 = free) and the held field of the state register",
     }
 
 

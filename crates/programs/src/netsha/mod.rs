@@ -12,13 +12,15 @@
 //! output is again NetSHa packets.
 //!
 //! Layout (all ingress):
-//! - stage 0: `qid_hash` (CRC-32 of the QID), `sweep` (timer cursor), `agent` (table:
-//!   where timer packets go)
-//! - stage 1: `qid` (owners of the query's set of candidate registers, [`selection`])
+//! - stage 0: `qid_hash` (CRC-32 of the QID), `agent` (table: where timer packets go);
+//!   built for two condition units (Tofino 1) with two ways: `qid_1` (way 1's owners)
+//! - stage 1: `qid` (owners of the query's set of candidate registers, [`selection`]), or
+//!   `qid_0` (way 0's) on Tofino 1; `sweep` (timer cursor)
 //! - stage 2: `weight_0` (Algorithm 2's weight of way 0), `replacements` ([`best_effort`])
-//! - stage 3: `weight_1` (way 1's, compared with way 0's), `threshold` (r.T)
-//! - stage 4: `born` (claim time and owner, [`timer`]), `state` (held answers, commits
-//!   pending, r.k)
+//! - stage 3: `weight_1` (way 1's, compared with way 0's), `threshold` (r.T), `progress`
+//!   (r.k, commits pending)
+//! - stage 4: `born` (claim time and owner, [`timer`]), `state` (held answers, tombstone;
+//!   locked while a phase-1 send is in flight, [`sort_reduce`])
 //! - stages 5 … 5+n: `slot_d_i` (distance codes) in stage 5+i, `slot_id_i` (data ids) in
 //!   stage 6+i
 //! - stage 5+n: `answer_events`, `emit_events` (counters the control plane reads)
@@ -53,8 +55,7 @@ use pisa::decl::TableSpec;
 use pisa::packet::{PORT_PKTGEN, PORT_RECIRC};
 use pisa::TraceMode;
 use pisa::{
-    ActionId, ClassifyRule, DropCode, Gress, HashAlgo, HashUnit, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl,
-    RegisterAction, Staged, Table,
+    ActionId, ClassifyRule, DropCode, Gress, HashAlgo, HashUnit, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl, Staged, Table,
 };
 use pisa::{Cmp, Cond, Op, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
 use wire::netsha::{self as nw, ANSWER_LEN, BLOCK_HEADER_LEN, MAX_ANSWERS};
@@ -62,11 +63,14 @@ use wire::L2_L4_LEN;
 
 use best_effort::BestEffortAlu;
 use selection::{
-    decode_lookup, decode_probe, outcome, tag, QidCas0, QidCas1, QidLookup1, QidLookup2, QidLookup2Body, QidProbe, Selected, WeightAdd,
-    WeightHeavier, WeightRead, WeightSet, FREE,
+    decode_lookup, decode_probe, outcome, split_flags, tag, QidCas0, QidCas1, QidCasWay, QidCheck, QidClaim, QidLookup1, QidLookup2,
+    QidProbe, Selected, WeightAdd, WeightHeavier, WeightRead, WeightSet, FREE,
 };
 use slots::{decode_distance, encode_distance, valid_distance, SlotDistanceAlu, SlotIdAlu, EMPTY};
-use sort_reduce::{decode_step, final_flush_select, Params, Reduction, StateAlu, Step, ThresholdAlu};
+use sort_reduce::{
+    final_flush_select, gate, held_outcome, send, send_operand, Gate, Held, HeldInsert, HeldTomb, HeldUnlock, Params, ProgressCommit,
+    ProgressRead, ProgressSend, Reduction, SetTo, Step, ThresholdAlu,
+};
 use timer::{age_operand, now_us, BornAge, BornAgeWrapped, BornOwner, BornSet, SweepAlu};
 
 pub use sort_reduce::Reduction as ReductionMode;
@@ -111,7 +115,15 @@ pub mod answer_event {
     pub const BYPASS_BAD_QID: u32 = 11;
     /// A packet without room for a register's output split in two (clone, §3.3 full packets).
     pub const SPLIT: u32 = 12;
-    pub const NAMES: [&str; 13] = [
+    /// Tofino 1's two-array lookup found way 0 taken and way 1 free: the claim of way 1
+    /// goes to the next pass (a counted recirculation).
+    pub const WAY1_CLAIM_PASS: u32 = 13;
+    /// An answer filled its register in phase 1: the register is locked and the send made
+    /// on the answer's next pass (a counted recirculation; sort_reduce.rs).
+    pub const SEND_PASS: u32 = 14;
+    /// An answer met its register locked by a send in flight: it goes around again.
+    pub const SEND_WAIT: u32 = 15;
+    pub const NAMES: [&str; 16] = [
         "inserted",
         "dropped_by_threshold",
         "bypass_collision",
@@ -125,6 +137,9 @@ pub mod answer_event {
         "claims",
         "bypass_unreducible_qid",
         "splits",
+        "way1_claim_passes",
+        "send_passes",
+        "send_waits",
     ];
 }
 
@@ -170,8 +185,8 @@ pub struct NetshaConfig {
     /// Entries per selection table (bucket keys of one LSH table held by any server).
     pub select_size: u32,
     /// Condition units of the stateful ALU this program is built for: 4 (Tofino 2) or 2
-    /// (Tofino 1). The two-way lookup of `qid` needs 4; with fewer it stays a Rust body
-    /// (reported as an unchecked ALU; see `selection.rs`).
+    /// (Tofino 1). The two-way lookup of `qid` needs 4; with fewer each way's owners are
+    /// an array of their own and a claim of way 1 takes a second pass (see `selection.rs`).
     pub salu_conditions: u32,
 }
 
@@ -309,16 +324,33 @@ mod br {
     pub const RELEASE: u8 = 3;
     /// The tail copy of a split waits (A: passes left) while the front copy goes on.
     pub const PARK: u8 = 4;
+    /// The second pass of a phase-1 send (B: the locked register's index).
+    pub const SEND: u8 = 5;
 }
 
-type Act<T, I, O, B> = RegisterAction<T, I, O, B>;
+/// The `qid` owner tags: one 64-bit cell per set (way 0 lo, way 1 hi), or, for two ways
+/// on two-condition ALUs (Tofino 1), one 32-bit array per way (see `selection.rs`).
+enum Qid {
+    Cell {
+        lookup: CellLookup,
+        probe: pisa::SaluAction<Pair, u32, u32, QidProbe>,
+        cas0: pisa::SaluAction<Pair, Pair, u32, QidCas0>,
+        cas1: pisa::SaluAction<Pair, Pair, u32, QidCas1>,
+    },
+    /// `qid_1` (way 1, stage 0) and `qid_0` (way 0, stage 1).
+    Split {
+        check1: pisa::SaluAction<u32, u32, u32, QidCheck>,
+        cas1: pisa::SaluAction<u32, Pair, u32, QidCasWay>,
+        check0: pisa::SaluAction<u32, u32, u32, QidCheck>,
+        claim0: pisa::SaluAction<u32, u32, u32, QidClaim>,
+        cas0: pisa::SaluAction<u32, Pair, u32, QidCasWay>,
+    },
+}
 
-/// The `qid` lookup: one way, two ways declared (four condition units), or two ways as a
-/// Rust body on a two-condition ALU (see `selection.rs`).
-enum QidLookup {
+/// The one-cell lookup: one way, or two ways (four condition units).
+enum CellLookup {
     One(pisa::SaluAction<Pair, u32, u32, QidLookup1>),
     Two(pisa::SaluAction<Pair, u32, u32, QidLookup2>),
-    TwoBody(Act<Pair, u32, u32, QidLookup2Body>),
 }
 
 pub struct Netsha {
@@ -334,10 +366,7 @@ pub struct Netsha {
     /// fabric's controller picks the switches that reduce).
     role: Table,
     a_forward_only: ActionId,
-    qid_lookup: QidLookup,
-    qid_probe: pisa::SaluAction<Pair, u32, u32, QidProbe>,
-    qid_cas0: pisa::SaluAction<Pair, Pair, u32, QidCas0>,
-    qid_cas1: pisa::SaluAction<Pair, Pair, u32, QidCas1>,
+    qid: Qid,
     /// Algorithm 2's weights, way 0 (`weight_0`) and way 1 (`weight_1`, one stage later).
     weight_add: [pisa::SaluAction<u32, (), (), WeightAdd>; 2],
     weight_set: [pisa::SaluAction<u32, u32, (), WeightSet>; 2],
@@ -349,7 +378,16 @@ pub struct Netsha {
     born_age_wrapped: pisa::SaluAction<Pair, (u32, u32), u32, BornAgeWrapped>,
     replacements: pisa::SaluAction<u32, (u32, u32), u32, BestEffortAlu>,
     threshold: pisa::SaluAction<u32, (u32, u32), u32, ThresholdAlu>,
-    state: Act<Pair, (u32, u32), u32, StateAlu>,
+    /// Algorithm 1's state (sort_reduce.rs): r.k and commits pending (`progress`, stage
+    /// 3), held answers and the tombstone (`state`, stage 4).
+    progress_read: pisa::SaluAction<u32, (), u32, ProgressRead>,
+    progress_send: pisa::SaluAction<u32, u32, u32, ProgressSend>,
+    progress_commit: pisa::SaluAction<u32, (), (), ProgressCommit>,
+    progress_set: pisa::SaluAction<u32, u32, (), SetTo>,
+    state_insert: pisa::SaluAction<u32, (u32, u32), u32, HeldInsert>,
+    state_unlock: pisa::SaluAction<u32, (u32, u32), u32, HeldUnlock>,
+    state_set: pisa::SaluAction<u32, u32, (), SetTo>,
+    state_tomb: pisa::SaluAction<u32, (), (), HeldTomb>,
     slot_d: Vec<pisa::SaluAction<u32, (u32, u32), u32, SlotDistanceAlu>>,
     slot_id: Vec<pisa::SaluAction<u32, (u32, u32), u32, SlotIdAlu>>,
     answer_events: pisa::SaluAction<u32, u32, (), AddU32>,
@@ -437,7 +475,9 @@ impl Netsha {
             .classify(ClassifyRule { ip_protocol: Some(17), ..ClassifyRule::ipv4_tos_bit(nw::TOS_BIT) })
             .max_recirculations(Some(cfg.max_recirculations));
         let qid_hash = b.hash_unit("qid_hash", Gress::Ingress, 0, HashAlgo::Crc32, 32);
-        let sweep_r = b.register::<u32>("sweep", Gress::Ingress, 0, 1, "timer cursor: the register the next timer packet visits");
+        // Stage 1: stage 0's four stateful ALUs go to forward's port counters, split_turn
+        // and, on Tofino 1, way 1's owner tags (`qid_1`).
+        let sweep_r = b.register::<u32>("sweep", Gress::Ingress, 1, 1, "timer cursor: the register the next timer packet visits");
         let sweep = b.register_action_salu(sweep_r, "next", SweepAlu);
         let a_to_agent =
             b.action("to_agent", &[("port", 9), ("dmac", 48), ("dip", 32), ("dport", 16)], "address a timer packet to the agent");
@@ -471,22 +511,45 @@ impl Netsha {
             const_default: false,
         });
         let sets = r / cfg.ways;
-        let qid_r = b.register::<Pair>(
-            "qid",
-            Gress::Ingress,
-            1,
-            sets,
-            "owners of the candidate registers of each set (Algorithm 2): QID + 1 of way 0 (lo) and way 1 (hi), 0 = free",
-        );
-        b.cell_fields(&qid_r, &[("way0_qid_plus1", 32), ("way1_qid_plus1", 32)]);
-        let qid_lookup = match (cfg.ways, cfg.salu_conditions >= 4) {
-            (1, _) => QidLookup::One(b.register_action_salu(qid_r, "lookup", QidLookup1)),
-            (_, true) => QidLookup::Two(b.register_action_salu(qid_r, "lookup", QidLookup2)),
-            _ => QidLookup::TwoBody(b.register_action_body(qid_r, "lookup", QidLookup2Body)),
+        let qid = if cfg.ways == 2 && cfg.salu_conditions < 4 {
+            // Way 1 first (stage 0, addressed by the hash unit of the same stage), so way 0's
+            // action can depend on it; a claim of way 1 then takes a second pass.
+            let q1 = b.register::<u32>(
+                "qid_1",
+                Gress::Ingress,
+                0,
+                sets,
+                "owner of way 1 of each set (Algorithm 2): QID + 1, 0 = free; checked before way 0",
+            );
+            let q0 = b.register::<u32>("qid_0", Gress::Ingress, 1, sets, "owner of way 0 of each set (Algorithm 2): QID + 1, 0 = free");
+            Qid::Split {
+                check1: b.register_action_salu(q1, "check", QidCheck),
+                cas1: b.register_action_salu(q1, "cas", QidCasWay),
+                check0: b.register_action_salu(q0, "check", QidCheck),
+                claim0: b.register_action_salu(q0, "claim", QidClaim),
+                cas0: b.register_action_salu(q0, "cas", QidCasWay),
+            }
+        } else {
+            let qid_r = b.register::<Pair>(
+                "qid",
+                Gress::Ingress,
+                1,
+                sets,
+                "owners of the candidate registers of each set (Algorithm 2): QID + 1 of way 0 (lo) and way 1 (hi), 0 = free",
+            );
+            b.cell_fields(&qid_r, &[("way0_qid_plus1", 32), ("way1_qid_plus1", 32)]);
+            let lookup = if cfg.ways == 1 {
+                CellLookup::One(b.register_action_salu(qid_r, "lookup", QidLookup1))
+            } else {
+                CellLookup::Two(b.register_action_salu(qid_r, "lookup", QidLookup2))
+            };
+            Qid::Cell {
+                lookup,
+                probe: b.register_action_salu(qid_r, "probe", QidProbe),
+                cas0: b.register_action_salu(qid_r, "cas_0", QidCas0),
+                cas1: b.register_action_salu(qid_r, "cas_1", QidCas1),
+            }
         };
-        let qid_probe = b.register_action_salu(qid_r, "probe", QidProbe);
-        let qid_cas0 = b.register_action_salu(qid_r, "cas_0", QidCas0);
-        let qid_cas1 = b.register_action_salu(qid_r, "cas_1", QidCas1);
         // Way 1's weight one stage after way 0's: the choice of the heaviest compares way 1's
         // weight with way 0's, read into PHV the stage before (selection.rs).
         let w0_r = b.register::<u32>(
@@ -519,10 +582,21 @@ impl Netsha {
             "r.T: distance code of the worst answer sent (phase 2 drops at or beyond it)",
         );
         let threshold = b.register_action_salu(t_r, "threshold", ThresholdAlu);
-        let s_r =
-            b.register::<Pair>("state", Gress::Ingress, 4, r, "held answers | commits pending << 16 | tombstone << 31 (lo), r.k (hi)");
-        b.cell_fields(&s_r, &[("held", 16), ("commits_pending", 15), ("tombstone", 1), ("k", 32)]);
-        let state = b.register_action_body(s_r, "sort_reduce", StateAlu);
+        // Algorithm 1's state in two arrays, so each action tests at most two conditions:
+        // `progress` beside r.T (read before the insert, counts sends and commits), `state`
+        // after it (held answers, locked while a phase-1 send is in flight; sort_reduce.rs).
+        let pr_r = b.register::<u32>("progress", Gress::Ingress, 3, r, "r.k, answers sent (bits 0-15) | commits pending << 16");
+        b.cell_fields(&pr_r, &[("k", 16), ("commits_pending", 16)]);
+        let progress_read = b.register_action_salu(pr_r, "read", ProgressRead);
+        let progress_send = b.register_action_salu(pr_r, "send", ProgressSend);
+        let progress_commit = b.register_action_salu(pr_r, "commit", ProgressCommit);
+        let progress_set = b.register_action_salu(pr_r, "set", SetTo);
+        let s_r = b.register::<u32>("state", Gress::Ingress, 4, r, "held answers (n: locked by a send in flight) | tombstone << 31");
+        b.cell_fields(&s_r, &[("held", 31), ("tombstone", 1)]);
+        let state_insert = b.register_action_salu(s_r, "insert", HeldInsert);
+        let state_unlock = b.register_action_salu(s_r, "unlock", HeldUnlock);
+        let state_set = b.register_action_salu(s_r, "set", SetTo);
+        let state_tomb = b.register_action_salu(s_r, "tomb", HeldTomb);
         let mut slot_d = Vec::new();
         let mut slot_id = Vec::new();
         for i in 0..n {
@@ -660,10 +734,7 @@ impl Netsha {
             a_to_agent,
             role,
             a_forward_only,
-            qid_lookup,
-            qid_probe,
-            qid_cas0,
-            qid_cas1,
+            qid,
             weight_add,
             weight_set,
             weight_read,
@@ -674,7 +745,14 @@ impl Netsha {
             born_age_wrapped,
             replacements,
             threshold,
-            state,
+            progress_read,
+            progress_send,
+            progress_commit,
+            progress_set,
+            state_insert,
+            state_unlock,
+            state_set,
+            state_tomb,
             slot_d,
             slot_id,
             answer_events,
@@ -885,7 +963,45 @@ impl Netsha {
     fn owner_cas<M: TraceMode>(&self, p: &mut Pass<'_, M>, idx: u32, new: u32, expected: u32) -> u32 {
         let (set, way) = self.set_way(idx);
         let x = Pair::new(new, expected);
-        if way == 0 { p.execute(&self.qid_cas0, set, x) } else { p.execute(&self.qid_cas1, set, x) }.get()
+        match &self.qid {
+            Qid::Cell { cas0, cas1, .. } => if way == 0 { p.execute(cas0, set, x) } else { p.execute(cas1, set, x) }.get(),
+            Qid::Split { cas0, cas1, .. } => if way == 0 { p.execute(cas0, set, x) } else { p.execute(cas1, set, x) }.get(),
+        }
+    }
+
+    /// Algorithm 2's lookup of the query's set: hit, else claim the first free way (as
+    /// (kind, way), see [`decode_lookup`]). With the ways in two arrays, a claim of way 1 is
+    /// only reported here ([`Self::second_pass_claim`]): the next pass makes it.
+    fn lookup<M: TraceMode>(&self, p: &mut Pass<'_, M>, set: u32, my: u32) -> (u32, u32) {
+        let ways = self.cfg.ways;
+        match &self.qid {
+            Qid::Cell { lookup: CellLookup::One(a), .. } => decode_lookup(p.execute(a, set, my).get(), ways),
+            Qid::Cell { lookup: CellLookup::Two(a), .. } => decode_lookup(p.execute(a, set, my).get(), ways),
+            Qid::Split { check1, check0, claim0, .. } => {
+                // Way 1's word (stage 0) picks way 0's action (stage 1): never claim way 0
+                // for a query that holds way 1.
+                let f1 = p.execute(check1, set, my);
+                let f0 = if f1.get() & 1 != 0 { p.execute(check0, set, my) } else { p.execute(claim0, set, my) };
+                decode_lookup(split_flags(f0.get(), f1.get()), ways)
+            }
+        }
+    }
+
+    /// Whether a lookup's result is a claim of way 1 still to be made (two arrays only).
+    fn second_pass_claim(&self, kind: u32, way: u32) -> bool {
+        matches!(self.qid, Qid::Split { .. }) && kind == selection::KIND_CLAIMED && way == 1
+    }
+
+    /// Whether the query holds a register of its set, and which way; never claims.
+    fn probe<M: TraceMode>(&self, p: &mut Pass<'_, M>, set: u32, my: u32) -> Option<u32> {
+        match &self.qid {
+            Qid::Cell { probe, .. } => decode_probe(p.execute(probe, set, my).get()),
+            Qid::Split { check1, check0, .. } => {
+                let f1 = p.execute(check1, set, my).get();
+                let f0 = p.execute(check0, set, my).get();
+                decode_probe(split_flags(f0, f1))
+            }
+        }
     }
 
     /// One answer of a server's packet.
@@ -895,7 +1011,9 @@ impl Netsha {
             let second = p.execute(&self.split_turn, id % SPLIT_CELLS, id) == 1;
             p.bridged_mut()[br::FLAGS] &= !br::SPLIT_FLAG;
             self.keep_part(p, second);
-            if p.bridged()[br::MODE] == br::PARK {
+            // With way 1's owners in stage 0 (beside split_turn), the second copy's new
+            // front answer reaches the lookup only on the next pass.
+            if p.bridged()[br::MODE] == br::PARK || (second && matches!(self.qid, Qid::Split { .. })) {
                 p.recirculate();
                 return;
             }
@@ -906,7 +1024,9 @@ impl Netsha {
             return;
         }
         let n = self.cfg.slots as usize;
-        if p.recirculations() as u32 + 3 > self.cfg.max_recirculations {
+        // A send's second pass always runs: the register it locked waits for it (the lock
+        // was taken with room for it and its commit within the budget).
+        if p.bridged()[br::MODE] != br::SEND && p.recirculations() as u32 + 3 > self.cfg.max_recirculations {
             self.count(p, answer_event::BYPASS_BUDGET);
             p.bridged_mut()[br::INPUTS] = 0;
             self.finish(p);
@@ -937,6 +1057,7 @@ impl Netsha {
         let ways = self.cfg.ways;
         let force = p.bridged()[br::MODE] == br::FORCE_CLAIM;
         let expected = if force { Self::ga(p.bridged(), br::A) } else { FREE };
+        let sending = (p.bridged()[br::MODE] == br::SEND).then(|| Self::ga(p.bridged(), br::B));
         p.bridged_mut()[br::MODE] = br::NORMAL;
         // Algorithm 2 (selection.rs): one access sees every candidate of the set.
         let (sel, way) = if force {
@@ -944,12 +1065,18 @@ impl Netsha {
             let old = self.owner_cas(p, set * ways + way, my, expected);
             (outcome(old, my, expected), way)
         } else {
-            let flags = match &self.qid_lookup {
-                QidLookup::One(a) => p.execute(a, set, my),
-                QidLookup::Two(a) => p.execute(a, set, my),
-                QidLookup::TwoBody(a) => p.execute(a, set, my),
-            };
-            let (kind, way) = decode_lookup(flags.get(), ways);
+            let (kind, way) = self.lookup(p, set, my);
+            if self.second_pass_claim(kind, way) {
+                // Way 1's stage is behind this pass: claim it by compare-and-swap on the
+                // next (another packet may take it first; the claim then sees that).
+                let b = p.bridged_mut();
+                b[br::MODE] = br::FORCE_CLAIM;
+                Self::sa(b, br::A, FREE);
+                Self::sa(b, br::B, 1);
+                self.count(p, answer_event::WAY1_CLAIM_PASS);
+                p.recirculate();
+                return;
+            }
             let sel = match kind {
                 selection::KIND_HIT => Selected::Hit,
                 selection::KIND_CLAIMED => Selected::Claimed,
@@ -976,7 +1103,7 @@ impl Netsha {
                     // the same pass at each claim and release).
                     let victim = p.execute(&self.born_owner, vidx, ()).get();
                     debug_assert_ne!(victim, 0, "an occupied register has an owner");
-                    p.execute(&self.state, vidx, (sort_reduce::OP_TOMB, 0));
+                    p.execute(&self.state_tomb, vidx, ());
                     let (vidx, v) = (vidx.get(), v.get());
                     let mut out = SentAnswers::new(victim - 1);
                     for i in 0..n {
@@ -997,19 +1124,60 @@ impl Netsha {
                 let now = now_us(p.now_ns());
                 p.execute(&self.weight_set[way as usize], set, 1);
                 p.execute(&self.threshold, idx, (sort_reduce::T_RESET, 0));
+                // The old state is ignored: the insert's outcome on an empty register.
+                p.execute(&self.progress_set, idx, 0);
                 p.execute(&self.born_set, idx, Pair::new(now, my));
-                let o = p.execute(&self.state, idx, (sort_reduce::OP_INSERT_FRESH, self.prm.pack())).get();
-                let (st, pend) = decode_step(o);
-                (st, 0, pend)
+                let Gate::Insert { full_to } = gate(0, false, self.prm) else { unreachable!("an empty register drops nothing") };
+                let n_ = self.prm.n;
+                p.execute(&self.state_set, idx, if n_ > 1 { 1 } else { full_to });
+                match held_outcome(0, full_to, self.prm) {
+                    Held::Send => {
+                        self.count(p, answer_event::CLAIM);
+                        self.lock_and_recirculate(p, idx);
+                        return;
+                    }
+                    Held::EmitAll => (Step::EmitAll, 0, 0),
+                    _ => (Step::Insert, 0, 0),
+                }
+            }
+            Selected::Hit if sending == Some(idx) => {
+                // The send's second pass: r.k and pending counted (the old ones decide),
+                // the register unlocked to what the send leaves in it.
+                let t = p.execute(&self.threshold, idx, (sort_reduce::T_READ, 0)).get();
+                let word = p.execute(&self.progress_send, idx, send_operand(self.prm));
+                let (prm, n_) = (self.prm, self.prm.n);
+                let (st, _, pend) = send(word.get(), prm);
+                let old = p.execute(&self.state_unlock, idx, word.map(|w| (send(w, prm).1, n_))).get();
+                // Tombstoned (replaced) meanwhile: its answers went with the victim's
+                // flush; this one goes on unreduced.
+                (if old == n_ { st } else { Step::Tomb }, t, pend)
             }
             Selected::Hit => {
                 p.execute(&self.weight_add[way as usize], set, ());
                 let t = p.execute(&self.threshold, idx, (sort_reduce::T_READ, 0)).get();
                 let ge = c.hi >= t;
-                let op = sort_reduce::OP_INSERT | if ge { sort_reduce::GE_T } else { 0 };
-                let o = p.execute(&self.state, idx, (op, self.prm.pack())).get();
-                let (st, pend) = decode_step(o);
-                (st, t, pend)
+                let word = p.execute(&self.progress_read, idx, ());
+                match gate(word.get(), ge, self.prm) {
+                    Gate::Drop => (Step::Drop, t, 0),
+                    Gate::Insert { full_to } => {
+                        let n_ = self.prm.n;
+                        let old = p.execute(&self.state_insert, idx, word.map(|_| (full_to, n_ - 1))).get();
+                        match held_outcome(old, full_to, self.prm) {
+                            Held::Tomb => (Step::Tomb, t, 0),
+                            Held::Inserted => (Step::Insert, t, 0),
+                            Held::EmitAll => (Step::EmitAll, t, 0),
+                            Held::Locked => {
+                                self.count(p, answer_event::SEND_WAIT);
+                                p.recirculate();
+                                return;
+                            }
+                            Held::Send => {
+                                self.lock_and_recirculate(p, idx);
+                                return;
+                            }
+                        }
+                    }
+                }
             }
         };
         let claimed = matches!(sel, Selected::Claimed);
@@ -1053,7 +1221,7 @@ impl Netsha {
                 let held = &old_slots[..n - 1];
                 let codes: Vec<u32> = held.iter().map(|a| a.hi).collect();
                 let mode = self.cfg.reduction;
-                let (mask, keep_c) = final_flush_select(&codes, c.hi, m, t_prev, pending as u32, mode);
+                let (mask, keep_c) = final_flush_select(&codes, c.hi, m, t_prev, pending, mode);
                 let mut cl = 0;
                 for (i, a) in held.iter().enumerate() {
                     if mask & (1 << i) != 0 {
@@ -1093,6 +1261,16 @@ impl Netsha {
         self.next_or_finish(p);
     }
 
+    /// The answer filled register `idx` in phase 1 and locked it: the send is made on the
+    /// next pass, with the answer still at the front.
+    fn lock_and_recirculate<M: TraceMode>(&self, p: &mut Pass<'_, M>, idx: u32) {
+        let b = p.bridged_mut();
+        b[br::MODE] = br::SEND;
+        Self::sa(b, br::B, idx);
+        self.count(p, answer_event::SEND_PASS);
+        p.recirculate();
+    }
+
     /// A packet too full to carry a register's output (answers sent by the registers it
     /// passed have grown it): its front answer is dropped if its register would drop it
     /// (phase 2, at or beyond r.T, no commit pending: the same test as an insert, state
@@ -1106,13 +1284,13 @@ impl Netsha {
         let mut dropped = false;
         if let Some(my) = tag(qid) {
             let set = self.index(p, qid);
-            let o = p.execute(&self.qid_probe, set, my).get();
-            if let Some(way) = decode_probe(o) {
+            if let Some(way) = self.probe(p, set, my) {
                 let idx = set * self.cfg.ways + way;
+                // The insert's drop test, state unchanged (a tombstone does not matter: K
+                // answers at least as good as r.T have been sent either way).
                 let t = p.execute(&self.threshold, idx, (sort_reduce::T_READ, 0)).get();
-                let op = sort_reduce::OP_DROP_ONLY | if code >= t { sort_reduce::GE_T } else { 0 };
-                let (st, _) = decode_step(p.execute(&self.state, idx, (op, self.prm.pack())).get());
-                dropped = st == Step::Drop;
+                let word = p.execute(&self.progress_read, idx, ()).get();
+                dropped = gate(word, code >= t, self.prm) == Gate::Drop;
             }
         }
         if dropped {
@@ -1237,7 +1415,7 @@ impl Netsha {
         let now_owner = self.owner_cas(p, idx, FREE, FREE);
         if now_owner == owner {
             p.execute(&self.threshold, idx, (sort_reduce::T_MAX, worst));
-            p.execute(&self.state, idx, (sort_reduce::OP_COMMIT, 0));
+            p.execute(&self.progress_commit, idx, ());
         }
         p.bridged_mut()[br::MODE] = br::NORMAL;
         self.count(p, answer_event::COMMIT);
@@ -1300,8 +1478,9 @@ impl Netsha {
         p.execute(&self.replacements, 0, (best_effort::OP_RESET, 0));
         p.execute(&self.weight_set[way as usize], set, 0);
         p.execute(&self.threshold, idx, (sort_reduce::T_RESET, 0));
+        p.execute(&self.progress_set, idx, 0);
         p.execute(&self.born_set, idx, Pair::new(0, 0));
-        p.execute(&self.state, idx, (sort_reduce::OP_RESET, 0));
+        p.execute(&self.state_set, idx, 0);
         let mut out = SentAnswers::new(victim - 1);
         for i in 0..self.cfg.slots as usize {
             out.push(self.take(p, idx, i));

@@ -171,8 +171,8 @@ impl SaluBody<Pair, (Pair, u32), u32> for WaySelectAlu {
 /// - lookup ([`QidLookup2`]; [`QidLookup1`] with one way): hit in either way, else claim
 ///   the first free way. Two ways need four conditions (two tags equal to the query's,
 ///   two free): Tofino 2's stateful ALU has four condition units, Tofino 1's two, so a
-///   program built for two-condition ALUs ([`NetshaConfig::salu_conditions`]) keeps the
-///   two-way lookup as a Rust body ([`QidLookup2Body`], reported as an unchecked ALU);
+///   program built for two-condition ALUs ([`NetshaConfig::salu_conditions`]) keeps each
+///   way in an array of its own ([`QidCheck`], [`QidClaim`], [`QidCasWay`]);
 /// - probe ([`QidProbe`]): hit or not, never claims;
 /// - compare-and-swap on way 0 or way 1 ([`QidCas0`], [`QidCas1`]): operand `Pair { lo:
 ///   new, hi: expected }`, the way's tag becomes `new` when it is `expected` or free (a
@@ -202,23 +202,61 @@ impl SaluProgram<Pair, u32, u32> for QidLookup2 {
     const SALU: Salu = LOOKUP2;
 }
 
-/// The two-way lookup as a Rust body, for a program built for two-condition ALUs: the same
-/// function as [`QidLookup2`] (tested equal), reported as an unchecked ALU.
+/// The two-way lookup on two-condition ALUs (Tofino 1): each way's tags in a 32-bit array
+/// of their own, way 1 (`qid_1`) in the stage before way 0 (`qid_0`). Way 1 is checked
+/// first ([`QidCheck`]: hit, free; never claims); way 0's action is chosen by that word:
+/// [`QidCheck`] again when way 1 is the query's (so a query found in both ways still hits
+/// way 0, as the scan would), else [`QidClaim`] (claim way 0 when free). [`split_flags`]
+/// puts the two words together as [`QidLookup2`]'s condition word, so [`decode_lookup`]
+/// reads both forms. When that word says "claim way 1" (way 0 taken, way 1 free), way 1's
+/// stage is already behind the packet: the claim is a compare-and-swap ([`QidCasWay`],
+/// free -> the query's tag) on the next pass, one counted recirculation.
 #[derive(Clone, Copy)]
-pub struct QidLookup2Body;
+pub struct QidCheck;
 
-impl SaluBody<Pair, u32, u32> for QidLookup2Body {
-    #[inline(always)]
-    fn run(self, cell: Pair, my: u32) -> (Pair, u32) {
-        let flags =
-            u32::from(cell.lo == my) | u32::from(cell.hi == my) << 1 | u32::from(cell.lo == FREE) << 2 | u32::from(cell.hi == FREE) << 3;
-        let new = match decode_lookup(flags, 2) {
-            (KIND_CLAIMED, 0) => Pair::new(my, cell.hi),
-            (KIND_CLAIMED, _) => Pair::new(cell.lo, my),
-            _ => cell,
-        };
-        (new, flags)
-    }
+/// c0: the way is the query's, c1: it is free.
+impl SaluProgram<u32, u32, u32> for QidCheck {
+    const SALU: Salu = Salu {
+        conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::PhvLo), Cond::new(Src::Lo, Cmp::Eq, Src::K(FREE as i32))],
+        lo: &[],
+        hi: &[],
+        out: &[Out::always(OutSrc::Predicate)],
+    };
+}
+
+/// Way 0's lookup when way 1 is not the query's: as [`QidCheck`], and a free way becomes
+/// the query's.
+#[derive(Clone, Copy)]
+pub struct QidClaim;
+
+impl SaluProgram<u32, u32, u32> for QidClaim {
+    const SALU: Salu = Salu {
+        conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::PhvLo), Cond::new(Src::Lo, Cmp::Eq, Src::K(FREE as i32))],
+        lo: &[Update::set(Pred::C0.not().and(Pred::C1), Src::PhvLo)],
+        hi: &[],
+        out: &[Out::always(OutSrc::Predicate)],
+    };
+}
+
+/// Compare-and-swap on one way's 32-bit tag array: as [`QidCas0`] on its own cell.
+#[derive(Clone, Copy)]
+pub struct QidCasWay;
+
+impl SaluProgram<u32, Pair, u32> for QidCasWay {
+    const SALU: Salu = Salu {
+        conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::PhvHi), Cond::new(Src::Lo, Cmp::Eq, Src::K(FREE as i32))],
+        lo: &[Update::set(Pred::C0.or(Pred::C1), Src::PhvLo)],
+        hi: &[],
+        out: &[Out::always(OutSrc::OldLo)],
+    };
+}
+
+/// Way 0's and way 1's words ([`QidCheck`] / [`QidClaim`]: bit 0 the query's, bit 1
+/// free) as [`QidLookup2`]'s condition word (c0, c1 the query's in way 0, 1; c2, c3
+/// free).
+#[inline]
+pub fn split_flags(way0: u32, way1: u32) -> u32 {
+    (way0 & 1) | (way1 & 1) << 1 | (way0 >> 1 & 1) << 2 | (way1 >> 1 & 1) << 3
 }
 
 /// One way: c0 the way is the query's, c1 it is free.
@@ -401,8 +439,27 @@ mod way_tests {
 mod qid_tests {
     use super::*;
 
-    /// The declared actions (and the two-way Rust body) are [`WaySelectAlu`], over every
-    /// cell of tags from a small alphabet (free, the query's, two others).
+    /// The two-array lookup as the program runs it on Tofino 1: way 1 checked (stage 0),
+    /// way 0 checked or claimed by that word (stage 1), and a claim of way 1 as a
+    /// compare-and-swap on the next pass (nothing else touched the cell in between).
+    /// Returns the cell afterwards and what was found (kind | way << 4).
+    fn split_lookup(cell: Pair, my: u32) -> (Pair, u32) {
+        let (hi, f1) = QidCheck.run(cell.hi, my);
+        assert_eq!(hi, cell.hi, "the check never writes");
+        let (lo, f0) = if f1 & 1 != 0 { QidCheck.run(cell.lo, my) } else { QidClaim.run(cell.lo, my) };
+        assert_eq!(split_flags(f0, f1), QidLookup2.run(cell, my).1, "the same four facts");
+        let (kind, way) = decode_lookup(split_flags(f0, f1), 2);
+        if (kind, way) == (KIND_CLAIMED, 1) {
+            let (hi, old) = QidCasWay.run(hi, Pair::new(my, FREE));
+            assert_eq!(outcome(old, my, FREE), Selected::Claimed);
+            return (Pair::new(lo, hi), kind | way << 4);
+        }
+        (Pair::new(lo, hi), kind | way << 4)
+    }
+
+    /// The declared actions (the one-cell ones and Tofino 1's two arrays) are
+    /// [`WaySelectAlu`], over every cell of tags from a small alphabet (free, the query's,
+    /// two others).
     #[test]
     fn declared_qid_actions_are_algorithm_2() {
         let vals = [FREE, 1, 2, 3];
@@ -420,7 +477,12 @@ mod qid_tests {
                     let (kind, way) = decode_lookup(flags, ways);
                     assert_eq!((c, kind | way << 4), (want_cell, want), "lookup {cell:?} ways {ways}");
                     if ways == 2 {
-                        assert_eq!(QidLookup2Body.run(cell, my), (c, flags));
+                        assert_eq!(split_lookup(cell, my), (want_cell, want), "split lookup {cell:?}");
+                        let probe1 = QidCheck.run(hi, my).1;
+                        let probe0 = QidCheck.run(lo, my).1;
+                        let (_, want) = WaySelectAlu.run(cell, (Pair::new(my, FREE), WAY_PROBE | 2 << 8));
+                        let got = decode_probe(split_flags(probe0, probe1)).map_or(KIND_OCCUPIED, |w| KIND_HIT | w << 4);
+                        assert_eq!(got, want, "split probe {cell:?}");
                     }
                     let (_, want) = WaySelectAlu.run(cell, (Pair::new(my, FREE), WAY_PROBE | ways << 8));
                     let (c, flags) = QidProbe.run(cell, my);
@@ -432,6 +494,11 @@ mod qid_tests {
                             let x = Pair::new(new, exp);
                             assert_eq!(QidCas0.run(cell, x), WaySelectAlu.run(cell, (x, WAY_CAS)), "cas0 {cell:?} {x:?}");
                             assert_eq!(QidCas1.run(cell, x), WaySelectAlu.run(cell, (x, WAY_CAS | 1 << 4)), "cas1 {cell:?} {x:?}");
+                            // The split arrays' compare-and-swap, on either way's cell.
+                            let (c0, o0) = QidCasWay.run(lo, x);
+                            let (c1, o1) = QidCasWay.run(hi, x);
+                            assert_eq!((Pair::new(c0, hi), o0), WaySelectAlu.run(cell, (x, WAY_CAS)), "split cas0 {cell:?} {x:?}");
+                            assert_eq!((Pair::new(lo, c1), o1), WaySelectAlu.run(cell, (x, WAY_CAS | 1 << 4)), "split cas1 {cell:?} {x:?}");
                         }
                     }
                 }

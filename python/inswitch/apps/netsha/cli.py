@@ -121,6 +121,7 @@ def register(app: typer.Typer) -> None:
         k: int = option(50, "--k", type=Int(1, 10_000), help="Answers per query K."),
         registers: int = option(100, "--registers", type=Int(1, 65_536), help="Logical registers per switch (Table 1: 100)."),
         ways: int = option(2, "--ways", type=Int(1, 2), help="Candidate registers per query for Algorithm 2's weight-based selection (must divide --registers)."),
+        conds: int = option(4, "--conds", type=Int(2, 4), help="Condition units of the switch's stateful ALU (4: Tofino 2; 2: Tofino 1, two ways then claim way 1 on a second pass)."),
         arrival: str = option("concurrent", "--arrival", type=Choice("concurrent", "sequential", "stream"), help="concurrent: servers answer in parallel, packets interleave; sequential: one server after another; stream: queries arrive --query-gap-ns apart (Figs. 20, 23)."),
         query_gap_ns: int = option(250, "--query-gap-ns", type=Int(1, 10**9), help="With --arrival stream: virtual ns between two queries' arrivals (the query rate)."),
         slots: int = option(12, "--slots", type=Int(1, 32), help="Slots per register n = p + q (Table 1: 12)."),
@@ -169,7 +170,7 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(f"{k} answers per query from {ds.base.shape[0]} base vectors", param_hint="--k")
         cfg = SearchConfig(
             servers=servers, k=k, registers=registers, slots=slots, ga=ga, lam=lam, switches=switches, reduction=reduction, seed=seed, per_packet=per_packet,
-            tables=tables, hashes=hashes, width=width if width is not None else (ds.lsh_width or 32.0), cap=cap, ways=ways, arrival=arrival, query_gap_ns=query_gap_ns,
+            tables=tables, hashes=hashes, width=width if width is not None else (ds.lsh_width or 32.0), cap=cap, ways=ways, conds=conds, arrival=arrival, query_gap_ns=query_gap_ns,
         )
         if rack:
             from .rack import rack_available, run_rack_search

@@ -44,6 +44,8 @@ class SearchConfig:
     registers: int = 100
     #: Candidate registers per query for Algorithm 2 (1 or 2; must divide `registers`).
     ways: int = 2
+    #: Condition units of the stateful ALU the program is built for (4: Tofino 2, 2: Tofino 1).
+    conds: int = 4
     slots: int = 12
     ga: int = 8
     lam: float = 0.2
@@ -83,7 +85,7 @@ class SearchConfig:
         return (
             f"netsha:registers={self.registers},ways={self.ways},slots={self.slots},ga={self.ga},k={self.k},lambda={self.lam},"
             f"reduction={reduction or self.reduction},timeout_us={self.timeout_us},period_ns={self.period_ns},"
-            f"tables={self.tables},select_size={select_size}"
+            f"tables={self.tables},select_size={select_size},conds={self.conds}"
         )
 
 
