@@ -44,6 +44,12 @@ const RX_SLOT_OVERHEAD: usize = 80;
 /// Offset of the frame inside a TX slot (`TPACKET_ALIGN(sizeof(tpacket2_hdr))`).
 const TX_DATA_OFFSET: usize = 32;
 
+/// Fewest receive-ring slots a switch may ask for (the ring is rounded up to whole blocks
+/// anyway: one 64 KiB block holds 30 slots of a 2 KB-buffer port).
+pub const MIN_RING_FRAMES: usize = 32;
+/// Most receive-ring slots a switch may ask for (~140 MB per port at 2 KB buffers).
+pub const MAX_RING_FRAMES: usize = 65536;
+
 /// How an [`AfPacketPort`] transmits.
 ///
 /// On veth the two measure the same (about 1.3-2 µs of CPU per 64-byte frame, almost all of it
@@ -161,6 +167,8 @@ pub struct AfPacketPort {
     fd: OwnedFd,
     map: *mut u8,
     map_len: usize,
+    /// Bytes of the mapping that are the receive ring (the rest is the TX ring, if any).
+    rx_len: usize,
     rx: Ring,
     tx: Option<Ring>,
     batch: usize,
@@ -226,6 +234,7 @@ impl AfPacketPort {
             fd,
             map,
             map_len,
+            rx_len,
             rx,
             tx,
             batch,
@@ -459,6 +468,10 @@ impl Port for AfPacketPort {
 
     fn stats(&self) -> Arc<PortStats> {
         self.stats.clone()
+    }
+
+    fn rx_ring(&self) -> Option<(usize, usize)> {
+        Some((self.rx.offsets.len(), self.rx_len))
     }
 }
 
