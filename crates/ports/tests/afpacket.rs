@@ -116,14 +116,21 @@ fn afpacket_rx_ring_has_the_asked_size_and_counts_overflow() {
         return;
     }
     let env = VethNs::create("rngr").expect("create netns + veth");
-    // Default: 4096 slots asked, rounded up to whole 64 KiB blocks of 30 slots.
+    // Default: 4096 slots asked, rounded up to whole 64 KiB blocks. A slot holds what a
+    // 1500-byte MTU lets in (80 + 4 + 1522 bytes, 16-aligned: 1616), 40 to a block.
     let big = AfPacketPort::open(0, &env.root_if, &AfPacketConfig::default()).unwrap();
-    assert_eq!(big.rx_ring(), Some((4110, 137 << 16)));
+    assert_eq!(big.rx_ring(), Some((4120, 103 << 16)));
     drop(big);
-    // 32 slots asked: two blocks, 60 slots, 128 KiB mapped.
+    // At a 9000-byte MTU the slot is the 2048-byte buffer's (2144 bytes, 30 to a block).
+    ports::netns::ip(&["link", "set", &env.root_if, "mtu", "9000"]).unwrap();
+    let jumbo = AfPacketPort::open(0, &env.root_if, &AfPacketConfig::default()).unwrap();
+    assert_eq!(jumbo.rx_ring(), Some((4110, 137 << 16)));
+    drop(jumbo);
+    ports::netns::ip(&["link", "set", &env.root_if, "mtu", "1500"]).unwrap();
+    // 32 slots asked: one block, 40 slots, 64 KiB mapped.
     let cfg = AfPacketConfig { rx_ring_frames: 32, ..AfPacketConfig::default() };
     let mut sw = AfPacketPort::open(0, &env.root_if, &cfg).unwrap();
-    assert_eq!(sw.rx_ring(), Some((60, 2 << 16)));
+    assert_eq!(sw.rx_ring(), Some((40, 1 << 16)));
     // Boxed (as the data plane holds it), the port still reports its ring.
     let ns_if = env.ns_if.clone();
     env.run_in_ns(move || {
@@ -135,13 +142,13 @@ fn afpacket_rx_ring_has_the_asked_size_and_counts_overflow() {
         }
     })
     .unwrap();
-    // Nobody read while 200 frames arrived: the ring kept 60, the rest are counted lost.
+    // Nobody read while 200 frames arrived: the ring kept 40, the rest are counted lost.
     let mut pool = BufPool::new(DEFAULT_BUF_CAPACITY, 256);
     let got = recv_ours(&mut sw, &mut pool, 200, Duration::from_millis(500));
-    // (Up to 60: the kernel may have queued a frame of its own, e.g. IPv6 neighbour discovery.)
-    assert!((50..=60).contains(&got.len()), "a full ring holds its slots: {}", got.len());
+    // (Up to 40: the kernel may have queued a frame of its own, e.g. IPv6 neighbour discovery.)
+    assert!((30..=40).contains(&got.len()), "a full ring holds its slots: {}", got.len());
     sw.sync_kernel_stats();
-    assert!(sw.stats().snapshot().rx_full >= 140, "{:?}", sw.stats().snapshot());
+    assert!(sw.stats().snapshot().rx_full >= 160, "{:?}", sw.stats().snapshot());
     let boxed: Box<dyn Port> = Box::new(sw);
-    assert_eq!(boxed.rx_ring(), Some((60, 2 << 16)));
+    assert_eq!(boxed.rx_ring(), Some((40, 1 << 16)));
 }
