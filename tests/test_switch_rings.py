@@ -1,5 +1,5 @@
 """`inswitch switch --ring-frames N`: the receive ring of every AF_PACKET port has the slots
-asked for (rounded up to whole 64 KiB blocks of 30 slots), as the port reports it in the
+asked for (rounded up to whole 64 KiB blocks of 40 slots at a 1500-byte MTU), as the port reports it in the
 ready file and as the process has it mapped (/proc/PID/smaps), and bad values are refused
 in one line with exit status 2. Fabrics give their switches `FABRIC_RING_FRAMES`
 (tests/test_fabric.py checks that it reaches every switch).
@@ -21,9 +21,11 @@ import pytest
 from inswitch.topology import netns
 from inswitch.topology.state import process_tag
 
-SLOT = 2144  # a slot of a 2 KB-buffer port: 80 bytes of ring header + 4 of VLAN room + 2048, 16-aligned
+# A slot at a 1500-byte MTU: 80 bytes of ring header + 4 of alignment room + the largest
+# frame (1500 + 14 of Ethernet + 8 of two VLAN tags), 16-aligned.
+SLOT = -(-(80 + 4 + 1500 + 22) // 16) * 16  # 1616
 BLOCK = 1 << 16
-PER_BLOCK = BLOCK // SLOT  # 30
+PER_BLOCK = BLOCK // SLOT  # 40
 
 
 def ring_of(asked: int) -> dict[str, int]:

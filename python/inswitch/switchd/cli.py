@@ -305,8 +305,8 @@ def register(app: typer.Typer) -> None:
         xdp_busy_poll: bool = typer.Option(False, "--xdp-busy-poll", help="xdp ports ask the kernel to busy-poll their sockets (SO_PREFER_BUSY_POLL; costs CPU, cuts latency)."),
         ring_frames: Optional[int] = option(None, "--ring-frames", type=RING_FRAMES,
                                             help="Receive-ring slots per veth (AF_PACKET) port, rounded up to whole 64 KiB blocks; "
-                                                 "default 4096 (~8.8 MB per port). Fewer slots, less memory; a burst longer than the ring "
-                                                 "while the switch is off its core is lost (counted as rx_full)."),
+                                                 "default 4096 (6.4 MiB per port at a 1500-byte MTU). Fewer slots, less memory; a burst "
+                                                 "longer than the ring while the switch is off its core is lost (counted as rx_full)."),
         replay_wait: float = option(0.0, "--replay-wait", type=Float(0, 3600), help="With pcap: ports, seconds to wait after starting before replaying (time for a controller to install entries); the switch exits once every input is replayed and the pipeline is empty."),
     ) -> None:
         """Run a software switch: the data plane over PORTS, a P4Runtime server and a

@@ -168,8 +168,8 @@ def register(app: typer.Typer) -> None:
                                          help="UDP mode: UDP port of the first link end; link k's ends are BASE+2k and BASE+2k+1 "
                                               "(default: a free range)."),
         ring_frames: int = option(FABRIC_RING_FRAMES, "--ring-frames", type=RING_FRAMES,
-                                  help="Every switch's receive-ring slots per port (`switch --ring-frames`; the switch alone "
-                                       "defaults to 4096, ~8.8 MB per port)."),
+                                  help="Every switch's receive-ring slots per port (`switch --ring-frames`: 6.4 MiB per port "
+                                       "at 4096; fewer save memory but lose bursts a loaded machine makes)."),
     ) -> None:
         """Create hosts and links, start one switch process per switch, program the routing."""
         topo: Topology = topology

@@ -45,12 +45,13 @@ P4RUNTIME_BASE = 9559
 FABRIC_MTU = 1500
 VXLAN_OVERHEAD = 50
 UNDERLAY_MTU = FABRIC_MTU + VXLAN_OVERHEAD
-#: Receive-ring slots per switch port in a fabric (`switch --ring-frames`). The switch's
-#: default, 4096, is ~8.8 MB mapped per port, and a fabric has many switches of several
-#: ports. Half of it lost no more than 4096 did in TCP and WordCount jobs across the fabric
-#: on the loaded 2-core machine, where 1024 and 512 made TCP resend thousands of segments
-#: (bench/RESULTS.md, "Switch memory in a fabric").
-FABRIC_RING_FRAMES = 2048
+#: Receive-ring slots per switch port in a fabric (`switch --ring-frames`; `fabric up
+#: --ring-frames` changes it). The switch's own default: on the loaded 2-core machine every
+#: smaller ring lost frames the 4,096-slot one did not (TCP resent thousands of segments at
+#: 512 and 1,024; the SwitchAgg fabric test lost its stream at 2,048), since a switch off
+#: its core for tens of ms meets a burst (a SwitchAgg flush, a TCP window) of thousands of
+#: frames; see bench/RESULTS.md, "Switch memory in a fabric".
+FABRIC_RING_FRAMES = 4096
 #: Underlay addresses `--emulate-machines` gives machines the topology gives none
 #: (TEST-NET-1; they exist only inside the machine namespaces).
 EMULATED_UNDERLAY = "192.0.2.{}"
