@@ -105,3 +105,27 @@ def test_ring_frames_reaches_every_port(tmp_path: Path, asked: int | None) -> No
                 assert f"receive ring of {ring_of(asked)['slots']} slots" in " ".join(out.split())
         for dev in ifs:
             subprocess.run(["ip", "link", "del", dev], capture_output=True)
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: namespaces, veth pairs and AF_PACKET")
+def test_rack_up_ring_frames_reaches_the_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    from inswitch.topology.rack import Rack
+
+    monkeypatch.setenv("INSWITCH_RACK_PORTS", "veth")  # AF_PACKET ports (xdp: ports have no such ring)
+    name = f"rng{process_tag()[-3:]}r"
+    rack = Rack()
+    try:
+        st = rack.up(2, name=name, mode="netns", ring_frames=64)
+        assert "--ring-frames" in st.switch.argv and st.switch.argv[st.switch.argv.index("--ring-frames") + 1] == "64"
+        deadline = time.monotonic() + 30
+        doc: dict = {}
+        while time.monotonic() < deadline and not doc.get("rx_rings"):
+            try:
+                doc = json.loads(Path(st.switch.ready_file).read_text())
+            except (OSError, ValueError):
+                time.sleep(0.1)
+        assert doc["rx_rings"] == [ring_of(64)] * 2
+    finally:
+        rack.down(name)
+    assert not netns.leftovers(f"{name}-")
