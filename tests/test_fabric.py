@@ -119,6 +119,12 @@ def test_leaf_spine_all_pairs_ping(fabric) -> None:
     for s in st.switches:
         for dev in s.plan.ifaces:
             assert netns.link_master(dev) is None
+    # Every port of every switch has the fabric's receive ring, not the switch's default.
+    from inswitch.topology.fabric.fabric import FABRIC_RING_FRAMES
+    from test_switch_rings import ring_of
+
+    for s in st.switches:
+        assert json.loads(Path(s.ready_file).read_text())["rx_rings"] == [ring_of(FABRIC_RING_FRAMES)] * len(s.plan.ifaces)
     _check_all_pairs(st)
     status = fab.status(name)
     assert all(sw.alive and sw.counters for sw in status.switches)
@@ -333,6 +339,11 @@ def test_killed_switch_is_restarted_with_its_routing(fabric) -> None:
     new = next(s for s in now.switches if s.plan.name == "leaf1")
     assert new.pid != victim.pid and switchproc.is_alive(new.pid, new.ready_file)
     assert json.loads(Path(new.ready_file).read_text())["p4runtime"] == victim.p4runtime
+    # Restarted with the same command line: the fabric's rings too.
+    from inswitch.topology.fabric.fabric import FABRIC_RING_FRAMES
+    from test_switch_rings import ring_of
+
+    assert json.loads(Path(new.ready_file).read_text())["rx_rings"] == [ring_of(FABRIC_RING_FRAMES)] * len(new.plan.ifaces)
     assert _ping(st, "h1", st.host("h2").ip) == (True, ttl)
     cp = subprocess.run([sys.executable, "-m", "inswitch", "fabric", "status", "--name", name, "--json", "-"],
                         capture_output=True, text=True, timeout=60)

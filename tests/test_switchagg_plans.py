@@ -111,9 +111,10 @@ def test_experiment_program_choice_is_checked_before_anything_runs() -> None:
     assert cp.returncode == 2 and "takes no --program" in cp.stdout + cp.stderr
 
 
-def test_per_switch_reports_switchagg_in_bytes_and_no_pair_counts() -> None:
+def test_per_switch_reports_switchagg_in_bytes_and_pairs_from_its_counters() -> None:
     """SwitchAgg's pairs have variable length: `per_switch` gives frames, bytes and the pairs'
-    bytes (56 bytes of headers off each frame) and leaves pair counts out (None)."""
+    bytes (56 bytes of headers off each frame); pair counts only from the program's own
+    counters (None without them: never made up from byte counts)."""
     from inswitch.apps.wordcount.fabric import FabricLayout, per_switch
 
     lay = FabricLayout(mappers=[], reducers=[], agg="", uplinks={}, downlinks={}, path=[("s1", -1)])
@@ -129,3 +130,10 @@ def test_per_switch_reports_switchagg_in_bytes_and_no_pair_counts() -> None:
     assert s["byte_reduction"] == 0.5
     d = per_switch(lay, before, after)["s1"]  # daiet: pairs from 20-byte pairs, as before
     assert d["pairs_in"] == 7 and "pair_bytes_in" not in d
+    # With the program's pair counters (before, after): their differences, and the reduction.
+    c = per_switch(lay, before, after, program="switchagg", pairs=({"s1": (10, 4)}, {"s1": (30, 9)}))["s1"]
+    assert (c["pairs_in"], c["pairs_out"], c["reduction"]) == (20, 5, 0.75)
+    assert c["pair_bytes_in"] == 140 and c["byte_reduction"] == 0.5
+    # A switch whose counters were not read keeps them unknown.
+    c = per_switch(lay, before, after, program="switchagg", pairs=({}, {"s1": (30, 9)}))["s1"]
+    assert c["pairs_in"] is None and c["reduction"] is None

@@ -1,10 +1,11 @@
 """WordCount on a fabric with the `switchagg` program (`inswitch wordcount --fabric SPEC
 --program switchagg`): two-level trees and a path of real switch processes, the reducers'
 counts checked against a Counter over the input (inside `run`), and every switch's bytes
-checked against what the hosts sent and received. SwitchAgg's pairs have variable length
-and the program keeps no pair counters, so `switches` reports bytes (`pair_bytes_*`: the
-frames' bytes beyond 56 of headers each) and leaves `pairs_*` null; a leaf's pair bytes in
-are exactly its mappers' (UDP payload minus the 14-byte SwitchAgg header per packet).
+and pairs checked against what the hosts sent and received. SwitchAgg's pairs have
+variable length, so `switches` reports bytes (`pair_bytes_*`: the frames' bytes beyond 56
+of headers each; a leaf's pair bytes in are exactly its mappers', UDP payload minus the
+14-byte SwitchAgg header per packet) and, from the program's own counters, pairs
+(`pairs_*`, `reduction`).
 
 Needs root (about 10-15 s each: a 4-switch fabric, a udp and a switch run).
 """
@@ -55,8 +56,20 @@ def test_two_level_switchagg_exact_and_every_level_accounted_in_bytes() -> None:
     assert set(acks[rl]["up_child"].values()) == {SWITCH_CHILD_MIN}
     lower = [next(iter(set(acks[n]["up_child"].values()))) for n in leaves | {agg}]
     assert len(set(lower)) == len(lower) and all(spec.mappers <= u < MAX_CHILDREN for u in lower)
-    for name, s in sw.items():  # no pair counts are made up from byte counts
-        assert s["pairs_in"] is None and s["pairs_out"] is None and s["reduction"] is None, (name, s)
+    # Pairs, from the switches' own counters (a packet's pairs counted once, so exact even
+    # when a mapper resent): each leaf took its mappers' pairs, the aggregation switch what
+    # the leaves sent up, the root leaf what the spine sent down, and the reducers got one
+    # pair per word of the reference Counter.
+    for leaf in leaves:
+        mine = [m for m, p in zip(r["per_mapper"], place["mappers"]) if p["switch"] == leaf]
+        assert sw[leaf]["pairs_in"] == sum(int(m["pairs"]) for m in mine), (leaf, sw[leaf])
+        assert 0 < sw[leaf]["pairs_out"] < sw[leaf]["pairs_in"]
+        assert sw[leaf]["reduction"] == round(1 - sw[leaf]["pairs_out"] / sw[leaf]["pairs_in"], 4)
+    assert sum(sw[leaf]["pairs_in"] for leaf in leaves) == r["mapper_pairs"]
+    assert sw[agg]["pairs_in"] == sum(sw[leaf]["pairs_out"] for leaf in leaves)
+    assert sw[agg]["pairs_out"] < sw[agg]["pairs_in"]
+    assert sw[rl]["pairs_in"] == sw[agg]["pairs_out"]
+    assert sw[rl]["pairs_out"] == r["reducer_pairs"] == doc["distinct_words"]
     # Each leaf took in exactly its mappers' packets and pair bytes (more if they
     # retransmitted: on a loaded machine a late ACK makes a mapper resend, and the leaf
     # counts the copy).
@@ -96,6 +109,11 @@ def test_two_level_switchagg_exact_under_loss_on_every_link() -> None:
     assert r["retransmissions"] > 0
     assert doc["fallback"] == any(x.get("fallback") for x in r["per_reducer"])
     assert ("hosts aggregated instead" in r.get("note", "")) == doc["fallback"]
+    # The leaves count a packet's pairs once however often it was resent: never more than
+    # the mappers' pairs, all of them when the trees completed.
+    leaves = {m["switch"] for m in doc["placement"]["mappers"]}
+    took = sum(doc["switches"][leaf]["pairs_in"] or 0 for leaf in leaves)
+    assert took == r["mapper_pairs"] if not doc["fallback"] else took <= r["mapper_pairs"]
 
 
 def test_switchagg_tree_along_a_path_of_three_switches(tmp_path) -> None:

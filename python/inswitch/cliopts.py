@@ -397,6 +397,10 @@ def _cores(text: str) -> list[int]:
     return cores
 
 
+#: Receive-ring slots per AF_PACKET port (`switch --ring-frames`, `fabric up --ring-frames`);
+#: the native side checks the same range (`ports::MIN_RING_FRAMES..=MAX_RING_FRAMES`).
+RING_FRAMES = Int(32, 65536)
+
 #: CPU cores, one per pipe: `0,1` or `0-1`.
 CORES = Text("CPU cores, one per pipe, e.g. 0,1 or 0-1", check=_cores, bad=("x", "1,1", "0-", "3-1", "-1", "1024", "1023"))
 

@@ -264,6 +264,10 @@ impl<P: Port> Port for FaultPort<P> {
     fn replay_done(&self) -> Option<bool> {
         self.inner.replay_done().map(|d| d && self.rx_ready.is_empty() && self.rx.held.is_empty())
     }
+
+    fn rx_ring(&self) -> Option<(usize, usize)> {
+        self.inner.rx_ring()
+    }
 }
 
 #[cfg(test)]

@@ -41,7 +41,7 @@ pub mod tunnelhost;
 pub mod udp;
 pub mod xdp;
 
-pub use afpacket::{complete_l4_checksum, AfPacketConfig, AfPacketPort, TxMode};
+pub use afpacket::{complete_l4_checksum, AfPacketConfig, AfPacketPort, TxMode, MAX_RING_FRAMES, MIN_RING_FRAMES};
 pub use fault::{FaultConfig, FaultPort, FaultStats};
 pub use file::{parse_capture, read_capture, FilePort, Frames};
 pub use memory::{memory_pair, memory_pair_with, MemoryConfig, MemoryPeer, MemoryPort};

@@ -321,6 +321,10 @@ impl<P: Port> Port for CapturePort<P> {
     fn replay_done(&self) -> Option<bool> {
         self.inner.replay_done()
     }
+
+    fn rx_ring(&self) -> Option<(usize, usize)> {
+        self.inner.rx_ring()
+    }
 }
 
 #[cfg(test)]

@@ -46,6 +46,14 @@ pub trait Port: Send {
     fn replay_done(&self) -> Option<bool> {
         None
     }
+
+    /// For a port that receives through a kernel ring mapped into the process (AF_PACKET):
+    /// `(slots, bytes mapped)` of its receive ring, as the kernel set it up. `None` for
+    /// others. The rings are most of a switch's resident memory per port, so the switch
+    /// reports them.
+    fn rx_ring(&self) -> Option<(usize, usize)> {
+        None
+    }
 }
 
 /// Boxed ports are ports, so wrappers such as [`CapturePort`](crate::CapturePort) and
@@ -72,5 +80,8 @@ impl<P: Port + ?Sized> Port for Box<P> {
     }
     fn replay_done(&self) -> Option<bool> {
         (**self).replay_done()
+    }
+    fn rx_ring(&self) -> Option<(usize, usize)> {
+        (**self).rx_ring()
     }
 }

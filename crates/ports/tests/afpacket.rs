@@ -108,3 +108,47 @@ fn afpacket_completes_offloaded_udp_checksums() {
     let mut sw = AfPacketPort::open(0, &env.root_if, &AfPacketConfig::default()).unwrap();
     common::host_udp_arrives_with_complete_checksums(&env, "10.233.0", &mut sw);
 }
+
+#[test]
+fn afpacket_rx_ring_has_the_asked_size_and_counts_overflow() {
+    if !is_root() {
+        eprintln!("skipping AF_PACKET ring size test: needs root");
+        return;
+    }
+    let env = VethNs::create("rngr").expect("create netns + veth");
+    // Default: 4096 slots asked, rounded up to whole 64 KiB blocks. A slot holds what a
+    // 1500-byte MTU lets in (80 + 4 + 1522 bytes, 16-aligned: 1616), 40 to a block.
+    let big = AfPacketPort::open(0, &env.root_if, &AfPacketConfig::default()).unwrap();
+    assert_eq!(big.rx_ring(), Some((4120, 103 << 16)));
+    drop(big);
+    // At a 9000-byte MTU the slot is the 2048-byte buffer's (2144 bytes, 30 to a block).
+    ports::netns::ip(&["link", "set", &env.root_if, "mtu", "9000"]).unwrap();
+    let jumbo = AfPacketPort::open(0, &env.root_if, &AfPacketConfig::default()).unwrap();
+    assert_eq!(jumbo.rx_ring(), Some((4110, 137 << 16)));
+    drop(jumbo);
+    ports::netns::ip(&["link", "set", &env.root_if, "mtu", "1500"]).unwrap();
+    // 32 slots asked: one block, 40 slots, 64 KiB mapped.
+    let cfg = AfPacketConfig { rx_ring_frames: 32, ..AfPacketConfig::default() };
+    let mut sw = AfPacketPort::open(0, &env.root_if, &cfg).unwrap();
+    assert_eq!(sw.rx_ring(), Some((40, 1 << 16)));
+    // Boxed (as the data plane holds it), the port still reports its ring.
+    let ns_if = env.ns_if.clone();
+    env.run_in_ns(move || {
+        let mut p = AfPacketPort::open(0, &ns_if, &AfPacketConfig::default()).unwrap();
+        let mut pool = BufPool::new(DEFAULT_BUF_CAPACITY, 64);
+        for chunk in 0..4 {
+            let mut v: Vec<PacketBuf> = (0..50).map(|i| PacketBuf::from_slice(&frame(chunk * 50 + i, 100, None), 0)).collect();
+            assert_eq!(p.send_batch(&mut v, &mut pool), 50);
+        }
+    })
+    .unwrap();
+    // Nobody read while 200 frames arrived: the ring kept 40, the rest are counted lost.
+    let mut pool = BufPool::new(DEFAULT_BUF_CAPACITY, 256);
+    let got = recv_ours(&mut sw, &mut pool, 200, Duration::from_millis(500));
+    // (Up to 40: the kernel may have queued a frame of its own, e.g. IPv6 neighbour discovery.)
+    assert!((30..=40).contains(&got.len()), "a full ring holds its slots: {}", got.len());
+    sw.sync_kernel_stats();
+    assert!(sw.stats().snapshot().rx_full >= 160, "{:?}", sw.stats().snapshot());
+    let boxed: Box<dyn Port> = Box::new(sw);
+    assert_eq!(boxed.rx_ring(), Some((40, 1 << 16)));
+}

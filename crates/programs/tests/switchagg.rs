@@ -152,7 +152,14 @@ fn several_trees_share_the_memory() {
 #[test]
 fn two_level_tree() {
     let j = job(6, 1500, 1000, Some(0.99), |i| 4 + (i % 50) as usize, 2, Operation::Sum, 6);
-    check(&j, Topology::TwoLevel(3), Config { fpe_bytes: 8 << 10, bpe_bytes: 32 << 10, ..small() }, Faults::default());
+    let out = check(&j, Topology::TwoLevel(3), Config { fpe_bytes: 8 << 10, bpe_bytes: 32 << 10, ..small() }, Faults::default());
+    // The switches' own pair counters: the leaves took every mapper pair, the top took what
+    // the leaves sent on and sent the reducers what they got.
+    let (leaves, top) = out.switch_pairs.split_at(3);
+    assert_eq!(leaves.iter().map(|p| p.0).sum::<u64>(), out.pairs_in, "{:?}", out.switch_pairs);
+    assert_eq!(top[0].0, leaves.iter().map(|p| p.1).sum::<u64>(), "{:?}", out.switch_pairs);
+    assert_eq!(top[0].1, out.pairs_out, "{:?}", out.switch_pairs);
+    assert!(top[0].1 < top[0].0 && leaves.iter().all(|p| p.1 < p.0), "each switch reduced: {:?}", out.switch_pairs);
 }
 
 #[test]
@@ -170,6 +177,8 @@ fn exactly_once_under_loss_duplication_and_reordering() {
         assert!(out.faults.iter().all(|&k| k > 0), "faults were injected: {:?}", out.faults);
         assert!(out.retransmissions > 0);
         assert!(out.drops.get("switchagg_seq_gap").copied().unwrap_or(0) > 0, "gaps dropped: {:?}", out.drops);
+        // Duplicates and retransmissions are not counted again: exactly the mappers' pairs.
+        assert_eq!(out.switch_pairs, vec![(out.pairs_in, out.pairs_out)]);
     }
 }
 

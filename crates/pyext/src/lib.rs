@@ -29,7 +29,7 @@ use pisa::table::{canonical_bytes, FieldMatch};
 use pisa::{IndirectRef, ProgramSet, ResourceReport, Target};
 use ports::dataplane::{Dataplane as RsDataplane, DataplaneOptions};
 use ports::spec::{open_ports, OpenOptions, PortSpec};
-use ports::MemoryPeer;
+use ports::{MemoryPeer, MAX_RING_FRAMES, MIN_RING_FRAMES};
 
 create_exception!(_native, ControlPlaneError, PyException, "A control-plane operation failed; args are (grpc_code, message).");
 
@@ -143,6 +143,8 @@ fn match_tuple<'py>(py: Python<'py>, m: &FieldMatch) -> PyResult<Bound<'py, PyTu
 struct Dataplane {
     inner: RsDataplane,
     peers: Vec<MemoryPeer>,
+    /// Per port, its receive ring `(slots, bytes mapped)` as opened (AF_PACKET ports only).
+    rx_rings: Vec<Option<(usize, usize)>>,
     stopped: std::sync::atomic::AtomicBool,
 }
 
@@ -188,7 +190,9 @@ impl Dataplane {
     /// `target` (default `unbounded`): the set is refused at load, naming the objects, if it
     /// does not fit that target's limits.
     /// `cores`: the CPU of each pipe's thread (one per pipe, distinct; default not pinned).
-    #[pyo3(signature = (programs, ports, pipes=1, pcap_dir=None, queue_capacity=4096, port_rate_bps=None, buf_capacity=2048, batch=64, fault=None, pcap_max_bytes=None, port_qdisc=false, hold_replay=false, target=None, xdp_busy_poll=false, cores=None))]
+    /// `rx_ring_frames`: slots of each AF_PACKET port's receive ring (default 4096; rounded
+    /// up to whole ring blocks; see `port_rx_rings`).
+    #[pyo3(signature = (programs, ports, pipes=1, pcap_dir=None, queue_capacity=4096, port_rate_bps=None, buf_capacity=2048, batch=64, fault=None, pcap_max_bytes=None, port_qdisc=false, hold_replay=false, target=None, xdp_busy_poll=false, cores=None, rx_ring_frames=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -207,8 +211,14 @@ impl Dataplane {
         target: Option<String>,
         xdp_busy_poll: bool,
         cores: Option<Vec<usize>>,
+        rx_ring_frames: Option<usize>,
     ) -> PyResult<Self> {
         let cores = cores.unwrap_or_default();
+        if let Some(n) = rx_ring_frames {
+            if !(MIN_RING_FRAMES..=MAX_RING_FRAMES).contains(&n) {
+                return Err(value_err(format!("rx_ring_frames {n} is outside {MIN_RING_FRAMES}..={MAX_RING_FRAMES}")));
+            }
+        }
         // Checked before any port is opened: a bad list leaves no interface touched.
         ports::dataplane::check_cores(&cores, pipes).map_err(value_err)?;
         let set = loaded_set(&programs, target.as_deref())?;
@@ -233,7 +243,9 @@ impl Dataplane {
             xdp: ports::XdpConfig { busy_poll: xdp_busy_poll, ..Default::default() },
             ..OpenOptions::default()
         };
+        let opts = OpenOptions { rx_ring_frames: rx_ring_frames.unwrap_or(opts.rx_ring_frames), ..opts };
         let (ports, peers) = open_ports(&spec, &opts).map_err(value_err)?;
+        let rx_rings = ports.iter().map(|p| p.rx_ring()).collect();
         if pipes == 0 || pipes as usize > ports.len().max(1) {
             return Err(value_err(format!("pipes must be 1..={}", ports.len().max(1))));
         }
@@ -242,7 +254,7 @@ impl Dataplane {
         dopts.pipe.port_rate_bps = port_rate_bps;
         dopts.pipe.buf_capacity = buf_capacity;
         let inner = py.detach(|| RsDataplane::start(set, ports, dopts)).map_err(value_err)?;
-        Ok(Dataplane { inner, peers, stopped: false.into() })
+        Ok(Dataplane { inner, peers, rx_rings, stopped: false.into() })
     }
 
     /// Let held file ports start replaying.
@@ -696,6 +708,12 @@ impl Dataplane {
     /// Names of the ports, by port number.
     fn port_names(&self) -> PyResult<Vec<String>> {
         Ok(self.dp()?.port_stats().iter().map(|(n, _)| n.clone()).collect())
+    }
+    /// Per port, `(slots, bytes mapped)` of its receive ring as the kernel set it up
+    /// (AF_PACKET ports), or None (ports without one).
+    fn port_rx_rings(&self) -> PyResult<Vec<Option<(usize, usize)>>> {
+        self.dp()?;
+        Ok(self.rx_rings.clone())
     }
 }
 

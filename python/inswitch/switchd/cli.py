@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from inswitch import native
-from inswitch.cliopts import CORES, OUT_DIR, OUT_FILE, PROGRAMS, TARGET, Address, Choice, Float, Int, Text, argument, option
+from inswitch.cliopts import CORES, OUT_DIR, OUT_FILE, PROGRAMS, RING_FRAMES, TARGET, Address, Choice, Float, Int, Text, argument, option
 from inswitch.output import replace_json
 from inswitch.p4rt.tls import OPTIONS as TLS_OPTIONS
 from inswitch.p4rt.tls import TlsFiles, pem_file
@@ -118,7 +118,8 @@ def parse_fault(text: str) -> tuple[float, float, float, int]:
 
 def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Optional[str], metrics: str, device_id: int, ready_file: Optional[str], out: Console, err: Console, fault: Optional[str] = None,
                tls: TlsFiles = TlsFiles(), generation: int = 1, pcap_size: Optional[float] = None, l2: str = "learn", replay_wait: float = 0.0, port_qdisc: bool = False,
-               target: Optional[str] = None, xdp_busy_poll: bool = False, cores: Optional[list[int]] = None) -> int:
+               target: Optional[str] = None, xdp_busy_poll: bool = False, cores: Optional[list[int]] = None,
+               ring_frames: Optional[int] = None) -> int:
     """Run until SIGINT/SIGTERM, or, with file ports (`pcap:IN:OUT,...`), until every input
     has been replayed (starting `replay_wait` s after the switch serves, so a controller can
     install entries) and the pipeline is empty: the outputs are then complete. Returns the
@@ -156,7 +157,8 @@ def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Opti
             dp = _native.Dataplane(names, ports, pipes=pipes, pcap_dir=pcap, fault=parse_fault(fault) if fault else None,
                                    pcap_max_bytes=int(pcap_size * 1e6) if pcap_size else None, hold_replay=True,
                                    **({"port_qdisc": True} if port_qdisc else {}), **({"target": target} if target else {}),
-                                   **({"xdp_busy_poll": True} if xdp_busy_poll else {}), **({"cores": cores} if cores else {}))
+                                   **({"xdp_busy_poll": True} if xdp_busy_poll else {}), **({"cores": cores} if cores else {}),
+                                   **({"rx_ring_frames": ring_frames} if ring_frames is not None else {}))
         except ValueError as e:
             raise UsageError(str(e)) from None
         server = SwitchServer(dp, p4rt_addr, device_id, tls=tls)
@@ -178,7 +180,8 @@ def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Opti
         if msrv is not None:
             msrv.start()
         port_names = list(dp.port_names())
-        _summary(out, names, ports, port_names, dp.num_pipes, server.address, msrv.address if msrv else None, device_id, pcap, pcap_size, list(dp.cores))
+        rings = list(dp.port_rx_rings())
+        _summary(out, names, ports, port_names, dp.num_pipes, server.address, msrv.address if msrv else None, device_id, pcap, pcap_size, list(dp.cores), rings)
         if learning:
             out.print("L2: learning MACs from the mac_learn digest and flooding unknown destinations, until a P4Runtime controller writes", soft_wrap=True)
         if ready is not None:
@@ -192,6 +195,8 @@ def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Opti
                 "pipes": dp.num_pipes,
                 "cores": list(dp.cores),
                 "generation": generation,
+                # Per port: its receive ring as opened (AF_PACKET ports; null for others).
+                "rx_rings": [None if r is None else {"slots": r[0], "bytes": r[1]} for r in rings],
             })
         if dp.replay_done() is None:
             while not stop.wait(0.5):
@@ -231,13 +236,18 @@ def _version() -> str:
 
 
 def _summary(out: Console, names: list[str], spec: str, port_names: list[str], pipes: int, p4rt: str, metrics: Optional[str], device_id: int, pcap: Optional[str] = None, pcap_size: Optional[float] = None,
-             cores: Optional[list[int]] = None) -> None:
+             cores: Optional[list[int]] = None, rings: Optional[list[Any]] = None) -> None:
     t = Table(show_header=False, box=None, pad_edge=False)
     t.add_column(style="bold")
     t.add_column()
     t.add_row("programs", ", ".join(names))
     shown = ", ".join(f"{i}={n}" for i, n in enumerate(port_names[:16])) + (" …" if len(port_names) > 16 else "")
     t.add_row("ports", f"{spec} ({len(port_names)}: {shown}), {pipes} pipe{'s' if pipes != 1 else ''}")
+    sized = [r for r in rings or [] if r is not None]
+    if sized:
+        slots = sorted({r[0] for r in sized})
+        t.add_row("rings", f"receive ring of {'/'.join(map(str, slots))} slots per AF_PACKET port, "
+                           f"{sum(r[1] for r in sized) / 2**20:.1f} MB mapped in all (--ring-frames sets it)")
     t.add_row("cores", ", ".join(f"pipe {i} on core {c}" for i, c in enumerate(cores)) if cores else "pipe threads not pinned (--cores pins them)")
     t.add_row("P4Runtime", f"{p4rt} (device {device_id})")
     t.add_row("metrics", f"http://{metrics}/metrics" if metrics else "off")
@@ -293,13 +303,17 @@ def register(app: typer.Typer) -> None:
         target: Optional[str] = option(None, "--target", "-t", type=TARGET,
                                        help="Refuse to load the programs unless they fit this target (tofino1, tofino2, unbounded, switchagg-fpga); default: the model's own limits (unbounded)."),
         xdp_busy_poll: bool = typer.Option(False, "--xdp-busy-poll", help="xdp ports ask the kernel to busy-poll their sockets (SO_PREFER_BUSY_POLL; costs CPU, cuts latency)."),
+        ring_frames: Optional[int] = option(None, "--ring-frames", type=RING_FRAMES,
+                                            help="Receive-ring slots per veth (AF_PACKET) port, rounded up to whole 64 KiB blocks; "
+                                                 "default 4096 (6.4 MiB per port at a 1500-byte MTU). Fewer slots, less memory; a burst "
+                                                 "longer than the ring while the switch is off its core is lost (counted as rx_full)."),
         replay_wait: float = option(0.0, "--replay-wait", type=Float(0, 3600), help="With pcap: ports, seconds to wait after starting before replaying (time for a controller to install entries); the switch exits once every input is replayed and the pipeline is empty."),
     ) -> None:
         """Run a software switch: the data plane over PORTS, a P4Runtime server and a
         metrics endpoint, until SIGINT or SIGTERM."""
         code = run_switch(program, ports, p4runtime, pipes, pcap, metrics, device_id, ready_file, Console(), Console(stderr=True), fault=fault, pcap_size=pcap_size, l2=l2,
                           tls=TlsFiles(cert=tls_cert, key=tls_key, ca=tls_ca), generation=generation, port_qdisc=port_qdisc, replay_wait=replay_wait, target=target,
-                          xdp_busy_poll=xdp_busy_poll, cores=cores)
+                          xdp_busy_poll=xdp_busy_poll, cores=cores, ring_frames=ring_frames)
         raise typer.Exit(code)
 
     @app.command("p4info", epilog=P4INFO_EXAMPLES)

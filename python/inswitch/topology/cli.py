@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from inswitch.cliopts import JSON_PATH, OUT_DIR, PROGRAMS, RACK_NAME, Address, Choice, Float, Int, argument, option
+from inswitch.cliopts import JSON_PATH, OUT_DIR, PROGRAMS, RACK_NAME, RING_FRAMES, Address, Choice, Float, Int, argument, option
 from inswitch.cliopts import Text as TextOpt
 from inswitch.output import is_stdout, note_written, write_json
 from inswitch.switchd.cli import FAULT
@@ -134,6 +134,9 @@ def register(app: typer.Typer) -> None:
         mode: str = option("auto", "--mode", type=Choice("auto", "netns", "udp"), help="auto: netns if root, else udp; netns: network namespaces and veth pairs; udp: UDP tunnels, no privileges."),
         udp_base: Optional[int] = option(None, "--udp-base", type=Int(1024, 65_535 - MAX_HOSTS), help="UDP mode: tunnel port of switch port 0 (default: a free range)."),
         fault: Optional[str] = option(None, "--fault", type=FAULT, help="Seeded faults on every switch port's receive side."),
+        ring_frames: Optional[int] = option(None, "--ring-frames", type=RING_FRAMES,
+                                            help="The switch's receive-ring slots per AF_PACKET port (veth ports, or xdp ports where AF_XDP is "
+                                                 "unavailable; `switch --ring-frames`; default 4096)."),
     ) -> None:
         """Create the hosts, start the switch and fill its MAC table."""
         try:
@@ -144,7 +147,7 @@ def register(app: typer.Typer) -> None:
 
                 st = Rack().up(hosts, name=name, programs=program, p4runtime=p4runtime, metrics=metrics,
                                subnet=subnet, pcap=pcap, mode=mode, udp_base=udp_base, fault=fault,  # type: ignore[arg-type]
-                               pcap_size=pcap_size, progress=step)
+                               pcap_size=pcap_size, progress=step, ring_frames=ring_frames)
         except KeyboardInterrupt as e:
             notes = getattr(e, "__notes__", [])
             if notes:

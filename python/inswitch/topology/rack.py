@@ -129,9 +129,11 @@ class Rack:
            p4runtime: str | None = None, metrics: str | None = None,
            subnet: str = "10.0.0.0/24", pcap: str | None = None, mode: ModeArg = "auto",
            udp_base: int | None = None, fault: str | None = None,
-           pcap_size: float | None = None, progress: Callable[[str], None] | None = None) -> RackState:
+           pcap_size: float | None = None, progress: Callable[[str], None] | None = None,
+           ring_frames: int | None = None) -> RackState:
         """Build the rack and start its switch. Everything is validated before anything is
-        made; once making starts, any failure or Ctrl-C undoes all of it (by name) and re-raises."""
+        made; once making starts, any failure or Ctrl-C undoes all of it (by name) and re-raises.
+        `ring_frames`: the switch's `--ring-frames` (None: its default)."""
         check_name(name)
         m = resolve_mode(mode)
         pcap = str(Path(pcap).resolve()) if pcap else None  # the switch runs in the state dir
@@ -149,7 +151,7 @@ class Rack:
             raise RackError("the switch daemon (`inswitch switch`, inswitch.switchd) is not in this build yet")
         try:
             return self._build(name, m, planned, programs, p4runtime, metrics, subnet, pcap, fault, pcap_size,
-                               progress or (lambda _s: None))
+                               progress or (lambda _s: None), ring_frames)
         except BaseException as e:  # KeyboardInterrupt included: never leave half a rack
             try:
                 self.down(name)
@@ -169,7 +171,8 @@ class Rack:
 
     def _build(self, name: str, mode: Mode, hosts: list[Host], programs: str, p4runtime: str,
                metrics: str, subnet: str, pcap: str | None, fault: str | None = None,
-               pcap_size: float | None = None, say: Callable[[str], None] = lambda _s: None) -> RackState:
+               pcap_size: float | None = None, say: Callable[[str], None] = lambda _s: None,
+               ring_frames: int | None = None) -> RackState:
         sdir = state_dir(name)
         sdir.mkdir(parents=True, mode=0o755)
         neigh: dict[str, int] = {}
@@ -184,7 +187,8 @@ class Rack:
         if pcap:
             Path(pcap).mkdir(parents=True, exist_ok=True)
         ready_file, log = Path(ready_marker(name)), sdir / "switch.log"
-        argv = switchproc.switch_argv(programs, ports, p4runtime, metrics, ready_file, pcap, self.python, fault, pcap_size)
+        argv = switchproc.switch_argv(programs, ports, p4runtime, metrics, ready_file, pcap, self.python, fault, pcap_size,
+                                      ring_frames=ring_frames)
         st = RackState(name=name, mode=mode, programs=programs.split(","), subnet=subnet, hosts=hosts,
                        switch=SwitchInfo(pid=None, argv=argv, ports=ports, p4runtime=p4runtime,
                                          metrics=metrics, log=str(log), ready_file=str(ready_file), pcap=pcap),

@@ -30,8 +30,9 @@ _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 def switch_argv(programs: str, ports: str, p4runtime: str, metrics: str, ready_file: Path,
                 pcap: str | None = None, python: str | None = None, fault: str | None = None,
                 pcap_size: float | None = None, device_id: int = 1, pipes: int = 1,
-                port_qdisc: bool = False) -> list[str]:
-    """The switch's command line (the contract with `inswitch.switchd`)."""
+                port_qdisc: bool = False, ring_frames: int | None = None) -> list[str]:
+    """The switch's command line (the contract with `inswitch.switchd`). `ring_frames`:
+    receive-ring slots per AF_PACKET port (None: the switch's default)."""
     argv = [python or sys.executable, "-m", "inswitch", "switch", "--program", programs,
             "--ports", ports, "--p4runtime", p4runtime, "--metrics", metrics,
             "--ready-file", str(ready_file), "--l2", "controller"]  # the controller programs L2
@@ -41,6 +42,8 @@ def switch_argv(programs: str, ports: str, p4runtime: str, metrics: str, ready_f
         argv += ["--pipes", str(pipes)]
     if port_qdisc:
         argv += ["--port-qdisc"]
+    if ring_frames is not None:
+        argv += ["--ring-frames", str(ring_frames)]
     if pcap:
         argv += ["--pcap", pcap]
         if pcap_size:

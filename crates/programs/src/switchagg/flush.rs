@@ -134,6 +134,7 @@ pub(crate) fn flush_pass<M: TraceMode>(p: &SwitchAgg, pass: &mut Pass<'_, M>) {
         return;
     }
     let up = pass.execute(&p.up_seq, tree.region, ());
+    pass.execute(&p.pairs_out, tree.region, n as u32);
     {
         let h = pass.hdr_mut();
         h[at + 1] = if done { flags::EOT } else { 0 };

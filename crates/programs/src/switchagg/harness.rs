@@ -86,6 +86,9 @@ pub struct Outcome {
     pub bpe_evictions: u64,
     /// FPE evictions per key-length group.
     pub fpe_evictions_by_group: [u64; 8],
+    /// Per switch (leaves first, the top last): the pairs its `pairs_in` and `pairs_out`
+    /// counters saw, every tree together.
+    pub switch_pairs: Vec<(u64, u64)>,
     pub recirculations: u64,
     pub retransmissions: u64,
     /// Frames the fault model lost, duplicated, reordered.
@@ -516,6 +519,18 @@ impl Rack {
         }
         self.out.fpe_evictions = fpe.iter().sum();
         self.out.bpe_evictions = self.register_cells(reg::BPE_EVICTIONS).iter().sum();
+        for id in 0..self.nodes.len() {
+            let sum = |n: &mut Node, idx: usize| -> u64 {
+                let rid = n.set.ids(1).registers[idx];
+                match n.sw.control(&ControlOp::RegisterRead { register_id: rid, index: None }) {
+                    Ok(ControlReply::RegisterCells(v)) => v.iter().map(|c| c.1).sum(),
+                    _ => 0,
+                }
+            };
+            let n = &mut self.nodes[id];
+            let pairs = (sum(n, reg::PAIRS_IN), sum(n, reg::PAIRS_OUT));
+            self.out.switch_pairs.push(pairs);
+        }
         for n in &self.nodes {
             let c = n.sw.counters();
             self.out.recirculations += c.recirculations;

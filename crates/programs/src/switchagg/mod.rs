@@ -12,8 +12,11 @@
 //!   ([`hash_table`]); a colliding pair evicts the stored one;
 //! - stages 3-4: the back-end processing engine: `bpe0`..`bpe7`, the DRAM regions of
 //!   each group, taking the FPE's evictions; what it evicts travels on to the parent;
-//! - stage 6: `eot_count`, children that have sent their last packet;
-//! - stage 7: `up_seq`, the sequence numbers of what this switch sends to its parent.
+//! - stage 6: `eot_count`, children that have sent their last packet, and `pairs_in`,
+//!   the pairs of each tree's new (not duplicate) packets;
+//! - stage 7: `up_seq`, the sequence numbers of what this switch sends to its parent, and
+//!   `pairs_out`, the pairs those packets carry (the per-switch reduction is
+//!   `1 - pairs_out / pairs_in`; pairs vary in length, so frame sizes do not give it).
 //!
 //! Pairs that stay in the packet (evicted, or keys longer than 64 bytes, which no
 //! engine holds) are rewritten in place and the packet goes to the tree's parent; a
@@ -35,7 +38,7 @@ pub mod payload_analyzer;
 pub mod reliability;
 
 use pisa::decl::TableSpec;
-use pisa::salu::common::{FetchInc, Inc};
+use pisa::salu::common::{Add, FetchInc, Inc};
 use pisa::TraceMode;
 use pisa::{
     ActionId, ClassifyRule, DropCode, Gress, HashAlgo, HashUnit, MatchKind, Memory, MemoryKind, Pass, Program, ProgramBuilder, ProgramDecl,
@@ -105,6 +108,8 @@ pub struct SwitchAgg {
     bpe_evictions: pisa::SaluAction<u32, (), (), Inc>,
     eot_count: pisa::SaluAction<u16, u16, bool, Arrive>,
     up_seq: pisa::SaluAction<u32, (), u32, FetchInc>,
+    pairs_in: pisa::SaluAction<u32, u32, (), Add>,
+    pairs_out: pisa::SaluAction<u32, u32, (), Add>,
     d_unknown_tree: DropCode,
     d_op_mismatch: DropCode,
     d_bad_child: DropCode,
@@ -141,6 +146,8 @@ pub mod reg {
     pub const BPE_EVICTIONS: usize = 2;
     pub const EOT_COUNT: usize = 3;
     pub const UP_SEQ: usize = 4;
+    pub const PAIRS_IN: usize = 5;
+    pub const PAIRS_OUT: usize = 6;
 }
 
 impl SwitchAgg {
@@ -226,6 +233,13 @@ impl SwitchAgg {
         let eot_count = b.register_action_salu(r, "arrive", Arrive);
         let r = b.register::<u32>("up_seq", Gress::Ingress, 7, cfg.max_trees, "next sequence number towards each tree's parent");
         let up_seq = b.register_action_salu(r, "next", FetchInc);
+        // Plain counters (an add per packet), read by the controller for per-switch pair
+        // counts; declared last so the other registers keep their indexes.
+        let r =
+            b.register::<u32>("pairs_in", Gress::Ingress, 6, cfg.max_trees, "pairs of each tree's new packets received from its children");
+        let pairs_in = b.register_action_salu(r, "add", Add);
+        let r = b.register::<u32>("pairs_out", Gress::Ingress, 7, cfg.max_trees, "pairs of each tree sent to its parent (flush included)");
+        let pairs_out = b.register_action_salu(r, "add", Add);
         let words: u64 = fpe.iter().chain(&bpe).map(|m| m.words() as u64).sum();
         b.max_recirculations(Some((words + 2).min(u32::MAX as u64) as u32));
         b.note("SwitchAgg is an FPGA design (NetFPGA-SUME): it needs the `switchagg-fpga` target's payload analyzer and block memories; on a Tofino see `daiet`.");
@@ -251,6 +265,8 @@ impl SwitchAgg {
             bpe_evictions,
             eot_count,
             up_seq,
+            pairs_in,
+            pairs_out,
             d_unknown_tree,
             d_op_mismatch,
             d_bad_child,
@@ -437,6 +453,7 @@ impl SwitchAgg {
             }
         }
 
+        pass.execute(&self.pairs_in, tree.region, n as u32);
         let last = fl & flags::EOT != 0 && pass.execute(&self.eot_count, tree.region, tree.children).get();
         if last {
             // Every child is done: this packet carries what is left of it and then walks
@@ -467,6 +484,7 @@ impl SwitchAgg {
             return;
         }
         let up = pass.execute(&self.up_seq, tree.region, ());
+        pass.execute(&self.pairs_out, tree.region, out_n as u32);
         {
             let h = pass.hdr_mut();
             h[at + 1] = 0;

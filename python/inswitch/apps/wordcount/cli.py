@@ -9,9 +9,9 @@ CPU time, getrusage), `job_s` (first mapper start to last reducer done); for swi
 `cpu_reduction_vs_udp`, and with `--mode all` also `baseline_tcp` and the `*_vs_tcp`
 reductions. `runs` holds every mode's full figures (per reducer and mapper too).
 With `--fabric`: `switches` (switch name -> `pairs_in`, `pairs_out`, `reduction` at that
-switch, its `role`; for `--program switchagg`, whose pairs have variable length, `pairs_*`
-and `reduction` are null and `frames_*`, `bytes_*`, `pair_bytes_*` and `byte_reduction`
-say it in bytes) and `placement` (which host and leaf each mapper and reducer got, the
+switch, its `role`; for `--program switchagg` they come from the program's own pair
+counters, and `frames_*`, `bytes_*`, `pair_bytes_*` and `byte_reduction` say it in bytes
+too, its pairs having variable length) and `placement` (which host and leaf each mapper and reducer got, the
 aggregation switch or the path).
 """
 
@@ -100,6 +100,11 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
             red = "-" if sw["byte_reduction"] is None else f"{sw['byte_reduction']:.1%}"
             out.append(f"switch {name} ({sw['role']}): {sw['pair_bytes_in']:,} pair bytes in ({sw['frames_in']:,} frames), "
                        f"{sw['pair_bytes_out']:,} out ({sw['frames_out']:,} frames), byte reduction {red}")
+            continue
+        if sw.get("pair_bytes_in") is not None:  # switchagg with its pair counters: pairs and bytes
+            red, bred = ("-" if sw[k] is None else f"{sw[k]:.1%}" for k in ("reduction", "byte_reduction"))
+            out.append(f"switch {name} ({sw['role']}): {sw['pairs_in']:,} pairs in, {sw['pairs_out']:,} out, reduction {red} "
+                       f"({sw['pair_bytes_in']:,} pair bytes in, {sw['pair_bytes_out']:,} out, byte reduction {bred})")
             continue
         red = "-" if sw["reduction"] is None else f"{sw['reduction']:.1%}"
         out.append(f"switch {name} ({sw['role']}): {sw['pairs_in']:,} pairs in, {sw['pairs_out']:,} out, reduction {red}")

@@ -250,14 +250,18 @@ SWITCHAGG_FRAME_BASE = 14 + 20 + 8 + 14
 
 
 def per_switch(lay: FabricLayout, before: dict[str, dict[int, dict[str, int]]],
-               after: dict[str, dict[int, dict[str, int]]], program: str = "daiet") -> dict[str, dict[str, Any]]:
+               after: dict[str, dict[int, dict[str, int]]], program: str = "daiet",
+               pairs: tuple[dict[str, tuple[int, int]], dict[str, tuple[int, int]]] | None = None) -> dict[str, dict[str, Any]]:
     """`switches` of the result: per switch of the trees, what came in on its child ports and
     went out on its parent ports over the run, and its reduction.
 
     daiet: `pairs_in`, `pairs_out`, `reduction` (1 - out / in), pairs from frame sizes
-    (fixed 20-byte pairs). switchagg: its pairs have variable length (6 bytes + the key) and
-    the program keeps no pair counters, so a frame's size does not say how many pairs it
-    holds: `pairs_*` and `reduction` are None, and the numbers are bytes instead: `frames_in`
+    (fixed 20-byte pairs). switchagg: its pairs have variable length (6 bytes + the key), so
+    a frame's size does not say how many pairs it holds; `pairs_in` / `pairs_out` and
+    `reduction` come from the program's own counters (`pairs`: (before, after) of each
+    switch's `switchagg.pairs_in`/`pairs_out` sums; the switch counts a packet's pairs once,
+    so unlike DAIET's a mapper's retransmission is not counted again), None without them.
+    The bytes are there too: `frames_in`
     / `frames_out` and `bytes_in` / `bytes_out` (whole frames, as the ports counted them),
     `pair_bytes_in` / `pair_bytes_out` (the frames' bytes beyond the 56 of headers each: the
     pairs' bytes; ACKs and control packets carry none) and `byte_reduction`
@@ -274,7 +278,10 @@ def per_switch(lay: FabricLayout, before: dict[str, dict[int, dict[str, int]]],
             fin, fout = sum(d(p, "rx_packets") for p in kids), sum(d(p, "tx_packets") for p in parents)
             bin_, bout = sum(d(p, "rx_bytes") for p in kids), sum(d(p, "tx_bytes") for p in parents)
             pin, pout = max(0, bin_ - SWITCHAGG_FRAME_BASE * fin), max(0, bout - SWITCHAGG_FRAME_BASE * fout)
-            out[name] = {"role": role, "pairs_in": None, "pairs_out": None, "reduction": None,
+            c0, c1 = (pairs[0].get(name), pairs[1].get(name)) if pairs else (None, None)
+            cin, cout = (c1[0] - c0[0], c1[1] - c0[1]) if c0 is not None and c1 is not None else (None, None)
+            out[name] = {"role": role, "pairs_in": cin, "pairs_out": cout,
+                         "reduction": round(1.0 - cout / cin, 4) if cin and cout is not None else None,
                          "frames_in": fin, "frames_out": fout, "bytes_in": bin_, "bytes_out": bout,
                          "pair_bytes_in": pin, "pair_bytes_out": pout,
                          "byte_reduction": round(1.0 - pout / pin, 4) if pin else None}

@@ -418,6 +418,20 @@ def fabric_port_counters(env: Env) -> dict[str, dict[int, dict[str, int]]]:
     return out
 
 
+def fabric_pair_counters(env: Env) -> dict[str, tuple[int, int]]:
+    """The switchagg program's own pair counters (`pairs_in`, `pairs_out`, every tree
+    together) of every switch of the job's trees."""
+    from inswitch.topology import control
+
+    out = {}
+    for run in env.fabric_state.switches:
+        if run.plan.name in env.layout.ports:
+            with control.connect(run.p4runtime, read_only=True, device_id=run.plan.device_id) as c:
+                out[run.plan.name] = (sum(v for _, v in c.read_register("switchagg.pairs_in")),
+                                      sum(v for _, v in c.read_register("switchagg.pairs_out")))
+    return out
+
+
 def install_trees(env: Env, spec: JobSpec, tree_ids: list[int], progress: Progress) -> list[dict[str, Any]]:
     """One aggregation tree per reducer (rooted at the reducer's switch port, every mapper a
     child, the switch's memory split evenly), installed by the aggregation controller through
@@ -572,6 +586,7 @@ def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir:
     if mode == "switch" and not spec.absent_program:
         info["controller"] = install_trees(env, spec, tree_ids, progress)
     ports0 = fabric_port_counters(env) if mode == "switch" and env.layout is not None and env.layout.ports else None
+    pairs0 = fabric_pair_counters(env) if ports0 is not None and spec.program == "switchagg" else None
     reducer_addrs = [env.reduce_addr(j) for j in range(R)]
     mapper_addrs = [env.map_addr(i) for i in range(M)]
     common: dict[str, Any] = {"mode": mode, "protocol": spec.program, "op": spec.op, "timeout_s": spec.timeout_s}
@@ -630,7 +645,8 @@ def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir:
     if ports0 is not None:
         from inswitch.apps.wordcount import fabric as wf
 
-        info["switches"] = wf.per_switch(env.layout, ports0, fabric_port_counters(env), program=spec.program)
+        info["switches"] = wf.per_switch(env.layout, ports0, fabric_port_counters(env), program=spec.program,
+                                         pairs=(pairs0, fabric_pair_counters(env)) if pairs0 is not None else None)
     restarts = switch_restarts(env, wall0)
     for rec in restarts:  # a restarted switch's counters started again from 0: nothing to say
         if rec.get("switch") in info.get("switches", {}):

@@ -15,12 +15,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text as RichText
 
-from inswitch.cliopts import JSON_PATH, OUT_DIR, OUT_FILE, Choice, Float, Int, Text, argument, option
+from inswitch.cliopts import JSON_PATH, OUT_DIR, OUT_FILE, RING_FRAMES, Choice, Float, Int, Text, argument, option
 from inswitch.output import is_stdout, note_written, write_json
 from inswitch.topology import restarts
 from inswitch.topology.cli import report_ping
 from inswitch.topology.errors import RackError
-from inswitch.topology.fabric.fabric import DEFAULT_NAME, Fabric, FabricStatus, status_json, udp_ends
+from inswitch.topology.fabric.fabric import DEFAULT_NAME, FABRIC_RING_FRAMES, Fabric, FabricStatus, status_json, udp_ends
 from inswitch.topology.fabric.generators import load_spec, split_machines
 from inswitch.topology.fabric.model import LinkProps, Topology, TopologyError, parse_link_props
 from inswitch.topology.fabric.plan import MAX_FABRIC_NAME
@@ -167,6 +167,9 @@ def register(app: typer.Typer) -> None:
         udp_base: Optional[int] = option(None, "--udp-base", type=Int(1024, 65_535),
                                          help="UDP mode: UDP port of the first link end; link k's ends are BASE+2k and BASE+2k+1 "
                                               "(default: a free range)."),
+        ring_frames: int = option(FABRIC_RING_FRAMES, "--ring-frames", type=RING_FRAMES,
+                                  help="Every switch's receive-ring slots per port (`switch --ring-frames`: 6.4 MiB per port "
+                                       "at 4096; fewer save memory but lose bursts a loaded machine makes)."),
     ) -> None:
         """Create hosts and links, start one switch process per switch, program the routing."""
         topo: Topology = topology
@@ -175,7 +178,7 @@ def register(app: typer.Typer) -> None:
                                      param_hint="--machine")
         try:
             st = Fabric().up(topo, name=name, link_default=link_default or LinkProps(), pcap=pcap, machine=machine,
-                             emulate_machines=emulate_machines, mode=mode, udp_base=udp_base)
+                             emulate_machines=emulate_machines, mode=mode, udp_base=udp_base, ring_frames=ring_frames)
         except KeyboardInterrupt:
             err_console.print("interrupted; everything `up` had made was removed")
             raise typer.Exit(130)

@@ -45,6 +45,13 @@ P4RUNTIME_BASE = 9559
 FABRIC_MTU = 1500
 VXLAN_OVERHEAD = 50
 UNDERLAY_MTU = FABRIC_MTU + VXLAN_OVERHEAD
+#: Receive-ring slots per switch port in a fabric (`switch --ring-frames`; `fabric up
+#: --ring-frames` changes it). The switch's own default: on the loaded 2-core machine every
+#: smaller ring lost frames the 4,096-slot one did not (TCP resent thousands of segments at
+#: 512 and 1,024; the SwitchAgg fabric test lost its stream at 2,048), since a switch off
+#: its core for tens of ms meets a burst (a SwitchAgg flush, a TCP window) of thousands of
+#: frames; see bench/RESULTS.md, "Switch memory in a fabric".
+FABRIC_RING_FRAMES = 4096
 #: Underlay addresses `--emulate-machines` gives machines the topology gives none
 #: (TEST-NET-1; they exist only inside the machine namespaces).
 EMULATED_UNDERLAY = "192.0.2.{}"
@@ -208,7 +215,8 @@ class Fabric:
 
     def up(self, spec: str | Topology, name: Optional[str] = None, link_default: LinkProps = LinkProps(),
            pcap: Optional[str] = None, fault: Optional[str] = None, machine: Optional[str] = None,
-           emulate_machines: bool = False, mode: str = "netns", udp_base: Optional[int] = None) -> FabricState:
+           emulate_machines: bool = False, mode: str = "netns", udp_base: Optional[int] = None,
+           ring_frames: Optional[int] = FABRIC_RING_FRAMES) -> FabricState:
         """Validate everything, then build; any failure or Ctrl-C once building started
         takes down all of it (by name) and re-raises. With `pcap`, every switch captures
         its ports into `pcap/SWITCH/port{N}.pcapng` (the switch's own `--pcap`). `fault`:
@@ -224,7 +232,10 @@ class Fabric:
         `mode`: netns (root), udp (no privileges: see `assign_udp`; netns-only options and
         topologies are refused up front) or auto (netns when root, else udp). Netns by
         default here, so a job that builds its own fabric gets the clear root error, not a
-        fabric whose hosts it cannot exec in; `fabric up` passes auto."""
+        fabric whose hosts it cannot exec in; `fabric up` passes auto.
+
+        `ring_frames`: each switch's receive-ring slots per port (`switch --ring-frames`;
+        None: the switch's own default, 4096). See `FABRIC_RING_FRAMES`."""
         t0 = time.monotonic()
         topo = load_spec(spec) if isinstance(spec, str) else spec
         name = check_name(name or DEFAULT_NAME)
@@ -243,7 +254,8 @@ class Fabric:
             raise RackError(f"a rack or fabric named {name!r} exists ({state_dir(name)}); "
                             f"run `inswitch fabric down --name {name}` first")
         if m == "udp":
-            return self._build_or_down(name, lambda: self._build(topo, plan, t0, pcap, fault, udp_base=udp_base, mode="udp"))
+            return self._build_or_down(name, lambda: self._build(topo, plan, t0, pcap, fault, udp_base=udp_base, mode="udp",
+                                                                 ring_frames=ring_frames))
         left = netns.leftovers(f"{name}-")
         if left:
             raise RackError(f"objects named {name}-... exist ({', '.join(left[:5])}); "
@@ -253,7 +265,8 @@ class Fabric:
             raise RackError(f"link {needs_netem[0].endpoints} asks for delay/jitter/loss, which need the kernel's netem "
                             "qdisc, and this kernel has none (CONFIG_NET_SCH_NETEM); a rate alone works (tbf)")
         # A topology on one machine is built whole, whatever --machine named it.
-        return self._build_or_down(name, lambda: self._build(topo, plan, t0, pcap, fault, machine if underlay else None, underlay, emulate_machines))
+        return self._build_or_down(name, lambda: self._build(topo, plan, t0, pcap, fault, machine if underlay else None, underlay, emulate_machines,
+                                                             ring_frames=ring_frames))
 
     def _build_or_down(self, name: str, build: Callable[[], FabricState]) -> FabricState:
         """Any failure or Ctrl-C once building started takes down all of it (by name)."""
@@ -341,7 +354,7 @@ class Fabric:
 
     def _build(self, topo: Topology, plan: FabricPlan, t0: float, pcap: Optional[str] = None, fault: Optional[str] = None,
                machine: Optional[str] = None, underlay: Optional[dict[str, str]] = None, emulated: bool = False,
-               udp_base: Optional[int] = None, mode: str = "netns") -> FabricState:
+               udp_base: Optional[int] = None, mode: str = "netns", ring_frames: Optional[int] = None) -> FabricState:
         sdir = state_dir(plan.name)
         sdir.mkdir(parents=True, mode=0o755)
         underlay = underlay or {}
@@ -379,7 +392,7 @@ class Fabric:
             sw.argv = switchproc.switch_argv(
                 sw.plan.program, sw.ports, serve,
                 "127.0.0.1:0", Path(sw.ready_file), python=self.python, device_id=sw.plan.device_id,
-                pipes=sw.plan.pipes, port_qdisc=bool(shaped & set(sw.plan.ifaces)),
+                pipes=sw.plan.pipes, port_qdisc=bool(shaped & set(sw.plan.ifaces)), ring_frames=ring_frames,
                 pcap=str(Path(pcap).resolve() / sw.plan.name) if pcap else None, fault=fault)
             sw.pid = switchproc.launch(sw.argv, Path(sw.log), sdir)
         st.save()  # from here on `down` in another terminal finds every switch by pid too
