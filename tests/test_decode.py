@@ -184,7 +184,8 @@ def test_system_panels_show_what_the_programs_hold(switchd_factory: Callable[...
         # INaaS: tenant uid 77 on port 1 in slot 5; 4 ALU ops over 9 packets; one lease cell
         c.insert_entry("tenants", {"ig_intr_md.ingress_port": 1, "hdr.inaas.uid": 77}, "set_tenant", {"slot": 5, "max_lease_us": 1000})
         c.write_register("tenant_usage", 5, (9 << 32) | 4)
-        c.write_register("lease_0", 3, (123456 << 32) | 77)
+        c.write_register("lease_deadline_0", 3, 123456)
+        c.write_register("lease_0", 3, 77)
         # NetSHa: set 0's way 0 claimed by query 3 (stored as QID + 1)
         c.write_register("netsha.qid", 0, 3 + 1)
         # Hare: object slot 1 answered 10 queries; slot 1 valid, slot 4 with a write in flight

@@ -41,6 +41,9 @@ def test_inaas_fits_tofino1_beside_forward() -> None:
     assert r["parse_depth_bytes"] == 256
     notes = [n for p in r["programs"] if p["name"] == "inaas" for n in p["notes"]]
     assert any("recirculation" in n for n in notes)
+    # Built for tofino1: 13 segments a pass (deadline, holder, key-value arrays, 4 a stage).
+    assert any(n.startswith("13 of the 20") for n in notes), notes
+    assert "inaas.kv_12" in {g["name"] for g in r["registers"]} and "inaas.kv_13" not in {g["name"] for g in r["registers"]}
 
 
 def test_all_apps_concurrently_correct_with_ledger() -> None:

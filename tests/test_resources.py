@@ -76,6 +76,10 @@ def test_converted_programs_have_no_unchecked_alu() -> None:
     assert not any(a.startswith("inaas_paxos.paxos_") or a.endswith(".commit") for a in p["unchecked_alus"])
     acts = {f"{reg['name']}.{a['name']}": a for reg in p["registers"] for a in reg["actions"]}
     assert acts["inaas_paxos.paxos_round_0.prepare"]["outputs"] == 2
+    # inaas: the lease check is two declared arrays (deadline, holder); only reduce is left.
+    assert p["fits"] and p["stages_used"] == 20
+    assert {a.rsplit(".", 1)[1] for a in p["unchecked_alus"]} == {"reduce"}
+    assert acts["inaas_paxos.lease_deadline_0.take"]["checked"] and acts["inaas_paxos.lease_0.check"]["checked"]
 
 
 def test_switch_refuses_a_set_that_does_not_fit_its_target() -> None:

@@ -27,19 +27,48 @@ fn kv_service(n: usize, lease_us: u32) -> Service {
 
 #[test]
 fn forward_and_inaas_fit_tofino1() {
-    let set = ProgramSet::new(vec![programs::by_name("forward").unwrap(), programs::by_name("inaas").unwrap()]).unwrap();
+    let t1 = Target::tofino1();
+    let set = ProgramSet::new(vec![programs::by_name("forward").unwrap(), programs::by_name_for("inaas", &t1).unwrap()]).unwrap();
     let decls: Vec<_> = (0..2).map(|i| set.decl(i)).collect();
-    let r = ResourceReport::new(&decls, &Target::tofino1());
+    let r = ResourceReport::new(&decls, &t1);
     assert!(r.fits, "{:?}", r.problems);
     assert_eq!(r.stages_used, 12);
     // Stages 0-1: forward's counters, the tenant registry and counters, and the Bloom
     // filter's three arrays fill the last free stateful ALUs.
     assert_eq!((r.stages[0].stateful_alus, r.stages[1].stateful_alus), (4, 4));
-    assert!(r.unchecked_alus.iter().all(|a| !a.contains("bloom")), "{:?}", r.unchecked_alus);
-    // 20 lease + 20 key-value arrays, 4 per stage in stages 2-11.
-    for st in &r.stages[2..12] {
-        assert_eq!(st.stateful_alus, 4, "stage {}", st.stage);
+    assert!(r.unchecked_alus.iter().all(|a| !a.contains("bloom") && !a.contains("lease")), "{:?}", r.unchecked_alus);
+    // 13 segments: deadline, holder and key-value arrays (39), 4 per stage in stages 2-11.
+    let salus: Vec<u32> = r.stages[2..12].iter().map(|s| s.stateful_alus).collect();
+    assert_eq!(salus, [4, 4, 4, 4, 4, 4, 4, 4, 4, 3]);
+    assert!(decls[1].registers.iter().any(|g| g.name == "kv_12") && !decls[1].registers.iter().any(|g| g.name == "kv_13"));
+    // The default build (20 segments, 17 stages) fits tofino2, with the acceptors too.
+    for name in ["inaas", "inaas_paxos"] {
+        let set = ProgramSet::new(vec![programs::by_name("forward").unwrap(), programs::by_name(name).unwrap()]).unwrap();
+        let decls: Vec<_> = (0..2).map(|i| set.decl(i)).collect();
+        let r = ResourceReport::new(&decls, &Target::tofino2());
+        assert!(r.fits, "{name}: {:?}", r.problems);
+        assert_eq!(r.stages_used, if name == "inaas" { 17 } else { 20 }, "{name}");
     }
+}
+
+#[test]
+fn tofino1_build_serves_13_segments_and_fails_the_rest() {
+    let mut s = Service::with_program(16, 7, programs::inaas::Inaas::for_target(false, &Target::tofino1()));
+    let p = s.new_port();
+    s.add_tenant(p, Kind::Kv, 1_000_000, 1_000_000, false, 200);
+    let w = |seg| ItemReq { seg, idx: 9, op: Op::Write { key: 77, value: 1234 } };
+    let r = run_one(&mut s, 0, &[w(12), w(13)], Operator::Add);
+    assert_eq!(r[12], Some(ItemResult::Done(0)), "segment 12 is on the switch");
+    let r = run_one(
+        &mut s,
+        0,
+        &[ItemReq { seg: 12, idx: 9, op: Op::Read { key: 77 } }, ItemReq { seg: 13, idx: 9, op: Op::Read { key: 77 } }],
+        Operator::Add,
+    );
+    assert_eq!(r[12], Some(ItemResult::Done(1234)));
+    assert_eq!(r[13], Some(ItemResult::Miss), "segment 13 is not on the switch: its items fail, nothing stored there");
+    assert_eq!(s.switch_usage(0).leases, 1, "one lease, segment 12's");
+    assert_eq!(s.violations(), 0);
 }
 
 #[test]

@@ -29,6 +29,11 @@ pub enum Src {
 }
 
 /// Comparison of a condition's value against zero (unsigned or signed operands).
+///
+/// The `*W` forms compare the difference as the ALU's 32-bit adder produces it: `a - b + k`
+/// wrapped to 32 bits, then read as signed. That is the test of a wrapping clock
+/// (`(now - deadline) as i32 > 0`), which an exact comparison misjudges near the wrap.
+/// The other forms compare the exact difference of the operands (widened unsigned or signed).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Cmp {
@@ -42,6 +47,10 @@ pub enum Cmp {
     LeS,
     GtS,
     GeS,
+    LtW,
+    LeW,
+    GtW,
+    GeW,
 }
 
 /// A condition unit: `a - b + k  cmp  0`. At most one register half and one PHV operand.
@@ -419,15 +428,20 @@ pub fn eval_words<T: Cell>(s: &Salu, cell: T, phv: [u32; 2]) -> (T, [u32; MAX_OU
     let mut i = 0;
     while i < s.conds.len() {
         let c = s.conds[i];
-        let signed = matches!(c.cmp, Cmp::LtS | Cmp::LeS | Cmp::GtS | Cmp::GeS);
-        let v = wide(src(c.a, lo, hi, phv), signed) - wide(src(c.b, lo, hi, phv), signed) + c.k as i64;
+        let (a, b) = (src(c.a, lo, hi, phv), src(c.b, lo, hi, phv));
+        let v = if matches!(c.cmp, Cmp::LtW | Cmp::LeW | Cmp::GtW | Cmp::GeW) {
+            a.wrapping_sub(b).wrapping_add(c.k as u32) as i32 as i64
+        } else {
+            let signed = matches!(c.cmp, Cmp::LtS | Cmp::LeS | Cmp::GtS | Cmp::GeS);
+            wide(a, signed) - wide(b, signed) + c.k as i64
+        };
         let t = match c.cmp {
             Cmp::Eq => v == 0,
             Cmp::Ne => v != 0,
-            Cmp::LtU | Cmp::LtS => v < 0,
-            Cmp::LeU | Cmp::LeS => v <= 0,
-            Cmp::GtU | Cmp::GtS => v > 0,
-            Cmp::GeU | Cmp::GeS => v >= 0,
+            Cmp::LtU | Cmp::LtS | Cmp::LtW => v < 0,
+            Cmp::LeU | Cmp::LeS | Cmp::LeW => v <= 0,
+            Cmp::GtU | Cmp::GtS | Cmp::GtW => v > 0,
+            Cmp::GeU | Cmp::GeS | Cmp::GeW => v >= 0,
         };
         flags |= (t as usize) << i;
         i += 1;
@@ -684,6 +698,32 @@ mod tests {
         assert!(e.contains("2 output words"), "{e}");
         assert!(check(&TWO.to_decl(), 32, &Target::tofino2()).is_empty());
         assert!(check_shape(&TWO.to_decl(), 64, 1, 1).iter().any(|m| m.contains("2 output words")));
+    }
+
+    #[test]
+    fn wrapping_compare_is_the_32_bit_difference() {
+        // A deadline just before the wrap and a clock just after it: 0x10 - 0xFFFF_FFF0 is
+        // 0x20 in 32 bits (expired), while the exact difference is negative.
+        const EXPIRED: Salu =
+            Salu { conds: &[Cond::new(Src::PhvLo, Cmp::GtW, Src::Lo)], lo: &[], hi: &[], out: &[Out::always(OutSrc::Predicate)] };
+        const EXACT: Salu =
+            Salu { conds: &[Cond::new(Src::PhvLo, Cmp::GtS, Src::Lo)], lo: &[], hi: &[], out: &[Out::always(OutSrc::Predicate)] };
+        assert_eq!(eval(&EXPIRED, 0xFFFF_FFF0u32, [0x10, 0]).1, 1);
+        assert_eq!(eval(&EXACT, 0xFFFF_FFF0u32, [0x10, 0]).1, 1, "signed exact: -16 < 16");
+        // Across the signed wrap (2^31) the exact signed compare is wrong, the wrapping one not.
+        let (d, now) = (0x7FFF_FFF0u32, 0x8000_0010u32);
+        assert_eq!(eval(&EXPIRED, d, [now, 0]).1, 1);
+        assert_eq!(eval(&EXACT, d, [now, 0]).1, 0, "exact signed: now reads as negative");
+        // Not yet: the deadline ahead of the clock, across the wrap.
+        assert_eq!(eval(&EXPIRED, 0x10u32, [0xFFFF_FFF0, 0]).1, 0);
+        assert_eq!(eval(&EXPIRED, 5u32, [5, 0]).1, 0, "equal is not after");
+        // The constant takes part in the same 32-bit sum (0x20 - 0x20 == 0); the other forms.
+        for (cmp, k, want) in [(Cmp::GeW, 0, 1), (Cmp::LtW, 0, 0), (Cmp::LeW, -0x20, 1), (Cmp::GtW, -0x20, 0)] {
+            let conds: &'static [Cond] = Box::leak(Box::new([Cond::lin(Src::PhvLo, Src::Lo, k, cmp)]));
+            const OUT: &[Out] = &[Out::always(OutSrc::Predicate)];
+            let s = Salu { conds, lo: &[], hi: &[], out: OUT };
+            assert_eq!(eval(&s, 0xFFFF_FFF0u32, [0x10, 0]).1, want, "{cmp:?} k={k}");
+        }
     }
 
     #[test]

@@ -67,7 +67,7 @@ fn loaded_set(names: &[String], target_name: Option<&str>) -> PyResult<Arc<Progr
         return Err(value_err("no programs given"));
     }
     let t = target(target_name.unwrap_or("unbounded"))?;
-    let progs = programs::instantiate(names).map_err(value_err)?;
+    let progs = programs::instantiate_for(names, &t).map_err(value_err)?;
     Ok(Arc::new(ProgramSet::load_on(progs, &t).map_err(value_err)?))
 }
 
@@ -93,7 +93,13 @@ fn program_set_json(programs: Vec<String>) -> PyResult<String> {
 #[pyfunction]
 fn resources_json(programs: Vec<String>, target: &str) -> PyResult<String> {
     let t = self::target(target)?;
-    let set = program_set(&programs)?;
+    if programs.is_empty() {
+        return Err(value_err("no programs given"));
+    }
+    // Built for the target: a program whose size follows from it (inaas) is reported as
+    // the switch would load it there.
+    let progs = programs::instantiate_for(&programs, &t).map_err(value_err)?;
+    let set = ProgramSet::new(progs).map_err(value_err)?;
     let decls: Vec<_> = (0..set.len()).map(|i| set.decl(i)).collect();
     serde_json::to_string(&ResourceReport::new(&decls, &t)).map_err(value_err)
 }

@@ -150,7 +150,8 @@ def inaas(reader: decode.Reader, prog: str, counters: dict[str, Any]) -> Panel:
     usage = {c["index"]: c for c in _cells(reader, _qualified(prog, "tenant_usage"))}
     events = {c["index"]: c for c in _cells(reader, _qualified(prog, "tenant_events"))}
     leases: dict[int, int] = {}
-    segs = [r for r in reader.schema.registers if r.name.startswith(prog + ".lease_")]
+    # The holder arrays (lease_j), not the deadlines (lease_deadline_j) beside them.
+    segs = [r for r in reader.schema.registers if r.name.startswith(prog + ".lease_") and not r.name.startswith(prog + ".lease_deadline_")]
     for r in segs:
         for c in _cells(reader, r.name):
             if c.get("holder_uid"):

@@ -95,9 +95,14 @@ pub struct Service {
 impl Service {
     /// A switch with `ports` ports; the goalkeeper on port 0.
     pub fn new(ports: u16, seed: u64) -> Service {
+        Self::with_program(ports, seed, programs::inaas::Inaas::with_paxos())
+    }
+
+    /// As [`Service::new`], with this build of the program (e.g. one built for a target,
+    /// whose passes serve fewer segments: items beyond them fail, the goalkeeper's).
+    pub fn with_program(ports: u16, seed: u64, inaas: programs::inaas::Inaas) -> Service {
         let set = Arc::new(
-            ProgramSet::new(vec![Arc::new(programs::forward::Forward::new()), Arc::new(programs::inaas::Inaas::with_paxos())])
-                .expect("forward + inaas load together"),
+            ProgramSet::new(vec![Arc::new(programs::forward::Forward::new()), Arc::new(inaas)]).expect("forward + inaas load together"),
         );
         let mut sw = Switch::new(set.clone(), ports, 1, PipeConfig::default());
         sw.control(&ControlOp::McastGroupWrite {

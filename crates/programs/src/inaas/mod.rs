@@ -1,12 +1,17 @@
 //! `inaas`: the multi-tenant in-network service of the INaaS paper (§IV, Algorithm 1,
 //! Figure 2). One header carries 20 items; segment `j` of switch memory serves item `j`.
 //!
-//! Layout (tofino1; `forward` has stages 0–1 besides):
+//! Layout (20 segments, tofino2 or unbounded; `forward` has stages 0–2 besides):
 //! - ingress stage 0: `tenants` (exact: ingress port, uid → tenant slot, longest lease)
 //! - ingress stage 1: `goalkeeper` (the goalkeeper host's port), `forged_uid` (register,
 //!   per port: packets whose uid is not registered on the port they came in on)
-//! - ingress stages 2–6: `lease_0` … `lease_19` (uid, deadline), four per stage
-//! - ingress stages 7–11: `kv_0` … `kv_19` (key, value), four per stage
+//! - ingress stages 2–6: `lease_deadline_0` … `lease_deadline_19`, four per stage
+//! - ingress stages 7–11: `lease_0` … `lease_19` (the holder's uid), four per stage
+//! - ingress stages 12–16: `kv_0` … `kv_19` (key, value), four per stage
+//! - (`inaas_paxos`) egress stages 17–19: the acceptors
+//!
+//! On tofino1 (12 stages) a pass serves 13 segments, the same arrays packed in stages 2–11
+//! ([`lease::Layout`]); items 13–19 fail.
 //! - egress stage 1: `tenant_usage` (ALU operations, packets) and `tenant_events`
 //!   (mismatching accesses, leases taken), per tenant slot: the ledger's source
 //!
@@ -21,7 +26,7 @@
 //!
 //! Paxos packets (ops [`OP_PAXOS_1A`], [`OP_PAXOS_2A`]) address the acceptors of
 //! [`paxos`] in segments 0–2: the lease is probed (never taken) in ingress, the acceptors
-//! run in egress stages 2–3, and the switch always answers the sender (never the
+//! run in the three egress stages after the segments' arrays (17–19), and the switch always answers the sender (never the
 //! goalkeeper: a refused or unleased acceptor is a failed item, the proposer's business).
 //!
 //! Bloom packets ([`wire::inaas::OP_BLOOM_INSERT`], [`wire::inaas::OP_BLOOM_QUERY`]) probe
@@ -45,10 +50,13 @@ use wire::inaas::{
 
 use arith::MISS;
 use failure::{bridged, Outcome};
-use lease::{kv_stage, lease_stage, LeaseCheck, LeaseCommit, MAX_LEASE_US, PROBE, SEGMENTS, SEGMENT_SIZE};
+use lease::{
+    deadline, DeadlineProbe, DeadlineTake, HolderCheck, HolderTake, Layout, LeaseCommit, ACQUIRED, BUSY, MAX_LEASE_US, MAX_UID,
+    SEGMENT_SIZE,
+};
 use paxos::{
-    round_word, vote_value, Accept, Advance, Clear, ClearInstance, Prepare, RoundOut, VoteOut, VoteRead, VoteWrite, ACCEPTORS,
-    INSTANCE_STAGE, NO_VOTE, REFUSED, STALE,
+    round_word, vote_value, Accept, Advance, Clear, ClearInstance, Prepare, RoundOut, VoteOut, VoteRead, VoteWrite, ACCEPTORS, NO_VOTE,
+    REFUSED, STALE,
 };
 use primitives::{dec, dec_evicted, enc, reduce_status, Exchange, Read, Reduce, Write, COLLECT, EVICT, KEY_ONLY};
 
@@ -59,8 +67,11 @@ pub const PORTS: u32 = 512;
 /// Bytes the parser reaches: Ethernet and the INaaS header.
 pub const PARSE_DEPTH: u32 = 14 + HEADER_LEN as u32;
 
-type LeaseAction = RegisterAction<Pair, (u32, (u32, u32)), u32, LeaseCheck>;
-type CommitAction = pisa::SaluAction<Pair, u32, u32, LeaseCommit>;
+type DeadlineTakeAction = pisa::SaluAction<u32, (u32, u32), u32, DeadlineTake>;
+type DeadlineProbeAction = pisa::SaluAction<u32, u32, u32, DeadlineProbe>;
+type HolderTakeAction = pisa::SaluAction<u32, u32, u32, HolderTake>;
+type HolderCheckAction = pisa::SaluAction<u32, (), u32, HolderCheck>;
+type CommitAction = pisa::SaluAction<u32, u32, u32, LeaseCommit>;
 type ExchangeAction = pisa::SaluAction<Pair, (u32, u32), u32, Exchange>;
 type ReadAction = pisa::SaluAction<Pair, (u32, u32), u32, Read>;
 type WriteAction = pisa::SaluAction<Pair, (u32, u32), u32, Write>;
@@ -68,7 +79,10 @@ type ReduceAction = RegisterAction<Pair, (u32, i32), u32, Reduce>;
 
 /// The register actions of one memory segment.
 struct Segment {
-    lease: LeaseAction,
+    take: DeadlineTakeAction,
+    probe: DeadlineProbeAction,
+    hold: HolderTakeAction,
+    holder: HolderCheckAction,
     commit: CommitAction,
     exchange: ExchangeAction,
     read: ReadAction,
@@ -119,6 +133,7 @@ fn installs(p: Prim) -> bool {
 
 pub struct Inaas {
     decl: ProgramDecl,
+    layout: Layout,
     segments: Vec<Segment>,
     acceptors: Vec<Acceptor>,
     bloom: Vec<bloom::BloomArray>,
@@ -136,18 +151,30 @@ pub struct Inaas {
 impl Inaas {
     /// The service of the paper, without Paxos acceptors: fits tofino1 beside `forward`.
     pub fn new() -> Inaas {
-        Self::build(false)
+        Self::build(false, Layout::default())
     }
 
     /// With the Paxos acceptors of [`paxos`] (program `inaas_paxos`). Their nine arrays
-    /// need nine stateful ALUs in stages 2-4, which the 20 segments' lease arrays already
-    /// fill on tofino1 (ingress and egress share a stage's ALUs): this variant fits
-    /// tofino2, not tofino1 (docs/inaas.md).
+    /// take the three stages after the 20 segments' (17-19; ingress and egress share a
+    /// stage's ALUs), and two of them return two words: this variant fits tofino2, not
+    /// tofino1 (docs/inaas.md).
     pub fn with_paxos() -> Inaas {
-        Self::build(true)
+        Self::build(true, Layout::default())
     }
 
-    fn build(with_paxos: bool) -> Inaas {
+    /// As many segments as `t`'s stages hold (20 on tofino2 and unbounded, 13 on tofino1;
+    /// with the acceptors, three stages fewer for segments), see [`Layout::for_target`].
+    pub fn for_target(with_paxos: bool, t: &pisa::Target) -> Inaas {
+        Self::build(with_paxos, Layout::for_target(t, if with_paxos { 3 } else { 0 }))
+    }
+
+    /// Segments a pass serves (items beyond them fail).
+    pub fn segments(&self) -> usize {
+        self.layout.segments
+    }
+
+    fn build(with_paxos: bool, layout: Layout) -> Inaas {
+        let n = layout.segments;
         let (name, doc) = if with_paxos {
             ("inaas_paxos", "INaaS with Paxos acceptors in the tenants' leased registers (tofino2)")
         } else {
@@ -164,7 +191,10 @@ impl Inaas {
                 "a Tofino 1 stateful ALU returns 32 bits, so a preempted register's 64-bit swap takes one recirculation (value, then key)",
             )
             .note("32768 cells per segment: the paper's 40k x 64-bit, four per stage, need 84 SRAM blocks of the 80 a stage has")
-            .note("leases hold a deadline on the switch clock and T is capped per tenant, so packets cannot forge a preemption");
+            .note("leases hold a deadline on the switch clock and T is capped per tenant, so packets cannot forge a preemption")
+            .note(&format!(
+                "{n} of the 20 items' segments per pass (deadline, holder and key-value arrays, four per stage); items beyond them fail"
+            ));
 
         let a_set_tenant = b.action("set_tenant", &[("slot", 16), ("max_lease_us", 32)], "a registered tenant on this port");
         let a_forged = b.action("forged_uid", &[], "the uid is not registered on this port");
@@ -195,22 +225,40 @@ impl Inaas {
         let fr = b.register::<u32>("forged_uid", Gress::Ingress, 1, PORTS, "packets per ingress port whose uid is not registered there");
         let forged = b.register_action_salu(fr, "count", Inc);
 
-        let mut segments = Vec::with_capacity(SEGMENTS);
-        for j in 0..SEGMENTS {
-            let lr = b.register::<Pair>(
+        let mut segments = Vec::with_capacity(n);
+        let mut deadlines = Vec::with_capacity(n);
+        for j in 0..n {
+            let dr = b.register::<u32>(
+                &format!("lease_deadline_{j}"),
+                Gress::Ingress,
+                layout.deadline_stage(j),
+                SEGMENT_SIZE,
+                "lease deadline in switch µs (0: free)",
+            );
+            b.cell_fields(&dr, &[("deadline_us", 32)]);
+            deadlines.push((b.register_action_salu(dr, "take", DeadlineTake), b.register_action_salu(dr, "probe", DeadlineProbe)));
+        }
+        let mut holders = Vec::with_capacity(n);
+        for j in 0..n {
+            let hr = b.register::<u32>(
                 &format!("lease_{j}"),
                 Gress::Ingress,
-                lease_stage(j),
+                layout.holder_stage(j),
                 SEGMENT_SIZE,
-                "uid of the holder (lo) and its lease deadline in switch µs (hi)",
+                "uid of the lease's holder (bit 31: busy, being moved)",
             );
-            b.cell_fields(&lr, &[("holder_uid", 32), ("deadline_us", 32)]);
-            let lease = b.register_action_body(lr, "check", LeaseCheck);
-            let commit = b.register_action_salu(lr, "commit", LeaseCommit);
+            b.cell_fields(&hr, &[("holder_uid", 32)]);
+            holders.push((
+                b.register_action_salu(hr, "take", HolderTake),
+                b.register_action_salu(hr, "check", HolderCheck),
+                b.register_action_salu(hr, "commit", LeaseCommit),
+            ));
+        }
+        for (j, ((take, probe), (hold, holder, commit))) in deadlines.into_iter().zip(holders).enumerate() {
             let kr = b.register::<Pair>(
                 &format!("kv_{j}"),
                 Gress::Ingress,
-                kv_stage(j),
+                layout.kv_stage(j),
                 SEGMENT_SIZE,
                 "key (lo) and value (hi, offset binary: value XOR 2^31, never 0)",
             );
@@ -219,21 +267,22 @@ impl Inaas {
             let read = b.register_action_salu(kr, "read", Read);
             let write = b.register_action_salu(kr, "write", Write);
             let reduce = b.register_action_body(kr, "reduce", Reduce);
-            segments.push(Segment { lease, commit, exchange, read, write, reduce });
+            segments.push(Segment { take, probe, hold, holder, commit, exchange, read, write, reduce });
         }
+        let instance_stage = layout.end_stage();
         let mut acceptors = Vec::with_capacity(ACCEPTORS);
         for j in 0..if with_paxos { ACCEPTORS } else { 0 } {
             let ir = b.register::<u32>(
                 &format!("paxos_instance_{j}"),
                 Gress::Egress,
-                INSTANCE_STAGE,
+                instance_stage,
                 SEGMENT_SIZE,
                 "acceptor j: the newest instance tag the slot served",
             );
             let rr = b.register::<Pair>(
                 &format!("paxos_round_{j}"),
                 Gress::Egress,
-                INSTANCE_STAGE + 1,
+                instance_stage + 1,
                 SEGMENT_SIZE,
                 "acceptor j under segment j's lease: promised round (lo), voted round (hi)",
             );
@@ -241,7 +290,7 @@ impl Inaas {
             let vr = b.register::<Pair>(
                 &format!("paxos_vote_{j}"),
                 Gress::Egress,
-                INSTANCE_STAGE + 2,
+                instance_stage + 2,
                 SEGMENT_SIZE,
                 "acceptor j: instance tag (lo), voted value (hi)",
             );
@@ -275,6 +324,7 @@ impl Inaas {
         let decl = b.build().expect("inaas declaration is valid");
         Inaas {
             decl,
+            layout,
             segments,
             acceptors,
             bloom,
@@ -370,18 +420,55 @@ impl Inaas {
         Some(prims)
     }
 
-    /// Probe (never take) the leases of the first `n` items' segments (ingress stage 2), as
-    /// Paxos and Bloom packets do: an item whose register this tenant does not hold fails
-    /// (a mismatch if another holds it); each held one costs `ops` ALU operations.
-    fn probe_leases<M: TraceMode>(&self, pass: &mut Pass<'_, M>, prims: &[Prim; ITEMS], uid: u32, n: usize, ops: u8) -> Outcome {
+    /// The lease check of Algorithm 1 for the items in `want` (segments only): the
+    /// deadline arrays (take, or probe), then the holder arrays, the action chosen by the
+    /// deadline's output. Per item: the holder (== uid when the packet's tenant holds it), 0
+    /// while the register is being moved (or, probing, free or expired), or
+    /// `ACQUIRED | previous holder` when this packet took it (then marked [`BUSY`]).
+    fn leases<M: TraceMode>(&self, pass: &mut Pass<'_, M>, want: u32, uid: u32, lease_t: Option<u32>) -> [u32; ITEMS] {
         let now = (pass.now_ns() / 1_000) as u32;
-        let mut out = Outcome::default();
-        for (j, p) in prims.iter().enumerate().take(n) {
-            if *p == Prim::None {
+        let v = InaasPacket::new_unchecked(&pass.hdr()[14..]);
+        let idx: [u32; ITEMS] = std::array::from_fn(|j| v.idx(j) as u32);
+        let n = self.segments.len();
+        let mut gone = [false; ITEMS];
+        for j in 0..n {
+            if want & 1 << j != 0 {
+                let seg = &self.segments[j];
+                gone[j] = match lease_t {
+                    Some(t) => pass.execute(&seg.take, idx[j], (now, deadline(now, t))),
+                    None => pass.execute(&seg.probe, idx[j], now),
+                }
+                .get()
+                    != 0;
+            }
+        }
+        let mut held = [0u32; ITEMS];
+        for j in 0..n {
+            if want & 1 << j == 0 {
                 continue;
             }
-            let idx = InaasPacket::new_unchecked(&pass.hdr()[14..]).idx(j) as u32;
-            let held = pass.execute(&self.segments[j].lease, idx, (uid | PROBE, (now, 0)));
+            let seg = &self.segments[j];
+            held[j] = match (gone[j], lease_t) {
+                (true, None) => 0,
+                (true, Some(_)) => ACQUIRED | pass.execute(&seg.hold, idx[j], uid | BUSY).get() & MAX_UID,
+                (false, _) => pass.execute(&seg.holder, idx[j], ()).get(),
+            };
+        }
+        held
+    }
+
+    /// Probe (never take) the leases of the first `n` items' segments, as Paxos and Bloom
+    /// packets do: an item whose register this tenant does not hold fails (a mismatch if
+    /// another holds it); each held one costs `ops` ALU operations.
+    fn probe_leases<M: TraceMode>(&self, pass: &mut Pass<'_, M>, prims: &[Prim; ITEMS], uid: u32, n: usize, ops: u8) -> Outcome {
+        let mut out = Outcome::default();
+        let want = prims.iter().take(n).enumerate().filter(|(_, p)| **p != Prim::None).fold(0u32, |w, (j, _)| w | 1 << j);
+        let held = self.leases(pass, want, uid, None);
+        for (j, held) in held.iter().enumerate().take(n) {
+            if want & 1 << j == 0 {
+                continue;
+            }
+            let held = *held;
             if held != uid {
                 out.failed |= 1 << j;
                 if held != 0 {
@@ -419,7 +506,7 @@ impl Inaas {
         for (j, it) in items.iter_mut().enumerate() {
             *it = (v.idx(j) as u32, v.key(j), v.value(j));
         }
-        // Stage 12: the slot's instance; 13: every acceptor decides; 14: the votes.
+        // Stage 17 (with 20 segments): the slot's instance; 18: every acceptor decides; 19: the votes.
         let mut stale = 0u32;
         for (j, (acc, it)) in self.acceptors.iter().zip(&items).enumerate() {
             if live & 1 << j != 0 {
@@ -448,7 +535,7 @@ impl Inaas {
             let vote = if phase1 {
                 Some(vote_value(pass.execute(&a.read, idx, tag).get()))
             } else {
-                // Stage 14 writes the vote only where stage 13 accepted.
+                // The vote stage writes only where the round stage accepted.
                 let accepted = r.map(|r| r & REFUSED == 0);
                 if accepted.get() {
                     pass.execute(&a.write, idx, accepted.map(|_| (tag, value)));
@@ -546,15 +633,19 @@ impl Inaas {
             pass.forward(gk);
             return;
         }
-        let now = (pass.now_ns() / 1_000) as u32;
-
-        // Stages 2–6: lease check per item that touches memory.
-        for j in 0..SEGMENTS {
-            if prims[j] == Prim::None {
+        // The lease check per item that touches memory (deadline, then holder arrays); an
+        // item beyond the segments a pass has fails.
+        let n = self.segments.len();
+        let want = prims.iter().enumerate().filter(|(_, p)| **p != Prim::None).fold(0u32, |w, (j, _)| w | 1 << j);
+        let here = ((1u64 << n) - 1) as u32;
+        out.failed = want & !here;
+        let held = self.leases(pass, want & here, uid, Some(lease_t));
+        for (j, held) in held.iter().enumerate().take(n) {
+            if want & 1 << j == 0 {
                 continue;
             }
-            let held = pass.execute(&self.segments[j].lease, items[j].0 as u32, (uid, (now, lease_t)));
-            if held & lease::ACQUIRED != 0 {
+            let held = *held;
+            if held & ACQUIRED != 0 {
                 out.preempted |= 1 << j;
                 out.acquisitions += 1;
             } else if held != uid {
@@ -565,8 +656,8 @@ impl Inaas {
                 }
             }
         }
-        // Stages 7–11: the primitives, then compute.
-        for j in 0..SEGMENTS {
+        // The key-value arrays: the primitives, then compute.
+        for j in 0..n {
             let bit = 1u32 << j;
             let (idx, key, value) = items[j];
             let seg = &self.segments[j];
@@ -677,13 +768,13 @@ impl Inaas {
         }
         let mut clear = 0u8;
         let mut holders = [0u32; ITEMS];
-        for j in 0..SEGMENTS {
+        for j in 0..self.segments.len() {
             if preempted & 1 << j != 0 {
                 holders[j] = pass.execute(&self.segments[j].commit, items[j].0 as u32, uid).get();
             }
         }
         let mut alu = 0u8;
-        for j in 0..SEGMENTS {
+        for j in 0..self.segments.len() {
             let bit = 1 << j;
             if preempted & bit == 0 {
                 continue;

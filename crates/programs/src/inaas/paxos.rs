@@ -14,22 +14,23 @@
 //! P4xos keeps rnd, vrnd and value in three arrays; here rnd and vrnd share one 64-bit cell
 //! (a Tofino 1 stateful ALU updates both halves of a pair, returns 32 bits), and the value
 //! shares one with the instance tag, so one pass reads and writes everything an acceptor
-//! has: stage 12 refuses a stale instance, stage 13 decides (promise or accept, by comparing the ballot with rnd), stage 14 uses
-//! that outcome to write or read the vote. One access per array per pass.
+//! has: the first stage after the segments' arrays (17 with 20 segments) refuses a stale
+//! instance, the next decides (promise or accept, by comparing the ballot with rnd), the
+//! third uses that outcome to write or read the vote. One access per array per pass.
 //!
 //! Taking a lease on a cell clears both arrays' cells there (the previous holder's votes
 //! are not the new holder's), on the packet's second pass; a Paxos packet never takes a
-//! lease itself (it probes, see [`lease::PROBE`](super::lease::PROBE)), so the acceptors'
+//! lease itself (it probes, see [`DeadlineProbe`](super::lease::DeadlineProbe)), so the acceptors'
 //! state only exists under a lease the tenant took with an ordinary write first.
 
 use pisa::{Cmp, Cond, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
 
 /// Acceptors per tenant: segments 0, 1, 2 (a majority is two).
 pub const ACCEPTORS: usize = 3;
-/// Egress stage of the instance arrays; the round arrays are in the next one, the vote
-/// arrays in the one after. Stages 12-14: past the 12 that `inaas` fills (a stage's ALUs
-/// serve ingress and egress alike), so the acceptors need tofino2.
-pub const INSTANCE_STAGE: u8 = 12;
+// The instance arrays' egress stage is the first after the segments' arrays
+// (`lease::Layout::end_stage`: 17 with 20 segments; a stage's ALUs serve ingress and egress
+// alike); the round arrays are in the next one, the vote arrays in the one after, so the
+// acceptors need tofino2's 20 stages.
 /// Set in [`Advance`]'s output (its condition 0) for a request of an older instance than
 /// the slot's.
 pub const STALE: u32 = 1;
