@@ -96,7 +96,6 @@ mod tests {
     /// with array numbers as `N`. Converting one removes it here; a program gaining one
     /// (or a converted one going back) fails. Keep `docs/pisa-rules.md` in step.
     const UNCHECKED: &[(&str, &[&str])] = &[
-        ("daiet", &["daiet.spill_state.step"]),
         ("netsha", &["netsha.state.sort_reduce"]),
         ("netsha-tofino1", &["netsha-tofino1.qid.lookup", "netsha-tofino1.state.sort_reduce"]),
         ("hare_lock", &["hare_lock.lock_state.acquire", "hare_lock.lock_state.read_half", "hare_lock.lock_state.release"]),
