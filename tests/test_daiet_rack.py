@@ -152,7 +152,7 @@ def test_daiet_spillover_bucket_in_a_rack(rack: RackState) -> None:
         slots = [(idx * buffers + i) for i in range(buffers)]
         for reg in ("spill_key0", "spill_key1", "spill_key2", "spill_key3", "spill_value"):
             assert not any(controller._read_cells(c, reg, slots)), f"{reg} empty after END"
-        assert c.read_register("spill_state", idx)[0][1] == 0
+        assert c.read_register("spill_ring", idx)[0][1] == 0 and c.read_register("spill_busy", idx)[0][1] == 0
         # The reducer got the four cells' pairs, the bucket's and the overflow (pairs that
         # found the bucket busy and went on in their packet): the bucket took a share.
         overflow = c.read_register("spill_overflow", idx)[0][1]

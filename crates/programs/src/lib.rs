@@ -115,7 +115,6 @@ mod tests {
     /// with array numbers as `N`. Converting one removes it here; a program gaining one
     /// (or a converted one going back) fails. Keep `docs/pisa-rules.md` in step.
     const UNCHECKED: &[(&str, &[&str])] = &[
-        ("daiet", &["daiet.spill_state.step"]),
         ("inaas", &["inaas.kv_N.reduce"]),
         ("inaas_paxos", &["inaas_paxos.kv_N.reduce"]),
     ];

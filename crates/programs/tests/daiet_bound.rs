@@ -150,13 +150,13 @@ fn a_walker_waiting_for_a_lost_storer_gives_up_and_the_tree_is_reused() {
         sw.tick(0);
     }
     assert_eq!(sw.pipes()[0].pending(), 1, "still storing");
-    assert_eq!(cell(&mut sw, &set, "spill_state", 0) >> 32, 1, "one storer under way");
+    assert_eq!(cell(&mut sw, &set, "spill_busy", 0) >> 32, 1, "one storer under way");
     remove_tree(&mut sw, &set, TREE);
     settle(&mut sw, 10);
     install_tree(&mut sw, &set, TREE, &cfg);
     assert_eq!(drops(&sw, &set, "daiet_tree_removed_in_flight"), 1);
     assert!(sw.drain_all().is_empty(), "the packet never got its ACK");
-    assert_eq!(cell(&mut sw, &set, "spill_state", 0) >> 32, 1, "the lost storer is still counted");
+    assert_eq!(cell(&mut sw, &set, "spill_busy", 0) >> 32, 1, "the lost storer is still counted");
     assert_eq!(cell(&mut sw, &set, "seq_state", cfg.sender_base), 1, "packet 0 admitted and completed");
     // The END: admitted, completes the tree, walks the four cells, then waits for the
     // bucket's storer, which never comes.
@@ -171,7 +171,8 @@ fn a_walker_waiting_for_a_lost_storer_gives_up_and_the_tree_is_reused() {
     assert_eq!(cell(&mut sw, &set, "seq_state", cfg.sender_base), 2, "END admitted, nothing in flight");
     assert_eq!(cell(&mut sw, &set, "ends_seen", 0), 0);
     assert_eq!(cell(&mut sw, &set, "out_seq", 0), 0);
-    assert_eq!(cell(&mut sw, &set, "spill_state", 0), 0);
+    assert_eq!(cell(&mut sw, &set, "spill_ring", 0), 0);
+    assert_eq!(cell(&mut sw, &set, "spill_busy", 0), 0);
     for s in 0..4 {
         assert_eq!(cell(&mut sw, &set, &format!("stack_top_{s}"), 0), 0);
         for w in 0..4 {
@@ -282,8 +283,13 @@ fn tree_removed_and_readded_mid_job_leaves_no_packet_behind_and_stays_exact() {
         let sw = &net.switches[0];
         assert!(drops(sw, &set, "daiet_tree_removed_in_flight") > 0, "seed {seed}");
         // Packets that others waited on were lost: those waiting gave up (without the bound
-        // they would still recirculate: `assert_quiet` below).
-        assert!(drops(sw, &set, "daiet_wait_exceeded") > 0, "seed {seed}");
+        // they would still recirculate: `assert_quiet` below). A removal once all three ENDs
+        // are counted comes during the flush: the packets dropped may then include the
+        // walker itself, and nothing is left to wait (seed 7 since the bucket's counter
+        // became two arrays: its drains end on other passes than before).
+        if ends < 3 {
+            assert!(drops(sw, &set, "daiet_wait_exceeded") > 0, "seed {seed}");
+        }
         assert_eq!(violations(sw), 0);
         eprintln!(
             "seed {seed}: removed in flight {}, wait exceeded {}, recirculations {}",

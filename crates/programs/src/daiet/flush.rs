@@ -16,13 +16,15 @@ use super::layout::*;
 use super::{ack_session, Daiet, Tree, MAX_WAIT_PASSES, WALK_SESSION};
 
 // During the walk `Bridged::spill` holds the slice whose stack is being drained; then
-// `SLICES`: ask the bucket's counter for its pairs (it answers "wait" while a drain or a
-// packet's stores are under way); then `W_BUCKET | buffer << 8 | count << 4 | next slot`;
+// `SLICES`: ask the bucket's busy counter whether a drain or a packet's stores are under way
+// (ask again while they are); then `W_TAKE`: take the ring's head buffer; then
+// `W_BUCKET | buffer << 8 | count << 4 | next slot`;
 // then `W_DONE`. `Bridged::pending` holds the cell popped in the pass before:
 // slice << 24 | (cell + 1), or 0; while the walker asks the bucket (`spill == SLICES`; no
 // cell is pending then), the passes it has waited (bounded by `MAX_WAIT_PASSES`).
 const W_BUCKET: u16 = 0x8000;
 const W_DONE: u16 = 0x4000;
+const W_TAKE: u16 = SLICES as u16 + 1;
 
 impl Daiet {
     pub(super) fn walk_pass<M: TraceMode>(&self, pass: &mut Pass<'_, M>, t: &Tree<'_>, br: &mut Bridged) {
@@ -89,38 +91,42 @@ impl Daiet {
     /// The walker waited `MAX_WAIT_PASSES` for the bucket's drains and stores: a packet they
     /// count was lost in the switch (or the registers were rewritten), so they never end.
     /// Give up in a pass of its own, since the in-flight count (stage 1) comes before the
-    /// bucket's counter (stage 9): undo the END's in-flight count so the sender's
+    /// bucket's ring (stage 9): undo the END's in-flight count so the sender's
     /// retransmission is answered (as a duplicate: its pairs were taken in), reset the
-    /// children count, the switch's numbering and the bucket's counter (cells and index
+    /// children count, the switch's numbering and the bucket's counters (cells and index
     /// stacks are empty: the walk took them), and drop the END, counted. Without the
     /// switch's END the reducer's stream stays incomplete and it falls back.
     fn give_up_walk<M: TraceMode>(&self, pass: &mut Pass<'_, M>, t: &Tree<'_>, br: &mut Bridged) {
         pass.execute(&self.complete, t.sender_base() + br.child() as u32, ());
         pass.execute(&self.ends_reset, t.tree_idx() as u32, ());
         pass.execute(&self.out_last, t.tree_idx() as u32, ());
-        pass.execute(&self.spill_state, t.tree_idx() as u32, OP_ABANDON);
+        pass.execute(&self.spill_take, t.tree_idx() as u32, ());
+        pass.execute(&self.busy_reset, t.tree_idx() as u32, ());
         pass.drop(self.d_wait);
     }
 
     /// The bucket part of the walk: one slot per pass.
     fn walk_bucket<M: TraceMode>(&self, pass: &mut Pass<'_, M>, t: &Tree<'_>, br: &mut Bridged) {
-        let (buf, n, slot) = if br.spill() & W_BUCKET == 0 {
-            // Stage 9: the bucket's counter hands over the head buffer's pairs.
-            let r = pass.execute(&self.spill_state, t.tree_idx() as u32, OP_FLUSH).get();
-            if r & S_FLUSHED == 0 {
-                // A drain or a packet's stores are under way: ask again, counted (the
-                // give-up is a pass of its own, see `give_up_walk`).
+        let (buf, n, slot) = if br.spill() as usize == SLICES {
+            // Stage 11: a drain or a packet's stores under way? Then ask again, counted (the
+            // give-up is a pass of its own, see `give_up_walk`).
+            if pass.execute(&self.busy_check, t.tree_idx() as u32, ()).get() != IDLE {
                 br.set_pending(br.pending() + 1);
-                pass.recirculate();
-                return;
+            } else {
+                br.set_spill(W_TAKE);
             }
-            let n = r & 0xF;
+            pass.recirculate();
+            return;
+        } else if br.spill() == W_TAKE {
+            // Stage 9: nothing is under way any more (nothing can start: every child's
+            // packets are done), so the ring hands over its head buffer's pairs.
+            let (buf, n) = head_of(pass.execute(&self.spill_take, t.tree_idx() as u32, ()).get());
             if n == 0 {
                 br.set_spill(W_DONE);
                 pass.recirculate();
                 return;
             }
-            (out_buf(r), n, 0)
+            (buf, n, 0)
         } else {
             ((br.spill() as u32 >> 8) & 0xF, (br.spill() as u32 >> 4) & 0xF, br.spill() as u32 & 0xF)
         };

@@ -44,6 +44,13 @@ pub const STORING: u32 = 1 << 16;
 pub const DRAIN: u32 = 1 << 17;
 /// ... which buffer (bits 18-21).
 pub const DRAIN_BUF_SHIFT: u32 = 18;
+/// ... and its store found the buffer after the new head free: it tells the ring so in its
+/// next pass (`bucket::AFTER_MOVE`).
+pub const RESOLVE: u32 = 1 << 22;
+/// Drain phase, `Bridged::pending`: bit 0 the walker still has to tell the ring (see
+/// [`RESOLVE`]; in its first pass); bits 4-31 the drained buffer's move number
+/// (`bucket::moves_of`), read in its first pass.
+pub const D_RESOLVE: u32 = 1;
 
 /// Bridged metadata carried across recirculations (16 bytes), as a Tofino program would
 /// carry a bridged header on its recirculated packets. Kept as its bytes (the fields read
@@ -55,8 +62,8 @@ pub const DRAIN_BUF_SHIFT: u32 = 18;
 /// so far (walk); `spill` (2-3): data: pairs that collided and wait for a slot in the
 /// spillover bucket (one per pass), walk: the slice being drained, then the bucket (see
 /// `flush`), drain: the bucket buffer (bits 8-11) and the next slot; `pending` (4-7):
-/// data: [`KEPT_PAIRS`] pairs and the [`STORING`], [`DRAIN`] flags, walk: a popped cell to read
-/// (+1; 0 none); `port` (8-9): the port the child's packet came in by (its ACK goes back
+/// data: [`KEPT_PAIRS`] pairs and the [`STORING`], [`DRAIN`], [`RESOLVE`] flags, walk: a popped
+/// cell to read (+1; 0 none), drain: [`D_RESOLVE`] and the buffer's move number; `port` (8-9): the port the child's packet came in by (its ACK goes back
 /// there); `child` (10-11) and `child_seq` (12-15): the child's sender id and sequence
 /// number (for its ACK).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -44,8 +44,8 @@
 //!
 //! Layout (tofino1), slice s = 0..3: stage 0 `daiet_trees`; 1 `seq_state`, `key_hash_s`;
 //! 2–5 `key0_s`..`key3_s`; 6 `value_s`; 7 `stack_top_s`; 8 `index_stack_s`; 9 `out_seq`,
-//! `ends_seen`, `spill_state`; 10 `spill_key0`..`spill_key3`; 11 `spill_value`,
-//! `spill_overflow`.
+//! `ends_seen`, `spill_ring`; 10 `spill_key0`..`spill_key3`; 11 `spill_value`,
+//! `spill_overflow`, `spill_busy`.
 
 pub mod bucket;
 pub mod cells;
@@ -58,7 +58,7 @@ pub mod tree;
 use pisa::decl::TableSpec;
 use pisa::{
     ClassifyRule, DropCode, Gress, HashAlgo, HashLanes, HashUnit, LanesError, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl,
-    RegisterAction, RegisterLanes, Table, TraceMode,
+    RegisterLanes, Table, TraceMode,
 };
 use wire::daiet::{flags, Op, MAX_PAIRS, PAIR_LEN, SLICES, UDP_PORT};
 
@@ -140,8 +140,14 @@ pub struct Daiet {
     out_last: pisa::SaluAction<u32, (), u32, Take>,
     ends_arrive: pisa::SaluAction<u32, (), u32, Push>,
     ends_reset: pisa::SaluAction<u32, (), u32, Take>,
-    /// The spillover bucket ([`bucket`]).
-    spill_state: RegisterAction<Pair, u8, u32, SpillState>,
+    /// The spillover bucket ([`bucket`]): its ring (stage 9) and busy counters (stage 11).
+    spill_store: pisa::SaluAction<Pair, u32, u32, RingStore>,
+    spill_drained: pisa::SaluAction<Pair, (u32, u32), u32, RingDrained>,
+    spill_take: pisa::SaluAction<Pair, (), u32, RingTake>,
+    busy_store: pisa::SaluAction<Pair, (u32, u32), u32, BusyStore>,
+    busy_drained: pisa::SaluAction<Pair, u32, (), BusyDrained>,
+    busy_check: pisa::SaluAction<Pair, (), u32, BusyCheck>,
+    busy_reset: pisa::SaluAction<Pair, (), (), BusyReset>,
     spill_key_write: [pisa::SaluAction<u32, u32, (), Write>; 4],
     spill_key_take: [pisa::SaluAction<u32, (), u32, Take>; 4],
     spill_value_write: pisa::SaluAction<u32, u32, (), Write>,
@@ -176,9 +182,9 @@ impl Daiet {
         // keeps filling, so no fixed limit is declared. Waiting (for counts that a lost
         // packet would never bring back) is bounded: `MAX_WAIT_PASSES`.
         .max_recirculations(None);
-        b.note("four pairs per pass, one per register slice: a data packet of n pairs makes ceil(n/4) - 1 recirculations (2 for ten pairs), plus one per colliding pair beyond one per pass (each pass stores one in the spillover bucket); the packet that fills a bucket buffer makes one pass per slot draining it (ten, and ten more for each waiting full buffer it takes over); the END that completes a tree makes one per used cell, one per slice, one per pair left in the bucket and one per flushed packet, and recirculates while a drain or a packet's bucket stores are under way (at most MAX_WAIT_PASSES passes, see below)");
-        b.note("the spillover bucket is per tree in registers (stages 9-11): a ring of 16 buffers of ten pair slots (one takes colliding pairs while full ones are drained, each by the packet that filled it), one pair in or out per pass per packet; a colliding pair that finds the bucket busy (head buffer full, waiting for a drain) goes on to the parent in its own packet unaggregated (exact; counted in spill_overflow). The paper's bucket is one buffer flushed at once; a drain here takes ten passes, so under heavy collisions it saturates");
-        b.note("spill_state.step keeps the bucket's fill, head buffer and draining-buffer bitmap (lo) and the count of packets still storing (hi) in one 64-bit cell and tests more conditions than a Tofino stateful ALU has; a compiler would split it (as for seq_state.admit)");
+        b.note("four pairs per pass, one per register slice: a data packet of n pairs makes ceil(n/4) - 1 recirculations (2 for ten pairs), plus one per colliding pair beyond one per pass (each pass stores one in the spillover bucket); the packet that fills a bucket buffer makes one pass per slot draining it (ten); the END that completes a tree makes one per used cell, one per slice, one to take the bucket's head buffer, one per pair left in the bucket and one per flushed packet, and recirculates while a drain or a packet's bucket stores are under way (at most MAX_WAIT_PASSES passes, see below)");
+        b.note("the spillover bucket is per tree in registers (stages 9-11): a ring of 16 buffers of ten pair slots (one takes colliding pairs while full ones are drained, each by the packet that filled it), one pair in or out per pass per packet; a colliding pair that finds the bucket busy (the head buffer's last slot waiting for the next buffer's drain) goes on to the parent in its own packet unaggregated (exact; counted in spill_overflow). The paper's bucket is one buffer flushed at once; a drain here takes ten passes, so under heavy collisions it saturates");
+        b.note("the spillover bucket's counter is two declared arrays: spill_ring (stage 9) holds the next slot (16 x head moves + fill) and whether the buffer after the head is known free, spill_busy (stage 11) a bit per buffer being drained and the packets still storing. Whether the next buffer is being drained is a bit chosen by the head, which no ALU condition can test: a store that moves the head learns it in stage 11 and tells the ring in its next pass (a data pass gives up its store for it; a drain's first pass reads the ring anyway), or that buffer's drain does when it ends; until then the head's last slot is refused (the last slot is taken only by a store that drains the buffer, so no buffer waits full). The END's flush asks spill_busy in one pass and takes the ring's head buffer in the next");
         b.note(&format!("every waiting loop is bounded: an END waiting for its sender's packets in flight, or the flush walker waiting for the spillover bucket's drains and stores, gives up after MAX_WAIT_PASSES = {MAX_WAIT_PASSES} consecutive waiting passes (counted in its bridged metadata, in a field unused while it waits; no extra bridged byte): a counted drop daiet_wait_exceeded, the walker undoing its END's in-flight count and resetting the tree's ends_seen, out_seq and bucket counter; the hosts' retransmission and fallback finish the job"));
         b.note("seq_state: three comparisons and the END bit are more than a Tofino stateful ALU's two conditions, so a data packet runs admit (seq == expected, seq < expected), an END admit_end (seq == expected, nothing in flight), and a packet that was not the expected one recirculates once and runs check (seq < expected, something in flight): a duplicate, a gap found by an END, or a copy of a packet in flight costs one recirculation");
         b.note(
@@ -255,15 +261,17 @@ impl Daiet {
         let ends = b.register::<u32>("ends_seen", Gress::Ingress, 9, MAX_TREES, "per tree: children that sent END");
         let ends_arrive = b.register_action_salu(ends, "arrive", Push);
         let ends_reset = b.register_action_salu(ends, "reset", Take);
-        let st = b.register::<Pair>(
-            "spill_state",
+        let ring = b.register::<Pair>(
+            "spill_ring",
             Gress::Ingress,
             9,
             MAX_TREES,
-            "per tree: the spillover bucket's fill, head buffer, buffers draining (lo); packets still storing (hi)",
+            "per tree: the spillover bucket's next slot, 16 x head moves + fill (lo); 4 x fill, + 2 while the buffer after the head is not known free (hi)",
         );
-        b.cell_fields(&st, &[("fill", 4), ("head", 4), ("unused", 8), ("draining", 16), ("storing", 32)]);
-        let spill_state = b.register_action_body(st, "step", SpillState);
+        b.cell_fields(&ring, &[("pos", 32), ("gate", 32)]);
+        let spill_store = b.register_action_salu(ring, "store", RingStore);
+        let spill_drained = b.register_action_salu(ring, "drained", RingDrained);
+        let spill_take = b.register_action_salu(ring, "take", RingTake);
         let sk: Vec<_> = (0..4)
             .map(|w| b.register::<u32>(&format!("spill_key{w}"), Gress::Ingress, 10, BUCKET_CELLS, "spillover bucket slots: key word"))
             .collect();
@@ -280,6 +288,18 @@ impl Daiet {
             "per tree: colliding pairs that found the bucket busy and went on in their packet",
         );
         let spill_overflow = b.register_action_salu(so, "add", AddN);
+        let busy = b.register::<Pair>(
+            "spill_busy",
+            Gress::Ingress,
+            11,
+            MAX_TREES,
+            "per tree: the spillover bucket's buffers being drained, a bit each (lo); packets still storing (hi)",
+        );
+        b.cell_fields(&busy, &[("draining", 16), ("unused", 16), ("storing", 32)]);
+        let busy_store = b.register_action_salu(busy, "store", BusyStore);
+        let busy_drained = b.register_action_salu(busy, "drained", BusyDrained);
+        let busy_check = b.register_action_salu(busy, "check", BusyCheck);
+        let busy_reset = b.register_action_salu(busy, "reset", BusyReset);
         let d_gap = b.drop_reason("daiet_seq_gap");
         let d_busy = b.drop_reason("daiet_in_flight_copy");
         let d_sender = b.drop_reason("daiet_sender_out_of_range");
@@ -304,7 +324,13 @@ impl Daiet {
             out_last,
             ends_arrive,
             ends_reset,
-            spill_state,
+            spill_store,
+            spill_drained,
+            spill_take,
+            busy_store,
+            busy_drained,
+            busy_check,
+            busy_reset,
             spill_key_write,
             spill_key_take,
             spill_value_write,

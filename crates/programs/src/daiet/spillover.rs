@@ -7,7 +7,8 @@
 //!   key compare of stages 2-5, so a pair colliding in a pass can be stored in the same
 //!   pass). A packet of ten pairs makes its three passes anyway; more colliding pairs than
 //!   passes cost one recirculation each, counted with the others.
-//! - The bucket busy (its head buffer full, waiting for a drain): the waiting pairs stay in
+//! - The bucket busy (the head buffer's last slot waiting for the next buffer's drain, see
+//!   [`super::bucket`]): the waiting pairs stay in
 //!   their packet and go on to the parent at once, numbered by the switch: still exact,
 //!   just not gathered (counted in `spill_overflow`). VARLEN packets (keys the 16-byte slots
 //!   cannot hold) go on the same way, whole.
@@ -16,7 +17,8 @@
 //!   reads-and-clears the buffer (after the kept pairs it may carry); at ten pairs the packet
 //!   leaves for the parent numbered by the switch (`out_seq`, so the reducer's gap
 //!   detection covers it) and, if slots are left, a clone to the recirculation port walks
-//!   on. Full buffers waiting for a drain are taken on by the drainer that ends next.
+//!   on. The walker also keeps the ring told whether the buffer after the head is free
+//!   (see [`super::bucket`]).
 //! - A child's packet is acknowledged only when all of its pairs are in registers (cells
 //!   or bucket) or on their way to the parent.
 //! - `seq_state` counts a packet done at the pass of its last group of pairs; bucket stores
@@ -56,31 +58,41 @@ impl Daiet {
     /// [`Self::data_tail`] with pairs waiting for the bucket, kept or a drain to start.
     #[inline(never)]
     fn data_tail_bucket<M: TraceMode>(&self, pass: &mut Pass<'_, M>, t: &Tree<'_>, br: &mut Bridged, np: usize) {
-        // Stage 9: the bucket's counter.
+        // Stage 9: the bucket's ring.
+        let tree = t.tree_idx() as u32;
         let mut store = None;
         let mut overflow = 0;
-        if br.spill() != 0 {
+        // Stage 11's operands: the buffer whose drain this store starts, the storer change.
+        let mut busy_op = None;
+        if br.pending() & RESOLVE != 0 {
+            // This packet's store moved the head in its pass before and found the buffer
+            // after the new head free: it tells the ring so (the ring's one access this
+            // pass: the pairs waiting store from the next).
+            pass.execute(&self.spill_drained, tree, AFTER_MOVE);
+            br.set_pending(br.pending() & !RESOLVE);
+        } else if br.spill() != 0 {
             let p = br.spill().trailing_zeros() as usize;
             let rest = br.spill() & (br.spill() - 1);
-            let first = if br.pending() & STORING == 0 { FIRST } else { 0 };
-            let more = if rest != 0 { MORE } else { 0 };
-            // A packet drains at most one buffer.
-            let no_drain = if br.pending() & DRAIN != 0 { NO_DRAIN } else { 0 };
-            let r = pass.execute(&self.spill_state, t.tree_idx() as u32, OP_STORE | first | more | no_drain).get();
+            let first = br.pending() & STORING == 0;
+            // A packet drains at most one buffer, so it takes no last slot once it drains one.
+            let may = if br.pending() & DRAIN != 0 { NO_DRAIN } else { MAY_DRAIN };
+            let s = stored(pass.execute(&self.spill_store, tree, may).get());
+            busy_op = Some((s.filter(|s| s.drain).map(|s| s.buf), storers_change(first, rest != 0, s.is_some())));
             br.set_pending(br.pending() & !STORING);
-            if r & S_STORED != 0 {
-                store = Some((p, bucket_index(t.tree_idx(), out_buf(r), r & 0xF)));
+            if let Some(s) = s {
+                store = Some((p, bucket_index(t.tree_idx(), s.buf, s.slot)));
                 br.set_spill(rest);
                 if rest != 0 {
                     br.set_pending(br.pending() | STORING);
                 }
-                if r & S_DRAIN != 0 {
-                    br.set_pending(br.pending() | (DRAIN | (out_buf(r) << DRAIN_BUF_SHIFT)));
+                if s.drain {
+                    br.set_pending(br.pending() | (DRAIN | (s.buf << DRAIN_BUF_SHIFT)));
                 }
             } else if (br.cursor() as usize) >= np {
-                // The bucket is busy (its head buffer full, waiting for a drain) and the
-                // packet has no pass left: the pairs waiting go on in the packet. (With
-                // passes left they wait and try again: those passes cost nothing extra.)
+                // The bucket is busy (the head's last slot waits for the next buffer's
+                // drain) and the packet has no pass left: the pairs waiting go on in the
+                // packet. (With passes left they wait and try again: those passes cost
+                // nothing extra.)
                 overflow = br.spill().count_ones();
                 br.set_pending(br.pending() | br.spill() as u32);
                 br.set_spill(0);
@@ -104,8 +116,20 @@ impl Daiet {
             }
             pass.execute(&self.spill_value_write, idx, words[4]);
         }
+        // Stage 11: the storer count and the busy bit of the buffer whose drain starts; such
+        // a store learns whether the buffer after the new head is being drained: if not, its
+        // next pass tells the ring (`bucket::AFTER_MOVE`).
+        if let Some((start, change)) = busy_op {
+            let mask = start.map_or(0, |b| 1 << b);
+            let bits = pass.execute(&self.busy_store, tree, (mask, change)).get();
+            if let Some(b) = start {
+                if bits & (1 << ((b + 2) % BUFFERS)) == 0 {
+                    br.set_pending(br.pending() | RESOLVE);
+                }
+            }
+        }
         if overflow > 0 {
-            pass.execute(&self.spill_overflow, t.tree_idx() as u32, overflow);
+            pass.execute(&self.spill_overflow, tree, overflow);
         }
         if done {
             self.finish_data(pass, t, br, seq);
@@ -150,7 +174,7 @@ impl Daiet {
             br.set_phase(PH_DRAIN);
             br.set_cursor(w as u8);
             br.set_spill((buf << 8) as u16);
-            br.set_pending(0);
+            br.set_pending(if br.pending() & RESOLVE != 0 { D_RESOLVE } else { 0 });
             pass.recirculate();
         } else {
             self.send_with(pass, t, seq, 0);
@@ -165,33 +189,37 @@ impl Daiet {
         let buf = (br.spill() >> 8) as u32 & 0xF;
         let slot = br.spill() as u32 & 0xF;
         let last = slot + 1 == MAX_PAIRS as u32;
-        // Stage 9: after the last slot, the counter frees the buffer and says whether the
-        // full head buffer was waiting for it (then this walker drains that one too).
-        let mut next = (buf << 8) | (slot + 1);
-        let mut finished = false;
-        if last {
-            let r = pass.execute(&self.spill_state, t.tree_idx() as u32, OP_DRAINED | (buf << 4) as u8).get();
-            if r & S_CONTINUE != 0 {
-                next = out_buf(r) << 8;
-            } else {
-                finished = true;
-            }
+        let tree = t.tree_idx() as u32;
+        // Stage 9: the ring. The first pass reads the position, which gives the buffer's
+        // move number (and tells the ring that the buffer after the head is free if this
+        // packet's store, in its last data pass, found it so); the last (the drain ends)
+        // tells it so if this buffer is the one after the head.
+        let pend = br.pending();
+        if slot == 0 {
+            let ops = if pend & D_RESOLVE != 0 { AFTER_MOVE } else { PEEK };
+            let pos = pass.execute(&self.spill_drained, tree, ops).get();
+            br.set_pending(moves_of(pos, buf) << 4);
+        } else if last {
+            pass.execute(&self.spill_drained, tree, drained(pend >> 4));
         }
         let c = br.cursor() as usize + 1;
-        let send = c == MAX_PAIRS || finished;
-        let seq = if send { pass.execute(&self.out_next, t.tree_idx() as u32, ()).get() } else { 0 };
-        // Stages 10-11: the slot.
+        let send = c == MAX_PAIRS || last;
+        let seq = if send { pass.execute(&self.out_next, tree, ()).get() } else { 0 };
+        // Stages 10-11: the slot; after the last, the buffer is no longer busy.
         let words = self.take_bucket_slot(pass, bucket_index(t.tree_idx(), buf, slot));
+        if last {
+            pass.execute(&self.busy_drained, tree, 1 << buf);
+        }
         if !self.append_pair(pass, br, &words) {
             return;
         }
-        br.set_spill(next as u16);
+        br.set_spill(((buf << 8) | (slot + 1)) as u16);
         if !send {
             pass.recirculate();
             return;
         }
         self.send_with(pass, t, seq, 0);
-        if !finished {
+        if !last {
             // The original leaves with ten pairs; a clone walks on.
             pass.clone_ingress(WALK_SESSION);
             br.set_cursor(MAX_PAIRS as u8);

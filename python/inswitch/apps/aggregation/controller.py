@@ -172,9 +172,10 @@ def plan_path(path: Sequence[tuple[str, int]], reducers: Mapping[int, int], n_ma
     return plan
 
 
-#: Per-tree registers reset for a fresh job; `spill_state` is the spillover bucket's counter
-#: (an abandoned job's drains or stores would otherwise keep the next END waiting).
-_PER_TREE = ("out_seq", "ends_seen", *(f"stack_top_{s}" for s in range(SLICES)), "spill_state", "spill_overflow")
+#: Per-tree registers reset for a fresh job; `spill_ring` and `spill_busy` are the spillover
+#: bucket's counters (an abandoned job's drains or stores would otherwise keep the next END
+#: waiting).
+_PER_TREE = ("out_seq", "ends_seen", *(f"stack_top_{s}" for s in range(SLICES)), "spill_ring", "spill_busy", "spill_overflow")
 #: Registers of a cell: the key's four words and the value, per slice.
 _CELL_REGS = tuple(tuple((*(f"key{w}_{s}" for w in range(4)), f"value_{s}")) for s in range(SLICES))
 
