@@ -114,10 +114,7 @@ mod tests {
     /// Register actions still on Rust bodies ("unchecked ALU", issue 19), per program,
     /// with array numbers as `N`. Converting one removes it here; a program gaining one
     /// (or a converted one going back) fails. Keep `docs/pisa-rules.md` in step.
-    const UNCHECKED: &[(&str, &[&str])] = &[
-        ("inaas", &["inaas.kv_N.reduce"]),
-        ("inaas_paxos", &["inaas_paxos.kv_N.reduce"]),
-    ];
+    const UNCHECKED: &[(&str, &[&str])] = &[("inaas", &["inaas.kv_N.reduce"]), ("inaas_paxos", &["inaas_paxos.kv_N.reduce"])];
 
     #[test]
     fn unchecked_alus_are_the_listed_ones() {
