@@ -1,7 +1,7 @@
 //! Cost of inaas's lease check as two declared stateful-ALU instructions (a deadline array
 //! gating a holder array, `programs::inaas::lease`) against the one Rust body on a
-//! (holder, deadline) pair it replaced (kept here, as it was before issue 19's conversion,
-//! only for this comparison). Both run the same precomputed mix of lease checks, probes
+//! (holder, deadline) pair it replaced (`lease::legacy`, as it was before issue 19's conversion,
+//! kept only for such comparisons). Both run the same precomputed mix of lease checks, probes
 //! and second-pass commits over the same cells, alternately, in one process, and must give
 //! the same answers (checked); the ratio is what to look at on a shared machine.
 //!
@@ -11,7 +11,9 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use pisa::{Pair, SaluProgram};
-use programs::inaas::lease::{deadline, DeadlineProbe, DeadlineTake, HolderCheck, HolderTake, LeaseCommit, ACQUIRED, BUSY, MAX_UID};
+use programs::inaas::lease::{
+    deadline, legacy, DeadlineProbe, DeadlineTake, HolderCheck, HolderTake, LeaseCommit, ACQUIRED, BUSY, MAX_UID,
+};
 
 const CELLS: usize = 4096;
 const OPS: usize = 1 << 20;
@@ -21,32 +23,6 @@ enum Kind {
     Check,
     Probe,
     Commit,
-}
-
-/// The body before the conversion: holder (lo), deadline (hi); `PROBE` in the uid looks.
-mod legacy {
-    use super::*;
-    pub const PROBE: u32 = 1 << 31;
-    pub fn check(cell: Pair, (uid, (now, t)): (u32, (u32, u32))) -> (Pair, u32) {
-        let expired = (now.wrapping_sub(cell.hi) as i32) > 0;
-        let (probe, uid) = (uid & PROBE != 0, uid & MAX_UID);
-        if (cell.lo == 0 || expired) && probe {
-            (cell, 0)
-        } else if cell.lo == 0 || expired {
-            (Pair::new(uid | BUSY, now.wrapping_add(t)), ACQUIRED | (cell.lo & MAX_UID))
-        } else if cell.lo & BUSY != 0 {
-            (cell, 0)
-        } else {
-            (cell, cell.lo)
-        }
-    }
-    pub fn commit(cell: Pair, uid: u32) -> (Pair, u32) {
-        if cell.lo == uid | BUSY {
-            (Pair::new(uid, cell.hi), uid)
-        } else {
-            (cell, cell.lo)
-        }
-    }
 }
 
 /// (kind, cell, uid, now, T). The clock advances; T is short or long so leases expire.
@@ -74,8 +50,8 @@ fn run_legacy(cells: &mut [Pair], ops: &[(Kind, usize, u32, u32, u32)]) -> i64 {
     let mut acc = 0i64;
     for &(k, i, uid, now, t) in ops {
         let (c, out) = match k {
-            Kind::Check => legacy::check(cells[i], (uid, (now, t))),
-            Kind::Probe => legacy::check(cells[i], (uid | legacy::PROBE, (now, 0))),
+            Kind::Check => legacy::check(cells[i], uid, now, t),
+            Kind::Probe => legacy::check(cells[i], uid | legacy::PROBE, now, 0),
             Kind::Commit => legacy::commit(cells[i], uid),
         };
         cells[i] = c;

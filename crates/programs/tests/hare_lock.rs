@@ -345,17 +345,14 @@ fn lock_program_fits_tofino1() {
     assert!(rep.fits, "{:?}", rep.problems);
 }
 
-/// An exclusive holder releases a lock that has shared waiters at the head of its queue:
-/// all of them are granted by that one release (a chain of recirculated grants), the
-/// exclusive waiter behind them and the shared one behind that are not; the exclusive one
-/// gets the lock when the last shared holder leaves, and the shared one after it.
-#[test]
-fn shared_waiters_granted_together_after_an_exclusive_release() {
-    let mut r = Rig::new();
-    let lock = 5u32;
-    r.offload(lock, None);
-    let host = |c: usize| (c % 3) as u8 + 1;
-    let msg = |op: Op, c: usize, seq: u32, excl: bool| Repr {
+/// Client `c`'s host (clients spread over three hosts, one per client port).
+fn client_host(c: usize) -> u8 {
+    (c % 3) as u8 + 1
+}
+
+/// Client `c`'s lock request `op` on `lock`, shared or exclusive.
+fn lock_msg(lock: u32, op: Op, c: usize, seq: u32, excl: bool) -> Repr {
+    Repr {
         op,
         flags: 0,
         seq,
@@ -365,7 +362,20 @@ fn shared_waiters_granted_together_after_an_exclusive_release() {
         key: lock_id(lock),
         key_field: 4,
         value: vec![0; 8],
-    };
+    }
+}
+
+/// An exclusive holder releases a lock that has shared waiters at the head of its queue:
+/// all of them are granted by that one release (a chain of recirculated grants), the
+/// exclusive waiter behind them and the shared one behind that are not; the exclusive one
+/// gets the lock when the last shared holder leaves, and the shared one after it.
+#[test]
+fn shared_waiters_granted_together_after_an_exclusive_release() {
+    let mut r = Rig::new();
+    let lock = 5u32;
+    r.offload(lock, None);
+    let host = client_host;
+    let msg = |op: Op, c: usize, seq: u32, excl: bool| lock_msg(lock, op, c, seq, excl);
     let grants = |out: &[(u16, Vec<u8>)]| -> Vec<(usize, u32)> {
         let mut g: Vec<(usize, u32)> = out
             .iter()
@@ -581,18 +591,8 @@ fn a_waiter_two_passes_want_to_grant_is_granted_once() {
     let mut r = Rig::new();
     let lock = 6u32;
     r.offload(lock, None);
-    let host = |c: usize| (c % 3) as u8 + 1;
-    let msg = |op: Op, c: usize, seq: u32, excl: bool| Repr {
-        op,
-        flags: 0,
-        seq,
-        hit_index: 0,
-        aux: c as u16,
-        status: if excl { EXCLUSIVE } else { SHARED },
-        key: lock_id(lock),
-        key_field: 4,
-        value: vec![0; 8],
-    };
+    let host = client_host;
+    let msg = |op: Op, c: usize, seq: u32, excl: bool| lock_msg(lock, op, c, seq, excl);
     let frame_of = |op: Op, c: usize, seq: u32, excl: bool| frame(host(c), SERVER, PORT_CLIENT, PORT_SERVER, &msg(op, c, seq, excl));
     assert_eq!(r.send(CLIENT_PORTS[0], &frame_of(Op::Acquire, 0, 10, true)).len(), 1);
     for c in 1..=3 {

@@ -187,17 +187,18 @@ impl SaluProgram<u32, u32, u32> for LeaseCommit {
 /// as signed 32-bit differences.
 pub const MAX_LEASE_US: u32 = 1 << 30;
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// The lease check before issue 19's split: one Rust body on a (holder, deadline) pair.
+/// Kept only as the reference the split is tested (below) and timed (example
+/// `inaas_lease_alu_cost`) against.
+#[doc(hidden)]
+pub mod legacy {
+    use super::{ACQUIRED, BUSY, MAX_UID};
     use pisa::Pair;
 
-    /// Set in the old check's uid operand to look without taking.
-    const PROBE: u32 = 1 << 31;
+    /// Set in the uid operand to look without taking.
+    pub const PROBE: u32 = 1 << 31;
 
-    /// The lease check as it was, one Rust body on a (holder, deadline) pair: the
-    /// reference the split instructions are compared with.
-    fn old_check(cell: Pair, uid: u32, now: u32, t: u32) -> (Pair, u32) {
+    pub fn check(cell: Pair, uid: u32, now: u32, t: u32) -> (Pair, u32) {
         let expired = (now.wrapping_sub(cell.hi) as i32) > 0;
         let (probe, uid) = (uid & PROBE != 0, uid & MAX_UID);
         if (cell.lo == 0 || expired) && probe {
@@ -211,13 +212,20 @@ mod tests {
         }
     }
 
-    fn old_commit(cell: Pair, uid: u32) -> (Pair, u32) {
+    pub fn commit(cell: Pair, uid: u32) -> (Pair, u32) {
         if cell.lo == uid | BUSY {
             (Pair::new(uid, cell.hi), uid)
         } else {
             (cell, cell.lo)
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::legacy::{check as old_check, commit as old_commit, PROBE};
+    use super::*;
+    use pisa::Pair;
 
     /// The split check as the program runs it: the deadline array's action, then the holder
     /// array's, chosen by the first's output. Cells are (deadline, holder).
