@@ -622,7 +622,9 @@ class RedisRack:
             except redis.exceptions.RedisError:
                 if time.monotonic() >= end:
                     raise
-                time.sleep(0.05)
+                # Finely: a restart's "serving again" time (`kill9`) is when this answers,
+                # and the agent, retrying on its own, may serve before a coarse poll would.
+                time.sleep(0.005)
 
     def agent_argv(self, i: int, ctl: str) -> list[str]:
         p = self.p
