@@ -207,7 +207,7 @@ fn no_lost_or_duplicated_grant_under_migration() {
         r.offload(l, None);
     }
     let n = 12usize;
-    let host = |c: usize| (c % 3) as u8 + 1;
+    let host = client_host;
     let mut clients = vec![Client::Idle; n];
     let mut table = Table::default();
     let mut seq = 0u32;
@@ -255,17 +255,7 @@ fn no_lost_or_duplicated_grant_under_migration() {
                 }
                 let excl = next() % 3 == 0;
                 seq += 1;
-                let m = Repr {
-                    op: Op::Acquire,
-                    flags: 0,
-                    seq,
-                    hit_index: 0,
-                    aux: c as u16,
-                    status: if excl { EXCLUSIVE } else { SHARED },
-                    key: lock_id(lock),
-                    key_field: 4,
-                    value: vec![0; 8],
-                };
+                let m = lock_msg(lock, Op::Acquire, c, seq, excl);
                 clients[c] = Client::Waiting { lock, excl, seq };
                 acquires += 1;
                 let out = r.send(CLIENT_PORTS[c % 3], &frame(host(c), SERVER, PORT_CLIENT, PORT_SERVER, &m));
@@ -278,17 +268,7 @@ fn no_lost_or_duplicated_grant_under_migration() {
                 }
                 table.release(lock, c);
                 clients[c] = Client::Idle;
-                let m = Repr {
-                    op: Op::Release,
-                    flags: 0,
-                    seq: 0,
-                    hit_index: 0,
-                    aux: c as u16,
-                    status: 0,
-                    key: lock_id(lock),
-                    key_field: 4,
-                    value: vec![0; 8],
-                };
+                let m = lock_msg(lock, Op::Release, c, 0, false);
                 let out = r.send(CLIENT_PORTS[c % 3], &frame(host(c), SERVER, PORT_CLIENT, PORT_SERVER, &m));
                 assert!(out.iter().any(|(_, f)| parse(f).op == Op::ReleaseAck), "release acknowledged");
                 deliver(out, &mut clients, &mut table, &mut grants, &mut retries);
@@ -308,17 +288,7 @@ fn no_lost_or_duplicated_grant_under_migration() {
             if let Client::Holding { lock } = clients[c] {
                 table.release(lock, c);
                 clients[c] = Client::Idle;
-                let m = Repr {
-                    op: Op::Release,
-                    flags: 0,
-                    seq: 0,
-                    hit_index: 0,
-                    aux: c as u16,
-                    status: 0,
-                    key: lock_id(lock),
-                    key_field: 4,
-                    value: vec![0; 8],
-                };
+                let m = lock_msg(lock, Op::Release, c, 0, false);
                 let out = r.send(CLIENT_PORTS[c % 3], &frame(host(c), SERVER, PORT_CLIENT, PORT_SERVER, &m));
                 deliver(out, &mut clients, &mut table, &mut grants, &mut retries);
             }
@@ -350,7 +320,7 @@ fn client_host(c: usize) -> u8 {
     (c % 3) as u8 + 1
 }
 
-/// Client `c`'s lock request `op` on `lock`, shared or exclusive.
+/// Client `c`'s lock request `op` on `lock`, shared or exclusive (a release: seq 0, mode 0, i.e. `excl` false).
 fn lock_msg(lock: u32, op: Op, c: usize, seq: u32, excl: bool) -> Repr {
     Repr {
         op,
@@ -500,22 +470,12 @@ fn declared_alus_answer_as_the_old_bodies() {
         let (mut grants, mut chained, mut fulls, mut from_queue) = (0, 0, 0, 0u64);
         for step in 0..1500u32 {
             let c = (next() % 12) as usize;
-            let host = (c % 3) as u8 + 1;
+            let host = client_host(c);
             let ip = u32::from_be_bytes([10, 0, 0, host]);
             if next() % 100 < acquire_pct {
                 let excl = next() % 3 == 0;
                 let seq = step + 1;
-                let m = Repr {
-                    op: Op::Acquire,
-                    flags: 0,
-                    seq,
-                    hit_index: 0,
-                    aux: c as u16,
-                    status: if excl { EXCLUSIVE } else { SHARED },
-                    key: lock_id(lock),
-                    key_field: 4,
-                    value: vec![0; 8],
-                };
+                let m = lock_msg(lock, Op::Acquire, c, seq, excl);
                 let want = old.acquire(excl, (ip, ((c as u32) << 16) | (seq & 0xFFFF)));
                 let out = r.send(CLIENT_PORTS[c % 3], &frame(host, SERVER, PORT_CLIENT, PORT_SERVER, &m));
                 let got = match out.as_slice() {
@@ -535,17 +495,7 @@ fn declared_alus_answer_as_the_old_bodies() {
                 grants += (got == Acq::Granted) as u32;
                 fulls += (got == Acq::Full) as u32;
             } else {
-                let m = Repr {
-                    op: Op::Release,
-                    flags: 0,
-                    seq: 0,
-                    hit_index: 0,
-                    aux: c as u16,
-                    status: 0,
-                    key: lock_id(lock),
-                    key_field: 4,
-                    value: vec![0; 8],
-                };
+                let m = lock_msg(lock, Op::Release, c, 0, false);
                 let want: Vec<(u16, u32)> = old.release().iter().map(|&(_, tag)| ((tag >> 16) as u16, tag & 0xFFFF)).collect();
                 let out = r.send(CLIENT_PORTS[c % 3], &frame(host, SERVER, PORT_CLIENT, PORT_SERVER, &m));
                 let msgs: Vec<Repr> = out.iter().map(|(_, f)| parse(f)).collect();

@@ -223,12 +223,12 @@ fn weight_selection_replaces_the_heaviest_and_loses_nothing() {
     assert_eq!(ks, vec![1, 2], "one way: each new query replaces the previous one");
 }
 
-/// Two ways hold two colliding queries at once where one way bypasses or replaces.
-#[test]
-fn two_ways_reduce_more_collisions_than_one() {
+/// `rounds` rounds of 12 queries whose ids collide in a small register array, four
+/// answers each (ids `round * 10 + i`, distances from an LCG seeded with `seed`).
+fn colliding_queries(seed: u64, rounds: u32) -> Workload {
     let mut pk: Workload = Vec::new();
-    let mut x = 7u64;
-    for round in 0..6u32 {
+    let mut x = seed;
+    for round in 0..rounds {
         for q in 0..12u32 {
             let a: Vec<(u32, f64)> = (0..4u32)
                 .map(|i| {
@@ -239,6 +239,13 @@ fn two_ways_reduce_more_collisions_than_one() {
             pk.push((0, vec![(q.wrapping_mul(0x9E37_79B1), a)]));
         }
     }
+    pk
+}
+
+/// Two ways hold two colliding queries at once where one way bypasses or replaces.
+#[test]
+fn two_ways_reduce_more_collisions_than_one() {
+    let pk = colliding_queries(7, 6);
     let want = reference(&pk);
     let mut bypassed = Vec::new();
     for ways in [1u32, 2] {
@@ -260,19 +267,7 @@ fn two_ways_reduce_more_collisions_than_one() {
 /// the same claims, collisions and answers, plus one pass per claim of way 1.
 #[test]
 fn two_condition_lookup_claims_way_1_on_a_second_pass() {
-    let mut pk: Workload = Vec::new();
-    let mut x = 11u64;
-    for round in 0..5u32 {
-        for q in 0..12u32 {
-            let a: Vec<(u32, f64)> = (0..4u32)
-                .map(|i| {
-                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                    (round * 10 + i, ((x >> 40) as f32 / 1e3) as f64)
-                })
-                .collect();
-            pk.push((0, vec![(q.wrapping_mul(0x9E37_79B1), a)]));
-        }
-    }
+    let pk = colliding_queries(11, 5);
     let want = reference(&pk);
     let mut evs = Vec::new();
     for conds in [4u32, 2] {

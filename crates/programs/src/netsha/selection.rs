@@ -229,13 +229,17 @@ impl SaluProgram<u32, u32, u32> for QidCheck {
 #[derive(Clone, Copy)]
 pub struct QidClaim;
 
+/// One way's lookup on the low word: c0 the way is the query's, c1 it is free; a free way
+/// becomes the query's. [`QidClaim`] runs it on a 32-bit way, [`QidLookup1`] on a cell.
+const CLAIM_WAY: Salu = Salu {
+    conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::PhvLo), Cond::new(Src::Lo, Cmp::Eq, Src::K(FREE as i32))],
+    lo: &[Update::set(Pred::C0.not().and(Pred::C1), Src::PhvLo)],
+    hi: &[],
+    out: &[Out::always(OutSrc::Predicate)],
+};
+
 impl SaluProgram<u32, u32, u32> for QidClaim {
-    const SALU: Salu = Salu {
-        conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::PhvLo), Cond::new(Src::Lo, Cmp::Eq, Src::K(FREE as i32))],
-        lo: &[Update::set(Pred::C0.not().and(Pred::C1), Src::PhvLo)],
-        hi: &[],
-        out: &[Out::always(OutSrc::Predicate)],
-    };
+    const SALU: Salu = CLAIM_WAY;
 }
 
 /// Compare-and-swap on one way's 32-bit tag array: as [`QidCas0`] on its own cell.
@@ -264,12 +268,7 @@ pub fn split_flags(way0: u32, way1: u32) -> u32 {
 pub struct QidLookup1;
 
 impl SaluProgram<Pair, u32, u32> for QidLookup1 {
-    const SALU: Salu = Salu {
-        conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::PhvLo), Cond::new(Src::Lo, Cmp::Eq, Src::K(FREE as i32))],
-        lo: &[Update::set(Pred::C0.not().and(Pred::C1), Src::PhvLo)],
-        hi: &[],
-        out: &[Out::always(OutSrc::Predicate)],
-    };
+    const SALU: Salu = CLAIM_WAY;
 }
 
 /// c0: way 0 is the query's, c1: way 1 is (with one way, way 1's tag stays free, never a
