@@ -245,7 +245,8 @@ impl<S: PairSource> Mapper<S> {
         self.trees.iter().filter(|t| !t.done).map(|t| t.tree_id).collect()
     }
 
-    /// Packets to send now, as `(tree index, payload)`.
+    /// Packets to send now, as `(tree index, payload)`, appended to `out`. The mapper's
+    /// timers run here too (retransmissions, reports, BYE): it has no `handle_timeout`.
     pub fn poll_transmit(&mut self, now: u64, out: &mut Vec<(usize, Vec<u8>)>) {
         let (min_rto, max_rto) = (self.cfg.min_rto_ns, self.cfg.max_rto_ns);
         for i in 0..self.trees.len() {
@@ -384,7 +385,7 @@ impl<S: PairSource> Mapper<S> {
     }
 
     /// When `poll_transmit` has something to do next (a retransmission, a report, a BYE).
-    pub fn next_deadline(&self) -> Option<u64> {
+    pub fn poll_timeout(&self) -> Option<u64> {
         if self.trees.iter().any(|t| t.bye_due) {
             return Some(0);
         }
