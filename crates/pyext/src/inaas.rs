@@ -474,11 +474,9 @@ impl InaasGoalkeeper {
     /// the grant log); returns the frames to send back.
     #[pyo3(signature = (frame, now_us=None))]
     fn on_frame<'py>(&mut self, py: Python<'py>, frame: &[u8], now_us: Option<u64>) -> Vec<Bound<'py, PyBytes>> {
-        match now_us {
-            Some(t) => self.g.on_frame_at(frame, t),
-            None => self.g.on_frame(frame),
-        }
-        self.g.take_output().iter().map(|f| PyBytes::new(py, f)).collect()
+        let now_us = now_us.unwrap_or(self.g.now_us());
+        self.g.handle(now_us, frame);
+        std::iter::from_fn(|| self.g.poll_transmit()).map(|f| PyBytes::new(py, &f)).collect()
     }
     /// Every lease granted: (segment, index, uid, µs the frame came, term µs), in order.
     fn grants(&self) -> Vec<(u8, u16, u32, u64, u32)> {
