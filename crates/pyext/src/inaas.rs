@@ -585,7 +585,7 @@ impl InaasPaxosHosts {
 
     fn on_frame(&mut self, frame: &[u8], now_us: u64) {
         if !self.standby {
-            self.proposer.on_frame(frame, now_us);
+            self.proposer.handle(now_us, frame);
         }
     }
 
@@ -596,9 +596,9 @@ impl InaasPaxosHosts {
         if self.standby {
             return (Vec::new(), Vec::new());
         }
-        self.proposer.poll(now_us);
-        let frames: Vec<_> = self.proposer.take_output().iter().map(|f| PyBytes::new(py, f)).collect();
-        for v in self.proposer.take_votes() {
+        self.proposer.handle_timeout(now_us);
+        let mut frames: Vec<_> = std::iter::from_fn(|| self.proposer.poll_transmit()).map(|f| PyBytes::new(py, &f)).collect();
+        while let Some(v) = self.proposer.poll_vote() {
             if self.learners.is_empty() {
                 self.outbox.push(v);
             }
@@ -612,8 +612,7 @@ impl InaasPaxosHosts {
             let floor = self.floor();
             self.proposer.on_floor(floor, now_us);
         }
-        let mut frames = frames;
-        frames.extend(self.proposer.take_output().iter().map(|f| PyBytes::new(py, f)));
+        frames.extend(std::iter::from_fn(|| self.proposer.poll_transmit()).map(|f| PyBytes::new(py, &f)));
         let out = self.proposer.latencies[self.reported..].to_vec();
         self.reported = self.proposer.latencies.len();
         (frames, out)
@@ -667,7 +666,7 @@ impl InaasPaxosHosts {
 
     /// The backup becomes leader: phase 1 on the window above its learners' delivered
     /// prefix, with a round above the highest ballot its learners saw (a refusal raises it
-    /// again, `Proposer::on_frame`). No-op for a leader. Returns the ballot.
+    /// again, `Proposer::handle`). No-op for a leader. Returns the ballot.
     fn take_over(&mut self, now_us: u64) -> u32 {
         if self.standby {
             self.standby = false;

@@ -194,8 +194,8 @@ pub struct ProposerStats {
     pub rounds: u64,
 }
 
-/// A proposer (the leader while it runs). Frames out via [`Proposer::take_output`]; votes
-/// for learners via [`Proposer::take_votes`].
+/// A proposer (the leader while it runs). Frames out via [`Proposer::poll_transmit`]; votes
+/// for learners via [`Proposer::poll_vote`].
 pub struct Proposer {
     pub id: u8,
     pub round: u32,
@@ -218,8 +218,8 @@ pub struct Proposer {
     /// Instances decided (a majority voted) as this proposer saw it.
     pub decided: BTreeMap<u64, (u32, i32)>,
     pub rto_us: u64,
-    out: Vec<Vec<u8>>,
-    votes: Vec<Vote>,
+    out: VecDeque<Vec<u8>>,
+    votes: VecDeque<Vote>,
     /// Send time of each instance's first 2a (for the latency of a decision).
     pub started_us: BTreeMap<u64, u64>,
     /// (instance, microseconds from first 2a to decision).
@@ -256,8 +256,8 @@ impl Proposer {
             slots: BTreeMap::new(),
             decided: BTreeMap::new(),
             rto_us: 200,
-            out: Vec::new(),
-            votes: Vec::new(),
+            out: VecDeque::new(),
+            votes: VecDeque::new(),
             started_us: BTreeMap::new(),
             latencies: Vec::new(),
             stats: ProposerStats::default(),
@@ -289,7 +289,7 @@ impl Proposer {
         s.sent_us = now_us;
         let f = paxos_frame(self.mac, self.service_mac, self.uid, self.seq, s.phase1, self.ring, inst, b, s.value);
         self.seq = self.seq.wrapping_add(1).max(1);
-        self.out.push(f);
+        self.out.push_back(f);
         self.stats.sent += 1;
     }
 
@@ -432,7 +432,7 @@ impl Proposer {
     }
 
     /// An answer of the switch.
-    pub fn on_frame(&mut self, frame: &[u8], now_us: u64) {
+    pub fn handle(&mut self, now_us: u64, frame: &[u8]) {
         let Some(r) = parse_paxos_reply(frame) else { return };
         if self.stepped_down.is_some() && r.ballot == self.ballot() {
             // Quiet, but still counting the refusals of what it sent before it stepped down.
@@ -520,7 +520,7 @@ impl Proposer {
 
     /// Resend what is unanswered; votes of decided instances learners have not acknowledged
     /// go out again.
-    pub fn poll(&mut self, now_us: u64) {
+    pub fn handle_timeout(&mut self, now_us: u64) {
         if self.stepped_down.is_some() {
             return;
         }
@@ -545,12 +545,14 @@ impl Proposer {
         self.votes.extend(stale);
     }
 
-    pub fn take_output(&mut self) -> Vec<Vec<u8>> {
-        std::mem::take(&mut self.out)
+    /// The next frame to send.
+    pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+        self.out.pop_front()
     }
 
-    pub fn take_votes(&mut self) -> Vec<Vote> {
-        std::mem::take(&mut self.votes)
+    /// The next vote for the learners.
+    pub fn poll_vote(&mut self) -> Option<Vote> {
+        self.votes.pop_front()
     }
 }
 
@@ -661,6 +663,11 @@ mod tests {
         buf
     }
 
+    /// How many frames `p` has to send (taking them).
+    fn sent(p: &mut Proposer) -> usize {
+        std::iter::from_fn(|| p.poll_transmit()).count()
+    }
+
     /// A leader: phase 1 on its two slots promised, value 5 proposed in instance 0.
     fn leader(defer: bool) -> Proposer {
         let mut p =
@@ -671,12 +678,12 @@ mod tests {
             let mut r = InaasRepr { op: OP_PAXOS_1A, flags: flags::REPLY, seq: 1, uid: 7, ..Default::default() };
             r.items[PAXOS_TAG_ITEM] = Item { idx: 0, key: (inst + 1) as u32, value: p.ballot() as i32 };
             r.set_bits(Bitmap::Valid, 7);
-            p.on_frame(&from_switch(&r), 1);
+            p.handle(1, &from_switch(&r));
         }
         assert!(p.leading);
         p.propose(5);
-        p.poll(2);
-        assert_eq!(p.take_output().len(), 2 + 1); // phase 1 on two slots, then the 2a
+        p.handle_timeout(2);
+        assert_eq!(sent(&mut p), 2 + 1); // phase 1 on two slots, then the 2a
         p
     }
 
@@ -685,23 +692,23 @@ mod tests {
         let higher = 2 << 8 | 2;
         let mut p = leader(true);
         p.propose(6);
-        p.poll(3);
-        assert_eq!(p.take_output().len(), 1); // the 2a of instance 1
-        p.on_frame(&refusal(0, p.ballot(), higher), 3);
+        p.handle_timeout(3);
+        assert_eq!(sent(&mut p), 1); // the 2a of instance 1
+        p.handle(3, &refusal(0, p.ballot(), higher));
         assert_eq!((p.stepped_down, p.leading, p.stats.refused), (Some(higher), false, 3));
         // The refusal of its other 2a still counts; nothing changes.
-        p.on_frame(&refusal(1, p.ballot(), higher), 4);
+        p.handle(4, &refusal(1, p.ballot(), higher));
         assert_eq!((p.stepped_down, p.stats.refused), (Some(higher), 6));
         // Nothing more goes out: no retransmission, no new value, no phase 1 on a new floor.
         p.propose(7);
-        p.poll(1_000_000);
+        p.handle_timeout(1_000_000);
         p.on_floor(1, 1_000_000);
-        assert!(p.take_output().is_empty() && p.take_votes().is_empty() && p.decided.is_empty());
+        assert!(sent(&mut p) == 0 && p.poll_vote().is_none() && p.decided.is_empty());
         // Without `defer` (the default), the same refusal makes it try again above it.
         let mut q = leader(false);
-        q.on_frame(&refusal(0, q.ballot(), higher), 3);
+        q.handle(3, &refusal(0, q.ballot(), higher));
         assert_eq!(q.stepped_down, None);
-        assert!(q.ballot() > higher && !q.take_output().is_empty());
+        assert!(q.ballot() > higher && sent(&mut q) > 0);
     }
 
     #[test]
