@@ -111,7 +111,7 @@ impl InaasService {
     #[allow(clippy::too_many_arguments)] // a request's columns, as Python passes them
     fn submit(&mut self, t: usize, segs: &[u8], idxs: &[u8], ops: &[u8], keys: &[u8], values: &[u8], op: u8) -> PyResult<u32> {
         let it = items(segs, idxs, ops, keys, values)?;
-        self.s.submit(t, &it, operator(op)?).map_err(PyValueError::new_err)
+        self.s.submit(t, &it, operator(op)?).map_err(|e| PyValueError::new_err(e.to_string()))
     }
 
     /// A frame as tenant `t`'s adapter would build it (an attacker that sniffed its uid).
@@ -131,7 +131,7 @@ impl InaasService {
         let it = items(segs, idxs, ops, keys, values)?;
         let tn = &self.s.tenants[t];
         let f = build_frame(tn.client.asm.mac, self.s.gk.mac(), tn.uid, 0x7fff_0000, tn.lease_us, &it, operator(op)?, 0, 0)
-            .map_err(PyValueError::new_err)?;
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
         Ok(PyBytes::new(py, &f))
     }
 
@@ -139,7 +139,8 @@ impl InaasService {
     fn forge_uid_frame<'py>(&self, py: Python<'py>, t: usize, uid: u32, seg: u8, idx: u16, key: u32) -> PyResult<Bound<'py, PyBytes>> {
         let tn = &self.s.tenants[t];
         let it = [ItemReq { seg: seg as usize, idx, op: Op::Read { key } }];
-        let f = build_frame(tn.client.asm.mac, self.s.gk.mac(), uid, 1, 1000, &it, Operator::Add, 0, 0).map_err(PyValueError::new_err)?;
+        let f = build_frame(tn.client.asm.mac, self.s.gk.mac(), uid, 1, 1000, &it, Operator::Add, 0, 0)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
         Ok(PyBytes::new(py, &f))
     }
 
@@ -430,7 +431,8 @@ fn inaas_frame<'py>(
     flags: u8,
 ) -> PyResult<Bound<'py, PyBytes>> {
     let it = items(segs, idxs, ops, keys, values)?;
-    let f = build_frame(mac6(src)?, mac6(dst)?, uid, seq, lease_us, &it, operator(op)?, 0, flags).map_err(PyValueError::new_err)?;
+    let f = build_frame(mac6(src)?, mac6(dst)?, uid, seq, lease_us, &it, operator(op)?, 0, flags)
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
     Ok(PyBytes::new(py, &f))
 }
 

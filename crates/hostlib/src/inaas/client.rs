@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use wire::inaas::{flags, Operator, ITEMS};
 
-use super::assembly::{parse_reply, Assembler, ItemReq, ItemResult};
+use super::assembly::{parse_reply, Assembler, FrameError, ItemReq, ItemResult};
 
 /// A finished request.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,7 +57,7 @@ impl TenantClient {
     }
 
     /// Queue a request; returns its sequence number.
-    pub fn send(&mut self, items: &[ItemReq], op: Operator, now_us: u64) -> Result<u32, &'static str> {
+    pub fn send(&mut self, items: &[ItemReq], op: Operator, now_us: u64) -> Result<u32, FrameError> {
         let (seq, frame) = self.asm.build(items, op, now_us as u32)?;
         let mut valid = [false; ITEMS];
         for it in items {

@@ -18,7 +18,7 @@ use programs::inaas::{lease::MAX_UID, TENANT_SLOTS};
 use wire::ethernet::EthernetAddress;
 use wire::inaas::Operator;
 
-use super::assembly::{Assembler, ItemReq};
+use super::assembly::{Assembler, FrameError, ItemReq};
 use super::client::{Completion, TenantClient};
 use super::goalkeeper::{Goalkeeper, TenantInfo};
 use super::Kind;
@@ -284,7 +284,7 @@ impl Service {
     }
 
     /// Submit a request for tenant `t`.
-    pub fn submit(&mut self, t: usize, items: &[ItemReq], op: Operator) -> Result<u32, &'static str> {
+    pub fn submit(&mut self, t: usize, items: &[ItemReq], op: Operator) -> Result<u32, FrameError> {
         let now = self.now_us;
         let seq = self.tenants[t].client.send(items, op, now)?;
         self.flush_tenant(t);
