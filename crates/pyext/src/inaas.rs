@@ -370,7 +370,7 @@ impl InaasService {
     /// Every learner's delivered log, and the contradictions learners saw.
     fn paxos_logs(&self, t: usize) -> PyResult<(Vec<Vec<i32>>, Vec<String>)> {
         let g = self.paxos.get(&t).ok_or_else(|| PyValueError::new_err("paxos not started"))?;
-        Ok((g.learners.iter().map(|l| l.log.clone()).collect(), g.violations.clone()))
+        Ok((g.learners.iter().map(|l| l.log.clone()).collect(), g.violations.iter().map(|v| v.to_string()).collect()))
     }
 }
 
@@ -394,7 +394,7 @@ fn paxos_run<'py>(
     }
     let o = run_paxos(&PaxosFaults { seed, loss, dup, jitter_us, crash_at_us, zombie, values, slots, learners: 3 });
     let d = PyDict::new(py);
-    d.set_item("violations", o.violations)?;
+    d.set_item("violations", o.violations.iter().map(|v| v.to_string()).collect::<Vec<_>>())?;
     d.set_item("logs", o.logs)?;
     d.set_item("kv", o.kv.iter().map(|m| m.iter().map(|(k, v)| (*k, *v)).collect::<Vec<_>>()).collect::<Vec<_>>())?;
     d.set_item("proposed", o.proposed)?;
@@ -606,7 +606,7 @@ impl InaasPaxosHosts {
             }
             for l in &mut self.learners {
                 if let Err(e) = l.on_vote(v) {
-                    self.violations.push(e);
+                    self.violations.push(e.to_string());
                 }
             }
         }
@@ -640,7 +640,7 @@ impl InaasPaxosHosts {
             if let Some(v) = Vote::from_bytes(c) {
                 self.seen = self.seen.max(v.ballot);
                 if let Err(e) = l.on_vote(v) {
-                    self.violations.push(e);
+                    self.violations.push(e.to_string());
                 }
                 n += 1;
             }

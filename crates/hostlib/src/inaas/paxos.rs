@@ -556,6 +556,15 @@ impl Proposer {
     }
 }
 
+/// A vote that contradicts what a learner knows (never happens while Paxos is safe).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Violation {
+    #[error("instance {inst}: two values at ballot {ballot}")]
+    TwoValues { inst: u64, ballot: u32 },
+    #[error("instance {inst}: decided {first}, then {then}")]
+    Redecided { inst: u64, first: i32, then: i32 },
+}
+
 /// A learner: decides from acceptors' votes, delivers a gap-free log.
 #[derive(Default)]
 pub struct Learner {
@@ -570,17 +579,17 @@ pub struct Learner {
 impl Learner {
     /// A relayed vote. Returns an error if it contradicts a decision (never happens while
     /// Paxos is safe; the harness counts it).
-    pub fn on_vote(&mut self, v: Vote) -> Result<(), String> {
+    pub fn on_vote(&mut self, v: Vote) -> Result<(), Violation> {
         let e = self.votes.entry((v.inst, v.ballot)).or_insert((0, v.value));
         if e.1 != v.value {
-            return Err(format!("instance {}: two values at ballot {}", v.inst, v.ballot));
+            return Err(Violation::TwoValues { inst: v.inst, ballot: v.ballot });
         }
         e.0 |= 1 << v.acceptor;
         if e.0.count_ones() as usize >= MAJORITY {
             let value = e.1;
             if let Some(&d) = self.decided.get(&v.inst) {
                 if d != value {
-                    return Err(format!("instance {}: decided {d}, then {value}", v.inst));
+                    return Err(Violation::Redecided { inst: v.inst, first: d, then: value });
                 }
             }
             self.decided.insert(v.inst, value);
@@ -709,6 +718,18 @@ mod tests {
         q.handle(3, &refusal(0, q.ballot(), higher));
         assert_eq!(q.stepped_down, None);
         assert!(q.ballot() > higher && sent(&mut q) > 0);
+    }
+
+    #[test]
+    fn learner_names_a_contradiction() {
+        let mut l = Learner::default();
+        l.on_vote(Vote { inst: 0, acceptor: 0, ballot: 257, value: 8 }).unwrap();
+        assert_eq!(l.on_vote(Vote { inst: 0, acceptor: 1, ballot: 257, value: 9 }), Err(Violation::TwoValues { inst: 0, ballot: 257 }));
+        l.on_vote(Vote { inst: 0, acceptor: 1, ballot: 257, value: 8 }).unwrap();
+        l.on_vote(Vote { inst: 0, acceptor: 0, ballot: 513, value: 9 }).unwrap();
+        let e = l.on_vote(Vote { inst: 0, acceptor: 1, ballot: 513, value: 9 }).unwrap_err();
+        assert_eq!(e, Violation::Redecided { inst: 0, first: 8, then: 9 });
+        assert_eq!(e.to_string(), "instance 0: decided 8, then 9");
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use wire::inaas::Operator;
 
-use super::paxos::{kv_apply, kv_command, Learner, Proposer, Ring, Vote};
+use super::paxos::{kv_apply, kv_command, Learner, Proposer, Ring, Violation, Vote};
 use super::service::Service;
 use super::{ItemReq, Kind, Op};
 
@@ -41,7 +41,7 @@ impl Default for PaxosFaults {
 #[derive(Clone, Debug, Default)]
 pub struct PaxosOutcome {
     /// Contradictions seen by learners (two values for one instance): must be empty.
-    pub violations: Vec<String>,
+    pub violations: Vec<Violation>,
     /// Every learner's delivered log.
     pub logs: Vec<Vec<i32>>,
     /// Every learner's KV state, from its log.
@@ -224,7 +224,7 @@ pub struct PaxosGroup {
     pub t: usize,
     pub proposer: Proposer,
     pub learners: Vec<Learner>,
-    pub violations: Vec<String>,
+    pub violations: Vec<Violation>,
     reported: usize,
 }
 
