@@ -129,8 +129,10 @@ def test_dyso_offload_churn_stays_correct(rack: rr.RedisRack) -> None:
     assert sum(a["queries"] for a in r["agents"]) > 0
 
 
+# NetCache's redo after a restart is in the default run as `test_hare_netcache_ctl` (in
+# process, deterministic); here in the rack too, with the slow ones.
 @pytest.mark.parametrize(("system", "kind"), [("hare", "agent-round"), ("hare", "agent-round-restart"), ("netcache", "agent-round"),
-                                            ("netcache", "agent-round-restart"), ("dyso", "agent-round")])
+                                            pytest.param("netcache", "agent-round-restart", marks=pytest.mark.slow), ("dyso", "agent-round")])
 def test_agent_kill9_during_an_offloading_round(rack: rr.RedisRack, system: str, kind: str) -> None:
     """kill -9 of a storage host's agent while the controller is in the middle of an
     offloading round (at a request only a round makes: Hare's mark or data movement,

@@ -366,7 +366,7 @@ class RoundControl:
 
     interrupted_rounds = 0
 
-    def cut_short(self, round_: Callable[[], None]) -> bool:
+    def cut_short(self, round_: Callable[[], object]) -> bool:
         """Run `round_`; True when an agent's death cut it short."""
         try:
             round_()
