@@ -1075,7 +1075,9 @@ class RedisRack:
 
     def fault_report(self, results: list[dict[str, Any]], fault: tuple[str, float, int], at: tuple[float, float], t0: float) -> dict[str, Any]:
         """The unavailability window: the stretch around the kill in which the killed host's
-        agent answered no operation (the switch may go on serving hits of its keys)."""
+        agent answered no operation (the switch may go on serving hits of its keys); and the
+        switch hit rate in the second before the kill and the second after the restart
+        (whether the cache kept serving and the controller went on offloading)."""
         i = fault[2]
         done = sorted(t / 1e9 for r in results for t, agent in r["served"] if agent == i)
         t_kill, t_back = at
@@ -1084,8 +1086,15 @@ class RedisRack:
         times = [t0] + done
         gaps = [(b - a) for a, b in zip(times, times[1:]) if b >= t_kill and a <= t_back]
         unavailable = max(gaps) if gaps else None
+        gets = np.array([(s[0], s[3]) for r in results for s in r["samples"] if s[2]], dtype=np.int64).reshape(-1, 2)
+
+        def hit_rate(a: float, b: float) -> Optional[float]:
+            w = (gets[:, 0] >= a * 1e9) & (gets[:, 0] < b * 1e9)
+            return round(float(gets[w, 1].mean()), 3) if w.any() else None
+
         return {"process": fault[0], "storage_host": i, "killed_at_s": round(t_kill - t0, 3), "restarted_after_s": round(t_back - t_kill, 3),
                 "unavailable_s": None if unavailable is None else round(unavailable, 3),
+                "hit_rate_before": hit_rate(t_kill - 1.0, t_kill), "hit_rate_after": hit_rate(t_back, t_back + 1.0),
                 "client_errors": sum(r["stats"]["errors"] for r in results), "unacked_writes": sum(len(r["unacked"]) for r in results)}
 
     def measure(self, results: list[dict[str, Any]], start_ns: int, control: Any, ctl_errors: list[str],
