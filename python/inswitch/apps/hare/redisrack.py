@@ -105,9 +105,6 @@ class RackParams:
     #: that leaf (their ToR) runs the system's programs under this controller while the
     #: fabric controller keeps the routing of every switch (None: a one-switch rack).
     fabric: Optional[str] = None
-    #: With `fabric`: the clients on the ToR's hosts too ("tor"), or on the other leaves'
-    #: hosts ("remote": every operation crosses a spine).
-    fabric_clients: str = "tor"
 
     @property
     def dyso_rows(self) -> int:
@@ -550,10 +547,11 @@ class RedisRack:
         # A fabric's name prefixes its interfaces: at most 6 characters.
         self.name = name or (f"hf{process_tag()[-4:]}" if p.fabric else f"hr{process_tag()}")
         self.first = first
-        #: On a fabric: the fabric and its ToR (`topology.fabric.tor`), and the program set
-        #: the ToR runs now.
+        #: On a fabric: the fabric and its ToR (`topology.fabric.tor`), the program set the
+        #: ToR runs now, and whether nothing has been installed on it since it started.
         self.tor: Any = None
         self.loaded = ""
+        self.fresh = False
         self.hosts: list[Any] = []
         self.dir = Path(tempfile.mkdtemp(prefix=f"{self.name}-", dir=p.workdir))
         os.chmod(self.dir, 0o755)
@@ -637,30 +635,23 @@ class RedisRack:
             raise
 
     def up_fabric(self) -> None:
-        """The fabric, its ToR running the first system's programs; the storage hosts are
-        the ToR's, the clients too or the other leaves' (`fabric_clients`)."""
+        """The fabric, its ToR running the first system's programs; the clients and the
+        storage hosts are the ToR's. (Clients on another leaf would get no hit answered:
+        the switch turns a hit back to its sender after the ToR's routing rewrote the
+        Ethernet addresses, so the reply is addressed to the ToR itself; see docs/hare.md.)"""
         from inswitch.topology.fabric import tor
 
         p = self.p
         assert p.fabric is not None
-        local = p.clients + p.servers if p.fabric_clients == "tor" else p.servers
+        local = p.clients + p.servers
         program = ",".join(program_of(self.first, p))
         try:
             self.tor = tor.up(p.fabric, self.name, program, local, p.fault)
         except ValueError as e:
-            raise ValueError(f"{p.fabric}: {local} hosts under one leaf are needed ({p.clients} clients and {p.servers} storage hosts"
-                             f"{'' if p.fabric_clients == 'tor' else ' there, the clients elsewhere'}): {e}") from None
+            raise ValueError(f"{p.fabric}: {local} hosts under one leaf are needed ({p.clients} clients, {p.servers} storage hosts): {e}") from None
         self.st = self.tor.state
-        self.loaded = program
-        if p.fabric_clients == "tor":
-            self.hosts = self.tor.hosts[:local]
-        else:
-            if len(self.tor.others) < p.clients:
-                problem = f"{p.fabric}: {p.clients} client hosts off {self.tor_name} are needed, there are {len(self.tor.others)}"
-                self.tor.down()
-                self.tor = None
-                raise ValueError(problem)
-            self.hosts = self.tor.others[: p.clients] + self.tor.hosts[: p.servers]
+        self.loaded, self.fresh = program, True
+        self.hosts = self.tor.hosts[:local]
 
     @property
     def tor_name(self) -> str:
@@ -670,10 +661,8 @@ class RedisRack:
         """Where the run is (the JSON's `mode`)."""
         if self.tor is None:
             return "rack of network namespaces: one switch"
-        where = "on the same leaf" if self.p.fabric_clients == "tor" else \
-            "on other leaves (" + ", ".join(sorted({h.switch for h in self.client_hosts})) + "), across the spine"
-        return (f"the ToR ({self.tor_name}) of a fabric {self.p.fabric}: storage hosts {', '.join(h.name for h in self.storage_hosts)} under it, "
-                f"clients {', '.join(h.name for h in self.client_hosts)} {where}; the other switches forward under the fabric controller")
+        return (f"the ToR ({self.tor_name}) of a fabric {self.p.fabric}: storage hosts {', '.join(h.name for h in self.storage_hosts)} and "
+                f"clients {', '.join(h.name for h in self.client_hosts)} under it; the other switches forward under the fabric controller")
 
     def in_host(self, h: Any, argv: list[str]) -> list[str]:
         from inswitch.topology import netns
@@ -706,17 +695,8 @@ class RedisRack:
     def agent_argv(self, i: int, ctl: str) -> list[str]:
         p = self.p
         return [sys.executable, "-m", "inswitch.apps.hare.agent", "--idx", str(i), "--redis", self.redis_sock(i), "--ctl", ctl,
-                "--switch-dst", self.switch_dst(i), "--key-field", str(p.key_field), "--value-size", str(p.value_size), "--k", str(p.batch),
+                "--switch-dst", self.client_hosts[0].ip, "--key-field", str(p.key_field), "--value-size", str(p.value_size), "--k", str(p.batch),
                 "--qo-record", str(p.qo_record if self.system == "dyso" else 0)]
-
-    def switch_dst(self, i: int) -> str:
-        """Where storage host `i`'s agent addresses its data-movement packets: a host the
-        switch reaches without routing them (the switch answers them back out of the port
-        they came in, so on a fabric they must not have been routed towards a spine)."""
-        if self.tor is None or self.p.fabric_clients == "tor":
-            return str(self.client_hosts[0].ip)
-        me = self.storage_hosts[i].ip
-        return str(next(h.ip for h in self.tor.hosts if h.ip != me))
 
     def start_agent(self, i: int) -> None:
         ctl = str(self.sdir(i) / "agent.sock")
@@ -764,15 +744,17 @@ class RedisRack:
         self.system = system
         if self.tor is not None:
             want = ",".join(program_of(system, self.p))
-            if want != self.loaded:
-                # Another system's programs: the fabric controller loads them and installs
-                # the ToR's routing again (a new pipeline starts empty).
+            if want != self.loaded or not self.fresh:
+                # Another system's programs, or an earlier loop's cache on the switch: the
+                # fabric controller loads the programs (empty) and installs the ToR's
+                # routing again.
                 self.client.close()
                 with self.tor.connect() as c:
                     c.set_pipeline(program_of(system, self.p))
                 self.tor.program_routing()
                 self.loaded = want
                 self.client = self.connect()
+            self.fresh = False
         else:
             self.client.set_pipeline(program_of(system, self.p))
             # The rack's own forwarding setup takes the controller session for a moment.
@@ -838,7 +820,8 @@ class RedisRack:
             except Exception:  # the dead switch's session: nothing to close cleanly
                 pass
         if self.tor is not None:
-            self.loaded = self.tor.run.plan.program  # the supervisor restarts it with its programs at `up`
+            # the supervisor restarts it with its programs at `up`, empty
+            self.loaded, self.fresh = self.tor.run.plan.program, True
         self.client = self.connect()
         self.install(self.system)
         ctl = self.new_control(self.system)
