@@ -612,7 +612,6 @@ class RedisRack:
         self.down()
 
     def up(self) -> None:
-        from inswitch.p4rt import SwitchClient
         from inswitch.topology import Rack
 
         self.rack = Rack()
