@@ -50,6 +50,10 @@ from inswitch.periodic import Periodic
 from inswitch.topology import restarts
 
 RACK_SYSTEMS = ("hare", "netcache", "dyso", "none")
+#: The agent requests only an offloading round of each system makes, after which an agent
+#: crash leaves the round half done: Hare's marks and data movements; NetCache's value
+#: read (its key already marked at that agent); DySO's offload packet.
+ROUND_REQUESTS = {"hare": ("move", "datamv"), "netcache": ("cell",), "dyso": ("datamv",)}
 #: This controller's P4Runtime role on a fabric's ToR (`RedisRack.connect`).
 FABRIC_ROLE = "kvs"
 PORT_CPU = 0xFFF0
@@ -358,33 +362,55 @@ class Marks(set):  # type: ignore[type-arg]
 # ---- the systems' control loops --------------------------------------------------------------
 
 
-class HareControl:
+class RoundControl:
+    """What every system's control loop does when a storage agent dies under one of its
+    offloading rounds (the request meets `AgentDown`): the system has undone the rest of
+    the round (no object left marked moving, no half-moved value served: `Hare.abandon`,
+    `NetCacheController.undo`, `DysoControl.cut`); here the round is counted
+    (`interrupted_rounds`) and the caller waits a period before the next, once the agent is
+    back (until then each round stops at its first request to it)."""
+
+    interrupted_rounds = 0
+
+    def cut_short(self, round_: Callable[[], object]) -> bool:
+        """Run `round_`; True when an agent's death cut it short."""
+        try:
+            round_()
+        except AgentDown:
+            self.interrupted_rounds += 1
+            return True
+        return False
+
+    def moves_redone(self) -> int:
+        raise NotImplementedError
+
+    def round_counters(self) -> dict[str, int]:
+        return {"interrupted_rounds": self.interrupted_rounds, "moves_redone": self.moves_redone()}
+
+
+class HareControl(RoundControl):
     def __init__(self, sw: P4rtSwitch, links: list[AgentLink], p: RackParams) -> None:
         servers = [RemoteServer(i, link) for i, link in enumerate(links)]
         # Rounds are paced by what their interactions really take here: no modelled cost.
         fp = framework.FrameworkParams(p.cache, p.batch, p.t_wait, 1e12, 1e12, "age")
         self.fw = framework.Hare(sw, "hare", p.key_field, servers, lambda k: server_index(k, len(links)), fp)
-        self.fw.moving = Marks(links)
+        self.fw.moving = self.moving = Marks(links)
         for s in servers:
             s.moving = self.fw.moving
-        self.interrupted_rounds = 0
 
     def step(self, now: float) -> None:
-        try:
-            self.fw.tick(now)
-        except AgentDown:
-            # An agent died under the round: the framework has undone the rest of it
-            # (`Hare.abandon`); the next round is the next one due, once the agent is
-            # back (until then, each round stops at its first request to it).
-            self.interrupted_rounds += 1
+        if self.cut_short(lambda: self.fw.tick(now)):
             self.fw.next_round = max(self.fw.next_round, now + self.fw.p.t_wait)
+
+    def moves_redone(self) -> int:
+        return self.fw.moves_redone
 
     def counters(self) -> dict[str, int]:
         return {"offloads": self.fw.offloads, "evictions": self.fw.evictions, "table_ops": self.fw.table_ops, "packet_ops": self.fw.packet_ops,
-                "interrupted_rounds": self.interrupted_rounds, "moves_redone": self.fw.moves_redone}
+                **self.round_counters()}
 
 
-class NetCacheControl:
+class NetCacheControl(RoundControl):
     """NetCache's controller (`netcache_ctl`) on reports cloned to the CPU port; values
     from the key's agent, the key marked moving there while it is installed.
 
@@ -393,18 +419,23 @@ class NetCacheControl:
     an install is dozens of P4Runtime calls (and a sample of hit-counter reads once the
     cache is full), and the burst of reports after a hotspot shift or a statistics clear
     used to hold one step for seconds, in which the controller neither saw the switch die
-    nor let anything else in its loop run."""
+    nor let anything else in its loop run.
+
+    An install an agent's death cuts short is undone and its key queued again at the
+    front (the switch's Bloom filter would not report it again before the next clear);
+    installs pause for `t_wait`."""
 
     STEP_BUDGET_S = 0.05
 
     def __init__(self, sw: P4rtSwitch, links: list[AgentLink], p: RackParams) -> None:
-        self.sw, self.links = sw, links
-        marks = Marks(links)
-        self.nc = NetCacheController(sw, p.cache, p.value_size, p.netcache_threshold, mark=lambda k, on: marks.add(k) if on else marks.discard(k))
+        self.sw, self.links, self.pause_s = sw, links, p.t_wait
+        self.moving = Marks(links)
+        self.nc = NetCacheController(sw, p.cache, p.value_size, p.netcache_threshold, moving=self.moving)
         self.next_clear = 1.0
         self.pending: dict[bytes, None] = {}  # reported keys, oldest first
         self.max_pending = 4 * p.cache
         self.reports_dropped = 0
+        self.paused_until = 0.0
 
     def value_of(self, key: bytes) -> bytes:
         return bytes.fromhex(self.links[server_index(key, len(self.links))].call(cmd="cell", key=key.hex())["cell"])
@@ -423,18 +454,26 @@ class NetCacheControl:
                     self.reports_dropped += 1
                     continue
                 self.pending[key] = None
+        if now < self.paused_until:
+            return
         end = time.monotonic() + self.STEP_BUDGET_S
         while self.pending and time.monotonic() < end:
             key = next(iter(self.pending))
             del self.pending[key]
-            self.nc.install(key, self.value_of)
+            if self.cut_short(lambda: self.nc.install(key, self.value_of)):
+                self.pending = {key: None, **self.pending}
+                self.paused_until = now + self.pause_s
+                return
+
+    def moves_redone(self) -> int:
+        return self.nc.moves_redone
 
     def counters(self) -> dict[str, int]:
         return {"offloads": self.nc.offloads, "evictions": self.nc.evictions, "table_ops": self.nc.table_ops, "packet_ops": 0,
-                "reports_dropped": self.reports_dropped}
+                "reports_dropped": self.reports_dropped, **self.round_counters()}
 
 
-class DysoControl:
+class DysoControl(RoundControl):
     """DySO's analyzer (`dyso_ctl`) on the QO-Record the agents keep of the queries that
     reach them, and its modifier: each offload is one packet (key, value, column) from the
     key's agent, which reads the value from Redis between two batches of queries, so no
@@ -443,7 +482,13 @@ class DysoControl:
     The dyso program keeps no QO-Record in the data plane, so queries the switch answers
     are not recorded: an offloaded key's count only ages, and it is evicted once a colder
     key of its row outgrows it (then its misses count again and bring it back). This
-    churns more than DySO would — the correctness check runs through it."""
+    churns more than DySO would — the correctness check runs through it.
+
+    A round an agent's death cuts short (`cut`): the cell whose offload packet was in
+    flight holds either key, so the analyzer forgets it; the rows of the round's undone
+    offloads are planned again next round (the dead agent's QO-Record died with it, so
+    their keys' queries may not be recorded again soon); a later round's offload of a key
+    the cut round left undone counts in `moves_redone`. DySO marks nothing moving."""
 
     def __init__(self, links: list[AgentLink], p: RackParams) -> None:
         self.links, self.p = links, p
@@ -451,24 +496,54 @@ class DysoControl:
         self.an = DysoAnalyzer[bytes](p.dyso_columns, lambda k: dyso_row(k, p.key_field, rows))
         self.next_round = 0.0
         self.packets = 0
+        self.moving: set[bytes] = set()
+        self.replan: set[int] = set()
+        self.undone: set[bytes] = set()
+        self.redone = 0
 
     def step(self, now: float) -> None:
         if now < self.next_round:
             return
         self.next_round = now + self.p.dyso_round_s
+        self.cut_short(lambda: self.round(now))
+
+    def round(self, now: float) -> None:
         counts: dict[bytes, float] = {}
-        for link in self.links:
-            for k, n in link.call(cmd="qo")["qo"]:
-                counts[bytes.fromhex(k)] = float(n)
-        for r, c, key in self.an.changes(self.an.record(counts, now)):
-            got = self.links[server_index(key, len(self.links))].call(cmd="datamv", key=key.hex(), slot=0, aux=c)
+        try:
+            for link in self.links:
+                for k, n in link.call(cmd="qo")["qo"]:
+                    counts[bytes.fromhex(k)] = float(n)
+        finally:  # what the live agents handed over (and forgot) is counted
+            rows = self.an.record(counts, now) | self.replan
+        self.replan = set()
+        plan = self.an.changes(rows)
+        for i, (r, c, key) in enumerate(plan):
+            try:
+                got = self.links[server_index(key, len(self.links))].call(cmd="datamv", key=key.hex(), slot=0, aux=c)
+            except AgentDown:
+                self.cut(plan[i:])
+                raise
             self.packets += 1
             if not got.get("ok"):
                 raise RuntimeError(f"dyso: offload of {key!r} failed: {got.get('error')}")
             self.an.installed(r, c, key)
+            if key in self.undone:
+                self.undone.discard(key)
+                self.redone += 1
+
+    def cut(self, rest: list[tuple[int, int, bytes]]) -> None:
+        """`rest[0]`'s agent died under its offload; `rest` left undone."""
+        r, c, _key = rest[0]
+        self.an.cells.pop((r, c), None)
+        self.replan |= {r for r, _c, _k in rest}
+        self.undone |= {k for _r, _c, k in rest}
+
+    def moves_redone(self) -> int:
+        return self.redone
 
     def counters(self) -> dict[str, int]:
-        return {"offloads": self.an.offloads, "evictions": max(0, self.an.offloads - len(self.an.cells)), "table_ops": 0, "packet_ops": self.packets}
+        return {"offloads": self.an.offloads, "evictions": max(0, self.an.offloads - len(self.an.cells)), "table_ops": 0, "packet_ops": self.packets,
+                **self.round_counters()}
 
 
 def start_together(procs: list[subprocess.Popen], lead_s: float = 0.2, timeout: float = 120.0) -> int:
@@ -908,9 +983,11 @@ class RedisRack:
 
     def kill_in_round(self, i: int, restart: bool = False) -> dict[str, Any]:
         """Arm a SIGKILL of storage host `i`'s agent at the controller's next request to it
-        that only an offloading round makes (marking an object moving, or moving its data
-        to the switch): the request then meets a dead agent, in the middle of the round,
-        and `_drive` starts the agent again after the control step. `restart`: the agent
+        that only an offloading round makes (`ROUND_REQUESTS` of the system in use: for
+        Hare, marking an object moving or moving its data to the switch; for NetCache,
+        reading a marked key's value; for DySO, an offload packet): the request then meets
+        a dead agent, in the middle of the round, and `_drive` starts the agent again
+        after the control step. `restart`: the agent
         is started again before the request goes on (the round carries on with a new
         agent process, which holds none of the round's marks). Returns the state it fills
         in (`killed_at`, `back_at`, monotonic; `during`, the request)."""
@@ -918,7 +995,7 @@ class RedisRack:
         link = self.links[i]
 
         def hook(req: dict[str, Any]) -> None:
-            if req.get("cmd") not in ("move", "datamv") or state["killed_at"] is not None:
+            if req.get("cmd") not in ROUND_REQUESTS.get(self.system, ()) or state["killed_at"] is not None:
                 return
             proc = self.agents[i]
             assert proc is not None
@@ -1097,7 +1174,9 @@ class RedisRack:
 
     def fault_report(self, results: list[dict[str, Any]], fault: tuple[str, float, int], at: tuple[float, float], t0: float) -> dict[str, Any]:
         """The unavailability window: the stretch around the kill in which the killed host's
-        agent answered no operation (the switch may go on serving hits of its keys)."""
+        agent answered no operation (the switch may go on serving hits of its keys); and the
+        switch hit rate in the second before the kill and the second after the restart
+        (whether the cache kept serving and the controller went on offloading)."""
         i = fault[2]
         done = sorted(t / 1e9 for r in results for t, agent in r["served"] if agent == i)
         t_kill, t_back = at
@@ -1106,8 +1185,15 @@ class RedisRack:
         times = [t0] + done
         gaps = [(b - a) for a, b in zip(times, times[1:]) if b >= t_kill and a <= t_back]
         unavailable = max(gaps) if gaps else None
+        gets = np.array([(s[0], s[3]) for r in results for s in r["samples"] if s[2]], dtype=np.int64).reshape(-1, 2)
+
+        def hit_rate(a: float, b: float) -> Optional[float]:
+            w = (gets[:, 0] >= a * 1e9) & (gets[:, 0] < b * 1e9)
+            return round(float(gets[w, 1].mean()), 3) if w.any() else None
+
         return {"process": fault[0], "storage_host": i, "killed_at_s": round(t_kill - t0, 3), "restarted_after_s": round(t_back - t_kill, 3),
                 "unavailable_s": None if unavailable is None else round(unavailable, 3),
+                "hit_rate_before": hit_rate(t_kill - 1.0, t_kill), "hit_rate_after": hit_rate(t_back, t_back + 1.0),
                 "client_errors": sum(r["stats"]["errors"] for r in results), "unacked_writes": sum(len(r["unacked"]) for r in results)}
 
     def measure(self, results: list[dict[str, Any]], start_ns: int, control: Any, ctl_errors: list[str],
