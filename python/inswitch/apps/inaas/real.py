@@ -700,7 +700,7 @@ def run_tenants_real(
                            held_us=held.get(uid, 0), clock="the goalkeeper process's receive times, wall clock"))
     load = os.getloadavg()
     return {
-        **tenants_result(out_apps, per_app, instances, scheduler, subscribers, loss, MODE, int(sum(r["foreign"] for r in results)), attack, ledger),
+        **tenants_result(out_apps, per_app, instances, scheduler, subscribers, loss, (MODE.replace("(forward + inaas)", "(forward + inaas + allreduce)") if dense else MODE), int(sum(r["foreign"] for r in results)), attack, ledger),
         "real": {"rack": name, "hosts": n_hosts, "programs": programs, "time_scale": SCALE, "request_gap_scale": GAP_SCALE, "lease_scale": LEASE_SCALE, "rto_us": RTO_US * SCALE, "baseline_rto_us": App.BL_RTO_US * SCALE,
                  "loss_by": "switch --fault loss" if loss > 0 else None, "load_average": list(load), "budget_registers_per_segment": budget,
                  "attack_during": attack_during if attacker else None, "pcap": str(Path(pcap).resolve()) if pcap else None},
