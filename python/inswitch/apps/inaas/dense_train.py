@@ -36,6 +36,8 @@ WEIGHT_TOL = 1e-2
 ACCURACY_TOL = 0.02
 #: Floats per host-only datagram (within a 1500-byte MTU with the 6-byte request head).
 HOST_CHUNK = 350
+#: The workers' retransmission timeout (s): `inswitch.torch`'s default (`INSWITCH_RTO_S`).
+RTO_S = 0.002
 #: How long an unleased probe waits for an answer (s), and its retransmission timeout.
 PROBE_S = 0.15
 PROBE_RTO_S = 0.03
@@ -121,7 +123,7 @@ class DenseTrainApp(App):
         self.batch = int(self.ar["batch"])
         self.steps_per_epoch = len(self.xtr) // self.n // self.batch
         ip, port0 = cfg["ip"], int(self.ar["port_base"])
-        self.workers = [_native.AllreduceWorker(f"{ip}:{port0 + w}", self.ar["dest"], int(self.ar["job"]), w, self.n, int(self.ar["slots"]), 0.002)
+        self.workers = [_native.AllreduceWorker(f"{ip}:{port0 + w}", self.ar["dest"], int(self.ar["job"]), w, self.n, int(self.ar["slots"]), RTO_S)
                         for w in range(self.n)]
         self.results: dict[str, dict[str, Any]] = {}
         self.params = 0
@@ -146,6 +148,7 @@ class DenseTrainApp(App):
         epoch, s = divmod(self.step_i, self.steps_per_epoch)
         out = []
         for w, m in enumerate(self.models):
+            # A permutation of the worker's shard per (epoch, worker), the same in both phases.
             order = np.random.RandomState(int(self.ar["seed"]) * 1000 + epoch * 16 + w).permutation(self.shards[w])
             idx = order[s * self.batch:(s + 1) * self.batch]
             out.append(m.grad(self.xtr[idx], self.ytr[idx]))
