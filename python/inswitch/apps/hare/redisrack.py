@@ -50,6 +50,8 @@ from inswitch.periodic import Periodic
 from inswitch.topology import restarts
 
 RACK_SYSTEMS = ("hare", "netcache", "dyso", "none")
+#: This controller's P4Runtime role on a fabric's ToR (`RedisRack.connect`).
+FABRIC_ROLE = "kvs"
 PORT_CPU = 0xFFF0
 NETCACHE_REPORT_SESSION = 90
 
@@ -99,6 +101,10 @@ class RackParams:
     #: linearizability checker then does not run, and a run with several writing clients
     #: is not checked at all; `measure` reports null, not 0).
     native_history: bool = True
+    #: A fabric spec (`leaf-spine:2,1,3`): the hosts are one leaf's, inside that fabric, and
+    #: that leaf (their ToR) runs the system's programs under this controller while the
+    #: fabric controller keeps the routing of every switch (None: a one-switch rack).
+    fabric: Optional[str] = None
 
     @property
     def dyso_rows(self) -> int:
@@ -532,11 +538,21 @@ def program_of(system: str, p: RackParams) -> list[str]:
 class RedisRack:
     """Clients h1..hC, storage hosts after them, each with redis-server and an agent."""
 
-    def __init__(self, p: RackParams, name: Optional[str] = None) -> None:
+    def __init__(self, p: RackParams, name: Optional[str] = None, first: str = "none") -> None:
+        """`first`: the system used first; on a fabric the ToR starts with its programs
+        (another system's replace them, and the fabric's routing is installed again)."""
         from inswitch.topology.state import process_tag
 
         self.p = p
-        self.name = name or f"hr{process_tag()}"
+        # A fabric's name prefixes its interfaces: at most 6 characters.
+        self.name = name or (f"hf{process_tag()[-4:]}" if p.fabric else f"hr{process_tag()}")
+        self.first = first
+        #: On a fabric: the fabric and its ToR (`topology.fabric.tor`), the program set the
+        #: ToR runs now, and whether nothing has been installed on it since it started.
+        self.tor: Any = None
+        self.loaded = ""
+        self.fresh = False
+        self.hosts: list[Any] = []
         self.dir = Path(tempfile.mkdtemp(prefix=f"{self.name}-", dir=p.workdir))
         os.chmod(self.dir, 0o755)
         self.redis: list[Optional[subprocess.Popen]] = []
@@ -556,11 +572,27 @@ class RedisRack:
     # hosts
     @property
     def client_hosts(self) -> list[Any]:
-        return self.st.hosts[: self.p.clients]
+        return self.hosts[: self.p.clients]
 
     @property
     def storage_hosts(self) -> list[Any]:
-        return self.st.hosts[self.p.clients :]
+        return self.hosts[self.p.clients :]
+
+    @property
+    def p4runtime(self) -> str:
+        """The switch's (on a fabric: the ToR's) P4Runtime address; a restart keeps it."""
+        return str(self.tor.run.p4runtime if self.tor is not None else self.st.switch.p4runtime)
+
+    def connect(self) -> Any:
+        """This controller's session. On a fabric's ToR it is primary of its own P4Runtime
+        role, so the fabric controller (the default role's primary, at a higher election id)
+        can write the routing at any time, e.g. when the supervisor restarts a switch, and
+        this controller never contends with it; PacketIns go to both roles' primaries."""
+        from inswitch.p4rt import SwitchClient
+
+        if self.tor is None:
+            return SwitchClient(self.p4runtime)
+        return SwitchClient(self.p4runtime, device_id=self.tor.run.plan.device_id, role=FABRIC_ROLE)
 
     @property
     def server_ips(self) -> list[str]:
@@ -580,23 +612,56 @@ class RedisRack:
         self.down()
 
     def up(self) -> None:
-        from inswitch.p4rt import SwitchClient
         from inswitch.topology import Rack
 
         self.rack = Rack()
         try:
-            self.st = self.rack.up(self.p.clients + self.p.servers, name=self.name, programs="forward", p4runtime=f"127.0.0.1:{_free_port()}", metrics=f"127.0.0.1:{_free_port()}",
-                                   fault=self.p.fault)
+            if self.p.fabric is not None:
+                self.up_fabric()
+            else:
+                self.st = self.rack.up(self.p.clients + self.p.servers, name=self.name, programs="forward", p4runtime=f"127.0.0.1:{_free_port()}",
+                                       metrics=f"127.0.0.1:{_free_port()}", fault=self.p.fault)
+                self.hosts = list(self.st.hosts)
             for i in range(self.p.servers):
                 self.sdir(i).mkdir()
                 self.redis.append(None)
                 self.agents.append(None)
                 self.start_redis(i)
-            self.client = SwitchClient(self.st.switch.p4runtime)
+            self.client = self.connect()
             self.sw = P4rtSwitch(self.client, self.p.key_field)
         except BaseException:
             self.down()
             raise
+
+    def up_fabric(self) -> None:
+        """The fabric, its ToR running the first system's programs; the clients and the
+        storage hosts are the ToR's. (Clients on another leaf would get no hit answered:
+        the switch turns a hit back to its sender after the ToR's routing rewrote the
+        Ethernet addresses, so the reply is addressed to the ToR itself; see docs/hare.md.)"""
+        from inswitch.topology.fabric import tor
+
+        p = self.p
+        assert p.fabric is not None
+        local = p.clients + p.servers
+        program = ",".join(program_of(self.first, p))
+        try:
+            self.tor = tor.up(p.fabric, self.name, program, local, p.fault)
+        except ValueError as e:
+            raise ValueError(f"{p.fabric}: {local} hosts under one leaf are needed ({p.clients} clients, {p.servers} storage hosts): {e}") from None
+        self.st = self.tor.state
+        self.loaded, self.fresh = program, True
+        self.hosts = self.tor.hosts[:local]
+
+    @property
+    def tor_name(self) -> str:
+        return str(self.tor.name) if self.tor is not None else ""
+
+    def mode(self) -> str:
+        """Where the run is (the JSON's `mode`)."""
+        if self.tor is None:
+            return "rack of network namespaces: one switch"
+        return (f"the ToR ({self.tor_name}) of a fabric {self.p.fabric}: storage hosts {', '.join(h.name for h in self.storage_hosts)} and "
+                f"clients {', '.join(h.name for h in self.client_hosts)} under it; the other switches forward under the fabric controller")
 
     def in_host(self, h: Any, argv: list[str]) -> list[str]:
         from inswitch.topology import netns
@@ -676,11 +741,25 @@ class RedisRack:
 
         assert self.client is not None
         self.system = system
-        self.client.set_pipeline(program_of(system, self.p))
-        # The rack's own forwarding setup takes the controller session for a moment.
-        self.client.close()
-        control.program_forwarding(self.st.switch.p4runtime, self.st.hosts, len(self.st.hosts))
-        self.client = SwitchClient(self.st.switch.p4runtime)
+        if self.tor is not None:
+            want = ",".join(program_of(system, self.p))
+            if want != self.loaded or not self.fresh:
+                # Another system's programs, or an earlier loop's cache on the switch: the
+                # fabric controller loads the programs (empty) and installs the ToR's
+                # routing again.
+                self.client.close()
+                with self.tor.connect() as c:
+                    c.set_pipeline(program_of(system, self.p))
+                self.tor.program_routing()
+                self.loaded = want
+                self.client = self.connect()
+            self.fresh = False
+        else:
+            self.client.set_pipeline(program_of(system, self.p))
+            # The rack's own forwarding setup takes the controller session for a moment.
+            self.client.close()
+            control.program_forwarding(self.st.switch.p4runtime, self.st.hosts, len(self.st.hosts))
+            self.client = SwitchClient(self.st.switch.p4runtime)
         gen = self.generation()
         self.sw = P4rtSwitch(self.client, self.p.key_field, gen)
         self.recovered.setdefault(gen, time.time())  # installed on this generation
@@ -704,11 +783,17 @@ class RedisRack:
 
     @property
     def state_file(self) -> Path:
-        return Path(self.st.state_dir) / "state.json"
+        return Path(self.tor.state.restarts_file) if self.tor is not None else Path(self.st.state_dir) / "state.json"
+
+    def mine(self, r: dict[str, Any]) -> bool:
+        """Whether a restart record is of this controller's switch (on a fabric, another
+        switch's restart leaves the ToR's state alone: the supervisor restores its routing)."""
+        return self.tor is None or r.get("switch") == self.tor_name
 
     def generation(self) -> int:
-        """The rack's switch generation (1 until its first restart)."""
-        return max((int(r["generation"]) for r in restarts.read(self.state_file)), default=1)
+        """The rack's switch generation (1 until its first restart; on a fabric, the
+        fabric's record number of the ToR's last restart)."""
+        return max((int(r["generation"]) for r in restarts.read(self.state_file) if self.mine(r)), default=1)
 
     def watch_deaths(self, stop: threading.Event) -> None:
         """Marks the controller's switch session dead as soon as the supervisor records a
@@ -733,9 +818,10 @@ class RedisRack:
                 old_client.close()
             except Exception:  # the dead switch's session: nothing to close cleanly
                 pass
-        from inswitch.p4rt import SwitchClient
-
-        self.client = SwitchClient(self.st.switch.p4runtime)
+        if self.tor is not None:
+            # the supervisor restarts it with its programs at `up`, empty
+            self.loaded, self.fresh = self.tor.run.plan.program, True
+        self.client = self.connect()
         self.install(self.system)
         ctl = self.new_control(self.system)
         ctl.retired = getattr(old, "retired", []) + [old.counters()]
@@ -777,7 +863,12 @@ class RedisRack:
                     r.wait()
         if self.client is not None:
             self.client.close()
-        if self.st is not None:  # a failed `up` has taken its half-made rack down itself
+        if self.tor is not None:
+            try:
+                self.tor.down()
+            except Exception as e:
+                print(f"warning: taking fabric {self.name} down failed: {e} (run `inswitch fabric down --name {self.name}`)", file=sys.stderr)
+        elif self.st is not None:  # a failed `up` has taken its half-made rack down itself
             try:
                 self.rack.down(self.name)
             except Exception as e:  # say so, without hiding the error that brought us here
@@ -792,10 +883,16 @@ class RedisRack:
         clock."""
         if what == "switch":  # the rack's supervisor restarts it; `run_load` recovers
             from inswitch.topology import load_state
+            from inswitch.topology.fabric.fabric import FabricState
 
-            st = load_state(self.name) or self.st  # its pid now (a restart changes it)
+            # its pid now (a restart changes it)
+            if self.tor is not None:
+                cur = FabricState.load(self.name) or self.tor.state
+                pid = next(s.pid for s in cur.switches if s.plan.name == self.tor_name)
+            else:
+                pid = (load_state(self.name) or self.st).switch.pid
             t_kill = time.monotonic()
-            os.kill(st.switch.pid, signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)
             return t_kill, t_kill
         proc = self.agents[i] if what == "agent" else self.redis[i]
         assert proc is not None
@@ -951,7 +1048,9 @@ class RedisRack:
                     time.sleep(0.02)
                     continue
                 for r in recs:
-                    if "forwarding_at" in r and r["generation"] not in self.recovered:
+                    if "forwarding_at" in r and r["generation"] not in self.recovered and not self.mine(r):
+                        self.recovered[r["generation"]] = time.time()  # another switch: its routing is the supervisor's
+                    elif "forwarding_at" in r and r["generation"] not in self.recovered:
                         try:
                             control = self.recover(control)
                             control.epoch = time.monotonic()
@@ -1150,7 +1249,8 @@ def run_all(systems: list[str], p: RackParams, progress: Optional[Any] = None) -
                                       "path": "real processes in a rack: redis-server (appendfsync always) per storage host, storage agents, "
                                               "the switch daemon, load generators in client namespaces; wall-clock time"},
                            "systems": {}}
-    with RedisRack(p) as rack:
+    with RedisRack(p, first=systems[0] if systems else "none") as rack:
+        out["mode"] = rack.mode()
         for name in systems:
             task = progress.add_task(name, total=1.0) if progress else None
             ctl = rack.use(name)
