@@ -173,11 +173,15 @@ def run_cmd(
     for name, f in res["apps"].items():
         if "dml_path" in f:
             line = f"{name}: Table II's DML row from {f['dml_path']}"
-            if f.get("dml_accuracy_switch") is not None:
+            if "dml_accuracy_switch" in f:
                 lease = f.get("allreduce_lease") or {}
-                line += (f"; accuracy {f['dml_accuracy_switch']:.2%} through the switch, {f['dml_accuracy_exact_sum']:.2%} with the exact sum, "
-                         f"max_weight_diff {f['max_weight_diff']:.3g} ({f['dml_steps']} steps, {f['dml_workers']} workers); "
-                         f"job {lease.get('job')} leased {lease.get('held_s') or 0:.2f} s, after it {lease.get('unknown_job_drops_during_host_phase')} "
+
+                def num(v: Any, fmt: str) -> str:  # a phase that did not finish has no figure
+                    return "n/a" if v is None else format(v, fmt)
+
+                line += (f"; accuracy {num(f['dml_accuracy_switch'], '.2%')} through the switch, {num(f['dml_accuracy_exact_sum'], '.2%')} with the exact sum, "
+                         f"max_weight_diff {num(f['max_weight_diff'], '.3g')} ({f['dml_steps']} steps, {f['dml_workers']} workers); "
+                         f"job {lease.get('job')} leased {num(lease.get('held_s'), '.2f')} s, after it {lease.get('unknown_job_drops_during_host_phase')} "
                          f"allreduce packets refused (unknown job)")
             console.print(line, highlight=False, soft_wrap=True)
     for name, f in res["apps"].items():
