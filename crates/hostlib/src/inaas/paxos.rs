@@ -416,6 +416,10 @@ impl Proposer {
                 self.queue.push_front(v);
             }
             self.slots.retain(|i, _| *i >= floor);
+            // New values start above the floor: an instance below it was delivered (with
+            // another leader's value), its slot serves a later one, and a 2a for it would
+            // only ever be answered stale, resent forever.
+            self.next_inst = self.next_inst.max(floor);
             if !self.leading {
                 // Instances below the floor need no phase 1 any more; the slots they leave
                 // are prepared for the instances that now use them.
