@@ -234,6 +234,10 @@ pub struct Proposer {
     /// nothing and ignores every answer (counting their refusals), until
     /// [`Proposer::take_over`].
     pub stepped_down: Option<u32>,
+    /// Ignore refusals: keep the ballot and go on (re)sending, neither stepping down nor
+    /// taking over. Off by default; a fighting zombie (`tenants run --real
+    /// --paxos-zombie-fights`), whose every frame the acceptors must refuse.
+    pub stubborn: bool,
 }
 
 impl Proposer {
@@ -263,6 +267,7 @@ impl Proposer {
             stats: ProposerStats::default(),
             defer: false,
             stepped_down: None,
+            stubborn: false,
         }
     }
 
@@ -481,6 +486,9 @@ impl Proposer {
             // (and so was everything before it), whatever this proposer heard.
             self.on_floor(r.inst + 1, now_us);
             return;
+        }
+        if higher > ballot && self.stubborn {
+            return; // counted; the timer resends it at the same ballot
         }
         if higher > ballot && self.defer {
             self.step_down(higher);
@@ -706,6 +714,21 @@ mod tests {
         q.on_frame(&refusal(0, q.ballot(), higher), 3);
         assert_eq!(q.stepped_down, None);
         assert!(q.ballot() > higher && !q.take_output().is_empty());
+    }
+
+    #[test]
+    fn a_stubborn_proposer_keeps_its_ballot_and_resends_what_is_refused() {
+        let higher = 2 << 8 | 2;
+        let mut p = leader(false);
+        p.stubborn = true;
+        let b = p.ballot();
+        p.on_frame(&refusal(0, b, higher), 3);
+        assert_eq!((p.ballot(), p.leading, p.stepped_down, p.stats.refused), (b, true, None, 3));
+        assert!(p.take_output().is_empty() && p.decided.is_empty());
+        p.poll(3 + p.rto_us);
+        let out = p.take_output();
+        assert_eq!(out.len(), 1, "the refused 2a, again");
+        assert_eq!(out[0][14..], paxos_frame(p.mac, p.service_mac, p.uid, p.seq - 1, false, p.ring, 0, b, 5)[14..]);
     }
 
     #[test]
