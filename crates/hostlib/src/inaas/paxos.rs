@@ -716,6 +716,26 @@ mod tests {
         assert!(q.ballot() > higher && !q.take_output().is_empty());
     }
 
+    /// The instance a request frame is for.
+    fn inst_of(frame: &[u8]) -> u64 {
+        InaasPacket::new_unchecked(&frame[14..]).key(PAXOS_TAG_ITEM) as u64 - 1
+    }
+
+    #[test]
+    fn values_start_at_the_floor_when_it_passes_the_next_instance() {
+        // Instances 0 and 1 in flight (values 5, 6); another leader's values were chosen
+        // in 0..4 and every learner delivered them: the floor jumps to 4.
+        let mut p = leader(false);
+        p.propose(6);
+        p.poll(3);
+        assert_eq!(p.take_output().iter().map(|f| inst_of(f)).collect::<Vec<_>>(), vec![1]);
+        p.on_floor(4, 4);
+        // 5 and 6 go again, in 4 and 5: below the floor their slots serve later instances
+        // (the acceptors answer stale, never decide), which once stalled the proposer.
+        assert_eq!(p.take_output().iter().map(|f| inst_of(f)).collect::<Vec<_>>(), vec![4, 5]);
+        assert_eq!(p.pending(), 2);
+    }
+
     #[test]
     fn a_stubborn_proposer_keeps_its_ballot_and_resends_what_is_refused() {
         let higher = 2 << 8 | 2;
