@@ -610,6 +610,32 @@ def program_of(system: str, p: RackParams) -> list[str]:
 # ---- the rack -------------------------------------------------------------------------------
 
 
+#: The file in a rack's work directory naming the process that made it.
+OWNER_FILE = "owner.pid"
+
+
+def sweep_workdirs(workdir: Optional[str]) -> list[Path]:
+    """Remove the work directories (Redis files, agent logs) that racks left in `workdir`
+    (None: the system's temporary directory) when their process was killed before `down`:
+    those whose owner process is gone. Returns what was removed. A directory without an
+    owner file is not ours, and one whose owner lives belongs to another run."""
+    base = Path(workdir or tempfile.gettempdir())
+    removed: list[Path] = []
+    try:
+        entries = list(base.iterdir())
+    except OSError:
+        return removed
+    for d in entries:
+        try:
+            pid = int((d / OWNER_FILE).read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if pid > 0 and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    return removed
+
+
 class RedisRack:
     """Clients h1..hC, storage hosts after them, each with redis-server and an agent."""
 
@@ -628,8 +654,10 @@ class RedisRack:
         self.loaded = ""
         self.fresh = False
         self.hosts: list[Any] = []
+        sweep_workdirs(p.workdir)
         self.dir = Path(tempfile.mkdtemp(prefix=f"{self.name}-", dir=p.workdir))
         os.chmod(self.dir, 0o755)
+        (self.dir / OWNER_FILE).write_text(str(os.getpid()))
         self.redis: list[Optional[subprocess.Popen]] = []
         self.agents: list[Optional[subprocess.Popen]] = []
         self.links: list[AgentLink] = []
