@@ -1,5 +1,5 @@
 //! SwitchAgg from Python: in-memory aggregation runs on the `switchagg` program (the
-//! `programs::switchagg::harness` rack) and the FPGA line-rate model. Pairs cross as bytes
+//! `hostlib::switchagg::harness` rack) and the FPGA line-rate model. Pairs cross as bytes
 //! (keys back to back, `uint64` offsets, `uint32` values, little-endian: what numpy's
 //! `tobytes()` gives); results come back the same way.
 
@@ -11,8 +11,8 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
+use hostlib::switchagg::harness::{self, Faults, Job, Topology};
 use programs::switchagg::cycles::{self, PairEvent};
-use programs::switchagg::harness::{self, Faults, Job, Topology};
 use programs::switchagg::payload_analyzer::{group_of, GROUPS};
 use programs::switchagg::Config;
 use wire::switchagg::{Operation, HEADER_LEN, PAIR_OVERHEAD};
