@@ -15,7 +15,7 @@ from inswitch.cli import app
 from inswitch.cliopts import checked_type, run
 
 NEW = {
-    ("kvs",): ["--backend", "--workload", "--records", "--field-size", "--clients", "--servers", "--window", "--plot", "--engine", "--history"],
+    ("kvs",): ["--backend", "--workload", "--records", "--field-size", "--clients", "--servers", "--window", "--plot", "--engine", "--history", "--fabric"],
     ("kvs", "proxy"): ["--listen", "--servers", "--key-field", "--value-size", "--timeout", "--history"],
     ("bench", "kvs"): ["--duration", "--requests", "--json", "--engine"],
 }

@@ -66,12 +66,14 @@ def test_real_tenants_in_a_rack(tmp_path: Path) -> None:
     r = json.loads(out.read_text())
     assert r["mode"].startswith("real processes")
     assert set(r["apps"]) == {"kv", "dense", "bloom", "paxos"}
-    assert r["real"]["programs"] == "forward,inaas_paxos"
+    assert r["real"]["programs"] == "forward,inaas_paxos,allreduce"
     for app, f in r["apps"].items():
         assert f["finished"] and f["correct"] and f["wrong_results"] == 0, (app, f)
         assert math.isfinite(f["inaas"]) and f["inaas"] > 0 and math.isfinite(f["host_only"]) and f["host_only"] > 0, (app, f)
         assert f["speedup"] > 0
         c = f["client"]
+        if app == "dense":
+            continue  # its gradients go through the allreduce program: checked below
         # Real frames went through the switch and came back; some answered by the switch
         # itself (not the goalkeeper), and the host-only phase reached its server.
         # (Paxos's only ordinary requests take its leases, through the goalkeeper; its
@@ -84,14 +86,30 @@ def test_real_tenants_in_a_rack(tmp_path: Path) -> None:
     px = r["apps"]["paxos"]
     assert px["acceptors_in_switch"] is True
     assert px["client"]["paxos_frames_received"] > 0
-    # Exact sums (checked per key in the adapter); quantisation error only against floats.
-    assert r["apps"]["dense"]["max_abs_error_vs_float"] < 1e-3
+    # The dense tenant trained the digits MLP through the switch's allreduce program under
+    # its leased job, and again with the exact float sum (each gradient echoed through the
+    # switch by its server): the same model to the quantization's precision.
+    d = r["apps"]["dense"]
+    assert d["dml_steps"] > 0 and d["dml_replicas_identical"] and d["dml_failed"] == {}, d
+    assert d["dml_accuracy_exact_sum"] > 0.7, "the model learns at all"
+    assert abs(d["dml_accuracy_switch"] - d["dml_accuracy_exact_sum"]) <= 0.02 and d["max_weight_diff"] < 1e-2, d
+    assert d["allreduce_packets_sent"] > 0 and d["client"]["baseline_received"] > 0, d
+    # Once its lease ended, its own job id and a job id never leased were refused: no
+    # answer, and every probe packet counted as an unknown-job drop by the switch.
+    lease = d["allreduce_lease"]
+    assert lease["uid"] > 0 and lease["held_s"] > 0 and lease["unleased_refused"], lease
+    assert {p["what"] for p in d["unleased_probes"]} == {"own job after its lease", "never leased"}
+    assert not any(p["answered"] for p in d["unleased_probes"])
+    assert 2 <= lease["unknown_job_drops_during_host_phase"] <= lease["unleased_probe_packets"], lease
     b = r["apps"]["bloom"]
     assert b["bloom_fp_probes_answered_by_switch"] == b["bloom_fp_probes"] > 0
     assert abs(b["bloom_fp_rate"] - b["bloom_fp_host_copy"]) < 1e-12  # every answer is the host copy's
     assert 0 < b["bloom_fp_rate"] < 0.06
     assert r["cross_tenant_violations"] == 0
     for line in r["ledger"]:
+        if line["tenant"] == "dense#0":
+            assert line["alu_ops"] == 0, line  # no INaaS register used: it aggregates in the allreduce program
+            continue
         assert line["leases"] == line["goalkeeper_leases"] and line["alu_ops"] > 0, line
         # Billed from measured holds (the goalkeeper's grant log), never above the full term.
         assert 0 < line["held_s_measured"] <= line["register_seconds_full_term"], line

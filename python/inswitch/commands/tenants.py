@@ -171,6 +171,20 @@ def run_cmd(
                 soft_wrap=True,
             )
     for name, f in res["apps"].items():
+        if "dml_path" in f:
+            line = f"{name}: Table II's DML row from {f['dml_path']}"
+            if "dml_accuracy_switch" in f:
+                lease = f.get("allreduce_lease") or {}
+
+                def num(v: Any, fmt: str) -> str:  # a phase that did not finish has no figure
+                    return "n/a" if v is None else format(v, fmt)
+
+                line += (f"; accuracy {num(f['dml_accuracy_switch'], '.2%')} through the switch, {num(f['dml_accuracy_exact_sum'], '.2%')} with the exact sum, "
+                         f"max_weight_diff {num(f['max_weight_diff'], '.3g')} ({f['dml_steps']} steps, {f['dml_workers']} workers); "
+                         f"job {lease.get('job')} leased {num(lease.get('held_s'), '.2f')} s, after it {lease.get('unknown_job_drops_during_host_phase')} "
+                         f"allreduce packets refused (unknown job)")
+            console.print(line, highlight=False, soft_wrap=True)
+    for name, f in res["apps"].items():
         if "paxos_crash_at" in f:
             console.print(
                 f"{name}: leader {'SIGSTOPped as a zombie, then SIGKILLed' if f.get('zombie') else 'SIGKILLed'} (signal {f['killed_by_signal']}) after {f['values_by_dead_leader']} values; took over: {f['took_over']} "

@@ -38,6 +38,7 @@ from typing import Any, Callable
 import numpy as np
 
 from inswitch.apps.inaas.adapters import QUICK, RTO_US, App, Sizes, paxos_safety
+from inswitch.apps.inaas.dense_lease import DenseLeases
 from inswitch.apps.inaas.controller import KIND, MAX_LEASE_US, Detection, Prices, bill, measured_holds, schedule
 from inswitch.apps.inaas.rack import GOALKEEPER, _free_port, _p4_name
 from inswitch.apps.inaas.real_paxos import DETECT_S, HEARTBEAT_S, ZOMBIE_S, crash_after
@@ -463,6 +464,11 @@ def run_tenants_real(
     # Paxos's acceptors are the `inaas_paxos` program (inaas + acceptors; tofino2), which the
     # model's in-process service runs for every tenant; without Paxos, `inaas` (tofino1).
     programs = "forward,inaas_paxos" if "paxos" in names else "forward,inaas"
+    # The dense tenant trains through the allreduce program (docs/inaas.md: its job
+    # partition is leased by this controller).
+    dense = [i for i, a in enumerate(names) if a == "dense"]
+    if dense:
+        programs += ",allreduce"
     st = rack.up(n_hosts, name=name, programs=programs, p4runtime=f"127.0.0.1:{_free_port()}",
                  metrics=f"127.0.0.1:{_free_port()}", fault=f"loss={loss},seed={seed}" if loss > 0 else None, pcap=pcap)
     procs: list[subprocess.Popen[str]] = []
@@ -516,6 +522,8 @@ def run_tenants_real(
                 if _line(sp, 30, f"server {port}", logs / f"server{port}.err") != "READY":
                     raise RuntimeError(f"server {port} did not start")
                 servers[-1].append(sp)
+        dense_leases = DenseLeases(st.switch.p4runtime, st.switch.metrics, {i: (uids[i], hosts[i]) for i in dense}, sizes.workers)
+        dense_jobs = dense_leases.jobs
         tenants: list[tuple[str, subprocess.Popen[str]]] = []
         primaries: list[tuple[str, subprocess.Popen[str], int, int]] = []
         crashes: dict[int, dict[str, Any]] = {}
@@ -530,6 +538,8 @@ def run_tenants_real(
                    "ifname": h.ifname, "ip": h.ip, "server_ip": srv.ip, "server_ports": ports[i], "lease_us": lease,
                    "rto_us": RTO_US * SCALE, "bl_rto_us": App.BL_RTO_US * SCALE, "scale": SCALE, "phase_limit_s": limit_s,
                    "region": dataclasses.asdict(r), "sizes": dataclasses.asdict(sizes)}
+            if i in dense_jobs:
+                cfg["allreduce"] = dense_leases.job_config(i, srv.ip, seed, quick)
             tag = f"{a}{inst}"
             tags.append(f"{a}#{inst}")
             if i in backup_h:
@@ -571,6 +581,10 @@ def run_tenants_real(
                 if got != f"READY {phase}":
                     raise RuntimeError(f"tenant {tag} said {got!r}")
             progress(f"{phase} phase: {len(tenants)} tenants")
+            if phase == "inaas":
+                dense_leases.grant_all()
+            else:
+                dense_leases.drops_before = dense_leases.unknown_job_drops()
             for _, p in tenants + ([(t, pp) for t, pp, _, _ in primaries] if phase == "inaas" else []):
                 assert p.stdin is not None
                 p.stdin.write("GO\n")
@@ -601,6 +615,10 @@ def run_tenants_real(
             if crash_client is not None:
                 crash_client.close()
                 crash_client = None
+            if phase == "inaas":
+                # The phase is over: every dense job's lease ends (its `jobs` entry goes).
+                dense_leases.revoke_all()
+        dense_leases.drops_after = dense_leases.unknown_job_drops() if dense else 0
         results = []
         for tag, p in tenants:
             results.append(json.loads(_line(p, 60, f"tenant {tag}", logs / f"{tag}.err")))
@@ -663,6 +681,10 @@ def run_tenants_real(
             fig["correct"] = fig["correct"] and not fig["violations"] and fig["took_over"] and fig["killed_by_signal"] == signal.SIGKILL
             if paxos_zombie:
                 fig["correct"] = fig["correct"] and (bool(fig["zombie_frames_sent"]) or fig["zombie_deposed_before_stop"]) and fig["zombie_resumed_after_takeover"]
+        if len(out_apps) in dense_jobs:
+            ctl = dense_leases.report(len(out_apps), extra.get("unleased_probes", []))
+            fig["allreduce_lease"] = ctl
+            fig["correct"] = fig["correct"] and ctl["unleased_refused"]
         fig["client"] = {**res["client"], "server_answered": served[len(out_apps)]}
         fig["wall_s"] = res["wall_s"]
         lp = res.get("latency_percentiles") or {}
@@ -678,7 +700,7 @@ def run_tenants_real(
                            held_us=held.get(uid, 0), clock="the goalkeeper process's receive times, wall clock"))
     load = os.getloadavg()
     return {
-        **tenants_result(out_apps, per_app, instances, scheduler, subscribers, loss, MODE, int(sum(r["foreign"] for r in results)), attack, ledger),
+        **tenants_result(out_apps, per_app, instances, scheduler, subscribers, loss, (MODE.replace("(forward + inaas)", "(forward + inaas + allreduce)") if dense else MODE), int(sum(r["foreign"] for r in results)), attack, ledger),
         "real": {"rack": name, "hosts": n_hosts, "programs": programs, "time_scale": SCALE, "request_gap_scale": GAP_SCALE, "lease_scale": LEASE_SCALE, "rto_us": RTO_US * SCALE, "baseline_rto_us": App.BL_RTO_US * SCALE,
                  "loss_by": "switch --fault loss" if loss > 0 else None, "load_average": list(load), "budget_registers_per_segment": budget,
                  "attack_during": attack_during if attacker else None, "pcap": str(Path(pcap).resolve()) if pcap else None},
