@@ -124,7 +124,13 @@ def test_wordcount_switchagg_in_a_rack_under_loss() -> None:
     assert sw["retransmissions"] > 0 or sw["fallback"], sw
 
 
-def test_switchagg_trees_install_and_reinstall_over_p4runtime(switchd_factory) -> None:  # type: ignore[no-untyped-def]
+@pytest.fixture(scope="module")
+def sagg_switch(switchd_factory):  # type: ignore[no-untyped-def]
+    """One `forward,switchagg` switch over memory:5, shared by this module's P4Runtime tests."""
+    return switchd_factory("--program", "forward,switchagg", "--ports", "memory:5")
+
+
+def test_switchagg_trees_install_and_reinstall_over_p4runtime(sagg_switch) -> None:  # type: ignore[no-untyped-def]
     """The wordcount job's switchagg install on a real `inswitch switch` (forward+switchagg):
     one tree per reducer rooted at its port, every mapper a child, the root reporting as
     SWITCH_CHILD_MIN; a second job with the same tree ids replaces them."""
@@ -133,7 +139,7 @@ def test_switchagg_trees_install_and_reinstall_over_p4runtime(switchd_factory) -
     from inswitch.apps.switchagg.controller import SWITCH_CHILD_MIN
     from inswitch.p4rt import SwitchClient
 
-    sw = switchd_factory("--program", "forward,switchagg", "--ports", "memory:5")
+    sw = sagg_switch
     hosts = [SimpleNamespace(port=p) for p in range(5)]
     env = SimpleNamespace(p4runtime=sw.p4runtime, rack_state=SimpleNamespace(hosts=hosts), fabric_state=None, launch=None,
                           map_addr=lambda i: f"10.0.0.{1 + i}:7000", reduce_addr=lambda j: f"10.0.0.{100 + j}:7001")
@@ -153,7 +159,7 @@ def test_switchagg_trees_install_and_reinstall_over_p4runtime(switchd_factory) -
         assert (p["parent_port"], p["children"], p["op"], p["up_child"], p["regions"]) == (port, 3, 2, SWITCH_CHILD_MIN, 2)
 
 
-def test_switchagg_launch_gates_on_the_switch_ack(switchd_factory) -> None:  # type: ignore[no-untyped-def]
+def test_switchagg_launch_gates_on_the_switch_ack(sagg_switch) -> None:  # type: ignore[no-untyped-def]
     """Launch → Configure → Ack against a real switch: the first two Configures are lost,
     so the switch has no tree until the controller retries; the master's Ack comes only
     after the switch installed its trees and acknowledged."""
@@ -161,7 +167,7 @@ def test_switchagg_launch_gates_on_the_switch_ack(switchd_factory) -> None:  # t
     from inswitch.apps.switchagg.controller import Tree
     from inswitch.p4rt import SwitchClient
 
-    sw = switchd_factory("--program", "forward,switchagg", "--ports", "memory:4")
+    sw = sagg_switch
     routes = {7: Tree(7, parent_port=3, children=2, op="min", up_child=5), 9: Tree(9, parent_port=2, children=2)}
     agent = launch.SwitchAgent(sw.p4runtime, routes, [0, 1])
     seen_by_switch: list[int] = []
@@ -169,7 +175,7 @@ def test_switchagg_launch_gates_on_the_switch_ack(switchd_factory) -> None:  # t
 
     def on_packet(data: bytes) -> bytes | None:
         with SwitchClient(sw.p4runtime) as c:
-            seen_by_switch.append(len(c.read_entries("switchagg.tree_config")))
+            seen_by_switch.append(sum(next(iter(e["match"].values())) in routes for e in c.read_entries("switchagg.tree_config")))
         return real(data)
 
     agent.on_packet = on_packet  # type: ignore[method-assign]
@@ -183,6 +189,9 @@ def test_switchagg_launch_gates_on_the_switch_ack(switchd_factory) -> None:  # t
     # Regions: an even split in the Configure's order.
     assert got[7] == {"parent_port": 3, "children": 2, "op": 1, "region": 0, "regions": 2, "up_child": 5}
     assert got[9]["region"] == 1 and got[9]["parent_port"] == 2
+    with SwitchClient(sw.p4runtime) as c:  # leave the shared switch as found
+        for t in routes:
+            c.delete_entry("switchagg.tree_config", {"tree_id": t})
     # A switch that never answers: no start.
     dead = launch.SwitchAgent(sw.p4runtime, routes, [0, 1])
     with pytest.raises(launch.LaunchError, match="no Ack"):
