@@ -497,14 +497,14 @@ def _launch_fabric_switchagg(env: Env, spec: JobSpec, plan: dict[str, Any]) -> l
     from inswitch.apps.switchagg import launch
     from inswitch.topology.fabric.controller import ELECTION_ID
 
-    runs = {r.plan.name: r for r in env.fabric_state.switches}
-    names = list(plan)
-    agents = [launch.SwitchAgent(runs[n].p4runtime, {t.tree_id: t for t in plan[n].trees}, list(plan[n].child_ports),
-                                 device_id=runs[n].plan.device_id, election_id=ELECTION_ID) for n in names]
     if any(sp.regions is not None and sp.regions != len(sp.trees) for sp in plan.values()):
         # A Configure splits the memory evenly among its trees (Table 1 has no region
         # count): --switchagg-regions stays on the direct install.
         return _install_on(env, plan)
+    runs = {r.plan.name: r for r in env.fabric_state.switches}
+    names = list(plan)
+    agents = [launch.SwitchAgent(runs[n].p4runtime, {t.tree_id: t for t in plan[n].trees}, list(plan[n].child_ports),
+                                 device_id=runs[n].plan.device_id, election_id=ELECTION_ID) for n in names]
     env.launch = launch.launch(agents, _addrs(env, spec, "reduce"), _addrs(env, spec, "map"))
     return [{"switch": n, **(a.installed or {})} for n, a in zip(names, agents)]
 
