@@ -99,6 +99,9 @@ def test_wordcount_switchagg_in_a_rack() -> None:
                       rack=f"sa{os.getpid()}w", where="netns", timeout_s=90), ["switch"])
     _check(doc)
     sw = doc["runs"]["switch"]
+    # The job was set up by Launch -> Configure -> Ack before its mappers started.
+    la = sw["launch"]
+    assert la["started"] and la["launches"] >= 1 and la["switch_acks"] >= 1 and la["switches"][0]["installs"] == 1
     assert sw["fallback"] is False, [r.get("fallback_reason") for r in sw["per_reducer"]]
     assert sw["reducer_pairs"] < 0.75 * sw["mapper_pairs"], (sw["reducer_pairs"], sw["mapper_pairs"])
     # Fewer bytes at the reducers than the udp baseline (the flush sends no empty packets).
@@ -121,7 +124,13 @@ def test_wordcount_switchagg_in_a_rack_under_loss() -> None:
     assert sw["retransmissions"] > 0 or sw["fallback"], sw
 
 
-def test_switchagg_trees_install_and_reinstall_over_p4runtime(switchd_factory) -> None:  # type: ignore[no-untyped-def]
+@pytest.fixture(scope="module")
+def sagg_switch(switchd_factory):  # type: ignore[no-untyped-def]
+    """One `forward,switchagg` switch over memory:5, shared by this module's P4Runtime tests."""
+    return switchd_factory("--program", "forward,switchagg", "--ports", "memory:5")
+
+
+def test_switchagg_trees_install_and_reinstall_over_p4runtime(sagg_switch) -> None:  # type: ignore[no-untyped-def]
     """The wordcount job's switchagg install on a real `inswitch switch` (forward+switchagg):
     one tree per reducer rooted at its port, every mapper a child, the root reporting as
     SWITCH_CHILD_MIN; a second job with the same tree ids replaces them."""
@@ -130,19 +139,63 @@ def test_switchagg_trees_install_and_reinstall_over_p4runtime(switchd_factory) -
     from inswitch.apps.switchagg.controller import SWITCH_CHILD_MIN
     from inswitch.p4rt import SwitchClient
 
-    sw = switchd_factory("--program", "forward,switchagg", "--ports", "memory:5")
+    sw = sagg_switch
     hosts = [SimpleNamespace(port=p) for p in range(5)]
-    env = SimpleNamespace(p4runtime=sw.p4runtime, rack_state=SimpleNamespace(hosts=hosts), fabric_state=None)
+    env = SimpleNamespace(p4runtime=sw.p4runtime, rack_state=SimpleNamespace(hosts=hosts), fabric_state=None, launch=None,
+                          map_addr=lambda i: f"10.0.0.{1 + i}:7000", reduce_addr=lambda j: f"10.0.0.{100 + j}:7001")
     for op in ("sum", "max"):
         spec = JobSpec(zipf=1.0, mappers=3, reducers=2, program="switchagg", op=op)
         acks = job_mod.install_trees(env, spec, [1, 2], lambda s: None)  # type: ignore[arg-type]
         assert acks[0]["trees"] == [1, 2]
+        # Installed through SwitchAgg's task launch: Configure (again if its Ack was slow,
+        # installed once), Ack, then the master's Ack.
+        assert env.launch["started"] and env.launch["switch_acks"] >= 1 and env.launch["master_acks_sent"] == 1
+        assert env.launch["switches"][0]["installs"] == 1
     with SwitchClient(sw.p4runtime) as c:
         got = {next(iter(e["match"].values())): e["params"] for e in c.read_entries("switchagg.tree_config")}
     assert set(got) == {1, 2}
     for tree, port in ((1, 3), (2, 4)):
         p = got[tree]
         assert (p["parent_port"], p["children"], p["op"], p["up_child"], p["regions"]) == (port, 3, 2, SWITCH_CHILD_MIN, 2)
+
+
+def test_switchagg_launch_gates_on_the_switch_ack(sagg_switch) -> None:  # type: ignore[no-untyped-def]
+    """Launch → Configure → Ack against a real switch: the first two Configures are lost,
+    so the switch has no tree until the controller retries; the master's Ack comes only
+    after the switch installed its trees and acknowledged."""
+    from inswitch.apps.switchagg import launch
+    from inswitch.apps.switchagg.controller import Tree
+    from inswitch.p4rt import SwitchClient
+
+    sw = sagg_switch
+    routes = {7: Tree(7, parent_port=3, children=2, op="min", up_child=5), 9: Tree(9, parent_port=2, children=2)}
+    agent = launch.SwitchAgent(sw.p4runtime, routes, [0, 1])
+    seen_by_switch: list[int] = []
+    real = agent.on_packet
+
+    def on_packet(data: bytes) -> bytes | None:
+        with SwitchClient(sw.p4runtime) as c:
+            seen_by_switch.append(sum(next(iter(e["match"].values())) in routes for e in c.read_entries("switchagg.tree_config")))
+        return real(data)
+
+    agent.on_packet = on_packet  # type: ignore[method-assign]
+    doc = launch.launch([agent], ["10.0.0.9", "10.0.0.10"], ["10.0.0.1", "10.0.0.2"], rto_s=0.3, lose_configures=2)
+    assert doc["started"] and doc["configures_lost"] == 2 and doc["configure_retransmissions"] >= 2
+    assert doc["switch_acks"] >= 1 and doc["master_acks_sent"] == 1 and doc["switches"][0]["installs"] == 1
+    assert doc["ack_s"] >= 0.6, "two retransmission timeouts passed before the Ack"
+    assert seen_by_switch[0] == 0, "no tree on the switch before the first Configure reached it"
+    with SwitchClient(sw.p4runtime) as c:
+        got = {next(iter(e["match"].values())): e["params"] for e in c.read_entries("switchagg.tree_config")}
+    # Regions: an even split in the Configure's order.
+    assert got[7] == {"parent_port": 3, "children": 2, "op": 1, "region": 0, "regions": 2, "up_child": 5}
+    assert got[9]["region"] == 1 and got[9]["parent_port"] == 2
+    with SwitchClient(sw.p4runtime) as c:  # leave the shared switch as found
+        for t in routes:
+            c.delete_entry("switchagg.tree_config", {"tree_id": t})
+    # A switch that never answers: no start.
+    dead = launch.SwitchAgent(sw.p4runtime, routes, [0, 1])
+    with pytest.raises(launch.LaunchError, match="no Ack"):
+        launch.launch([dead], ["10.0.0.9", "10.0.0.10"], [], timeout_s=0.3, rto_s=0.05, lose_configures=1000)
 
 
 @needs_rack[0]

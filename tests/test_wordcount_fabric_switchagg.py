@@ -53,6 +53,8 @@ def test_two_level_switchagg_exact_and_every_level_accounted_in_bytes() -> None:
     # stream, the others each their own id below 256, above the mappers'.
     acks = {a["switch"]: a for a in r["controller"]}
     assert set(acks) == leaves | {agg, rl}
+    # ... through SwitchAgg's task launch: a Configure to each, each installed once.
+    assert r["launch"]["started"] and [x["installs"] for x in r["launch"]["switches"]] == [1] * len(acks)
     assert set(acks[rl]["up_child"].values()) == {SWITCH_CHILD_MIN}
     lower = [next(iter(set(acks[n]["up_child"].values()))) for n in leaves | {agg}]
     assert len(set(lower)) == len(lower) and all(spec.mappers <= u < MAX_CHILDREN for u in lower)

@@ -6,11 +6,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use hostlib::switchagg::harness::{clone_session_op, frame, packetize, tree_config_op};
 use pisa::{Program, ProgramSet, PORT_RECIRC};
 use ports::dataplane::{Dataplane, DataplaneOptions};
 use ports::memory::memory_pair;
 use ports::{FaultConfig, FaultPort, MemoryPeer, Port};
-use programs::switchagg::harness::{clone_session_op, frame, packetize, tree_config_op};
 use programs::switchagg::{Config, SwitchAgg, ACK_RID, ACK_SESSION_BASE, FLUSH_SESSION};
 use wire::switchagg::{flags, AggPacket, Operation};
 use wire::L2_L4_LEN;

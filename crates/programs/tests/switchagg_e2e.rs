@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use hostlib::aggregation::switchagg::SWITCH_CHILD_MIN;
 use hostlib::aggregation::Protocol;
+use hostlib::switchagg::harness::tree_config_op;
 use pisa::control::{CloneSession, ControlOp, Replica, WriteOp};
 use pisa::{PacketBuf, PipeConfig, Program, ProgramSet, Switch, PORT_RECIRC};
 use programs::forward::Forward;
-use programs::switchagg::harness::tree_config_op;
 use programs::switchagg::{Config, SwitchAgg, ACK_RID, ACK_SESSION_BASE, FLUSH_SESSION};
 use wire::daiet::Op;
 use wire::switchagg::{Operation, UDP_PORT};

@@ -1,5 +1,5 @@
 //! SwitchAgg from Python: in-memory aggregation runs on the `switchagg` program (the
-//! `programs::switchagg::harness` rack) and the FPGA line-rate model. Pairs cross as bytes
+//! `hostlib::switchagg::harness` rack) and the FPGA line-rate model. Pairs cross as bytes
 //! (keys back to back, `uint64` offsets, `uint32` values, little-endian: what numpy's
 //! `tobytes()` gives); results come back the same way.
 
@@ -11,8 +11,8 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
+use hostlib::switchagg::harness::{self, Faults, Job, Topology};
 use programs::switchagg::cycles::{self, PairEvent};
-use programs::switchagg::harness::{self, Faults, Job, Topology};
 use programs::switchagg::payload_analyzer::{group_of, GROUPS};
 use programs::switchagg::Config;
 use wire::switchagg::{Operation, HEADER_LEN, PAIR_OVERHEAD};
@@ -338,7 +338,121 @@ fn bench_switchagg_pipeline<'py>(py: Python<'py>, batch: usize, vocab: u32, dura
     Ok(d)
 }
 
+// ----- task launch: the shim layer (Launch -> Configure -> Ack), sans-IO -------------------
+// Times cross as seconds on the caller's clock (e.g. time.monotonic()), kept as ns inside.
+
+fn ns(s: f64) -> u64 {
+    (s.max(0.0) * 1e9) as u64
+}
+
+fn ipv4(s: &str) -> PyResult<[u8; 4]> {
+    s.parse::<std::net::Ipv4Addr>().map(|a| a.octets()).map_err(|_| value_err(format!("not an IPv4 address: {s:?}")))
+}
+
+/// The master's shim: the Launch until the controller's Ack type 0.
+#[pyclass(module = "inswitch._native")]
+struct SwitchAggShim {
+    inner: hostlib::switchagg::Shim,
+}
+
+#[pymethods]
+impl SwitchAggShim {
+    #[new]
+    fn new(reducers: Vec<String>, mappers: Vec<String>, rto: f64) -> PyResult<Self> {
+        if reducers.is_empty() || reducers.len() > u16::MAX as usize || mappers.len() > u16::MAX as usize {
+            return Err(value_err("1..65535 reducers, at most 65535 mappers"));
+        }
+        let r = reducers.iter().map(|a| ipv4(a)).collect::<PyResult<Vec<_>>>()?;
+        let m = mappers.iter().map(|a| ipv4(a)).collect::<PyResult<Vec<_>>>()?;
+        Ok(SwitchAggShim { inner: hostlib::switchagg::Shim::new(&r, &m, ns(rto).max(1)) })
+    }
+    fn poll_transmit<'py>(&mut self, py: Python<'py>, now: f64) -> Option<Bound<'py, PyBytes>> {
+        self.inner.poll_transmit(ns(now)).map(|b| PyBytes::new(py, &b))
+    }
+    fn poll_timeout(&self) -> Option<f64> {
+        self.inner.poll_timeout().map(|t| t as f64 / 1e9)
+    }
+    fn handle_timeout(&mut self, now: f64) {
+        self.inner.handle_timeout(ns(now))
+    }
+    fn handle(&mut self, now: f64, data: &[u8]) {
+        self.inner.handle(ns(now), data)
+    }
+    #[getter]
+    fn started(&self) -> bool {
+        self.inner.started()
+    }
+    #[getter]
+    fn launches_sent(&self) -> u64 {
+        self.inner.launches_sent
+    }
+}
+
+/// The controller's side of one launch. `plan`: per switch, its `(tree, children)`.
+#[pyclass(module = "inswitch._native")]
+struct SwitchAggController {
+    inner: hostlib::switchagg::Controller,
+}
+
+#[pymethods]
+impl SwitchAggController {
+    #[new]
+    fn new(plan: Vec<Vec<(u16, u16)>>, rto: f64) -> PyResult<Self> {
+        let plan: Vec<_> = plan.into_iter().map(|trees| hostlib::switchagg::SwitchPlan { trees }).collect();
+        hostlib::switchagg::Controller::new(&plan, ns(rto).max(1))
+            .map(|inner| SwitchAggController { inner })
+            .ok_or_else(|| value_err("a plan: at least one switch, the same number (>= 1) of trees on each"))
+    }
+    /// A packet from the master (`switch` None) or from switch `switch`.
+    #[pyo3(signature = (now, data, switch=None))]
+    fn handle(&mut self, now: f64, data: &[u8], switch: Option<usize>) {
+        let from = switch.map_or(hostlib::switchagg::Peer::Master, hostlib::switchagg::Peer::Switch);
+        self.inner.handle(ns(now), from, data)
+    }
+    /// `(switch or None for the master, bytes)`.
+    fn poll_transmit<'py>(&mut self, py: Python<'py>) -> Option<(Option<usize>, Bound<'py, PyBytes>)> {
+        self.inner.poll_transmit().map(|(to, b)| {
+            let to = match to {
+                hostlib::switchagg::Peer::Master => None,
+                hostlib::switchagg::Peer::Switch(i) => Some(i),
+            };
+            (to, PyBytes::new(py, &b))
+        })
+    }
+    fn poll_timeout(&self) -> Option<f64> {
+        self.inner.poll_timeout().map(|t| t as f64 / 1e9)
+    }
+    fn handle_timeout(&mut self, now: f64) {
+        self.inner.handle_timeout(ns(now))
+    }
+    #[getter]
+    fn configured(&self) -> bool {
+        self.inner.configured()
+    }
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.inner.stats;
+        let d = PyDict::new(py);
+        d.set_item("launches", s.launches)?;
+        d.set_item("configures_sent", s.configures_sent)?;
+        d.set_item("configure_retransmissions", s.configure_retransmissions)?;
+        d.set_item("switch_acks", s.switch_acks)?;
+        d.set_item("master_acks_sent", s.master_acks_sent)?;
+        d.set_item("ignored", s.ignored)?;
+        Ok(d)
+    }
+}
+
+/// The switch's side of a Configure: `([(tree, children, region, regions)], ack bytes)`, or
+/// None if the bytes are not a Configure it can install.
+#[pyfunction]
+fn switchagg_on_configure<'py>(py: Python<'py>, data: &[u8]) -> Option<(Vec<hostlib::switchagg::shim::TreeEntry>, Bound<'py, PyBytes>)> {
+    hostlib::switchagg::switch_on_configure(data).map(|(t, ack)| (t, PyBytes::new(py, &ack)))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<SwitchAggShim>()?;
+    m.add_class::<SwitchAggController>()?;
+    m.add_function(wrap_pyfunction!(switchagg_on_configure, m)?)?;
     m.add_function(wrap_pyfunction!(switchagg_run, m)?)?;
     m.add_function(wrap_pyfunction!(switchagg_line_rate, m)?)?;
     m.add_function(wrap_pyfunction!(switchagg_bench, m)?)?;

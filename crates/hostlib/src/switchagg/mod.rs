@@ -8,9 +8,11 @@
 //! 3. Each switch answers **Ack** type 1; when every switch has, the controller answers
 //!    the master with **Ack** type 0 and the mappers may start.
 //!
-//! Lost packets are the caller's to retransmit: [`Shim::launch`] and
-//! [`Controller::pending`] give what to send again after a timeout.
+//! Lost packets are retransmitted on timeout (`poll_timeout` / `handle_timeout`): the
+//! master's Launch until its Ack, the controller's Configure to each switch until that
+//! switch's Ack. The in-memory rack the tests and experiments drive is [`harness`].
 
+pub mod harness;
 pub mod shim;
 
-pub use shim::{switch_on_configure, Controller, Shim, SwitchPlan};
+pub use shim::{switch_on_configure, Controller, ControllerStats, Peer, Shim, SwitchPlan, DEFAULT_RTO_NS};

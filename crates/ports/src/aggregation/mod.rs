@@ -542,10 +542,10 @@ pub mod bench {
     use std::time::{Duration, Instant};
 
     use hostlib::aggregation::{Header, Protocol};
+    use hostlib::switchagg::harness as sa_harness;
     use pisa::control::{CloneSession, ControlOp, Replica, WriteOp};
     use pisa::{FieldMatch, PacketBuf, PipeConfig, ProgramSet, Switch, PORT_RECIRC};
     use programs::daiet::{ack_session, layout, TreeConfig, WALK_SESSION};
-    use programs::switchagg::harness as sa_harness;
     use programs::switchagg::Config as SaConfig;
     use wire::daiet::{Op, Packet, MAX_PAIRS, UDP_PORT};
     use wire::switchagg::{AggPacket as SaPacket, Operation as SaOp};

@@ -32,7 +32,6 @@
 pub mod configuration;
 pub mod cycles;
 pub mod flush;
-pub mod harness;
 pub mod hash_table;
 pub mod payload_analyzer;
 pub mod reliability;

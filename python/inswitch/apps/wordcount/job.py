@@ -171,6 +171,8 @@ class Env:
     map_port: int = MAP_PORT
     reduce_port: int = REDUCE_PORT
     notes: list[str] = field(default_factory=list)
+    #: SwitchAgg's task launch of the last switch run (`apps.switchagg.launch.launch`).
+    launch: dict[str, Any] | None = None
 
     def argv(self, place: Place, argv: list[str]) -> list[str]:
         if place.netns:
@@ -381,6 +383,8 @@ def _install_fabric_trees(env: Env, spec: JobSpec, tree_ids: list[int], progress
     progress(f"installing {len(tree_ids)} two-level trees on {len(plan)} switches through P4Runtime")
     env.tree_plan = plan
     try:
+        if spec.program == "switchagg":
+            return _launch_fabric_switchagg(env, spec, plan)
         return _install_on(env, plan)
     except Exception as e:
         raise JobError(f"installing the aggregation trees failed: {e}") from None
@@ -458,34 +462,51 @@ def install_trees(env: Env, spec: JobSpec, tree_ids: list[int], progress: Progre
 
 
 def _install_switchagg_trees(env: Env, spec: JobSpec, tree_ids: list[int], progress: Progress) -> list[dict[str, Any]]:
-    """The same trees for the `switchagg` program, through its controller helper (the root
-    switch reports to the reducer as child `SWITCH_CHILD_MIN`, see docs/switchagg.md)."""
+    """The same trees for the `switchagg` program, set up by SwitchAgg's own task launch
+    (`apps.switchagg.launch`: Launch → Configure → Ack; the switch's agent installs them
+    over P4Runtime and reads them back before its Ack; the root switch reports to the
+    reducer as child `SWITCH_CHILD_MIN`, see docs/switchagg.md)."""
     from inswitch.apps.switchagg import controller as sagg
-    from inswitch.p4rt import SwitchClient
+    from inswitch.apps.switchagg import launch
 
     if spec.mappers > sagg.MAX_CHILDREN:
         raise JobError(f"switchagg: at most {sagg.MAX_CHILDREN} mappers (children per tree)")
-    progress(f"installing {len(tree_ids)} switchagg trees through P4Runtime")
+    progress(f"launching {len(tree_ids)} switchagg trees (Launch, Configure, Ack)")
     st = env.rack_state
     reducer_ports = [h.port for h in st.hosts[spec.mappers:]]
     mapper_ports = [h.port for h in st.hosts[:spec.mappers]]
-    trees = [sagg.Tree(tree_id=t, parent_port=p, children=spec.mappers, op=spec.op, up_child=sagg.SWITCH_CHILD_MIN)
-             for t, p in zip(tree_ids, reducer_ports)]
+    routes = {t: sagg.Tree(tree_id=t, parent_port=p, children=spec.mappers, op=spec.op, up_child=sagg.SWITCH_CHILD_MIN)
+              for t, p in zip(tree_ids, reducer_ports)}
+    agent = launch.SwitchAgent(str(env.p4runtime), routes, mapper_ports)
     try:
-        with SwitchClient(env.p4runtime) as c:
-            # A tree id left from an earlier job on this switch is replaced, not refused.
-            old = {next(iter(e["match"].values())) for e in c.read_entries("switchagg.tree_config")}
-            for t in tree_ids:
-                if t in old:
-                    c.delete_entry("switchagg.tree_config", {"tree_id": t})
-            sagg.configure(c, trees, child_ports=mapper_ports)
-            got = {next(iter(e["match"].values())): e for e in c.read_entries("switchagg.tree_config")}
+        env.launch = launch.launch([agent], _addrs(env, spec, "reduce"), _addrs(env, spec, "map"))
     except Exception as e:
         raise JobError(f"installing the switchagg trees failed: {e}") from None
-    missing = [t for t in tree_ids if t not in got]
-    if missing:
-        raise JobError(f"switchagg trees {missing} did not read back from the switch")
     return [{"address": env.p4runtime, "trees": tree_ids, "clone_sessions": len(mapper_ports) + 1}]
+
+
+def _addrs(env: Env, spec: JobSpec, role: str) -> list[str]:
+    if role == "map":
+        return [env.map_addr(i) for i in range(spec.mappers)]
+    return [env.reduce_addr(j) for j in range(spec.reducers)]
+
+
+def _launch_fabric_switchagg(env: Env, spec: JobSpec, plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """`_install_on` for a switchagg plan, through SwitchAgg's task launch: one agent per
+    switch of the plan, each told its trees' routes; Configure carries the rest."""
+    from inswitch.apps.switchagg import launch
+    from inswitch.topology.fabric.controller import ELECTION_ID
+
+    if any(sp.regions is not None and sp.regions != len(sp.trees) for sp in plan.values()):
+        # A Configure splits the memory evenly among its trees (Table 1 has no region
+        # count): --switchagg-regions stays on the direct install.
+        return _install_on(env, plan)
+    runs = {r.plan.name: r for r in env.fabric_state.switches}
+    names = list(plan)
+    agents = [launch.SwitchAgent(runs[n].p4runtime, {t.tree_id: t for t in plan[n].trees}, list(plan[n].child_ports),
+                                 device_id=runs[n].plan.device_id, election_id=ELECTION_ID) for n in names]
+    env.launch = launch.launch(agents, _addrs(env, spec, "reduce"), _addrs(env, spec, "map"))
+    return [{"switch": n, **(a.installed or {})} for n, a in zip(names, agents)]
 
 
 # ----- one run ---------------------------------------------------------------------------
@@ -584,7 +605,10 @@ def run_mode(spec: JobSpec, mode: str, env: Env, ref: dict[bytes, int], workdir:
     tree_ids = [tree_base + j for j in range(R)]
     info: dict[str, Any] = {}
     if mode == "switch" and not spec.absent_program:
+        env.launch = None
         info["controller"] = install_trees(env, spec, tree_ids, progress)
+        if env.launch is not None:
+            info["launch"] = env.launch
     ports0 = fabric_port_counters(env) if mode == "switch" and env.layout is not None and env.layout.ports else None
     pairs0 = fabric_pair_counters(env) if ports0 is not None and spec.program == "switchagg" else None
     reducer_addrs = [env.reduce_addr(j) for j in range(R)]

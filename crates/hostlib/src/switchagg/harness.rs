@@ -1,7 +1,7 @@
 //! An in-memory rack for SwitchAgg: mappers, switches and reducers exchanging real frames
 //! through `pisa::Switch` instances, in virtual time, deterministic for a seed. It is what
 //! the tests and the experiments (`_native.switchagg_run`) drive; it is not the production
-//! sender and receiver (those are the hosts' exactly-once library, `hostlib`).
+//! sender and receiver (those are the hosts' exactly-once library, `hostlib::aggregation`).
 //!
 //! - The controller's part is done here by control-plane operations: one tree per reducer
 //!   (`tree_config`: parent port, children, operation, memory region), ACK clone sessions
@@ -22,7 +22,8 @@ use pisa::control::{CloneSession, ControlOp, ControlReply, Replica, WriteOp};
 use pisa::{FieldMatch, PacketBuf, PipeConfig, PortId, Program, ProgramSet, Switch, PORT_RECIRC};
 use wire::switchagg::{self as sa, flags, AggPacket, Operation, HEADER_LEN, PAIR_OVERHEAD};
 
-use super::{reg, Config, SwitchAgg, ACK_RID, ACK_SESSION_BASE, FLUSH_SESSION, MAX_FRAME};
+use programs::forward::Forward;
+use programs::switchagg::{reg, Config, SwitchAgg, ACK_RID, ACK_SESSION_BASE, FLUSH_SESSION, MAX_FRAME};
 
 /// Most pair bytes one packet carries.
 pub const MAX_PAIR_BYTES: usize = MAX_FRAME - L2_L4_LEN - HEADER_LEN;
@@ -236,7 +237,7 @@ impl Rack {
         let mut links = HashMap::new();
         let mut senders = Vec::new();
         let new_node = |ports: usize| {
-            let progs: Vec<Arc<dyn Program>> = vec![Arc::new(super::super::forward::Forward::new()), Arc::new(SwitchAgg::with_config(cfg))];
+            let progs: Vec<Arc<dyn Program>> = vec![Arc::new(Forward::new()), Arc::new(SwitchAgg::with_config(cfg))];
             let set = Arc::new(ProgramSet::new(progs).expect("forward + switchagg load together"));
             let pc = PipeConfig { queue_capacity: 1 << 16, egress_budget: 1 << 16, recirc_capacity: 1 << 12, ..PipeConfig::default() };
             Node { sw: Switch::new(set.clone(), ports as u16, 1, pc), set }
@@ -625,7 +626,7 @@ pub fn add_clone_session(sw: &mut Switch, session: u16, port: PortId, rid: u16) 
 /// One switch running `forward` and `switchagg`, `children` child ports (0..children) and
 /// one tree whose parent is port `children`, configured as the controller would.
 pub fn single_switch(cfg: Config, children: u16, op: Operation) -> (Switch, Arc<ProgramSet>) {
-    let progs: Vec<Arc<dyn Program>> = vec![Arc::new(super::super::forward::Forward::new()), Arc::new(SwitchAgg::with_config(cfg))];
+    let progs: Vec<Arc<dyn Program>> = vec![Arc::new(Forward::new()), Arc::new(SwitchAgg::with_config(cfg))];
     let set = Arc::new(ProgramSet::new(progs).expect("forward + switchagg load together"));
     let pc = PipeConfig { queue_capacity: 1 << 16, egress_budget: 1 << 16, recirc_capacity: 1 << 12, ..PipeConfig::default() };
     let mut sw = Switch::new(set.clone(), children + 2, 1, pc);

@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
+use hostlib::switchagg::harness::{self, frame, Faults, Job, Topology};
 use pisa::control::{ControlOp, ControlReply};
 use pisa::{PacketBuf, PipeConfig, Program, ProgramSet, ResourceReport, Switch, Target};
-use programs::switchagg::harness::{self, frame, Faults, Job, Topology};
 use programs::switchagg::{Config, SwitchAgg};
 use proptest::prelude::*;
 use wire::switchagg::{flags, Operation};
