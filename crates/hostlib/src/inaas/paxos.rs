@@ -684,9 +684,14 @@ mod tests {
         buf
     }
 
+    /// The frames `p` has to send (taking them).
+    fn frames(p: &mut Proposer) -> Vec<Vec<u8>> {
+        std::iter::from_fn(|| p.poll_transmit()).collect()
+    }
+
     /// How many frames `p` has to send (taking them).
     fn sent(p: &mut Proposer) -> usize {
-        std::iter::from_fn(|| p.poll_transmit()).count()
+        frames(p).len()
     }
 
     /// A leader: phase 1 on its two slots promised, value 5 proposed in instance 0.
@@ -755,12 +760,12 @@ mod tests {
         // in 0..4 and every learner delivered them: the floor jumps to 4.
         let mut p = leader(false);
         p.propose(6);
-        p.poll(3);
-        assert_eq!(p.take_output().iter().map(|f| inst_of(f)).collect::<Vec<_>>(), vec![1]);
+        p.handle_timeout(3);
+        assert_eq!(frames(&mut p).iter().map(|f| inst_of(f)).collect::<Vec<_>>(), vec![1]);
         p.on_floor(4, 4);
         // 5 and 6 go again, in 4 and 5: below the floor their slots serve later instances
         // (the acceptors answer stale, never decide), which once stalled the proposer.
-        assert_eq!(p.take_output().iter().map(|f| inst_of(f)).collect::<Vec<_>>(), vec![4, 5]);
+        assert_eq!(frames(&mut p).iter().map(|f| inst_of(f)).collect::<Vec<_>>(), vec![4, 5]);
         assert_eq!(p.pending(), 2);
     }
 
@@ -770,11 +775,11 @@ mod tests {
         let mut p = leader(false);
         p.stubborn = true;
         let b = p.ballot();
-        p.on_frame(&refusal(0, b, higher), 3);
+        p.handle(3, &refusal(0, b, higher));
         assert_eq!((p.ballot(), p.leading, p.stepped_down, p.stats.refused), (b, true, None, 3));
-        assert!(p.take_output().is_empty() && p.decided.is_empty());
-        p.poll(3 + p.rto_us);
-        let out = p.take_output();
+        assert!(sent(&mut p) == 0 && p.decided.is_empty());
+        p.handle_timeout(3 + p.rto_us);
+        let out = frames(&mut p);
         assert_eq!(out.len(), 1, "the refused 2a, again");
         assert_eq!(out[0][14..], paxos_frame(p.mac, p.service_mac, p.uid, p.seq - 1, false, p.ring, 0, b, 5)[14..]);
     }
