@@ -215,7 +215,7 @@ impl HostStack {
     }
 
     /// A frame from the wire.
-    pub fn handle_frame(&mut self, frame: &[u8], now: u64) {
+    pub fn handle(&mut self, now: u64, frame: &[u8]) {
         self.stats.rx_frames += 1;
         let Ok(eth) = EthernetFrame::new_checked(frame) else {
             self.stats.rx_malformed += 1;
@@ -398,12 +398,12 @@ mod tests {
         loop {
             let mut moved = false;
             while let Some(f) = a.poll_transmit() {
-                b.handle_frame(&f, now);
+                b.handle(now, &f);
                 moved = true;
                 n += 1;
             }
             while let Some(f) = b.poll_transmit() {
-                a.handle_frame(&f, now);
+                a.handle(now, &f);
                 moved = true;
                 n += 1;
             }
@@ -463,10 +463,10 @@ mod tests {
     #[test]
     fn garbage_and_foreign_frames_are_counted_not_fatal() {
         let mut a = host(1);
-        a.handle_frame(&[1, 2, 3], 0);
+        a.handle(0, &[1, 2, 3]);
         let mut f = vec![0u8; 60];
         f[..6].copy_from_slice(&[2, 0, 0, 0, 0, 9]);
-        a.handle_frame(&f, 0);
+        a.handle(0, &f);
         assert_eq!(a.stats().rx_malformed, 1);
         assert_eq!(a.stats().rx_not_for_us, 1);
     }

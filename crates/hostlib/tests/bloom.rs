@@ -165,5 +165,5 @@ fn malformed_bloom_packets_are_dropped() {
     assert_eq!(s.drops("malformed") - before, 2);
     // Mixed requests are refused by the assembler.
     let mixed = [ItemReq { seg: 0, idx: 0, op: Op::BloomQuery { mask: 1 } }, ItemReq { seg: 1, idx: 0, op: Op::BloomInsert { mask: 1 } }];
-    assert!(s.submit(0, &mixed, Operator::Add).is_err());
+    assert_eq!(s.submit(0, &mixed, Operator::Add), Err(hostlib::inaas::FrameError::MixedBloom));
 }

@@ -118,10 +118,10 @@ impl TunnelHost {
                 let now = monotonic_ns();
                 let mut stack = s.stack.lock().expect("stack lock");
                 if let Ok(Some(n)) = got {
-                    stack.handle_frame(&buf[..n], now);
+                    stack.handle(now, &buf[..n]);
                     // Drain whatever else is already waiting before releasing the lock.
                     while let Ok(Some(n)) = s.sock.try_recv(&mut buf) {
-                        stack.handle_frame(&buf[..n], now);
+                        stack.handle(now, &buf[..n]);
                     }
                 }
                 if stack.poll_timeout().is_some_and(|t| t <= now) {

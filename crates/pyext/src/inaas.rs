@@ -111,7 +111,7 @@ impl InaasService {
     #[allow(clippy::too_many_arguments)] // a request's columns, as Python passes them
     fn submit(&mut self, t: usize, segs: &[u8], idxs: &[u8], ops: &[u8], keys: &[u8], values: &[u8], op: u8) -> PyResult<u32> {
         let it = items(segs, idxs, ops, keys, values)?;
-        self.s.submit(t, &it, operator(op)?).map_err(PyValueError::new_err)
+        self.s.submit(t, &it, operator(op)?).map_err(|e| PyValueError::new_err(e.to_string()))
     }
 
     /// A frame as tenant `t`'s adapter would build it (an attacker that sniffed its uid).
@@ -131,7 +131,7 @@ impl InaasService {
         let it = items(segs, idxs, ops, keys, values)?;
         let tn = &self.s.tenants[t];
         let f = build_frame(tn.client.asm.mac, self.s.gk.mac(), tn.uid, 0x7fff_0000, tn.lease_us, &it, operator(op)?, 0, 0)
-            .map_err(PyValueError::new_err)?;
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
         Ok(PyBytes::new(py, &f))
     }
 
@@ -139,7 +139,8 @@ impl InaasService {
     fn forge_uid_frame<'py>(&self, py: Python<'py>, t: usize, uid: u32, seg: u8, idx: u16, key: u32) -> PyResult<Bound<'py, PyBytes>> {
         let tn = &self.s.tenants[t];
         let it = [ItemReq { seg: seg as usize, idx, op: Op::Read { key } }];
-        let f = build_frame(tn.client.asm.mac, self.s.gk.mac(), uid, 1, 1000, &it, Operator::Add, 0, 0).map_err(PyValueError::new_err)?;
+        let f = build_frame(tn.client.asm.mac, self.s.gk.mac(), uid, 1, 1000, &it, Operator::Add, 0, 0)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
         Ok(PyBytes::new(py, &f))
     }
 
@@ -369,7 +370,7 @@ impl InaasService {
     /// Every learner's delivered log, and the contradictions learners saw.
     fn paxos_logs(&self, t: usize) -> PyResult<(Vec<Vec<i32>>, Vec<String>)> {
         let g = self.paxos.get(&t).ok_or_else(|| PyValueError::new_err("paxos not started"))?;
-        Ok((g.learners.iter().map(|l| l.log.clone()).collect(), g.violations.clone()))
+        Ok((g.learners.iter().map(|l| l.log.clone()).collect(), g.violations.iter().map(|v| v.to_string()).collect()))
     }
 }
 
@@ -393,7 +394,7 @@ fn paxos_run<'py>(
     }
     let o = run_paxos(&PaxosFaults { seed, loss, dup, jitter_us, crash_at_us, zombie, values, slots, learners: 3 });
     let d = PyDict::new(py);
-    d.set_item("violations", o.violations)?;
+    d.set_item("violations", o.violations.iter().map(|v| v.to_string()).collect::<Vec<_>>())?;
     d.set_item("logs", o.logs)?;
     d.set_item("kv", o.kv.iter().map(|m| m.iter().map(|(k, v)| (*k, *v)).collect::<Vec<_>>()).collect::<Vec<_>>())?;
     d.set_item("proposed", o.proposed)?;
@@ -430,7 +431,8 @@ fn inaas_frame<'py>(
     flags: u8,
 ) -> PyResult<Bound<'py, PyBytes>> {
     let it = items(segs, idxs, ops, keys, values)?;
-    let f = build_frame(mac6(src)?, mac6(dst)?, uid, seq, lease_us, &it, operator(op)?, 0, flags).map_err(PyValueError::new_err)?;
+    let f = build_frame(mac6(src)?, mac6(dst)?, uid, seq, lease_us, &it, operator(op)?, 0, flags)
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
     Ok(PyBytes::new(py, &f))
 }
 
@@ -474,11 +476,9 @@ impl InaasGoalkeeper {
     /// the grant log); returns the frames to send back.
     #[pyo3(signature = (frame, now_us=None))]
     fn on_frame<'py>(&mut self, py: Python<'py>, frame: &[u8], now_us: Option<u64>) -> Vec<Bound<'py, PyBytes>> {
-        match now_us {
-            Some(t) => self.g.on_frame_at(frame, t),
-            None => self.g.on_frame(frame),
-        }
-        self.g.take_output().iter().map(|f| PyBytes::new(py, f)).collect()
+        let now_us = now_us.unwrap_or(self.g.now_us());
+        self.g.handle(now_us, frame);
+        std::iter::from_fn(|| self.g.poll_transmit()).map(|f| PyBytes::new(py, &f)).collect()
     }
     /// Every lease granted: (segment, index, uid, µs the frame came, term µs), in order.
     fn grants(&self) -> Vec<(u8, u16, u32, u64, u32)> {
@@ -587,7 +587,7 @@ impl InaasPaxosHosts {
 
     fn on_frame(&mut self, frame: &[u8], now_us: u64) {
         if !self.standby {
-            self.proposer.on_frame(frame, now_us);
+            self.proposer.handle(now_us, frame);
         }
     }
 
@@ -598,15 +598,15 @@ impl InaasPaxosHosts {
         if self.standby {
             return (Vec::new(), Vec::new());
         }
-        self.proposer.poll(now_us);
-        let frames: Vec<_> = self.proposer.take_output().iter().map(|f| PyBytes::new(py, f)).collect();
-        for v in self.proposer.take_votes() {
+        self.proposer.handle_timeout(now_us);
+        let mut frames: Vec<_> = std::iter::from_fn(|| self.proposer.poll_transmit()).map(|f| PyBytes::new(py, &f)).collect();
+        while let Some(v) = self.proposer.poll_vote() {
             if self.learners.is_empty() {
                 self.outbox.push(v);
             }
             for l in &mut self.learners {
                 if let Err(e) = l.on_vote(v) {
-                    self.violations.push(e);
+                    self.violations.push(e.to_string());
                 }
             }
         }
@@ -614,8 +614,7 @@ impl InaasPaxosHosts {
             let floor = self.floor();
             self.proposer.on_floor(floor, now_us);
         }
-        let mut frames = frames;
-        frames.extend(self.proposer.take_output().iter().map(|f| PyBytes::new(py, f)));
+        frames.extend(std::iter::from_fn(|| self.proposer.poll_transmit()).map(|f| PyBytes::new(py, &f)));
         let out = self.proposer.latencies[self.reported..].to_vec();
         self.reported = self.proposer.latencies.len();
         (frames, out)
@@ -641,7 +640,7 @@ impl InaasPaxosHosts {
             if let Some(v) = Vote::from_bytes(c) {
                 self.seen = self.seen.max(v.ballot);
                 if let Err(e) = l.on_vote(v) {
-                    self.violations.push(e);
+                    self.violations.push(e.to_string());
                 }
                 n += 1;
             }
@@ -669,7 +668,7 @@ impl InaasPaxosHosts {
 
     /// The backup becomes leader: phase 1 on the window above its learners' delivered
     /// prefix, with a round above the highest ballot its learners saw (a refusal raises it
-    /// again, `Proposer::on_frame`). No-op for a leader. Returns the ballot.
+    /// again, `Proposer::handle`). No-op for a leader. Returns the ballot.
     fn take_over(&mut self, now_us: u64) -> u32 {
         if self.standby {
             self.standby = false;

@@ -14,7 +14,7 @@ use wire::daiet::{flags, info, Op};
 
 use super::source::{census, MemPairs, PairSource};
 use super::stream::Packer;
-use super::{Header, Mode, Protocol};
+use super::{Error, Header, Mode, Protocol};
 
 /// Sender parameters.
 #[derive(Debug, Clone)]
@@ -121,7 +121,7 @@ pub struct Mapper<S: PairSource = MemPairs> {
     /// The source's key buffer (reused for every pair).
     key: Vec<u8>,
     /// The source failed: the run cannot complete.
-    error: Option<String>,
+    error: Option<Error>,
     pub stats: MapperStats,
 }
 
@@ -136,7 +136,7 @@ impl Mapper<MemPairs> {
         values: Vec<u32>,
         tree_of_pair: Vec<u16>,
         now: u64,
-    ) -> Result<Mapper, String> {
+    ) -> Result<Mapper, Error> {
         let src = MemPairs::new(tree_ids.len(), keys, offsets, values, tree_of_pair)?;
         Mapper::from_source(cfg, tree_ids, src, now)
     }
@@ -146,9 +146,9 @@ impl<S: PairSource> Mapper<S> {
     /// A sender of `source`'s pairs (its tree index `i` is `tree_ids[i]`). The source is
     /// read once first (pair counts, keys the protocol cannot carry: refused before
     /// anything is sent), then again as packets are needed.
-    pub fn from_source(cfg: MapperConfig, tree_ids: &[u16], mut source: S, now: u64) -> Result<Mapper<S>, String> {
+    pub fn from_source(cfg: MapperConfig, tree_ids: &[u16], mut source: S, now: u64) -> Result<Mapper<S>, Error> {
         if source.trees() != tree_ids.len() {
-            return Err(format!("the source has {} trees, {} tree ids given", source.trees(), tree_ids.len()));
+            return Err(Error::TreeIds { source_trees: source.trees(), tree_ids: tree_ids.len() });
         }
         if cfg.protocol == Protocol::SwitchAgg {
             super::switchagg::check_mapper(cfg.mapper_id)?;
@@ -191,8 +191,8 @@ impl<S: PairSource> Mapper<S> {
     }
 
     /// Why the run cannot complete: the source failed (e.g. a spool file could not be read).
-    pub fn error(&self) -> Option<&str> {
-        self.error.as_deref()
+    pub fn error(&self) -> Option<&Error> {
+        self.error.as_ref()
     }
 
     fn header(&self, tree: usize, epoch: u16, extra: u8) -> Header {
@@ -245,7 +245,8 @@ impl<S: PairSource> Mapper<S> {
         self.trees.iter().filter(|t| !t.done).map(|t| t.tree_id).collect()
     }
 
-    /// Packets to send now, as `(tree index, payload)`.
+    /// Packets to send now, as `(tree index, payload)`, appended to `out`. The mapper's
+    /// timers run here too (retransmissions, reports, BYE): it has no `handle_timeout`.
     pub fn poll_transmit(&mut self, now: u64, out: &mut Vec<(usize, Vec<u8>)>) {
         let (min_rto, max_rto) = (self.cfg.min_rto_ns, self.cfg.max_rto_ns);
         for i in 0..self.trees.len() {
@@ -384,7 +385,7 @@ impl<S: PairSource> Mapper<S> {
     }
 
     /// When `poll_transmit` has something to do next (a retransmission, a report, a BYE).
-    pub fn next_deadline(&self) -> Option<u64> {
+    pub fn poll_timeout(&self) -> Option<u64> {
         if self.trees.iter().any(|t| t.bye_due) {
             return Some(0);
         }
@@ -409,7 +410,7 @@ impl<S: PairSource> Mapper<S> {
 
 /// Build tree `i`'s next packet (data, then END) into `t.held`, reading its pairs from `src`
 /// as the packer needs them; false once END is built.
-fn build_next<S: PairSource>(t: &mut TreeTx, i: usize, src: &mut S, key: &mut Vec<u8>, proto: Protocol) -> Result<bool, String> {
+fn build_next<S: PairSource>(t: &mut TreeTx, i: usize, src: &mut S, key: &mut Vec<u8>, proto: Protocol) -> Result<bool, Error> {
     if t.total.is_some() {
         return Ok(false);
     }

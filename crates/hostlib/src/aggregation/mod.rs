@@ -63,6 +63,29 @@ pub use stream::Packer;
 
 use wire::daiet::{self as dw, flags, Op};
 
+/// Why a mapper refuses its input or stops: everything is checked before the first packet
+/// except a source that fails later ([`Mapper::error`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    #[error("{values} values need {} offsets and tree indexes (got {offsets} and {tree_indexes})", values + 1)]
+    Shape { values: usize, offsets: usize, tree_indexes: usize },
+    #[error("key offsets must be non-decreasing and within the keys")]
+    Offsets,
+    #[error("tree index {index} out of range ({trees} trees)")]
+    TreeIndex { index: u16, trees: usize },
+    #[error("the source has {source_trees} trees, {tree_ids} tree ids given")]
+    TreeIds { source_trees: usize, tree_ids: usize },
+    #[error("daiet: a key of {len} bytes is longer than {max} (one frame); never truncated")]
+    DaietKey { len: usize, max: usize },
+    #[error("switchagg: a key of {len} bytes is longer than {max}")]
+    SwitchAggKey { len: usize, max: usize },
+    #[error("switchagg: mapper id {id} must be below {max} (the switch's children per tree)")]
+    SwitchAggMapper { id: u16, max: usize },
+    /// A [`PairSource`] could not be read (I/O, a malformed file), in its own words.
+    #[error("{0}")]
+    Source(String),
+}
+
 /// The sender field of the reducer's own control messages (DONE, RESEND, NOTED; an ACK's
 /// sender is the acknowledged mapper's).
 pub const REDUCER_SENDER: u16 = u16::MAX;
@@ -131,13 +154,13 @@ impl Protocol {
     }
 
     /// Refuse a key this protocol cannot carry whole (longer than [`Protocol::max_key_len`]).
-    pub fn check_key_len(self, len: usize) -> Result<(), String> {
+    pub fn check_key_len(self, len: usize) -> Result<(), Error> {
         if len <= self.max_key_len() {
             return Ok(());
         }
         Err(match self {
-            Protocol::Daiet => format!("daiet: a key of {len} bytes is longer than {DAIET_MAX_KEY_LEN} (one frame); never truncated"),
-            Protocol::SwitchAgg => format!("switchagg: a key of {len} bytes is longer than {}", switchagg::MAX_KEY_LEN),
+            Protocol::Daiet => Error::DaietKey { len, max: DAIET_MAX_KEY_LEN },
+            Protocol::SwitchAgg => Error::SwitchAggKey { len, max: switchagg::MAX_KEY_LEN },
         })
     }
 

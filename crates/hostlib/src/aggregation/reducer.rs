@@ -292,7 +292,7 @@ impl Reducer {
     }
 
     /// Timers: the fallback grace period, RESEND retries, and DONE again until BYE.
-    pub fn on_timer(&mut self, now: u64) {
+    pub fn handle_timeout(&mut self, now: u64) {
         if self.complete {
             if !self.all_said_bye() && now >= self.done_again_at {
                 for m in 0..self.cfg.n_mappers {
@@ -327,7 +327,7 @@ impl Reducer {
         }
     }
 
-    pub fn next_deadline(&self) -> Option<u64> {
+    pub fn poll_timeout(&self) -> Option<u64> {
         if self.complete {
             return (!self.all_said_bye()).then_some(self.done_again_at);
         }
@@ -340,8 +340,8 @@ impl Reducer {
         }
     }
 
-    /// Replies to send, as `(mapper id, payload)`.
-    pub fn drain_transmit(&mut self, out: &mut Vec<(usize, Vec<u8>)>) {
+    /// Replies to send, as `(mapper id, payload)`, appended to `out`.
+    pub fn poll_transmit(&mut self, out: &mut Vec<(usize, Vec<u8>)>) {
         out.append(&mut self.out);
     }
 }

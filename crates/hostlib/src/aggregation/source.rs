@@ -2,16 +2,19 @@
 //! start, so the mapper builds its packets as its window advances instead of all up front
 //! (a WordCount mapper without a combiner has one pair per word of its input).
 
+use super::Error;
+
 /// A mapper's pairs, per tree, in a fixed order that can be read again from the start: a
 /// fallback to host-side aggregation (RESEND) sends a tree's pairs once more.
 pub trait PairSource {
     /// Number of trees (tree indexes are `0..trees()`).
     fn trees(&self) -> usize;
     /// Start tree `tree`'s pairs again from the first.
-    fn rewind(&mut self, tree: usize) -> Result<(), String>;
+    fn rewind(&mut self, tree: usize) -> Result<(), Error>;
     /// Tree `tree`'s next pair: its key replaces `key`'s contents and its value is returned;
-    /// `None` once the tree's pairs are over. An error (I/O, a malformed file) ends the run.
-    fn next_pair(&mut self, tree: usize, key: &mut Vec<u8>) -> Result<Option<u32>, String>;
+    /// `None` once the tree's pairs are over. An error (I/O, a malformed file:
+    /// [`Error::Source`]) ends the run.
+    fn next_pair(&mut self, tree: usize, key: &mut Vec<u8>) -> Result<Option<u32>, Error>;
 }
 
 /// Pairs held in memory: pair `j` is `keys[offsets[j]..offsets[j+1]]` with `values[j]`, of
@@ -27,16 +30,16 @@ pub struct MemPairs {
 
 impl MemPairs {
     /// Checks the arrays' shapes (what `Mapper::new` refused before it used them).
-    pub fn new(trees: usize, keys: Vec<u8>, offsets: Vec<u64>, values: Vec<u32>, tree_of_pair: Vec<u16>) -> Result<MemPairs, String> {
+    pub fn new(trees: usize, keys: Vec<u8>, offsets: Vec<u64>, values: Vec<u32>, tree_of_pair: Vec<u16>) -> Result<MemPairs, Error> {
         let n = values.len();
         if offsets.len() != n + 1 || tree_of_pair.len() != n {
-            return Err(format!("{} values need {} offsets and tree indexes (got {} and {})", n, n + 1, offsets.len(), tree_of_pair.len()));
+            return Err(Error::Shape { values: n, offsets: offsets.len(), tree_indexes: tree_of_pair.len() });
         }
         if offsets.windows(2).any(|w| w[0] > w[1]) || offsets.last().copied().unwrap_or(0) as usize > keys.len() {
-            return Err("key offsets must be non-decreasing and within the keys".into());
+            return Err(Error::Offsets);
         }
         if let Some(&t) = tree_of_pair.iter().find(|&&t| t as usize >= trees) {
-            return Err(format!("tree index {t} out of range ({trees} trees)"));
+            return Err(Error::TreeIndex { index: t, trees });
         }
         Ok(MemPairs { keys, offsets, values, tree_of_pair, cursor: vec![0; trees] })
     }
@@ -47,12 +50,12 @@ impl PairSource for MemPairs {
         self.cursor.len()
     }
 
-    fn rewind(&mut self, tree: usize) -> Result<(), String> {
+    fn rewind(&mut self, tree: usize) -> Result<(), Error> {
         self.cursor[tree] = 0;
         Ok(())
     }
 
-    fn next_pair(&mut self, tree: usize, key: &mut Vec<u8>) -> Result<Option<u32>, String> {
+    fn next_pair(&mut self, tree: usize, key: &mut Vec<u8>) -> Result<Option<u32>, Error> {
         let mut j = self.cursor[tree];
         while j < self.values.len() && self.tree_of_pair[j] as usize != tree {
             j += 1;
@@ -77,7 +80,7 @@ pub struct Census {
 
 /// Read every tree once (then rewind it): count its pairs and refuse a key `check` refuses
 /// (a key the protocol cannot carry is refused before the first packet, never truncated).
-pub fn census<S: PairSource>(src: &mut S, check: impl Fn(usize) -> Result<(), String>) -> Result<Census, String> {
+pub fn census<S: PairSource>(src: &mut S, check: impl Fn(usize) -> Result<(), Error>) -> Result<Census, Error> {
     let mut c = Census { pairs: vec![0; src.trees()] };
     let mut key = Vec::new();
     for t in 0..src.trees() {

@@ -65,9 +65,9 @@ mod kind {
 
 /// What a SwitchAgg mapper cannot be: an id beyond the switch's children (its keys are
 /// checked by `Protocol::check_key_len`).
-pub(crate) fn check_mapper(mapper_id: u16) -> Result<(), String> {
+pub(crate) fn check_mapper(mapper_id: u16) -> Result<(), super::Error> {
     if mapper_id as usize >= MAX_MAPPERS {
-        return Err(format!("switchagg: mapper id {mapper_id} must be below {MAX_MAPPERS} (the switch's children per tree)"));
+        return Err(super::Error::SwitchAggMapper { id: mapper_id, max: MAX_MAPPERS });
     }
     Ok(())
 }
@@ -345,15 +345,15 @@ mod tests {
 
     #[test]
     fn mapper_refuses_what_switchagg_cannot_carry() {
-        use super::super::{Mapper, MapperConfig, Mode, Protocol};
+        use super::super::{Error, Mapper, MapperConfig, Mode, Protocol};
         let mk = |id: u16, klen: usize| {
             let mut cfg = MapperConfig::new(id, Op::Sum, Mode::Switch);
             cfg.protocol = Protocol::SwitchAgg;
             Mapper::new(cfg, &[1], vec![b'a'; klen], vec![0, klen as u64], vec![1], vec![0], 0)
         };
         assert!(mk(3, MAX_KEY_LEN).is_ok());
-        assert!(mk(3, MAX_KEY_LEN + 1).is_err());
-        assert!(mk(MAX_MAPPERS as u16, 5).is_err());
+        assert!(matches!(mk(3, MAX_KEY_LEN + 1), Err(Error::SwitchAggKey { len, .. }) if len == MAX_KEY_LEN + 1));
+        assert!(matches!(mk(MAX_MAPPERS as u16, 5), Err(Error::SwitchAggMapper { id, .. }) if id as usize == MAX_MAPPERS));
     }
 
     struct Rng(u64);

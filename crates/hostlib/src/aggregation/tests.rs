@@ -138,9 +138,9 @@ fn drive<S: PairSource>(
         for (_, p) in arrived {
             red.handle(now, &p);
         }
-        red.on_timer(now);
+        red.handle_timeout(now);
         let mut back = Vec::new();
-        red.drain_transmit(&mut back);
+        red.poll_transmit(&mut back);
         let mut back = down.pass(back);
         if steps.is_multiple_of(50) {
             back.extend(down.flush());
@@ -197,7 +197,8 @@ fn daiet_longest_key_whole_and_one_more_refused() {
     };
     assert!(mk(DAIET_MAX_KEY_LEN).is_ok());
     let err = mk(DAIET_MAX_KEY_LEN + 1).err().expect("refused");
-    assert!(err.contains(&format!("{} bytes", DAIET_MAX_KEY_LEN + 1)), "{err}");
+    assert_eq!(err, Error::DaietKey { len: DAIET_MAX_KEY_LEN + 1, max: DAIET_MAX_KEY_LEN });
+    assert!(err.to_string().contains(&format!("{} bytes", DAIET_MAX_KEY_LEN + 1)), "{err}");
 }
 
 #[test]
@@ -276,9 +277,9 @@ fn run_delayed(delay: u64, min_rto: u64, max_rto: u64) -> MapperStats {
         for (_, p) in due {
             red.handle(now, &p);
         }
-        red.on_timer(now);
+        red.handle_timeout(now);
         let mut back = Vec::new();
-        red.drain_transmit(&mut back);
+        red.poll_transmit(&mut back);
         down.extend(back.into_iter().map(|(_, p)| (now + delay, p)));
         let (due, later): (Vec<_>, Vec<_>) = down.drain(..).partition(|(t, _)| *t <= now);
         down = later;
@@ -337,7 +338,7 @@ fn finished_mapper_reports_until_noted() {
             red.handle(now, &p);
         }
         let mut back = Vec::new();
-        red.drain_transmit(&mut back);
+        red.poll_transmit(&mut back);
         for (_, p) in back {
             let r = Protocol::Daiet.parse(&p).unwrap().repr;
             if r.flags & flags::QUERY != 0 && r.info == wire::daiet::info::NOTED && now < 2_000_000_000 {
@@ -346,7 +347,7 @@ fn finished_mapper_reports_until_noted() {
             }
             m.handle(now, &p);
         }
-        if let Some(d) = m.next_deadline() {
+        if let Some(d) = m.poll_timeout() {
             max_wait = max_wait.max(d.saturating_sub(now));
         }
         now += 1_000_000;
@@ -355,9 +356,9 @@ fn finished_mapper_reports_until_noted() {
     let (lost, after): (Vec<u64>, Vec<u64>) = reports.iter().partition(|&&t| t < 2_000_000_000);
     assert!(lost.len() >= 15 && noted_lost == lost.len(), "FINISHED reports in 2 s: {lost:?}, NOTED lost: {noted_lost}");
     assert!(lost.windows(2).all(|w| w[1] - w[0] <= 101_000_000), "report gaps: {lost:?}");
-    assert!(max_wait <= 100_000_000, "next_deadline waits {max_wait} ns");
+    assert!(max_wait <= 100_000_000, "poll_timeout waits {max_wait} ns");
     assert_eq!(after.len(), 1, "one report after 2 s, answered NOTED, and no more: {after:?}");
-    assert_eq!(m.next_deadline(), None, "a noted mapper has no timer");
+    assert_eq!(m.poll_timeout(), None, "a noted mapper has no timer");
     assert!(!m.is_done() && !red.is_complete());
 }
 
@@ -391,9 +392,9 @@ fn done_is_resent_until_bye() {
             }
             red.handle(now, &p);
         }
-        red.on_timer(now);
+        red.handle_timeout(now);
         let mut back = Vec::new();
-        red.drain_transmit(&mut back);
+        red.poll_transmit(&mut back);
         for (_, p) in back {
             if Protocol::Daiet.parse(&p).unwrap().repr.flags & flags::DONE != 0 {
                 dones.push(now);
@@ -414,7 +415,7 @@ fn done_is_resent_until_bye() {
     assert!(gaps.len() >= 5, "DONEs at {dones:?}");
     assert!(gaps.iter().zip([10u64, 20, 40, 80, 80]).all(|(&g, want)| g.abs_diff(want) <= 1), "gaps {gaps:?} ms");
     assert_eq!(red.stats.done_resent as usize, dones.len() - 1);
-    assert_eq!(red.next_deadline(), None, "nothing left to send once everyone said BYE");
+    assert_eq!(red.poll_timeout(), None, "nothing left to send once everyone said BYE");
 }
 
 /// A tree of several DAIET placement batches: packets are built as the window advances
@@ -472,13 +473,13 @@ impl PairSource for Failing {
     fn trees(&self) -> usize {
         self.inner.trees()
     }
-    fn rewind(&mut self, tree: usize) -> Result<(), String> {
+    fn rewind(&mut self, tree: usize) -> Result<(), Error> {
         self.inner.rewind(tree)
     }
-    fn next_pair(&mut self, tree: usize, key: &mut Vec<u8>) -> Result<Option<u32>, String> {
+    fn next_pair(&mut self, tree: usize, key: &mut Vec<u8>) -> Result<Option<u32>, Error> {
         self.reads += 1;
         if self.reads == self.fail_at {
-            return Err("spool: cut short".into());
+            return Err(Error::Source("spool: cut short".into()));
         }
         self.inner.next_pair(tree, key)
     }
@@ -499,7 +500,7 @@ fn source_errors_are_reported() {
     let cfg = MapperConfig::new(0, Op::Sum, Mode::Udp);
     // In the census: refused before anything is sent.
     let err = Mapper::from_source(cfg.clone(), &[5], src(10), 0).err().expect("refused");
-    assert!(err.contains("cut short"), "{err}");
+    assert_eq!(err, Error::Source("spool: cut short".into()));
     // While sending: the mapper reports it and builds nothing more.
     let mut m = Mapper::from_source(cfg, &[5], src(1001 + 300), 0).unwrap();
     let mut out = Vec::new();
@@ -523,6 +524,6 @@ fn source_errors_are_reported() {
             m.handle(0, &a);
         }
     }
-    assert!(m.error().is_some_and(|e| e.contains("cut short")), "{:?}", m.error());
+    assert_eq!(m.error(), Some(&Error::Source("spool: cut short".into())));
     assert!(!m.is_done());
 }

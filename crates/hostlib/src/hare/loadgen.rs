@@ -305,16 +305,35 @@ pub struct KvLoad {
 }
 
 /// Why a generator cannot be built.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError(pub String);
-
-impl std::fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("window must be 1..=65536")]
+    Window,
+    #[error("value_size 2..=255 and field_size at most value_size - 1")]
+    ValueSize,
+    #[error("keys, server_of and initial must be non-empty and of one length")]
+    KeyArrays,
+    #[error("every key must be 1..=key_field bytes")]
+    KeyLength,
+    #[error("an initial value does not fit the value cell")]
+    InitialValue,
+    #[error("the stream must be non-empty and name known keys")]
+    Stream,
+    #[error("timeout must be positive")]
+    Timeout,
+    #[error("a hotspot shift remaps a fixed stream: not with YCSB-D")]
+    ShiftWithLatest,
+    #[error("shift times must increase")]
+    ShiftOrder,
+    #[error("a shift must map every key to a known key")]
+    ShiftMap,
+    #[error("the generator must start at the key set's size")]
+    LatestRecords,
+    #[error("servers must cover every key's server")]
+    LatestServers,
+    #[error("key_field too short for YCSB's keys")]
+    LatestKeyField,
 }
-
-impl std::error::Error for ConfigError {}
 
 /// The cell of `value` in `size` bytes (None: absent).
 pub fn cell(value: Option<&[u8]>, size: usize) -> Vec<u8> {
@@ -350,27 +369,26 @@ impl KvLoad {
         initial: Vec<Option<Vec<u8>>>,
         stream: Vec<(KvOp, u32)>,
     ) -> Result<KvLoad, ConfigError> {
-        let bad = |s: &str| Err(ConfigError(s.to_string()));
         if cfg.window == 0 || cfg.window > 1 << 16 {
-            return bad("window must be 1..=65536");
+            return Err(ConfigError::Window);
         }
         if cfg.value_size < 2 || cfg.value_size > wire::hare::MAX_VALUE || cfg.field_size > cfg.value_size - 1 {
-            return bad("value_size 2..=255 and field_size at most value_size - 1");
+            return Err(ConfigError::ValueSize);
         }
         if keys.is_empty() || keys.len() != server_of.len() || keys.len() != initial.len() {
-            return bad("keys, server_of and initial must be non-empty and of one length");
+            return Err(ConfigError::KeyArrays);
         }
         if keys.iter().any(|k| k.is_empty() || k.len() > cfg.key_field as usize) {
-            return bad("every key must be 1..=key_field bytes");
+            return Err(ConfigError::KeyLength);
         }
         if initial.iter().flatten().any(|v| v.len() > cfg.value_size - 1) {
-            return bad("an initial value does not fit the value cell");
+            return Err(ConfigError::InitialValue);
         }
         if stream.is_empty() || stream.iter().any(|&(_, k)| k as usize >= keys.len()) {
-            return bad("the stream must be non-empty and name known keys");
+            return Err(ConfigError::Stream);
         }
         if cfg.timeout_ns == 0 {
-            return bad("timeout must be positive");
+            return Err(ConfigError::Timeout);
         }
         let n = keys.len();
         let (cfg_value_size, sole_writer) = (cfg.value_size, cfg.sole_writer);
@@ -422,13 +440,13 @@ impl KvLoad {
     pub fn set_shifts(&mut self, shifts: Vec<(u64, Vec<u32>)>) -> Result<(), ConfigError> {
         let n = self.keys.len();
         if self.latest.is_some() && !shifts.is_empty() {
-            return Err(ConfigError("a hotspot shift remaps a fixed stream: not with YCSB-D".into()));
+            return Err(ConfigError::ShiftWithLatest);
         }
         if shifts.windows(2).any(|w| w[0].0 >= w[1].0) {
-            return Err(ConfigError("shift times must increase".into()));
+            return Err(ConfigError::ShiftOrder);
         }
         if shifts.iter().any(|(_, m)| m.len() != n || m.iter().any(|&k| k as usize >= n)) {
-            return Err(ConfigError("a shift must map every key to a known key".into()));
+            return Err(ConfigError::ShiftMap);
         }
         self.shifts = shifts.into();
         Ok(())
@@ -439,16 +457,16 @@ impl KvLoad {
     /// ([`record_key`]), placed on server `crc32(key) % servers` as the clients place keys.
     pub fn set_latest(&mut self, gen: LatestStream, servers: u16) -> Result<(), ConfigError> {
         if gen.records() != self.keys.len() as u64 {
-            return Err(ConfigError("the generator must start at the key set's size".into()));
+            return Err(ConfigError::LatestRecords);
         }
         if servers == 0 || self.server_of.iter().any(|&s| s >= servers) {
-            return Err(ConfigError("servers must cover every key's server".into()));
+            return Err(ConfigError::LatestServers);
         }
         if (self.cfg.key_field as usize) < record_key(u64::MAX / 2 + 1).len() {
-            return Err(ConfigError("key_field too short for YCSB's keys".into()));
+            return Err(ConfigError::LatestKeyField);
         }
         if !self.shifts.is_empty() {
-            return Err(ConfigError("a hotspot shift remaps a fixed stream: not with YCSB-D".into()));
+            return Err(ConfigError::ShiftWithLatest);
         }
         self.latest = Some((gen, servers));
         Ok(())
@@ -1054,8 +1072,8 @@ mod tests {
         assert_eq!(keys, want);
         assert_eq!(g.stats.mismatches, 0, "each GET is checked against the remapped key");
         assert_eq!(g.samples.iter().map(|s| s.key).collect::<Vec<_>>(), vec![0, 1, 3, 2, 1, 1]);
-        assert!(g.set_shifts(vec![(5, vec![0, 1, 2, 4])]).is_err());
-        assert!(g.set_shifts(vec![(5, vec![0; 4]), (5, vec![0; 4])]).is_err());
+        assert_eq!(g.set_shifts(vec![(5, vec![0, 1, 2, 4])]), Err(ConfigError::ShiftMap));
+        assert_eq!(g.set_shifts(vec![(5, vec![0; 4]), (5, vec![0; 4])]), Err(ConfigError::ShiftOrder));
     }
 
     #[test]
@@ -1067,10 +1085,10 @@ mod tests {
         let keys: Vec<Vec<u8>> = (0..4).map(record_key).collect();
         let server_of = keys.iter().map(|k| (pisa::HashAlgo::Crc32.compute(k) % 2) as u16).collect();
         let mut g = KvLoad::new(c, keys, server_of, vec![Some(b"v".to_vec()); 4], vec![(KvOp::Get, 0)]).unwrap();
-        assert!(g.set_latest(LatestStream::new(5, 0.95, 1), 2).is_err(), "the generator starts at the key set");
+        assert_eq!(g.set_latest(LatestStream::new(5, 0.95, 1), 2), Err(ConfigError::LatestRecords), "the generator starts at the key set");
         // Half inserts, so a short run has several.
         g.set_latest(LatestStream::new(4, 0.5, 7), 2).unwrap();
-        assert!(g.set_shifts(vec![(1, vec![0, 1, 2, 3])]).is_err());
+        assert_eq!(g.set_shifts(vec![(1, vec![0, 1, 2, 3])]), Err(ConfigError::ShiftWithLatest));
         let mut inserted: Vec<u32> = vec![];
         let mut written: Vec<Option<Vec<u8>>> = vec![Some(b"v".to_vec()); 4];
         for t in 0..200u64 {
@@ -1102,8 +1120,11 @@ mod tests {
     #[test]
     fn bad_configs_are_refused() {
         let (k, s, v) = keys(2);
-        assert!(KvLoad::new(cfg(0), k.clone(), s.clone(), v.clone(), vec![(KvOp::Get, 0)]).is_err());
-        assert!(KvLoad::new(cfg(1), k.clone(), s.clone(), v.clone(), vec![(KvOp::Get, 2)]).is_err());
-        assert!(KvLoad::new(cfg(1), vec![b"toolongkey".to_vec(), b"a".to_vec()], s, v, vec![(KvOp::Get, 0)]).is_err());
+        assert_eq!(KvLoad::new(cfg(0), k.clone(), s.clone(), v.clone(), vec![(KvOp::Get, 0)]).err(), Some(ConfigError::Window));
+        assert_eq!(KvLoad::new(cfg(1), k.clone(), s.clone(), v.clone(), vec![(KvOp::Get, 2)]).err(), Some(ConfigError::Stream));
+        assert_eq!(
+            KvLoad::new(cfg(1), vec![b"toolongkey".to_vec(), b"a".to_vec()], s, v, vec![(KvOp::Get, 0)]).err(),
+            Some(ConfigError::KeyLength)
+        );
     }
 }

@@ -6,6 +6,17 @@
 use wire::ethernet::{EtherType, EthernetAddress, EthernetFrame, EthernetRepr};
 use wire::inaas::{flags, Bitmap, InaasPacket, InaasRepr, Item, Operator, ETHERTYPE, HEADER_LEN, ITEMS, OP_BLOOM_INSERT, OP_BLOOM_QUERY};
 
+/// Why a request cannot be one INaaS frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    #[error("Bloom items mix with nothing else, inserts not with queries")]
+    MixedBloom,
+    #[error("segment out of range")]
+    Segment,
+    #[error("two items for one segment")]
+    TwoItems,
+}
+
 /// One primitive on one item.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
@@ -99,7 +110,7 @@ impl Assembler {
     }
 
     /// Build one frame. Items must name distinct segments (< 20). Returns (seq, frame).
-    pub fn build(&mut self, items: &[ItemReq], operator: Operator, now_us: u32) -> Result<(u32, Vec<u8>), &'static str> {
+    pub fn build(&mut self, items: &[ItemReq], operator: Operator, now_us: u32) -> Result<(u32, Vec<u8>), FrameError> {
         let seq = self.next_seq;
         self.next_seq = self.next_seq.wrapping_add(1).max(1);
         let f = build_frame(self.mac, self.service_mac, self.uid, seq, self.lease_us, items, operator, now_us, 0)?;
@@ -119,7 +130,7 @@ pub fn build_frame(
     operator: Operator,
     now_us: u32,
     fl: u8,
-) -> Result<Vec<u8>, &'static str> {
+) -> Result<Vec<u8>, FrameError> {
     // A Bloom request's operation byte says insert or query; `operator` is then unused.
     let bloom = match items.first().map(|i| i.op) {
         Some(Op::BloomInsert { .. }) => Some(OP_BLOOM_INSERT),
@@ -132,7 +143,7 @@ pub fn build_frame(
         None => !matches!(o, Op::BloomInsert { .. } | Op::BloomQuery { .. }),
     };
     if !items.iter().all(|i| same(&i.op)) {
-        return Err("Bloom items mix with nothing else, inserts not with queries");
+        return Err(FrameError::MixedBloom);
     }
     let mut r = InaasRepr {
         op: bloom.unwrap_or(operator as u8),
@@ -146,11 +157,11 @@ pub fn build_frame(
     let mut bits = [0u32; 5];
     for it in items {
         if it.seg >= ITEMS {
-            return Err("segment out of range");
+            return Err(FrameError::Segment);
         }
         let bit = 1 << it.seg;
         if bits[0] & bit != 0 {
-            return Err("two items for one segment");
+            return Err(FrameError::TwoItems);
         }
         let (rd, wr, red, comp, key, value) = it.op.encode();
         bits[0] |= bit;

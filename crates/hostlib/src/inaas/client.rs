@@ -2,11 +2,11 @@
 //! answered within `rto_us` is sent again with the retransmission flag (the switch hands
 //! it to the goalkeeper), up to `max_tries` times.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use wire::inaas::{flags, Operator, ITEMS};
 
-use super::assembly::{parse_reply, Assembler, ItemReq, ItemResult};
+use super::assembly::{parse_reply, Assembler, FrameError, ItemReq, ItemResult};
 
 /// A finished request.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,31 +47,31 @@ pub struct TenantClient {
     pub rto_us: u64,
     pub max_tries: u32,
     inflight: BTreeMap<u32, InFlight>,
-    out: Vec<Vec<u8>>,
+    out: VecDeque<Vec<u8>>,
     pub stats: ClientStats,
 }
 
 impl TenantClient {
     pub fn new(asm: Assembler, rto_us: u64, max_tries: u32) -> Self {
-        TenantClient { asm, rto_us, max_tries, inflight: BTreeMap::new(), out: Vec::new(), stats: ClientStats::default() }
+        TenantClient { asm, rto_us, max_tries, inflight: BTreeMap::new(), out: VecDeque::new(), stats: ClientStats::default() }
     }
 
     /// Queue a request; returns its sequence number.
-    pub fn send(&mut self, items: &[ItemReq], op: Operator, now_us: u64) -> Result<u32, &'static str> {
+    pub fn send(&mut self, items: &[ItemReq], op: Operator, now_us: u64) -> Result<u32, FrameError> {
         let (seq, frame) = self.asm.build(items, op, now_us as u32)?;
         let mut valid = [false; ITEMS];
         for it in items {
             valid[it.seg] = true;
         }
-        self.out.push(frame.clone());
+        self.out.push_back(frame.clone());
         self.stats.sent += 1;
         self.inflight.insert(seq, InFlight { frame, first_us: now_us, deadline_us: now_us + self.rto_us, tries: 1, valid });
         Ok(seq)
     }
 
-    /// Frames to put on the wire.
-    pub fn take_output(&mut self) -> Vec<Vec<u8>> {
-        std::mem::take(&mut self.out)
+    /// The next frame to put on the wire.
+    pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+        self.out.pop_front()
     }
 
     /// Requests still unanswered.
@@ -80,12 +80,12 @@ impl TenantClient {
     }
 
     /// Earliest retransmission deadline.
-    pub fn next_deadline(&self) -> Option<u64> {
+    pub fn poll_timeout(&self) -> Option<u64> {
         self.inflight.values().map(|f| f.deadline_us).min()
     }
 
     /// A frame for this tenant.
-    pub fn on_frame(&mut self, frame: &[u8], now_us: u64) -> Option<Completion> {
+    pub fn handle(&mut self, now_us: u64, frame: &[u8]) -> Option<Completion> {
         let r = parse_reply(frame)?;
         if r.uid != self.asm.uid {
             self.stats.stray += 1;
@@ -111,7 +111,7 @@ impl TenantClient {
     }
 
     /// Retransmit what is due; returns requests given up on.
-    pub fn poll(&mut self, now_us: u64) -> Vec<Completion> {
+    pub fn handle_timeout(&mut self, now_us: u64) -> Vec<Completion> {
         let mut gave_up = Vec::new();
         let due: Vec<u32> = self.inflight.iter().filter(|(_, f)| f.deadline_us <= now_us).map(|(s, _)| *s).collect();
         for seq in due {
@@ -131,7 +131,7 @@ impl TenantClient {
             f.tries += 1;
             f.deadline_us = now_us + self.rto_us;
             f.frame[14 + 1] |= flags::RETRANS;
-            self.out.push(f.frame.clone());
+            self.out.push_back(f.frame.clone());
             self.stats.retransmitted += 1;
         }
         gave_up

@@ -18,9 +18,9 @@
 //! - Forged uids are logged and counted.
 //!
 //! Sans-IO: frames in, frames out, no clock of its own (the caller says when a frame came,
-//! [`Goalkeeper::on_frame_at`], for the grant log).
+//! [`Goalkeeper::handle`], for the grant log).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use programs::inaas::lease::MAX_LEASE_US;
 
@@ -123,7 +123,7 @@ pub struct Goalkeeper {
     pending: HashMap<u32, Pending>,
     next_seq: u32,
     pub stats: GkStats,
-    out: Vec<Vec<u8>>,
+    out: VecDeque<Vec<u8>>,
 }
 
 /// A result being built: `None` not decided, `Some(None)` miss, `Some(Some(v))` done.
@@ -153,7 +153,7 @@ impl Goalkeeper {
             pending: HashMap::new(),
             next_seq: 1,
             stats: GkStats::default(),
-            out: Vec::new(),
+            out: VecDeque::new(),
         }
     }
 
@@ -188,9 +188,14 @@ impl Goalkeeper {
     pub fn shadow(&self, uid: u32, seg: u8, idx: u16) -> Option<(u32, i32)> {
         self.shadow.get(&(uid, seg, idx)).copied()
     }
-    /// Frames to send into the switch.
-    pub fn take_output(&mut self) -> Vec<Vec<u8>> {
-        std::mem::take(&mut self.out)
+    /// The next frame to send into the switch.
+    pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+        self.out.pop_front()
+    }
+
+    /// The time last given to [`handle`](Self::handle).
+    pub fn now_us(&self) -> u64 {
+        self.now_us
     }
 
     /// Contributions `key`'s bits with total `value`, certainly not in the switch.
@@ -217,13 +222,8 @@ impl Goalkeeper {
 
     /// A frame from the switch that came at `now_us` (the caller's clock): grants it
     /// reports are logged with that time.
-    pub fn on_frame_at(&mut self, frame: &[u8], now_us: u64) {
+    pub fn handle(&mut self, now_us: u64, frame: &[u8]) {
         self.now_us = now_us;
-        self.on_frame(frame);
-    }
-
-    /// A frame from the switch (grants logged at the last time given to `on_frame_at`).
-    pub fn on_frame(&mut self, frame: &[u8]) {
         self.stats.packets += 1;
         let Ok(eth) = EthernetFrame::new_checked(frame) else {
             self.stats.malformed += 1;
@@ -305,7 +305,7 @@ impl Goalkeeper {
         let lease = self.tenants.get(&pd.uid).map(|t| t.lease_us).unwrap_or(0);
         if let Ok(f) = build_frame(self.mac, self.mac, pd.uid, seq, lease, items, op, 0, 0) {
             self.stats.subrequests += 1;
-            self.out.push(f);
+            self.out.push_back(f);
             self.pending.insert(seq, pd);
         }
     }
@@ -575,6 +575,6 @@ impl Goalkeeper {
             }
         }
         self.stats.replies += 1;
-        self.out.push(buf);
+        self.out.push_back(buf);
     }
 }

@@ -10,7 +10,7 @@ pub mod paxos;
 pub mod paxos_run;
 pub mod service;
 
-pub use assembly::{build_frame, parse_reply, reduce_key, Assembler, ItemReq, ItemResult, Op, Reply};
+pub use assembly::{build_frame, parse_reply, reduce_key, Assembler, FrameError, ItemReq, ItemResult, Op, Reply};
 pub use client::{Completion, TenantClient};
 pub use goalkeeper::{GkStats, Goalkeeper, Spill, TenantInfo};
 pub use service::{Service, SwitchUsage};

@@ -194,8 +194,8 @@ pub struct ProposerStats {
     pub rounds: u64,
 }
 
-/// A proposer (the leader while it runs). Frames out via [`Proposer::take_output`]; votes
-/// for learners via [`Proposer::take_votes`].
+/// A proposer (the leader while it runs). Frames out via [`Proposer::poll_transmit`]; votes
+/// for learners via [`Proposer::poll_vote`].
 pub struct Proposer {
     pub id: u8,
     pub round: u32,
@@ -218,8 +218,8 @@ pub struct Proposer {
     /// Instances decided (a majority voted) as this proposer saw it.
     pub decided: BTreeMap<u64, (u32, i32)>,
     pub rto_us: u64,
-    out: Vec<Vec<u8>>,
-    votes: Vec<Vote>,
+    out: VecDeque<Vec<u8>>,
+    votes: VecDeque<Vote>,
     /// Send time of each instance's first 2a (for the latency of a decision).
     pub started_us: BTreeMap<u64, u64>,
     /// (instance, microseconds from first 2a to decision).
@@ -260,8 +260,8 @@ impl Proposer {
             slots: BTreeMap::new(),
             decided: BTreeMap::new(),
             rto_us: 200,
-            out: Vec::new(),
-            votes: Vec::new(),
+            out: VecDeque::new(),
+            votes: VecDeque::new(),
             started_us: BTreeMap::new(),
             latencies: Vec::new(),
             stats: ProposerStats::default(),
@@ -294,7 +294,7 @@ impl Proposer {
         s.sent_us = now_us;
         let f = paxos_frame(self.mac, self.service_mac, self.uid, self.seq, s.phase1, self.ring, inst, b, s.value);
         self.seq = self.seq.wrapping_add(1).max(1);
-        self.out.push(f);
+        self.out.push_back(f);
         self.stats.sent += 1;
     }
 
@@ -441,7 +441,7 @@ impl Proposer {
     }
 
     /// An answer of the switch.
-    pub fn on_frame(&mut self, frame: &[u8], now_us: u64) {
+    pub fn handle(&mut self, now_us: u64, frame: &[u8]) {
         let Some(r) = parse_paxos_reply(frame) else { return };
         if self.stepped_down.is_some() && r.ballot == self.ballot() {
             // Quiet, but still counting the refusals of what it sent before it stepped down.
@@ -532,7 +532,7 @@ impl Proposer {
 
     /// Resend what is unanswered; votes of decided instances learners have not acknowledged
     /// go out again.
-    pub fn poll(&mut self, now_us: u64) {
+    pub fn handle_timeout(&mut self, now_us: u64) {
         if self.stepped_down.is_some() {
             return;
         }
@@ -557,13 +557,24 @@ impl Proposer {
         self.votes.extend(stale);
     }
 
-    pub fn take_output(&mut self) -> Vec<Vec<u8>> {
-        std::mem::take(&mut self.out)
+    /// The next frame to send.
+    pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+        self.out.pop_front()
     }
 
-    pub fn take_votes(&mut self) -> Vec<Vote> {
-        std::mem::take(&mut self.votes)
+    /// The next vote for the learners.
+    pub fn poll_vote(&mut self) -> Option<Vote> {
+        self.votes.pop_front()
     }
+}
+
+/// A vote that contradicts what a learner knows (never happens while Paxos is safe).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Violation {
+    #[error("instance {inst}: two values at ballot {ballot}")]
+    TwoValues { inst: u64, ballot: u32 },
+    #[error("instance {inst}: decided {first}, then {then}")]
+    Redecided { inst: u64, first: i32, then: i32 },
 }
 
 /// A learner: decides from acceptors' votes, delivers a gap-free log.
@@ -580,17 +591,17 @@ pub struct Learner {
 impl Learner {
     /// A relayed vote. Returns an error if it contradicts a decision (never happens while
     /// Paxos is safe; the harness counts it).
-    pub fn on_vote(&mut self, v: Vote) -> Result<(), String> {
+    pub fn on_vote(&mut self, v: Vote) -> Result<(), Violation> {
         let e = self.votes.entry((v.inst, v.ballot)).or_insert((0, v.value));
         if e.1 != v.value {
-            return Err(format!("instance {}: two values at ballot {}", v.inst, v.ballot));
+            return Err(Violation::TwoValues { inst: v.inst, ballot: v.ballot });
         }
         e.0 |= 1 << v.acceptor;
         if e.0.count_ones() as usize >= MAJORITY {
             let value = e.1;
             if let Some(&d) = self.decided.get(&v.inst) {
                 if d != value {
-                    return Err(format!("instance {}: decided {d}, then {value}", v.inst));
+                    return Err(Violation::Redecided { inst: v.inst, first: d, then: value });
                 }
             }
             self.decided.insert(v.inst, value);
@@ -673,6 +684,16 @@ mod tests {
         buf
     }
 
+    /// The frames `p` has to send (taking them).
+    fn frames(p: &mut Proposer) -> Vec<Vec<u8>> {
+        std::iter::from_fn(|| p.poll_transmit()).collect()
+    }
+
+    /// How many frames `p` has to send (taking them).
+    fn sent(p: &mut Proposer) -> usize {
+        frames(p).len()
+    }
+
     /// A leader: phase 1 on its two slots promised, value 5 proposed in instance 0.
     fn leader(defer: bool) -> Proposer {
         let mut p =
@@ -683,12 +704,12 @@ mod tests {
             let mut r = InaasRepr { op: OP_PAXOS_1A, flags: flags::REPLY, seq: 1, uid: 7, ..Default::default() };
             r.items[PAXOS_TAG_ITEM] = Item { idx: 0, key: (inst + 1) as u32, value: p.ballot() as i32 };
             r.set_bits(Bitmap::Valid, 7);
-            p.on_frame(&from_switch(&r), 1);
+            p.handle(1, &from_switch(&r));
         }
         assert!(p.leading);
         p.propose(5);
-        p.poll(2);
-        assert_eq!(p.take_output().len(), 2 + 1); // phase 1 on two slots, then the 2a
+        p.handle_timeout(2);
+        assert_eq!(sent(&mut p), 2 + 1); // phase 1 on two slots, then the 2a
         p
     }
 
@@ -697,23 +718,35 @@ mod tests {
         let higher = 2 << 8 | 2;
         let mut p = leader(true);
         p.propose(6);
-        p.poll(3);
-        assert_eq!(p.take_output().len(), 1); // the 2a of instance 1
-        p.on_frame(&refusal(0, p.ballot(), higher), 3);
+        p.handle_timeout(3);
+        assert_eq!(sent(&mut p), 1); // the 2a of instance 1
+        p.handle(3, &refusal(0, p.ballot(), higher));
         assert_eq!((p.stepped_down, p.leading, p.stats.refused), (Some(higher), false, 3));
         // The refusal of its other 2a still counts; nothing changes.
-        p.on_frame(&refusal(1, p.ballot(), higher), 4);
+        p.handle(4, &refusal(1, p.ballot(), higher));
         assert_eq!((p.stepped_down, p.stats.refused), (Some(higher), 6));
         // Nothing more goes out: no retransmission, no new value, no phase 1 on a new floor.
         p.propose(7);
-        p.poll(1_000_000);
+        p.handle_timeout(1_000_000);
         p.on_floor(1, 1_000_000);
-        assert!(p.take_output().is_empty() && p.take_votes().is_empty() && p.decided.is_empty());
+        assert!(sent(&mut p) == 0 && p.poll_vote().is_none() && p.decided.is_empty());
         // Without `defer` (the default), the same refusal makes it try again above it.
         let mut q = leader(false);
-        q.on_frame(&refusal(0, q.ballot(), higher), 3);
+        q.handle(3, &refusal(0, q.ballot(), higher));
         assert_eq!(q.stepped_down, None);
-        assert!(q.ballot() > higher && !q.take_output().is_empty());
+        assert!(q.ballot() > higher && sent(&mut q) > 0);
+    }
+
+    #[test]
+    fn learner_names_a_contradiction() {
+        let mut l = Learner::default();
+        l.on_vote(Vote { inst: 0, acceptor: 0, ballot: 257, value: 8 }).unwrap();
+        assert_eq!(l.on_vote(Vote { inst: 0, acceptor: 1, ballot: 257, value: 9 }), Err(Violation::TwoValues { inst: 0, ballot: 257 }));
+        l.on_vote(Vote { inst: 0, acceptor: 1, ballot: 257, value: 8 }).unwrap();
+        l.on_vote(Vote { inst: 0, acceptor: 0, ballot: 513, value: 9 }).unwrap();
+        let e = l.on_vote(Vote { inst: 0, acceptor: 1, ballot: 513, value: 9 }).unwrap_err();
+        assert_eq!(e, Violation::Redecided { inst: 0, first: 8, then: 9 });
+        assert_eq!(e.to_string(), "instance 0: decided 8, then 9");
     }
 
     /// The instance a request frame is for.
@@ -727,12 +760,12 @@ mod tests {
         // in 0..4 and every learner delivered them: the floor jumps to 4.
         let mut p = leader(false);
         p.propose(6);
-        p.poll(3);
-        assert_eq!(p.take_output().iter().map(|f| inst_of(f)).collect::<Vec<_>>(), vec![1]);
+        p.handle_timeout(3);
+        assert_eq!(frames(&mut p).iter().map(|f| inst_of(f)).collect::<Vec<_>>(), vec![1]);
         p.on_floor(4, 4);
         // 5 and 6 go again, in 4 and 5: below the floor their slots serve later instances
         // (the acceptors answer stale, never decide), which once stalled the proposer.
-        assert_eq!(p.take_output().iter().map(|f| inst_of(f)).collect::<Vec<_>>(), vec![4, 5]);
+        assert_eq!(frames(&mut p).iter().map(|f| inst_of(f)).collect::<Vec<_>>(), vec![4, 5]);
         assert_eq!(p.pending(), 2);
     }
 
@@ -742,11 +775,11 @@ mod tests {
         let mut p = leader(false);
         p.stubborn = true;
         let b = p.ballot();
-        p.on_frame(&refusal(0, b, higher), 3);
+        p.handle(3, &refusal(0, b, higher));
         assert_eq!((p.ballot(), p.leading, p.stepped_down, p.stats.refused), (b, true, None, 3));
-        assert!(p.take_output().is_empty() && p.decided.is_empty());
-        p.poll(3 + p.rto_us);
-        let out = p.take_output();
+        assert!(sent(&mut p) == 0 && p.decided.is_empty());
+        p.handle_timeout(3 + p.rto_us);
+        let out = frames(&mut p);
         assert_eq!(out.len(), 1, "the refused 2a, again");
         assert_eq!(out[0][14..], paxos_frame(p.mac, p.service_mac, p.uid, p.seq - 1, false, p.ring, 0, b, 5)[14..]);
     }

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use wire::inaas::Operator;
 
-use super::paxos::{kv_apply, kv_command, Learner, Proposer, Ring, Vote};
+use super::paxos::{kv_apply, kv_command, Learner, Proposer, Ring, Violation, Vote};
 use super::service::Service;
 use super::{ItemReq, Kind, Op};
 
@@ -41,7 +41,7 @@ impl Default for PaxosFaults {
 #[derive(Clone, Debug, Default)]
 pub struct PaxosOutcome {
     /// Contradictions seen by learners (two values for one instance): must be empty.
-    pub violations: Vec<String>,
+    pub violations: Vec<Violation>,
     /// Every learner's delivered log.
     pub logs: Vec<Vec<i32>>,
     /// Every learner's KV state, from its log.
@@ -151,13 +151,13 @@ pub fn run_paxos(f: &PaxosFaults) -> PaxosOutcome {
                 continue;
             }
             for fr in frames {
-                props[p].on_frame(&fr, now);
+                props[p].handle(now, &fr);
             }
-            props[p].poll(now);
-            for fr in props[p].take_output() {
+            props[p].handle_timeout(now);
+            while let Some(fr) = props[p].poll_transmit() {
                 svc.send_raw(tenant_of[p], fr);
             }
-            for v in props[p].take_votes() {
+            while let Some(v) = props[p].poll_vote() {
                 for l in 0..f.learners {
                     votes.send(&mut svc, &mut rng, f, l, v);
                 }
@@ -224,7 +224,7 @@ pub struct PaxosGroup {
     pub t: usize,
     pub proposer: Proposer,
     pub learners: Vec<Learner>,
-    pub violations: Vec<String>,
+    pub violations: Vec<Violation>,
     reported: usize,
 }
 
@@ -241,10 +241,10 @@ impl PaxosGroup {
     }
 
     fn flush(&mut self, svc: &mut Service) {
-        for f in self.proposer.take_output() {
+        while let Some(f) = self.proposer.poll_transmit() {
             svc.send_raw(self.t, f);
         }
-        for v in self.proposer.take_votes() {
+        while let Some(v) = self.proposer.poll_vote() {
             for l in &mut self.learners {
                 if let Err(e) = l.on_vote(v) {
                     self.violations.push(e);
@@ -260,9 +260,9 @@ impl PaxosGroup {
     pub fn step(&mut self, svc: &mut Service) -> Vec<(u64, u64)> {
         let now = svc.now_us;
         for f in std::mem::take(&mut svc.tenants[self.t].paxos_in) {
-            self.proposer.on_frame(&f, now);
+            self.proposer.handle(now, &f);
         }
-        self.proposer.poll(now);
+        self.proposer.handle_timeout(now);
         self.flush(svc);
         let out = self.proposer.latencies[self.reported..].to_vec();
         self.reported = self.proposer.latencies.len();

@@ -18,7 +18,7 @@ use programs::inaas::{lease::MAX_UID, TENANT_SLOTS};
 use wire::ethernet::EthernetAddress;
 use wire::inaas::Operator;
 
-use super::assembly::{Assembler, ItemReq};
+use super::assembly::{Assembler, FrameError, ItemReq};
 use super::client::{Completion, TenantClient};
 use super::goalkeeper::{Goalkeeper, TenantInfo};
 use super::Kind;
@@ -284,7 +284,7 @@ impl Service {
     }
 
     /// Submit a request for tenant `t`.
-    pub fn submit(&mut self, t: usize, items: &[ItemReq], op: Operator) -> Result<u32, &'static str> {
+    pub fn submit(&mut self, t: usize, items: &[ItemReq], op: Operator) -> Result<u32, FrameError> {
         let now = self.now_us;
         let seq = self.tenants[t].client.send(items, op, now)?;
         self.flush_tenant(t);
@@ -351,7 +351,7 @@ impl Service {
 
     fn flush_tenant(&mut self, t: usize) {
         let port = self.tenants[t].port;
-        for f in self.tenants[t].client.take_output() {
+        while let Some(f) = self.tenants[t].client.poll_transmit() {
             self.send_from_host(port, f);
         }
     }
@@ -361,7 +361,7 @@ impl Service {
         let end = self.now_us + max_us;
         loop {
             let next_ev = self.events.peek().map(|Reverse((t, _, _))| *t);
-            let next_rto = self.tenants.iter().filter_map(|t| t.client.next_deadline()).min();
+            let next_rto = self.tenants.iter().filter_map(|t| t.client.poll_timeout()).min();
             let next = match (next_ev, next_rto) {
                 (Some(a), Some(b)) => a.min(b),
                 (Some(a), None) => a,
@@ -411,7 +411,7 @@ impl Service {
             }
             let now = self.now_us;
             for t in 0..self.tenants.len() {
-                let gave_up = self.tenants[t].client.poll(now);
+                let gave_up = self.tenants[t].client.handle_timeout(now);
                 self.tenants[t].done.extend(gave_up);
                 self.flush_tenant(t);
             }
@@ -427,10 +427,10 @@ impl Service {
 
     fn at_host(&mut self, port: u16, f: Vec<u8>) {
         if port == self.gk_port {
-            self.gk.on_frame_at(&f, self.now_us);
+            self.gk.handle(self.now_us, &f);
             let start = self.gk_busy_until.max(self.now_us);
             self.gk_busy_until = start + self.host_us;
-            for o in self.gk.take_output() {
+            while let Some(o) = self.gk.poll_transmit() {
                 self.push(self.gk_busy_until + self.hop_us, Ev::ToSwitch(self.gk_port, o));
             }
             return;
@@ -464,7 +464,7 @@ impl Service {
                     self.tenants[t].paxos_in.push(f.clone());
                     continue;
                 }
-                if let Some(c) = self.tenants[t].client.on_frame(&f, now) {
+                if let Some(c) = self.tenants[t].client.handle(now, &f) {
                     self.tenants[t].done.push(c);
                 }
             }

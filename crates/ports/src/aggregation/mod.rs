@@ -235,7 +235,7 @@ fn run<S: PairSource>(
         if m.is_done() {
             break;
         }
-        sock.set_read_timeout(Some(wait_for(m.next_deadline(), now())))?;
+        sock.set_read_timeout(Some(wait_for(m.poll_timeout(), now())))?;
         // Take what has arrived; block only for the first.
         let mut first = true;
         loop {
@@ -284,7 +284,7 @@ fn send_replies(
     staged: &mut Vec<(Vec<u8>, SocketAddr)>,
 ) -> std::io::Result<()> {
     out.clear();
-    r.drain_transmit(out);
+    r.poll_transmit(out);
     for (m, p) in out.drain(..) {
         if let Some(a) = mappers.get(m) {
             ftx.apply((p, *a), staged);
@@ -326,7 +326,7 @@ pub fn run_reducer(
     // between switch and reducer, so the fallback's reason names it.
     let mut drops_at_fallback: Option<u64> = None;
     while start.elapsed() < timeout {
-        sock.set_read_timeout(Some(wait_for(r.next_deadline(), now())))?;
+        sock.set_read_timeout(Some(wait_for(r.poll_timeout(), now())))?;
         let mut first = true;
         // Whether the blocking receive waited and found nothing (an ICMP error does not count).
         let waited_empty = loop {
@@ -352,7 +352,7 @@ pub fn run_reducer(
         if !first {
             sock.set_nonblocking(false)?;
         }
-        r.on_timer(now());
+        r.handle_timeout(now());
         send_replies(&sock, &mut r, mappers, &mut ftx, &mut out, &mut staged)?;
         if r.stats.fallback && drops_at_fallback.is_none() {
             drops_at_fallback = Some(socket_rx_state(&sock).1);

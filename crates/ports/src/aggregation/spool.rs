@@ -8,7 +8,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, ErrorKind, Read, Seek, SeekFrom, Write};
 use std::path::PathBuf;
 
-use hostlib::aggregation::PairSource;
+use hostlib::aggregation::{Error, PairSource};
 
 /// Longest key a spool frame may announce: a longer length is taken for a corrupt file
 /// (rather than allocating it); no protocol carries keys near this long.
@@ -51,11 +51,11 @@ impl SpoolSource {
 }
 
 impl Spool {
-    fn fail(&self, what: &str) -> String {
-        format!("spool {}: {what} at byte {}", self.path.display(), self.at)
+    fn fail(&self, what: &str) -> Error {
+        Error::Source(format!("spool {}: {what} at byte {}", self.path.display(), self.at))
     }
 
-    fn read(&mut self, buf: &mut [u8], what: &str) -> Result<(), String> {
+    fn read(&mut self, buf: &mut [u8], what: &str) -> Result<(), Error> {
         self.r.read_exact(buf).map_err(|e| match e.kind() {
             ErrorKind::UnexpectedEof => self.fail(&format!("truncated frame ({what} cut short)")),
             _ => self.fail(&e.to_string()),
@@ -68,14 +68,14 @@ impl PairSource for SpoolSource {
         self.spools.len()
     }
 
-    fn rewind(&mut self, tree: usize) -> Result<(), String> {
+    fn rewind(&mut self, tree: usize) -> Result<(), Error> {
         let s = &mut self.spools[tree];
-        s.r.seek(SeekFrom::Start(0)).map_err(|e| format!("spool {}: {e}", s.path.display()))?;
+        s.r.seek(SeekFrom::Start(0)).map_err(|e| Error::Source(format!("spool {}: {e}", s.path.display())))?;
         s.at = 0;
         Ok(())
     }
 
-    fn next_pair(&mut self, tree: usize, key: &mut Vec<u8>) -> Result<Option<u32>, String> {
+    fn next_pair(&mut self, tree: usize, key: &mut Vec<u8>) -> Result<Option<u32>, Error> {
         let s = &mut self.spools[tree];
         // A clean end is between frames only.
         match s.r.fill_buf() {
@@ -114,7 +114,7 @@ mod tests {
         }
     }
 
-    fn read_all(src: &mut SpoolSource, tree: usize) -> Result<Vec<(Vec<u8>, u32)>, String> {
+    fn read_all(src: &mut SpoolSource, tree: usize) -> Result<Vec<(Vec<u8>, u32)>, Error> {
         let mut key = Vec::new();
         let mut out = Vec::new();
         while let Some(v) = src.next_pair(tree, &mut key)? {
@@ -154,12 +154,12 @@ mod tests {
             let mut src = SpoolSource::open(std::slice::from_ref(&p)).unwrap();
             let mut key = Vec::new();
             assert_eq!(src.next_pair(0, &mut key).unwrap(), Some(1));
-            let err = src.next_pair(0, &mut key).unwrap_err();
+            let err = src.next_pair(0, &mut key).unwrap_err().to_string();
             assert!(err.contains("truncated frame") && err.contains("at byte 13"), "{err}");
         }
         // A length no frame can have.
         std::fs::write(&p, [0xff, 0xff, 0xff, 0xff, 1, 2, 3]).unwrap();
-        let err = read_all(&mut SpoolSource::open(std::slice::from_ref(&p)).unwrap(), 0).unwrap_err();
+        let err = read_all(&mut SpoolSource::open(std::slice::from_ref(&p)).unwrap(), 0).unwrap_err().to_string();
         assert!(err.contains("malformed frame"), "{err}");
         let err = SpoolSource::open(&[d.join("missing.bin")]).err().unwrap();
         assert!(err.contains("missing.bin"), "{err}");
@@ -187,7 +187,7 @@ mod tests {
                 match src.next_pair(0, &mut key) {
                     Ok(Some(v)) => write_frame(&mut again, &key, v).unwrap(),
                     Ok(None) => break None,
-                    Err(e) => break Some(e),
+                    Err(e) => break Some(e.to_string()),
                 }
             };
             proptest::prop_assert!(bytes.starts_with(&again));

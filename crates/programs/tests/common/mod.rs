@@ -369,9 +369,9 @@ pub fn run_job_hooked(
             }
         }
         for (r, red) in reducers.iter_mut().enumerate() {
-            red.on_timer(now);
+            red.handle_timeout(now);
             let mut out = Vec::new();
-            red.drain_transmit(&mut out);
+            red.poll_transmit(&mut out);
             for (m, p) in out {
                 sent.push((job.reducers[r].0, frame(job.reducers[r].0, port, job.mappers[m], MAPPER_PORT, &p)));
             }
