@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from inswitch.apps.netsha.datasets import DatasetError, exact_knn, load, random_dataset, read_fvecs, read_ivecs, write_fvecs
-from inswitch.apps.netsha.search import SearchConfig, run_search, top_k_per_query
+from inswitch.apps.netsha.search import SWITCH_LABELS, SearchConfig, run_search, search_config, top_k_per_query
 
 
 @pytest.fixture(scope="module")
@@ -128,6 +128,19 @@ def test_cli_search_writes_the_json(tmp_path: Path) -> None:
         for key in ("recall", "f1", "agent_packets", "agent_answers", "total_s", "time_split_pct", "time_per_query_us"):
             assert key in res["modes"][mode]
     assert "agent_packets_ratio" in res
+    # Issue 19: the default switch is the configuration that fits tofino1; Table 1's is a
+    # labelled variant.
+    assert res["switch"] == "tofino1" and res["config"]["switch_config"] == "tofino1"
+    assert (res["config"]["slots"], res["config"]["ga"], res["config"]["conds"], res["config"]["depth"]) == (6, 4, 2, 256)
+    assert res["modes"]["netsha"]["answers_per_packet"] == 17  # what a 256-byte parse holds
+    r = CliRunner().invoke(app, ["search", "--base", "800", "--queries", "12", "--servers", "2", "--k", "5", "--registers", "8", "--mode", "netsha",
+                                 "--switch-config", "unbounded", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    res = json.loads(out.read_text())
+    assert res["switch"] == SWITCH_LABELS["unbounded"] == "unbounded (does not fit tofino1)" and res["config"]["slots"] == 12
+    assert "unbounded (does not fit tofino1)" in r.output
+    r = CliRunner().invoke(app, ["search", "--switch-config", "tofino2"])
+    assert r.exit_code == 2
     r = CliRunner().invoke(app, ["search", "--dataset", "text:/nonexistent.txt", "--queries", "3"])
     assert r.exit_code == 2 and "no such file" in r.output
 
@@ -261,10 +274,10 @@ def test_search_uses_the_switch_selection(result: dict) -> None:
 
 
 def test_full_packets_are_split_not_bypassed() -> None:
-    """Full 120-answer server packets: no answer goes on unreduced for lack of room, and the
-    agent's top K stays exact."""
+    """Full 120-answer server packets (Table 1's unbounded parse): no answer goes on
+    unreduced for lack of room, and the agent's top K stays exact."""
     ds = random_dataset(3000, 24, seed=6)
-    cfg = SearchConfig(servers=6, k=20, registers=32, concurrency=8, cap=120)
+    cfg = search_config("unbounded", servers=6, k=20, registers=32, concurrency=8, cap=120)
     r = run_search(ds, cfg, ["netsha", "tlsh"], keep_topk=True)
     m = r["modes"]
     assert m["netsha"]["answers_per_packet"] == 120

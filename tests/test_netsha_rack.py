@@ -79,8 +79,10 @@ def rack():
     # Namespace names: a prefix of the caller's choosing (parallel runs on a shared machine).
     name = f"{os.environ.get('NETSHA_RACK_PREFIX', 'nsha')}{process_tag()}"
     r = Rack()
-    # Table 1's defaults (100 registers, 12 slots, p = 8, K = 50), 10 ms timers.
-    programs = "forward,netsha"
+    # Table 1's configuration (100 registers, 12 slots, p = 8, K = 50, 1,514-byte parse),
+    # 10 ms timers: the full 120-answer packets below need its parse depth. The default
+    # `netsha` (tofino1) runs in the `run_rack_search` tests.
+    programs = "forward,netsha-unbounded"
     try:
         st = r.up(4, name=name, programs=programs, p4runtime=f"127.0.0.1:{free_port()}", metrics=f"127.0.0.1:{free_port()}")
         from inswitch.apps.netsha.controller import configure_p4rt

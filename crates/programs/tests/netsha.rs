@@ -26,7 +26,7 @@ fn cfg(r: u32, n: u32, p: u32, k: u32, mode: ReductionMode) -> NetshaConfig {
         reduction: mode,
         timeout_ns: 50_000,
         timer_period_ns: 1_000,
-        ..NetshaConfig::default()
+        ..NetshaConfig::unbounded()
     }
 }
 
@@ -447,9 +447,30 @@ fn resources_tell_the_truth() {
     let fits = Netsha::with_config(NetshaConfig::tofino1());
     let r = ResourceReport::new(&[pisa::Program::decl(&fits)], &t1);
     assert!(r.fits, "{r:?}");
-    let paper = Netsha::new();
+    let paper = Netsha::with_config(NetshaConfig::unbounded());
     let r = ResourceReport::new(&[pisa::Program::decl(&paper)], &t1);
     assert!(!r.fits, "Table 1's 12 slots and a 120-answer parse do not fit tofino1");
+}
+
+/// Issue 19: the default configuration, which the program named `netsha` loads, fits
+/// tofino1 beside `forward` (as `inswitch resources forward,netsha --target tofino1`
+/// checks); Table 1's is `netsha-unbounded` and does not.
+#[test]
+fn the_default_program_fits_tofino1() {
+    let t1 = Target::by_name("tofino1").unwrap();
+    let report = |names: [&str; 2]| {
+        let progs: Vec<_> = names.iter().map(|n| programs::by_name(n).unwrap()).collect();
+        let decls: Vec<_> = progs.iter().map(|p| p.decl()).collect();
+        ResourceReport::new(&decls, &t1)
+    };
+    let r = report(["forward", "netsha"]);
+    assert!(r.fits, "{:?}", r.problems);
+    assert!(!report(["forward", "netsha-unbounded"]).fits);
+    assert_eq!(NetshaConfig::default(), NetshaConfig { name: "netsha".into(), ..NetshaConfig::tofino1() });
+    let c = NetshaConfig::from_spec("netsha:k=10").unwrap();
+    assert_eq!((c.slots, c.ga, c.parse_depth, c.salu_conditions, c.k), (6, 4, 256, 2, 10));
+    let u = NetshaConfig::from_spec("netsha-unbounded").unwrap();
+    assert_eq!((u.slots, u.ga, u.parse_depth, u.salu_conditions), (12, 8, 1514, 4));
 }
 
 /// Queries with answers from several servers, cut into packets of 1..=6 answers, in a
@@ -695,7 +716,7 @@ fn full_120_answer_packets_are_reduced() {
         }
     }
     let want = reference(&pk);
-    let c = NetshaConfig { timeout_ns: 50_000, timer_period_ns: 1_000, ..NetshaConfig::default() };
+    let c = NetshaConfig { timeout_ns: 50_000, timer_period_ns: 1_000, ..NetshaConfig::unbounded() };
     // The servers answer in parallel (as `inswitch search` runs them).
     let mut path = SwitchPath::new(&[Some(c)], servers);
     let mut per_server: Vec<Vec<Vec<u8>>> = vec![Vec::new(); servers];

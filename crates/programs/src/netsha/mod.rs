@@ -191,7 +191,19 @@ pub struct NetshaConfig {
 }
 
 impl Default for NetshaConfig {
+    /// What fits tofino1 (issue 19: the default must): Table 1's registers, K and λ with 6
+    /// slots (p = 4; 12 slots need 18 stages), a 256-byte parse and two condition units.
+    /// Table 1 as the paper gives it is [`NetshaConfig::unbounded`].
     fn default() -> Self {
+        NetshaConfig { slots: 6, ga: 4, parse_depth: 256, salu_conditions: 2, name: "netsha".into(), ..NetshaConfig::unbounded() }
+    }
+}
+
+impl NetshaConfig {
+    /// Table 1 as the paper gives it (100 registers, 12 slots, p = 8, K = 50) with a
+    /// 1,514-byte parse and four condition units: does not fit tofino1 (18 stages, the
+    /// parse depth, the PHV). Program `netsha-unbounded`.
+    pub fn unbounded() -> NetshaConfig {
         NetshaConfig {
             registers: 100,
             ways: 2,
@@ -205,28 +217,28 @@ impl Default for NetshaConfig {
             timer_period_ns: 100_000,
             parse_depth: 1514,
             max_recirculations: 250,
-            name: "netsha".into(),
+            name: "netsha-unbounded".into(),
             tables: 10,
             select_size: 4096,
             salu_conditions: 4,
         }
     }
-}
 
-impl NetshaConfig {
-    /// The largest configuration that fits tofino1: 6 slots (12 stages), a 256-byte parse.
+    /// The default configuration under the name `netsha-tofino1` (kept: it predates the
+    /// default fitting tofino1).
     pub fn tofino1() -> NetshaConfig {
-        NetshaConfig { slots: 6, ga: 4, parse_depth: 256, name: "netsha-tofino1".into(), salu_conditions: 2, ..NetshaConfig::default() }
+        NetshaConfig { name: "netsha-tofino1".into(), ..NetshaConfig::default() }
     }
 
     /// Parse `netsha` or `netsha:registers=100,ways=2,slots=12,ga=8,k=50,lambda=0.2,reduction=exact,
-    /// timeout_us=1000,period_ns=1000,depth=1514,name=...,conds=4` (also `netsha-tofino1`; options
-    /// may be separated by `;`).
+    /// timeout_us=1000,period_ns=1000,depth=1514,name=...,conds=4` (also `netsha-tofino1`, the
+    /// same base as `netsha`, and `netsha-unbounded`, Table 1's; options may be separated by `;`).
     pub fn from_spec(spec: &str) -> Result<NetshaConfig, String> {
         let (base, args) = spec.split_once(':').unwrap_or((spec, ""));
         let mut c = match base {
             "netsha" => NetshaConfig::default(),
             "netsha-tofino1" => NetshaConfig::tofino1(),
+            "netsha-unbounded" => NetshaConfig::unbounded(),
             _ => return Err(format!("not a netsha program: {base}")),
         };
         // `;` too, for program lists that are themselves comma-separated.
