@@ -12,7 +12,9 @@ use proptest::strategy::ValueTree;
 
 type Answers = HashMap<u32, Vec<(u32, f64)>>;
 /// Packets as (server, [(qid, [(data id, distance)])]).
-type Workload = Vec<(usize, Vec<(u32, Vec<(u32, f64)>)>)>;
+type Workload = Vec<(usize, Vec<Block>)>;
+/// One query's answers in a packet: (qid, [(data id, distance)]).
+type Block = (u32, Vec<(u32, f64)>);
 
 /// A configuration with a short timer, so tests settle quickly: registers are released
 /// 50 µs after their claim, one timer packet per µs.
@@ -471,6 +473,66 @@ fn the_default_program_fits_tofino1() {
     assert_eq!((c.slots, c.ga, c.parse_depth, c.salu_conditions, c.k), (6, 4, 256, 2, 10));
     let u = NetshaConfig::from_spec("netsha-unbounded").unwrap();
     assert_eq!((u.slots, u.ga, u.parse_depth, u.salu_conditions), (12, 8, 1514, 4));
+}
+
+/// Many servers' sorted answers interleaved (each server's packets in turn), as parallel
+/// servers' packets meet in the switch: phase 2 goes on long after r.T is first set.
+fn interleaved(seed: u64, queries: u32, servers: usize, answers: u32, per: usize) -> Workload {
+    let mut x = seed | 1;
+    let mut lists: Vec<Vec<Block>> = vec![Vec::new(); servers];
+    for q in 0..queries {
+        for (s, l) in lists.iter_mut().enumerate() {
+            let mut a: Vec<(u32, f64)> = (0..answers)
+                .map(|i| {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    (s as u32 * 10_000 + i, ((x >> 40) as f32 / 1e3) as f64)
+                })
+                .collect();
+            a.sort_by(|u, v| u.1.partial_cmp(&v.1).unwrap());
+            for c in a.chunks(per) {
+                l.push((q, c.to_vec()));
+            }
+        }
+    }
+    let mut pk = Vec::new();
+    for i in 0..lists.iter().map(Vec::len).max().unwrap_or(0) {
+        for (s, l) in lists.iter().enumerate() {
+            if let Some(b) = l.get(i) {
+                pk.push((s, vec![b.clone()]));
+            }
+        }
+    }
+    pk
+}
+
+/// Phase 2 lowers r.T every ceil(K / n) full sends (issue 19): the agent's top K still
+/// equals the top K of everything the servers sent (one and two switches, both
+/// condition-unit builds, n below and above K), and fewer answers and packets reach it
+/// than with r.T fixed by the first K sent.
+#[test]
+fn tightening_r_t_in_phase_2_stays_exact_and_sends_less() {
+    let (mut on_answers, mut off_answers, mut on_frames, mut off_frames, mut tightened) = (0, 0, 0, 0, 0);
+    for (seed, n, p, k, conds, hops) in
+        [(1, 6, 4, 10, 2, 1), (2, 6, 2, 10, 2, 2), (3, 4, 4, 10, 4, 1), (4, 12, 8, 10, 4, 1), (5, 3, 1, 7, 2, 1)]
+    {
+        let pk = interleaved(seed, 6, 12, 30, 5);
+        let want = reference(&pk);
+        let mut c = cfg(8, n, p, k, ReductionMode::Exact);
+        c.salu_conditions = conds;
+        let (got, frames, mut path) = run(&vec![Some(c.clone()); hops], 12, &pk);
+        assert_eq!(losses(&got, &want, k as usize), 0, "seed {seed}");
+        tightened += path.netsha_events(0).into_iter().find(|(n, _)| n == "tightenings").map_or(0, |x| x.1);
+        on_answers += got.values().map(Vec::len).sum::<usize>();
+        on_frames += frames;
+        c.tighten = false;
+        let (got, frames, _) = run(&vec![Some(c); hops], 12, &pk);
+        assert_eq!(losses(&got, &want, k as usize), 0, "seed {seed}, r.T fixed");
+        off_answers += got.values().map(Vec::len).sum::<usize>();
+        off_frames += frames;
+    }
+    assert!(tightened > 0);
+    assert!(on_answers < off_answers, "answers at the agent: {on_answers} tightened, {off_answers} not");
+    assert!(on_frames < off_frames, "agent packets: {on_frames} tightened, {off_frames} not");
 }
 
 /// Queries with answers from several servers, cut into packets of 1..=6 answers, in a

@@ -153,7 +153,36 @@ def fig12(quick: bool, progress: Progress) -> dict[str, Any]:
     for pp in sizes:
         x = _run(quick, ["netsha", "layered"], progress, f"{pp} answers per packet", per_packet=pp)
         r["by_packet_size"][str(pp)] = {"normalized_agent_packets": norm(x), "agent_packets": {m: v["agent_packets"] for m, v in x["modes"].items()}}
+    r["real_vectors_k10"] = _real_vectors_k10(quick, progress)
     return r
+
+
+def _real_vectors_k10(quick: bool, progress: Progress) -> dict[str, Any]:
+    """Issue 19: real vectors (the `text` sentence embeddings; `digits` when quick), the
+    paper's 24 servers, K = 10, exact reduction, full server packets: NetSHa / Layered
+    with r.T tightened in phase 2 (the default) and fixed by the first K sent (before)."""
+    from inswitch.apps.netsha.datasets import TEXT_LSH_WIDTH, load
+    from inswitch.apps.netsha.search import run_search, search_config
+
+    name, base, queries, width = ("digits", 1500, 30, 60.0) if quick else ("text", 1800, 200, TEXT_LSH_WIDTH)
+    ds = load(name, base, queries)
+    out: dict[str, Any] = {"dataset": name, "base": int(ds.base.shape[0]), "queries": int(ds.queries.shape[0]), "servers": 24, "k": 10,
+                           "paper_netsha_over_layered": "0.1–0.25"}
+    for label, tighten in (("tightened", True), ("fixed_threshold", False)):
+        progress(f"real vectors ({name}), K=10, {label}")
+        cfg = search_config(_SWITCH.get(), servers=24, k=10, width=width, tighten=tighten)
+        x = run_search(ds, cfg, ["netsha", "layered", "tlsh"] if tighten else ["netsha", "layered"])
+        m = x["modes"]
+        out[label] = {
+            "netsha_over_layered": x["agent_packets_ratio"],
+            "netsha_over_layered_full_packets": x["agent_packets_ratio_layered_full"],
+            "agent_packets": {k: v["agent_packets"] for k, v in m.items()},
+            "agent_answers": {k: v["agent_answers"] for k, v in m.items()},
+            "recall": {k: v["recall"] for k, v in m.items()},
+            "answers_per_packet": m["netsha"]["answers_per_packet"],
+            "tightenings": m["netsha"]["switch_counters"]["switch0"].get("tightenings", 0),
+        }
+    return out
 
 
 def plot_fig12(r: dict[str, Any], png: Path) -> None:
@@ -685,6 +714,10 @@ EXPERIMENTS = [
             PaperNumber("NetSHa / Layered, 24-answer packets", "0.1–0.25", "by_packet_size.24.normalized_agent_packets.netsha"),
             PaperNumber("full packets: answers NetSHa / TLSH", "-", "full_packets.netsha_answers_over_tlsh"),
             PaperNumber("full packets: answers forwarded for lack of room", "-", "full_packets.bypass_no_room"),
+            PaperNumber("real vectors, K=10, 24 servers: NetSHa / Layered (r.T tightened)", "0.1–0.25", "real_vectors_k10.tightened.netsha_over_layered"),
+            PaperNumber("the same, r.T fixed by the first K (before)", "0.1–0.25", "real_vectors_k10.fixed_threshold.netsha_over_layered"),
+            PaperNumber("the same, tightened, against Layered's 120-answer packets", "0.1–0.25", "real_vectors_k10.tightened.netsha_over_layered_full_packets"),
+            PaperNumber("real vectors: NetSHa recall (= TLSH's)", "= TLSH", "real_vectors_k10.tightened.recall.netsha"),
         ],
     ),
     Experiment(

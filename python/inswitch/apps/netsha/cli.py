@@ -130,6 +130,7 @@ def register(app: typer.Typer) -> None:
         lam: float = option(0.2, "--lambda", type=Float(0, 1, lo_open=True), help="Concurrency parameter λ (H = λ × registers)."),
         switches: int = option(1, "--switches", type=Int(1, 6), help="Switches on the path, each running NetSHa."),
         mode: str = option("all", "--mode", type=Choice(*ALL_MODES, "all"), help="Which systems to run (all: netsha, layered and tlsh)."),
+        tighten: bool = typer.Option(True, "--tighten/--fixed-threshold", help="Phase 2 lowers r.T to the worst answer of every ceil(K / n) full sends (default), or keeps the r.T of the first K answers sent (Algorithm 1)."),
         reduction: str = option("exact", "--reduction", type=Choice("paper", "exact"), help="paper: Algorithm 1 as written; exact: the corrected reduction."),
         tables: int = option(10, "--tables", type=Int(1, 32), help="LSH tables L."),
         hashes: int = option(6, "--hashes", type=Int(1, 32), help="Hashes per table k (concatenated)."),
@@ -172,6 +173,7 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(f"{k} answers per query from {ds.base.shape[0]} base vectors", param_hint="--k")
         cfg = search_config(
             switch_config,
+            tighten=tighten,
             servers=servers, k=k, registers=registers, slots=slots, ga=ga, lam=lam, switches=switches, reduction=reduction, seed=seed, per_packet=per_packet,
             tables=tables, hashes=hashes, width=width if width is not None else (ds.lsh_width or 32.0), cap=cap, ways=ways, conds=conds, arrival=arrival, query_gap_ns=query_gap_ns,
         )

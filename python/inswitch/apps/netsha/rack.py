@@ -53,7 +53,9 @@ def rack_program(cfg: SearchConfig, cluster: Cluster) -> tuple[str, int]:
     tofino1 (100 registers, 6 slots, p = 4, 256-byte parse), `netsha-unbounded` Table 1's
     (12 slots, p = 8, 1,514 bytes); both K = 50, L = 10 selection tables of 4,096 entries,
     10 ms timers. Their top 50 contains the agent's top K for any K <= 50."""
-    spec = SWITCH_PROGRAMS[cfg.switch_config]
+    # A fixed r.T (no phase-2 tightening) is a parameter of the same program (`;`: the
+    # program list itself is comma-separated).
+    spec = SWITCH_PROGRAMS[cfg.switch_config] + ("" if cfg.tighten else ":tighten=0")
     if cfg.tables != 10 or cfg.k > 50 or table_size(cluster.selection, cfg.tables) > 4096 or cfg.servers > 32:
         raise ValueError(f"--rack runs the `{spec}` program as declared: L = 10 tables (--tables 10), K <= 50, at most 4,096 buckets per table, at most 32 servers")
     if (cfg.slots, cfg.ga, cfg.conds, cfg.depth) != tuple(SWITCH_CONFIGS[cfg.switch_config][k] for k in ("slots", "ga", "conds", "depth")):

@@ -65,6 +65,9 @@ class SearchConfig:
     depth: int = 256
     #: Which of SWITCH_CONFIGS the switch parameters came from (`search_config`).
     switch_config: str = "tofino1"
+    #: Phase 2 lowers r.T every ceil(K / n) full sends (issue 19); False: r.T stays the
+    #: worst of the first K answers sent, as in Algorithm 1.
+    tighten: bool = True
     lam: float = 0.2
     switches: int = 1
     reduction: str = "exact"
@@ -102,7 +105,7 @@ class SearchConfig:
         return (
             f"netsha:registers={self.registers},ways={self.ways},slots={self.slots},ga={self.ga},k={self.k},lambda={self.lam},"
             f"reduction={reduction or self.reduction},timeout_us={self.timeout_us},period_ns={self.period_ns},"
-            f"tables={self.tables},select_size={select_size},conds={self.conds},depth={self.depth}"
+            f"tables={self.tables},select_size={select_size},conds={self.conds},depth={self.depth},tighten={int(self.tighten)}"
         )
 
     def fits_tofino1(self) -> bool:
