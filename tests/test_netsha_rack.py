@@ -164,6 +164,8 @@ def test_search_rack_equals_the_search_without_a_switch() -> None:
     r = run_rack_search(ds, cfg, f"{prefix}s{process_tag()}")
     ref = run_search(ds, cfg, ["tlsh"], keep_topk=True)["modes"]["tlsh"]
     m = r["modes"]["netsha-rack"]
+    # The default program, the one that fits tofino1: full packets are what it parses.
+    assert (r["program"], r["switch"], m["answers_per_packet"]) == ("netsha", "tofino1", 17)
     for q, (a, b) in enumerate(zip(m["topk_distances"], ref["topk_distances"])):
         assert np.array_equal(np.asarray(a), np.asarray(b)), q
     assert m["recall"] == pytest.approx(ref["recall"], abs=1e-12)
