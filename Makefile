@@ -39,7 +39,7 @@ build: deps
 
 test-rust: deps
 	cargo test $(CARGO_FLAGS) --workspace --exclude pyext
-	./scripts/fuzz-smoke.sh 6
+	./scripts/fuzz-smoke.sh 4
 
 test-python: build
 	$(PY) -m pytest -q tests

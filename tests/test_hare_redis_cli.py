@@ -15,7 +15,7 @@ from inswitch.cli import app
 from inswitch.cliopts import checked_type, run
 
 NEW = {
-    ("kvs",): ["--backend", "--workload", "--records", "--field-size", "--clients", "--servers", "--window", "--plot", "--engine", "--history"],
+    ("kvs",): ["--backend", "--workload", "--records", "--field-size", "--clients", "--servers", "--window", "--plot", "--engine", "--history", "--fabric"],
     ("kvs", "proxy"): ["--listen", "--servers", "--key-field", "--value-size", "--timeout", "--history"],
     ("bench", "kvs"): ["--duration", "--requests", "--json", "--engine"],
 }
@@ -121,3 +121,19 @@ def test_switchd_takes_sized_program_specs() -> None:
         assert not native.is_program(bad), bad
     with pytest.raises(ValueError):
         Pipeline.for_programs(["forward", "nope:key=1"])
+
+
+def test_a_killed_racks_work_directory_is_swept_and_no_other(tmp_path) -> None:
+    import subprocess
+
+    from inswitch.apps.hare.redisrack import OWNER_FILE, sweep_workdirs
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    for name, owner in (("killed", str(dead.pid)), ("running", str(os.getpid())), ("foreign", None)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "dump.rdb").write_bytes(b"x")
+        if owner is not None:
+            (tmp_path / name / OWNER_FILE).write_text(owner)
+    assert sweep_workdirs(str(tmp_path)) == [tmp_path / "killed"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["foreign", "running"]

@@ -662,3 +662,35 @@ def test_udp_port_packet_in_and_out(udp_switch: tuple[SwitchClient, socket.socke
     c.packet_out(down)  # through ingress: l2_dmac sends it out of port 0, to our socket
     got, _ = host.recvfrom(4096)
     assert got == down
+
+
+def _kv_registers(p4: Any) -> set[str]:
+    return {r.preamble.name for r in p4.registers if r.preamble.name.startswith("inaas.kv_")}
+
+
+def test_switch_target_sizes_the_p4info_and_the_pipelines_it_sets(switchd_factory: Callable[..., SwitchProcess]) -> None:
+    """inaas's segments per pass follow the target (13 on tofino1, 20 unbounded): a tofino1
+    switch's P4Info lists the arrays it loaded, a controller sets its pipeline with that
+    target's P4Info, and a set that does not fit tofino1 is refused there."""
+    t1 = native.program_set_info(["forward", "inaas"], "tofino1")
+    t1.register_id("inaas.kv_12")
+    with pytest.raises(KeyError):
+        t1.register_id("inaas.kv_13")
+    for target in (None, "tofino2"):
+        native.program_set_info(["forward", "inaas"], target).register_id("inaas.kv_19")
+    with pytest.raises(ValueError, match="unknown target"):
+        native.program_set_info(["forward"], "bogus")
+    assert _kv_registers(p4info_for(["forward", "inaas"], "tofino1")) == {f"inaas.kv_{j}" for j in range(13)}
+    sw = switchd_factory("--program", "forward,inaas", "--ports", "memory:4", "--target", "tofino1")
+    with SwitchClient(sw.p4runtime) as c:
+        assert _kv_registers(c.p4info()) == {f"inaas.kv_{j}" for j in range(13)}
+        with pytest.raises(P4RuntimeError) as ei:
+            c.set_pipeline(["forward", "inaas"])  # the unbounded build's P4Info: 20 segments
+        assert ei.value.code == INVALID and "does not match" in str(ei.value)
+        c.set_pipeline(["forward", "inaas"], target="tofino1")
+        assert _kv_registers(c.p4info()) == {f"inaas.kv_{j}" for j in range(13)}
+        # Two output words per acceptor action: loads unbounded, not on this switch.
+        with pytest.raises(P4RuntimeError) as ei:
+            c.set_pipeline(["forward", "inaas_paxos"], target="tofino1")
+        assert ei.value.code == INVALID and "tofino1" in str(ei.value)
+        assert c.p4info() == build_p4info(native.program_set_info(["forward", "inaas"], "tofino1")), "the refused set left the pipeline as it was"

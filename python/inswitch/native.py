@@ -91,12 +91,14 @@ def _lookup(ids: dict[str, int], name: str, kind: str) -> int:
 
 
 @lru_cache(maxsize=32)
-def _set_json(names: tuple[str, ...]) -> str:
-    return _native.program_set_json(list(names))
+def _set_json(names: tuple[str, ...], target: str | None) -> str:
+    return _native.program_set_json(list(names), target)
 
 
-def program_set_info(programs: list[str]) -> ProgramSetInfo:
-    return ProgramSetInfo(json.loads(_set_json(tuple(programs))))
+def program_set_info(programs: list[str], target: str | None = None) -> ProgramSetInfo:
+    """The set as a switch with `target` builds it (default: the model's own limits): a
+    program sized by the target (inaas) has that switch's arrays."""
+    return ProgramSetInfo(json.loads(_set_json(tuple(programs), target)))
 
 
 def resources(programs: list[str], target: str) -> dict[str, Any]:

@@ -477,3 +477,25 @@ fn repr_of_switch_reply_is_parseable() {
     let r = InaasRepr::parse(&InaasPacket::new_checked(&f[14..]).unwrap()).unwrap();
     assert_eq!(r.bits(Bitmap::Read), 1);
 }
+
+/// A refused (overflowed) contribution leaves its worker's bit unset in the switch, so the
+/// collect with every worker's bit misses there and the goalkeeper completes it from its
+/// spill: the sum is exact. A split of `kv_N.reduce` that set the bit on an overflow
+/// (docs/pisa-rules.md, "Still unchecked") answers this collect in the switch without the
+/// spilled contributions; the random aggregation test above did not catch that.
+#[test]
+fn overflowed_contributions_reach_the_collect() {
+    let mut s = Service::new(16, 3);
+    let p = s.new_port();
+    let t = s.add_tenant(p, Kind::Reduce, 1_000_000, 1_000_000, false, 100);
+    let big = i32::MAX / 2 + 7;
+    let values = [big, big, big, -5];
+    for (w, v) in values.iter().enumerate() {
+        let r = run_one(&mut s, t, &[ItemReq { seg: 0, idx: 1, op: Op::Reduce { key16: 9, worker: w as u8, value: *v } }], Operator::Add);
+        assert!(matches!(r[0], Some(ItemResult::Done(_))), "worker {w}: {:?}", r[0]);
+    }
+    assert_eq!(s.gk.stats.overflows, 2, "workers 1 and 2 are refused (each would take the sum past MAX)");
+    let r = run_one(&mut s, t, &[ItemReq { seg: 0, idx: 1, op: Op::Collect { key16: 9, workers: 4 } }], Operator::Add);
+    assert_eq!(r[0], Some(ItemResult::Done(values.iter().map(|v| *v as i64).sum())));
+    assert_eq!(s.violations(), 0);
+}

@@ -716,6 +716,16 @@ impl InaasPaxosHosts {
         self.proposer.defer = defer;
     }
 
+    /// Ignore refusals (`Proposer::stubborn`): keep the ballot and go on resending.
+    #[getter]
+    fn get_stubborn(&self) -> bool {
+        self.proposer.stubborn
+    }
+    #[setter]
+    fn set_stubborn(&mut self, stubborn: bool) {
+        self.proposer.stubborn = stubborn;
+    }
+
     /// The higher ballot the proposer stepped down to (with `defer`), if it did.
     #[getter]
     fn stepped_down(&self) -> Option<u32> {

@@ -41,11 +41,17 @@ fn value_err(e: impl ToString) -> PyErr {
     PyValueError::new_err(e.to_string())
 }
 
-fn program_set(names: &[String]) -> PyResult<Arc<ProgramSet>> {
+fn program_set(names: &[String], target_name: Option<&str>) -> PyResult<Arc<ProgramSet>> {
     if names.is_empty() {
         return Err(value_err("no programs given"));
     }
-    let progs = programs::instantiate(names).map_err(value_err)?;
+    // Built for the target, as a switch with that target loads it: a program whose size
+    // follows from it (inaas) then has the arrays that switch has.
+    let progs = match target_name {
+        Some(t) => programs::instantiate_for(names, &target(t)?),
+        None => programs::instantiate(names),
+    }
+    .map_err(value_err)?;
     Ok(Arc::new(ProgramSet::new(progs).map_err(value_err)?))
 }
 
@@ -83,10 +89,12 @@ fn target_names() -> Vec<&'static str> {
     Target::NAMES.to_vec()
 }
 
-/// Declarations and P4Runtime ids of a program set, as JSON.
+/// Declarations and P4Runtime ids of a program set, as JSON; with `target`, the set as a
+/// switch with that target builds it (default: the model's own limits, `unbounded`).
 #[pyfunction]
-fn program_set_json(programs: Vec<String>) -> PyResult<String> {
-    Ok(program_set(&programs)?.to_json().to_string())
+#[pyo3(signature = (programs, target=None))]
+fn program_set_json(programs: Vec<String>, target: Option<String>) -> PyResult<String> {
+    Ok(program_set(&programs, target.as_deref())?.to_json().to_string())
 }
 
 /// The resource report of a program set against a target, as JSON.

@@ -30,6 +30,8 @@ RUN_EXAMPLES = """Examples:
 
   sudo inswitch tenants run --real --apps paxos --loss 0.02 --paxos-crash-at 0.4 --paxos-zombie
 
+  sudo inswitch tenants run --real --apps paxos --paxos-crash-at 0.4 --paxos-zombie --paxos-zombie-fights --dup 0.2 --reorder 0.2
+
   sudo inswitch tenants run --real --apps kv,sparse,bloom --attacker --attack-during inaas --pcap out/caps
 
   inswitch tenants ledger
@@ -102,6 +104,9 @@ def run_cmd(
     json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Write the result as JSON."),
     paxos_crash_at: Optional[float] = option(None, "--paxos-crash-at", type=Float(0, 1, lo_open=True, hi_open=True), help="With --real: the paxos tenant's leader is SIGKILLed after proposing this fraction of its values; a backup process takes over with a higher ballot (safety checked on every learner's log)."),
     paxos_zombie: bool = typer.Option(False, "--paxos-zombie", help="With --real --paxos-crash-at: SIGSTOP the leader at its crash point instead, SIGCONT it once the backup decided (a zombie with its stale state and ballot, which proposes fresh values), SIGKILL it 300 ms later; the acceptors must refuse it."),
+    paxos_zombie_fights: bool = typer.Option(False, "--paxos-zombie-fights", help="With --paxos-zombie: the zombie ignores the acceptors' refusals and keeps proposing and resending at its old ballot until it is killed (it never steps down); the acceptors must refuse it all along."),
+    dup: float = option(0.0, "--dup", type=Float(0, 0.5), help="With --real: probability that a switch port duplicates a frame it receives (the switch's --fault, as --loss)."),
+    reorder: float = option(0.0, "--reorder", type=Float(0, 0.5), help="With --real: probability that a switch port holds a frame it receives back until the port's next frame passed (the switch's --fault)."),
 ) -> None:
     """Run applications concurrently as tenants: speedup against host-only, correctness,
     and the ledger (kept for `inswitch tenants ledger`)."""
@@ -111,11 +116,16 @@ def run_cmd(
         raise typer.BadParameter("only with --real and --paxos-crash-at (the model's zombie: `_native.paxos_run(zombie=True)`)", param_hint="--paxos-zombie")
     if paxos_crash_at is not None and not real:
         raise typer.BadParameter("only with --real (the model's crash runs: `_native.paxos_run`, tests/test_inaas_paxos.py)", param_hint="--paxos-crash-at")
+    if paxos_zombie_fights and not real:
+        raise typer.BadParameter("only with --real and --paxos-zombie (the model's zombie fights: `_native.paxos_run(zombie=True)`)", param_hint="--paxos-zombie-fights")
+    for hint, v in (("--dup", dup), ("--reorder", reorder)):
+        if v > 0 and not real:
+            raise typer.BadParameter("only with --real (the model's tenants see loss only; Paxos's faults: `_native.paxos_run`)", param_hint=hint)
     if real:
         from inswitch.apps.inaas.real import RealRunError, check_args
 
         try:
-            check_args(names, attacker, paxos_crash_at, paxos_zombie)
+            check_args(names, attacker, paxos_crash_at, paxos_zombie, paxos_zombie_fights)
         except RealRunError as e:
             Console(stderr=True).print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
             raise typer.Exit(2)
@@ -142,7 +152,8 @@ def run_cmd(
                 res = run_tenants_real(names, instances, scheduler, loss, quick=not full, seed=seed, progress=lambda s: st.update(f"tenants: {s}"),
                                        subscribers=subs, budget=budget, name=rack_name, attacker=attacker,
                                        attack_during=attack_during, pcap=pcap, paxos_crash_at=paxos_crash_at,
-                                       paxos_zombie=paxos_zombie)
+                                       paxos_zombie=paxos_zombie, paxos_zombie_fights=paxos_zombie_fights, dup=dup,
+                                       reorder=reorder)
             except RealRunError as e:  # a bad combination, found before the rack is up
                 Console(stderr=True).print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
                 raise typer.Exit(2)
@@ -170,6 +181,22 @@ def run_cmd(
                 highlight=False,
                 soft_wrap=True,
             )
+    if (res.get("real") or {}).get("dup") or (res.get("real") or {}).get("reorder"):
+        console.print(f"switch faults on every port (receive): {res['real']['fault']}", highlight=False, soft_wrap=True)
+    for name, f in res["apps"].items():
+        if "dml_path" in f:
+            line = f"{name}: Table II's DML row from {f['dml_path']}"
+            if "dml_accuracy_switch" in f:
+                lease = f.get("allreduce_lease") or {}
+
+                def num(v: Any, fmt: str) -> str:  # a phase that did not finish has no figure
+                    return "n/a" if v is None else format(v, fmt)
+
+                line += (f"; accuracy {num(f['dml_accuracy_switch'], '.2%')} through the switch, {num(f['dml_accuracy_exact_sum'], '.2%')} with the exact sum, "
+                         f"max_weight_diff {num(f['max_weight_diff'], '.3g')} ({f['dml_steps']} steps, {f['dml_workers']} workers); "
+                         f"job {lease.get('job')} leased {num(lease.get('held_s'), '.2f')} s, after it {lease.get('unknown_job_drops_during_host_phase')} "
+                         f"allreduce packets refused (unknown job)")
+            console.print(line, highlight=False, soft_wrap=True)
     for name, f in res["apps"].items():
         if "paxos_crash_at" in f:
             console.print(
@@ -180,10 +207,12 @@ def run_cmd(
                 soft_wrap=True,
             )
         if f.get("zombie"):
+            ending = (f"fought: still at ballot {f['zombie_ballot_at_kill']} when killed" if f.get("zombie_fights")
+                      else f"stepped down to ballot {f['zombie_stepped_down_to']} {_ms(f['zombie_stepped_down_ms'])} after resuming")
             console.print(
                 f"{name}: zombie leader (ballot {f['zombie_ballot']}) SIGCONTed {_ms(f['zombie_resumed_ms'])} after its SIGSTOP: sent {f['zombie_frames_sent']} frames "
                 f"({f['zombie_retransmissions']} retransmissions, {f['zombie_values_proposed']} fresh values), {f['zombie_refusals']} refusals by the acceptors, "
-                f"stepped down to ballot {f['zombie_stepped_down_to']} {_ms(f['zombie_stepped_down_ms'])} after resuming; its values decided: {f['zombie_values_decided']}"
+                f"{ending}; its values decided: {f['zombie_values_decided']}"
                 + (" (deposed before its stop: the backup suspected it while it stalled, so it had nothing stale left to send)"
                    if f.get("zombie_deposed_before_stop") else ""),
                 highlight=False,

@@ -246,12 +246,13 @@ class SwitchClient:
         assert self._schema is not None
         return self._schema
 
-    def set_pipeline(self, programs: Sequence[str]) -> None:
+    def set_pipeline(self, programs: Sequence[str], target: str | None = None) -> None:
         """Load a program set (all forwarding state starts over). The P4Info sent is derived
-        locally from the same declarations the switch uses, so ids agree."""
+        locally from the same declarations the switch uses, so ids agree; `target` is the
+        switch's (`inswitch switch --target`), which sizes some programs (inaas)."""
         from .p4info import device_config, p4info_for
 
-        p4 = p4info_for(list(programs))
+        p4 = p4info_for(list(programs), target)
         req = p4runtime_pb2.SetForwardingPipelineConfigRequest(device_id=self.device_id, role=self.role, action=p4runtime_pb2.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT)
         req.election_id.high, req.election_id.low = self.election_id
         req.config.p4info.CopyFrom(p4)

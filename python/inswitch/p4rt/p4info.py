@@ -189,9 +189,9 @@ def cell_fields_annotation(fields: list[tuple[str, int]]) -> str:
     return f'@cell_fields("{",".join(parts)}")'
 
 
-def p4info_for(programs: list[str]) -> p4info_pb2.P4Info:
-    """The P4Info of the named programs."""
-    return build_p4info(native.program_set_info(programs))
+def p4info_for(programs: list[str], target: str | None = None) -> p4info_pb2.P4Info:
+    """The P4Info of the named programs, as a switch with `target` loads them."""
+    return build_p4info(native.program_set_info(programs, target))
 
 
 def to_text(p4: p4info_pb2.P4Info) -> str:

@@ -161,7 +161,7 @@ def run_switch(programs: str, ports: str, p4runtime: str, pipes: int, pcap: Opti
                                    **({"rx_ring_frames": ring_frames} if ring_frames is not None else {}))
         except ValueError as e:
             raise UsageError(str(e)) from None
-        server = SwitchServer(dp, p4rt_addr, device_id, tls=tls)
+        server = SwitchServer(dp, p4rt_addr, device_id, tls=tls, target=target)
         for w in exposure_warnings(p4rt_addr, metrics_addr, server.tls):
             err.print(f"[yellow]warning:[/yellow] {w}", highlight=False, soft_wrap=True)
         learning = l2 == "learn" and server.enable_learning()
@@ -275,6 +275,8 @@ P4INFO_EXAMPLES = """Examples:
   inswitch p4info forward,daiet --out daiet.p4info.txt --device-config daiet.bin
 
   inswitch p4info netsha
+
+  inswitch p4info forward,inaas --target tofino1 --out inaas-t1.p4info.txt
 """
 
 
@@ -321,6 +323,8 @@ def register(app: typer.Typer) -> None:
         programs: str = argument(..., type=PROGRAMS, help="Program name, or several joined by commas."),
         out: Optional[str] = option(None, "--out", type=OUT_FILE, help="Write the P4Info (protobuf text format) here instead of printing it."),
         device_config: Optional[str] = option(None, "--device-config", type=OUT_FILE, help="Also write the device config (the p4_device_config bytes) here."),
+        target: Optional[str] = option(None, "--target", "-t", type=TARGET,
+                                       help="The switch's target, which sizes some programs (inaas: segments per pass); default: unbounded, as `inswitch switch`."),
     ) -> None:
         """The P4Info and device config of a program set: what a P4Runtime client (e.g.
         p4runtime-shell's FwdPipeConfig) needs to set the switch's pipeline."""
@@ -329,7 +333,7 @@ def register(app: typer.Typer) -> None:
         from inswitch.p4rt.p4info import device_config as make_device_config
         from inswitch.p4rt.p4info import p4info_for, to_text
 
-        p4 = p4info_for(names)
+        p4 = p4info_for(names, target)
         text = to_text(p4)
         if out:
             Path(out).write_text(text)

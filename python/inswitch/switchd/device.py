@@ -832,7 +832,7 @@ class Device:
                 self.pipeline = new
                 return
             saved = reconcile_mod.take(self, new) if reconcile else None
-            self.call(self.dp.set_programs, list(new.programs))
+            self.call(self.dp.set_programs, list(new.programs), new.target)
             self.pipeline = new
             self.entry_meta.clear()
             self.default_meta.clear()

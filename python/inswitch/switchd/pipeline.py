@@ -23,17 +23,21 @@ class Pipeline:
     index: P4InfoIndex
     device_config: bytes
     cookie: int | None  # None: installed from the command line, not by SetForwardingPipelineConfig
+    target: str | None = None  # the switch's target, which sizes some programs (inaas); None: unbounded
 
     @classmethod
-    def for_programs(cls, programs: list[str], device_config: bytes | None = None, cookie: int | None = None) -> Pipeline:
-        """Raises ValueError for unknown programs or sets the data plane cannot combine."""
+    def for_programs(cls, programs: list[str], device_config: bytes | None = None, cookie: int | None = None,
+                     target: str | None = None) -> Pipeline:
+        """Raises ValueError for unknown programs or sets the data plane cannot combine.
+        `target`: the switch's, so the P4Info lists the arrays that switch loads."""
         known = native.program_names()
         unknown = [p for p in programs if not native.is_program(p)]
         if unknown:
             raise ValueError(f"unknown program {unknown[0]!r} (known: {', '.join(known)})")
-        info = native.program_set_info(list(programs))
+        info = native.program_set_info(list(programs), target)
         p4 = p4info_mod.build_p4info(info)
-        return cls(tuple(programs), info, p4, P4InfoIndex(p4), device_config if device_config is not None else p4info_mod.device_config(list(programs)), cookie)
+        return cls(tuple(programs), info, p4, P4InfoIndex(p4), device_config if device_config is not None else p4info_mod.device_config(list(programs)), cookie,
+                   target)
 
     def forwarding_config(self, response_type: int) -> p4runtime_pb2.ForwardingPipelineConfig:
         """The config as GetForwardingPipelineConfig returns it for `response_type`."""
@@ -48,18 +52,18 @@ class Pipeline:
         return cfg
 
 
-def verify(config: p4runtime_pb2.ForwardingPipelineConfig) -> Pipeline:
+def verify(config: p4runtime_pb2.ForwardingPipelineConfig, target: str | None = None) -> Pipeline:
     """The pipeline a SetForwardingPipelineConfig request asks for, or INVALID_ARGUMENT.
 
     The programs come from the device config; the P4Info sent with it must describe the
-    same entities as the one we derive for those programs, so a controller built against
+    same entities as the one we derive for those programs (on the switch's `target`), so a controller built against
     another program (or another version of one) is stopped before it writes anything."""
     try:
         programs = p4info_mod.parse_device_config(config.p4_device_config)
     except ValueError as e:
         raise invalid(str(e)) from None
     try:
-        pipe = Pipeline.for_programs(programs, bytes(config.p4_device_config), config.cookie.cookie if config.HasField("cookie") else None)
+        pipe = Pipeline.for_programs(programs, bytes(config.p4_device_config), config.cookie.cookie if config.HasField("cookie") else None, target)
     except ValueError as e:
         raise invalid(f"cannot load {','.join(programs)}: {e}") from None
     if not config.HasField("p4info"):

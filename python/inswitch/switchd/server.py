@@ -151,11 +151,11 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         self._check_writer(request)
         action = request.action
         if action == _Set.VERIFY:
-            verify(request.config)
+            verify(request.config, self.device.pipeline.target)
         elif action == _Set.VERIFY_AND_SAVE:
-            self._saved = verify(request.config)
+            self._saved = verify(request.config, self.device.pipeline.target)
         elif action == _Set.VERIFY_AND_COMMIT:
-            self.device.replace_pipeline(verify(request.config), reconcile=False)
+            self.device.replace_pipeline(verify(request.config, self.device.pipeline.target), reconcile=False)
             self._saved = None
         elif action == _Set.COMMIT:
             if request.HasField("config"):
@@ -165,7 +165,7 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
             self.device.replace_pipeline(self._saved, reconcile=False)
             self._saved = None
         elif action == _Set.RECONCILE_AND_COMMIT:
-            self.device.replace_pipeline(verify(request.config), reconcile=True)
+            self.device.replace_pipeline(verify(request.config, self.device.pipeline.target), reconcile=True)
             self._saved = None
         else:
             raise invalid("set an action (VERIFY, VERIFY_AND_SAVE, VERIFY_AND_COMMIT, COMMIT or RECONCILE_AND_COMMIT)")
@@ -285,10 +285,12 @@ class SwitchServer:
     of a running native Dataplane (which the caller owns and stops after `stop`)."""
 
     def __init__(self, dp: Any, address: str = "127.0.0.1:9559", device_id: int = 1, max_workers: int = 32,
-                 tls: TlsFiles | None = None) -> None:
+                 tls: TlsFiles | None = None, target: str | None = None) -> None:
+        """`target`: the one `dp` was loaded for (None: unbounded). The P4Info and any
+        pipeline a controller sets follow it."""
         self.dp = dp
         self.stats = OpStats()
-        self.device = Device(dp, Pipeline.for_programs(list(dp.program_names())), self.stats)
+        self.device = Device(dp, Pipeline.for_programs(list(dp.program_names()), target=target), self.stats)
         self.arbiter = Arbiter(device_id)
         self.digests = DigestEngine(self.device, self.arbiter, self.stats)
         self.packet_ins = PacketInPump(self.device, self.arbiter, self.stats)

@@ -234,6 +234,10 @@ pub struct Proposer {
     /// nothing and ignores every answer (counting their refusals), until
     /// [`Proposer::take_over`].
     pub stepped_down: Option<u32>,
+    /// Ignore refusals: keep the ballot and go on (re)sending, neither stepping down nor
+    /// taking over. Off by default; a fighting zombie (`tenants run --real
+    /// --paxos-zombie-fights`), whose every frame the acceptors must refuse.
+    pub stubborn: bool,
 }
 
 impl Proposer {
@@ -263,6 +267,7 @@ impl Proposer {
             stats: ProposerStats::default(),
             defer: false,
             stepped_down: None,
+            stubborn: false,
         }
     }
 
@@ -416,6 +421,10 @@ impl Proposer {
                 self.queue.push_front(v);
             }
             self.slots.retain(|i, _| *i >= floor);
+            // New values start above the floor: an instance below it was delivered (with
+            // another leader's value), its slot serves a later one, and a 2a for it would
+            // only ever be answered stale, resent forever.
+            self.next_inst = self.next_inst.max(floor);
             if !self.leading {
                 // Instances below the floor need no phase 1 any more; the slots they leave
                 // are prepared for the instances that now use them.
@@ -477,6 +486,9 @@ impl Proposer {
             // (and so was everything before it), whatever this proposer heard.
             self.on_floor(r.inst + 1, now_us);
             return;
+        }
+        if higher > ballot && self.stubborn {
+            return; // counted; the timer resends it at the same ballot
         }
         if higher > ballot && self.defer {
             self.step_down(higher);
@@ -702,6 +714,41 @@ mod tests {
         q.on_frame(&refusal(0, q.ballot(), higher), 3);
         assert_eq!(q.stepped_down, None);
         assert!(q.ballot() > higher && !q.take_output().is_empty());
+    }
+
+    /// The instance a request frame is for.
+    fn inst_of(frame: &[u8]) -> u64 {
+        InaasPacket::new_unchecked(&frame[14..]).key(PAXOS_TAG_ITEM) as u64 - 1
+    }
+
+    #[test]
+    fn values_start_at_the_floor_when_it_passes_the_next_instance() {
+        // Instances 0 and 1 in flight (values 5, 6); another leader's values were chosen
+        // in 0..4 and every learner delivered them: the floor jumps to 4.
+        let mut p = leader(false);
+        p.propose(6);
+        p.poll(3);
+        assert_eq!(p.take_output().iter().map(|f| inst_of(f)).collect::<Vec<_>>(), vec![1]);
+        p.on_floor(4, 4);
+        // 5 and 6 go again, in 4 and 5: below the floor their slots serve later instances
+        // (the acceptors answer stale, never decide), which once stalled the proposer.
+        assert_eq!(p.take_output().iter().map(|f| inst_of(f)).collect::<Vec<_>>(), vec![4, 5]);
+        assert_eq!(p.pending(), 2);
+    }
+
+    #[test]
+    fn a_stubborn_proposer_keeps_its_ballot_and_resends_what_is_refused() {
+        let higher = 2 << 8 | 2;
+        let mut p = leader(false);
+        p.stubborn = true;
+        let b = p.ballot();
+        p.on_frame(&refusal(0, b, higher), 3);
+        assert_eq!((p.ballot(), p.leading, p.stepped_down, p.stats.refused), (b, true, None, 3));
+        assert!(p.take_output().is_empty() && p.decided.is_empty());
+        p.poll(3 + p.rto_us);
+        let out = p.take_output();
+        assert_eq!(out.len(), 1, "the refused 2a, again");
+        assert_eq!(out[0][14..], paxos_frame(p.mac, p.service_mac, p.uid, p.seq - 1, false, p.ring, 0, b, 5)[14..]);
     }
 
     #[test]

@@ -24,6 +24,8 @@ KVS_EXAMPLES = """Examples:
   inswitch kvs --system hare --duration 2 --writes 0.3 --no-rates --json - | jq .systems.hare.correct
 
   sudo inswitch kvs --backend redis --system all --workload ycsb-b --records 2000 --cache 128 --json kvs-redis.json
+
+  sudo inswitch kvs --backend redis --system hare --fabric leaf-spine:2,1,3 --clients 1 --servers 2 --shift none --json kvs-fabric.json
 """
 
 LOCKS_EXAMPLES = """Examples:
@@ -129,6 +131,7 @@ def register(app: typer.Typer) -> None:
         plot: Optional[str] = redis_cli.PLOT,
         engine: str = redis_cli.ENGINE,
         record_history: str = redis_cli.HISTORY,
+        fabric: Optional[str] = redis_cli.FABRIC,
     ) -> None:
         """Hare, NetCache, DySO and no caching on one workload: a trace replay in simulated time (--backend sim, a model) or real Redis servers in a rack (--backend redis, measured)."""
         if ctx.invoked_subcommand:
@@ -137,8 +140,11 @@ def register(app: typer.Typer) -> None:
         if backend == "redis":
             if pcap:
                 raise typer.BadParameter("captures are taken with --backend sim only (a redis run's switch is a rack: use inswitch rack up --pcap)", param_hint="--pcap")
-            redis_cli.run_redis(console, system, workload, records, field_size, clients, servers, window, cache, batch, shift, shift_count, duration, t_wait, value_size, seed, json_out, plot, engine, record_history)
+            redis_cli.run_redis(console, system, workload, records, field_size, clients, servers, window, cache, batch, shift, shift_count, duration, t_wait, value_size, seed, json_out, plot, engine, record_history,
+                                fabric)
             return
+        if fabric is not None:
+            raise typer.BadParameter("a fabric runs real processes: use it with --backend redis", param_hint="--fabric")
         if record_history != "on":
             raise typer.BadParameter("--history off is for the native load generator of --backend redis", param_hint="--history")
         if engine != "python":

@@ -121,6 +121,23 @@ class HareServer:
         """No dirty data on the switch by default."""
 
 
+def unmark(moving: set[bytes], key: bytes) -> None:
+    """Lift `key`'s moving mark in a round that failed: a mark whose server died with it
+    (the error the round met) is dropped here only, its new process never had it."""
+    try:
+        moving.discard(key)
+    except Exception:
+        set.discard(moving, key)
+
+
+def mark_lost(moving: set[bytes], key: bytes) -> bool:
+    """Whether `key` is marked here but no longer at its server: the server restarted
+    since the mark (`held`, as the rack's marks know it), so a write of the object may have
+    been applied in the middle of its move. Plain sets (one process) never lose a mark."""
+    held = getattr(moving, "held", None)
+    return held is not None and not held(key)
+
+
 @dataclass
 class FrameworkParams:
     slots: int
@@ -316,11 +333,8 @@ class Hare:
                 elif slot in replacing:
                     self.cpu(OP_STATE_SET, slot, STATE_VALID)
             for o in (new, old):
-                if o is not None and o in self.moving:
-                    try:
-                        self.moving.discard(o)
-                    except Exception:  # its server is the one that died: no mark left there
-                        set.discard(self.moving, o)
+                if o is not None:
+                    unmark(self.moving, o)
 
     def offload(self, new: bytes, slot: int, count: int = 0, replacing: Optional[bytes] = None) -> None:
         """Put `new` in `slot` (replacing the object there, whose data has gone home)."""
@@ -332,8 +346,7 @@ class Hare:
         else:
             _slot, ops = self.emat.replace(replacing, new)
         self.write_emat(ops)
-        held = getattr(self.moving, "held", None)
-        if held is not None and not held(new):
+        if mark_lost(self.moving, new):
             # The object's server restarted since its mark: a write may have reached the
             # store after the move read it, its reply finding no e-MAT entry to refresh.
             # Now the entry is in, every write's reply refreshes the slot: move it again.

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from inswitch.cliopts import OUT_FILE, Address, Choice, Float, Int, Text, option
 from inswitch.hare import ycsb
+from inswitch.topology.fabric.cli import TOPOLOGY_SPEC
 
 BACKEND = option("sim", "--backend", type=Choice("sim", "redis"), help="sim: replay a trace against the in-process switch in simulated time (a model); redis: real redis-server, agents, switch daemon and clients in a rack, measured.")
 WORKLOAD = option("ycsb-b", "--workload", type=Choice(*ycsb.WORKLOADS), help="--backend redis: YCSB core workload.")
@@ -24,12 +25,13 @@ SERVERS = option(2, "--servers", type=Int(1, 16), help="--backend redis: storage
 WINDOW = option(32, "--window", type=Int(1, 1024), help="--backend redis: operations each client keeps in flight.")
 ENGINE = option("python", "--engine", type=Choice("python", "native"), help="--backend redis: the clients' load generator: python (the client library) or native (a windowed loop in Rust replaying a precomputed stream, a --shift as a key remap at its time; ycsb-d drawn natively from YCSB's 'latest' generator). Both record every operation for the linearizability checker; the native one also checks each GET's value itself when it is the only writing client (--clients 1 or ycsb-c), and says `not checked` otherwise.")
 HISTORY = option("on", "--history", type=Choice("on", "off"), help="--backend redis --engine native: record every operation for the linearizability checker (on), or not, to measure throughput without its cost (off: `correct`, `stale_reads` and `linearizable` are null in the JSON, with a `check_note`, unless the single writing client checked each GET's value itself).")
+FABRIC = option(None, "--fabric", type=TOPOLOGY_SPEC, help="--backend redis: the clients and storage hosts on one leaf of this fabric (e.g. leaf-spine:2,1,3: the first leaf with --clients + --servers hosts), that leaf (their ToR) running the system's programs under this controller, every other switch forward under the fabric controller.")
 PLOT = option(None, "--plot", type=OUT_FILE, help="--backend redis: throughput and hit rate over time (default: the --json path with .png).")
 
 
 def run_redis(console: Console, system: str, workload: str, records: int, field_size: int, clients: int, servers: int, window: int,
               cache: int, batch: int, shift: str, shift_count: Optional[int], duration: float, t_wait: float, value_size: int, seed: int,
-              json_out: Optional[str], plot: Optional[str], engine: str = "python", record_history: str = "on") -> None:
+              json_out: Optional[str], plot: Optional[str], engine: str = "python", record_history: str = "on", fabric: Optional[str] = None) -> None:
     from inswitch.apps.hare import redisrack
     from inswitch.hare import fastload
     from inswitch.apps.hare.workload import SHIFTS
@@ -49,6 +51,13 @@ def run_redis(console: Console, system: str, workload: str, records: int, field_
     if problem:
         err.print(f"[red]error:[/red] {problem}")
         raise typer.Exit(2)
+    if fabric is not None:
+        from inswitch.topology.fabric import tor
+        from inswitch.topology.fabric.generators import load_spec
+
+        if tor.leaf_with(load_spec(fabric), clients + servers) is None:
+            err.print(f"[red]error:[/red] --fabric {fabric} has no leaf with {clients + servers} hosts (--clients {clients} + --servers {servers})")
+            raise typer.Exit(2)
     if value_size % 4 or not 8 <= value_size <= 252 or field_size > value_size - 1:
         err.print("[red]error:[/red] --value-size 8..252, a multiple of 4, larger than --field-size")
         raise typer.Exit(2)
@@ -63,12 +72,13 @@ def run_redis(console: Console, system: str, workload: str, records: int, field_
     count = shift_count if shift_count is not None else (cache if shift == "coldest-to-top" else min(200, records // 4))
     p = redisrack.RackParams(workload=workload, records=records, field_size=field_size, duration=duration, shift=shift, shift_count=count,
                              clients=clients, servers=servers, window=window, cache=cache, batch=min(batch, cache), t_wait=t_wait,
-                             value_size=value_size, seed=seed, engine=engine, native_history=record_history == "on")
+                             value_size=value_size, seed=seed, engine=engine, native_history=record_history == "on", fabric=fabric)
     with Progress(console=console) as prog:
         out = redisrack.run_all(systems, p, prog)
     console = Console(width=max(console.width, 150), stderr=console.stderr)  # the table's numbers are never cut
     off = ", history off" if record_history == "off" else ""
-    t = Table(title=f"kvs --backend redis (measured, {engine} clients{off}): {workload}, {records} records, shift {shift}, {duration:g} s per system")
+    where = f", on {out['mode']}" if fabric is not None else ""
+    t = Table(title=f"kvs --backend redis (measured, {engine} clients{off}{where}): {workload}, {records} records, shift {shift}, {duration:g} s per system")
     for c in ("system", "ops/s", "p50 µs", "p99 µs", "p99.9 µs", "hit rate", "stable hit", "recovery s", "offloads", "stale reads", "lost writes", "correct"):
         t.add_column(c, no_wrap=True, justify="left" if c in ("system", "recovery s", "correct") else "right")
     f = lambda v, fmt="{:.0f}": "-" if v is None else fmt.format(v)  # noqa: E731

@@ -50,6 +50,12 @@ from inswitch.periodic import Periodic
 from inswitch.topology import restarts
 
 RACK_SYSTEMS = ("hare", "netcache", "dyso", "none")
+#: The agent requests only an offloading round of each system makes, after which an agent
+#: crash leaves the round half done: Hare's marks and data movements; NetCache's value
+#: read (its key already marked at that agent); DySO's offload packet.
+ROUND_REQUESTS = {"hare": ("move", "datamv"), "netcache": ("cell",), "dyso": ("datamv",)}
+#: This controller's P4Runtime role on a fabric's ToR (`RedisRack.connect`).
+FABRIC_ROLE = "kvs"
 PORT_CPU = 0xFFF0
 NETCACHE_REPORT_SESSION = 90
 
@@ -99,6 +105,10 @@ class RackParams:
     #: linearizability checker then does not run, and a run with several writing clients
     #: is not checked at all; `measure` reports null, not 0).
     native_history: bool = True
+    #: A fabric spec (`leaf-spine:2,1,3`): the hosts are one leaf's, inside that fabric, and
+    #: that leaf (their ToR) runs the system's programs under this controller while the
+    #: fabric controller keeps the routing of every switch (None: a one-switch rack).
+    fabric: Optional[str] = None
 
     @property
     def dyso_rows(self) -> int:
@@ -352,33 +362,55 @@ class Marks(set):  # type: ignore[type-arg]
 # ---- the systems' control loops --------------------------------------------------------------
 
 
-class HareControl:
+class RoundControl:
+    """What every system's control loop does when a storage agent dies under one of its
+    offloading rounds (the request meets `AgentDown`): the system has undone the rest of
+    the round (no object left marked moving, no half-moved value served: `Hare.abandon`,
+    `NetCacheController.undo`, `DysoControl.cut`); here the round is counted
+    (`interrupted_rounds`) and the caller waits a period before the next, once the agent is
+    back (until then each round stops at its first request to it)."""
+
+    interrupted_rounds = 0
+
+    def cut_short(self, round_: Callable[[], object]) -> bool:
+        """Run `round_`; True when an agent's death cut it short."""
+        try:
+            round_()
+        except AgentDown:
+            self.interrupted_rounds += 1
+            return True
+        return False
+
+    def moves_redone(self) -> int:
+        raise NotImplementedError
+
+    def round_counters(self) -> dict[str, int]:
+        return {"interrupted_rounds": self.interrupted_rounds, "moves_redone": self.moves_redone()}
+
+
+class HareControl(RoundControl):
     def __init__(self, sw: P4rtSwitch, links: list[AgentLink], p: RackParams) -> None:
         servers = [RemoteServer(i, link) for i, link in enumerate(links)]
         # Rounds are paced by what their interactions really take here: no modelled cost.
         fp = framework.FrameworkParams(p.cache, p.batch, p.t_wait, 1e12, 1e12, "age")
         self.fw = framework.Hare(sw, "hare", p.key_field, servers, lambda k: server_index(k, len(links)), fp)
-        self.fw.moving = Marks(links)
+        self.fw.moving = self.moving = Marks(links)
         for s in servers:
             s.moving = self.fw.moving
-        self.interrupted_rounds = 0
 
     def step(self, now: float) -> None:
-        try:
-            self.fw.tick(now)
-        except AgentDown:
-            # An agent died under the round: the framework has undone the rest of it
-            # (`Hare.abandon`); the next round is the next one due, once the agent is
-            # back (until then, each round stops at its first request to it).
-            self.interrupted_rounds += 1
+        if self.cut_short(lambda: self.fw.tick(now)):
             self.fw.next_round = max(self.fw.next_round, now + self.fw.p.t_wait)
+
+    def moves_redone(self) -> int:
+        return self.fw.moves_redone
 
     def counters(self) -> dict[str, int]:
         return {"offloads": self.fw.offloads, "evictions": self.fw.evictions, "table_ops": self.fw.table_ops, "packet_ops": self.fw.packet_ops,
-                "interrupted_rounds": self.interrupted_rounds, "moves_redone": self.fw.moves_redone}
+                **self.round_counters()}
 
 
-class NetCacheControl:
+class NetCacheControl(RoundControl):
     """NetCache's controller (`netcache_ctl`) on reports cloned to the CPU port; values
     from the key's agent, the key marked moving there while it is installed.
 
@@ -387,18 +419,23 @@ class NetCacheControl:
     an install is dozens of P4Runtime calls (and a sample of hit-counter reads once the
     cache is full), and the burst of reports after a hotspot shift or a statistics clear
     used to hold one step for seconds, in which the controller neither saw the switch die
-    nor let anything else in its loop run."""
+    nor let anything else in its loop run.
+
+    An install an agent's death cuts short is undone and its key queued again at the
+    front (the switch's Bloom filter would not report it again before the next clear);
+    installs pause for `t_wait`."""
 
     STEP_BUDGET_S = 0.05
 
     def __init__(self, sw: P4rtSwitch, links: list[AgentLink], p: RackParams) -> None:
-        self.sw, self.links = sw, links
-        marks = Marks(links)
-        self.nc = NetCacheController(sw, p.cache, p.value_size, p.netcache_threshold, mark=lambda k, on: marks.add(k) if on else marks.discard(k))
+        self.sw, self.links, self.pause_s = sw, links, p.t_wait
+        self.moving = Marks(links)
+        self.nc = NetCacheController(sw, p.cache, p.value_size, p.netcache_threshold, moving=self.moving)
         self.next_clear = 1.0
         self.pending: dict[bytes, None] = {}  # reported keys, oldest first
         self.max_pending = 4 * p.cache
         self.reports_dropped = 0
+        self.paused_until = 0.0
 
     def value_of(self, key: bytes) -> bytes:
         return bytes.fromhex(self.links[server_index(key, len(self.links))].call(cmd="cell", key=key.hex())["cell"])
@@ -417,18 +454,26 @@ class NetCacheControl:
                     self.reports_dropped += 1
                     continue
                 self.pending[key] = None
+        if now < self.paused_until:
+            return
         end = time.monotonic() + self.STEP_BUDGET_S
         while self.pending and time.monotonic() < end:
             key = next(iter(self.pending))
             del self.pending[key]
-            self.nc.install(key, self.value_of)
+            if self.cut_short(lambda: self.nc.install(key, self.value_of)):
+                self.pending = {key: None, **self.pending}
+                self.paused_until = now + self.pause_s
+                return
+
+    def moves_redone(self) -> int:
+        return self.nc.moves_redone
 
     def counters(self) -> dict[str, int]:
         return {"offloads": self.nc.offloads, "evictions": self.nc.evictions, "table_ops": self.nc.table_ops, "packet_ops": 0,
-                "reports_dropped": self.reports_dropped}
+                "reports_dropped": self.reports_dropped, **self.round_counters()}
 
 
-class DysoControl:
+class DysoControl(RoundControl):
     """DySO's analyzer (`dyso_ctl`) on the QO-Record the agents keep of the queries that
     reach them, and its modifier: each offload is one packet (key, value, column) from the
     key's agent, which reads the value from Redis between two batches of queries, so no
@@ -437,7 +482,13 @@ class DysoControl:
     The dyso program keeps no QO-Record in the data plane, so queries the switch answers
     are not recorded: an offloaded key's count only ages, and it is evicted once a colder
     key of its row outgrows it (then its misses count again and bring it back). This
-    churns more than DySO would — the correctness check runs through it."""
+    churns more than DySO would — the correctness check runs through it.
+
+    A round an agent's death cuts short (`cut`): the cell whose offload packet was in
+    flight holds either key, so the analyzer forgets it; the rows of the round's undone
+    offloads are planned again next round (the dead agent's QO-Record died with it, so
+    their keys' queries may not be recorded again soon); a later round's offload of a key
+    the cut round left undone counts in `moves_redone`. DySO marks nothing moving."""
 
     def __init__(self, links: list[AgentLink], p: RackParams) -> None:
         self.links, self.p = links, p
@@ -445,24 +496,54 @@ class DysoControl:
         self.an = DysoAnalyzer[bytes](p.dyso_columns, lambda k: dyso_row(k, p.key_field, rows))
         self.next_round = 0.0
         self.packets = 0
+        self.moving: set[bytes] = set()
+        self.replan: set[int] = set()
+        self.undone: set[bytes] = set()
+        self.redone = 0
 
     def step(self, now: float) -> None:
         if now < self.next_round:
             return
         self.next_round = now + self.p.dyso_round_s
+        self.cut_short(lambda: self.round(now))
+
+    def round(self, now: float) -> None:
         counts: dict[bytes, float] = {}
-        for link in self.links:
-            for k, n in link.call(cmd="qo")["qo"]:
-                counts[bytes.fromhex(k)] = float(n)
-        for r, c, key in self.an.changes(self.an.record(counts, now)):
-            got = self.links[server_index(key, len(self.links))].call(cmd="datamv", key=key.hex(), slot=0, aux=c)
+        try:
+            for link in self.links:
+                for k, n in link.call(cmd="qo")["qo"]:
+                    counts[bytes.fromhex(k)] = float(n)
+        finally:  # what the live agents handed over (and forgot) is counted
+            rows = self.an.record(counts, now) | self.replan
+        self.replan = set()
+        plan = self.an.changes(rows)
+        for i, (r, c, key) in enumerate(plan):
+            try:
+                got = self.links[server_index(key, len(self.links))].call(cmd="datamv", key=key.hex(), slot=0, aux=c)
+            except AgentDown:
+                self.cut(plan[i:])
+                raise
             self.packets += 1
             if not got.get("ok"):
                 raise RuntimeError(f"dyso: offload of {key!r} failed: {got.get('error')}")
             self.an.installed(r, c, key)
+            if key in self.undone:
+                self.undone.discard(key)
+                self.redone += 1
+
+    def cut(self, rest: list[tuple[int, int, bytes]]) -> None:
+        """`rest[0]`'s agent died under its offload; `rest` left undone."""
+        r, c, _key = rest[0]
+        self.an.cells.pop((r, c), None)
+        self.replan |= {r for r, _c, _k in rest}
+        self.undone |= {k for _r, _c, k in rest}
+
+    def moves_redone(self) -> int:
+        return self.redone
 
     def counters(self) -> dict[str, int]:
-        return {"offloads": self.an.offloads, "evictions": max(0, self.an.offloads - len(self.an.cells)), "table_ops": 0, "packet_ops": self.packets}
+        return {"offloads": self.an.offloads, "evictions": max(0, self.an.offloads - len(self.an.cells)), "table_ops": 0, "packet_ops": self.packets,
+                **self.round_counters()}
 
 
 def start_together(procs: list[subprocess.Popen], lead_s: float = 0.2, timeout: float = 120.0) -> int:
@@ -529,16 +610,54 @@ def program_of(system: str, p: RackParams) -> list[str]:
 # ---- the rack -------------------------------------------------------------------------------
 
 
+#: The file in a rack's work directory naming the process that made it.
+OWNER_FILE = "owner.pid"
+
+
+def sweep_workdirs(workdir: Optional[str]) -> list[Path]:
+    """Remove the work directories (Redis files, agent logs) that racks left in `workdir`
+    (None: the system's temporary directory) when their process was killed before `down`:
+    those whose owner process is gone. Returns what was removed. A directory without an
+    owner file is not ours, and one whose owner lives belongs to another run."""
+    base = Path(workdir or tempfile.gettempdir())
+    removed: list[Path] = []
+    try:
+        entries = list(base.iterdir())
+    except OSError:
+        return removed
+    for d in entries:
+        try:
+            pid = int((d / OWNER_FILE).read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if pid > 0 and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    return removed
+
+
 class RedisRack:
     """Clients h1..hC, storage hosts after them, each with redis-server and an agent."""
 
-    def __init__(self, p: RackParams, name: Optional[str] = None) -> None:
+    def __init__(self, p: RackParams, name: Optional[str] = None, first: str = "none") -> None:
+        """`first`: the system used first; on a fabric the ToR starts with its programs
+        (another system's replace them, and the fabric's routing is installed again)."""
         from inswitch.topology.state import process_tag
 
         self.p = p
-        self.name = name or f"hr{process_tag()}"
+        # A fabric's name prefixes its interfaces: at most 6 characters.
+        self.name = name or (f"hf{process_tag()[-4:]}" if p.fabric else f"hr{process_tag()}")
+        self.first = first
+        #: On a fabric: the fabric and its ToR (`topology.fabric.tor`), the program set the
+        #: ToR runs now, and whether nothing has been installed on it since it started.
+        self.tor: Any = None
+        self.loaded = ""
+        self.fresh = False
+        self.hosts: list[Any] = []
+        sweep_workdirs(p.workdir)
         self.dir = Path(tempfile.mkdtemp(prefix=f"{self.name}-", dir=p.workdir))
         os.chmod(self.dir, 0o755)
+        (self.dir / OWNER_FILE).write_text(str(os.getpid()))
         self.redis: list[Optional[subprocess.Popen]] = []
         self.agents: list[Optional[subprocess.Popen]] = []
         self.links: list[AgentLink] = []
@@ -556,11 +675,27 @@ class RedisRack:
     # hosts
     @property
     def client_hosts(self) -> list[Any]:
-        return self.st.hosts[: self.p.clients]
+        return self.hosts[: self.p.clients]
 
     @property
     def storage_hosts(self) -> list[Any]:
-        return self.st.hosts[self.p.clients :]
+        return self.hosts[self.p.clients :]
+
+    @property
+    def p4runtime(self) -> str:
+        """The switch's (on a fabric: the ToR's) P4Runtime address; a restart keeps it."""
+        return str(self.tor.run.p4runtime if self.tor is not None else self.st.switch.p4runtime)
+
+    def connect(self) -> Any:
+        """This controller's session. On a fabric's ToR it is primary of its own P4Runtime
+        role, so the fabric controller (the default role's primary, at a higher election id)
+        can write the routing at any time, e.g. when the supervisor restarts a switch, and
+        this controller never contends with it; PacketIns go to both roles' primaries."""
+        from inswitch.p4rt import SwitchClient
+
+        if self.tor is None:
+            return SwitchClient(self.p4runtime)
+        return SwitchClient(self.p4runtime, device_id=self.tor.run.plan.device_id, role=FABRIC_ROLE)
 
     @property
     def server_ips(self) -> list[str]:
@@ -580,23 +715,56 @@ class RedisRack:
         self.down()
 
     def up(self) -> None:
-        from inswitch.p4rt import SwitchClient
         from inswitch.topology import Rack
 
         self.rack = Rack()
         try:
-            self.st = self.rack.up(self.p.clients + self.p.servers, name=self.name, programs="forward", p4runtime=f"127.0.0.1:{_free_port()}", metrics=f"127.0.0.1:{_free_port()}",
-                                   fault=self.p.fault)
+            if self.p.fabric is not None:
+                self.up_fabric()
+            else:
+                self.st = self.rack.up(self.p.clients + self.p.servers, name=self.name, programs="forward", p4runtime=f"127.0.0.1:{_free_port()}",
+                                       metrics=f"127.0.0.1:{_free_port()}", fault=self.p.fault)
+                self.hosts = list(self.st.hosts)
             for i in range(self.p.servers):
                 self.sdir(i).mkdir()
                 self.redis.append(None)
                 self.agents.append(None)
                 self.start_redis(i)
-            self.client = SwitchClient(self.st.switch.p4runtime)
+            self.client = self.connect()
             self.sw = P4rtSwitch(self.client, self.p.key_field)
         except BaseException:
             self.down()
             raise
+
+    def up_fabric(self) -> None:
+        """The fabric, its ToR running the first system's programs; the clients and the
+        storage hosts are the ToR's. (Clients on another leaf would get no hit answered:
+        the switch turns a hit back to its sender after the ToR's routing rewrote the
+        Ethernet addresses, so the reply is addressed to the ToR itself; see docs/hare.md.)"""
+        from inswitch.topology.fabric import tor
+
+        p = self.p
+        assert p.fabric is not None
+        local = p.clients + p.servers
+        program = ",".join(program_of(self.first, p))
+        try:
+            self.tor = tor.up(p.fabric, self.name, program, local, p.fault)
+        except ValueError as e:
+            raise ValueError(f"{p.fabric}: {local} hosts under one leaf are needed ({p.clients} clients, {p.servers} storage hosts): {e}") from None
+        self.st = self.tor.state
+        self.loaded, self.fresh = program, True
+        self.hosts = self.tor.hosts[:local]
+
+    @property
+    def tor_name(self) -> str:
+        return str(self.tor.name) if self.tor is not None else ""
+
+    def mode(self) -> str:
+        """Where the run is (the JSON's `mode`)."""
+        if self.tor is None:
+            return "rack of network namespaces: one switch"
+        return (f"the ToR ({self.tor_name}) of a fabric {self.p.fabric}: storage hosts {', '.join(h.name for h in self.storage_hosts)} and "
+                f"clients {', '.join(h.name for h in self.client_hosts)} under it; the other switches forward under the fabric controller")
 
     def in_host(self, h: Any, argv: list[str]) -> list[str]:
         from inswitch.topology import netns
@@ -676,11 +844,25 @@ class RedisRack:
 
         assert self.client is not None
         self.system = system
-        self.client.set_pipeline(program_of(system, self.p))
-        # The rack's own forwarding setup takes the controller session for a moment.
-        self.client.close()
-        control.program_forwarding(self.st.switch.p4runtime, self.st.hosts, len(self.st.hosts))
-        self.client = SwitchClient(self.st.switch.p4runtime)
+        if self.tor is not None:
+            want = ",".join(program_of(system, self.p))
+            if want != self.loaded or not self.fresh:
+                # Another system's programs, or an earlier loop's cache on the switch: the
+                # fabric controller loads the programs (empty) and installs the ToR's
+                # routing again.
+                self.client.close()
+                with self.tor.connect() as c:
+                    c.set_pipeline(program_of(system, self.p))
+                self.tor.program_routing()
+                self.loaded = want
+                self.client = self.connect()
+            self.fresh = False
+        else:
+            self.client.set_pipeline(program_of(system, self.p))
+            # The rack's own forwarding setup takes the controller session for a moment.
+            self.client.close()
+            control.program_forwarding(self.st.switch.p4runtime, self.st.hosts, len(self.st.hosts))
+            self.client = SwitchClient(self.st.switch.p4runtime)
         gen = self.generation()
         self.sw = P4rtSwitch(self.client, self.p.key_field, gen)
         self.recovered.setdefault(gen, time.time())  # installed on this generation
@@ -704,11 +886,17 @@ class RedisRack:
 
     @property
     def state_file(self) -> Path:
-        return Path(self.st.state_dir) / "state.json"
+        return Path(self.tor.state.restarts_file) if self.tor is not None else Path(self.st.state_dir) / "state.json"
+
+    def mine(self, r: dict[str, Any]) -> bool:
+        """Whether a restart record is of this controller's switch (on a fabric, another
+        switch's restart leaves the ToR's state alone: the supervisor restores its routing)."""
+        return self.tor is None or r.get("switch") == self.tor_name
 
     def generation(self) -> int:
-        """The rack's switch generation (1 until its first restart)."""
-        return max((int(r["generation"]) for r in restarts.read(self.state_file)), default=1)
+        """The rack's switch generation (1 until its first restart; on a fabric, the
+        fabric's record number of the ToR's last restart)."""
+        return max((int(r["generation"]) for r in restarts.read(self.state_file) if self.mine(r)), default=1)
 
     def watch_deaths(self, stop: threading.Event) -> None:
         """Marks the controller's switch session dead as soon as the supervisor records a
@@ -733,9 +921,10 @@ class RedisRack:
                 old_client.close()
             except Exception:  # the dead switch's session: nothing to close cleanly
                 pass
-        from inswitch.p4rt import SwitchClient
-
-        self.client = SwitchClient(self.st.switch.p4runtime)
+        if self.tor is not None:
+            # the supervisor restarts it with its programs at `up`, empty
+            self.loaded, self.fresh = self.tor.run.plan.program, True
+        self.client = self.connect()
         self.install(self.system)
         ctl = self.new_control(self.system)
         ctl.retired = getattr(old, "retired", []) + [old.counters()]
@@ -777,7 +966,12 @@ class RedisRack:
                     r.wait()
         if self.client is not None:
             self.client.close()
-        if self.st is not None:  # a failed `up` has taken its half-made rack down itself
+        if self.tor is not None:
+            try:
+                self.tor.down()
+            except Exception as e:
+                print(f"warning: taking fabric {self.name} down failed: {e} (run `inswitch fabric down --name {self.name}`)", file=sys.stderr)
+        elif self.st is not None:  # a failed `up` has taken its half-made rack down itself
             try:
                 self.rack.down(self.name)
             except Exception as e:  # say so, without hiding the error that brought us here
@@ -792,10 +986,16 @@ class RedisRack:
         clock."""
         if what == "switch":  # the rack's supervisor restarts it; `run_load` recovers
             from inswitch.topology import load_state
+            from inswitch.topology.fabric.fabric import FabricState
 
-            st = load_state(self.name) or self.st  # its pid now (a restart changes it)
+            # its pid now (a restart changes it)
+            if self.tor is not None:
+                cur = FabricState.load(self.name) or self.tor.state
+                pid = next(s.pid for s in cur.switches if s.plan.name == self.tor_name)
+            else:
+                pid = (load_state(self.name) or self.st).switch.pid
             t_kill = time.monotonic()
-            os.kill(st.switch.pid, signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)
             return t_kill, t_kill
         proc = self.agents[i] if what == "agent" else self.redis[i]
         assert proc is not None
@@ -811,9 +1011,11 @@ class RedisRack:
 
     def kill_in_round(self, i: int, restart: bool = False) -> dict[str, Any]:
         """Arm a SIGKILL of storage host `i`'s agent at the controller's next request to it
-        that only an offloading round makes (marking an object moving, or moving its data
-        to the switch): the request then meets a dead agent, in the middle of the round,
-        and `_drive` starts the agent again after the control step. `restart`: the agent
+        that only an offloading round makes (`ROUND_REQUESTS` of the system in use: for
+        Hare, marking an object moving or moving its data to the switch; for NetCache,
+        reading a marked key's value; for DySO, an offload packet): the request then meets
+        a dead agent, in the middle of the round, and `_drive` starts the agent again
+        after the control step. `restart`: the agent
         is started again before the request goes on (the round carries on with a new
         agent process, which holds none of the round's marks). Returns the state it fills
         in (`killed_at`, `back_at`, monotonic; `during`, the request)."""
@@ -821,7 +1023,7 @@ class RedisRack:
         link = self.links[i]
 
         def hook(req: dict[str, Any]) -> None:
-            if req.get("cmd") not in ("move", "datamv") or state["killed_at"] is not None:
+            if req.get("cmd") not in ROUND_REQUESTS.get(self.system, ()) or state["killed_at"] is not None:
                 return
             proc = self.agents[i]
             assert proc is not None
@@ -951,7 +1153,9 @@ class RedisRack:
                     time.sleep(0.02)
                     continue
                 for r in recs:
-                    if "forwarding_at" in r and r["generation"] not in self.recovered:
+                    if "forwarding_at" in r and r["generation"] not in self.recovered and not self.mine(r):
+                        self.recovered[r["generation"]] = time.time()  # another switch: its routing is the supervisor's
+                    elif "forwarding_at" in r and r["generation"] not in self.recovered:
                         try:
                             control = self.recover(control)
                             control.epoch = time.monotonic()
@@ -998,7 +1202,9 @@ class RedisRack:
 
     def fault_report(self, results: list[dict[str, Any]], fault: tuple[str, float, int], at: tuple[float, float], t0: float) -> dict[str, Any]:
         """The unavailability window: the stretch around the kill in which the killed host's
-        agent answered no operation (the switch may go on serving hits of its keys)."""
+        agent answered no operation (the switch may go on serving hits of its keys); and the
+        switch hit rate in the second before the kill and the second after the restart
+        (whether the cache kept serving and the controller went on offloading)."""
         i = fault[2]
         done = sorted(t / 1e9 for r in results for t, agent in r["served"] if agent == i)
         t_kill, t_back = at
@@ -1007,8 +1213,15 @@ class RedisRack:
         times = [t0] + done
         gaps = [(b - a) for a, b in zip(times, times[1:]) if b >= t_kill and a <= t_back]
         unavailable = max(gaps) if gaps else None
+        gets = np.array([(s[0], s[3]) for r in results for s in r["samples"] if s[2]], dtype=np.int64).reshape(-1, 2)
+
+        def hit_rate(a: float, b: float) -> Optional[float]:
+            w = (gets[:, 0] >= a * 1e9) & (gets[:, 0] < b * 1e9)
+            return round(float(gets[w, 1].mean()), 3) if w.any() else None
+
         return {"process": fault[0], "storage_host": i, "killed_at_s": round(t_kill - t0, 3), "restarted_after_s": round(t_back - t_kill, 3),
                 "unavailable_s": None if unavailable is None else round(unavailable, 3),
+                "hit_rate_before": hit_rate(t_kill - 1.0, t_kill), "hit_rate_after": hit_rate(t_back, t_back + 1.0),
                 "client_errors": sum(r["stats"]["errors"] for r in results), "unacked_writes": sum(len(r["unacked"]) for r in results)}
 
     def measure(self, results: list[dict[str, Any]], start_ns: int, control: Any, ctl_errors: list[str],
@@ -1150,7 +1363,8 @@ def run_all(systems: list[str], p: RackParams, progress: Optional[Any] = None) -
                                       "path": "real processes in a rack: redis-server (appendfsync always) per storage host, storage agents, "
                                               "the switch daemon, load generators in client namespaces; wall-clock time"},
                            "systems": {}}
-    with RedisRack(p) as rack:
+    with RedisRack(p, first=systems[0] if systems else "none") as rack:
+        out["mode"] = rack.mode()
         for name in systems:
             task = progress.add_task(name, total=1.0) if progress else None
             ctl = rack.use(name)

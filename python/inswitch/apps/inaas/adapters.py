@@ -12,7 +12,9 @@ answer is checked against a plain reference (a dict, exact sums, a set).
   each per packet; the switch reduces, the parameter server collects. Figure: throughput.
 - `DenseApp`: dense aggregation of float gradients quantized to integers; the parameter
   server finishes partial results (via the goalkeeper). Figure: throughput, and the
-  quantization error against the float sum.
+  quantization error against the float sum. The in-process model's; on real processes
+  the dense tenant trains a model through the switch's allreduce program instead
+  (`dense_train.DenseTrainApp`).
 - `BloomApp`: a Bloom filter (k = 3) whose bits live in the switch under the tenant's
   leases; the switch answers membership. Figure: average query latency; the measured
   false-positive rate beside the theoretical one for its size and the paper's 2.4 %.
@@ -472,6 +474,9 @@ class DenseApp(_AggApp):
             qq = np.round(self.floats * s).sum(axis=0) / s
             err[f"scale_2^{bits}"] = float(np.max(np.abs(qq - exact)))
         return {
+            # Which path gives this run's Table II DML row (the real runs train a model:
+            # `dense_train.py`).
+            "dml_path": "model: random normal floats quantized to 2^-16 and summed in inaas's kv_N.reduce registers (no model trained)",
             "quantization_scale": self.SCALE,
             "max_abs_error_vs_float": float(np.max(np.abs(ours - exact))),
             "max_abs_error_by_scale": err,

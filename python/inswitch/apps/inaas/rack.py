@@ -139,30 +139,13 @@ def _p4_name(client: Any, want: str) -> str:
 def _fabric_tor(spec: str, name: str, fault: str | None) -> tuple[Any, list[Any], Any, Callable[[], None]]:
     """A fabric of `spec` whose first leaf with three hosts runs `forward,inaas` (every other
     switch `forward`): the fabric state, those three hosts, the leaf's run, and the teardown."""
-    from inswitch.topology.fabric.fabric import Fabric
-    from inswitch.topology.fabric.generators import load_spec
+    from inswitch.topology.fabric import tor as fabric_tor
 
-    topo = load_spec(spec)
-    hosts = {n.name for n in topo.hosts}
-    under: dict[str, list[str]] = {}
-    for ln in topo.links:
-        for e, o in ((ln.a, ln.b), (ln.b, ln.a)):
-            if o.node in hosts and e.node not in hosts:
-                under.setdefault(e.node, []).append(o.node)
-    tor = next((sw for sw, hs in under.items() if len(hs) >= 3), None)
-    if tor is None:
-        raise ValueError(f"INaaS needs a leaf with three hosts (goalkeeper, two tenants); {spec} has none")
-    for n in topo.switches:
-        n.program = "forward,inaas" if n.name == tor else "forward"
-    fab = Fabric()
-    fab.down(name)
     try:
-        st = fab.up(topo, name=name, fault=fault)
-    except BaseException:
-        fab.down(name)
-        raise
-    run = next(r for r in st.switches if r.plan.name == tor)
-    return st, [h for h in st.hosts if h.switch == tor][:3], run, lambda: fab.down(name)
+        t = fabric_tor.up(spec, name, "forward,inaas", 3, fault)
+    except ValueError as e:
+        raise ValueError(f"INaaS needs a leaf with three hosts (goalkeeper, two tenants): {e}") from None
+    return t.state, t.hosts[:3], t.run, t.down
 
 
 def run_on_rack(name: str = "inaas1", seconds: float = 20.0, pause_a_s: float = 0.0,

@@ -38,6 +38,7 @@ from typing import Any, Callable
 import numpy as np
 
 from inswitch.apps.inaas.adapters import QUICK, RTO_US, App, Sizes, paxos_safety
+from inswitch.apps.inaas.dense_lease import DenseLeases
 from inswitch.apps.inaas.controller import KIND, MAX_LEASE_US, Detection, Prices, bill, measured_holds, schedule
 from inswitch.apps.inaas.rack import GOALKEEPER, _free_port, _p4_name
 from inswitch.apps.inaas.real_paxos import DETECT_S, HEARTBEAT_S, ZOMBIE_S, crash_after
@@ -95,10 +96,13 @@ class RealRunError(RuntimeError):
     """A bad combination or a missing privilege, said in one line."""
 
 
-def check_args(apps: list[str], attacker: bool, paxos_crash_at: float | None = None, paxos_zombie: bool = False) -> None:
+def check_args(apps: list[str], attacker: bool, paxos_crash_at: float | None = None, paxos_zombie: bool = False,
+               paxos_zombie_fights: bool = False) -> None:
     bad = [a for a in apps if a not in REAL_APPS]
     if bad:
         raise RealRunError(f"--real cannot run {', '.join(bad)} (known: {', '.join(REAL_APPS)})")
+    if paxos_zombie_fights and not paxos_zombie:
+        raise RealRunError("--paxos-zombie-fights needs --paxos-zombie (it is how the zombie behaves)")
     if paxos_crash_at is not None:
         if "paxos" not in apps:
             raise RealRunError("--paxos-crash-at needs the paxos tenant among --apps")
@@ -328,7 +332,7 @@ def _kill_at_crashpoint(p: subprocess.Popen[str], out: dict[str, Any], timeout_s
     out["returncode"] = rc
 
 
-def _crash_figures(report: dict[str, Any], crash: dict[str, Any], fraction: float | None, zombie: bool = False) -> dict[str, Any]:
+def _crash_figures(report: dict[str, Any], crash: dict[str, Any], fraction: float | None, zombie: bool = False, fights: bool = False) -> dict[str, Any]:
     """The paxos tenant's keys of a crash run, with the safety check on every learner's log
     (`paxos_safety`): what the dead leader saw chosen must be there unchanged. With a
     zombie, also: none of its fresh values in any log or decided as it saw it."""
@@ -340,7 +344,7 @@ def _crash_figures(report: dict[str, Any], crash: dict[str, Any], fraction: floa
     if "switch_read_error" in crash:
         found.append(crash["switch_read_error"])
     z = crash.get("zombie")
-    zkeys: dict[str, Any] = {"zombie": zombie}
+    zkeys: dict[str, Any] = {"zombie": zombie, "zombie_fights": fights}
     if zombie:
         if z is None:
             found.append("the zombie leader did not report (not resumed, or silent after its resume)")
@@ -357,6 +361,9 @@ def _crash_figures(report: dict[str, Any], crash: dict[str, Any], fraction: floa
             "zombie_resume_rule": "SIGSTOP at the crash point; SIGCONT once the backup saw its first decision (it creates a file the runner polls every 10 ms); "
                                   f"SIGKILL at its report, {ZOMBIE_S * 1e3:g} ms after its resume",
             "zombie_ballot": z.get("ballot"),
+            # With --paxos-zombie-fights it ignored every refusal (`Proposer::stubborn`):
+            # still at this ballot at its kill, resending its refused proposals all along.
+            "zombie_ballot_at_kill": z.get("ballot_at_report"),
             "zombie_resumed_ms": None if killed is None or crash.get("resumed_at") is None else 1e3 * (crash["resumed_at"] - killed),
             "zombie_resumed_after_takeover": report["first_decision_at"] is not None and crash.get("resumed_at") is not None
                                              and report["first_decision_at"] < crash["resumed_at"],
@@ -429,14 +436,19 @@ def run_tenants_real(
     pcap: str | None = None,
     paxos_crash_at: float | None = None,
     paxos_zombie: bool = False,
+    paxos_zombie_fights: bool = False,
+    dup: float = 0.0,
+    reorder: float = 0.0,
 ) -> dict[str, Any]:
     """`attack_during`: "after" the tenants' phases (as the model's attack), or during the
     "inaas" phase (released with the tenants; the detector then watches working tenants).
-    `pcap`: a directory for the switch's per-port captures (the rack's `--pcap`)."""
+    `pcap`: a directory for the switch's per-port captures (the rack's `--pcap`).
+    `dup`, `reorder`: probabilities that each switch port duplicates a frame it receives, or
+    holds it back until the port's next frame passed (the switch's `--fault`, as `loss`)."""
     from inswitch.p4rt.client import SwitchClient
     from inswitch.topology import Rack, netns
 
-    check_args(apps, attacker, paxos_crash_at, paxos_zombie)
+    check_args(apps, attacker, paxos_crash_at, paxos_zombie, paxos_zombie_fights)
     if attack_during not in ("after", "inaas"):
         raise ValueError(f"attack_during: {attack_during!r} (after, inaas)")
     if paxos_crash_at is not None and attacker and attack_during == "inaas":
@@ -463,8 +475,16 @@ def run_tenants_real(
     # Paxos's acceptors are the `inaas_paxos` program (inaas + acceptors; tofino2), which the
     # model's in-process service runs for every tenant; without Paxos, `inaas` (tofino1).
     programs = "forward,inaas_paxos" if "paxos" in names else "forward,inaas"
+    # The switch's seeded fault injector on every port's receive side: loss, duplication,
+    # reordering (this machine's kernel has no sch_netem, so `tc netem` on the veths is out).
+    fault = ",".join([f"{k}={v:g}" for k, v in (("loss", loss), ("dup", dup), ("reorder", reorder)) if v > 0] + [f"seed={seed}"]) if loss or dup or reorder else None
+    # The dense tenant trains through the allreduce program (docs/inaas.md: its job
+    # partition is leased by this controller).
+    dense = [i for i, a in enumerate(names) if a == "dense"]
+    if dense:
+        programs += ",allreduce"
     st = rack.up(n_hosts, name=name, programs=programs, p4runtime=f"127.0.0.1:{_free_port()}",
-                 metrics=f"127.0.0.1:{_free_port()}", fault=f"loss={loss},seed={seed}" if loss > 0 else None, pcap=pcap)
+                 metrics=f"127.0.0.1:{_free_port()}", fault=fault, pcap=pcap)
     procs: list[subprocess.Popen[str]] = []
     crash_client: Any = None  # the P4Runtime session that reads the acceptors at a Paxos kill
     logs = Path(tempfile.mkdtemp(prefix=f"inswitch-{name}-"))
@@ -516,6 +536,8 @@ def run_tenants_real(
                 if _line(sp, 30, f"server {port}", logs / f"server{port}.err") != "READY":
                     raise RuntimeError(f"server {port} did not start")
                 servers[-1].append(sp)
+        dense_leases = DenseLeases(st.switch.p4runtime, st.switch.metrics, {i: (uids[i], hosts[i]) for i in dense}, sizes.workers)
+        dense_jobs = dense_leases.jobs
         tenants: list[tuple[str, subprocess.Popen[str]]] = []
         primaries: list[tuple[str, subprocess.Popen[str], int, int]] = []
         crashes: dict[int, dict[str, Any]] = {}
@@ -530,13 +552,16 @@ def run_tenants_real(
                    "ifname": h.ifname, "ip": h.ip, "server_ip": srv.ip, "server_ports": ports[i], "lease_us": lease,
                    "rto_us": RTO_US * SCALE, "bl_rto_us": App.BL_RTO_US * SCALE, "scale": SCALE, "phase_limit_s": limit_s,
                    "region": dataclasses.asdict(r), "sizes": dataclasses.asdict(sizes)}
+            if i in dense_jobs:
+                cfg["allreduce"] = dense_leases.job_config(i, srv.ip, seed, quick)
             tag = f"{a}{inst}"
             tags.append(f"{a}#{inst}")
             if i in backup_h:
                 # The primary leads and is killed; the backup reports as the tenant.
                 bh, k = backup_h[i], crash_after(sizes.paxos_instances, float(paxos_crash_at or 0))
                 relay_port = 9600 + i
-                pcfg = {**cfg, "paxos_role": "primary", "paxos_peer": [bh.ip, relay_port], "paxos_crash_values": k, "paxos_zombie": paxos_zombie}
+                pcfg = {**cfg, "paxos_role": "primary", "paxos_peer": [bh.ip, relay_port], "paxos_crash_values": k, "paxos_zombie": paxos_zombie,
+                        "paxos_zombie_fights": paxos_zombie_fights}
                 primaries.append((tag, start(h, ["-m", "inswitch.apps.inaas.real_tenant", json.dumps(pcfg)], f"{tag}primary"), i, k))
                 zfiles[i] = (logs / f"{tag}.took_over", logs / f"{tag}.zombie_dead")
                 cfg = {**cfg, "mac": hexmac(bh.mac), "ifname": bh.ifname, "ip": bh.ip, "paxos_role": "backup", "paxos_relay_port": relay_port,
@@ -571,6 +596,10 @@ def run_tenants_real(
                 if got != f"READY {phase}":
                     raise RuntimeError(f"tenant {tag} said {got!r}")
             progress(f"{phase} phase: {len(tenants)} tenants")
+            if phase == "inaas":
+                dense_leases.grant_all()
+            else:
+                dense_leases.drops_before = dense_leases.unknown_job_drops()
             for _, p in tenants + ([(t, pp) for t, pp, _, _ in primaries] if phase == "inaas" else []):
                 assert p.stdin is not None
                 p.stdin.write("GO\n")
@@ -601,6 +630,10 @@ def run_tenants_real(
             if crash_client is not None:
                 crash_client.close()
                 crash_client = None
+            if phase == "inaas":
+                # The phase is over: every dense job's lease ends (its `jobs` entry goes).
+                dense_leases.revoke_all()
+        dense_leases.drops_after = dense_leases.unknown_job_drops() if dense else 0
         results = []
         for tag, p in tenants:
             results.append(json.loads(_line(p, 60, f"tenant {tag}", logs / f"{tag}.err")))
@@ -659,10 +692,18 @@ def run_tenants_real(
         report = extra.pop("paxos_crash", None)
         fig.update(extra)
         if report is not None:
-            fig.update(_crash_figures(report, crashes.get(len(out_apps), {}), paxos_crash_at, paxos_zombie))
+            fig.update(_crash_figures(report, crashes.get(len(out_apps), {}), paxos_crash_at, paxos_zombie, paxos_zombie_fights))
             fig["correct"] = fig["correct"] and not fig["violations"] and fig["took_over"] and fig["killed_by_signal"] == signal.SIGKILL
             if paxos_zombie:
                 fig["correct"] = fig["correct"] and (bool(fig["zombie_frames_sent"]) or fig["zombie_deposed_before_stop"]) and fig["zombie_resumed_after_takeover"]
+            if paxos_zombie_fights:
+                # It fought: refused, yet at its old ballot to the end, never stepped down.
+                fig["correct"] = fig["correct"] and (fig["zombie_deposed_before_stop"] or (
+                    bool(fig["zombie_refusals"]) and fig["zombie_ballot_at_kill"] == fig["zombie_ballot"] and fig["zombie_stepped_down_to"] is None))
+        if len(out_apps) in dense_jobs:
+            ctl = dense_leases.report(len(out_apps), extra.get("unleased_probes", []))
+            fig["allreduce_lease"] = ctl
+            fig["correct"] = fig["correct"] and ctl["unleased_refused"]
         fig["client"] = {**res["client"], "server_answered": served[len(out_apps)]}
         fig["wall_s"] = res["wall_s"]
         lp = res.get("latency_percentiles") or {}
@@ -678,9 +719,10 @@ def run_tenants_real(
                            held_us=held.get(uid, 0), clock="the goalkeeper process's receive times, wall clock"))
     load = os.getloadavg()
     return {
-        **tenants_result(out_apps, per_app, instances, scheduler, subscribers, loss, MODE, int(sum(r["foreign"] for r in results)), attack, ledger),
+        **tenants_result(out_apps, per_app, instances, scheduler, subscribers, loss, (MODE.replace("(forward + inaas)", "(forward + inaas + allreduce)") if dense else MODE), int(sum(r["foreign"] for r in results)), attack, ledger),
         "real": {"rack": name, "hosts": n_hosts, "programs": programs, "time_scale": SCALE, "request_gap_scale": GAP_SCALE, "lease_scale": LEASE_SCALE, "rto_us": RTO_US * SCALE, "baseline_rto_us": App.BL_RTO_US * SCALE,
-                 "loss_by": "switch --fault loss" if loss > 0 else None, "load_average": list(load), "budget_registers_per_segment": budget,
+                 "loss_by": "switch --fault loss" if loss > 0 else None,
+                 "dup": dup, "reorder": reorder, "fault": fault, "load_average": list(load), "budget_registers_per_segment": budget,
                  "attack_during": attack_during if attacker else None, "pcap": str(Path(pcap).resolve()) if pcap else None},
         "goalkeeper": gk_res["stats"],
         "wall_us": run_us,

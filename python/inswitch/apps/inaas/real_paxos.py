@@ -28,9 +28,11 @@ file, `paxos_took_over_file`, which the runner polls): a zombie with its stale s
 old ballot. From its SIGCONT handler on, it proposes `ZOMBIE_VALUES` fresh values (never
 proposed by anyone else: a learner that delivers one means the acceptors took a stale
 ballot) besides retransmitting what it had in flight, and defers to a higher ballot
-(`Proposer::defer`): the first refusal makes it step down and go quiet. `ZOMBIE_S` after
-its resume it prints `ZOMBIE {json}` (its counters since the SIGCONT) and the runner
-SIGKILLs it, then creates `paxos_zombie_dead_file`; the backup finishes only after that,
+(`Proposer::defer`): the first refusal makes it step down and go quiet. With
+`--paxos-zombie-fights` it ignores refusals instead (`Proposer::stubborn`): it keeps
+proposing and resending at its old ballot, which the acceptors must refuse every time,
+until it is killed. `ZOMBIE_S` after its resume it prints `ZOMBIE {json}` (its counters
+since the SIGCONT) and the runner SIGKILLs it, then creates `paxos_zombie_dead_file`; the backup finishes only after that,
 so its learners' logs cover the zombie's whole life.
 
 `paxos_safety` (in `adapters.py`, shared with the model's runs) is the checker.
@@ -87,11 +89,17 @@ class PaxosPrimary(PaxosApp):
             raise SystemExit("paxos crash run: the acceptors are not in the switch (the tenant's leases are not held for good)")
         self.crash_after = int(self.svc.cfg["paxos_crash_values"])  # type: ignore[attr-defined]
         self.zombie = bool(self.svc.cfg.get("paxos_zombie"))  # type: ignore[attr-defined]
+        fights = bool(self.svc.cfg.get("paxos_zombie_fights"))  # type: ignore[attr-defined]
         self.resumed_at: float | None = None
         self.reported = False
         if self.zombie:
-            # A correct proposer: a higher ballot's refusal makes it step down.
-            self.svc.paxos.defer = True  # type: ignore[attr-defined]
+            if fights:
+                # A fighting zombie: every refusal ignored, its old ballot kept, its
+                # proposals resent at each timeout until it is killed.
+                self.svc.paxos.stubborn = True  # type: ignore[attr-defined]
+            else:
+                # A correct proposer: a higher ballot's refusal makes it step down.
+                self.svc.paxos.defer = True  # type: ignore[attr-defined]
             # The handler itself sends: Python runs it as soon as the process continues,
             # before an interrupted socket wait is retried, so the stale proposals leave
             # before anything that arrived while it was stopped is read.
@@ -121,7 +129,8 @@ class PaxosPrimary(PaxosApp):
                 st = p.stats()
                 print("ZOMBIE " + json.dumps({
                     "resumed_at": self.resumed_at,
-                    "ballot": p.ballot,
+                    "ballot": self.at_resume["ballot"],
+                    "ballot_at_report": p.ballot,
                     "frames_sent": svc.stats["paxos_frames_sent"] - self.at_resume["frames"],  # type: ignore[attr-defined]
                     "relay_sent": svc.stats["relay_sent"] - self.at_resume["relay"],  # type: ignore[attr-defined]
                     **{k: st[k] - self.at_resume[k] for k in ("sent", "resent", "refused")},
@@ -139,7 +148,7 @@ class PaxosPrimary(PaxosApp):
         self.resumed_at = time.monotonic()
         self.stepped_at: float | None = None
         st = p.stats()
-        self.at_resume = {"frames": svc.stats["paxos_frames_sent"], "relay": svc.stats["relay_sent"], **st}  # type: ignore[attr-defined]
+        self.at_resume = {"frames": svc.stats["paxos_frames_sent"], "relay": svc.stats["relay_sent"], "ballot": p.ballot, **st}  # type: ignore[attr-defined]
         self.decided_at_resume = {d[0] for d in p.decisions()}
         # Already deposed while alive (the backup suspected a stalled leader before its
         # stop, and its refusal came back): a stepped-down proposer sends nothing more.

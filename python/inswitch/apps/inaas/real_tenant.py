@@ -389,6 +389,11 @@ def main(cfg: dict[str, Any]) -> dict[str, Any]:
     sizes = Sizes(**cfg["sizes"])
     rng = np.random.default_rng([int(cfg["seed"]), int(cfg["index"])])
     cls = APPS[cfg["app"]]
+    if cfg["app"] == "dense" and cfg.get("allreduce") is not None:
+        # A real model through the switch's allreduce program, under its leased job.
+        from inswitch.apps.inaas.dense_train import DenseTrainApp
+
+        cls = DenseTrainApp
     if cfg.get("paxos_role") is not None:
         from inswitch.apps.inaas.real_paxos import PaxosBackup, PaxosPrimary
 
