@@ -145,6 +145,19 @@ def test_cli_search_writes_the_json(tmp_path: Path) -> None:
     assert r.exit_code == 2 and "no such file" in r.output
 
 
+def test_experiments_offer_the_unbounded_switch_as_a_labelled_variant(tmp_path: Path) -> None:
+    from inswitch.cli import app
+    from inswitch.experiments import all_experiments
+
+    e = all_experiments()["netsha-fig21"]
+    assert e.programs == ("netsha", "netsha-unbounded")
+    r = CliRunner().invoke(app, ["experiment", "netsha-fig21", "--program", "daiet", "--quick", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "takes --program netsha|netsha-unbounded" in r.output
+    res = e.run(True, lambda s: None, program="netsha-unbounded")
+    assert res["switch"] == "unbounded (does not fit tofino1)" and res["config"]["slots"] == 12 and res["program"] == "netsha-unbounded"
+    assert e.run(True, lambda s: None)["switch"] == "tofino1"
+
+
 @pytest.mark.parametrize("name", ["netsha-fig12", "netsha-fig16"])
 def test_packet_experiments_quick(name: str, tmp_path: Path) -> None:
     from inswitch.experiments import all_experiments
