@@ -350,3 +350,23 @@ def test_completion_detects_missing_answers_and_ignores_duplicates() -> None:
     c.direct[0][0] = (np.array([1, 2]), np.array([0.5, 0.7]))
     assert c.complete(0) and sorted(c.result(0)) == [(0, 1, 0.5), (0, 2, 0.7), (0, 3, 0.9)]
     assert decode_recovery(b"NSRP\x00") is None and decode_recovery(encode_report(0, 0, np.array([1.0]))[:-1]) is None
+
+
+def test_tightened_threshold_returns_the_exact_k_nearest() -> None:
+    """Issue 19's phase-2 tightening on the default (tofino1) switch, 24 parallel servers,
+    K = 10: with one LSH bucket for everything each server returns its own nearest
+    candidates, so the agent's top K must be the exact k-NN (brute force), with r.T
+    tightened (it was, many times) and fixed alike."""
+    ds = random_dataset(2400, 20, seed=5)
+    truth_ids, truth_d = exact_knn(ds.base, ds.queries, 10)
+    packets = {}
+    for tighten in (True, False):
+        cfg = SearchConfig(servers=24, k=10, width=1e9, cap=20, registers=32, concurrency=10, tighten=tighten)
+        m = run_search(ds, cfg, ["netsha"], keep_topk=True)["modes"]["netsha"]
+        for q, d in enumerate(m["topk_distances"]):
+            np.testing.assert_allclose(d, truth_d[q], rtol=1e-5, err_msg=f"query {q}")
+        assert m["recall"] == 1.0
+        tightenings = m["switch_counters"]["switch0"].get("tightenings", 0)
+        assert (tightenings > 0) == tighten, tightenings
+        packets[tighten] = m["agent_packets"]
+    assert packets[True] < packets[False], packets
