@@ -28,10 +28,8 @@ def test_stream_with_replacements_keeps_the_exact_top_k(lam: float) -> None:
 def test_fig20_quick_replacement_beats_bypass_forwarding_under_load() -> None:
     from inswitch.experiments import all_experiments
 
-    # Table 1's switch: on the default (tofino1) one, the quick run's replacements gain
-    # nothing (BF / replacement = 1.0; docs/netsha.md, issue 19).
-    r = all_experiments()["netsha-fig20"].run(True, lambda s: None, program="netsha-unbounded")
-    assert r["switch"] == "unbounded (does not fit tofino1)"
+    r = all_experiments()["netsha-fig20"].run(True, lambda s: None)
+    assert r["switch"] == "tofino1"
     low = next(p for p in r["points"] if p["query_rate"] == 1.0)
     # A quarter of the registers busy: nothing to replace, the two are the same run.
     assert low["replacement"]["replacements"] == 0

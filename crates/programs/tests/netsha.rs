@@ -475,6 +475,23 @@ fn the_default_program_fits_tofino1() {
     assert_eq!((u.slots, u.ga, u.parse_depth, u.salu_conditions), (12, 8, 1514, 4));
 }
 
+/// A replacement whose victim's answers leave the packet no room (the default's 256-B
+/// parse): the split copy that keeps the front answers makes the claim. Before, the other
+/// copy left with it and the register stayed tombstoned until its timer.
+#[test]
+fn a_replacement_claims_even_when_its_flush_fills_the_packet() {
+    let c = NetshaConfig { registers: 1, ways: 1, lambda: 1.0, timeout_ns: 50_000, timer_period_ns: 1_000, ..NetshaConfig::default() };
+    let a: Vec<(u32, f64)> = (0..5).map(|i| (i, i as f64)).collect();
+    let b: Vec<(u32, f64)> = (0..16).map(|i| (100 + i, i as f64 + 0.5)).collect();
+    let pk = vec![(0usize, vec![(1u32, a)]), (1usize, vec![(2u32, b)])];
+    let want = reference(&pk);
+    let (got, _, mut path) = run(&[Some(c)], 2, &pk);
+    let ev: HashMap<String, u64> = path.netsha_events(0).into_iter().collect();
+    assert_eq!((ev["replacements"], ev["claims"]), (1, 2), "{ev:?}");
+    assert!(ev["splits"] >= 1 && ev["inserted"] > 5, "{ev:?}");
+    assert_eq!(losses(&got, &want, 50), 0);
+}
+
 /// Many servers' sorted answers interleaved (each server's packets in turn), as parallel
 /// servers' packets meet in the switch: phase 2 goes on long after r.T is first set.
 fn interleaved(seed: u64, queries: u32, servers: usize, answers: u32, per: usize) -> Workload {

@@ -1380,8 +1380,10 @@ impl Netsha {
     /// nothing was sent yet). A server's answers come nearest first, so the tail holds its
     /// worst ones, and moving few of them keeps the arrival order Algorithm 1 sees close to
     /// the servers' (a larger part processed alongside the front would raise r.T early).
-    /// A pending claim (`FORCE_CLAIM`) belongs to the front answers, so to the first copy.
+    /// A pending claim (`FORCE_CLAIM`) belongs to the front answers: to the first copy, or
+    /// to the second when the first keeps none (it leaves with the answers sent alone).
     fn keep_part<M: TraceMode>(&self, p: &mut Pass<'_, M>, second: bool) {
+        let claim = p.bridged()[br::MODE] == br::FORCE_CLAIM;
         let h = p.hdr();
         let len = h.len();
         let inputs = p.bridged()[br::INPUTS] as usize;
@@ -1429,7 +1431,14 @@ impl Netsha {
         p.hdr_mut()[L2_L4_LEN..new_len].copy_from_slice(&v);
         p.resize_hdr(new_len);
         p.bridged_mut()[br::INPUTS] = kept as u8;
-        if second {
+        if claim && cut == 0 {
+            // The front answers are the second copy's, and so is the claim (its victim and
+            // way stay in A and B); before, the first copy left with it and the victim's
+            // register stayed tombstoned until its timer.
+            if !second {
+                p.bridged_mut()[br::MODE] = br::NORMAL;
+            }
+        } else if second {
             // Wait about as many passes as the front copy has answers left, so the tail's
             // answers reach the registers after the front's, as in the server's order.
             let budget = self.cfg.max_recirculations.saturating_sub(p.recirculations() as u32 + t as u32 + 8);
