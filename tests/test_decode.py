@@ -173,7 +173,7 @@ def test_switchd_serves_the_page_and_decoded_api(programmed: Any) -> None:
 
 
 def test_system_panels_show_what_the_programs_hold(switchd_factory: Callable[..., Any]) -> None:
-    sw = switchd_factory("--program", "forward,daiet,inaas,netsha,hare", "--ports", "memory:4")
+    sw = switchd_factory("--program", "forward,daiet,inaas,netsha-unbounded,hare", "--ports", "memory:4")
     children, ends, slot = 3, 1, 2
     with SwitchClient(sw.p4runtime) as c:
         # DAIET: tree 7 with 3 children in register slot 2, one END seen
@@ -186,28 +186,30 @@ def test_system_panels_show_what_the_programs_hold(switchd_factory: Callable[...
         c.write_register("tenant_usage", 5, (9 << 32) | 4)
         c.write_register("lease_deadline_0", 3, 123456)
         c.write_register("lease_0", 3, 77)
-        # NetSHa: set 0's way 0 claimed by query 3 (stored as QID + 1)
-        c.write_register("netsha.qid", 0, 3 + 1)
+        # NetSHa (Table 1's build, both ways' owners in one cell): set 0's way 0 claimed by
+        # query 3 (stored as QID + 1)
+        c.write_register("netsha-unbounded.qid", 0, 3 + 1)
         # Hare: object slot 1 answered 10 queries; slot 1 valid, slot 4 with a write in flight
         c.write_register("hare.oo_stat", 1, 10)
         c.write_register("hare.obj_state", 1, 1)
         c.write_register("hare.obj_state", 4, 2)
-        sets = c.schema.registers.get("netsha.qid").size
+        sets = c.schema.registers.get("netsha-unbounded.qid").size
     code, doc = _get(f"http://{sw.metrics}/api/systems")
     assert code == 200
     panels = {p["program"]: p for p in doc["panels"]}
     assert panels["daiet"]["rows"]["data"] == [["7", children, ends, children - ends, 0, 1]]
     assert panels["inaas"]["rows"]["data"] == [["77", "1", 5, 1000, 9, 4, 0, 1, 0]]
-    net = dict(map(tuple, panels["netsha"]["summary"]))
+    net = dict(map(tuple, panels["netsha-unbounded"]["summary"]))
     assert net["claimed by a query"] == 1 and net["registers (sets x 2 ways)"] == 2 * sets
-    assert panels["netsha"]["rows"]["data"] == [[3, 1]]
+    assert panels["netsha-unbounded"]["rows"]["data"] == [[3, 1]]
     assert panels["hare"]["rows"]["data"] == [[1, 10]]
     hare = dict(map(tuple, panels["hare"]["summary"]))
     assert hare["offloaded objects"] == 2 and hare["offloaded, valid"] == 1 and hare["offloaded, write in flight"] == 1
 
 
 def test_netsha_panel_reads_tofino1s_one_array_per_way(switchd_factory: Callable[..., Any]) -> None:
-    # netsha-tofino1 keeps each way's owners in an array of its own (qid_0, qid_1).
+    # netsha-tofino1 (as the default `netsha`) keeps each way's owners in an array of its
+    # own (qid_0, qid_1).
     sw = switchd_factory("--program", "forward,netsha-tofino1", "--ports", "memory:4")
     with SwitchClient(sw.p4runtime) as c:
         c.write_register("netsha-tofino1.qid_1", 0, 5 + 1)

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from inswitch.apps.netsha.datasets import DatasetError, exact_knn, load, random_dataset, read_fvecs, read_ivecs, write_fvecs
-from inswitch.apps.netsha.search import SearchConfig, run_search, top_k_per_query
+from inswitch.apps.netsha.search import SWITCH_LABELS, SearchConfig, run_search, search_config, top_k_per_query
 
 
 @pytest.fixture(scope="module")
@@ -128,8 +128,34 @@ def test_cli_search_writes_the_json(tmp_path: Path) -> None:
         for key in ("recall", "f1", "agent_packets", "agent_answers", "total_s", "time_split_pct", "time_per_query_us"):
             assert key in res["modes"][mode]
     assert "agent_packets_ratio" in res
+    # Issue 19: the default switch is the configuration that fits tofino1; Table 1's is a
+    # labelled variant.
+    assert res["switch"] == "tofino1" and res["config"]["switch_config"] == "tofino1"
+    assert (res["config"]["slots"], res["config"]["ga"], res["config"]["conds"], res["config"]["depth"]) == (6, 4, 2, 256)
+    assert res["modes"]["netsha"]["answers_per_packet"] == 17  # what a 256-byte parse holds
+    r = CliRunner().invoke(app, ["search", "--base", "800", "--queries", "12", "--servers", "2", "--k", "5", "--registers", "8", "--mode", "netsha",
+                                 "--switch-config", "unbounded", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    res = json.loads(out.read_text())
+    assert res["switch"] == SWITCH_LABELS["unbounded"] == "unbounded (does not fit tofino1)" and res["config"]["slots"] == 12
+    assert "unbounded (does not fit tofino1)" in r.output
+    r = CliRunner().invoke(app, ["search", "--switch-config", "tofino2"])
+    assert r.exit_code == 2
     r = CliRunner().invoke(app, ["search", "--dataset", "text:/nonexistent.txt", "--queries", "3"])
     assert r.exit_code == 2 and "no such file" in r.output
+
+
+def test_experiments_offer_the_unbounded_switch_as_a_labelled_variant(tmp_path: Path) -> None:
+    from inswitch.cli import app
+    from inswitch.experiments import all_experiments
+
+    e = all_experiments()["netsha-fig21"]
+    assert e.programs == ("netsha", "netsha-unbounded")
+    r = CliRunner().invoke(app, ["experiment", "netsha-fig21", "--program", "daiet", "--quick", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "takes --program netsha|netsha-unbounded" in r.output
+    res = e.run(True, lambda s: None, program="netsha-unbounded")
+    assert res["switch"] == "unbounded (does not fit tofino1)" and res["config"]["slots"] == 12 and res["program"] == "netsha-unbounded"
+    assert e.run(True, lambda s: None)["switch"] == "tofino1"
 
 
 @pytest.mark.parametrize("name", ["netsha-fig12", "netsha-fig16"])
@@ -261,10 +287,10 @@ def test_search_uses_the_switch_selection(result: dict) -> None:
 
 
 def test_full_packets_are_split_not_bypassed() -> None:
-    """Full 120-answer server packets: no answer goes on unreduced for lack of room, and the
-    agent's top K stays exact."""
+    """Full 120-answer server packets (Table 1's unbounded parse): no answer goes on
+    unreduced for lack of room, and the agent's top K stays exact."""
     ds = random_dataset(3000, 24, seed=6)
-    cfg = SearchConfig(servers=6, k=20, registers=32, concurrency=8, cap=120)
+    cfg = search_config("unbounded", servers=6, k=20, registers=32, concurrency=8, cap=120)
     r = run_search(ds, cfg, ["netsha", "tlsh"], keep_topk=True)
     m = r["modes"]
     assert m["netsha"]["answers_per_packet"] == 120
@@ -324,3 +350,23 @@ def test_completion_detects_missing_answers_and_ignores_duplicates() -> None:
     c.direct[0][0] = (np.array([1, 2]), np.array([0.5, 0.7]))
     assert c.complete(0) and sorted(c.result(0)) == [(0, 1, 0.5), (0, 2, 0.7), (0, 3, 0.9)]
     assert decode_recovery(b"NSRP\x00") is None and decode_recovery(encode_report(0, 0, np.array([1.0]))[:-1]) is None
+
+
+def test_tightened_threshold_returns_the_exact_k_nearest() -> None:
+    """Issue 19's phase-2 tightening on the default (tofino1) switch, 24 parallel servers,
+    K = 10: with one LSH bucket for everything each server returns its own nearest
+    candidates, so the agent's top K must be the exact k-NN (brute force), with r.T
+    tightened (it was, many times) and fixed alike."""
+    ds = random_dataset(2400, 20, seed=5)
+    truth_ids, truth_d = exact_knn(ds.base, ds.queries, 10)
+    packets = {}
+    for tighten in (True, False):
+        cfg = SearchConfig(servers=24, k=10, width=1e9, cap=20, registers=32, concurrency=10, tighten=tighten)
+        m = run_search(ds, cfg, ["netsha"], keep_topk=True)["modes"]["netsha"]
+        for q, d in enumerate(m["topk_distances"]):
+            np.testing.assert_allclose(d, truth_d[q], rtol=1e-5, err_msg=f"query {q}")
+        assert m["recall"] == 1.0
+        tightenings = m["switch_counters"]["switch0"].get("tightenings", 0)
+        assert (tightenings > 0) == tighten, tightenings
+        packets[tighten] = m["agent_packets"]
+    assert packets[True] < packets[False], packets

@@ -29,6 +29,7 @@ def test_fig20_quick_replacement_beats_bypass_forwarding_under_load() -> None:
     from inswitch.experiments import all_experiments
 
     r = all_experiments()["netsha-fig20"].run(True, lambda s: None)
+    assert r["switch"] == "tofino1"
     low = next(p for p in r["points"] if p["query_rate"] == 1.0)
     # A quarter of the registers busy: nothing to replace, the two are the same run.
     assert low["replacement"]["replacements"] == 0

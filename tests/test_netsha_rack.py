@@ -79,8 +79,10 @@ def rack():
     # Namespace names: a prefix of the caller's choosing (parallel runs on a shared machine).
     name = f"{os.environ.get('NETSHA_RACK_PREFIX', 'nsha')}{process_tag()}"
     r = Rack()
-    # Table 1's defaults (100 registers, 12 slots, p = 8, K = 50), 10 ms timers.
-    programs = "forward,netsha"
+    # Table 1's configuration (100 registers, 12 slots, p = 8, K = 50, 1,514-byte parse),
+    # 10 ms timers: the full 120-answer packets below need its parse depth. The default
+    # `netsha` (tofino1) runs in the `run_rack_search` tests.
+    programs = "forward,netsha-unbounded"
     try:
         st = r.up(4, name=name, programs=programs, p4runtime=f"127.0.0.1:{free_port()}", metrics=f"127.0.0.1:{free_port()}")
         from inswitch.apps.netsha.controller import configure_p4rt
@@ -162,6 +164,8 @@ def test_search_rack_equals_the_search_without_a_switch() -> None:
     r = run_rack_search(ds, cfg, f"{prefix}s{process_tag()}")
     ref = run_search(ds, cfg, ["tlsh"], keep_topk=True)["modes"]["tlsh"]
     m = r["modes"]["netsha-rack"]
+    # The default program, the one that fits tofino1: full packets are what it parses.
+    assert (r["program"], r["switch"], m["answers_per_packet"]) == ("netsha", "tofino1", 17)
     for q, (a, b) in enumerate(zip(m["topk_distances"], ref["topk_distances"])):
         assert np.array_equal(np.asarray(a), np.asarray(b)), q
     assert m["recall"] == pytest.approx(ref["recall"], abs=1e-12)

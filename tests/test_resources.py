@@ -66,6 +66,8 @@ def test_converted_programs_have_no_unchecked_alu() -> None:
     # hare: OO-Stat aging is fetch, then age on a second pass (no shift in a stateful ALU).
     h = json.loads(run("forward,hare", "--target", "tofino1", "--json", "-").stdout)
     assert h["fits"] and h["unchecked_alus"] == []
+    # netsha, the default (issue 19), is the configuration that fits tofino1.
+    assert json.loads(run("forward,netsha", "--target", "tofino1", "--json", "-").stdout)["fits"]
     # netsha-tofino1: the two-way qid lookup as one array per way (two conditions each) and
     # Algorithm 1's state as progress (stage 3) and state (stage 4); still 12 stages.
     n = json.loads(run("forward,netsha-tofino1", "--target", "tofino1", "--json", "-").stdout)
@@ -91,10 +93,10 @@ def test_converted_programs_have_no_unchecked_alu() -> None:
 
 
 def test_switch_refuses_a_set_that_does_not_fit_its_target() -> None:
-    # The default NetSHa needs 18 stages; on tofino1 the switch refuses to load it, naming
-    # the objects beyond the pipeline, before serving anything.
-    cp = subprocess.run([sys.executable, "-m", "inswitch", "switch", "--program", "forward,netsha", "--ports", "memory:2",
+    # Table 1's NetSHa (`netsha-unbounded`) needs 18 stages; on tofino1 the switch refuses
+    # to load it, naming the objects beyond the pipeline, before serving anything.
+    cp = subprocess.run([sys.executable, "-m", "inswitch", "switch", "--program", "forward,netsha-unbounded", "--ports", "memory:2",
                          "--target", "tofino1", "--metrics", "off", "--p4runtime", "127.0.0.1:0"], capture_output=True, text=True, timeout=60)
     out = cp.stdout + cp.stderr
     assert cp.returncode == 2, out
-    assert "do not fit tofino1" in out and "netsha.slot_id_7" in out and "Traceback" not in out
+    assert "do not fit tofino1" in out and "netsha-unbounded.slot_id_7" in out and "Traceback" not in out

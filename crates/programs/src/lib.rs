@@ -33,6 +33,7 @@ const PROGRAMS: &[(&str, Constructor)] = &[
     ("switchagg", || Arc::new(switchagg::SwitchAgg::new())),
     ("netsha", || Arc::new(netsha::Netsha::with_config(netsha::NetshaConfig::default()))),
     ("netsha-tofino1", || Arc::new(netsha::Netsha::with_config(netsha::NetshaConfig::tofino1()))),
+    ("netsha-unbounded", || Arc::new(netsha::Netsha::with_config(netsha::NetshaConfig::unbounded()))),
     ("hare", || Arc::new(hare::Hare::new())),
     ("netcache", || Arc::new(hare::netcache::NetCache::new())),
     ("dyso", || Arc::new(hare::dyso::Dyso::new())),

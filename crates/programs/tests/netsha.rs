@@ -12,7 +12,9 @@ use proptest::strategy::ValueTree;
 
 type Answers = HashMap<u32, Vec<(u32, f64)>>;
 /// Packets as (server, [(qid, [(data id, distance)])]).
-type Workload = Vec<(usize, Vec<(u32, Vec<(u32, f64)>)>)>;
+type Workload = Vec<(usize, Vec<Block>)>;
+/// One query's answers in a packet: (qid, [(data id, distance)]).
+type Block = (u32, Vec<(u32, f64)>);
 
 /// A configuration with a short timer, so tests settle quickly: registers are released
 /// 50 µs after their claim, one timer packet per µs.
@@ -26,7 +28,7 @@ fn cfg(r: u32, n: u32, p: u32, k: u32, mode: ReductionMode) -> NetshaConfig {
         reduction: mode,
         timeout_ns: 50_000,
         timer_period_ns: 1_000,
-        ..NetshaConfig::default()
+        ..NetshaConfig::unbounded()
     }
 }
 
@@ -447,9 +449,107 @@ fn resources_tell_the_truth() {
     let fits = Netsha::with_config(NetshaConfig::tofino1());
     let r = ResourceReport::new(&[pisa::Program::decl(&fits)], &t1);
     assert!(r.fits, "{r:?}");
-    let paper = Netsha::new();
+    let paper = Netsha::with_config(NetshaConfig::unbounded());
     let r = ResourceReport::new(&[pisa::Program::decl(&paper)], &t1);
     assert!(!r.fits, "Table 1's 12 slots and a 120-answer parse do not fit tofino1");
+}
+
+/// Issue 19: the default configuration, which the program named `netsha` loads, fits
+/// tofino1 beside `forward` (as `inswitch resources forward,netsha --target tofino1`
+/// checks); Table 1's is `netsha-unbounded` and does not.
+#[test]
+fn the_default_program_fits_tofino1() {
+    let t1 = Target::by_name("tofino1").unwrap();
+    let report = |names: [&str; 2]| {
+        let progs: Vec<_> = names.iter().map(|n| programs::by_name(n).unwrap()).collect();
+        let decls: Vec<_> = progs.iter().map(|p| p.decl()).collect();
+        ResourceReport::new(&decls, &t1)
+    };
+    let r = report(["forward", "netsha"]);
+    assert!(r.fits, "{:?}", r.problems);
+    assert!(!report(["forward", "netsha-unbounded"]).fits);
+    assert_eq!(NetshaConfig::default(), NetshaConfig { name: "netsha".into(), ..NetshaConfig::tofino1() });
+    let c = NetshaConfig::from_spec("netsha:k=10").unwrap();
+    assert_eq!((c.slots, c.ga, c.parse_depth, c.salu_conditions, c.k), (6, 4, 256, 2, 10));
+    let u = NetshaConfig::from_spec("netsha-unbounded").unwrap();
+    assert_eq!((u.slots, u.ga, u.parse_depth, u.salu_conditions), (12, 8, 1514, 4));
+}
+
+/// A replacement whose victim's answers leave the packet no room (the default's 256-B
+/// parse): the split copy that keeps the front answers makes the claim. Before, the other
+/// copy left with it and the register stayed tombstoned until its timer.
+#[test]
+fn a_replacement_claims_even_when_its_flush_fills_the_packet() {
+    let c = NetshaConfig { registers: 1, ways: 1, lambda: 1.0, timeout_ns: 50_000, timer_period_ns: 1_000, ..NetshaConfig::default() };
+    let a: Vec<(u32, f64)> = (0..5).map(|i| (i, i as f64)).collect();
+    let b: Vec<(u32, f64)> = (0..16).map(|i| (100 + i, i as f64 + 0.5)).collect();
+    let pk = vec![(0usize, vec![(1u32, a)]), (1usize, vec![(2u32, b)])];
+    let want = reference(&pk);
+    let (got, _, mut path) = run(&[Some(c)], 2, &pk);
+    let ev: HashMap<String, u64> = path.netsha_events(0).into_iter().collect();
+    assert_eq!((ev["replacements"], ev["claims"]), (1, 2), "{ev:?}");
+    assert!(ev["splits"] >= 1 && ev["inserted"] > 5, "{ev:?}");
+    assert_eq!(losses(&got, &want, 50), 0);
+}
+
+/// Many servers' sorted answers interleaved (each server's packets in turn), as parallel
+/// servers' packets meet in the switch: phase 2 goes on long after r.T is first set.
+fn interleaved(seed: u64, queries: u32, servers: usize, answers: u32, per: usize) -> Workload {
+    let mut x = seed | 1;
+    let mut lists: Vec<Vec<Block>> = vec![Vec::new(); servers];
+    for q in 0..queries {
+        for (s, l) in lists.iter_mut().enumerate() {
+            let mut a: Vec<(u32, f64)> = (0..answers)
+                .map(|i| {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    (s as u32 * 10_000 + i, ((x >> 40) as f32 / 1e3) as f64)
+                })
+                .collect();
+            a.sort_by(|u, v| u.1.partial_cmp(&v.1).unwrap());
+            for c in a.chunks(per) {
+                l.push((q, c.to_vec()));
+            }
+        }
+    }
+    let mut pk = Vec::new();
+    for i in 0..lists.iter().map(Vec::len).max().unwrap_or(0) {
+        for (s, l) in lists.iter().enumerate() {
+            if let Some(b) = l.get(i) {
+                pk.push((s, vec![b.clone()]));
+            }
+        }
+    }
+    pk
+}
+
+/// Phase 2 lowers r.T every ceil(K / n) full sends (issue 19): the agent's top K still
+/// equals the top K of everything the servers sent (one and two switches, both
+/// condition-unit builds, n below and above K), and fewer answers and packets reach it
+/// than with r.T fixed by the first K sent.
+#[test]
+fn tightening_r_t_in_phase_2_stays_exact_and_sends_less() {
+    let (mut on_answers, mut off_answers, mut on_frames, mut off_frames, mut tightened) = (0, 0, 0, 0, 0);
+    for (seed, n, p, k, conds, hops) in
+        [(1, 6, 4, 10, 2, 1), (2, 6, 2, 10, 2, 2), (3, 4, 4, 10, 4, 1), (4, 12, 8, 10, 4, 1), (5, 3, 1, 7, 2, 1)]
+    {
+        let pk = interleaved(seed, 6, 12, 30, 5);
+        let want = reference(&pk);
+        let mut c = cfg(8, n, p, k, ReductionMode::Exact);
+        c.salu_conditions = conds;
+        let (got, frames, mut path) = run(&vec![Some(c.clone()); hops], 12, &pk);
+        assert_eq!(losses(&got, &want, k as usize), 0, "seed {seed}");
+        tightened += path.netsha_events(0).into_iter().find(|(n, _)| n == "tightenings").map_or(0, |x| x.1);
+        on_answers += got.values().map(Vec::len).sum::<usize>();
+        on_frames += frames;
+        c.tighten = false;
+        let (got, frames, _) = run(&vec![Some(c); hops], 12, &pk);
+        assert_eq!(losses(&got, &want, k as usize), 0, "seed {seed}, r.T fixed");
+        off_answers += got.values().map(Vec::len).sum::<usize>();
+        off_frames += frames;
+    }
+    assert!(tightened > 0);
+    assert!(on_answers < off_answers, "answers at the agent: {on_answers} tightened, {off_answers} not");
+    assert!(on_frames < off_frames, "agent packets: {on_frames} tightened, {off_frames} not");
 }
 
 /// Queries with answers from several servers, cut into packets of 1..=6 answers, in a
@@ -695,7 +795,7 @@ fn full_120_answer_packets_are_reduced() {
         }
     }
     let want = reference(&pk);
-    let c = NetshaConfig { timeout_ns: 50_000, timer_period_ns: 1_000, ..NetshaConfig::default() };
+    let c = NetshaConfig { timeout_ns: 50_000, timer_period_ns: 1_000, ..NetshaConfig::unbounded() };
     // The servers answer in parallel (as `inswitch search` runs them).
     let mut path = SwitchPath::new(&[Some(c)], servers);
     let mut per_server: Vec<Vec<Vec<u8>>> = vec![Vec::new(); servers];

@@ -36,7 +36,7 @@ fn drops(path: &SwitchPath, name: &str) -> u64 {
 #[test]
 fn switch_selection_equals_the_reference() {
     let (servers, l) = (24usize, 10usize);
-    let cfg = NetshaConfig { tables: l as u32, ..NetshaConfig::default() };
+    let cfg = NetshaConfig { tables: l as u32, ..NetshaConfig::unbounded() };
     let mut path = SwitchPath::new(&[Some(cfg)], servers);
     let mut rng = Rng(0x5eed);
     // Each server holds ~150 buckets per table out of 400 possible keys.
@@ -88,7 +88,7 @@ fn switch_selection_equals_the_reference() {
 /// the agent sent it (the rack).
 #[test]
 fn replicas_to_servers_behind_other_switches_are_addressed_to_them() {
-    let mut path = SwitchPath::new(&[Some(NetshaConfig { tables: 4, ..NetshaConfig::default() })], 3);
+    let mut path = SwitchPath::new(&[Some(NetshaConfig { tables: 4, ..NetshaConfig::unbounded() })], 3);
     path.install_selection(0, 5, 0b011).unwrap();
     path.set_server_addr(1, [2, 0, 0, 0, 0, 0x77], [2, 0, 0, 0, 0, 0x55], [10, 0, 2, 7]).unwrap();
     let q = QueryRepr { qid: 4, keys: vec![5, 1, 2, 3], vector: vec![0.25; 6] };
@@ -122,7 +122,7 @@ fn replicas_to_servers_behind_other_switches_are_addressed_to_them() {
 /// and counted; a valid query after them is still selected.
 #[test]
 fn malformed_queries_are_counted_drops() {
-    let mut path = SwitchPath::new(&[Some(NetshaConfig { tables: 4, ..NetshaConfig::default() })], 4);
+    let mut path = SwitchPath::new(&[Some(NetshaConfig { tables: 4, ..NetshaConfig::unbounded() })], 4);
     path.install_selection(2, 77, 0b0100).unwrap();
     let good = QueryRepr { qid: 9, keys: vec![1, 2, 77, 3], vector: vec![1.0; 8] };
     let body = emit(&good);
@@ -171,14 +171,14 @@ fn selection_tables_are_declared() {
     assert_eq!(sel.len(), 10);
     let r = ResourceReport::new(&[d], &t1);
     assert!(r.fits, "{r:?}");
-    let big = Netsha::with_config(NetshaConfig::default());
+    let big = Netsha::with_config(NetshaConfig::unbounded());
     assert!(!ResourceReport::new(&[pisa::Program::decl(&big)], &t1).fits);
 }
 
 /// The query counters: queries selected and the servers they went to, queries to all.
 #[test]
 fn query_counters_count() {
-    let mut path = SwitchPath::new(&[Some(NetshaConfig { tables: 2, ..NetshaConfig::default() })], 5);
+    let mut path = SwitchPath::new(&[Some(NetshaConfig { tables: 2, ..NetshaConfig::unbounded() })], 5);
     path.install_selection(0, 10, 0b00011).unwrap();
     path.install_selection(1, 20, 0b10000).unwrap();
     for (qid, keys) in [(1u32, vec![10u64, 20]), (2, vec![10, 0]), (3, vec![0, 0])] {
@@ -206,7 +206,7 @@ mod hostile {
             garbage in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..120), 1..8),
             flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..6),
         ) {
-            let mut path = SwitchPath::new(&[Some(NetshaConfig { tables: 3, ..NetshaConfig::default() })], 3);
+            let mut path = SwitchPath::new(&[Some(NetshaConfig { tables: 3, ..NetshaConfig::unbounded() })], 3);
             path.install_selection(1, 5, 0b010).unwrap();
             let mut sent = 0u64;
             let mut arrived = 0u64;

@@ -39,7 +39,7 @@ def register(app: typer.Typer) -> None:
         out: str = option("out/experiments", "--out", type=OUT_DIR, help="Directory for NAME.json and NAME.png."),
         quick: bool = typer.Option(False, "--quick", help="A small run (what the tests use)."),
         list_: bool = typer.Option(False, "--list", help="List the experiments."),
-        program: Optional[str] = option(None, "--program", type=Choice("switchagg", "daiet"), help="The switch program of an experiment that offers a choice (e.g. switchagg-hops: switchagg or daiet)."),
+        program: Optional[str] = option(None, "--program", type=Choice("switchagg", "daiet", "netsha", "netsha-unbounded"), help="The switch program of an experiment that offers a choice (e.g. switchagg-hops: switchagg or daiet; netsha-*: netsha, which fits tofino1, or netsha-unbounded, Table 1's)."),
     ) -> None:
         """Regenerate a paper's figure from scratch (JSON + PNG), with the paper's numbers beside ours."""
         console = Console()

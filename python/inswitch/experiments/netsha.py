@@ -5,12 +5,56 @@ wall times of this machine's numpy servers/agent and of the switch model."""
 
 from __future__ import annotations
 
+import dataclasses
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Callable
 
 from inswitch.experiments import Experiment, PaperNumber
 
 Progress = Callable[[str], None]
+
+#: `inswitch experiment netsha-* --program P`: the switch configuration each program is
+#: (`apps/netsha/search.py` SWITCH_CONFIGS); the first is the default.
+PROGRAM_CONFIGS = {"netsha": "tofino1", "netsha-unbounded": "unbounded"}
+#: The configuration of the experiment being run, and the label of the one being plotted.
+_SWITCH: ContextVar[str] = ContextVar("netsha_switch", default="tofino1")
+_LABEL: ContextVar[str] = ContextVar("netsha_label", default="")
+
+
+def _on_program(run: Callable[[bool, Progress], dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+    """`run` with the switch configuration of `program`, its label in the result."""
+    from inswitch.apps.netsha.search import SWITCH_LABELS
+
+    def wrapped(quick: bool, progress: Progress, program: str = "netsha") -> dict[str, Any]:
+        token = _SWITCH.set(PROGRAM_CONFIGS[program])
+        try:
+            r = run(quick, progress)
+        finally:
+            _SWITCH.reset(token)
+        r.setdefault("switch", SWITCH_LABELS[PROGRAM_CONFIGS[program]])
+        r["program"] = program
+        return r
+
+    return wrapped
+
+
+def _labelled(plot: Callable[[dict[str, Any], Path], None]) -> Callable[[dict[str, Any], Path], None]:
+    def wrapped(r: dict[str, Any], png: Path) -> None:
+        token = _LABEL.set(str(r.get("switch", "")))
+        try:
+            plot(r, png)
+        finally:
+            _LABEL.reset(token)
+
+    return wrapped
+
+
+def _save(fig: Any, png: Path) -> None:
+    """Save with the switch configuration written under the plot."""
+    if _LABEL.get():
+        fig.text(0.995, 0.005, f"switch: {_LABEL.get()}", ha="right", va="bottom", fontsize=7, color="0.3")
+    fig.savefig(png, dpi=120)
 
 
 def _sizes(quick: bool) -> dict[str, int]:
@@ -22,10 +66,12 @@ def _run(quick: bool, modes: list[str], progress: Progress, label: str = "", **o
     from inswitch.apps.netsha.datasets import random_dataset
     from inswitch.apps.netsha.search import SearchConfig, run_search
 
+    from inswitch.apps.netsha.search import search_config
+
     sz = _sizes(quick)
     ds = random_dataset(sz["base"], sz["queries"], seed=over.pop("seed", 0))
     over.setdefault("servers", sz["servers"])
-    cfg = SearchConfig(k=sz["k"], **over)
+    cfg = search_config(over.pop("switch_config", _SWITCH.get()), k=sz["k"], **over)
     if quick:
         cfg.registers = over.get("registers", 32)
         cfg.concurrency = over.get("concurrency", 8)
@@ -39,7 +85,7 @@ def _bar(png: Path, labels: list[str], values: list[float], title: str, ylabel: 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 3.5))
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.85 * len(labels)), 3.5))
     x = range(len(labels))
     ax.bar([i - 0.2 for i in x], values, width=0.4, label="ours")
     if paper is not None:
@@ -50,7 +96,7 @@ def _bar(png: Path, labels: list[str], values: list[float], title: str, ylabel: 
     ax.set_title(title)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(png, dpi=120)
+    _save(fig, png)
     plt.close(fig)
 
 
@@ -68,7 +114,7 @@ def _lines(png: Path, xs: list[Any], series: dict[str, list[float]], title: str,
     ax.set_title(title)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(png, dpi=120)
+    _save(fig, png)
     plt.close(fig)
 
 
@@ -107,7 +153,36 @@ def fig12(quick: bool, progress: Progress) -> dict[str, Any]:
     for pp in sizes:
         x = _run(quick, ["netsha", "layered"], progress, f"{pp} answers per packet", per_packet=pp)
         r["by_packet_size"][str(pp)] = {"normalized_agent_packets": norm(x), "agent_packets": {m: v["agent_packets"] for m, v in x["modes"].items()}}
+    r["real_vectors_k10"] = _real_vectors_k10(quick, progress)
     return r
+
+
+def _real_vectors_k10(quick: bool, progress: Progress) -> dict[str, Any]:
+    """Issue 19: real vectors (the `text` sentence embeddings; `digits` when quick), the
+    paper's 24 servers, K = 10, exact reduction, full server packets: NetSHa / Layered
+    with r.T tightened in phase 2 (the default) and fixed by the first K sent (before)."""
+    from inswitch.apps.netsha.datasets import TEXT_LSH_WIDTH, load
+    from inswitch.apps.netsha.search import run_search, search_config
+
+    name, base, queries, width = ("digits", 1500, 30, 60.0) if quick else ("text", 1800, 200, TEXT_LSH_WIDTH)
+    ds = load(name, base, queries)
+    out: dict[str, Any] = {"dataset": name, "base": int(ds.base.shape[0]), "queries": int(ds.queries.shape[0]), "servers": 24, "k": 10,
+                           "paper_netsha_over_layered": "0.1–0.25"}
+    for label, tighten in (("tightened", True), ("fixed_threshold", False)):
+        progress(f"real vectors ({name}), K=10, {label}")
+        cfg = search_config(_SWITCH.get(), servers=24, k=10, width=width, tighten=tighten)
+        x = run_search(ds, cfg, ["netsha", "layered", "tlsh"] if tighten else ["netsha", "layered"])
+        m = x["modes"]
+        out[label] = {
+            "netsha_over_layered": x["agent_packets_ratio"],
+            "netsha_over_layered_full_packets": x["agent_packets_ratio_layered_full"],
+            "agent_packets": {k: v["agent_packets"] for k, v in m.items()},
+            "agent_answers": {k: v["agent_answers"] for k, v in m.items()},
+            "recall": {k: v["recall"] for k, v in m.items()},
+            "answers_per_packet": m["netsha"]["answers_per_packet"],
+            "tightenings": m["netsha"]["switch_counters"]["switch0"].get("tightenings", 0),
+        }
+    return out
 
 
 def plot_fig12(r: dict[str, Any], png: Path) -> None:
@@ -115,7 +190,14 @@ def plot_fig12(r: dict[str, Any], png: Path) -> None:
     sm = r["small_packets"]["normalized_agent_packets"]
     labels = [f"{k}\nfull" for k in n] + [f"{k}\n8/pkt" for k in sm]
     paper = [0.1 if m == "netsha" else 1.0 for m in n] * 2
-    _bar(png, labels, list(n.values()) + list(sm.values()), "Fig. 12: agent packets / Layered", "normalised packets", paper)
+    values = list(n.values()) + list(sm.values())
+    rv = r.get("real_vectors_k10")
+    if rv:
+        # Real vectors, K = 10 (issue 19): r.T tightened in phase 2, and fixed (before).
+        labels += [f"netsha\n{rv['dataset']} K=10", "fixed r.T\n(before)"]
+        values += [rv["tightened"]["netsha_over_layered"], rv["fixed_threshold"]["netsha_over_layered"]]
+        paper += [0.1, 0.1]
+    _bar(png, labels, values, "Fig. 12: agent packets / Layered (paper: 0.1–0.25)", "normalised packets", paper)
 
 
 # ---- Fig. 16: baseline / +aggregation / +reduction --------------------------------------
@@ -189,7 +271,7 @@ def plot_table2(r: dict[str, Any], png: Path) -> None:
     ax.set_title("Table 2: query time split (Random)")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(png, dpi=120)
+    _save(fig, png)
     plt.close(fig)
 
 
@@ -234,7 +316,7 @@ def plot_fig21(r: dict[str, Any], png: Path) -> None:
     # Below the axes: inside, it would cover a bar.
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=3, fontsize=8)
     fig.tight_layout()
-    fig.savefig(png, dpi=120)
+    _save(fig, png)
     plt.close(fig)
 
 
@@ -273,11 +355,12 @@ def _gap_ns(rate: float, registers: int) -> int:
 def _stream_setup(quick: bool, rate: float, lam: float, per_packet: int) -> tuple[Any, Any]:
     """The dataset and configuration of the stream regime at QueryRate `rate`."""
     from inswitch.apps.netsha.datasets import random_dataset
-    from inswitch.apps.netsha.search import SearchConfig
+    from inswitch.apps.netsha.search import search_config
 
     sz, rg = _sizes(quick), _regime(quick)
     ds = random_dataset(sz["base"], rg["queries"], seed=0)
-    cfg = SearchConfig(
+    cfg = search_config(
+        _SWITCH.get(),
         k=sz["k"], servers=sz["servers"], registers=rg["registers"], lam=lam, per_packet=per_packet, timeout_us=TIMEOUT_US,
         arrival="stream", query_gap_ns=_gap_ns(rate, rg["registers"]), concurrency=50,
     )
@@ -353,7 +436,7 @@ def plot_fig23(r: dict[str, Any], png: Path) -> None:
     ax.set_title("Fig. 23: λ (8-answer server packets)")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(png, dpi=120)
+    _save(fig, png)
     plt.close(fig)
 
 
@@ -361,21 +444,26 @@ def plot_fig23(r: dict[str, Any], png: Path) -> None:
 
 
 def fig18_19(quick: bool, progress: Progress) -> dict[str, Any]:
+    # Up to 20 slots and p = 12: beyond what fits tofino1 (6 slots), so Table 1's
+    # unbounded configuration whatever --program says.
+    from inswitch.apps.netsha.search import SWITCH_LABELS
+
     budget = 200
     slots = [8, 10, 12, 16, 20] if not quick else [8, 12, 20]
     f18 = []
     for n in slots:
         # The same server packets (50 answers) for every configuration.
-        r = _run(quick, ["netsha"], progress, f"n={n}", slots=n, ga=8, registers=budget // n, ways=1, concurrency=40 if quick else 200, per_packet=50)
+        r = _run(quick, ["netsha"], progress, f"n={n}", switch_config="unbounded", slots=n, ga=8, registers=budget // n, ways=1, concurrency=40 if quick else 200, per_packet=50)
         m = r["modes"]["netsha"]
         f18.append({"slots": n, "registers": budget // n, "agent_packets": m["agent_packets"], "total_s": m["total_s"]})
     gas = [2, 4, 6, 8, 10, 12] if not quick else [2, 8, 12]
     f19 = []
     for p in gas:
-        r = _run(quick, ["netsha"], progress, f"p={p}", slots=12, ga=p, registers=budget // 12, ways=1, concurrency=40 if quick else 200, per_packet=50)
+        r = _run(quick, ["netsha"], progress, f"p={p}", switch_config="unbounded", slots=12, ga=p, registers=budget // 12, ways=1, concurrency=40 if quick else 200, per_packet=50)
         m = r["modes"]["netsha"]
         f19.append({"ga": p, "agent_packets": m["agent_packets"], "total_s": m["total_s"]})
-    return {"fig18": f18, "fig19": f19, "budget_slots": budget, "paper": "fig18: gains flatten beyond 12 slots; fig19: best near p = 8–10"}
+    return {"fig18": f18, "fig19": f19, "budget_slots": budget, "paper": "fig18: gains flatten beyond 12 slots; fig19: best near p = 8–10",
+            "switch": SWITCH_LABELS["unbounded"]}
 
 
 def plot_fig18_19(r: dict[str, Any], png: Path) -> None:
@@ -393,7 +481,7 @@ def plot_fig18_19(r: dict[str, Any], png: Path) -> None:
     b.set_xlabel("GA slots p (12 slots)")
     b.set_title("Fig. 19")
     fig.tight_layout()
-    fig.savefig(png, dpi=120)
+    _save(fig, png)
     plt.close(fig)
 
 
@@ -484,7 +572,7 @@ def plot_fig20(r: dict[str, Any], png: Path) -> None:
     b.set_title("paper: > 1 at QueryRate 4")
     b.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(png, dpi=120)
+    _save(fig, png)
     plt.close(fig)
 
 
@@ -587,7 +675,7 @@ def plot_fig14_15(r: dict[str, Any], png: Path) -> None:
     a.legend(fontsize=7)
     b.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(png, dpi=120)
+    _save(fig, png)
     plt.close(fig)
 
 
@@ -633,6 +721,10 @@ EXPERIMENTS = [
             PaperNumber("NetSHa / Layered, 24-answer packets", "0.1–0.25", "by_packet_size.24.normalized_agent_packets.netsha"),
             PaperNumber("full packets: answers NetSHa / TLSH", "-", "full_packets.netsha_answers_over_tlsh"),
             PaperNumber("full packets: answers forwarded for lack of room", "-", "full_packets.bypass_no_room"),
+            PaperNumber("real vectors, K=10, 24 servers: NetSHa / Layered (r.T tightened)", "0.1–0.25", "real_vectors_k10.tightened.netsha_over_layered"),
+            PaperNumber("the same, r.T fixed by the first K (before)", "0.1–0.25", "real_vectors_k10.fixed_threshold.netsha_over_layered"),
+            PaperNumber("the same, tightened, against Layered's 120-answer packets", "0.1–0.25", "real_vectors_k10.tightened.netsha_over_layered_full_packets"),
+            PaperNumber("real vectors: NetSHa recall (= TLSH's)", "= TLSH", "real_vectors_k10.tightened.recall.netsha"),
         ],
     ),
     Experiment(
@@ -767,3 +859,7 @@ EXPERIMENTS = [
         ],
     ),
 ]
+
+# Every NetSHa experiment runs the default (tofino1) configuration, or Table 1's with
+# `--program netsha-unbounded`, and says which in its JSON (`switch`) and plot.
+EXPERIMENTS = [dataclasses.replace(e, run=_on_program(e.run), plot=_labelled(e.plot), programs=tuple(PROGRAM_CONFIGS)) for e in EXPERIMENTS]

@@ -16,7 +16,8 @@
 //!   built for two condition units (Tofino 1) with two ways: `qid_1` (way 1's owners)
 //! - stage 1: `qid` (owners of the query's set of candidate registers, [`selection`]), or
 //!   `qid_0` (way 0's) on Tofino 1; `sweep` (timer cursor)
-//! - stage 2: `weight_0` (Algorithm 2's weight of way 0), `replacements` ([`best_effort`])
+//! - stage 2: `weight_0` (Algorithm 2's weight of way 0), `replacements` ([`best_effort`]),
+//!   `epoch` (phase 2's tightening of r.T, [`sort_reduce::EpochAlu`])
 //! - stage 3: `weight_1` (way 1's, compared with way 0's), `threshold` (r.T), `progress`
 //!   (r.k, commits pending)
 //! - stage 4: `born` (claim time and owner, [`timer`]), `state` (held answers, tombstone;
@@ -68,8 +69,8 @@ use selection::{
 };
 use slots::{decode_distance, encode_distance, valid_distance, SlotDistanceAlu, SlotIdAlu, EMPTY};
 use sort_reduce::{
-    final_flush_select, gate, held_outcome, send, send_operand, Gate, Held, HeldInsert, HeldTomb, HeldUnlock, Params, ProgressCommit,
-    ProgressRead, ProgressSend, Reduction, SetTo, Step, ThresholdAlu,
+    final_flush_select, gate, held_outcome, send, send_operand, EpochAlu, Gate, Held, HeldInsert, HeldTomb, HeldUnlock, Params,
+    ProgressCommit, ProgressRead, ProgressSend, Reduction, SetTo, Step, ThresholdAlu,
 };
 use timer::{age_operand, now_us, BornAge, BornAgeWrapped, BornOwner, BornSet, SweepAlu};
 
@@ -123,7 +124,10 @@ pub mod answer_event {
     pub const SEND_PASS: u32 = 14;
     /// An answer met its register locked by a send in flight: it goes around again.
     pub const SEND_WAIT: u32 = 15;
-    pub const NAMES: [&str; 16] = [
+    /// A phase-2 epoch completed and r.T fell to its worst answer (sort_reduce.rs
+    /// `EpochAlu`; counted on the pass that tightens, whether or not r.T moved).
+    pub const TIGHTEN: u32 = 16;
+    pub const NAMES: [&str; 17] = [
         "inserted",
         "dropped_by_threshold",
         "bypass_collision",
@@ -140,6 +144,7 @@ pub mod answer_event {
         "way1_claim_passes",
         "send_passes",
         "send_waits",
+        "tightenings",
     ];
 }
 
@@ -188,10 +193,26 @@ pub struct NetshaConfig {
     /// (Tofino 1). The two-way lookup of `qid` needs 4; with fewer each way's owners are
     /// an array of their own and a claim of way 1 takes a second pass (see `selection.rs`).
     pub salu_conditions: u32,
+    /// Phase 2 lowers r.T to the worst answer of each ceil(K / n) full sends (sort_reduce.rs
+    /// `EpochAlu`; one more recirculation per phase-2 send). Off: r.T stays the worst of
+    /// the first K sent, as in Algorithm 1.
+    pub tighten: bool,
 }
 
 impl Default for NetshaConfig {
+    /// What fits tofino1 (issue 19: the default must): Table 1's registers, K and λ with 6
+    /// slots (p = 4; 12 slots need 18 stages), a 256-byte parse and two condition units.
+    /// Table 1 as the paper gives it is [`NetshaConfig::unbounded`].
     fn default() -> Self {
+        NetshaConfig { slots: 6, ga: 4, parse_depth: 256, salu_conditions: 2, name: "netsha".into(), ..NetshaConfig::unbounded() }
+    }
+}
+
+impl NetshaConfig {
+    /// Table 1 as the paper gives it (100 registers, 12 slots, p = 8, K = 50) with a
+    /// 1,514-byte parse and four condition units: does not fit tofino1 (18 stages, the
+    /// parse depth, the PHV). Program `netsha-unbounded`.
+    pub fn unbounded() -> NetshaConfig {
         NetshaConfig {
             registers: 100,
             ways: 2,
@@ -205,28 +226,29 @@ impl Default for NetshaConfig {
             timer_period_ns: 100_000,
             parse_depth: 1514,
             max_recirculations: 250,
-            name: "netsha".into(),
+            name: "netsha-unbounded".into(),
             tables: 10,
             select_size: 4096,
             salu_conditions: 4,
+            tighten: true,
         }
     }
-}
 
-impl NetshaConfig {
-    /// The largest configuration that fits tofino1: 6 slots (12 stages), a 256-byte parse.
+    /// The default configuration under the name `netsha-tofino1` (kept: it predates the
+    /// default fitting tofino1).
     pub fn tofino1() -> NetshaConfig {
-        NetshaConfig { slots: 6, ga: 4, parse_depth: 256, name: "netsha-tofino1".into(), salu_conditions: 2, ..NetshaConfig::default() }
+        NetshaConfig { name: "netsha-tofino1".into(), ..NetshaConfig::default() }
     }
 
     /// Parse `netsha` or `netsha:registers=100,ways=2,slots=12,ga=8,k=50,lambda=0.2,reduction=exact,
-    /// timeout_us=1000,period_ns=1000,depth=1514,name=...,conds=4` (also `netsha-tofino1`; options
-    /// may be separated by `;`).
+    /// timeout_us=1000,period_ns=1000,depth=1514,name=...,conds=4` (also `netsha-tofino1`, the
+    /// same base as `netsha`, and `netsha-unbounded`, Table 1's; options may be separated by `;`).
     pub fn from_spec(spec: &str) -> Result<NetshaConfig, String> {
         let (base, args) = spec.split_once(':').unwrap_or((spec, ""));
         let mut c = match base {
             "netsha" => NetshaConfig::default(),
             "netsha-tofino1" => NetshaConfig::tofino1(),
+            "netsha-unbounded" => NetshaConfig::unbounded(),
             _ => return Err(format!("not a netsha program: {base}")),
         };
         // `;` too, for program lists that are themselves comma-separated.
@@ -249,6 +271,7 @@ impl NetshaConfig {
                 "tables" | "l" => c.tables = num(v)? as u32,
                 "select_size" => c.select_size = num(v)? as u32,
                 "conds" => c.salu_conditions = num(v)? as u32,
+                "tighten" => c.tighten = num(v)? != 0,
                 _ => return Err(format!("unknown netsha option `{k}`")),
             }
         }
@@ -326,6 +349,9 @@ mod br {
     pub const PARK: u8 = 4;
     /// The second pass of a phase-1 send (B: the locked register's index).
     pub const SEND: u8 = 5;
+    /// The pass after a full phase-2 send: its worst answer (A) into the register's (B,
+    /// owner C) epoch, which may lower r.T.
+    pub const TIGHTEN: u8 = 6;
 }
 
 /// The `qid` owner tags: one 64-bit cell per set (way 0 lo, way 1 hi), or, for two ways
@@ -378,6 +404,8 @@ pub struct Netsha {
     born_age_wrapped: pisa::SaluAction<Pair, (u32, u32), u32, BornAgeWrapped>,
     replacements: pisa::SaluAction<u32, (u32, u32), u32, BestEffortAlu>,
     threshold: pisa::SaluAction<u32, (u32, u32), u32, ThresholdAlu>,
+    /// Phase 2's tightening of r.T (stage 2, before `threshold`).
+    epoch: pisa::SaluAction<Pair, Pair, u32, EpochAlu>,
     /// Algorithm 1's state (sort_reduce.rs): r.k and commits pending (`progress`, stage
     /// 3), held answers and the tombstone (`state`, stage 4).
     progress_read: pisa::SaluAction<u32, (), u32, ProgressRead>,
@@ -582,6 +610,15 @@ impl Netsha {
             "r.T: distance code of the worst answer sent (phase 2 drops at or beyond it)",
         );
         let threshold = b.register_action_salu(t_r, "threshold", ThresholdAlu);
+        let e_r = b.register::<Pair>(
+            "epoch",
+            Gress::Ingress,
+            2,
+            r,
+            "phase 2's full sends in this epoch (lo) and their worst distance code (hi): r.T falls to it every ceil(K / n) sends",
+        );
+        b.cell_fields(&e_r, &[("sends", 32), ("worst", 32)]);
+        let epoch = b.register_action_salu(e_r, "epoch", EpochAlu);
         // Algorithm 1's state in two arrays, so each action tests at most two conditions:
         // `progress` beside r.T (read before the insert, counts sends and commits), `state`
         // after it (held answers, locked while a phase-1 send is in flight; sort_reduce.rs).
@@ -745,6 +782,7 @@ impl Netsha {
             born_age_wrapped,
             replacements,
             threshold,
+            epoch,
             progress_read,
             progress_send,
             progress_commit,
@@ -1122,8 +1160,10 @@ impl Netsha {
             }
             Selected::Claimed => {
                 let now = now_us(p.now_ns());
+                // A fresh epoch (stage 2, before way 1's weight in stage 3).
+                p.execute(&self.epoch, idx, Pair::new(0, 0));
                 p.execute(&self.weight_set[way as usize], set, 1);
-                p.execute(&self.threshold, idx, (sort_reduce::T_RESET, 0));
+                p.execute(&self.threshold, idx, sort_reduce::T_RESET);
                 // The old state is ignored: the insert's outcome on an empty register.
                 p.execute(&self.progress_set, idx, 0);
                 p.execute(&self.born_set, idx, Pair::new(now, my));
@@ -1143,7 +1183,7 @@ impl Netsha {
             Selected::Hit if sending == Some(idx) => {
                 // The send's second pass: r.k and pending counted (the old ones decide),
                 // the register unlocked to what the send leaves in it.
-                let t = p.execute(&self.threshold, idx, (sort_reduce::T_READ, 0)).get();
+                let t = p.execute(&self.threshold, idx, sort_reduce::T_READ).get();
                 let word = p.execute(&self.progress_send, idx, send_operand(self.prm));
                 let (prm, n_) = (self.prm, self.prm.n);
                 let (st, _, pend) = send(word.get(), prm);
@@ -1154,7 +1194,7 @@ impl Netsha {
             }
             Selected::Hit => {
                 p.execute(&self.weight_add[way as usize], set, ());
-                let t = p.execute(&self.threshold, idx, (sort_reduce::T_READ, 0)).get();
+                let t = p.execute(&self.threshold, idx, sort_reduce::T_READ).get();
                 let ge = c.hi >= t;
                 let word = p.execute(&self.progress_read, idx, ());
                 match gate(word.get(), ge, self.prm) {
@@ -1183,6 +1223,7 @@ impl Netsha {
         let claimed = matches!(sel, Selected::Claimed);
         let mut out = SentAnswers::new(qid);
         let mut commit = false;
+        let mut tighten = false;
         let (ev, cause, mut cleared) = match st {
             Step::Tomb => {
                 let num = Self::bypass_front_block(p);
@@ -1211,6 +1252,8 @@ impl Netsha {
                     out.push(self.take(p, idx, i));
                 }
                 out.push(c);
+                // Only sends of exactly n count towards an epoch (its K answers).
+                tighten = self.cfg.tighten && self.prm.reduce && out.len == n;
                 (answer_event::INSERTED, Some(emit_event::ALL), 0)
             }
             Step::FinalFlush { m } => {
@@ -1241,9 +1284,9 @@ impl Netsha {
         };
         Self::consume_front(p);
         Self::append(p, &out);
-        if commit {
+        if commit || tighten {
             let b = p.bridged_mut();
-            b[br::MODE] = br::COMMIT;
+            b[br::MODE] = if commit { br::COMMIT } else { br::TIGHTEN };
             Self::sa(b, br::A, out.worst());
             Self::sa(b, br::B, idx);
             Self::sa(b, br::C, my);
@@ -1288,7 +1331,7 @@ impl Netsha {
                 let idx = set * self.cfg.ways + way;
                 // The insert's drop test, state unchanged (a tombstone does not matter: K
                 // answers at least as good as r.T have been sent either way).
-                let t = p.execute(&self.threshold, idx, (sort_reduce::T_READ, 0)).get();
+                let t = p.execute(&self.threshold, idx, sort_reduce::T_READ).get();
                 let word = p.execute(&self.progress_read, idx, ()).get();
                 dropped = gate(word, code >= t, self.prm) == Gate::Drop;
             }
@@ -1337,8 +1380,10 @@ impl Netsha {
     /// nothing was sent yet). A server's answers come nearest first, so the tail holds its
     /// worst ones, and moving few of them keeps the arrival order Algorithm 1 sees close to
     /// the servers' (a larger part processed alongside the front would raise r.T early).
-    /// A pending claim (`FORCE_CLAIM`) belongs to the front answers, so to the first copy.
+    /// A pending claim (`FORCE_CLAIM`) belongs to the front answers: to the first copy, or
+    /// to the second when the first keeps none (it leaves with the answers sent alone).
     fn keep_part<M: TraceMode>(&self, p: &mut Pass<'_, M>, second: bool) {
+        let claim = p.bridged()[br::MODE] == br::FORCE_CLAIM;
         let h = p.hdr();
         let len = h.len();
         let inputs = p.bridged()[br::INPUTS] as usize;
@@ -1386,7 +1431,14 @@ impl Netsha {
         p.hdr_mut()[L2_L4_LEN..new_len].copy_from_slice(&v);
         p.resize_hdr(new_len);
         p.bridged_mut()[br::INPUTS] = kept as u8;
-        if second {
+        if claim && cut == 0 {
+            // The front answers are the second copy's, and so is the claim (its victim and
+            // way stay in A and B); before, the first copy left with it and the victim's
+            // register stayed tombstoned until its timer.
+            if !second {
+                p.bridged_mut()[br::MODE] = br::NORMAL;
+            }
+        } else if second {
             // Wait about as many passes as the front copy has answers left, so the tail's
             // answers reach the registers after the front's, as in the server's order.
             let budget = self.cfg.max_recirculations.saturating_sub(p.recirculations() as u32 + t as u32 + 8);
@@ -1419,6 +1471,25 @@ impl Netsha {
         }
         p.bridged_mut()[br::MODE] = br::NORMAL;
         self.count(p, answer_event::COMMIT);
+        self.next_or_finish(p);
+    }
+
+    /// The pass after a full phase-2 send: the send joins its register's epoch, and an
+    /// epoch of ceil(K / n) sends (at least K answers, all at most its worst) lowers r.T to
+    /// that worst (sort_reduce.rs `EpochAlu`). Nothing is pending meanwhile: the old r.T is
+    /// legal until the new one lands.
+    fn tighten<M: TraceMode>(&self, p: &mut Pass<'_, M>) {
+        let (worst, idx, owner) = (Self::ga(p.bridged(), br::A), Self::ga(p.bridged(), br::B), Self::ga(p.bridged(), br::C));
+        let now_owner = self.owner_cas(p, idx, FREE, FREE);
+        if now_owner == owner {
+            let sends = self.prm.k.div_ceil(self.prm.n).max(1) - 1;
+            let t = p.execute(&self.epoch, idx, Pair::new(sends, worst)).get();
+            if t != 0 {
+                p.execute(&self.threshold, idx, (sort_reduce::T_MIN, t));
+                self.count(p, answer_event::TIGHTEN);
+            }
+        }
+        p.bridged_mut()[br::MODE] = br::NORMAL;
         self.next_or_finish(p);
     }
 
@@ -1477,7 +1548,7 @@ impl Netsha {
         let (set, way) = self.set_way(idx);
         p.execute(&self.replacements, 0, (best_effort::OP_RESET, 0));
         p.execute(&self.weight_set[way as usize], set, 0);
-        p.execute(&self.threshold, idx, (sort_reduce::T_RESET, 0));
+        p.execute(&self.threshold, idx, sort_reduce::T_RESET);
         p.execute(&self.progress_set, idx, 0);
         p.execute(&self.born_set, idx, Pair::new(0, 0));
         p.execute(&self.state_set, idx, 0);
@@ -1627,6 +1698,7 @@ impl Netsha {
         }
         match p.bridged()[br::MODE] {
             br::COMMIT => self.commit(p),
+            br::TIGHTEN => self.tighten(p),
             br::RELEASE => self.timer_release(p),
             br::PARK => self.park(p),
             _ => self.process_front(p),

@@ -310,17 +310,42 @@ impl SaluProgram<u32, (), ()> for HeldTomb {
 #[derive(Clone, Copy)]
 pub struct ThresholdAlu;
 
-/// Threshold ops.
-pub const T_READ: u32 = 0;
-pub const T_RESET: u32 = 1;
+/// Threshold ops: `(op, value)`. c0: the op is T_MAX (r.T rises to `value`, phase 1's
+/// commit); otherwise r.T falls to `value` when below it (c1): T_MIN, a tightening
+/// ([`EpochAlu`]), and the reset (T_MIN with 0). A read passes `u32::MAX`, never below.
+pub const T_MIN: u32 = 0;
 pub const T_MAX: u32 = 2;
+/// Read r.T, unchanged.
+pub const T_READ: (u32, u32) = (T_MIN, u32::MAX);
+/// r.T back to 0 (a claim).
+pub const T_RESET: (u32, u32) = (T_MIN, 0);
 
 impl SaluProgram<u32, (u32, u32), u32> for ThresholdAlu {
     const SALU: Salu = Salu {
-        conds: &[Cond::new(Src::PhvLo, Cmp::Eq, Src::K(T_RESET as i32)), Cond::new(Src::PhvLo, Cmp::Eq, Src::K(T_MAX as i32))],
-        lo: &[Update::set(Pred::C0, Src::K(0)), Update::new(Pred::C1, Src::Lo, Op::MaxU, Src::PhvHi)],
+        conds: &[Cond::new(Src::PhvLo, Cmp::Eq, Src::K(T_MAX as i32)), Cond::new(Src::PhvHi, Cmp::LtU, Src::Lo)],
+        lo: &[Update::new(Pred::C0, Src::Lo, Op::MaxU, Src::PhvHi), Update::set(Pred::C0.not().and(Pred::C1), Src::PhvHi)],
         hi: &[],
         out: &[Out::always(OutSrc::OldLo)],
+    };
+}
+
+/// Phase 2's tightening of r.T, over the register's `epoch` cell (lo: full phase-2 sends
+/// of n answers so far in this epoch, hi: the worst distance code among them). In:
+/// `(b - 1, worst)` after a phase-2 send of exactly n answers, where b = ceil(K / n), or
+/// `(0, 0)` to reset at a claim. c0: this send completes the epoch (b sends, so at least
+/// K answers, all at most the epoch's worst, were sent): out that worst, the new r.T, and
+/// start a new epoch; else out 0. c1: the epoch's first send, whose worst starts the max.
+/// Legal whatever the order answers come in: r.T only needs K answers at least as good
+/// sent, and an epoch's b × n are.
+#[derive(Clone, Copy)]
+pub struct EpochAlu;
+
+impl SaluProgram<Pair, Pair, u32> for EpochAlu {
+    const SALU: Salu = Salu {
+        conds: &[Cond::new(Src::Lo, Cmp::GeU, Src::PhvLo), Cond::new(Src::Lo, Cmp::Eq, Src::K(0))],
+        lo: &[Update::set(Pred::C0, Src::K(0)), Update::new(Pred::C0.not(), Src::Lo, Op::Add, Src::K(1))],
+        hi: &[Update::set(Pred::C1, Src::PhvHi), Update::new(Pred::C1.not(), Src::Hi, Op::MaxU, Src::PhvHi)],
+        out: &[Out::new(Pred::C0, OutSrc::NewHi)],
     };
 }
 

@@ -16,14 +16,14 @@ from inswitch.topology.fabric.cli import TOPOLOGY_SPEC
 from inswitch.topology.fabric.plan import MAX_FABRIC_NAME
 
 from .datasets import DatasetError, load
-from .search import ALL_MODES, MODES, SearchConfig, run_search
+from .search import ALL_MODES, MODES, SWITCH_CONFIGS, SearchConfig, run_search, search_config
 
 
 def _netsha_spec(text: str) -> str:
     from inswitch import native
 
-    if text.split(":", 1)[0] not in ("netsha", "netsha-tofino1"):
-        raise ValueError("expected netsha, netsha-tofino1 or netsha:slots=..")
+    if text.split(":", 1)[0] not in ("netsha", "netsha-tofino1", "netsha-unbounded"):
+        raise ValueError("expected netsha, netsha-tofino1, netsha-unbounded or netsha:slots=..")
     native.resources([text], "unbounded")  # the program builder checks the parameters (ValueError)
     return text
 
@@ -38,7 +38,7 @@ def bench_netsha(
     answers_per_packet: int = option(8, "--answers-per-packet", type=Int(1, 120), help="Answers per server packet (one pass each)."),
     queries: int = option(64, "--queries", type=Int(1, 65_536), help="Distinct queries the answers belong to."),
     duration: float = option(2.0, "--duration", type=Float(0.1, 600), help="Seconds per measurement."),
-    spec: str = option("netsha", "--spec", type=Text("a NetSHa program spec", check=_netsha_spec, bad=("bogus", "netsha:slots=99")), help="Program spec: netsha, netsha-tofino1 or netsha:slots=.."),
+    spec: str = option("netsha", "--spec", type=Text("a NetSHa program spec", check=_netsha_spec, bad=("bogus", "netsha:slots=99")), help="Program spec: netsha (fits tofino1), netsha-unbounded (Table 1; does not fit tofino1) or netsha:slots=.."),
     json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Write the results as JSON."),
 ) -> None:
     """Answers per second through the NetSHa program on one core, in memory, with a
@@ -121,14 +121,16 @@ def register(app: typer.Typer) -> None:
         k: int = option(50, "--k", type=Int(1, 10_000), help="Answers per query K."),
         registers: int = option(100, "--registers", type=Int(1, 65_536), help="Logical registers per switch (Table 1: 100)."),
         ways: int = option(2, "--ways", type=Int(1, 2), help="Candidate registers per query for Algorithm 2's weight-based selection (must divide --registers)."),
-        conds: int = option(4, "--conds", type=Int(2, 4), help="Condition units of the switch's stateful ALU (4: Tofino 2; 2: Tofino 1, two ways then claim way 1 on a second pass)."),
+        switch_config: str = option("tofino1", "--switch-config", type=Choice(*SWITCH_CONFIGS), help="Switch parameters: tofino1 (the default; fits a Tofino 1: 6 slots, p = 4, 256-byte parse, 2 condition units) or unbounded (Table 1: 12 slots, p = 8, 1,514-byte parse, 4 condition units; does not fit tofino1). --slots, --ga, --conds override."),
+        conds: Optional[int] = option(None, "--conds", type=Int(2, 4), help="Condition units of the switch's stateful ALU (4: Tofino 2; 2: Tofino 1, two ways then claim way 1 on a second pass; default: --switch-config's)."),
         arrival: str = option("concurrent", "--arrival", type=Choice("concurrent", "sequential", "stream"), help="concurrent: servers answer in parallel, packets interleave; sequential: one server after another; stream: queries arrive --query-gap-ns apart (Figs. 20, 23)."),
         query_gap_ns: int = option(250, "--query-gap-ns", type=Int(1, 10**9), help="With --arrival stream: virtual ns between two queries' arrivals (the query rate)."),
-        slots: int = option(12, "--slots", type=Int(1, 32), help="Slots per register n = p + q (Table 1: 12)."),
-        ga: int = option(8, "--ga", type=Int(1, 32), help="GA slots p (Table 1: 8; at most --slots)."),
+        slots: Optional[int] = option(None, "--slots", type=Int(1, 32), help="Slots per register n = p + q (default: --switch-config's, tofino1 6, Table 1 12)."),
+        ga: Optional[int] = option(None, "--ga", type=Int(1, 32), help="GA slots p (default: --switch-config's, tofino1 4, Table 1 8; at most --slots)."),
         lam: float = option(0.2, "--lambda", type=Float(0, 1, lo_open=True), help="Concurrency parameter λ (H = λ × registers)."),
         switches: int = option(1, "--switches", type=Int(1, 6), help="Switches on the path, each running NetSHa."),
         mode: str = option("all", "--mode", type=Choice(*ALL_MODES, "all"), help="Which systems to run (all: netsha, layered and tlsh)."),
+        tighten: bool = typer.Option(True, "--tighten/--fixed-threshold", help="Phase 2 lowers r.T to the worst answer of every ceil(K / n) full sends (default), or keeps the r.T of the first K answers sent (Algorithm 1)."),
         reduction: str = option("exact", "--reduction", type=Choice("paper", "exact"), help="paper: Algorithm 1 as written; exact: the corrected reduction."),
         tables: int = option(10, "--tables", type=Int(1, 32), help="LSH tables L."),
         hashes: int = option(6, "--hashes", type=Int(1, 32), help="Hashes per table k (concatenated)."),
@@ -156,8 +158,9 @@ def register(app: typer.Typer) -> None:
                 raise typer.BadParameter(f"a fabric name has at most {MAX_FABRIC_NAME} characters", param_hint="--rack-name")
         if registers % ways != 0:
             raise typer.BadParameter(f"{ways} does not divide --registers {registers}", param_hint="--ways")
-        if ga > slots:
-            raise typer.BadParameter(f"GA slots {ga} are more than --slots {slots}", param_hint="--ga")
+        sw = SWITCH_CONFIGS[switch_config]
+        if (ga or sw["ga"]) > (slots or sw["slots"]):
+            raise typer.BadParameter(f"GA slots {ga or sw['ga']} are more than --slots {slots or sw['slots']}", param_hint="--ga")
         if dataset == "random" and base < 1:
             raise typer.BadParameter("the random dataset needs at least one base vector", param_hint="--base")
         modes = list(MODES) if mode == "all" else [mode]
@@ -168,7 +171,9 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(2)
         if k > ds.base.shape[0]:
             raise typer.BadParameter(f"{k} answers per query from {ds.base.shape[0]} base vectors", param_hint="--k")
-        cfg = SearchConfig(
+        cfg = search_config(
+            switch_config,
+            tighten=tighten,
             servers=servers, k=k, registers=registers, slots=slots, ga=ga, lam=lam, switches=switches, reduction=reduction, seed=seed, per_packet=per_packet,
             tables=tables, hashes=hashes, width=width if width is not None else (ds.lsh_width or 32.0), cap=cap, ways=ways, conds=conds, arrival=arrival, query_gap_ns=query_gap_ns,
         )
@@ -184,7 +189,7 @@ def register(app: typer.Typer) -> None:
             with console.status("rack search") as status:
                 result = run_rack_search(ds, cfg, rack_name, lambda m: status.update(m), pcap=pcap)
             r = result["modes"]["netsha-rack"]
-            t = Table(title=f"search --rack: {ds.name}, {ds.base.shape[0]} × {ds.base.shape[1]}, {ds.queries.shape[0]} queries, K={k}, S={servers}")
+            t = Table(title=f"search --rack: {ds.name}, {ds.base.shape[0]} × {ds.base.shape[1]}, {ds.queries.shape[0]} queries, K={k}, S={servers}, switch {result['switch']}")
             for c in ("mode", "recall", "F1", "server packets", "agent packets", "agent answers", "total s"):
                 t.add_column(c)
             t.add_row("netsha-rack", f"{r['recall']:.3f}", f"{r['f1']:.3f}", str(r["server_packets"]), str(r["agent_packets"]), str(r["agent_answers"]), f"{r['total_s']:.2f}")
@@ -196,7 +201,7 @@ def register(app: typer.Typer) -> None:
         with Progress(console=console, transient=True) as prog:
             tasks = {m: prog.add_task(m, total=ds.queries.shape[0]) for m in modes}
             result = run_search(ds, cfg, modes, lambda m, n: prog.advance(tasks[m], n))
-        t = Table(title=f"search: {ds.name}, {ds.base.shape[0]} × {ds.base.shape[1]}, {ds.queries.shape[0]} queries, K={k}, S={servers}")
+        t = Table(title=f"search: {ds.name}, {ds.base.shape[0]} × {ds.base.shape[1]}, {ds.queries.shape[0]} queries, K={k}, S={servers}, switch {result['switch']}")
         for c in ("mode", "recall", "F1", "agent packets", "agent answers", "total s", "select %", "search %", "net %", "agent %"):
             t.add_column(c)
         for m, r in result["modes"].items():
@@ -212,7 +217,8 @@ def register(app: typer.Typer) -> None:
             )
         show(console, t)
         if "agent_packets_ratio" in result:
-            console.print(f"agent packets, netsha / layered: {result['agent_packets_ratio']:.3f} (paper: 4–10× fewer)")
+            console.print(f"agent packets, netsha / layered: {result['agent_packets_ratio']:.3f} (paper: 4–10× fewer); "
+                          f"against Layered's servers sending full 120-answer packets: {result['agent_packets_ratio_layered_full']:.3f}")
         if json_out:
             write_json(json_out, result, indent=2)
             note_written(console, json_out)

@@ -58,7 +58,7 @@ from inswitch import procs
 
 from .controller import SDN_PORT_RECIRCULATE, SELECT_GROUP, SPLIT_SESSION, install_selection_p4rt, selection_entries, table_size
 from .datasets import Dataset, exact_knn
-from .rack import server_totals
+from .rack import rack_program, server_totals
 from .search import SearchConfig, build_cluster, recall_f1, top_k_per_query
 
 #: The three measurements, in the order they run.
@@ -215,15 +215,16 @@ def run_fabric_search(ds: Dataset, cfg: SearchConfig, spec: str, name: str = "ne
 
     say = progress or (lambda _m: None)
     cluster = build_cluster(ds, cfg, ternary=True)
-    if cfg.tables != 10 or cfg.k > 50 or table_size(cluster.selection, cfg.tables) > 4096 or cfg.servers > 32:
-        raise FabricSearchError("--fabric runs the `netsha` program as declared: L = 10 tables (--tables 10), K <= 50, "
-                                "at most 4,096 buckets per table, at most 32 servers")
+    try:
+        program, per = rack_program(cfg, cluster)
+    except ValueError as e:
+        raise FabricSearchError(str(e).replace("--rack", "--fabric")) from None
     try:
         topo = load_spec(spec)
     except RackError as e:
         raise FabricSearchError(str(e)) from None
     for n in topo.switches:
-        n.program = "forward,netsha"
+        n.program = f"forward,{program}"
     if len(topo.machine_names) > 1:
         raise FabricSearchError("--fabric: a topology on one machine (the servers and the agent run here)")
     # What `place` will refuse, before the fabric is built.
@@ -233,14 +234,13 @@ def run_fabric_search(ds: Dataset, cfg: SearchConfig, spec: str, name: str = "ne
         raise FabricSearchError("--fabric: the agent and the servers need hosts under at least two leaves")
     if cfg.servers + 1 > len(hosts):
         raise FabricSearchError(f"the fabric has {len(hosts)} hosts: at most {len(hosts) - 1} servers (--servers {cfg.servers})")
-    per = cfg.per_packet or 120
     truth = exact_knn(ds.base, ds.queries, cfg.k)
     nq = ds.queries.shape[0]
     qkeys = cluster.fam.keys(cluster.fam.project(ds.queries))
     py = sys.executable
     fab = Fabric()
     fab.down(name)
-    say(f"fabric {spec}: {len(topo.switches)} switches, each forward,netsha")
+    say(f"fabric {spec}: {len(topo.switches)} switches, each forward,{program}")
     t_up = time.monotonic()
     results: dict[str, dict[str, Any]] = {}
     try:

@@ -19,11 +19,11 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from inswitch import procs
+from inswitch import _native, procs
 
 from .controller import configure_p4rt, selection_entries, table_size
 from .datasets import Dataset, exact_knn
-from .search import SearchConfig, build_cluster, recall_f1, top_k_per_query
+from .search import SWITCH_CONFIGS, SWITCH_LABELS, SWITCH_PROGRAMS, Cluster, SearchConfig, build_cluster, recall_f1, top_k_per_query
 
 
 def _free_port() -> int:
@@ -45,6 +45,26 @@ def server_totals(servers: list[subprocess.Popen[str]]) -> tuple[int, int, int]:
     return sent, reports, direct
 
 
+def rack_program(cfg: SearchConfig, cluster: Cluster) -> tuple[str, int]:
+    """The program a rack's (or fabric's) switches load for `cfg` and the answers per
+    server packet; ValueError when `cfg` asks for what that program is not.
+
+    The switch process loads programs by name: `netsha` is the configuration that fits
+    tofino1 (100 registers, 6 slots, p = 4, 256-byte parse), `netsha-unbounded` Table 1's
+    (12 slots, p = 8, 1,514 bytes); both K = 50, L = 10 selection tables of 4,096 entries,
+    10 ms timers. Their top 50 contains the agent's top K for any K <= 50."""
+    # A fixed r.T (no phase-2 tightening) is a parameter of the same program (`;`: the
+    # program list itself is comma-separated).
+    spec = SWITCH_PROGRAMS[cfg.switch_config] + ("" if cfg.tighten else ":tighten=0")
+    if cfg.tables != 10 or cfg.k > 50 or table_size(cluster.selection, cfg.tables) > 4096 or cfg.servers > 32:
+        raise ValueError(f"--rack runs the `{spec}` program as declared: L = 10 tables (--tables 10), K <= 50, at most 4,096 buckets per table, at most 32 servers")
+    if (cfg.slots, cfg.ga, cfg.conds, cfg.depth) != tuple(SWITCH_CONFIGS[cfg.switch_config][k] for k in ("slots", "ga", "conds", "depth")):
+        raise ValueError(f"--rack runs the `{spec}` program as declared: no --slots, --ga or --conds other than --switch-config {cfg.switch_config}'s")
+    # Full server packets are as long as the switch parses (120 answers at most, §3.3).
+    full = min(_native.netsha_answers_per_packet(spec), 120)
+    return spec, min(cfg.per_packet, full) if cfg.per_packet else full
+
+
 def run_rack_search(ds: Dataset, cfg: SearchConfig, name: str = "netsha", progress: Optional[Callable[[str], None]] = None,
                     pcap: Optional[str] = None, fault: Optional[str] = None) -> dict[str, Any]:
     """NetSHa through a rack of real processes; the JSON `inswitch search --rack` writes
@@ -53,13 +73,7 @@ def run_rack_search(ds: Dataset, cfg: SearchConfig, name: str = "netsha", progre
 
     say = progress or (lambda _m: None)
     cluster = build_cluster(ds, cfg, ternary=True)
-    # The switch process loads programs by name: `netsha` is Table 1's configuration (100
-    # registers, 12 slots, p = 8, K = 50, L = 10 selection tables of 4,096 entries, 10 ms
-    # timers). Its top 50 contains the agent's top K for any K <= 50.
-    spec = "netsha"
-    if cfg.tables != 10 or cfg.k > 50 or table_size(cluster.selection, cfg.tables) > 4096 or cfg.servers > 32:
-        raise ValueError("--rack runs the `netsha` program as declared: L = 10 tables (--tables 10), K <= 50, at most 4,096 buckets per table, at most 32 servers")
-    per = cfg.per_packet or 120
+    spec, per = rack_program(cfg, cluster)
     truth = exact_knn(ds.base, ds.queries, cfg.k)
     rack = Rack()
     py = sys.executable
@@ -126,6 +140,8 @@ def run_rack_search(ds: Dataset, cfg: SearchConfig, name: str = "netsha", progre
         "base": int(ds.base.shape[0]),
         "queries": nq,
         "config": {**cfg.__dict__},
+        "switch": SWITCH_LABELS[cfg.switch_config],
+        "program": spec,
         "modes": {
             "netsha-rack": {
                 "recall": rec,

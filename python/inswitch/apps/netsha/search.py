@@ -36,6 +36,19 @@ from .lsh import E2LshIndex, HashFamily, TernaryIndex, local_answers
 MODES = ("netsha", "layered", "tlsh")
 ALL_MODES = ("netsha", "netsha-agg", "layered", "tlsh")
 
+#: The switch configurations (issue 19): `tofino1`, the default, is what fits a Tofino 1
+#: (the `netsha` program: 6 slots, p = 4, a 256-byte parse, two condition units);
+#: `unbounded` is Table 1 as the paper gives it (`netsha-unbounded`: 12 slots, p = 8, a
+#: 1,514-byte parse, four condition units), which does not fit.
+SWITCH_CONFIGS: dict[str, dict[str, int]] = {
+    "tofino1": {"slots": 6, "ga": 4, "conds": 2, "depth": 256},
+    "unbounded": {"slots": 12, "ga": 8, "conds": 4, "depth": 1514},
+}
+#: The program each configuration is built as (the rack loads programs by name).
+SWITCH_PROGRAMS = {"tofino1": "netsha", "unbounded": "netsha-unbounded"}
+#: How outputs (JSON, tables, plots) name a configuration.
+SWITCH_LABELS = {"tofino1": "tofino1", "unbounded": "unbounded (does not fit tofino1)"}
+
 
 @dataclass
 class SearchConfig:
@@ -45,9 +58,16 @@ class SearchConfig:
     #: Candidate registers per query for Algorithm 2 (1 or 2; must divide `registers`).
     ways: int = 2
     #: Condition units of the stateful ALU the program is built for (4: Tofino 2, 2: Tofino 1).
-    conds: int = 4
-    slots: int = 12
-    ga: int = 8
+    conds: int = 2
+    slots: int = 6
+    ga: int = 4
+    #: Parse depth of the switch (bytes): the longest answer packet it reduces.
+    depth: int = 256
+    #: Which of SWITCH_CONFIGS the switch parameters came from (`search_config`).
+    switch_config: str = "tofino1"
+    #: Phase 2 lowers r.T every ceil(K / n) full sends (issue 19); False: r.T stays the
+    #: worst of the first K answers sent, as in Algorithm 1.
+    tighten: bool = True
     lam: float = 0.2
     switches: int = 1
     reduction: str = "exact"
@@ -85,8 +105,29 @@ class SearchConfig:
         return (
             f"netsha:registers={self.registers},ways={self.ways},slots={self.slots},ga={self.ga},k={self.k},lambda={self.lam},"
             f"reduction={reduction or self.reduction},timeout_us={self.timeout_us},period_ns={self.period_ns},"
-            f"tables={self.tables},select_size={select_size},conds={self.conds}"
+            f"tables={self.tables},select_size={select_size},conds={self.conds},depth={self.depth},tighten={int(self.tighten)}"
         )
+
+    def fits_tofino1(self) -> bool:
+        return bool(_native_resources([self.spec(select_size=4096)], "tofino1")["fits"])
+
+    def switch_label(self) -> str:
+        """`tofino1`, or the unbounded label whenever the parameters do not fit tofino1."""
+        return SWITCH_LABELS["tofino1"] if self.fits_tofino1() else SWITCH_LABELS["unbounded"]
+
+
+def _native_resources(programs: list[str], target: str) -> dict[str, Any]:
+    from inswitch.native import resources
+
+    return resources(programs, target)
+
+
+def search_config(switch_config: str = "tofino1", **over: Any) -> SearchConfig:
+    """A SearchConfig whose switch parameters are `switch_config`'s unless given in `over`."""
+    if switch_config not in SWITCH_CONFIGS:
+        raise ValueError(f"switch configuration must be one of {', '.join(SWITCH_CONFIGS)}, not {switch_config}")
+    base = {k: v for k, v in SWITCH_CONFIGS[switch_config].items() if over.get(k) is None}
+    return SearchConfig(switch_config=switch_config, **base, **{k: v for k, v in over.items() if v is not None})
 
 
 @dataclass
@@ -228,6 +269,10 @@ def run_mode(
     parts_i: list[np.ndarray] = []
     parts_d: list[np.ndarray] = []
     frames = 0
+    # Packets the servers would send at 120 answers each (§3.3's full packet), whatever the
+    # switch parses: what a forwarding-only mode's agent would receive from servers not
+    # held to the NetSHa switch's parse depth.
+    full_packets = 0
     now = 1_000
     for w0 in range(0, nq, cfg.concurrency):
         wave = range(w0, min(nq, w0 + cfg.concurrency))
@@ -254,6 +299,7 @@ def run_mode(
                 worst = max(worst, time.perf_counter() - a)
                 if ids.size:
                     per_server[s].append((q, ids, d))
+                    full_packets += -(-int(ids.size) // 120)
             t_search += worst
         t0 = time.perf_counter()
         if cfg.arrival == "stream":
@@ -320,6 +366,7 @@ def run_mode(
         "time_split_pct": {k: 100.0 * v / total if total else 0.0 for k, v in split.items()},
         "time_per_query_us": {k: 1e6 * v / max(nq, 1) for k, v in split.items()},
         "answers_per_packet": per_packet,
+        "server_packets_at_120_answers": full_packets,
         "server_selection": "switch (query packets, selection tables)" if netsha else "software (agent)",
         "switch_counters": counters,
         "path": "in-memory switch model (_native.NetshaPath), virtual time",
@@ -343,6 +390,7 @@ def run_search(
         "queries": int(ds.queries.shape[0]),
         "dim": int(ds.base.shape[1]),
         "config": asdict(cfg),
+        "switch": cfg.switch_label(),
         "modes": {},
     }
     for mode in modes:
@@ -354,4 +402,7 @@ def run_search(
     m = out["modes"]
     if "netsha" in m and "layered" in m and m["layered"]["agent_packets"]:
         out["agent_packets_ratio"] = m["netsha"]["agent_packets"] / m["layered"]["agent_packets"]
+        # Layered's switch only forwards, so its servers need not fit NetSHa's parse depth:
+        # against its full 120-answer packets (the paper's Fig. 12 baseline).
+        out["agent_packets_ratio_layered_full"] = m["netsha"]["agent_packets"] / max(m["layered"]["server_packets_at_120_answers"], 1)
     return out
