@@ -4,7 +4,7 @@ the old full-term figure (leases x min(T, run))."""
 from __future__ import annotations
 
 import pytest
-from inswitch.apps.inaas.controller import Prices, Region, bill, measured_holds
+from inswitch.apps.inaas.controller import Prices, Region, bill, folded_holds, measured_holds
 
 
 def test_hold_ends_at_takeover_deadline_or_run_end() -> None:
@@ -22,6 +22,15 @@ def test_hold_ends_at_takeover_deadline_or_run_end() -> None:
     # A cell's grants need not come in time order.
     assert measured_holds(list(reversed(grants)), 2_500) == {1: 850, 2: 2_700, 3: 0}
     assert measured_holds([], 10) == {}
+
+
+def test_folded_holds_add_the_closed_leases_to_the_open_ones() -> None:
+    # What the goalkeeper keeps of the log above: the closed leases' µs per uid (holder 1's
+    # first lease, 300; holder 2's two, 1000 + 100; holder 1's on cell (3, 5) stays open)
+    # and the last grant of each cell, counted to the run's end as the whole log would be.
+    closed = {"1": 300, "2": 1_100}
+    open_grants = [(0, 5, 1, 2_000, 1_000), (3, 5, 1, 150, 50), (1, 7, 2, 900, 10_000), (2, 9, 3, 3_000, 100)]
+    assert folded_holds(closed, open_grants, 2_500) == {1: 850, 2: 2_700, 3: 0}
 
 
 def test_bill_charges_the_measured_holds_and_keeps_the_full_term_beside() -> None:

@@ -288,20 +288,51 @@ fn ledger_matches_switch_counters() {
         let sw = s.switch_usage(t);
         assert_eq!(s.gk.acquisitions().get(&uid).copied().unwrap_or(0), sw.leases, "tenant {t}");
         assert!(sw.alu_ops >= 20 * 20, "every write counted");
-        let logged = s.gk.grants().iter().filter(|g| g.uid == uid).count() as u64;
-        assert_eq!(logged, sw.leases, "tenant {t}: one logged grant per lease");
+        let logged = s.gk.holds().granted().get(&uid).copied().unwrap_or(0);
+        assert_eq!(logged, sw.leases, "tenant {t}: one counted grant per lease");
     }
-    // The grant log (pricing's measured holds): the model's goalkeeper gets each grant one
-    // hop after the switch made it, so a cell is granted again only after the lease before
-    // it ran out, and each term is the tenant's T.
-    let mut last: HashMap<(u8, u16), u64> = HashMap::new();
-    for g in s.gk.grants() {
-        assert_eq!(g.term_us, 20);
-        if let Some(prev) = last.insert((g.seg, g.idx), g.at_us) {
-            assert!(g.at_us > prev + 20, "cell ({}, {}) granted at {} within the lease of {prev}", g.seg, g.idx, g.at_us);
+    // The measured holds (pricing): the model's goalkeeper gets each grant one hop after
+    // the switch made it, so a cell is granted again only after the lease before it ran
+    // out, and each term is the tenant's T: every closed lease held exactly T.
+    let holds = s.gk.holds();
+    assert_eq!(holds.early(), 0, "a cell was granted again within its lease");
+    let granted: u64 = holds.granted().values().sum();
+    let open = holds.open().count() as u64;
+    assert!(holds.open().all(|g| g.term_us == 20));
+    assert!(granted > 20 * 4, "cells were granted again");
+    let closed: u64 = holds.held_us(0).values().sum();
+    assert_eq!(closed, (granted - open) * 20);
+}
+
+/// The folded holds equal the holds computed from the whole grant log (per cell in time
+/// order: until the earliest of the deadline, the next grant, the run's end).
+#[test]
+fn folded_holds_equal_the_whole_log() {
+    use hostlib::inaas::{Grant, Holds};
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rnd = |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    for _ in 0..200 {
+        let (mut now, mut log, mut holds) = (0u64, Vec::new(), Holds::default());
+        for _ in 0..rnd(40) {
+            now += rnd(30);
+            let g = Grant { seg: rnd(2) as u8, idx: rnd(3) as u16, uid: 1 + rnd(4) as u32, at_us: now, term_us: 1 + rnd(50) as u32 };
+            holds.grant(g);
+            log.push(g);
         }
+        let end = now + rnd(60);
+        let mut want: HashMap<u32, u64> = HashMap::new();
+        for (i, g) in log.iter().enumerate() {
+            let next = log[i + 1..].iter().find(|n| (n.seg, n.idx) == (g.seg, g.idx)).map_or(u64::MAX, |n| n.at_us);
+            let stop = (g.at_us + u64::from(g.term_us)).min(next).min(end);
+            *want.entry(g.uid).or_default() += stop.saturating_sub(g.at_us);
+        }
+        assert_eq!(holds.held_us(end), want);
     }
-    assert!(s.gk.grants().len() > 20 * 4, "cells were granted again");
 }
 
 /// Pay-per-use counts exactly what ran: a write into a free register is two register

@@ -3,6 +3,8 @@
 //! adapters, controller and experiments. Numbers cross as little-endian byte strings
 //! (`numpy.frombuffer`), one call per packet or per batch, never per item.
 
+use std::collections::HashMap;
+
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
@@ -237,13 +239,17 @@ impl InaasService {
         self.s.gk.acquisitions().get(&self.s.tenants[t].uid).copied().unwrap_or(0)
     }
 
-    /// Every lease the goalkeeper learnt of: (segment, index, holder, µs it came there on
-    /// the model's clock, term µs), in that order. The holder is the index of the tenant
-    /// the uid was registered for (its members share it), -1 if none (the uid stays inside).
-    fn goalkeeper_grants(&self) -> Vec<(u8, u16, i64, u64, u32)> {
+    /// µs each tenant held registers, from every lease the goalkeeper learnt of (on the
+    /// model's clock, open leases counted to `run_end_us`), per tenant index (its members
+    /// share it); -1 gathers uids of no tenant.
+    fn goalkeeper_held_us(&self, run_end_us: u64) -> HashMap<i64, u64> {
         let ts = &self.s.tenants;
         let of = |uid: u32| ts.iter().position(|t| t.uid == uid).map_or(-1, |i| i as i64);
-        self.s.gk.grants().iter().map(|g| (g.seg, g.idx, of(g.uid), g.at_us, g.term_us)).collect()
+        let mut out = HashMap::new();
+        for (uid, us) in self.s.gk.holds().held_us(run_end_us) {
+            *out.entry(of(uid)).or_default() += us;
+        }
+        out
     }
 
     /// The goalkeeper's counters.
@@ -480,9 +486,14 @@ impl InaasGoalkeeper {
         self.g.handle(now_us, frame);
         std::iter::from_fn(|| self.g.poll_transmit()).map(|f| PyBytes::new(py, &f)).collect()
     }
-    /// Every lease granted: (segment, index, uid, µs the frame came, term µs), in order.
-    fn grants(&self) -> Vec<(u8, u16, u32, u64, u32)> {
-        self.g.grants().iter().map(|g| (g.seg, g.idx, g.uid, g.at_us, g.term_us)).collect()
+    /// µs per uid held by leases a later grant of their cell ended (pricing; with
+    /// `open_grants`, the holds `controller.folded_holds` counts to the run's end).
+    fn held_closed(&self) -> HashMap<u32, u64> {
+        self.g.holds().held_us(0)
+    }
+    /// The leases still open, one per cell: (segment, index, uid, µs it came, term µs).
+    fn open_grants(&self) -> Vec<(u8, u16, u32, u64, u32)> {
+        self.g.holds().open().map(|g| (g.seg, g.idx, g.uid, g.at_us, g.term_us)).collect()
     }
     fn leases(&self, uid: u32) -> u64 {
         self.g.acquisitions().get(&uid).copied().unwrap_or(0)

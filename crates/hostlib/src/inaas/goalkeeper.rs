@@ -5,9 +5,9 @@
 //! - Preemption: the switch moved the old holder's pair out in the packet. The goalkeeper
 //!   knows who held the register (it sees every lease taken: each one comes here), so the
 //!   old pair goes to the old holder's spill (aggregates) or shadow (state that must not
-//!   be lost), never back to the new holder. The lease count per tenant, and the log of
-//!   every grant ([`Grant`]: cell, holder, when it came here, its term), are the pricing
-//!   model's register-occupancy record (§IV-F): holds are measured from the log.
+//!   be lost), never back to the new holder. The lease count per tenant, and every grant
+//!   ([`Grant`]: cell, holder, when it came here, its term), folded into [`Holds`] as it
+//!   comes, are the pricing model's register-occupancy record (§IV-F).
 //! - A reduce the switch refused (register not the tenant's, another key, saturation) is
 //!   added to the tenant's spill for that aggregate, once per worker bit.
 //! - A collect the switch could not answer is completed from the spill, plus what the
@@ -101,6 +101,58 @@ pub struct Grant {
     pub term_us: u32,
 }
 
+/// Register occupancy measured from the grants (§IV-F pricing), folded as they come so
+/// its memory is one entry per cell and per holder however long the goalkeeper runs (a
+/// log of every grant grew by 24 bytes each). A lease is held from its grant until the
+/// earliest of its deadline (grant + term), the next grant of the same cell (the switch
+/// grants only a free or expired cell, so the next grant ends the lease before it) and
+/// the run's end. Grants of one cell come in time order: the caller's clock is monotonic.
+#[derive(Clone, Debug, Default)]
+pub struct Holds {
+    /// The last grant of each cell: its hold is still open.
+    open: HashMap<(u8, u16), Grant>,
+    /// µs held by leases a later grant of their cell closed, per uid.
+    closed_us: HashMap<u32, u64>,
+    /// Grants per uid.
+    granted: HashMap<u32, u64>,
+    /// Grants that came before the lease they ended had reached its deadline.
+    early: u64,
+}
+
+impl Holds {
+    pub fn grant(&mut self, g: Grant) {
+        if let Some(prev) = self.open.insert((g.seg, g.idx), g) {
+            let deadline = prev.at_us + u64::from(prev.term_us);
+            let end = deadline.min(g.at_us.max(prev.at_us));
+            self.early += u64::from(end < deadline);
+            *self.closed_us.entry(prev.uid).or_default() += end - prev.at_us;
+        }
+        self.closed_us.entry(g.uid).or_default();
+        *self.granted.entry(g.uid).or_default() += 1;
+    }
+    /// µs each uid held registers, the open leases counted to `run_end_us`.
+    pub fn held_us(&self, run_end_us: u64) -> HashMap<u32, u64> {
+        let mut out = self.closed_us.clone();
+        for g in self.open.values() {
+            let end = (g.at_us + u64::from(g.term_us)).min(run_end_us);
+            *out.entry(g.uid).or_default() += end.saturating_sub(g.at_us);
+        }
+        out
+    }
+    /// Grants per uid.
+    pub fn granted(&self) -> &HashMap<u32, u64> {
+        &self.granted
+    }
+    /// Grants that ended their cell's lease before its deadline.
+    pub fn early(&self) -> u64 {
+        self.early
+    }
+    /// The leases still open, one per cell.
+    pub fn open(&self) -> impl Iterator<Item = &Grant> {
+        self.open.values()
+    }
+}
+
 /// Who the goalkeeper serves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TenantInfo {
@@ -116,7 +168,7 @@ pub struct Goalkeeper {
     spill: HashMap<(u32, u8, u16, u16), Spill>,
     shadow: HashMap<(u32, u8, u16), (u32, i32)>,
     acquisitions: HashMap<u32, u64>,
-    grants: Vec<Grant>,
+    holds: Holds,
     /// When the frame being handled came (the caller's clock, µs).
     now_us: u64,
     forged_by_mac: HashMap<[u8; 6], u64>,
@@ -147,7 +199,7 @@ impl Goalkeeper {
             spill: HashMap::new(),
             shadow: HashMap::new(),
             acquisitions: HashMap::new(),
-            grants: Vec::new(),
+            holds: Holds::default(),
             now_us: 0,
             forged_by_mac: HashMap::new(),
             pending: HashMap::new(),
@@ -168,9 +220,9 @@ impl Goalkeeper {
     pub fn acquisitions(&self) -> &HashMap<u32, u64> {
         &self.acquisitions
     }
-    /// Every lease granted, in the order the goalkeeper learnt of them.
-    pub fn grants(&self) -> &[Grant] {
-        &self.grants
+    /// The register holds measured from every lease granted (pricing).
+    pub fn holds(&self) -> &Holds {
+        &self.holds
     }
     /// Who holds (segment, index), as far as the goalkeeper was told.
     pub fn holder(&self, seg: u8, idx: u16) -> Option<u32> {
@@ -336,7 +388,7 @@ impl Goalkeeper {
                 *self.acquisitions.entry(uid).or_default() += 1;
                 let registered = self.tenants.get(&uid).map_or(MAX_LEASE_US, |t| t.lease_us);
                 let term_us = p.time_limit().min(registered).min(MAX_LEASE_US);
-                self.grants.push(Grant { seg, idx, uid, at_us: self.now_us, term_us });
+                self.holds.grant(Grant { seg, idx, uid, at_us: self.now_us, term_us });
                 let old = self.holders.insert((seg, idx), uid);
                 if failed & bit != 0 {
                     // Torn: the key half stayed; the value half (the old holder's) is here.

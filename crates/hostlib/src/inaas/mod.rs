@@ -12,7 +12,7 @@ pub mod service;
 
 pub use assembly::{build_frame, parse_reply, reduce_key, Assembler, FrameError, ItemReq, ItemResult, Op, Reply};
 pub use client::{Completion, TenantClient};
-pub use goalkeeper::{GkStats, Goalkeeper, Spill, TenantInfo};
+pub use goalkeeper::{GkStats, Goalkeeper, Grant, Holds, Spill, TenantInfo};
 pub use service::{Service, SwitchUsage};
 
 use wire::inaas::Operator;

@@ -145,6 +145,16 @@ def measured_holds(grants: Any, run_end_us: int) -> dict[int, int]:
     return held
 
 
+
+def folded_holds(closed: dict[Any, int], open_grants: Any, run_end_us: int) -> dict[int, int]:
+    """`measured_holds` from what the goalkeeper keeps (`hostlib::inaas::Holds`, bounded
+    however long it runs): µs per uid of the leases a later grant closed, and the open
+    leases, one per cell, counted to the run's end."""
+    held = {int(u): int(us) for u, us in closed.items()}
+    for u, us in measured_holds(open_grants, run_end_us).items():
+        held[u] = held.get(u, 0) + us
+    return held
+
 def bill(name: str, usage: dict[str, int], goalkeeper_leases: int, region: Region, prices: Prices, run_us: int,
          held_us: int | None = None, clock: str = "") -> dict[str, Any]:
     """One tenant's ledger line from the switch's own counters. Registers x seconds: with

@@ -55,7 +55,7 @@ GOALKEEPER = textwrap.dedent('''
             s.send(o)
         if select.select([sys.stdin], [], [], 0)[0] and sys.stdin.readline() == "":
             break  # the runner closed our stdin: done
-    print(json.dumps({"stats": gk.stats(), "leases": {str(u): gk.leases(u) for u, _, _ in tenants}, "grants": gk.grants()}), flush=True)
+    print(json.dumps({"stats": gk.stats(), "leases": {str(u): gk.leases(u) for u, _, _ in tenants}, "held_closed": gk.held_closed(), "open_grants": gk.open_grants()}), flush=True)
 ''')
 
 TENANT = textwrap.dedent('''

@@ -39,7 +39,7 @@ import numpy as np
 
 from inswitch.apps.inaas.adapters import QUICK, RTO_US, App, Sizes, paxos_safety
 from inswitch.apps.inaas.dense_lease import DenseLeases
-from inswitch.apps.inaas.controller import KIND, MAX_LEASE_US, Detection, Prices, bill, measured_holds, schedule
+from inswitch.apps.inaas.controller import KIND, MAX_LEASE_US, Detection, Prices, bill, folded_holds, schedule
 from inswitch.apps.inaas.rack import GOALKEEPER, _free_port, _p4_name
 from inswitch.apps.inaas.real_paxos import DETECT_S, HEARTBEAT_S, ZOMBIE_S, crash_after
 from inswitch.apps.inaas.runner import BUDGET, HIGHER_IS_BETTER, tenants_result
@@ -677,10 +677,10 @@ def run_tenants_real(
     ledger = []
     per_app: dict[str, list[float]] = {}
     prices = Prices()
-    # Holds from the goalkeeper's grant log: its receive times on CLOCK_MONOTONIC, which
+    # Holds from the goalkeeper's grants: its receive times on CLOCK_MONOTONIC, which
     # every process of the rack shares (namespaces do not change it), so the run's end is
     # this process's `t_end`.
-    held = measured_holds(gk_res["grants"], int(t_end * 1e6))
+    held = folded_holds(gk_res["held_closed"], gk_res["open_grants"], int(t_end * 1e6))
     for res, r, u, uid in zip(results, regions, usage, uids):
         a, inst = res["app"], res["inst"]
         key = a if instances == 1 else f"{a}#{inst}"

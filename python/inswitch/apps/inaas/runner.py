@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from inswitch.apps.inaas.adapters import APPS, QUICK, App, Sizes
-from inswitch.apps.inaas.controller import Detection, Prices, bill, measured_holds, schedule
+from inswitch.apps.inaas.controller import Detection, Prices, bill, schedule
 from inswitch.apps.inaas.service import ITEMS, READ, Service
 
 #: Per-segment register budget the scheduler divides (a slice of the 32768 per segment,
@@ -159,8 +159,8 @@ def run_tenants(
     prices = Prices()
     ledger = []
     run_us = svc.now_us
-    # The model's own grant log (holders as tenant indexes): when the goalkeeper got each.
-    held = measured_holds(svc.raw.goalkeeper_grants(), run_us)
+    # The model's own goalkeeper's holds (per tenant index): from when it got each grant.
+    held = svc.raw.goalkeeper_held_us(run_us)
     for o, r in zip(objs, regions):
         usage = dict(svc.raw.switch_usage(o.t))
         line = bill(f"{o.name}#{o.inst}", usage, int(svc.raw.goalkeeper_leases(o.t)), r, prices, run_us,
