@@ -110,3 +110,25 @@ def test_search_headers_and_numbers_whole_at_80_columns(tmp_path: Path) -> None:
     assert "…" not in out, out
     assert want <= tokens(out), (sorted(want - tokens(out)), out)
     assert "recall" in out and "agent packets" in out
+
+
+def test_every_table_a_command_prints_goes_through_show() -> None:
+    # A table printed with `console.print` is cut to the terminal's width; `show` is the one
+    # rule that keeps its numbers whole. Any module that builds a rich Table prints it there.
+    import ast
+
+    import inswitch
+
+    root = Path(inswitch.__file__).parent
+    direct = []
+    for p in sorted(root.rglob("*.py")):
+        if p.name == "tables.py":
+            continue
+        tree = ast.parse(p.read_text(), str(p))
+        tables = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+                  and getattr(n.value.func, "id", None) == "Table" for t in n.targets if isinstance(t, ast.Name)}
+        for n in ast.walk(tree):
+            if (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "print" and n.args
+                    and isinstance(n.args[0], ast.Name) and n.args[0].id in tables):
+                direct.append(f"{p.relative_to(root)}:{n.lineno}")
+    assert not direct, f"tables printed without inswitch.tables.show: {direct}"

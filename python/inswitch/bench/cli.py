@@ -104,7 +104,7 @@ def fabric_cmd(
             ("UDP Mbit/s 3 switches", lambda m: f"{m['udp_hop3_mbit']:.1f}" if "udp_hop3_mbit" in m else "-")]
     for label, fmt in rows:
         t.add_row(label, *(fmt(m) for m in r["topologies"].values()))
-    console.print(t)
+    show(console, t)
     if r.get("hop3_over_hop1") is not None:
         console.print(f"hop3_over_hop1 = {r['hop3_over_hop1']:.3f}")
     if json_out:

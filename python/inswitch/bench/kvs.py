@@ -158,6 +158,7 @@ def register(app: Any) -> None:
     from rich.table import Table
 
     from inswitch.bench.cli import bench_app
+    from inswitch.tables import show
     from inswitch.cliopts import JSON_PATH, Choice, Float, Int, option
     from inswitch.output import console_for, note_written, write_json
 
@@ -195,7 +196,7 @@ def register(app: Any) -> None:
         t.add_row("ops per CPU-second: switch daemon (hit) / Redis (direct)", f"{per(r['hit_path_ops_per_switch_core'])} / {per(r['direct_redis_ops_per_core'])}")
         t.add_row("CPU over the hit run: load generator / switch daemon", f"{fmt(r['hit_path_client_cores'])} / {fmt(r['hit_path_switch_cores'])} cores")
         t.add_row("GET values wrong (must be 0) / correct", f"{r['value_mismatches']} / {r['correct']}")
-        console.print(t)
+        show(console, t)
         if json_out:
             write_json(json_out, r, indent=2)
             note_written(console, json_out)

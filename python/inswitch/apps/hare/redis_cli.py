@@ -15,6 +15,7 @@ from rich.table import Table
 from inswitch.cliopts import OUT_FILE, Address, Choice, Float, Int, Text, option
 from inswitch.hare import ycsb
 from inswitch.topology.fabric.cli import TOPOLOGY_SPEC
+from inswitch.tables import show
 
 BACKEND = option("sim", "--backend", type=Choice("sim", "redis"), help="sim: replay a trace against the in-process switch in simulated time (a model); redis: real redis-server, agents, switch daemon and clients in a rack, measured.")
 WORKLOAD = option("ycsb-b", "--workload", type=Choice(*ycsb.WORKLOADS), help="--backend redis: YCSB core workload.")
@@ -86,7 +87,7 @@ def run_redis(console: Console, system: str, workload: str, records: int, field_
         t.add_row(name, f(r["throughput_ops"]), f(r["p50_us"]), f(r["p99_us"]), f(r["p999_us"]), f(r["hit_rate"], "{:.3f}"), f(r["stable_hit_rate"], "{:.3f}"),
                   ", ".join("-" if x is None else f"{x:g}" for x in r["recovery_s"]) or "-", str(r["control"]["offloads"]),
                   f(r["stale_reads"]), f(r["lost_writes"]), "not checked" if r["correct"] is None else "[green]yes[/green]" if r["correct"] else "[red]NO[/red]")
-    console.print(t)
+    show(console, t)
     for name, r in out["systems"].items():
         if r.get("check_note"):
             console.print(f"{name}: {r['check_note']}")

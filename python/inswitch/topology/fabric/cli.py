@@ -25,6 +25,7 @@ from inswitch.topology.fabric.generators import load_spec, split_machines
 from inswitch.topology.fabric.model import LinkProps, Topology, TopologyError, parse_link_props
 from inswitch.topology.fabric.plan import MAX_FABRIC_NAME
 from inswitch.topology.state import check_name
+from inswitch.tables import show
 
 console = Console()
 err_console = Console(stderr=True)
@@ -108,7 +109,7 @@ def _render(s: FabricStatus) -> None:
             pid = str(sw.pid) if sw.pid else f"on {run.plan.machine}" if run.remote else "-"
             t.add_row(label if p == 0 else "", pid if p == 0 else "", f"{sw.p4runtime} ({sw.device_id})" if p == 0 else "",
                       f"{pname} = {p}", " > ".join(ends[ifname]) if udp else ifname, *(str(c[k]) if k in c else "-" for k in ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes")))
-    console.print(t)
+    show(console, t)
     pt = Table(title="Programs", box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1))
     for col in ("switch", "program", "ingress passes", "egress passes", "drops (by reason)"):
         pt.add_column(col, no_wrap=col != "drops (by reason)", justify="right" if "passes" in col else "left")
@@ -117,7 +118,7 @@ def _render(s: FabricStatus) -> None:
             drops = ", ".join(f"{r} {n}" for r, n in sorted(c["drops"].items())) or "-"
             pt.add_row(sw.name, prog, str(c["ingress_passes"]), str(c["egress_passes"]), drops)
     if pt.row_count:
-        console.print(pt)
+        show(console, pt)
     h = Table(title="Hosts", box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1))
     for col in ("host", "ip", "mac", "gateway", "switch:port", "UDP NIC > switch port" if udp else "namespace"):
         h.add_column(col, no_wrap=True)
@@ -128,7 +129,7 @@ def _render(s: FabricStatus) -> None:
             name = hp.name if s.host_present[hp.name] else f"[red]{hp.name} (missing)[/red]"
         h.add_row(name, f"{hp.ip}/{hp.prefix_len}", hp.mac, hp.gateway, f"{hp.switch}:{hp.port}",
                   f"{hp.tunnel_nic} > {hp.tunnel}" if udp else hp.netns)
-    console.print(h)
+    show(console, h)
     shaped = [ln for ln in st.links if not ln.props.is_empty()]
     if shaped:
         lt = Table(title="Shaped links (tc on each end)", box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1))
@@ -137,7 +138,7 @@ def _render(s: FabricStatus) -> None:
         for ln in shaped:
             q = "; ".join(f"{k}: {v}" for k, v in s.qdiscs.items() if k in (ln.a_if, ln.b_if, f"{ln.a_netns}:{ln.a_if}", f"{ln.b_netns}:{ln.b_if}"))
             lt.add_row(ln.endpoints, ln.props.describe(), q)
-        console.print(lt)
+        show(console, lt)
     for sw in s.switches:
         if sw.error:
             console.print(f"[yellow]{sw.name}:[/yellow] {sw.error}", soft_wrap=True, highlight=False)
