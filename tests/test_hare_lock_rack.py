@@ -147,8 +147,8 @@ def test_locks_real_processes_each_system(lock_rack: lr.LockRack) -> None:
 
 @pytest.mark.netns
 def test_lock_agent_kill9_during_an_offloading_round(lock_rack: lr.LockRack) -> None:
-    """kill -9 of a lock agent at the first request an offloading round makes to it (a
-    mark, or a lock's state moving): the round meets `AgentDown` and is cut short and
+    """kill -9 of a lock agent at the first move of a lock's state onto the switch that an
+    offloading round asks of it: the round meets `AgentDown` and is cut short and
     counted (no control error), nothing stays marked, every lock the controller books is
     in its slot and valid on the switch, and with the agent back the next run's holds pass
     the checker (no two holders beside an exclusive one, no request unanswered) while
@@ -167,9 +167,11 @@ def test_lock_agent_kill9_during_an_offloading_round(lock_rack: lr.LockRack) -> 
     # coldest offloaded ones in the next round, whose requests reach agent 0.
     fw.cpu_many([(framework.OP_STAT_FETCH, s, 1, b"\0\0\0\0") for s in fw.slots])
     fw.base.clear()
-    killed = rack.kill_in_round(0)
+    # At a lock's move onto the switch (Step 5): the round's later replacements have their
+    # slots replacing, and their locks go home (live agent) or stay (the dead one).
+    killed = rack.kill_in_round(0, cmds=("datamv",))
     errors: list[str] = []
-    step(ctl, fw.next_round, errors)
+    step(ctl, fw.next_round + fw.p.t_wait / 2, errors)  # the round, and its Step 5 due at once
     assert killed["killed_at"] is not None, "the round made no request to agent 0"
     assert not errors, errors
     c = ctl.counters()

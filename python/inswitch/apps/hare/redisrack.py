@@ -1018,7 +1018,7 @@ class RedisRack:
             self.start_redis(i)
         return t_kill, time.monotonic()
 
-    def kill_in_round(self, i: int, restart: bool = False) -> dict[str, Any]:
+    def kill_in_round(self, i: int, restart: bool = False, cmds: Optional[tuple[str, ...]] = None) -> dict[str, Any]:
         """Arm a SIGKILL of storage host `i`'s agent at the controller's next request to it
         that only an offloading round makes (`ROUND_REQUESTS` of the system in use: for
         Hare, marking an object moving or moving its data to the switch; for NetCache,
@@ -1026,13 +1026,14 @@ class RedisRack:
         a dead agent, in the middle of the round, and `_drive` starts the agent again
         after the control step. `restart`: the agent
         is started again before the request goes on (the round carries on with a new
-        agent process, which holds none of the round's marks). Returns the state it fills
+        agent process, which holds none of the round's marks). `cmds`: only at one of
+        these requests (default `ROUND_REQUESTS`). Returns the state it fills
         in (`killed_at`, `back_at`, monotonic; `during`, the request)."""
         state: dict[str, Any] = {"killed_at": None, "back_at": None, "during": None}
         link = self.links[i]
 
         def hook(req: dict[str, Any]) -> None:
-            if req.get("cmd") not in ROUND_REQUESTS.get(self.system, ()) or state["killed_at"] is not None:
+            if req.get("cmd") not in (cmds or ROUND_REQUESTS.get(self.system, ())) or state["killed_at"] is not None:
                 return
             proc = self.agents[i]
             assert proc is not None
