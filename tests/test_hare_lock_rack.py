@@ -64,22 +64,74 @@ def test_server_grants_a_head_the_switch_had_freed() -> None:
     assert st.queue is not None and [w[0] for w in st.queue] == [9]
 
 
-@pytest.mark.netns
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces and veth pairs")
-def test_locks_real_processes_each_system() -> None:
-    from inswitch.topology import netns
+def test_a_lock_server_dying_in_a_move_home_leaves_the_lock_on_the_switch() -> None:
+    """In process (the switch model running `hare_lock`, the framework, the lock servers):
+    a round replaces an offloaded lock that one client holds exclusively and another waits
+    for on the switch, and the lock's server dies as the lock's state is to come home. The
+    state is dirty on the switch and nowhere else, so the undo leaves the lock where it is,
+    valid again (evicting it would drop the holder and the waiter): the release reaches the
+    switch, which grants the waiter; every grant is checked against the run's reference
+    lock table. With the server back the next round moves the lock home and replaces it."""
+    from inswitch.apps.hare import locksim
+    from inswitch.apps.hare.lockapp import OP_ACQUIRE, OP_RELEASE
 
+    run = locksim.LockRun("hare", locksim.LockParams(n_locks=8, cache=1, clients=3, batch=1, servers=2, duration=1.0, shift_at=None))
+    fw = run.fw
+    a, b = locksim.lock_key(2), locksim.lock_key(3)  # servers 0 and 1
+    fw.offload(a, 0)
+    for c in (0, 1):
+        run.client_state[c] = {"lock": 2, "excl": True, "seq": c + 1, "t0": 0.0, "phase": "acq"}
+        run.send(0.0, c, OP_ACQUIRE)
+    assert [run.client_state[c]["phase"] for c in (0, 1)] == ["hold", "acq"], "client 0 holds, client 1 waits on the switch"
+    for _ in range(50):
+        run.servers[1].update_statistic(b)
+    dying = run.servers[0]
+    home = dying.datamv_switch2server
+
+    def dies(key: bytes, slot: int) -> None:
+        raise ConnectionError("server 0 died")
+
+    dying.datamv_switch2server = dies  # type: ignore[method-assign]
+    fw.round(0.1)
+    with pytest.raises(ConnectionError):
+        fw.run_due(0.5)
+    assert fw.slots == {0: a} and fw.emat.slot_of(a) == 0 and fw.emat.slot_of(b) is None
+    assert not fw.moving and fw.undo_stays == 1 and fw.evictions == 0
+    run.send(0.01, 0, OP_RELEASE)
+    assert run.client_state[0]["phase"] == "done" and run.client_state[1]["phase"] == "hold", "the waiter got the lock from the switch"
+    run.send(0.02, 1, OP_RELEASE)
+    assert run.client_state[1]["phase"] == "done" and run.correct, run.violations
+    dying.datamv_switch2server = home  # type: ignore[method-assign]
+    fw.round(0.2)
+    fw.run_due(1.0)
+    assert fw.slots == {0: b} and fw.evictions == 1 and not fw.moving
+    assert run.servers[0].locks[2].holders == 0 and not run.servers[0].locks[2].queue, "the lock came home free"
+
+
+@pytest.fixture(scope="module")
+def lock_rack():
+    from inswitch.topology import netns
+    from inswitch.topology.state import process_tag
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root: network namespaces and veth pairs")
     lp = lr.LockRackParams(n_locks=200, cache=16, clients=2, clients_per_host=6, duration=1.5, shift_at=0.75, batch=8, hold_s=1e-3,
                            workdir="/dev/shm" if os.path.isdir("/dev/shm") else None)
-    rack = lr.LockRack(lp)
+    rack = lr.LockRack(lp, name=f"lkd{process_tag()}")
     rack.up()
     try:
-        out = {}
-        for s in lr.LOCK_RACK_SYSTEMS:
-            out[s] = rack.run_locks(s, rack.use(s))
+        yield rack
     finally:
         rack.down()
         assert not netns.leftovers(f"{rack.name}-")
+
+
+@pytest.mark.netns
+def test_locks_real_processes_each_system(lock_rack: lr.LockRack) -> None:
+    rack = lock_rack
+    out = {}
+    for s in lr.LOCK_RACK_SYSTEMS:
+        out[s] = rack.run_locks(s, rack.use(s))
     for s, r in out.items():
         assert r["correct"] and r["mutex_violations"] == 0 and r["lost_requests"] == 0, (s, r["violation_examples"], r["control_errors"])
         assert r["holds"] > 100 and r["p99_us"] >= r["p50_us"] > 0
@@ -91,3 +143,52 @@ def test_locks_real_processes_each_system() -> None:
             assert r["control"]["offloads"] > 0
         if s == "netlock":
             assert answered < 1.8 * r["holds"], "the switch granted and released the hottest locks"
+
+
+@pytest.mark.netns
+def test_lock_agent_kill9_during_an_offloading_round(lock_rack: lr.LockRack) -> None:
+    """kill -9 of a lock agent at the first move of a lock's state onto the switch that an
+    offloading round asks of it: the round meets `AgentDown` and is cut short and
+    counted (no control error), nothing stays marked, every lock the controller books is
+    in its slot and valid on the switch, and with the agent back the next run's holds pass
+    the checker (no two holders beside an exclusive one, no request unanswered) while
+    Hare goes on offloading. The kill is made between two runs: the dead agent's own lock
+    table dies with it, which no controller can undo, so no lock is held there then."""
+    rack = lock_rack
+    old = (rack.lp.duration, rack.lp.shift_at)
+    rack.lp.duration, rack.lp.shift_at = 0.8, 0.4  # short runs: the fast suite's budget
+    try:
+        _kill_between_runs(rack)
+    finally:
+        rack.lp.duration, rack.lp.shift_at = old
+
+
+def _kill_between_runs(rack: lr.LockRack) -> None:
+    from inswitch.apps.hare import framework
+    from inswitch.apps.hare.redisrack import step
+
+    ctl = rack.use("hare")
+    r1 = rack.run_locks("hare", ctl)
+    assert r1["correct"], (r1["violation_examples"], r1["control_errors"])
+    fw = ctl.fw
+    assert fw.slots, "the first run offloaded locks"
+    # The offloaded locks' counters cleared: the agents' hottest locks replace the
+    # coldest offloaded ones in the next round, whose requests reach agent 0.
+    fw.cpu_many([(framework.OP_STAT_FETCH, s, 1, b"\0\0\0\0") for s in fw.slots])
+    fw.base.clear()
+    # At a lock's move onto the switch (Step 5): the round's later replacements have their
+    # slots replacing, and their locks go home (live agent) or stay (the dead one).
+    killed = rack.kill_in_round(0, cmds=("datamv",))
+    errors: list[str] = []
+    step(ctl, fw.next_round + fw.p.t_wait / 2, errors)  # the round, and its Step 5 due at once
+    assert killed["killed_at"] is not None, "the round made no request to agent 0"
+    assert not errors, errors
+    c = ctl.counters()
+    assert c["interrupted_rounds"] == 1, c
+    assert not fw.moving
+    assert len(fw.emat) == len(fw.slots) and all(fw.emat.slot_of(k) == s for s, k in fw.slots.items())
+    assert all(rack.sw.register_read("hare_lock", "obj_state", s) == framework.STATE_VALID for s in fw.slots), "a booked lock left replacing"
+    rack.start_agent(0)
+    r2 = rack.run_locks("hare", ctl)
+    assert r2["correct"] and r2["mutex_violations"] == 0 and r2["lost_requests"] == 0, (r2["violation_examples"], r2["control_errors"])
+    assert r2["control"]["offloads"] > c["offloads"], "offloading went on with the agent back"

@@ -116,6 +116,60 @@ def test_switch_kill9_mid_run_refills_the_cache(rack: rr.RedisRack, system: str)
     assert c["hit_rate_before"] > 0.05 and c["refill_s"] is not None and c["refill_s"] < {"dyso": 1.5}.get(system, 3.0), c
 
 
+def test_switch_recovery_skips_a_dead_agent(rack: rr.RedisRack) -> None:
+    """The controller's recovery from a switch restart lifts every moving mark at the
+    agents; an agent that is down at that moment has none to lift (its marks died with
+    its process; a new one starts with none): the recovery skips it and counts it
+    (`agents_down_at_recovery`) instead of failing, and lifts the marks at the others.
+    With the agent back, the next run (YCSB-A) is correct and no write waits on a mark:
+    the keys marked before, one at each agent, are written like any other."""
+    import signal
+
+    ctl = rack.use("hare")
+    marked = {}
+    for k in (rr.ycsb.record_key(r) for r in range(rack.p.records)):
+        marked.setdefault(rr.server_index(k, rack.p.servers), k)
+        if len(marked) == rack.p.servers:
+            break
+    for k in marked.values():
+        ctl.moving.add(k)
+    rack.stop_agent(0, signal.SIGKILL)
+    try:
+        new = rack.recover(ctl)
+    finally:
+        rack.start_agent(0)
+    assert rack.agents_down_at_recovery == 1
+    assert isinstance(new, rr.HareControl) and not new.moving and new.retired == [ctl.counters()]
+    old = rack.p.duration
+    rack.p.duration = 1.2  # short: the fast suite's budget
+    try:
+        r = rack.run_load("hare", new)
+    finally:
+        rack.p.duration = old
+    assert r["correct"] and r["lost_writes"] == 0 and r["stale_reads"] == 0 and r["linearizable"], (r["control_errors"], r["nonlinearizable_keys"])
+    assert sum(c["errors"] for c in r["clients"]) == 0, r["clients"]
+    assert r["hit_rate"] > 0 and r["control"]["offloads"] > 0
+
+
+@pytest.mark.slow
+def test_switch_and_agent_kill9_together(rack: rr.RedisRack) -> None:
+    """kill -9 of the rack's switch and of a storage agent at once (`switch-agent`): the
+    agent is still down when the controller recovers from the restart (it is started
+    again after), which the recovery skips and reports (`agents_down`); the run stays
+    correct and the cache refills."""
+    old = rack.p.duration
+    rack.p.duration = 7.0
+    try:
+        r = rack.run_load("hare", rack.use("hare"), fault=("switch-agent", 2.0, 0))
+    finally:
+        rack.p.duration = old
+    assert r["stale_reads"] == 0 and r["lost_writes"] == 0 and r["linearizable"], r["nonlinearizable_keys"]
+    assert r["correct"], r["control_errors"]
+    [c] = r["cache_recoveries"]
+    assert c["agents_down"] == 1 and "1 agent(s) down at the recovery" in r["restart_note"], c
+    assert r["recovered_s"] is not None and r["control"]["offloads"] > 0
+
+
 def test_dyso_offload_churn_stays_correct(rack: rr.RedisRack) -> None:
     """DySO in the rack: its analyzer offloads the locally hottest keys of each r-MAT row
     with packets from the agents; with hot-in shifts (and a QO-Record that misses switch

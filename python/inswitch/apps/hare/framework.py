@@ -177,6 +177,10 @@ class Hare:
         self.evictions = 0
         #: Moves done again because the object's server restarted mid-move (`offload`).
         self.moves_redone = 0
+        #: Undone replacements of dirty objects (`abandon`): brought home and evicted, or
+        #: left valid in their slots because their servers were down too.
+        self.undo_homes = 0
+        self.undo_stays = 0
         for srv in servers:
             srv.moving = self.moving
 
@@ -286,6 +290,7 @@ class Hare:
     def apply(self, plan: list[tuple[Optional[bytes], bytes, int, int]]) -> None:
         """Step 5 (D-modifier and M-modifier), Step 6, Step 7 for the new slots."""
         for i, (old, new, slot, c) in enumerate(plan):
+            home = False
             try:
                 if (old is not None and self.emat.slot_of(old) != slot) or self.emat.slot_of(new) is not None:
                     self.moving.discard(new)
@@ -295,16 +300,46 @@ class Hare:
                     continue
                 if old is not None:
                     self.servers[self.server_of(old)].datamv_switch2server(old, slot)
+                    home = True
                     self.evictions += 1
                 self.offload(new, slot, c, replacing=old)
                 if old is not None:
                     self.moving.discard(old)
             except Exception:
                 # Step 4 set the later replacements' slots replacing; nothing moved them yet.
-                self.abandon(plan, i, {s for o, _n, s, _c in plan[i + 1 :] if o is not None}, failed_in_move=True)
+                self.abandon(plan, i, {s for o, _n, s, _c in plan[i + 1 :] if o is not None}, failed_in_move=True, old_home=home)
                 raise
 
-    def abandon(self, plan: list[tuple[Optional[bytes], bytes, int, int]], first: int, replacing: set[int], failed_in_move: bool = False) -> None:
+    def dirty(self, key: bytes) -> bool:
+        """Whether `key`'s application keeps data on the switch that its server lacks (a
+        lock's holders and queue): such an object is never dropped from the switch before
+        that data has gone home."""
+        return type(self.servers[self.server_of(key)]).DATAMV_PACKETS_TO_SERVER > 0
+
+    def home_or_stay(self, old: bytes, slot: int) -> None:
+        """Undo Step 4 for `old`, whose slot was set replacing: an object with dirty data
+        goes home (its server takes the data as it is now, and answers for it from then
+        on) and is evicted, since while the slot was replacing the switch may have dropped
+        work its data implied (a lock's grant pass) that only its server redoes; if its
+        server is down too, the object stays where it is, valid again (the reads of a
+        move home change nothing on the switch). Other objects are valid again."""
+        if self.dirty(old):
+            try:
+                self.servers[self.server_of(old)].datamv_switch2server(old, slot)
+            except Exception:
+                self.undo_stays += 1
+            else:
+                _slot, ops = self.emat.remove(old)
+                self.write_emat(ops)
+                del self.slots[slot]
+                self.base.pop(slot, None)
+                self.evictions += 1
+                self.undo_homes += 1
+                return
+        self.cpu(OP_STATE_SET, slot, STATE_VALID)
+
+    def abandon(self, plan: list[tuple[Optional[bytes], bytes, int, int]], first: int, replacing: set[int], failed_in_move: bool = False,
+                old_home: bool = True) -> None:
         """A round that failed at `plan[first]` (a server died under it: the caller sees
         the error) leaves nothing half done: the entries before are complete; of the rest,
         no object stays marked moving (its server would answer its writes "retry" for
@@ -314,7 +349,12 @@ class Hare:
         of a move in its slot: its replaced object is evicted (the e-MAT entry removed, the
         slot left replacing and free) and a later round offloads into it from scratch. The
         e-MAT and the slot map stay in step: `offload` books an object in before its last
-        calls to the server."""
+        calls to the server.
+
+        Dirty data (`dirty`, a lock's state) is never dropped: a replaced object whose move
+        home had not finished (`old_home` False) stays in its slot, valid again (the
+        failure was its own server's: the data has nowhere else to go); a slot Step 4 set
+        replacing is undone by `home_or_stay`."""
         for j, (old, new, slot, _c) in enumerate(plan[first:]):
             if self.slots.get(slot) == new:
                 pass  # complete but for the unmark
@@ -325,13 +365,18 @@ class Hare:
                 self.base.pop(slot, None)
             elif old is not None and self.slots.get(slot) == old:
                 if failed_in_move and j == 0:
-                    _slot, ops = self.emat.remove(old)
-                    self.write_emat(ops)
-                    del self.slots[slot]
-                    self.base.pop(slot, None)
-                    self.evictions += 1
+                    if not old_home and self.dirty(old):
+                        self.cpu(OP_STATE_SET, slot, STATE_VALID)
+                        self.undo_stays += 1
+                    else:
+                        _slot, ops = self.emat.remove(old)
+                        self.write_emat(ops)
+                        del self.slots[slot]
+                        self.base.pop(slot, None)
+                        if not old_home:  # `apply` counted it once home
+                            self.evictions += 1
                 elif slot in replacing:
-                    self.cpu(OP_STATE_SET, slot, STATE_VALID)
+                    self.home_or_stay(old, slot)
             for o in (new, old):
                 if o is not None:
                     unmark(self.moving, o)

@@ -28,7 +28,7 @@ import numpy as np
 from inswitch.apps.hare import framework
 from inswitch.apps.hare.lockapp import KEY, QUEUE
 from inswitch.apps.hare.lockgen import orders
-from inswitch.apps.hare.redisrack import AgentLink, Marks, NoControl, RackParams, RedisRack, RemoteServer, start_together, step
+from inswitch.apps.hare.redisrack import AgentLink, Marks, NoControl, RackParams, RedisRack, RemoteServer, RoundControl, start_together, step
 
 LOCK_RACK_SYSTEMS = ("hare", "netlock", "none")
 GRANT_SESSION = 91
@@ -77,9 +77,13 @@ class LockRemoteServer(RemoteServer):
             raise RuntimeError(f"agent {self.idx}: moving a lock home failed: {r.get('error')}")
 
 
-class LockControl:
+class LockControl(RoundControl):
     """The K3 framework over the lock agents; `dynamic` False is NetLock's static
-    offloading: the `cache` initially hottest locks, once, at the start."""
+    offloading: the `cache` initially hottest locks, once, at the start.
+
+    An agent that dies under a round (`AgentDown`) cuts it short as for the KV store
+    (`RoundControl`); the framework's undo never drops a lock's state from the switch
+    before it is home (`Hare.abandon`, `Hare.home_or_stay`)."""
 
     def __init__(self, sw: Any, links: list[AgentLink], p: LockRackParams, dynamic: bool) -> None:
         servers = [LockRemoteServer(i, link) for i, link in enumerate(links)]
@@ -95,20 +99,25 @@ class LockControl:
                 self.fw.offload(lock_key(int(lock)), self.fw.emat.free_slot())
 
     def step(self, now: float) -> None:
-        if self.dynamic:
-            self.fw.tick(now)
+        if self.dynamic and self.cut_short(lambda: self.fw.tick(now)):
+            self.fw.next_round = max(self.fw.next_round, now + self.fw.p.t_wait)
+
+    def moves_redone(self) -> int:
+        return self.fw.moves_redone
 
     def counters(self) -> dict[str, int]:
-        return {"offloads": self.fw.offloads, "evictions": self.fw.evictions, "table_ops": self.fw.table_ops, "packet_ops": self.fw.packet_ops}
+        return {"offloads": self.fw.offloads, "evictions": self.fw.evictions, "table_ops": self.fw.table_ops, "packet_ops": self.fw.packet_ops,
+                "undo_homes": self.fw.undo_homes, "undo_stays": self.fw.undo_stays, **self.round_counters()}
 
 
 class LockRack(RedisRack):
     """The rack of `redisrack` with lock agents and no Redis."""
 
-    def __init__(self, lp: LockRackParams) -> None:
+    def __init__(self, lp: LockRackParams, name: Optional[str] = None) -> None:
         self.lp = lp
-        super().__init__(RackParams(clients=lp.clients, servers=lp.servers, cache=lp.cache, batch=lp.batch, t_wait=lp.t_wait, key_field=KEY, workdir=lp.workdir))
-        self.name = self.name.replace("hr", "hl", 1)
+        super().__init__(RackParams(clients=lp.clients, servers=lp.servers, cache=lp.cache, batch=lp.batch, t_wait=lp.t_wait, key_field=KEY, workdir=lp.workdir), name=name)
+        if name is None:
+            self.name = self.name.replace("hr", "hl", 1)
 
     def start_redis(self, i: int) -> None:
         """No store: the lock servers keep their tables in memory."""
@@ -162,11 +171,15 @@ class LockRack(RedisRack):
                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         start_ns = start_together(procs)
         t0 = start_ns / 1e9
+        # The control loop's clock runs from the first run that drives it (as in
+        # `RedisRack._drive`): a loop that goes on into another run keeps its pace.
+        if getattr(control, "epoch", None) is None:
+            control.epoch = t0
         errors: list[str] = []
         while any(pr.poll() is None for pr in procs):
             now = time.monotonic() - t0
             if now >= 0:
-                step(control, now, errors)
+                step(control, time.monotonic() - control.epoch, errors)
                 if progress:
                     progress(min(1.0, now / lp.duration))
             time.sleep(0.005)

@@ -669,6 +669,8 @@ class RedisRack:
         self.recovered: dict[int, float] = {}
         #: The control loop of the system in use (`use`; replaced after a restart).
         self.control: Any = None
+        #: Agents found down by the last recovery from a switch restart (`recover`).
+        self.agents_down_at_recovery = 0
         #: The last run's per-client results (`run_load`), with their history rows.
         self.last_results: list[dict[str, Any]] = []
 
@@ -913,8 +915,15 @@ class RedisRack:
         agents would answer "retry" forever), installs the system again, and the loop
         refills the cache from the agents' statistics. Write-through: nothing the dead
         switch held was newer than Redis, so nothing is lost."""
+        # An agent that is down now lost its marks with its process (a new one starts with
+        # none), so there is nothing to lift there; it is counted and skipped, and its
+        # link reconnects when it is started again.
+        self.agents_down_at_recovery = 0
         for link in self.links:
-            link.call(cmd="unmark_all")
+            try:
+                link.call(cmd="unmark_all")
+            except AgentDown:
+                self.agents_down_at_recovery += 1
         old_client = self.client
         if old_client is not None:
             try:
@@ -1009,7 +1018,7 @@ class RedisRack:
             self.start_redis(i)
         return t_kill, time.monotonic()
 
-    def kill_in_round(self, i: int, restart: bool = False) -> dict[str, Any]:
+    def kill_in_round(self, i: int, restart: bool = False, cmds: Optional[tuple[str, ...]] = None) -> dict[str, Any]:
         """Arm a SIGKILL of storage host `i`'s agent at the controller's next request to it
         that only an offloading round makes (`ROUND_REQUESTS` of the system in use: for
         Hare, marking an object moving or moving its data to the switch; for NetCache,
@@ -1017,13 +1026,14 @@ class RedisRack:
         a dead agent, in the middle of the round, and `_drive` starts the agent again
         after the control step. `restart`: the agent
         is started again before the request goes on (the round carries on with a new
-        agent process, which holds none of the round's marks). Returns the state it fills
+        agent process, which holds none of the round's marks). `cmds`: only at one of
+        these requests (default `ROUND_REQUESTS`). Returns the state it fills
         in (`killed_at`, `back_at`, monotonic; `during`, the request)."""
         state: dict[str, Any] = {"killed_at": None, "back_at": None, "during": None}
         link = self.links[i]
 
         def hook(req: dict[str, Any]) -> None:
-            if req.get("cmd") not in ROUND_REQUESTS.get(self.system, ()) or state["killed_at"] is not None:
+            if req.get("cmd") not in (cmds or ROUND_REQUESTS.get(self.system, ())) or state["killed_at"] is not None:
                 return
             proc = self.agents[i]
             assert proc is not None
@@ -1045,7 +1055,9 @@ class RedisRack:
         """One measured run; `fault` = (agent|redis|switch, seconds in, storage host) kills
         that process with SIGKILL mid-run and restarts it (the switch: its supervisor);
         "agent-round" kills the agent from inside the first offloading round after that
-        time (`kill_in_round`).
+        time (`kill_in_round`); "switch-agent" kills the agent and the switch together and
+        starts the agent again once the controller has recovered from the restart (each
+        recovery reports `agents_down`).
         The controller runs in this loop, so it is between two rounds at the kill and
         resumes after the restart. `initial`: what the store holds at the start (default:
         the records as `load` writes them), for a run that follows another without a load."""
@@ -1109,7 +1121,7 @@ class RedisRack:
         interrupted = [e for t, e in ctl_errors if any(a <= t <= b for a, b in cut)]
         out = self.measure(results, start_ns, control, [e for t, e in ctl_errors if not any(a <= t <= b for a, b in cut)], initial)
         out.update(self.restart_report(recs, recoveries, interrupted, results, start_ns))
-        if fault is not None and fault_at is not None and fault[0] != "switch":
+        if fault is not None and fault_at is not None and fault[0] not in ("switch", "switch-agent"):
             out["fault"] = self.fault_report(results, fault, fault_at, t0)
             if self._fault_during is not None:
                 out["fault"]["during"] = self._fault_during
@@ -1143,7 +1155,9 @@ class RedisRack:
                     self._fault_during = in_round["during"]
                     continue
             elif fault is not None and fault_at is None and now >= fault[1]:
-                self._fault_at = fault_at = self.kill9(fault[0], fault[2])
+                if fault[0] == "switch-agent":  # the agent dies with the switch, down until the recovery
+                    self.stop_agent(fault[2], signal.SIGKILL)
+                self._fault_at = fault_at = self.kill9("switch" if fault[0] == "switch-agent" else fault[0], fault[2])
                 continue
             if now >= next_look:  # the switch's generation: has it died and come back?
                 next_look = now + 0.1
@@ -1162,7 +1176,9 @@ class RedisRack:
                         except Exception as e:
                             ctl_errors.append((time.time(), f"recovery from generation {r['generation']}: {type(e).__name__}: {e}"))
                         self.recovered[r["generation"]] = time.time()
-                        recoveries.append({"generation": r["generation"], "reinstalled_at": time.time()})
+                        recoveries.append({"generation": r["generation"], "reinstalled_at": time.time(), "agents_down": self.agents_down_at_recovery})
+                        if fault is not None and fault[0] == "switch-agent" and self.agents[fault[2]] is None:
+                            self.start_agent(fault[2])  # down through the recovery: back now
             if now >= 0:
                 errs: list[str] = []
                 step(control, time.monotonic() - control.epoch, errs)
@@ -1192,6 +1208,7 @@ class RedisRack:
             rec.update(refill(gets, (float(r["died_at"]) - wall_minus_mono) * 1e9, back_mono_ns))
         parts = [f"the switch died ({r['exit']}) and was forwarding again {r.get('recovery_s', '?')} s later (generation {r['generation']})" for r in recs]
         done = [f"generation {c['generation']}: {self.system} installed again {c['reinstall_s']} s after, cache treated as empty"
+                + (f", {c['agents_down']} agent(s) down at the recovery (no mark to lift there)" if c.get("agents_down") else "")
                 + (f", refilled (first hit {c['recovered_s']} s after the death" if c.get("recovered_s") is not None else "")
                 + (f"; hit rate back to half its {c['hit_rate_before']:.2f} before the death {c['refill_s']} s after the re-install" if c.get("refill_s") is not None else "")
                 + (")" if c.get("recovered_s") is not None else "") for c in recoveries]
