@@ -101,6 +101,10 @@ def test_real_tenants_in_a_rack(tmp_path: Path) -> None:
     assert {p["what"] for p in d["unleased_probes"]} == {"own job after its lease", "never leased"}
     assert not any(p["answered"] for p in d["unleased_probes"])
     assert 2 <= lease["unknown_job_drops_during_host_phase"] <= lease["unleased_probe_packets"], lease
+    # While it held, the job id sent from another host's port (the server's) was refused
+    # too: unanswered, dropped at stage 0 as an unknown job (the training above, which
+    # matches the exact sum, shows it added nothing).
+    assert lease["forged_port_refused"] and 1 <= lease["forged_port_drops"] <= lease["forged_port_probe_packets"], lease
     b = r["apps"]["bloom"]
     assert b["bloom_fp_probes_answered_by_switch"] == b["bloom_fp_probes"] > 0
     assert abs(b["bloom_fp_rate"] - b["bloom_fp_host_copy"]) < 1e-12  # every answer is the host copy's

@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use hostlib::allreduce::{Worker, WorkerConfig};
 use pisa::control::{ControlOp, Replica, WriteOp};
-use pisa::{FieldMatch, PipeConfig, ProgramSet, ResourceReport, Switch, Target};
+use pisa::{DropCode, FieldMatch, PacketBuf, PipeConfig, ProgramSet, ResourceReport, Switch, Target};
 use programs::allreduce::Allreduce;
 use programs::forward::Forward;
-use wire::allreduce::UDP_PORT;
+use wire::allreduce::{flags, Packet, Repr, ELEMS, UDP_PORT};
 
 mod common;
 use common::*;
@@ -32,21 +32,27 @@ fn set() -> Arc<ProgramSet> {
 fn install(sw: &mut Switch, set: &ProgramSet, job: &JobSpec) {
     let (t, a) = ids(set, 1, "jobs", "set_job");
     let group = job.id + 1;
-    sw.control(&ControlOp::TableWrite {
-        table_id: t,
-        op: WriteOp::Insert,
-        matches: vec![FieldMatch::Exact { field: 0, value: be(job.id as u64, 16) }],
-        priority: 0,
-        action_id: a,
-        params: vec![
-            (1, be(job.pool_base as u64, 32)),
-            (2, be(job.slots as u64, 16)),
-            (3, be(job.hosts.len() as u64, 16)),
-            (4, be(job.seen_base as u64, 32)),
-            (5, be(group as u64, 16)),
-        ],
-    })
-    .unwrap();
+    // One `jobs` entry per worker port (each host on its own port here).
+    for &h in &job.hosts {
+        sw.control(&ControlOp::TableWrite {
+            table_id: t,
+            op: WriteOp::Insert,
+            matches: vec![
+                FieldMatch::Exact { field: 0, value: be(h as u64, 16) },
+                FieldMatch::Exact { field: 1, value: be(job.id as u64, 16) },
+            ],
+            priority: 0,
+            action_id: a,
+            params: vec![
+                (1, be(job.pool_base as u64, 32)),
+                (2, be(job.slots as u64, 16)),
+                (3, be(job.hosts.len() as u64, 16)),
+                (4, be(job.seen_base as u64, 32)),
+                (5, be(group as u64, 16)),
+            ],
+        })
+        .unwrap();
+    }
     let replicas = job.hosts.iter().map(|&h| Replica { port: h as u16, rid: h as u16 }).collect();
     sw.control(&ControlOp::McastGroupWrite { op: WriteOp::Insert, group, replicas }).unwrap();
     let (t, a) = ids(set, 1, "worker_addr", "set_addr");
@@ -251,6 +257,49 @@ fn float_allreduce_agrees_with_the_float_sum() {
                 "chunk {c} elem {i}: {got} vs {want}"
             );
         }
+    }
+}
+
+/// One contribution of `worker` to slot 0, copy 0 of `job`, from host (and port) `h`.
+fn contribution(h: u8, job: u16, worker: u16, values: [i32; ELEMS]) -> PacketBuf {
+    let p = Repr { job, flags: 0, ver: 0, worker, slot: 0, offset: 0, values }.to_bytes();
+    PacketBuf::from_slice(&frame(h, WORKER_PORT, 200, UDP_PORT, &p), h as u16)
+}
+
+fn allreduce_drops(sw: &Switch, set: &ProgramSet, name: &str) -> u64 {
+    let code = DropCode::FIRST_PROGRAM as usize + set.decl(1).drop_reasons.iter().position(|r| r == name).unwrap();
+    sw.counters().programs[1].drops[code]
+}
+
+#[test]
+fn a_live_job_id_from_a_port_not_in_the_job_is_dropped_and_counted() {
+    // Job 5's workers are hosts 1 and 2; host 9 (its own port) has learnt the live id and
+    // sends worker 1's contribution to the slot worker 0 has just filled.
+    let set = set();
+    let mut sw = Switch::new(set.clone(), 16, 1, PipeConfig::default());
+    let job = JobSpec { id: 5, hosts: vec![1, 2], slots: 4, pool_base: 0, seen_base: 0 };
+    install(&mut sw, &set, &job);
+    let a: [i32; ELEMS] = std::array::from_fn(|i| 1000 + i as i32);
+    let b: [i32; ELEMS] = std::array::from_fn(|i| -7 * i as i32);
+    let forged = [0x4000_0000i32; ELEMS];
+    sw.process(&mut vec![contribution(1, 5, 0, a)], 0);
+    assert!(sw.drain_all().is_empty(), "the first contribution is absorbed");
+    let unknown = allreduce_drops(&sw, &set, "allreduce_unknown_job");
+    sw.process(&mut vec![contribution(9, 5, 1, forged), contribution(9, 5, 0, forged)], 0);
+    assert!(sw.drain_all().is_empty(), "nothing answers the forged port");
+    assert_eq!(allreduce_drops(&sw, &set, "allreduce_unknown_job") - unknown, 2, "both forged packets counted as unknown-job drops");
+    // Worker 1's real contribution completes the slot: the sum is a + b alone.
+    sw.process(&mut vec![contribution(2, 5, 1, b)], 0);
+    let out = sw.drain_all();
+    let mut ports: Vec<u16> = out.iter().map(|(p, _)| *p).collect();
+    ports.sort();
+    assert_eq!(ports, [1, 2], "the result multicast to the job's two workers");
+    let want: Vec<i32> = a.iter().zip(&b).map(|(x, y)| x.wrapping_add(*y)).collect();
+    for (p, fr) in &out {
+        let (_, _, payload) = unframe(fr).expect("a UDP frame");
+        let r = Repr::parse(&Packet::new_checked(payload).unwrap()).unwrap();
+        assert_eq!(r.flags & flags::RESULT, flags::RESULT);
+        assert_eq!(&r.values[..], &want[..], "port {p}: the sum of the job's workers only");
     }
 }
 

@@ -196,6 +196,8 @@ def run_cmd(
                          f"max_weight_diff {num(f['max_weight_diff'], '.3g')} ({f['dml_steps']} steps, {f['dml_workers']} workers); "
                          f"job {lease.get('job')} leased {num(lease.get('held_s'), '.2f')} s, after it {lease.get('unknown_job_drops_during_host_phase')} "
                          f"allreduce packets refused (unknown job)")
+                if "forged_port_drops" in lease:
+                    line += f", during it {lease['forged_port_drops']} from port {lease['forged_port']} (not the job's)"
             console.print(line, highlight=False, soft_wrap=True)
     for name, f in res["apps"].items():
         if "paxos_crash_at" in f:

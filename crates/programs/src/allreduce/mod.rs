@@ -25,7 +25,10 @@
 //! uses `n * s` seen-cells of [`SEEN_CELLS`].
 //!
 //! Layout (tofino1; `forward` uses stages 0–1 besides):
-//! - ingress stage 0: `jobs` (exact: job id → pool base, slots, workers, seen base, group)
+//! - ingress stage 0: `jobs` (exact: (ingress port, job id) → pool base, slots, workers,
+//!   seen base, group), one entry per port of the job's workers: a packet is admitted to a
+//!   job only from the ports the controller gave the job, so a host elsewhere that learns
+//!   a live job id cannot add to that job's sums
 //! - ingress stage 1: `seen` (u8 per (slot, worker): bit `ver` = contributed to copy `ver`)
 //! - ingress stage 2: `count` (per (slot, copy): contributions so far, mod n)
 //! - ingress stages 3–10: `pool_0` … `pool_31` (per (slot, copy)), four per stage
@@ -52,10 +55,11 @@ pub const POOL_SLOTS: u32 = 16384;
 pub const POOL_CELLS: u32 = 2 * POOL_SLOTS;
 /// Seen-cells: a job of `n` workers and `s` slots takes `n * s` of them.
 pub const SEEN_CELLS: u32 = 1 << 19;
-/// Entries of `jobs`.
-pub const MAX_JOBS: u32 = 1024;
 /// Entries of `worker_addr` (replica ids).
 pub const MAX_REPLICAS: u32 = 4096;
+/// Entries of `jobs`, one per (job, worker port): a job has at most one port per worker
+/// and each worker takes a replica id, so any jobs `worker_addr` holds fit here.
+pub const JOB_PORTS: u32 = MAX_REPLICAS;
 /// First stage of the pool arrays.
 const POOL_STAGE: u8 = 3;
 /// Pool arrays per stage (a Tofino 1 stage's stateful ALUs).
@@ -185,14 +189,14 @@ impl Allreduce {
             &[("pool_base", 32), ("slots", 16), ("workers", 16), ("seen_base", 32), ("group", 16)],
             "the job's partition: first slot, slots, workers, first seen-cell, multicast group",
         );
-        let a_no_job = b.action("no_job", &[], "unknown job: drop");
+        let a_no_job = b.action("no_job", &[], "unknown job, or not from one of its workers' ports: drop");
         let jobs = b.table(TableSpec {
             name: "jobs",
-            doc: "job id -> memory partition and multicast group; filled by the controller",
+            doc: "(ingress port, job id) -> memory partition and multicast group, one entry per worker port of the job; filled by the controller",
             gress: Gress::Ingress,
             stage: 0,
-            size: MAX_JOBS,
-            keys: &[("hdr.allreduce.job", 16, MatchKind::Exact)],
+            size: JOB_PORTS,
+            keys: &[("ig_intr_md.ingress_port", 16, MatchKind::Exact), ("hdr.allreduce.job", 16, MatchKind::Exact)],
             actions: &[a_set_job, a_no_job],
             default_action: (a_no_job, &[]),
             const_default: true,
@@ -293,8 +297,9 @@ impl Allreduce {
             *v = u32::from_be_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
         }
 
-        // Stage 0: the job's partition.
-        let t = pass.apply_u64(&self.jobs, job as u64);
+        // Stage 0: the job's partition, if this port is one of its workers'.
+        let port = pass.ingress_port();
+        let t = pass.apply_u64(&self.jobs, (port as u64) << 16 | job as u64);
         if t.action != self.a_set_job {
             pass.drop(self.d_unknown_job);
             return;
@@ -357,7 +362,6 @@ impl Allreduce {
             swap_addresses(h, UDP_IPV4_LEN - 8);
             let len = pass.packet_len();
             fix_lengths(pass.hdr_mut(), len);
-            let port = pass.ingress_port();
             pass.forward(port);
         } else {
             pass.bridged_mut()[BR_MCAST] = 1;

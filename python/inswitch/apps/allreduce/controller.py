@@ -1,7 +1,9 @@
 """Install an allreduce job on a switch through P4Runtime.
 
 A job gets a partition of the switch's memory (`slots` slots from `pool_base`, and
-`slots * workers` seen-cells from `seen_base`), a multicast group of its workers' ports, and
+`slots * workers` seen-cells from `seen_base`), one `jobs` entry per port of its workers
+(key (ingress port, job id), the same partition in each: the switch admits the job's
+packets only from those ports), a multicast group of its workers' ports, and
 one `worker_addr` entry per worker (replica id -> MAC, IPv4, UDP port, and the switch's
 source addresses) so each multicast copy of a result reaches its worker's socket. The constants mirror
 `crates/programs/src/allreduce/mod.rs`.
@@ -12,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from inswitch.p4rt.client import SwitchClient
+from inswitch.p4rt.client import SwitchClient, Update
 
 #: Slots shared by the jobs of one switch (`POOL_SLOTS`).
 POOL_SLOTS = 16384
@@ -80,13 +82,32 @@ def switch_ip(workers: Sequence[WorkerAddr]) -> str:
     raise ValueError("no free address for the switch in the workers' subnet")
 
 
+#: The fields of `allreduce.jobs`'s key.
+JOB_PORT_FIELD, JOB_FIELD = "ig_intr_md.ingress_port", "hdr.allreduce.job"
+
+
+def job_ports(workers: Sequence[WorkerAddr]) -> list[int]:
+    """The switch ports a job's `jobs` entries are keyed on: one per port of its workers."""
+    return sorted({w.port for w in workers})
+
+
+def remove(client: SwitchClient, job: int) -> int:
+    """Delete every `jobs` entry of `job` (all its ports) at once; how many there were.
+    Its packets are then dropped at ingress stage 0 (`allreduce_unknown_job`)."""
+    ups = []
+    for e in client.read_entries("allreduce.jobs"):
+        if e["match"].get(JOB_FIELD) == job:
+            ups.append(client.table_update(Update.DELETE, "allreduce.jobs", e["match"]))
+    if ups:
+        client.write(ups)
+    return len(ups)
+
+
 def install(client: SwitchClient, spec: JobSpec, workers: Sequence[WorkerAddr]) -> None:
     """Write the job's entries and group (replacing any left by an earlier job of that id)."""
     src_ip = switch_ip(workers)
     spec.check(len(workers))
-    for e in client.read_entries("allreduce.jobs"):
-        if next(iter(e["match"].values())) == spec.job:
-            client.delete_entry("allreduce.jobs", {"hdr.allreduce.job": spec.job})
+    remove(client, spec.job)
     old = {next(iter(e["match"].values())) for e in client.read_entries("allreduce.worker_addr")}
     for i, w in enumerate(workers):
         rid = spec.rid_base + i
@@ -95,6 +116,7 @@ def install(client: SwitchClient, spec: JobSpec, workers: Sequence[WorkerAddr]) 
         client.insert_entry("allreduce.worker_addr", {"eg_intr_md.rid": rid}, "allreduce.set_addr",
                             {"mac": w.mac, "ip": w.ip, "port": w.udp_port, "src_mac": SWITCH_MAC, "src_ip": src_ip})
     client.set_multicast_group(spec.group, [(w.port, spec.rid_base + i) for i, w in enumerate(workers)])
-    client.insert_entry("allreduce.jobs", {"hdr.allreduce.job": spec.job}, "allreduce.set_job",
-                        {"pool_base": spec.pool_base, "slots": spec.slots, "workers": len(workers),
-                         "seen_base": spec.seen_base, "group": spec.group})
+    # Every port's entry in one write, after the group and addresses it points to.
+    params = {"pool_base": spec.pool_base, "slots": spec.slots, "workers": len(workers), "seen_base": spec.seen_base, "group": spec.group}
+    client.write([client.table_update(Update.INSERT, "allreduce.jobs", {JOB_PORT_FIELD: p, JOB_FIELD: spec.job}, "allreduce.set_job", params)
+                  for p in job_ports(workers)])

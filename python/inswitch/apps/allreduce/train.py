@@ -2,7 +2,8 @@
 Gloo, the workers processes in a rack.
 
 A rack of N hosts runs `forward,allreduce`; the controller installs one allreduce job (its
-memory partition, multicast group and the workers' addresses); each mode then starts N
+memory partition, admitted from its workers' ports only, multicast group and the workers'
+addresses); each mode then starts N
 `train_worker` processes, one per host, the same seed in both modes. Gloo's traffic (and the
 store) goes through the same switch by `forward`; the switch's allreduce packets are taken
 by their UDP port.
