@@ -43,8 +43,9 @@ def test_two_level_switchagg_exact_and_every_level_accounted_in_bytes() -> None:
     assert not netns.leftovers(f"{spec.rack}-")
     assert doc["correct"], doc["runs"]["switch"]["wrong_examples"]
     assert doc["runs"]["udp"]["correct"]
-    assert not doc["fallback"]
     place, sw, r = doc["placement"], doc["switches"], doc["runs"]["switch"]
+    # Why the reducers aggregated themselves, if they did (was a bare `assert not True`).
+    assert not doc["fallback"], [(x.get("fallback_reason"), x.get("socket_drops")) for x in r["per_reducer"] if x.get("fallback")]
     agg = place["aggregation"]
     leaves = {m["switch"] for m in place["mappers"]}
     (rl,) = {x["switch"] for x in place["reducers"]}

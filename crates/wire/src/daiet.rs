@@ -76,8 +76,11 @@ pub mod info {
     pub const STALLED: u8 = 2;
     /// Reducer to mapper: your FINISHED is noted; stop reporting until DONE (or RESEND).
     pub const NOTED: u8 = 3;
-    /// Mapper to reducer: DONE received, the mapper leaves (the reducer stops resending DONE).
+    /// Mapper to reducer: DONE received (one BYE per DONE; the reducer stops resending DONE).
     pub const BYE: u8 = 4;
+    /// Reducer to mapper: every DONE sent to you was answered, nothing more comes from this
+    /// reducer: close the socket (a DONE reaching a closed one draws an ICMP error).
+    pub const GONE: u8 = 5;
 }
 
 /// Aggregation operation.

@@ -37,6 +37,10 @@ pub struct MapperConfig {
     /// A mapper whose stream is acknowledged reports FINISHED at least this often (at most
     /// once per RTO otherwise) until the reducer answers NOTED.
     pub finished_report_ns: u64,
+    /// Done, the mapper waits for each reducer's GONE before it closes its socket (a DONE
+    /// reaching a closed socket draws an ICMP error from the host); the run loop stops
+    /// waiting once nothing has arrived for this long (a GONE or a BYE lost).
+    pub linger_ns: u64,
 }
 
 impl MapperConfig {
@@ -59,6 +63,7 @@ impl MapperConfig {
             window: 64,
             stall_ns: 2_000_000_000,
             finished_report_ns: 100_000_000,
+            linger_ns: 500_000_000,
         }
     }
 }
@@ -107,9 +112,11 @@ struct TreeTx {
     /// The reducer noted FINISHED: no more reports (it sends DONE, or RESEND).
     noted: bool,
     done: bool,
-    /// A DONE arrived: answer BYE (again for each DONE: the reducer resends DONE until it
-    /// hears BYE).
-    bye_due: bool,
+    /// BYEs owed: one per DONE received (the reducer resends DONE until it hears BYE, and
+    /// waits for the answer to each DONE it sent before it says GONE).
+    bye_due: u32,
+    /// The reducer said GONE: nothing more comes from it.
+    gone: bool,
 }
 
 /// A mapper's sender over all trees. Packets go out as `(tree index, UDP payload)`, each to
@@ -177,7 +184,8 @@ impl<S: PairSource> Mapper<S> {
                     finished: false,
                     noted: false,
                     done: false,
-                    bye_due: false,
+                    bye_due: 0,
+                    gone: false,
                 })
                 .collect(),
             cfg,
@@ -219,6 +227,11 @@ impl<S: PairSource> Mapper<S> {
         t.noted = false;
     }
 
+    /// How long a done mapper waits for GONE after the last packet it received.
+    pub fn linger_ns(&self) -> u64 {
+        self.cfg.linger_ns
+    }
+
     /// Change the adaptive timeout's bounds (equal bounds: a fixed timeout).
     pub fn set_rto_bounds(&mut self, min_ns: u64, max_ns: u64) {
         self.cfg.min_rto_ns = min_ns;
@@ -237,7 +250,13 @@ impl<S: PairSource> Mapper<S> {
 
     /// Done, and every BYE sent: the mapper can leave.
     pub fn is_quiet(&self) -> bool {
-        self.is_done() && !self.trees.iter().any(|t| t.bye_due)
+        self.is_done() && !self.trees.iter().any(|t| t.bye_due > 0)
+    }
+
+    /// Quiet, and every reducer said GONE: no packet is on its way to the mapper, which
+    /// can close its socket.
+    pub fn may_close(&self) -> bool {
+        self.is_quiet() && self.trees.iter().all(|t| t.gone)
     }
 
     /// Tree ids still not complete.
@@ -258,8 +277,7 @@ impl<S: PairSource> Mapper<S> {
             let window = self.cfg.window;
             let t = &mut self.trees[i];
             if t.done {
-                if t.bye_due {
-                    t.bye_due = false;
+                for _ in 0..std::mem::take(&mut t.bye_due) {
                     let p = proto.control(hdr, 0, info::BYE);
                     self.stats.packets_sent += 1;
                     self.stats.bytes_sent += p.len() as u64;
@@ -327,11 +345,15 @@ impl<S: PairSource> Mapper<S> {
         if r.flags & flags::DONE != 0 {
             let t = &mut self.trees[i];
             t.done = true;
-            t.bye_due = true;
+            t.bye_due += 1;
             return;
         }
         if r.flags & flags::QUERY != 0 {
             let t = &mut self.trees[i];
+            if r.info == info::GONE && r.sender == super::REDUCER_SENDER && t.done {
+                t.gone = true;
+                return;
+            }
             if r.info == info::NOTED && r.sender == super::REDUCER_SENDER && r.epoch == t.epoch && t.finished {
                 t.noted = true;
             }
@@ -386,7 +408,7 @@ impl<S: PairSource> Mapper<S> {
 
     /// When `poll_transmit` has something to do next (a retransmission, a report, a BYE).
     pub fn poll_timeout(&self) -> Option<u64> {
-        if self.trees.iter().any(|t| t.bye_due) {
+        if self.trees.iter().any(|t| t.bye_due > 0) {
             return Some(0);
         }
         self.trees

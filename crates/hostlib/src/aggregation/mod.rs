@@ -38,8 +38,11 @@
 //! - **Completion.** A mapper's END acknowledged means the switch holds its pairs, not
 //!   that the reducer has them; so mappers report `QUERY/FINISHED` to the reducer (until
 //!   it answers `QUERY/NOTED`) and stay until the reducer sends `DONE`, which it sends
-//!   again, backing off, until the mapper answers `QUERY/BYE`; a reducer every mapper
-//!   said BYE to leaves at once. If every mapper has finished and the switch's stream
+//!   again, backing off, until the mapper answers `QUERY/BYE` (one per DONE). Once every
+//!   DONE it sent a mapper is answered, the reducer tells it `QUERY/GONE` and the mapper
+//!   closes its socket (a DONE sent again while the BYE was on its way would otherwise
+//!   reach a closed port); a reducer that told every mapper GONE leaves at once (see
+//!   docs/wordcount.md, Completion). If every mapper has finished and the switch's stream
 //!   is still incomplete and has been silent for a grace period, the reducer falls back.
 //! - `udp` mode (the baseline): mappers send `BYPASS` from the start (epoch 1); the same
 //!   reliability, no aggregation in the network.

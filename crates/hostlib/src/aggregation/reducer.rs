@@ -85,6 +85,11 @@ pub struct Reducer {
     complete: bool,
     /// Mappers that said BYE after DONE.
     said_bye: Vec<bool>,
+    /// DONEs sent to each mapper and BYEs heard from it since completion (a mapper answers
+    /// every DONE with a BYE), and whether it was told GONE.
+    dones: Vec<u32>,
+    byes: Vec<u32>,
+    gone: Vec<bool>,
     /// When DONE next goes again to the mappers that have not said BYE, and the interval.
     done_again_at: u64,
     done_every: u64,
@@ -110,6 +115,9 @@ impl Reducer {
             last_resend: 0,
             complete: false,
             said_bye: vec![false; n],
+            dones: vec![0; n],
+            byes: vec![0; n],
+            gone: vec![false; n],
             done_again_at: 0,
             done_every: 0,
             out: Vec::new(),
@@ -125,6 +133,15 @@ impl Reducer {
     /// Complete, and every mapper has said BYE: nothing is left to answer.
     pub fn all_said_bye(&self) -> bool {
         self.complete && self.said_bye.iter().all(|&b| b)
+    }
+
+    /// Complete, and every DONE sent answered with a BYE (each mapper told GONE): nothing
+    /// is in flight between the reducer and its mappers. A DONE sent again while the BYE
+    /// was on its way is answered too, so after a spurious resend the reducer waits for
+    /// that answer instead of leaving it to reach a closed socket; a lost DONE or BYE
+    /// leaves this false, and the caller's linger bounds the wait.
+    pub fn all_answered(&self) -> bool {
+        self.complete && self.gone.iter().all(|&g| g)
     }
 
     /// The aggregated result (valid once complete).
@@ -154,6 +171,7 @@ impl Reducer {
     }
 
     fn done_to(&mut self, m: usize) {
+        self.dones[m] += 1;
         let p = self.cfg.protocol.control(self.hdr(flags::DONE), 0, 0);
         self.send(m, p);
     }
@@ -214,6 +232,12 @@ impl Reducer {
             if self.complete {
                 if r.info == info::BYE {
                     self.said_bye[m] = true;
+                    self.byes[m] += 1;
+                    if self.byes[m] >= self.dones[m] && !self.gone[m] {
+                        self.gone[m] = true;
+                        let p = proto.control(self.hdr(flags::QUERY), 0, info::GONE);
+                        self.send(m, p);
+                    }
                 } else {
                     self.done_to(m);
                 }

@@ -527,3 +527,59 @@ fn source_errors_are_reported() {
     assert_eq!(m.error(), Some(&Error::Source("spool: cut short".into())));
     assert!(!m.is_done());
 }
+
+/// The packets of `q` (sent in time order with one delay) due by `now`.
+fn due(q: &mut Vec<(u64, Vec<u8>)>, now: u64) -> Vec<Vec<u8>> {
+    let n = q.iter().take_while(|(t, _)| *t <= now).count();
+    q.drain(..n).map(|(_, p)| p).collect()
+}
+
+/// A round trip longer than the reducer's DONE timer (a loaded host): DONE goes again while
+/// the BYE is on its way. The mapper answers every DONE, the reducer says GONE only once
+/// each is answered, and only then may the mapper close: no DONE is left to reach a closed
+/// socket (whose ICMP error would be a frame the mapper never sent).
+#[test]
+fn gone_only_after_every_done_is_answered() {
+    let data = dataset(200, 40, 4);
+    let mut m = mapper_for(0, &data, Op::Sum, Mode::Udp);
+    let mut cfg = ReducerConfig::new(5, 1, Op::Sum, Mode::Udp);
+    cfg.rto_ns = 10_000_000;
+    let mut red = Reducer::new(cfg);
+    let delay = 15_000_000u64; // each way
+    let (mut to_red, mut to_map) = (Vec::new(), Vec::new());
+    let (mut now, mut dones, mut byes, mut closed_at) = (0u64, 0, 0, None);
+    while now < 5_000_000_000 {
+        let mut o = Vec::new();
+        m.poll_transmit(now, &mut o);
+        for (_, p) in o {
+            let r = Protocol::Daiet.parse(&p).unwrap().repr;
+            byes += usize::from(r.flags & flags::QUERY != 0 && r.info == wire::daiet::info::BYE);
+            to_red.push((now + delay, p));
+        }
+        for p in due(&mut to_red, now) {
+            red.handle(now, &p);
+        }
+        red.handle_timeout(now);
+        let mut back = Vec::new();
+        red.poll_transmit(&mut back);
+        for (_, p) in back {
+            dones += usize::from(Protocol::Daiet.parse(&p).unwrap().repr.flags & flags::DONE != 0);
+            to_map.push((now + delay, p));
+        }
+        for p in due(&mut to_map, now) {
+            assert!(closed_at.is_none(), "a packet reached the mapper {} ms after it closed", (now - closed_at.unwrap_or(0)) / 1_000_000);
+            m.handle(now, &p);
+        }
+        if closed_at.is_none() && m.may_close() {
+            closed_at = Some(now);
+        }
+        if closed_at.is_some() && red.all_answered() && to_red.is_empty() && to_map.is_empty() {
+            break;
+        }
+        now += 1_000_000;
+    }
+    assert!(closed_at.is_some() && red.all_answered(), "mapper closed at {closed_at:?}, reducer answered: {}", red.all_answered());
+    assert!(red.stats.done_resent > 0, "the DONE timer fired while the BYE was on its way");
+    assert!(dones > 1 && byes == dones, "{dones} DONEs, {byes} BYEs");
+    assert_eq!(red.take_result(), reference(&[data], Op::Sum));
+}

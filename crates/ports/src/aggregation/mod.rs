@@ -166,7 +166,7 @@ pub(crate) fn wait_for(deadline: Option<u64>, now: u64) -> Duration {
 
 /// Send a mapper's pairs to `dests[tree index]` from `sock` (bound by the caller, e.g. to
 /// port 0 to learn the address before anything runs) and serve its trees until every
-/// reducer says DONE or `timeout` passes.
+/// reducer says DONE and then GONE (or nothing came for the linger) or `timeout` passes.
 #[allow(clippy::too_many_arguments)]
 pub fn run_mapper(
     sock: UdpSocket,
@@ -218,8 +218,13 @@ fn run<S: PairSource>(
     let mut staged = Vec::new();
     let mut out = Vec::new();
     let mut buf = vec![0u8; 65536];
-    // One last round after DONE: it sends the BYEs that let the reducers leave.
-    while !m.is_quiet() && start.elapsed() < timeout {
+    let linger = Duration::from_nanos(m.linger_ns());
+    let (mut done_at, mut last_rx): (Option<Duration>, Instant) = (None, Instant::now());
+    // After DONE: answer each DONE with a BYE, and close only once every reducer said GONE
+    // (or nothing came for the linger): a DONE sent again while a BYE was on its way would
+    // otherwise meet a closed port, and the host's ICMP error would be a frame the
+    // mapper never sent, counted by its switch.
+    while !m.may_close() && start.elapsed() < timeout {
         out.clear();
         m.poll_transmit(now(), &mut out);
         // A source that cannot be read fails the run now (it would never complete).
@@ -233,32 +238,42 @@ fn run<S: PairSource>(
             send(&sock, &p, to)?;
         }
         if m.is_done() {
-            break;
+            done_at.get_or_insert(start.elapsed());
         }
         sock.set_read_timeout(Some(wait_for(m.poll_timeout(), now())))?;
         // Take what has arrived; block only for the first.
         let mut first = true;
-        loop {
+        let waited_empty = loop {
             match sock.recv_from(&mut buf) {
                 Ok((n, from)) => {
+                    last_rx = Instant::now();
                     frx.apply((buf[..n].to_vec(), from), &mut staged);
                     for (p, _) in staged.drain(..) {
                         m.handle(now(), &p);
                     }
                 }
-                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::ConnectionRefused) => break,
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::ConnectionRefused) => {
+                    break first && e.kind() != ErrorKind::ConnectionRefused;
+                }
                 Err(e) => return Err(e),
             }
             if first {
                 sock.set_nonblocking(true)?;
                 first = false;
             }
-        }
+        };
         if !first {
             sock.set_nonblocking(false)?;
         }
+        // Decided after a receive that found the socket empty, as the reducer's linger: a
+        // mapper descheduled for longer still reads (and answers) what waits for it.
+        if m.is_done() && waited_empty && last_rx.elapsed() >= linger {
+            break;
+        }
     }
-    Ok(MapRun { completed: m.is_done(), stats: m.stats.clone(), elapsed: start.elapsed(), faults_injected: ftx.injected + frx.injected })
+    // The time to DONE: the wait for GONE is not sending.
+    let elapsed = done_at.unwrap_or_else(|| start.elapsed());
+    Ok(MapRun { completed: m.is_done(), stats: m.stats.clone(), elapsed, faults_injected: ftx.injected + frx.injected })
 }
 
 pub(crate) fn send(sock: &UdpSocket, p: &[u8], to: SocketAddr) -> std::io::Result<()> {
@@ -364,7 +379,7 @@ pub fn run_reducer(
         // descheduled for longer than the linger must still read the report waiting for it.
         // The second bound stops a linger that stray traffic would keep alive.
         if let Some(d) = done_at {
-            if r.all_said_bye() || (waited_empty && last_rx.elapsed() >= quiet) || d.elapsed() >= 4 * quiet {
+            if r.all_answered() || (waited_empty && last_rx.elapsed() >= quiet) || d.elapsed() >= 4 * quiet {
                 break;
             }
         }
