@@ -38,7 +38,7 @@ build: deps
 	fi
 
 test-rust: deps
-	cargo test $(CARGO_FLAGS) --workspace --exclude pyext
+	cargo test --profile citest --locked --workspace --exclude pyext
 	./scripts/fuzz-smoke.sh 4
 
 test-python: build
