@@ -316,6 +316,13 @@ class Hare:
         that data has gone home."""
         return type(self.servers[self.server_of(key)]).DATAMV_PACKETS_TO_SERVER > 0
 
+    def drop(self, obj: bytes, slot: int) -> None:
+        """Take `obj` out of the e-MAT and free `slot` (left as the switch has it)."""
+        _slot, ops = self.emat.remove(obj)
+        self.write_emat(ops)
+        self.slots.pop(slot, None)
+        self.base.pop(slot, None)
+
     def home_or_stay(self, old: bytes, slot: int) -> None:
         """Undo Step 4 for `old`, whose slot was set replacing: an object with dirty data
         goes home (its server takes the data as it is now, and answers for it from then
@@ -329,10 +336,7 @@ class Hare:
             except Exception:
                 self.undo_stays += 1
             else:
-                _slot, ops = self.emat.remove(old)
-                self.write_emat(ops)
-                del self.slots[slot]
-                self.base.pop(slot, None)
+                self.drop(old, slot)
                 self.evictions += 1
                 self.undo_homes += 1
                 return
@@ -359,20 +363,14 @@ class Hare:
             if self.slots.get(slot) == new:
                 pass  # complete but for the unmark
             elif self.emat.slot_of(new) == slot:  # in the e-MAT, not booked in: a move again failed
-                _slot, ops = self.emat.remove(new)
-                self.write_emat(ops)
-                self.slots.pop(slot, None)
-                self.base.pop(slot, None)
+                self.drop(new, slot)
             elif old is not None and self.slots.get(slot) == old:
                 if failed_in_move and j == 0:
                     if not old_home and self.dirty(old):
                         self.cpu(OP_STATE_SET, slot, STATE_VALID)
                         self.undo_stays += 1
                     else:
-                        _slot, ops = self.emat.remove(old)
-                        self.write_emat(ops)
-                        del self.slots[slot]
-                        self.base.pop(slot, None)
+                        self.drop(old, slot)
                         if not old_home:  # `apply` counted it once home
                             self.evictions += 1
                 elif slot in replacing:
