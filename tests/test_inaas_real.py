@@ -341,6 +341,24 @@ def test_real_paxos_leader_killed_backup_takes_over(tmp_path: Path) -> None:
     assert not netns.leftovers(name)
 
 
+def _zombie_run(extra: list[str], name: str, out: Path, tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], dict, str]:
+    """A real Paxos run whose leader is stopped at 0.4 s and resumed as a zombie (`extra`:
+    more options), safe in every try. A leader that stalls 100 ms on a loaded machine is
+    suspected, and deposed, before its stop: no zombie then (it has nothing stale to send).
+    Such a run must still be safe; the next seed is tried, until a leader stopped while
+    still leading. Returns the last run, its paxos result and its seed."""
+    for seed in ("2", "3", "4"):
+        cp = _run(["--real", "--apps", "paxos", "--loss", "0.02", "--paxos-crash-at", "0.4", "--paxos-zombie", *extra, "--seed", seed,
+                   "--name", name, "--json", str(out)], tmp_path, timeout=120)
+        assert cp.returncode == 0, cp.stdout + cp.stderr
+        p = json.loads(out.read_text())["apps"]["paxos"]
+        assert p["violations"] == [] and p["gap_free"] is True and p["zombie_values_decided"] == 0, p
+        if not p["zombie_deposed_before_stop"]:
+            break
+    assert not p["zombie_deposed_before_stop"], "three leaders in a row deposed before their stop"
+    return cp, p, seed
+
+
 @pytest.mark.skipif(not ROOT, reason="needs root: network namespaces, veth pairs, AF_PACKET")
 def test_real_paxos_zombie_leader_is_refused_by_the_switch(tmp_path: Path) -> None:
     """The leader SIGSTOPped at its crash point (40 % of the values) instead of killed, with
@@ -353,18 +371,7 @@ def test_real_paxos_zombie_leader_is_refused_by_the_switch(tmp_path: Path) -> No
 
     name = f"pxz{process_tag()}"
     out = tmp_path / "z.json"
-    # A leader that stalls 100 ms on a loaded machine is suspected, and deposed, before its
-    # stop: no zombie then (it has nothing stale to send). Such a run must still be safe;
-    # the next seed is tried, until a leader stopped while still leading.
-    for seed in ("2", "3", "4"):
-        cp = _run(["--real", "--apps", "paxos", "--loss", "0.02", "--paxos-crash-at", "0.4", "--paxos-zombie", "--seed", seed, "--name", name,
-                   "--json", str(out)], tmp_path, timeout=120)
-        assert cp.returncode == 0, cp.stdout + cp.stderr
-        p = json.loads(out.read_text())["apps"]["paxos"]
-        assert p["violations"] == [] and p["gap_free"] is True and p["zombie_values_decided"] == 0, p
-        if not p["zombie_deposed_before_stop"]:
-            break
-    assert not p["zombie_deposed_before_stop"], "three leaders in a row deposed before their stop"
+    cp, p, _seed = _zombie_run([], name, out, tmp_path)
     assert p["zombie"] is True and p["took_over"] is True, p
     # Resumed after the backup's first decision (phase 1 on every slot done), then killed.
     assert p["zombie_resumed_after_takeover"] is True and p["takeover_ms"] <= p["zombie_resumed_ms"] < p["zombie_killed_ms"], p
@@ -399,15 +406,7 @@ def test_real_paxos_fighting_zombie_under_duplication_and_reordering(tmp_path: P
 
     name = f"pxl{process_tag()}"
     out = tmp_path / "f.json"
-    for seed in ("2", "3", "4"):  # as the zombie test: until a leader was stopped while leading
-        cp = _run(["--real", "--apps", "paxos", "--loss", "0.02", "--paxos-crash-at", "0.4", "--paxos-zombie", "--paxos-zombie-fights",
-                   "--dup", "0.2", "--reorder", "0.2", "--seed", seed, "--name", name, "--json", str(out)], tmp_path, timeout=120)
-        assert cp.returncode == 0, cp.stdout + cp.stderr
-        p = json.loads(out.read_text())["apps"]["paxos"]
-        assert p["violations"] == [] and p["gap_free"] is True and p["zombie_values_decided"] == 0, p
-        if not p["zombie_deposed_before_stop"]:
-            break
-    assert not p["zombie_deposed_before_stop"], "three leaders in a row deposed before their stop"
+    cp, p, seed = _zombie_run(["--paxos-zombie-fights", "--dup", "0.2", "--reorder", "0.2"], name, out, tmp_path)
     # The switch's ports duplicated and reordered (its seeded fault injector), besides the loss.
     real = json.loads(out.read_text())["real"]
     assert real["dup"] == 0.2 and real["reorder"] == 0.2 and real["fault"] == f"loss=0.02,dup=0.2,reorder=0.2,seed={seed}", real
