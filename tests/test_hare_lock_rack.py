@@ -1,8 +1,10 @@
 """The lock manager served to real client processes in a rack (`inswitch locks --backend
 real`): Hare, the NetLock-style static baseline and no offloading, each checked for
 mutual exclusion from the holds every client recorded, and for unanswered requests.
-Also the checker itself on hand-made holds, and the lock server's grants after an
-exclusive release (all shared waiters at the head of the queue at once).
+Also the checker itself on hand-made holds, the lock server's grants after an
+exclusive release (all shared waiters at the head of the queue at once), and a lock agent
+killed with SIGKILL: by hand (its holders and waiters replayed from its journal) and
+mid-run under load.
 
 The rack test needs root (namespaces); the rack is named `hl<pid>` and always taken down."""
 
@@ -152,8 +154,8 @@ def test_lock_agent_kill9_during_an_offloading_round(lock_rack: lr.LockRack) -> 
     counted (no control error), nothing stays marked, every lock the controller books is
     in its slot and valid on the switch, and with the agent back the next run's holds pass
     the checker (no two holders beside an exclusive one, no request unanswered) while
-    Hare goes on offloading. The kill is made between two runs: the dead agent's own lock
-    table dies with it, which no controller can undo, so no lock is held there then."""
+    Hare goes on offloading. The kill is made between two runs, to see the round's undo
+    alone (a kill under load: `test_lock_agent_kill9_mid_run_loses_nothing`)."""
     rack = lock_rack
     old = (rack.lp.duration, rack.lp.shift_at)
     rack.lp.duration, rack.lp.shift_at = 0.8, 0.4  # short runs: the fast suite's budget

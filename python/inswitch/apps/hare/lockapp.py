@@ -76,7 +76,7 @@ class LockServer(HareServer):
         if self.is_moving(q.key):
             return [self.grant(q.key, client, q.seq, 1, OP_GRANT if q.op == OP_ACQUIRE else OP_RELEASE_ACK, ip=ip)]
         if q.op == OP_ACQUIRE:
-            return [self.grant(q.key, cl, sq, 0, ip=cip) for cl, cip, sq in self.acquire(lock, client, ip, q.seq, q.status == 1)]
+            return [self.grant(q.key, cl, sq, 0, ip=cip) for cl, cip, sq in self.acquire(lock, client, ip, q.seq & 0xFFFF, q.status == 1)]
         if q.op == OP_RELEASE:
             ack = self.grant(q.key, client, q.seq, 0, OP_RELEASE_ACK, ip=ip)
             return [ack] + [self.grant(q.key, cl, sq, 0, ip=cip) for cl, cip, sq in self.release(lock, client, q.seq & 0xFFFF, ip)]
