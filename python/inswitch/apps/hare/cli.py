@@ -121,8 +121,6 @@ def register(app: typer.Typer) -> None:
         stats: str = option("age", "--stats", type=Choice("age", "clear"), help="Hare's statistics between rounds: age (halved every second) or clear (fetch and clear)."),
         json_out: Optional[str] = option(None, "--json", type=JSON_PATH, help="Write the result as JSON."),
         rates: bool = typer.Option(True, help="Measure the two plane-interaction rates here (starts a switch for P4Runtime); --no-rates: measure nothing and charge the paper's rates."),
-        kill_agent_at: Optional[float] = option(None, "--kill-agent-at", type=Float(0, 600),
-                                                help="--backend real: kill -9 lock agent 0 this many seconds into each system's run and start it again (its lock table replayed from its journal); the run reports the window it was down."),
         model_rates: str = option("measured", "--model-rates", type=Choice("paper", "measured"), help="Control costs charged in the run: measured (this machine's P4Runtime and data-plane rates, apps/hare/rates.py) or paper (the assumed 10K table writes/s, 1M packets/s)."),
         pcap: Optional[str] = option(None, "--pcap", type=OUT_DIR, help="Capture each system's switch ports into DIR/SYSTEM/port{N}.pcapng (and cpu.pcapng), stamped with simulated time."),
         backend: str = redis_cli.BACKEND,
