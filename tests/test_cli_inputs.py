@@ -168,6 +168,9 @@ def test_every_invalid_value_is_one_line_and_status_2(capsys: pytest.CaptureFixt
     (["kvs", "--stats", "bogus"], "--stats"),
     (["kvs", "--batch", "0"], "--batch"),
     (["locks", "--exclusive", "2"], "--exclusive"),
+    (["locks", "--backend", "real", "--kill-agent-at", "-1"], "--kill-agent-at"),
+    (["locks", "--backend", "real", "--duration", "1", "--kill-agent-at", "1"], "--kill-agent-at"),  # not within the run
+    (["locks", "--kill-agent-at", "0.5"], "--kill-agent-at"),  # --backend sim has no agent process
     (["tenants", "run", "--loss", "nan"], "--loss"),
     (["tenants", "run", "--budget", "0"], "--budget"),
     (["tenants", "run", "--instances", "0"], "--instances"),

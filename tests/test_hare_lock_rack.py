@@ -1,8 +1,10 @@
 """The lock manager served to real client processes in a rack (`inswitch locks --backend
 real`): Hare, the NetLock-style static baseline and no offloading, each checked for
 mutual exclusion from the holds every client recorded, and for unanswered requests.
-Also the checker itself on hand-made holds, and the lock server's grants after an
-exclusive release (all shared waiters at the head of the queue at once).
+Also the checker itself on hand-made holds, the lock server's grants after an
+exclusive release (all shared waiters at the head of the queue at once), and a lock agent
+killed with SIGKILL: by hand (its holders and waiters replayed from its journal) and
+mid-run under load.
 
 The rack test needs root (namespaces); the rack is named `hl<pid>` and always taken down."""
 
@@ -152,8 +154,8 @@ def test_lock_agent_kill9_during_an_offloading_round(lock_rack: lr.LockRack) -> 
     counted (no control error), nothing stays marked, every lock the controller books is
     in its slot and valid on the switch, and with the agent back the next run's holds pass
     the checker (no two holders beside an exclusive one, no request unanswered) while
-    Hare goes on offloading. The kill is made between two runs: the dead agent's own lock
-    table dies with it, which no controller can undo, so no lock is held there then."""
+    Hare goes on offloading. The kill is made between two runs, to see the round's undo
+    alone (a kill under load: `test_lock_agent_kill9_mid_run_loses_nothing`)."""
     rack = lock_rack
     old = (rack.lp.duration, rack.lp.shift_at)
     rack.lp.duration, rack.lp.shift_at = 0.8, 0.4  # short runs: the fast suite's budget
@@ -192,3 +194,113 @@ def _kill_between_runs(rack: lr.LockRack) -> None:
     r2 = rack.run_locks("hare", ctl)
     assert r2["correct"] and r2["mutex_violations"] == 0 and r2["lost_requests"] == 0, (r2["violation_examples"], r2["control_errors"])
     assert r2["control"]["offloads"] > c["offloads"], "offloading went on with the agent back"
+
+
+@pytest.mark.netns
+@pytest.mark.slow
+def test_lock_agent_kill9_mid_run_loses_nothing(lock_rack: lr.LockRack) -> None:
+    """kill -9 of lock agent 0 while the clients acquire and release (Hare offloading),
+    then its restart: the agent replays its lock table from its journal (holders, waiters,
+    the clients' last releases) and sends again the grants and acks it had journalled, the
+    clients resend what went unanswered while it was down, and its answers to those come
+    from the table (never a second grant or release). The run's checker passes (no two
+    holders beside an exclusive one, every request answered) and the run reports the
+    window the agent was down."""
+    rack = lock_rack
+    lp = rack.lp
+    old = (lp.duration, lp.shift_at, lp.kill_agent_at, lp.lost_s)
+    lp.duration, lp.shift_at, lp.kill_agent_at, lp.lost_s = 3.0, 1.5, 1.0, 10.0
+    try:
+        ctl = rack.use("hare")
+        r = rack.run_locks("hare", ctl)
+    finally:
+        lp.duration, lp.shift_at, lp.kill_agent_at, lp.lost_s = old
+    assert r["mutex_violations"] == 0, r["violation_examples"]
+    assert r["lost_requests"] == 0 and r["correct"], (r["clients"], r["control_errors"])
+    (k,) = r["agent_restarts"]
+    assert k["agent"] == 0 and 1.0 <= k["killed_at_s"] < 1.5 and 0 < k["down_s"] < 3.0, k
+    assert k["tps_before"] > 0 and k["tps_after"] > 0, k
+    a0 = r["agents"][0]
+    assert a0["replayed"] > 1, "the restarted agent replayed a journal with the run's changes in it"
+    assert r["clients"]["resent"] > 0, "requests to the dead agent were sent again"
+
+
+# A client on a client host, by hand: each stdin line `op lock client seq excl` sends that
+# request to the lock's server, `wait S N` prints what arrives within S seconds (at most N
+# messages, then it stops waiting) as `op lock client seq status` lines, then `.`.
+_HAND_CLIENT = """
+import socket, sys, time
+from inswitch.hare import wire
+servers = sys.argv[1].split(',')
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(('0.0.0.0', wire.PORT_CLIENT))
+print('READY', flush=True)
+for line in sys.stdin:
+    w = line.split()
+    if w[0] == 'wait':
+        end, n = time.monotonic() + float(w[1]), int(w[2])
+        while (left := end - time.monotonic()) > 0 and n:
+            s.settimeout(left)
+            try:
+                m = wire.Msg.decode(s.recv(2048))
+            except socket.timeout:
+                break
+            print(m.op, int.from_bytes(m.key, 'big'), m.aux, m.seq & 0xFFFF, m.status, flush=True)
+            n -= 1
+        print('.', flush=True)
+    else:
+        op, lock, client, seq, excl = map(int, w)
+        m = wire.Msg(op, lock.to_bytes(4, 'big'), bytes(8), seq, aux=client, status=excl, key_field=4)
+        s.sendto(m.encode(), (servers[lock % len(servers)], wire.PORT_SERVER))
+"""
+
+
+@pytest.mark.netns
+def test_a_restarted_lock_agent_keeps_its_holders_and_waiters(lock_rack: lr.LockRack) -> None:
+    """Real processes, one lock, by hand: client 1 holds it exclusively, client 2 waits
+    for it at agent 0, and the agent is killed with SIGKILL and started again. Its journal
+    gives it back both: client 2's retransmitted acquire waits (an agent that forgot
+    would grant it beside client 1), client 1's retransmitted acquire is granted again,
+    client 1's release grants client 2, a retransmitted release frees nothing (client 3
+    still waits behind client 2)."""
+    import subprocess
+    import sys
+
+    from inswitch.apps.hare.lockapp import OP_ACQUIRE, OP_GRANT, OP_RELEASE, OP_RELEASE_ACK
+
+    rack = lock_rack
+    rack.use("none")
+    h = rack.client_hosts[0]
+    cl = subprocess.Popen(rack.in_host(h, [sys.executable, "-c", _HAND_CLIENT, ",".join(rack.server_ips)]), stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert cl.stdin is not None and cl.stdout is not None
+    try:
+        assert cl.stdout.readline().strip() == "READY"
+
+        def do(*lines: str, n: int = 0) -> list[tuple[int, ...]]:
+            """The answers to `lines`: `n` of them, and none more within a short wait."""
+            for ln in (*lines, f"wait 2 {n}", "wait 0.15 1"):
+                cl.stdin.write(ln + "\n")  # type: ignore[union-attr]
+            cl.stdin.flush()  # type: ignore[union-attr]
+            got = []
+            for _ in range(2):
+                while (ln := cl.stdout.readline().strip()) != ".":  # type: ignore[union-attr]
+                    got.append(tuple(map(int, ln.split())))
+            return got
+
+        lock = 42  # agent 0's (even)
+        assert do(f"{OP_ACQUIRE} {lock} 1 7 1", n=1) == [(OP_GRANT, lock, 1, 7, 0)]
+        assert do(f"{OP_ACQUIRE} {lock} 2 8 1") == [], "client 2 waits"
+        rack.kill9("agent", 0)
+        # the restarted agent sent client 1's grant again (it may not have left before the kill)
+        assert do(n=1) == [(OP_GRANT, lock, 1, 7, 0)]
+        assert do(f"{OP_ACQUIRE} {lock} 2 8 1") == [], "client 2 still waits: client 1 holds the lock"
+        assert do(f"{OP_ACQUIRE} {lock} 1 7 1", n=1) == [(OP_GRANT, lock, 1, 7, 0)], "a retransmitted acquire, granted again"
+        assert do(f"{OP_ACQUIRE} {lock} 3 9 1") == []
+        assert sorted(do(f"{OP_RELEASE} {lock} 1 7 0", n=2)) == [(OP_GRANT, lock, 2, 8, 0), (OP_RELEASE_ACK, lock, 1, 7, 0)]
+        assert do(f"{OP_RELEASE} {lock} 1 7 0", n=1) == [(OP_RELEASE_ACK, lock, 1, 7, 0)], "acknowledged again, client 2 still holds"
+        assert sorted(do(f"{OP_RELEASE} {lock} 2 8 0", n=2)) == [(OP_GRANT, lock, 3, 9, 0), (OP_RELEASE_ACK, lock, 2, 8, 0)]
+        assert rack.links[0].call(cmd="stats")["counters"]["duplicates"] >= 3
+    finally:
+        cl.kill()
+        cl.wait()

@@ -20,7 +20,9 @@ batches of queries, so no query interleaves with a data movement.
     python -m inswitch.apps.hare.agent --app lock --idx 0 --ctl /run/x/agent.sock
 
 With `--app lock` the agent is the lock manager's server instead (`LockAgent`, no Redis):
-the same control requests, and `datamv_back` (a lock's dirty state home from the switch).
+the same control requests, and `datamv_back` (a lock's dirty state home from the switch);
+`--journal PATH` keeps its lock table in a write-ahead journal replayed at the start
+(`lockapp.LockJournal`), so a `kill -9` loses no grant, release or waiter.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from typing import Any, Optional
 
 from inswitch import _native  # type: ignore[attr-defined]
 from inswitch.apps.hare.framework import HareServer, Query
-from inswitch.apps.hare.lockapp import KEY, OP_ACQUIRE, OP_RELEASE, LockServer
+from inswitch.apps.hare.lockapp import KEY, OP_ACQUIRE, OP_RELEASE, LockJournal, LockServer
 from inswitch.hare import wire
 
 L4_END = wire.L4_END
@@ -259,9 +261,25 @@ class LockAgent(AgentBase, LockServer):
     to the client's host on UDP 7371, where the switch's own grants go too. The lock's
     state is dirty on the switch, so both data-movement directions are driven here."""
 
-    def __init__(self, idx: int, k: int, ctl_sock: socket.socket, switch_dst: str) -> None:
+    def __init__(self, idx: int, k: int, ctl_sock: socket.socket, switch_dst: str, journal: Optional[LockJournal] = None) -> None:
         LockServer.__init__(self, idx, k)
-        self._attach(ctl_sock, switch_dst, ["queries", "retries", "malformed", "unknown_op"])
+        self._attach(ctl_sock, switch_dst, ["queries", "retries", "malformed", "unknown_op", "duplicates", "replayed", "reanswered", "compactions"])
+        if journal is not None:
+            self.journal = journal
+            recs = journal.open()
+            self.replay(recs)
+            self.counters["replayed"] = len(recs)
+            journal.compact(self.snapshot())  # replayed once: the next restart starts here
+
+    def reanswers(self) -> list[tuple[bytes, Any]]:
+        """What the replayed table says was answered (grants, release acks), sent again
+        at the start: the crash may have come between the journal and the send."""
+        out = []
+        for op, lock, client, ip, seq in self.reanswer():
+            f = self.grant(lock.to_bytes(KEY, "big"), client, seq, 0, op, ip=ip)
+            out.append((f[L4_END:], (socket.inet_ntoa(f[30:34]), wire.PORT_CLIENT)))
+        self.counters["reanswered"] = len(out)
+        return out
 
     def datamv_server2switch(self, key: bytes, slot: int, aux: int = 0) -> None:
         LockServer.datamv_server2switch(self, key, slot)
@@ -283,6 +301,10 @@ class LockAgent(AgentBase, LockServer):
             q = Query(m.op, m.flags, m.seq, m.slot, m.aux, m.status, m.key, m.value, socket.inet_aton(addr[0]))
             for f in self.process_query(q):
                 out.append((f[L4_END:], (socket.inet_ntoa(f[30:34]), wire.PORT_CLIENT)))
+        self.commit()  # the batch's changes journalled before any of its answers leaves
+        self.counters["duplicates"] = self.duplicates
+        if self.journal is not None:
+            self.counters["compactions"] = self.journal.compactions
         return out
 
 
@@ -306,7 +328,16 @@ def serve(a: argparse.Namespace) -> int:
     q.setblocking(False)
     c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     c.bind((a.bind, 0))
-    srv: Any = RedisKv(a.idx, a.k, a.key_field, a.value_size, r, c, a.switch_dst, a.qo_record) if a.app == "kv" else LockAgent(a.idx, a.k, c, a.switch_dst)
+    if a.app == "kv":
+        srv: Any = RedisKv(a.idx, a.k, a.key_field, a.value_size, r, c, a.switch_dst, a.qo_record)
+    else:
+        journal = LockJournal(a.journal, a.journal_compact, a.journal_fsync) if a.journal else None
+        srv = LockAgent(a.idx, a.k, c, a.switch_dst, journal)
+        for reply, addr in srv.reanswers() if journal else []:
+            try:
+                q.sendto(reply, addr)
+            except OSError:
+                pass  # the client retransmits
     ctl_path = Path(a.ctl)
     ctl_path.unlink(missing_ok=True)
     lsn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -367,6 +398,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--value-size", type=int, default=64)
     p.add_argument("--k", type=int, default=64, help="NOO-Stat's heap size (Hare's K)")
     p.add_argument("--qo-record", type=int, default=0, help="keys DySO's QO-Record keeps between fetches (0: none)")
+    p.add_argument("--journal", default="", help="--app lock: the lock table's write-ahead journal, replayed at the start (none: the table lives in memory only)")
+    p.add_argument("--journal-compact", type=int, default=20_000, help="records after which the journal is compacted into one snapshot")
+    p.add_argument("--journal-fsync", action="store_true", help="fsync the journal before each batch's answers (survives a machine crash; a process kill needs none)")
     return serve(p.parse_args(argv))
 
 

@@ -35,6 +35,8 @@ LOCKS_EXAMPLES = """Examples:
   inswitch locks --system hare --locks 1000 --cache 32 --duration 1
 
   sudo inswitch locks --backend real --system all --clients 16 --duration 4 --json locks-real.json
+
+  sudo inswitch locks --backend real --system hare --duration 6 --kill-agent-at 2
 """
 
 
@@ -235,7 +237,7 @@ def run_locks(systems: list[str], params: Any, progress: Optional[Any] = None) -
 
 
 def run_locks_real(console: Any, systems: list[str], locks: int, cache: int, clients: int, hosts: int, servers: int, hold: float, exclusive: float,
-                   batch: int, zipf: float, duration: float, shift: bool, seed: int, json_out: Optional[str]) -> None:
+                   batch: int, zipf: float, duration: float, shift: bool, seed: int, json_out: Optional[str], kill_agent_at: Optional[float] = None) -> None:
     """`inswitch locks --backend real`: the lock rack (`lockrack`), measured."""
     import os
 
@@ -246,7 +248,10 @@ def run_locks_real(console: Any, systems: list[str], locks: int, cache: int, cli
         raise typer.Exit(2)
     per_host = -(-clients // hosts)
     lp = lockrack.LockRackParams(n_locks=locks, cache=cache, clients=hosts, clients_per_host=per_host, servers=servers, hold_s=hold, excl_ratio=exclusive,
-                                 alpha=zipf, duration=duration, shift_at=duration / 2 if shift else None, batch=min(batch, cache), seed=seed)
+                                 alpha=zipf, duration=duration, shift_at=duration / 2 if shift else None, batch=min(batch, cache), seed=seed,
+                                 kill_agent_at=kill_agent_at)
+    if kill_agent_at is not None:
+        lp.lost_s = max(lp.lost_s, 10.0, 3 * lockrack.resend_after(lp))  # a request waits out the agent's restart, resent
     with Progress(console=console) as prog:
         out = lockrack.run_all(systems, lp, prog)
     t = Table(title=f"locks --backend real (measured): {hosts} x {per_host} clients, {servers} lock servers, {locks} locks, {duration:g} s per system")
@@ -257,6 +262,15 @@ def run_locks_real(console: Any, systems: list[str], locks: int, cache: int, cli
         t.add_row(name, str(r["holds"]), f(r["throughput_tps"]), f(r["p50_us"]), f(r["p99_us"]), f(r["p999_us"]), str(r["clients"].get("retries", 0)),
                   str(r["lost_requests"]), str(r["mutex_violations"]), str(r["control"]["offloads"]), "[green]yes[/green]" if r["correct"] else "[red]NO[/red]")
     show(console, t)
+    if kill_agent_at is not None:
+        k = Table(title="lock agent killed (kill -9) and restarted, its table replayed from its journal")
+        for c in ("system", "agent", "killed at (s)", "down (s)", "tps before", "tps after", "records replayed", "retransmissions"):
+            k.add_column(c)
+        for name, r in out["systems"].items():
+            for a in r["agent_restarts"]:
+                k.add_row(name, str(a["agent"]), f"{a['killed_at_s']:.3f}", f"{a['down_s']:.3f}", f(a["tps_before"]), f(a["tps_after"]),
+                          str(r["agents"][a["agent"]].get("replayed", 0)), str(r["clients"].get("resent", 0)))
+        show(console, k)
     if json_out:
         write_json(json_out, out, indent=1)
         note_written(console, json_out)
@@ -285,6 +299,8 @@ def _register_locks(app: typer.Typer) -> None:
         backend: str = option("sim", "--backend", type=Choice("sim", "real"), help="sim: trace replay in simulated time (a model); real: lock servers and clients as processes in a rack (root), measured."),
         hosts: int = option(2, "--hosts", type=Int(1, 16), help="--backend real: client hosts (the clients are spread over them)."),
         servers: int = option(2, "--servers", type=Int(1, 16), help="--backend real: lock server hosts."),
+        kill_agent_at: Optional[float] = option(None, "--kill-agent-at", type=Float(0, 600),
+                                                help="--backend real: kill -9 lock agent 0 this many seconds into each system's run and start it again (its lock table replayed from its journal); the run reports the window it was down."),
         model_rates: str = option("measured", "--model-rates", type=Choice("paper", "measured"), help="--backend sim: control costs at this machine's measured P4Runtime and data-plane rates (apps/hare/rates.py), or the paper's assumed 10K table writes/s and 1M packets/s."),
     ) -> None:
         """Lock manager: Hare's dynamic offloading (dirty lock state moved by packets) vs
@@ -293,8 +309,12 @@ def _register_locks(app: typer.Typer) -> None:
         if cache > locks:
             raise typer.BadParameter(f"{cache} is more than the {locks} locks", param_hint="--cache")
         systems = list(LOCK_SYSTEMS) if system == "all" else [system]
+        if kill_agent_at is not None and backend != "real":
+            raise typer.BadParameter("kills a lock agent process: only with --backend real", param_hint="--kill-agent-at")
+        if kill_agent_at is not None and kill_agent_at >= duration:
+            raise typer.BadParameter(f"{kill_agent_at:g} s is not within the {duration:g} s run", param_hint="--kill-agent-at")
         if backend == "real":
-            run_locks_real(console, systems, locks, cache, clients, hosts, servers, hold, exclusive, batch, zipf, duration, shift, seed, json_out)
+            run_locks_real(console, systems, locks, cache, clients, hosts, servers, hold, exclusive, batch, zipf, duration, shift, seed, json_out, kill_agent_at)
             return
         measured = plane_rates.measure(True) if model_rates == "measured" else None
         extra = {"table_rate": measured["p4runtime_table_writes"]["per_s"], "packet_rate": measured["dataplane_control_packets"]["per_s"]} if measured else {}

@@ -7,8 +7,10 @@ machine's monotonic clock, for the mutual-exclusion check. Its argument is a JSO
 (see `lockrack.LockRack.run_load`); it writes a JSON result to `out`.
 
 An ACQUIRE answered "retry" (queue full, lock moving) is sent again after `retry_s`; a
-RELEASE answered "retry" likewise. A request with no answer within `lost_s` is counted
-lost and its client stops (sending it again could queue it twice)."""
+RELEASE answered "retry" likewise. A request with no answer is sent again every
+`resend_s` (a lock server restarting after a crash, `agent.py --journal`: the server
+answers a retransmission from its table, never applies it twice; 0: never); one with no
+answer within `lost_s` of its first sending is counted lost and its client stops."""
 
 from __future__ import annotations
 
@@ -52,19 +54,22 @@ def main(argv: list[str]) -> int:
     end = start + int(p["duration"] * 1e9)
     shift_ns = start + int(p["shift_at"] * 1e9) if p.get("shift_at") is not None else None
     hold_ns, retry_ns, lost_ns = int(p["hold_s"] * 1e9), int(p["retry_s"] * 1e9), int(p["lost_s"] * 1e9)
-    # per client: [phase, lock, excl, seq, t_acquire, t_granted, t_sent]
-    st: list[list[Any]] = [["idle", 0, False, 0, 0, 0, 0] for _ in range(n)]
+    resend_ns = int(p.get("resend_s", 0) * 1e9)
+    # per client: [phase, lock, excl, seq, t_acquire, t_granted, t_sent, t_first_sent]
+    st: list[list[Any]] = [["idle", 0, False, 0, 0, 0, 0, 0] for _ in range(n)]
     timers: list[tuple[int, int, str]] = []
     holds: list[list[Any]] = []
     samples: list[list[int]] = []
-    stats = {"acquires": 0, "grants": 0, "retries": 0, "releases": 0, "lost": 0, "unexpected": 0}
+    stats = {"acquires": 0, "grants": 0, "retries": 0, "releases": 0, "lost": 0, "unexpected": 0, "resent": 0}
     seq = 0
 
-    def send(c: int, op: int) -> None:
+    def send(c: int, op: int, first: bool = False) -> None:
         s = st[c]
         m = wire.Msg(op, int(s[1]).to_bytes(KEY, "big"), b"\0" * 8, s[3], aux=base + c, status=1 if (op == OP_ACQUIRE and s[2]) else 0, key_field=KEY)
         sock.sendto(m.encode(), (p["server_ips"][s[1] % servers], wire.PORT_SERVER))
         s[6] = time.monotonic_ns()
+        if first:
+            s[7] = s[6]
 
     def begin(c: int, now: int) -> None:
         nonlocal seq
@@ -74,9 +79,9 @@ def main(argv: list[str]) -> int:
         seq = (seq + 1) & 0xFFFF
         order = o1 if shift_ns is not None and now >= shift_ns else o0
         lock = int(order[min(int(np.searchsorted(cdf, rng.uniform())), p["n_locks"] - 1)])
-        st[c] = ["acq", lock, bool(rng.uniform() < p["excl_ratio"]), seq, now, 0, 0]
+        st[c] = ["acq", lock, bool(rng.uniform() < p["excl_ratio"]), seq, now, 0, 0, 0]
         stats["acquires"] += 1
-        send(c, OP_ACQUIRE)
+        send(c, OP_ACQUIRE, first=True)
 
     while time.monotonic_ns() < start:
         time.sleep(0.001)
@@ -90,15 +95,19 @@ def main(argv: list[str]) -> int:
             if what == "release":
                 holds.append([st[c][1], st[c][2], st[c][5], time.monotonic_ns(), base + c])
                 st[c][0] = "rel"
-                send(c, OP_RELEASE)
+                send(c, OP_RELEASE, first=True)
             elif what == "acq":
                 send(c, OP_ACQUIRE)
             else:
                 send(c, OP_RELEASE)
         for c in range(n):
-            if st[c][0] in ("acq", "rel") and now - st[c][6] > lost_ns and not any(tc == c for _t, tc, _w in timers):
-                stats["lost"] += 1
-                st[c][0] = "lost"
+            if st[c][0] in ("acq", "rel") and not any(tc == c for _t, tc, _w in timers):
+                if now - st[c][7] > lost_ns:
+                    stats["lost"] += 1
+                    st[c][0] = "lost"
+                elif resend_ns and now - st[c][6] > resend_ns:
+                    stats["resent"] += 1
+                    send(c, OP_ACQUIRE if st[c][0] == "acq" else OP_RELEASE)
         if all(s[0] in ("done", "lost") for s in st):
             break
         try:
@@ -121,17 +130,17 @@ def main(argv: list[str]) -> int:
             if m.status == RETRY:
                 stats["retries"] += 1
                 heapq.heappush(timers, (now + retry_ns, c, "acq"))
-                s[6] = now + retry_ns
+                s[6] = s[7] = now + retry_ns
                 continue
             stats["grants"] += 1
             s[0], s[5] = "hold", now
             samples.append([now, now - s[4]])
             heapq.heappush(timers, (now + hold_ns, c, "release"))
-        elif m.op == OP_RELEASE_ACK and s[0] == "rel":
+        elif m.op == OP_RELEASE_ACK and s[0] == "rel" and (m.seq & 0xFFFF) == s[3]:
             if m.status == RETRY:
                 stats["retries"] += 1
                 heapq.heappush(timers, (now + retry_ns, c, "rel"))
-                s[6] = now + retry_ns
+                s[6] = s[7] = now + retry_ns
                 continue
             stats["releases"] += 1
             begin(c, now)

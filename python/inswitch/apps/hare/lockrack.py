@@ -12,7 +12,12 @@ sockets, as for the KV store (`redisrack`).
 
 Every run is checked: the holds every client recorded ([grant received, release sent],
 one monotonic clock for the machine) never put an exclusive hold beside any other hold of
-the same lock (`mutex_violations`), and every request was answered (`lost_requests`)."""
+the same lock (`mutex_violations`), and every request was answered (`lost_requests`).
+
+Each agent keeps its lock table in a write-ahead journal in its host's directory
+(`lockapp.LockJournal`, replayed at its start), so a `kill -9` of an agent mid-run
+(`kill_agent_at`) loses no grant, release or waiter; the run reports the window the agent
+was down (`agent_restarts`)."""
 
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -52,7 +58,25 @@ class LockRackParams:
     t_wait: float = 0.1
     seed: int = 5
     lost_s: float = 2.0
+    #: An unanswered request is sent again after this long (0: never; None: longer than
+    #: any wait in a queue, `resend_after`): what carries a client across a lock
+    #: server's restart. Only the servers answer a retransmission from their table: the
+    #: switch would queue it twice, so a waiter must never be taken for lost.
+    resend_s: Optional[float] = None
     workdir: Optional[str] = None
+    #: kill -9 lock agent `kill_agent` this many seconds into each run, and start it again
+    #: (its table replayed from its journal); None: no kill.
+    kill_agent_at: Optional[float] = None
+    kill_agent: int = 0
+
+
+def resend_after(lp: LockRackParams) -> float:
+    """When an unanswered request is sent again: a waiter has at most every other client
+    ahead of it, each holding once, so twice that (and a quarter second for the machine's
+    stalls) is longer than any answer can take from a live server or the switch."""
+    if lp.resend_s is not None:
+        return lp.resend_s
+    return 0.25 + 2 * lp.clients * lp.clients_per_host * lp.hold_s
 
 
 def lock_key(i: int) -> bytes:
@@ -120,11 +144,14 @@ class LockRack(RedisRack):
             self.name = self.name.replace("hr", "hl", 1)
 
     def start_redis(self, i: int) -> None:
-        """No store: the lock servers keep their tables in memory."""
+        """No store: the lock servers keep their tables in memory, and journal them."""
+
+    def journal(self, i: int) -> Path:
+        return self.sdir(i) / "locks.journal"
 
     def agent_argv(self, i: int, ctl: str) -> list[str]:
         return [sys.executable, "-m", "inswitch.apps.hare.agent", "--app", "lock", "--idx", str(i), "--ctl", ctl,
-                "--switch-dst", self.client_hosts[0].ip, "--k", str(self.lp.batch)]
+                "--switch-dst", self.client_hosts[0].ip, "--k", str(self.lp.batch), "--journal", str(self.journal(i))]
 
     def use(self, system: str) -> Any:  # type: ignore[override]
         from inswitch.p4rt import SwitchClient
@@ -152,6 +179,7 @@ class LockRack(RedisRack):
         self.system = system
         for i in range(self.lp.servers):
             self.stop_agent(i)
+            self.journal(i).unlink(missing_ok=True)  # a new system starts with no lock held
             self.start_agent(i)
         if system == "none":
             return NoControl()
@@ -165,7 +193,7 @@ class LockRack(RedisRack):
             outs.append(out)
             args = {"clients": lp.clients_per_host, "client_base": c * lp.clients_per_host, "servers": lp.servers, "server_ips": self.server_ips,
                     "n_locks": lp.n_locks, "cache": lp.cache, "seed": lp.seed, "alpha": lp.alpha, "excl_ratio": lp.excl_ratio,
-                    "hold_s": lp.hold_s, "retry_s": lp.retry_s, "lost_s": lp.lost_s, "start_ns": None, "duration": lp.duration,
+                    "hold_s": lp.hold_s, "retry_s": lp.retry_s, "lost_s": lp.lost_s, "resend_s": resend_after(lp), "start_ns": None, "duration": lp.duration,
                     "shift_at": lp.shift_at, "out": str(out)}
             procs.append(subprocess.Popen(self.in_host(h, [sys.executable, "-m", "inswitch.apps.hare.lockgen", json.dumps(args)]),
                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
@@ -176,8 +204,14 @@ class LockRack(RedisRack):
         if getattr(control, "epoch", None) is None:
             control.epoch = t0
         errors: list[str] = []
+        kills: list[tuple[float, float]] = []
         while any(pr.poll() is None for pr in procs):
             now = time.monotonic() - t0
+            if lp.kill_agent_at is not None and not kills and now >= lp.kill_agent_at:
+                # between two control steps, as `RedisRack._drive`: the clients' requests
+                # to it go unanswered until its restart has replayed its journal
+                kills.append(self.kill9("agent", lp.kill_agent))
+                continue
             if now >= 0:
                 step(control, time.monotonic() - control.epoch, errors)
                 if progress:
@@ -187,7 +221,9 @@ class LockRack(RedisRack):
             if pr.returncode != 0:
                 raise RuntimeError(f"lock client failed: {pr.stderr.read()[-2000:] if pr.stderr else ''}")
         results = [json.loads(o.read_text()) for o in outs]
-        return measure(results, start_ns, lp, control, errors, [link.call(cmd="stats")["counters"] for link in self.links])
+        out = measure(results, start_ns, lp, control, errors, [link.call(cmd="stats")["counters"] for link in self.links])
+        out["agent_restarts"] = [restart_report(results, start_ns, lp, lp.kill_agent, a - t0, b - t0) for a, b in kills]
+        return out
 
 
 def mutex_violations(holds: list[list[Any]]) -> tuple[int, list[str]]:
@@ -238,6 +274,18 @@ def measure(results: list[dict[str, Any]], start_ns: int, lp: LockRackParams, co
         "control_errors": errors,
         "agents": agents,
     }
+
+
+def restart_report(results: list[dict[str, Any]], start_ns: int, lp: LockRackParams, agent: int, killed_s: float, back_s: float) -> dict[str, Any]:
+    """An agent's kill -9 and restart in a run: when (seconds into it), how long it was
+    down (`down_s`: the kill to its restart's READY, its journal replayed), and the holds
+    ended per second before the kill and after the restart (every lock server's)."""
+    ends = np.array([h[3] for r in results for h in r["holds"]], dtype=np.int64)
+    te = (ends - start_ns) / 1e9
+    after = max(lp.duration - back_s, 1e-9)
+    return {"agent": agent, "killed_at_s": round(killed_s, 4), "back_at_s": round(back_s, 4), "down_s": round(back_s - killed_s, 4),
+            "tps_before": float(((te >= 0) & (te < killed_s)).sum() / max(killed_s, 1e-9)) if killed_s > 0 else None,
+            "tps_after": float(((te >= back_s) & (te < lp.duration)).sum() / after) if back_s < lp.duration else None}
 
 
 def run_all(systems: list[str], lp: LockRackParams, progress: Optional[Any] = None) -> dict[str, Any]:
