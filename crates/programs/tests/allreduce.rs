@@ -340,13 +340,10 @@ fn a_worker_id_not_of_its_port_is_dropped_and_counted() {
     for (h, rid, udp) in [(1, 10, WORKER_PORT), (1, 11, WORKER_PORT + 1), (2, 12, WORKER_PORT)] {
         sw.control(&worker_addr(t, a, h, rid, udp)).unwrap();
     }
-    let xs: [[i32; ELEMS]; 3] = [
-        std::array::from_fn(|i| 1000 + i as i32),
-        std::array::from_fn(|i| -7 * i as i32),
-        std::array::from_fn(|i| 3 << i.min(30)),
-    ];
+    let xs: [[i32; ELEMS]; 3] =
+        [std::array::from_fn(|i| 1000 + i as i32), std::array::from_fn(|i| -7 * i as i32), std::array::from_fn(|i| 3 << i.min(30))];
     let forged = [0x4000_0000i32; ELEMS];
-    let cell_index = (job.pool_base + 0) * 2; // slot 0, copy 0
+    let cell_index = job.pool_base * 2; // slot 0, copy 0
     sw.process(&mut vec![contribution(1, 6, 0, xs[0])], 0);
     assert!(sw.drain_all().is_empty(), "the first contribution is absorbed");
     let before = allreduce_drops(&sw, &set, "allreduce_worker_not_on_port");
@@ -354,7 +351,12 @@ fn a_worker_id_not_of_its_port_is_dropped_and_counted() {
     assert_eq!((count, pool0), (1, xs[0][0] as u32 as u64));
     let seen_1 = cell(&mut sw, &set, "seen", job.seen_base + 1);
     sw.process(
-        &mut vec![contribution(2, 6, 0, forged), contribution(2, 6, 1, forged), contribution(1, 6, 2, forged), contribution(2, 6, 1, forged)],
+        &mut vec![
+            contribution(2, 6, 0, forged),
+            contribution(2, 6, 1, forged),
+            contribution(1, 6, 2, forged),
+            contribution(2, 6, 1, forged),
+        ],
         0,
     );
     assert!(sw.drain_all().is_empty(), "nothing answers a forged worker id");
@@ -362,8 +364,8 @@ fn a_worker_id_not_of_its_port_is_dropped_and_counted() {
     assert_eq!(allreduce_drops(&sw, &set, "allreduce_out_of_range"), 0, "within the job's workers: not an out-of-range drop");
     // Nothing of them reached the registers: the slot's count and sums, worker 1's seen-cell.
     assert_eq!(cell(&mut sw, &set, "count", cell_index), count);
-    for e in 0..ELEMS {
-        assert_eq!(cell(&mut sw, &set, &format!("pool_{e}"), cell_index), xs[0][e] as u32 as u64, "pool_{e}");
+    for (e, &x) in xs[0].iter().enumerate() {
+        assert_eq!(cell(&mut sw, &set, &format!("pool_{e}"), cell_index), x as u32 as u64, "pool_{e}");
     }
     assert_eq!(cell(&mut sw, &set, "seen", job.seen_base + 1), seen_1, "worker 1's seen-cell untouched");
     // The real workers 1 (host 1, beside worker 0) and 2 (host 2) complete the slot: exactly
