@@ -3,8 +3,8 @@ tenant a job partition of the switch's `allreduce` program (docs/inaas.md, "The 
 tenant trains through the allreduce program").
 
 The lease is the job's `allreduce.jobs` entries ((ingress port, job id) -> pool base,
-slots, workers, seen base, multicast group; one per port of the tenant's workers, here its
-host's), written over P4Runtime in one write when the tenant's INaaS phase starts and
+slots, workers, seen base, multicast group, the port's worker ids; one per port of the
+tenant's workers, here its host's, which allows all their ids), written over P4Runtime in one write when the tenant's INaaS phase starts and
 deleted together when it ends. Without an entry for the packet's port and job the switch
 drops it at ingress stage 0, before any register, and counts it (`allreduce_unknown_job`):
 that is the isolation, from other tenants' hosts during the lease as from anyone after it.
