@@ -26,9 +26,10 @@
 //!
 //! Layout (tofino1; `forward` uses stages 0–1 besides):
 //! - ingress stage 0: `jobs` (exact: (ingress port, job id) → pool base, slots, workers,
-//!   seen base, group, worker range = first worker << 16 | port workers), one entry per port of the job's
-//!   workers: a packet is admitted to a job only from the ports the controller gave the
-//!   job, so a host elsewhere that learns a live job id cannot add to that job's sums
+//!   seen base, group, worker range = first worker << 16 | port workers), one entry per
+//!   port of the job's workers: a packet is admitted to a job only from the ports the
+//!   controller gave the job, so a host elsewhere that learns a live job id cannot add to
+//!   that job's sums
 //! - ingress stage 1: a gateway admits only the worker ids the port's entry allows
 //!   (`worker - first_worker < port_workers`, the subtraction done by stage 0's action:
 //!   a host's workers have contiguous ids), then `seen` (u8 per (slot, worker): bit `ver`
