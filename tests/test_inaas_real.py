@@ -105,6 +105,14 @@ def test_real_tenants_in_a_rack(tmp_path: Path) -> None:
     # too: unanswered, dropped at stage 0 as an unknown job (the training above, which
     # matches the exact sum, shows it added nothing).
     assert lease["forged_port_refused"] and 1 <= lease["forged_port_drops"] <= lease["forged_port_probe_packets"], lease
+    # From a port that is a job's (the probe job's last id is on the server's port, its
+    # others on the tenant's, as the tenant's four share its port), worker 0's id was
+    # refused: unanswered, each packet that arrived counted as not on its port; the same
+    # port's own id was admitted (absorbed), so it was the id that was refused.
+    assert lease["forged_worker_port"] == lease["forged_port"] != lease["forged_worker_tenant_port"], lease
+    assert lease["forged_worker_id"] == 0 and lease["forged_worker_tenant_port_ids"] == [0, d["dml_workers"] - 1], lease
+    assert lease["forged_worker_refused"] and 1 <= lease["forged_worker_drops"] <= lease["forged_worker_probe_packets"], lease
+    assert lease["forged_worker_own_id_admitted"] and lease["forged_worker_own_id_absorbed"] >= 1, lease
     b = r["apps"]["bloom"]
     assert b["bloom_fp_probes_answered_by_switch"] == b["bloom_fp_probes"] > 0
     assert abs(b["bloom_fp_rate"] - b["bloom_fp_host_copy"]) < 1e-12  # every answer is the host copy's

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use hostlib::allreduce::{Worker, WorkerConfig};
-use pisa::control::{ControlOp, Replica, WriteOp};
+use pisa::control::{ControlOp, ControlReply, Replica, WriteOp};
 use pisa::{DropCode, FieldMatch, PacketBuf, PipeConfig, ProgramSet, ResourceReport, Switch, Target};
 use programs::allreduce::Allreduce;
 use programs::forward::Forward;
@@ -30,10 +30,43 @@ fn set() -> Arc<ProgramSet> {
 }
 
 fn install(sw: &mut Switch, set: &ProgramSet, job: &JobSpec) {
+    // Each host on its own port here, worker `i` on `hosts[i]`: each port allows one id.
+    let ports: Vec<(u8, u16, u16)> = job.hosts.iter().enumerate().map(|(i, &h)| (h, i as u16, 1)).collect();
+    install_jobs(sw, set, job, &ports);
+    let replicas = job.hosts.iter().map(|&h| Replica { port: h as u16, rid: h as u16 }).collect();
+    sw.control(&ControlOp::McastGroupWrite { op: WriteOp::Insert, group: job.id + 1, replicas }).unwrap();
+    let (t, a) = ids(set, 1, "worker_addr", "set_addr");
+    for &h in &job.hosts {
+        sw.control(&worker_addr(t, a, h, h as u16, WORKER_PORT)).unwrap();
+    }
+}
+
+/// The `worker_addr` entry of replica `rid`: host `h`'s MAC and address, UDP port `udp`.
+fn worker_addr(t: u32, a: u32, h: u8, rid: u16, udp: u16) -> ControlOp {
+    let mut m = [0u8; 8];
+    m[2..].copy_from_slice(&mac(h));
+    ControlOp::TableWrite {
+        table_id: t,
+        op: WriteOp::Insert,
+        matches: vec![FieldMatch::Exact { field: 0, value: be(rid as u64, 16) }],
+        priority: 0,
+        action_id: a,
+        params: vec![
+            (1, be(u64::from_be_bytes(m), 48)),
+            (2, be(u32::from_be_bytes([10, 0, 0, h]) as u64, 32)),
+            (3, be(udp as u64, 16)),
+            (4, be(0x0200_0000_00FE, 48)),
+            (5, be(u32::from_be_bytes([10, 0, 0, 254]) as u64, 32)),
+        ],
+    }
+}
+
+/// The job's `jobs` entries: one per `(port, first worker, workers on it)`.
+fn install_jobs(sw: &mut Switch, set: &ProgramSet, job: &JobSpec, ports: &[(u8, u16, u16)]) {
     let (t, a) = ids(set, 1, "jobs", "set_job");
     let group = job.id + 1;
-    // One `jobs` entry per worker port (each host on its own port here).
-    for &h in &job.hosts {
+    let workers: u16 = ports.iter().map(|p| p.2).sum();
+    for &(h, first, n) in ports {
         sw.control(&ControlOp::TableWrite {
             table_id: t,
             op: WriteOp::Insert,
@@ -46,31 +79,10 @@ fn install(sw: &mut Switch, set: &ProgramSet, job: &JobSpec) {
             params: vec![
                 (1, be(job.pool_base as u64, 32)),
                 (2, be(job.slots as u64, 16)),
-                (3, be(job.hosts.len() as u64, 16)),
+                (3, be(workers as u64, 16)),
                 (4, be(job.seen_base as u64, 32)),
                 (5, be(group as u64, 16)),
-            ],
-        })
-        .unwrap();
-    }
-    let replicas = job.hosts.iter().map(|&h| Replica { port: h as u16, rid: h as u16 }).collect();
-    sw.control(&ControlOp::McastGroupWrite { op: WriteOp::Insert, group, replicas }).unwrap();
-    let (t, a) = ids(set, 1, "worker_addr", "set_addr");
-    for &h in &job.hosts {
-        let mut m = [0u8; 8];
-        m[2..].copy_from_slice(&mac(h));
-        sw.control(&ControlOp::TableWrite {
-            table_id: t,
-            op: WriteOp::Insert,
-            matches: vec![FieldMatch::Exact { field: 0, value: be(h as u64, 16) }],
-            priority: 0,
-            action_id: a,
-            params: vec![
-                (1, be(u64::from_be_bytes(m), 48)),
-                (2, be(u32::from_be_bytes([10, 0, 0, h]) as u64, 32)),
-                (3, be(WORKER_PORT as u64, 16)),
-                (4, be(0x0200_0000_00FE, 48)),
-                (5, be(u32::from_be_bytes([10, 0, 0, 254]) as u64, 32)),
+                (6, be((first as u64) << 16 | n as u64, 32)),
             ],
         })
         .unwrap();
@@ -301,6 +313,78 @@ fn a_live_job_id_from_a_port_not_in_the_job_is_dropped_and_counted() {
         assert_eq!(r.flags & flags::RESULT, flags::RESULT);
         assert_eq!(&r.values[..], &want[..], "port {p}: the sum of the job's workers only");
     }
+}
+
+/// Cell `k` of the allreduce register `name`.
+fn cell(sw: &mut Switch, set: &ProgramSet, name: &str, k: u32) -> u64 {
+    let i = set.decl(1).registers.iter().position(|r| r.name == name).unwrap();
+    match sw.control(&ControlOp::RegisterRead { register_id: set.ids(1).registers[i], index: Some(k) }).unwrap() {
+        ControlReply::RegisterCells(v) => v[0].1,
+        r => panic!("{r:?}"),
+    }
+}
+
+#[test]
+fn a_worker_id_not_of_its_port_is_dropped_and_counted() {
+    // Job 6: workers 0 and 1 on host 1 (one port, as the INaaS dense tenant's four on its
+    // host), worker 2 on host 2. Each port may send only its own ids: host 2 sending as
+    // worker 0 or 1 (below its first id) or host 1 as worker 2 (beyond its range) would
+    // otherwise take that worker's seen-cell or add a second contribution.
+    let set = set();
+    let mut sw = Switch::new(set.clone(), 16, 1, PipeConfig::default());
+    let job = JobSpec { id: 6, hosts: vec![1, 1, 2], slots: 4, pool_base: 3, seen_base: 40 };
+    install_jobs(&mut sw, &set, &job, &[(1, 0, 2), (2, 2, 1)]);
+    let replicas = vec![Replica { port: 1, rid: 10 }, Replica { port: 1, rid: 11 }, Replica { port: 2, rid: 12 }];
+    sw.control(&ControlOp::McastGroupWrite { op: WriteOp::Insert, group: job.id + 1, replicas }).unwrap();
+    let (t, a) = ids(&set, 1, "worker_addr", "set_addr");
+    for (h, rid, udp) in [(1, 10, WORKER_PORT), (1, 11, WORKER_PORT + 1), (2, 12, WORKER_PORT)] {
+        sw.control(&worker_addr(t, a, h, rid, udp)).unwrap();
+    }
+    let xs: [[i32; ELEMS]; 3] =
+        [std::array::from_fn(|i| 1000 + i as i32), std::array::from_fn(|i| -7 * i as i32), std::array::from_fn(|i| 3 << i.min(30))];
+    let forged = [0x4000_0000i32; ELEMS];
+    let cell_index = job.pool_base * 2; // slot 0, copy 0
+    sw.process(&mut vec![contribution(1, 6, 0, xs[0])], 0);
+    assert!(sw.drain_all().is_empty(), "the first contribution is absorbed");
+    let before = allreduce_drops(&sw, &set, "allreduce_worker_not_on_port");
+    let (count, pool0) = (cell(&mut sw, &set, "count", cell_index), cell(&mut sw, &set, "pool_0", cell_index));
+    assert_eq!((count, pool0), (1, xs[0][0] as u32 as u64));
+    let seen_1 = cell(&mut sw, &set, "seen", job.seen_base + 1);
+    sw.process(
+        &mut vec![
+            contribution(2, 6, 0, forged),
+            contribution(2, 6, 1, forged),
+            contribution(1, 6, 2, forged),
+            contribution(2, 6, 1, forged),
+        ],
+        0,
+    );
+    assert!(sw.drain_all().is_empty(), "nothing answers a forged worker id");
+    assert_eq!(allreduce_drops(&sw, &set, "allreduce_worker_not_on_port") - before, 4, "every forged id counted");
+    assert_eq!(allreduce_drops(&sw, &set, "allreduce_out_of_range"), 0, "within the job's workers: not an out-of-range drop");
+    // Nothing of them reached the registers: the slot's count and sums, worker 1's seen-cell.
+    assert_eq!(cell(&mut sw, &set, "count", cell_index), count);
+    for (e, &x) in xs[0].iter().enumerate() {
+        assert_eq!(cell(&mut sw, &set, &format!("pool_{e}"), cell_index), x as u32 as u64, "pool_{e}");
+    }
+    assert_eq!(cell(&mut sw, &set, "seen", job.seen_base + 1), seen_1, "worker 1's seen-cell untouched");
+    // The real workers 1 (host 1, beside worker 0) and 2 (host 2) complete the slot: exactly
+    // the sum of the three, to all three.
+    sw.process(&mut vec![contribution(1, 6, 1, xs[1])], 0);
+    assert!(sw.drain_all().is_empty(), "worker 1's contribution is new and absorbed");
+    sw.process(&mut vec![contribution(2, 6, 2, xs[2])], 0);
+    let out = sw.drain_all();
+    let mut to: Vec<(u16, u16)> = out.iter().map(|(p, fr)| (*p, unframe(fr).expect("a UDP frame").1)).collect();
+    to.sort();
+    assert_eq!(to, [(1, WORKER_PORT), (1, WORKER_PORT + 1), (2, WORKER_PORT)], "the result multicast to the three workers");
+    let want: Vec<i32> = (0..ELEMS).map(|i| xs[0][i].wrapping_add(xs[1][i]).wrapping_add(xs[2][i])).collect();
+    for (p, fr) in &out {
+        let (_, _, payload) = unframe(fr).unwrap();
+        let r = Repr::parse(&Packet::new_checked(payload).unwrap()).unwrap();
+        assert_eq!(r.flags & flags::RESULT, flags::RESULT);
+        assert_eq!(&r.values[..], &want[..], "port {p}: the sum of the three real contributions");
+    }
+    assert_eq!(cell(&mut sw, &set, "count", cell_index), 0, "complete: the count wrapped to 0");
 }
 
 #[test]

@@ -198,6 +198,9 @@ def run_cmd(
                          f"allreduce packets refused (unknown job)")
                 if "forged_port_drops" in lease:
                     line += f", during it {lease['forged_port_drops']} from port {lease['forged_port']} (not the job's)"
+                if "forged_worker_drops" in lease:
+                    line += (f", {lease['forged_worker_drops']} as worker {lease['forged_worker_id']} from port {lease['forged_worker_port']} "
+                             f"(a job's port, not that worker's)")
             console.print(line, highlight=False, soft_wrap=True)
     for name, f in res["apps"].items():
         if "paxos_crash_at" in f:

@@ -18,7 +18,11 @@ Scripts that keep Gloo use :func:`switch_hook` instead::
 The worker's place in the switch job comes from the environment (set by whoever installed
 the job, e.g. `inswitch train`): `INSWITCH_JOB`, `INSWITCH_SLOTS`, `INSWITCH_DEST` (any
 `ip:port` whose path crosses the switch), `INSWITCH_BIND` (this worker's `ip:port`, the one
-the controller wrote in the switch's `worker_addr`), optionally `INSWITCH_RTO_S`.
+the controller wrote in the switch's `worker_addr`), optionally `INSWITCH_RTO_S`. The
+worker id in the switch is the process group's rank: the controller's `install` must list
+the workers in rank order (worker `r` at position `r`), and the switch admits id `r` only
+from the port its entry gives `r` (`allreduce_worker_not_on_port` otherwise), so a host's
+ranks must be consecutive.
 """
 
 import logging

@@ -26,10 +26,14 @@
 //!
 //! Layout (tofino1; `forward` uses stages 0–1 besides):
 //! - ingress stage 0: `jobs` (exact: (ingress port, job id) → pool base, slots, workers,
-//!   seen base, group), one entry per port of the job's workers: a packet is admitted to a
-//!   job only from the ports the controller gave the job, so a host elsewhere that learns
-//!   a live job id cannot add to that job's sums
-//! - ingress stage 1: `seen` (u8 per (slot, worker): bit `ver` = contributed to copy `ver`)
+//!   seen base, group, worker range = first worker << 16 | port workers), one entry per
+//!   port of the job's workers: a packet is admitted to a job only from the ports the
+//!   controller gave the job, so a host elsewhere that learns a live job id cannot add to
+//!   that job's sums
+//! - ingress stage 1: a gateway admits only the worker ids the port's entry allows
+//!   (`worker - first_worker < port_workers`, the subtraction done by stage 0's action:
+//!   a host's workers have contiguous ids), then `seen` (u8 per (slot, worker): bit `ver`
+//!   = contributed to copy `ver`)
 //! - ingress stage 2: `count` (per (slot, copy): contributions so far, mod n)
 //! - ingress stages 3–10: `pool_0` … `pool_31` (per (slot, copy)), four per stage
 //! - egress stage 1: `worker_addr` (exact: replica id → the worker's MAC, IPv4, UDP port,
@@ -164,6 +168,7 @@ pub struct Allreduce {
     d_absorbed: DropCode,
     d_unknown_job: DropCode,
     d_out_of_range: DropCode,
+    d_not_on_port: DropCode,
     d_no_addr: DropCode,
 }
 
@@ -177,7 +182,9 @@ impl Allreduce {
             "SwitchML-style aggregation: 32 x 32-bit integers per packet summed in a job's pool of slots, shadow copies, exactly once, result multicast",
         );
         b.parser(PARSE_DEPTH, &[("ethernet", 112), ("ipv4", 160), ("udp", 64), ("allreduce", PACKET_LEN as u32 * 8)])
-            .metadata_bits(64 + 2 * 32 + 16)
+            // + 2 x 16: the worker id relative to the port's first and the port's count,
+            // written by stage 0's action for stage 1's check.
+            .metadata_bits(64 + 2 * 32 + 16 + 2 * 16)
             .bridged_bytes(1)
             .classify(pisa::ClassifyRule::udp_port(UDP_PORT))
             .note("a counter per (slot, copy) and a seen-cell per (slot, worker), not a 32-bit bitmap: no limit on workers but the seen array (n x s cells per job)")
@@ -186,13 +193,20 @@ impl Allreduce {
 
         let a_set_job = b.action(
             "set_job",
-            &[("pool_base", 32), ("slots", 16), ("workers", 16), ("seen_base", 32), ("group", 16)],
-            "the job's partition: first slot, slots, workers, first seen-cell, multicast group",
+            &[
+                ("pool_base", 32),
+                ("slots", 16),
+                ("workers", 16),
+                ("seen_base", 32),
+                ("group", 16),
+                ("worker_range", 32),
+            ],
+            "the job's partition: first slot, slots, workers, first seen-cell, multicast group; the worker ids allowed from this port, first_worker << 16 | port_workers: ids first_worker .. first_worker + port_workers",
         );
         let a_no_job = b.action("no_job", &[], "unknown job, or not from one of its workers' ports: drop");
         let jobs = b.table(TableSpec {
             name: "jobs",
-            doc: "(ingress port, job id) -> memory partition and multicast group, one entry per worker port of the job; filled by the controller",
+            doc: "(ingress port, job id) -> memory partition, multicast group and the port's worker ids, one entry per worker port of the job; filled by the controller",
             gress: Gress::Ingress,
             stage: 0,
             size: JOB_PORTS,
@@ -236,6 +250,7 @@ impl Allreduce {
         let d_absorbed = b.drop_reason("allreduce_absorbed");
         let d_unknown_job = b.drop_reason("allreduce_unknown_job");
         let d_out_of_range = b.drop_reason("allreduce_out_of_range");
+        let d_not_on_port = b.drop_reason("allreduce_worker_not_on_port");
         let d_no_addr = b.drop_reason("allreduce_no_worker_addr");
         let decl = b.build().expect("allreduce declaration is valid");
         Allreduce {
@@ -252,6 +267,7 @@ impl Allreduce {
             d_absorbed,
             d_unknown_job,
             d_out_of_range,
+            d_not_on_port,
             d_no_addr,
         }
     }
@@ -306,8 +322,20 @@ impl Allreduce {
         }
         let (pool_base, slots, workers, seen_base, group) =
             (t.param(0) as u32, t.param(1) as u32, t.param(2) as u32, t.param(3) as u32, t.param(4) as u16);
+        // One 32-bit parameter, not two: an action has at most MAX_ACTION_PARAMS (6).
+        let (first_worker, port_workers) = ((t.param(5) >> 16) as u16, t.param(5) as u16);
+        // Stage 0's action computes the worker id relative to the port's first (its own
+        // action data with a header field, one 16-bit subtract; below the first it wraps
+        // high) and copies the port's count to metadata; stage 1's gateway compares the two
+        // before `seen`, so an id that is not this port's neither marks another worker's
+        // seen-cell nor adds to the sums.
+        let rel = (worker as u16).wrapping_sub(first_worker);
         if slot >= slots || worker >= workers {
             pass.drop(self.d_out_of_range);
+            return;
+        }
+        if rel >= port_workers {
+            pass.drop(self.d_not_on_port);
             return;
         }
         let cell = (pool_base + slot) * 2 + ver as u32;

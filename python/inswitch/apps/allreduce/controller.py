@@ -3,7 +3,10 @@
 A job gets a partition of the switch's memory (`slots` slots from `pool_base`, and
 `slots * workers` seen-cells from `seen_base`), one `jobs` entry per port of its workers
 (key (ingress port, job id), the same partition in each: the switch admits the job's
-packets only from those ports), a multicast group of its workers' ports, and
+packets only from those ports; each entry also names the worker ids of that port,
+`worker_range` = first << 16 | count, and the switch drops any other id from it as
+`allreduce_worker_not_on_port`: so the workers of one port must have contiguous ids, their
+positions in the `workers` list), a multicast group of its workers' ports, and
 one `worker_addr` entry per worker (replica id -> MAC, IPv4, UDP port, and the switch's
 source addresses) so each multicast copy of a result reaches its worker's socket. The constants mirror
 `crates/programs/src/allreduce/mod.rs`.
@@ -91,6 +94,26 @@ def job_ports(workers: Sequence[WorkerAddr]) -> list[int]:
     return sorted({w.port for w in workers})
 
 
+def port_ranges(workers: Sequence[WorkerAddr]) -> dict[int, tuple[int, int]]:
+    """Port -> (first worker id, workers on it): worker `i` is `workers[i]`. The switch
+    checks a packet's worker id against its port's range (one subtract and compare), so
+    a port's workers must be contiguous in `workers`; refused (ValueError) otherwise."""
+    out: dict[int, tuple[int, int]] = {}
+    for i, w in enumerate(workers):
+        first, n = out.get(w.port, (i, 0))
+        if first + n != i:
+            raise ValueError(f"workers on port {w.port} are not contiguous (ids {first}..{first + n - 1} and {i}): "
+                             "give each host's workers consecutive ids")
+        out[w.port] = (first, n + 1)
+    return out
+
+
+def worker_range(first: int, count: int) -> int:
+    """The `worker_range` action parameter: first worker id << 16 | workers on the port
+    (one 32-bit parameter, as a `set_job` has at most six)."""
+    return first << 16 | count
+
+
 def remove(client: SwitchClient, job: int) -> int:
     """Delete every `jobs` entry of `job` (all its ports) at once; how many there were.
     Its packets are then dropped at ingress stage 0 (`allreduce_unknown_job`)."""
@@ -107,6 +130,7 @@ def install(client: SwitchClient, spec: JobSpec, workers: Sequence[WorkerAddr]) 
     """Write the job's entries and group (replacing any left by an earlier job of that id)."""
     src_ip = switch_ip(workers)
     spec.check(len(workers))
+    ranges = port_ranges(workers)
     remove(client, spec.job)
     old = {next(iter(e["match"].values())) for e in client.read_entries("allreduce.worker_addr")}
     for i, w in enumerate(workers):
@@ -116,7 +140,9 @@ def install(client: SwitchClient, spec: JobSpec, workers: Sequence[WorkerAddr]) 
         client.insert_entry("allreduce.worker_addr", {"eg_intr_md.rid": rid}, "allreduce.set_addr",
                             {"mac": w.mac, "ip": w.ip, "port": w.udp_port, "src_mac": SWITCH_MAC, "src_ip": src_ip})
     client.set_multicast_group(spec.group, [(w.port, spec.rid_base + i) for i, w in enumerate(workers)])
-    # Every port's entry in one write, after the group and addresses it points to.
+    # Every port's entry in one write, after the group and addresses it points to; each
+    # with its port's worker ids.
     params = {"pool_base": spec.pool_base, "slots": spec.slots, "workers": len(workers), "seen_base": spec.seen_base, "group": spec.group}
-    client.write([client.table_update(Update.INSERT, "allreduce.jobs", {JOB_PORT_FIELD: p, JOB_FIELD: spec.job}, "allreduce.set_job", params)
+    client.write([client.table_update(Update.INSERT, "allreduce.jobs", {JOB_PORT_FIELD: p, JOB_FIELD: spec.job}, "allreduce.set_job",
+                                      {**params, "worker_range": worker_range(*ranges[p])})
                   for p in job_ports(workers)])

@@ -3,8 +3,8 @@ tenant a job partition of the switch's `allreduce` program (docs/inaas.md, "The 
 tenant trains through the allreduce program").
 
 The lease is the job's `allreduce.jobs` entries ((ingress port, job id) -> pool base,
-slots, workers, seen base, multicast group; one per port of the tenant's workers, here its
-host's), written over P4Runtime in one write when the tenant's INaaS phase starts and
+slots, workers, seen base, multicast group, the port's worker ids; one per port of the
+tenant's workers, here its host's, which allows all their ids), written over P4Runtime in one write when the tenant's INaaS phase starts and
 deleted together when it ends. Without an entry for the packet's port and job the switch
 drops it at ingress stage 0, before any register, and counts it (`allreduce_unknown_job`):
 that is the isolation, from other tenants' hosts during the lease as from anyone after it.
@@ -45,7 +45,8 @@ FORGED_PROBE = textwrap.dedent('''
     import numpy as np
     from inswitch import _native
     src, dest, job, n, wait_s, rto_s = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6])
-    w = _native.AllreduceWorker(src, dest, job, 0, n, 1, rto_s)
+    worker = int(sys.argv[7]) if len(sys.argv) > 7 else 0
+    w = _native.AllreduceWorker(src, dest, job, worker, n, 1, rto_s)
     try:
         w.allreduce_i32(np.ones(32, np.int32), timeout_s=wait_s)
         answered = True
@@ -53,6 +54,15 @@ FORGED_PROBE = textwrap.dedent('''
         answered = False
     print(json.dumps({"answered": answered, "packets_sent": int(dict(w.stats())["packets_sent"])}))
 ''')
+
+#: The forged-worker probe's job: a one-slot job of the controller's own (no tenant is
+#: given this id) laid out as the dense tenant is, its first `workers` ids on the tenant's
+#: host port, plus one more id on the forger's port. From that port, a legitimate one for
+#: the job, the forger sends as worker 0 (an id of the tenant's port) and then under its
+#: own id: the switch must drop the first (`allreduce_worker_not_on_port`) and admit the
+#: second (absorbed: the slot waits for the others). The dense tenant's own job has one
+#: port, which allows all its ids, so it cannot show the check itself.
+WORKER_PROBE_JOB = 0x7FFE
 
 
 class DenseLeases:
@@ -66,6 +76,7 @@ class DenseLeases:
         self.drops_before = 0
         self.drops_after = 0
         self.forged: dict[int, dict[str, Any]] = {}
+        self.forged_worker: dict[str, Any] | None = None
 
     def job_config(self, i: int, server_ip: str, seed: int, quick: bool) -> dict[str, Any]:
         """What the tenant's process needs: its job id, window, where to send (any address
@@ -116,11 +127,53 @@ class DenseLeases:
             got = json.loads(cp.stdout.strip().splitlines()[-1])
             self.forged[i] = {**got, "from_port": forger.port, "drops": self.unknown_job_drops() - before}
 
-    def unknown_job_drops(self) -> int:
+    def probe_forged_worker(self, forger: Any) -> None:
+        """Install the forged-worker probe's job (`WORKER_PROBE_JOB`: ids 0..workers-1 on
+        the first dense tenant's host port, id `workers` on `forger`'s), send from
+        `forger` as worker 0 and then as itself, record the switch's answer and drops for
+        each, and remove the job."""
+        from inswitch.p4rt import SwitchClient
+
+        if not self.jobs:
+            return
+        i = min(self.jobs)
+        host, last = self.tenants[i][1], self.jobs[max(self.jobs)]
+        n = self.workers + 1
+        spec = ar.JobSpec(job=WORKER_PROBE_JOB, slots=1, pool_base=last.pool_base + last.slots,
+                          seen_base=last.seen_base + last.slots * self.workers, group=last.group + 1, rid_base=last.rid_base + self.workers)
+        addrs = self._addrs(i) + [ar.WorkerAddr(port=forger.port, mac=forger.mac, ip=forger.ip, udp_port=FORGED_SRC_PORT)]
+        dest = f"{host.ip}:{ar.UDP_PORT}"
+        with SwitchClient(self.p4runtime) as c:
+            ar.install(c, spec, addrs)
+            try:
+                out: dict[str, Any] = {"job": spec.job, "port": forger.port, "port_ids": [self.workers, self.workers],
+                                       "tenant_port": host.port, "tenant_port_ids": [0, self.workers - 1]}
+                for what, worker in (("forged", 0), ("own", self.workers)):
+                    before = (self.drops("allreduce_worker_not_on_port"), self.drops("allreduce_absorbed"))
+                    got = self._probe(forger, dest, spec.job, n, worker)
+                    out[what] = {**got, "worker": worker, "not_on_port_drops": self.drops("allreduce_worker_not_on_port") - before[0],
+                                 "absorbed": self.drops("allreduce_absorbed") - before[1]}
+            finally:
+                ar.remove(c, spec.job)
+                c.delete_multicast_group(spec.group)
+        self.forged_worker = out
+
+    def _probe(self, forger: Any, dest: str, job: int, n: int, worker: int) -> dict[str, Any]:
+        from inswitch.topology import netns
+
+        cp = netns.in_netns(forger.netns or "", [sys.executable, "-c", FORGED_PROBE, f"{forger.ip}:{FORGED_SRC_PORT}", dest, str(job),
+                                                 str(n), str(FORGED_WAIT_S), str(FORGED_RTO_S), str(worker)], timeout=60, check=True)
+        return dict(json.loads(cp.stdout.strip().splitlines()[-1]))
+
+    def drops(self, reason: str) -> int:
+        """The switch's drop counter for `reason` (every port, every job)."""
         from inswitch.topology.control import scrape_metrics
 
         return int(sum(v for name, labels, v in scrape_metrics(self.metrics)
-                       if name == "inswitch_drops_total" and labels.get("reason") == "allreduce_unknown_job"))
+                       if name == "inswitch_drops_total" and labels.get("reason") == reason))
+
+    def unknown_job_drops(self) -> int:
+        return self.drops("allreduce_unknown_job")
 
     def report(self, i: int, probes: list[dict[str, Any]]) -> dict[str, Any]:
         spec = self.jobs[i]
@@ -144,4 +197,21 @@ class DenseLeases:
             return {}
         return {"forged_port": f["from_port"], "forged_port_probe_packets": f["packets_sent"], "forged_port_drops": f["drops"],
                 # Not answered, and every packet that reached the switch dropped at stage 0.
-                "forged_port_refused": not f["answered"] and 0 < f["drops"] <= f["packets_sent"]}
+                "forged_port_refused": not f["answered"] and 0 < f["drops"] <= f["packets_sent"],
+                **self._forged_worker_report()}
+
+    def _forged_worker_report(self) -> dict[str, Any]:
+        f = self.forged_worker
+        if f is None:
+            return {}
+        forged, own = f["forged"], f["own"]
+        return {"forged_worker_job": f["job"], "forged_worker_port": f["port"], "forged_worker_id": forged["worker"],
+                "forged_worker_port_ids": f["port_ids"], "forged_worker_tenant_port": f["tenant_port"],
+                "forged_worker_tenant_port_ids": f["tenant_port_ids"],
+                "forged_worker_probe_packets": forged["packets_sent"], "forged_worker_drops": forged["not_on_port_drops"],
+                # The same port's own id is admitted (absorbed, never counted as not on port):
+                # the drop is the id's, not the port's.
+                "forged_worker_own_id_packets": own["packets_sent"], "forged_worker_own_id_absorbed": own["absorbed"],
+                "forged_worker_own_id_admitted": not own["answered"] and own["not_on_port_drops"] == 0 and own["absorbed"] > 0,
+                # Not answered, and every packet that reached the switch dropped before `seen`.
+                "forged_worker_refused": not forged["answered"] and 0 < forged["not_on_port_drops"] <= forged["packets_sent"]}

@@ -601,6 +601,8 @@ def run_tenants_real(
                 # The server's host learns each live job id and sends under it from its
                 # own port, before the tenants start: the switch must drop it all.
                 dense_leases.probe_forged_port(srv)
+                # And from a port that is a job's, under an id that is not that port's.
+                dense_leases.probe_forged_worker(srv)
             else:
                 dense_leases.drops_before = dense_leases.unknown_job_drops()
             for _, p in tenants + ([(t, pp) for t, pp, _, _ in primaries] if phase == "inaas" else []):
@@ -706,7 +708,8 @@ def run_tenants_real(
         if len(out_apps) in dense_jobs:
             ctl = dense_leases.report(len(out_apps), extra.get("unleased_probes", []))
             fig["allreduce_lease"] = ctl
-            fig["correct"] = fig["correct"] and ctl["unleased_refused"] and ctl.get("forged_port_refused", False)
+            fig["correct"] = (fig["correct"] and ctl["unleased_refused"] and ctl.get("forged_port_refused", False)
+                              and ctl.get("forged_worker_refused", False) and ctl.get("forged_worker_own_id_admitted", False))
         fig["client"] = {**res["client"], "server_answered": served[len(out_apps)]}
         fig["wall_s"] = res["wall_s"]
         lp = res.get("latency_percentiles") or {}
