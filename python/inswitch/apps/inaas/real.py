@@ -92,6 +92,46 @@ SERVER = textwrap.dedent('''
 ''')
 
 
+#: Paxos's host-only baseline: acceptor `j` as a server process (`hostlib::inaas::paxos::
+#: HostAcceptor` through `_native.InaasPaxosAcceptor`, the switch acceptor's semantics). A
+#: datagram after `real_tenant.HOST_PAXOS` is a request's INaaS header, answered alone;
+#: anything else is echoed (the tenant's warm-up). Prints its counters, then how many
+#: datagrams it answered.
+PAXOS_ACCEPTOR = textwrap.dedent('''
+    import json, select, socket, sys
+    from inswitch import _native
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_RCVBUFFORCE", 33), 8 << 20)
+    except OSError:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    s.bind((sys.argv[1], int(sys.argv[2])))
+    s.setblocking(False)
+    acceptor = _native.InaasPaxosAcceptor(int(sys.argv[3]))
+    print("READY", flush=True)
+    n = 0
+    while True:
+        r, _, _ = select.select([s, sys.stdin], [], [], 1.0)
+        if sys.stdin in r and sys.stdin.readline() == "":
+            break
+        if s in r:
+            while True:
+                try:
+                    p, a = s.recvfrom(65536)
+                except BlockingIOError:
+                    break
+                if p[:2] == b"\\xfe\\xff":
+                    out = acceptor.answer(p[2:])
+                    if out is None:
+                        continue
+                    p = p[:2] + out
+                n += 1
+                s.sendto(p, a)
+    print("ACCEPTOR " + json.dumps(acceptor.stats()), flush=True)
+    print(n, flush=True)
+''')
+
+
 class RealRunError(RuntimeError):
     """A bad combination or a missing privilege, said in one line."""
 
@@ -528,11 +568,13 @@ def run_tenants_real(
         servers: list[list[subprocess.Popen[str]]] = []
         ports: list[list[int]] = []
         for i, a in enumerate(names):
-            # Paxos's host-only version: phase 2 to three acceptor hosts (three processes).
+            # Paxos's host-only version: Paxos with three acceptor processes (phases 1 and
+            # 2, `PAXOS_ACCEPTOR`), the tenant's proposer and learners as in the switch's.
             ports.append([9100 + 4 * i + k for k in range(3 if a == "paxos" else 1)])
             servers.append([])
-            for port in ports[-1]:
-                sp = start(srv, ["-c", SERVER, srv.ip, str(port)], f"server{port}")
+            for k, port in enumerate(ports[-1]):
+                argv = ["-c", PAXOS_ACCEPTOR, srv.ip, str(port), str(k)] if a == "paxos" else ["-c", SERVER, srv.ip, str(port)]
+                sp = start(srv, argv, f"server{port}")
                 if _line(sp, 30, f"server {port}", logs / f"server{port}.err") != "READY":
                     raise RuntimeError(f"server {port} did not start")
                 servers[-1].append(sp)
@@ -659,11 +701,15 @@ def run_tenants_real(
                 e = dict(c.read_register("tenant_events", slot)).get(slot, 0)
                 usage.append({"alu_ops": u & 0xFFFFFFFF, "packets": u >> 32, "mismatches": e & 0xFFFFFFFF, "leases": e >> 32})
         served = []
+        acceptor_stats: list[list[dict[str, int]]] = []
         for group in servers:
             n = 0
+            acceptor_stats.append([])
             for sp in group:
                 so, _ = sp.communicate(input="", timeout=10)
-                n += int(so.strip().splitlines()[-1])
+                lines = so.strip().splitlines()
+                n += int(lines[-1])
+                acceptor_stats[-1] += [json.loads(x.split(" ", 1)[1]) for x in lines if x.startswith("ACCEPTOR ")]
             served.append(n)
         gk_out, _ = gk_p.communicate(input="", timeout=30)
         gk_res = json.loads(gk_out.strip().splitlines()[-1])
@@ -707,6 +753,9 @@ def run_tenants_real(
             ctl = dense_leases.report(len(out_apps), extra.get("unleased_probes", []))
             fig["allreduce_lease"] = ctl
             fig["correct"] = fig["correct"] and ctl["unleased_refused"] and ctl.get("forged_port_refused", False)
+        if acceptor_stats[len(out_apps)]:
+            # The host-only baseline's acceptor processes (promised, voted, refused, ...).
+            fig["host_acceptors"] = acceptor_stats[len(out_apps)]
         fig["client"] = {**res["client"], "server_answered": served[len(out_apps)]}
         fig["wall_s"] = res["wall_s"]
         lp = res.get("latency_percentiles") or {}

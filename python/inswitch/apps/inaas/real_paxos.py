@@ -263,4 +263,4 @@ class PaxosBackup(PaxosApp):
         }
 
     def extra(self) -> dict[str, Any]:
-        return {"acceptors_in_switch": True, "paxos_crash": self.report}
+        return {**super().extra(), "acceptors_in_switch": True, "paxos_crash": self.report}
