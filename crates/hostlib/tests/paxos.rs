@@ -112,7 +112,7 @@ fn zombie_duel_with_heavy_duplication_finishes() {
 
 // ---- Host acceptors (the host-only baseline of `tenants run --real`) -------------------
 
-use hostlib::inaas::paxos::{kv_command, paxos_frame, parse_paxos_reply, Answer, HostAcceptor, Learner, Proposer, Ring};
+use hostlib::inaas::paxos::{kv_command, parse_paxos_reply, paxos_frame, Answer, HostAcceptor, Learner, Proposer, Ring};
 use hostlib::inaas::service::Service;
 use hostlib::inaas::{ItemReq, Kind, Op};
 use wire::ethernet::EthernetAddress;
@@ -254,6 +254,7 @@ impl HostRun {
     }
 
     /// Run until `done` or `limit_us`; `alive(p, now)` says who runs.
+    #[allow(clippy::needless_range_loop)] // `p` also names the proposer to `alive`
     fn run(&mut self, ps: &mut [Proposer], limit_us: u64, alive: impl Fn(usize, u64) -> bool, done: impl Fn(&HostRun) -> bool) -> bool {
         while self.now < limit_us {
             for p in 0..ps.len() {

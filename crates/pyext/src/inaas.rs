@@ -777,7 +777,14 @@ impl InaasPaxosHosts {
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = &self.proposer.stats;
         let d = PyDict::new(py);
-        for (k, v) in [("sent", s.sent), ("resent", s.resent), ("refused", s.refused), ("no_lease", s.no_lease), ("rounds", s.rounds), ("duels", s.duels)] {
+        for (k, v) in [
+            ("sent", s.sent),
+            ("resent", s.resent),
+            ("refused", s.refused),
+            ("no_lease", s.no_lease),
+            ("rounds", s.rounds),
+            ("duels", s.duels),
+        ] {
             d.set_item(k, v)?;
         }
         Ok(d)
@@ -816,7 +823,8 @@ impl InaasPaxosAcceptor {
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = &self.inner.stats;
         let d = PyDict::new(py);
-        for (k, v) in [("promised", s.promised), ("voted", s.voted), ("refused", s.refused), ("stale", s.stale), ("malformed", s.malformed)] {
+        for (k, v) in [("promised", s.promised), ("voted", s.voted), ("refused", s.refused), ("stale", s.stale), ("malformed", s.malformed)]
+        {
             d.set_item(k, v)?;
         }
         Ok(d)

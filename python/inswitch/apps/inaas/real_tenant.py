@@ -135,6 +135,7 @@ class _Raw:
                 try:
                     s.udp.sendto(HOST_PAXOS + f[14:], addr)
                     s.stats["host_paxos_sent"] += 1
+                    s.stats["baseline_sent"] += 1  # the host-only version's datagrams, as ever
                 except (BlockingIOError, OSError):
                     pass  # lost: the proposer retransmits
         return list(decided)
@@ -365,6 +366,7 @@ class RealService:
             if p[:2] == HOST_PAXOS and self.host_paxos is not None:
                 # A host acceptor's answer: as the switch's, behind an Ethernet header.
                 self.stats["host_paxos_received"] += 1
+                self.stats["baseline_received"] += 1
                 self.host_paxos.on_frame(HOST_PAXOS_ETH + p[2:], self.now_us)
                 continue
             t = int.from_bytes(p[:2], "little")
