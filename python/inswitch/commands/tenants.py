@@ -32,6 +32,8 @@ RUN_EXAMPLES = """Examples:
 
   sudo inswitch tenants run --real --apps paxos --paxos-crash-at 0.4 --paxos-zombie --paxos-zombie-fights --dup 0.2 --reorder 0.2
 
+  sudo inswitch tenants run --real --apps paxos --loss 0.02 --paxos-crash-at 0.4 --paxos-zombie --paxos-zombie-duels
+
   sudo inswitch tenants run --real --apps kv,sparse,bloom --attacker --attack-during inaas --pcap out/caps
 
   inswitch tenants ledger
