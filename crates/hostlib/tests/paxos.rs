@@ -369,6 +369,23 @@ fn poll_timeout_announces_retransmissions_and_the_backoff() {
     p.handle_timeout(at);
     assert!(p.retake.is_none() && p.ballot() > 2 << 8 | 2 && p.stats.duels == 1);
     assert_eq!(std::iter::from_fn(|| p.poll_transmit()).count(), 2, "phase 1 again, above the refusal");
+
+    // A leader with nothing in flight has no timer; a value proposed then is due at once
+    // (`propose` takes no time: the latest time it was given).
+    let mut q = proposer(3, 2);
+    let mut accs: Vec<HostAcceptor> = (0..3).map(HostAcceptor::new).collect();
+    q.take_over(0, 10);
+    for f in std::iter::from_fn(|| q.poll_transmit()).collect::<Vec<_>>() {
+        for a in accs.iter_mut() {
+            let mut b = f[..14].to_vec();
+            b.extend(a.answer(&f[14..]).expect("promise"));
+            q.handle(20, &b);
+        }
+    }
+    assert!(q.leading);
+    assert_eq!(q.poll_timeout(), None, "idle leader");
+    q.propose(5);
+    assert_eq!(q.poll_timeout(), Some(20), "a queued value starts at once");
 }
 
 /// A duel of ballots on host acceptors: two proposers, each taking over above the one that
