@@ -69,3 +69,60 @@ def test_paxos_tenant_runs_in_the_switch() -> None:
     assert p["took_over"] is False and p["violations"] == [] and p["gap_free"] is True
     assert p["delivered"] == [150, 150, 150]  # QUICK.paxos_instances, every learner
     assert r["switch"]["violations"] == 0
+
+
+def test_host_acceptors_through_the_extension_decide_and_refuse() -> None:
+    """The host-only baseline's parts as `tenants run --real` uses them: `InaasPaxosHosts`
+    (the proposer and learners) against three `InaasPaxosAcceptor`s, frames carried as the
+    tenant carries them (the INaaS header in a datagram, an Ethernet header put back),
+    time advanced by the proposer's own `poll_timeout`. Then a second proposer with a
+    higher ballot: the first one's next request is refused by every acceptor."""
+    eth = bytes(12) + (0x88B6).to_bytes(2, "big")
+    mac, gk = bytes.fromhex("020000000002"), bytes.fromhex("020000000001")
+    accs = [_native.InaasPaxosAcceptor(j) for j in range(3)]
+
+    def carry(h: _native.InaasPaxosHosts, now: int, drop_first: bool = False) -> list[tuple[int, int]]:
+        frames, decided = h.step(now)
+        for k, f in enumerate(frames):
+            for a in accs:
+                out = a.answer(f[14:])
+                assert out is not None
+                if not (drop_first and k == 0):
+                    h.on_frame(eth + out, now)
+        return list(decided)
+
+    h = _native.InaasPaxosHosts(7, mac, gk, 0, 4, 0, 200)
+    now = 0
+    carry(h, now)
+    assert h.leading
+    values = list(range(1, 13))
+    for v in values:
+        h.propose(v)
+    lost_once = True
+    while min(h.delivered()) < len(values) and now < 100_000:
+        carry(h, now, drop_first=lost_once)  # the first 2a's answers lost: resent at its RTO
+        lost_once = False
+        if min(h.delivered()) == len(values):
+            break
+        t = h.poll_timeout()
+        assert t is not None, "work left, but no timer"
+        now = max(now + 1, t)
+    logs, violations = h.logs()
+    assert violations == [] and all(list(x) == values for x in logs) and h.gap_free()
+    assert h.stats()["resent"] >= 1 and h.stats()["refused"] == 0
+    # A higher ballot takes the acceptors; the old proposer's next 2a is refused.
+    h2 = _native.InaasPaxosHosts(7, mac, gk, 0, 4, now, 200, proposer_id=2, lead=False)
+    h2.take_over(now)
+    h2.set_floor(len(values), now)
+    carry(h2, now)
+    h.propose(99)
+    carry(h, now + 1)
+    # Refused (then, by default, it takes over above the refusal at once: a second round).
+    assert h.stats()["refused"] >= 1 and h.ballot > h2.ballot and h.stats()["rounds"] == 2
+    assert all(a.stats()["refused"] >= 1 and a.stats()["voted"] >= len(values) for a in accs)
+    try:
+        _native.InaasPaxosAcceptor(3)
+    except ValueError as e:
+        assert "acceptor 3" in str(e)
+    else:
+        raise AssertionError("acceptor 3 accepted")

@@ -25,8 +25,9 @@
 //! there and has no `handle_timeout`); the aggregation mapper and reducer append every
 //! `(destination, payload)` due to a caller's buffer in one call (the mapper builds its
 //! packets lazily, window by window); [`inaas::TenantClient`] returns completions from
-//! `handle`/`handle_timeout`; [`inaas::paxos::Proposer`] has no `poll_timeout` (its
-//! driver calls `handle_timeout` every step). Errors are `thiserror` enums, one per module.
+//! `handle`/`handle_timeout`; [`inaas::paxos::Proposer`]'s `poll_timeout` is also due at
+//! once when queued values can start instances (`propose` takes no time). Errors are
+//! `thiserror` enums, one per module.
 #![forbid(unsafe_code)]
 
 pub mod aggregation;

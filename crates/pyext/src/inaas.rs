@@ -9,7 +9,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
-use hostlib::inaas::paxos::{Learner, Proposer, Ring, Vote, VOTE_LEN};
+use hostlib::inaas::paxos::{HostAcceptor, Learner, Proposer, Ring, Vote, ACCEPTORS, VOTE_LEN};
 use hostlib::inaas::paxos_run::{run_paxos, PaxosFaults, PaxosGroup};
 use hostlib::inaas::{build_frame, parse_reply, Goalkeeper, ItemReq, ItemResult, Kind, Op, Service, TenantInfo};
 use wire::ethernet::EthernetAddress;
@@ -736,6 +736,36 @@ impl InaasPaxosHosts {
         self.proposer.stubborn = stubborn;
     }
 
+    /// A duel of ballots (`Proposer::backoff_us`): refused by a higher ballot, wait this long
+    /// (doubling, with jitter), then take over above it; 0 (default): at once.
+    #[getter]
+    fn get_backoff_us(&self) -> u64 {
+        self.proposer.backoff_us
+    }
+    #[setter]
+    fn set_backoff_us(&mut self, us: u64) {
+        self.proposer.backoff_us = us;
+    }
+
+    /// With `backoff_us`: defer after this many duel rounds (`Proposer::max_duels`; 0: never).
+    #[getter]
+    fn get_max_duels(&self) -> u64 {
+        self.proposer.max_duels
+    }
+    #[setter]
+    fn set_max_duels(&mut self, n: u64) {
+        self.proposer.max_duels = n;
+    }
+
+    /// When the proposer has timed work (`Proposer::poll_timeout`, µs; None: none).
+    fn poll_timeout(&self) -> Option<u64> {
+        if self.standby {
+            None
+        } else {
+            self.proposer.poll_timeout()
+        }
+    }
+
     /// The higher ballot the proposer stepped down to (with `defer`), if it did.
     #[getter]
     fn stepped_down(&self) -> Option<u32> {
@@ -747,7 +777,14 @@ impl InaasPaxosHosts {
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = &self.proposer.stats;
         let d = PyDict::new(py);
-        for (k, v) in [("sent", s.sent), ("resent", s.resent), ("refused", s.refused), ("no_lease", s.no_lease), ("rounds", s.rounds)] {
+        for (k, v) in [
+            ("sent", s.sent),
+            ("resent", s.resent),
+            ("refused", s.refused),
+            ("no_lease", s.no_lease),
+            ("rounds", s.rounds),
+            ("duels", s.duels),
+        ] {
             d.set_item(k, v)?;
         }
         Ok(d)
@@ -759,8 +796,44 @@ impl InaasPaxosHosts {
     }
 }
 
+/// Paxos acceptor `j` as a host process (`hostlib::inaas::paxos::HostAcceptor`): the
+/// host-only baseline's acceptors in `tenants run --real`, with the switch acceptor's
+/// semantics.
+#[pyclass(module = "inswitch._native", unsendable)]
+pub struct InaasPaxosAcceptor {
+    inner: HostAcceptor,
+}
+
+#[pymethods]
+impl InaasPaxosAcceptor {
+    #[new]
+    fn new(j: usize) -> PyResult<Self> {
+        if j >= ACCEPTORS {
+            return Err(PyValueError::new_err(format!("acceptor {j}: 0..{ACCEPTORS}")));
+        }
+        Ok(InaasPaxosAcceptor { inner: HostAcceptor::new(j) })
+    }
+
+    /// The answer (an INaaS header) to a Paxos request's INaaS header; None: not one.
+    fn answer<'py>(&mut self, py: Python<'py>, req: &[u8]) -> Option<Bound<'py, PyBytes>> {
+        self.inner.answer(req).map(|a| PyBytes::new(py, &a))
+    }
+
+    /// Counters: promised, voted, refused, stale, malformed.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = &self.inner.stats;
+        let d = PyDict::new(py);
+        for (k, v) in [("promised", s.promised), ("voted", s.voted), ("refused", s.refused), ("stale", s.stale), ("malformed", s.malformed)]
+        {
+            d.set_item(k, v)?;
+        }
+        Ok(d)
+    }
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<InaasPaxosHosts>()?;
+    m.add_class::<InaasPaxosAcceptor>()?;
     m.add_function(wrap_pyfunction!(paxos_run, m)?)?;
     m.add_class::<InaasService>()?;
     m.add_class::<InaasGoalkeeper>()?;

@@ -32,6 +32,8 @@ RUN_EXAMPLES = """Examples:
 
   sudo inswitch tenants run --real --apps paxos --paxos-crash-at 0.4 --paxos-zombie --paxos-zombie-fights --dup 0.2 --reorder 0.2
 
+  sudo inswitch tenants run --real --apps paxos --loss 0.02 --paxos-crash-at 0.4 --paxos-zombie --paxos-zombie-duels
+
   sudo inswitch tenants run --real --apps kv,sparse,bloom --attacker --attack-during inaas --pcap out/caps
 
   inswitch tenants ledger
@@ -105,6 +107,7 @@ def run_cmd(
     paxos_crash_at: Optional[float] = option(None, "--paxos-crash-at", type=Float(0, 1, lo_open=True, hi_open=True), help="With --real: the paxos tenant's leader is SIGKILLed after proposing this fraction of its values; a backup process takes over with a higher ballot (safety checked on every learner's log)."),
     paxos_zombie: bool = typer.Option(False, "--paxos-zombie", help="With --real --paxos-crash-at: SIGSTOP the leader at its crash point instead, SIGCONT it once the backup decided (a zombie with its stale state and ballot, which proposes fresh values), SIGKILL it 300 ms later; the acceptors must refuse it."),
     paxos_zombie_fights: bool = typer.Option(False, "--paxos-zombie-fights", help="With --paxos-zombie: the zombie ignores the acceptors' refusals and keeps proposing and resending at its old ballot until it is killed (it never steps down); the acceptors must refuse it all along."),
+    paxos_zombie_duels: bool = typer.Option(False, "--paxos-zombie-duels", help="With --paxos-zombie: a duel of ballots. The zombie, refused, backs off and takes over again above the ballot that refused it (at most 3 times, then it defers); the backup does the same when refused, without limit; the logs must agree."),
     dup: float = option(0.0, "--dup", type=Float(0, 0.5), help="With --real: probability that a switch port duplicates a frame it receives (the switch's --fault, as --loss)."),
     reorder: float = option(0.0, "--reorder", type=Float(0, 0.5), help="With --real: probability that a switch port holds a frame it receives back until the port's next frame passed (the switch's --fault)."),
 ) -> None:
@@ -118,6 +121,8 @@ def run_cmd(
         raise typer.BadParameter("only with --real (the model's crash runs: `_native.paxos_run`, tests/test_inaas_paxos.py)", param_hint="--paxos-crash-at")
     if paxos_zombie_fights and not real:
         raise typer.BadParameter("only with --real and --paxos-zombie (the model's zombie fights: `_native.paxos_run(zombie=True)`)", param_hint="--paxos-zombie-fights")
+    if paxos_zombie_duels and not real:
+        raise typer.BadParameter("only with --real and --paxos-zombie (the model's duel of ballots: `_native.paxos_run(zombie=True)`)", param_hint="--paxos-zombie-duels")
     for hint, v in (("--dup", dup), ("--reorder", reorder)):
         if v > 0 and not real:
             raise typer.BadParameter("only with --real (the model's tenants see loss only; Paxos's faults: `_native.paxos_run`)", param_hint=hint)
@@ -125,7 +130,7 @@ def run_cmd(
         from inswitch.apps.inaas.real import RealRunError, check_args
 
         try:
-            check_args(names, attacker, paxos_crash_at, paxos_zombie, paxos_zombie_fights)
+            check_args(names, attacker, paxos_crash_at, paxos_zombie, paxos_zombie_fights, paxos_zombie_duels)
         except RealRunError as e:
             Console(stderr=True).print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
             raise typer.Exit(2)
@@ -152,7 +157,7 @@ def run_cmd(
                 res = run_tenants_real(names, instances, scheduler, loss, quick=not full, seed=seed, progress=lambda s: st.update(f"tenants: {s}"),
                                        subscribers=subs, budget=budget, name=rack_name, attacker=attacker,
                                        attack_during=attack_during, pcap=pcap, paxos_crash_at=paxos_crash_at,
-                                       paxos_zombie=paxos_zombie, paxos_zombie_fights=paxos_zombie_fights, dup=dup,
+                                       paxos_zombie=paxos_zombie, paxos_zombie_fights=paxos_zombie_fights, paxos_zombie_duels=paxos_zombie_duels, dup=dup,
                                        reorder=reorder)
             except RealRunError as e:  # a bad combination, found before the rack is up
                 Console(stderr=True).print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
@@ -213,6 +218,8 @@ def run_cmd(
             )
         if f.get("zombie"):
             ending = (f"fought: still at ballot {f['zombie_ballot_at_kill']} when killed" if f.get("zombie_fights")
+                      else (f"duelled: {f['zombie_duel_rounds']} takeovers above a refusal (ballot {f['zombie_ballot_at_kill']} at its kill), the survivor "
+                            f"{f['survivor_duel_rounds']} (ballot {f['survivor_final_ballot']}); {f['ballot_rounds']} phase-1 rounds in all") if f.get("zombie_duels")
                       else f"stepped down to ballot {f['zombie_stepped_down_to']} {_ms(f['zombie_stepped_down_ms'])} after resuming")
             console.print(
                 f"{name}: zombie leader (ballot {f['zombie_ballot']}) SIGCONTed {_ms(f['zombie_resumed_ms'])} after its SIGSTOP: sent {f['zombie_frames_sent']} frames "

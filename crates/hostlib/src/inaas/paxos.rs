@@ -84,6 +84,9 @@ pub enum Answer {
     Refused { promised: u32 },
     /// The tenant holds no lease on the cell (nothing done).
     NoLease,
+    /// Not in this answer (its item is not valid): a host acceptor ([`HostAcceptor`])
+    /// answers for itself alone.
+    Absent,
 }
 
 /// A parsed answer of the switch's acceptors.
@@ -115,10 +118,13 @@ pub fn parse_paxos_reply(frame: &[u8]) -> Option<PaxosReply> {
     let phase1 = op == OP_PAXOS_1A;
     let ballot = p.value(PAXOS_TAG_ITEM) as u32;
     let failed = p.bitmap(Bitmap::Failed);
+    let valid = p.bitmap(Bitmap::Valid);
     let mut answers = [Answer::NoLease; ACCEPTORS];
     for (j, a) in answers.iter_mut().enumerate() {
         let k = p.key(j);
-        *a = if failed & 1 << j != 0 {
+        *a = if valid & 1 << j == 0 {
+            Answer::Absent
+        } else if failed & 1 << j != 0 {
             if k != ballot {
                 Answer::Refused { promised: k }
             } else {
@@ -131,6 +137,105 @@ pub fn parse_paxos_reply(frame: &[u8]) -> Option<PaxosReply> {
         };
     }
     Some(PaxosReply { phase1, inst: tag as u64 - 1, ballot, value: p.value(0), answers })
+}
+
+/// One acceptor's state in a slot (P4xos: rnd, vrnd, value), as the switch's
+/// `paxos_instance_j`, `paxos_round_j` and `paxos_vote_j` cells hold it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AcceptorCell {
+    /// The newest instance tag the slot served.
+    pub instance: u32,
+    pub rnd: u32,
+    pub vrnd: u32,
+    /// The instance tag of the vote, and its value.
+    pub vtag: u32,
+    pub value: i32,
+}
+
+/// Counters of a [`HostAcceptor`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AcceptorStats {
+    pub promised: u64,
+    pub voted: u64,
+    pub refused: u64,
+    pub stale: u64,
+    pub malformed: u64,
+}
+
+/// Acceptor `j` as a host process (the host-only baseline of `tenants run --real`): the
+/// switch acceptor's semantics (`programs::inaas::paxos`: a stale instance refused with
+/// promise 0, promise or accept by comparing the ballot with rnd, the vote read or written)
+/// on the same request, answered for itself alone (only item `j` valid in the answer). Its
+/// cells are its own for good: no lease. Sans-IO: [`HostAcceptor::answer`] takes a request's
+/// INaaS header (no Ethernet) and gives the answer's.
+#[derive(Clone, Debug)]
+pub struct HostAcceptor {
+    pub j: usize,
+    pub cells: BTreeMap<u16, AcceptorCell>,
+    pub stats: AcceptorStats,
+}
+
+impl HostAcceptor {
+    pub fn new(j: usize) -> Self {
+        assert!(j < ACCEPTORS);
+        HostAcceptor { j, cells: BTreeMap::new(), stats: AcceptorStats::default() }
+    }
+
+    /// The answer to a phase-1a or 2a request (`None`: not one, or malformed; dropped).
+    pub fn answer(&mut self, req: &[u8]) -> Option<Vec<u8>> {
+        let j = self.j;
+        let Ok(p) = InaasPacket::new_checked(req) else {
+            self.stats.malformed += 1;
+            return None;
+        };
+        let (op, tag, ballot) = (p.op(), p.key(PAXOS_TAG_ITEM), p.key(j));
+        let well_formed = (op == OP_PAXOS_1A || op == OP_PAXOS_2A)
+            && p.flags() & flags::REPLY == 0
+            && p.bitmap(Bitmap::Valid) & 1 << j != 0
+            && tag != 0
+            && ballot != 0
+            && ballot < 1 << 31;
+        if !well_formed {
+            self.stats.malformed += 1;
+            return None;
+        }
+        let phase1 = op == OP_PAXOS_1A;
+        let (idx, value) = (p.idx(j), p.value(j));
+        let mut out = req[..HEADER_LEN].to_vec();
+        let mut a = InaasPacket::new_unchecked(&mut out[..]);
+        a.set_flags(a.flags() & !flags::RETRANS | flags::REPLY);
+        let c = self.cells.entry(idx).or_default();
+        let mut failed = false;
+        let stale = tag < c.instance;
+        if !stale && !phase1 {
+            // A 2a moves the slot to its instance whether accepted or not (the switch's
+            // `Advance` runs before the round decision).
+            c.instance = tag;
+        }
+        if stale {
+            // An older instance of the ring: refused untouched, promise 0.
+            failed = true;
+            a.set_key(j, 0);
+            self.stats.stale += 1;
+        } else if ballot < c.rnd {
+            failed = true;
+            a.set_key(j, c.rnd);
+            self.stats.refused += 1;
+        } else if phase1 {
+            c.rnd = ballot;
+            let (k, v) = if c.vtag == tag { (c.vrnd, c.value) } else { (0, 0) };
+            a.set_key(j, k);
+            a.set_value(j, v);
+            self.stats.promised += 1;
+        } else {
+            (c.rnd, c.vrnd, c.vtag, c.value) = (ballot, ballot, tag, value);
+            self.stats.voted += 1;
+        }
+        a.set_bitmap(Bitmap::Valid, 1 << j);
+        a.set_bitmap(Bitmap::Read, 1 << j);
+        a.set_bitmap(Bitmap::Failed, if failed { 1 << j } else { 0 });
+        Some(out)
+    }
 }
 
 /// Acceptor `acceptor` voted `value` at `ballot` for `inst` (relayed to learners).
@@ -192,6 +297,9 @@ pub struct ProposerStats {
     pub refused: u64,
     pub no_lease: u64,
     pub rounds: u64,
+    /// Takeovers above a refusal after a backoff ([`Proposer::backoff_us`]): the duel's
+    /// rounds this proposer started.
+    pub duels: u64,
 }
 
 /// A proposer (the leader while it runs). Frames out via [`Proposer::poll_transmit`]; votes
@@ -238,6 +346,21 @@ pub struct Proposer {
     /// taking over. Off by default; a fighting zombie (`tenants run --real
     /// --paxos-zombie-fights`), whose every frame the acceptors must refuse.
     pub stubborn: bool,
+    /// A duel of ballots: a refusal by a higher ballot makes the proposer go quiet for
+    /// `backoff_us` (doubled for each refusal without a decision between, up to 16 times,
+    /// plus up to `backoff_us` of jitter drawn from its id), then take over above it. 0
+    /// (the default): take over at once.
+    pub backoff_us: u64,
+    /// With [`Proposer::backoff_us`]: after this many duel rounds, defer at the next
+    /// refusal (step down) instead; 0: no limit.
+    pub max_duels: u64,
+    /// While backing off: (when to take over, the ballot that refused it).
+    pub retake: Option<(u64, u32)>,
+    /// Refusals since the last decision (the backoff's exponent).
+    streak: u32,
+    rng: u64,
+    /// The latest time the proposer was given (values proposed since are due then).
+    last_us: u64,
 }
 
 impl Proposer {
@@ -268,6 +391,12 @@ impl Proposer {
             defer: false,
             stepped_down: None,
             stubborn: false,
+            backoff_us: 0,
+            max_duels: 0,
+            retake: None,
+            streak: 0,
+            rng: 0x9E37_79B9_7F4A_7C15 ^ id as u64,
+            last_us: 0,
         }
     }
 
@@ -302,6 +431,8 @@ impl Proposer {
     /// the whole window above the floor.
     pub fn take_over(&mut self, seen: u32, now_us: u64) {
         self.stepped_down = None;
+        self.retake = None;
+        self.last_us = self.last_us.max(now_us);
         self.round = self.round.max(seen >> 8) + 1;
         self.stats.rounds += 1;
         self.leading = false;
@@ -402,7 +533,7 @@ impl Proposer {
 
     /// The learners delivered everything below `floor` (the minimum of their acks).
     pub fn on_floor(&mut self, floor: u64, now_us: u64) {
-        if self.stepped_down.is_some() {
+        if self.stepped_down.is_some() || self.retake.is_some() {
             return;
         }
         if floor > self.floor {
@@ -442,7 +573,11 @@ impl Proposer {
 
     /// An answer of the switch.
     pub fn handle(&mut self, now_us: u64, frame: &[u8]) {
+        self.last_us = self.last_us.max(now_us);
         let Some(r) = parse_paxos_reply(frame) else { return };
+        if self.retake.is_some() {
+            return; // backing off: quiet until it takes over again
+        }
         if self.stepped_down.is_some() && r.ballot == self.ballot() {
             // Quiet, but still counting the refusals of what it sent before it stepped down.
             self.stats.refused += r.answers.iter().filter(|a| matches!(a, Answer::Refused { promised } if *promised > 0)).count() as u64;
@@ -466,6 +601,7 @@ impl Proposer {
                     self.stats.refused += 1;
                 }
                 Answer::NoLease => self.stats.no_lease += 1,
+                Answer::Absent => {}
                 Answer::Promise { vrnd, value } => {
                     s.answered |= 1 << j;
                     if vrnd > s.best.0 {
@@ -490,8 +626,12 @@ impl Proposer {
         if higher > ballot && self.stubborn {
             return; // counted; the timer resends it at the same ballot
         }
-        if higher > ballot && self.defer {
+        if higher > ballot && (self.defer || (self.backoff_us > 0 && self.max_duels > 0 && self.stats.duels >= self.max_duels)) {
             self.step_down(higher);
+            return;
+        }
+        if higher > ballot && self.backoff_us > 0 {
+            self.back_off(higher, now_us);
             return;
         }
         if higher > ballot {
@@ -510,11 +650,56 @@ impl Proposer {
             } else {
                 let votes = s.votes.clone();
                 self.votes.extend(votes);
+                self.streak = 0;
                 self.decided.insert(r.inst, (r.ballot, r.value));
                 if let Some(t0) = self.started_us.get(&r.inst) {
                     self.latencies.push((r.inst, now_us.saturating_sub(*t0)));
                 }
             }
+        }
+    }
+
+    /// Refused by `higher` in a duel: what it had in flight goes back to the queue, and it
+    /// stays quiet until [`Proposer::retake`]'s time (exponential backoff with jitter, so
+    /// two duelling proposers stop refusing each other's phase 1).
+    fn back_off(&mut self, higher: u32, now_us: u64) {
+        let mut back: Vec<i32> = Vec::new();
+        for (i, s) in std::mem::take(&mut self.slots) {
+            if !self.decided.contains_key(&i) && self.mine.contains(&s.value) && !s.phase1 && !back.contains(&s.value) {
+                back.push(s.value);
+            }
+        }
+        for v in back.into_iter().rev() {
+            if !self.queue.contains(&v) {
+                self.queue.push_front(v);
+            }
+        }
+        self.leading = false;
+        self.preparing = 0;
+        self.out.clear();
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        let wait = (self.backoff_us << self.streak.min(4)) + self.rng % self.backoff_us.max(1);
+        self.streak += 1;
+        self.retake = Some((now_us + wait, higher));
+    }
+
+    /// When [`Proposer::handle_timeout`] has work: the first retransmission or vote resend
+    /// due, the end of a backoff, or now (the latest time given) when queued values can
+    /// start instances. `None`: nothing to time (stepped down, or idle).
+    pub fn poll_timeout(&self) -> Option<u64> {
+        if self.stepped_down.is_some() {
+            return None;
+        }
+        if let Some((at, _)) = self.retake {
+            return Some(at);
+        }
+        let resend = self.slots.values().filter(|s| !s.done || !s.phase1).map(|s| s.sent_us + self.rto_us).min();
+        let fill = (self.leading && !self.queue.is_empty() && self.next_inst < self.floor + self.ring.slots as u64).then_some(self.last_us);
+        match (resend, fill) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
     }
 
@@ -533,8 +718,16 @@ impl Proposer {
     /// Resend what is unanswered; votes of decided instances learners have not acknowledged
     /// go out again.
     pub fn handle_timeout(&mut self, now_us: u64) {
+        self.last_us = self.last_us.max(now_us);
         if self.stepped_down.is_some() {
             return;
+        }
+        if let Some((at, higher)) = self.retake {
+            if now_us < at {
+                return;
+            }
+            self.stats.duels += 1;
+            self.take_over(higher, now_us);
         }
         // Values that arrived since the last call start their instances.
         self.fill(now_us);

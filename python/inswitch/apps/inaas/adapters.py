@@ -650,7 +650,10 @@ class PaxosApp(App):
     leased registers, `crates/programs/src/inaas/paxos.rs`), the proposer and three
     learners on hosts (`crates/hostlib/src/inaas/paxos.rs`): phases 1 and 2, ballots, a
     gap-free log per learner. The figure is the tail latency of one decision, from the
-    value's arrival to its 2b majority. Host-only: phase 2 to three acceptor hosts."""
+    value's arrival to its 2b majority. Host-only, on real processes (`tenants run --real`):
+    the same Paxos (a second proposer and three learners of `InaasPaxosHosts`, phases 1 and
+    2) against three acceptor processes (`hostlib::inaas::paxos::HostAcceptor`); in the
+    in-process model: phase 2 to three acceptor hosts that echo."""
 
     name = "paxos"
     figure = "tail latency (p99)"
@@ -680,6 +683,20 @@ class PaxosApp(App):
                 self.svc.raw.paxos_step(self.t)
                 self.svc.run_for(5)
 
+    def prepare(self, phase: str) -> None:
+        super().prepare(phase)
+        self.host_paxos = phase == "host" and hasattr(self.svc.raw, "paxos_host_start")
+        if self.host_paxos:
+            # Phase 1 on the host acceptors' window before the timed phase, as the switch's
+            # acceptors get theirs in `setup`.
+            raw = self.svc.raw
+            raw.paxos_host_start(self.t, self.base, self.size)  # type: ignore[attr-defined]
+            for _ in range(5000):
+                raw.paxos_host_step(self.t)  # type: ignore[attr-defined]
+                if self.svc.host_paxos.leading:  # type: ignore[attr-defined]
+                    break
+                self.svc.run_for(5)
+
     def begin(self, phase: str) -> None:
         super().begin(phase)
         self.next = 0
@@ -687,6 +704,7 @@ class PaxosApp(App):
         self.start: dict[int, int] = {}
         self.acks: dict[int, int] = {}
         self.switch_phase = phase == "inaas" and self.in_switch
+        self.host_paxos = phase == "host" and getattr(self, "host_paxos", False)
 
     def step(self) -> None:
         svc, now = self.svc, self.svc.now_us
@@ -696,12 +714,20 @@ class PaxosApp(App):
             self.start[i] = now
             if self.switch_phase:
                 svc.raw.paxos_propose(self.t, self.values[i])
+            elif self.host_paxos:
+                svc.raw.paxos_host_propose(self.t, self.values[i])  # type: ignore[attr-defined]
             else:
                 for s in self.servers:
                     self.bl_send(self.t, s, i, int(self.values[i]).to_bytes(4, "little"))
         if self.switch_phase:
             # One proposer, no crash: instance k carries the k-th value (checked in `check`).
             for inst, _ in svc.raw.paxos_step(self.t):
+                if inst in self.start:
+                    self.lat.append(now - self.start.pop(inst))
+            return
+        if self.host_paxos:
+            # The same proposer and learners, the acceptors in host processes.
+            for inst, _ in svc.raw.paxos_host_step(self.t):  # type: ignore[attr-defined]
                 if inst in self.start:
                     self.lat.append(now - self.start.pop(inst))
             return
@@ -725,11 +751,25 @@ class PaxosApp(App):
                 self.wrong += 1
         self.safety = paxos_safety(logs, violations, self.values)
 
+    def check_host(self) -> None:
+        """After the host-only phase on real processes: the host Paxos's learners delivered
+        exactly the values, in order (one proposer), and `paxos_safety` found nothing."""
+        if not getattr(self, "host_paxos", False):
+            return
+        logs, violations = self.svc.raw.paxos_host_logs(self.t)  # type: ignore[attr-defined]
+        found, gap_free = paxos_safety(logs, violations, self.values)
+        self.wrong += len(found) + sum(1 for log in logs if list(log) != self.values)
+        st = self.svc.host_paxos.stats()  # type: ignore[attr-defined]
+        self.host_safety = {"host_violations": found, "host_delivered": [len(x) for x in logs], "host_gap_free": gap_free,
+                            "host_proposer": dict(st)}
+
     def figure_value(self) -> float:
         return float(np.percentile(self.lat, 99)) if self.lat else float("nan")
 
     def extra(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"acceptors_in_switch": self.in_switch}
+        out: dict[str, Any] = {"acceptors_in_switch": self.in_switch,
+                               "host_only_kind": "paxos: phases 1 and 2, three acceptor processes" if getattr(self, "host_paxos", False) else "phase 2 to three echoing hosts"}
+        out.update(getattr(self, "host_safety", {}))
         if hasattr(self, "safety"):
             found, gap_free = self.safety
             logs, _ = self.svc.raw.paxos_logs(self.t)

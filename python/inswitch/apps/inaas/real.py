@@ -6,7 +6,8 @@ host, through the same switch forwarding only) in the same rack and run. Needs r
 Rack: host 1 the goalkeeper (`rack.GOALKEEPER`, the native goalkeeper on AF_PACKET), hosts
 2..N+1 one tenant instance each (`real_tenant.py`: the unchanged adapter of
 `adapters.py` over real frames), host N+2 the host-only servers (one UDP echo process per
-tenant, as the in-process service's servers echo). The controller registers every tenant
+tenant, as the in-process service's servers echo; for Paxos three acceptor processes,
+`PAXOS_ACCEPTOR`, against which the tenant runs the same Paxos). The controller registers every tenant
 (uid, slot, lease cap) over P4Runtime, as `tenants rack` does. Both phases start together
 for all tenants (the runner releases them with one `GO` each), so tenants run concurrently.
 
@@ -92,17 +93,61 @@ SERVER = textwrap.dedent('''
 ''')
 
 
+#: Paxos's host-only baseline: acceptor `j` as a server process (`hostlib::inaas::paxos::
+#: HostAcceptor` through `_native.InaasPaxosAcceptor`, the switch acceptor's semantics). A
+#: datagram after `real_tenant.HOST_PAXOS` is a request's INaaS header, answered alone;
+#: anything else is echoed (the tenant's warm-up). Prints its counters, then how many
+#: datagrams it answered.
+PAXOS_ACCEPTOR = textwrap.dedent('''
+    import json, select, socket, sys
+    from inswitch import _native
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_RCVBUFFORCE", 33), 8 << 20)
+    except OSError:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    s.bind((sys.argv[1], int(sys.argv[2])))
+    s.setblocking(False)
+    acceptor = _native.InaasPaxosAcceptor(int(sys.argv[3]))
+    print("READY", flush=True)
+    n = 0
+    while True:
+        r, _, _ = select.select([s, sys.stdin], [], [], 1.0)
+        if sys.stdin in r and sys.stdin.readline() == "":
+            break
+        if s in r:
+            while True:
+                try:
+                    p, a = s.recvfrom(65536)
+                except BlockingIOError:
+                    break
+                if p[:2] == b"\\xfe\\xff":
+                    out = acceptor.answer(p[2:])
+                    if out is None:
+                        continue
+                    p = p[:2] + out
+                n += 1
+                s.sendto(p, a)
+    print("ACCEPTOR " + json.dumps(acceptor.stats()), flush=True)
+    print(n, flush=True)
+''')
+
+
 class RealRunError(RuntimeError):
     """A bad combination or a missing privilege, said in one line."""
 
 
 def check_args(apps: list[str], attacker: bool, paxos_crash_at: float | None = None, paxos_zombie: bool = False,
-               paxos_zombie_fights: bool = False) -> None:
+               paxos_zombie_fights: bool = False, paxos_zombie_duels: bool = False) -> None:
     bad = [a for a in apps if a not in REAL_APPS]
     if bad:
         raise RealRunError(f"--real cannot run {', '.join(bad)} (known: {', '.join(REAL_APPS)})")
     if paxos_zombie_fights and not paxos_zombie:
         raise RealRunError("--paxos-zombie-fights needs --paxos-zombie (it is how the zombie behaves)")
+    if paxos_zombie_duels and not paxos_zombie:
+        raise RealRunError("--paxos-zombie-duels needs --paxos-zombie (it is how the zombie behaves)")
+    if paxos_zombie_duels and paxos_zombie_fights:
+        raise RealRunError("--paxos-zombie-duels and --paxos-zombie-fights: a zombie either fights at its ballot or duels above it, not both")
     if paxos_crash_at is not None:
         if "paxos" not in apps:
             raise RealRunError("--paxos-crash-at needs the paxos tenant among --apps")
@@ -332,19 +377,25 @@ def _kill_at_crashpoint(p: subprocess.Popen[str], out: dict[str, Any], timeout_s
     out["returncode"] = rc
 
 
-def _crash_figures(report: dict[str, Any], crash: dict[str, Any], fraction: float | None, zombie: bool = False, fights: bool = False) -> dict[str, Any]:
+def _crash_figures(report: dict[str, Any], crash: dict[str, Any], fraction: float | None, zombie: bool = False, fights: bool = False,
+                   duels: bool = False) -> dict[str, Any]:
     """The paxos tenant's keys of a crash run, with the safety check on every learner's log
     (`paxos_safety`): what the dead leader saw chosen must be there unchanged. With a
-    zombie, also: none of its fresh values in any log or decided as it saw it."""
+    zombie, also: none of its fresh values in any log or decided as it saw it; with a duel
+    of ballots (`duels`) the zombie's values may be chosen (it took over above the refusal),
+    and each it saw chosen must be in every log at its instance, unchanged."""
     killed = crash.get("killed_at")
     rc = crash.get("returncode")
-    dead = crash.get("decided", [])
+    dead = list(crash.get("decided", []))
+    z0 = crash.get("zombie") or {}
+    if duels:
+        dead += [(inst, v) for inst, _, v in z0.get("decided_after_resume", [])]
     in_switch = crash.get("switch_chosen", [])
     found, gap_free = paxos_safety(report["logs"], report["learner_violations"], report["must_deliver"], dead + [(i, v) for i, v, _ in in_switch])
     if "switch_read_error" in crash:
         found.append(crash["switch_read_error"])
     z = crash.get("zombie")
-    zkeys: dict[str, Any] = {"zombie": zombie, "zombie_fights": fights}
+    zkeys: dict[str, Any] = {"zombie": zombie, "zombie_fights": fights, "zombie_duels": duels}
     if zombie:
         if z is None:
             found.append("the zombie leader did not report (not resumed, or silent after its resume)")
@@ -352,10 +403,24 @@ def _crash_figures(report: dict[str, Any], crash: dict[str, Any], fraction: floa
         fresh = set(z.get("values", []))
         in_logs = sorted({v for log in report["logs"] for v in log if v in fresh})
         by_it = [d for d in z.get("decided_after_resume", []) if d[2] in fresh]
-        for v in in_logs:
-            found.append(f"value {v}, proposed only by the zombie at its stale ballot, delivered")
-        for inst, b, v in by_it:
-            found.append(f"instance {inst}: the zombie saw its value {v} chosen at ballot {b}")
+        if not duels:
+            for v in in_logs:
+                found.append(f"value {v}, proposed only by the zombie at its stale ballot, delivered")
+            for inst, b, v in by_it:
+                found.append(f"instance {inst}: the zombie saw its value {v} chosen at ballot {b}")
+        else:
+            # The duel's rounds: takeovers above a refusal after a backoff
+            # (`Proposer::backoff_us`), the zombie's since its resume and the survivor's;
+            # `ballot_rounds`: every phase 1 either ran from the zombie's resume on.
+            zkeys.update({
+                "zombie_duel_rounds": z.get("duels"),
+                "zombie_rounds": z.get("rounds"),
+                "survivor_duel_rounds": report.get("duels"),
+                "survivor_rounds": report.get("rounds"),
+                "survivor_final_ballot": report.get("final_ballot"),
+                "ballot_rounds": (z.get("rounds") or 0) + (report.get("rounds") or 0),
+                "zombie_values_in_logs": len(in_logs),
+            })
         resumed = z.get("resumed_at")
         zkeys.update({
             "zombie_resume_rule": "SIGSTOP at the crash point; SIGCONT once the backup saw its first decision (it creates a file the runner polls every 10 ms); "
@@ -437,6 +502,7 @@ def run_tenants_real(
     paxos_crash_at: float | None = None,
     paxos_zombie: bool = False,
     paxos_zombie_fights: bool = False,
+    paxos_zombie_duels: bool = False,
     dup: float = 0.0,
     reorder: float = 0.0,
 ) -> dict[str, Any]:
@@ -448,7 +514,7 @@ def run_tenants_real(
     from inswitch.p4rt.client import SwitchClient
     from inswitch.topology import Rack, netns
 
-    check_args(apps, attacker, paxos_crash_at, paxos_zombie, paxos_zombie_fights)
+    check_args(apps, attacker, paxos_crash_at, paxos_zombie, paxos_zombie_fights, paxos_zombie_duels)
     if attack_during not in ("after", "inaas"):
         raise ValueError(f"attack_during: {attack_during!r} (after, inaas)")
     if paxos_crash_at is not None and attacker and attack_during == "inaas":
@@ -528,11 +594,13 @@ def run_tenants_real(
         servers: list[list[subprocess.Popen[str]]] = []
         ports: list[list[int]] = []
         for i, a in enumerate(names):
-            # Paxos's host-only version: phase 2 to three acceptor hosts (three processes).
+            # Paxos's host-only version: Paxos with three acceptor processes (phases 1 and
+            # 2, `PAXOS_ACCEPTOR`), the tenant's proposer and learners as in the switch's.
             ports.append([9100 + 4 * i + k for k in range(3 if a == "paxos" else 1)])
             servers.append([])
-            for port in ports[-1]:
-                sp = start(srv, ["-c", SERVER, srv.ip, str(port)], f"server{port}")
+            for k, port in enumerate(ports[-1]):
+                argv = ["-c", PAXOS_ACCEPTOR, srv.ip, str(port), str(k)] if a == "paxos" else ["-c", SERVER, srv.ip, str(port)]
+                sp = start(srv, argv, f"server{port}")
                 if _line(sp, 30, f"server {port}", logs / f"server{port}.err") != "READY":
                     raise RuntimeError(f"server {port} did not start")
                 servers[-1].append(sp)
@@ -561,11 +629,11 @@ def run_tenants_real(
                 bh, k = backup_h[i], crash_after(sizes.paxos_instances, float(paxos_crash_at or 0))
                 relay_port = 9600 + i
                 pcfg = {**cfg, "paxos_role": "primary", "paxos_peer": [bh.ip, relay_port], "paxos_crash_values": k, "paxos_zombie": paxos_zombie,
-                        "paxos_zombie_fights": paxos_zombie_fights}
+                        "paxos_zombie_fights": paxos_zombie_fights, "paxos_zombie_duels": paxos_zombie_duels}
                 primaries.append((tag, start(h, ["-m", "inswitch.apps.inaas.real_tenant", json.dumps(pcfg)], f"{tag}primary"), i, k))
                 zfiles[i] = (logs / f"{tag}.took_over", logs / f"{tag}.zombie_dead")
                 cfg = {**cfg, "mac": hexmac(bh.mac), "ifname": bh.ifname, "ip": bh.ip, "paxos_role": "backup", "paxos_relay_port": relay_port,
-                       "paxos_crash_values": k}
+                       "paxos_crash_values": k, "paxos_zombie_duels": paxos_zombie_duels}
                 if paxos_zombie:
                     cfg.update({"paxos_took_over_file": str(zfiles[i][0]), "paxos_zombie_dead_file": str(zfiles[i][1])})
                 h = bh
@@ -661,11 +729,15 @@ def run_tenants_real(
                 e = dict(c.read_register("tenant_events", slot)).get(slot, 0)
                 usage.append({"alu_ops": u & 0xFFFFFFFF, "packets": u >> 32, "mismatches": e & 0xFFFFFFFF, "leases": e >> 32})
         served = []
+        acceptor_stats: list[list[dict[str, int]]] = []
         for group in servers:
             n = 0
+            acceptor_stats.append([])
             for sp in group:
                 so, _ = sp.communicate(input="", timeout=10)
-                n += int(so.strip().splitlines()[-1])
+                lines = so.strip().splitlines()
+                n += int(lines[-1])
+                acceptor_stats[-1] += [json.loads(x.split(" ", 1)[1]) for x in lines if x.startswith("ACCEPTOR ")]
             served.append(n)
         gk_out, _ = gk_p.communicate(input="", timeout=30)
         gk_res = json.loads(gk_out.strip().splitlines()[-1])
@@ -697,10 +769,13 @@ def run_tenants_real(
         report = extra.pop("paxos_crash", None)
         fig.update(extra)
         if report is not None:
-            fig.update(_crash_figures(report, crashes.get(len(out_apps), {}), paxos_crash_at, paxos_zombie, paxos_zombie_fights))
+            fig.update(_crash_figures(report, crashes.get(len(out_apps), {}), paxos_crash_at, paxos_zombie, paxos_zombie_fights, paxos_zombie_duels))
             fig["correct"] = fig["correct"] and not fig["violations"] and fig["took_over"] and fig["killed_by_signal"] == signal.SIGKILL
             if paxos_zombie:
                 fig["correct"] = fig["correct"] and (bool(fig["zombie_frames_sent"]) or fig["zombie_deposed_before_stop"]) and fig["zombie_resumed_after_takeover"]
+            if paxos_zombie_duels:
+                # It duelled: refused, it took over above the refusal at least once.
+                fig["correct"] = fig["correct"] and (fig["zombie_deposed_before_stop"] or bool(fig["zombie_duel_rounds"]))
             if paxos_zombie_fights:
                 # It fought: refused, yet at its old ballot to the end, never stepped down.
                 fig["correct"] = fig["correct"] and (fig["zombie_deposed_before_stop"] or (
@@ -710,6 +785,9 @@ def run_tenants_real(
             fig["allreduce_lease"] = ctl
             fig["correct"] = (fig["correct"] and ctl["unleased_refused"] and ctl.get("forged_port_refused", False)
                               and ctl.get("forged_worker_refused", False) and ctl.get("forged_worker_own_id_admitted", False))
+        if acceptor_stats[len(out_apps)]:
+            # The host-only baseline's acceptor processes (promised, voted, refused, ...).
+            fig["host_acceptors"] = acceptor_stats[len(out_apps)]
         fig["client"] = {**res["client"], "server_answered": served[len(out_apps)]}
         fig["wall_s"] = res["wall_s"]
         lp = res.get("latency_percentiles") or {}

@@ -29,6 +29,10 @@ old ballot. From its SIGCONT handler on, it proposes `ZOMBIE_VALUES` fresh value
 proposed by anyone else: a learner that delivers one means the acceptors took a stale
 ballot) besides retransmitting what it had in flight, and defers to a higher ballot
 (`Proposer::defer`): the first refusal makes it step down and go quiet. With
+`--paxos-zombie-duels` it duels instead (`Proposer::backoff_us`, `max_duels`): refused, it
+backs off (`DUEL_BACKOFF_US`, doubling, with jitter) and takes over above the refusal, at
+most `DUEL_ROUNDS` times before it defers; the backup, refused in turn, does the same without
+limit; its values may then be chosen, and each it saw chosen is checked in the logs. With
 `--paxos-zombie-fights` it ignores refusals instead (`Proposer::stubborn`): it keeps
 proposing and resending at its old ballot, which the acceptors must refuse every time,
 until it is killed. `ZOMBIE_S` after its resume it prints `ZOMBIE {json}` (its counters
@@ -56,6 +60,14 @@ HEARTBEAT_S = 0.005
 ZOMBIE_S = 0.3
 #: Fresh values a zombie proposes when it resumes (negative: no tenant value is).
 ZOMBIE_VALUES = 8
+#: A duel of ballots (`--paxos-zombie-duels`): a refused proposer waits this long (wall µs;
+#: doubled per refusal without a decision between, plus up to as much jitter:
+#: `Proposer::backoff_us`) before it takes over above the refusal. 20 ms: the in-process
+#: model's 400 µs × the real runs' timer scale of 50, well under the zombie's 300 ms.
+DUEL_BACKOFF_US = 20_000
+#: Takeovers above a refusal the zombie makes before it defers (`Proposer::max_duels`):
+#: the duel ends even if the zombie were not killed. The backup has no limit.
+DUEL_ROUNDS = 3
 
 
 def zombie_values() -> list[int]:
@@ -90,10 +102,16 @@ class PaxosPrimary(PaxosApp):
         self.crash_after = int(self.svc.cfg["paxos_crash_values"])  # type: ignore[attr-defined]
         self.zombie = bool(self.svc.cfg.get("paxos_zombie"))  # type: ignore[attr-defined]
         fights = bool(self.svc.cfg.get("paxos_zombie_fights"))  # type: ignore[attr-defined]
+        duels = bool(self.svc.cfg.get("paxos_zombie_duels"))  # type: ignore[attr-defined]
         self.resumed_at: float | None = None
         self.reported = False
         if self.zombie:
-            if fights:
+            if duels:
+                # A duelling zombie: refused, it backs off, then runs phase 1 above the
+                # ballot that refused it and proposes; after DUEL_ROUNDS it defers.
+                self.svc.paxos.backoff_us = DUEL_BACKOFF_US  # type: ignore[attr-defined]
+                self.svc.paxos.max_duels = DUEL_ROUNDS  # type: ignore[attr-defined]
+            elif fights:
                 # A fighting zombie: every refusal ignored, its old ballot kept, its
                 # proposals resent at each timeout until it is killed.
                 self.svc.paxos.stubborn = True  # type: ignore[attr-defined]
@@ -133,7 +151,7 @@ class PaxosPrimary(PaxosApp):
                     "ballot_at_report": p.ballot,
                     "frames_sent": svc.stats["paxos_frames_sent"] - self.at_resume["frames"],  # type: ignore[attr-defined]
                     "relay_sent": svc.stats["relay_sent"] - self.at_resume["relay"],  # type: ignore[attr-defined]
-                    **{k: st[k] - self.at_resume[k] for k in ("sent", "resent", "refused")},
+                    **{k: st[k] - self.at_resume[k] for k in ("sent", "resent", "refused", "rounds", "duels")},
                     "stepped_down_to": p.stepped_down,
                     "deposed_before_resume": self.deposed_before,
                     "stepped_down_at": self.stepped_at,
@@ -181,6 +199,10 @@ class PaxosBackup(PaxosApp):
         self.in_switch = True
         self.crash_after = int(self.svc.cfg["paxos_crash_values"])  # type: ignore[attr-defined]
         self.svc.raw.paxos_start(self.t, self.base, self.size)
+        if self.svc.cfg.get("paxos_zombie_duels"):  # type: ignore[attr-defined]
+            # The survivor duels too: refused by the zombie, it backs off and takes over
+            # above it again (no limit: it holds the tenant's values).
+            self.svc.paxos.backoff_us = DUEL_BACKOFF_US  # type: ignore[attr-defined]
         # The leader's heartbeats reach us, then our acknowledgements reach it for a while
         # (it waits for one): the relay's path works both ways before anything is timed.
         _until(self, lambda: self.svc.relay_peer is not None, "no heartbeat from the leader")  # type: ignore[attr-defined]
@@ -260,7 +282,10 @@ class PaxosBackup(PaxosApp):
             "last_heard_at": self.last_heard_at,
             "leading_at": self.leading_at,
             "first_decision_at": self.first_decision_at,
+            "rounds": p.stats()["rounds"],
+            "duels": p.stats()["duels"],
+            "final_ballot": p.ballot,
         }
 
     def extra(self) -> dict[str, Any]:
-        return {"acceptors_in_switch": True, "paxos_crash": self.report}
+        return {**super().extra(), "acceptors_in_switch": True, "paxos_crash": self.report}

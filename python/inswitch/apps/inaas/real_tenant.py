@@ -32,6 +32,11 @@ ETHERTYPE = 0x88B6
 RETRANS = 0x01
 GK_REPLY = 0x08
 MAX_TRIES = 8
+#: The first two bytes of a datagram to or from a host acceptor (Paxos's host-only
+#: baseline; no tenant member has this number).
+HOST_PAXOS = b"\xfe\xff"
+#: The Ethernet header a host acceptor's answer gets before the proposer reads it.
+HOST_PAXOS_ETH = bytes(12) + ETHERTYPE.to_bytes(2, "big")
 
 
 def _big_rcvbuf(s: socket.socket) -> None:
@@ -107,6 +112,38 @@ class _Raw:
         assert self.svc.paxos is not None
         return self.svc.paxos.logs()
 
+    # Paxos's host-only baseline: a second proposer and three learners in this process (the
+    # same `InaasPaxosHosts`), its acceptors the tenant's three server processes
+    # (`real.PAXOS_ACCEPTOR`, `hostlib::inaas::paxos::HostAcceptor`). A request's INaaS
+    # header goes to each of them in a UDP datagram after `HOST_PAXOS`; each answers alone.
+    def paxos_host_start(self, t: int, base: int, slots: int, learners: int = 3) -> None:
+        s = self.svc
+        s.host_paxos = _native.InaasPaxosHosts(s.uid, s.mac, s.gk_mac, base, slots, s.now_us, s.rto_us, learners)
+        self.paxos_host_step(t)
+
+    def paxos_host_propose(self, t: int, value: int) -> None:
+        assert self.svc.host_paxos is not None
+        self.svc.host_paxos.propose(int(value))
+
+    def paxos_host_step(self, t: int) -> list[tuple[int, int]]:
+        s = self.svc
+        assert s.host_paxos is not None
+        s.poll(0)
+        frames, decided = s.host_paxos.step(s.now_us)
+        for f in frames:
+            for addr in s.servers[:3]:
+                try:
+                    s.udp.sendto(HOST_PAXOS + f[14:], addr)
+                    s.stats["host_paxos_sent"] += 1
+                    s.stats["baseline_sent"] += 1  # the host-only version's datagrams, as ever
+                except (BlockingIOError, OSError):
+                    pass  # lost: the proposer retransmits
+        return list(decided)
+
+    def paxos_host_logs(self, t: int) -> tuple[list[list[int]], list[str]]:
+        assert self.svc.host_paxos is not None
+        return self.svc.host_paxos.logs()
+
     def in_flight(self, t: int) -> int:
         return sum(1 for f in self.svc.inflight.values() if f["member"] == t)
 
@@ -124,6 +161,7 @@ class RealService:
         self.rto_us = int(cfg["rto_us"])
         self.server_addr = (cfg["server_ip"], int(cfg["server_ports"][0]))
         self.paxos: Any = None
+        self.host_paxos: Any = None  # the host-only baseline's proposer and learners
         self.raw_sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETHERTYPE))
         _big_rcvbuf(self.raw_sock)
         self.raw_sock.bind((cfg["ifname"], ETHERTYPE))
@@ -156,7 +194,7 @@ class RealService:
         self.bl_done: dict[int, list[tuple[int, bytes]]] = {}
         self.stats = {"sent": 0, "retransmitted": 0, "gave_up": 0, "via_goalkeeper": 0, "completed": 0, "foreign_frames": 0,
                       "baseline_sent": 0, "baseline_received": 0, "paxos_frames_sent": 0, "paxos_frames_received": 0,
-                      "relay_sent": 0, "relay_received": 0}
+                      "relay_sent": 0, "relay_received": 0, "host_paxos_sent": 0, "host_paxos_received": 0}
 
     # ---- time ------------------------------------------------------------------------
     @property
@@ -325,6 +363,12 @@ class RealService:
                 p, _ = self.udp.recvfrom(65536)
             except (BlockingIOError, InterruptedError):
                 return
+            if p[:2] == HOST_PAXOS and self.host_paxos is not None:
+                # A host acceptor's answer: as the switch's, behind an Ethernet header.
+                self.stats["host_paxos_received"] += 1
+                self.stats["baseline_received"] += 1
+                self.host_paxos.on_frame(HOST_PAXOS_ETH + p[2:], self.now_us)
+                continue
             t = int.from_bytes(p[:2], "little")
             if t in self.bl_done:
                 self.stats["baseline_received"] += 1
@@ -419,6 +463,8 @@ def main(cfg: dict[str, Any]) -> dict[str, Any]:
         wall[phase] = time.monotonic() - t0
         if phase == "inaas" and hasattr(app, "check"):
             app.check()
+        if phase == "host" and hasattr(app, "check_host"):
+            app.check_host()
         figures[phase] = app.figure_value()
         lat = getattr(app, "lat", None)
         if lat:
