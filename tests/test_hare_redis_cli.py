@@ -15,7 +15,7 @@ from inswitch.cli import app
 from inswitch.cliopts import checked_type, run
 
 NEW = {
-    ("kvs",): ["--backend", "--workload", "--records", "--field-size", "--clients", "--servers", "--window", "--plot", "--engine", "--history", "--fabric"],
+    ("kvs",): ["--backend", "--workload", "--records", "--field-size", "--clients", "--servers", "--window", "--plot", "--engine", "--history", "--fabric", "--client-leaf"],
     ("kvs", "proxy"): ["--listen", "--servers", "--key-field", "--value-size", "--timeout", "--history"],
     ("bench", "kvs"): ["--duration", "--requests", "--json", "--engine"],
 }
@@ -54,6 +54,25 @@ def test_kvs_redis_refuses_oversize_fields_and_unknown_systems(capsys: pytest.Ca
     # (DySO runs in the Redis rack since issue 17: tests/test_hare_redis_rack.py)
     assert run(app, ["kvs", "--backend", "redis", "--field-size", "100", "--value-size", "64"]) == 2
     assert run(app, ["kvs", "--backend", "redis", "--system", "bogus"]) == 2
+
+
+def test_client_leaf_placement_and_its_refusals(capsys: pytest.CaptureFixture[str]) -> None:
+    from inswitch.apps.hare.redisrack import placement
+
+    # (ToR, the clients' leaf): the storage hosts stay on the first leaf with room for them
+    assert placement("leaf-spine:2,1,3", 1, 2, None) == ("leaf1", "leaf1")
+    assert placement("leaf-spine:2,1,3", 1, 2, 2) == ("leaf1", "leaf2")
+    assert placement("leaf-spine:2,1,3", 1, 2, 1) == ("leaf1", "leaf1")
+    assert placement("leaf-spine:2,1,3", 2, 2, 1) == ("leaf2", "leaf1")  # no room for both under leaf1
+    for argv, what in ((["--client-leaf", "2"], "--fabric"),
+                       (["--fabric", "leaf-spine:2,1,3", "--client-leaf", "3"], "2 leaves"),
+                       (["--fabric", "leaf-spine:2,1,3", "--client-leaf", "2", "--clients", "4"], "fewer than --clients 4"),
+                       (["--fabric", "leaf-spine:2,1,3", "--client-leaf", "2", "--servers", "4"], "--servers 4")):
+        assert run(app, ["kvs", "--backend", "redis", *argv]) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and "error" in err and what in err, err
+    assert run(app, ["kvs", "--client-leaf", "2"]) == 2  # the sim backend has no fabric
+    assert "--client-leaf" in capsys.readouterr().err
 
 
 def test_kvs_engine_native_refuses_what_it_cannot_run(capsys: pytest.CaptureFixture[str]) -> None:

@@ -389,6 +389,9 @@ pub struct Pass<'a, M = Traced> {
     items: u32,
     /// The packet's trace id (0: not traced; the hooks test only this).
     pub(crate) trace: u16,
+    /// The Ethernet destination and source addresses as the packet arrived, before the
+    /// base program's pass (set by the pipe for an application's ingress pass).
+    arrival: [u8; 12],
     mode: PhantomData<M>,
 }
 
@@ -409,6 +412,7 @@ impl<'a, M: TraceMode> Pass<'a, M> {
             guard: Guard::new(gress),
             items: 0,
             trace,
+            arrival: [0; 12],
             mode: PhantomData,
         }
     }
@@ -597,6 +601,23 @@ impl<'a, M: TraceMode> Pass<'a, M> {
     }
 
     // ---- intrinsic metadata ---------------------------------------------------------
+
+    /// The Ethernet destination (bytes 0-5) and source (6-11) addresses the packet arrived
+    /// with, on an application's ingress pass: what the parser extracted, before the base
+    /// program rewrote them (routing). On Tofino the parser copies them into the
+    /// application's metadata: a program that reads them declares the 96 bits in
+    /// `metadata_bits`. Zeros on other passes and for a frame shorter than 12 bytes.
+    #[inline]
+    pub fn arrival_macs(&self) -> &[u8; 12] {
+        &self.arrival
+    }
+
+    /// Record the addresses `pkt` arrives with (see [`Pass::arrival_macs`]), for the pass
+    /// this packet is loaded into next.
+    #[inline(always)]
+    pub(crate) fn set_arrival(&mut self, pkt: &PacketBuf) {
+        self.arrival = pkt.data().first_chunk::<12>().copied().unwrap_or([0; 12]);
+    }
 
     #[inline]
     pub fn ingress_port(&self) -> PortId {

@@ -708,6 +708,7 @@ impl<'a, M: TraceMode> Batch<'_, 'a, M> {
                 let program = program.expect("a run of kept packets is dispatched to their program");
                 while let Some(mut pkt) = due.next_if(|p| p.meta.owner == o) {
                     recirculated_meta(&mut pkt, tm);
+                    passes.arrive(o, &pkt);
                     let blame = passes.other(&mut pkt, o, &mut tm.counters, Ingress(program)).or(Some(o));
                     after_ingress(tm, pkt, blame, || set.recirc_limit(o as usize), out);
                 }
@@ -932,6 +933,13 @@ impl<'a, M: TraceMode> Passes<'a, M> {
         self.base
     }
 
+    /// Program `prog`'s next pass is over `pkt` as it is now: keep its Ethernet addresses
+    /// for it (before the base program's pass rewrites them; see `Pass::arrival_macs`).
+    #[inline(always)]
+    fn arrive(&mut self, prog: u8, pkt: &PacketBuf) {
+        self.open[prog as usize].0.set_arrival(pkt);
+    }
+
     /// Program `prog`, to call through its trait object.
     #[inline(always)]
     fn program(&self, prog: u8) -> &'a dyn Program {
@@ -996,6 +1004,9 @@ fn ingress_packet<P: Program + ?Sized, M: TraceMode>(
     let owner = if classifies { set.classify(pkt.data()) } else { None };
     pkt.meta.owner = owner.unwrap_or(0xFF);
     let base_id = passes.base_id();
+    if let Some(o) = owner.filter(|&o| Some(o) != base_id) {
+        passes.arrive(o, &pkt);
+    }
     let mut blame = match base {
         Some(b) => passes.base(&mut pkt, &mut tm.counters, Ingress(b)),
         None => None,
@@ -1418,6 +1429,7 @@ mod tests {
                 ingress_packet(&mut passes, base_program, tm, set, *classifies, pkt, out);
             } else {
                 let app = passes.program(kept);
+                passes.arrive(kept, &pkt);
                 let blame = passes.other(&mut pkt, kept, &mut tm.counters, Ingress(app)).or(Some(kept));
                 after_ingress(tm, pkt, blame, || set.recirc_limit(kept as usize), out);
             }

@@ -19,6 +19,28 @@ pub fn swap_addresses(h: &mut [u8], udp_at: usize) -> bool {
     true
 }
 
+/// TTL of a reply the switch makes: a new packet as far as hops go, so a host's default
+/// (Linux's `ip_default_ttl`), whatever the request had left after its hops.
+pub const REPLY_TTL: u8 = 64;
+
+/// Address the frame as a reply to the neighbour it came from: destination MAC the source
+/// MAC it arrived with, source MAC the one it was addressed to (`arrival`: destination
+/// then source, as the parser extracted them, before any routing rewrite), IPv4 addresses
+/// and UDP ports swapped (UDP header at `udp_at`), TTL [`REPLY_TTL`]. The IPv4 checksum is
+/// left to the caller ([`fix_lengths`]). For a frame that was not routed this is
+/// [`swap_addresses`] with a fresh TTL. False, and nothing changed, if the header region is
+/// too short.
+#[inline]
+pub fn address_reply(h: &mut [u8], udp_at: usize, arrival: &[u8; 12]) -> bool {
+    if !swap_addresses(h, udp_at) {
+        return false;
+    }
+    h[0..6].copy_from_slice(&arrival[6..12]);
+    h[6..12].copy_from_slice(&arrival[0..6]);
+    h[22] = REPLY_TTL;
+    true
+}
+
 /// Swap the frame's Ethernet addresses (a layer-2 protocol's reply, e.g. INaaS). False,
 /// and nothing changed, if the frame is shorter than the two addresses.
 #[inline]
@@ -85,9 +107,20 @@ mod tests {
         want.swap(39, 41);
         assert!(swap_addresses(&mut g, 38));
         assert_eq!(&g[34..42], &want[34..42]);
+        // A routed frame (MACs rewritten since it arrived): addressed back to where it came from.
+        let mut r: Vec<u8> = (0..L2_L4_LEN as u8).collect();
+        let arrival: [u8; 12] = [0xAA, 0xAA, 0xAA, 0xAA, 0xAA, 0x01, 0xBB, 0xBB, 0xBB, 0xBB, 0xBB, 0x02];
+        let mut want = r.clone();
+        assert!(swap_addresses(&mut want, 34));
+        want[0..6].copy_from_slice(&arrival[6..]);
+        want[6..12].copy_from_slice(&arrival[..6]);
+        want[22] = REPLY_TTL;
+        assert!(address_reply(&mut r, 34, &arrival));
+        assert_eq!(r, want);
         // Too short: untouched.
         let mut short = vec![7u8; 30];
         assert!(!swap_addresses(&mut short, 34));
+        assert!(!address_reply(&mut short, 34, &arrival));
         fix_lengths(&mut short, 30);
         assert_eq!(short, vec![7u8; 30]);
     }

@@ -267,6 +267,104 @@ fn aging_fetch_halves_the_count_by_packet() {
     assert_eq!(expect, 1, "7 -> 3 -> 1, +4 +5 = 10 -> 5, +1 = 6 -> 3 -> 1");
 }
 
+/// A ToR that routes: clients beyond a neighbour router (the spine, on port 2) address
+/// their frames to this switch's router MAC, and `forward` routes them to the server
+/// (next hop's MAC, router MAC as source) before Hare answers. A hit goes back to that
+/// neighbour: destination the MAC the request arrived from, source the router MAC, out of
+/// the ingress port, with a fresh TTL; a miss is routed on. A request from a host of the
+/// rack (not routed) is answered as before: MACs swapped.
+const P_SPINE: u16 = 2;
+const SPINE: u8 = 0x33;
+const ROUTER: u8 = 0xFE;
+const FAR: u8 = 7; // a client under another leaf
+
+fn routed(r: &mut Rig) {
+    r.write(0, "l2_dmac", vec![FieldMatch::Exact { field: 0, value: mac(ROUTER).to_vec() }], "l3_route", vec![]);
+    r.write(
+        0,
+        "ipv4_lpm",
+        vec![FieldMatch::Lpm { field: 0, value: vec![10, 0, 0, SERVER], prefix_len: 32 }],
+        "set_nexthop",
+        vec![(1, P_SERVER.to_be_bytes().to_vec()), (2, mac(SERVER).to_vec()), (3, mac(ROUTER).to_vec())],
+    );
+}
+
+/// A frame from host `FAR` as it reaches the ToR over the spine: from the spine's MAC to
+/// the router's, TTL 62 after two hops.
+fn via_spine(m: &Repr) -> Vec<u8> {
+    let mut f = frame(FAR, SERVER, PORT_CLIENT, PORT_SERVER, m);
+    f[0..6].copy_from_slice(&mac(ROUTER));
+    f[6..12].copy_from_slice(&mac(SPINE));
+    f[22] = 62;
+    f[24..26].fill(0);
+    let c = wire::checksum::sum(&f[14..34]);
+    f[24..26].copy_from_slice(&(!c).to_be_bytes());
+    f
+}
+
+fn macs_ttl(f: &[u8]) -> ([u8; 6], [u8; 6], u8) {
+    assert!(wire::Ipv4Packet::new_checked(&f[14..]).unwrap().verify_checksum());
+    (f[0..6].try_into().unwrap(), f[6..12].try_into().unwrap(), f[22])
+}
+
+#[test]
+fn a_routed_get_hit_goes_back_to_the_neighbour_it_came_from() {
+    let cfg = small();
+    let (kb, vb) = (cfg.key_bytes, cfg.value_bytes);
+    let mut r = Rig::new(cfg);
+    routed(&mut r);
+    let key = b"k-0007".to_vec();
+    let value = val(7, vb);
+    r.offload(&key, &value, None);
+    let out = r.send(P_SPINE, &via_spine(&msg(Op::Get, &key, kb, vec![], 5)));
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].0, P_SPINE, "out of the ingress port");
+    let rep = parse(&out[0].1);
+    assert_eq!((rep.op, rep.seq, rep.flags & FLAG_HIT, rep.value), (Op::GetReply, 5, FLAG_HIT, value.clone()));
+    assert_eq!(macs_ttl(&out[0].1), (mac(SPINE), mac(ROUTER), 64), "to the spine, from the router MAC, fresh TTL");
+    let ip = wire::Ipv4Packet::new_checked(&out[0].1[14..]).unwrap();
+    assert_eq!((ip.src_addr(), ip.dst_addr()), (wire::Ipv4Address::new(10, 0, 0, SERVER), wire::Ipv4Address::new(10, 0, 0, FAR)));
+    assert_eq!(u16::from_be_bytes([out[0].1[36], out[0].1[37]]), PORT_CLIENT);
+    // A miss is routed to the server: its MAC, from the router's, TTL decremented.
+    let out = r.send(P_SPINE, &via_spine(&msg(Op::Get, b"k-miss", kb, vec![], 6)));
+    assert_eq!(out[0].0, P_SERVER);
+    assert_eq!(macs_ttl(&out[0].1), (mac(SERVER), mac(ROUTER), 61));
+    assert_eq!(parse(&out[0].1).op, Op::Get);
+    // Un-routed, from a host of the rack: as before (MACs swapped, out of its port).
+    let out = r.send(P_CLIENT, &frame(CLIENT, SERVER, PORT_CLIENT, PORT_SERVER, &msg(Op::Get, &key, kb, vec![], 8)));
+    assert_eq!(out[0].0, P_CLIENT);
+    assert_eq!(macs_ttl(&out[0].1), (mac(CLIENT), mac(SERVER), 64));
+    assert_eq!(parse(&out[0].1).value, value);
+}
+
+/// An aging fetch (two passes) that arrived routed: the second pass answers with the
+/// addresses the first one arrived with, not those routing wrote.
+#[test]
+fn a_routed_aging_fetch_is_answered_to_its_neighbour() {
+    let mut r = Rig::new(small());
+    routed(&mut r);
+    r.write(1, "control_ports", vec![FieldMatch::Exact { field: 0, value: P_SPINE.to_be_bytes().to_vec() }], "allow_control", vec![]);
+    r.offload(b"abcdef", &val(3, 8), None);
+    let slot = r.emat.slot_of(b"abcdef").unwrap();
+    let mut m = msg(Op::StatFetch, b"", 0, vec![0; 4], 0);
+    m.hit_index = slot;
+    m.status = 2;
+    let f = via_spine(&m);
+    r.now += 1000;
+    let mut v = vec![PacketBuf::from_slice(&f, P_SPINE)];
+    r.sw.process(&mut v, r.now);
+    let mut out = r.sw.drain_all();
+    for _ in 0..2 {
+        r.now += 10;
+        r.sw.tick(r.now);
+        out.extend(r.sw.drain_all());
+    }
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].0, P_SPINE);
+    assert!(parse(&out[0].1).flags & FLAG_DONE != 0);
+    assert_eq!(macs_ttl(&out[0].1), (mac(SPINE), mac(ROUTER), 64));
+}
+
 #[test]
 fn replacing_objects_are_not_served() {
     let cfg = small();

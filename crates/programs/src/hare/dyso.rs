@@ -86,7 +86,7 @@ impl Dyso {
             (L2_L4_LEN + HEADER_LEN + cfg.key_bytes + cfg.value_bytes) as u32,
             &[("ethernet", 112), ("ipv4", 160), ("udp", 64), ("hare", HEADER_LEN as u32 * 8)],
         )
-        .metadata_bits(32 + 8 * cfg.columns as u32)
+        .metadata_bits(32 + 8 * cfg.columns as u32 + super::ARRIVAL_MACS_BITS)
         .classify(pisa::ClassifyRule {
             ethertype: Some(0x0800),
             ip_protocol: Some(17),

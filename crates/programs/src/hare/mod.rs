@@ -40,6 +40,10 @@ use oostat::{state, OoStat, StateManager};
 const AGE_BRIDGED: u32 = 8;
 const AGE_PASS: u8 = 1;
 
+/// Metadata bits of the arriving Ethernet addresses, which a reply is addressed from
+/// ([`pisa::Pass::arrival_macs`]).
+pub const ARRIVAL_MACS_BITS: u32 = 96;
+
 /// First ingress stage Hare uses (stage 0 holds the base program's L2 tables).
 pub const FIRST_STAGE: u8 = 1;
 
@@ -126,7 +130,8 @@ impl<A: HareApp> HareProgram<A> {
         assert!(cfg.slots >= 1 && cfg.slots <= 1 << emat::INDEX_BITS);
         let mut b = ProgramBuilder::new(A::NAME, A::DOC);
         b.parser(cfg.parse_depth() as u32, &[("ethernet", 112), ("ipv4", 160), ("udp", 64), ("hare", HEADER_LEN as u32 * 8)])
-            .metadata_bits(16 + A::METADATA_BITS)
+            // 96: the arriving MACs, copied by the parser for the reply (`back_to_sender`).
+            .metadata_bits(16 + ARRIVAL_MACS_BITS + A::METADATA_BITS)
             .bridged_bytes(AGE_BRIDGED)
             // An aging fetch takes a second pass (an application may declare more).
             .max_recirculations(Some(1))
@@ -243,6 +248,10 @@ impl<A: HareApp> HareProgram<A> {
                     b[0] = AGE_PASS;
                     b[2..4].copy_from_slice(&port.to_ne_bytes());
                     b[4..8].copy_from_slice(&oostat::age_by(c.get()).to_ne_bytes());
+                    // The addresses it arrived with, for pass 2's reply (routing may have
+                    // rewritten them on this pass).
+                    let arrival = *pass.arrival_macs();
+                    pass.hdr_mut()[..12].copy_from_slice(&arrival);
                     pass.recirculate();
                     return;
                 }
@@ -271,8 +280,10 @@ impl<A: HareApp> HareProgram<A> {
     }
 }
 
-/// Turn the packet back to its sender as `len` header bytes: swap addresses and ports,
-/// fix the lengths and the IPv4 checksum (the UDP checksum is left out, 0).
+/// Turn the packet back to its sender as `len` header bytes, out of the port it came in
+/// by: addressed to the neighbour it arrived from (also when routed, see
+/// [`crate::reply::address_reply`]), IPs and ports swapped, a fresh TTL, the lengths and
+/// the IPv4 checksum fixed (the UDP checksum is left out, 0).
 pub(crate) fn back_to_sender<M: TraceMode>(pass: &mut Pass<'_, M>, len: usize) {
     let port = pass.ingress_port();
     reply_to(pass, len, port);
@@ -284,8 +295,11 @@ fn reply_to<M: TraceMode>(pass: &mut Pass<'_, M>, len: usize, port: pisa::PortId
         return;
     }
     pass.truncate_payload();
+    // To the neighbour the request came from: on a ToR that routed it, the base program
+    // has already rewritten the MACs (next hop's, router's), so the arriving ones.
+    let arrival = *pass.arrival_macs();
     let h = pass.hdr_mut();
-    crate::reply::swap_addresses(h, 34);
+    crate::reply::address_reply(h, 34, &arrival);
     crate::reply::fix_lengths(h, len);
     if port == PORT_CPU {
         pass.to_cpu();

@@ -26,6 +26,8 @@ KVS_EXAMPLES = """Examples:
   sudo inswitch kvs --backend redis --system all --workload ycsb-b --records 2000 --cache 128 --json kvs-redis.json
 
   sudo inswitch kvs --backend redis --system hare --fabric leaf-spine:2,1,3 --clients 1 --servers 2 --shift none --json kvs-fabric.json
+
+  sudo inswitch kvs --backend redis --system hare --fabric leaf-spine:2,1,3 --client-leaf 2 --clients 1 --servers 2 --shift none
 """
 
 LOCKS_EXAMPLES = """Examples:
@@ -134,6 +136,7 @@ def register(app: typer.Typer) -> None:
         engine: str = redis_cli.ENGINE,
         record_history: str = redis_cli.HISTORY,
         fabric: Optional[str] = redis_cli.FABRIC,
+        client_leaf: Optional[int] = redis_cli.CLIENT_LEAF,
     ) -> None:
         """Hare, NetCache, DySO and no caching on one workload: a trace replay in simulated time (--backend sim, a model) or real Redis servers in a rack (--backend redis, measured)."""
         if ctx.invoked_subcommand:
@@ -143,8 +146,10 @@ def register(app: typer.Typer) -> None:
             if pcap:
                 raise typer.BadParameter("captures are taken with --backend sim only (a redis run's switch is a rack: use inswitch rack up --pcap)", param_hint="--pcap")
             redis_cli.run_redis(console, system, workload, records, field_size, clients, servers, window, cache, batch, shift, shift_count, duration, t_wait, value_size, seed, json_out, plot, engine, record_history,
-                                fabric)
+                                fabric, client_leaf)
             return
+        if client_leaf is not None:
+            raise typer.BadParameter("the clients' leaf is a place in a fabric: use it with --backend redis --fabric", param_hint="--client-leaf")
         if fabric is not None:
             raise typer.BadParameter("a fabric runs real processes: use it with --backend redis", param_hint="--fabric")
         if record_history != "on":

@@ -27,12 +27,14 @@ WINDOW = option(32, "--window", type=Int(1, 1024), help="--backend redis: operat
 ENGINE = option("python", "--engine", type=Choice("python", "native"), help="--backend redis: the clients' load generator: python (the client library) or native (a windowed loop in Rust replaying a precomputed stream, a --shift as a key remap at its time; ycsb-d drawn natively from YCSB's 'latest' generator). Both record every operation for the linearizability checker; the native one also checks each GET's value itself when it is the only writing client (--clients 1 or ycsb-c), and says `not checked` otherwise.")
 HISTORY = option("on", "--history", type=Choice("on", "off"), help="--backend redis --engine native: record every operation for the linearizability checker (on), or not, to measure throughput without its cost (off: `correct`, `stale_reads` and `linearizable` are null in the JSON, with a `check_note`, unless the single writing client checked each GET's value itself).")
 FABRIC = option(None, "--fabric", type=TOPOLOGY_SPEC, help="--backend redis: the clients and storage hosts on one leaf of this fabric (e.g. leaf-spine:2,1,3: the first leaf with --clients + --servers hosts), that leaf (their ToR) running the system's programs under this controller, every other switch forward under the fabric controller.")
+CLIENT_LEAF = option(None, "--client-leaf", type=Int(1, 32), help="--backend redis --fabric: the clients are hosts of the N-th leaf (switch with hosts; leaf-spine: leafN); the storage hosts stay on the ToR, the first leaf with room for them, so another leaf puts the clients across the spine (default: the clients under the ToR too).")
 PLOT = option(None, "--plot", type=OUT_FILE, help="--backend redis: throughput and hit rate over time (default: the --json path with .png).")
 
 
 def run_redis(console: Console, system: str, workload: str, records: int, field_size: int, clients: int, servers: int, window: int,
               cache: int, batch: int, shift: str, shift_count: Optional[int], duration: float, t_wait: float, value_size: int, seed: int,
-              json_out: Optional[str], plot: Optional[str], engine: str = "python", record_history: str = "on", fabric: Optional[str] = None) -> None:
+              json_out: Optional[str], plot: Optional[str], engine: str = "python", record_history: str = "on", fabric: Optional[str] = None,
+              client_leaf: Optional[int] = None) -> None:
     from inswitch.apps.hare import redisrack
     from inswitch.hare import fastload
     from inswitch.apps.hare.workload import SHIFTS
@@ -52,13 +54,15 @@ def run_redis(console: Console, system: str, workload: str, records: int, field_
     if problem:
         err.print(f"[red]error:[/red] {problem}")
         raise typer.Exit(2)
+    if client_leaf is not None and fabric is None:
+        err.print("[red]error:[/red] --client-leaf places the clients on a leaf of a fabric: use it with --fabric")
+        raise typer.Exit(2)
     if fabric is not None:
-        from inswitch.topology.fabric import tor
-        from inswitch.topology.fabric.generators import load_spec
-
-        if tor.leaf_with(load_spec(fabric), clients + servers) is None:
-            err.print(f"[red]error:[/red] --fabric {fabric} has no leaf with {clients + servers} hosts (--clients {clients} + --servers {servers})")
-            raise typer.Exit(2)
+        try:
+            redisrack.placement(fabric, clients, servers, client_leaf)
+        except ValueError as e:
+            err.print(f"[red]error:[/red] {e}")
+            raise typer.Exit(2) from None
     if value_size % 4 or not 8 <= value_size <= 252 or field_size > value_size - 1:
         err.print("[red]error:[/red] --value-size 8..252, a multiple of 4, larger than --field-size")
         raise typer.Exit(2)
@@ -73,7 +77,8 @@ def run_redis(console: Console, system: str, workload: str, records: int, field_
     count = shift_count if shift_count is not None else (cache if shift == "coldest-to-top" else min(200, records // 4))
     p = redisrack.RackParams(workload=workload, records=records, field_size=field_size, duration=duration, shift=shift, shift_count=count,
                              clients=clients, servers=servers, window=window, cache=cache, batch=min(batch, cache), t_wait=t_wait,
-                             value_size=value_size, seed=seed, engine=engine, native_history=record_history == "on", fabric=fabric)
+                             value_size=value_size, seed=seed, engine=engine, native_history=record_history == "on", fabric=fabric,
+                             client_leaf=client_leaf)
     with Progress(console=console) as prog:
         out = redisrack.run_all(systems, p, prog)
     console = Console(width=max(console.width, 150), stderr=console.stderr)  # the table's numbers are never cut

@@ -109,6 +109,10 @@ class RackParams:
     #: that leaf (their ToR) runs the system's programs under this controller while the
     #: fabric controller keeps the routing of every switch (None: a one-switch rack).
     fabric: Optional[str] = None
+    #: On a fabric: the clients are hosts of the N-th leaf (switch with hosts, in the
+    #: topology's order; 1 = the first), the storage hosts the ToR's; another leaf than the
+    #: ToR puts the clients across the spine (None: the clients are the ToR's too).
+    client_leaf: Optional[int] = None
 
     @property
     def dyso_rows(self) -> int:
@@ -124,6 +128,32 @@ class RackParams:
 
 
 # ---- the switch behind P4Runtime ------------------------------------------------------------
+
+
+def placement(spec: str, clients: int, servers: int, client_leaf: Optional[int]) -> tuple[str, str]:
+    """The ToR (the storage hosts' leaf, running the system) and the clients' leaf on the
+    fabric `spec`: without `client_leaf`, the first leaf with `clients + servers` hosts for
+    both; with it, the clients under that leaf and the ToR the first leaf with room for the
+    storage hosts (and the clients, if they share it). ValueError (one line) if none fits."""
+    from inswitch.topology.fabric import tor
+    from inswitch.topology.fabric.generators import load_spec
+
+    under = tor.leaves(load_spec(spec))
+    if client_leaf is None:
+        t = next((sw for sw, hs in under.items() if len(hs) >= clients + servers), None)
+        if t is None:
+            raise ValueError(f"--fabric {spec} has no leaf with {clients + servers} hosts (--clients {clients} + --servers {servers})")
+        return t, t
+    names = list(under)
+    if client_leaf > len(names):
+        raise ValueError(f"--client-leaf {client_leaf}: --fabric {spec} has {len(names)} leaves")
+    cl = names[client_leaf - 1]
+    if len(under[cl]) < clients:
+        raise ValueError(f"--client-leaf {client_leaf}: {cl} has {len(under[cl])} hosts, fewer than --clients {clients}")
+    t = next((sw for sw, hs in under.items() if len(hs) >= servers + (clients if sw == cl else 0)), None)
+    if t is None:
+        raise ValueError(f"--fabric {spec} has no leaf with {servers} hosts for --servers {servers} beside the clients")
+    return t, cl
 
 
 class SwitchRestarted(RuntimeError):
@@ -739,23 +769,23 @@ class RedisRack:
             raise
 
     def up_fabric(self) -> None:
-        """The fabric, its ToR running the first system's programs; the clients and the
-        storage hosts are the ToR's. (Clients on another leaf would get no hit answered:
-        the switch turns a hit back to its sender after the ToR's routing rewrote the
-        Ethernet addresses, so the reply is addressed to the ToR itself; see docs/hare.md.)"""
+        """The fabric, its ToR running the first system's programs; the storage hosts are
+        the ToR's, the clients too or (`client_leaf`) another leaf's, across the spine: a
+        hit to a routed GET goes back to the neighbour it came from (`hare::back_to_sender`)."""
         from inswitch.topology.fabric import tor
 
         p = self.p
         assert p.fabric is not None
-        local = p.clients + p.servers
+        t, cl = placement(p.fabric, p.clients, p.servers, p.client_leaf)
+        local = p.servers + (p.clients if cl == t else 0)
         program = ",".join(program_of(self.first, p))
-        try:
-            self.tor = tor.up(p.fabric, self.name, program, local, p.fault)
-        except ValueError as e:
-            raise ValueError(f"{p.fabric}: {local} hosts under one leaf are needed ({p.clients} clients, {p.servers} storage hosts): {e}") from None
+        self.tor = tor.up(p.fabric, self.name, program, local, p.fault, tor=t)
         self.st = self.tor.state
         self.loaded, self.fresh = program, True
-        self.hosts = self.tor.hosts[:local]
+        if cl == t:
+            self.hosts = self.tor.hosts[:local]
+        else:
+            self.hosts = [h for h in self.tor.others if h.switch == cl][: p.clients] + self.tor.hosts[: p.servers]
 
     @property
     def tor_name(self) -> str:
@@ -765,8 +795,13 @@ class RedisRack:
         """Where the run is (the JSON's `mode`)."""
         if self.tor is None:
             return "rack of network namespaces: one switch"
-        return (f"the ToR ({self.tor_name}) of a fabric {self.p.fabric}: storage hosts {', '.join(h.name for h in self.storage_hosts)} and "
-                f"clients {', '.join(h.name for h in self.client_hosts)} under it; the other switches forward under the fabric controller")
+        clients = ", ".join(h.name for h in self.client_hosts)
+        where = {h.switch for h in self.client_hosts}
+        if where == {self.tor_name}:
+            return (f"the ToR ({self.tor_name}) of a fabric {self.p.fabric}: storage hosts {', '.join(h.name for h in self.storage_hosts)} and "
+                    f"clients {clients} under it; the other switches forward under the fabric controller")
+        return (f"the ToR ({self.tor_name}) of a fabric {self.p.fabric}: storage hosts {', '.join(h.name for h in self.storage_hosts)} under it, "
+                f"clients {clients} under {', '.join(sorted(where))} (across the spine); the other switches forward under the fabric controller")
 
     def in_host(self, h: Any, argv: list[str]) -> list[str]:
         from inswitch.topology import netns
@@ -799,8 +834,17 @@ class RedisRack:
     def agent_argv(self, i: int, ctl: str) -> list[str]:
         p = self.p
         return [sys.executable, "-m", "inswitch.apps.hare.agent", "--idx", str(i), "--redis", self.redis_sock(i), "--ctl", ctl,
-                "--switch-dst", self.client_hosts[0].ip, "--key-field", str(p.key_field), "--value-size", str(p.value_size), "--k", str(p.batch),
+                "--switch-dst", self.switch_dst(i), "--key-field", str(p.key_field), "--value-size", str(p.value_size), "--k", str(p.batch),
                 "--qo-record", str(p.qo_record if self.system == "dyso" else 0)]
+
+    def switch_dst(self, i: int) -> str:
+        """Where agent `i` addresses its control packets (the switch turns them back): a
+        host under the same switch, so they are not routed (a client, or on a fabric whose
+        clients are under another leaf, another host of the ToR)."""
+        if self.tor is None or {h.switch for h in self.client_hosts} == {self.tor_name}:
+            return str(self.client_hosts[0].ip)
+        me = self.storage_hosts[i].name
+        return str(next((h.ip for h in self.tor.hosts if h.name != me), self.client_hosts[0].ip))
 
     def start_agent(self, i: int) -> None:
         ctl = str(self.sdir(i) / "agent.sock")

@@ -49,24 +49,33 @@ class Tor:
         Fabric().down(self.state.name)
 
 
-def leaf_with(topo: Topology, need: int) -> str | None:
-    """The first switch with at least `need` hosts attached (None: there is none)."""
+def leaves(topo: Topology) -> dict[str, list[str]]:
+    """The switches with hosts attached (leaves), in the topology's order, and their hosts."""
     hosts = {n.name for n in topo.hosts}
     under: dict[str, list[str]] = {}
     for ln in topo.links:
         for e, o in ((ln.a, ln.b), (ln.b, ln.a)):
             if o.node in hosts and e.node not in hosts:
                 under.setdefault(e.node, []).append(o.node)
-    return next((sw for sw, hs in under.items() if len(hs) >= need), None)
+    return under
 
 
-def up(spec: str, name: str, program: str, need: int, fault: str | None = None) -> Tor:
-    """Bring up a fabric of `spec` whose first leaf with at least `need` hosts runs `program`
-    (it must include `forward`, the routing) and every other switch `forward`."""
+def leaf_with(topo: Topology, need: int) -> str | None:
+    """The first switch with at least `need` hosts attached (None: there is none)."""
+    return next((sw for sw, hs in leaves(topo).items() if len(hs) >= need), None)
+
+
+def up(spec: str, name: str, program: str, need: int, fault: str | None = None, tor: str | None = None) -> Tor:
+    """Bring up a fabric of `spec` whose first leaf with at least `need` hosts (or the
+    leaf `tor`) runs `program` (it must include `forward`, the routing) and every other
+    switch `forward`."""
     from inswitch.topology.fabric.generators import load_spec
 
     topo = load_spec(spec)
-    tor = leaf_with(topo, need)
+    if tor is None:
+        tor = leaf_with(topo, need)
+    elif len(leaves(topo).get(tor, [])) < need:
+        raise ValueError(f"{spec}: {tor} has fewer than {need} hosts")
     if tor is None:
         raise ValueError(f"{spec} has no leaf with {need} hosts")
     for n in topo.switches:
