@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from inswitch.p4rt.client import SwitchClient
+from inswitch.topology.switchproc import free_local_port
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -30,14 +31,6 @@ PACKETS, BYTES, CELL = 31337, 2_000_000_123, 300  # a cell of a port the rack do
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium")
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: a netns rack")
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +43,7 @@ def rack(rack_factory: Callable[..., Any]) -> Any:
 @pytest.fixture(scope="module")
 def ui(rack: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """`inswitch ui --rack NAME` as the user runs it; its URL."""
-    addr = f"127.0.0.1:{_free_port()}"
+    addr = f"127.0.0.1:{free_local_port()}"
     log = tmp_path_factory.mktemp("ui") / "ui.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "inswitch", "ui", "--rack", rack.name, "--listen", addr], stdout=out, stderr=subprocess.STDOUT)

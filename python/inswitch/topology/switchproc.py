@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -25,6 +26,15 @@ from inswitch.topology.errors import RackError
 #: Children started by this process, kept so we can reap them (no zombies in long-lived
 #: callers such as test sessions) and so Python does not warn they were left running.
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def free_local_port() -> int:
+    """A TCP port free on loopback now, for a switch's P4Runtime or `/metrics` address (the
+    kernel picks it; another process may take it before the switch binds, which the switch
+    then reports as an error at start)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def switch_argv(programs: str, ports: str, p4runtime: str, metrics: str, ready_file: Path,

@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import tempfile
@@ -19,12 +18,7 @@ from typing import Any
 
 from inswitch import _native, native
 from inswitch.apps.hare import kvsim
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from inswitch.topology.switchproc import free_local_port
 
 
 def p4runtime_table_writes(n: int = 300, timeout: float = 30.0) -> dict[str, Any]:
@@ -35,7 +29,7 @@ def p4runtime_table_writes(n: int = 300, timeout: float = 30.0) -> dict[str, Any
     with tempfile.TemporaryDirectory(prefix="hare-rates-") as d:
         ready = Path(d) / "ready.json"
         argv = [sys.executable, "-m", "inswitch", "switch", "--program", "forward,hare", "--ports", "memory:3",
-                "--p4runtime", f"127.0.0.1:{_free_port()}", "--metrics", "off", "--ready-file", str(ready)]
+                "--p4runtime", f"127.0.0.1:{free_local_port()}", "--metrics", "off", "--ready-file", str(ready)]
         with open(Path(d) / "switch.log", "wb") as log:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         try:

@@ -48,6 +48,7 @@ from inswitch.hare import fastload, history, wire, ycsb
 from inswitch.hare.client import server_index
 from inswitch.periodic import Periodic
 from inswitch.topology import restarts
+from inswitch.topology.switchproc import free_local_port
 
 RACK_SYSTEMS = ("hare", "netcache", "dyso", "none")
 #: The agent requests only an offloading round of each system makes, after which an agent
@@ -58,12 +59,6 @@ ROUND_REQUESTS = {"hare": ("move", "datamv"), "netcache": ("cell",), "dyso": ("d
 FABRIC_ROLE = "kvs"
 PORT_CPU = 0xFFF0
 NETCACHE_REPORT_SESSION = 90
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -754,8 +749,8 @@ class RedisRack:
             if self.p.fabric is not None:
                 self.up_fabric()
             else:
-                self.st = self.rack.up(self.p.clients + self.p.servers, name=self.name, programs="forward", p4runtime=f"127.0.0.1:{_free_port()}",
-                                       metrics=f"127.0.0.1:{_free_port()}", fault=self.p.fault)
+                self.st = self.rack.up(self.p.clients + self.p.servers, name=self.name, programs="forward", p4runtime=f"127.0.0.1:{free_local_port()}",
+                                       metrics=f"127.0.0.1:{free_local_port()}", fault=self.p.fault)
                 self.hosts = list(self.st.hosts)
             for i in range(self.p.servers):
                 self.sdir(i).mkdir()

@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from inswitch.procs import first_line
 from inswitch.topology import Rack, netns
+from inswitch.topology.switchproc import free_local_port
 
 ETHERTYPE = 0x88B6
 
@@ -122,12 +123,6 @@ TENANT = textwrap.dedent('''
 READ, WRITE = 0, 1
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _p4_name(client: Any, want: str) -> str:
     names = [t.preamble.name for t in client.p4info().tables]
     for n in names:
@@ -177,7 +172,7 @@ def run_on_rack(name: str = "inaas1", seconds: float = 20.0, pause_a_s: float = 
             return control.connect(tor.p4runtime, device_id=tor.plan.device_id, election_id=ELECTION_ID, wait_s=10.0)
     else:
         try:
-            st = rack.up(3, name=name, programs="forward,inaas", p4runtime=f"127.0.0.1:{_free_port()}", metrics=f"127.0.0.1:{_free_port()}", pcap=pcap,
+            st = rack.up(3, name=name, programs="forward,inaas", p4runtime=f"127.0.0.1:{free_local_port()}", metrics=f"127.0.0.1:{free_local_port()}", pcap=pcap,
                            fault=fault)
         except Exception:
             rack.down(name)

@@ -41,9 +41,10 @@ import numpy as np
 from inswitch.apps.inaas.adapters import QUICK, RTO_US, App, Sizes, paxos_safety
 from inswitch.apps.inaas.dense_lease import DenseLeases
 from inswitch.apps.inaas.controller import KIND, MAX_LEASE_US, Detection, Prices, bill, folded_holds, schedule
-from inswitch.apps.inaas.rack import GOALKEEPER, _free_port, _p4_name
+from inswitch.apps.inaas.rack import GOALKEEPER, _p4_name
 from inswitch.apps.inaas.real_paxos import DETECT_S, HEARTBEAT_S, ZOMBIE_S, crash_after
 from inswitch.apps.inaas.runner import BUDGET, HIGHER_IS_BETTER, tenants_result
+from inswitch.topology.switchproc import free_local_port
 
 #: Wall µs per model µs for the hosts' timers and leases (see the module's docstring).
 SCALE = 50
@@ -549,8 +550,8 @@ def run_tenants_real(
     dense = [i for i, a in enumerate(names) if a == "dense"]
     if dense:
         programs += ",allreduce"
-    st = rack.up(n_hosts, name=name, programs=programs, p4runtime=f"127.0.0.1:{_free_port()}",
-                 metrics=f"127.0.0.1:{_free_port()}", fault=fault, pcap=pcap)
+    st = rack.up(n_hosts, name=name, programs=programs, p4runtime=f"127.0.0.1:{free_local_port()}",
+                 metrics=f"127.0.0.1:{free_local_port()}", fault=fault, pcap=pcap)
     procs: list[subprocess.Popen[str]] = []
     crash_client: Any = None  # the P4Runtime session that reads the acceptors at a Paxos kill
     logs = Path(tempfile.mkdtemp(prefix=f"inswitch-{name}-"))

@@ -24,12 +24,7 @@ from inswitch import _native, procs
 from .controller import configure_p4rt, selection_entries, table_size
 from .datasets import Dataset, exact_knn
 from .search import SWITCH_CONFIGS, SWITCH_LABELS, SWITCH_PROGRAMS, Cluster, SearchConfig, build_cluster, recall_f1, top_k_per_query
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from inswitch.topology.switchproc import free_local_port
 
 
 def server_totals(servers: list[subprocess.Popen[str]]) -> tuple[int, int, int]:
@@ -80,7 +75,7 @@ def run_rack_search(ds: Dataset, cfg: SearchConfig, name: str = "netsha", progre
     servers: list[subprocess.Popen[str]] = []
     try:
         say(f"rack {name}: 1 agent + {cfg.servers} servers, switch `forward,{spec}`")
-        st = rack.up(cfg.servers + 1, name=name, programs=f"forward,{spec}", p4runtime=f"127.0.0.1:{_free_port()}", metrics=f"127.0.0.1:{_free_port()}",
+        st = rack.up(cfg.servers + 1, name=name, programs=f"forward,{spec}", p4runtime=f"127.0.0.1:{free_local_port()}", metrics=f"127.0.0.1:{free_local_port()}",
                      pcap=pcap, fault=fault)
         agent, hosts = st.hosts[0], st.hosts[1:]
         mac = int(agent.mac.replace(":", ""), 16)
