@@ -48,7 +48,7 @@ pub use packet::{BufPool, PacketBuf, PortId, PORT_CPU, PORT_NONE, PORT_PKTGEN, P
 pub use pass::{Pass, TraceMode, Traced, Untraced, Violation};
 pub use pipe::{Handoff, Pipe, PipeConfig, PortMap};
 pub use program::{Program, ProgramSet};
-pub use register::{Cell, Pair, Register, RegisterAction, SaluBody, SaluFn};
+pub use register::{Cell, DualCell, Register, RegisterAction, SaluBody, SaluFn};
 pub use resources::ResourceReport;
 pub use salu::{Cmp, Cond, Declared, Op, Out, OutSrc, Pred, Salu, SaluAction, SaluLanes, SaluProgram, Src, Update};
 pub use selector::{ActionProfileDecl, ActionSelector, IndirectRef};

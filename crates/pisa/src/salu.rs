@@ -13,7 +13,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::register::{Cell, Pair};
+use crate::register::{Cell, DualCell};
 use crate::target::{is_unlimited, Target};
 
 /// One operand of a condition or update: a half of the cell as it was before the action,
@@ -297,7 +297,7 @@ impl<A: SaluScalar, B: SaluScalar> SaluIn for (A, B) {
         [self.0.word(), self.1.word()]
     }
 }
-impl SaluIn for Pair {
+impl SaluIn for DualCell {
     const OPERANDS: u32 = 2;
     const BITS: u32 = 32;
     #[inline(always)]
@@ -487,7 +487,7 @@ impl<T: Cell, I: SaluIn, O: SaluOut, P: SaluProgram<T, I, O>> crate::register::S
 /// Instructions many programs use, said once.
 pub mod common {
     use super::{Op, Out, OutSrc, Pred, Salu, SaluIn, SaluOut, SaluProgram, Src, Update};
-    use crate::register::{Cell, Pair, SaluValue};
+    use crate::register::{Cell, DualCell, SaluValue};
 
     const INC: &[Update] = &[Update::always(Src::Lo, Op::Add, Src::K(1))];
     const OLD: &[Out] = &[Out::always(OutSrc::OldLo)];
@@ -522,10 +522,10 @@ pub mod common {
         hi: &[Update::always(Src::Hi, Op::Add, Src::PhvHi)],
         out: &[],
     };
-    impl SaluProgram<Pair, (u32, u32), ()> for AddPair {
+    impl SaluProgram<DualCell, (u32, u32), ()> for AddPair {
         const SALU: Salu = ADD_PAIR;
     }
-    impl SaluProgram<Pair, Pair, ()> for AddPair {
+    impl SaluProgram<DualCell, DualCell, ()> for AddPair {
         const SALU: Salu = ADD_PAIR;
     }
 
@@ -678,8 +678,8 @@ mod tests {
             hi: &[Update::set(Pred::ALWAYS, Src::PhvHi)],
             out: &[Out::new(Pred::C0, OutSrc::Predicate)],
         };
-        assert_eq!(eval(&TWO, Pair::new(3, 7), [4, 7]), (Pair::new(7, 7), 1));
-        assert_eq!(eval(&TWO, Pair::new(3, 7), [4, 8]), (Pair::new(4, 8), 0));
+        assert_eq!(eval(&TWO, DualCell::new(3, 7), [4, 7]), (DualCell::new(7, 7), 1));
+        assert_eq!(eval(&TWO, DualCell::new(3, 7), [4, 8]), (DualCell::new(4, 8), 0));
     }
 
     #[test]
@@ -691,8 +691,8 @@ mod tests {
             hi: &[],
             out: &[Out::new(Pred::C0, OutSrc::OldLo), Out::new(Pred::C0.not(), OutSrc::OldHi)],
         };
-        assert_eq!(eval_words(&TWO, Pair::new(3, 7), [5, 0]), (Pair::new(5, 7), [3, 0, 0, 0]));
-        assert_eq!(eval_words(&TWO, Pair::new(9, 7), [5, 0]), (Pair::new(9, 7), [0, 7, 0, 0]));
+        assert_eq!(eval_words(&TWO, DualCell::new(3, 7), [5, 0]), (DualCell::new(5, 7), [3, 0, 0, 0]));
+        assert_eq!(eval_words(&TWO, DualCell::new(9, 7), [5, 0]), (DualCell::new(9, 7), [0, 7, 0, 0]));
         assert_eq!(<(u32, u32) as SaluOut>::from_words([3, 4, 0, 0]), (3, 4));
         let e = check(&TWO.to_decl(), 32, &Target::tofino1()).join("; ");
         assert!(e.contains("2 output words"), "{e}");

@@ -29,7 +29,7 @@
 //! Until then the head's last slot is refused: the last slot is taken only by a store that
 //! moves the head on and drains the buffer it filled, so no buffer ever waits full.
 
-use pisa::{Cmp, Cond, Op, Out, OutSrc, Pair, Pred, Salu, SaluProgram, Src, Update};
+use pisa::{Cmp, Cond, DualCell, Op, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
 use wire::daiet::MAX_PAIRS;
 
 use super::MAX_TREES;
@@ -73,7 +73,7 @@ pub const NO_DRAIN: u32 = u32::MAX;
 /// stays in its packet. See [`stored`].
 #[derive(Clone, Copy)]
 pub struct RingStore;
-impl SaluProgram<Pair, u32, u32> for RingStore {
+impl SaluProgram<DualCell, u32, u32> for RingStore {
     const SALU: Salu = Salu {
         conds: &[Cond::lin(Src::Hi, Src::K(0), -(4 * LAST as i32), Cmp::LtU), Cond::new(Src::Hi, Cmp::Eq, Src::PhvLo)],
         lo: &[
@@ -119,7 +119,7 @@ pub fn stored(out: u32) -> Option<Stored> {
 /// [`moves_of`]).
 #[derive(Clone, Copy)]
 pub struct RingDrained;
-impl SaluProgram<Pair, (u32, u32), u32> for RingDrained {
+impl SaluProgram<DualCell, (u32, u32), u32> for RingDrained {
     const SALU: Salu = Salu {
         conds: &[Cond::new(Src::Lo, Cmp::GeU, Src::PhvLo)],
         lo: &[],
@@ -158,7 +158,7 @@ pub fn moves_of(pos: u32, buf: u32) -> u32 {
 /// the ring afresh. Output: the position before (head buffer and its pairs, [`head_of`]).
 #[derive(Clone, Copy)]
 pub struct RingTake;
-impl SaluProgram<Pair, (), u32> for RingTake {
+impl SaluProgram<DualCell, (), u32> for RingTake {
     const SALU: Salu = Salu {
         conds: &[],
         lo: &[Update::set(Pred::ALWAYS, Src::K(0))],
@@ -189,7 +189,7 @@ pub const STORERS_DONE: u32 = 2;
 /// head is being drained.
 #[derive(Clone, Copy)]
 pub struct BusyStore;
-impl SaluProgram<Pair, (u32, u32), u32> for BusyStore {
+impl SaluProgram<DualCell, (u32, u32), u32> for BusyStore {
     const SALU: Salu = Salu {
         conds: &[Cond::new(Src::PhvHi, Cmp::Eq, Src::K(STORERS_ADD as i32)), Cond::new(Src::PhvHi, Cmp::Eq, Src::K(STORERS_DONE as i32))],
         lo: &[Update::always(Src::Lo, Op::Or, Src::PhvLo)],
@@ -214,7 +214,7 @@ pub fn storers_change(first: bool, more: bool, took: bool) -> u32 {
 /// The end of a drain: operand the drained buffer's bit.
 #[derive(Clone, Copy)]
 pub struct BusyDrained;
-impl SaluProgram<Pair, u32, ()> for BusyDrained {
+impl SaluProgram<DualCell, u32, ()> for BusyDrained {
     const SALU: Salu = Salu { conds: &[], lo: &[Update::always(Src::Lo, Op::AndNot, Src::PhvLo)], hi: &[], out: &[] };
 }
 
@@ -222,7 +222,7 @@ impl SaluProgram<Pair, u32, ()> for BusyDrained {
 /// conditions (bit 0 no buffer drains, bit 1 no storer), see [`IDLE`].
 #[derive(Clone, Copy)]
 pub struct BusyCheck;
-impl SaluProgram<Pair, (), u32> for BusyCheck {
+impl SaluProgram<DualCell, (), u32> for BusyCheck {
     const SALU: Salu = Salu {
         conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::K(0)), Cond::new(Src::Hi, Cmp::Eq, Src::K(0))],
         lo: &[],
@@ -237,7 +237,7 @@ pub const IDLE: u32 = 3;
 /// A walker giving up: the drains and stores it waited for were lost.
 #[derive(Clone, Copy)]
 pub struct BusyReset;
-impl SaluProgram<Pair, (), ()> for BusyReset {
+impl SaluProgram<DualCell, (), ()> for BusyReset {
     const SALU: Salu =
         Salu { conds: &[], lo: &[Update::set(Pred::ALWAYS, Src::K(0))], hi: &[Update::set(Pred::ALWAYS, Src::K(0))], out: &[] };
 }
@@ -254,8 +254,8 @@ mod tests {
     /// call is what one packet does, its passes taken at once.
     #[derive(Clone, Copy, Default)]
     struct Bucket {
-        ring: Pair,
-        busy: Pair,
+        ring: DualCell,
+        busy: DualCell,
     }
 
     impl Bucket {
@@ -344,7 +344,7 @@ mod tests {
             b.drained(buf);
         }
         assert_eq!(b.flush(), Some((0, 2)));
-        assert_eq!((b.ring, b.busy), (Pair::new(0, 0), Pair::new(0, 0)));
+        assert_eq!((b.ring, b.busy), (DualCell::new(0, 0), DualCell::new(0, 0)));
     }
 
     #[test]
@@ -377,7 +377,7 @@ mod tests {
         let t = Target::tofino1();
         for (name, s) in [
             ("ring.store", RingStore::SALU),
-            ("ring.drained", <RingDrained as SaluProgram<Pair, (u32, u32), u32>>::SALU),
+            ("ring.drained", <RingDrained as SaluProgram<DualCell, (u32, u32), u32>>::SALU),
             ("ring.take", RingTake::SALU),
             ("busy.store", BusyStore::SALU),
             ("busy.drained", BusyDrained::SALU),
@@ -406,7 +406,7 @@ mod tests {
     const S_WAIT: u32 = 1 << 11;
     const S_FLUSHED: u32 = 1 << 12;
 
-    fn reference(c: Pair, op: u8) -> (Pair, u32) {
+    fn reference(c: DualCell, op: u8) -> (DualCell, u32) {
         let fill = c.lo & 0xF;
         let head = (c.lo >> 4) & 0xF;
         let busy = c.lo >> 16;
@@ -423,28 +423,28 @@ mod tests {
                     storers = storers.saturating_sub(1);
                 }
                 if !takes {
-                    return (Pair::new(c.lo, storers), 0);
+                    return (DualCell::new(c.lo, storers), 0);
                 }
                 let out = S_STORED | (head << 4) | fill;
                 if fill == LAST {
                     let busy = busy | (1 << head);
-                    (Pair::new((busy << 16) | (next << 4), storers), out | S_DRAIN)
+                    (DualCell::new((busy << 16) | (next << 4), storers), out | S_DRAIN)
                 } else {
-                    (Pair::new(c.lo + 1, storers), out)
+                    (DualCell::new(c.lo + 1, storers), out)
                 }
             }
             OP_DRAINED => {
                 let done = (op as u32 >> 4) % BUFFERS;
-                (Pair::new(((busy & !(1 << done)) << 16) | (c.lo & 0xFFFF), c.hi), 0)
+                (DualCell::new(((busy & !(1 << done)) << 16) | (c.lo & 0xFFFF), c.hi), 0)
             }
             OP_FLUSH => {
                 if busy != 0 || c.hi != 0 {
                     (c, S_WAIT)
                 } else {
-                    (Pair::new(0, 0), S_FLUSHED | (head << 4) | fill)
+                    (DualCell::new(0, 0), S_FLUSHED | (head << 4) | fill)
                 }
             }
-            _ => (Pair::new(0, 0), 0),
+            _ => (DualCell::new(0, 0), 0),
         }
     }
 
@@ -452,7 +452,7 @@ mod tests {
     /// (of the `pick`-th buffer being drained), flush or give-up.
     fn run_both(ops: &[(u8, u8, bool, bool, bool)]) {
         let mut b = Bucket::default();
-        let mut c = Pair::new(0, 0);
+        let mut c = DualCell::new(0, 0);
         let mut draining: Vec<u32> = Vec::new();
         for (step, &(kind, pick, first, more, nd)) in ops.iter().enumerate() {
             match kind {

@@ -57,8 +57,8 @@ pub mod tree;
 
 use pisa::decl::TableSpec;
 use pisa::{
-    ClassifyRule, DropCode, Gress, HashAlgo, HashLanes, HashUnit, LanesError, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl,
-    RegisterLanes, Table, TraceMode,
+    ClassifyRule, DropCode, DualCell, Gress, HashAlgo, HashLanes, HashUnit, LanesError, MatchKind, Pass, Program, ProgramBuilder,
+    ProgramDecl, RegisterLanes, Table, TraceMode,
 };
 use wire::daiet::{flags, Op, MAX_PAIRS, PAIR_LEN, SLICES, UDP_PORT};
 
@@ -129,10 +129,10 @@ struct PairLanes {
 pub struct Daiet {
     decl: ProgramDecl,
     trees: Table,
-    admit: pisa::SaluAction<Pair, (u32, u8), u32, Admit>,
-    admit_end: pisa::SaluAction<Pair, u32, u32, AdmitEnd>,
-    check: pisa::SaluAction<Pair, u32, u32, Check>,
-    complete: pisa::SaluAction<Pair, (), (), Complete>,
+    admit: pisa::SaluAction<DualCell, (u32, u8), u32, Admit>,
+    admit_end: pisa::SaluAction<DualCell, u32, u32, AdmitEnd>,
+    check: pisa::SaluAction<DualCell, u32, u32, Check>,
+    complete: pisa::SaluAction<DualCell, (), (), Complete>,
     /// One per slice (an array, not a Vec: indexing by slice needs no bounds check).
     slices: [Slice; SLICES],
     lanes: PairLanes,
@@ -141,13 +141,13 @@ pub struct Daiet {
     ends_arrive: pisa::SaluAction<u32, (), u32, Push>,
     ends_reset: pisa::SaluAction<u32, (), u32, Take>,
     /// The spillover bucket ([`bucket`]): its ring (stage 9) and busy counters (stage 11).
-    spill_store: pisa::SaluAction<Pair, u32, u32, RingStore>,
-    spill_drained: pisa::SaluAction<Pair, (u32, u32), u32, RingDrained>,
-    spill_take: pisa::SaluAction<Pair, (), u32, RingTake>,
-    busy_store: pisa::SaluAction<Pair, (u32, u32), u32, BusyStore>,
-    busy_drained: pisa::SaluAction<Pair, u32, (), BusyDrained>,
-    busy_check: pisa::SaluAction<Pair, (), u32, BusyCheck>,
-    busy_reset: pisa::SaluAction<Pair, (), (), BusyReset>,
+    spill_store: pisa::SaluAction<DualCell, u32, u32, RingStore>,
+    spill_drained: pisa::SaluAction<DualCell, (u32, u32), u32, RingDrained>,
+    spill_take: pisa::SaluAction<DualCell, (), u32, RingTake>,
+    busy_store: pisa::SaluAction<DualCell, (u32, u32), u32, BusyStore>,
+    busy_drained: pisa::SaluAction<DualCell, u32, (), BusyDrained>,
+    busy_check: pisa::SaluAction<DualCell, (), u32, BusyCheck>,
+    busy_reset: pisa::SaluAction<DualCell, (), (), BusyReset>,
     spill_key_write: [pisa::SaluAction<u32, u32, (), Write>; 4],
     spill_key_take: [pisa::SaluAction<u32, (), u32, Take>; 4],
     spill_value_write: pisa::SaluAction<u32, u32, (), Write>,
@@ -209,7 +209,7 @@ impl Daiet {
             default_action: (a_untracked, &[]),
             const_default: true,
         });
-        let seq = b.register::<Pair>(
+        let seq = b.register::<DualCell>(
             "seq_state",
             Gress::Ingress,
             1,
@@ -261,7 +261,7 @@ impl Daiet {
         let ends = b.register::<u32>("ends_seen", Gress::Ingress, 9, MAX_TREES, "per tree: children that sent END");
         let ends_arrive = b.register_action_salu(ends, "arrive", Push);
         let ends_reset = b.register_action_salu(ends, "reset", Take);
-        let ring = b.register::<Pair>(
+        let ring = b.register::<DualCell>(
             "spill_ring",
             Gress::Ingress,
             9,
@@ -288,7 +288,7 @@ impl Daiet {
             "per tree: colliding pairs that found the bucket busy and went on in their packet",
         );
         let spill_overflow = b.register_action_salu(so, "add", AddN);
-        let busy = b.register::<Pair>(
+        let busy = b.register::<DualCell>(
             "spill_busy",
             Gress::Ingress,
             11,

@@ -31,7 +31,7 @@
 //! hold.
 
 use pisa::TraceMode;
-use pisa::{Cmp, Cond, Gress, Out, OutSrc, Pair, Pass, Pred, ProgramBuilder, Salu, SaluAction, SaluProgram, Src, Staged, Update};
+use pisa::{Cmp, Cond, DualCell, Gress, Out, OutSrc, Pass, Pred, ProgramBuilder, Salu, SaluAction, SaluProgram, Src, Staged, Update};
 use wire::inaas::{Bitmap, InaasPacket, BLOOM_ABSENT, BLOOM_PRESENT, ITEMS, OP_BLOOM_INSERT};
 
 use super::failure::bridged;
@@ -62,7 +62,7 @@ const OLD_IF_OWNED: &[Out] = &[Out::new(Pred::C0, OutSrc::OldLo)];
 /// uid's (else 0).
 #[derive(Clone, Copy, Debug)]
 pub struct BloomInsert;
-impl SaluProgram<Pair, (u32, u32), u32> for BloomInsert {
+impl SaluProgram<DualCell, (u32, u32), u32> for BloomInsert {
     const SALU: Salu = Salu {
         conds: OWNED,
         lo: &[Update::new(Pred::C0, Src::Lo, pisa::Op::Or, Src::PhvLo), Update::set(Pred::C0.not(), Src::PhvLo)],
@@ -75,11 +75,11 @@ impl SaluProgram<Pair, (u32, u32), u32> for BloomInsert {
 /// uid's, else 0.
 #[derive(Clone, Copy, Debug)]
 pub struct BloomQuery;
-impl SaluProgram<Pair, (u32, u32), u32> for BloomQuery {
+impl SaluProgram<DualCell, (u32, u32), u32> for BloomQuery {
     const SALU: Salu = Salu { conds: OWNED, lo: &[], hi: &[], out: OLD_IF_OWNED };
 }
 
-type Action<P> = SaluAction<Pair, (u32, u32), u32, P>;
+type Action<P> = SaluAction<DualCell, (u32, u32), u32, P>;
 
 /// One hash function's array and its two register actions.
 pub(super) struct BloomArray {
@@ -91,7 +91,7 @@ pub(super) struct BloomArray {
 pub(super) fn declare(b: &mut ProgramBuilder) -> Vec<BloomArray> {
     (0..HASHES)
         .map(|j| {
-            let r = b.register::<Pair>(
+            let r = b.register::<DualCell>(
                 &format!("bloom_{j}"),
                 Gress::Egress,
                 BLOOM_STAGES[j],
@@ -185,15 +185,15 @@ mod tests {
 
     #[test]
     fn insert_and_query_are_per_uid() {
-        let c = Pair::default();
+        let c = DualCell::default();
         let (c, o) = BloomInsert.run(c, (0b0100, 7));
-        assert_eq!((c, o), (Pair::new(0b0100, 7), 0), "an empty cell is claimed");
+        assert_eq!((c, o), (DualCell::new(0b0100, 7), 0), "an empty cell is claimed");
         let (c, o) = BloomInsert.run(c, (0b0001, 7));
-        assert_eq!((c, o), (Pair::new(0b0101, 7), 0b0100), "OR, and the bits before");
+        assert_eq!((c, o), (DualCell::new(0b0101, 7), 0b0100), "OR, and the bits before");
         assert_eq!(BloomQuery.run(c, (0b1, 7)), (c, 0b0101));
         assert_eq!(BloomQuery.run(c, (0b1, 9)), (c, 0), "another uid reads nothing");
         let (c2, o) = BloomInsert.run(c, (0b1000, 9));
-        assert_eq!((c2, o), (Pair::new(0b1000, 9), 0), "a new holder starts from its own bits only");
+        assert_eq!((c2, o), (DualCell::new(0b1000, 9), 0), "a new holder starts from its own bits only");
         assert_eq!(BloomQuery.run(c2, (0b0101, 7)).1, 0);
     }
 }

@@ -193,18 +193,18 @@ pub const MAX_LEASE_US: u32 = 1 << 30;
 #[doc(hidden)]
 pub mod legacy {
     use super::{ACQUIRED, BUSY, MAX_UID};
-    use pisa::Pair;
+    use pisa::DualCell;
 
     /// Set in the uid operand to look without taking.
     pub const PROBE: u32 = 1 << 31;
 
-    pub fn check(cell: Pair, uid: u32, now: u32, t: u32) -> (Pair, u32) {
+    pub fn check(cell: DualCell, uid: u32, now: u32, t: u32) -> (DualCell, u32) {
         let expired = (now.wrapping_sub(cell.hi) as i32) > 0;
         let (probe, uid) = (uid & PROBE != 0, uid & MAX_UID);
         if (cell.lo == 0 || expired) && probe {
             (cell, 0)
         } else if cell.lo == 0 || expired {
-            (Pair::new(uid | BUSY, now.wrapping_add(t)), ACQUIRED | (cell.lo & MAX_UID))
+            (DualCell::new(uid | BUSY, now.wrapping_add(t)), ACQUIRED | (cell.lo & MAX_UID))
         } else if cell.lo & BUSY != 0 {
             (cell, 0)
         } else {
@@ -212,9 +212,9 @@ pub mod legacy {
         }
     }
 
-    pub fn commit(cell: Pair, uid: u32) -> (Pair, u32) {
+    pub fn commit(cell: DualCell, uid: u32) -> (DualCell, u32) {
         if cell.lo == uid | BUSY {
-            (Pair::new(uid, cell.hi), uid)
+            (DualCell::new(uid, cell.hi), uid)
         } else {
             (cell, cell.lo)
         }
@@ -225,7 +225,7 @@ pub mod legacy {
 mod tests {
     use super::legacy::{check as old_check, commit as old_commit, PROBE};
     use super::*;
-    use pisa::Pair;
+    use pisa::DualCell;
 
     /// The split check as the program runs it: the deadline array's action, then the holder
     /// array's, chosen by the first's output. Cells are (deadline, holder).
@@ -339,7 +339,7 @@ mod tests {
                 continue; // the one deadline stored one µs later (see `deadline`)
             }
             let probe = r.next().is_multiple_of(4);
-            let old = old_check(Pair::new(holder, dl), uid | if probe { PROBE } else { 0 }, now, t);
+            let old = old_check(DualCell::new(holder, dl), uid | if probe { PROBE } else { 0 }, now, t);
             let new = split_check((dl, holder), uid, now, t, probe);
             assert_eq!(
                 (new.0 .1, new.0 .0, new.1),

@@ -43,7 +43,9 @@ pub mod primitives;
 use pisa::decl::TableSpec;
 use pisa::salu::common::{AddPair, Inc};
 use pisa::TraceMode;
-use pisa::{ActionId, DropCode, Gress, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl, RegisterAction, Table, PORT_RECIRC};
+use pisa::{
+    ActionId, DropCode, DualCell, Gress, MatchKind, Pass, Program, ProgramBuilder, ProgramDecl, RegisterAction, Table, PORT_RECIRC,
+};
 use wire::inaas::{
     flags, is_bloom, is_paxos, Bitmap, InaasPacket, Operator, ETHERTYPE, HEADER_LEN, ITEMS, OP_DONE, OP_PAXOS_1A, PAXOS_TAG_ITEM,
 };
@@ -72,10 +74,10 @@ type DeadlineProbeAction = pisa::SaluAction<u32, u32, u32, DeadlineProbe>;
 type HolderTakeAction = pisa::SaluAction<u32, u32, u32, HolderTake>;
 type HolderCheckAction = pisa::SaluAction<u32, (), u32, HolderCheck>;
 type CommitAction = pisa::SaluAction<u32, u32, u32, LeaseCommit>;
-type ExchangeAction = pisa::SaluAction<Pair, (u32, u32), u32, Exchange>;
-type ReadAction = pisa::SaluAction<Pair, (u32, u32), u32, Read>;
-type WriteAction = pisa::SaluAction<Pair, (u32, u32), u32, Write>;
-type ReduceAction = RegisterAction<Pair, (u32, i32), u32, Reduce>;
+type ExchangeAction = pisa::SaluAction<DualCell, (u32, u32), u32, Exchange>;
+type ReadAction = pisa::SaluAction<DualCell, (u32, u32), u32, Read>;
+type WriteAction = pisa::SaluAction<DualCell, (u32, u32), u32, Write>;
+type ReduceAction = RegisterAction<DualCell, (u32, i32), u32, Reduce>;
 
 /// The register actions of one memory segment.
 struct Segment {
@@ -94,12 +96,12 @@ struct Segment {
 struct Acceptor {
     advance: pisa::SaluAction<u32, (bool, u32), u32, Advance>,
     clear_instance: pisa::SaluAction<u32, (), (), ClearInstance>,
-    prepare: pisa::SaluAction<Pair, u32, RoundOut, Prepare>,
-    accept: pisa::SaluAction<Pair, u32, RoundOut, Accept>,
-    clear_round: pisa::SaluAction<Pair, (), (), Clear>,
-    read: pisa::SaluAction<Pair, u32, VoteOut, VoteRead>,
-    write: pisa::SaluAction<Pair, (u32, i32), (), VoteWrite>,
-    clear_vote: pisa::SaluAction<Pair, (), (), Clear>,
+    prepare: pisa::SaluAction<DualCell, u32, RoundOut, Prepare>,
+    accept: pisa::SaluAction<DualCell, u32, RoundOut, Accept>,
+    clear_round: pisa::SaluAction<DualCell, (), (), Clear>,
+    read: pisa::SaluAction<DualCell, u32, VoteOut, VoteRead>,
+    write: pisa::SaluAction<DualCell, (u32, i32), (), VoteWrite>,
+    clear_vote: pisa::SaluAction<DualCell, (), (), Clear>,
 }
 
 /// The primitive an item asks for, from its flags.
@@ -142,8 +144,8 @@ pub struct Inaas {
     a_set_tenant: ActionId,
     a_set_goalkeeper: ActionId,
     forged: pisa::SaluAction<u32, (), (), Inc>,
-    usage: pisa::SaluAction<Pair, (u32, u32), (), AddPair>,
-    events: pisa::SaluAction<Pair, (u32, u32), (), AddPair>,
+    usage: pisa::SaluAction<DualCell, (u32, u32), (), AddPair>,
+    events: pisa::SaluAction<DualCell, (u32, u32), (), AddPair>,
     d_forged: DropCode,
     d_no_goalkeeper: DropCode,
 }
@@ -255,7 +257,7 @@ impl Inaas {
             ));
         }
         for (j, ((take, probe), (hold, holder, commit))) in deadlines.into_iter().zip(holders).enumerate() {
-            let kr = b.register::<Pair>(
+            let kr = b.register::<DualCell>(
                 &format!("kv_{j}"),
                 Gress::Ingress,
                 layout.kv_stage(j),
@@ -279,7 +281,7 @@ impl Inaas {
                 SEGMENT_SIZE,
                 "acceptor j: the newest instance tag the slot served",
             );
-            let rr = b.register::<Pair>(
+            let rr = b.register::<DualCell>(
                 &format!("paxos_round_{j}"),
                 Gress::Egress,
                 instance_stage + 1,
@@ -287,7 +289,7 @@ impl Inaas {
                 "acceptor j under segment j's lease: promised round (lo), voted round (hi)",
             );
             b.cell_fields(&rr, &[("rnd", 32), ("vrnd", 32)]);
-            let vr = b.register::<Pair>(
+            let vr = b.register::<DualCell>(
                 &format!("paxos_vote_{j}"),
                 Gress::Egress,
                 instance_stage + 2,
@@ -307,10 +309,11 @@ impl Inaas {
             });
         }
         let bloom = bloom::declare(&mut b);
-        let ur = b.register::<Pair>("tenant_usage", Gress::Egress, 1, TENANT_SLOTS, "per tenant slot: ALU operations (lo), packets (hi)");
+        let ur =
+            b.register::<DualCell>("tenant_usage", Gress::Egress, 1, TENANT_SLOTS, "per tenant slot: ALU operations (lo), packets (hi)");
         b.cell_fields(&ur, &[("alu_ops", 32), ("packets", 32)]);
         let usage = b.register_action_salu(ur, "add", AddPair);
-        let er = b.register::<Pair>(
+        let er = b.register::<DualCell>(
             "tenant_events",
             Gress::Egress,
             1,

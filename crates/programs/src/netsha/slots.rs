@@ -21,10 +21,10 @@
 //! best) are the last p slots, so sending them clears exactly those slots and leaves the
 //! q PA answers in place, in order.
 
-use pisa::{Cmp, Cond, Op, Out, OutSrc, Pair, Pred, Salu, SaluProgram, Src, Update};
+use pisa::{Cmp, Cond, DualCell, Op, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
 
 /// An empty slot.
-pub const EMPTY: Pair = Pair::new(0, 0);
+pub const EMPTY: DualCell = DualCell::new(0, 0);
 
 /// Slot register action operand: insert (compare-and-swap with the carried answer).
 pub const OP_INSERT: u32 = 0;

@@ -32,7 +32,7 @@
 //! answer below the r.T of the earlier batches (or all of them while a commit is pending):
 //! those, and only those, may still be in the top K. [`Reduction::Off`] aggregates only.
 
-use pisa::{Cmp, Cond, Op, Out, OutSrc, Pair, Pred, Salu, SaluProgram, Src, Update};
+use pisa::{Cmp, Cond, DualCell, Op, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
 
 /// Which answers the final flush of Algorithm 1 keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,20 +114,20 @@ impl Step {
 }
 
 #[inline]
-pub fn held(s: Pair) -> u32 {
+pub fn held(s: DualCell) -> u32 {
     s.lo & 0xFFFF
 }
 #[inline]
-pub fn pending(s: Pair) -> u32 {
+pub fn pending(s: DualCell) -> u32 {
     (s.lo >> 16) & 0xFF
 }
 #[inline]
-pub fn is_tomb(s: Pair) -> bool {
+pub fn is_tomb(s: DualCell) -> bool {
     s.lo & TOMB != 0
 }
 #[inline]
-fn state(held: u32, pending: u32, sent: u32) -> Pair {
-    Pair::new(held | (pending.min(0xFF) << 16), sent)
+fn state(held: u32, pending: u32, sent: u32) -> DualCell {
+    DualCell::new(held | (pending.min(0xFF) << 16), sent)
 }
 
 /// Algorithm 1's decision for one answer, and the register's next state, on the state as
@@ -135,8 +135,8 @@ fn state(held: u32, pending: u32, sent: u32) -> Pair {
 /// register's stateful ALU ran as a Rust body before the state was split, kept as the
 /// reference the declared actions are tested against.
 #[inline]
-pub fn step(old: Pair, fresh: bool, ge_t: bool, prm: Params) -> (Pair, Step) {
-    let s = if fresh { Pair::new(0, 0) } else { old };
+pub fn step(old: DualCell, fresh: bool, ge_t: bool, prm: Params) -> (DualCell, Step) {
+    let s = if fresh { DualCell::new(0, 0) } else { old };
     if is_tomb(s) {
         return (s, Step::Tomb);
     }
@@ -340,7 +340,7 @@ impl SaluProgram<u32, (u32, u32), u32> for ThresholdAlu {
 #[derive(Clone, Copy)]
 pub struct EpochAlu;
 
-impl SaluProgram<Pair, Pair, u32> for EpochAlu {
+impl SaluProgram<DualCell, DualCell, u32> for EpochAlu {
     const SALU: Salu = Salu {
         conds: &[Cond::new(Src::Lo, Cmp::GeU, Src::PhvLo), Cond::new(Src::Lo, Cmp::Eq, Src::K(0))],
         lo: &[Update::set(Pred::C0, Src::K(0)), Update::new(Pred::C0.not(), Src::Lo, Op::Add, Src::K(1))],
@@ -383,7 +383,7 @@ mod tests {
     #[test]
     fn algorithm_1_phases() {
         let prm = Params { n: 3, p: 2, k: 3, reduce: true };
-        let (s, st) = step(Pair::new(0, 0), true, false, prm);
+        let (s, st) = step(DualCell::new(0, 0), true, false, prm);
         assert_eq!((held(s), st), (1, Step::Insert));
         let (s, _) = step(s, false, false, prm);
         let (s, st) = step(s, false, false, prm);
@@ -401,12 +401,12 @@ mod tests {
     }
 
     /// The old body's commit: one fewer pending (saturating), the tombstone kept.
-    fn commit_ref(s: Pair) -> Pair {
-        Pair::new(held(s) | pending(s).saturating_sub(1) << 16 | (s.lo & TOMB), s.hi)
+    fn commit_ref(s: DualCell) -> DualCell {
+        DualCell::new(held(s) | pending(s).saturating_sub(1) << 16 | (s.lo & TOMB), s.hi)
     }
 
     /// The split state of a one-cell state: (`progress`, `state`).
-    fn split(s: Pair) -> (u32, u32) {
+    fn split(s: DualCell) -> (u32, u32) {
         (s.hi.min(K_MASK) | pending(s) << 16, held(s) | (s.lo & TOMB))
     }
 
@@ -471,7 +471,7 @@ mod tests {
                     for pend in 0..if reduce { 3 } else { 1 } {
                         for sent in (0..=k + p).chain([0x7FFE, 0x7FFF]) {
                             for tomb in [false, true] {
-                                let old = Pair::new(held_ | pend << 16 | if tomb { TOMB } else { 0 }, sent);
+                                let old = DualCell::new(held_ | pend << 16 | if tomb { TOMB } else { 0 }, sent);
                                 let (progress, state) = split(old);
                                 for fresh in [false, true] {
                                     for ge_t in [false, true] {
