@@ -50,7 +50,7 @@ pub use pipe::{Handoff, Pipe, PipeConfig, PortMap};
 pub use program::{Program, ProgramSet};
 pub use register::{Cell, DualCell, Register, RegisterAction, SaluBody, SaluFn};
 pub use resources::ResourceReport;
-pub use salu::{Cmp, Cond, Declared, Op, Out, OutSrc, Pred, Salu, SaluAction, SaluLanes, SaluProgram, Src, Update};
+pub use salu::{Cmp, Cond, Declared, Op, OutputSource, Pred, Salu, SaluAction, SaluLanes, SaluOutput, SaluProgram, Src, Update};
 pub use selector::{ActionProfileDecl, ActionSelector, IndirectRef};
 pub use staged::{Staged, StagedArg};
 pub use switch::Switch;

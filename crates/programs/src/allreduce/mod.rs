@@ -43,7 +43,7 @@ use pisa::decl::TableSpec;
 use pisa::salu::common::Read;
 use pisa::TraceMode;
 use pisa::{ActionId, DropCode, Gress, MatchKind, Pass, Program, ProgramBuilder, ProgramDecl, Table};
-use pisa::{Cmp, Cond, Op, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
+use pisa::{Cmp, Cond, Op, OutputSource, Pred, Salu, SaluOutput, SaluProgram, Src, Update};
 use wire::allreduce::{field, flags, ELEMS, PACKET_LEN, UDP_PORT};
 
 use crate::reply::{fix_lengths, swap_addresses};
@@ -80,7 +80,7 @@ impl SaluProgram<u8, u8, bool> for Seen {
         conds: &[Cond::new(Src::PhvLo, Cmp::Eq, Src::K(0)), Cond::lin(Src::Lo, Src::PhvLo, -1, Cmp::Eq)],
         lo: &[Update::set(Pred::C0, Src::K(1)), Update::set(Pred::ALWAYS, Src::K(2))],
         hi: &[],
-        out: &[Out::new(Pred::C1, OutSrc::Predicate)],
+        out: &[SaluOutput::new(Pred::C1, OutputSource::Predicate)],
     };
 }
 
@@ -100,7 +100,7 @@ impl SaluProgram<u32, u32, u32> for Count {
         conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::K(0)), Cond::lin(Src::Lo, Src::PhvLo, 1, Cmp::GeU)],
         lo: &[Update::set(Pred::C1, Src::K(0)), Update::always(Src::Lo, Op::Add, Src::K(1))],
         hi: &[],
-        out: &[Out::always(OutSrc::Predicate)],
+        out: &[SaluOutput::always(OutputSource::Predicate)],
     };
 }
 
@@ -127,7 +127,7 @@ impl SaluProgram<u32, (u8, u32), u32> for PoolSum {
         ],
         lo: &[Update::set(Pred::C0, Src::PhvHi), Update::new(Pred::C1, Src::Lo, Op::Add, Src::PhvHi)],
         hi: &[],
-        out: &[Out::always(OutSrc::NewLo)],
+        out: &[SaluOutput::always(OutputSource::NewLo)],
     };
 }
 
@@ -144,7 +144,7 @@ impl SaluProgram<u32, (u8, u32), u32> for PoolMax {
         ],
         lo: &[Update::set(Pred::C0, Src::PhvHi), Update::new(Pred::C1, Src::Lo, Op::MaxU, Src::PhvHi)],
         hi: &[],
-        out: &[Out::always(OutSrc::NewLo)],
+        out: &[SaluOutput::always(OutputSource::NewLo)],
     };
 }
 

@@ -29,7 +29,7 @@
 //! Until then the head's last slot is refused: the last slot is taken only by a store that
 //! moves the head on and drains the buffer it filled, so no buffer ever waits full.
 
-use pisa::{Cmp, Cond, DualCell, Op, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
+use pisa::{Cmp, Cond, DualCell, Op, OutputSource, Pred, Salu, SaluOutput, SaluProgram, Src, Update};
 use wire::daiet::MAX_PAIRS;
 
 use super::MAX_TREES;
@@ -81,7 +81,7 @@ impl SaluProgram<DualCell, u32, u32> for RingStore {
             Update::new(Pred::C1, Src::Lo, Op::Add, Src::K((1 << SLOT_BITS) - LAST as i32)),
         ],
         hi: &[Update::new(Pred::C0, Src::Hi, Op::Add, Src::K(4)), Update::set(Pred::C1, Src::K(NEXT_UNKNOWN as i32))],
-        out: &[Out::new(Pred::C0.or(Pred::C1), OutSrc::NewLo)],
+        out: &[SaluOutput::new(Pred::C0.or(Pred::C1), OutputSource::NewLo)],
     };
 }
 
@@ -124,7 +124,7 @@ impl SaluProgram<DualCell, (u32, u32), u32> for RingDrained {
         conds: &[Cond::new(Src::Lo, Cmp::GeU, Src::PhvLo)],
         lo: &[],
         hi: &[Update::new(Pred::C0, Src::Hi, Op::Add, Src::PhvHi)],
-        out: &[Out::always(OutSrc::OldLo)],
+        out: &[SaluOutput::always(OutputSource::OldLo)],
     };
 }
 
@@ -163,7 +163,7 @@ impl SaluProgram<DualCell, (), u32> for RingTake {
         conds: &[],
         lo: &[Update::set(Pred::ALWAYS, Src::K(0))],
         hi: &[Update::set(Pred::ALWAYS, Src::K(0))],
-        out: &[Out::always(OutSrc::OldLo)],
+        out: &[SaluOutput::always(OutputSource::OldLo)],
     };
 }
 
@@ -194,7 +194,7 @@ impl SaluProgram<DualCell, (u32, u32), u32> for BusyStore {
         conds: &[Cond::new(Src::PhvHi, Cmp::Eq, Src::K(STORERS_ADD as i32)), Cond::new(Src::PhvHi, Cmp::Eq, Src::K(STORERS_DONE as i32))],
         lo: &[Update::always(Src::Lo, Op::Or, Src::PhvLo)],
         hi: &[Update::new(Pred::C0, Src::Hi, Op::Add, Src::K(1)), Update::new(Pred::C1, Src::Hi, Op::SatSub, Src::K(1))],
-        out: &[Out::always(OutSrc::OldLo)],
+        out: &[SaluOutput::always(OutputSource::OldLo)],
     };
 }
 
@@ -227,7 +227,7 @@ impl SaluProgram<DualCell, (), u32> for BusyCheck {
         conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::K(0)), Cond::new(Src::Hi, Cmp::Eq, Src::K(0))],
         lo: &[],
         hi: &[],
-        out: &[Out::always(OutSrc::Predicate)],
+        out: &[SaluOutput::always(OutputSource::Predicate)],
     };
 }
 

@@ -24,7 +24,7 @@
 //!   single instruction gave one pass later (the expected number only grows, and an
 //!   ACK is still given only when nothing of the sender is in flight).
 
-use pisa::{Cmp, Cond, DualCell, Op, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
+use pisa::{Cmp, Cond, DualCell, Op, OutputSource, Pred, Salu, SaluOutput, SaluProgram, Src, Update};
 
 /// `admit` outputs.
 pub const ADMIT: u32 = 1;
@@ -54,7 +54,7 @@ impl SaluProgram<DualCell, (u32, u8), u32> for Admit {
         conds: &[SEQ_IS_NEXT, SEQ_IS_OLDER],
         lo: &[Update::new(Pred::C0, Src::Lo, Op::Add, Src::K(1))],
         hi: &[Update::new(Pred::C0, Src::Hi, Op::Add, Src::PhvHi)],
-        out: &[Out::always(OutSrc::Predicate)],
+        out: &[SaluOutput::always(OutputSource::Predicate)],
     };
 }
 
@@ -69,7 +69,7 @@ impl SaluProgram<DualCell, u32, u32> for AdmitEnd {
         conds: &[SEQ_IS_NEXT, IDLE],
         lo: &[Update::new(Pred::C0.and(Pred::C1), Src::Lo, Op::Add, Src::K(1))],
         hi: &[Update::new(Pred::C0.and(Pred::C1), Src::Hi, Op::Add, Src::K(1))],
-        out: &[Out::always(OutSrc::Predicate)],
+        out: &[SaluOutput::always(OutputSource::Predicate)],
     };
 }
 
@@ -79,8 +79,12 @@ impl SaluProgram<DualCell, u32, u32> for AdmitEnd {
 #[derive(Clone, Copy)]
 pub struct Check;
 impl SaluProgram<DualCell, u32, u32> for Check {
-    const SALU: Salu =
-        Salu { conds: &[SEQ_IS_OLDER, Cond::new(Src::Hi, Cmp::Ne, Src::K(0))], lo: &[], hi: &[], out: &[Out::always(OutSrc::Predicate)] };
+    const SALU: Salu = Salu {
+        conds: &[SEQ_IS_OLDER, Cond::new(Src::Hi, Cmp::Ne, Src::K(0))],
+        lo: &[],
+        hi: &[],
+        out: &[SaluOutput::always(OutputSource::Predicate)],
+    };
 }
 
 /// [`Admit`]'s output as the program's code (a gateway's table in the next stage).

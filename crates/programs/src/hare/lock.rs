@@ -35,7 +35,7 @@
 use pisa::decl::TableSpec;
 use pisa::salu::common::{Read, Write};
 use pisa::{ActionId, DropCode, DualCell, Gress, MatchKind, Pass, ProgramBuilder, Table, TraceMode, PORT_RECIRC};
-use pisa::{Cmp, Cond, Op as AluOp, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
+use pisa::{Cmp, Cond, Op as AluOp, OutputSource, Pred, Salu, SaluOutput, SaluProgram, Src, Update};
 use wire::hare::{Op, Packet, HEADER_LEN, PORT_CLIENT};
 
 use super::app::{DataMv, HareApp, QueryHit};
@@ -83,7 +83,7 @@ impl SaluProgram<DualCell, (u32, u32), u32> for Acquire {
         conds: &[Cond::new(Src::Lo, Cmp::LtU, Src::PhvLo), Cond::new(Src::Lo, Cmp::LtU, Src::K(FULL as i32))],
         lo: &[Update::new(Pred::C0, Src::Lo, AluOp::Add, Src::PhvHi), Update::new(Pred::C1, Src::Lo, AluOp::Add, Src::K(LEN_ONE as i32))],
         hi: &[Update::new(Pred::C0, Src::Hi, AluOp::Add, Src::PhvHi)],
-        out: &[Out::always(OutSrc::OldLo)],
+        out: &[SaluOutput::always(OutputSource::OldLo)],
     };
 }
 
@@ -98,7 +98,7 @@ impl SaluProgram<DualCell, (), u32> for Release {
         conds: &[Cond::new(Src::Hi, Cmp::GeU, Src::K(X as i32)), Cond::new(Src::Hi, Cmp::Eq, Src::K(0))],
         lo: &[Update::new(Pred::C0, Src::Lo, AluOp::Sub, Src::K(X as i32)), Update::new(Pred::C1.not(), Src::Lo, AluOp::Sub, Src::K(1))],
         hi: &[Update::set(Pred::C0, Src::K(0)), Update::new(Pred::C1.not(), Src::Hi, AluOp::Sub, Src::K(1))],
-        out: &[Out::always(OutSrc::NewLo)],
+        out: &[SaluOutput::always(OutputSource::NewLo)],
     };
 }
 
@@ -111,7 +111,7 @@ impl SaluProgram<DualCell, (u32, u32), u32> for Grant {
         conds: &[],
         lo: &[Update::always(Src::Lo, AluOp::Add, Src::PhvLo)],
         hi: &[Update::always(Src::Hi, AluOp::Add, Src::PhvHi)],
-        out: &[Out::always(OutSrc::NewLo)],
+        out: &[SaluOutput::always(OutputSource::NewLo)],
     };
 }
 
@@ -125,7 +125,7 @@ impl SaluProgram<u8, u8, u8> for Pop {
         conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::PhvLo), Cond::new(Src::Lo, Cmp::Eq, Src::K(QUEUE as i32 - 1))],
         lo: &[Update::set(Pred::C0.and(Pred::C1), Src::K(0)), Update::new(Pred::C0, Src::Lo, AluOp::Add, Src::K(1))],
         hi: &[],
-        out: &[Out::new(Pred::C0, OutSrc::Predicate)],
+        out: &[SaluOutput::new(Pred::C0, OutputSource::Predicate)],
     };
 }
 

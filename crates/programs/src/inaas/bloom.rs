@@ -31,7 +31,9 @@
 //! hold.
 
 use pisa::TraceMode;
-use pisa::{Cmp, Cond, DualCell, Gress, Out, OutSrc, Pass, Pred, ProgramBuilder, Salu, SaluAction, SaluProgram, Src, Staged, Update};
+use pisa::{
+    Cmp, Cond, DualCell, Gress, OutputSource, Pass, Pred, ProgramBuilder, Salu, SaluAction, SaluOutput, SaluProgram, Src, Staged, Update,
+};
 use wire::inaas::{Bitmap, InaasPacket, BLOOM_ABSENT, BLOOM_PRESENT, ITEMS, OP_BLOOM_INSERT};
 
 use super::failure::bridged;
@@ -55,7 +57,7 @@ pub mod kind {
 /// c0: the cell's bits are this uid's (high half == the uid operand).
 const OWNED: &[Cond] = &[Cond::new(Src::Hi, Cmp::Eq, Src::PhvHi)];
 /// The old bits if they are this uid's, else 0.
-const OLD_IF_OWNED: &[Out] = &[Out::new(Pred::C0, OutSrc::OldLo)];
+const OLD_IF_OWNED: &[SaluOutput] = &[SaluOutput::new(Pred::C0, OutputSource::OldLo)];
 
 /// Insert: operands (mask, uid). Owned cell: bits |= mask; another uid's (or an empty)
 /// cell: bits = mask, claimed for this uid. Returns the bits before, if they were this

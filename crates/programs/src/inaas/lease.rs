@@ -21,7 +21,7 @@
 //! moves the old contents out to the goalkeeper (see `mod.rs`). Why two arrays and not one
 //! pair: docs/pisa-rules.md ("how the converted ones were made to fit").
 
-use pisa::{Cmp, Cond, Out, OutSrc, Pred, Salu, SaluProgram, Src, Target, Update};
+use pisa::{Cmp, Cond, OutputSource, Pred, Salu, SaluOutput, SaluProgram, Src, Target, Update};
 
 /// Most segments (items per packet).
 pub const SEGMENTS: usize = wire::inaas::ITEMS;
@@ -133,7 +133,7 @@ impl SaluProgram<u32, (u32, u32), u32> for DeadlineTake {
         conds: FREE_OR_EXPIRED_CONDS,
         lo: &[Update::set(FREE_OR_EXPIRED, Src::PhvHi)],
         hi: &[],
-        out: &[Out::new(FREE_OR_EXPIRED, OutSrc::Predicate)],
+        out: &[SaluOutput::new(FREE_OR_EXPIRED, OutputSource::Predicate)],
     };
 }
 
@@ -144,7 +144,8 @@ impl SaluProgram<u32, (u32, u32), u32> for DeadlineTake {
 pub struct DeadlineProbe;
 
 impl SaluProgram<u32, u32, u32> for DeadlineProbe {
-    const SALU: Salu = Salu { conds: FREE_OR_EXPIRED_CONDS, lo: &[], hi: &[], out: &[Out::new(FREE_OR_EXPIRED, OutSrc::Predicate)] };
+    const SALU: Salu =
+        Salu { conds: FREE_OR_EXPIRED_CONDS, lo: &[], hi: &[], out: &[SaluOutput::new(FREE_OR_EXPIRED, OutputSource::Predicate)] };
 }
 
 /// Holder array, after [`DeadlineTake`] took: operand `uid | BUSY`; returns the previous
@@ -153,7 +154,8 @@ impl SaluProgram<u32, u32, u32> for DeadlineProbe {
 pub struct HolderTake;
 
 impl SaluProgram<u32, u32, u32> for HolderTake {
-    const SALU: Salu = Salu { conds: &[], lo: &[Update::set(Pred::ALWAYS, Src::PhvLo)], hi: &[], out: &[Out::always(OutSrc::OldLo)] };
+    const SALU: Salu =
+        Salu { conds: &[], lo: &[Update::set(Pred::ALWAYS, Src::PhvLo)], hi: &[], out: &[SaluOutput::always(OutputSource::OldLo)] };
 }
 
 /// Holder array, the lease held (not free, not expired): the holder, or 0 while it is
@@ -162,8 +164,12 @@ impl SaluProgram<u32, u32, u32> for HolderTake {
 pub struct HolderCheck;
 
 impl SaluProgram<u32, (), u32> for HolderCheck {
-    const SALU: Salu =
-        Salu { conds: &[Cond::new(Src::Lo, Cmp::GeS, Src::K(0))], lo: &[], hi: &[], out: &[Out::new(Pred::C0, OutSrc::OldLo)] };
+    const SALU: Salu = Salu {
+        conds: &[Cond::new(Src::Lo, Cmp::GeS, Src::K(0))],
+        lo: &[],
+        hi: &[],
+        out: &[SaluOutput::new(Pred::C0, OutputSource::OldLo)],
+    };
 }
 
 /// Second pass of a preemption, on the holder array: if the packet's tenant still holds the
@@ -179,7 +185,7 @@ impl SaluProgram<u32, u32, u32> for LeaseCommit {
         conds: &[Cond::lin(Src::Lo, Src::PhvLo, BUSY as i32, Cmp::Eq)],
         lo: &[Update::set(Pred::C0, Src::PhvLo)],
         hi: &[],
-        out: &[Out::always(OutSrc::NewLo)],
+        out: &[SaluOutput::always(OutputSource::NewLo)],
     };
 }
 

@@ -23,7 +23,7 @@
 //! lease itself (it probes, see [`DeadlineProbe`](super::lease::DeadlineProbe)), so the acceptors'
 //! state only exists under a lease the tenant took with an ordinary write first.
 
-use pisa::{Cmp, Cond, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
+use pisa::{Cmp, Cond, OutputSource, Pred, Salu, SaluOutput, SaluProgram, Src, Update};
 
 /// Acceptors per tenant: segments 0, 1, 2 (a majority is two).
 pub const ACCEPTORS: usize = 3;
@@ -45,7 +45,7 @@ impl SaluProgram<u32, (bool, u32), u32> for Advance {
         conds: &[Cond::new(Src::PhvHi, Cmp::LtU, Src::Lo), Cond::new(Src::PhvLo, Cmp::Ne, Src::K(0))],
         lo: &[Update::set(Pred::C1.and(Pred::C0.not()), Src::PhvHi)],
         hi: &[],
-        out: &[Out::new(Pred::C0, OutSrc::Predicate)],
+        out: &[SaluOutput::new(Pred::C0, OutputSource::Predicate)],
     };
 }
 
@@ -88,7 +88,7 @@ impl SaluProgram<pisa::DualCell, u32, RoundOut> for Prepare {
         conds: &[Cond::new(Src::PhvLo, Cmp::GeU, Src::Lo)],
         lo: &[Update::set(Pred::C0, Src::PhvLo)],
         hi: &[],
-        out: &[Out::new(Pred::C0, OutSrc::OldHi), Out::new(Pred::C0.not(), OutSrc::OldLo)],
+        out: &[SaluOutput::new(Pred::C0, OutputSource::OldHi), SaluOutput::new(Pred::C0.not(), OutputSource::OldLo)],
     };
 }
 
@@ -102,7 +102,7 @@ impl SaluProgram<pisa::DualCell, u32, RoundOut> for Accept {
         conds: &[Cond::new(Src::PhvLo, Cmp::GeU, Src::Lo)],
         lo: &[Update::set(Pred::C0, Src::PhvLo)],
         hi: &[Update::set(Pred::C0, Src::PhvLo)],
-        out: &[Out::new(Pred::C0, OutSrc::PhvLo), Out::new(Pred::C0.not(), OutSrc::OldLo)],
+        out: &[SaluOutput::new(Pred::C0, OutputSource::PhvLo), SaluOutput::new(Pred::C0.not(), OutputSource::OldLo)],
     };
 }
 
@@ -139,7 +139,10 @@ impl SaluProgram<pisa::DualCell, u32, VoteOut> for VoteRead {
         conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::PhvLo), Cond::new(Src::PhvLo, Cmp::Ne, Src::K(0))],
         lo: &[],
         hi: &[],
-        out: &[Out::new(Pred::C0.and(Pred::C1), OutSrc::OldHi), Out::new(Pred::C0.and(Pred::C1), OutSrc::Predicate)],
+        out: &[
+            SaluOutput::new(Pred::C0.and(Pred::C1), OutputSource::OldHi),
+            SaluOutput::new(Pred::C0.and(Pred::C1), OutputSource::Predicate),
+        ],
     };
 }
 

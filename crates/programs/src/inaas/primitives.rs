@@ -14,7 +14,7 @@
 //! eviction), [`Write`] (write, or the key half of an eviction), [`Reduce`] (reduce, or
 //! collect).
 
-use pisa::{Cmp, Cond, DualCell, Out, OutSrc, Pred, Salu, SaluBody, SaluProgram, Src, Update};
+use pisa::{Cmp, Cond, DualCell, OutputSource, Pred, Salu, SaluBody, SaluOutput, SaluProgram, Src, Update};
 
 use super::arith::{sat_add, MISS};
 
@@ -56,7 +56,7 @@ impl SaluProgram<DualCell, (u32, u32), u32> for Exchange {
         conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::K(0)), Cond::new(Src::Lo, Cmp::Eq, Src::PhvLo)],
         lo: &[Update::set(FREE_OR_HIT, Src::PhvLo)],
         hi: &[Update::set(FREE_OR_HIT, Src::PhvHi)],
-        out: &[Out::new(FREE_OR_HIT, OutSrc::OldHi)],
+        out: &[SaluOutput::new(FREE_OR_HIT, OutputSource::OldHi)],
     };
 }
 
@@ -72,7 +72,7 @@ impl SaluProgram<DualCell, (u32, u32), u32> for Read {
         conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::PhvLo), Cond::new(Src::PhvLo, Cmp::Eq, Src::K(0))],
         lo: &[],
         hi: &[Update::set(Pred::C1, Src::PhvHi)],
-        out: &[Out::new(Pred::C0.or(Pred::C1), OutSrc::OldHi)],
+        out: &[SaluOutput::new(Pred::C0.or(Pred::C1), OutputSource::OldHi)],
     };
 }
 
@@ -92,7 +92,7 @@ impl SaluProgram<DualCell, (u32, u32), u32> for Write {
         conds: &[Cond::new(Src::PhvHi, Cmp::Eq, Src::K(0))],
         lo: &[Update::set(Pred::ALWAYS, Src::PhvLo)],
         hi: &[Update::set(Pred::C0.not(), Src::PhvHi)],
-        out: &[Out::always(OutSrc::OldLo)],
+        out: &[SaluOutput::always(OutputSource::OldLo)],
     };
 }
 

@@ -59,7 +59,7 @@ use pisa::{
     ActionId, ClassifyRule, DropCode, DualCell, Gress, HashAlgo, HashUnit, MatchKind, Pass, Program, ProgramBuilder, ProgramDecl, Staged,
     Table,
 };
-use pisa::{Cmp, Cond, Op, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
+use pisa::{Cmp, Cond, Op, OutputSource, Pred, Salu, SaluOutput, SaluProgram, Src, Update};
 use wire::netsha::{self as nw, ANSWER_LEN, BLOCK_HEADER_LEN, MAX_ANSWERS};
 use wire::L2_L4_LEN;
 
@@ -447,7 +447,7 @@ impl SaluProgram<u32, (), u32> for SplitCounterAlu {
         conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::K(-1))],
         lo: &[Update::set(Pred::C0, Src::K(1)), Update::always(Src::Lo, Op::Add, Src::K(1))],
         hi: &[],
-        out: &[Out::always(OutSrc::NewLo)],
+        out: &[SaluOutput::always(OutputSource::NewLo)],
     };
 }
 
@@ -461,7 +461,7 @@ impl SaluProgram<u32, u32, u32> for SplitTurnAlu {
         conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::PhvLo)],
         lo: &[Update::set(Pred::C0, Src::K(0)), Update::set(Pred::ALWAYS, Src::PhvLo)],
         hi: &[],
-        out: &[Out::new(Pred::C0, OutSrc::Predicate)],
+        out: &[SaluOutput::new(Pred::C0, OutputSource::Predicate)],
     };
 }
 

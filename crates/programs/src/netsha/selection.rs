@@ -15,7 +15,7 @@
 //! completes a replacement (a compare-and-swap, so two claimants cannot both win); with
 //! `new` = empty it is the timer's release.
 
-use pisa::{Cmp, Cond, DualCell, Op, Out, OutSrc, Pred, Salu, SaluBody, SaluProgram, Src, Update};
+use pisa::{Cmp, Cond, DualCell, Op, OutputSource, Pred, Salu, SaluBody, SaluOutput, SaluProgram, Src, Update};
 
 /// An empty register's tag.
 pub const FREE: u32 = 0;
@@ -178,7 +178,7 @@ impl SaluBody<DualCell, (DualCell, u32), u32> for WaySelectAlu {
 ///   new, hi: expected }`, the way's tag becomes `new` when it is `expected` or free (a
 ///   free way given `new` = free stays free), the old tag out.
 ///
-/// Lookup and probe return the condition word ([`OutSrc::Predicate`]); [`decode_lookup`]
+/// Lookup and probe return the condition word ([`OutputSource::Predicate`]); [`decode_lookup`]
 /// and [`decode_probe`] map it to what was found (a gateway's job on the hardware).
 ///
 /// [`NetshaConfig::salu_conditions`]: super::NetshaConfig::salu_conditions
@@ -195,7 +195,7 @@ const LOOKUP2: Salu = Salu {
     ],
     lo: &[Update::set(Pred::C0.not().and(Pred::C1.not()).and(Pred::C2), Src::PhvLo)],
     hi: &[Update::set(Pred::C0.not().and(Pred::C1.not()).and(Pred::C2.not()).and(Pred::C3), Src::PhvLo)],
-    out: &[Out::always(OutSrc::Predicate)],
+    out: &[SaluOutput::always(OutputSource::Predicate)],
 };
 
 impl SaluProgram<DualCell, u32, u32> for QidLookup2 {
@@ -220,7 +220,7 @@ impl SaluProgram<u32, u32, u32> for QidCheck {
         conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::PhvLo), Cond::new(Src::Lo, Cmp::Eq, Src::K(FREE as i32))],
         lo: &[],
         hi: &[],
-        out: &[Out::always(OutSrc::Predicate)],
+        out: &[SaluOutput::always(OutputSource::Predicate)],
     };
 }
 
@@ -235,7 +235,7 @@ const CLAIM_WAY: Salu = Salu {
     conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::PhvLo), Cond::new(Src::Lo, Cmp::Eq, Src::K(FREE as i32))],
     lo: &[Update::set(Pred::C0.not().and(Pred::C1), Src::PhvLo)],
     hi: &[],
-    out: &[Out::always(OutSrc::Predicate)],
+    out: &[SaluOutput::always(OutputSource::Predicate)],
 };
 
 impl SaluProgram<u32, u32, u32> for QidClaim {
@@ -251,7 +251,7 @@ impl SaluProgram<u32, DualCell, u32> for QidCasWay {
         conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::PhvHi), Cond::new(Src::Lo, Cmp::Eq, Src::K(FREE as i32))],
         lo: &[Update::set(Pred::C0.or(Pred::C1), Src::PhvLo)],
         hi: &[],
-        out: &[Out::always(OutSrc::OldLo)],
+        out: &[SaluOutput::always(OutputSource::OldLo)],
     };
 }
 
@@ -281,7 +281,7 @@ impl SaluProgram<DualCell, u32, u32> for QidProbe {
         conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::PhvLo), Cond::new(Src::Hi, Cmp::Eq, Src::PhvLo)],
         lo: &[],
         hi: &[],
-        out: &[Out::always(OutSrc::Predicate)],
+        out: &[SaluOutput::always(OutputSource::Predicate)],
     };
 }
 
@@ -294,7 +294,7 @@ impl SaluProgram<DualCell, DualCell, u32> for QidCas0 {
         conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::PhvHi), Cond::new(Src::Lo, Cmp::Eq, Src::K(FREE as i32))],
         lo: &[Update::set(Pred::C0.or(Pred::C1), Src::PhvLo)],
         hi: &[],
-        out: &[Out::always(OutSrc::OldLo)],
+        out: &[SaluOutput::always(OutputSource::OldLo)],
     };
 }
 
@@ -307,7 +307,7 @@ impl SaluProgram<DualCell, DualCell, u32> for QidCas1 {
         conds: &[Cond::new(Src::Hi, Cmp::Eq, Src::PhvHi), Cond::new(Src::Hi, Cmp::Eq, Src::K(FREE as i32))],
         lo: &[],
         hi: &[Update::set(Pred::C0.or(Pred::C1), Src::PhvLo)],
-        out: &[Out::always(OutSrc::OldHi)],
+        out: &[SaluOutput::always(OutputSource::OldHi)],
     };
 }
 
@@ -380,8 +380,12 @@ pub use pisa::salu::common::Read as WeightRead;
 pub struct WeightHeavier;
 
 impl SaluProgram<u32, u32, u32> for WeightHeavier {
-    const SALU: Salu =
-        Salu { conds: &[Cond::new(Src::Lo, Cmp::GtU, Src::PhvLo)], lo: &[], hi: &[], out: &[Out::new(Pred::C0, OutSrc::Predicate)] };
+    const SALU: Salu = Salu {
+        conds: &[Cond::new(Src::Lo, Cmp::GtU, Src::PhvLo)],
+        lo: &[],
+        hi: &[],
+        out: &[SaluOutput::new(Pred::C0, OutputSource::Predicate)],
+    };
 }
 
 #[cfg(test)]

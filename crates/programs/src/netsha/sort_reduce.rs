@@ -32,7 +32,7 @@
 //! answer below the r.T of the earlier batches (or all of them while a commit is pending):
 //! those, and only those, may still be in the top K. [`Reduction::Off`] aggregates only.
 
-use pisa::{Cmp, Cond, DualCell, Op, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
+use pisa::{Cmp, Cond, DualCell, Op, OutputSource, Pred, Salu, SaluOutput, SaluProgram, Src, Update};
 
 /// Which answers the final flush of Algorithm 1 keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -250,7 +250,7 @@ pub struct ProgressSend;
 
 impl SaluProgram<u32, u32, u32> for ProgressSend {
     const SALU: Salu =
-        Salu { conds: &[], lo: &[Update::always(Src::Lo, Op::Add, Src::PhvLo)], hi: &[], out: &[Out::always(OutSrc::OldLo)] };
+        Salu { conds: &[], lo: &[Update::always(Src::Lo, Op::Add, Src::PhvLo)], hi: &[], out: &[SaluOutput::always(OutputSource::OldLo)] };
 }
 
 /// One commit landed: one fewer pending (never below zero: c0 one is pending).
@@ -280,7 +280,7 @@ impl SaluProgram<u32, (u32, u32), u32> for HeldInsert {
             Update::new(Pred::C0.not().and(Pred::C1.not()), Src::Lo, Op::Add, Src::K(1)),
         ],
         hi: &[],
-        out: &[Out::always(OutSrc::OldLo)],
+        out: &[SaluOutput::always(OutputSource::OldLo)],
     };
 }
 
@@ -294,7 +294,7 @@ impl SaluProgram<u32, (u32, u32), u32> for HeldUnlock {
         conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::PhvHi)],
         lo: &[Update::set(Pred::C0, Src::PhvLo)],
         hi: &[],
-        out: &[Out::always(OutSrc::OldLo)],
+        out: &[SaluOutput::always(OutputSource::OldLo)],
     };
 }
 
@@ -325,7 +325,7 @@ impl SaluProgram<u32, (u32, u32), u32> for ThresholdAlu {
         conds: &[Cond::new(Src::PhvLo, Cmp::Eq, Src::K(T_MAX as i32)), Cond::new(Src::PhvHi, Cmp::LtU, Src::Lo)],
         lo: &[Update::new(Pred::C0, Src::Lo, Op::MaxU, Src::PhvHi), Update::set(Pred::C0.not().and(Pred::C1), Src::PhvHi)],
         hi: &[],
-        out: &[Out::always(OutSrc::OldLo)],
+        out: &[SaluOutput::always(OutputSource::OldLo)],
     };
 }
 
@@ -345,7 +345,7 @@ impl SaluProgram<DualCell, DualCell, u32> for EpochAlu {
         conds: &[Cond::new(Src::Lo, Cmp::GeU, Src::PhvLo), Cond::new(Src::Lo, Cmp::Eq, Src::K(0))],
         lo: &[Update::set(Pred::C0, Src::K(0)), Update::new(Pred::C0.not(), Src::Lo, Op::Add, Src::K(1))],
         hi: &[Update::set(Pred::C1, Src::PhvHi), Update::new(Pred::C1.not(), Src::Hi, Op::MaxU, Src::PhvHi)],
-        out: &[Out::new(Pred::C0, OutSrc::NewHi)],
+        out: &[SaluOutput::new(Pred::C0, OutputSource::NewHi)],
     };
 }
 

@@ -9,7 +9,7 @@
 //! carries all of its answers to the agent. Every answer therefore reaches the agent
 //! within `timeout + registers × period` (+ one pass) of entering a register.
 
-use pisa::{Cmp, Cond, DualCell, Op, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
+use pisa::{Cmp, Cond, DualCell, Op, OutputSource, Pred, Salu, SaluOutput, SaluProgram, Src, Update};
 
 /// Time in the `born` array: microseconds, wrapping at 2^32 (71 minutes), compared with
 /// wrapping subtraction.
@@ -43,7 +43,7 @@ impl SaluProgram<DualCell, DualCell, ()> for BornSet {
 pub struct BornOwner;
 
 impl SaluProgram<DualCell, (), u32> for BornOwner {
-    const SALU: Salu = Salu { conds: &[], lo: &[], hi: &[], out: &[Out::always(OutSrc::OldHi)] };
+    const SALU: Salu = Salu { conds: &[], lo: &[], hi: &[], out: &[SaluOutput::always(OutputSource::OldHi)] };
 }
 
 /// Expiry test, `(deadline, now)` in, deadline <= now (see [`BornSet`]). c0: claim >
@@ -56,7 +56,7 @@ impl SaluProgram<DualCell, (u32, u32), u32> for BornAge {
         conds: &[Cond::new(Src::Lo, Cmp::GtU, Src::PhvLo), Cond::new(Src::Lo, Cmp::LeU, Src::PhvHi)],
         lo: &[],
         hi: &[],
-        out: &[Out::new(Pred::C0.and(Pred::C1).not(), OutSrc::OldHi)],
+        out: &[SaluOutput::new(Pred::C0.and(Pred::C1).not(), OutputSource::OldHi)],
     };
 }
 
@@ -69,7 +69,7 @@ impl SaluProgram<DualCell, (u32, u32), u32> for BornAgeWrapped {
         conds: &[Cond::new(Src::Lo, Cmp::GtU, Src::PhvLo), Cond::new(Src::Lo, Cmp::LeU, Src::PhvHi)],
         lo: &[],
         hi: &[],
-        out: &[Out::new(Pred::C0.or(Pred::C1).not(), OutSrc::OldHi)],
+        out: &[SaluOutput::new(Pred::C0.or(Pred::C1).not(), OutputSource::OldHi)],
     };
 }
 
@@ -92,7 +92,7 @@ impl SaluProgram<u32, u32, u32> for SweepAlu {
         conds: &[Cond::lin(Src::Lo, Src::PhvLo, 1, Cmp::GeU), Cond::new(Src::Lo, Cmp::GeU, Src::PhvLo)],
         lo: &[Update::set(Pred::C0, Src::K(0)), Update::always(Src::Lo, Op::Add, Src::K(1))],
         hi: &[Update::new(Pred::C1, Src::PhvLo, Op::SatSub, Src::K(1)), Update::set(Pred::ALWAYS, Src::Lo)],
-        out: &[Out::always(OutSrc::NewHi)],
+        out: &[SaluOutput::always(OutputSource::NewHi)],
     };
 }
 

@@ -43,7 +43,7 @@ use pisa::{
     ActionId, ClassifyRule, DropCode, Gress, HashAlgo, HashUnit, MatchKind, Memory, MemoryKind, Pass, Program, ProgramBuilder, ProgramDecl,
     Table,
 };
-use pisa::{Cmp, Cond, Op, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
+use pisa::{Cmp, Cond, Op, OutputSource, Pred, Salu, SaluOutput, SaluProgram, Src, Update};
 use wire::switchagg::{self as sa, flags, Operation, HEADER_LEN, PAIR_OVERHEAD};
 
 use hash_table::{bucket_bytes, Spill};
@@ -124,7 +124,7 @@ impl SaluProgram<u16, u16, bool> for Arrive {
         conds: &[Cond::lin(Src::Lo, Src::PhvLo, 1, Cmp::GeU)],
         lo: &[Update::set(Pred::C0, Src::K(0)), Update::always(Src::Lo, Op::Add, Src::K(1))],
         hi: &[],
-        out: &[Out::new(Pred::C0, OutSrc::Predicate)],
+        out: &[SaluOutput::new(Pred::C0, OutputSource::Predicate)],
     };
 }
 /// A tree's configuration, from `tree_config`.
