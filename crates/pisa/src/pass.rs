@@ -961,8 +961,8 @@ impl<'a, M: TraceMode> Pass<'a, M> {
     /// a member entry directly, a group entry by the selector's hash of `data` (its stage's
     /// hash unit, so it counts as that unit's use). Direct results and misses pass through.
     pub fn select(&mut self, s: &crate::selector::ActionSelector, r: TableResult<'a>, data: &[u8]) -> TableResult<'a> {
-        let ro: &'a ProgramReadOnly = self.read_only;
-        let Some(p) = ro.profiles.get(s.idx as usize) else {
+        let read_only: &'a ProgramReadOnly = self.read_only;
+        let Some(p) = read_only.profiles.get(s.idx as usize) else {
             return TableResult::NONE;
         };
         let out = p.resolve(r, || self.hash(&s.hash, data).get());

@@ -512,9 +512,9 @@ impl Pipe {
                     }
                     (crate::decl::ActionId(a), params_from_bytes(&decl.actions[a as usize], params)?)
                 };
-                let ro = &mut self.progs[p.program as usize].state.read_only;
-                let in_use = *op == WriteOp::Delete && profile_in_use(ro, pd, crate::selector::IndirectRef::Member(*member_id));
-                ro.profiles[p.index as usize].write_member(*op, *member_id, a, &values, in_use)?;
+                let read_only = &mut self.progs[p.program as usize].state.read_only;
+                let in_use = *op == WriteOp::Delete && profile_in_use(read_only, pd, crate::selector::IndirectRef::Member(*member_id));
+                read_only.profiles[p.index as usize].write_member(*op, *member_id, a, &values, in_use)?;
                 Ok(ControlReply::Done)
             }
             ControlOp::ProfileGroupWrite { profile_id, op, group_id, members } => {
@@ -522,9 +522,9 @@ impl Pipe {
                     .resolve(*profile_id, id_prefix::ACTION_PROFILE)
                     .ok_or_else(|| ControlError::NotFound(format!("no action profile with id {profile_id:#x}")))?;
                 let pd = &set.decl(p.program as usize).action_profiles[p.index as usize];
-                let ro = &mut self.progs[p.program as usize].state.read_only;
-                let in_use = *op == WriteOp::Delete && profile_in_use(ro, pd, crate::selector::IndirectRef::Group(*group_id));
-                ro.profiles[p.index as usize].write_group(*op, *group_id, members, in_use)?;
+                let read_only = &mut self.progs[p.program as usize].state.read_only;
+                let in_use = *op == WriteOp::Delete && profile_in_use(read_only, pd, crate::selector::IndirectRef::Group(*group_id));
+                read_only.profiles[p.index as usize].write_group(*op, *group_id, members, in_use)?;
                 Ok(ControlReply::Done)
             }
             ControlOp::ProfileRead { profile_id } => {
@@ -1192,9 +1192,13 @@ fn profile_of(set: &ProgramSet, program: u8, index: u16) -> Option<usize> {
 }
 
 /// Whether an entry of a table implemented by `pd` points at `r`.
-fn profile_in_use(ro: &crate::pass::ProgramReadOnly, pd: &crate::selector::ActionProfileDecl, r: crate::selector::IndirectRef) -> bool {
+fn profile_in_use(
+    read_only: &crate::pass::ProgramReadOnly,
+    pd: &crate::selector::ActionProfileDecl,
+    r: crate::selector::IndirectRef,
+) -> bool {
     pd.tables.iter().any(|&t| {
-        ro.tables[t as usize].entries(|_| 1).iter().any(|e| crate::selector::IndirectRef::of_stored(e.action, &e.params) == Some(r))
+        read_only.tables[t as usize].entries(|_| 1).iter().any(|e| crate::selector::IndirectRef::of_stored(e.action, &e.params) == Some(r))
     })
 }
 

@@ -38,17 +38,17 @@ fn install(sw: &mut Switch, set: &ProgramSet, job: &JobSpec) {
             table_id: t,
             op: WriteOp::Insert,
             matches: vec![
-                FieldMatch::Exact { field: 0, value: be(h as u64, 16) },
-                FieldMatch::Exact { field: 1, value: be(job.id as u64, 16) },
+                FieldMatch::Exact { field: 0, value: be_bytes(h as u64, 16) },
+                FieldMatch::Exact { field: 1, value: be_bytes(job.id as u64, 16) },
             ],
             priority: 0,
             action_id: a,
             params: vec![
-                (1, be(job.pool_base as u64, 32)),
-                (2, be(job.slots as u64, 16)),
-                (3, be(job.hosts.len() as u64, 16)),
-                (4, be(job.seen_base as u64, 32)),
-                (5, be(group as u64, 16)),
+                (1, be_bytes(job.pool_base as u64, 32)),
+                (2, be_bytes(job.slots as u64, 16)),
+                (3, be_bytes(job.hosts.len() as u64, 16)),
+                (4, be_bytes(job.seen_base as u64, 32)),
+                (5, be_bytes(group as u64, 16)),
             ],
         })
         .unwrap();
@@ -62,15 +62,15 @@ fn install(sw: &mut Switch, set: &ProgramSet, job: &JobSpec) {
         sw.control(&ControlOp::TableWrite {
             table_id: t,
             op: WriteOp::Insert,
-            matches: vec![FieldMatch::Exact { field: 0, value: be(h as u64, 16) }],
+            matches: vec![FieldMatch::Exact { field: 0, value: be_bytes(h as u64, 16) }],
             priority: 0,
             action_id: a,
             params: vec![
-                (1, be(u64::from_be_bytes(m), 48)),
-                (2, be(u32::from_be_bytes([10, 0, 0, h]) as u64, 32)),
-                (3, be(WORKER_PORT as u64, 16)),
-                (4, be(0x0200_0000_00FE, 48)),
-                (5, be(u32::from_be_bytes([10, 0, 0, 254]) as u64, 32)),
+                (1, be_bytes(u64::from_be_bytes(m), 48)),
+                (2, be_bytes(u32::from_be_bytes([10, 0, 0, h]) as u64, 32)),
+                (3, be_bytes(WORKER_PORT as u64, 16)),
+                (4, be_bytes(0x0200_0000_00FE, 48)),
+                (5, be_bytes(u32::from_be_bytes([10, 0, 0, 254]) as u64, 32)),
             ],
         })
         .unwrap();

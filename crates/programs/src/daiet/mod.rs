@@ -365,10 +365,10 @@ impl Daiet {
             if pair[0] == 0 {
                 continue; // a hole
             }
-            let be = |i: usize| u32::from_be_bytes([pair[i], pair[i + 1], pair[i + 2], pair[i + 3]]);
+            let u32_at = |i: usize| u32::from_be_bytes([pair[i], pair[i + 1], pair[i + 2], pair[i + 3]]);
             keys[s].copy_from_slice(&pair[..16]);
-            words[s] = [be(0), be(4), be(8), be(12)];
-            vals[s] = be(16);
+            words[s] = [u32_at(0), u32_at(4), u32_at(8), u32_at(12)];
+            vals[s] = u32_at(16);
             present |= 1 << s;
         }
         if present == 0 {
