@@ -68,7 +68,7 @@ impl Cond {
         Cond { a, b, k: 0, cmp }
     }
     /// `a - b + k cmp 0`.
-    pub const fn lin(a: Src, b: Src, k: i32, cmp: Cmp) -> Cond {
+    pub const fn linear(a: Src, b: Src, k: i32, cmp: Cmp) -> Cond {
         Cond { a, b, k, cmp }
     }
 }
@@ -735,7 +735,7 @@ mod tests {
         assert_eq!(eval(&EXPIRED, 5u32, [5, 0]).1, 0, "equal is not after");
         // The constant takes part in the same 32-bit sum (0x20 - 0x20 == 0); the other forms.
         for (cmp, k, want) in [(Cmp::GeW, 0, 1), (Cmp::LtW, 0, 0), (Cmp::LeW, -0x20, 1), (Cmp::GtW, -0x20, 0)] {
-            let conds: &'static [Cond] = Box::leak(Box::new([Cond::lin(Src::PhvLo, Src::Lo, k, cmp)]));
+            let conds: &'static [Cond] = Box::leak(Box::new([Cond::linear(Src::PhvLo, Src::Lo, k, cmp)]));
             const OUT: &[SaluOutput] = &[SaluOutput::always(OutputSource::Predicate)];
             let s = Salu { conds, lo: &[], hi: &[], out: OUT };
             assert_eq!(eval(&s, 0xFFFF_FFF0u32, [0x10, 0]).1, want, "{cmp:?} k={k}");

@@ -77,7 +77,7 @@ const AT: usize = UDP_IPV4_LEN;
 struct Seen;
 impl SaluProgram<u8, u8, bool> for Seen {
     const SALU: Salu = Salu {
-        conds: &[Cond::new(Src::PhvLo, Cmp::Eq, Src::K(0)), Cond::lin(Src::Lo, Src::PhvLo, -1, Cmp::Eq)],
+        conds: &[Cond::new(Src::PhvLo, Cmp::Eq, Src::K(0)), Cond::linear(Src::Lo, Src::PhvLo, -1, Cmp::Eq)],
         lo: &[Update::set(Pred::C0, Src::K(1)), Update::set(Pred::ALWAYS, Src::K(2))],
         hi: &[],
         out: &[SaluOutput::new(Pred::C1, OutputSource::Predicate)],
@@ -97,7 +97,7 @@ const FIRST: u32 = 1;
 const COMPLETE: u32 = 2;
 impl SaluProgram<u32, u32, u32> for Count {
     const SALU: Salu = Salu {
-        conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::K(0)), Cond::lin(Src::Lo, Src::PhvLo, 1, Cmp::GeU)],
+        conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::K(0)), Cond::linear(Src::Lo, Src::PhvLo, 1, Cmp::GeU)],
         lo: &[Update::set(Pred::C1, Src::K(0)), Update::always(Src::Lo, Op::Add, Src::K(1))],
         hi: &[],
         out: &[SaluOutput::always(OutputSource::Predicate)],

@@ -75,7 +75,7 @@ pub const NO_DRAIN: u32 = u32::MAX;
 pub struct RingStore;
 impl SaluProgram<DualCell, u32, u32> for RingStore {
     const SALU: Salu = Salu {
-        conds: &[Cond::lin(Src::Hi, Src::K(0), -(4 * LAST as i32), Cmp::LtU), Cond::new(Src::Hi, Cmp::Eq, Src::PhvLo)],
+        conds: &[Cond::linear(Src::Hi, Src::K(0), -(4 * LAST as i32), Cmp::LtU), Cond::new(Src::Hi, Cmp::Eq, Src::PhvLo)],
         lo: &[
             Update::new(Pred::C0, Src::Lo, Op::Add, Src::K(1)),
             Update::new(Pred::C1, Src::Lo, Op::Add, Src::K((1 << SLOT_BITS) - LAST as i32)),

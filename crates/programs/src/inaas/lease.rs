@@ -182,7 +182,7 @@ pub struct LeaseCommit;
 impl SaluProgram<u32, u32, u32> for LeaseCommit {
     const SALU: Salu = Salu {
         // lo - uid - 2^31 == 0 (BUSY is bit 31; the constant takes a register-file row).
-        conds: &[Cond::lin(Src::Lo, Src::PhvLo, BUSY as i32, Cmp::Eq)],
+        conds: &[Cond::linear(Src::Lo, Src::PhvLo, BUSY as i32, Cmp::Eq)],
         lo: &[Update::set(Pred::C0, Src::PhvLo)],
         hi: &[],
         out: &[SaluOutput::always(OutputSource::NewLo)],

@@ -89,7 +89,7 @@ pub struct SweepAlu;
 /// (the cursor, at most R - 1) comes from the high update ALUs.
 impl SaluProgram<u32, u32, u32> for SweepAlu {
     const SALU: Salu = Salu {
-        conds: &[Cond::lin(Src::Lo, Src::PhvLo, 1, Cmp::GeU), Cond::new(Src::Lo, Cmp::GeU, Src::PhvLo)],
+        conds: &[Cond::linear(Src::Lo, Src::PhvLo, 1, Cmp::GeU), Cond::new(Src::Lo, Cmp::GeU, Src::PhvLo)],
         lo: &[Update::set(Pred::C0, Src::K(0)), Update::always(Src::Lo, Op::Add, Src::K(1))],
         hi: &[Update::new(Pred::C1, Src::PhvLo, Op::SatSub, Src::K(1)), Update::set(Pred::ALWAYS, Src::Lo)],
         out: &[SaluOutput::always(OutputSource::NewHi)],

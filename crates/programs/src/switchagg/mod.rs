@@ -121,7 +121,7 @@ pub struct SwitchAgg {
 struct Arrive;
 impl SaluProgram<u16, u16, bool> for Arrive {
     const SALU: Salu = Salu {
-        conds: &[Cond::lin(Src::Lo, Src::PhvLo, 1, Cmp::GeU)],
+        conds: &[Cond::linear(Src::Lo, Src::PhvLo, 1, Cmp::GeU)],
         lo: &[Update::set(Pred::C0, Src::K(0)), Update::always(Src::Lo, Op::Add, Src::K(1))],
         hi: &[],
         out: &[SaluOutput::new(Pred::C0, OutputSource::Predicate)],
