@@ -2,28 +2,6 @@
 //! integers (Sapio et al., NSDI'21, Algorithm 3 "switch logic with packet loss recovery"),
 //! the machine-learning use DAIET names (§2) and INaaS's DML tenant.
 //!
-//! Each job owns a partition of the switch's memory: a pool of `s` slots, each slot two
-//! shadow copies (`ver` 0/1) of [`ELEMS`] 32-bit cells, a contribution counter per copy,
-//! and a seen-cell per (slot, worker). A worker sends chunk `k` of its vector into slot
-//! `k mod s` and alternates the copy at each reuse of the slot; it sends its next chunk
-//! for a slot only once it has that slot's result. Per packet:
-//!
-//! - new contribution (this worker's seen bit for `ver` clear): set it, clear its bit for
-//!   the other copy (the worker is done with it), count `(count + 1) mod n`; the first
-//!   contribution overwrites the cells, later ones add; the one that brings the count back
-//!   to 0 completes the slot: its packet becomes the result, multicast to every worker;
-//!   any other is absorbed (a counted drop).
-//! - already seen (a retransmission): if the copy is complete, the result goes back to
-//!   that worker alone (it missed the multicast); else it is absorbed, nothing added.
-//!
-//! A copy is overwritten only by the first contribution of its next use, which a worker
-//! sends only after it has the other copy's result, which exists only when every worker
-//! has contributed to it, which each did only after receiving this copy's result: so a
-//! result is never overwritten while a worker may still ask for it, and a contribution is
-//! added exactly once. The counter (not a 32-bit bitmap) and the seen-cell per worker
-//! leave the number of workers to the control plane: a job of `n` workers and `s` slots
-//! uses `n * s` seen-cells of [`SEEN_CELLS`].
-//!
 //! Layout (tofino1; `forward` uses stages 0–1 besides):
 //! - ingress stage 0: `jobs` (exact: (ingress port, job id) → pool base, slots, workers,
 //!   seen base, group), one entry per port of the job's workers: a packet is admitted to a
@@ -38,6 +16,9 @@
 //!
 //! `MAX` packets (flag [`flags::MAX`]) aggregate with an unsigned maximum instead of the
 //! sum: the hosts' exponent round (see `hostlib::allreduce`).
+//!
+//! What a packet does to its slot, and why a result is never overwritten while a worker may
+//! still ask for it: docs/allreduce.md, "Switch: `programs::allreduce`".
 
 use pisa::decl::TableSpec;
 use pisa::salu::common::Read;

@@ -18,16 +18,8 @@
 //! a packet with more colliding pairs keeps them marked in its bridged metadata and stores
 //! one per following pass.
 //!
-//! Why two counters, and what the store decides (the long version is in
-//! `docs/pisa-rules.md`): the head may move on to the next buffer only if that buffer is
-//! not being drained, a bit of the busy set chosen by the head itself, which no condition
-//! of a stateful ALU can test. So the ring keeps, beside the position, one flag: whether
-//! the buffer after the head is known to be free. A store that moves the head clears it
-//! (the one after the new head is not known) and learns, in stage 11 of the same pass,
-//! whether that buffer is busy; if it is not, it sets the flag in its next pass
-//! ([`AFTER_MOVE`]); if it is, that buffer's drain sets it when it ends ([`drained`]).
-//! Until then the head's last slot is refused: the last slot is taken only by a store that
-//! moves the head on and drains the buffer it filled, so no buffer ever waits full.
+//! Why two counters, and what a store decides: docs/wordcount.md, "DAIET's spillover
+//! bucket", "Why two counters".
 
 use pisa::{Cmp, Cond, DualCell, Op, OutputSource, Pred, Salu, SaluOutput, SaluProgram, Src, Update};
 use wire::daiet::MAX_PAIRS;

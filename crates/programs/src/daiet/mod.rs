@@ -6,46 +6,13 @@
 //! stack of used cells, a children counter, and the switch's own sequence numbers towards
 //! the parent. Trees share the arrays in partitions the controller sets.
 //!
-//! How a packet goes through: four pairs per pass, one per register slice (the pair at
-//! position p uses slice p % 4: its own key, value and index-stack arrays — the hardware
-//! way to loop over a packet's items); more pairs by recirculation, declared and counted.
-//! A packet of ten pairs makes three passes.
-//! - first pass: the exactly-once check (`seq_state`, see [`exactly_once`]): a duplicate is
-//!   turned into its own ACK; a gap or a copy of a packet in flight is dropped and counted
-//!   (a packet that was not the expected one tells these apart in a second pass of its
-//!   own). An END counts the child (`ends_seen`).
-//! - each pass: for its (up to) four pairs: hash, whole-key compare-or-claim across four
-//!   key arrays, aggregate the value, push a newly claimed cell on the slice's index stack
-//!   ([`cells`]); a pair colliding with a different stored key is marked in the bridged
-//!   metadata and goes into the tree's spillover bucket in registers, one per pass
-//!   ([`bucket`], [`spillover`]); more colliding pairs than passes cost a recirculation
-//!   each.
-//! - the pass that takes the last group completes the sequence number; when every pair is
-//!   in a cell or the bucket the packet becomes the ACK. The packet whose store filled a
-//!   bucket buffer sends the ACK back as a truncated clone (egress rewrites it) and drains
-//!   the buffer, one slot per pass, leaving for the parent with the ten pairs, numbered by
-//!   the switch. Pairs that find the bucket busy go on in their own packet (still exact).
-//! - The END that brings the children count to the configured number becomes the flush
-//!   walker ([`flush`]): one pass per cell pops a slice's index stack and reads-and-clears
-//!   the cell, then one pass per pair left in the spillover bucket; every ten pairs a copy
-//!   leaves for the parent (clone to the recirculation port keeps the walk going); at the
-//!   end the END goes to the parent and the child's END is acknowledged. The tree's cells,
-//!   stacks and bucket are empty afterwards.
-//! - Keys longer than 16 bytes (or empty, or with a zero byte) come in VARLEN packets:
-//!   sequenced like the others and forwarded whole, never truncated (the public code's
-//!   second defect).
-//!
-//! - Every waiting loop is bounded: an END waiting for its sender's packets in flight and
-//!   the flush walker waiting for the spillover bucket's drains and stores count their
-//!   consecutive waiting passes (bridged metadata); past [`MAX_WAIT_PASSES`] the switch gives
-//!   up on them (a counted `daiet_wait_exceeded` drop; see [`MAX_WAIT_PASSES`] for what is
-//!   left behind), so a lost packet or a reconfigured tree never leaves a packet
-//!   recirculating forever. The hosts' retransmission and fallback finish the job.
-//!
 //! Layout (tofino1), slice s = 0..3: stage 0 `daiet_trees`; 1 `seq_state`, `key_hash_s`;
 //! 2–5 `key0_s`..`key3_s`; 6 `value_s`; 7 `stack_top_s`; 8 `index_stack_s`; 9 `out_seq`,
 //! `ends_seen`, `spill_ring`; 10 `spill_key0`..`spill_key3`; 11 `spill_value`,
 //! `spill_overflow`, `spill_busy`.
+//!
+//! A packet's passes, the flush and the bounded waits: docs/wordcount.md, "DAIET's
+//! switch program: a packet's passes".
 
 pub mod bucket;
 pub mod cells;

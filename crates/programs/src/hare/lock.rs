@@ -5,32 +5,15 @@
 //! length (`lock_state`), the waiters' modes (`lock_excl`, one bit per position) and a
 //! fixed-size waiting queue of [`QUEUE`] requests (`lock_queue_ip`, `lock_queue_tag`: one
 //! register cell per position, `slot * QUEUE + position`), every register action a
-//! declared stateful-ALU instruction (NetLock's split; `docs/pisa-rules.md`). The switch
-//! grants by packets:
-//!
-//! - ACQUIRE: granted at once when nothing waits and the lock is free (or shared and the
-//!   request is shared): the request becomes the grant, back to the client. Otherwise the
-//!   request is queued at `head + length` (the packet ends here, counted as
-//!   `lock_waiting`) or, when the queue is full, answered with `status` 1 (retry).
-//! - RELEASE: answered with a release ack; when the lock is now free for the head waiter
-//!   (free, or shared and the waiter shared), the ack is cloned to the recirculation port
-//!   (carrying the slot in `hit_index`, the waiter's cell in the value, its position and
-//!   mode in the bridged metadata). In its second pass the clone takes the waiter off the
-//!   queue (if the head is still there) and becomes the waiter's grant (addressed through
-//!   `lock_hosts`). When that grant leaves the lock shared and the next waiter is shared
-//!   too, the same pass clones the grant around again for it: all shared waiters at the
-//!   head of the queue are granted together, one recirculation each (at most [`QUEUE`]),
-//!   as the lock's server grants them (`lockapp.LockServer.release`).
-//!
-//! Lock state on the switch is dirty data: before a lock is evicted the control plane
-//! moves it back with `DataMvToServer` packets (state and each queue cell), and moves it in
-//! with `DataMvToSwitch` when offloading (`aux` selects a queue cell, or the state). While a slot is `REPLACING` its requests go to
-//! the lock's server, which answers "retry" until the state has moved.
+//! declared stateful-ALU instruction (NetLock's split; `docs/pisa-rules.md`).
 //!
 //! The state as moved (the lock server's layout): `lo` = holders (bits 0..16) | mode (bits
 //! 16..18: 0 free, 1 shared, 2 exclusive); `hi` = head (bits 0..3) | length (bits 3..7) |
 //! exclusive-waiter mask (bits 8..16, one bit per queue position). A queue cell: `lo` =
 //! client IPv4 address, `hi` = client id (bits 16..32) | request seq (bits 0..16).
+//!
+//! How the switch grants, queues and hands a lock over, and how lock state moves between
+//! switch and server: docs/hare.md, "The lock manager on the switch".
 
 use pisa::decl::TableSpec;
 use pisa::salu::common::{Read, Write};

@@ -18,17 +18,7 @@
 //!   "present". The switch rewrites the packet into the answer (the value of each probed
 //!   item: [`BLOOM_PRESENT`] or [`BLOOM_ABSENT`]) and sends it back to the tenant.
 //!
-//! Why three arrays in parallel, not one array probed three times: a register array is
-//! accessed once per pass, so k probes of one array cost k - 1 recirculations per lookup
-//! (each crossing the recirculation port); three arrays cost three stateful ALUs and no
-//! pass. On tofino1 the ALUs are there: stages 2-11 are full (lease and key-value arrays),
-//! and stages 0-1 had three free, which an egress access can use after the ingress lease
-//! check. Why the uid in the cell: a lease that changes hands must not hand over the old
-//! holder's bits, and a clear on the taker's second pass would race with the taker's own
-//! lookups (ingress and egress of different packets interleave); a cell whose tag is not
-//! the asking uid reads as empty, and the first insert of the new holder claims it. The
-//! lease probe still guards every access, so a tenant never sets bits in a cell it does not
-//! hold.
+//! Why three arrays, and why the uid in the cell: docs/inaas.md, "Bloom in the switch".
 
 use pisa::TraceMode;
 use pisa::{

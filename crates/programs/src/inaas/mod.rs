@@ -9,29 +9,14 @@
 //! - ingress stages 7–11: `lease_0` … `lease_19` (the holder's uid), four per stage
 //! - ingress stages 12–16: `kv_0` … `kv_19` (key, value), four per stage
 //! - (`inaas_paxos`) egress stages 17–19: the acceptors
-//!
-//! On tofino1 (12 stages) a pass serves 13 segments, the same arrays packed in stages 2–11
-//! ([`lease::Layout`]); items 13–19 fail.
 //! - egress stage 1: `tenant_usage` (ALU operations, packets) and `tenant_events`
 //!   (mismatching accesses, leases taken), per tenant slot: the ledger's source
 //!
-//! Per packet: classify by EtherType ([`wire::inaas::ETHERTYPE`]); drop malformed headers
-//! (counted) before any memory is touched; look the uid up for the ingress port (a miss is
-//! a forged uid: counted per port, sent to the goalkeeper to be logged); a retransmission
-//! goes to the goalkeeper untouched; then per item the lease check, the primitive, the
-//! compute. A preempted item needs Algorithm 1's 64-bit swap, and a Tofino 1 stateful ALU
-//! returns 32 bits: the value half moves in this pass, the key half in one recirculation
-//! (declared, at most one per packet). A packet with failures, preemptions or overflows
-//! goes to the goalkeeper; any other is answered by the switch itself, back to its sender.
+//! On tofino1 (12 stages) a pass serves 13 segments, the same arrays packed in stages 2–11
+//! ([`lease::Layout`]); items 13–19 fail.
 //!
-//! Paxos packets (ops [`OP_PAXOS_1A`], [`OP_PAXOS_2A`]) address the acceptors of
-//! [`paxos`] in segments 0–2: the lease is probed (never taken) in ingress, the acceptors
-//! run in the three egress stages after the segments' arrays (17–19), and the switch always answers the sender (never the
-//! goalkeeper: a refused or unleased acceptor is a failed item, the proposer's business).
-//!
-//! Bloom packets ([`wire::inaas::OP_BLOOM_INSERT`], [`wire::inaas::OP_BLOOM_QUERY`]) probe
-//! the leases of segments 0-2 in ingress and the tenant's bits in egress stages 0-1 (see
-//! [`bloom`]); the switch answers present/absent to the sender.
+//! What a packet goes through (tenants, leases, Paxos and Bloom packets): docs/inaas.md,
+//! "The switch program, per packet".
 
 pub mod arith;
 pub mod bloom;

@@ -1,16 +1,6 @@
 //! `netsha`: in-switch answer reduction and aggregation for distributed LSH search
 //! (Zhang et al., NetSHa; paper §3–§4, Algorithms 1 and 2).
 //!
-//! Answer packets (UDP, IPv4 ToS reserved bit set, [`wire::netsha`]) from the search
-//! servers to the agent are taken apart one answer per pass: each answer goes into its
-//! query's logical register (hash(QID), [`selection`]), is ordered into its slots
-//! ([`slots`], `Slot_Sort`), and SortReduce ([`sort_reduce`], Algorithm 1) decides whether
-//! the register sends answers and which ones. Answers sent are appended to the same packet
-//! as new query blocks, so answers of several queries leave in one packet (aggregation,
-//! §3.5); a packet whose answers were all absorbed is dropped (counted as
-//! `netsha_absorbed`). Several switches on a path each run this independently (§3.8): the
-//! output is again NetSHa packets.
-//!
 //! Layout (all ingress):
 //! - stage 0: `qid_hash` (CRC-32 of the QID), `agent` (table: where timer packets go);
 //!   built for two condition units (Tofino 1) with two ways: `qid_1` (way 1's owners)
@@ -26,24 +16,8 @@
 //!   stage 6+i
 //! - stage 5+n: `answer_events`, `emit_events` (counters the control plane reads)
 //!
-//! What a real switch could not do, and how this program does it instead:
-//! - The paper's parser extracts up to 120 answers in one pass. A pass here handles one
-//!   answer (each slot array is touched once per pass), and a packet goes around once per
-//!   answer (recirculation, declared and counted). The whole packet must lie within the
-//!   parse depth; a longer one is forwarded unreduced.
-//! - The linear register scan of Algorithm 2 becomes a choice among the `ways` candidate
-//!   registers of the query's hash(QID) set (§4's mapping, set-associative; see
-//!   [`selection`]).
-//! - r.T depends on the answers just sent, read in the last stages, but is tested before
-//!   the slots: the pass that sends writes r.T on a following pass ("commit").
-//! - A full server packet (up to 120 answers, §3.3) has no room left for the answers its
-//!   registers send: it is split by an ingress mirror to the recirculation port (clone
-//!   session [`SPLIT_SESSION`]); the two identical copies tell themselves apart with a
-//!   test-and-set (`split_turn`), one keeps the answers sent and the front, the other the
-//!   tail, which waits (recirculating idle) so the servers' order is kept.
-//! - Query server selection (§4): query packets ([`wire::netsha::QueryPacket`]) are looked
-//!   up in one exact-match table per LSH table (stages 0..L), the server bitmaps ORed, and
-//!   multicast to every server ([`SELECT_GROUP`]); egress prunes the servers not selected.
+//! How a packet goes through and what a real switch could not do: docs/netsha.md,
+//! "The switch program in brief".
 
 pub mod best_effort;
 pub mod path;

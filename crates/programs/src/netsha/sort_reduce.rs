@@ -8,29 +8,8 @@
 //! must be known before the state moves. [`step`] is Algorithm 1's decision on the state
 //! as one function, the reference the declared actions are tested against.
 //!
-//! An insert reads `progress` ([`ProgressRead`]): phase and pending give the drop test
-//! and the `state` action's operand. `state` ([`HeldInsert`]) counts the answer in, or,
-//! when it fills the register in phase 1, *locks* it (held = n): the send changes
-//! `progress` (r.k += p, one more commit pending), whose stage the packet has passed, so
-//! the filling answer recirculates once, and on that pass `progress` counts the send
-//! ([`ProgressSend`], returning r.k and pending as they were: the decision) and `state`
-//! unlocks to what the send leaves ([`HeldUnlock`]). Answers that meet a locked register
-//! recirculate and try again. Phase 2 and aggregation-only sends change only `state`, in
-//! the same pass.
-//!
-//! Phase 1 (r.k < K): insert; when the register fills, send the p GA answers (r.k += p),
-//! or, when fewer than p are still owed, the final flush: send K − r.k and clear the rest.
-//! Phase 2 (r.k >= K): drop answers at or beyond r.T, insert the others, send all n when
-//! full. r.T is the largest distance sent. It is known only after the slots (the last
-//! stages) are read, so the pass that sends writes it on its next pass (a counted
-//! recirculation, a "commit"); until every commit has landed, phase 2 does not drop
-//! (`pending`), so a stale r.T can never drop an answer.
-//!
-//! [`Reduction::Paper`] clears the rest at the final flush as Algorithm 1 does, which can
-//! lose a true top-K answer (an answer cleared there can be better than an answer sent in
-//! an earlier batch). [`Reduction::Exact`] also sends, at the final flush, every held
-//! answer below the r.T of the earlier batches (or all of them while a commit is pending):
-//! those, and only those, may still be in the top K. [`Reduction::Off`] aggregates only.
+//! The actions' order, the phases and the reductions: docs/netsha.md, "SortReduce's
+//! actions".
 
 use pisa::{Cmp, Cond, DualCell, Op, OutputSource, Pred, Salu, SaluOutput, SaluProgram, Src, Update};
 
