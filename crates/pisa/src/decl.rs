@@ -525,7 +525,7 @@ impl ProgramBuilder {
     }
 
     /// Name the bit fields of `reg`'s cells, least significant first (`[("packets", 32),
-    /// ("bytes", 32)]` for a [`crate::Pair`] with packets in `lo`); their widths must add
+    /// ("bytes", 32)]` for a [`crate::DualCell`] with packets in `lo`); their widths must add
     /// up to the cell's. Only for readers (P4Info, `inswitch registers read`, the web view).
     pub fn cell_fields<T: Cell>(&mut self, reg: &Register<T>, fields: &[(&str, u32)]) -> &mut Self {
         let total: u32 = fields.iter().map(|(_, b)| *b).sum();

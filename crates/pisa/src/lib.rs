@@ -48,9 +48,9 @@ pub use packet::{BufPool, PacketBuf, PortId, PORT_CPU, PORT_NONE, PORT_PKTGEN, P
 pub use pass::{Pass, TraceMode, Traced, Untraced, Violation};
 pub use pipe::{Handoff, Pipe, PipeConfig, PortMap};
 pub use program::{Program, ProgramSet};
-pub use register::{Cell, Pair, Register, RegisterAction, SaluBody, SaluFn};
+pub use register::{Cell, DualCell, Register, RegisterAction, SaluBody, SaluFn};
 pub use resources::ResourceReport;
-pub use salu::{Cmp, Cond, Declared, Op, Out, OutSrc, Pred, Salu, SaluAction, SaluLanes, SaluProgram, Src, Update};
+pub use salu::{Cmp, Cond, Declared, Op, OutputSource, Pred, Salu, SaluAction, SaluLanes, SaluOutput, SaluProgram, Src, Update};
 pub use selector::{ActionProfileDecl, ActionSelector, IndirectRef};
 pub use staged::{Staged, StagedArg};
 pub use switch::Switch;

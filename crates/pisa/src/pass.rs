@@ -307,7 +307,7 @@ impl Guard {
 /// per batch loop: untraced while no trace session is armed.
 pub trait TraceMode: sealed::Sealed + Sized + 'static {
     /// Whether the hooks are compiled in.
-    const ON: bool;
+    const TRACE_HOOKS: bool;
     /// `program`'s ingress control in this mode.
     #[doc(hidden)]
     fn ingress<P: crate::Program + ?Sized>(program: &P, pass: &mut Pass<'_, Self>);
@@ -331,7 +331,7 @@ mod sealed {
 }
 
 impl TraceMode for Traced {
-    const ON: bool = true;
+    const TRACE_HOOKS: bool = true;
     #[inline(always)]
     fn ingress<P: crate::Program + ?Sized>(program: &P, pass: &mut Pass<'_, Self>) {
         program.ingress(pass)
@@ -347,7 +347,7 @@ impl TraceMode for Traced {
 }
 
 impl TraceMode for Untraced {
-    const ON: bool = false;
+    const TRACE_HOOKS: bool = false;
     #[inline(always)]
     fn ingress<P: crate::Program + ?Sized>(program: &P, pass: &mut Pass<'_, Self>) {
         program.ingress_untraced(pass)
@@ -400,7 +400,7 @@ impl<'a, M: TraceMode> Pass<'a, M> {
     pub(crate) fn new(pkt: PacketBuf, state: &'a mut ProgramState, gress: Gress, env: &'a PassEnv) -> Self {
         let ProgramState { regs, mems, read_only, .. } = state;
         let hdr_len = read_only.depth.min(pkt.len());
-        let trace = if M::ON { pkt.meta.trace } else { 0 };
+        let trace = if M::TRACE_HOOKS { pkt.meta.trace } else { 0 };
         Pass {
             pkt,
             hdr_len,
@@ -428,7 +428,7 @@ impl<'a, M: TraceMode> Pass<'a, M> {
         self.items = 0;
         // (Untraced: the id stays 0 from `new`, for a control block run through
         // `as_traced`.)
-        if M::ON {
+        if M::TRACE_HOOKS {
             self.trace = self.pkt.meta.trace;
             if self.trace != 0 {
                 self.trace_pass();
@@ -440,7 +440,7 @@ impl<'a, M: TraceMode> Pass<'a, M> {
     /// compiled in; untraced, a constant false and no test).
     #[inline(always)]
     fn traced(&self) -> bool {
-        M::ON && self.trace != 0
+        M::TRACE_HOOKS && self.trace != 0
     }
 
     /// This pass as one with the trace hooks compiled in (the same pass; untraced, its
@@ -455,13 +455,13 @@ impl<'a, M: TraceMode> Pass<'a, M> {
     /// calling the program's instance for its mode), or `N` is `Traced` (above).
     #[inline(always)]
     pub(crate) fn retype<N: TraceMode>(&mut self) -> &mut Pass<'a, N> {
-        debug_assert!(N::ON || !M::ON, "a traced pass is never run untraced");
+        debug_assert!(N::TRACE_HOOKS || !M::TRACE_HOOKS, "a traced pass is never run untraced");
         const { assert!(std::mem::size_of::<Pass<'static, Traced>>() == std::mem::size_of::<Pass<'static, Untraced>>()) };
         let p: *mut Pass<'a, M> = self;
         // SAFETY: `Pass` is `repr(C)` and `M` is only in the zero-sized `mode` marker, so
         // `Pass<'a, M>` and `Pass<'a, N>` have the same fields with the same types at the
         // same offsets; the reference keeps `self`'s lifetime and exclusivity. An untraced
-        // pass viewed as traced holds trace id 0 (never set when `M::ON` is false), which
+        // pass viewed as traced holds trace id 0 (never set when `M::TRACE_HOOKS` is false), which
         // the hooks read as "not traced".
         #[allow(unsafe_code)]
         unsafe {
@@ -982,8 +982,8 @@ impl<'a, M: TraceMode> Pass<'a, M> {
     /// a member entry directly, a group entry by the selector's hash of `data` (its stage's
     /// hash unit, so it counts as that unit's use). Direct results and misses pass through.
     pub fn select(&mut self, s: &crate::selector::ActionSelector, r: TableResult<'a>, data: &[u8]) -> TableResult<'a> {
-        let ro: &'a ProgramReadOnly = self.read_only;
-        let Some(p) = ro.profiles.get(s.idx as usize) else {
+        let read_only: &'a ProgramReadOnly = self.read_only;
+        let Some(p) = read_only.profiles.get(s.idx as usize) else {
             return TableResult::NONE;
         };
         let out = p.resolve(r, || self.hash(&s.hash, data).get());

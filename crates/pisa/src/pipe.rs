@@ -20,7 +20,7 @@ use crate::packet::{BufPool, PacketBuf, PacketMeta, PortId, PORT_CPU, PORT_PKTGE
 use crate::pass::{DigestMsg, Pass, PassEnv, ProgramState, TraceMode, Traced, Untraced, Violation};
 use crate::program::{id_prefix, Program, ProgramSet};
 use crate::table::params_from_bytes;
-use crate::tm::Tm;
+use crate::tm::TrafficManager;
 // Re-exported: drivers configure and feed a pipe with these.
 pub use crate::tm::{Handoff, PacketIn, PipeConfig, PortMap};
 
@@ -54,7 +54,7 @@ pub struct Pipe {
     pktgens: Vec<PktGen>,
     /// What the open passes of a batch loop keep between two batches (see [`Passes`]).
     spare: PassStore,
-    tm: Tm,
+    tm: TrafficManager,
 }
 
 impl Pipe {
@@ -88,7 +88,7 @@ impl Pipe {
             env: PassEnv::new(cfg.digest_capacity),
             pktgens,
             spare: PassStore::default(),
-            tm: Tm::new(id, map, cfg, set.len()),
+            tm: TrafficManager::new(id, map, cfg, set.len()),
             set,
         }
     }
@@ -512,9 +512,9 @@ impl Pipe {
                     }
                     (crate::decl::ActionId(a), params_from_bytes(&decl.actions[a as usize], params)?)
                 };
-                let ro = &mut self.progs[p.program as usize].state.read_only;
-                let in_use = *op == WriteOp::Delete && profile_in_use(ro, pd, crate::selector::IndirectRef::Member(*member_id));
-                ro.profiles[p.index as usize].write_member(*op, *member_id, a, &values, in_use)?;
+                let read_only = &mut self.progs[p.program as usize].state.read_only;
+                let in_use = *op == WriteOp::Delete && profile_in_use(read_only, pd, crate::selector::IndirectRef::Member(*member_id));
+                read_only.profiles[p.index as usize].write_member(*op, *member_id, a, &values, in_use)?;
                 Ok(ControlReply::Done)
             }
             ControlOp::ProfileGroupWrite { profile_id, op, group_id, members } => {
@@ -522,9 +522,9 @@ impl Pipe {
                     .resolve(*profile_id, id_prefix::ACTION_PROFILE)
                     .ok_or_else(|| ControlError::NotFound(format!("no action profile with id {profile_id:#x}")))?;
                 let pd = &set.decl(p.program as usize).action_profiles[p.index as usize];
-                let ro = &mut self.progs[p.program as usize].state.read_only;
-                let in_use = *op == WriteOp::Delete && profile_in_use(ro, pd, crate::selector::IndirectRef::Group(*group_id));
-                ro.profiles[p.index as usize].write_group(*op, *group_id, members, in_use)?;
+                let read_only = &mut self.progs[p.program as usize].state.read_only;
+                let in_use = *op == WriteOp::Delete && profile_in_use(read_only, pd, crate::selector::IndirectRef::Group(*group_id));
+                read_only.profiles[p.index as usize].write_group(*op, *group_id, members, in_use)?;
                 Ok(ControlReply::Done)
             }
             ControlOp::ProfileRead { profile_id } => {
@@ -647,7 +647,7 @@ impl Pipe {
 /// inside the loop. Opaque: only the pipe makes and runs one.
 pub struct Batch<'b, 'a, M = Traced> {
     passes: &'b mut Passes<'a, M>,
-    tm: &'b mut Tm,
+    tm: &'b mut TrafficManager,
     set: &'b ProgramSet,
     classifies: bool,
     out: &'b mut Handoff,
@@ -686,7 +686,7 @@ impl<'a, M: TraceMode> Batch<'_, 'a, M> {
     pub(crate) fn run<P: Program + ?Sized>(&mut self, program: Option<&P>) -> BatchRan {
         // Plain locals for the loops, not fields behind `self`.
         let Batch { passes, tm, set, classifies, out, job } = self;
-        let (passes, tm, set, classifies, out): (&mut Passes<'_, M>, &mut Tm, &ProgramSet, bool, &mut Handoff) =
+        let (passes, tm, set, classifies, out): (&mut Passes<'_, M>, &mut TrafficManager, &ProgramSet, bool, &mut Handoff) =
             (passes, tm, set, *classifies, out);
         match job {
             Job::Received { rx } => {
@@ -697,7 +697,7 @@ impl<'a, M: TraceMode> Batch<'_, 'a, M> {
                         c.rx_bytes += pkt.len() as u64;
                     }
                     pkt.meta.reset(port);
-                    if M::ON {
+                    if M::TRACE_HOOKS {
                         trace_start(passes.env, set, classifies, &mut pkt);
                     }
                     ingress_packet(passes, program, tm, set, classifies, pkt, out);
@@ -746,7 +746,7 @@ impl<'a, M: TraceMode> Batch<'_, 'a, M> {
 fn egress_loop<P: Program + ?Sized, M: TraceMode>(
     base: Option<&P>,
     passes: &mut Passes<'_, M>,
-    tm: &mut Tm,
+    tm: &mut TrafficManager,
     now: u64,
     tx: &mut [Vec<PacketBuf>],
     out: &mut Handoff,
@@ -913,7 +913,7 @@ impl<'a, M: TraceMode> Passes<'a, M> {
         let v = pass.unload(pkt);
         if let Some(kind) = v {
             // (Inside the rare branch: a violation-free pass tests nothing more.)
-            if M::ON && pkt.meta.trace != 0 {
+            if M::TRACE_HOOKS && pkt.meta.trace != 0 {
                 pass.trace_violation(kind);
             }
         }
@@ -995,7 +995,7 @@ fn count_violation(pkt: &mut PacketBuf, prog: u8, v: Option<Violation>, counters
 fn ingress_packet<P: Program + ?Sized, M: TraceMode>(
     passes: &mut Passes<'_, M>,
     base: Option<&P>,
-    tm: &mut Tm,
+    tm: &mut TrafficManager,
     set: &ProgramSet,
     classifies: bool,
     mut pkt: PacketBuf,
@@ -1021,7 +1021,7 @@ fn ingress_packet<P: Program + ?Sized, M: TraceMode>(
         pkt.meta.drop = Some(DropCode::NO_PROGRAM);
     }
     let limit_of = owner.or(base_id).unwrap_or(0) as usize;
-    if M::ON && pkt.meta.trace != 0 {
+    if M::TRACE_HOOKS && pkt.meta.trace != 0 {
         trace_ingress_result(passes.env, tm, &pkt, blame);
     }
     after_ingress(tm, pkt, blame, || set.recirc_limit(limit_of), out);
@@ -1041,7 +1041,7 @@ fn trace_start(env: &PassEnv, set: &ProgramSet, classifies: bool, pkt: &mut Pack
 /// What ingress decided for a traced packet, with the replication engine's ports.
 #[cold]
 #[inline(never)]
-fn trace_ingress_result(env: &PassEnv, tm: &Tm, pkt: &PacketBuf, blame: Option<u8>) {
+fn trace_ingress_result(env: &PassEnv, tm: &TrafficManager, pkt: &PacketBuf, blame: Option<u8>) {
     let m = &pkt.meta;
     let ports = |r: Option<&[crate::control::Replica]>| r.map(|r| r.iter().map(|r| r.port).collect::<Vec<_>>()).unwrap_or_default();
     let mcast = (m.mcast_grp != 0)
@@ -1054,7 +1054,7 @@ fn trace_ingress_result(env: &PassEnv, tm: &Tm, pkt: &PacketBuf, blame: Option<u
 /// Drops the traffic manager made of traced packets, into their records.
 #[cold]
 #[inline(never)]
-fn flush_traced_drops(env: &PassEnv, tm: &mut Tm) {
+fn flush_traced_drops(env: &PassEnv, tm: &mut TrafficManager) {
     for (id, code, program) in tm.traced_drops.drain(..) {
         env.record(id, crate::trace::Event::Drop { code, program });
     }
@@ -1065,7 +1065,7 @@ fn flush_traced_drops(env: &PassEnv, tm: &mut Tm) {
 /// `dispose_ingress` makes the same decisions for them, only later. `recirc_limit` (the
 /// owning program's) is looked up only when needed.
 #[inline(always)]
-fn after_ingress(tm: &mut Tm, pkt: PacketBuf, blame: Option<u8>, recirc_limit: impl Fn() -> Option<u32>, out: &mut Handoff) {
+fn after_ingress(tm: &mut TrafficManager, pkt: PacketBuf, blame: Option<u8>, recirc_limit: impl Fn() -> Option<u32>, out: &mut Handoff) {
     let m = &pkt.meta;
     // One branch for the three (all usually hold).
     if (m.clone_session | m.mcast_grp) == 0 && m.drop.is_none() {
@@ -1089,7 +1089,7 @@ fn after_ingress(tm: &mut Tm, pkt: PacketBuf, blame: Option<u8>, recirc_limit: i
 /// program owning its recirculated passes keeps, see [`recirc_owner`]). It no longer waits
 /// in the recirculation queue.
 #[inline(always)]
-fn recirculated_meta(pkt: &mut PacketBuf, tm: &mut Tm) {
+fn recirculated_meta(pkt: &mut PacketBuf, tm: &mut TrafficManager) {
     tm.recirc_due_left -= 1;
     let m = pkt.meta;
     pkt.meta = PacketMeta {
@@ -1122,7 +1122,7 @@ fn recirc_owner(set: &ProgramSet, base: Option<u8>, pkt: &PacketBuf) -> Option<u
 fn send<P: Program + ?Sized, M: TraceMode>(
     passes: &mut Passes<'_, M>,
     base: Option<&P>,
-    tm: &mut Tm,
+    tm: &mut TrafficManager,
     pkt: PacketBuf,
     out: &mut Handoff,
     port: usize,
@@ -1147,7 +1147,7 @@ fn send<P: Program + ?Sized, M: TraceMode>(
 fn egress_packet<P: Program + ?Sized, M: TraceMode>(
     passes: &mut Passes<'_, M>,
     base: Option<&P>,
-    tm: &mut Tm,
+    tm: &mut TrafficManager,
     mut pkt: PacketBuf,
     out: &mut Handoff,
     port: usize,
@@ -1170,7 +1170,7 @@ fn egress_packet<P: Program + ?Sized, M: TraceMode>(
         tm.clone_to_session(&pkt, s, out);
         tm.queues[port].draining = 0;
     }
-    if M::ON && pkt.meta.trace != 0 {
+    if M::TRACE_HOOKS && pkt.meta.trace != 0 {
         trace_egress_result(passes.env, &pkt, blame);
     }
     if let Some(code) = pkt.meta.drop {
@@ -1203,9 +1203,13 @@ fn profile_of(set: &ProgramSet, program: u8, index: u16) -> Option<usize> {
 }
 
 /// Whether an entry of a table implemented by `pd` points at `r`.
-fn profile_in_use(ro: &crate::pass::ProgramReadOnly, pd: &crate::selector::ActionProfileDecl, r: crate::selector::IndirectRef) -> bool {
+fn profile_in_use(
+    read_only: &crate::pass::ProgramReadOnly,
+    pd: &crate::selector::ActionProfileDecl,
+    r: crate::selector::IndirectRef,
+) -> bool {
     pd.tables.iter().any(|&t| {
-        ro.tables[t as usize].entries(|_| 1).iter().any(|e| crate::selector::IndirectRef::of_stored(e.action, &e.params) == Some(r))
+        read_only.tables[t as usize].entries(|_| 1).iter().any(|e| crate::selector::IndirectRef::of_stored(e.action, &e.params) == Some(r))
     })
 }
 
@@ -1300,7 +1304,7 @@ mod tests {
         fn ingress_control<M: TraceMode>(&self, p: &mut Pass<'_, M>) {
             BASE_PASSES.with(|c| {
                 let mut n = c.get();
-                n[M::ON as usize] += 1;
+                n[M::TRACE_HOOKS as usize] += 1;
                 c.set(n)
             });
             let h = p.hdr();

@@ -16,7 +16,7 @@ use crate::base::ObjRef;
 
 /// A value a register cell can hold. Cells are stored as `u64` bit patterns.
 pub trait Cell: Copy + Default + Send + Sync + 'static {
-    /// Width in bits (1, 8, 16, 32, or 64 for a pair of 32-bit halves).
+    /// Width in bits (1, 8, 16, 32, or 64 for a [`DualCell`]).
     const BITS: u32;
     fn from_bits(v: u64) -> Self;
     fn to_bits(self) -> u64;
@@ -73,31 +73,33 @@ impl SaluValue for u64 {
     const BITS: u32 = 64;
 }
 
-/// A 64-bit cell made of two 32-bit halves, as Tofino's paired stateful ALU sees it.
+/// A 64-bit register cell of two 32-bit halves, `lo` and `hi`: what a stateful ALU in
+/// Tofino's dual-width mode reads and writes as one cell (each half with its own
+/// comparison and update). Not a key-value pair.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Pair {
+pub struct DualCell {
     pub lo: u32,
     pub hi: u32,
 }
 
-impl Pair {
-    pub const fn new(lo: u32, hi: u32) -> Pair {
-        Pair { lo, hi }
+impl DualCell {
+    pub const fn new(lo: u32, hi: u32) -> DualCell {
+        DualCell { lo, hi }
     }
 }
 
-impl Cell for Pair {
+impl Cell for DualCell {
     const BITS: u32 = 64;
     #[inline(always)]
     fn from_bits(v: u64) -> Self {
-        Pair { lo: v as u32, hi: (v >> 32) as u32 }
+        DualCell { lo: v as u32, hi: (v >> 32) as u32 }
     }
     #[inline(always)]
     fn to_bits(self) -> u64 {
         ((self.hi as u64) << 32) | self.lo as u64
     }
 }
-impl SaluValue for Pair {
+impl SaluValue for DualCell {
     const BITS: u32 = 64;
 }
 
@@ -149,9 +151,9 @@ pub type SaluFn<T, I, O> = fn(T, I) -> (T, O);
 /// ```ignore
 /// #[derive(Clone, Copy)]
 /// struct Count;
-/// impl SaluBody<Pair, u32, ()> for Count {
-///     fn run(self, c: Pair, bytes: u32) -> (Pair, ()) {
-///         (Pair::new(c.lo.wrapping_add(1), c.hi.wrapping_add(bytes)), ())
+/// impl SaluBody<DualCell, u32, ()> for Count {
+///     fn run(self, c: DualCell, bytes: u32) -> (DualCell, ()) {
+///         (DualCell::new(c.lo.wrapping_add(1), c.hi.wrapping_add(bytes)), ())
 ///     }
 /// }
 /// ```

@@ -13,7 +13,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::register::{Cell, Pair};
+use crate::register::{Cell, DualCell};
 use crate::target::{is_unlimited, Target};
 
 /// One operand of a condition or update: a half of the cell as it was before the action,
@@ -68,7 +68,7 @@ impl Cond {
         Cond { a, b, k: 0, cmp }
     }
     /// `a - b + k cmp 0`.
-    pub const fn lin(a: Src, b: Src, k: i32, cmp: Cmp) -> Cond {
+    pub const fn linear(a: Src, b: Src, k: i32, cmp: Cmp) -> Cond {
         Cond { a, b, k, cmp }
     }
 }
@@ -162,11 +162,11 @@ impl Update {
     }
 }
 
-/// What an output word carries. On a cell narrower than 64 bits `NewHi` is the high
-/// update ALUs' scratch result (not stored).
+/// What a stateful ALU output word ([`SaluOutput`]) carries. On a cell narrower than 64
+/// bits `NewHi` is the high update ALUs' scratch result (not stored).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum OutSrc {
+pub enum OutputSource {
     OldLo,
     OldHi,
     NewLo,
@@ -179,19 +179,19 @@ pub enum OutSrc {
     Predicate,
 }
 
-/// An output word: `src` when `when` holds, else 0.
+/// An output word of a stateful ALU: `src` when `when` holds, else 0.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Out {
+pub struct SaluOutput {
     pub when: Pred,
-    pub src: OutSrc,
+    pub src: OutputSource,
 }
 
-impl Out {
-    pub const fn new(when: Pred, src: OutSrc) -> Out {
-        Out { when, src }
+impl SaluOutput {
+    pub const fn new(when: Pred, src: OutputSource) -> SaluOutput {
+        SaluOutput { when, src }
     }
-    pub const fn always(src: OutSrc) -> Out {
-        Out { when: Pred::ALWAYS, src }
+    pub const fn always(src: OutputSource) -> SaluOutput {
+        SaluOutput { when: Pred::ALWAYS, src }
     }
 }
 
@@ -202,7 +202,7 @@ pub struct Salu {
     pub conds: &'static [Cond],
     pub lo: &'static [Update],
     pub hi: &'static [Update],
-    pub out: &'static [Out],
+    pub out: &'static [SaluOutput],
 }
 
 impl Salu {
@@ -218,7 +218,7 @@ pub struct SaluDecl {
     pub conds: Vec<Cond>,
     pub lo: Vec<Update>,
     pub hi: Vec<Update>,
-    pub out: Vec<Out>,
+    pub out: Vec<SaluOutput>,
 }
 
 /// A register action whose body is a declared [`Salu`]: a unit struct naming the
@@ -297,7 +297,7 @@ impl<A: SaluScalar, B: SaluScalar> SaluIn for (A, B) {
         [self.0.word(), self.1.word()]
     }
 }
-impl SaluIn for Pair {
+impl SaluIn for DualCell {
     const OPERANDS: u32 = 2;
     const BITS: u32 = 32;
     #[inline(always)]
@@ -463,13 +463,13 @@ pub fn eval_words<T: Cell>(s: &Salu, cell: T, phv: [u32; 2]) -> (T, [u32; MAX_OU
         let o = s.out[i];
         if holds(o.when) {
             out[i] = match o.src {
-                OutSrc::OldLo => lo,
-                OutSrc::OldHi => hi,
-                OutSrc::NewLo => new_lo,
-                OutSrc::NewHi => new_hi,
-                OutSrc::PhvLo => phv[0],
-                OutSrc::PhvHi => phv[1],
-                OutSrc::Predicate => flags as u32,
+                OutputSource::OldLo => lo,
+                OutputSource::OldHi => hi,
+                OutputSource::NewLo => new_lo,
+                OutputSource::NewHi => new_hi,
+                OutputSource::PhvLo => phv[0],
+                OutputSource::PhvHi => phv[1],
+                OutputSource::Predicate => flags as u32,
             };
         }
         i += 1;
@@ -486,11 +486,11 @@ impl<T: Cell, I: SaluIn, O: SaluOut, P: SaluProgram<T, I, O>> crate::register::S
 
 /// Instructions many programs use, said once.
 pub mod common {
-    use super::{Op, Out, OutSrc, Pred, Salu, SaluIn, SaluOut, SaluProgram, Src, Update};
-    use crate::register::{Cell, Pair, SaluValue};
+    use super::{Op, OutputSource, Pred, Salu, SaluIn, SaluOut, SaluOutput, SaluProgram, Src, Update};
+    use crate::register::{Cell, DualCell, SaluValue};
 
     const INC: &[Update] = &[Update::always(Src::Lo, Op::Add, Src::K(1))];
-    const OLD: &[Out] = &[Out::always(OutSrc::OldLo)];
+    const OLD: &[SaluOutput] = &[SaluOutput::always(OutputSource::OldLo)];
 
     /// Count: the low half plus one (wrapping at the cell's width).
     #[derive(Clone, Copy, Debug)]
@@ -522,10 +522,10 @@ pub mod common {
         hi: &[Update::always(Src::Hi, Op::Add, Src::PhvHi)],
         out: &[],
     };
-    impl SaluProgram<Pair, (u32, u32), ()> for AddPair {
+    impl SaluProgram<DualCell, (u32, u32), ()> for AddPair {
         const SALU: Salu = ADD_PAIR;
     }
-    impl SaluProgram<Pair, Pair, ()> for AddPair {
+    impl SaluProgram<DualCell, DualCell, ()> for AddPair {
         const SALU: Salu = ADD_PAIR;
     }
 
@@ -547,8 +547,12 @@ pub mod common {
     #[derive(Clone, Copy, Debug)]
     pub struct CountSat;
     impl<T: Cell, O: SaluOut + SaluValue> SaluProgram<T, (), O> for CountSat {
-        const SALU: Salu =
-            Salu { conds: &[], lo: &[Update::always(Src::Lo, Op::SatAdd, Src::K(1))], hi: &[], out: &[Out::always(OutSrc::NewLo)] };
+        const SALU: Salu = Salu {
+            conds: &[],
+            lo: &[Update::always(Src::Lo, Op::SatAdd, Src::K(1))],
+            hi: &[],
+            out: &[SaluOutput::always(OutputSource::NewLo)],
+        };
     }
 
     /// Whether the low half equals the operand (the cell unchanged).
@@ -559,7 +563,7 @@ pub mod common {
             conds: &[super::Cond::new(Src::Lo, super::Cmp::Eq, Src::PhvLo)],
             lo: &[],
             hi: &[],
-            out: &[Out::new(Pred::C0, OutSrc::Predicate)],
+            out: &[SaluOutput::new(Pred::C0, OutputSource::Predicate)],
         };
     }
 
@@ -575,9 +579,9 @@ fn srcs(d: &SaluDecl) -> impl Iterator<Item = Src> + '_ {
     let c = d.conds.iter().flat_map(|c| [c.a, c.b]);
     let u = d.lo.iter().chain(&d.hi).flat_map(|u| [u.a, u.b]);
     let o = d.out.iter().filter_map(|o| match o.src {
-        OutSrc::OldHi => Some(Src::Hi),
-        OutSrc::PhvLo => Some(Src::PhvLo),
-        OutSrc::PhvHi => Some(Src::PhvHi),
+        OutputSource::OldHi => Some(Src::Hi),
+        OutputSource::PhvLo => Some(Src::PhvLo),
+        OutputSource::PhvHi => Some(Src::PhvHi),
         _ => None,
     });
     c.chain(u).chain(o)
@@ -589,7 +593,7 @@ pub fn check_shape(d: &SaluDecl, cell_bits: u32, operands: u32, out_words: u32) 
     let mut e = Vec::new();
     // A narrow cell has no high half to read; its high update ALUs still compute (a
     // scratch result only an output can take, as a compiler uses them).
-    let reads_hi = srcs(d).any(|s| s == Src::Hi) || d.out.iter().any(|o| o.src == OutSrc::OldHi);
+    let reads_hi = srcs(d).any(|s| s == Src::Hi) || d.out.iter().any(|o| o.src == OutputSource::OldHi);
     if cell_bits < 64 && reads_hi {
         e.push(format!("reads the high half of a {cell_bits}-bit cell"));
     }
@@ -660,7 +664,7 @@ mod tests {
         conds: &[Cond::new(Src::Lo, Cmp::LtU, Src::PhvLo)],
         lo: &[Update::set(Pred::C0, Src::PhvLo)],
         hi: &[],
-        out: &[Out::always(OutSrc::OldLo)],
+        out: &[SaluOutput::always(OutputSource::OldLo)],
     };
 
     #[test]
@@ -668,18 +672,22 @@ mod tests {
         assert_eq!(eval(&MAX, 5u32, [9, 0]), (9, 5));
         assert_eq!(eval(&MAX, 12u32, [9, 0]), (12, 12));
         // Narrow cells wrap at their width.
-        const INC: Salu =
-            Salu { conds: &[], lo: &[Update::always(Src::Lo, Op::Add, Src::K(1))], hi: &[], out: &[Out::always(OutSrc::NewLo)] };
+        const INC: Salu = Salu {
+            conds: &[],
+            lo: &[Update::always(Src::Lo, Op::Add, Src::K(1))],
+            hi: &[],
+            out: &[SaluOutput::always(OutputSource::NewLo)],
+        };
         assert_eq!(eval(&INC, 255u8, [0, 0]), (0u8, 0));
         // Pairs: halves independent, the second update taken when the first does not hold.
         const TWO: Salu = Salu {
             conds: &[Cond::new(Src::Hi, Cmp::Eq, Src::PhvHi)],
             lo: &[Update::new(Pred::C0, Src::Lo, Op::Add, Src::PhvLo), Update::set(Pred::C0.not(), Src::PhvLo)],
             hi: &[Update::set(Pred::ALWAYS, Src::PhvHi)],
-            out: &[Out::new(Pred::C0, OutSrc::Predicate)],
+            out: &[SaluOutput::new(Pred::C0, OutputSource::Predicate)],
         };
-        assert_eq!(eval(&TWO, Pair::new(3, 7), [4, 7]), (Pair::new(7, 7), 1));
-        assert_eq!(eval(&TWO, Pair::new(3, 7), [4, 8]), (Pair::new(4, 8), 0));
+        assert_eq!(eval(&TWO, DualCell::new(3, 7), [4, 7]), (DualCell::new(7, 7), 1));
+        assert_eq!(eval(&TWO, DualCell::new(3, 7), [4, 8]), (DualCell::new(4, 8), 0));
     }
 
     #[test]
@@ -689,10 +697,10 @@ mod tests {
             conds: &[Cond::new(Src::PhvLo, Cmp::GeU, Src::Lo)],
             lo: &[Update::set(Pred::C0, Src::PhvLo)],
             hi: &[],
-            out: &[Out::new(Pred::C0, OutSrc::OldLo), Out::new(Pred::C0.not(), OutSrc::OldHi)],
+            out: &[SaluOutput::new(Pred::C0, OutputSource::OldLo), SaluOutput::new(Pred::C0.not(), OutputSource::OldHi)],
         };
-        assert_eq!(eval_words(&TWO, Pair::new(3, 7), [5, 0]), (Pair::new(5, 7), [3, 0, 0, 0]));
-        assert_eq!(eval_words(&TWO, Pair::new(9, 7), [5, 0]), (Pair::new(9, 7), [0, 7, 0, 0]));
+        assert_eq!(eval_words(&TWO, DualCell::new(3, 7), [5, 0]), (DualCell::new(5, 7), [3, 0, 0, 0]));
+        assert_eq!(eval_words(&TWO, DualCell::new(9, 7), [5, 0]), (DualCell::new(9, 7), [0, 7, 0, 0]));
         assert_eq!(<(u32, u32) as SaluOut>::from_words([3, 4, 0, 0]), (3, 4));
         let e = check(&TWO.to_decl(), 32, &Target::tofino1()).join("; ");
         assert!(e.contains("2 output words"), "{e}");
@@ -704,10 +712,18 @@ mod tests {
     fn wrapping_compare_is_the_32_bit_difference() {
         // A deadline just before the wrap and a clock just after it: 0x10 - 0xFFFF_FFF0 is
         // 0x20 in 32 bits (expired), while the exact difference is negative.
-        const EXPIRED: Salu =
-            Salu { conds: &[Cond::new(Src::PhvLo, Cmp::GtW, Src::Lo)], lo: &[], hi: &[], out: &[Out::always(OutSrc::Predicate)] };
-        const EXACT: Salu =
-            Salu { conds: &[Cond::new(Src::PhvLo, Cmp::GtS, Src::Lo)], lo: &[], hi: &[], out: &[Out::always(OutSrc::Predicate)] };
+        const EXPIRED: Salu = Salu {
+            conds: &[Cond::new(Src::PhvLo, Cmp::GtW, Src::Lo)],
+            lo: &[],
+            hi: &[],
+            out: &[SaluOutput::always(OutputSource::Predicate)],
+        };
+        const EXACT: Salu = Salu {
+            conds: &[Cond::new(Src::PhvLo, Cmp::GtS, Src::Lo)],
+            lo: &[],
+            hi: &[],
+            out: &[SaluOutput::always(OutputSource::Predicate)],
+        };
         assert_eq!(eval(&EXPIRED, 0xFFFF_FFF0u32, [0x10, 0]).1, 1);
         assert_eq!(eval(&EXACT, 0xFFFF_FFF0u32, [0x10, 0]).1, 1, "signed exact: -16 < 16");
         // Across the signed wrap (2^31) the exact signed compare is wrong, the wrapping one not.
@@ -719,8 +735,8 @@ mod tests {
         assert_eq!(eval(&EXPIRED, 5u32, [5, 0]).1, 0, "equal is not after");
         // The constant takes part in the same 32-bit sum (0x20 - 0x20 == 0); the other forms.
         for (cmp, k, want) in [(Cmp::GeW, 0, 1), (Cmp::LtW, 0, 0), (Cmp::LeW, -0x20, 1), (Cmp::GtW, -0x20, 0)] {
-            let conds: &'static [Cond] = Box::leak(Box::new([Cond::lin(Src::PhvLo, Src::Lo, k, cmp)]));
-            const OUT: &[Out] = &[Out::always(OutSrc::Predicate)];
+            let conds: &'static [Cond] = Box::leak(Box::new([Cond::linear(Src::PhvLo, Src::Lo, k, cmp)]));
+            const OUT: &[SaluOutput] = &[SaluOutput::always(OutputSource::Predicate)];
             let s = Salu { conds, lo: &[], hi: &[], out: OUT };
             assert_eq!(eval(&s, 0xFFFF_FFF0u32, [0x10, 0]).1, want, "{cmp:?} k={k}");
         }
@@ -740,7 +756,7 @@ mod tests {
             conds: vec![Cond::new(Src::Lo, Cmp::Eq, Src::PhvLo); 3],
             lo: vec![Update::always(Src::Lo, Op::Add, Src::K(1)); 3],
             hi: vec![],
-            out: vec![Out::always(OutSrc::OldLo); 2],
+            out: vec![SaluOutput::always(OutputSource::OldLo); 2],
         };
         let e = check(&three, 32, &Target::tofino1()).join("; ");
         assert!(e.contains("3 conditions") && e.contains("3 updates of the lo half") && e.contains("2 output words"), "{e}");

@@ -1,4 +1,4 @@
-//! The traffic manager ([`Tm`]) between a pipe's ingress and the egress of every pipe: the
+//! The traffic manager ([`TrafficManager`]) between a pipe's ingress and the egress of every pipe: the
 //! packet replication engine (multicast groups and clone sessions), the per-port egress
 //! queues with optional line-rate shaping, the recirculation and CPU queues, the buffer
 //! pool and the counters; and the port map and queue sizes it works with.
@@ -261,7 +261,7 @@ pub struct PacketIn {
 /// The traffic manager and what it needs: replication engine, queues, the recirculation
 /// and CPU ports, buffers and counters. Apart from the passes, so that a batch loop can
 /// keep a pass open on a program's state while it hands packets to the traffic manager.
-pub(crate) struct Tm {
+pub(crate) struct TrafficManager {
     pub(crate) id: u8,
     pub(crate) pre: Pre,
     pub(crate) map: PortMap,
@@ -286,10 +286,10 @@ pub(crate) struct Tm {
     pub(crate) traced_drops: Vec<(u16, DropCode, Option<u8>)>,
 }
 
-impl Tm {
-    pub(crate) fn new(id: u8, map: PortMap, cfg: PipeConfig, programs: usize) -> Tm {
+impl TrafficManager {
+    pub(crate) fn new(id: u8, map: PortMap, cfg: PipeConfig, programs: usize) -> TrafficManager {
         let n = map.num_ports() as usize;
-        Tm {
+        TrafficManager {
             id,
             counters: Counters::new(n, programs),
             pre: Pre::default(),

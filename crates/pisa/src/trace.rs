@@ -187,8 +187,8 @@ impl Headers {
             let at = 14 + ihl;
             let ports = (ihl >= 20 && first_fragment && (proto == 6 || proto == 17) && f.len() >= at + 4)
                 .then(|| (u16::from_be_bytes([f[at], f[at + 1]]), u16::from_be_bytes([f[at + 2], f[at + 3]])));
-            let be = |i: usize| u32::from_be_bytes([f[i], f[i + 1], f[i + 2], f[i + 3]]);
-            Ip { src: be(26), dst: be(30), proto, ports }
+            let u32_at = |i: usize| u32::from_be_bytes([f[i], f[i + 1], f[i + 2], f[i + 3]]);
+            Ip { src: u32_at(26), dst: u32_at(30), proto, ports }
         });
         Headers { eth_type, ip }
     }

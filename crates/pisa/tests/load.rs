@@ -77,7 +77,7 @@ impl SaluProgram<u32, (u32, u32), u32> for Between {
         ],
         lo: &[Update::new(Pred::C0.and(Pred::C1).and(Pred::C2), Src::Lo, Op::Add, Src::K(1))],
         hi: &[],
-        out: &[Out::always(OutSrc::Predicate)],
+        out: &[SaluOutput::always(OutputSource::Predicate)],
     };
 }
 
@@ -125,7 +125,7 @@ fn an_instruction_naming_what_the_action_lacks_is_a_declaration_error() {
     #[derive(Clone, Copy)]
     struct ReadsHi;
     impl SaluProgram<u32, (), u32> for ReadsHi {
-        const SALU: Salu = Salu { conds: &[], lo: &[], hi: &[], out: &[Out::always(OutSrc::OldHi)] };
+        const SALU: Salu = Salu { conds: &[], lo: &[], hi: &[], out: &[SaluOutput::always(OutputSource::OldHi)] };
     }
     let mut b = ProgramBuilder::new("bad", "");
     let r = b.register::<u32>("r", Gress::Ingress, 0, 16, "");

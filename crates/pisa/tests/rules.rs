@@ -600,7 +600,7 @@ fn a_value_is_usable_from_the_stage_after_its_producer() {
 #[test]
 fn cell_fields_must_cover_the_cell() {
     let mut b = ProgramBuilder::new("fields", "");
-    let r = b.register::<Pair>("counters", Gress::Ingress, 0, 4, "");
+    let r = b.register::<DualCell>("counters", Gress::Ingress, 0, 4, "");
     b.cell_fields(&r, &[("packets", 32), ("bytes", 32)]);
     let decl = b.build().expect("a split covering all 64 bits is valid");
     let names: Vec<_> = decl.registers[0].fields.iter().map(|f| (f.name.as_str(), f.bits)).collect();
@@ -608,7 +608,7 @@ fn cell_fields_must_cover_the_cell() {
 
     for bad in [&[("packets", 32)][..], &[("a", 32), ("b", 33)][..], &[("", 32), ("b", 32)][..], &[("a", 0), ("b", 64)][..]] {
         let mut b = ProgramBuilder::new("fields", "");
-        let r = b.register::<Pair>("counters", Gress::Ingress, 0, 4, "");
+        let r = b.register::<DualCell>("counters", Gress::Ingress, 0, 4, "");
         b.cell_fields(&r, bad);
         assert!(b.build().is_err(), "{bad:?} must be refused");
     }

@@ -72,13 +72,13 @@ fn bad<T>(msg: impl Into<String>) -> Result<T, FormatError> {
 #[derive(Clone, Copy)]
 struct Rd<'a> {
     b: &'a [u8],
-    be: bool,
+    big_endian: bool,
 }
 
 impl Rd<'_> {
     fn u16(&self, o: usize) -> Result<u16, FormatError> {
         match self.b.get(o..o + 2) {
-            Some(s) => Ok(if self.be { u16::from_be_bytes([s[0], s[1]]) } else { u16::from_le_bytes([s[0], s[1]]) }),
+            Some(s) => Ok(if self.big_endian { u16::from_be_bytes([s[0], s[1]]) } else { u16::from_le_bytes([s[0], s[1]]) }),
             None => bad(format!("truncated at byte {o}")),
         }
     }
@@ -86,7 +86,7 @@ impl Rd<'_> {
         match self.b.get(o..o + 4) {
             Some(s) => {
                 let a = [s[0], s[1], s[2], s[3]];
-                Ok(if self.be { u32::from_be_bytes(a) } else { u32::from_le_bytes(a) })
+                Ok(if self.big_endian { u32::from_be_bytes(a) } else { u32::from_le_bytes(a) })
             }
             None => bad(format!("truncated at byte {o}")),
         }
@@ -107,8 +107,8 @@ pub fn parse_capture(b: &[u8]) -> Result<Frames, FormatError> {
     }
 }
 
-fn parse_pcap(b: &[u8], be: bool) -> Result<Frames, FormatError> {
-    let r = Rd { b, be };
+fn parse_pcap(b: &[u8], big_endian: bool) -> Result<Frames, FormatError> {
+    let r = Rd { b, big_endian };
     if b.len() < 24 {
         return bad("truncated pcap file header");
     }
@@ -136,7 +136,7 @@ fn parse_pcapng(b: &[u8]) -> Result<Frames, FormatError> {
     const SHB: u32 = 0x0A0D_0D0A;
     let mut frames = Frames::default();
     let mut linktypes: Vec<u32> = Vec::new();
-    let mut r = Rd { b, be: false };
+    let mut r = Rd { b, big_endian: false };
     let mut o = 0;
     while o < b.len() {
         if o + 12 > b.len() {
@@ -145,7 +145,7 @@ fn parse_pcapng(b: &[u8]) -> Result<Frames, FormatError> {
         let kind = u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
         if kind == SHB {
             // A new section: its byte-order magic sets the byte order, and interfaces restart.
-            r.be = match r.b.get(o + 8..o + 12) {
+            r.big_endian = match r.b.get(o + 8..o + 12) {
                 Some([0x4D, 0x3C, 0x2B, 0x1A]) => false,
                 Some([0x1A, 0x2B, 0x3C, 0x4D]) => true,
                 _ => return bad(format!("bad byte-order magic in section header at byte {o}")),
@@ -162,7 +162,7 @@ fn parse_pcapng(b: &[u8]) -> Result<Frames, FormatError> {
         if r.u32(o + total - 4)? as usize != total {
             return bad(format!("block at byte {o}: trailing length does not match"));
         }
-        let body = Rd { b: &b[o + 8..o + total - 4], be: r.be };
+        let body = Rd { b: &b[o + 8..o + total - 4], big_endian: r.big_endian };
         match kind {
             SHB => {}
             1 => {
@@ -316,9 +316,9 @@ mod tests {
     }
 
     /// A classic pcap file, written here independently of the parser.
-    fn pcap_bytes(fs: &[Vec<u8>], be: bool, nanos: bool) -> Vec<u8> {
-        let w32 = |v: u32| if be { v.to_be_bytes() } else { v.to_le_bytes() };
-        let w16 = |v: u16| if be { v.to_be_bytes() } else { v.to_le_bytes() };
+    fn pcap_bytes(fs: &[Vec<u8>], big_endian: bool, nanos: bool) -> Vec<u8> {
+        let w32 = |v: u32| if big_endian { v.to_be_bytes() } else { v.to_le_bytes() };
+        let w16 = |v: u16| if big_endian { v.to_be_bytes() } else { v.to_le_bytes() };
         let mut b = Vec::new();
         b.extend_from_slice(&w32(if nanos { 0xA1B2_3C4D } else { 0xA1B2_C3D4 }));
         b.extend_from_slice(&w16(2));
@@ -353,9 +353,9 @@ mod tests {
     #[test]
     fn reads_pcap_in_both_byte_orders_and_pcapng() {
         let fs = frames(50);
-        for (be, nanos) in [(false, false), (true, false), (false, true), (true, true)] {
-            let got = parse_capture(&pcap_bytes(&fs, be, nanos)).unwrap();
-            assert_eq!(got.iter().map(<[u8]>::to_vec).collect::<Vec<_>>(), fs, "be={be} nanos={nanos}");
+        for (big_endian, nanos) in [(false, false), (true, false), (false, true), (true, true)] {
+            let got = parse_capture(&pcap_bytes(&fs, big_endian, nanos)).unwrap();
+            assert_eq!(got.iter().map(<[u8]>::to_vec).collect::<Vec<_>>(), fs, "big_endian={big_endian} nanos={nanos}");
         }
         let got = parse_capture(&pcapng_bytes(&fs)).unwrap();
         assert_eq!(got.iter().map(<[u8]>::to_vec).collect::<Vec<_>>(), fs);

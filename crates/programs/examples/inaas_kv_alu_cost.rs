@@ -10,7 +10,7 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use pisa::{Pair, SaluProgram};
+use pisa::{DualCell, SaluProgram};
 use programs::inaas::arith::MISS;
 use programs::inaas::primitives::{dec, dec_evicted, enc, Exchange, Read, Write, EVICT, KEY_ONLY};
 
@@ -28,27 +28,27 @@ enum Kind {
 /// The bodies before the conversion (value half stored as is, MISS for a miss).
 mod legacy {
     use super::*;
-    pub fn exchange(cell: Pair, (evict, (key, value)): (bool, (u32, i32))) -> (Pair, i32) {
+    pub fn exchange(cell: DualCell, (evict, (key, value)): (bool, (u32, i32))) -> (DualCell, i32) {
         if evict {
-            (Pair::new(cell.lo, value as u32), cell.hi as i32)
+            (DualCell::new(cell.lo, value as u32), cell.hi as i32)
         } else if cell.lo == 0 || cell.lo == key {
-            (Pair::new(key, value as u32), if cell.lo == 0 { 0 } else { cell.hi as i32 })
+            (DualCell::new(key, value as u32), if cell.lo == 0 { 0 } else { cell.hi as i32 })
         } else {
             (cell, MISS)
         }
     }
-    pub fn read(cell: Pair, (clear, key): (bool, u32)) -> (Pair, i32) {
+    pub fn read(cell: DualCell, (clear, key): (bool, u32)) -> (DualCell, i32) {
         if cell.lo == key && key != 0 {
-            (if clear { Pair::new(0, 0) } else { cell }, cell.hi as i32)
+            (if clear { DualCell::new(0, 0) } else { cell }, cell.hi as i32)
         } else {
             (cell, MISS)
         }
     }
-    pub fn write(cell: Pair, (evict, (key, value)): (bool, (u32, i32))) -> (Pair, u32) {
+    pub fn write(cell: DualCell, (evict, (key, value)): (bool, (u32, i32))) -> (DualCell, u32) {
         if evict {
-            (Pair::new(key, cell.hi), cell.lo)
+            (DualCell::new(key, cell.hi), cell.lo)
         } else {
-            (Pair::new(key, value as u32), cell.lo)
+            (DualCell::new(key, value as u32), cell.lo)
         }
     }
 }
@@ -71,7 +71,7 @@ fn ops() -> Vec<(Kind, usize, u32, i32)> {
         .collect()
 }
 
-fn run_legacy(cells: &mut [Pair], ops: &[(Kind, usize, u32, i32)]) -> i64 {
+fn run_legacy(cells: &mut [DualCell], ops: &[(Kind, usize, u32, i32)]) -> i64 {
     let mut acc = 0i64;
     for &(k, i, key, v) in ops {
         let c = cells[i];
@@ -94,7 +94,7 @@ fn run_legacy(cells: &mut [Pair], ops: &[(Kind, usize, u32, i32)]) -> i64 {
     acc
 }
 
-fn run_declared(cells: &mut [Pair], ops: &[(Kind, usize, u32, i32)]) -> i64 {
+fn run_declared(cells: &mut [DualCell], ops: &[(Kind, usize, u32, i32)]) -> i64 {
     let mut acc = 0i64;
     for &(k, i, key, v) in ops {
         let c = cells[i];
@@ -132,13 +132,13 @@ fn main() {
     let ops = ops();
     let (mut lt, mut dt) = (Vec::new(), Vec::new());
     for _ in 0..9 {
-        let mut cells = vec![Pair::default(); CELLS];
+        let mut cells = vec![DualCell::default(); CELLS];
         let t = Instant::now();
         let a = black_box(run_legacy(black_box(&mut cells), black_box(&ops)));
         lt.push(t.elapsed().as_secs_f64() * 1e9 / OPS as f64);
         // Free cells as the program leaves them (value half enc(0)); the bodies' free cells
         // are (0, 0). Same answers to every operation, so the same sum.
-        let mut cells = vec![Pair::new(0, enc(0)); CELLS];
+        let mut cells = vec![DualCell::new(0, enc(0)); CELLS];
         let t = Instant::now();
         let b = black_box(run_declared(black_box(&mut cells), black_box(&ops)));
         dt.push(t.elapsed().as_secs_f64() * 1e9 / OPS as f64);

@@ -10,7 +10,7 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use pisa::{Pair, SaluProgram};
+use pisa::{DualCell, SaluProgram};
 use programs::inaas::lease::{
     deadline, legacy, DeadlineProbe, DeadlineTake, HolderCheck, HolderTake, LeaseCommit, ACQUIRED, BUSY, MAX_UID,
 };
@@ -46,7 +46,7 @@ fn ops() -> Vec<(Kind, usize, u32, u32, u32)> {
         .collect()
 }
 
-fn run_legacy(cells: &mut [Pair], ops: &[(Kind, usize, u32, u32, u32)]) -> i64 {
+fn run_legacy(cells: &mut [DualCell], ops: &[(Kind, usize, u32, u32, u32)]) -> i64 {
     let mut acc = 0i64;
     for &(k, i, uid, now, t) in ops {
         let (c, out) = match k {
@@ -105,7 +105,7 @@ fn main() {
     assert!(ops.iter().all(|&(_, _, _, now, t)| now.wrapping_add(t) != 0));
     let (mut lt, mut dt) = (Vec::new(), Vec::new());
     for _ in 0..9 {
-        let mut cells = vec![Pair::default(); CELLS];
+        let mut cells = vec![DualCell::default(); CELLS];
         let t = Instant::now();
         let a = black_box(run_legacy(black_box(&mut cells), black_box(&ops)));
         lt.push(t.elapsed().as_secs_f64() * 1e9 / OPS as f64);

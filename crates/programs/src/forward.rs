@@ -13,7 +13,7 @@
 
 use pisa::decl::TableSpec;
 use pisa::{
-    ActionId, ActionSelector, Digest, DropCode, Gress, HashAlgo, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl, Table,
+    ActionId, ActionSelector, Digest, DropCode, DualCell, Gress, HashAlgo, MatchKind, Pass, Program, ProgramBuilder, ProgramDecl, Table,
     TraceMode,
 };
 use pisa::{Op, Salu, SaluProgram, Src, Update};
@@ -30,8 +30,8 @@ pub const ECMP_GROUP_SIZE: u32 = 64;
 
 pub struct Forward {
     decl: ProgramDecl,
-    rx_count: pisa::SaluAction<Pair, u32, (), Count>,
-    tx_count: pisa::SaluAction<Pair, u32, (), Count>,
+    rx_count: pisa::SaluAction<DualCell, u32, (), Count>,
+    tx_count: pisa::SaluAction<DualCell, u32, (), Count>,
     l2_smac: Table,
     l2_dmac: Table,
     ipv4_lpm: Table,
@@ -55,7 +55,7 @@ pub struct Forward {
 #[derive(Clone, Copy)]
 struct Count;
 
-impl SaluProgram<Pair, u32, ()> for Count {
+impl SaluProgram<DualCell, u32, ()> for Count {
     const SALU: Salu = Salu {
         conds: &[],
         lo: &[Update::always(Src::Lo, Op::Add, Src::K(1))],
@@ -76,10 +76,11 @@ impl Forward {
     pub fn new() -> Forward {
         let mut b = ProgramBuilder::new("forward", "L2 switching, IPv4 LPM routing, per-port counters");
         b.parser(PARSE_DEPTH, &[("ethernet", 112), ("ipv4", 160), ("l4_ports", 32)]).metadata_bits(32);
-        let rx = b.register::<Pair>("rx_port_counters", Gress::Ingress, 0, PORT_COUNTERS, "received packets (lo) and bytes (hi) per port");
+        let rx =
+            b.register::<DualCell>("rx_port_counters", Gress::Ingress, 0, PORT_COUNTERS, "received packets (lo) and bytes (hi) per port");
         b.cell_fields(&rx, &[("packets", 32), ("bytes", 32)]);
         let rx_count = b.register_action_salu(rx, "count", Count);
-        let tx = b.register::<Pair>("tx_port_counters", Gress::Egress, 0, PORT_COUNTERS, "sent packets (lo) and bytes (hi) per port");
+        let tx = b.register::<DualCell>("tx_port_counters", Gress::Egress, 0, PORT_COUNTERS, "sent packets (lo) and bytes (hi) per port");
         b.cell_fields(&tx, &[("packets", 32), ("bytes", 32)]);
         let tx_count = b.register_action_salu(tx, "count", Count);
 

@@ -48,15 +48,15 @@ fn worker_addr(t: u32, a: u32, h: u8, rid: u16, udp: u16) -> ControlOp {
     ControlOp::TableWrite {
         table_id: t,
         op: WriteOp::Insert,
-        matches: vec![FieldMatch::Exact { field: 0, value: be(rid as u64, 16) }],
+        matches: vec![FieldMatch::Exact { field: 0, value: be_bytes(rid as u64, 16) }],
         priority: 0,
         action_id: a,
         params: vec![
-            (1, be(u64::from_be_bytes(m), 48)),
-            (2, be(u32::from_be_bytes([10, 0, 0, h]) as u64, 32)),
-            (3, be(udp as u64, 16)),
-            (4, be(0x0200_0000_00FE, 48)),
-            (5, be(u32::from_be_bytes([10, 0, 0, 254]) as u64, 32)),
+            (1, be_bytes(u64::from_be_bytes(m), 48)),
+            (2, be_bytes(u32::from_be_bytes([10, 0, 0, h]) as u64, 32)),
+            (3, be_bytes(udp as u64, 16)),
+            (4, be_bytes(0x0200_0000_00FE, 48)),
+            (5, be_bytes(u32::from_be_bytes([10, 0, 0, 254]) as u64, 32)),
         ],
     }
 }
@@ -71,18 +71,18 @@ fn install_jobs(sw: &mut Switch, set: &ProgramSet, job: &JobSpec, ports: &[(u8, 
             table_id: t,
             op: WriteOp::Insert,
             matches: vec![
-                FieldMatch::Exact { field: 0, value: be(h as u64, 16) },
-                FieldMatch::Exact { field: 1, value: be(job.id as u64, 16) },
+                FieldMatch::Exact { field: 0, value: be_bytes(h as u64, 16) },
+                FieldMatch::Exact { field: 1, value: be_bytes(job.id as u64, 16) },
             ],
             priority: 0,
             action_id: a,
             params: vec![
-                (1, be(job.pool_base as u64, 32)),
-                (2, be(job.slots as u64, 16)),
-                (3, be(workers as u64, 16)),
-                (4, be(job.seen_base as u64, 32)),
-                (5, be(group as u64, 16)),
-                (6, be((first as u64) << 16 | n as u64, 32)),
+                (1, be_bytes(job.pool_base as u64, 32)),
+                (2, be_bytes(job.slots as u64, 16)),
+                (3, be_bytes(workers as u64, 16)),
+                (4, be_bytes(job.seen_base as u64, 32)),
+                (5, be_bytes(group as u64, 16)),
+                (6, be_bytes((first as u64) << 16 | n as u64, 32)),
             ],
         })
         .unwrap();

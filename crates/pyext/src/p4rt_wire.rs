@@ -47,9 +47,9 @@ pub fn register_read_response(register_id: u32, cells: &[(u32, u64)]) -> Vec<u8>
         }
         delimited(&mut entry, REGISTER_ENTRY_INDEX, &sub);
         sub.clear();
-        let be = value.to_be_bytes();
-        let start = be.iter().position(|b| *b != 0).unwrap_or(be.len() - 1);
-        delimited(&mut sub, P4DATA_BITSTRING, &be[start..]);
+        let bytes = value.to_be_bytes();
+        let start = bytes.iter().position(|b| *b != 0).unwrap_or(bytes.len() - 1);
+        delimited(&mut sub, P4DATA_BITSTRING, &bytes[start..]);
         let data = std::mem::take(&mut sub);
         delimited(&mut entry, REGISTER_ENTRY_DATA, &data);
         sub = data;

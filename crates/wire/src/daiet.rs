@@ -20,18 +20,8 @@
 //! 14 header bytes keep Ethernet, IPv4, UDP, this header and ten fixed pairs within the
 //! 256 bytes a Tofino parser reaches.
 //!
-//! Pairs are fixed-size as in the paper — a 16-byte key, zero-padded, and a 4-byte value,
-//! at most [`MAX_PAIRS`] per packet so the parse depth stays near 260 bytes — or, with
-//! `VARLEN`, `key_len u16 · value u32 · key` for keys the fixed format cannot carry
-//! (longer than 16 bytes, empty, or holding a zero byte, which padding would make
-//! ambiguous). Such keys are never truncated: they bypass the switch's tables.
-//!
-//! The switch aggregates [`SLICES`] fixed pairs per pipeline pass, one per register slice:
-//! the pair at position `p` goes to slice `p % SLICES`. A sender places each key at a
-//! position of its slice, [`slice_of`] (the top bits of the CRC-32 of the padded key, the
-//! hash the switch also uses for the cell), so a key always meets itself in the same slice;
-//! a position with nothing to carry is a hole, a pair whose key is all zero, skipped by
-//! everyone (a real key never starts with a zero byte).
+//! Fixed and variable-length pairs, and where a sender places a key: docs/wordcount.md,
+//! "DAIET's pairs and slices".
 
 use crate::error::{Error, Result};
 

@@ -17,43 +17,7 @@
 //!
 //! The style follows the `wire` module of smoltcp.
 //!
-//! ```
-//! use wire::{EtherType, EthernetAddress, EthernetFrame, EthernetRepr, IpProtocol};
-//! use wire::{Ipv4Address, Ipv4Packet, Ipv4Repr, UdpPacket, UdpRepr};
-//!
-//! // Build Ethernet / IPv4 / UDP carrying "hi".
-//! let (src, dst) = (Ipv4Address::new(10, 0, 0, 1), Ipv4Address::new(10, 0, 0, 2));
-//! let eth = EthernetRepr {
-//!     src_addr: EthernetAddress([2, 0, 0, 0, 0, 1]),
-//!     dst_addr: EthernetAddress([2, 0, 0, 0, 0, 2]),
-//!     ethertype: EtherType::Ipv4,
-//! };
-//! let udp = UdpRepr { src_port: 5000, dst_port: 9000 };
-//! let ip = Ipv4Repr {
-//!     src_addr: src,
-//!     dst_addr: dst,
-//!     next_header: IpProtocol::Udp,
-//!     payload_len: udp.buffer_len() + 2,
-//!     hop_limit: 64,
-//!     tos: 0,
-//! };
-//! let mut buf = vec![0u8; eth.buffer_len() + ip.buffer_len() + ip.payload_len];
-//! let mut frame = EthernetFrame::new_unchecked(&mut buf[..]);
-//! eth.emit(&mut frame);
-//! let mut packet = Ipv4Packet::new_unchecked(frame.payload_mut());
-//! ip.emit(&mut packet);
-//! let mut datagram = UdpPacket::new_unchecked(packet.payload_mut());
-//! udp.emit(&mut datagram, src, dst, 2, |p| p.copy_from_slice(b"hi"));
-//!
-//! // Forward it: view in place, decrement the TTL with an incremental checksum update.
-//! let mut frame = EthernetFrame::new_checked(&mut buf[..]).unwrap();
-//! let mut packet = Ipv4Packet::new_checked(frame.payload_mut()).unwrap();
-//! assert_eq!(packet.decrement_hop_limit(), Some(63));
-//! assert!(packet.verify_checksum());
-//! let datagram = UdpPacket::new_checked(packet.payload()).unwrap();
-//! assert_eq!(datagram.dst_port(), 9000);
-//! assert_eq!(datagram.payload(), b"hi");
-//! ```
+//! A worked example (build Ethernet/IPv4/UDP, then forward it in place) is on [`EthernetFrame`].
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

@@ -2,56 +2,8 @@
 //! reducer's [`Reducer`] receiver, for in-network aggregation (DAIET; the packet encoding
 //! sits behind [`Protocol`] so SwitchAgg can be added as a second variant).
 //!
-//! # Exactly once
-//!
-//! The public DAIET code has no loss handling. Ours delivers every pair to its reducer
-//! exactly once under loss, duplication and reordering of any packet, with any number of
-//! mappers (ids are 16 bits; the switch keeps one register cell per (tree, sender)):
-//!
-//! - **Mapper → switch.** Each (tree, mapper) stream is numbered from 0; its last packet is
-//!   END. The switch keeps, per (tree, sender), the next expected number and how many of
-//!   the sender's admitted packets are still in its pipeline (recirculating through their
-//!   pairs). A packet with `seq == expected` is admitted (expected + 1) and aggregated; a
-//!   duplicate (`seq < expected`) is never aggregated again: it is acknowledged if nothing
-//!   of the sender is in flight, else dropped (so an ACK never runs ahead of the
-//!   aggregation); a gap (`seq > expected`) is dropped and counted. An END is admitted only
-//!   when none of the sender's packets is in flight (until then it recirculates), so the
-//!   flush never starts before the sender's last pair is in the table. The switch cannot
-//!   create an ACK: the packet itself becomes the ACK (addresses swapped, pairs cut) when
-//!   nothing must go on, or it is cloned (one copy on towards the reducer, one truncated
-//!   copy back as the ACK) when pairs must go on. ACKs are cumulative; the mapper runs
-//!   Go-Back-N with a window and a retransmission timeout.
-//! - **Switch → reducer.** Everything a switch sends on (pairs that collided or bypass the
-//!   tables, the final flush, END) is numbered per tree by the switch (`FROM_SWITCH`,
-//!   the switch's id as sender). END carries the last number, so the reducer knows when it
-//!   has everything and detects any loss. A two-level tree works the same way: a child
-//!   switch is one sender of its parent switch.
-//! - **Fallback.** A switch cannot retransmit. If anything the switch sent is lost, or the
-//!   switch restarted (its registers are empty, so the mappers' numbers look like gaps and
-//!   they stop making progress: they report `STALLED`), or there is no switch (a mapper's
-//!   in-network packet reaches the reducer directly), the reducer falls back to host-side
-//!   aggregation for the tree: it raises the tree's epoch, discards every switch-derived
-//!   pair, and tells each mapper (`RESEND`) to send all its pairs of the tree again in
-//!   `BYPASS` packets (which switches forward untouched) under the new epoch. The reducer
-//!   then acknowledges those itself (Go-Back-N receiver, in-order only) and aggregates.
-//!   The job completes correctly, slower, and the stats say `fallback`.
-//! - **Completion.** A mapper's END acknowledged means the switch holds its pairs, not
-//!   that the reducer has them; so mappers report `QUERY/FINISHED` to the reducer (until
-//!   it answers `QUERY/NOTED`) and stay until the reducer sends `DONE`, which it sends
-//!   again, backing off, until the mapper answers `QUERY/BYE` (one per DONE). Once every
-//!   DONE it sent a mapper is answered, the reducer tells it `QUERY/GONE` and the mapper
-//!   closes its socket (a DONE sent again while the BYE was on its way would otherwise
-//!   reach a closed port); a reducer that told every mapper GONE leaves at once (see
-//!   docs/wordcount.md, Completion). If every mapper has finished and the switch's stream
-//!   is still incomplete and has been silent for a grace period, the reducer falls back.
-//! - `udp` mode (the baseline): mappers send `BYPASS` from the start (epoch 1); the same
-//!   reliability, no aggregation in the network.
-//!
-//! Keys the fixed 16-byte format cannot carry (longer, empty, or holding a zero byte) go in
-//! variable-length packets that the switch sequences and forwards without aggregating:
-//! never truncated. Fixed pairs are placed so that a key sits at a position of its switch
-//! slice (`wire::daiet::slice_of`) when it can; packets stay full (a hot key then also
-//! occupies cells of other slices, and the reducer merges the partial aggregates).
+//! Exactly once, the fallback, completion and variable-length keys: docs/wordcount.md,
+//! "Exactly once, host side".
 
 pub mod mapper;
 pub mod reducer;

@@ -641,7 +641,7 @@ pub mod bench {
         pub verified_keys: usize,
     }
 
-    fn be(v: u64, bits: u32) -> Vec<u8> {
+    fn be_bytes(v: u64, bits: u32) -> Vec<u8> {
         let n = bits.div_ceil(8) as usize;
         v.to_be_bytes()[8 - n..].to_vec()
     }
@@ -828,7 +828,7 @@ pub mod bench {
                 matches: vec![FieldMatch::Exact { field: 0, value: vec![2, 0, 0, 0, 0, h] }],
                 priority: 0,
                 action_id: fwd,
-                params: vec![(1, be(p as u64, 9))],
+                params: vec![(1, be_bytes(p as u64, 9))],
             })
             .expect("l2 entry");
         }
@@ -844,7 +844,8 @@ pub mod bench {
             switch_id: 250,
             max_senders: 256,
         };
-        let params = tree.params().iter().zip(TreeConfig::PARAMS).enumerate().map(|(i, (v, (_, b)))| (i as u32 + 1, be(*v, b))).collect();
+        let params =
+            tree.params().iter().zip(TreeConfig::PARAMS).enumerate().map(|(i, (v, (_, b)))| (i as u32 + 1, be_bytes(*v, b))).collect();
         sw.control(&ControlOp::TableWrite {
             table_id: tt,
             op: WriteOp::Insert,

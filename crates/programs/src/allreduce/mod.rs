@@ -2,28 +2,6 @@
 //! integers (Sapio et al., NSDI'21, Algorithm 3 "switch logic with packet loss recovery"),
 //! the machine-learning use DAIET names (§2) and INaaS's DML tenant.
 //!
-//! Each job owns a partition of the switch's memory: a pool of `s` slots, each slot two
-//! shadow copies (`ver` 0/1) of [`ELEMS`] 32-bit cells, a contribution counter per copy,
-//! and a seen-cell per (slot, worker). A worker sends chunk `k` of its vector into slot
-//! `k mod s` and alternates the copy at each reuse of the slot; it sends its next chunk
-//! for a slot only once it has that slot's result. Per packet:
-//!
-//! - new contribution (this worker's seen bit for `ver` clear): set it, clear its bit for
-//!   the other copy (the worker is done with it), count `(count + 1) mod n`; the first
-//!   contribution overwrites the cells, later ones add; the one that brings the count back
-//!   to 0 completes the slot: its packet becomes the result, multicast to every worker;
-//!   any other is absorbed (a counted drop).
-//! - already seen (a retransmission): if the copy is complete, the result goes back to
-//!   that worker alone (it missed the multicast); else it is absorbed, nothing added.
-//!
-//! A copy is overwritten only by the first contribution of its next use, which a worker
-//! sends only after it has the other copy's result, which exists only when every worker
-//! has contributed to it, which each did only after receiving this copy's result: so a
-//! result is never overwritten while a worker may still ask for it, and a contribution is
-//! added exactly once. The counter (not a 32-bit bitmap) and the seen-cell per worker
-//! leave the number of workers to the control plane: a job of `n` workers and `s` slots
-//! uses `n * s` seen-cells of [`SEEN_CELLS`].
-//!
 //! Layout (tofino1; `forward` uses stages 0–1 besides):
 //! - ingress stage 0: `jobs` (exact: (ingress port, job id) → pool base, slots, workers,
 //!   seen base, group, worker range = first worker << 16 | port workers), one entry per
@@ -42,12 +20,15 @@
 //!
 //! `MAX` packets (flag [`flags::MAX`]) aggregate with an unsigned maximum instead of the
 //! sum: the hosts' exponent round (see `hostlib::allreduce`).
+//!
+//! What a packet does to its slot, and why a result is never overwritten while a worker may
+//! still ask for it: docs/allreduce.md, "Switch: `programs::allreduce`".
 
 use pisa::decl::TableSpec;
 use pisa::salu::common::Read;
 use pisa::TraceMode;
 use pisa::{ActionId, DropCode, Gress, MatchKind, Pass, Program, ProgramBuilder, ProgramDecl, Table};
-use pisa::{Cmp, Cond, Op, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
+use pisa::{Cmp, Cond, Op, OutputSource, Pred, Salu, SaluOutput, SaluProgram, Src, Update};
 use wire::allreduce::{field, flags, ELEMS, PACKET_LEN, UDP_PORT};
 
 use crate::reply::{fix_lengths, swap_addresses};
@@ -81,10 +62,10 @@ const AT: usize = UDP_IPV4_LEN;
 struct Seen;
 impl SaluProgram<u8, u8, bool> for Seen {
     const SALU: Salu = Salu {
-        conds: &[Cond::new(Src::PhvLo, Cmp::Eq, Src::K(0)), Cond::lin(Src::Lo, Src::PhvLo, -1, Cmp::Eq)],
+        conds: &[Cond::new(Src::PhvLo, Cmp::Eq, Src::K(0)), Cond::linear(Src::Lo, Src::PhvLo, -1, Cmp::Eq)],
         lo: &[Update::set(Pred::C0, Src::K(1)), Update::set(Pred::ALWAYS, Src::K(2))],
         hi: &[],
-        out: &[Out::new(Pred::C1, OutSrc::Predicate)],
+        out: &[SaluOutput::new(Pred::C1, OutputSource::Predicate)],
     };
 }
 
@@ -101,10 +82,10 @@ const FIRST: u32 = 1;
 const COMPLETE: u32 = 2;
 impl SaluProgram<u32, u32, u32> for Count {
     const SALU: Salu = Salu {
-        conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::K(0)), Cond::lin(Src::Lo, Src::PhvLo, 1, Cmp::GeU)],
+        conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::K(0)), Cond::linear(Src::Lo, Src::PhvLo, 1, Cmp::GeU)],
         lo: &[Update::set(Pred::C1, Src::K(0)), Update::always(Src::Lo, Op::Add, Src::K(1))],
         hi: &[],
-        out: &[Out::always(OutSrc::Predicate)],
+        out: &[SaluOutput::always(OutputSource::Predicate)],
     };
 }
 
@@ -131,7 +112,7 @@ impl SaluProgram<u32, (u8, u32), u32> for PoolSum {
         ],
         lo: &[Update::set(Pred::C0, Src::PhvHi), Update::new(Pred::C1, Src::Lo, Op::Add, Src::PhvHi)],
         hi: &[],
-        out: &[Out::always(OutSrc::NewLo)],
+        out: &[SaluOutput::always(OutputSource::NewLo)],
     };
 }
 
@@ -148,7 +129,7 @@ impl SaluProgram<u32, (u8, u32), u32> for PoolMax {
         ],
         lo: &[Update::set(Pred::C0, Src::PhvHi), Update::new(Pred::C1, Src::Lo, Op::MaxU, Src::PhvHi)],
         hi: &[],
-        out: &[Out::always(OutSrc::NewLo)],
+        out: &[SaluOutput::always(OutputSource::NewLo)],
     };
 }
 

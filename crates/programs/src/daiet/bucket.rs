@@ -18,18 +18,10 @@
 //! a packet with more colliding pairs keeps them marked in its bridged metadata and stores
 //! one per following pass.
 //!
-//! Why two counters, and what the store decides (the long version is in
-//! `docs/pisa-rules.md`): the head may move on to the next buffer only if that buffer is
-//! not being drained, a bit of the busy set chosen by the head itself, which no condition
-//! of a stateful ALU can test. So the ring keeps, beside the position, one flag: whether
-//! the buffer after the head is known to be free. A store that moves the head clears it
-//! (the one after the new head is not known) and learns, in stage 11 of the same pass,
-//! whether that buffer is busy; if it is not, it sets the flag in its next pass
-//! ([`AFTER_MOVE`]); if it is, that buffer's drain sets it when it ends ([`drained`]).
-//! Until then the head's last slot is refused: the last slot is taken only by a store that
-//! moves the head on and drains the buffer it filled, so no buffer ever waits full.
+//! Why two counters, and what a store decides: docs/wordcount.md, "DAIET's spillover
+//! bucket", "Why two counters".
 
-use pisa::{Cmp, Cond, Op, Out, OutSrc, Pair, Pred, Salu, SaluProgram, Src, Update};
+use pisa::{Cmp, Cond, DualCell, Op, OutputSource, Pred, Salu, SaluOutput, SaluProgram, Src, Update};
 use wire::daiet::MAX_PAIRS;
 
 use super::MAX_TREES;
@@ -73,15 +65,15 @@ pub const NO_DRAIN: u32 = u32::MAX;
 /// stays in its packet. See [`stored`].
 #[derive(Clone, Copy)]
 pub struct RingStore;
-impl SaluProgram<Pair, u32, u32> for RingStore {
+impl SaluProgram<DualCell, u32, u32> for RingStore {
     const SALU: Salu = Salu {
-        conds: &[Cond::lin(Src::Hi, Src::K(0), -(4 * LAST as i32), Cmp::LtU), Cond::new(Src::Hi, Cmp::Eq, Src::PhvLo)],
+        conds: &[Cond::linear(Src::Hi, Src::K(0), -(4 * LAST as i32), Cmp::LtU), Cond::new(Src::Hi, Cmp::Eq, Src::PhvLo)],
         lo: &[
             Update::new(Pred::C0, Src::Lo, Op::Add, Src::K(1)),
             Update::new(Pred::C1, Src::Lo, Op::Add, Src::K((1 << SLOT_BITS) - LAST as i32)),
         ],
         hi: &[Update::new(Pred::C0, Src::Hi, Op::Add, Src::K(4)), Update::set(Pred::C1, Src::K(NEXT_UNKNOWN as i32))],
-        out: &[Out::new(Pred::C0.or(Pred::C1), OutSrc::NewLo)],
+        out: &[SaluOutput::new(Pred::C0.or(Pred::C1), OutputSource::NewLo)],
     };
 }
 
@@ -119,12 +111,12 @@ pub fn stored(out: u32) -> Option<Stored> {
 /// [`moves_of`]).
 #[derive(Clone, Copy)]
 pub struct RingDrained;
-impl SaluProgram<Pair, (u32, u32), u32> for RingDrained {
+impl SaluProgram<DualCell, (u32, u32), u32> for RingDrained {
     const SALU: Salu = Salu {
         conds: &[Cond::new(Src::Lo, Cmp::GeU, Src::PhvLo)],
         lo: &[],
         hi: &[Update::new(Pred::C0, Src::Hi, Op::Add, Src::PhvHi)],
-        out: &[Out::always(OutSrc::OldLo)],
+        out: &[SaluOutput::always(OutputSource::OldLo)],
     };
 }
 
@@ -158,12 +150,12 @@ pub fn moves_of(pos: u32, buf: u32) -> u32 {
 /// the ring afresh. Output: the position before (head buffer and its pairs, [`head_of`]).
 #[derive(Clone, Copy)]
 pub struct RingTake;
-impl SaluProgram<Pair, (), u32> for RingTake {
+impl SaluProgram<DualCell, (), u32> for RingTake {
     const SALU: Salu = Salu {
         conds: &[],
         lo: &[Update::set(Pred::ALWAYS, Src::K(0))],
         hi: &[Update::set(Pred::ALWAYS, Src::K(0))],
-        out: &[Out::always(OutSrc::OldLo)],
+        out: &[SaluOutput::always(OutputSource::OldLo)],
     };
 }
 
@@ -189,12 +181,12 @@ pub const STORERS_DONE: u32 = 2;
 /// head is being drained.
 #[derive(Clone, Copy)]
 pub struct BusyStore;
-impl SaluProgram<Pair, (u32, u32), u32> for BusyStore {
+impl SaluProgram<DualCell, (u32, u32), u32> for BusyStore {
     const SALU: Salu = Salu {
         conds: &[Cond::new(Src::PhvHi, Cmp::Eq, Src::K(STORERS_ADD as i32)), Cond::new(Src::PhvHi, Cmp::Eq, Src::K(STORERS_DONE as i32))],
         lo: &[Update::always(Src::Lo, Op::Or, Src::PhvLo)],
         hi: &[Update::new(Pred::C0, Src::Hi, Op::Add, Src::K(1)), Update::new(Pred::C1, Src::Hi, Op::SatSub, Src::K(1))],
-        out: &[Out::always(OutSrc::OldLo)],
+        out: &[SaluOutput::always(OutputSource::OldLo)],
     };
 }
 
@@ -214,7 +206,7 @@ pub fn storers_change(first: bool, more: bool, took: bool) -> u32 {
 /// The end of a drain: operand the drained buffer's bit.
 #[derive(Clone, Copy)]
 pub struct BusyDrained;
-impl SaluProgram<Pair, u32, ()> for BusyDrained {
+impl SaluProgram<DualCell, u32, ()> for BusyDrained {
     const SALU: Salu = Salu { conds: &[], lo: &[Update::always(Src::Lo, Op::AndNot, Src::PhvLo)], hi: &[], out: &[] };
 }
 
@@ -222,12 +214,12 @@ impl SaluProgram<Pair, u32, ()> for BusyDrained {
 /// conditions (bit 0 no buffer drains, bit 1 no storer), see [`IDLE`].
 #[derive(Clone, Copy)]
 pub struct BusyCheck;
-impl SaluProgram<Pair, (), u32> for BusyCheck {
+impl SaluProgram<DualCell, (), u32> for BusyCheck {
     const SALU: Salu = Salu {
         conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::K(0)), Cond::new(Src::Hi, Cmp::Eq, Src::K(0))],
         lo: &[],
         hi: &[],
-        out: &[Out::always(OutSrc::Predicate)],
+        out: &[SaluOutput::always(OutputSource::Predicate)],
     };
 }
 
@@ -237,7 +229,7 @@ pub const IDLE: u32 = 3;
 /// A walker giving up: the drains and stores it waited for were lost.
 #[derive(Clone, Copy)]
 pub struct BusyReset;
-impl SaluProgram<Pair, (), ()> for BusyReset {
+impl SaluProgram<DualCell, (), ()> for BusyReset {
     const SALU: Salu =
         Salu { conds: &[], lo: &[Update::set(Pred::ALWAYS, Src::K(0))], hi: &[Update::set(Pred::ALWAYS, Src::K(0))], out: &[] };
 }
@@ -254,8 +246,8 @@ mod tests {
     /// call is what one packet does, its passes taken at once.
     #[derive(Clone, Copy, Default)]
     struct Bucket {
-        ring: Pair,
-        busy: Pair,
+        ring: DualCell,
+        busy: DualCell,
     }
 
     impl Bucket {
@@ -344,7 +336,7 @@ mod tests {
             b.drained(buf);
         }
         assert_eq!(b.flush(), Some((0, 2)));
-        assert_eq!((b.ring, b.busy), (Pair::new(0, 0), Pair::new(0, 0)));
+        assert_eq!((b.ring, b.busy), (DualCell::new(0, 0), DualCell::new(0, 0)));
     }
 
     #[test]
@@ -377,7 +369,7 @@ mod tests {
         let t = Target::tofino1();
         for (name, s) in [
             ("ring.store", RingStore::SALU),
-            ("ring.drained", <RingDrained as SaluProgram<Pair, (u32, u32), u32>>::SALU),
+            ("ring.drained", <RingDrained as SaluProgram<DualCell, (u32, u32), u32>>::SALU),
             ("ring.take", RingTake::SALU),
             ("busy.store", BusyStore::SALU),
             ("busy.drained", BusyDrained::SALU),
@@ -406,7 +398,7 @@ mod tests {
     const S_WAIT: u32 = 1 << 11;
     const S_FLUSHED: u32 = 1 << 12;
 
-    fn reference(c: Pair, op: u8) -> (Pair, u32) {
+    fn reference(c: DualCell, op: u8) -> (DualCell, u32) {
         let fill = c.lo & 0xF;
         let head = (c.lo >> 4) & 0xF;
         let busy = c.lo >> 16;
@@ -423,28 +415,28 @@ mod tests {
                     storers = storers.saturating_sub(1);
                 }
                 if !takes {
-                    return (Pair::new(c.lo, storers), 0);
+                    return (DualCell::new(c.lo, storers), 0);
                 }
                 let out = S_STORED | (head << 4) | fill;
                 if fill == LAST {
                     let busy = busy | (1 << head);
-                    (Pair::new((busy << 16) | (next << 4), storers), out | S_DRAIN)
+                    (DualCell::new((busy << 16) | (next << 4), storers), out | S_DRAIN)
                 } else {
-                    (Pair::new(c.lo + 1, storers), out)
+                    (DualCell::new(c.lo + 1, storers), out)
                 }
             }
             OP_DRAINED => {
                 let done = (op as u32 >> 4) % BUFFERS;
-                (Pair::new(((busy & !(1 << done)) << 16) | (c.lo & 0xFFFF), c.hi), 0)
+                (DualCell::new(((busy & !(1 << done)) << 16) | (c.lo & 0xFFFF), c.hi), 0)
             }
             OP_FLUSH => {
                 if busy != 0 || c.hi != 0 {
                     (c, S_WAIT)
                 } else {
-                    (Pair::new(0, 0), S_FLUSHED | (head << 4) | fill)
+                    (DualCell::new(0, 0), S_FLUSHED | (head << 4) | fill)
                 }
             }
-            _ => (Pair::new(0, 0), 0),
+            _ => (DualCell::new(0, 0), 0),
         }
     }
 
@@ -452,7 +444,7 @@ mod tests {
     /// (of the `pick`-th buffer being drained), flush or give-up.
     fn run_both(ops: &[(u8, u8, bool, bool, bool)]) {
         let mut b = Bucket::default();
-        let mut c = Pair::new(0, 0);
+        let mut c = DualCell::new(0, 0);
         let mut draining: Vec<u32> = Vec::new();
         for (step, &(kind, pick, first, more, nd)) in ops.iter().enumerate() {
             match kind {

@@ -9,7 +9,7 @@
 //! the spillover bucket. Keys never contain a zero byte on this path (see
 //! `wire::daiet::key_is_fixed`), so a zero first word marks an empty cell.
 
-use pisa::{Cmp, Cond, Op, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
+use pisa::{Cmp, Cond, Op, OutputSource, Pred, Salu, SaluOutput, SaluProgram, Src, Update};
 
 /// Read a cell and clear it (the flush); index stack: push returns the slot to write,
 /// write stores a cell index; read a cell.
@@ -32,7 +32,7 @@ impl SaluProgram<u32, u32, u32> for ClaimOrMatch {
         conds: &[Cond::new(Src::Lo, Cmp::Ne, Src::PhvLo), Cond::new(Src::Lo, Cmp::Ne, Src::K(0))],
         lo: &[Update::set(Pred::C0.and(Pred::C1.not()), Src::PhvLo)],
         hi: &[],
-        out: &[Out::always(OutSrc::Predicate)],
+        out: &[SaluOutput::always(OutputSource::Predicate)],
     };
 }
 
@@ -50,7 +50,7 @@ impl SaluProgram<u32, (u32, u32), u32> for Follow {
         conds: &[Cond::new(Src::PhvHi, Cmp::Eq, Src::K(CLAIM as i32)), Cond::new(Src::Lo, Cmp::Ne, Src::PhvLo)],
         lo: &[Update::set(Pred::C0, Src::PhvLo)],
         hi: &[Update::set(Pred::C1.and(Pred::C0.not()), Src::K(COLLIDE as i32)), Update::set(Pred::ALWAYS, Src::PhvHi)],
-        out: &[Out::always(OutSrc::NewHi)],
+        out: &[SaluOutput::always(OutputSource::NewHi)],
     };
 }
 
@@ -93,6 +93,6 @@ impl SaluProgram<u32, (), u32> for Pop {
         conds: &[Cond::new(Src::Lo, Cmp::Ne, Src::K(0))],
         lo: &[Update::new(Pred::C0, Src::Lo, Op::Sub, Src::K(1))],
         hi: &[],
-        out: &[Out::always(OutSrc::OldLo)],
+        out: &[SaluOutput::always(OutputSource::OldLo)],
     };
 }

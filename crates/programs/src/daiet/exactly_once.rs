@@ -24,7 +24,7 @@
 //!   single instruction gave one pass later (the expected number only grows, and an
 //!   ACK is still given only when nothing of the sender is in flight).
 
-use pisa::{Cmp, Cond, Op, Out, OutSrc, Pair, Pred, Salu, SaluProgram, Src, Update};
+use pisa::{Cmp, Cond, DualCell, Op, OutputSource, Pred, Salu, SaluOutput, SaluProgram, Src, Update};
 
 /// `admit` outputs.
 pub const ADMIT: u32 = 1;
@@ -49,12 +49,12 @@ const SEQ_IS_OLDER: Cond = Cond::new(Src::PhvLo, Cmp::LtU, Src::Lo);
 /// (bit 0 `seq == expected`: admitted, bit 1 `seq < expected`), see [`admit_code`].
 #[derive(Clone, Copy)]
 pub struct Admit;
-impl SaluProgram<Pair, (u32, u8), u32> for Admit {
+impl SaluProgram<DualCell, (u32, u8), u32> for Admit {
     const SALU: Salu = Salu {
         conds: &[SEQ_IS_NEXT, SEQ_IS_OLDER],
         lo: &[Update::new(Pred::C0, Src::Lo, Op::Add, Src::K(1))],
         hi: &[Update::new(Pred::C0, Src::Hi, Op::Add, Src::PhvHi)],
-        out: &[Out::always(OutSrc::Predicate)],
+        out: &[SaluOutput::always(OutputSource::Predicate)],
     };
 }
 
@@ -64,12 +64,12 @@ impl SaluProgram<Pair, (u32, u8), u32> for Admit {
 #[derive(Clone, Copy)]
 pub struct AdmitEnd;
 const IDLE: Cond = Cond::new(Src::Hi, Cmp::Eq, Src::K(0));
-impl SaluProgram<Pair, u32, u32> for AdmitEnd {
+impl SaluProgram<DualCell, u32, u32> for AdmitEnd {
     const SALU: Salu = Salu {
         conds: &[SEQ_IS_NEXT, IDLE],
         lo: &[Update::new(Pred::C0.and(Pred::C1), Src::Lo, Op::Add, Src::K(1))],
         hi: &[Update::new(Pred::C0.and(Pred::C1), Src::Hi, Op::Add, Src::K(1))],
-        out: &[Out::always(OutSrc::Predicate)],
+        out: &[SaluOutput::always(OutputSource::Predicate)],
     };
 }
 
@@ -78,9 +78,13 @@ impl SaluProgram<Pair, u32, u32> for AdmitEnd {
 /// [`check_code`].
 #[derive(Clone, Copy)]
 pub struct Check;
-impl SaluProgram<Pair, u32, u32> for Check {
-    const SALU: Salu =
-        Salu { conds: &[SEQ_IS_OLDER, Cond::new(Src::Hi, Cmp::Ne, Src::K(0))], lo: &[], hi: &[], out: &[Out::always(OutSrc::Predicate)] };
+impl SaluProgram<DualCell, u32, u32> for Check {
+    const SALU: Salu = Salu {
+        conds: &[SEQ_IS_OLDER, Cond::new(Src::Hi, Cmp::Ne, Src::K(0))],
+        lo: &[],
+        hi: &[],
+        out: &[SaluOutput::always(OutputSource::Predicate)],
+    };
 }
 
 /// [`Admit`]'s output as the program's code (a gateway's table in the next stage).
@@ -116,7 +120,7 @@ pub fn check_code(p: u32) -> u32 {
 /// An admitted packet is done.
 #[derive(Clone, Copy)]
 pub struct Complete;
-impl SaluProgram<Pair, (), ()> for Complete {
+impl SaluProgram<DualCell, (), ()> for Complete {
     const SALU: Salu = Salu {
         conds: &[Cond::new(Src::Hi, Cmp::Ne, Src::K(0))],
         lo: &[],
@@ -131,14 +135,14 @@ mod tests {
 
     /// The single check as it was written before it was split (three comparisons and the
     /// END bit in one body): the reference.
-    fn reference(c: Pair, seq: u32, end: bool, one_pass: bool) -> (Pair, u32) {
+    fn reference(c: DualCell, seq: u32, end: bool, one_pass: bool) -> (DualCell, u32) {
         if seq == c.lo {
             if end && c.hi != 0 {
                 (c, WAIT)
             } else if one_pass {
-                (Pair::new(c.lo.wrapping_add(1), c.hi), ADMIT)
+                (DualCell::new(c.lo.wrapping_add(1), c.hi), ADMIT)
             } else {
-                (Pair::new(c.lo.wrapping_add(1), c.hi + 1), ADMIT)
+                (DualCell::new(c.lo.wrapping_add(1), c.hi + 1), ADMIT)
             }
         } else if seq < c.lo {
             (c, if c.hi != 0 { BUSY } else { DUPLICATE })
@@ -149,7 +153,7 @@ mod tests {
 
     /// The instructions as the program runs them: the first pass, and the check pass for a
     /// packet that was not the expected one (the cell unchanged in between).
-    fn split(c: Pair, seq: u32, end: bool, one_pass: bool) -> (Pair, u32) {
+    fn split(c: DualCell, seq: u32, end: bool, one_pass: bool) -> (DualCell, u32) {
         let (c, code) = if end {
             let (c, p) = AdmitEnd.run(c, seq);
             (c, admit_end_code(p))
@@ -174,7 +178,7 @@ mod tests {
                     for end in [false, true] {
                         // An END is never one pass (it stays in flight).
                         for one_pass in [false, true].into_iter().filter(|&o| !(end && o)) {
-                            let c = Pair::new(lo, hi);
+                            let c = DualCell::new(lo, hi);
                             assert_eq!(split(c, seq, end, one_pass), reference(c, seq, end, one_pass), "{lo} {hi} {seq} {end} {one_pass}");
                         }
                     }

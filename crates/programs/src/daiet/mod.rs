@@ -6,46 +6,13 @@
 //! stack of used cells, a children counter, and the switch's own sequence numbers towards
 //! the parent. Trees share the arrays in partitions the controller sets.
 //!
-//! How a packet goes through: four pairs per pass, one per register slice (the pair at
-//! position p uses slice p % 4: its own key, value and index-stack arrays — the hardware
-//! way to loop over a packet's items); more pairs by recirculation, declared and counted.
-//! A packet of ten pairs makes three passes.
-//! - first pass: the exactly-once check (`seq_state`, see [`exactly_once`]): a duplicate is
-//!   turned into its own ACK; a gap or a copy of a packet in flight is dropped and counted
-//!   (a packet that was not the expected one tells these apart in a second pass of its
-//!   own). An END counts the child (`ends_seen`).
-//! - each pass: for its (up to) four pairs: hash, whole-key compare-or-claim across four
-//!   key arrays, aggregate the value, push a newly claimed cell on the slice's index stack
-//!   ([`cells`]); a pair colliding with a different stored key is marked in the bridged
-//!   metadata and goes into the tree's spillover bucket in registers, one per pass
-//!   ([`bucket`], [`spillover`]); more colliding pairs than passes cost a recirculation
-//!   each.
-//! - the pass that takes the last group completes the sequence number; when every pair is
-//!   in a cell or the bucket the packet becomes the ACK. The packet whose store filled a
-//!   bucket buffer sends the ACK back as a truncated clone (egress rewrites it) and drains
-//!   the buffer, one slot per pass, leaving for the parent with the ten pairs, numbered by
-//!   the switch. Pairs that find the bucket busy go on in their own packet (still exact).
-//! - The END that brings the children count to the configured number becomes the flush
-//!   walker ([`flush`]): one pass per cell pops a slice's index stack and reads-and-clears
-//!   the cell, then one pass per pair left in the spillover bucket; every ten pairs a copy
-//!   leaves for the parent (clone to the recirculation port keeps the walk going); at the
-//!   end the END goes to the parent and the child's END is acknowledged. The tree's cells,
-//!   stacks and bucket are empty afterwards.
-//! - Keys longer than 16 bytes (or empty, or with a zero byte) come in VARLEN packets:
-//!   sequenced like the others and forwarded whole, never truncated (the public code's
-//!   second defect).
-//!
-//! - Every waiting loop is bounded: an END waiting for its sender's packets in flight and
-//!   the flush walker waiting for the spillover bucket's drains and stores count their
-//!   consecutive waiting passes (bridged metadata); past [`MAX_WAIT_PASSES`] the switch gives
-//!   up on them (a counted `daiet_wait_exceeded` drop; see [`MAX_WAIT_PASSES`] for what is
-//!   left behind), so a lost packet or a reconfigured tree never leaves a packet
-//!   recirculating forever. The hosts' retransmission and fallback finish the job.
-//!
 //! Layout (tofino1), slice s = 0..3: stage 0 `daiet_trees`; 1 `seq_state`, `key_hash_s`;
 //! 2–5 `key0_s`..`key3_s`; 6 `value_s`; 7 `stack_top_s`; 8 `index_stack_s`; 9 `out_seq`,
 //! `ends_seen`, `spill_ring`; 10 `spill_key0`..`spill_key3`; 11 `spill_value`,
 //! `spill_overflow`, `spill_busy`.
+//!
+//! A packet's passes, the flush and the bounded waits: docs/wordcount.md, "DAIET's
+//! switch program: a packet's passes".
 
 pub mod bucket;
 pub mod cells;
@@ -57,8 +24,8 @@ pub mod tree;
 
 use pisa::decl::TableSpec;
 use pisa::{
-    ClassifyRule, DropCode, Gress, HashAlgo, HashLanes, HashUnit, LanesError, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl,
-    RegisterLanes, Table, TraceMode,
+    ClassifyRule, DropCode, DualCell, Gress, HashAlgo, HashLanes, HashUnit, LanesError, MatchKind, Pass, Program, ProgramBuilder,
+    ProgramDecl, RegisterLanes, Table, TraceMode,
 };
 use wire::daiet::{flags, Op, MAX_PAIRS, PAIR_LEN, SLICES, UDP_PORT};
 
@@ -129,10 +96,10 @@ struct PairLanes {
 pub struct Daiet {
     decl: ProgramDecl,
     trees: Table,
-    admit: pisa::SaluAction<Pair, (u32, u8), u32, Admit>,
-    admit_end: pisa::SaluAction<Pair, u32, u32, AdmitEnd>,
-    check: pisa::SaluAction<Pair, u32, u32, Check>,
-    complete: pisa::SaluAction<Pair, (), (), Complete>,
+    admit: pisa::SaluAction<DualCell, (u32, u8), u32, Admit>,
+    admit_end: pisa::SaluAction<DualCell, u32, u32, AdmitEnd>,
+    check: pisa::SaluAction<DualCell, u32, u32, Check>,
+    complete: pisa::SaluAction<DualCell, (), (), Complete>,
     /// One per slice (an array, not a Vec: indexing by slice needs no bounds check).
     slices: [Slice; SLICES],
     lanes: PairLanes,
@@ -141,13 +108,13 @@ pub struct Daiet {
     ends_arrive: pisa::SaluAction<u32, (), u32, Push>,
     ends_reset: pisa::SaluAction<u32, (), u32, Take>,
     /// The spillover bucket ([`bucket`]): its ring (stage 9) and busy counters (stage 11).
-    spill_store: pisa::SaluAction<Pair, u32, u32, RingStore>,
-    spill_drained: pisa::SaluAction<Pair, (u32, u32), u32, RingDrained>,
-    spill_take: pisa::SaluAction<Pair, (), u32, RingTake>,
-    busy_store: pisa::SaluAction<Pair, (u32, u32), u32, BusyStore>,
-    busy_drained: pisa::SaluAction<Pair, u32, (), BusyDrained>,
-    busy_check: pisa::SaluAction<Pair, (), u32, BusyCheck>,
-    busy_reset: pisa::SaluAction<Pair, (), (), BusyReset>,
+    spill_store: pisa::SaluAction<DualCell, u32, u32, RingStore>,
+    spill_drained: pisa::SaluAction<DualCell, (u32, u32), u32, RingDrained>,
+    spill_take: pisa::SaluAction<DualCell, (), u32, RingTake>,
+    busy_store: pisa::SaluAction<DualCell, (u32, u32), u32, BusyStore>,
+    busy_drained: pisa::SaluAction<DualCell, u32, (), BusyDrained>,
+    busy_check: pisa::SaluAction<DualCell, (), u32, BusyCheck>,
+    busy_reset: pisa::SaluAction<DualCell, (), (), BusyReset>,
     spill_key_write: [pisa::SaluAction<u32, u32, (), Write>; 4],
     spill_key_take: [pisa::SaluAction<u32, (), u32, Take>; 4],
     spill_value_write: pisa::SaluAction<u32, u32, (), Write>,
@@ -209,7 +176,7 @@ impl Daiet {
             default_action: (a_untracked, &[]),
             const_default: true,
         });
-        let seq = b.register::<Pair>(
+        let seq = b.register::<DualCell>(
             "seq_state",
             Gress::Ingress,
             1,
@@ -261,7 +228,7 @@ impl Daiet {
         let ends = b.register::<u32>("ends_seen", Gress::Ingress, 9, MAX_TREES, "per tree: children that sent END");
         let ends_arrive = b.register_action_salu(ends, "arrive", Push);
         let ends_reset = b.register_action_salu(ends, "reset", Take);
-        let ring = b.register::<Pair>(
+        let ring = b.register::<DualCell>(
             "spill_ring",
             Gress::Ingress,
             9,
@@ -288,7 +255,7 @@ impl Daiet {
             "per tree: colliding pairs that found the bucket busy and went on in their packet",
         );
         let spill_overflow = b.register_action_salu(so, "add", AddN);
-        let busy = b.register::<Pair>(
+        let busy = b.register::<DualCell>(
             "spill_busy",
             Gress::Ingress,
             11,
@@ -365,10 +332,10 @@ impl Daiet {
             if pair[0] == 0 {
                 continue; // a hole
             }
-            let be = |i: usize| u32::from_be_bytes([pair[i], pair[i + 1], pair[i + 2], pair[i + 3]]);
+            let u32_at = |i: usize| u32::from_be_bytes([pair[i], pair[i + 1], pair[i + 2], pair[i + 3]]);
             keys[s].copy_from_slice(&pair[..16]);
-            words[s] = [be(0), be(4), be(8), be(12)];
-            vals[s] = be(16);
+            words[s] = [u32_at(0), u32_at(4), u32_at(8), u32_at(12)];
+            vals[s] = u32_at(16);
             present |= 1 << s;
         }
         if present == 0 {

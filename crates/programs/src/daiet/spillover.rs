@@ -2,31 +2,8 @@
 //! pair); if spilloverBucket is full then flushData(spilloverBucket)"); its registers and
 //! counter are in [`super::bucket`].
 //!
-//! - Store: a pair that collided with a different stored key waits in its packet (marked in
-//!   the bridged metadata) for a bucket slot; each pass stores one (stages 9-11, after the
-//!   key compare of stages 2-5, so a pair colliding in a pass can be stored in the same
-//!   pass). A packet of ten pairs makes its three passes anyway; more colliding pairs than
-//!   passes cost one recirculation each, counted with the others.
-//! - The bucket busy (the head buffer's last slot waiting for the next buffer's drain, see
-//!   [`super::bucket`]): the waiting pairs stay in
-//!   their packet and go on to the parent at once, numbered by the switch: still exact,
-//!   just not gathered (counted in `spill_overflow`). VARLEN packets (keys the 16-byte slots
-//!   cannot hold) go on the same way, whole.
-//! - flushData: the switch creates no packet. The packet whose store filled a buffer sends
-//!   its child's ACK back as a clone and becomes the drain walker: one pass per slot it
-//!   reads-and-clears the buffer (after the kept pairs it may carry); at ten pairs the packet
-//!   leaves for the parent numbered by the switch (`out_seq`, so the reducer's gap
-//!   detection covers it) and, if slots are left, a clone to the recirculation port walks
-//!   on. The walker also keeps the ring told whether the buffer after the head is free
-//!   (see [`super::bucket`]).
-//! - A child's packet is acknowledged only when all of its pairs are in registers (cells
-//!   or bucket) or on their way to the parent.
-//! - `seq_state` counts a packet done at the pass of its last group of pairs; bucket stores
-//!   after that (store-only passes) are counted in the bucket's `storers`, and the final
-//!   END's flush waits for them, so nothing is left behind. A resent copy arriving in those
-//!   few passes is acknowledged as a duplicate (never added again) before the original's
-//!   last stores, which are already under way in the pipeline; only a switch restart could
-//!   lose them then, and the reducer's gap detection and host fallback cover a restart.
+//! A pair's way through the bucket (store, busy, drain, acknowledgement): docs/wordcount.md,
+//! "DAIET's spillover bucket", "A pair's way through the bucket".
 
 use pisa::{Pass, TraceMode};
 use wire::daiet::{flags, MAX_PAIRS, PAIR_LEN};

@@ -5,37 +5,20 @@
 //! length (`lock_state`), the waiters' modes (`lock_excl`, one bit per position) and a
 //! fixed-size waiting queue of [`QUEUE`] requests (`lock_queue_ip`, `lock_queue_tag`: one
 //! register cell per position, `slot * QUEUE + position`), every register action a
-//! declared stateful-ALU instruction (NetLock's split; `docs/pisa-rules.md`). The switch
-//! grants by packets:
-//!
-//! - ACQUIRE: granted at once when nothing waits and the lock is free (or shared and the
-//!   request is shared): the request becomes the grant, back to the client. Otherwise the
-//!   request is queued at `head + length` (the packet ends here, counted as
-//!   `lock_waiting`) or, when the queue is full, answered with `status` 1 (retry).
-//! - RELEASE: answered with a release ack; when the lock is now free for the head waiter
-//!   (free, or shared and the waiter shared), the ack is cloned to the recirculation port
-//!   (carrying the slot in `hit_index`, the waiter's cell in the value, its position and
-//!   mode in the bridged metadata). In its second pass the clone takes the waiter off the
-//!   queue (if the head is still there) and becomes the waiter's grant (addressed through
-//!   `lock_hosts`). When that grant leaves the lock shared and the next waiter is shared
-//!   too, the same pass clones the grant around again for it: all shared waiters at the
-//!   head of the queue are granted together, one recirculation each (at most [`QUEUE`]),
-//!   as the lock's server grants them (`lockapp.LockServer.release`).
-//!
-//! Lock state on the switch is dirty data: before a lock is evicted the control plane
-//! moves it back with `DataMvToServer` packets (state and each queue cell), and moves it in
-//! with `DataMvToSwitch` when offloading (`aux` selects a queue cell, or the state). While a slot is `REPLACING` its requests go to
-//! the lock's server, which answers "retry" until the state has moved.
+//! declared stateful-ALU instruction (NetLock's split; `docs/pisa-rules.md`).
 //!
 //! The state as moved (the lock server's layout): `lo` = holders (bits 0..16) | mode (bits
 //! 16..18: 0 free, 1 shared, 2 exclusive); `hi` = head (bits 0..3) | length (bits 3..7) |
 //! exclusive-waiter mask (bits 8..16, one bit per queue position). A queue cell: `lo` =
 //! client IPv4 address, `hi` = client id (bits 16..32) | request seq (bits 0..16).
+//!
+//! How the switch grants, queues and hands a lock over, and how lock state moves between
+//! switch and server: docs/hare.md, "The lock manager on the switch".
 
 use pisa::decl::TableSpec;
 use pisa::salu::common::{Read, Write};
-use pisa::{ActionId, DropCode, Gress, MatchKind, Pair, Pass, ProgramBuilder, Table, TraceMode, PORT_RECIRC};
-use pisa::{Cmp, Cond, Op as AluOp, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
+use pisa::{ActionId, DropCode, DualCell, Gress, MatchKind, Pass, ProgramBuilder, Table, TraceMode, PORT_RECIRC};
+use pisa::{Cmp, Cond, Op as AluOp, OutputSource, Pred, Salu, SaluOutput, SaluProgram, Src, Update};
 use wire::hare::{Op, Packet, HEADER_LEN, PORT_CLIENT};
 
 use super::app::{DataMv, HareApp, QueryHit};
@@ -78,12 +61,12 @@ const GRANT_PASS: u8 = 2;
 /// old `lo` is returned; the stage after recomputes the decision and the position from it.
 #[derive(Clone, Copy)]
 struct Acquire;
-impl SaluProgram<Pair, (u32, u32), u32> for Acquire {
+impl SaluProgram<DualCell, (u32, u32), u32> for Acquire {
     const SALU: Salu = Salu {
         conds: &[Cond::new(Src::Lo, Cmp::LtU, Src::PhvLo), Cond::new(Src::Lo, Cmp::LtU, Src::K(FULL as i32))],
         lo: &[Update::new(Pred::C0, Src::Lo, AluOp::Add, Src::PhvHi), Update::new(Pred::C1, Src::Lo, AluOp::Add, Src::K(LEN_ONE as i32))],
         hi: &[Update::new(Pred::C0, Src::Hi, AluOp::Add, Src::PhvHi)],
-        out: &[Out::always(OutSrc::OldLo)],
+        out: &[SaluOutput::always(OutputSource::OldLo)],
     };
 }
 
@@ -93,12 +76,12 @@ impl SaluProgram<Pair, (u32, u32), u32> for Acquire {
 /// that holds the waiters' modes, and taken by a recirculated pass ([`Grant`]).
 #[derive(Clone, Copy)]
 struct Release;
-impl SaluProgram<Pair, (), u32> for Release {
+impl SaluProgram<DualCell, (), u32> for Release {
     const SALU: Salu = Salu {
         conds: &[Cond::new(Src::Hi, Cmp::GeU, Src::K(X as i32)), Cond::new(Src::Hi, Cmp::Eq, Src::K(0))],
         lo: &[Update::new(Pred::C0, Src::Lo, AluOp::Sub, Src::K(X as i32)), Update::new(Pred::C1.not(), Src::Lo, AluOp::Sub, Src::K(1))],
         hi: &[Update::set(Pred::C0, Src::K(0)), Update::new(Pred::C1.not(), Src::Hi, AluOp::Sub, Src::K(1))],
-        out: &[Out::always(OutSrc::NewLo)],
+        out: &[SaluOutput::always(OutputSource::NewLo)],
     };
 }
 
@@ -106,12 +89,12 @@ impl SaluProgram<Pair, (), u32> for Release {
 /// `delta`, with `delta` 1 or `X`), or, with operands (0, 0), a read. Returns the new `lo`.
 #[derive(Clone, Copy)]
 struct Grant;
-impl SaluProgram<Pair, (u32, u32), u32> for Grant {
+impl SaluProgram<DualCell, (u32, u32), u32> for Grant {
     const SALU: Salu = Salu {
         conds: &[],
         lo: &[Update::always(Src::Lo, AluOp::Add, Src::PhvLo)],
         hi: &[Update::always(Src::Hi, AluOp::Add, Src::PhvHi)],
-        out: &[Out::always(OutSrc::NewLo)],
+        out: &[SaluOutput::always(OutputSource::NewLo)],
     };
 }
 
@@ -125,7 +108,7 @@ impl SaluProgram<u8, u8, u8> for Pop {
         conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::PhvLo), Cond::new(Src::Lo, Cmp::Eq, Src::K(QUEUE as i32 - 1))],
         lo: &[Update::set(Pred::C0.and(Pred::C1), Src::K(0)), Update::new(Pred::C0, Src::Lo, AluOp::Add, Src::K(1))],
         hi: &[],
-        out: &[Out::new(Pred::C0, OutSrc::Predicate)],
+        out: &[SaluOutput::new(Pred::C0, OutputSource::Predicate)],
     };
 }
 
@@ -145,7 +128,7 @@ impl SaluProgram<u8, u8, ()> for MarkShared {
 /// Overwrite both halves of the lock state.
 #[derive(Clone, Copy)]
 struct WritePair;
-impl SaluProgram<Pair, Pair, ()> for WritePair {
+impl SaluProgram<DualCell, DualCell, ()> for WritePair {
     const SALU: Salu =
         Salu { conds: &[], lo: &[Update::set(Pred::ALWAYS, Src::PhvLo)], hi: &[Update::set(Pred::ALWAYS, Src::PhvHi)], out: &[] };
 }
@@ -213,10 +196,10 @@ pub struct LockApp {
     head_read: pisa::SaluAction<u8, (), u32, Read>,
     head_pop: pisa::SaluAction<u8, u8, u8, Pop>,
     head_write: pisa::SaluAction<u8, u8, (), Write>,
-    acquire: pisa::SaluAction<Pair, (u32, u32), u32, Acquire>,
-    release: pisa::SaluAction<Pair, (), u32, Release>,
-    grant: pisa::SaluAction<Pair, (u32, u32), u32, Grant>,
-    state_write: pisa::SaluAction<Pair, Pair, (), WritePair>,
+    acquire: pisa::SaluAction<DualCell, (u32, u32), u32, Acquire>,
+    release: pisa::SaluAction<DualCell, (), u32, Release>,
+    grant: pisa::SaluAction<DualCell, (u32, u32), u32, Grant>,
+    state_write: pisa::SaluAction<DualCell, DualCell, (), WritePair>,
     excl_read: pisa::SaluAction<u8, (), u32, Read>,
     mark_excl: pisa::SaluAction<u8, u8, (), MarkExcl>,
     mark_shared: pisa::SaluAction<u8, u8, (), MarkShared>,
@@ -255,7 +238,7 @@ impl HareApp for LockApp {
         let head_read = b.register_action_salu(lh, "read", Read);
         let head_pop = b.register_action_salu(lh, "pop", Pop);
         let head_write = b.register_action_salu(lh, "write", Write);
-        let ls = b.register::<Pair>(
+        let ls = b.register::<DualCell>(
             "lock_state",
             Gress::Ingress,
             st2,
@@ -403,7 +386,7 @@ impl HareApp for LockApp {
                 let new = pass.execute(&self.release, slot, ());
                 let mask = pass.execute(&self.excl_read, slot, ());
                 let i = head + slot * QUEUE;
-                let cell = Pair::new(pass.execute(&self.qip_read, i, ()).get(), pass.execute(&self.qtag_read, i, ()).get());
+                let cell = DualCell::new(pass.execute(&self.qip_read, i, ()).get(), pass.execute(&self.qtag_read, i, ()).get());
                 let h = pass.hdr_mut();
                 let mut p = Packet::new_unchecked(&mut h[L2_L4_LEN..]);
                 p.set_op(Op::ReleaseAck);
@@ -434,7 +417,7 @@ impl HareApp for LockApp {
                 let h = encode_holders(v.lo & 0xFFFF, (v.lo >> 16) & 3);
                 let (head, len, mask) = (v.hi & 7, ((v.hi >> 3) & 15).min(QUEUE), (v.hi >> 8) & 0xFF);
                 pass.execute(&self.head_write, slot, head as u8);
-                pass.execute(&self.state_write, slot, Pair::new(h + len * LEN_ONE, h));
+                pass.execute(&self.state_write, slot, DualCell::new(h + len * LEN_ONE, h));
                 pass.execute(&self.excl_write, slot, mask as u8);
             } else {
                 let head = pass.execute(&self.head_read, slot, ()).get();
@@ -454,7 +437,7 @@ impl HareApp for LockApp {
                 pass.execute(&self.qip_write, i, v.lo);
                 pass.execute(&self.qtag_write, i, v.hi);
             } else {
-                let v = Pair::new(pass.execute(&self.qip_read, i, ()).get(), pass.execute(&self.qtag_read, i, ()).get());
+                let v = DualCell::new(pass.execute(&self.qip_read, i, ()).get(), pass.execute(&self.qtag_read, i, ()).get());
                 Self::pair_into(v, &mut pass.hdr_mut()[voff..end]);
             }
         }
@@ -463,10 +446,10 @@ impl HareApp for LockApp {
 }
 
 impl LockApp {
-    fn pair_from(b: &[u8]) -> Pair {
-        Pair::new(u32::from_be_bytes([b[4], b[5], b[6], b[7]]), u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    fn pair_from(b: &[u8]) -> DualCell {
+        DualCell::new(u32::from_be_bytes([b[4], b[5], b[6], b[7]]), u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     }
-    fn pair_into(p: Pair, b: &mut [u8]) {
+    fn pair_into(p: DualCell, b: &mut [u8]) {
         b[..4].copy_from_slice(&p.hi.to_be_bytes());
         b[4..8].copy_from_slice(&p.lo.to_be_bytes());
     }
@@ -474,7 +457,7 @@ impl LockApp {
     /// Send a copy of this packet round to grant the waiter at queue position `pos` of
     /// `slot` (its cell `cell`, exclusive or not): the value carries the cell, `hit_index`
     /// the slot, the bridged metadata the position and mode. The packet itself goes on.
-    fn clone_grant<M: TraceMode>(&self, pass: &mut Pass<'_, M>, slot: u32, pos: u32, excl: bool, cell: Pair, voff: usize) {
+    fn clone_grant<M: TraceMode>(&self, pass: &mut Pass<'_, M>, slot: u32, pos: u32, excl: bool, cell: DualCell, voff: usize) {
         let h = pass.hdr_mut();
         Self::pair_into(cell, &mut h[voff..voff + 8]);
         h[L2_L4_LEN + wire::hare::field::FLAGS] |= FLAG_GRANT_NEXT;
@@ -514,7 +497,7 @@ impl LockApp {
         let mask = pass.execute(&self.excl_read, slot, ()).get();
         let npos = (pos + 1) % QUEUE;
         let i = slot * QUEUE + npos;
-        let ncell = Pair::new(pass.execute(&self.qip_read, i, ()).get(), pass.execute(&self.qtag_read, i, ()).get());
+        let ncell = DualCell::new(pass.execute(&self.qip_read, i, ()).get(), pass.execute(&self.qtag_read, i, ()).get());
         let nexcl = mask & pos_bit(npos) != 0;
         let next = new >= LEN_ONE && head_may_have(new % LEN_ONE, nexcl);
         let ip = cell.lo.to_be_bytes();

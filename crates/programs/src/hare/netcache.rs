@@ -16,7 +16,7 @@ use pisa::decl::TableSpec;
 use pisa::salu::common::CountSat;
 use pisa::TraceMode;
 use pisa::{ActionId, DropCode, Gress, HashAlgo, HashUnit, MatchKind, Pass, Program, ProgramBuilder, ProgramDecl, Table};
-use pisa::{Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
+use pisa::{OutputSource, Pred, Salu, SaluOutput, SaluProgram, Src, Update};
 use wire::hare::{Op, Packet, HEADER_LEN, PORT_CLIENT, PORT_SERVER};
 
 use super::kv::ValueStore;
@@ -53,7 +53,8 @@ impl Default for NetCacheConfig {
 #[derive(Clone, Copy)]
 struct TestAndSet;
 impl SaluProgram<bool, (), bool> for TestAndSet {
-    const SALU: Salu = Salu { conds: &[], lo: &[Update::set(Pred::ALWAYS, Src::K(1))], hi: &[], out: &[Out::always(OutSrc::OldLo)] };
+    const SALU: Salu =
+        Salu { conds: &[], lo: &[Update::set(Pred::ALWAYS, Src::K(1))], hi: &[], out: &[SaluOutput::always(OutputSource::OldLo)] };
 }
 
 /// The NetCache program.

@@ -3,7 +3,7 @@
 //! being replaced are not served inconsistently: §IV-D).
 
 use pisa::salu::common::{CountSat, Read, Take};
-use pisa::{Cmp, Cond, Gress, Op, Out, OutSrc, Pred, ProgramBuilder, Salu, SaluProgram, Src, Update};
+use pisa::{Cmp, Cond, Gress, Op, OutputSource, Pred, ProgramBuilder, Salu, SaluOutput, SaluProgram, Src, Update};
 
 /// State-manager states of a slot.
 pub mod state {
@@ -21,7 +21,8 @@ pub mod state {
 #[derive(Clone, Copy)]
 pub struct Set;
 impl SaluProgram<u8, u8, u8> for Set {
-    const SALU: Salu = Salu { conds: &[], lo: &[Update::set(Pred::ALWAYS, Src::PhvLo)], hi: &[], out: &[Out::always(OutSrc::NewLo)] };
+    const SALU: Salu =
+        Salu { conds: &[], lo: &[Update::set(Pred::ALWAYS, Src::PhvLo)], hi: &[], out: &[SaluOutput::always(OutputSource::NewLo)] };
 }
 /// A PUT passes: a valid copy becomes invalid; other states stay. Returns the old state.
 #[derive(Clone, Copy)]
@@ -31,7 +32,7 @@ impl SaluProgram<u8, (), u8> for Invalidate {
         conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::K(state::VALID as i32))],
         lo: &[Update::set(Pred::C0, Src::K(state::INVALID as i32))],
         hi: &[],
-        out: &[Out::always(OutSrc::OldLo)],
+        out: &[SaluOutput::always(OutputSource::OldLo)],
     };
 }
 /// The server's PUT reply passes: the refreshed copy is valid again (unless replacing).
@@ -42,7 +43,7 @@ impl SaluProgram<u8, (), u8> for Revalidate {
         conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::K(state::INVALID as i32))],
         lo: &[Update::set(Pred::C0, Src::K(state::VALID as i32))],
         hi: &[],
-        out: &[Out::always(OutSrc::OldLo)],
+        out: &[SaluOutput::always(OutputSource::OldLo)],
     };
 }
 /// The second half of the aging of a count (`fetch` returned `c` in the pass before):

@@ -18,20 +18,12 @@
 //!   "present". The switch rewrites the packet into the answer (the value of each probed
 //!   item: [`BLOOM_PRESENT`] or [`BLOOM_ABSENT`]) and sends it back to the tenant.
 //!
-//! Why three arrays in parallel, not one array probed three times: a register array is
-//! accessed once per pass, so k probes of one array cost k - 1 recirculations per lookup
-//! (each crossing the recirculation port); three arrays cost three stateful ALUs and no
-//! pass. On tofino1 the ALUs are there: stages 2-11 are full (lease and key-value arrays),
-//! and stages 0-1 had three free, which an egress access can use after the ingress lease
-//! check. Why the uid in the cell: a lease that changes hands must not hand over the old
-//! holder's bits, and a clear on the taker's second pass would race with the taker's own
-//! lookups (ingress and egress of different packets interleave); a cell whose tag is not
-//! the asking uid reads as empty, and the first insert of the new holder claims it. The
-//! lease probe still guards every access, so a tenant never sets bits in a cell it does not
-//! hold.
+//! Why three arrays, and why the uid in the cell: docs/inaas.md, "Bloom in the switch".
 
 use pisa::TraceMode;
-use pisa::{Cmp, Cond, Gress, Out, OutSrc, Pair, Pass, Pred, ProgramBuilder, Salu, SaluAction, SaluProgram, Src, Staged, Update};
+use pisa::{
+    Cmp, Cond, DualCell, Gress, OutputSource, Pass, Pred, ProgramBuilder, Salu, SaluAction, SaluOutput, SaluProgram, Src, Staged, Update,
+};
 use wire::inaas::{Bitmap, InaasPacket, BLOOM_ABSENT, BLOOM_PRESENT, ITEMS, OP_BLOOM_INSERT};
 
 use super::failure::bridged;
@@ -55,14 +47,14 @@ pub mod kind {
 /// c0: the cell's bits are this uid's (high half == the uid operand).
 const OWNED: &[Cond] = &[Cond::new(Src::Hi, Cmp::Eq, Src::PhvHi)];
 /// The old bits if they are this uid's, else 0.
-const OLD_IF_OWNED: &[Out] = &[Out::new(Pred::C0, OutSrc::OldLo)];
+const OLD_IF_OWNED: &[SaluOutput] = &[SaluOutput::new(Pred::C0, OutputSource::OldLo)];
 
 /// Insert: operands (mask, uid). Owned cell: bits |= mask; another uid's (or an empty)
 /// cell: bits = mask, claimed for this uid. Returns the bits before, if they were this
 /// uid's (else 0).
 #[derive(Clone, Copy, Debug)]
 pub struct BloomInsert;
-impl SaluProgram<Pair, (u32, u32), u32> for BloomInsert {
+impl SaluProgram<DualCell, (u32, u32), u32> for BloomInsert {
     const SALU: Salu = Salu {
         conds: OWNED,
         lo: &[Update::new(Pred::C0, Src::Lo, pisa::Op::Or, Src::PhvLo), Update::set(Pred::C0.not(), Src::PhvLo)],
@@ -75,11 +67,11 @@ impl SaluProgram<Pair, (u32, u32), u32> for BloomInsert {
 /// uid's, else 0.
 #[derive(Clone, Copy, Debug)]
 pub struct BloomQuery;
-impl SaluProgram<Pair, (u32, u32), u32> for BloomQuery {
+impl SaluProgram<DualCell, (u32, u32), u32> for BloomQuery {
     const SALU: Salu = Salu { conds: OWNED, lo: &[], hi: &[], out: OLD_IF_OWNED };
 }
 
-type Action<P> = SaluAction<Pair, (u32, u32), u32, P>;
+type Action<P> = SaluAction<DualCell, (u32, u32), u32, P>;
 
 /// One hash function's array and its two register actions.
 pub(super) struct BloomArray {
@@ -91,7 +83,7 @@ pub(super) struct BloomArray {
 pub(super) fn declare(b: &mut ProgramBuilder) -> Vec<BloomArray> {
     (0..HASHES)
         .map(|j| {
-            let r = b.register::<Pair>(
+            let r = b.register::<DualCell>(
                 &format!("bloom_{j}"),
                 Gress::Egress,
                 BLOOM_STAGES[j],
@@ -185,15 +177,15 @@ mod tests {
 
     #[test]
     fn insert_and_query_are_per_uid() {
-        let c = Pair::default();
+        let c = DualCell::default();
         let (c, o) = BloomInsert.run(c, (0b0100, 7));
-        assert_eq!((c, o), (Pair::new(0b0100, 7), 0), "an empty cell is claimed");
+        assert_eq!((c, o), (DualCell::new(0b0100, 7), 0), "an empty cell is claimed");
         let (c, o) = BloomInsert.run(c, (0b0001, 7));
-        assert_eq!((c, o), (Pair::new(0b0101, 7), 0b0100), "OR, and the bits before");
+        assert_eq!((c, o), (DualCell::new(0b0101, 7), 0b0100), "OR, and the bits before");
         assert_eq!(BloomQuery.run(c, (0b1, 7)), (c, 0b0101));
         assert_eq!(BloomQuery.run(c, (0b1, 9)), (c, 0), "another uid reads nothing");
         let (c2, o) = BloomInsert.run(c, (0b1000, 9));
-        assert_eq!((c2, o), (Pair::new(0b1000, 9), 0), "a new holder starts from its own bits only");
+        assert_eq!((c2, o), (DualCell::new(0b1000, 9), 0), "a new holder starts from its own bits only");
         assert_eq!(BloomQuery.run(c2, (0b0101, 7)).1, 0);
     }
 }

@@ -21,7 +21,7 @@
 //! moves the old contents out to the goalkeeper (see `mod.rs`). Why two arrays and not one
 //! pair: docs/pisa-rules.md ("how the converted ones were made to fit").
 
-use pisa::{Cmp, Cond, Out, OutSrc, Pred, Salu, SaluProgram, Src, Target, Update};
+use pisa::{Cmp, Cond, OutputSource, Pred, Salu, SaluOutput, SaluProgram, Src, Target, Update};
 
 /// Most segments (items per packet).
 pub const SEGMENTS: usize = wire::inaas::ITEMS;
@@ -133,7 +133,7 @@ impl SaluProgram<u32, (u32, u32), u32> for DeadlineTake {
         conds: FREE_OR_EXPIRED_CONDS,
         lo: &[Update::set(FREE_OR_EXPIRED, Src::PhvHi)],
         hi: &[],
-        out: &[Out::new(FREE_OR_EXPIRED, OutSrc::Predicate)],
+        out: &[SaluOutput::new(FREE_OR_EXPIRED, OutputSource::Predicate)],
     };
 }
 
@@ -144,7 +144,8 @@ impl SaluProgram<u32, (u32, u32), u32> for DeadlineTake {
 pub struct DeadlineProbe;
 
 impl SaluProgram<u32, u32, u32> for DeadlineProbe {
-    const SALU: Salu = Salu { conds: FREE_OR_EXPIRED_CONDS, lo: &[], hi: &[], out: &[Out::new(FREE_OR_EXPIRED, OutSrc::Predicate)] };
+    const SALU: Salu =
+        Salu { conds: FREE_OR_EXPIRED_CONDS, lo: &[], hi: &[], out: &[SaluOutput::new(FREE_OR_EXPIRED, OutputSource::Predicate)] };
 }
 
 /// Holder array, after [`DeadlineTake`] took: operand `uid | BUSY`; returns the previous
@@ -153,7 +154,8 @@ impl SaluProgram<u32, u32, u32> for DeadlineProbe {
 pub struct HolderTake;
 
 impl SaluProgram<u32, u32, u32> for HolderTake {
-    const SALU: Salu = Salu { conds: &[], lo: &[Update::set(Pred::ALWAYS, Src::PhvLo)], hi: &[], out: &[Out::always(OutSrc::OldLo)] };
+    const SALU: Salu =
+        Salu { conds: &[], lo: &[Update::set(Pred::ALWAYS, Src::PhvLo)], hi: &[], out: &[SaluOutput::always(OutputSource::OldLo)] };
 }
 
 /// Holder array, the lease held (not free, not expired): the holder, or 0 while it is
@@ -162,8 +164,12 @@ impl SaluProgram<u32, u32, u32> for HolderTake {
 pub struct HolderCheck;
 
 impl SaluProgram<u32, (), u32> for HolderCheck {
-    const SALU: Salu =
-        Salu { conds: &[Cond::new(Src::Lo, Cmp::GeS, Src::K(0))], lo: &[], hi: &[], out: &[Out::new(Pred::C0, OutSrc::OldLo)] };
+    const SALU: Salu = Salu {
+        conds: &[Cond::new(Src::Lo, Cmp::GeS, Src::K(0))],
+        lo: &[],
+        hi: &[],
+        out: &[SaluOutput::new(Pred::C0, OutputSource::OldLo)],
+    };
 }
 
 /// Second pass of a preemption, on the holder array: if the packet's tenant still holds the
@@ -176,10 +182,10 @@ pub struct LeaseCommit;
 impl SaluProgram<u32, u32, u32> for LeaseCommit {
     const SALU: Salu = Salu {
         // lo - uid - 2^31 == 0 (BUSY is bit 31; the constant takes a register-file row).
-        conds: &[Cond::lin(Src::Lo, Src::PhvLo, BUSY as i32, Cmp::Eq)],
+        conds: &[Cond::linear(Src::Lo, Src::PhvLo, BUSY as i32, Cmp::Eq)],
         lo: &[Update::set(Pred::C0, Src::PhvLo)],
         hi: &[],
-        out: &[Out::always(OutSrc::NewLo)],
+        out: &[SaluOutput::always(OutputSource::NewLo)],
     };
 }
 
@@ -193,18 +199,18 @@ pub const MAX_LEASE_US: u32 = 1 << 30;
 #[doc(hidden)]
 pub mod legacy {
     use super::{ACQUIRED, BUSY, MAX_UID};
-    use pisa::Pair;
+    use pisa::DualCell;
 
     /// Set in the uid operand to look without taking.
     pub const PROBE: u32 = 1 << 31;
 
-    pub fn check(cell: Pair, uid: u32, now: u32, t: u32) -> (Pair, u32) {
+    pub fn check(cell: DualCell, uid: u32, now: u32, t: u32) -> (DualCell, u32) {
         let expired = (now.wrapping_sub(cell.hi) as i32) > 0;
         let (probe, uid) = (uid & PROBE != 0, uid & MAX_UID);
         if (cell.lo == 0 || expired) && probe {
             (cell, 0)
         } else if cell.lo == 0 || expired {
-            (Pair::new(uid | BUSY, now.wrapping_add(t)), ACQUIRED | (cell.lo & MAX_UID))
+            (DualCell::new(uid | BUSY, now.wrapping_add(t)), ACQUIRED | (cell.lo & MAX_UID))
         } else if cell.lo & BUSY != 0 {
             (cell, 0)
         } else {
@@ -212,9 +218,9 @@ pub mod legacy {
         }
     }
 
-    pub fn commit(cell: Pair, uid: u32) -> (Pair, u32) {
+    pub fn commit(cell: DualCell, uid: u32) -> (DualCell, u32) {
         if cell.lo == uid | BUSY {
-            (Pair::new(uid, cell.hi), uid)
+            (DualCell::new(uid, cell.hi), uid)
         } else {
             (cell, cell.lo)
         }
@@ -225,7 +231,7 @@ pub mod legacy {
 mod tests {
     use super::legacy::{check as old_check, commit as old_commit, PROBE};
     use super::*;
-    use pisa::Pair;
+    use pisa::DualCell;
 
     /// The split check as the program runs it: the deadline array's action, then the holder
     /// array's, chosen by the first's output. Cells are (deadline, holder).
@@ -339,7 +345,7 @@ mod tests {
                 continue; // the one deadline stored one µs later (see `deadline`)
             }
             let probe = r.next().is_multiple_of(4);
-            let old = old_check(Pair::new(holder, dl), uid | if probe { PROBE } else { 0 }, now, t);
+            let old = old_check(DualCell::new(holder, dl), uid | if probe { PROBE } else { 0 }, now, t);
             let new = split_check((dl, holder), uid, now, t, probe);
             assert_eq!(
                 (new.0 .1, new.0 .0, new.1),

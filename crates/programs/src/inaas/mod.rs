@@ -9,29 +9,14 @@
 //! - ingress stages 7–11: `lease_0` … `lease_19` (the holder's uid), four per stage
 //! - ingress stages 12–16: `kv_0` … `kv_19` (key, value), four per stage
 //! - (`inaas_paxos`) egress stages 17–19: the acceptors
-//!
-//! On tofino1 (12 stages) a pass serves 13 segments, the same arrays packed in stages 2–11
-//! ([`lease::Layout`]); items 13–19 fail.
 //! - egress stage 1: `tenant_usage` (ALU operations, packets) and `tenant_events`
 //!   (mismatching accesses, leases taken), per tenant slot: the ledger's source
 //!
-//! Per packet: classify by EtherType ([`wire::inaas::ETHERTYPE`]); drop malformed headers
-//! (counted) before any memory is touched; look the uid up for the ingress port (a miss is
-//! a forged uid: counted per port, sent to the goalkeeper to be logged); a retransmission
-//! goes to the goalkeeper untouched; then per item the lease check, the primitive, the
-//! compute. A preempted item needs Algorithm 1's 64-bit swap, and a Tofino 1 stateful ALU
-//! returns 32 bits: the value half moves in this pass, the key half in one recirculation
-//! (declared, at most one per packet). A packet with failures, preemptions or overflows
-//! goes to the goalkeeper; any other is answered by the switch itself, back to its sender.
+//! On tofino1 (12 stages) a pass serves 13 segments, the same arrays packed in stages 2–11
+//! ([`lease::Layout`]); items 13–19 fail.
 //!
-//! Paxos packets (ops [`OP_PAXOS_1A`], [`OP_PAXOS_2A`]) address the acceptors of
-//! [`paxos`] in segments 0–2: the lease is probed (never taken) in ingress, the acceptors
-//! run in the three egress stages after the segments' arrays (17–19), and the switch always answers the sender (never the
-//! goalkeeper: a refused or unleased acceptor is a failed item, the proposer's business).
-//!
-//! Bloom packets ([`wire::inaas::OP_BLOOM_INSERT`], [`wire::inaas::OP_BLOOM_QUERY`]) probe
-//! the leases of segments 0-2 in ingress and the tenant's bits in egress stages 0-1 (see
-//! [`bloom`]); the switch answers present/absent to the sender.
+//! What a packet goes through (tenants, leases, Paxos and Bloom packets): docs/inaas.md,
+//! "The switch program, per packet".
 
 pub mod arith;
 pub mod bloom;
@@ -43,7 +28,9 @@ pub mod primitives;
 use pisa::decl::TableSpec;
 use pisa::salu::common::{AddPair, Inc};
 use pisa::TraceMode;
-use pisa::{ActionId, DropCode, Gress, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl, RegisterAction, Table, PORT_RECIRC};
+use pisa::{
+    ActionId, DropCode, DualCell, Gress, MatchKind, Pass, Program, ProgramBuilder, ProgramDecl, RegisterAction, Table, PORT_RECIRC,
+};
 use wire::inaas::{
     flags, is_bloom, is_paxos, Bitmap, InaasPacket, Operator, ETHERTYPE, HEADER_LEN, ITEMS, OP_DONE, OP_PAXOS_1A, PAXOS_TAG_ITEM,
 };
@@ -72,10 +59,10 @@ type DeadlineProbeAction = pisa::SaluAction<u32, u32, u32, DeadlineProbe>;
 type HolderTakeAction = pisa::SaluAction<u32, u32, u32, HolderTake>;
 type HolderCheckAction = pisa::SaluAction<u32, (), u32, HolderCheck>;
 type CommitAction = pisa::SaluAction<u32, u32, u32, LeaseCommit>;
-type ExchangeAction = pisa::SaluAction<Pair, (u32, u32), u32, Exchange>;
-type ReadAction = pisa::SaluAction<Pair, (u32, u32), u32, Read>;
-type WriteAction = pisa::SaluAction<Pair, (u32, u32), u32, Write>;
-type ReduceAction = RegisterAction<Pair, (u32, i32), u32, Reduce>;
+type ExchangeAction = pisa::SaluAction<DualCell, (u32, u32), u32, Exchange>;
+type ReadAction = pisa::SaluAction<DualCell, (u32, u32), u32, Read>;
+type WriteAction = pisa::SaluAction<DualCell, (u32, u32), u32, Write>;
+type ReduceAction = RegisterAction<DualCell, (u32, i32), u32, Reduce>;
 
 /// The register actions of one memory segment.
 struct Segment {
@@ -94,12 +81,12 @@ struct Segment {
 struct Acceptor {
     advance: pisa::SaluAction<u32, (bool, u32), u32, Advance>,
     clear_instance: pisa::SaluAction<u32, (), (), ClearInstance>,
-    prepare: pisa::SaluAction<Pair, u32, RoundOut, Prepare>,
-    accept: pisa::SaluAction<Pair, u32, RoundOut, Accept>,
-    clear_round: pisa::SaluAction<Pair, (), (), Clear>,
-    read: pisa::SaluAction<Pair, u32, VoteOut, VoteRead>,
-    write: pisa::SaluAction<Pair, (u32, i32), (), VoteWrite>,
-    clear_vote: pisa::SaluAction<Pair, (), (), Clear>,
+    prepare: pisa::SaluAction<DualCell, u32, RoundOut, Prepare>,
+    accept: pisa::SaluAction<DualCell, u32, RoundOut, Accept>,
+    clear_round: pisa::SaluAction<DualCell, (), (), Clear>,
+    read: pisa::SaluAction<DualCell, u32, VoteOut, VoteRead>,
+    write: pisa::SaluAction<DualCell, (u32, i32), (), VoteWrite>,
+    clear_vote: pisa::SaluAction<DualCell, (), (), Clear>,
 }
 
 /// The primitive an item asks for, from its flags.
@@ -142,8 +129,8 @@ pub struct Inaas {
     a_set_tenant: ActionId,
     a_set_goalkeeper: ActionId,
     forged: pisa::SaluAction<u32, (), (), Inc>,
-    usage: pisa::SaluAction<Pair, (u32, u32), (), AddPair>,
-    events: pisa::SaluAction<Pair, (u32, u32), (), AddPair>,
+    usage: pisa::SaluAction<DualCell, (u32, u32), (), AddPair>,
+    events: pisa::SaluAction<DualCell, (u32, u32), (), AddPair>,
     d_forged: DropCode,
     d_no_goalkeeper: DropCode,
 }
@@ -255,7 +242,7 @@ impl Inaas {
             ));
         }
         for (j, ((take, probe), (hold, holder, commit))) in deadlines.into_iter().zip(holders).enumerate() {
-            let kr = b.register::<Pair>(
+            let kr = b.register::<DualCell>(
                 &format!("kv_{j}"),
                 Gress::Ingress,
                 layout.kv_stage(j),
@@ -279,7 +266,7 @@ impl Inaas {
                 SEGMENT_SIZE,
                 "acceptor j: the newest instance tag the slot served",
             );
-            let rr = b.register::<Pair>(
+            let rr = b.register::<DualCell>(
                 &format!("paxos_round_{j}"),
                 Gress::Egress,
                 instance_stage + 1,
@@ -287,7 +274,7 @@ impl Inaas {
                 "acceptor j under segment j's lease: promised round (lo), voted round (hi)",
             );
             b.cell_fields(&rr, &[("rnd", 32), ("vrnd", 32)]);
-            let vr = b.register::<Pair>(
+            let vr = b.register::<DualCell>(
                 &format!("paxos_vote_{j}"),
                 Gress::Egress,
                 instance_stage + 2,
@@ -307,10 +294,11 @@ impl Inaas {
             });
         }
         let bloom = bloom::declare(&mut b);
-        let ur = b.register::<Pair>("tenant_usage", Gress::Egress, 1, TENANT_SLOTS, "per tenant slot: ALU operations (lo), packets (hi)");
+        let ur =
+            b.register::<DualCell>("tenant_usage", Gress::Egress, 1, TENANT_SLOTS, "per tenant slot: ALU operations (lo), packets (hi)");
         b.cell_fields(&ur, &[("alu_ops", 32), ("packets", 32)]);
         let usage = b.register_action_salu(ur, "add", AddPair);
-        let er = b.register::<Pair>(
+        let er = b.register::<DualCell>(
             "tenant_events",
             Gress::Egress,
             1,

@@ -23,7 +23,7 @@
 //! lease itself (it probes, see [`DeadlineProbe`](super::lease::DeadlineProbe)), so the acceptors'
 //! state only exists under a lease the tenant took with an ordinary write first.
 
-use pisa::{Cmp, Cond, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
+use pisa::{Cmp, Cond, OutputSource, Pred, Salu, SaluOutput, SaluProgram, Src, Update};
 
 /// Acceptors per tenant: segments 0, 1, 2 (a majority is two).
 pub const ACCEPTORS: usize = 3;
@@ -45,7 +45,7 @@ impl SaluProgram<u32, (bool, u32), u32> for Advance {
         conds: &[Cond::new(Src::PhvHi, Cmp::LtU, Src::Lo), Cond::new(Src::PhvLo, Cmp::Ne, Src::K(0))],
         lo: &[Update::set(Pred::C1.and(Pred::C0.not()), Src::PhvHi)],
         hi: &[],
-        out: &[Out::new(Pred::C0, OutSrc::Predicate)],
+        out: &[SaluOutput::new(Pred::C0, OutputSource::Predicate)],
     };
 }
 
@@ -83,12 +83,12 @@ pub fn round_word((agreed, promise): RoundOut) -> u32 {
 #[derive(Clone, Copy)]
 pub struct Prepare;
 
-impl SaluProgram<pisa::Pair, u32, RoundOut> for Prepare {
+impl SaluProgram<pisa::DualCell, u32, RoundOut> for Prepare {
     const SALU: Salu = Salu {
         conds: &[Cond::new(Src::PhvLo, Cmp::GeU, Src::Lo)],
         lo: &[Update::set(Pred::C0, Src::PhvLo)],
         hi: &[],
-        out: &[Out::new(Pred::C0, OutSrc::OldHi), Out::new(Pred::C0.not(), OutSrc::OldLo)],
+        out: &[SaluOutput::new(Pred::C0, OutputSource::OldHi), SaluOutput::new(Pred::C0.not(), OutputSource::OldLo)],
     };
 }
 
@@ -97,12 +97,12 @@ impl SaluProgram<pisa::Pair, u32, RoundOut> for Prepare {
 #[derive(Clone, Copy)]
 pub struct Accept;
 
-impl SaluProgram<pisa::Pair, u32, RoundOut> for Accept {
+impl SaluProgram<pisa::DualCell, u32, RoundOut> for Accept {
     const SALU: Salu = Salu {
         conds: &[Cond::new(Src::PhvLo, Cmp::GeU, Src::Lo)],
         lo: &[Update::set(Pred::C0, Src::PhvLo)],
         hi: &[Update::set(Pred::C0, Src::PhvLo)],
-        out: &[Out::new(Pred::C0, OutSrc::PhvLo), Out::new(Pred::C0.not(), OutSrc::OldLo)],
+        out: &[SaluOutput::new(Pred::C0, OutputSource::PhvLo), SaluOutput::new(Pred::C0.not(), OutputSource::OldLo)],
     };
 }
 
@@ -110,7 +110,7 @@ impl SaluProgram<pisa::Pair, u32, RoundOut> for Accept {
 #[derive(Clone, Copy)]
 pub struct Clear;
 
-impl SaluProgram<pisa::Pair, (), ()> for Clear {
+impl SaluProgram<pisa::DualCell, (), ()> for Clear {
     const SALU: Salu =
         Salu { conds: &[], lo: &[Update::set(Pred::ALWAYS, Src::K(0))], hi: &[Update::set(Pred::ALWAYS, Src::K(0))], out: &[] };
 }
@@ -134,12 +134,15 @@ pub fn vote_value((value, voted): VoteOut) -> i32 {
 #[derive(Clone, Copy)]
 pub struct VoteRead;
 
-impl SaluProgram<pisa::Pair, u32, VoteOut> for VoteRead {
+impl SaluProgram<pisa::DualCell, u32, VoteOut> for VoteRead {
     const SALU: Salu = Salu {
         conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::PhvLo), Cond::new(Src::PhvLo, Cmp::Ne, Src::K(0))],
         lo: &[],
         hi: &[],
-        out: &[Out::new(Pred::C0.and(Pred::C1), OutSrc::OldHi), Out::new(Pred::C0.and(Pred::C1), OutSrc::Predicate)],
+        out: &[
+            SaluOutput::new(Pred::C0.and(Pred::C1), OutputSource::OldHi),
+            SaluOutput::new(Pred::C0.and(Pred::C1), OutputSource::Predicate),
+        ],
     };
 }
 
@@ -149,7 +152,7 @@ impl SaluProgram<pisa::Pair, u32, VoteOut> for VoteRead {
 #[derive(Clone, Copy)]
 pub struct VoteWrite;
 
-impl SaluProgram<pisa::Pair, (u32, i32), ()> for VoteWrite {
+impl SaluProgram<pisa::DualCell, (u32, i32), ()> for VoteWrite {
     const SALU: Salu =
         Salu { conds: &[], lo: &[Update::set(Pred::ALWAYS, Src::PhvLo)], hi: &[Update::set(Pred::ALWAYS, Src::PhvHi)], out: &[] };
 }
@@ -160,7 +163,7 @@ mod tests {
 
     #[test]
     fn promise_accept_refuse() {
-        use pisa::Pair;
+        use pisa::DualCell;
         let prep = |c, b| {
             let (c, o) = Prepare.run(c, b);
             (c, round_word(o))
@@ -169,20 +172,20 @@ mod tests {
             let (c, o) = Accept.run(c, b);
             (c, round_word(o))
         };
-        let c = Pair::default();
+        let c = DualCell::default();
         let (c, o) = prep(c, 5);
-        assert_eq!((c, o), (Pair::new(5, 0), 0));
+        assert_eq!((c, o), (DualCell::new(5, 0), 0));
         assert_eq!(acc(c, 4), (c, REFUSED | 5), "below the promise");
         let (c, o) = acc(c, 5);
-        assert_eq!((c, o), (Pair::new(5, 5), 5));
+        assert_eq!((c, o), (DualCell::new(5, 5), 5));
         assert_eq!(prep(c, 3).1, REFUSED | 5);
         let (c, o) = prep(c, 9);
-        assert_eq!((c, o), (Pair::new(9, 5), 5), "the promise moves, the vote stays");
-        assert_eq!(Clear.run(c, ()).0, Pair::default());
-        let v = VoteWrite.run(Pair::default(), (7, -3)).0;
+        assert_eq!((c, o), (DualCell::new(9, 5), 5), "the promise moves, the vote stays");
+        assert_eq!(Clear.run(c, ()).0, DualCell::default());
+        let v = VoteWrite.run(DualCell::default(), (7, -3)).0;
         assert_eq!(vote_value(VoteRead.run(v, 7).1), -3);
         assert_eq!(vote_value(VoteRead.run(v, 8).1), NO_VOTE, "another instance of the ring");
-        assert_eq!(vote_value(VoteRead.run(Pair::new(0, 4), 0).1), NO_VOTE, "an empty cell");
+        assert_eq!(vote_value(VoteRead.run(DualCell::new(0, 4), 0).1), NO_VOTE, "an empty cell");
         assert_eq!(Advance.run(5, (true, 4)).1 & STALE, STALE, "an older instance of the ring");
         assert_eq!(Advance.run(5, (true, 6)), (6, 0));
         assert_eq!(Advance.run(5, (false, 6)), (5, 0), "a prepare does not move the slot");

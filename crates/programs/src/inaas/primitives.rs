@@ -14,7 +14,7 @@
 //! eviction), [`Write`] (write, or the key half of an eviction), [`Reduce`] (reduce, or
 //! collect).
 
-use pisa::{Cmp, Cond, Out, OutSrc, Pair, Pred, Salu, SaluBody, SaluProgram, Src, Update};
+use pisa::{Cmp, Cond, DualCell, OutputSource, Pred, Salu, SaluBody, SaluOutput, SaluProgram, Src, Update};
 
 use super::arith::{sat_add, MISS};
 
@@ -51,12 +51,12 @@ pub struct Exchange;
 
 const FREE_OR_HIT: Pred = Pred::C0.or(Pred::C1);
 
-impl SaluProgram<Pair, (u32, u32), u32> for Exchange {
+impl SaluProgram<DualCell, (u32, u32), u32> for Exchange {
     const SALU: Salu = Salu {
         conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::K(0)), Cond::new(Src::Lo, Cmp::Eq, Src::PhvLo)],
         lo: &[Update::set(FREE_OR_HIT, Src::PhvLo)],
         hi: &[Update::set(FREE_OR_HIT, Src::PhvHi)],
-        out: &[Out::new(FREE_OR_HIT, OutSrc::OldHi)],
+        out: &[SaluOutput::new(FREE_OR_HIT, OutputSource::OldHi)],
     };
 }
 
@@ -67,12 +67,12 @@ impl SaluProgram<Pair, (u32, u32), u32> for Exchange {
 #[derive(Clone, Copy)]
 pub struct Read;
 
-impl SaluProgram<Pair, (u32, u32), u32> for Read {
+impl SaluProgram<DualCell, (u32, u32), u32> for Read {
     const SALU: Salu = Salu {
         conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::PhvLo), Cond::new(Src::PhvLo, Cmp::Eq, Src::K(0))],
         lo: &[],
         hi: &[Update::set(Pred::C1, Src::PhvHi)],
-        out: &[Out::new(Pred::C0.or(Pred::C1), OutSrc::OldHi)],
+        out: &[SaluOutput::new(Pred::C0.or(Pred::C1), OutputSource::OldHi)],
     };
 }
 
@@ -87,12 +87,12 @@ pub const EVICT: u32 = 0;
 #[derive(Clone, Copy)]
 pub struct Write;
 
-impl SaluProgram<Pair, (u32, u32), u32> for Write {
+impl SaluProgram<DualCell, (u32, u32), u32> for Write {
     const SALU: Salu = Salu {
         conds: &[Cond::new(Src::PhvHi, Cmp::Eq, Src::K(0))],
         lo: &[Update::set(Pred::ALWAYS, Src::PhvLo)],
         hi: &[Update::set(Pred::C0.not(), Src::PhvHi)],
-        out: &[Out::always(OutSrc::OldLo)],
+        out: &[SaluOutput::always(OutputSource::OldLo)],
     };
 }
 
@@ -127,11 +127,11 @@ pub struct Reduce;
 /// The value operand of [`Reduce`] that collects.
 pub const COLLECT: i32 = MISS;
 
-impl SaluBody<Pair, (u32, i32), u32> for Reduce {
+impl SaluBody<DualCell, (u32, i32), u32> for Reduce {
     #[inline(always)]
-    fn run(self, cell: Pair, (key, value): (u32, i32)) -> (Pair, u32) {
+    fn run(self, cell: DualCell, (key, value): (u32, i32)) -> (DualCell, u32) {
         if value == COLLECT {
-            return if cell.lo == key && key != 0 { (Pair::new(0, enc(0)), cell.hi) } else { (cell, 0) };
+            return if cell.lo == key && key != 0 { (DualCell::new(0, enc(0)), cell.hi) } else { (cell, 0) };
         }
         if cell.lo != 0 && (cell.lo >> 16) != (key >> 16) {
             return (cell, reduce_status::MISMATCH);
@@ -144,7 +144,7 @@ impl SaluBody<Pair, (u32, i32), u32> for Reduce {
         if over {
             return (cell, reduce_status::OVERFLOW);
         }
-        (Pair::new(cell.lo | key, enc(sum)), reduce_status::OK)
+        (DualCell::new(cell.lo | key, enc(sum)), reduce_status::OK)
     }
 }
 
@@ -155,40 +155,40 @@ mod tests {
 
     #[test]
     fn keyed_actions() {
-        let c = Pair::new(5, enc(10));
+        let c = DualCell::new(5, enc(10));
         let read = |c, k| {
             let (c, w) = Read.run(c, (k, 0));
             (c, dec(w))
         };
         assert_eq!(read(c, 5), (c, 10));
         assert_eq!(read(c, 6), (c, MISS));
-        assert_eq!(read(Pair::new(5, enc(0)), 5).1, 0, "a value 0 is not a miss");
-        assert_eq!(read(Pair::new(0, enc(0)), 6).1, MISS, "a free cell holds no key");
+        assert_eq!(read(DualCell::new(5, enc(0)), 5).1, 0, "a value 0 is not a miss");
+        assert_eq!(read(DualCell::new(0, enc(0)), 6).1, MISS, "a free cell holds no key");
         let swap = |c, k, v| {
             let (c, w) = Exchange.run(c, (k, enc(v)));
             (c, dec(w))
         };
         assert_eq!(swap(c, 6, 1), (c, MISS));
-        assert_eq!(swap(c, 5, 1), (Pair::new(5, enc(1)), 10));
-        assert_eq!(swap(Pair::new(0, enc(0)), 6, 1), (Pair::new(6, enc(1)), 0), "a free cell");
+        assert_eq!(swap(c, 5, 1), (DualCell::new(5, enc(1)), 10));
+        assert_eq!(swap(DualCell::new(0, enc(0)), 6, 1), (DualCell::new(6, enc(1)), 0), "a free cell");
         // A preemption: the value half whatever the key, then the key half.
         let (c1, w) = Read.run(c, (EVICT, enc(1)));
-        assert_eq!((c1, dec_evicted(w)), (Pair::new(5, enc(1)), 10));
-        assert_eq!(dec_evicted(Read.run(Pair::default(), (EVICT, enc(0))).1), 0, "a cell never written");
-        assert_eq!(Write.run(c1, (6, KEY_ONLY)), (Pair::new(6, enc(1)), 5));
-        assert_eq!(Write.run(c, (6, enc(1))), (Pair::new(6, enc(1)), 5));
-        assert_eq!(Write.run(c, (0, enc(0))), (Pair::new(0, enc(0)), 5));
+        assert_eq!((c1, dec_evicted(w)), (DualCell::new(5, enc(1)), 10));
+        assert_eq!(dec_evicted(Read.run(DualCell::default(), (EVICT, enc(0))).1), 0, "a cell never written");
+        assert_eq!(Write.run(c1, (6, KEY_ONLY)), (DualCell::new(6, enc(1)), 5));
+        assert_eq!(Write.run(c, (6, enc(1))), (DualCell::new(6, enc(1)), 5));
+        assert_eq!(Write.run(c, (0, enc(0))), (DualCell::new(0, enc(0)), 5));
         // Collect: read and free a matching cell.
         assert_eq!(Reduce.run(c, (6, COLLECT)), (c, 0));
         let (c2, w) = Reduce.run(c, (5, COLLECT));
-        assert_eq!((c2, dec(w)), (Pair::new(0, enc(0)), 10));
+        assert_eq!((c2, dec(w)), (DualCell::new(0, enc(0)), 10));
     }
 
     #[test]
     fn reduce_bitmap_duplicate_overflow() {
         let k = |key: u32, w: u32| key << 16 | 1 << w;
-        let (c, s) = Reduce.run(Pair::default(), (k(3, 0), 5));
-        assert_eq!((c, s), (Pair::new(k(3, 0), enc(5)), reduce_status::OK));
+        let (c, s) = Reduce.run(DualCell::default(), (k(3, 0), 5));
+        assert_eq!((c, s), (DualCell::new(k(3, 0), enc(5)), reduce_status::OK));
         let (c, s) = Reduce.run(c, (k(3, 1), 7));
         assert_eq!((dec(c.hi), s), (12, reduce_status::OK));
         assert_eq!(Reduce.run(c, (k(3, 1), 7)).1, reduce_status::DUPLICATE);

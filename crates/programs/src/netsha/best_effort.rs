@@ -4,7 +4,7 @@
 //! becomes available (the timer releases one). λ = 0 is the bypass-forwarding (BF)
 //! mechanism of Fig. 20.
 
-use pisa::{Cmp, Cond, Op, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
+use pisa::{Cmp, Cond, Op, OutputSource, Pred, Salu, SaluOutput, SaluProgram, Src, Update};
 
 /// Ask for one replacement (operand: H); out 1 if granted.
 pub const OP_GRANT: u32 = 0;
@@ -26,7 +26,7 @@ impl SaluProgram<u32, (u32, u32), u32> for BestEffortAlu {
         conds: &[Cond::new(Src::PhvLo, Cmp::Eq, Src::K(OP_RESET as i32)), Cond::new(Src::Lo, Cmp::LtU, Src::PhvHi)],
         lo: &[Update::set(Pred::C0, Src::K(0)), Update::new(Pred::C1, Src::Lo, Op::Add, Src::K(1))],
         hi: &[Update::set(Pred::C1.and(Pred::C0.not()), Src::K(1)), Update::set(Pred::ALWAYS, Src::K(0))],
-        out: &[Out::always(OutSrc::NewHi)],
+        out: &[SaluOutput::always(OutputSource::NewHi)],
     };
 }
 

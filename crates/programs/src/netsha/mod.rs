@@ -1,16 +1,6 @@
 //! `netsha`: in-switch answer reduction and aggregation for distributed LSH search
 //! (Zhang et al., NetSHa; paper §3–§4, Algorithms 1 and 2).
 //!
-//! Answer packets (UDP, IPv4 ToS reserved bit set, [`wire::netsha`]) from the search
-//! servers to the agent are taken apart one answer per pass: each answer goes into its
-//! query's logical register (hash(QID), [`selection`]), is ordered into its slots
-//! ([`slots`], `Slot_Sort`), and SortReduce ([`sort_reduce`], Algorithm 1) decides whether
-//! the register sends answers and which ones. Answers sent are appended to the same packet
-//! as new query blocks, so answers of several queries leave in one packet (aggregation,
-//! §3.5); a packet whose answers were all absorbed is dropped (counted as
-//! `netsha_absorbed`). Several switches on a path each run this independently (§3.8): the
-//! output is again NetSHa packets.
-//!
 //! Layout (all ingress):
 //! - stage 0: `qid_hash` (CRC-32 of the QID), `agent` (table: where timer packets go);
 //!   built for two condition units (Tofino 1) with two ways: `qid_1` (way 1's owners)
@@ -26,24 +16,8 @@
 //!   stage 6+i
 //! - stage 5+n: `answer_events`, `emit_events` (counters the control plane reads)
 //!
-//! What a real switch could not do, and how this program does it instead:
-//! - The paper's parser extracts up to 120 answers in one pass. A pass here handles one
-//!   answer (each slot array is touched once per pass), and a packet goes around once per
-//!   answer (recirculation, declared and counted). The whole packet must lie within the
-//!   parse depth; a longer one is forwarded unreduced.
-//! - The linear register scan of Algorithm 2 becomes a choice among the `ways` candidate
-//!   registers of the query's hash(QID) set (§4's mapping, set-associative; see
-//!   [`selection`]).
-//! - r.T depends on the answers just sent, read in the last stages, but is tested before
-//!   the slots: the pass that sends writes r.T on a following pass ("commit").
-//! - A full server packet (up to 120 answers, §3.3) has no room left for the answers its
-//!   registers send: it is split by an ingress mirror to the recirculation port (clone
-//!   session [`SPLIT_SESSION`]); the two identical copies tell themselves apart with a
-//!   test-and-set (`split_turn`), one keeps the answers sent and the front, the other the
-//!   tail, which waits (recirculating idle) so the servers' order is kept.
-//! - Query server selection (§4): query packets ([`wire::netsha::QueryPacket`]) are looked
-//!   up in one exact-match table per LSH table (stages 0..L), the server bitmaps ORed, and
-//!   multicast to every server ([`SELECT_GROUP`]); egress prunes the servers not selected.
+//! How a packet goes through and what a real switch could not do: docs/netsha.md,
+//! "The switch program in brief".
 
 pub mod best_effort;
 pub mod path;
@@ -56,9 +30,10 @@ use pisa::decl::TableSpec;
 use pisa::packet::{PORT_PKTGEN, PORT_RECIRC};
 use pisa::TraceMode;
 use pisa::{
-    ActionId, ClassifyRule, DropCode, Gress, HashAlgo, HashUnit, MatchKind, Pair, Pass, Program, ProgramBuilder, ProgramDecl, Staged, Table,
+    ActionId, ClassifyRule, DropCode, DualCell, Gress, HashAlgo, HashUnit, MatchKind, Pass, Program, ProgramBuilder, ProgramDecl, Staged,
+    Table,
 };
-use pisa::{Cmp, Cond, Op, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
+use pisa::{Cmp, Cond, Op, OutputSource, Pred, Salu, SaluOutput, SaluProgram, Src, Update};
 use wire::netsha::{self as nw, ANSWER_LEN, BLOCK_HEADER_LEN, MAX_ANSWERS};
 use wire::L2_L4_LEN;
 
@@ -359,24 +334,24 @@ mod br {
 enum Qid {
     Cell {
         lookup: CellLookup,
-        probe: pisa::SaluAction<Pair, u32, u32, QidProbe>,
-        cas0: pisa::SaluAction<Pair, Pair, u32, QidCas0>,
-        cas1: pisa::SaluAction<Pair, Pair, u32, QidCas1>,
+        probe: pisa::SaluAction<DualCell, u32, u32, QidProbe>,
+        cas0: pisa::SaluAction<DualCell, DualCell, u32, QidCas0>,
+        cas1: pisa::SaluAction<DualCell, DualCell, u32, QidCas1>,
     },
     /// `qid_1` (way 1, stage 0) and `qid_0` (way 0, stage 1).
     Split {
         check1: pisa::SaluAction<u32, u32, u32, QidCheck>,
-        cas1: pisa::SaluAction<u32, Pair, u32, QidCasWay>,
+        cas1: pisa::SaluAction<u32, DualCell, u32, QidCasWay>,
         check0: pisa::SaluAction<u32, u32, u32, QidCheck>,
         claim0: pisa::SaluAction<u32, u32, u32, QidClaim>,
-        cas0: pisa::SaluAction<u32, Pair, u32, QidCasWay>,
+        cas0: pisa::SaluAction<u32, DualCell, u32, QidCasWay>,
     },
 }
 
 /// The one-cell lookup: one way, or two ways (four condition units).
 enum CellLookup {
-    One(pisa::SaluAction<Pair, u32, u32, QidLookup1>),
-    Two(pisa::SaluAction<Pair, u32, u32, QidLookup2>),
+    One(pisa::SaluAction<DualCell, u32, u32, QidLookup1>),
+    Two(pisa::SaluAction<DualCell, u32, u32, QidLookup2>),
 }
 
 pub struct Netsha {
@@ -398,14 +373,14 @@ pub struct Netsha {
     weight_set: [pisa::SaluAction<u32, u32, (), WeightSet>; 2],
     weight_read: pisa::SaluAction<u32, (), u32, WeightRead>,
     weight_heavier: pisa::SaluAction<u32, u32, u32, WeightHeavier>,
-    born_set: pisa::SaluAction<Pair, Pair, (), BornSet>,
-    born_owner: pisa::SaluAction<Pair, (), u32, BornOwner>,
-    born_age: pisa::SaluAction<Pair, (u32, u32), u32, BornAge>,
-    born_age_wrapped: pisa::SaluAction<Pair, (u32, u32), u32, BornAgeWrapped>,
+    born_set: pisa::SaluAction<DualCell, DualCell, (), BornSet>,
+    born_owner: pisa::SaluAction<DualCell, (), u32, BornOwner>,
+    born_age: pisa::SaluAction<DualCell, (u32, u32), u32, BornAge>,
+    born_age_wrapped: pisa::SaluAction<DualCell, (u32, u32), u32, BornAgeWrapped>,
     replacements: pisa::SaluAction<u32, (u32, u32), u32, BestEffortAlu>,
     threshold: pisa::SaluAction<u32, (u32, u32), u32, ThresholdAlu>,
     /// Phase 2's tightening of r.T (stage 2, before `threshold`).
-    epoch: pisa::SaluAction<Pair, Pair, u32, EpochAlu>,
+    epoch: pisa::SaluAction<DualCell, DualCell, u32, EpochAlu>,
     /// Algorithm 1's state (sort_reduce.rs): r.k and commits pending (`progress`, stage
     /// 3), held answers and the tombstone (`state`, stage 4).
     progress_read: pisa::SaluAction<u32, (), u32, ProgressRead>,
@@ -419,7 +394,7 @@ pub struct Netsha {
     slot_d: Vec<pisa::SaluAction<u32, (u32, u32), u32, SlotDistanceAlu>>,
     slot_id: Vec<pisa::SaluAction<u32, (u32, u32), u32, SlotIdAlu>>,
     answer_events: pisa::SaluAction<u32, u32, (), AddU32>,
-    emit_events: pisa::SaluAction<Pair, Pair, (), AddPair>,
+    emit_events: pisa::SaluAction<DualCell, DualCell, (), AddPair>,
     splits: pisa::SaluAction<u32, (), u32, SplitCounterAlu>,
     split_turn: pisa::SaluAction<u32, u32, u32, SplitTurnAlu>,
     select: Vec<Table>,
@@ -428,7 +403,7 @@ pub struct Netsha {
     /// (replica id -> next hop MAC, this switch's MAC, the server's IPv4); none: kept.
     server_addr: Option<Table>,
     a_to_server: ActionId,
-    query_events: pisa::SaluAction<Pair, Pair, (), AddPair>,
+    query_events: pisa::SaluAction<DualCell, DualCell, (), AddPair>,
     d_query_malformed: DropCode,
     d_query_pruned: DropCode,
     d_absorbed: DropCode,
@@ -446,7 +421,7 @@ impl SaluProgram<u32, (), u32> for SplitCounterAlu {
         conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::K(-1))],
         lo: &[Update::set(Pred::C0, Src::K(1)), Update::always(Src::Lo, Op::Add, Src::K(1))],
         hi: &[],
-        out: &[Out::always(OutSrc::NewLo)],
+        out: &[SaluOutput::always(OutputSource::NewLo)],
     };
 }
 
@@ -460,7 +435,7 @@ impl SaluProgram<u32, u32, u32> for SplitTurnAlu {
         conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::PhvLo)],
         lo: &[Update::set(Pred::C0, Src::K(0)), Update::set(Pred::ALWAYS, Src::PhvLo)],
         hi: &[],
-        out: &[Out::new(Pred::C0, OutSrc::Predicate)],
+        out: &[SaluOutput::new(Pred::C0, OutputSource::Predicate)],
     };
 }
 
@@ -476,7 +451,7 @@ impl SentAnswers {
     fn new(qid: u32) -> SentAnswers {
         SentAnswers { qid, ids: [0; MAX_SLOTS + 1], codes: [0; MAX_SLOTS + 1], len: 0 }
     }
-    fn push(&mut self, a: Pair) {
+    fn push(&mut self, a: DualCell) {
         if a.hi != 0 {
             self.ids[self.len] = a.lo;
             self.codes[self.len] = a.hi;
@@ -558,7 +533,7 @@ impl Netsha {
                 cas0: b.register_action_salu(q0, "cas", QidCasWay),
             }
         } else {
-            let qid_r = b.register::<Pair>(
+            let qid_r = b.register::<DualCell>(
                 "qid",
                 Gress::Ingress,
                 1,
@@ -593,7 +568,7 @@ impl Netsha {
         let weight_read = b.register_action_salu(w0_r, "read", WeightRead);
         let weight_heavier = b.register_action_salu(w1_r, "heavier", WeightHeavier);
         // After the weights: the replacement register's owner is read once it is chosen.
-        let born_r = b.register::<Pair>("born", Gress::Ingress, 4, r, "claim time in µs (lo) and owner tag (hi), for the timer");
+        let born_r = b.register::<DualCell>("born", Gress::Ingress, 4, r, "claim time in µs (lo) and owner tag (hi), for the timer");
         b.cell_fields(&born_r, &[("claim_us", 32), ("owner_tag", 32)]);
         let born_set = b.register_action_salu(born_r, "set", BornSet);
         let born_owner = b.register_action_salu(born_r, "owner", BornOwner);
@@ -610,7 +585,7 @@ impl Netsha {
             "r.T: distance code of the worst answer sent (phase 2 drops at or beyond it)",
         );
         let threshold = b.register_action_salu(t_r, "threshold", ThresholdAlu);
-        let e_r = b.register::<Pair>(
+        let e_r = b.register::<DualCell>(
             "epoch",
             Gress::Ingress,
             2,
@@ -657,7 +632,7 @@ impl Netsha {
             "per-pass outcomes (see answer_event)",
         );
         let answer_events = b.register_action_salu(ae, "add", AddU32);
-        let ee = b.register::<Pair>(
+        let ee = b.register::<DualCell>(
             "emit_events",
             Gress::Ingress,
             ev_stage,
@@ -665,7 +640,7 @@ impl Netsha {
             "answers sent (lo) and cleared (hi) by cause",
         );
         b.cell_fields(&ee, &[("sent", 32), ("cleared", 32)]);
-        let emit_events = b.register_action_salu::<Pair, Pair, (), _>(ee, "add", AddPair);
+        let emit_events = b.register_action_salu::<DualCell, DualCell, (), _>(ee, "add", AddPair);
         // Stage 5 (after the state test that decides a split; slot 0's stage has ALUs to spare).
         let sp = b.register::<u32>("splits", Gress::Ingress, 5, 1, "split counter: the id of the last split");
         let splits = b.register_action_salu(sp, "next", SplitCounterAlu);
@@ -715,7 +690,7 @@ impl Netsha {
                 const_default: false,
             })
         });
-        let qe = b.register::<Pair>(
+        let qe = b.register::<DualCell>(
             "query_events",
             Gress::Ingress,
             cfg.tables as u8,
@@ -723,7 +698,7 @@ impl Netsha {
             "query packets (lo) and the servers they went to (hi): selected, or every server (see query_event)",
         );
         b.cell_fields(&qe, &[("packets", 32), ("servers", 32)]);
-        let query_events = b.register_action_salu::<Pair, Pair, (), _>(qe, "add", AddPair);
+        let query_events = b.register_action_salu::<DualCell, DualCell, (), _>(qe, "add", AddPair);
         let d_query_malformed = b.drop_reason("netsha_query_malformed");
         let d_query_pruned = b.drop_reason("netsha_query_pruned");
         let d_absorbed = b.drop_reason("netsha_absorbed");
@@ -815,7 +790,7 @@ impl Netsha {
     }
 
     /// Slot_Sort over slots 0..upto: insert the carried answer; returns what comes out.
-    fn insert<M: TraceMode>(&self, p: &mut Pass<'_, M>, idx: u32, c: Pair, upto: usize) -> Pair {
+    fn insert<M: TraceMode>(&self, p: &mut Pass<'_, M>, idx: u32, c: DualCell, upto: usize) -> DualCell {
         let (mut cd, mut cid) = (c.hi, c.lo);
         for i in 0..upto {
             let out = p.execute(&self.slot_d[i], idx, (cd, slots::OP_INSERT)).get();
@@ -824,14 +799,14 @@ impl Netsha {
                 cd = out;
             }
         }
-        Pair::new(cid, cd)
+        DualCell::new(cid, cd)
     }
 
     /// Take slot i's answer out, leaving it empty.
-    fn take<M: TraceMode>(&self, p: &mut Pass<'_, M>, idx: u32, i: usize) -> Pair {
+    fn take<M: TraceMode>(&self, p: &mut Pass<'_, M>, idx: u32, i: usize) -> DualCell {
         let d = p.execute(&self.slot_d[i], idx, (0, slots::OP_TAKE)).get();
         let id = p.execute(&self.slot_id[i], idx, (0, slots::OP_TAKE)).get();
-        Pair::new(id, d)
+        DualCell::new(id, d)
     }
 
     // ---- packet layout (what the deparser emits) -------------------------------------
@@ -927,7 +902,7 @@ impl Netsha {
     }
 
     fn count_emit<M: TraceMode>(&self, p: &mut Pass<'_, M>, cause: u32, sent: usize, cleared: usize) {
-        p.execute(&self.emit_events, cause, Pair::new(sent as u32, cleared as u32));
+        p.execute(&self.emit_events, cause, DualCell::new(sent as u32, cleared as u32));
     }
 
     /// First pass of a server's packet: the parser's checks.
@@ -1000,7 +975,7 @@ impl Netsha {
     /// Compare-and-swap on one register's owner tag (see [`selection::QidCas0`]).
     fn owner_cas<M: TraceMode>(&self, p: &mut Pass<'_, M>, idx: u32, new: u32, expected: u32) -> u32 {
         let (set, way) = self.set_way(idx);
-        let x = Pair::new(new, expected);
+        let x = DualCell::new(new, expected);
         match &self.qid {
             Qid::Cell { cas0, cas1, .. } => if way == 0 { p.execute(cas0, set, x) } else { p.execute(cas1, set, x) }.get(),
             Qid::Split { cas0, cas1, .. } => if way == 0 { p.execute(cas0, set, x) } else { p.execute(cas1, set, x) }.get(),
@@ -1090,7 +1065,7 @@ impl Netsha {
             self.next_or_finish(p);
             return;
         };
-        let c = Pair::new(id, encode_distance(d));
+        let c = DualCell::new(id, encode_distance(d));
         let set = self.index(p, qid);
         let ways = self.cfg.ways;
         let force = p.bridged()[br::MODE] == br::FORCE_CLAIM;
@@ -1161,12 +1136,12 @@ impl Netsha {
             Selected::Claimed => {
                 let now = now_us(p.now_ns());
                 // A fresh epoch (stage 2, before way 1's weight in stage 3).
-                p.execute(&self.epoch, idx, Pair::new(0, 0));
+                p.execute(&self.epoch, idx, DualCell::new(0, 0));
                 p.execute(&self.weight_set[way as usize], set, 1);
                 p.execute(&self.threshold, idx, sort_reduce::T_RESET);
                 // The old state is ignored: the insert's outcome on an empty register.
                 p.execute(&self.progress_set, idx, 0);
-                p.execute(&self.born_set, idx, Pair::new(now, my));
+                p.execute(&self.born_set, idx, DualCell::new(now, my));
                 let Gate::Insert { full_to } = gate(0, false, self.prm) else { unreachable!("an empty register drops nothing") };
                 let n_ = self.prm.n;
                 p.execute(&self.state_set, idx, if n_ > 1 { 1 } else { full_to });
@@ -1483,7 +1458,7 @@ impl Netsha {
         let now_owner = self.owner_cas(p, idx, FREE, FREE);
         if now_owner == owner {
             let sends = self.prm.k.div_ceil(self.prm.n).max(1) - 1;
-            let t = p.execute(&self.epoch, idx, Pair::new(sends, worst)).get();
+            let t = p.execute(&self.epoch, idx, DualCell::new(sends, worst)).get();
             if t != 0 {
                 p.execute(&self.threshold, idx, (sort_reduce::T_MIN, t));
                 self.count(p, answer_event::TIGHTEN);
@@ -1550,7 +1525,7 @@ impl Netsha {
         p.execute(&self.weight_set[way as usize], set, 0);
         p.execute(&self.threshold, idx, sort_reduce::T_RESET);
         p.execute(&self.progress_set, idx, 0);
-        p.execute(&self.born_set, idx, Pair::new(0, 0));
+        p.execute(&self.born_set, idx, DualCell::new(0, 0));
         p.execute(&self.state_set, idx, 0);
         let mut out = SentAnswers::new(victim - 1);
         for i in 0..self.cfg.slots as usize {
@@ -1612,7 +1587,7 @@ impl Netsha {
         b[br::FLAGS] = br::QUERY_FLAG;
         Self::sa(b, br::A, bits);
         let ev = if bits == 0 { query_event::ALL_SERVERS } else { query_event::SELECTED };
-        p.execute(&self.query_events, ev, Pair::new(1, bits.count_ones()));
+        p.execute(&self.query_events, ev, DualCell::new(1, bits.count_ones()));
         let port = p.ingress_port();
         p.multicast(SELECT_GROUP, Some(port));
     }

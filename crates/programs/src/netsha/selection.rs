@@ -15,7 +15,7 @@
 //! completes a replacement (a compare-and-swap, so two claimants cannot both win); with
 //! `new` = empty it is the timer's release.
 
-use pisa::{Cmp, Cond, Op, Out, OutSrc, Pair, Pred, Salu, SaluBody, SaluProgram, Src, Update};
+use pisa::{Cmp, Cond, DualCell, Op, OutputSource, Pred, Salu, SaluBody, SaluOutput, SaluProgram, Src, Update};
 
 /// An empty register's tag.
 pub const FREE: u32 = 0;
@@ -26,13 +26,13 @@ pub fn tag(qid: u32) -> Option<u32> {
     qid.checked_add(1)
 }
 
-/// `qid` array stateful ALU: `Pair { lo: new, hi: expected }` in, old tag out.
+/// `qid` array stateful ALU: `DualCell { lo: new, hi: expected }` in, old tag out.
 #[derive(Clone, Copy)]
 pub struct SelectAlu;
 
-impl SaluBody<u32, Pair, u32> for SelectAlu {
+impl SaluBody<u32, DualCell, u32> for SelectAlu {
     #[inline(always)]
-    fn run(self, cell: u32, x: Pair) -> (u32, u32) {
+    fn run(self, cell: u32, x: DualCell) -> (u32, u32) {
         let (new, expected) = (x.lo, x.hi);
         if cell == expected || (cell == FREE && new != FREE) {
             (new, cell)
@@ -73,21 +73,21 @@ mod tests {
     fn lookup_claim_replace_release() {
         let me = tag(7).unwrap();
         let other = tag(9).unwrap();
-        let (c, old) = SelectAlu.run(FREE, Pair::new(me, FREE));
+        let (c, old) = SelectAlu.run(FREE, DualCell::new(me, FREE));
         assert_eq!((c, outcome(old, me, FREE)), (me, Selected::Claimed));
-        let (c, old) = SelectAlu.run(c, Pair::new(me, FREE));
+        let (c, old) = SelectAlu.run(c, DualCell::new(me, FREE));
         assert_eq!((c, outcome(old, me, FREE)), (me, Selected::Hit));
-        let (c, old) = SelectAlu.run(c, Pair::new(other, FREE));
+        let (c, old) = SelectAlu.run(c, DualCell::new(other, FREE));
         assert_eq!((c, outcome(old, other, FREE)), (me, Selected::Occupied(me)));
         // Replacement: compare-and-swap on the victim.
-        let (c, old) = SelectAlu.run(c, Pair::new(other, me));
+        let (c, old) = SelectAlu.run(c, DualCell::new(other, me));
         assert_eq!((c, outcome(old, other, me)), (other, Selected::Claimed));
         // A second claimant for the same victim loses.
-        let (c2, old) = SelectAlu.run(c, Pair::new(tag(11).unwrap(), me));
+        let (c2, old) = SelectAlu.run(c, DualCell::new(tag(11).unwrap(), me));
         assert_eq!((c2, outcome(old, tag(11).unwrap(), me)), (other, Selected::Occupied(other)));
         // Release only if still the expected owner.
-        assert_eq!(SelectAlu.run(c, Pair::new(FREE, me)).0, other);
-        assert_eq!(SelectAlu.run(c, Pair::new(FREE, other)).0, FREE);
+        assert_eq!(SelectAlu.run(c, DualCell::new(FREE, me)).0, other);
+        assert_eq!(SelectAlu.run(c, DualCell::new(FREE, other)).0, FREE);
     }
 }
 
@@ -113,7 +113,7 @@ pub const KIND_HIT: u32 = 0;
 pub const KIND_CLAIMED: u32 = 1;
 pub const KIND_OCCUPIED: u32 = 2;
 
-fn way_tag(c: Pair, w: u32) -> u32 {
+fn way_tag(c: DualCell, w: u32) -> u32 {
     if w == 0 {
         c.lo
     } else {
@@ -121,22 +121,22 @@ fn way_tag(c: Pair, w: u32) -> u32 {
     }
 }
 
-fn with_way(c: Pair, w: u32, v: u32) -> Pair {
+fn with_way(c: DualCell, w: u32, v: u32) -> DualCell {
     if w == 0 {
-        Pair::new(v, c.hi)
+        DualCell::new(v, c.hi)
     } else {
-        Pair::new(c.lo, v)
+        DualCell::new(c.lo, v)
     }
 }
 
-/// `qid` array stateful ALU over a set of `ways` tags: input (Pair { lo: new, hi:
+/// `qid` array stateful ALU over a set of `ways` tags: input (DualCell { lo: new, hi:
 /// expected }, op | way << 4 | ways << 8).
 #[derive(Clone, Copy)]
 pub struct WaySelectAlu;
 
-impl SaluBody<Pair, (Pair, u32), u32> for WaySelectAlu {
+impl SaluBody<DualCell, (DualCell, u32), u32> for WaySelectAlu {
     #[inline(always)]
-    fn run(self, cell: Pair, (x, ctl): (Pair, u32)) -> (Pair, u32) {
+    fn run(self, cell: DualCell, (x, ctl): (DualCell, u32)) -> (DualCell, u32) {
         let (new, expected) = (x.lo, x.hi);
         let ways = ((ctl >> 8) & 0xF).clamp(1, 2);
         if ctl & 0xF == WAY_CAS {
@@ -174,11 +174,11 @@ impl SaluBody<Pair, (Pair, u32), u32> for WaySelectAlu {
 ///   program built for two-condition ALUs ([`NetshaConfig::salu_conditions`]) keeps each
 ///   way in an array of its own ([`QidCheck`], [`QidClaim`], [`QidCasWay`]);
 /// - probe ([`QidProbe`]): hit or not, never claims;
-/// - compare-and-swap on way 0 or way 1 ([`QidCas0`], [`QidCas1`]): operand `Pair { lo:
+/// - compare-and-swap on way 0 or way 1 ([`QidCas0`], [`QidCas1`]): operand `DualCell { lo:
 ///   new, hi: expected }`, the way's tag becomes `new` when it is `expected` or free (a
 ///   free way given `new` = free stays free), the old tag out.
 ///
-/// Lookup and probe return the condition word ([`OutSrc::Predicate`]); [`decode_lookup`]
+/// Lookup and probe return the condition word ([`OutputSource::Predicate`]); [`decode_lookup`]
 /// and [`decode_probe`] map it to what was found (a gateway's job on the hardware).
 ///
 /// [`NetshaConfig::salu_conditions`]: super::NetshaConfig::salu_conditions
@@ -195,10 +195,10 @@ const LOOKUP2: Salu = Salu {
     ],
     lo: &[Update::set(Pred::C0.not().and(Pred::C1.not()).and(Pred::C2), Src::PhvLo)],
     hi: &[Update::set(Pred::C0.not().and(Pred::C1.not()).and(Pred::C2.not()).and(Pred::C3), Src::PhvLo)],
-    out: &[Out::always(OutSrc::Predicate)],
+    out: &[SaluOutput::always(OutputSource::Predicate)],
 };
 
-impl SaluProgram<Pair, u32, u32> for QidLookup2 {
+impl SaluProgram<DualCell, u32, u32> for QidLookup2 {
     const SALU: Salu = LOOKUP2;
 }
 
@@ -220,7 +220,7 @@ impl SaluProgram<u32, u32, u32> for QidCheck {
         conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::PhvLo), Cond::new(Src::Lo, Cmp::Eq, Src::K(FREE as i32))],
         lo: &[],
         hi: &[],
-        out: &[Out::always(OutSrc::Predicate)],
+        out: &[SaluOutput::always(OutputSource::Predicate)],
     };
 }
 
@@ -235,7 +235,7 @@ const CLAIM_WAY: Salu = Salu {
     conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::PhvLo), Cond::new(Src::Lo, Cmp::Eq, Src::K(FREE as i32))],
     lo: &[Update::set(Pred::C0.not().and(Pred::C1), Src::PhvLo)],
     hi: &[],
-    out: &[Out::always(OutSrc::Predicate)],
+    out: &[SaluOutput::always(OutputSource::Predicate)],
 };
 
 impl SaluProgram<u32, u32, u32> for QidClaim {
@@ -246,12 +246,12 @@ impl SaluProgram<u32, u32, u32> for QidClaim {
 #[derive(Clone, Copy)]
 pub struct QidCasWay;
 
-impl SaluProgram<u32, Pair, u32> for QidCasWay {
+impl SaluProgram<u32, DualCell, u32> for QidCasWay {
     const SALU: Salu = Salu {
         conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::PhvHi), Cond::new(Src::Lo, Cmp::Eq, Src::K(FREE as i32))],
         lo: &[Update::set(Pred::C0.or(Pred::C1), Src::PhvLo)],
         hi: &[],
-        out: &[Out::always(OutSrc::OldLo)],
+        out: &[SaluOutput::always(OutputSource::OldLo)],
     };
 }
 
@@ -267,7 +267,7 @@ pub fn split_flags(way0: u32, way1: u32) -> u32 {
 #[derive(Clone, Copy)]
 pub struct QidLookup1;
 
-impl SaluProgram<Pair, u32, u32> for QidLookup1 {
+impl SaluProgram<DualCell, u32, u32> for QidLookup1 {
     const SALU: Salu = CLAIM_WAY;
 }
 
@@ -276,12 +276,12 @@ impl SaluProgram<Pair, u32, u32> for QidLookup1 {
 #[derive(Clone, Copy)]
 pub struct QidProbe;
 
-impl SaluProgram<Pair, u32, u32> for QidProbe {
+impl SaluProgram<DualCell, u32, u32> for QidProbe {
     const SALU: Salu = Salu {
         conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::PhvLo), Cond::new(Src::Hi, Cmp::Eq, Src::PhvLo)],
         lo: &[],
         hi: &[],
-        out: &[Out::always(OutSrc::Predicate)],
+        out: &[SaluOutput::always(OutputSource::Predicate)],
     };
 }
 
@@ -289,12 +289,12 @@ impl SaluProgram<Pair, u32, u32> for QidProbe {
 #[derive(Clone, Copy)]
 pub struct QidCas0;
 
-impl SaluProgram<Pair, Pair, u32> for QidCas0 {
+impl SaluProgram<DualCell, DualCell, u32> for QidCas0 {
     const SALU: Salu = Salu {
         conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::PhvHi), Cond::new(Src::Lo, Cmp::Eq, Src::K(FREE as i32))],
         lo: &[Update::set(Pred::C0.or(Pred::C1), Src::PhvLo)],
         hi: &[],
-        out: &[Out::always(OutSrc::OldLo)],
+        out: &[SaluOutput::always(OutputSource::OldLo)],
     };
 }
 
@@ -302,12 +302,12 @@ impl SaluProgram<Pair, Pair, u32> for QidCas0 {
 #[derive(Clone, Copy)]
 pub struct QidCas1;
 
-impl SaluProgram<Pair, Pair, u32> for QidCas1 {
+impl SaluProgram<DualCell, DualCell, u32> for QidCas1 {
     const SALU: Salu = Salu {
         conds: &[Cond::new(Src::Hi, Cmp::Eq, Src::PhvHi), Cond::new(Src::Hi, Cmp::Eq, Src::K(FREE as i32))],
         lo: &[],
         hi: &[Update::set(Pred::C0.or(Pred::C1), Src::PhvLo)],
-        out: &[Out::always(OutSrc::OldHi)],
+        out: &[SaluOutput::always(OutputSource::OldHi)],
     };
 }
 
@@ -380,8 +380,12 @@ pub use pisa::salu::common::Read as WeightRead;
 pub struct WeightHeavier;
 
 impl SaluProgram<u32, u32, u32> for WeightHeavier {
-    const SALU: Salu =
-        Salu { conds: &[Cond::new(Src::Lo, Cmp::GtU, Src::PhvLo)], lo: &[], hi: &[], out: &[Out::new(Pred::C0, OutSrc::Predicate)] };
+    const SALU: Salu = Salu {
+        conds: &[Cond::new(Src::Lo, Cmp::GtU, Src::PhvLo)],
+        lo: &[],
+        hi: &[],
+        out: &[SaluOutput::new(Pred::C0, OutputSource::Predicate)],
+    };
 }
 
 #[cfg(test)]
@@ -391,8 +395,8 @@ mod way_tests {
     #[test]
     fn two_ways_hit_claim_first_free_then_occupied() {
         let (a, b, c) = (tag(1).unwrap(), tag(2).unwrap(), tag(3).unwrap());
-        let look = |cell: Pair, t: u32| WaySelectAlu.run(cell, (Pair::new(t, FREE), WAY_LOOKUP | 2 << 8));
-        let (cell, o) = look(Pair::new(FREE, FREE), a);
+        let look = |cell: DualCell, t: u32| WaySelectAlu.run(cell, (DualCell::new(t, FREE), WAY_LOOKUP | 2 << 8));
+        let (cell, o) = look(DualCell::new(FREE, FREE), a);
         assert_eq!(o, KIND_CLAIMED);
         let (cell, o) = look(cell, b);
         assert_eq!(o, KIND_CLAIMED | 1 << 4);
@@ -400,15 +404,15 @@ mod way_tests {
         assert_eq!(look(cell, a).1, KIND_HIT);
         assert_eq!(look(cell, c), (cell, KIND_OCCUPIED));
         // One way only: the second query finds it occupied.
-        let one = WaySelectAlu.run(Pair::new(a, FREE), (Pair::new(b, FREE), WAY_LOOKUP | 1 << 8));
+        let one = WaySelectAlu.run(DualCell::new(a, FREE), (DualCell::new(b, FREE), WAY_LOOKUP | 1 << 8));
         assert_eq!(one.1, KIND_OCCUPIED);
         // Replacement of way 1 by compare-and-swap; a second claimant loses.
-        let (cell2, old) = WaySelectAlu.run(cell, (Pair::new(c, b), WAY_CAS | 1 << 4));
-        assert_eq!((cell2, old), (Pair::new(a, c), b));
-        let (_, old) = WaySelectAlu.run(cell2, (Pair::new(tag(4).unwrap(), b), WAY_CAS | 1 << 4));
+        let (cell2, old) = WaySelectAlu.run(cell, (DualCell::new(c, b), WAY_CAS | 1 << 4));
+        assert_eq!((cell2, old), (DualCell::new(a, c), b));
+        let (_, old) = WaySelectAlu.run(cell2, (DualCell::new(tag(4).unwrap(), b), WAY_CAS | 1 << 4));
         assert_eq!(old, c);
         // Release of way 0 only if still its owner.
-        assert_eq!(WaySelectAlu.run(cell2, (Pair::new(FREE, a), WAY_CAS)).0, Pair::new(FREE, c));
+        assert_eq!(WaySelectAlu.run(cell2, (DualCell::new(FREE, a), WAY_CAS)).0, DualCell::new(FREE, c));
     }
 
     #[test]
@@ -442,18 +446,18 @@ mod qid_tests {
     /// way 0 checked or claimed by that word (stage 1), and a claim of way 1 as a
     /// compare-and-swap on the next pass (nothing else touched the cell in between).
     /// Returns the cell afterwards and what was found (kind | way << 4).
-    fn split_lookup(cell: Pair, my: u32) -> (Pair, u32) {
+    fn split_lookup(cell: DualCell, my: u32) -> (DualCell, u32) {
         let (hi, f1) = QidCheck.run(cell.hi, my);
         assert_eq!(hi, cell.hi, "the check never writes");
         let (lo, f0) = if f1 & 1 != 0 { QidCheck.run(cell.lo, my) } else { QidClaim.run(cell.lo, my) };
         assert_eq!(split_flags(f0, f1), QidLookup2.run(cell, my).1, "the same four facts");
         let (kind, way) = decode_lookup(split_flags(f0, f1), 2);
         if (kind, way) == (KIND_CLAIMED, 1) {
-            let (hi, old) = QidCasWay.run(hi, Pair::new(my, FREE));
+            let (hi, old) = QidCasWay.run(hi, DualCell::new(my, FREE));
             assert_eq!(outcome(old, my, FREE), Selected::Claimed);
-            return (Pair::new(lo, hi), kind | way << 4);
+            return (DualCell::new(lo, hi), kind | way << 4);
         }
-        (Pair::new(lo, hi), kind | way << 4)
+        (DualCell::new(lo, hi), kind | way << 4)
     }
 
     /// The declared actions (the one-cell ones and Tofino 1's two arrays) are
@@ -470,8 +474,8 @@ mod qid_tests {
                     if ways == 1 && hi != FREE {
                         continue;
                     }
-                    let cell = Pair::new(lo, hi);
-                    let (want_cell, want) = WaySelectAlu.run(cell, (Pair::new(my, FREE), WAY_LOOKUP | ways << 8));
+                    let cell = DualCell::new(lo, hi);
+                    let (want_cell, want) = WaySelectAlu.run(cell, (DualCell::new(my, FREE), WAY_LOOKUP | ways << 8));
                     let (c, flags) = if ways == 2 { QidLookup2.run(cell, my) } else { QidLookup1.run(cell, my) };
                     let (kind, way) = decode_lookup(flags, ways);
                     assert_eq!((c, kind | way << 4), (want_cell, want), "lookup {cell:?} ways {ways}");
@@ -479,25 +483,29 @@ mod qid_tests {
                         assert_eq!(split_lookup(cell, my), (want_cell, want), "split lookup {cell:?}");
                         let probe1 = QidCheck.run(hi, my).1;
                         let probe0 = QidCheck.run(lo, my).1;
-                        let (_, want) = WaySelectAlu.run(cell, (Pair::new(my, FREE), WAY_PROBE | 2 << 8));
+                        let (_, want) = WaySelectAlu.run(cell, (DualCell::new(my, FREE), WAY_PROBE | 2 << 8));
                         let got = decode_probe(split_flags(probe0, probe1)).map_or(KIND_OCCUPIED, |w| KIND_HIT | w << 4);
                         assert_eq!(got, want, "split probe {cell:?}");
                     }
-                    let (_, want) = WaySelectAlu.run(cell, (Pair::new(my, FREE), WAY_PROBE | ways << 8));
+                    let (_, want) = WaySelectAlu.run(cell, (DualCell::new(my, FREE), WAY_PROBE | ways << 8));
                     let (c, flags) = QidProbe.run(cell, my);
                     assert_eq!(c, cell);
                     let got = decode_probe(flags).map_or(KIND_OCCUPIED, |w| KIND_HIT | w << 4);
                     assert_eq!(got, want, "probe {cell:?}");
                     for &new in &vals {
                         for &exp in &vals {
-                            let x = Pair::new(new, exp);
+                            let x = DualCell::new(new, exp);
                             assert_eq!(QidCas0.run(cell, x), WaySelectAlu.run(cell, (x, WAY_CAS)), "cas0 {cell:?} {x:?}");
                             assert_eq!(QidCas1.run(cell, x), WaySelectAlu.run(cell, (x, WAY_CAS | 1 << 4)), "cas1 {cell:?} {x:?}");
                             // The split arrays' compare-and-swap, on either way's cell.
                             let (c0, o0) = QidCasWay.run(lo, x);
                             let (c1, o1) = QidCasWay.run(hi, x);
-                            assert_eq!((Pair::new(c0, hi), o0), WaySelectAlu.run(cell, (x, WAY_CAS)), "split cas0 {cell:?} {x:?}");
-                            assert_eq!((Pair::new(lo, c1), o1), WaySelectAlu.run(cell, (x, WAY_CAS | 1 << 4)), "split cas1 {cell:?} {x:?}");
+                            assert_eq!((DualCell::new(c0, hi), o0), WaySelectAlu.run(cell, (x, WAY_CAS)), "split cas0 {cell:?} {x:?}");
+                            assert_eq!(
+                                (DualCell::new(lo, c1), o1),
+                                WaySelectAlu.run(cell, (x, WAY_CAS | 1 << 4)),
+                                "split cas1 {cell:?} {x:?}"
+                            );
                         }
                     }
                 }

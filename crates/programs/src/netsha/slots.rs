@@ -21,10 +21,10 @@
 //! best) are the last p slots, so sending them clears exactly those slots and leaves the
 //! q PA answers in place, in order.
 
-use pisa::{Cmp, Cond, Op, Out, OutSrc, Pair, Pred, Salu, SaluProgram, Src, Update};
+use pisa::{Cmp, Cond, DualCell, Op, OutputSource, Pred, Salu, SaluOutput, SaluProgram, Src, Update};
 
 /// An empty slot.
-pub const EMPTY: Pair = Pair::new(0, 0);
+pub const EMPTY: DualCell = DualCell::new(0, 0);
 
 /// Slot register action operand: insert (compare-and-swap with the carried answer).
 pub const OP_INSERT: u32 = 0;
@@ -69,7 +69,7 @@ impl SaluProgram<u32, (u32, u32), u32> for SlotDistanceAlu {
         conds: &[Cond::new(Src::PhvHi, Cmp::Eq, Src::K(OP_TAKE as i32)), Cond::new(Src::PhvLo, Cmp::GtU, Src::Lo)],
         lo: &[Update::set(Pred::C0, Src::K(0)), Update::set(Pred::C1, Src::PhvLo)],
         hi: &[Update::set(Pred::C0, Src::Lo), Update::new(Pred::ALWAYS, Src::Lo, Op::MinU, Src::PhvLo)],
-        out: &[Out::always(OutSrc::NewHi)],
+        out: &[SaluOutput::always(OutputSource::NewHi)],
     };
 }
 
@@ -85,7 +85,7 @@ impl SaluProgram<u32, (u32, u32), u32> for SlotIdAlu {
         conds: &[Cond::new(Src::PhvHi, Cmp::Eq, Src::K(OP_SWAP as i32)), Cond::new(Src::PhvHi, Cmp::Eq, Src::K(OP_TAKE as i32))],
         lo: &[Update::set(Pred::C0, Src::PhvLo), Update::set(Pred::C1, Src::K(0))],
         hi: &[Update::set(Pred::C0.or(Pred::C1), Src::Lo), Update::set(Pred::ALWAYS, Src::PhvLo)],
-        out: &[Out::always(OutSrc::NewHi)],
+        out: &[SaluOutput::always(OutputSource::NewHi)],
     };
 }
 

@@ -8,31 +8,10 @@
 //! must be known before the state moves. [`step`] is Algorithm 1's decision on the state
 //! as one function, the reference the declared actions are tested against.
 //!
-//! An insert reads `progress` ([`ProgressRead`]): phase and pending give the drop test
-//! and the `state` action's operand. `state` ([`HeldInsert`]) counts the answer in, or,
-//! when it fills the register in phase 1, *locks* it (held = n): the send changes
-//! `progress` (r.k += p, one more commit pending), whose stage the packet has passed, so
-//! the filling answer recirculates once, and on that pass `progress` counts the send
-//! ([`ProgressSend`], returning r.k and pending as they were: the decision) and `state`
-//! unlocks to what the send leaves ([`HeldUnlock`]). Answers that meet a locked register
-//! recirculate and try again. Phase 2 and aggregation-only sends change only `state`, in
-//! the same pass.
-//!
-//! Phase 1 (r.k < K): insert; when the register fills, send the p GA answers (r.k += p),
-//! or, when fewer than p are still owed, the final flush: send K − r.k and clear the rest.
-//! Phase 2 (r.k >= K): drop answers at or beyond r.T, insert the others, send all n when
-//! full. r.T is the largest distance sent. It is known only after the slots (the last
-//! stages) are read, so the pass that sends writes it on its next pass (a counted
-//! recirculation, a "commit"); until every commit has landed, phase 2 does not drop
-//! (`pending`), so a stale r.T can never drop an answer.
-//!
-//! [`Reduction::Paper`] clears the rest at the final flush as Algorithm 1 does, which can
-//! lose a true top-K answer (an answer cleared there can be better than an answer sent in
-//! an earlier batch). [`Reduction::Exact`] also sends, at the final flush, every held
-//! answer below the r.T of the earlier batches (or all of them while a commit is pending):
-//! those, and only those, may still be in the top K. [`Reduction::Off`] aggregates only.
+//! The actions' order, the phases and the reductions: docs/netsha.md, "SortReduce's
+//! actions".
 
-use pisa::{Cmp, Cond, Op, Out, OutSrc, Pair, Pred, Salu, SaluProgram, Src, Update};
+use pisa::{Cmp, Cond, DualCell, Op, OutputSource, Pred, Salu, SaluOutput, SaluProgram, Src, Update};
 
 /// Which answers the final flush of Algorithm 1 keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,20 +93,20 @@ impl Step {
 }
 
 #[inline]
-pub fn held(s: Pair) -> u32 {
+pub fn held(s: DualCell) -> u32 {
     s.lo & 0xFFFF
 }
 #[inline]
-pub fn pending(s: Pair) -> u32 {
+pub fn pending(s: DualCell) -> u32 {
     (s.lo >> 16) & 0xFF
 }
 #[inline]
-pub fn is_tomb(s: Pair) -> bool {
+pub fn is_tomb(s: DualCell) -> bool {
     s.lo & TOMB != 0
 }
 #[inline]
-fn state(held: u32, pending: u32, sent: u32) -> Pair {
-    Pair::new(held | (pending.min(0xFF) << 16), sent)
+fn state(held: u32, pending: u32, sent: u32) -> DualCell {
+    DualCell::new(held | (pending.min(0xFF) << 16), sent)
 }
 
 /// Algorithm 1's decision for one answer, and the register's next state, on the state as
@@ -135,8 +114,8 @@ fn state(held: u32, pending: u32, sent: u32) -> Pair {
 /// register's stateful ALU ran as a Rust body before the state was split, kept as the
 /// reference the declared actions are tested against.
 #[inline]
-pub fn step(old: Pair, fresh: bool, ge_t: bool, prm: Params) -> (Pair, Step) {
-    let s = if fresh { Pair::new(0, 0) } else { old };
+pub fn step(old: DualCell, fresh: bool, ge_t: bool, prm: Params) -> (DualCell, Step) {
+    let s = if fresh { DualCell::new(0, 0) } else { old };
     if is_tomb(s) {
         return (s, Step::Tomb);
     }
@@ -250,7 +229,7 @@ pub struct ProgressSend;
 
 impl SaluProgram<u32, u32, u32> for ProgressSend {
     const SALU: Salu =
-        Salu { conds: &[], lo: &[Update::always(Src::Lo, Op::Add, Src::PhvLo)], hi: &[], out: &[Out::always(OutSrc::OldLo)] };
+        Salu { conds: &[], lo: &[Update::always(Src::Lo, Op::Add, Src::PhvLo)], hi: &[], out: &[SaluOutput::always(OutputSource::OldLo)] };
 }
 
 /// One commit landed: one fewer pending (never below zero: c0 one is pending).
@@ -280,7 +259,7 @@ impl SaluProgram<u32, (u32, u32), u32> for HeldInsert {
             Update::new(Pred::C0.not().and(Pred::C1.not()), Src::Lo, Op::Add, Src::K(1)),
         ],
         hi: &[],
-        out: &[Out::always(OutSrc::OldLo)],
+        out: &[SaluOutput::always(OutputSource::OldLo)],
     };
 }
 
@@ -294,7 +273,7 @@ impl SaluProgram<u32, (u32, u32), u32> for HeldUnlock {
         conds: &[Cond::new(Src::Lo, Cmp::Eq, Src::PhvHi)],
         lo: &[Update::set(Pred::C0, Src::PhvLo)],
         hi: &[],
-        out: &[Out::always(OutSrc::OldLo)],
+        out: &[SaluOutput::always(OutputSource::OldLo)],
     };
 }
 
@@ -325,7 +304,7 @@ impl SaluProgram<u32, (u32, u32), u32> for ThresholdAlu {
         conds: &[Cond::new(Src::PhvLo, Cmp::Eq, Src::K(T_MAX as i32)), Cond::new(Src::PhvHi, Cmp::LtU, Src::Lo)],
         lo: &[Update::new(Pred::C0, Src::Lo, Op::MaxU, Src::PhvHi), Update::set(Pred::C0.not().and(Pred::C1), Src::PhvHi)],
         hi: &[],
-        out: &[Out::always(OutSrc::OldLo)],
+        out: &[SaluOutput::always(OutputSource::OldLo)],
     };
 }
 
@@ -340,12 +319,12 @@ impl SaluProgram<u32, (u32, u32), u32> for ThresholdAlu {
 #[derive(Clone, Copy)]
 pub struct EpochAlu;
 
-impl SaluProgram<Pair, Pair, u32> for EpochAlu {
+impl SaluProgram<DualCell, DualCell, u32> for EpochAlu {
     const SALU: Salu = Salu {
         conds: &[Cond::new(Src::Lo, Cmp::GeU, Src::PhvLo), Cond::new(Src::Lo, Cmp::Eq, Src::K(0))],
         lo: &[Update::set(Pred::C0, Src::K(0)), Update::new(Pred::C0.not(), Src::Lo, Op::Add, Src::K(1))],
         hi: &[Update::set(Pred::C1, Src::PhvHi), Update::new(Pred::C1.not(), Src::Hi, Op::MaxU, Src::PhvHi)],
-        out: &[Out::new(Pred::C0, OutSrc::NewHi)],
+        out: &[SaluOutput::new(Pred::C0, OutputSource::NewHi)],
     };
 }
 
@@ -383,7 +362,7 @@ mod tests {
     #[test]
     fn algorithm_1_phases() {
         let prm = Params { n: 3, p: 2, k: 3, reduce: true };
-        let (s, st) = step(Pair::new(0, 0), true, false, prm);
+        let (s, st) = step(DualCell::new(0, 0), true, false, prm);
         assert_eq!((held(s), st), (1, Step::Insert));
         let (s, _) = step(s, false, false, prm);
         let (s, st) = step(s, false, false, prm);
@@ -401,12 +380,12 @@ mod tests {
     }
 
     /// The old body's commit: one fewer pending (saturating), the tombstone kept.
-    fn commit_ref(s: Pair) -> Pair {
-        Pair::new(held(s) | pending(s).saturating_sub(1) << 16 | (s.lo & TOMB), s.hi)
+    fn commit_ref(s: DualCell) -> DualCell {
+        DualCell::new(held(s) | pending(s).saturating_sub(1) << 16 | (s.lo & TOMB), s.hi)
     }
 
     /// The split state of a one-cell state: (`progress`, `state`).
-    fn split(s: Pair) -> (u32, u32) {
+    fn split(s: DualCell) -> (u32, u32) {
         (s.hi.min(K_MASK) | pending(s) << 16, held(s) | (s.lo & TOMB))
     }
 
@@ -471,7 +450,7 @@ mod tests {
                     for pend in 0..if reduce { 3 } else { 1 } {
                         for sent in (0..=k + p).chain([0x7FFE, 0x7FFF]) {
                             for tomb in [false, true] {
-                                let old = Pair::new(held_ | pend << 16 | if tomb { TOMB } else { 0 }, sent);
+                                let old = DualCell::new(held_ | pend << 16 | if tomb { TOMB } else { 0 }, sent);
                                 let (progress, state) = split(old);
                                 for fresh in [false, true] {
                                     for ge_t in [false, true] {

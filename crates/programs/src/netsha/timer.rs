@@ -9,7 +9,7 @@
 //! carries all of its answers to the agent. Every answer therefore reaches the agent
 //! within `timeout + registers × period` (+ one pass) of entering a register.
 
-use pisa::{Cmp, Cond, Op, Out, OutSrc, Pair, Pred, Salu, SaluProgram, Src, Update};
+use pisa::{Cmp, Cond, DualCell, Op, OutputSource, Pred, Salu, SaluOutput, SaluProgram, Src, Update};
 
 /// Time in the `born` array: microseconds, wrapping at 2^32 (71 minutes), compared with
 /// wrapping subtraction.
@@ -33,7 +33,7 @@ pub fn now_us(now_ns: u64) -> u32 {
 #[derive(Clone, Copy)]
 pub struct BornSet;
 
-impl SaluProgram<Pair, Pair, ()> for BornSet {
+impl SaluProgram<DualCell, DualCell, ()> for BornSet {
     const SALU: Salu =
         Salu { conds: &[], lo: &[Update::set(Pred::ALWAYS, Src::PhvLo)], hi: &[Update::set(Pred::ALWAYS, Src::PhvHi)], out: &[] };
 }
@@ -42,8 +42,8 @@ impl SaluProgram<Pair, Pair, ()> for BornSet {
 #[derive(Clone, Copy)]
 pub struct BornOwner;
 
-impl SaluProgram<Pair, (), u32> for BornOwner {
-    const SALU: Salu = Salu { conds: &[], lo: &[], hi: &[], out: &[Out::always(OutSrc::OldHi)] };
+impl SaluProgram<DualCell, (), u32> for BornOwner {
+    const SALU: Salu = Salu { conds: &[], lo: &[], hi: &[], out: &[SaluOutput::always(OutputSource::OldHi)] };
 }
 
 /// Expiry test, `(deadline, now)` in, deadline <= now (see [`BornSet`]). c0: claim >
@@ -51,12 +51,12 @@ impl SaluProgram<Pair, (), u32> for BornOwner {
 #[derive(Clone, Copy)]
 pub struct BornAge;
 
-impl SaluProgram<Pair, (u32, u32), u32> for BornAge {
+impl SaluProgram<DualCell, (u32, u32), u32> for BornAge {
     const SALU: Salu = Salu {
         conds: &[Cond::new(Src::Lo, Cmp::GtU, Src::PhvLo), Cond::new(Src::Lo, Cmp::LeU, Src::PhvHi)],
         lo: &[],
         hi: &[],
-        out: &[Out::new(Pred::C0.and(Pred::C1).not(), OutSrc::OldHi)],
+        out: &[SaluOutput::new(Pred::C0.and(Pred::C1).not(), OutputSource::OldHi)],
     };
 }
 
@@ -64,12 +64,12 @@ impl SaluProgram<Pair, (u32, u32), u32> for BornAge {
 #[derive(Clone, Copy)]
 pub struct BornAgeWrapped;
 
-impl SaluProgram<Pair, (u32, u32), u32> for BornAgeWrapped {
+impl SaluProgram<DualCell, (u32, u32), u32> for BornAgeWrapped {
     const SALU: Salu = Salu {
         conds: &[Cond::new(Src::Lo, Cmp::GtU, Src::PhvLo), Cond::new(Src::Lo, Cmp::LeU, Src::PhvHi)],
         lo: &[],
         hi: &[],
-        out: &[Out::new(Pred::C0.or(Pred::C1).not(), OutSrc::OldHi)],
+        out: &[SaluOutput::new(Pred::C0.or(Pred::C1).not(), OutputSource::OldHi)],
     };
 }
 
@@ -89,16 +89,16 @@ pub struct SweepAlu;
 /// (the cursor, at most R - 1) comes from the high update ALUs.
 impl SaluProgram<u32, u32, u32> for SweepAlu {
     const SALU: Salu = Salu {
-        conds: &[Cond::lin(Src::Lo, Src::PhvLo, 1, Cmp::GeU), Cond::new(Src::Lo, Cmp::GeU, Src::PhvLo)],
+        conds: &[Cond::linear(Src::Lo, Src::PhvLo, 1, Cmp::GeU), Cond::new(Src::Lo, Cmp::GeU, Src::PhvLo)],
         lo: &[Update::set(Pred::C0, Src::K(0)), Update::always(Src::Lo, Op::Add, Src::K(1))],
         hi: &[Update::new(Pred::C1, Src::PhvLo, Op::SatSub, Src::K(1)), Update::set(Pred::ALWAYS, Src::Lo)],
-        out: &[Out::always(OutSrc::NewHi)],
+        out: &[SaluOutput::always(OutputSource::NewHi)],
     };
 }
 
 /// Whether a register claimed at `born_us` has expired at `now_us`.
 #[inline]
-pub fn expired(born: Pair, now_us: u32, timeout_us: u32) -> bool {
+pub fn expired(born: DualCell, now_us: u32, timeout_us: u32) -> bool {
     born.hi != 0 && now_us.wrapping_sub(born.lo) >= timeout_us
 }
 
@@ -115,7 +115,7 @@ mod tests {
                 for &dl in &[0u32, 1, 2, 999, 1000, 1001, 0x8000_0000, u32::MAX] {
                     for born in [now.wrapping_sub(dl), now.wrapping_add(dl)] {
                         for tag in [0u32, 7] {
-                            let cell = Pair::new(born, tag);
+                            let cell = DualCell::new(born, tag);
                             let (opnd, wrapped) = age_operand(now, timeout);
                             let (c, out) = if wrapped { BornAgeWrapped.run(cell, opnd) } else { BornAge.run(cell, opnd) };
                             let want = if expired(cell, now, timeout) { tag } else { 0 };
@@ -125,8 +125,8 @@ mod tests {
                 }
             }
         }
-        let (c, ()) = BornSet.run(Pair::new(1, 2), Pair::new(5, 9));
-        assert_eq!(c, Pair::new(5, 9));
+        let (c, ()) = BornSet.run(DualCell::new(1, 2), DualCell::new(5, 9));
+        assert_eq!(c, DualCell::new(5, 9));
         assert_eq!(BornOwner.run(c, ()), (c, 9));
     }
 }

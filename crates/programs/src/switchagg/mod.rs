@@ -18,16 +18,8 @@
 //!   `pairs_out`, the pairs those packets carry (the per-switch reduction is
 //!   `1 - pairs_out / pairs_in`; pairs vary in length, so frame sizes do not give it).
 //!
-//! Pairs that stay in the packet (evicted, or keys longer than 64 bytes, which no
-//! engine holds) are rewritten in place and the packet goes to the tree's parent; a
-//! packet left empty is turned around as the ACK. When the last child's EoT arrives the
-//! switch flushes the tree ([`flush`]): that packet recirculates, each pass reading
-//! bucket words (one per item) into a packet's worth of pairs that goes to the parent,
-//! the last pass carrying EoT.
-//!
-//! Memory is split evenly across the trees a switch serves (§4.2.2), by the
-//! `region`/`regions` of each tree's configuration. Time on the FPGA is charged by
-//! [`cycles`] from Table 3, not by pisa's stages.
+//! What happens to pairs that stay in the packet, the flush, the memory split across
+//! trees and the FPGA's time: docs/switchagg.md, "Data path" and "Time".
 
 pub mod configuration;
 pub mod cycles;
@@ -43,7 +35,7 @@ use pisa::{
     ActionId, ClassifyRule, DropCode, Gress, HashAlgo, HashUnit, MatchKind, Memory, MemoryKind, Pass, Program, ProgramBuilder, ProgramDecl,
     Table,
 };
-use pisa::{Cmp, Cond, Op, Out, OutSrc, Pred, Salu, SaluProgram, Src, Update};
+use pisa::{Cmp, Cond, Op, OutputSource, Pred, Salu, SaluOutput, SaluProgram, Src, Update};
 use wire::switchagg::{self as sa, flags, Operation, HEADER_LEN, PAIR_OVERHEAD};
 
 use hash_table::{bucket_bytes, Spill};
@@ -121,10 +113,10 @@ pub struct SwitchAgg {
 struct Arrive;
 impl SaluProgram<u16, u16, bool> for Arrive {
     const SALU: Salu = Salu {
-        conds: &[Cond::lin(Src::Lo, Src::PhvLo, 1, Cmp::GeU)],
+        conds: &[Cond::linear(Src::Lo, Src::PhvLo, 1, Cmp::GeU)],
         lo: &[Update::set(Pred::C0, Src::K(0)), Update::always(Src::Lo, Op::Add, Src::K(1))],
         hi: &[],
-        out: &[Out::new(Pred::C0, OutSrc::Predicate)],
+        out: &[SaluOutput::new(Pred::C0, OutputSource::Predicate)],
     };
 }
 /// A tree's configuration, from `tree_config`.

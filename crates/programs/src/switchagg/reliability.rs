@@ -10,7 +10,7 @@
 //! parent): the switch never creates a packet.
 
 use pisa::TraceMode;
-use pisa::{Cmp, Cond, Op, Out, OutSrc, Pass, Pred, Salu, SaluProgram, Src, Update};
+use pisa::{Cmp, Cond, Op, OutputSource, Pass, Pred, Salu, SaluOutput, SaluProgram, Src, Update};
 use wire::switchagg::{flags, HEADER_LEN};
 
 /// Verdicts of the sequence check.
@@ -27,7 +27,7 @@ impl SaluProgram<u32, u32, u8> for SeqCheck {
         conds: &[Cond::new(Src::PhvLo, Cmp::LtU, Src::Lo), Cond::new(Src::PhvLo, Cmp::GtU, Src::Lo)],
         lo: &[Update::new(Pred::C0.or(Pred::C1).not(), Src::Lo, Op::Add, Src::K(1))],
         hi: &[],
-        out: &[Out::always(OutSrc::Predicate)],
+        out: &[SaluOutput::always(OutputSource::Predicate)],
     };
 }
 

@@ -51,7 +51,8 @@ pub fn install_tree(sw: &mut Switch, set: &ProgramSet, id: u16, cfg: &TreeConfig
 /// Insert or modify (`op`) tree `id`'s `daiet_trees` entry, as the controller does.
 pub fn write_tree(sw: &mut Switch, set: &ProgramSet, id: u16, cfg: &TreeConfig, op: WriteOp) {
     let (tt, ta) = ids(set, 1, "daiet_trees", "set_tree");
-    let params = cfg.params().iter().zip(TreeConfig::PARAMS).enumerate().map(|(i, (v, (_, bits)))| (i as u32 + 1, be(*v, bits))).collect();
+    let params =
+        cfg.params().iter().zip(TreeConfig::PARAMS).enumerate().map(|(i, (v, (_, bits)))| (i as u32 + 1, be_bytes(*v, bits))).collect();
     sw.control(&ControlOp::TableWrite {
         table_id: tt,
         op,

@@ -128,13 +128,13 @@ pub fn install_l2(sw: &mut Switch, set: &ProgramSet, l2: &[(u8, u16)]) {
             matches: vec![FieldMatch::Exact { field: 0, value: mac(h).to_vec() }],
             priority: 0,
             action_id: l2a,
-            params: vec![(1, be(p as u64, 9))],
+            params: vec![(1, be_bytes(p as u64, 9))],
         })
         .unwrap();
     }
 }
 
-pub fn be(v: u64, bits: u32) -> Vec<u8> {
+pub fn be_bytes(v: u64, bits: u32) -> Vec<u8> {
     let n = bits.div_ceil(8) as usize;
     v.to_be_bytes()[8 - n..].to_vec()
 }
