@@ -556,13 +556,7 @@ fn tightening_r_t_in_phase_2_stays_exact_and_sends_less() {
 /// random arrival order.
 fn workload() -> impl Strategy<Value = Workload> {
     (1usize..4, 1usize..5, 1usize..7, any::<u64>()).prop_map(|(queries, servers, per_packet, seed)| {
-        let mut x = seed | 1;
-        let mut rnd = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut rnd = xorshift(seed | 1);
         let mut pk = Vec::new();
         for q in 0..queries as u32 {
             for s in 0..servers {
@@ -697,13 +691,7 @@ proptest! {
 /// three queries' answers, from 2..6 servers in a random arrival order.
 fn full_workload() -> impl Strategy<Value = Workload> {
     (1usize..6, 2usize..7, 1usize..4, any::<u64>()).prop_map(|(queries, servers, per_block_q, seed)| {
-        let mut x = seed | 1;
-        let mut rnd = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut rnd = xorshift(seed | 1);
         let mut pk = Vec::new();
         for s in 0..servers {
             // This server's answers to every query, nearest first, as a server sends them.
@@ -778,13 +766,7 @@ proptest! {
 /// most answers are reduced away (packets are not fewer here: see docs/netsha.md).
 #[test]
 fn full_120_answer_packets_are_reduced() {
-    let mut x = 99u64;
-    let mut rnd = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    let mut rnd = xorshift(99u64);
     let servers = 8;
     let mut pk: Workload = Vec::new();
     for q in 0..10u32 {
@@ -825,4 +807,16 @@ fn full_120_answer_packets_are_reduced() {
     assert!(at_agent < 9600 / 4, "{frames} frames / {at_agent} answers at the agent, {} packets sent", pk.len());
     let c = path.counters(0);
     assert!(c.clones >= ev["splits"], "every split is a counted clone");
+}
+
+/// A small seeded generator (xorshift64) for the hand-built workloads: the same packets for
+/// the same seed, no dependency. `seed` must not be 0 (xorshift stays at 0).
+fn xorshift(seed: u64) -> impl FnMut() -> u64 {
+    let mut x = seed;
+    move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    }
 }
