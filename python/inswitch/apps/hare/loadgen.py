@@ -155,6 +155,7 @@ def main(argv: list[str]) -> int:
         "samples": c.stats.samples,
         "served": c.stats.served,
         "stats": {"ops": c.stats.ops, "gets": c.stats.gets, "hits": c.stats.hits, "retries": c.stats.retries, "timeouts": c.stats.timeouts, "errors": errors, "records": w.records,
+                  "gave_up_after_retries": c.stats.gave_up_after_retries,
                   "engine": "python", "run_start_ns": start, "run_stop_ns": time.monotonic_ns(), "cpu_s": round(cpu_s() - c0, 4)},
     }
     with open(p["out"], "w") as f:
