@@ -74,3 +74,37 @@ def test_a_few_retries_still_complete() -> None:
     finally:
         stop.set()
         c.close()
+
+
+def test_native_generator_gives_up_retry_for_ever() -> None:
+    # key 0 always "retry", key 1 served: key 0's requests are abandoned at the budget
+    # (20 ms * 3), not carried to the run's drain, and its window slot serves key 1 again
+    from inswitch.hare import fastload
+
+    if not fastload.available():
+        pytest.skip("no native extension")
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", 0))
+    s.settimeout(0.05)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                d, a = s.recvfrom(2048)
+            except socket.timeout:
+                continue
+            m = wire.Msg.decode(d)
+            st = wire.STATUS_RETRY if m.key == b"k0" else 0
+            s.sendto(wire.Msg(wire.OP_GET_REPLY, m.key, wire.cell(m.key, 16), m.seq, status=st, key_field=m.key_field).encode(), a)
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        keys = [b"k0", b"k1"]
+        r = fastload.run(["127.0.0.1"], keys, keys, [0] * 2000, [i % 2 for i in range(2000)], port=s.getsockname()[1], key_field=8, value_size=16,
+                         field_size=8, window=1, timeout=0.02, retries=2, duration=0.5, drain=0.2, bind="127.0.0.1:0")
+    finally:
+        stop.set()
+    st = r.stats
+    assert st["gave_up_after_retries"] >= 4 and st["timeouts"] == st["gave_up_after_retries"], st
+    assert st["completed"] >= 4 and set(r.key.tolist()) == {1}, st
