@@ -180,6 +180,7 @@ fn hare_load<'py>(
         ("hits", st.hits),
         ("retries", st.retries),
         ("timeouts", st.timeouts),
+        ("gave_up_after_retries", st.gave_up_after_retries),
         ("errors", st.errors),
         ("malformed", st.malformed),
         ("late", st.late),

@@ -71,6 +71,8 @@ class Stats:
     ops: int = 0
     retries: int = 0
     timeouts: int = 0
+    #: Operations given up while answered only "retry" (past `timeout * (retries + 1)`).
+    gave_up_after_retries: int = 0
     #: (completion time ns, latency ns, was a get, was a switch hit) of every operation.
     samples: list[tuple[int, int, bool, bool]] = field(default_factory=list)
     #: (completion time ns, agent index) of every operation a storage agent answered.
@@ -166,13 +168,19 @@ class Client:
         flight: dict[int, list] = {}
         waiting_retry: list[tuple[float, int]] = []
         n_retry: dict[int, int] = {}
+        # when each operation was first sent: "retry" answers do not extend its life past a
+        # silent one's, or an object that never stops moving would keep the batch for ever
+        first_sent: dict[int, float] = {}
+        budget = self.timeout * (self.retries + 1)
         done = 0
         while done < n:
             now = time.monotonic()
             while waiting_retry and waiting_retry[0][0] <= now:
                 ready.appendleft(waiting_retry.pop(0)[1])
             while ready and len(flight) < self.window:
-                self._send(ready.popleft(), ops, flight, time.monotonic(), time.monotonic_ns())
+                i = ready.popleft()
+                first_sent.setdefault(i, time.monotonic())
+                self._send(i, ops, flight, time.monotonic(), time.monotonic_ns())
             deadlines = [f[2] for f in flight.values()] + [w[0] for w in waiting_retry[:1]]
             wait = max(0.0, min(deadlines) - time.monotonic()) if deadlines else 0.0
             r, _, _ = select.select([self.sock], [], [], wait)
@@ -194,6 +202,11 @@ class Client:
                         # The object is moving: ask again, backing off (0.2 ms doubling to 5 ms).
                         self.stats.retries += 1
                         n_retry[i] = n_retry.get(i, 0) + 1
+                        if time.monotonic() - first_sent[i] > budget:
+                            self.stats.gave_up_after_retries += 1
+                            flight[m.seq] = f  # the batch's writes not acknowledged, this one too
+                            self._give_up(ops, results, flight, per_key)
+                            raise Timeout(f"{ops[i].kind} {ops[i].key!r}: answered 'retry' {n_retry[i]} times in {budget:.3f} s")
                         waiting_retry.append((time.monotonic() + min(0.005, 0.0001 * 2 ** n_retry[i]), i))
                         waiting_retry.sort()
                         continue

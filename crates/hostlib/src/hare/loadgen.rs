@@ -223,8 +223,13 @@ pub struct LoadStats {
     pub hits: u64,
     /// "Retry" answers (the object was moving); the request is sent again after a back-off.
     pub retries: u64,
-    /// Requests abandoned after all retransmissions.
+    /// Requests abandoned after all retransmissions, or answered only "retry" for as long
+    /// (`gave_up_after_retries`).
     pub timeouts: u64,
+    /// Of `timeouts`: requests answered "retry" until `timeout_ns * (retries + 1)` had passed
+    /// since their first sending (an object that never stops moving must not hold a window
+    /// slot, and its key, for the rest of the run).
+    pub gave_up_after_retries: u64,
     /// Answers with the error status (the store failed).
     pub errors: u64,
     /// Datagrams that are not a reply to a request of ours (not a Hare message, wrong op
@@ -634,20 +639,17 @@ impl KvLoad {
                 continue;
             }
             match f.state {
+                // The bound runs from the first sending: a back-off restarting it would let a
+                // request answered "retry" for ever live for ever.
+                State::Backoff if now - f.first_ns >= self.cfg.timeout_ns.saturating_mul(u64::from(self.cfg.retries) + 1) => {
+                    self.stats.gave_up_after_retries += 1;
+                    self.abandon(s);
+                }
                 State::Backoff => {
                     f.state = State::Queued;
                     self.tx.push_back((s, f.seq));
                 }
-                State::Waiting if f.sends > self.cfg.retries => {
-                    self.stats.timeouts += 1;
-                    if f.op == KvOp::Put {
-                        self.known[f.key as usize] = false; // it may or may not have landed
-                        if self.cfg.history {
-                            self.history.unacked(f.key, f.first_ns, &f.value);
-                        }
-                    }
-                    self.release(s);
-                }
+                State::Waiting if f.sends > self.cfg.retries => self.abandon(s),
                 State::Waiting => {
                     f.state = State::Queued;
                     self.stats.retransmits += 1;
@@ -656,6 +658,19 @@ impl KvLoad {
                 _ => {}
             }
         }
+    }
+
+    /// Give a request up: a PUT may or may not have landed.
+    fn abandon(&mut self, s: usize) {
+        let f = &self.slots[s];
+        self.stats.timeouts += 1;
+        if f.op == KvOp::Put {
+            self.known[f.key as usize] = false;
+            if self.cfg.history {
+                self.history.unacked(f.key, f.first_ns, &f.value);
+            }
+        }
+        self.release(s);
     }
 
     fn release(&mut self, s: usize) {
@@ -884,7 +899,9 @@ mod tests {
 
     #[test]
     fn retry_status_backs_off_and_resends() {
-        let mut g = gen(1, vec![(KvOp::Get, 0)]);
+        // a 1 ms timeout: a request answered "retry" lives 3 ms, past the 0.2 ms back-off
+        let (k, sv, v) = keys(4);
+        let mut g = KvLoad::new(LoadConfig { timeout_ns: 1_000_000, ..cfg(1) }, k, sv, v, vec![(KvOp::Get, 0)]).unwrap();
         let sent = drain(&mut g, 0);
         g.handle(10, &reply(&sent[0].1, None, 0, STATUS_RETRY));
         assert_eq!(g.stats.retries, 1);
@@ -895,6 +912,33 @@ mod tests {
         assert_eq!(again, sent);
         g.handle(200_020, &reply(&again[0].1, Some(b"v0"), 0, 0));
         assert_eq!((g.stats.completed, g.stats.mismatches), (1, 0));
+    }
+
+    #[test]
+    fn retry_for_ever_is_abandoned_from_the_first_send() {
+        // timeout 1000 ns, 2 retries: a request lives at most 3000 ns, "retry" or not
+        let mut g = gen(1, vec![(KvOp::Put, 0), (KvOp::Get, 1)]);
+        let mut now = 0;
+        let mut out = drain(&mut g, now);
+        let put = out[0].1.clone();
+        for _ in 0..100 {
+            if g.stats.timeouts > 0 {
+                break;
+            }
+            for (_, d) in &out {
+                g.handle(now + 1, &reply(d, None, 0, STATUS_RETRY));
+            }
+            now = g.poll_timeout().expect("the request backs off");
+            g.handle_timeout(now);
+            out = drain(&mut g, now);
+        }
+        assert_eq!((g.stats.timeouts, g.stats.gave_up_after_retries), (1, 1), "{:?}", g.stats);
+        assert!((3000..3000 + 5_000_000).contains(&now), "given up at {now} ns");
+        assert!(g.stats.retries >= 1);
+        assert_eq!(g.expected()[0], None, "the PUT may or may not have landed");
+        // the slot is free again: the next request goes out
+        assert_eq!(out.len(), 1);
+        assert_ne!(out[0].1, put);
     }
 
     #[test]

@@ -108,6 +108,7 @@ def native(p: dict[str, Any]) -> int:
                   "value_check": "each GET (only writer)" if sole else f"not checked ({clients} writing clients: the history is the check)",
                   "history": bool(record),
                   "unfinished": st["unfinished"], "send_failures": st["send_failures"], "issued": st["issued"],
+                  "gave_up_after_retries": st.get("gave_up_after_retries", 0),
                   "run_start_ns": r.start_ns, "run_stop_ns": r.stop_ns, "cpu_s": round(c1 - c0, 4)},
     }
     with open(p["out"], "w") as f:
@@ -155,6 +156,7 @@ def main(argv: list[str]) -> int:
         "samples": c.stats.samples,
         "served": c.stats.served,
         "stats": {"ops": c.stats.ops, "gets": c.stats.gets, "hits": c.stats.hits, "retries": c.stats.retries, "timeouts": c.stats.timeouts, "errors": errors, "records": w.records,
+                  "gave_up_after_retries": c.stats.gave_up_after_retries,
                   "engine": "python", "run_start_ns": start, "run_stop_ns": time.monotonic_ns(), "cpu_s": round(cpu_s() - c0, 4)},
     }
     with open(p["out"], "w") as f:

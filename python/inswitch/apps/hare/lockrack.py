@@ -267,6 +267,7 @@ def measure(results: list[dict[str, Any]], start_ns: int, lp: LockRackParams, co
         "mutex_violations": viol,
         "violation_examples": examples,
         "lost_requests": st.get("lost", 0),
+        "lost_examples": [e for r in results for e in r.get("lost_examples", [])][:5],
         "holds": len(holds),
         "clients": st,
         "series": {"bucket_s": 1.0, "throughput_tps": thr, "p99_us": p99s},
