@@ -202,7 +202,12 @@ def _check_real_run(r: dict) -> None:
     # B cannot read A's registers with A's keys; its own work normally.
     assert b[0]["status"] == [2] * 20 and all(v == 0 for v in b[0]["values"])
     assert b[2]["values"] == [2000 + j for j in range(20)] and not b[2]["via_goalkeeper"]
-    assert r["goalkeeper"]["leases"] == {str(0x1234567): 20, str(0x7654321): 20}
+    # Each write takes its 20 leases once; a loaded machine can delay the answer past the
+    # tenant's 0.5 s resend, and a resend the goalkeeper sees renews them (counted again).
+    leases = r["goalkeeper"]["leases"]
+    for uid, write in ((0x1234567, a[0]), (0x7654321, b[1])):
+        assert 20 <= leases[str(uid)] <= 20 * write["tries"], (leases, write)
+    assert set(leases) == {str(0x1234567), str(0x7654321)}
 
 
 def test_subscription_is_priority_on_switch_memory() -> None:
