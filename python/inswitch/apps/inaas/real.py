@@ -465,6 +465,12 @@ def _crash_figures(report: dict[str, Any], crash: dict[str, Any], fraction: floa
         "values_by_dead_leader": crash.get("values"),
         "values_by_survivor": len(report["must_deliver"]),
         "dead_leader_decisions_seen": len(dead),
+        # A leader only descheduled past DETECT_S is suspected while alive: the two duel
+        # until its kill, and it may see the survivor's values chosen too (each instance
+        # once in the logs). Distinct instances it saw decided, and of those the ones
+        # holding a survivor's value (none when the takeover followed the kill).
+        "dead_leader_instances_seen": len({i for i, _ in dead}),
+        "dead_leader_decisions_of_survivor_values": len({i for i, v in dead if v in set(report["must_deliver"])}),
         # Read from the switch's acceptors right after the kill: instances a majority had
         # chosen (each must be delivered unchanged), and how many at the dead leader's
         # ballot (proposer id 1), however much of it the leader saw.
