@@ -694,6 +694,12 @@ def run_tenants_real(
                     killers.append(threading.Thread(target=_kill_at_crashpoint, args=(pp, crashes[i], limit_s + 30, crash_client, regions[i].base, n_read,
                                                                                       zfiles[i] if paxos_zombie else None), daemon=True))
                     killers[-1].start()
+            for tag, p in tenants:
+                # Each tenant has begun its phase holding what it prepared (its leases taken
+                # again if they lapsed while the runner waited for every READY).
+                got = _line(p, 60, f"tenant {tag}", logs / f"{tag}.err")
+                if got != f"BEGUN {phase}":
+                    raise RuntimeError(f"tenant {tag} said {got!r}")
             if phase == "inaas" and ap is not None and attack_during == "inaas":
                 progress("attacker, during the inaas phase")
                 watcher = threading.Thread(target=attack_now, daemon=True)
@@ -797,6 +803,7 @@ def run_tenants_real(
             fig["host_acceptors"] = acceptor_stats[len(out_apps)]
         fig["client"] = {**res["client"], "server_answered": served[len(out_apps)]}
         fig["wall_s"] = res["wall_s"]
+        fig["prepared_to_go_s"], fig["prepared_taken_again"] = res["prepared_to_go_s"], res["prepared_taken_again"]
         lp = res.get("latency_percentiles") or {}
         if lp:
             fig["latency_percentiles"] = lp
