@@ -49,6 +49,21 @@ class Experiment:
     programs: tuple[str, ...] = ()
 
 
+#: Every experiment's name, without importing the modules (they import matplotlib and every
+#: system: seconds on a loaded machine), so `inswitch experiment NAME` refuses a bad NAME
+#: before any work starts. `tests/test_cli_inputs.py` checks it equals `all_experiments()`.
+NAMES = frozenset({
+    "daiet-fig1", "daiet-fig3", "daiet-two-level",
+    "hare-fig12a", "hare-fig12b", "hare-fig13", "hare-fig13-real", "hare-fig14", "hare-fig14-real", "hare-fig15", "hare-fig15-real",
+    "hare-table2", "hare-ycsb",
+    "inaas-attack", "inaas-attack-real", "inaas-fig7", "inaas-fig7-real", "inaas-table2", "inaas-table2-real", "inaas-table3",
+    "inaas-table3-real",
+    "netsha-fig11", "netsha-fig12", "netsha-fig13", "netsha-fig14-15", "netsha-fig16", "netsha-fig17", "netsha-fig18-19",
+    "netsha-fig20", "netsha-fig21", "netsha-fig22", "netsha-fig23", "netsha-table2",
+    "switchagg-fig10-11", "switchagg-fig2", "switchagg-fig9", "switchagg-hops", "switchagg-table2",
+})
+
+
 def all_experiments() -> dict[str, Experiment]:
     """Every experiment of every module in this package, by name."""
     out: dict[str, Experiment] = {}

@@ -27,6 +27,7 @@ answer is checked against a plain reference (a dict, exact sums, a set).
 from __future__ import annotations
 
 import math
+import time
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
@@ -322,6 +323,19 @@ class _AggApp(App):
                 segs = [self.place(k)[0] for k, _ in pkt]
                 idxs = [self.place(k)[1] for k, _ in pkt]
                 self.svc.submit(self.ps, segs, idxs, [WRITE] * len(segs), [0] * len(segs), [0] * len(segs))
+
+    def renew_prepared(self, phase: str, since_s: float) -> bool:
+        """Real runs: the parameter server's registers taken in `prepare` `since_s` ago, with
+        the run's lease (`svc.lease_us`, wall µs). If half of it is gone, wait until it has
+        lapsed (a holder cannot extend its lease; no attacker is released before this
+        tenant's BEGUN) and take them again, so they are held at the phase's start."""
+        lease_s = getattr(self.svc, "lease_us", 0) / 1e6
+        if phase != "inaas" or lease_s <= 0 or since_s < lease_s / 2:
+            return False
+        time.sleep(max(0.0, lease_s - since_s) + 0.02)
+        self.prepare(phase)
+        self.svc.run(100_000)
+        return True
 
     def begin(self, phase: str) -> None:
         super().begin(phase)

@@ -465,6 +465,12 @@ def _crash_figures(report: dict[str, Any], crash: dict[str, Any], fraction: floa
         "values_by_dead_leader": crash.get("values"),
         "values_by_survivor": len(report["must_deliver"]),
         "dead_leader_decisions_seen": len(dead),
+        # A leader only descheduled past DETECT_S is suspected while alive: the two duel
+        # until its kill, and it may see the survivor's values chosen too (each instance
+        # once in the logs). Distinct instances it saw decided, and of those the ones
+        # holding a survivor's value (none when the takeover followed the kill).
+        "dead_leader_instances_seen": len({i for i, _ in dead}),
+        "dead_leader_decisions_of_survivor_values": len({i for i, v in dead if v in set(report["must_deliver"])}),
         # Read from the switch's acceptors right after the kill: instances a majority had
         # chosen (each must be delivered unchanged), and how many at the dead leader's
         # ballot (proposer id 1), however much of it the leader saw.
@@ -688,6 +694,12 @@ def run_tenants_real(
                     killers.append(threading.Thread(target=_kill_at_crashpoint, args=(pp, crashes[i], limit_s + 30, crash_client, regions[i].base, n_read,
                                                                                       zfiles[i] if paxos_zombie else None), daemon=True))
                     killers[-1].start()
+            for tag, p in tenants:
+                # Each tenant has begun its phase holding what it prepared (its leases taken
+                # again if they lapsed while the runner waited for every READY).
+                got = _line(p, 60, f"tenant {tag}", logs / f"{tag}.err")
+                if got != f"BEGUN {phase}":
+                    raise RuntimeError(f"tenant {tag} said {got!r}")
             if phase == "inaas" and ap is not None and attack_during == "inaas":
                 progress("attacker, during the inaas phase")
                 watcher = threading.Thread(target=attack_now, daemon=True)
@@ -791,6 +803,7 @@ def run_tenants_real(
             fig["host_acceptors"] = acceptor_stats[len(out_apps)]
         fig["client"] = {**res["client"], "server_answered": served[len(out_apps)]}
         fig["wall_s"] = res["wall_s"]
+        fig["prepared_to_go_s"], fig["prepared_taken_again"] = res["prepared_to_go_s"], res["prepared_taken_again"]
         lp = res.get("latency_percentiles") or {}
         if lp:
             fig["latency_percentiles"] = lp
