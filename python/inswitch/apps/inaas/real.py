@@ -7,7 +7,7 @@ Rack: host 1 the goalkeeper (`rack.GOALKEEPER`, the native goalkeeper on AF_PACK
 2..N+1 one tenant instance each (`real_tenant.py`: the unchanged adapter of
 `adapters.py` over real frames), host N+2 the host-only servers (one UDP echo process per
 tenant, as the in-process service's servers echo; for Paxos three acceptor processes,
-`PAXOS_ACCEPTOR`, against which the tenant runs the same Paxos). The controller registers every tenant
+`SERVER` with an acceptor id, against which the tenant runs the same Paxos). The controller registers every tenant
 (uid, slot, lease cap) over P4Runtime, as `tenants rack` does. Both phases start together
 for all tenants (the runner releases them with one `GO` each), so tenants run concurrently.
 
@@ -67,41 +67,14 @@ ATTACK_STEPS = 400
 ATTACK_STEP_US = 2
 MODE = "real processes: switch process (forward + inaas), goalkeeper, tenants and host-only servers in a rack of namespaces, wall clock"
 
+#: A host-only server: echoes every datagram, or with a third argument `j` is Paxos's
+#: host-only acceptor `j` (`hostlib::inaas::paxos::HostAcceptor` through
+#: `_native.InaasPaxosAcceptor`, the switch acceptor's semantics): a datagram after
+#: `real_tenant.HOST_PAXOS` is a request's INaaS header, answered alone; anything else is
+#: echoed (the tenant's warm-up). Prints the acceptor's counters, then how many datagrams
+#: it answered.
 SERVER = textwrap.dedent('''
-    import select, socket, sys
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        s.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_RCVBUFFORCE", 33), 8 << 20)
-    except OSError:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
-    s.bind((sys.argv[1], int(sys.argv[2])))
-    s.setblocking(False)
-    print("READY", flush=True)
-    n = 0
-    while True:
-        r, _, _ = select.select([s, sys.stdin], [], [], 1.0)
-        if sys.stdin in r and sys.stdin.readline() == "":
-            break
-        if s in r:
-            while True:
-                try:
-                    p, a = s.recvfrom(65536)
-                except BlockingIOError:
-                    break
-                n += 1
-                s.sendto(p, a)  # the host-only server: answers every request (an echo)
-    print(n, flush=True)
-''')
-
-
-#: Paxos's host-only baseline: acceptor `j` as a server process (`hostlib::inaas::paxos::
-#: HostAcceptor` through `_native.InaasPaxosAcceptor`, the switch acceptor's semantics). A
-#: datagram after `real_tenant.HOST_PAXOS` is a request's INaaS header, answered alone;
-#: anything else is echoed (the tenant's warm-up). Prints its counters, then how many
-#: datagrams it answered.
-PAXOS_ACCEPTOR = textwrap.dedent('''
     import json, select, socket, sys
-    from inswitch import _native
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
         s.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_RCVBUFFORCE", 33), 8 << 20)
@@ -109,7 +82,10 @@ PAXOS_ACCEPTOR = textwrap.dedent('''
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
     s.bind((sys.argv[1], int(sys.argv[2])))
     s.setblocking(False)
-    acceptor = _native.InaasPaxosAcceptor(int(sys.argv[3]))
+    acceptor = None
+    if len(sys.argv) > 3:
+        from inswitch import _native
+        acceptor = _native.InaasPaxosAcceptor(int(sys.argv[3]))
     print("READY", flush=True)
     n = 0
     while True:
@@ -122,14 +98,15 @@ PAXOS_ACCEPTOR = textwrap.dedent('''
                     p, a = s.recvfrom(65536)
                 except BlockingIOError:
                     break
-                if p[:2] == b"\\xfe\\xff":
+                if acceptor is not None and p[:2] == b"\\xfe\\xff":
                     out = acceptor.answer(p[2:])
                     if out is None:
                         continue
                     p = p[:2] + out
                 n += 1
                 s.sendto(p, a)
-    print("ACCEPTOR " + json.dumps(acceptor.stats()), flush=True)
+    if acceptor is not None:
+        print("ACCEPTOR " + json.dumps(acceptor.stats()), flush=True)
     print(n, flush=True)
 ''')
 
@@ -602,11 +579,11 @@ def run_tenants_real(
         ports: list[list[int]] = []
         for i, a in enumerate(names):
             # Paxos's host-only version: Paxos with three acceptor processes (phases 1 and
-            # 2, `PAXOS_ACCEPTOR`), the tenant's proposer and learners as in the switch's.
+            # 2, `SERVER` with an acceptor id), the tenant's proposer and learners as in the switch's.
             ports.append([9100 + 4 * i + k for k in range(3 if a == "paxos" else 1)])
             servers.append([])
             for k, port in enumerate(ports[-1]):
-                argv = ["-c", PAXOS_ACCEPTOR, srv.ip, str(port), str(k)] if a == "paxos" else ["-c", SERVER, srv.ip, str(port)]
+                argv = ["-c", SERVER, srv.ip, str(port)] + ([str(k)] if a == "paxos" else [])
                 sp = start(srv, argv, f"server{port}")
                 if _line(sp, 30, f"server {port}", logs / f"server{port}.err") != "READY":
                     raise RuntimeError(f"server {port} did not start")

@@ -114,7 +114,7 @@ class _Raw:
 
     # Paxos's host-only baseline: a second proposer and three learners in this process (the
     # same `InaasPaxosHosts`), its acceptors the tenant's three server processes
-    # (`real.PAXOS_ACCEPTOR`, `hostlib::inaas::paxos::HostAcceptor`). A request's INaaS
+    # (`real.SERVER` with an acceptor id, `hostlib::inaas::paxos::HostAcceptor`). A request's INaaS
     # header goes to each of them in a UDP datagram after `HOST_PAXOS`; each answers alone.
     def paxos_host_start(self, t: int, base: int, slots: int, learners: int = 3) -> None:
         s = self.svc
